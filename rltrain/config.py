@@ -1,0 +1,259 @@
+"""Typed configs: YAML files and ``--set a.b=c`` overrides mapped onto frozen dataclasses.
+
+Every config section is a frozen dataclass whose fields carry a docstring (the string literal
+right after the field, read with :mod:`ast` for ``rltrain options``) and, where a value has a
+range or a fixed set of choices, ``field(metadata=...)`` with ``choices``/``ge``/``gt``/``le``.
+Loading checks every key, type and range *before* any process starts and raises
+:class:`ConfigError` with a one-line message naming the key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import inspect
+import textwrap
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from rltrain.errors import RLTrainError
+
+T = TypeVar("T")
+
+
+class ConfigError(RLTrainError, ValueError):
+    """A config key, type or value that is not allowed; the message is one line."""
+
+
+def spec(
+    *,
+    choices: Sequence[Any] | None = None,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+) -> dict[str, Any]:
+    """Metadata for ``field(metadata=spec(...))``: allowed choices and numeric bounds."""
+    return {"choices": tuple(choices) if choices else None, "ge": ge, "gt": gt, "le": le}
+
+
+# ---------------------------------------------------------------------------------------------
+# dict -> dataclass
+
+
+def from_dict(cls: type[T], data: Mapping[str, Any] | None, prefix: str = "") -> T:
+    """Build dataclass ``cls`` from a (possibly partial) mapping, checking every key and value."""
+    data = {} if data is None else data
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{prefix or 'config'}: expected a mapping of keys, got {data!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    hints = typing.get_type_hints(cls)
+    for key in data:
+        if key not in fields:
+            raise ConfigError(_unknown_key(prefix + str(key), str(key), list(fields)))
+    kwargs = {}
+    for name, f in fields.items():
+        if name in data:
+            kwargs[name] = _convert(hints[name], data[name], prefix + name, f.metadata)
+    try:
+        obj = cls(**kwargs)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as e:  # __post_init__ cross-field checks
+        raise ConfigError(f"{prefix.rstrip('.') or cls.__name__}: {e}") from None
+    return obj
+
+
+def _unknown_key(path: str, key: str, allowed: list[str]) -> str:
+    close = difflib.get_close_matches(key, allowed, n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    return f"unknown config key '{path}'{hint} (allowed here: {', '.join(sorted(allowed))})"
+
+
+def _convert(tp: Any, value: Any, key: str, meta: Mapping[str, Any]) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _convert(inner[0], value, key, meta)
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value, key + ".")
+    if origin is tuple:
+        if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+            raise ConfigError(f"{key}={value!r}: expected a list")
+        return tuple(_convert(args[0], v, f"{key}[{i}]", meta) for i, v in enumerate(value))
+    return _check(_scalar(tp, value, key), key, meta)
+
+
+def _scalar(tp: Any, value: Any, key: str) -> Any:
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}={value!r}: expected true or false")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}={value!r}: expected an integer")
+    if tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{key}={value!r}: expected a number")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{key}={value!r}: expected a string")
+    raise ConfigError(f"{key}: unsupported config type {tp}")  # a bug in a config class
+
+
+def _check(value: Any, key: str, meta: Mapping[str, Any]) -> Any:
+    choices = meta.get("choices")
+    if choices and value not in choices:
+        close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise ConfigError(
+            f"{key}={value!r}: allowed values are {', '.join(map(str, choices))}{hint}"
+        )
+    for bound, ok, word in (
+        ("ge", lambda v, b: v >= b, ">="),
+        ("gt", lambda v, b: v > b, ">"),
+        ("le", lambda v, b: v <= b, "<="),
+    ):
+        b = meta.get(bound)
+        if b is not None and not ok(value, b):
+            raise ConfigError(f"{key}={value!r}: must be {word} {b}")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# YAML files and --set overrides
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """Turn ``["a.b=3", "c=[1, 2]"]`` into a nested dict; values are parsed as YAML scalars."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set optimizer.lr=0.01")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        node = out
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {item!r}: '{part}' is set both as a value and a section")
+        node[parts[-1]] = value
+    return out
+
+
+def merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """Recursive dict merge: ``over`` wins; sections merge key by key."""
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = merge(dict(out[k]), v)
+        else:
+            out[k] = v
+    return out
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping with ``yaml.safe_load``; a missing or malformed file is a ConfigError."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{p}: not valid YAML{where}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a mapping of config keys at the top level")
+    return data
+
+
+def load_config(cls: type[T], path: str | Path | None, overrides: Sequence[str] = ()) -> T:
+    """Load ``cls`` from a YAML file plus ``--set`` overrides, fully validated."""
+    data = read_yaml(path) if path is not None else {}
+    return from_dict(cls, merge(data, parse_overrides(overrides)))
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """A plain, YAML-safe dict of a config (tuples become lists)."""
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, tuple | list):
+            return [plain(x) for x in v]
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        return v
+
+    return plain(dataclasses.asdict(cfg))
+
+
+def dump_yaml(cfg: Any) -> str:
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Field documentation (``rltrain options``)
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The attribute docstrings of a dataclass: the string literal right after each field."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError):
+        return {}
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for node, nxt in zip(body, body[1:], strict=False):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
+            docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+def describe(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
+    """Rows of (key, type, default, doc) for every field of a config class, recursively."""
+    rows: list[tuple[str, str, str, str]] = []
+    docs = field_docs(cls)
+    hints = typing.get_type_hints(cls)
+    defaults = cls()
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            rows.extend(describe(tp, prefix + f.name + "."))
+            continue
+        default = getattr(defaults, f.name)
+        choices = f.metadata.get("choices")
+        kind = " | ".join(map(str, choices)) if choices else _type_name(tp)
+        rows.append((prefix + f.name, kind, repr(default), docs.get(f.name, "")))
+    return rows
+
+
+def _type_name(tp: Any) -> str:
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in args)
+    if typing.get_origin(tp) is tuple:
+        return f"list[{_type_name(args[0])}]"
+    return "null" if tp is type(None) else getattr(tp, "__name__", str(tp))

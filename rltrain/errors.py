@@ -1,0 +1,6 @@
+"""The one base class of user-facing errors: the CLI prints their message as one line and
+exits with code 2, without a traceback."""
+
+
+class RLTrainError(Exception):
+    """A problem with what the user asked for or gave us (config, data, env id, checkpoint)."""

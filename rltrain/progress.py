@@ -1,0 +1,40 @@
+"""A one-line live progress display (stderr); periodic plain lines when not on a terminal."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+
+class Progress:
+    """``update(fraction, text)`` redraws a bar on a TTY; elsewhere prints every ``every`` s."""
+
+    def __init__(self, label: str, stream: TextIO | None = None, every: float = 10.0) -> None:
+        self.label = label
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.every = every
+        self._last = 0.0
+        self._width = 0
+
+    def update(self, fraction: float, text: str, force: bool = False) -> None:
+        fraction = min(max(fraction, 0.0), 1.0)
+        if self.tty:
+            filled = int(fraction * 20)
+            line = f"{self.label} [{'#' * filled}{'.' * (20 - filled)}] {fraction:4.0%} {text}"
+            pad = max(0, self._width - len(line))
+            self.stream.write("\r" + line + " " * pad)
+            self._width = len(line)
+            self.stream.flush()
+        elif force or time.monotonic() - self._last >= self.every:
+            self.stream.write(f"{self.label} {fraction:4.0%} {text}\n")
+            self.stream.flush()
+            self._last = time.monotonic()
+
+    def close(self, text: str = "") -> None:
+        if self.tty:
+            self.stream.write("\r" + " " * self._width + "\r")
+        if text:
+            self.stream.write(f"{self.label} {text}\n")
+        self.stream.flush()

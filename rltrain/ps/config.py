@@ -1,0 +1,73 @@
+"""Config sections of the parameter server: the server-side optimizer and the update rule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rltrain.config import spec
+
+OPTIMIZERS = ("sgd", "momentum", "nesterov", "adagrad", "rmsprop", "adadelta", "adam")
+RULES = ("sync", "soft_sync", "async", "average")
+STALENESS_POLICIES = ("none", "scale", "drop")
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    """The server-side optimizer: one ``torch.optim`` optimizer per shard."""
+
+    name: str = field(default="adam", metadata=spec(choices=OPTIMIZERS))
+    """torch.optim optimizer: sgd, momentum (SGD+momentum), nesterov, adagrad, rmsprop,
+    adadelta or adam."""
+    lr: float = field(default=1e-3, metadata=spec(gt=0))
+    """Learning rate (before any staleness scaling)."""
+    momentum: float = field(default=0.9, metadata=spec(ge=0, le=1))
+    """Momentum of momentum/nesterov, and of rmsprop when rmsprop_momentum is unset (0)."""
+    rmsprop_momentum: float = field(default=0.0, metadata=spec(ge=0, le=1))
+    """RMSProp's own momentum term (0 = none, as in A3C's shared RMSProp)."""
+    weight_decay: float = field(default=0.0, metadata=spec(ge=0))
+    """L2 penalty added by the optimizer."""
+    beta1: float = field(default=0.9, metadata=spec(ge=0, le=1))
+    """Adam's first-moment decay."""
+    beta2: float = field(default=0.999, metadata=spec(ge=0, le=1))
+    """Adam's second-moment decay."""
+    alpha: float = field(default=0.99, metadata=spec(ge=0, le=1))
+    """RMSProp's squared-gradient decay (A3C: 0.99)."""
+    rho: float = field(default=0.9, metadata=spec(ge=0, le=1))
+    """Adadelta's decay."""
+    eps: float = field(default=1e-8, metadata=spec(gt=0))
+    """Denominator epsilon of adagrad/rmsprop/adadelta/adam (A3C's RMSProp used 0.1)."""
+    centered: bool = False
+    """Centered RMSProp."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How pushes become optimizer steps (DESIGN.md, "The parameter server")."""
+
+    rule: str = field(default="async", metadata=spec(choices=RULES))
+    """sync: wait for all N updates of a version, average, step once. soft_sync: step after the
+    first K of N, drop the late ones (SyncReplicasOptimizer, N-K backup workers). async: apply
+    every update on arrival (Downpour / Gorila / A3C). average: workers push parameters every
+    `average_every` local steps and the server averages them."""
+    shards: int = field(default=1, metadata=spec(ge=1))
+    """Number of parameter-server shards; the flat parameter vector is split across them by
+    size, each shard a Ray actor with its own optimizer (DistBelief)."""
+    k: int = field(default=0, metadata=spec(ge=0))
+    """soft_sync: updates to aggregate per step (K of N); 0 means N-1, one backup worker."""
+    n_fetch: int = field(default=1, metadata=spec(ge=1))
+    """async: workers pull fresh parameters every n_fetch steps (Downpour's n_fetch)."""
+    n_push: int = field(default=1, metadata=spec(ge=1))
+    """async: workers push accumulated gradients every n_push steps (Downpour's n_push)."""
+    pipeline: bool = True
+    """async: send each push/pull round trip in the background and compute the next gradient
+    meanwhile, on the parameters already held (hides the network latency; each update is then
+    at least one version stale)."""
+    staleness: str = field(default="none", metadata=spec(choices=STALENESS_POLICIES))
+    """async staleness policy: none; scale (lr / max(1, staleness)); drop (refuse updates with
+    staleness > max_staleness)."""
+    max_staleness: int = field(default=4, metadata=spec(ge=0))
+    """async with staleness=drop: the largest staleness still applied."""
+    average_every: int = field(default=10, metadata=spec(ge=1))
+    """average: local optimizer steps between parameter averages."""
+    barrier_timeout_s: float = field(default=60.0, metadata=spec(gt=0))
+    """sync/soft_sync/average: longest a worker waits at a barrier before pulling anyway."""

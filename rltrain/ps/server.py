@@ -1,0 +1,188 @@
+"""The client side of the sharded parameter server: split pushes, join pulls.
+
+:class:`ShardedServer` holds the logic; subclasses only say how to call every shard
+(``LocalServer``: plain objects in this process; ``rltrain.runtime.RayServer``: Ray actors).
+Workers see the same four methods either way (:class:`Server`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from rltrain.ps.config import OptimizerConfig, ServerConfig
+from rltrain.ps.shard import ParameterShard
+from rltrain.records import GradUpdate, Params, PushResult, ServerStats, check_update
+
+
+class Server(Protocol):
+    """What a worker or learner needs from a parameter server."""
+
+    def push(self, update: GradUpdate) -> PushResult: ...
+    def pull(self) -> Params: ...
+    def exchange(
+        self, update: GradUpdate, wait_version: int = 0, timeout: float = 0.0
+    ) -> tuple[PushResult, Params]: ...
+    def exchange_begin(
+        self, update: GradUpdate, wait_version: int = 0, timeout: float = 0.0
+    ) -> Callable[[], tuple[PushResult, Params]]: ...
+    def wait_for_version(self, version: int, timeout: float) -> bool: ...
+    def stats(self) -> ServerStats: ...
+
+
+class ShardLayout:
+    """Contiguous split of a flat vector of ``numel`` values into ``num_shards`` pieces by size."""
+
+    def __init__(self, numel: int, num_shards: int) -> None:
+        if not 1 <= num_shards <= numel:
+            raise ValueError(
+                f"server.shards={num_shards}: must be between 1 and the parameter count {numel}"
+            )
+        sizes = [len(a) for a in np.array_split(np.arange(numel), num_shards)]
+        self.numel = numel
+        self.sizes = sizes
+
+    def split(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        return list(torch.split(flat.reshape(-1), self.sizes))
+
+    def join(self, pieces: Sequence[torch.Tensor]) -> torch.Tensor:
+        return torch.cat([p.reshape(-1) for p in pieces])
+
+
+class ShardedServer(ABC):
+    """Parameter-server client over N shards; each update is checked once, as a whole.
+
+    A NaN in one shard's slice must not let the other shards apply theirs, so the whole
+    update is validated here and, if bad, every shard only counts the rejection.
+    """
+
+    def __init__(self, layout: ShardLayout) -> None:
+        self.layout = layout
+
+    @abstractmethod
+    def _submit(self, method: str, args: Sequence[tuple[Any, ...]]) -> Any:
+        """Start ``method`` on every shard i with ``*args[i]``; returns a handle for _collect."""
+
+    @abstractmethod
+    def _collect(self, handle: Any) -> list[Any]:
+        """The results of a _submit, in shard order (waits for them)."""
+
+    def _call(self, method: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
+        return self._collect(self._submit(method, args))
+
+    def _encode(self, values: torch.Tensor) -> Any:
+        """How a tensor travels to a shard (a transport may prefer another type)."""
+        return values
+
+    def _decode(self, values: Any) -> torch.Tensor:
+        return values
+
+    def push(self, update: GradUpdate) -> PushResult:
+        reason = check_update(update.values, self.layout.numel, update.version, update.version)
+        if reason:
+            args = [(reason, update.num_samples)] * len(self.layout.sizes)
+            return self._call("reject", args)[0]
+        results: list[PushResult] = self._call("push", [(u,) for u in self._split(update)])
+        return results[0]
+
+    def pull(self) -> Params:
+        return self._join(self._call("pull", [()] * len(self.layout.sizes)))
+
+    def exchange(
+        self, update: GradUpdate, wait_version: int = 0, timeout: float = 0.0
+    ) -> tuple[PushResult, Params]:
+        """Push, optionally wait for ``wait_version`` (a barrier), then pull, in one round trip."""
+        return self.exchange_begin(update, wait_version, timeout)()
+
+    def exchange_begin(
+        self, update: GradUpdate, wait_version: int = 0, timeout: float = 0.0
+    ) -> Callable[[], tuple[PushResult, Params]]:
+        """Start an exchange; the returned function waits for and returns its result.
+
+        Lets a worker compute its next gradient while the round trip is in flight.
+        """
+        reason = check_update(update.values, self.layout.numel, update.version, update.version)
+        if reason:
+            result = self.push(update)
+            if wait_version > 0:
+                self.wait_for_version(wait_version, timeout)
+            out = (result, self.pull())
+            return lambda: out
+        handle = self._submit("exchange", [(u, wait_version, timeout) for u in self._split(update)])
+
+        def finish() -> tuple[PushResult, Params]:
+            parts: list[tuple[PushResult, Params]] = self._collect(handle)
+            return parts[0][0], self._join([params for _, params in parts])
+
+        return finish
+
+    def _split(self, update: GradUpdate) -> list[GradUpdate]:
+        u = update
+        return [
+            GradUpdate(u.worker_id, u.version, self._encode(p), u.num_samples, u.loss)
+            for p in self.layout.split(u.values)
+        ]
+
+    def _join(self, parts: Sequence[Params]) -> Params:
+        values = self.layout.join([self._decode(p.values) for p in parts])
+        return Params(min(p.version for p in parts), values)
+
+    def wait_for_version(self, version: int, timeout: float) -> bool:
+        return all(self._call("wait_for_version", [(version, timeout)] * len(self.layout.sizes)))
+
+    def stats(self) -> ServerStats:
+        """Shard 0's counters (every shard sees every push) and the slowest shard's version."""
+        parts: list[ServerStats] = self._call("stats", [()] * len(self.layout.sizes))
+        first = parts[0]
+        return ServerStats(
+            version=min(s.version for s in parts),
+            applied=first.applied,
+            dropped=first.dropped,
+            rejected=max(s.rejected for s in parts),
+            samples=first.samples,
+            staleness_sum=first.staleness_sum,
+            staleness_hist=first.staleness_hist,
+            last_reject=next((s.last_reject for s in parts if s.last_reject), ""),
+        )
+
+    def state_dicts(self) -> list[dict]:
+        return self._call("state_dict", [()] * len(self.layout.sizes))
+
+    def load_state_dicts(self, states: Sequence[dict]) -> None:
+        if len(states) != len(self.layout.sizes):
+            raise ValueError(
+                f"checkpoint has {len(states)} shards, server has {len(self.layout.sizes)}"
+            )
+        self._call("load_state_dict", [(s,) for s in states])
+
+
+def make_shards(
+    init: torch.Tensor, optimizer: OptimizerConfig, rule: ServerConfig, num_workers: int
+) -> tuple[ShardLayout, list[ParameterShard]]:
+    """Split ``init`` by size and build one plain shard per piece."""
+    layout = ShardLayout(init.numel(), rule.shards)
+    shards = [
+        ParameterShard(piece, optimizer, rule, num_workers, shard_id=i)
+        for i, piece in enumerate(layout.split(init))
+    ]
+    return layout, shards
+
+
+class LocalServer(ShardedServer):
+    """All shards in this process: the in-process twin of the Ray server."""
+
+    def __init__(
+        self, init: torch.Tensor, optimizer: OptimizerConfig, rule: ServerConfig, num_workers: int
+    ) -> None:
+        layout, self.shards = make_shards(init, optimizer, rule, num_workers)
+        super().__init__(layout)
+
+    def _submit(self, method: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
+        return [getattr(s, method)(*a) for s, a in zip(self.shards, args, strict=True)]
+
+    def _collect(self, handle: list[Any]) -> list[Any]:
+        return handle

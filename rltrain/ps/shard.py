@@ -1,0 +1,208 @@
+"""One parameter-server shard: a slice of the flat parameters, its optimizer and update rule.
+
+A plain, thread-safe Python class. The Ray runtime wraps it as a threaded actor
+(``rltrain.runtime``); tests drive it in one process.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+
+import torch
+
+from rltrain.ps.config import OptimizerConfig, ServerConfig
+from rltrain.ps.optim import make_optimizer
+from rltrain.records import (
+    STALENESS_BINS,
+    GradUpdate,
+    Params,
+    PushResult,
+    ServerStats,
+    check_update,
+)
+
+
+def aggregate_count(rule: ServerConfig, num_workers: int) -> int:
+    """Updates a barrier rule waits for: N for sync/average, K of N for soft_sync."""
+    if rule.rule == "soft_sync":
+        k = rule.k or max(1, num_workers - 1)
+        if k > num_workers:
+            raise ValueError(f"server.k={k} is larger than the number of workers ({num_workers})")
+        return k
+    return num_workers
+
+
+class ParameterShard:
+    """A slice of the parameters with a ``torch.optim`` optimizer, versioned.
+
+    Update rules (DESIGN.md): ``async`` applies each update on arrival, its staleness (server
+    version minus the update's version) handled by ``rule.staleness``; ``sync``/``soft_sync``
+    average the first N/K updates of the current version into one step and drop later ones
+    (TensorFlow's SyncReplicasOptimizer); ``average`` replaces the parameters with the mean of
+    the N pushed parameter vectors (parameter averaging).
+    """
+
+    def __init__(
+        self,
+        init: torch.Tensor,
+        optimizer: OptimizerConfig,
+        rule: ServerConfig,
+        num_workers: int,
+        shard_id: int = 0,
+    ) -> None:
+        self.shard_id = shard_id
+        self.rule = rule
+        self.numel = int(init.numel())
+        self._param = torch.nn.Parameter(init.detach().reshape(-1).clone().float())
+        self._opt = make_optimizer([self._param], optimizer)
+        self._base_lr = [g["lr"] for g in self._opt.param_groups]
+        self._needed = aggregate_count(rule, num_workers)
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self.version = 0
+        self._acc: torch.Tensor | None = None  # running sum of this version's updates
+        self._acc_count = 0
+        self._applied = self._dropped = self._rejected = self._samples = 0
+        self._staleness_sum = 0
+        self._hist = [0] * STALENESS_BINS
+        self._last_reject = ""
+
+    # --- the worker-facing contract -------------------------------------------------------
+
+    def push(self, update: GradUpdate) -> PushResult:
+        """Offer one update; returns what the rule did with it."""
+        with self._lock:
+            self._samples += update.num_samples
+            reason = check_update(update.values, self.numel, update.version, self.version)
+            if reason:
+                return self._reject(reason)
+            staleness = self.version - update.version
+            if self.rule.rule == "async":
+                return self._push_async(update, staleness)
+            return self._push_barrier(update, staleness)
+
+    def pull(self) -> Params:
+        with self._lock:
+            return Params(self.version, self._param.detach().clone())
+
+    def exchange(
+        self, update: GradUpdate, wait_version: int, timeout: float
+    ) -> tuple[PushResult, Params]:
+        """Push, wait until the shard reaches ``wait_version`` (0: no wait), then pull."""
+        result = self.push(update)
+        if wait_version > 0:
+            self.wait_for_version(wait_version, timeout)
+        return result, self.pull()
+
+    def wait_for_version(self, version: int, timeout: float) -> bool:
+        """Block until the shard reaches ``version`` (a barrier), at most ``timeout`` seconds."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self.version >= version, timeout=timeout)
+
+    def reject(self, reason: str, num_samples: int = 0) -> PushResult:
+        """Count an update that the client found invalid before splitting it into shards."""
+        with self._lock:
+            self._samples += num_samples
+            return self._reject(reason)
+
+    def stats(self) -> ServerStats:
+        with self._lock:
+            return ServerStats(
+                version=self.version,
+                applied=self._applied,
+                dropped=self._dropped,
+                rejected=self._rejected,
+                samples=self._samples,
+                staleness_sum=self._staleness_sum,
+                staleness_hist=tuple(self._hist),
+                last_reject=self._last_reject,
+            )
+
+    # --- checkpoints -----------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        with self._lock:
+            return {
+                "param": self._param.detach().clone(),
+                # a snapshot: torch's state_dict shares its tensors with the live optimizer
+                "optimizer": copy.deepcopy(self._opt.state_dict()),
+                "version": self.version,
+                "counters": [self._applied, self._dropped, self._rejected, self._samples],
+                "staleness": [self._staleness_sum, *self._hist],
+            }
+
+    def load_state_dict(self, state: dict) -> None:
+        with self._changed:
+            if state["param"].numel() != self.numel:
+                raise ValueError(
+                    f"shard {self.shard_id}: checkpoint has {state['param'].numel()} values, "
+                    f"expected {self.numel}"
+                )
+            self._param.data.copy_(state["param"].reshape(-1))
+            self._opt.load_state_dict(state["optimizer"])
+            self.version = int(state["version"])
+            self._applied, self._dropped, self._rejected, self._samples = map(
+                int, state["counters"]
+            )
+            self._staleness_sum, *hist = map(int, state["staleness"])
+            self._hist = list(hist)
+            self._acc, self._acc_count = None, 0
+            self._changed.notify_all()
+
+    # --- rules (called with the lock held) -------------------------------------------------
+
+    def _push_async(self, update: GradUpdate, staleness: int) -> PushResult:
+        scale = 1.0
+        if self.rule.staleness == "drop" and staleness > self.rule.max_staleness:
+            return self._drop(
+                f"staleness {staleness} > max_staleness {self.rule.max_staleness}", staleness
+            )
+        if self.rule.staleness == "scale":
+            # Staleness-aware learning rate: lr / max(1, staleness) (Zhang et al. 2016).
+            scale = 1.0 / max(1, staleness)
+        self._step(update.values, scale)
+        self._count_applied(staleness, 1)
+        return PushResult("applied", self.version, staleness)
+
+    def _push_barrier(self, update: GradUpdate, staleness: int) -> PushResult:
+        if staleness > 0:
+            # A late update for a version that has already been stepped (a backup worker).
+            return self._drop(f"late update for version {update.version}", staleness)
+        values = update.values.to(torch.float32)
+        self._acc = values.clone() if self._acc is None else self._acc.add_(values)
+        self._acc_count += 1
+        if self._acc_count < self._needed:
+            return PushResult("accumulated", self.version, 0)
+        mean = self._acc.div_(self._acc_count)
+        if self.rule.rule == "average":
+            self._param.data.copy_(mean)
+            self.version += 1
+        else:
+            self._step(mean, 1.0)
+        self._count_applied(0, self._acc_count)
+        self._acc, self._acc_count = None, 0
+        return PushResult("applied", self.version, 0)
+
+    def _step(self, grad: torch.Tensor, lr_scale: float) -> None:
+        self._param.grad = grad.to(torch.float32).reshape(-1)
+        for g, lr in zip(self._opt.param_groups, self._base_lr, strict=True):
+            g["lr"] = lr * lr_scale
+        self._opt.step()
+        self._param.grad = None
+        self.version += 1
+
+    def _count_applied(self, staleness: int, n: int) -> None:
+        self._applied += n
+        self._staleness_sum += staleness * n
+        self._hist[min(staleness, STALENESS_BINS - 1)] += n
+        self._changed.notify_all()
+
+    def _drop(self, reason: str, staleness: int) -> PushResult:
+        self._dropped += 1
+        return PushResult("dropped", self.version, staleness, reason)
+
+    def _reject(self, reason: str) -> PushResult:
+        self._rejected += 1
+        self._last_reject = reason
+        return PushResult("rejected", self.version, 0, reason)

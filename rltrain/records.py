@@ -1,0 +1,89 @@
+"""Typed records passed between components (DESIGN.md: Params, GradUpdate).
+
+One vocabulary for both halves of the project: an RL learner and a supervised worker are the
+same thing to the parameter server, something that pushes :class:`GradUpdate` records and
+pulls :class:`Params`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+PushStatus = Literal["applied", "accumulated", "dropped", "rejected"]
+
+
+@dataclass(frozen=True)
+class Params:
+    """The flat parameter vector (or one shard of it) and its version.
+
+    ``version`` is the number of optimizer steps the server has applied.
+    """
+
+    version: int
+    values: torch.Tensor  # [P] float32
+
+
+@dataclass(frozen=True)
+class GradUpdate:
+    """What a worker pushes: a flat gradient computed from parameters of ``version``.
+
+    Under the ``average`` rule ``values`` holds the worker's parameters instead of a gradient.
+    """
+
+    worker_id: int
+    version: int
+    values: torch.Tensor  # [P] float32
+    num_samples: int
+    loss: float = math.nan
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """What the server did with one push."""
+
+    status: PushStatus
+    version: int  # server version after the push
+    staleness: int = 0  # server version at arrival - update version
+    reason: str = ""  # why it was rejected or dropped
+
+
+STALENESS_BINS = 65  # bins 0..63 count exactly; bin 64 counts staleness >= 64
+
+
+@dataclass(frozen=True)
+class ServerStats:
+    """Counters of a parameter server (or one shard)."""
+
+    version: int
+    applied: int  # updates that took part in an optimizer step
+    dropped: int  # late (sync/soft_sync) or too stale (async drop policy)
+    rejected: int  # non-finite, wrong shape or unknown version; never applied
+    samples: int  # samples covered by every update received
+    staleness_sum: int
+    staleness_hist: tuple[int, ...] = field(default=(0,) * STALENESS_BINS)
+    last_reject: str = ""
+
+    @property
+    def mean_staleness(self) -> float:
+        return self.staleness_sum / self.applied if self.applied else 0.0
+
+
+def check_update(values: torch.Tensor, numel: int, version: int, server_version: int) -> str:
+    """Why an update must be rejected, or ``""`` if it may be used.
+
+    A rejected update never touches the parameters: a wrong shape, a non-finite value or a
+    version the server never published would poison every worker that pulls afterwards.
+    """
+    if values.dim() != 1 or values.numel() != numel:
+        return f"wrong shape {tuple(values.shape)}, expected ({numel},)"
+    if not values.is_floating_point():
+        return f"wrong dtype {values.dtype}, expected a floating-point tensor"
+    if version < 0 or version > server_version:
+        return f"unknown version {version} (server is at {server_version})"
+    if not bool(torch.isfinite(values).all()):
+        return "non-finite values (NaN or inf)"
+    return ""

@@ -1,0 +1,55 @@
+"""Run directories: `runs/<config-name>-<timestamp>/` with config.yaml, tb/ and summary.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rltrain.config import ConfigError, dump_yaml
+
+
+def new_run_dir(
+    config_path: str | Path, run_dir: str | Path | None, root: str | Path = "runs"
+) -> Path:
+    """Create the run's folder; an explicit ``--run-dir`` must be new or empty.
+
+    Refusing a non-empty folder means a typo never overwrites an earlier run's results.
+    """
+    if run_dir is not None:
+        path = Path(run_dir).expanduser()
+        if path.exists() and (not path.is_dir() or any(path.iterdir())):
+            raise ConfigError(
+                f"--run-dir {path}: already exists and is not empty; choose a new folder"
+            )
+    else:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        base = Path(root) / f"{Path(config_path).stem}-{stamp}"
+        path, i = base, 1
+        while path.exists():
+            path, i = Path(f"{base}-{i}"), i + 1
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write through a temporary file and rename, so a crash never leaves half a file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_config(run_dir: Path, cfg: Any) -> None:
+    write_atomic(run_dir / "config.yaml", dump_yaml(cfg))
+
+
+def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+    write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")

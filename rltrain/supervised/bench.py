@@ -1,0 +1,268 @@
+"""`rltrain bench`: train the same problem with each update rule and compare.
+
+For every mode the driver starts the workers (Ray actors, Hogwild processes, or the plain
+baseline loop in this process), snapshots the parameters every ``eval.every_seconds`` while they
+train, and evaluates the snapshots once the mode has ended (see :class:`EvalConfig` for why).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import queue
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.multiprocessing as mp
+from torch.nn.utils import parameters_to_vector
+
+from rltrain.progress import Progress
+from rltrain.ps.config import ServerConfig
+from rltrain.ps.hogwild import HogwildServer
+from rltrain.ps.server import Server
+from rltrain.records import Params, ServerStats
+from rltrain.supervised.config import BenchConfig
+from rltrain.supervised.datasets import ShardSource, SplitDataset
+from rltrain.supervised.worker import SupervisedWorker, WorkerReport, WorkerSpec, make_model
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The parameters at ``t`` seconds into training, with the server's counters then."""
+
+    t: float
+    params: torch.Tensor
+    stats: ServerStats
+
+
+@dataclass(frozen=True)
+class ModeTrace:
+    """Everything a mode produced; evaluated and reported by :mod:`rltrain.supervised.report`."""
+
+    mode: str
+    workers: int
+    startup_s: float  # from the mode's start until the first worker step
+    train_s: float
+    snapshots: tuple[Snapshot, ...]
+    reports: tuple[WorkerReport, ...]
+
+
+def mode_rule(mode: str, server: ServerConfig) -> ServerConfig:
+    """The server rule a bench mode runs."""
+    if mode in ("sync", "soft_sync", "average"):
+        return dataclasses.replace(server, rule=mode)
+    if mode in ("async", "hogwild"):
+        staleness = server.staleness if mode == "async" else "none"
+        return dataclasses.replace(server, rule="async", staleness=staleness)
+    if mode == "async_scale":
+        return dataclasses.replace(server, rule="async", staleness="scale")
+    if mode == "async_drop":
+        return dataclasses.replace(server, rule="async", staleness="drop")
+    return dataclasses.replace(server, rule="async")  # baseline: unused
+
+
+def worker_specs(cfg: BenchConfig, mode: str, data: SplitDataset, workers: int) -> list[WorkerSpec]:
+    rule = mode_rule(mode, cfg.server)
+    epochs = cfg.budget.epochs
+    slow = cfg.stragglers or (1.0,) * workers
+    return [
+        WorkerSpec(
+            worker_id=i,
+            rule=rule,
+            optimizer=cfg.optimizer,
+            model=cfg.model,
+            num_classes=data.num_classes,
+            mean=data.mean,
+            std=data.std,
+            batch_size=cfg.batch_size,
+            max_epochs=epochs,
+            max_seconds=cfg.budget.max_seconds,
+            seed=cfg.seed + i,
+            threads=cfg.runtime.threads_per_worker,
+            slowdown=slow[i] if i < len(slow) else 1.0,
+        )
+        for i in range(workers)
+    ]
+
+
+def shards(cfg: BenchConfig, workers: int) -> list[ShardSource]:
+    """Each worker loads its own disjoint shard of the training set."""
+    d = cfg.data
+    return [
+        ShardSource(d.dataset, d.root, d.download, workers, i, cfg.seed) for i in range(workers)
+    ]
+
+
+def initial_params(cfg: BenchConfig, data: SplitDataset) -> torch.Tensor:
+    spec = worker_specs(cfg, "baseline", data, 1)[0]
+    x = data.train.images
+    model = make_model(dataclasses.replace(spec, seed=cfg.seed), x.shape[1], x.shape[-1])
+    return parameters_to_vector(model.parameters()).detach().clone()
+
+
+class Snapshotter:
+    """Takes a snapshot whenever ``every`` seconds have passed; drives the progress line."""
+
+    def __init__(self, server: Server, every: float, budget_s: float, progress: Progress) -> None:
+        self.server, self.every, self.budget_s, self.progress = server, every, budget_s, progress
+        self.snaps: list[Snapshot] = []
+        self.t0 = time.time()
+        self.next = self.t0
+
+    def due_in(self) -> float:
+        return max(0.0, self.next - time.time())
+
+    def take(self) -> None:
+        now = time.time()
+        p = self.server.pull()
+        st = self.server.stats()
+        self.snaps.append(Snapshot(now, p.values, dataclasses.replace(st, version=p.version)))
+        self.next = now + self.every
+        elapsed = now - self.t0
+        frac = elapsed / self.budget_s if self.budget_s else 0.0
+        rate = st.samples / elapsed if elapsed > 0 else 0.0
+        self.progress.update(
+            frac,
+            f"{elapsed:5.0f}s  samples {st.samples:,}  {rate:,.0f}/s  version {p.version:,}  "
+            f"staleness {st.mean_staleness:.2f}  dropped {st.dropped}  rejected {st.rejected}",
+        )
+
+
+def finish_trace(
+    mode: str, begin: float, snapper: Snapshotter, reports: list[WorkerReport]
+) -> ModeTrace:
+    """Align times on the first worker step; the time before it is start-up."""
+    t0 = min(r.start_time for r in reports)
+    t_end = max(r.end_time for r in reports)
+    snaps = tuple(dataclasses.replace(s, t=max(0.0, s.t - t0)) for s in snapper.snaps)
+    aligned = tuple(
+        dataclasses.replace(
+            r,
+            start_time=r.start_time - t0,
+            end_time=r.end_time - t0,
+            log=tuple((t - t0, n, loss) for t, n, loss in r.log),
+        )
+        for r in reports
+    )
+    return ModeTrace(mode, len(reports), t0 - begin, t_end - t0, snaps, aligned)
+
+
+# ---------------------------------------------------------------------------------------------
+# The three ways a mode runs
+
+
+def run_ray_mode(cfg: BenchConfig, mode: str, data: SplitDataset, progress: Progress) -> ModeTrace:
+    """Workers and server shards as Ray actors (sync, soft_sync, async*, average)."""
+    from rltrain import runtime  # Ray stays at the edge: imported only when used
+
+    begin = time.time()
+    specs = worker_specs(cfg, mode, data, cfg.workers)
+    server = runtime.start_server(
+        initial_params(cfg, data), cfg.optimizer, specs[0].rule, cfg.workers, cfg.runtime
+    )
+    workers = [
+        runtime.Remote(SupervisedWorker, s, d, num_cpus=cfg.runtime.worker_cpus)
+        for s, d in zip(specs, shards(cfg, cfg.workers), strict=True)
+    ]
+    try:
+        futures = [w.call("run", server) for w in workers]
+        snapper = Snapshotter(server, cfg.eval.every_seconds, cfg.budget.max_seconds, progress)
+        while True:
+            done = runtime.wait_all(futures, timeout=snapper.due_in())
+            snapper.take()
+            if done:
+                break
+        reports = runtime.get(futures)
+    finally:
+        for w in workers:
+            w.kill()
+        server.kill()
+    return finish_trace(mode, begin, snapper, reports)
+
+
+def _hogwild_main(
+    spec: WorkerSpec, data: ShardSource, server: HogwildServer, out: mp.Queue
+) -> None:
+    out.put(SupervisedWorker(spec, data).run(server))
+
+
+def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -> ModeTrace:
+    """Worker processes updating one shared-memory model lock-free (torch.multiprocessing)."""
+    begin = time.time()
+    ctx = mp.get_context("spawn")
+    server = HogwildServer(initial_params(cfg, data), cfg.optimizer)
+    specs = worker_specs(cfg, "hogwild", data, cfg.workers)
+    out: mp.Queue = ctx.Queue()
+    procs = [
+        ctx.Process(target=_hogwild_main, args=(s, d, server, out), daemon=True)
+        for s, d in zip(specs, shards(cfg, cfg.workers), strict=True)
+    ]
+    for p in procs:
+        p.start()
+    snapper = Snapshotter(server, cfg.eval.every_seconds, cfg.budget.max_seconds, progress)
+    reports: list[WorkerReport] = []
+    try:
+        while len(reports) < len(procs):
+            if not any(p.is_alive() for p in procs) and out.empty():
+                raise RuntimeError("a hogwild worker process died; see the messages above")
+            with contextlib.suppress(queue.Empty):  # empty: time for a snapshot
+                reports.append(out.get(timeout=max(0.05, snapper.due_in())))
+            if snapper.due_in() == 0:
+                snapper.take()
+        snapper.take()
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.terminate()
+    return finish_trace("hogwild", begin, snapper, reports)
+
+
+class _LiveModel:
+    """The baseline's stand-in for a server, so the same Snapshotter watches its model."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.version = 0
+        self.samples = 0
+
+    def pull(self) -> Params:
+        return Params(self.version, parameters_to_vector(self.model.parameters()).detach().clone())
+
+    def stats(self) -> ServerStats:
+        return ServerStats(self.version, self.version, 0, 0, self.samples, 0)
+
+
+def run_baseline(cfg: BenchConfig, data: SplitDataset, progress: Progress) -> ModeTrace:
+    """A plain single-process PyTorch loop over the whole training set: the reference."""
+    begin = time.time()
+    threads = cfg.baseline_threads or cfg.runtime.threads_per_worker
+    saved_threads = torch.get_num_threads()
+    spec = dataclasses.replace(worker_specs(cfg, "baseline", data, 1)[0], threads=threads)
+    worker = SupervisedWorker(spec, data.train)
+    torch.nn.utils.vector_to_parameters(initial_params(cfg, data), worker.model.parameters())
+    live = _LiveModel(worker.model)
+    snapper = Snapshotter(live, cfg.eval.every_seconds, cfg.budget.max_seconds, progress)  # type: ignore[arg-type]
+
+    def on_step() -> None:
+        live.version += 1
+        live.samples = worker.samples
+        if snapper.due_in() == 0:
+            snapper.take()
+
+    snapper.take()
+    try:
+        report = worker.run_standalone(on_step)
+        snapper.take()
+    finally:
+        torch.set_num_threads(saved_threads)
+    return finish_trace("baseline", begin, snapper, [report])
+
+
+def run_mode(cfg: BenchConfig, mode: str, data: SplitDataset, progress: Progress) -> ModeTrace:
+    if mode == "baseline":
+        return run_baseline(cfg, data, progress)
+    if mode == "hogwild":
+        return run_hogwild_mode(cfg, data, progress)
+    return run_ray_mode(cfg, mode, data, progress)

@@ -1,0 +1,110 @@
+"""Config of `rltrain bench`: the supervised benchmark of the update rules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rltrain.config import spec
+from rltrain.ps.config import OptimizerConfig, ServerConfig
+from rltrain.runtime_config import RuntimeConfig
+from rltrain.supervised.datasets import DATASETS
+from rltrain.supervised.models import MODELS
+
+# Each mode is a server rule (plus a staleness policy), the single-process baseline, or Hogwild.
+MODES = (
+    "baseline",
+    "sync",
+    "soft_sync",
+    "async",
+    "async_scale",
+    "async_drop",
+    "average",
+    "hogwild",
+)
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Which dataset and where its files are."""
+
+    dataset: str = field(default="fashion_mnist", metadata=spec(choices=DATASETS))
+    """mnist, fashion_mnist or cifar10."""
+    root: str = "~/.cache/rltrain/data"
+    """Folder holding <dataset>/ with the standard files (IDX .gz files, or
+    cifar-10-python.tar.gz / cifar-10-batches-py/). Fashion-MNIST is also found at
+    /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist)."""
+    download: bool = True
+    """Download missing files from the canonical sources (checksum-verified)."""
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    """How long each mode trains: whichever limit comes first."""
+
+    max_seconds: float = field(default=120.0, metadata=spec(ge=0))
+    """Training seconds per mode (0 = no time limit)."""
+    epochs: int = field(default=0, metadata=spec(ge=0))
+    """Passes over the training set per mode, shared by the workers (0 = no epoch limit)."""
+
+    def __post_init__(self) -> None:
+        if self.max_seconds == 0 and self.epochs == 0:
+            raise ValueError("set budget.max_seconds or budget.epochs (both are 0: no limit)")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Test-set evaluation.
+
+    The driver snapshots the parameters every `every_seconds` while the workers train, and
+    evaluates the snapshots after the mode ends, so evaluation never steals CPU from training
+    and time-to-accuracy is measured on training time alone.
+    """
+
+    every_seconds: float = field(default=5.0, metadata=spec(gt=0))
+    """Seconds between parameter snapshots (the resolution of time-to-accuracy)."""
+    targets: tuple[float, ...] = field(default=(0.85, 0.88), metadata=spec(gt=0, le=1))
+    """Test accuracies whose seconds and samples to reach are reported."""
+    test_samples: int = field(default=0, metadata=spec(ge=0))
+    """Evaluate on the first N test images (0 = the whole test set)."""
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """`rltrain bench`: the same problem trained by each update rule, compared on one table."""
+
+    seed: int = 0
+    """Seed of the model initialisation; worker i shuffles its data with seed + i."""
+    modes: tuple[str, ...] = field(
+        default=("baseline", "sync", "soft_sync", "async", "async_scale", "average", "hogwild"),
+        metadata=spec(choices=MODES),
+    )
+    """Modes to run, in order. baseline: a plain single-process PyTorch loop; sync, soft_sync,
+    async, average: the parameter-server rules; async_scale / async_drop: async with the
+    staleness policy scale / drop; hogwild: shared-memory lock-free workers, no server."""
+    workers: int = field(default=2, metadata=spec(ge=1))
+    """Workers per mode (N); each trains on its own shard of the training set."""
+    batch_size: int = field(default=64, metadata=spec(ge=1))
+    """Minibatch per worker step (and of the baseline)."""
+    model: str = field(default="auto", metadata=spec(choices=MODELS))
+    """auto: a small CNN for MNIST-like data, a small residual CNN for CIFAR-10."""
+    baseline_threads: int = field(default=0, metadata=spec(ge=0))
+    """torch threads of the baseline loop; 0 = runtime.threads_per_worker (a fair 1-vs-1)."""
+    stragglers: tuple[float, ...] = field(default=(), metadata=spec(ge=1))
+    """Per-worker slowdown factors (e.g. [1, 1, 5]: worker 2 is 5x slower); empty = none."""
+    data: DataConfig = DataConfig()
+    budget: BudgetConfig = BudgetConfig()
+    eval: EvalConfig = EvalConfig()
+    optimizer: OptimizerConfig = OptimizerConfig()
+    server: ServerConfig = ServerConfig()
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    def __post_init__(self) -> None:
+        if not self.modes:
+            raise ValueError("modes: list at least one mode")
+        if self.stragglers and len(self.stragglers) != self.workers:
+            raise ValueError(
+                f"stragglers has {len(self.stragglers)} factors; "
+                f"give one per worker ({self.workers})"
+            )
+        if "soft_sync" in self.modes and self.server.k > self.workers:
+            raise ValueError(f"server.k={self.server.k} exceeds workers={self.workers}")

@@ -1,0 +1,301 @@
+"""Evaluate a bench's snapshots and write its outputs.
+
+TensorBoard (one sub-run per mode under ``tb/``), ``results.csv``, ``results.md``,
+``accuracy_vs_time.png`` and ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn.utils import vector_to_parameters
+from torch.utils.tensorboard import SummaryWriter
+
+from rltrain.config import to_dict
+from rltrain.records import STALENESS_BINS
+from rltrain.rundir import write_atomic, write_summary
+from rltrain.supervised.bench import ModeTrace, worker_specs
+from rltrain.supervised.config import BenchConfig
+from rltrain.supervised.datasets import SplitDataset
+from rltrain.supervised.worker import make_model, normalize
+
+
+@dataclass(frozen=True)
+class Point:
+    """One evaluated snapshot."""
+
+    t: float
+    samples: int
+    accuracy: float
+    train_loss: float
+
+
+@dataclass(frozen=True)
+class ModeResult:
+    """One row of results.csv / results.md."""
+
+    mode: str
+    workers: int
+    final_accuracy: float
+    best_accuracy: float
+    train_seconds: float
+    startup_seconds: float
+    samples: int
+    samples_per_s: float
+    updates_applied: int
+    dropped: int
+    rejected: int
+    mean_staleness: float
+    seconds_to: dict[str, float | None] = field(default_factory=dict)
+    samples_to: dict[str, int | None] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# evaluation
+
+
+@torch.no_grad()
+def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 1000) -> float:
+    """Top-1 accuracy of ``model`` on normalised images ``x`` [N, C, H, W] and labels ``y`` [N]."""
+    model.eval()
+    correct = sum(
+        int((model(x[i : i + batch]).argmax(1) == y[i : i + batch]).sum())
+        for i in range(0, len(y), batch)
+    )
+    return correct / max(1, len(y))
+
+
+def samples_at(trace: ModeTrace, t: float) -> int:
+    """Samples all workers had processed by time ``t`` (from their step logs)."""
+    total = 0
+    for r in trace.reports:
+        times = [row[0] for row in r.log]
+        i = bisect.bisect_right(times, t)
+        total += r.log[i - 1][1] if i else 0
+    return total
+
+
+def loss_between(trace: ModeTrace, t0: float, t1: float) -> float:
+    """Mean training-batch loss over all workers' steps in (t0, t1]."""
+    losses = [loss for r in trace.reports for t, _, loss in r.log if t0 < t <= t1]
+    return sum(losses) / len(losses) if losses else math.nan
+
+
+def evaluate(
+    cfg: BenchConfig,
+    data: SplitDataset,
+    trace: ModeTrace,
+    on_progress: Callable[[int, int], None] = lambda i, n: None,
+) -> list[Point]:
+    """Test accuracy of every snapshot of a mode."""
+    test = data.test
+    n = cfg.eval.test_samples or len(test)
+    x = normalize(test.images[:n], data.mean, data.std)
+    y = test.labels[:n]
+    spec = worker_specs(cfg, "baseline", data, 1)[0]
+    model = make_model(spec, x.shape[1], x.shape[-1])
+    points, prev_t = [], -1.0
+    for i, snap in enumerate(trace.snapshots):
+        vector_to_parameters(snap.params, model.parameters())
+        acc = accuracy(model, x, y)
+        points.append(
+            Point(snap.t, samples_at(trace, snap.t), acc, loss_between(trace, prev_t, snap.t))
+        )
+        prev_t = snap.t
+        on_progress(i + 1, len(trace.snapshots))
+    return points
+
+
+def target_key(target: float) -> str:
+    return f"{100 * target:g}%"
+
+
+def summarize(cfg: BenchConfig, trace: ModeTrace, points: Sequence[Point]) -> ModeResult:
+    last = trace.snapshots[-1].stats
+    samples = sum(r.samples for r in trace.reports)
+    seconds_to: dict[str, float | None] = {}
+    samples_to: dict[str, int | None] = {}
+    for target in cfg.eval.targets:
+        hit = next((p for p in points if p.accuracy >= target), None)
+        seconds_to[target_key(target)] = round(hit.t, 2) if hit else None
+        samples_to[target_key(target)] = hit.samples if hit else None
+    return ModeResult(
+        mode=trace.mode,
+        workers=trace.workers,
+        final_accuracy=points[-1].accuracy,
+        best_accuracy=max(p.accuracy for p in points),
+        train_seconds=round(trace.train_s, 2),
+        startup_seconds=round(trace.startup_s, 2),
+        samples=samples,
+        samples_per_s=round(samples / trace.train_s, 1) if trace.train_s > 0 else 0.0,
+        updates_applied=last.applied,
+        dropped=last.dropped,
+        rejected=last.rejected,
+        mean_staleness=round(last.mean_staleness, 3),
+        seconds_to=seconds_to,
+        samples_to=samples_to,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# outputs
+
+
+def write_tensorboard(
+    tb_dir: Path, cfg: BenchConfig, trace: ModeTrace, points: Sequence[Point]
+) -> None:
+    """Scalars per snapshot (step = samples seen, wall time = training time) under tb/<mode>/."""
+    writer = SummaryWriter(str(tb_dir / trace.mode))
+    writer.add_text("config", "```\n" + repr(to_dict(cfg)) + "\n```")
+    base = 1_000_000_000.0  # a fixed epoch: TensorBoard's 'relative' axis then shows training time
+    prev_hist = [0] * STALENESS_BINS
+    prev: tuple[float, int] = (0.0, 0)
+    for snap, p in zip(trace.snapshots, points, strict=True):
+        wall, step = base + p.t, p.samples
+        writer.add_scalar("supervised/test_accuracy", p.accuracy, step, walltime=wall)
+        if not math.isnan(p.train_loss):
+            writer.add_scalar("supervised/train_loss", p.train_loss, step, walltime=wall)
+        if p.t > prev[0]:
+            writer.add_scalar(
+                "perf/samples_per_s", (p.samples - prev[1]) / (p.t - prev[0]), step, walltime=wall
+            )
+        writer.add_scalar("ps/version", snap.stats.version, step, walltime=wall)
+        writer.add_scalar("ps/dropped", snap.stats.dropped, step, walltime=wall)
+        writer.add_scalar("ps/rejected", snap.stats.rejected, step, walltime=wall)
+        hist = list(snap.stats.staleness_hist)
+        delta = [a - b for a, b in zip(hist, prev_hist, strict=True)]
+        _staleness_histogram(writer, delta, step, wall)
+        prev_hist, prev = hist, (p.t, p.samples)
+    writer.close()
+
+
+def _staleness_histogram(writer: SummaryWriter, counts: list[int], step: int, wall: float) -> None:
+    """Staleness of the updates applied since the last snapshot, as a TensorBoard histogram."""
+    num = sum(counts)
+    if num <= 0:
+        return
+    values = range(len(counts))
+    used = [i for i, c in enumerate(counts) if c]
+    writer.add_histogram_raw(
+        "ps/staleness",
+        min=float(used[0]),
+        max=float(used[-1]),
+        num=num,
+        sum=float(sum(v * c for v, c in zip(values, counts, strict=True))),
+        sum_squares=float(sum(v * v * c for v, c in zip(values, counts, strict=True))),
+        bucket_limits=[v + 0.5 for v in values],
+        bucket_counts=counts,
+        global_step=step,
+        walltime=wall,
+    )
+
+
+def _flat_row(r: ModeResult) -> dict[str, Any]:
+    row = {k: v for k, v in asdict(r).items() if k not in ("seconds_to", "samples_to")}
+    for key, v in r.seconds_to.items():
+        row[f"seconds_to_{key}"] = v
+    for key, v in r.samples_to.items():
+        row[f"samples_to_{key}"] = v
+    return row
+
+
+def write_csv(path: Path, results: Sequence[ModeResult]) -> None:
+    rows = [_flat_row(r) for r in results]
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows({k: ("" if v is None else v) for k, v in row.items()} for row in rows)
+
+
+def markdown_table(cfg: BenchConfig, results: Sequence[ModeResult]) -> str:
+    keys = [target_key(t) for t in cfg.eval.targets]
+    head = ["mode", "final acc", *[f"s to {k}" for k in keys], *[f"samples to {k}" for k in keys]]
+    head += ["samples/s", "updates", "dropped", "rejected", "mean staleness"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def fmt(v: float | int | None, spec: str) -> str:
+        return "not reached" if v is None else format(v, spec)
+
+    for r in results:
+        cells = [r.mode, f"{r.final_accuracy:.4f}"]
+        cells += [fmt(r.seconds_to[k], ".1f") for k in keys]
+        cells += [fmt(r.samples_to[k], ",") for k in keys]
+        cells += [f"{r.samples_per_s:,.0f}", f"{r.updates_applied:,}", str(r.dropped)]
+        cells += [str(r.rejected), f"{r.mean_staleness:.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(path: Path, cfg: BenchConfig, results: Sequence[ModeResult]) -> None:
+    title = (
+        f"# rltrain bench: {cfg.data.dataset}, {cfg.workers} workers, "
+        f"optimizer {cfg.optimizer.name} (lr {cfg.optimizer.lr:g}), batch {cfg.batch_size}\n\n"
+    )
+    note = (
+        "\nSeconds are training time from the first worker step (start-up excluded, reported "
+        "in results.csv); accuracy is measured on snapshots taken every "
+        f"{cfg.eval.every_seconds:g} s, so times are accurate to that interval.\n"
+    )
+    write_atomic(path, title + markdown_table(cfg, results) + note)
+
+
+def plot_accuracy(path: Path, curves: dict[str, list[Point]], targets: Sequence[float]) -> None:
+    """accuracy_vs_time.png: one line per mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
+    for mode, pts in curves.items():
+        ax.plot([p.t for p in pts], [p.accuracy for p in pts], marker=".", label=mode)
+    for t in targets:
+        ax.axhline(t, color="grey", lw=0.8, ls="--")
+    # the interesting part is around the targets; the first seconds' climb is cut off
+    ax.set_ylim(max(0.0, min(targets, default=0.1) - 0.1), 1.0)
+    ax.set_xlabel("training time (s)")
+    ax.set_ylabel("test accuracy")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def write_outputs(
+    run_dir: Path,
+    cfg: BenchConfig,
+    results: Sequence[ModeResult],
+    curves: dict[str, list[Point]],
+) -> dict[str, Any]:
+    write_csv(run_dir / "results.csv", results)
+    write_markdown(run_dir / "results.md", cfg, results)
+    plot_accuracy(run_dir / "accuracy_vs_time.png", curves, cfg.eval.targets)
+    summary = {
+        "command": "bench",
+        "dataset": cfg.data.dataset,
+        "workers": cfg.workers,
+        "targets": list(cfg.eval.targets),
+        "results": [_json_safe(asdict(r)) for r in results],
+        "curves": {m: [asdict(p) for p in pts] for m, pts in curves.items()},
+    }
+    summary = _json_safe(summary)
+    write_summary(run_dir, summary)
+    return summary
+
+
+def _json_safe(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _json_safe(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_json_safe(x) for x in v]
+    return v

@@ -1,0 +1,249 @@
+"""A supervised worker: trains on its data shard through a parameter server.
+
+Plain Python: the Ray runtime wraps it as an actor, Hogwild runs it in a spawned process, and
+tests run it in this process. To the server it is the same thing as an RL learner: it pushes
+:class:`GradUpdate` records and pulls :class:`Params`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+from rltrain.ps.config import OptimizerConfig, ServerConfig
+from rltrain.ps.optim import make_optimizer
+from rltrain.ps.server import Server
+from rltrain.records import GradUpdate, Params
+from rltrain.supervised.datasets import ArrayDataset, ShardSource
+from rltrain.supervised.models import build_model
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything one worker needs besides its data shard and the server."""
+
+    worker_id: int
+    rule: ServerConfig  # which loop to run: barrier (sync/soft_sync), async or average
+    optimizer: OptimizerConfig  # the local optimizer of the `average` rule
+    model: str
+    num_classes: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    batch_size: int
+    max_epochs: int  # 0 = no epoch limit
+    max_seconds: float  # 0 = no time limit
+    seed: int
+    threads: int = 1
+    slowdown: float = (
+        1.0  # >1 makes this worker a straggler (each step takes `slowdown` times as long)
+    )
+
+
+@dataclass(frozen=True)
+class WorkerReport:
+    """What a worker did; ``log`` rows are (unix time, cumulative samples, batch loss)."""
+
+    worker_id: int
+    start_time: float
+    end_time: float
+    steps: int
+    samples: int
+    pushes: int
+    log: tuple[tuple[float, int, float], ...]
+
+
+def normalize(
+    images: torch.Tensor, mean: tuple[float, ...], std: tuple[float, ...]
+) -> torch.Tensor:
+    """uint8 [N, C, H, W] -> float32 standardised per channel."""
+    m = torch.tensor(mean).view(1, -1, 1, 1)
+    s = torch.tensor(std).view(1, -1, 1, 1)
+    return (images.float().div_(255.0) - m) / s
+
+
+def make_model(spec: WorkerSpec, in_channels: int, image_size: int) -> nn.Module:
+    torch.manual_seed(spec.seed)  # every replica starts from the same parameters
+    return build_model(spec.model, in_channels, spec.num_classes, image_size)
+
+
+def flat_grad(model: nn.Module) -> torch.Tensor:
+    """[P] concatenated gradients, in ``model.parameters()`` order (zeros where unused)."""
+    return torch.cat(
+        [
+            (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+            for p in model.parameters()
+        ]
+    )
+
+
+class SupervisedWorker:
+    """Cross-entropy on a data shard, pushing to and pulling from a :class:`Server`."""
+
+    def __init__(self, spec: WorkerSpec, data: ArrayDataset | ShardSource) -> None:
+        torch.set_num_threads(spec.threads)  # N processes on N cores must not fight
+        self.spec = spec
+        if isinstance(data, ShardSource):
+            data = data.load()
+        self.x = normalize(data.images, spec.mean, spec.std)  # [N, C, H, W]
+        self.y = data.labels  # [N]
+        self.model = make_model(spec, self.x.shape[1], self.x.shape[-1])
+        self.samples = 0
+        self.steps = 0
+        self.pushes = 0
+        self._log: list[tuple[float, int, float]] = []
+        self._deadline = float("inf")
+
+    # --- the loops ------------------------------------------------------------------------
+
+    def run(self, server: Server) -> WorkerReport:
+        """Train through ``server`` until the epoch or time budget is spent."""
+        start = self._start()
+        rule = self.spec.rule.rule
+        if rule == "async":
+            self._run_async(server)
+        elif rule == "average":
+            self._run_average(server)
+        else:
+            self._run_barrier(server)
+        return self._report(start)
+
+    def run_standalone(self, on_step: Callable[[], None] = lambda: None) -> WorkerReport:
+        """The plain single-process PyTorch loop (the benchmark's baseline): no server at all."""
+        start = self._start()
+        opt = make_optimizer(self.model.parameters(), self.spec.optimizer)
+        for x, y in self._batches():
+            self._backward(x, y)
+            opt.step()
+            on_step()
+        return self._report(start)
+
+    def _start(self) -> float:
+        start = time.time()
+        self._deadline = (
+            start + self.spec.max_seconds if self.spec.max_seconds > 0 else float("inf")
+        )
+        return start
+
+    def _report(self, start: float) -> WorkerReport:
+        return WorkerReport(
+            self.spec.worker_id,
+            start,
+            time.time(),
+            self.steps,
+            self.samples,
+            self.pushes,
+            tuple(self._log),
+        )
+
+    def _run_async(self, server: Server) -> None:
+        """Downpour SGD (Dean et al. 2012): pull every n_fetch steps, push every n_push steps.
+
+        Between pushes the gradients are averaged, as one larger batch computed from the
+        parameters of the last pull, whose version the update carries.
+        """
+        rule = self.spec.rule
+        version = self._load(server.pull())
+        acc, acc_samples, acc_steps = None, 0, 0
+        pending = None  # an exchange in flight (rule.pipeline): its parameters come next
+        for x, y in self._batches():
+            loss = self._backward(x, y)
+            g = flat_grad(self.model)
+            acc = g if acc is None else acc.add_(g)
+            acc_samples, acc_steps = acc_samples + len(y), acc_steps + 1
+            push, fetch = self.steps % rule.n_push == 0, self.steps % rule.n_fetch == 0
+            if not (push or fetch):
+                continue
+            update = None
+            if push:
+                update = self._update(version, acc.div_(acc_steps), acc_samples, loss)
+                acc, acc_samples, acc_steps = None, 0, 0
+            if pending is not None:  # settle the previous round trip before the next call
+                version = self._load(pending()[1])
+                pending = None
+            if update is None:
+                version = self._load(server.pull())
+            elif not fetch:
+                server.push(update)
+            elif rule.pipeline:
+                pending = server.exchange_begin(update)
+            else:
+                version = self._load(server.exchange(update)[1])
+        if pending is not None:
+            pending()
+
+    def _run_barrier(self, server: Server) -> None:
+        """sync / soft_sync: push the gradient of version v, wait until the server steps past v."""
+        version = self._load(server.pull())
+        for x, y in self._batches():
+            loss = self._backward(x, y)
+            update = self._update(version, flat_grad(self.model), len(y), loss)
+            version = self._load(server.exchange(update, version + 1, self._barrier_timeout())[1])
+
+    def _run_average(self, server: Server) -> None:
+        """Parameter averaging: local optimizer steps, then push parameters every k steps."""
+        opt = make_optimizer(self.model.parameters(), self.spec.optimizer)
+        k = self.spec.rule.average_every
+        version = self._load(server.pull())
+        since = 0
+        for x, y in self._batches():
+            opt.zero_grad(set_to_none=True)
+            loss = self._backward(x, y)
+            opt.step()
+            since += len(y)
+            if self.steps % k == 0:
+                params = parameters_to_vector(self.model.parameters()).detach()
+                update = self._update(version, params, since, loss)
+                since = 0
+                version = self._load(
+                    server.exchange(update, version + 1, self._barrier_timeout())[1]
+                )
+
+    # --- pieces -----------------------------------------------------------------------------
+
+    def _batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Shuffled minibatches (seed + epoch), until the epoch or time budget runs out."""
+        n, bs = len(self.y), self.spec.batch_size
+        epoch = 0
+        while self.spec.max_epochs == 0 or epoch < self.spec.max_epochs:
+            g = torch.Generator().manual_seed(self.spec.seed * 100_003 + epoch)
+            order = torch.randperm(n, generator=g)
+            for i in range(0, n - bs + 1, bs):
+                if time.time() >= self._deadline:
+                    return
+                idx = order[i : i + bs]
+                yield self.x[idx], self.y[idx]
+            epoch += 1
+
+    def _backward(self, x: torch.Tensor, y: torch.Tensor) -> float:
+        t = time.perf_counter()
+        for p in self.model.parameters():
+            p.grad = None
+        loss = F.cross_entropy(self.model(x), y)
+        loss.backward()
+        if self.spec.slowdown > 1:  # injected straggler: stretch this step's compute time
+            time.sleep((time.perf_counter() - t) * (self.spec.slowdown - 1))
+        self.steps += 1
+        self.samples += len(y)
+        value = float(loss.detach())
+        self._log.append((time.time(), self.samples, value))
+        return value
+
+    def _load(self, params: Params) -> int:
+        """Copy pulled parameters into the local model; returns their version."""
+        with torch.no_grad():
+            vector_to_parameters(params.values, self.model.parameters())
+        return params.version
+
+    def _update(self, version: int, values: torch.Tensor, samples: int, loss: float) -> GradUpdate:
+        self.pushes += 1
+        return GradUpdate(self.spec.worker_id, version, values, samples, loss)
+
+    def _barrier_timeout(self) -> float:
+        left = self._deadline - time.time()
+        return max(0.0, min(self.spec.rule.barrier_timeout_s, left + 0.5))

@@ -1,0 +1,54 @@
+"""Shared fixtures: tiny, learnable datasets written in the real file formats."""
+
+from __future__ import annotations
+
+import gzip
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rltrain.supervised import datasets as ds
+from rltrain.supervised.datasets import ArrayDataset
+
+
+def patterns(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """uint8 images [n, 28, 28] where class c lights the c-th 7x7 block (plus noise)."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 10, size=n).astype(np.uint8)
+    images = rng.integers(0, 60, size=(n, 28, 28)).astype(np.uint8)
+    for i, c in enumerate(labels):
+        r, q = divmod(int(c), 4)
+        images[i, 7 * r : 7 * r + 7, 7 * q : 7 * q + 7] = 220
+    return images, labels
+
+
+def write_idx(path: Path, array: np.ndarray) -> None:
+    header = struct.pack(">HBB", 0, 0x08, array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
+    with gzip.open(path, "wb") as f:
+        f.write(header + array.astype(np.uint8).tobytes())
+
+
+def write_mnist_like(folder: Path, n_train: int, n_test: int, seed: int = 0) -> None:
+    """The four standard IDX .gz files of MNIST / Fashion-MNIST."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, n, s in (("train", n_train, seed), ("t10k", n_test, seed + 1)):
+        images, labels = patterns(n, s)
+        write_idx(folder / f"{split}-images-idx3-ubyte.gz", images)
+        write_idx(folder / f"{split}-labels-idx1-ubyte.gz", labels)
+
+
+@pytest.fixture
+def tiny_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """data.root holding a tiny learnable fashion_mnist/ (and no system copy, no network)."""
+    monkeypatch.setattr(ds, "SYSTEM_DIRS", {})
+    root = tmp_path / "data"
+    write_mnist_like(root / "fashion_mnist", n_train=640, n_test=200)
+    return root
+
+
+def tiny_dataset(n: int = 256, seed: int = 0) -> ArrayDataset:
+    images, labels = patterns(n, seed)
+    return ArrayDataset(torch.from_numpy(images).unsqueeze(1), torch.from_numpy(labels).long())

@@ -1,0 +1,66 @@
+"""Checkpoints: atomic, pruned, loaded with weights_only, damage is a one-line error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from rltrain.checkpoint import (
+    CheckpointError,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+)
+from rltrain.ps.config import OptimizerConfig, ServerConfig
+from rltrain.ps.server import LocalServer
+from rltrain.records import GradUpdate
+
+
+def state(version: int) -> dict:
+    server = LocalServer(torch.zeros(5), OptimizerConfig(name="adam"), ServerConfig(shards=2), 1)
+    for v in range(version):
+        server.push(GradUpdate(0, v, torch.ones(5), 1))
+    return {"shards": server.state_dicts(), "counters": {"env_steps": 10 * version}, "config": {}}
+
+
+def test_save_load_keep_and_latest(tmp_path: Path) -> None:
+    for v in (1, 2, 3, 4):
+        save_checkpoint(tmp_path, v, state(v), keep=2)
+    names = [p.name for p in list_checkpoints(tmp_path)]
+    assert names == ["ckpt-0000000003.pt", "ckpt-0000000004.pt"]
+    loaded = load_checkpoint(latest_checkpoint(tmp_path))  # type: ignore[arg-type]
+    assert loaded["counters"]["env_steps"] == 40
+    restored = LocalServer(torch.zeros(5), OptimizerConfig(name="adam"), ServerConfig(shards=2), 1)
+    restored.load_state_dicts(loaded["shards"])
+    assert restored.pull().version == 4
+    assert not list((tmp_path / "checkpoints").glob(".ckpt-*"))  # no temporary files left
+
+
+def test_truncated_and_foreign_files_are_clear_errors(tmp_path: Path) -> None:
+    path = save_checkpoint(tmp_path, 1, state(1), keep=3)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="corrupt or truncated") as e:
+        load_checkpoint(path)
+    assert "\n" not in str(e.value)
+    other = tmp_path / "other.pt"
+    torch.save({"weights": torch.zeros(2)}, other)
+    with pytest.raises(CheckpointError, match="not an rltrain checkpoint"):
+        load_checkpoint(other)
+    with pytest.raises(CheckpointError, match="not found"):
+        load_checkpoint(tmp_path / "missing.pt")
+
+
+def test_code_in_a_checkpoint_is_never_run(tmp_path: Path) -> None:
+    evil = tmp_path / "evil.pt"
+
+    class Boom:
+        def __reduce__(self):  # noqa: ANN204
+            return (print, ("pwned",))
+
+    torch.save({"shards": [Boom()], "counters": {}}, evil)
+    with pytest.raises(CheckpointError):
+        load_checkpoint(evil)

@@ -1,0 +1,566 @@
+"""Tests for rltrain.supervised.datasets, on tiny files written in the real on-disk formats."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import pickle
+import struct
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rltrain.supervised import datasets as ds
+from rltrain.supervised.datasets import (
+    DATASETS,
+    ArrayDataset,
+    DatasetError,
+    SplitDataset,
+    load_dataset,
+    read_cifar10,
+    read_idx,
+    shard_indices,
+    take,
+)
+
+MNIST_FILES = (
+    "train-images-idx3-ubyte.gz",
+    "train-labels-idx1-ubyte.gz",
+    "t10k-images-idx3-ubyte.gz",
+    "t10k-labels-idx1-ubyte.gz",
+)
+CIFAR_BATCHES = (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch")
+N_TRAIN, N_TEST, N_CIFAR_BATCH = 12, 5, 3
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No system folders (the host may have Debian's Fashion-MNIST) and never the network."""
+    monkeypatch.setattr(ds, "SYSTEM_DIRS", {})
+
+    def offline(url: str, dest: Path, timeout: float) -> None:
+        raise OSError("network unreachable (test)")
+
+    monkeypatch.setattr(ds, "_fetch", offline)
+
+
+# ---------------------------------------------------------------------------------------------
+# Writers for the real formats
+# ---------------------------------------------------------------------------------------------
+
+
+def idx_bytes(array: np.ndarray) -> bytes:
+    """Encode a uint8 array as IDX: 0x0000, type 0x08, ndim, big-endian uint32 dims, payload."""
+    header = struct.pack(">HBB", 0, 0x08, array.ndim)
+    dims = struct.pack(f">{array.ndim}I", *array.shape)
+    return header + dims + array.astype(np.uint8).tobytes()
+
+
+def write_idx(path: Path, array: np.ndarray) -> Path:
+    """Write ``array`` as an IDX file, gzipped when the name ends with .gz."""
+    data = idx_bytes(array)
+    path.write_bytes(gzip.compress(data, mtime=0) if path.name.endswith(".gz") else data)
+    return path
+
+
+def mnist_arrays(seed: int) -> dict[str, np.ndarray]:
+    """Tiny random MNIST-like splits keyed by file name."""
+    rng = np.random.default_rng(seed)
+    return {
+        MNIST_FILES[0]: rng.integers(0, 256, (N_TRAIN, 28, 28), dtype=np.uint8),
+        MNIST_FILES[1]: rng.integers(0, 10, N_TRAIN, dtype=np.uint8),
+        MNIST_FILES[2]: rng.integers(0, 256, (N_TEST, 28, 28), dtype=np.uint8),
+        MNIST_FILES[3]: rng.integers(0, 10, N_TEST, dtype=np.uint8),
+    }
+
+
+def write_mnist(folder: Path, seed: int = 0, gz: bool = True) -> dict[str, np.ndarray]:
+    """Write the four MNIST-format files into ``folder`` and return the arrays written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    arrays = mnist_arrays(seed)
+    for name, array in arrays.items():
+        write_idx(folder / (name if gz else name.removesuffix(".gz")), array)
+    return arrays
+
+
+def cifar_batches(seed: int) -> dict[str, dict[bytes, object]]:
+    """Tiny CIFAR batches: b'data' uint8 [n, 3072] and b'labels' list, as in the real files."""
+    rng = np.random.default_rng(seed)
+    return {
+        name: {
+            b"batch_label": name.encode(),
+            b"data": rng.integers(0, 256, (N_CIFAR_BATCH, 3072), dtype=np.uint8),
+            b"labels": [int(v) for v in rng.integers(0, 10, N_CIFAR_BATCH)],
+        }
+        for name in CIFAR_BATCHES
+    }
+
+
+def write_cifar_dir(folder: Path, seed: int = 0) -> dict[str, dict[bytes, object]]:
+    """Write ``cifar-10-batches-py``-style pickles (protocol 2) into ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    batches = cifar_batches(seed)
+    for name, batch in batches.items():
+        (folder / name).write_bytes(pickle.dumps(batch, protocol=2))
+    return batches
+
+
+def cifar_tar_bytes(batches: dict[str, dict[bytes, object]]) -> bytes:
+    """A ``cifar-10-python.tar.gz`` holding ``cifar-10-batches-py/<batch>`` members."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, batch in batches.items():
+            payload = pickle.dumps(batch, protocol=2)
+            info = tarfile.TarInfo(f"cifar-10-batches-py/{name}")
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+    return buffer.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------
+# read_idx
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["images-idx3-ubyte.gz", "images-idx3-ubyte"])
+def test_read_idx_round_trip(tmp_path: Path, name: str) -> None:
+    array = np.random.default_rng(1).integers(0, 256, (4, 28, 28), dtype=np.uint8)
+    result = read_idx(write_idx(tmp_path / name, array))
+    assert result.dtype == np.uint8
+    np.testing.assert_array_equal(result, array)
+    result[0, 0, 0] = 1  # the result must be writable (torch.from_numpy warns otherwise)
+
+
+def test_read_idx_one_dim(tmp_path: Path) -> None:
+    labels = np.arange(10, dtype=np.uint8)
+    np.testing.assert_array_equal(read_idx(write_idx(tmp_path / "l.gz", labels)), labels)
+
+
+@pytest.mark.parametrize(
+    "magic", [b"\x00\x00\x0d\x03", b"\x01\x00\x08\x03", b"\x00\x00\x08\x00", b"PK\x03\x04"]
+)
+def test_read_idx_bad_magic(tmp_path: Path, magic: bytes) -> None:
+    data = magic + idx_bytes(np.zeros((2, 3, 3), np.uint8))[4:]
+    path = tmp_path / "bad-idx3-ubyte"
+    path.write_bytes(data)
+    with pytest.raises(DatasetError, match="magic") as info:
+        read_idx(path)
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize("gz", [True, False])
+@pytest.mark.parametrize("cut", [2, 9, 30])
+def test_read_idx_truncated(tmp_path: Path, gz: bool, cut: int) -> None:
+    data = idx_bytes(np.ones((2, 5, 5), np.uint8))[:-cut]
+    path = tmp_path / ("t-idx3-ubyte.gz" if gz else "t-idx3-ubyte")
+    path.write_bytes(gzip.compress(data) if gz else data)
+    with pytest.raises(DatasetError) as info:
+        read_idx(path)
+    assert str(path) in str(info.value)
+
+
+def test_read_idx_extra_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "x-idx1-ubyte"
+    path.write_bytes(idx_bytes(np.ones(3, np.uint8)) + b"\x00")
+    with pytest.raises(DatasetError, match="payload"):
+        read_idx(path)
+
+
+def test_read_idx_truncated_gzip_stream(tmp_path: Path) -> None:
+    path = tmp_path / "t-idx3-ubyte.gz"
+    path.write_bytes(gzip.compress(idx_bytes(np.ones((20, 28, 28), np.uint8)))[:-40])
+    with pytest.raises(DatasetError) as info:
+        read_idx(path)
+    assert str(path) in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_read_idx_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match="not found"):
+        read_idx(tmp_path / "nope.gz")
+
+
+# ---------------------------------------------------------------------------------------------
+# load_dataset: MNIST family
+# ---------------------------------------------------------------------------------------------
+
+
+def assert_mnist_split(split: SplitDataset, arrays: dict[str, np.ndarray]) -> None:
+    """The loaded split holds exactly ``arrays`` in [N, 1, 28, 28] uint8 / int64 form."""
+    assert split.num_classes == 10
+    assert split.train.images.shape == (N_TRAIN, 1, 28, 28)
+    assert split.test.images.shape == (N_TEST, 1, 28, 28)
+    assert split.train.images.dtype == torch.uint8
+    assert split.train.labels.dtype == torch.int64
+    assert len(split.train) == N_TRAIN and len(split.test) == N_TEST
+    np.testing.assert_array_equal(split.train.images[:, 0].numpy(), arrays[MNIST_FILES[0]])
+    np.testing.assert_array_equal(split.train.labels.numpy(), arrays[MNIST_FILES[1]])
+    np.testing.assert_array_equal(split.test.images[:, 0].numpy(), arrays[MNIST_FILES[2]])
+    np.testing.assert_array_equal(split.test.labels.numpy(), arrays[MNIST_FILES[3]])
+
+
+@pytest.mark.parametrize("name", ["mnist", "fashion_mnist"])
+def test_load_mnist_like_from_root(tmp_path: Path, name: str) -> None:
+    arrays = write_mnist(tmp_path / name, seed=2)
+    lines: list[str] = []
+    split = load_dataset(name, tmp_path, download=False, log=lines.append)
+    assert split.name == name
+    assert_mnist_split(split, arrays)
+    expected = {"mnist": ((0.1307,), (0.3081,)), "fashion_mnist": ((0.2860,), (0.3530,))}
+    assert (split.mean, split.std) == expected[name]
+    assert len(lines) == 1 and str(tmp_path / name) in lines[0]
+
+
+def test_load_mnist_uncompressed_from_raw(tmp_path: Path) -> None:
+    arrays = write_mnist(tmp_path / "mnist" / "raw", seed=3, gz=False)
+    assert_mnist_split(load_dataset("mnist", tmp_path, download=False), arrays)
+
+
+def test_load_expands_user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    arrays = write_mnist(tmp_path / "data" / "mnist", seed=4)
+    assert_mnist_split(load_dataset("mnist", "~/data", download=False), arrays)
+
+
+def test_fashion_mnist_system_dir_fallback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    system = tmp_path / "usr-share"
+    arrays = write_mnist(system, seed=5)
+    monkeypatch.setattr(ds, "SYSTEM_DIRS", {"fashion_mnist": (tmp_path / "empty", system)})
+    lines: list[str] = []
+    split = load_dataset("fashion_mnist", tmp_path / "root", download=False, log=lines.append)
+    assert_mnist_split(split, arrays)
+    assert str(system) in lines[0]
+
+
+def test_root_takes_precedence_over_system_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_mnist(tmp_path / "system", seed=6)
+    local = write_mnist(tmp_path / "root" / "fashion_mnist", seed=7)
+    monkeypatch.setattr(ds, "SYSTEM_DIRS", {"fashion_mnist": (tmp_path / "system",)})
+    assert_mnist_split(load_dataset("fashion_mnist", tmp_path / "root", download=False), local)
+
+
+def test_unknown_dataset(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError) as info:
+        load_dataset("imagenet", tmp_path)
+    for name in DATASETS:
+        assert name in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["mnist", "fashion_mnist"])
+def test_missing_files_no_download(tmp_path: Path, name: str) -> None:
+    folder = tmp_path / name
+    write_mnist(folder)
+    (folder / MNIST_FILES[2]).unlink()  # an incomplete folder does not count
+    with pytest.raises(DatasetError) as info:
+        load_dataset(name, tmp_path, download=False)
+    message = str(info.value)
+    assert "\n" not in message
+    assert MNIST_FILES[2] in message and str(folder) in message
+    assert "data.root" in message and "download disabled" in message
+    assert ("dataset-fashion-mnist" in message) == (name == "fashion_mnist")
+
+
+def test_missing_files_lists_all_when_empty(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError) as info:
+        load_dataset("mnist", tmp_path, download=False)
+    assert all(f in str(info.value) for f in MNIST_FILES)
+    assert ds.BASE_URLS["mnist"] in str(info.value)
+
+
+def test_wrong_image_shape(tmp_path: Path) -> None:
+    folder = tmp_path / "mnist"
+    write_mnist(folder)
+    bad = write_idx(folder / MNIST_FILES[0], np.zeros((N_TRAIN, 32, 32), np.uint8))
+    with pytest.raises(DatasetError, match="28 x 28") as info:
+        load_dataset("mnist", tmp_path, download=False)
+    assert str(bad) in str(info.value)
+
+
+def test_label_count_mismatch(tmp_path: Path) -> None:
+    folder = tmp_path / "mnist"
+    write_mnist(folder)
+    bad = write_idx(folder / MNIST_FILES[3], np.zeros(N_TEST + 1, np.uint8))
+    with pytest.raises(DatasetError, match="labels for") as info:
+        load_dataset("mnist", tmp_path, download=False)
+    assert str(bad) in str(info.value)
+
+
+def test_label_out_of_range(tmp_path: Path) -> None:
+    folder = tmp_path / "mnist"
+    write_mnist(folder)
+    bad = write_idx(folder / MNIST_FILES[1], np.full(N_TRAIN, 10, np.uint8))
+    with pytest.raises(DatasetError, match=r"\[0, 10\)") as info:
+        load_dataset("mnist", tmp_path, download=False)
+    assert str(bad) in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Downloads (``_fetch`` monkeypatched; never the network)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_download_offline(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError) as info:
+        load_dataset("mnist", tmp_path, download=True)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "download failed" in message and "network unreachable" in message
+    assert str(tmp_path / "mnist") in message
+    assert not any((tmp_path / "mnist").iterdir())
+
+
+def test_download_checksum_mismatch_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def wrong(url: str, dest: Path, timeout: float) -> None:
+        dest.write_bytes(b"<html>not the file</html>")
+
+    monkeypatch.setattr(ds, "_fetch", wrong)
+    with pytest.raises(DatasetError, match="checksum mismatch") as info:
+        load_dataset("fashion_mnist", tmp_path)
+    assert "\n" not in str(info.value)
+    assert list((tmp_path / "fashion_mnist").iterdir()) == []
+
+
+def test_download_failure_midway_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def partial(url: str, dest: Path, timeout: float) -> None:
+        dest.write_bytes(b"half")
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(ds, "_fetch", partial)
+    with pytest.raises(DatasetError, match="timed out"):
+        load_dataset("mnist", tmp_path)
+    assert list((tmp_path / "mnist").iterdir()) == []
+
+
+def served(files: dict[str, bytes], calls: list[str]):
+    """A fake ``_fetch`` serving ``files`` by the URL's last path component."""
+
+    def fetch(url: str, dest: Path, timeout: float) -> None:
+        calls.append(url)
+        assert timeout > 0
+        dest.write_bytes(files[url.rsplit("/", 1)[-1]])
+
+    return fetch
+
+
+def test_download_success_mnist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    arrays = mnist_arrays(seed=8)
+    files = {name: gzip.compress(idx_bytes(a), mtime=0) for name, a in arrays.items()}
+    sums = {name: hashlib.md5(data).hexdigest() for name, data in files.items()}
+    monkeypatch.setitem(ds.CHECKSUMS, "mnist", sums)
+    calls: list[str] = []
+    monkeypatch.setattr(ds, "_fetch", served(files, calls))
+    lines: list[str] = []
+    split = load_dataset("mnist", tmp_path, log=lines.append)
+    assert_mnist_split(split, arrays)
+    assert calls == [ds.BASE_URLS["mnist"] + name for name in MNIST_FILES]
+    assert sorted(p.name for p in (tmp_path / "mnist").iterdir()) == sorted(MNIST_FILES)
+    assert len(lines) == len(MNIST_FILES) + 1
+    # A second load finds the files locally and fetches nothing.
+    calls.clear()
+    assert_mnist_split(load_dataset("mnist", tmp_path), arrays)
+    assert calls == []
+
+
+def test_download_only_missing_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    arrays = write_mnist(tmp_path / "mnist", seed=9)
+    (tmp_path / "mnist" / MNIST_FILES[1]).unlink()
+    data = gzip.compress(idx_bytes(arrays[MNIST_FILES[1]]), mtime=0)
+    monkeypatch.setitem(
+        ds.CHECKSUMS,
+        "mnist",
+        {**ds.CHECKSUMS["mnist"], MNIST_FILES[1]: hashlib.md5(data).hexdigest()},
+    )
+    calls: list[str] = []
+    monkeypatch.setattr(ds, "_fetch", served({MNIST_FILES[1]: data}, calls))
+    assert_mnist_split(load_dataset("mnist", tmp_path), arrays)
+    assert calls == [ds.BASE_URLS["mnist"] + MNIST_FILES[1]]
+
+
+def test_download_success_cifar(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = cifar_tar_bytes(cifar_batches(seed=10))
+    monkeypatch.setitem(
+        ds.CHECKSUMS, "cifar10", {"cifar-10-python.tar.gz": hashlib.md5(data).hexdigest()}
+    )
+    calls: list[str] = []
+    monkeypatch.setattr(ds, "_fetch", served({"cifar-10-python.tar.gz": data}, calls))
+    split = load_dataset("cifar10", tmp_path)
+    assert calls == ["https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"]
+    assert (tmp_path / "cifar10" / "cifar-10-python.tar.gz").read_bytes() == data
+    assert len(split.train) == 5 * N_CIFAR_BATCH
+
+
+# ---------------------------------------------------------------------------------------------
+# CIFAR-10
+# ---------------------------------------------------------------------------------------------
+
+
+def assert_cifar(train: ArrayDataset, test: ArrayDataset, batches: dict) -> None:
+    """Layout check: row = R plane, G plane, B plane, each 32x32 row-major."""
+    assert train.images.shape == (5 * N_CIFAR_BATCH, 3, 32, 32)
+    assert test.images.shape == (N_CIFAR_BATCH, 3, 32, 32)
+    assert train.images.dtype == torch.uint8 and train.labels.dtype == torch.int64
+    rows = np.concatenate([batches[f"data_batch_{i}"][b"data"] for i in range(1, 6)])
+    labels = sum((batches[f"data_batch_{i}"][b"labels"] for i in range(1, 6)), [])
+    assert train.labels.tolist() == labels
+    assert test.labels.tolist() == batches["test_batch"][b"labels"]
+    # Known pixel: image 4, green channel, y=5, x=7 is column 1024 + 5 * 32 + 7 of row 4.
+    assert int(train.images[4, 1, 5, 7]) == int(rows[4, 1024 + 5 * 32 + 7])
+    assert int(train.images[0, 2, 31, 0]) == int(rows[0, 2048 + 31 * 32])
+    for c in range(3):
+        expected = rows[:, c * 1024 : (c + 1) * 1024].reshape(-1, 32, 32)
+        np.testing.assert_array_equal(train.images[:, c].numpy(), expected)
+
+
+def test_read_cifar10_directory(tmp_path: Path) -> None:
+    batches = write_cifar_dir(tmp_path / "cifar-10-batches-py", seed=11)
+    assert_cifar(*read_cifar10(tmp_path / "cifar-10-batches-py"), batches)
+
+
+def test_read_cifar10_tar(tmp_path: Path) -> None:
+    batches = cifar_batches(seed=12)
+    archive = tmp_path / "cifar-10-python.tar.gz"
+    archive.write_bytes(cifar_tar_bytes(batches))
+    assert_cifar(*read_cifar10(archive), batches)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [archive.name]  # nothing extracted
+
+
+def test_read_cifar10_known_pixel_value(tmp_path: Path) -> None:
+    batches = cifar_batches(seed=13)
+    data = np.zeros((N_CIFAR_BATCH, 3072), np.uint8)
+    data[1, 2 * 1024 + 3 * 32 + 9] = 200  # image 1, blue, y=3, x=9
+    batches["test_batch"][b"data"] = data
+    write_dir = tmp_path / "cifar-10-batches-py"
+    write_dir.mkdir()
+    for name, batch in batches.items():
+        (write_dir / name).write_bytes(pickle.dumps(batch, protocol=2))
+    _, test = read_cifar10(write_dir)
+    assert int(test.images[1, 2, 3, 9]) == 200
+    assert int(test.images.sum()) == 200
+
+
+@pytest.mark.parametrize("layout", ["dir", "tar"])
+def test_load_cifar10(tmp_path: Path, layout: str) -> None:
+    batches = cifar_batches(seed=14)
+    if layout == "dir":
+        write_cifar_dir(tmp_path / "cifar10" / "cifar-10-batches-py", seed=14)
+    else:
+        (tmp_path / "cifar10").mkdir()
+        (tmp_path / "cifar10" / "cifar-10-python.tar.gz").write_bytes(cifar_tar_bytes(batches))
+    split = load_dataset("cifar10", tmp_path, download=False)
+    assert split.num_classes == 10
+    assert split.mean == (0.4914, 0.4822, 0.4465) and split.std == (0.2470, 0.2435, 0.2616)
+    assert_cifar(split.train, split.test, batches)
+
+
+def test_cifar_missing_no_download(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError) as info:
+        load_dataset("cifar10", tmp_path, download=False)
+    message = str(info.value)
+    assert "cifar-10-python.tar.gz" in message and str(tmp_path / "cifar10") in message
+    assert "\n" not in message
+
+
+def test_cifar_tar_missing_member(tmp_path: Path) -> None:
+    batches = cifar_batches(seed=15)
+    del batches["data_batch_3"]
+    archive = tmp_path / "cifar-10-python.tar.gz"
+    archive.write_bytes(cifar_tar_bytes(batches))
+    with pytest.raises(DatasetError, match="data_batch_3") as info:
+        read_cifar10(archive)
+    assert str(archive) in str(info.value)
+
+
+def test_cifar_corrupt_tar(tmp_path: Path) -> None:
+    archive = tmp_path / "cifar-10-python.tar.gz"
+    archive.write_bytes(cifar_tar_bytes(cifar_batches(seed=16))[:200])
+    with pytest.raises(DatasetError) as info:
+        read_cifar10(archive)
+    assert str(archive) in str(info.value)
+
+
+def test_cifar_bad_batch_shape(tmp_path: Path) -> None:
+    folder = tmp_path / "cifar-10-batches-py"
+    write_cifar_dir(folder, seed=17)
+    bad = {b"data": np.zeros((2, 1000), np.uint8), b"labels": [0, 1]}
+    (folder / "data_batch_2").write_bytes(pickle.dumps(bad, protocol=2))
+    with pytest.raises(DatasetError, match="3072") as info:
+        read_cifar10(folder)
+    assert str(folder / "data_batch_2") in str(info.value)
+
+
+def test_cifar_pickle_globals_restricted(tmp_path: Path) -> None:
+    folder = tmp_path / "cifar-10-batches-py"
+    write_cifar_dir(folder, seed=18)
+    (folder / "test_batch").write_bytes(pickle.dumps({b"data": print}, protocol=2))
+    with pytest.raises(DatasetError, match="test_batch"):
+        read_cifar10(folder)
+
+
+def test_cifar_legacy_numpy_core_pickle(tmp_path: Path) -> None:
+    """The real batches were pickled by numpy 1.x, whose arrays reference ``numpy.core``."""
+    folder = tmp_path / "cifar-10-batches-py"
+    batches = write_cifar_dir(folder, seed=19)
+    legacy = pickle.dumps(batches["test_batch"], protocol=2)
+    legacy = legacy.replace(b"numpy._core.multiarray", b"numpy.core.multiarray")
+    assert b"numpy.core.multiarray" in legacy
+    (folder / "test_batch").write_bytes(legacy)
+    _, test = read_cifar10(folder)
+    assert test.labels.tolist() == batches["test_batch"][b"labels"]
+
+
+# ---------------------------------------------------------------------------------------------
+# shard_indices / take
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("n", "shards"), [(10, 3), (7, 7), (5, 8), (0, 2), (1000, 4)])
+def test_shard_indices_disjoint_covering_balanced(n: int, shards: int) -> None:
+    parts = [shard_indices(n, shards, s, seed=42) for s in range(shards)]
+    assert all(p.dtype == torch.int64 for p in parts)
+    joined = torch.cat(parts)
+    assert sorted(joined.tolist()) == list(range(n))  # disjoint and covering
+    sizes = [len(p) for p in parts]
+    assert max(sizes) - min(sizes) <= 1
+
+
+def test_shard_indices_deterministic_and_seeded() -> None:
+    a = shard_indices(100, 4, 1, seed=7)
+    assert torch.equal(a, shard_indices(100, 4, 1, seed=7))
+    assert not torch.equal(a, shard_indices(100, 4, 1, seed=8))
+    assert not torch.equal(torch.sort(a).values, torch.arange(25) + 25)  # permuted, not a slice
+
+
+@pytest.mark.parametrize(
+    ("n", "shards", "shard"), [(-1, 2, 0), (10, 0, 0), (10, 2, 2), (10, 2, -1), (10.0, 2, 0)]
+)
+def test_shard_indices_bad_arguments(n: object, shards: int, shard: int) -> None:
+    with pytest.raises(ValueError):
+        shard_indices(n, shards, shard, seed=0)  # type: ignore[arg-type]
+
+
+def test_take() -> None:
+    images = torch.arange(6 * 2 * 2, dtype=torch.uint8).reshape(6, 1, 2, 2)
+    full = ArrayDataset(images=images, labels=torch.arange(6))
+    part = take(full, torch.tensor([4, 1]))
+    assert len(part) == 2
+    assert part.labels.tolist() == [4, 1]
+    assert torch.equal(part.images[0], images[4])
+
+
+def test_array_dataset_validates() -> None:
+    with pytest.raises(ValueError):
+        ArrayDataset(images=torch.zeros(2, 1, 2, 2), labels=torch.zeros(2, dtype=torch.int64))
+    with pytest.raises(ValueError):
+        ArrayDataset(
+            images=torch.zeros(2, 1, 2, 2, dtype=torch.uint8), labels=torch.zeros(3).long()
+        )

@@ -1,0 +1,183 @@
+"""The parameter-server contract, on one plain in-process shard."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from rltrain.ps.config import OptimizerConfig, ServerConfig
+from rltrain.ps.shard import ParameterShard
+from rltrain.records import GradUpdate
+
+SGD = OptimizerConfig(name="sgd", lr=0.5)
+
+
+def shard(rule: str = "async", workers: int = 1, **kw: object) -> ParameterShard:
+    return ParameterShard(torch.zeros(3), SGD, ServerConfig(rule=rule, **kw), workers)  # type: ignore[arg-type]
+
+
+def upd(version: int, values: list[float] | torch.Tensor, worker: int = 0) -> GradUpdate:
+    return GradUpdate(worker, version, torch.as_tensor(values, dtype=torch.float32), 8)
+
+
+def test_push_moves_parameters_and_bumps_version() -> None:
+    s = shard()
+    r = s.push(upd(0, [1.0, 2.0, 3.0]))
+    assert (r.status, r.version, r.staleness) == ("applied", 1, 0)
+    p = s.pull()
+    assert p.version == 1
+    torch.testing.assert_close(p.values, torch.tensor([-0.5, -1.0, -1.5]))
+    st = s.stats()
+    assert (st.applied, st.samples, st.dropped, st.rejected) == (1, 8, 0, 0)
+
+
+def test_sync_applies_exactly_once_per_n_pushes_with_the_mean() -> None:
+    s = shard("sync", workers=3)
+    assert s.push(upd(0, [1.0, 0, 0], 0)).status == "accumulated"
+    assert s.push(upd(0, [2.0, 0, 0], 1)).status == "accumulated"
+    assert s.pull().version == 0  # nothing applied before the N-th push
+    assert s.push(upd(0, [3.0, 0, 0], 2)).status == "applied"
+    p = s.pull()
+    assert p.version == 1
+    assert p.values[0].item() == pytest.approx(-0.5 * 2.0)  # lr * mean(1, 2, 3)
+    for w in range(3):  # the next version needs N fresh pushes again
+        s.push(upd(1, [0.0, 0, 0], w))
+    assert s.pull().version == 2
+    assert s.stats().applied == 6
+
+
+def test_soft_sync_steps_after_k_and_drops_the_late_ones() -> None:
+    s = shard("soft_sync", workers=3, k=2)
+    assert s.push(upd(0, [2.0, 0, 0], 0)).status == "accumulated"
+    assert s.push(upd(0, [4.0, 0, 0], 1)).status == "applied"
+    late = s.push(upd(0, [100.0, 0, 0], 2))  # the backup worker's update for version 0
+    assert late.status == "dropped" and late.staleness == 1
+    p = s.pull()
+    assert p.version == 1
+    assert p.values[0].item() == pytest.approx(-0.5 * 3.0)  # only the first K=2 count
+    st = s.stats()
+    assert (st.applied, st.dropped) == (2, 1)
+
+
+def test_soft_sync_default_k_is_n_minus_one() -> None:
+    s = shard("soft_sync", workers=3)
+    s.push(upd(0, [1.0, 0, 0], 0))
+    assert s.push(upd(0, [1.0, 0, 0], 1)).status == "applied"
+
+
+def test_scale_divides_learning_rate_by_staleness() -> None:
+    s = shard(staleness="scale")
+    s.push(upd(0, [0.0, 0, 0]))
+    s.push(upd(1, [0.0, 0, 0]))
+    s.push(upd(2, [0.0, 0, 0]))  # server is now at version 3
+    before = s.pull().values.clone()
+    r = s.push(upd(0, [1.0, 0, 0]))  # computed from version 0: staleness 3
+    assert r.staleness == 3
+    step = s.pull().values - before
+    assert step[0].item() == pytest.approx(-0.5 / 3)
+    r = s.push(upd(4, [1.0, 0, 0]))  # fresh: full learning rate
+    assert r.staleness == 0
+    assert (s.pull().values - before)[0].item() == pytest.approx(-0.5 / 3 - 0.5)
+
+
+def test_drop_refuses_updates_above_the_bound() -> None:
+    s = shard(staleness="drop", max_staleness=1)
+    for v in range(3):
+        s.push(upd(v, [0.0, 0, 0]))
+    assert s.push(upd(2, [1.0, 0, 0])).status == "applied"  # staleness 1: allowed
+    before = s.pull()
+    r = s.push(upd(1, [1.0, 0, 0]))  # staleness 3 > 1
+    assert r.status == "dropped" and "staleness 3" in r.reason
+    after = s.pull()
+    assert after.version == before.version
+    assert torch.equal(after.values, before.values)
+    assert s.stats().dropped == 1
+
+
+@pytest.mark.parametrize(
+    ("values", "version", "reason"),
+    [
+        ([float("nan"), 0.0, 0.0], 0, "non-finite"),
+        ([float("inf"), 0.0, 0.0], 0, "non-finite"),
+        ([1.0, 2.0], 0, "wrong shape"),
+        ([1.0, 2.0, 3.0], 7, "unknown version"),
+        ([1.0, 2.0, 3.0], -1, "unknown version"),
+    ],
+)
+@pytest.mark.parametrize("rule", ["async", "sync", "soft_sync", "average"])
+def test_bad_updates_are_rejected_and_change_nothing(
+    rule: str, values: list[float], version: int, reason: str
+) -> None:
+    s = shard(rule, workers=1)
+    before = s.pull()
+    r = s.push(upd(version, values))
+    assert r.status == "rejected" and reason in r.reason
+    after = s.pull()
+    assert after.version == before.version
+    assert torch.equal(after.values, before.values)
+    st = s.stats()
+    assert st.rejected == 1 and st.applied == 0 and reason in st.last_reject
+    # and the shard still works afterwards
+    assert s.push(upd(0, [1.0, 1.0, 1.0])).status == "applied"
+
+
+def test_average_replaces_parameters_with_the_mean() -> None:
+    s = shard("average", workers=2)
+    s.push(upd(0, [1.0, 2.0, 3.0], 0))
+    s.push(upd(0, [3.0, 4.0, 5.0], 1))
+    p = s.pull()
+    assert p.version == 1
+    torch.testing.assert_close(p.values, torch.tensor([2.0, 3.0, 4.0]))
+
+
+def test_async_staleness_histogram_and_mean() -> None:
+    s = shard()
+    s.push(upd(0, [0.0, 0, 0]))
+    s.push(upd(0, [0.0, 0, 0]))  # staleness 1
+    s.push(upd(0, [0.0, 0, 0]))  # staleness 2
+    st = s.stats()
+    assert st.staleness_hist[:3] == (1, 1, 1)
+    assert st.mean_staleness == pytest.approx(1.0)
+
+
+def test_barrier_releases_waiting_workers() -> None:
+    s = shard("sync", workers=2)
+    released: list[bool] = []
+    s.push(upd(0, [1.0, 0, 0], 0))
+    t = threading.Thread(target=lambda: released.append(s.wait_for_version(1, timeout=5)))
+    t.start()
+    time.sleep(0.05)
+    assert not released  # still waiting for the second worker
+    s.push(upd(0, [1.0, 0, 0], 1))
+    t.join(timeout=5)
+    assert released == [True]
+    assert s.wait_for_version(5, timeout=0.01) is False
+
+
+def test_exchange_pushes_waits_and_pulls() -> None:
+    s = shard("sync", workers=2)
+    out: list[object] = []
+    t = threading.Thread(target=lambda: out.append(s.exchange(upd(0, [1.0, 0, 0], 0), 1, 5.0)))
+    t.start()
+    s.push(upd(0, [1.0, 0, 0], 1))
+    t.join(timeout=5)
+    result, params = out[0]  # type: ignore[misc]
+    assert result.status == "accumulated" and params.version == 1
+
+
+def test_state_dict_round_trip_keeps_version_counters_and_optimizer() -> None:
+    cfg = OptimizerConfig(name="adam", lr=0.1)
+    a = ParameterShard(torch.zeros(3), cfg, ServerConfig(), 1)
+    for v in range(3):
+        a.push(upd(v, [1.0, -1.0, 0.5]))
+    b = ParameterShard(torch.zeros(3), cfg, ServerConfig(), 1)
+    b.load_state_dict(a.state_dict())
+    assert b.stats() == a.stats()
+    a.push(upd(3, [0.3, 0.2, 0.1]))
+    b.push(upd(3, [0.3, 0.2, 0.1]))  # same Adam moments: same next step
+    assert torch.equal(a.pull().values, b.pull().values)
+    with pytest.raises(ValueError, match="has 3 values, expected 4"):
+        ParameterShard(torch.zeros(4), cfg, ServerConfig(), 1).load_state_dict(a.state_dict())

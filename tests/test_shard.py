@@ -62,6 +62,16 @@ def test_soft_sync_steps_after_k_and_drops_the_late_ones() -> None:
     assert (st.applied, st.dropped) == (2, 1)
 
 
+def test_barrier_counts_distinct_workers() -> None:
+    """A worker that pushes twice for one version (after a barrier timeout) is not two."""
+    s = shard("sync", workers=2)
+    assert s.push(upd(0, [1.0, 0, 0], 0)).status == "accumulated"
+    again = s.push(upd(0, [1.0, 0, 0], 0))
+    assert again.status == "dropped" and "second update from worker 0" in again.reason
+    assert s.pull().version == 0
+    assert s.push(upd(0, [1.0, 0, 0], 1)).status == "applied"
+
+
 def test_soft_sync_default_k_is_n_minus_one() -> None:
     s = shard("soft_sync", workers=3)
     s.push(upd(0, [1.0, 0, 0], 0))

@@ -63,6 +63,7 @@ class ParameterShard:
         self.version = 0
         self._acc: torch.Tensor | None = None  # running sum of this version's updates
         self._acc_count = 0
+        self._acc_workers: set[int] = set()
         self._applied = self._dropped = self._rejected = self._samples = 0
         self._staleness_sum = 0
         self._hist = [0] * STALENESS_BINS
@@ -148,6 +149,7 @@ class ParameterShard:
             self._staleness_sum, *hist = map(int, state["staleness"])
             self._hist = list(hist)
             self._acc, self._acc_count = None, 0
+            self._acc_workers.clear()
             self._changed.notify_all()
 
     # --- rules (called with the lock held) -------------------------------------------------
@@ -169,6 +171,10 @@ class ParameterShard:
         if staleness > 0:
             # A late update for a version that has already been stepped (a backup worker).
             return self._drop(f"late update for version {update.version}", staleness)
+        if update.worker_id in self._acc_workers:
+            # N distinct workers make a synchronous step; one worker twice is not two
+            return self._drop(f"second update from worker {update.worker_id} for this version", 0)
+        self._acc_workers.add(update.worker_id)
         values = update.values.to(torch.float32)
         self._acc = values.clone() if self._acc is None else self._acc.add_(values)
         self._acc_count += 1
@@ -182,6 +188,7 @@ class ParameterShard:
             self._step(mean, 1.0)
         self._count_applied(0, self._acc_count)
         self._acc, self._acc_count = None, 0
+        self._acc_workers.clear()
         return PushResult("applied", self.version, 0)
 
     def _step(self, grad: torch.Tensor, lr_scale: float) -> None:

@@ -1,0 +1,16 @@
+"""Environments of rltrain: vectors of Gymnasium or Atari envs with SAME-STEP auto-reset.
+
+``make_env(EnvConfig(...), seed)`` gives a :class:`VectorEnv` whose ``step`` returns a
+:class:`StepBatch` (next obs, training reward, terminated, truncated, and the raw scores and
+lengths of the episodes that just ended). Importing this package registers the toy env
+``rltrain/Chain-v0`` with gymnasium and, through ale-py, the ALE/<Game>-v5 ids.
+"""
+
+from envs.base import EnvError, StepBatch, VectorEnv
+from envs.config import EnvConfig
+from envs.toy import CHAIN_ID, ChainEnv, register_chain
+from envs.vector import make_env
+
+register_chain()
+
+__all__ = ["CHAIN_ID", "ChainEnv", "EnvConfig", "EnvError", "StepBatch", "VectorEnv", "make_env"]

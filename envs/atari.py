@@ -1,0 +1,147 @@
+"""ALE/<Game>-v5 ids as a :class:`VectorEnv`: ale-py's C++ ``AtariVectorEnv`` + the protocol.
+
+The C++ vector env does the whole frame pipeline of Mnih et al. (2015) in its own threads
+(frame skip with a max over the last two frames, grayscale, resize, frame stack, no-op starts,
+FIRE on reset) plus the sticky actions of Machado et al. (2018), and supports SAME_STEP
+autoreset natively, so obs[i] of an ended env is already the next game's first stack.
+
+Two parts of the protocol are done here rather than in C++, on purpose:
+
+* Reward clipping. ale-py's ``info`` holds no raw reward, so with its ``reward_clipping`` on the
+  game score would be lost. The C++ env runs unclipped and the training reward is
+  ``np.sign(raw)``; episode returns accumulate the raw reward (the real score).
+* Episodic life. ale-py's ``episodic_life`` ends the C++ episode on a lost life, and its reset
+  then restarts the *game*, so the agent would never play past its first life. Here the game
+  runs on; a drop of ``info["lives"]`` without a game over is reported as ``terminated`` to the
+  learner only, and the episode return keeps accumulating until game over.
+"""
+
+from __future__ import annotations
+
+import ale_py
+import gymnasium
+import numpy as np
+from ale_py.vector_env import AtariVectorEnv
+from gymnasium.vector import AutoresetMode
+
+from envs.base import EnvError, EpisodeTracker, StepBatch, VectorEnv
+from envs.config import EnvConfig
+
+gymnasium.register_envs(ale_py)  # ale_py registers the ALE/ ids when imported
+
+ATARI_ENTRY_POINT = "ale_py.vector_env:AtariVectorEnv"
+
+
+def is_atari_v5(env_id: str) -> bool:
+    """True for ids that run in ale-py's vector env: the registered ALE/<Game>-v5 ids."""
+    spec = gymnasium.registry.get(env_id)
+    return spec is not None and spec.vector_entry_point == ATARI_ENTRY_POINT
+
+
+def rom_name(env_id: str) -> str:
+    """The ROM (game) name ale-py registered for an id: ALE/Pong-v5 -> pong."""
+    game = gymnasium.spec(env_id).kwargs.get("game")
+    if not isinstance(game, str):
+        raise EnvError(f"env '{env_id}' names no ALE game in its registration")
+    return game
+
+
+def atari_protocol(
+    cfg: EnvConfig, game: str, num_envs: int, seed: int, evaluation: bool
+) -> dict[str, object]:
+    """The protocol an Atari vector runs with, as plain values (stamped into the run)."""
+    return {
+        "id": cfg.id,
+        "backend": "ale_py.vector_env.AtariVectorEnv",
+        "ale_py_version": ale_py.__version__,
+        "game": game,
+        "num_envs": num_envs,
+        "seed": seed,
+        "evaluation": evaluation,
+        "autoreset": "same_step",
+        "frame_skip": cfg.frame_skip,
+        "maxpool": True,
+        "frame_stack": cfg.frame_stack,
+        "image_size": cfg.image_size,
+        "grayscale": True,
+        "noop_max": cfg.noop_max,
+        "fire_reset": True,
+        "sticky_actions": cfg.sticky_actions,
+        "full_action_space": False,
+        "max_episode_frames": cfg.max_episode_frames,
+        "clip_rewards": cfg.clip_rewards and not evaluation,
+        "episodic_life": cfg.episodic_life and not evaluation,
+    }
+
+
+class AtariEnv(VectorEnv):
+    """``num_envs`` Atari games in ale-py's threaded C++ vector env, standard protocol."""
+
+    def __init__(self, cfg: EnvConfig, seed: int, num_envs: int, evaluation: bool) -> None:
+        game = rom_name(cfg.id)
+        self.protocol = atari_protocol(cfg, game, num_envs, seed, evaluation)
+        self._clip = bool(self.protocol["clip_rewards"])
+        self._episodic_life = bool(self.protocol["episodic_life"])
+        self._seed = seed
+        self._env = AtariVectorEnv(
+            game,
+            num_envs,
+            num_threads=cfg.num_threads,
+            max_num_frames_per_episode=cfg.max_episode_frames,
+            repeat_action_probability=cfg.sticky_actions,
+            full_action_space=False,
+            autoreset_mode=AutoresetMode.SAME_STEP,
+            img_height=cfg.image_size,
+            img_width=cfg.image_size,
+            grayscale=True,
+            stack_num=cfg.frame_stack,
+            frameskip=cfg.frame_skip,
+            maxpool=True,
+            noop_max=cfg.noop_max,
+            episodic_life=False,  # done here, see the module docstring
+            life_loss_info=False,
+            reward_clipping=False,  # done here: the raw score must survive
+            use_fire_reset=True,
+        )
+        self.num_envs = num_envs
+        self.obs_shape = tuple(self._env.single_observation_space.shape)
+        self.obs_dtype = np.dtype(np.uint8)
+        self.num_actions = int(self._env.single_action_space.n)
+        self.protocol["num_actions"] = self.num_actions
+        self._episodes = EpisodeTracker(num_envs)
+        self._lives = np.zeros(num_envs, dtype=np.int32)
+        self._closed = False
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        """Reset every game; env i is seeded ``seed + i`` (emulator, sticky actions, no-ops)."""
+        obs, info = self._env.reset(seed=self._seed if seed is None else seed)
+        self._lives = info["lives"]
+        self._episodes.reset()
+        return obs
+
+    def step(self, actions: np.ndarray) -> StepBatch:
+        """One agent step (frame_skip frames) of every game; ended games are already reset."""
+        obs, raw, terminated, truncated, info = self._env.step(np.asarray(actions, np.int64))
+        game_ended = terminated | truncated
+        raw = raw.astype(np.float32)
+        if self._episodic_life:
+            lives = info["lives"]
+            terminated = terminated | ((lives < self._lives) & ~game_ended)
+            self._lives = lives
+        returns, lengths = self._episodes.update(raw, game_ended)
+        return StepBatch(
+            obs=obs,
+            reward=np.sign(raw) if self._clip else raw,
+            terminated=terminated,
+            truncated=truncated,
+            episode_returns=returns,
+            episode_lengths=lengths,
+        )
+
+    def close(self) -> None:
+        """Stop the C++ worker threads: ale-py joins them when its vectorizer is freed."""
+        if self._closed:
+            return
+        self._closed = True
+        self._env.close()
+        del self._env  # the last reference: the vectorizer's destructor joins its threads now

@@ -1,0 +1,113 @@
+"""What actors see of an environment vector: :class:`VectorEnv`, :class:`StepBatch`, errors.
+
+Every backend gives SAME-STEP auto-reset: when env i's episode ends at a step, that step's
+reward/terminated/truncated belong to the ended episode and ``obs[i]`` is already the first
+observation of the next one. An actor therefore never sees (nor has to skip) a "reset step",
+and every transition it stores is a real one.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from types import TracebackType
+
+import numpy as np
+
+from rltrain.errors import RLTrainError
+
+
+class EnvError(RLTrainError, ValueError):
+    """An environment that cannot be made (unknown id, unsupported spaces); one-line message."""
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """One vector step. Arrays have leading dim B = num_envs."""
+
+    obs: np.ndarray
+    """[B, *obs_shape]: the observation to act on next (after an auto-reset: the new episode's
+    first observation)."""
+    reward: np.ndarray
+    """[B] float32 training reward (clipped to its sign for Atari when clip_rewards)."""
+    terminated: np.ndarray
+    """[B] bool: training terminal (includes a lost life when episodic_life)."""
+    truncated: np.ndarray
+    """[B] bool: the episode hit its time limit."""
+    episode_returns: list[float]
+    """Raw (unclipped) game scores of the real episodes that ended at this step."""
+    episode_lengths: list[int]
+    """Their lengths in agent steps."""
+
+
+class VectorEnv(abc.ABC):
+    """What actors use: a batch of envs with SAME-STEP auto-reset semantics."""
+
+    num_envs: int
+    """B: environments stepped together."""
+    obs_shape: tuple[int, ...]
+    """Shape of one observation (uint8 [stack, size, size] for Atari)."""
+    obs_dtype: np.dtype
+    """uint8 for Atari frames, float32 for vector observations."""
+    num_actions: int
+    """Size of the Discrete action space (other action spaces are rejected at make time)."""
+    protocol: dict[str, object]
+    """The protocol actually used (id, backend, frame skip, stack, sticky actions, clipping...),
+    plain values, for stamping into the run's records."""
+
+    @abc.abstractmethod
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        """Reset every env; env i is seeded ``seed + i`` (None: the seed given to make_env).
+
+        Returns the first observations, [B, *obs_shape].
+        """
+
+    @abc.abstractmethod
+    def step(self, actions: np.ndarray) -> StepBatch:
+        """Apply one action per env (int64 [B]) and return the batch, auto-resetting ended envs."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the environments (threads, emulators); the object is unusable afterwards."""
+
+    def __enter__(self) -> VectorEnv:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class EpisodeTracker:
+    """Running raw return and length of each env's current (real) episode.
+
+    Backends feed it the unclipped reward of every step and a mask of the envs whose real
+    episode ended (game over or time limit, never a mere lost life); it hands back the finished
+    episodes' score and length once, then starts counting the next episode from zero.
+    """
+
+    def __init__(self, num_envs: int) -> None:
+        self._returns = np.zeros(num_envs, dtype=np.float64)
+        self._lengths = np.zeros(num_envs, dtype=np.int64)
+
+    def reset(self) -> None:
+        """Forget all running episodes (after a full reset of the vector)."""
+        self._returns[:] = 0.0
+        self._lengths[:] = 0
+
+    def update(self, raw_reward: np.ndarray, ended: np.ndarray) -> tuple[list[float], list[int]]:
+        """Add one step; return (returns, lengths) of the episodes that ``ended`` at it."""
+        self._returns += raw_reward
+        self._lengths += 1
+        if not ended.any():
+            return [], []
+        idx = np.flatnonzero(ended)
+        returns = self._returns[idx].tolist()
+        lengths = self._lengths[idx].tolist()
+        self._returns[idx] = 0.0
+        self._lengths[idx] = 0
+        return returns, lengths

@@ -1,0 +1,47 @@
+"""Config of the environments an actor runs: which game, how many copies, and the Atari protocol.
+
+The Atari defaults are the standard protocol: the frame pipeline of Mnih et al. (2015) (frame
+skip 4 with a max over the last two frames, 84x84 grayscale, a stack of 4, up to 30 no-op starts,
+reward clipping to the sign for training) with the sticky actions of Machado et al. (2018)
+(repeat_action_probability 0.25, the ALE v5 default) instead of deterministic emulation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rltrain.config import spec
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """The environments of one actor: a vector of `num_envs` copies of the game `id`."""
+
+    id: str = "CartPole-v1"
+    """Gymnasium id (e.g. CartPole-v1, rltrain/Chain-v0), or ALE/<Game>-v5 for Atari (e.g.
+    ALE/Pong-v5), which runs in ale-py's C++ vector env with the protocol below."""
+    num_envs: int = field(default=8, metadata=spec(ge=1))
+    """Environments per actor, stepped together as one vector."""
+    frame_skip: int = field(default=4, metadata=spec(ge=1))
+    """Atari: emulator frames per agent step (the action is repeated; the last two frames are
+    max-pooled, Mnih et al. 2015)."""
+    frame_stack: int = field(default=4, metadata=spec(ge=1))
+    """Atari: processed frames stacked into one observation."""
+    noop_max: int = field(default=30, metadata=spec(ge=0))
+    """Atari: a random number (up to this) of no-op actions at each episode start (0 = none)."""
+    sticky_actions: float = field(default=0.25, metadata=spec(ge=0, le=1))
+    """Atari: probability that the emulator repeats the previous action instead of the chosen
+    one (repeat_action_probability; 0.25 is the v5 default, Machado et al. 2018)."""
+    clip_rewards: bool = True
+    """Atari, training only: reward = sign(game reward). Evaluation and the reported episode
+    returns always use the raw game score."""
+    episodic_life: bool = False
+    """Atari, training only: a lost life is a terminal for the learner while the game goes on;
+    episode returns still cover the whole game (until game over)."""
+    image_size: int = field(default=84, metadata=spec(ge=8))
+    """Atari: observation frames are resized to image_size x image_size (grayscale)."""
+    max_episode_frames: int = field(default=108000, metadata=spec(ge=1))
+    """Atari: emulator frames after which an episode is truncated (108000 = 30 minutes of play,
+    27000 agent steps at frame_skip 4). Gymnasium ids keep their own registered time limit."""
+    num_threads: int = field(default=0, metadata=spec(ge=0))
+    """Atari: C++ threads of the vector env (0 = one per env, capped by the number of cores)."""

@@ -1,0 +1,83 @@
+"""Typed records of the RL half: rollouts (actor -> learner) and work statistics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """T steps of B environments, stamped with the parameter version that acted."""
+
+    actor_id: int
+    version: int
+    obs: torch.Tensor  # [T+1, B, *obs_shape]; obs[T] is the state to bootstrap from
+    actions: torch.Tensor  # [T, B] int64
+    rewards: torch.Tensor  # [T, B] float32, the training reward (clipped for Atari)
+    terminated: torch.Tensor  # [T, B] bool
+    truncated: torch.Tensor  # [T, B] bool
+    behaviour_logits: torch.Tensor  # [T, B, A] of the acting policy (V-trace's mu)
+    episode_returns: tuple[float, ...] = ()  # raw scores of episodes that ended in the rollout
+    episode_lengths: tuple[int, ...] = ()
+
+    @property
+    def env_steps(self) -> int:
+        return int(self.actions.numel())
+
+    def discounts(self, gamma: float) -> torch.Tensor:  # [T, B]
+        """gamma, or 0 where the episode ended (terminated or truncated).
+
+        With same-step auto-reset, obs[t+1] after a truncation already belongs to the next
+        episode, so truncation also cuts the bootstrap (as CleanRL and most A3C code do).
+        """
+        return gamma * (~(self.terminated | self.truncated)).float()
+
+
+def stack(rollouts: list[Rollout]) -> Rollout:
+    """Concatenate rollouts along the batch dimension (IMPALA's learner batch)."""
+    if len(rollouts) == 1:
+        return rollouts[0]
+    cat = lambda name: torch.cat([getattr(r, name) for r in rollouts], dim=1)  # noqa: E731
+    return Rollout(
+        actor_id=-1,
+        version=min(r.version for r in rollouts),
+        obs=cat("obs"),
+        actions=cat("actions"),
+        rewards=cat("rewards"),
+        terminated=cat("terminated"),
+        truncated=cat("truncated"),
+        behaviour_logits=cat("behaviour_logits"),
+        episode_returns=tuple(x for r in rollouts for x in r.episode_returns),
+        episode_lengths=tuple(x for r in rollouts for x in r.episode_lengths),
+    )
+
+
+@dataclass(frozen=True)
+class LossStats:
+    policy: float
+    value: float
+    entropy: float
+    grad_norm: float
+
+
+@dataclass
+class WorkStats:
+    """What a worker or learner reports back to the driver after a chunk of work."""
+
+    env_steps: int = 0
+    episode_returns: list[float] = field(default_factory=list)
+    episode_lengths: list[int] = field(default_factory=list)
+    updates: int = 0  # pushes
+    applied: int = 0
+    dropped: int = 0
+    rejected: int = 0
+    staleness: list[int] = field(default_factory=list)  # of applied updates
+    losses: list[LossStats] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def add_rollout(self, r: Rollout) -> None:
+        self.env_steps += r.env_steps
+        self.episode_returns.extend(r.episode_returns)
+        self.episode_lengths.extend(r.episode_lengths)

@@ -1,0 +1,75 @@
+"""TensorBoard logging of `rltrain train` (tags per DESIGN.md: episode/, perf/, ps/, loss/)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from torch.utils.tensorboard import SummaryWriter
+
+from rltrain.config import dump_yaml
+from rltrain.rl.config import TrainConfig
+from rltrain.rl.rollout import LossStats, WorkStats
+
+
+class TrainLogger:
+    """Episodes are written as they arrive; rates, losses and staleness every interval."""
+
+    def __init__(
+        self,
+        tb_dir: Path,
+        cfg: TrainConfig,
+        protocol: dict[str, Any],
+        frames_per_step: int,
+        start_steps: int = 0,
+    ) -> None:
+        self.writer = SummaryWriter(str(tb_dir))
+        self.every = cfg.log_every_seconds
+        self.frames_per_step = frames_per_step
+        self.writer.add_text("config", "```\n" + dump_yaml(cfg) + "```")
+        proto = "\n".join(f"| {k} | {v} |" for k, v in protocol.items())
+        self.writer.add_text("env/protocol", "| key | value |\n|---|---|\n" + proto)
+        self._last_t = time.time()
+        self._last_steps = start_steps
+        self._updates = 0
+        self._losses: list[LossStats] = []
+        self._staleness: list[int] = []
+
+    def absorb(self, stats: WorkStats, env_steps: int) -> None:
+        for ret, length in zip(stats.episode_returns, stats.episode_lengths, strict=False):
+            self.writer.add_scalar("episode/return", ret, env_steps)
+            self.writer.add_scalar("episode/length", length, env_steps)
+        self._updates += stats.updates
+        self._losses.extend(stats.losses)
+        self._staleness.extend(stats.staleness)
+
+    def due(self) -> bool:
+        return time.time() - self._last_t >= self.every
+
+    def flush(self, env_steps: int, version: int) -> None:
+        now = time.time()
+        dt = max(1e-9, now - self._last_t)
+        fps = (env_steps - self._last_steps) * self.frames_per_step / dt
+        self.writer.add_scalar("perf/env_fps", fps, env_steps)
+        self.writer.add_scalar("perf/learner_updates_per_s", self._updates / dt, env_steps)
+        self.writer.add_scalar("ps/version", version, env_steps)
+        if self._staleness:
+            self.writer.add_histogram("ps/staleness", _as_tensor(self._staleness), env_steps)
+        if self._losses:
+            n = len(self._losses)
+            for name in ("policy", "value", "entropy", "grad_norm"):
+                value = sum(getattr(x, name) for x in self._losses) / n
+                self.writer.add_scalar(f"loss/{name}", value, env_steps)
+        self.writer.flush()
+        self._last_t, self._last_steps = now, env_steps
+        self._updates, self._losses, self._staleness = 0, [], []
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def _as_tensor(values: list[int]):  # noqa: ANN202
+    import torch
+
+    return torch.tensor(values, dtype=torch.float32)

@@ -1,0 +1,215 @@
+"""The environments layer: shapes, SAME-STEP auto-reset, raw scores, determinism, Atari protocol."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from envs import CHAIN_ID, EnvConfig, EnvError, StepBatch, VectorEnv, make_env
+from envs.toy import CHAIN_LENGTH, CHAIN_MAX_STEPS
+from rltrain.config import ConfigError, field_docs, from_dict
+
+
+def rollout(env: VectorEnv, actions: np.ndarray) -> list[StepBatch]:
+    """Step ``env`` with actions [T, B] and return every batch."""
+    return [env.step(a) for a in actions]
+
+
+def random_actions(env: VectorEnv, steps: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, env.num_actions, (steps, env.num_envs))
+
+
+# ---------------------------------------------------------------------------------------------
+# Config
+
+
+def test_config_fields_have_docs_and_bounds() -> None:
+    docs = field_docs(EnvConfig)
+    assert set(docs) == {f.name for f in dataclasses.fields(EnvConfig)}
+    with pytest.raises(ConfigError, match="sticky_actions"):
+        from_dict(EnvConfig, {"sticky_actions": 1.5})
+    with pytest.raises(ConfigError, match="num_envs"):
+        from_dict(EnvConfig, {"num_envs": 0})
+
+
+# ---------------------------------------------------------------------------------------------
+# Gymnasium ids
+
+
+def test_cartpole_shapes_and_dtypes() -> None:
+    with make_env(EnvConfig(id="CartPole-v1", num_envs=3), seed=0) as env:
+        assert (env.num_envs, env.obs_shape, env.num_actions) == (3, (4,), 2)
+        assert env.obs_dtype == np.float32
+        obs = env.reset()
+        assert obs.shape == (3, 4) and obs.dtype == np.float32
+        batch = env.step(np.zeros(3, dtype=np.int64))
+        assert batch.obs.shape == (3, 4) and batch.obs.dtype == np.float32
+        assert batch.reward.shape == (3,) and batch.reward.dtype == np.float32
+        assert batch.terminated.dtype == np.bool_ and batch.truncated.dtype == np.bool_
+        assert env.protocol["id"] == "CartPole-v1" and env.protocol["autoreset"] == "same_step"
+
+
+def test_cartpole_same_step_autoreset_reports_each_episode_once() -> None:
+    """Always pushing left ends episodes in ~10 steps; each end is seen once, already reset."""
+    with make_env(EnvConfig(id="CartPole-v1", num_envs=2), seed=1) as env:
+        env.reset()
+        steps_in_episode = np.zeros(2, dtype=int)
+        expected: list[int] = []
+        reported: list[int] = []
+        for batch in rollout(env, np.zeros((60, 2), dtype=np.int64)):
+            steps_in_episode += 1
+            ended = batch.terminated | batch.truncated
+            for i in np.flatnonzero(ended):
+                # The returned obs is the next episode's first one: CartPole starts near 0.
+                assert np.all(np.abs(batch.obs[i]) <= 0.05)
+                assert batch.reward[i] == 1.0  # the ended episode's last reward
+                expected.append(int(steps_in_episode[i]))
+                steps_in_episode[i] = 0
+            reported.extend(batch.episode_lengths)
+            assert batch.episode_returns == [float(n) for n in batch.episode_lengths]
+        assert len(expected) >= 4
+        assert sorted(reported) == sorted(expected)
+
+
+def test_chain_reaches_goal_and_resets_same_step() -> None:
+    with make_env(EnvConfig(id=CHAIN_ID, num_envs=2), seed=3) as env:
+        assert (env.obs_shape, env.obs_dtype, env.num_actions) == ((CHAIN_LENGTH,), np.float32, 2)
+        obs = env.reset()
+        start = obs.argmax(axis=1)
+        assert np.all(start < CHAIN_LENGTH // 2) and np.all(obs.sum(axis=1) == 1)
+        to_goal = CHAIN_LENGTH - 1 - start
+        batches = rollout(env, np.ones((int(to_goal.max()), 2), dtype=np.int64))
+        for i in range(2):
+            batch = batches[to_goal[i] - 1]
+            assert batch.terminated[i] and not batch.truncated[i] and batch.reward[i] == 1.0
+            assert batch.obs[i].argmax() < CHAIN_LENGTH // 2  # fresh start, not the goal cell
+            assert 1.0 in batch.episode_returns and int(to_goal[i]) in batch.episode_lengths
+        assert sum(len(b.episode_returns) for b in batches) == 2
+
+
+def test_chain_truncates_at_time_limit() -> None:
+    with make_env(EnvConfig(id=CHAIN_ID, num_envs=2), seed=0) as env:
+        env.reset()
+        batches = rollout(env, np.zeros((CHAIN_MAX_STEPS, 2), dtype=np.int64))
+        assert not any(b.episode_returns for b in batches[:-1])
+        last = batches[-1]
+        assert last.truncated.all() and not last.terminated.any()
+        assert last.episode_returns == [0.0, 0.0]
+        assert last.episode_lengths == [CHAIN_MAX_STEPS] * 2
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", CHAIN_ID])
+def test_same_seed_same_trajectory(env_id: str) -> None:
+    def trajectory(seed: int) -> np.ndarray:
+        with make_env(EnvConfig(id=env_id, num_envs=3), seed=seed) as env:
+            first = env.reset()
+            steps = rollout(env, random_actions(env, 50))
+            return np.stack([first] + [b.obs for b in steps])
+
+    a, b = trajectory(7), trajectory(7)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, trajectory(8))
+
+
+def test_reset_seeds_env_i_with_seed_plus_i() -> None:
+    with make_env(EnvConfig(id="CartPole-v1", num_envs=3), seed=0) as env:
+        three = env.reset(seed=10)
+    with make_env(EnvConfig(id="CartPole-v1", num_envs=1), seed=0) as env:
+        np.testing.assert_array_equal(env.reset(seed=12)[0], three[2])
+
+
+def test_unknown_id_names_close_match_in_one_line() -> None:
+    with pytest.raises(EnvError) as err:
+        make_env(EnvConfig(id="CartPol-v1"), seed=0)
+    msg = str(err.value)
+    assert "CartPole-v1" in msg and "CartPol-v1" in msg and "\n" not in msg
+    with pytest.raises(EnvError, match="ALE/Pong-v5"):
+        make_env(EnvConfig(id="ALE/Pongg-v5"), seed=0)
+
+
+def test_non_discrete_action_space_is_rejected() -> None:
+    with pytest.raises(EnvError, match="only Discrete actions are supported"):
+        make_env(EnvConfig(id="Pendulum-v1", num_envs=1), seed=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Atari (ale-py's C++ vector env)
+
+
+def test_pong_protocol_shapes_and_clipped_rewards() -> None:
+    with make_env(EnvConfig(id="ALE/Pong-v5", num_envs=2, num_threads=2), seed=0) as env:
+        assert (env.obs_shape, env.obs_dtype, env.num_actions) == ((4, 84, 84), np.uint8, 6)
+        p = env.protocol
+        assert (p["game"], p["sticky_actions"], p["frame_skip"]) == ("pong", 0.25, 4)
+        assert (p["frame_stack"], p["noop_max"], p["image_size"]) == (4, 30, 84)
+        assert p["clip_rewards"] is True and p["episodic_life"] is False
+        obs = env.reset()
+        assert obs.shape == (2, 4, 84, 84) and obs.dtype == np.uint8
+        batches = rollout(env, random_actions(env, 150))
+        first = batches[0].obs.copy()
+        assert batches[-1].obs.shape == (2, 4, 84, 84) and batches[-1].obs.dtype == np.uint8
+        np.testing.assert_array_equal(batches[0].obs, first)  # later steps do not overwrite it
+        rewards = np.concatenate([b.reward for b in batches])
+        assert rewards.dtype == np.float32 and set(rewards.tolist()) <= {-1.0, 0.0, 1.0}
+
+
+def test_atari_truncation_reports_raw_score_once() -> None:
+    cfg = EnvConfig(id="ALE/Pong-v5", num_envs=2, max_episode_frames=400)  # 100 agent steps
+    with make_env(cfg, seed=0) as env:
+        env.reset()
+        batches = rollout(env, random_actions(env, 101))
+        assert not any(b.episode_returns for b in batches[:99])
+        end = batches[99]
+        assert end.truncated.all() and end.episode_lengths == [100, 100]
+        # SAME-STEP: obs is already the new game's first stack (older frames are blank).
+        assert (end.obs[:, :-1] == 0).all() and (end.obs[:, -1] > 0).any(axis=(1, 2)).all()
+        for score in end.episode_returns:
+            assert isinstance(score, float) and score == int(score) and -21 <= score <= 21
+        assert not batches[100].truncated.any() and not batches[100].episode_returns
+
+
+def test_atari_training_reward_is_sign_of_raw_score() -> None:
+    """Same seed and actions: the evaluation run sees raw rewards, training their sign."""
+    cfg = EnvConfig(id="ALE/SpaceInvaders-v5", num_envs=2, max_episode_frames=1200)
+    runs = []
+    for evaluation in (False, True):
+        with make_env(cfg, seed=5, evaluation=evaluation) as env:
+            env.reset()
+            runs.append(rollout(env, random_actions(env, 300, seed=1)))
+    train, raw = runs
+    raw_rewards = np.stack([b.reward for b in raw])
+    assert raw_rewards.max() > 1  # Space Invaders scores 5..30 per alien
+    np.testing.assert_array_equal(np.stack([b.reward for b in train]), np.sign(raw_rewards))
+    train_scores = [s for b in train for s in b.episode_returns]
+    assert train_scores == [s for b in raw for s in b.episode_returns] and train_scores
+    assert max(train_scores) > 1  # the reported score is raw, not clipped
+
+
+def test_episodic_life_terminates_on_life_loss_but_scores_whole_game() -> None:
+    cfg = EnvConfig(id="ALE/Breakout-v5", num_envs=1, episodic_life=True)
+    runs = []
+    for evaluation in (False, True):
+        with make_env(cfg, seed=2, evaluation=evaluation) as env:
+            assert env.protocol["episodic_life"] is (not evaluation)
+            env.reset()
+            runs.append(rollout(env, random_actions(env, 1500, seed=4)))
+    train, raw = runs
+    game_over = next(t for t, b in enumerate(raw) if b.episode_returns)
+    assert raw[game_over].terminated[0]
+    assert sum(bool(b.terminated[0]) for b in raw[: game_over + 1]) == 1
+    # Training: one terminal per lost life (Breakout has 5), the game itself goes on.
+    assert sum(bool(b.terminated[0]) for b in train[: game_over + 1]) == 5
+    assert [b.episode_returns for b in train] == [b.episode_returns for b in raw]
+    assert train[game_over].episode_lengths == [game_over + 1]
+
+
+def test_evaluation_disables_clipping_and_episodic_life() -> None:
+    cfg = EnvConfig(id="ALE/Pong-v5", num_envs=1, clip_rewards=True, episodic_life=True)
+    with make_env(cfg, seed=0, evaluation=True) as env:
+        assert env.protocol["clip_rewards"] is False and env.protocol["episodic_life"] is False
+        assert env.protocol["evaluation"] is True
+    with make_env(cfg, seed=0, num_envs=3) as env:
+        assert env.protocol["clip_rewards"] is True and env.protocol["episodic_life"] is True
+        assert env.num_envs == 3 and env.reset().shape == (3, 4, 84, 84)

@@ -1,0 +1,99 @@
+"""Actors, learners and A3C workers in one process, against the in-process server."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from envs import EnvConfig
+from rltrain.ps.config import OptimizerConfig, ServerConfig
+from rltrain.ps.server import LocalServer
+from rltrain.rl.actor import Actor
+from rltrain.rl.config import AlgoConfig, StopConfig, TrainConfig
+from rltrain.rl.learner import A3CWorker, Learner
+from rltrain.rl.rollout import stack
+from rltrain.rl.train import initial_params, probe_env
+
+
+def cfg(algo: str = "a3c", env: str = "CartPole-v1", **kw: object) -> TrainConfig:
+    return TrainConfig(
+        env=EnvConfig(id=env, num_envs=3),
+        algo=AlgoConfig(name=algo, rollout_length=5),
+        optimizer=OptimizerConfig(name="adam", lr=1e-3),
+        stop=StopConfig(max_env_steps=1000),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def server_for(c: TrainConfig, workers: int = 1, rule: str = "async") -> LocalServer:
+    return LocalServer(
+        initial_params(c, probe_env(c)), c.optimizer, ServerConfig(rule=rule), workers
+    )
+
+
+def test_actor_rollout_shapes_and_version() -> None:
+    c = cfg()
+    server = server_for(c)
+    actor = Actor(c, 0)
+    r = actor.collect(server)
+    assert r.version == 0 and r.actor_id == 0
+    assert r.obs.shape == (6, 3, 4) and r.obs.dtype == torch.float32
+    assert r.actions.shape == (5, 3) and r.actions.dtype == torch.int64
+    assert r.rewards.shape == r.terminated.shape == r.truncated.shape == (5, 3)
+    assert r.behaviour_logits.shape == (5, 3, 2)
+    assert r.env_steps == 15
+    # the server moves on; with n_fetch=1 the next rollout carries the new version
+    server.push(dataclasses.replace(_grad_update(server), version=0))
+    assert actor.collect(server).version == 1
+
+
+def _grad_update(server: LocalServer):  # noqa: ANN202
+    from rltrain.records import GradUpdate
+
+    return GradUpdate(0, 0, torch.zeros(server.layout.numel), 1)
+
+
+def test_actor_reports_raw_episode_returns() -> None:
+    c = cfg()
+    actor = Actor(c, 0)
+    actor.load(server_for(c).pull())
+    returns, lengths = [], []
+    for _ in range(40):  # random-ish CartPole episodes last ~20 steps
+        r = actor.rollout()
+        returns.extend(r.episode_returns)
+        lengths.extend(r.episode_lengths)
+    assert returns and len(returns) == len(lengths)
+    assert all(ret == length for ret, length in zip(returns, lengths, strict=True))  # +1 per step
+
+
+def test_learner_gradient_matches_model_size_and_moves_server() -> None:
+    c = cfg("impala")
+    spec = probe_env(c)
+    server = server_for(c)
+    rollouts = [Actor(c, i).collect(server) for i in range(2)]
+    learner = Learner(c, spec.obs_shape, spec.num_actions)
+    stats = learner.learn(server, *rollouts)
+    assert stats.updates == stats.applied == 1 and stats.env_steps == 30
+    assert server.pull().version == 1
+    assert stack(rollouts).actions.shape == (5, 6)
+
+
+def test_a3c_worker_pushes_each_rollout() -> None:
+    c = cfg()
+    server = server_for(c)
+    worker = A3CWorker(c, 0)
+    stats = worker.work(server, 4)
+    assert stats.updates == stats.applied == 4 and stats.env_steps == 60
+    assert server.pull().version == 4
+    assert worker.actor.version == 4  # the worker acts with what the last exchange returned
+    assert len(stats.losses) == 4 and stats.losses[0].grad_norm >= 0
+
+
+def test_atari_actor_rollout_is_uint8_frames() -> None:
+    c = cfg(env="ALE/Pong-v5")
+    server = server_for(c)
+    r = Actor(c, 0).collect(server)
+    assert r.obs.shape == (6, 3, 4, 84, 84) and r.obs.dtype == torch.uint8
+    assert r.behaviour_logits.shape == (5, 3, 6)
+    assert set(r.rewards.unique().tolist()) <= {-1.0, 0.0, 1.0}

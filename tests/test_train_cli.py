@@ -1,0 +1,129 @@
+"""`rltrain train` / `rltrain eval` end to end through real Ray processes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from rltrain.cli import main
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+CFG = ROOT / "configs"
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def test_cartpole_a3c_learns_to_475(tmp_path: Path) -> None:
+    """The learning test: 2 A3C workers reach a mean return of 475 over 20 episodes."""
+    run_dir = tmp_path / "a3c"
+    assert main(["train", str(CFG / "cartpole_a3c.yaml"), "--run-dir", str(run_dir)]) == 0
+    s = summary(run_dir)
+    assert s["stopped_by"] == "mean_return", s
+    assert s["mean_return"] >= 475
+    assert s["episodes"] >= 20 and s["updates"] > 0
+
+
+@pytest.mark.parametrize("algo", ["impala", "a2c"])
+def test_short_runs_write_tensorboard_checkpoint_summary(tmp_path: Path, algo: str) -> None:
+    run_dir = tmp_path / algo
+    config = CFG / ("cartpole_impala.yaml" if algo == "impala" else "cartpole_a3c.yaml")
+    argv = ["train", str(config), "--run-dir", str(run_dir), "--set", f"algo.name={algo}"]
+    argv += ["--set", "stop.max_env_steps=6000", "--set", "stop.mean_return=null"]
+    argv += ["--set", "log_every_seconds=0.2"]
+    assert main(argv) == 0
+    s = summary(run_dir)
+    assert s["stopped_by"] == "max_env_steps"
+    for key in (
+        "wall_seconds",
+        "env_steps",
+        "env_frames",
+        "episodes",
+        "mean_return",
+        "best_mean_return",
+        "updates",
+        "mean_staleness",
+    ):
+        assert key in s
+    assert s["env_steps"] >= 6000 and s["env_frames"] == s["env_steps"]
+    if algo == "a2c":
+        assert s["mean_staleness"] == 0  # the hard barrier: every update is fresh
+    assert list((run_dir / "checkpoints").glob("ckpt-*.pt"))
+    acc = EventAccumulator(str(run_dir / "tb"), size_guidance={"histograms": 0, "scalars": 0})
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {
+        "episode/return",
+        "episode/length",
+        "perf/env_fps",
+        "perf/learner_updates_per_s",
+        "ps/version",
+        "loss/policy",
+        "loss/value",
+        "loss/entropy",
+        "loss/grad_norm",
+    } <= tags
+    assert "ps/staleness" in acc.Tags()["histograms"]
+    assert {"config/text_summary", "env/protocol/text_summary"} <= set(acc.Tags()["tensors"])
+
+
+def test_resume_continues_counters_and_eval_plays_checkpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    cfg = str(CFG / "cartpole_a3c.yaml")
+    base = ["--set", "stop.mean_return=null"]
+    assert (
+        main(["train", cfg, "--run-dir", str(run_dir), *base, "--set", "stop.max_env_steps=3000"])
+        == 0
+    )
+    first = summary(run_dir)
+    ckpt = sorted((run_dir / "checkpoints").glob("ckpt-*.pt"))[-1]
+    version = torch.load(ckpt, weights_only=True)["shards"][0]["version"]
+
+    assert main(["train", "--resume", str(run_dir), *base, "--set", "stop.max_env_steps=6000"]) == 0
+    second = summary(run_dir)
+    assert second["env_steps"] >= 6000 > first["env_steps"] >= 3000
+    assert second["updates"] > first["updates"]
+    assert second["episodes"] >= first["episodes"]
+    newest = sorted((run_dir / "checkpoints").glob("ckpt-*.pt"))[-1]
+    assert torch.load(newest, weights_only=True)["shards"][0]["version"] > version
+
+    capsys.readouterr()
+    assert main(["eval", str(run_dir), "--episodes", "3", "--video"]) == 0
+    out = capsys.readouterr().out
+    assert "raw score mean" in out and "3 episodes" in out
+    assert list(run_dir.glob("eval-v*.gif"))
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["train", str(CFG / "cartpole_a3c.yaml"), "--set", "env.id=CartPol-v1"], ["CartPole-v1"]),
+        (["train", str(CFG / "cartpole_a3c.yaml"), "--set", "algo.name=ppo"], ["algo.name='ppo'"]),
+        (["train"], ["CONFIG"]),
+        (["eval", "/nonexistent/run"], ["not a run directory"]),
+        (["train", "--resume", "/nonexistent/run"], ["not a run directory"]),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], words: list[str]
+) -> None:
+    run_dir = tmp_path / "never"
+    extra = (
+        ["--run-dir", str(run_dir)]
+        if argv[0] == "train" and len(argv) > 1 and "--resume" not in argv
+        else []
+    )
+    assert main([*argv, *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("rltrain: error:") and "\n" not in err
+    for w in words:
+        assert w in err
+    assert not run_dir.exists()

@@ -34,6 +34,7 @@ def save_checkpoint(run_dir: Path, version: int, state: dict[str, Any], keep: in
     os.close(fd)
     try:
         torch.save(state, tmp)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)

@@ -8,9 +8,14 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rltrain.config import describe, load_config
 from rltrain.errors import RLTrainError
+
+if TYPE_CHECKING:
+    from rltrain.supervised.config import BenchConfig
+    from rltrain.supervised.datasets import SplitDataset
 
 EXIT_USAGE = 2
 
@@ -109,7 +114,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return _bench(cfg, data, run_dir)
 
 
-def _bench(cfg, data, run_dir: Path) -> int:  # noqa: ANN001 - typed in the callee modules
+def _bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
     from rltrain import runtime
     from rltrain.progress import Progress
     from rltrain.supervised import report

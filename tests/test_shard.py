@@ -172,6 +172,8 @@ def test_exchange_pushes_waits_and_pulls() -> None:
     out: list[object] = []
     t = threading.Thread(target=lambda: out.append(s.exchange(upd(0, [1.0, 0, 0], 0), 1, 5.0)))
     t.start()
+    while s.stats().samples < 8:  # the exchange's push has landed and it now waits
+        time.sleep(0.001)
     s.push(upd(0, [1.0, 0, 0], 1))
     t.join(timeout=5)
     result, params = out[0]  # type: ignore[misc]

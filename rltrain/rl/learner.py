@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import torch
-from torch.nn.utils import parameters_to_vector, vector_to_parameters
+from torch.nn.utils import vector_to_parameters
 
 from rltrain.ps.server import Server
 from rltrain.records import GradUpdate, Params, PushResult
@@ -139,6 +139,3 @@ class A3CWorker:
             record_push(stats, result)
         stats.seconds = time.perf_counter() - t
         return stats
-
-    def initial_params(self) -> torch.Tensor:
-        return parameters_to_vector(self.actor.model.parameters()).detach()

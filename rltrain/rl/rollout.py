@@ -39,7 +39,10 @@ def stack(rollouts: list[Rollout]) -> Rollout:
     """Concatenate rollouts along the batch dimension (IMPALA's learner batch)."""
     if len(rollouts) == 1:
         return rollouts[0]
-    cat = lambda name: torch.cat([getattr(r, name) for r in rollouts], dim=1)  # noqa: E731
+
+    def cat(name: str) -> torch.Tensor:
+        return torch.cat([getattr(r, name) for r in rollouts], dim=1)
+
     return Rollout(
         actor_id=-1,
         version=min(r.version for r in rollouts),

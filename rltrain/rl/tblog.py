@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch.utils.tensorboard import SummaryWriter
 
 from rltrain.config import dump_yaml
@@ -69,7 +70,5 @@ class TrainLogger:
         self.writer.close()
 
 
-def _as_tensor(values: list[int]):  # noqa: ANN202
-    import torch
-
+def _as_tensor(values: list[int]) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float32)

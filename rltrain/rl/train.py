@@ -22,6 +22,7 @@ from envs import make_env
 from rltrain.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from rltrain.config import to_dict
 from rltrain.progress import Progress
+from rltrain.ps.config import ServerConfig
 from rltrain.rl.actor import Actor
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.learner import A3CWorker, Learner
@@ -59,7 +60,7 @@ def initial_params(cfg: TrainConfig, spec: EnvSpec) -> torch.Tensor:
     return parameters_to_vector(model.parameters()).detach().clone()
 
 
-def server_rule(cfg: TrainConfig):  # noqa: ANN201
+def server_rule(cfg: TrainConfig) -> ServerConfig:
     """a2c is A3C through the server's hard barrier; a3c and impala use the configured rule."""
     if cfg.algo.name == "a2c":
         return dataclasses.replace(cfg.server, rule="sync")

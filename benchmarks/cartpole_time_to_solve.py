@@ -18,7 +18,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = {"a3c": "cartpole_a3c.yaml", "impala": "cartpole_impala.yaml", "a2c": "cartpole_a3c.yaml"}
+CONFIGS = {
+    "a3c": "cartpole_a3c.yaml",
+    "impala": "cartpole_impala.yaml",
+    "a2c": "cartpole_a3c.yaml",
+    "dqn": "cartpole_gorila.yaml",
+}
 
 
 def run(algo: str, seed: int, out: Path) -> dict:
@@ -35,7 +40,7 @@ def run(algo: str, seed: int, out: Path) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--algos", nargs="+", default=["a3c", "impala", "a2c"])
+    p.add_argument("--algos", nargs="+", default=["a3c", "impala", "a2c", "dqn"])
     args = p.parse_args()
     out = Path(tempfile.mkdtemp(prefix="cartpole-bench-"))
     print("| algo | seed | solved | seconds (start-up incl.) | train s | env steps | mean return |")

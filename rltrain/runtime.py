@@ -159,6 +159,38 @@ def start_server(
     return RayServer(layout, handles)
 
 
+class RayReplay:
+    """Replay-memory shards as Ray actors, behind the same methods as ``LocalReplay``.
+
+    ``add`` waits for the shard (back-pressure: actors cannot outrun the memory);
+    ``update_priorities`` does not (a learner need not wait for bookkeeping).
+    """
+
+    def __init__(self, handles: Sequence[Any]) -> None:
+        self.handles = list(handles)
+
+    def add(self, shard: int, block: Any) -> None:
+        ray.get(self.handles[shard].add.remote(block))
+
+    def sample(self, shard: int, batch_size: int) -> Any:
+        return ray.get(self.handles[shard].sample.remote(batch_size))
+
+    def update_priorities(self, shard: int, indices: Any, priorities: Any) -> None:
+        self.handles[shard].update_priorities.remote(indices, priorities)
+
+    def sizes(self) -> list[int]:
+        return [s["size"] for s in ray.get([h.stats.remote() for h in self.handles])]
+
+    def nbytes(self) -> int:
+        return sum(s["nbytes"] for s in ray.get([h.stats.remote() for h in self.handles]))
+
+
+def start_replay(cls: type, args: Sequence[tuple[Any, ...]], max_concurrency: int) -> RayReplay:
+    """One replay actor per shard; threaded so that sampling and adding overlap."""
+    actor = ray.remote(cls).options(num_cpus=0, max_concurrency=max_concurrency)
+    return RayReplay([actor.remote(*a) for a in args])
+
+
 class Remote:
     """A plain class running as a Ray actor: ``call`` returns a future, ``get`` waits for it."""
 
@@ -176,6 +208,10 @@ def wait_all(futures: Sequence[Any], timeout: float) -> bool:
     """True once every future is done; waits at most ``timeout`` seconds."""
     _, pending = ray.wait(list(futures), num_returns=len(futures), timeout=timeout)
     return not pending
+
+
+def kill(handle: Any) -> None:
+    ray.kill(handle)
 
 
 def cluster_gpus() -> float:

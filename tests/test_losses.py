@@ -119,3 +119,22 @@ def test_vtrace_loss_on_policy_equals_a3c_loss() -> None:
     v = vtrace_loss(logits, logits.clone(), actions, x["values"], *args)
     assert a.total.item() == pytest.approx(v.total.item(), rel=1e-5)
     assert a.policy == pytest.approx(v.policy, rel=1e-5)
+
+
+def test_double_dqn_target_hand_computed() -> None:
+    """Online net picks the action at s', target net evaluates it; terminal cuts the bootstrap."""
+    from rltrain.rl.losses import double_dqn_targets, dqn_loss
+
+    rewards = torch.tensor([1.0, 0.5, -1.0])
+    done = torch.tensor([False, False, True])
+    online = torch.tensor([[1.0, 3.0], [2.0, 0.0], [5.0, 9.0]])  # argmax: 1, 0, 1
+    target = torch.tensor([[10.0, 20.0], [30.0, 40.0], [50.0, 60.0]])
+    y = double_dqn_targets(rewards, done, online, target, gamma=0.9)
+    # 1 + 0.9 * 20 ; 0.5 + 0.9 * 30 ; -1 (terminal)
+    torch.testing.assert_close(y, torch.tensor([19.0, 27.5, -1.0]))
+
+    q = torch.tensor([[18.0, 18.5], [27.0, 0.0], [0.0, 1.0]], requires_grad=True)
+    loss, td = dqn_loss(q, torch.tensor([1, 0, 1]), y, torch.tensor([1.0, 1.0, 0.5]))
+    torch.testing.assert_close(td, torch.tensor([0.5, 0.5, -2.0]))
+    # Huber: 0.5 * 0.25 for |td| <= 1, |td| - 0.5 otherwise; weighted mean
+    assert loss.item() == pytest.approx((0.125 + 0.125 + 0.5 * 1.5) / 3)

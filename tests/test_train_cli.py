@@ -30,6 +30,22 @@ def test_cartpole_a3c_learns_to_475(tmp_path: Path) -> None:
     assert s["episodes"] >= 20 and s["updates"] > 0
 
 
+def test_cartpole_gorila_learns_to_475(tmp_path: Path) -> None:
+    """The Gorila learning test: DQN actors, replay and a learner reach a mean of 475."""
+    run_dir = tmp_path / "gorila"
+    assert main(["train", str(CFG / "cartpole_gorila.yaml"), "--run-dir", str(run_dir)]) == 0
+    s = summary(run_dir)
+    assert s["stopped_by"] == "mean_return", s
+    assert s["mean_return"] >= 475
+    assert s["replay_bytes"] > 0
+    acc = EventAccumulator(str(run_dir / "tb"), size_guidance={"scalars": 0})
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"replay/size", "replay/sampled_per_s", "dqn/epsilon", "dqn/q_mean", "loss/td"} <= tags
+    assert {"episode/return", "perf/env_fps", "ps/version"} <= tags
+    assert main(["eval", str(run_dir), "--episodes", "2"]) == 0  # greedy in the Q-values
+
+
 @pytest.mark.parametrize("algo", ["impala", "a2c"])
 def test_short_runs_write_tensorboard_checkpoint_summary(tmp_path: Path, algo: str) -> None:
     run_dir = tmp_path / algo

@@ -16,7 +16,7 @@ from torch.nn.utils import vector_to_parameters
 from envs import make_env
 from rltrain.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
 from rltrain.rl.config import TrainConfig
-from rltrain.rl.models import build_policy
+from rltrain.rl.models import build_policy, build_qnet
 
 
 @dataclass(frozen=True)
@@ -55,10 +55,13 @@ def evaluate(
     seed: int = 12345,
     max_steps: int = 1_000_000,
 ) -> EvalResult:
-    """Play ``episodes`` episodes (sampling from the policy) in up to 8 parallel envs."""
+    """Play ``episodes`` episodes in up to 8 parallel envs: actor-critic runs sample from their
+    policy; DQN runs act greedily."""
     path, version, values = checkpoint_params(run_dir)
     env = make_env(cfg.env, seed=seed, num_envs=min(episodes, 8), evaluation=True)
-    model = build_policy(cfg.model.kind, env.obs_shape, env.num_actions, cfg.model.hidden)
+    dqn = cfg.algo.name == "dqn"
+    build = build_qnet if dqn else build_policy
+    model = build(cfg.model.kind, env.obs_shape, env.num_actions, cfg.model.hidden)
     if sum(p.numel() for p in model.parameters()) != values.numel():
         raise CheckpointError(f"{path} does not fit the model of {run_dir}/config.yaml")
     vector_to_parameters(values, model.parameters())
@@ -73,8 +76,11 @@ def evaluate(
         for _ in range(max_steps):
             if recording:
                 frames.append(frame_of(obs[0].numpy()))
-            logits, _ = model(obs)
-            actions = torch.multinomial(torch.softmax(logits, -1), 1, generator=gen).squeeze(1)
+            if dqn:  # greedy in the action values
+                actions = model(obs).argmax(1)
+            else:  # a sample from the policy, as it was trained
+                logits, _ = model(obs)
+                actions = torch.multinomial(torch.softmax(logits, -1), 1, generator=gen).squeeze(1)
             step = env.step(actions.numpy())
             if recording and (step.terminated[0] or step.truncated[0]) and step.episode_returns:
                 recording = False

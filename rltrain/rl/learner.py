@@ -75,7 +75,7 @@ class Learner:
         params = list(self.model.parameters())
         norm = torch.nn.utils.clip_grad_norm_(params, a.max_grad_norm or float("inf"))
         grad = torch.cat([p.grad.reshape(-1) for p in params]).cpu()
-        return grad, LossStats(loss.policy, loss.value, loss.entropy, float(norm))
+        return grad, LossStats(float(norm), loss.policy, loss.value, loss.entropy)
 
     def learn(self, server: Server, *rollouts: Rollout) -> WorkStats:
         """IMPALA learner step: latest parameters, V-trace loss on the batch, push."""
@@ -84,7 +84,9 @@ class Learner:
         self.load(params)
         batch = stack(list(rollouts))
         grad, loss = self.gradient(batch)
-        update = GradUpdate(self.learner_id, params.version, grad, batch.env_steps, loss.policy)
+        update = GradUpdate(
+            self.learner_id, params.version, grad, batch.env_steps, loss.policy or 0.0
+        )
         result, self.params = server.exchange(update)
         stats = WorkStats(losses=[loss])
         stats.add_rollout(batch)

@@ -148,3 +148,34 @@ def vtrace_loss(
     return actor_critic_loss(
         logits, actions, values, vt.vs, vt.pg_advantages, value_coef, entropy_coef
     )
+
+
+@torch.no_grad()
+def double_dqn_targets(
+    rewards: torch.Tensor,  # [N]
+    done: torch.Tensor,  # [N] bool: terminal, no bootstrap
+    next_q_online: torch.Tensor,  # [N, A] online network at s'
+    next_q_target: torch.Tensor,  # [N, A] target network at s'
+    gamma: float,
+) -> torch.Tensor:  # [N]
+    """Double DQN (van Hasselt et al. 2016): y = r + gamma Q_target(s', argmax_a Q_online(s', a)).
+
+    The online network chooses, the target network evaluates: less over-estimation than
+    max_a Q_target(s', a) of the Nature DQN.
+    """
+    best = next_q_online.argmax(dim=1, keepdim=True)  # [N, 1]
+    bootstrap = next_q_target.gather(1, best).squeeze(1)  # [N]
+    return rewards + gamma * (~done).float() * bootstrap
+
+
+def dqn_loss(
+    q: torch.Tensor,  # [N, A] online network at s
+    actions: torch.Tensor,  # [N] int64
+    targets: torch.Tensor,  # [N] (no grad)
+    weights: torch.Tensor,  # [N] importance weights (1 for uniform replay)
+) -> tuple[torch.Tensor, torch.Tensor]:  # [] loss, [N] TD errors (detached)
+    """Huber loss on the TD error (Mnih et al. 2015), importance-weighted (Schaul et al. 2016)."""
+    q_a = q.gather(1, actions.unsqueeze(1)).squeeze(1)  # [N]
+    td = targets.detach() - q_a
+    loss = (weights * F.smooth_l1_loss(q_a, targets.detach(), reduction="none")).mean()
+    return loss, td.detach()

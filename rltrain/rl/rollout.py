@@ -59,10 +59,13 @@ def stack(rollouts: list[Rollout]) -> Rollout:
 
 @dataclass(frozen=True)
 class LossStats:
-    policy: float
-    value: float
-    entropy: float
+    """Loss terms of one update; None where the algorithm has no such term."""
+
     grad_norm: float
+    policy: float | None = None
+    value: float | None = None
+    entropy: float | None = None
+    td: float | None = None  # DQN's Huber TD loss
 
 
 @dataclass
@@ -79,6 +82,8 @@ class WorkStats:
     staleness: list[int] = field(default_factory=list)  # of applied updates
     losses: list[LossStats] = field(default_factory=list)
     seconds: float = 0.0
+    epsilon: float | None = None  # dqn actors: exploration rate now
+    q_mean: float | None = None  # dqn learners: mean Q(s, a) of the sampled batches
 
     def add_rollout(self, r: Rollout) -> None:
         self.env_steps += r.env_steps

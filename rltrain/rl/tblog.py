@@ -28,6 +28,7 @@ class TrainLogger:
         self.writer = SummaryWriter(str(tb_dir))
         self.every = cfg.log_every_seconds
         self.frames_per_step = frames_per_step
+        self.batch_size = cfg.dqn.batch_size
         self.writer.add_text("config", "```\n" + dump_yaml(cfg) + "```")
         proto = "\n".join(f"| {k} | {v} |" for k, v in protocol.items())
         self.writer.add_text("env/protocol", "| key | value |\n|---|---|\n" + proto)
@@ -36,6 +37,8 @@ class TrainLogger:
         self._updates = 0
         self._losses: list[LossStats] = []
         self._staleness: list[int] = []
+        self._epsilon: list[float] = []
+        self._q_mean: list[float] = []
 
     def absorb(self, stats: WorkStats, env_steps: int) -> None:
         for ret, length in zip(stats.episode_returns, stats.episode_lengths, strict=False):
@@ -43,28 +46,39 @@ class TrainLogger:
             self.writer.add_scalar("episode/length", length, env_steps)
         self._updates += stats.updates
         self._losses.extend(stats.losses)
+        if stats.epsilon is not None:
+            self._epsilon.append(stats.epsilon)
+        if stats.q_mean is not None:
+            self._q_mean.append(stats.q_mean)
         self._staleness.extend(stats.staleness)
 
     def due(self) -> bool:
         return time.time() - self._last_t >= self.every
 
-    def flush(self, env_steps: int, version: int) -> None:
+    def flush(self, env_steps: int, version: int, replay_size: int | None = None) -> None:
         now = time.time()
         dt = max(1e-9, now - self._last_t)
         fps = (env_steps - self._last_steps) * self.frames_per_step / dt
         self.writer.add_scalar("perf/env_fps", fps, env_steps)
         self.writer.add_scalar("perf/learner_updates_per_s", self._updates / dt, env_steps)
         self.writer.add_scalar("ps/version", version, env_steps)
+        if replay_size is not None:
+            self.writer.add_scalar("replay/size", replay_size, env_steps)
+            sampled = self._updates * self.batch_size / dt  # every learner update samples a batch
+            self.writer.add_scalar("replay/sampled_per_s", sampled, env_steps)
         if self._staleness:
             self.writer.add_histogram("ps/staleness", _as_tensor(self._staleness), env_steps)
-        if self._losses:
-            n = len(self._losses)
-            for name in ("policy", "value", "entropy", "grad_norm"):
-                value = sum(getattr(x, name) for x in self._losses) / n
-                self.writer.add_scalar(f"loss/{name}", value, env_steps)
+        for name in ("policy", "value", "entropy", "td", "grad_norm"):
+            values = [getattr(x, name) for x in self._losses if getattr(x, name) is not None]
+            if values:
+                self.writer.add_scalar(f"loss/{name}", sum(values) / len(values), env_steps)
+        for tag, values in (("dqn/epsilon", self._epsilon), ("dqn/q_mean", self._q_mean)):
+            if values:
+                self.writer.add_scalar(tag, sum(values) / len(values), env_steps)
         self.writer.flush()
         self._last_t, self._last_steps = now, env_steps
         self._updates, self._losses, self._staleness = 0, [], []
+        self._epsilon, self._q_mean = [], []
 
     def close(self) -> None:
         self.writer.close()

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch.nn.utils import parameters_to_vector
 
@@ -26,17 +27,19 @@ from rltrain.ps.config import ServerConfig
 from rltrain.rl.actor import Actor
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.learner import A3CWorker, Learner
-from rltrain.rl.models import build_policy
+from rltrain.rl.models import build_policy, build_qnet
 from rltrain.rl.rollout import WorkStats
 from rltrain.rl.tblog import TrainLogger
 from rltrain.rundir import write_summary
 
 WORK_CHUNK = 5  # rollouts per a3c/a2c call: long enough to amortise the call, short to steer
+DQN_BLOCKS_PER_CALL = 4  # transition blocks per dqn actor call
 
 
 @dataclass(frozen=True)
 class EnvSpec:
     obs_shape: tuple[int, ...]
+    obs_dtype: str
     num_actions: int
     frames_per_step: int
     protocol: dict[str, Any]
@@ -48,7 +51,11 @@ def probe_env(cfg: TrainConfig) -> EnvSpec:
     try:
         protocol = {**env.protocol, "num_envs": cfg.env.num_envs}  # per actor
         return EnvSpec(
-            tuple(env.obs_shape), env.num_actions, int(protocol.get("frame_skip", 1)), protocol
+            tuple(env.obs_shape),
+            str(np.dtype(env.obs_dtype)),
+            env.num_actions,
+            int(protocol.get("frame_skip", 1)),
+            protocol,
         )
     finally:
         env.close()
@@ -56,7 +63,8 @@ def probe_env(cfg: TrainConfig) -> EnvSpec:
 
 def initial_params(cfg: TrainConfig, spec: EnvSpec) -> torch.Tensor:
     torch.manual_seed(cfg.seed)
-    model = build_policy(cfg.model.kind, spec.obs_shape, spec.num_actions, cfg.model.hidden)
+    build = build_qnet if cfg.algo.name == "dqn" else build_policy
+    model = build(cfg.model.kind, spec.obs_shape, spec.num_actions, cfg.model.hidden)
     return parameters_to_vector(model.parameters()).detach().clone()
 
 
@@ -113,6 +121,8 @@ class Trainer:
         self.progress = Progress("[train]")
         self.stopped_by = ""
         self.mean_at_stop: float | None = None
+        self.replay: Any = None  # dqn: the replay shards
+        self.replay_bytes: int | None = None
 
     # --- the run ----------------------------------------------------------------------------
 
@@ -123,7 +133,7 @@ class Trainer:
         session_start = time.time()
         self.wall_base = self.counters.wall_seconds
         self.session_start = session_start
-        impala = cfg.algo.name == "impala"
+        impala = cfg.algo.name in ("impala", "dqn")  # with separate learners
         need = cfg.actors * cfg.runtime.worker_cpus + (cfg.learners if impala else 0)
         where = runtime.init_ray(cfg.runtime, need)
         # learners ask Ray for GPUs when the cluster has them (the driver itself may have none)
@@ -143,6 +153,8 @@ class Trainer:
         try:
             if cfg.algo.name == "impala":
                 self._run_impala(runtime, server, gpu_learners)
+            elif cfg.algo.name == "dqn":
+                self._run_dqn(runtime, server, gpu_learners)
             else:
                 self._run_a3c(runtime, server)
         except KeyboardInterrupt:
@@ -158,7 +170,7 @@ class Trainer:
         return summary
 
     def _pushers(self) -> int:
-        return self.cfg.learners if self.cfg.algo.name == "impala" else self.cfg.actors
+        return self.cfg.learners if self.cfg.algo.name in ("impala", "dqn") else self.cfg.actors
 
     def _run_a3c(self, runtime: Any, server: Any) -> None:
         """a3c: each worker is resubmitted as soon as it returns. a2c: in rounds, so that every
@@ -228,6 +240,69 @@ class Trainer:
         for h in (*actors, *learners):
             h.kill()
 
+    def _run_dqn(self, runtime: Any, server: Any, gpu: bool) -> None:
+        """Gorila: actors fill the replay shards; learners start after learning_starts."""
+        from rltrain.replay import ReplayMemory
+        from rltrain.rl.dqn import DQNActor, DQNLearner, memory_args
+
+        cfg, spec = self.cfg, self.spec
+        args = [
+            memory_args(cfg, spec.obs_shape, spec.obs_dtype, i) for i in range(cfg.replay.shards)
+        ]
+        replay = runtime.start_replay(ReplayMemory, args, cfg.actors + cfg.learners + 4)
+        self.replay = replay
+        actors = [
+            runtime.Remote(DQNActor, cfg, i, num_cpus=cfg.runtime.worker_cpus)
+            for i in range(cfg.actors)
+        ]
+        learners = [
+            runtime.Remote(
+                DQNLearner,
+                cfg,
+                spec.obs_shape,
+                spec.num_actions,
+                gpu,
+                i,
+                num_cpus=0.5 if gpu else 1,
+                num_gpus=cfg.learner_gpus if gpu else 0.0,
+            )
+            for i in range(cfg.learners)
+        ]
+        chunk, d = DQN_BLOCKS_PER_CALL, cfg.dqn
+        calls = {a.call("collect", server, replay, chunk): a for a in actors}
+        idle: list[Any] = []  # actors paused by the replay ratio
+        learning_started = False
+        while calls:
+            for ref in runtime.wait_any(list(calls), timeout=cfg.log_every_seconds):
+                handle = calls.pop(ref)
+                self._absorb(runtime.get([ref])[0])
+                if self.stopped_by:
+                    continue
+                if handle in learners:
+                    calls[handle.call("learn", server, replay, d.updates_per_call)] = handle
+                else:
+                    idle.append(handle)
+            ahead = (
+                learning_started
+                and d.env_steps_per_update > 0
+                and self.counters.env_steps - d.learning_starts
+                > d.env_steps_per_update * self.counters.updates
+            )
+            while idle and not ahead and not self.stopped_by:
+                actor = idle.pop()
+                calls[actor.call("collect", server, replay, chunk)] = actor
+            ready = not learning_started and not self.stopped_by
+            if ready and sum(replay.sizes()) >= d.learning_starts:
+                learning_started = True
+                for h in learners:
+                    calls[h.call("learn", server, replay, d.updates_per_call)] = h
+            self._tick()
+        self.replay_bytes = replay.nbytes()
+        for h in (*actors, *learners):
+            h.kill()
+        for h in replay.handles:
+            runtime.kill(h)
+
     # --- bookkeeping ------------------------------------------------------------------------
 
     def _absorb(self, stats: WorkStats) -> None:
@@ -271,9 +346,9 @@ class Trainer:
 
     def _tick(self) -> None:
         self._check_stop()
-        version = self.server.stats().version if self.log.due() else None
-        if version is not None:
-            self.log.flush(self.counters.env_steps, version)
+        if self.log.due():
+            size = sum(self.replay.sizes()) if self.replay is not None else None
+            self.log.flush(self.counters.env_steps, self.server.stats().version, size)
         self.progress.update(self._fraction(), self._status())
         if time.time() - self.last_ckpt >= self.cfg.checkpoint.every_seconds:
             self.counters.wall_seconds = self.wall_base + self._elapsed()
@@ -340,6 +415,7 @@ class Trainer:
             "rejected": c.rejected,
             "mean_staleness": round(c.staleness_sum / c.applied, 4) if c.applied else 0.0,
             "protocol": self.spec.protocol,
+            **({"replay_bytes": self.replay_bytes} if self.replay_bytes is not None else {}),
         }
 
 

@@ -1,0 +1,255 @@
+"""Gorila DQN (Nair et al. 2015): epsilon-greedy actors, a replay memory, double-DQN learners.
+
+Actors act with the online network (pulled every ``server.n_fetch`` blocks) and send blocks of
+transitions to the replay shards; learners sample, compute the double-DQN Huber loss against a
+target network they refresh every ``dqn.target_update`` server versions, and push gradients
+to the parameter server (``async`` by default, any rule works).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+import torch
+from torch.nn.utils import vector_to_parameters
+
+from envs import make_env
+from rltrain.ps.server import Server
+from rltrain.records import GradUpdate, Params
+from rltrain.replay import ReplayMemory, SampledBatch, TransitionBlock
+from rltrain.rl.actor import actor_seed
+from rltrain.rl.config import TrainConfig
+from rltrain.rl.learner import pick_device, record_push
+from rltrain.rl.losses import double_dqn_targets, dqn_loss
+from rltrain.rl.models import build_qnet
+from rltrain.rl.rollout import LossStats, WorkStats
+
+
+class Replay(Protocol):
+    """What actors and learners need from the (sharded) replay memory."""
+
+    def add(self, shard: int, block: TransitionBlock) -> None: ...
+    def sample(self, shard: int, batch_size: int) -> SampledBatch: ...
+    def update_priorities(
+        self, shard: int, indices: np.ndarray, priorities: np.ndarray
+    ) -> None: ...
+    def sizes(self) -> list[int]: ...
+
+
+class LocalReplay:
+    """Replay shards in this process: the in-process twin of the Ray replay."""
+
+    def __init__(self, memories: Sequence[ReplayMemory]) -> None:
+        self.memories = list(memories)
+
+    def add(self, shard: int, block: TransitionBlock) -> None:
+        self.memories[shard].add(block)
+
+    def sample(self, shard: int, batch_size: int) -> SampledBatch:
+        return self.memories[shard].sample(batch_size)
+
+    def update_priorities(self, shard: int, indices: np.ndarray, priorities: np.ndarray) -> None:
+        self.memories[shard].update_priorities(indices, priorities)
+
+    def sizes(self) -> list[int]:
+        return [len(m) for m in self.memories]
+
+
+def memory_args(cfg: TrainConfig, obs_shape: tuple[int, ...], obs_dtype: str, shard: int) -> tuple:
+    """ReplayMemory's arguments for one shard (frame stacks are stored frame by frame)."""
+    r = cfg.replay
+    stack = obs_shape[0] if len(obs_shape) == 3 else 1
+    return (
+        r.capacity,
+        obs_shape,
+        obs_dtype,
+        stack,
+        r.prioritized,
+        r.alpha,
+        r.beta,
+        1e-6,
+        cfg.seed + shard,
+    )
+
+
+def apex_epsilon(base: float, alpha: float, actor_id: int, actors: int) -> float:
+    """Ape-X's per-actor exploration: eps_i = base^(1 + alpha i / (N - 1)) (Horgan et al. 2018)."""
+    if actors == 1:
+        return base
+    return base ** (1 + alpha * actor_id / (actors - 1))
+
+
+class DQNActor:
+    """Acts epsilon-greedily in ``env.num_envs`` environments; sends transition blocks."""
+
+    def __init__(self, cfg: TrainConfig, actor_id: int) -> None:
+        torch.set_num_threads(cfg.runtime.threads_per_worker)
+        self.cfg = cfg
+        self.actor_id = actor_id
+        seed = actor_seed(cfg, actor_id)
+        self.env = make_env(cfg.env, seed=seed)
+        self.model = build_qnet(
+            cfg.model.kind, self.env.obs_shape, self.env.num_actions, cfg.model.hidden
+        )
+        self.model.eval()
+        self.rng = np.random.default_rng(seed)
+        self.obs = np.asarray(self.env.reset(seed=seed))
+        self.version = -1
+        self.steps = 0  # per env
+        self.blocks = 0
+        self.shard = actor_id % cfg.replay.shards
+
+    def epsilon(self) -> float:
+        d = self.cfg.dqn
+        if d.epsilon == "apex":
+            return apex_epsilon(d.epsilon_base, d.epsilon_alpha, self.actor_id, self.cfg.actors)
+        frac = min(1.0, self.steps / d.epsilon_decay_steps)
+        return d.epsilon_start + frac * (d.epsilon_final - d.epsilon_start)
+
+    def load(self, params: Params) -> None:
+        with torch.no_grad():
+            vector_to_parameters(params.values, self.model.parameters())
+        self.version = params.version
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray, epsilon: float) -> np.ndarray:
+        greedy = self.model(torch.from_numpy(obs)).argmax(1).numpy()
+        explore = self.rng.random(len(greedy)) < epsilon
+        random = self.rng.integers(0, self.env.num_actions, len(greedy))
+        return np.where(explore, random, greedy)
+
+    def collect(self, server: Server, replay: Replay, blocks: int) -> WorkStats:
+        """``blocks`` x (pull every n_fetch blocks, act rollout_length steps, send the block)."""
+        t = time.perf_counter()
+        stats = WorkStats()
+        T = self.cfg.algo.rollout_length
+        for _ in range(blocks):
+            if self.version < 0 or self.blocks % self.cfg.server.n_fetch == 0:
+                self.load(server.pull())
+            eps = self.epsilon()
+            obs, actions, rewards, terms, truncs = [self.obs], [], [], [], []
+            for _ in range(T):
+                a = self.act(self.obs, eps)
+                step = self.env.step(a)
+                self.obs = np.asarray(step.obs)
+                obs.append(self.obs)
+                actions.append(a)
+                rewards.append(step.reward)
+                terms.append(step.terminated)
+                truncs.append(step.truncated)
+                stats.episode_returns.extend(float(x) for x in step.episode_returns)
+                stats.episode_lengths.extend(int(x) for x in step.episode_lengths)
+            block = TransitionBlock.from_steps(
+                self.actor_id,
+                np.stack(obs),
+                np.stack(actions).astype(np.int64),
+                np.stack(rewards).astype(np.float32),
+                np.stack(terms),
+                np.stack(truncs),
+                self.model_frame_stack(),
+            )
+            replay.add(self.shard, block)
+            self.steps += T
+            self.blocks += 1
+            stats.env_steps += T * self.env.num_envs
+        stats.epsilon = self.epsilon()
+        stats.seconds = time.perf_counter() - t
+        return stats
+
+    def model_frame_stack(self) -> int:
+        shape = self.env.obs_shape
+        return shape[0] if len(shape) == 3 else 1
+
+
+class DQNLearner:
+    """Samples replay, computes the double-DQN gradient, pushes it; refreshes its target net."""
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        obs_shape: tuple[int, ...],
+        num_actions: int,
+        gpu: bool = False,
+        learner_id: int = 0,
+    ) -> None:
+        torch.set_num_threads(cfg.runtime.threads_per_worker)
+        self.cfg = cfg
+        self.learner_id = learner_id
+        self.device = pick_device(gpu)
+        self.online = build_qnet(cfg.model.kind, obs_shape, num_actions, cfg.model.hidden).to(
+            self.device
+        )
+        self.target = copy.deepcopy(self.online)
+        self.target_version = -(10**9)
+        self.params: Params | None = None
+        self.rng = np.random.default_rng(cfg.seed + 7919 * (learner_id + 1))
+
+    def _load(self, net: torch.nn.Module, params: Params) -> None:
+        with torch.no_grad():
+            vector_to_parameters(params.values.to(self.device), net.parameters())
+
+    def learn(self, server: Server, replay: Replay, updates: int) -> WorkStats:
+        """``updates`` learner steps on one replay draw of ``updates x batch_size`` transitions.
+
+        One round trip to the replay for the whole call, and each push/pull round trip overlaps
+        the next gradient (its parameters then lag by one version, like the actors').
+        """
+        t = time.perf_counter()
+        stats = WorkStats()
+        d = self.cfg.dqn
+        params = self.params if self.params is not None else server.pull()
+        shard = int(self.rng.integers(0, self.cfg.replay.shards))
+        draw = replay.sample(shard, d.batch_size * updates)
+        pending = None
+        q_sum = 0.0
+        for i in range(updates):
+            if params.version - self.target_version >= d.target_update:
+                self._load(self.target, params)  # the target network: a periodic copy
+                self.target_version = params.version
+            self._load(self.online, params)
+            batch = draw.slice(i * d.batch_size, (i + 1) * d.batch_size)
+            grad, loss, td, q_mean = self.gradient(batch)
+            if self.cfg.replay.prioritized:
+                replay.update_priorities(shard, batch.indices, np.abs(td))
+            update = GradUpdate(self.learner_id, params.version, grad, len(batch), loss.td or 0.0)
+            if pending is not None:
+                result, params = pending()
+                record_push(stats, result)
+            pending = server.exchange_begin(update)
+            stats.losses.append(loss)
+            q_sum += q_mean
+        if pending is not None:
+            result, params = pending()
+            record_push(stats, result)
+        self.params = params
+        stats.q_mean = q_sum / max(1, updates)
+        stats.seconds = time.perf_counter() - t
+        return stats
+
+    def gradient(self, batch: SampledBatch) -> tuple[torch.Tensor, LossStats, np.ndarray, float]:
+        """Flat gradient [P] of the importance-weighted Huber TD loss, with its TD errors."""
+        dev = self.device
+        obs = torch.from_numpy(batch.obs).to(dev)
+        next_obs = torch.from_numpy(batch.next_obs).to(dev)
+        actions = torch.from_numpy(batch.actions).to(dev)
+        with torch.no_grad():
+            targets = double_dqn_targets(
+                torch.from_numpy(batch.rewards).to(dev),
+                torch.from_numpy(batch.done).to(dev),
+                self.online(next_obs),
+                self.target(next_obs),
+                self.cfg.algo.gamma,
+            )
+        q = self.online(obs)
+        loss, td = dqn_loss(q, actions, targets, torch.from_numpy(batch.weights).to(dev))
+        self.online.zero_grad(set_to_none=True)
+        loss.backward()
+        params = list(self.online.parameters())
+        norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.algo.max_grad_norm or float("inf"))
+        grad = torch.cat([p.grad.reshape(-1) for p in params]).cpu()
+        stats = LossStats(grad_norm=float(norm), td=float(loss.detach()))
+        return grad, stats, td.cpu().numpy(), float(q.detach().mean())

@@ -33,7 +33,10 @@ def save_checkpoint(run_dir: Path, version: int, state: dict[str, Any], keep: in
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".ckpt-", suffix=".tmp")
     os.close(fd)
     try:
-        torch.save(state, tmp)
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())  # durable before older checkpoints are pruned
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     finally:

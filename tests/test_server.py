@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rltrain.config import ConfigError
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.server import LocalServer, ShardLayout
 from rltrain.records import GradUpdate
@@ -21,7 +22,7 @@ def test_sharding_then_joining_returns_the_original(numel: int, shards: int) -> 
 
 
 def test_bad_shard_counts() -> None:
-    with pytest.raises(ValueError, match="server.shards"):
+    with pytest.raises(ConfigError, match="server.shards"):  # a one-line CLI error
         ShardLayout(3, 4)
     with pytest.raises(ValueError, match="server.shards"):
         ShardLayout(3, 0)

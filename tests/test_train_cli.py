@@ -111,6 +111,10 @@ def test_resume_continues_counters_and_eval_plays_checkpoint(
     newest = sorted((run_dir / "checkpoints").glob("ckpt-*.pt"))[-1]
     assert torch.load(newest, weights_only=True)["shards"][0]["version"] > version
 
+    # resuming under another server layout is refused before anything starts
+    assert main(["train", "--resume", str(run_dir), "--set", "server.shards=2"]) == 2
+    assert "keep server.shards" in capsys.readouterr().err
+
     capsys.readouterr()
     assert main(["eval", str(run_dir), "--episodes", "3", "--video"]) == 0
     out = capsys.readouterr().out
@@ -124,6 +128,17 @@ def test_resume_continues_counters_and_eval_plays_checkpoint(
         (["train", str(CFG / "cartpole_a3c.yaml"), "--set", "env.id=CartPol-v1"], ["CartPole-v1"]),
         (["train", str(CFG / "cartpole_a3c.yaml"), "--set", "algo.name=ppo"], ["algo.name='ppo'"]),
         (["train"], ["CONFIG"]),
+        (
+            [
+                "train",
+                str(CFG / "cartpole_a3c.yaml"),
+                "--set",
+                "server.rule=soft_sync",
+                "--set",
+                "server.k=5",
+            ],
+            ["server.k=5", "exceeds"],
+        ),
         (["eval", "/nonexistent/run"], ["not a run directory"]),
         (["train", "--resume", "/nonexistent/run"], ["not a run directory"]),
     ],

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from rltrain.config import ConfigError
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.shard import ParameterShard
 from rltrain.records import GradUpdate, Params, PushResult, ServerStats, check_update
@@ -39,7 +40,7 @@ class ShardLayout:
 
     def __init__(self, numel: int, num_shards: int) -> None:
         if not 1 <= num_shards <= numel:
-            raise ValueError(
+            raise ConfigError(
                 f"server.shards={num_shards}: must be between 1 and the parameter count {numel}"
             )
         sizes = [len(a) for a in np.array_split(np.arange(numel), num_shards)]

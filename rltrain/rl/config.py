@@ -151,3 +151,6 @@ class TrainConfig:
         s = self.stop
         if s.mean_return is None and s.max_seconds == 0 and s.max_env_steps == 0:
             raise ValueError("stop: set mean_return, max_seconds or max_env_steps")
+        pushers = self.learners if self.algo.name in ("impala", "dqn") else self.actors
+        if self.server.k > pushers:
+            raise ValueError(f"server.k={self.server.k} exceeds the {pushers} pushing workers")

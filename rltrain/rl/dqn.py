@@ -86,7 +86,7 @@ def apex_epsilon(base: float, alpha: float, actor_id: int, actors: int) -> float
 class DQNActor:
     """Acts epsilon-greedily in ``env.num_envs`` environments; sends transition blocks."""
 
-    def __init__(self, cfg: TrainConfig, actor_id: int) -> None:
+    def __init__(self, cfg: TrainConfig, actor_id: int, start_steps: int = 0) -> None:
         torch.set_num_threads(cfg.runtime.threads_per_worker)
         self.cfg = cfg
         self.actor_id = actor_id
@@ -99,7 +99,7 @@ class DQNActor:
         self.rng = np.random.default_rng(seed)
         self.obs = np.asarray(self.env.reset(seed=seed))
         self.version = -1
-        self.steps = 0  # per env
+        self.steps = start_steps  # per env; a resumed run continues its epsilon schedule
         self.blocks = 0
         self.shard = actor_id % cfg.replay.shards
 

@@ -20,10 +20,11 @@ import torch
 from torch.nn.utils import parameters_to_vector
 
 from envs import make_env
-from rltrain.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from rltrain.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
 from rltrain.config import to_dict
 from rltrain.progress import Progress
 from rltrain.ps.config import ServerConfig
+from rltrain.ps.server import ShardLayout
 from rltrain.rl.actor import Actor
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.learner import A3CWorker, Learner
@@ -68,6 +69,17 @@ def initial_params(cfg: TrainConfig, spec: EnvSpec) -> torch.Tensor:
     return parameters_to_vector(model.parameters()).detach().clone()
 
 
+def check_fits(path: Path, state: dict[str, Any], params: torch.Tensor, cfg: TrainConfig) -> None:
+    """A checkpoint must match the server layout and model of the config it resumes under."""
+    sizes = [int(s["param"].numel()) for s in state["shards"]]
+    expected = ShardLayout(params.numel(), cfg.server.shards).sizes
+    if sizes != expected:
+        raise CheckpointError(
+            f"{path} holds {len(sizes)} shard(s) of {sum(sizes)} parameters; this config needs "
+            f"{len(expected)} of {sum(expected)} (keep server.shards and the model as they were)"
+        )
+
+
 def server_rule(cfg: TrainConfig) -> ServerConfig:
     """a2c is A3C through the server's hard barrier; a3c and impala use the configured rule."""
     if cfg.algo.name == "a2c":
@@ -110,6 +122,7 @@ class Trainer:
             ckpt = latest_checkpoint(run_dir)
             if ckpt is not None:
                 self.resume_state = load_checkpoint(ckpt)
+                check_fits(ckpt, self.resume_state, initial_params(cfg, self.spec), cfg)
                 self.counters = Counters(**self.resume_state["counters"])
         self.log = TrainLogger(
             run_dir / "tb",
@@ -135,6 +148,7 @@ class Trainer:
         self.session_start = session_start
         impala = cfg.algo.name in ("impala", "dqn")  # with separate learners
         need = cfg.actors * cfg.runtime.worker_cpus + (cfg.learners if impala else 0)
+        need += cfg.server.shards * cfg.runtime.server_cpus
         where = runtime.init_ray(cfg.runtime, need)
         # learners ask Ray for GPUs when the cluster has them (the driver itself may have none)
         gpu_learners = impala and cfg.learner_gpus > 0 and runtime.cluster_gpus() > 0
@@ -250,9 +264,10 @@ class Trainer:
             memory_args(cfg, spec.obs_shape, spec.obs_dtype, i) for i in range(cfg.replay.shards)
         ]
         replay = runtime.start_replay(ReplayMemory, args, cfg.actors + cfg.learners + 4)
+        per_env_steps = self.counters.env_steps // (cfg.actors * cfg.env.num_envs)
         self.replay = replay
         actors = [
-            runtime.Remote(DQNActor, cfg, i, num_cpus=cfg.runtime.worker_cpus)
+            runtime.Remote(DQNActor, cfg, i, per_env_steps, num_cpus=cfg.runtime.worker_cpus)
             for i in range(cfg.actors)
         ]
         learners = [
@@ -336,7 +351,7 @@ class Trainer:
             self.stopped_by = "mean_return"
         elif s.max_env_steps and c.env_steps >= s.max_env_steps:
             self.stopped_by = "max_env_steps"
-        elif s.max_seconds and self._elapsed() >= s.max_seconds:
+        elif s.max_seconds and self.wall_base + self._elapsed() >= s.max_seconds:
             self.stopped_by = "max_seconds"
         if self.stopped_by:
             self.mean_at_stop = mean  # what the stop saw; work in flight still lands after it
@@ -358,7 +373,7 @@ class Trainer:
         s, c = self.cfg.stop, self.counters
         parts = []
         if s.max_seconds:
-            parts.append(self._elapsed() / s.max_seconds)
+            parts.append((self.wall_base + self._elapsed()) / s.max_seconds)
         if s.max_env_steps:
             parts.append(c.env_steps / s.max_env_steps)
         if s.mean_return is not None and c.mean_return(s.window) is not None:

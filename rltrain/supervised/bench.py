@@ -81,6 +81,8 @@ def worker_specs(cfg: BenchConfig, mode: str, data: SplitDataset, workers: int) 
             seed=cfg.seed + i,
             threads=cfg.runtime.threads_per_worker,
             slowdown=slow[i] if i < len(slow) else 1.0,
+            # shards differ by at most one sample: the smallest sets the steps per epoch
+            steps_per_epoch=(len(data.train) // workers) // cfg.batch_size,
         )
         for i in range(workers)
     ]

@@ -40,9 +40,8 @@ class WorkerSpec:
     max_seconds: float  # 0 = no time limit
     seed: int
     threads: int = 1
-    slowdown: float = (
-        1.0  # >1 makes this worker a straggler (each step takes `slowdown` times as long)
-    )
+    slowdown: float = 1.0  # > 1: a straggler; each step takes `slowdown` times as long
+    steps_per_epoch: int = 0  # 0 = every full batch of the shard; else at most this many
 
 
 @dataclass(frozen=True)
@@ -176,6 +175,8 @@ class SupervisedWorker:
                 version = self._load(server.exchange(update)[1])
         if pending is not None:
             pending()
+        if acc is not None:  # steps since the last push: their work is not thrown away
+            server.push(self._update(version, acc.div_(acc_steps), acc_samples, loss))
 
     def _run_barrier(self, server: Server) -> None:
         """sync / soft_sync: push the gradient of version v, wait until the server steps past v."""
@@ -209,14 +210,16 @@ class SupervisedWorker:
     def _batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Shuffled minibatches (seed + epoch), until the epoch or time budget runs out."""
         n, bs = len(self.y), self.spec.batch_size
+        # every worker takes the same number of steps per epoch, so barrier rules line up
+        steps = min(n // bs, self.spec.steps_per_epoch or n // bs)
         epoch = 0
         while self.spec.max_epochs == 0 or epoch < self.spec.max_epochs:
             g = torch.Generator().manual_seed(self.spec.seed * 100_003 + epoch)
             order = torch.randperm(n, generator=g)
-            for i in range(0, n - bs + 1, bs):
+            for i in range(steps):
                 if time.time() >= self._deadline:
                     return
-                idx = order[i : i + bs]
+                idx = order[i * bs : (i + 1) * bs]
                 yield self.x[idx], self.y[idx]
             epoch += 1
 

@@ -107,7 +107,7 @@ class StopConfig:
     window: int = field(default=20, metadata=spec(ge=1))
     """Episodes in the mean_return window (and in summary.json's mean_return)."""
     max_seconds: float = field(default=0.0, metadata=spec(ge=0))
-    """Wall-clock limit, start-up included (0 = none)."""
+    """Wall-clock limit over the whole run, start-up and resumed sessions included (0 = none)."""
     max_env_steps: int = field(default=0, metadata=spec(ge=0))
     """Limit on agent steps summed over all environments (0 = none)."""
 

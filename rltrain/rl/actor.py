@@ -2,16 +2,43 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
+from torch import nn
 from torch.nn.utils import vector_to_parameters
 
-from envs import make_env
+from envs import VectorEnv, make_env
 from rltrain.ps.server import Server
 from rltrain.records import Params
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.models import build_policy
 from rltrain.rl.rollout import Rollout
+
+
+def frame_stack_of(obs_shape: tuple[int, ...]) -> int:
+    """Frames per observation: the stack depth of image observations [C, H, W], else 1."""
+    return obs_shape[0] if len(obs_shape) == 3 else 1
+
+
+def load_params(net: nn.Module, params: Params, device: torch.device | None = None) -> None:
+    """Copy a pulled flat parameter vector into ``net``."""
+    with torch.no_grad():
+        vector_to_parameters(params.values.to(device or "cpu"), net.parameters())
+
+
+def acting_setup(
+    cfg: TrainConfig, actor_id: int, build: Callable[..., nn.Module]
+) -> tuple[VectorEnv, nn.Module, int]:
+    """What every kind of actor starts with: pinned torch threads, its seeded environments and
+    a network built by ``build`` (policy or Q) in eval mode."""
+    torch.set_num_threads(cfg.runtime.threads_per_worker)
+    seed = actor_seed(cfg, actor_id)
+    env = make_env(cfg.env, seed=seed)
+    model = build(cfg.model.kind, env.obs_shape, env.num_actions, cfg.model.hidden)
+    model.eval()
+    return env, model, seed
 
 
 def actor_seed(cfg: TrainConfig, actor_id: int) -> int:
@@ -27,23 +54,16 @@ class Actor:
     """
 
     def __init__(self, cfg: TrainConfig, actor_id: int) -> None:
-        torch.set_num_threads(cfg.runtime.threads_per_worker)
         self.cfg = cfg
         self.actor_id = actor_id
-        seed = actor_seed(cfg, actor_id)
-        self.env = make_env(cfg.env, seed=seed)
-        self.model = build_policy(
-            cfg.model.kind, self.env.obs_shape, self.env.num_actions, cfg.model.hidden
-        )
-        self.model.eval()
+        self.env, self.model, seed = acting_setup(cfg, actor_id, build_policy)
         self.generator = torch.Generator().manual_seed(seed)
         self.obs = torch.from_numpy(np.asarray(self.env.reset(seed=seed)))
         self.version = -1
         self.rollouts = 0
 
     def load(self, params: Params) -> None:
-        with torch.no_grad():
-            vector_to_parameters(params.values, self.model.parameters())
+        load_params(self.model, params)
         self.version = params.version
 
     def collect(self, server: Server) -> Rollout:

@@ -15,15 +15,13 @@ from typing import Protocol
 
 import numpy as np
 import torch
-from torch.nn.utils import vector_to_parameters
 
-from envs import make_env
 from rltrain.ps.server import Server
 from rltrain.records import GradUpdate, Params
 from rltrain.replay import ReplayMemory, SampledBatch, TransitionBlock
-from rltrain.rl.actor import actor_seed
+from rltrain.rl.actor import acting_setup, frame_stack_of, load_params
 from rltrain.rl.config import TrainConfig
-from rltrain.rl.learner import pick_device, record_push
+from rltrain.rl.learner import clipped_flat_grad, pick_device, record_push
 from rltrain.rl.losses import double_dqn_targets, dqn_loss
 from rltrain.rl.models import build_qnet
 from rltrain.rl.rollout import LossStats, WorkStats
@@ -62,7 +60,7 @@ class LocalReplay:
 def memory_args(cfg: TrainConfig, obs_shape: tuple[int, ...], obs_dtype: str, shard: int) -> tuple:
     """ReplayMemory's arguments for one shard (frame stacks are stored frame by frame)."""
     r = cfg.replay
-    stack = obs_shape[0] if len(obs_shape) == 3 else 1
+    stack = frame_stack_of(obs_shape)
     return (
         r.capacity,
         obs_shape,
@@ -87,15 +85,9 @@ class DQNActor:
     """Acts epsilon-greedily in ``env.num_envs`` environments; sends transition blocks."""
 
     def __init__(self, cfg: TrainConfig, actor_id: int, start_steps: int = 0) -> None:
-        torch.set_num_threads(cfg.runtime.threads_per_worker)
         self.cfg = cfg
         self.actor_id = actor_id
-        seed = actor_seed(cfg, actor_id)
-        self.env = make_env(cfg.env, seed=seed)
-        self.model = build_qnet(
-            cfg.model.kind, self.env.obs_shape, self.env.num_actions, cfg.model.hidden
-        )
-        self.model.eval()
+        self.env, self.model, seed = acting_setup(cfg, actor_id, build_qnet)
         self.rng = np.random.default_rng(seed)
         self.obs = np.asarray(self.env.reset(seed=seed))
         self.version = -1
@@ -111,8 +103,7 @@ class DQNActor:
         return d.epsilon_start + frac * (d.epsilon_final - d.epsilon_start)
 
     def load(self, params: Params) -> None:
-        with torch.no_grad():
-            vector_to_parameters(params.values, self.model.parameters())
+        load_params(self.model, params)
         self.version = params.version
 
     @torch.no_grad()
@@ -150,7 +141,7 @@ class DQNActor:
                 np.stack(rewards).astype(np.float32),
                 np.stack(terms),
                 np.stack(truncs),
-                self.model_frame_stack(),
+                frame_stack_of(self.env.obs_shape),
             )
             replay.add(self.shard, block)
             self.steps += T
@@ -159,10 +150,6 @@ class DQNActor:
         stats.epsilon = self.epsilon()
         stats.seconds = time.perf_counter() - t
         return stats
-
-    def model_frame_stack(self) -> int:
-        shape = self.env.obs_shape
-        return shape[0] if len(shape) == 3 else 1
 
 
 class DQNLearner:
@@ -188,10 +175,6 @@ class DQNLearner:
         self.params: Params | None = None
         self.rng = np.random.default_rng(cfg.seed + 7919 * (learner_id + 1))
 
-    def _load(self, net: torch.nn.Module, params: Params) -> None:
-        with torch.no_grad():
-            vector_to_parameters(params.values.to(self.device), net.parameters())
-
     def learn(self, server: Server, replay: Replay, updates: int) -> WorkStats:
         """``updates`` learner steps on one replay draw of ``updates x batch_size`` transitions.
 
@@ -208,9 +191,9 @@ class DQNLearner:
         q_sum = 0.0
         for i in range(updates):
             if params.version - self.target_version >= d.target_update:
-                self._load(self.target, params)  # the target network: a periodic copy
+                load_params(self.target, params, self.device)  # the target network: a periodic copy
                 self.target_version = params.version
-            self._load(self.online, params)
+            load_params(self.online, params, self.device)
             batch = draw.slice(i * d.batch_size, (i + 1) * d.batch_size)
             grad, loss, td, q_mean = self.gradient(batch)
             if self.cfg.replay.prioritized:
@@ -248,8 +231,6 @@ class DQNLearner:
         loss, td = dqn_loss(q, actions, targets, torch.from_numpy(batch.weights).to(dev))
         self.online.zero_grad(set_to_none=True)
         loss.backward()
-        params = list(self.online.parameters())
-        norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.algo.max_grad_norm or float("inf"))
-        grad = torch.cat([p.grad.reshape(-1) for p in params]).cpu()
-        stats = LossStats(grad_norm=float(norm), td=float(loss.detach()))
+        grad, norm = clipped_flat_grad(self.online, self.cfg.algo.max_grad_norm)
+        stats = LossStats(grad_norm=norm, td=float(loss.detach()))
         return grad, stats, td.cpu().numpy(), float(q.detach().mean())

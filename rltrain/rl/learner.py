@@ -5,15 +5,21 @@ from __future__ import annotations
 import time
 
 import torch
-from torch.nn.utils import vector_to_parameters
 
 from rltrain.ps.server import Server
 from rltrain.records import GradUpdate, Params, PushResult
-from rltrain.rl.actor import Actor
+from rltrain.rl.actor import Actor, load_params
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.losses import a3c_loss, vtrace_loss
 from rltrain.rl.models import build_policy
 from rltrain.rl.rollout import LossStats, Rollout, WorkStats, stack
+
+
+def clipped_flat_grad(net: torch.nn.Module, max_norm: float) -> tuple[torch.Tensor, float]:
+    """Clip the global gradient norm (0 = no clipping); the flat gradient [P] on the CPU."""
+    params = list(net.parameters())
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm or float("inf"))
+    return torch.cat([p.grad.reshape(-1) for p in params]).cpu(), float(norm)
 
 
 def pick_device(want_gpu: bool) -> torch.device:
@@ -40,8 +46,7 @@ class Learner:
         self.model.to(self.device)
 
     def load(self, params: Params) -> None:
-        with torch.no_grad():
-            vector_to_parameters(params.values.to(self.device), self.model.parameters())
+        load_params(self.model, params, self.device)
 
     def gradient(self, rollout: Rollout) -> tuple[torch.Tensor, LossStats]:
         """The flat gradient [P] (on CPU) of the algorithm's loss at the loaded parameters."""
@@ -72,10 +77,8 @@ class Learner:
             loss = a3c_loss(logits, *args, value_coef=a.value_coef, entropy_coef=a.entropy_coef)
         self.model.zero_grad(set_to_none=True)
         loss.total.backward()
-        params = list(self.model.parameters())
-        norm = torch.nn.utils.clip_grad_norm_(params, a.max_grad_norm or float("inf"))
-        grad = torch.cat([p.grad.reshape(-1) for p in params]).cpu()
-        return grad, LossStats(float(norm), loss.policy, loss.value, loss.entropy)
+        grad, norm = clipped_flat_grad(self.model, a.max_grad_norm)
+        return grad, LossStats(norm, loss.policy, loss.value, loss.entropy)
 
     def learn(self, server: Server, *rollouts: Rollout) -> WorkStats:
         """IMPALA learner step: latest parameters, V-trace loss on the batch, push."""

@@ -62,8 +62,41 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint not found: {path}") from None
     except (RuntimeError, EOFError, OSError, pickle.UnpicklingError, zipfile.BadZipFile) as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
-        raise CheckpointError(f"checkpoint {path} is corrupt or truncated ({first})") from None
-    if not isinstance(state, dict) or "shards" not in state or "counters" not in state:
-        raise CheckpointError(f"{path} is not an rltrain checkpoint")
+        raise CheckpointError(
+            f"checkpoint {path} is corrupt or truncated ({_damage(path, e)}); "
+            "delete it to fall back on an older checkpoint, if any"
+        ) from None
+    if not _is_rltrain_state(state):
+        raise CheckpointError(
+            f"{path} is not an rltrain checkpoint (no parameter shards and counters in it)"
+        )
     return state
+
+
+def _damage(path: Path, error: BaseException) -> str:
+    """A short description of why a checkpoint did not load."""
+    try:
+        size = path.stat().st_size
+        path.open("rb").close()
+    except OSError as e:
+        return e.strerror or type(e).__name__
+    if size == 0:
+        return "the file is empty"
+    if not zipfile.is_zipfile(path):  # torch.save writes a zip archive; a cut one has no index
+        return f"{size:,} bytes that are not a complete torch.save archive"
+    first = " ".join(str(error).split()).split(". ")[0]
+    return f"{size:,} bytes; torch: {first[:120] or type(error).__name__}"
+
+
+def _is_rltrain_state(state: Any) -> bool:
+    if not isinstance(state, dict) or not isinstance(state.get("counters"), dict):
+        return False
+    shards = state.get("shards")
+    return (
+        isinstance(shards, list)
+        and len(shards) > 0
+        and all(
+            isinstance(s, dict) and isinstance(s.get("param"), torch.Tensor) and "version" in s
+            for s in shards
+        )
+    )

@@ -3,25 +3,65 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NoReturn
 
+from rltrain import signals
 from rltrain.config import describe, load_config
 from rltrain.errors import RLTrainError
+from rltrain.faults import FaultCounters, RunFailed
 
 if TYPE_CHECKING:
     from rltrain.supervised.config import BenchConfig
     from rltrain.supervised.datasets import SplitDataset
 
 EXIT_USAGE = 2
+EXIT_FAILED = 1  # a run that a fault stopped (the summary says which)
 
 
 class UserError(RLTrainError):
     """A problem with what the user asked for: printed as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line, like every other error of the CLI:
+    ``rltrain: error: <message> (see rltrain <command> --help)``, exit code 2."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands: dict[str, _Parser] = {}
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(
+            EXIT_USAGE, f"rltrain: error: {' '.join(message.split())} (see {self.prog} --help)\n"
+        )
+
+
+def _count(text: str) -> int:
+    """An argparse type: a whole number >= 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {n}")
+    return n
+
+
+def _seed(text: str) -> int:
+    """An argparse type: a seed in 0 .. 2**32 - 1 (what numpy and Gymnasium accept)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if not 0 <= n < 2**32:
+        raise argparse.ArgumentTypeError(f"expected a whole number 0 .. 4294967295, got {text!r}")
+    return n
 
 
 def _common(p: argparse.ArgumentParser, config_optional: bool = False) -> None:
@@ -48,7 +88,7 @@ def _common(p: argparse.ArgumentParser, config_optional: bool = False) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="rltrain",
         description="Distributed RL and supervised training through a sharded parameter server.",
     )
@@ -65,9 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev = sub.add_parser("eval", help="play a run's latest checkpoint and print its raw score")
     ev.add_argument("run_dir", help="a run directory written by `rltrain train`")
-    ev.add_argument("--episodes", type=int, default=10, help="episodes to play (default 10)")
+    ev.add_argument("--episodes", type=_count, default=10, help="episodes to play (default 10)")
     ev.add_argument("--video", action="store_true", help="write a GIF of one episode into RUN_DIR")
-    ev.add_argument("--seed", type=int, default=12345, help="seed of the evaluation envs")
+    ev.add_argument("--seed", type=_seed, default=12345, help="seed of the evaluation envs")
     bench = sub.add_parser(
         "bench",
         help="compare the update rules on MNIST / Fashion-MNIST / CIFAR-10",
@@ -77,13 +117,90 @@ def build_parser() -> argparse.ArgumentParser:
     _common(bench)
     opts = sub.add_parser("options", help="list every config option with its meaning")
     opts.add_argument("kind", choices=["train", "bench"], help="which command's config")
+    parser.commands = {"train": train, "eval": ev, "bench": bench, "options": opts}
     return parser
 
 
 def _overrides(args: argparse.Namespace) -> list[str]:
-    """--set items, with --address as one more (runtime.address)."""
-    extra = [f"runtime.address={args.address}"] if args.address else []
+    """--set items, with --address as one more (runtime.address), quoted: always a string."""
+    extra = [f"runtime.address={json.dumps(args.address)}"] if args.address is not None else []
     return [*args.overrides, *extra]
+
+
+def _check_address(address: str | None) -> None:
+    """An unreachable Ray cluster fails here, in seconds, before any folder or file is written.
+
+    ``auto`` is resolved the way ``ray.init(address="auto")`` does for a cluster started with
+    ``ray start``: RAY_ADDRESS, else the address file ``ray start`` writes. Ray itself would
+    retry a stale address for minutes, printing a warning every few seconds.
+    """
+    if address is None:
+        return
+    from rltrain import runtime
+
+    if address != "auto":
+        _check_address_form(address)
+        runtime.check_address(address)
+        return
+    found, source = _auto_address()
+    if found is None:
+        raise UserError(
+            f"--address auto: no Ray cluster was started on this machine ({source}); start one "
+            "with `ray start --head`, give --address HOST:PORT, or leave --address out for a "
+            "local Ray"
+        )
+    try:
+        _check_address_form(found)
+        runtime.check_address(found)
+    except RLTrainError as e:
+        raise UserError(f"--address auto: {source} names {found}: {e}") from None
+
+
+def _check_address_form(address: str) -> None:
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UserError(
+            f"--address {address or repr(address)}: expected 'auto', HOST:PORT or "
+            "ray://HOST:PORT (port 1-65535)"
+        )
+
+
+def _auto_address() -> tuple[str | None, str]:
+    """The address ``auto`` means (and where it was found), or None and what was looked at."""
+    env = os.environ.get("RAY_ADDRESS", "").strip()
+    if env and env != "auto":
+        return env, "RAY_ADDRESS"
+    # Ray's temp dir: $RAY_TMPDIR, else $TMPDIR on Linux, else /tmp (ray._common.utils)
+    if "RAY_TMPDIR" in os.environ:
+        tmp = os.environ["RAY_TMPDIR"]
+    elif sys.platform.startswith("linux") and "TMPDIR" in os.environ:
+        tmp = os.environ["TMPDIR"]
+    else:
+        tmp = "/tmp"
+    file = Path(tmp) / "ray" / "ray_current_cluster"
+    try:
+        found = file.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        found = ""
+    if found:
+        return found, str(file)
+    return None, f"RAY_ADDRESS is unset and {file} does not exist"
+
+
+def _run_dir_arg(text: str, flag: str) -> Path:
+    """An existing run directory (one with config.yaml), or a one-line UserError saying why not."""
+    path = Path(text).expanduser()
+    if not path.exists():
+        why = "it does not exist"
+    elif not path.is_dir():
+        why = "it is a file"
+    elif not (path / "config.yaml").is_file():
+        why = "no config.yaml in it"
+    else:
+        return path
+    raise UserError(
+        f"{flag}{path}: not a run directory ({why}); give a folder written by `rltrain train`"
+    )
 
 
 def cmd_options(kind: str) -> int:
@@ -101,12 +218,14 @@ def cmd_options(kind: str) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from rltrain.rundir import new_run_dir, write_config
+    from rltrain.rundir import check_run_dir, new_run_dir, write_config
     from rltrain.supervised.config import BenchConfig
     from rltrain.supervised.datasets import load_dataset
 
     overrides = _overrides(args)
     cfg = load_config(BenchConfig, args.config, overrides)  # all checks before anything starts
+    check_run_dir(args.run_dir)
+    _check_address(cfg.runtime.address)
     data = load_dataset(cfg.data.dataset, cfg.data.root, cfg.data.download, log=print)
     run_dir = new_run_dir(args.config, args.run_dir)
     write_config(run_dir, cfg)
@@ -125,6 +244,7 @@ def _bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
     if needs_ray:
         need = cfg.workers * cfg.runtime.worker_cpus + cfg.server.shards * cfg.runtime.server_cpus
         where = runtime.init_ray(cfg.runtime, need)
+        signals.install()  # again: ray.init replaces the SIGTERM handler
         print(f"runtime: {where}")
     results, curves = [], {}
     try:
@@ -148,6 +268,11 @@ def _bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
                 f"{label} accuracy {res.final_accuracy:.4f} ({reached}); "
                 f"{res.samples_per_s:,.0f} samples/s, {res.updates_applied:,} updates, "
                 f"{res.dropped} dropped, staleness {res.mean_staleness:.2f}"
+                + (
+                    f"; faults: {FaultCounters(**res.faults).brief()}"
+                    if any(res.faults.values())
+                    else ""
+                )
             )
     finally:
         if needs_ray:
@@ -163,38 +288,51 @@ def _bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from rltrain.checkpoint import latest_checkpoint, load_checkpoint
     from rltrain.rl.config import TrainConfig
-    from rltrain.rundir import new_run_dir, write_config
+    from rltrain.rundir import check_run_dir, new_run_dir, write_config
 
     overrides = _overrides(args)
-    if args.resume:
-        run_dir = Path(args.resume)
-        saved = run_dir / "config.yaml"
-        if not saved.is_file():
-            raise UserError(f"--resume {run_dir}: not a run directory (no config.yaml)")
+    if args.resume is not None:
+        if args.run_dir is not None:
+            raise UserError(
+                "--run-dir does not go with --resume: a resumed run writes into its RUN_DIR"
+            )
+        run_dir = _run_dir_arg(args.resume, "--resume ")
         ckpt = latest_checkpoint(run_dir)
         if ckpt is None:
-            raise UserError(f"--resume {run_dir}: no checkpoints/ckpt-*.pt to resume from")
+            raise UserError(
+                f"--resume {run_dir}: no checkpoints/ckpt-*.pt to resume from; "
+                "start a new run with `rltrain train CONFIG`"
+            )
         load_checkpoint(ckpt)  # a damaged checkpoint fails here, before anything starts
-        cfg = load_config(TrainConfig, args.config or saved, overrides)
+        cfg = load_config(TrainConfig, args.config or run_dir / "config.yaml", overrides)
     else:
         if not args.config:
             raise UserError("train: give a CONFIG file (see configs/) or --resume RUN_DIR")
         cfg = load_config(TrainConfig, args.config, overrides)
+        check_run_dir(args.run_dir)
+    _check_address(cfg.runtime.address)  # before the run dir, its config.yaml and tb/ are written
     from rltrain.rl.train import Trainer, probe_env
 
     spec = probe_env(cfg)  # an unknown env id fails here, before any folder is made
-    if not args.resume:
+    if args.resume is None:
         run_dir = new_run_dir(args.config, args.run_dir)
-    trainer = Trainer(cfg, run_dir, resume=bool(args.resume), spec=spec)
+    trainer = Trainer(cfg, run_dir, resume=args.resume is not None, spec=spec)
     write_config(trainer.run_dir, cfg)
     print(f"rltrain train: {cfg.algo.name} on {cfg.env.id}; writing {trainer.run_dir}")
     summary = trainer.run()
+    faults = FaultCounters(**summary["faults"])
     print(
         f"stopped by {summary['stopped_by']} after {summary['wall_seconds']:.0f}s: "
         f"{summary['env_steps']:,} steps, {summary['episodes']} episodes, "
-        f"mean return {summary['mean_return']}; summary.json, checkpoints/, "
-        f"tensorboard --logdir {trainer.run_dir / 'tb'}"
+        f"mean return {summary['mean_return']}; faults: {faults.brief()}; summary.json, "
+        f"checkpoints/, tensorboard --logdir {trainer.run_dir / 'tb'}"
     )
+    if summary["stopped_by"] == "fault":
+        print(f"rltrain: run failed: {summary.get('failure', '')}", file=sys.stderr)
+        return EXIT_FAILED
+    if summary["stopped_by"] == "interrupt":
+        print(f"continue with: rltrain train --resume {trainer.run_dir}", file=sys.stderr)
+        return signals.EXIT_INTERRUPTED
     return 0
 
 
@@ -202,11 +340,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from rltrain.rl.config import TrainConfig
     from rltrain.rl.evaluate import evaluate
 
-    run_dir = Path(args.run_dir)
-    if not (run_dir / "config.yaml").is_file():
-        raise UserError(f"{run_dir}: not a run directory (no config.yaml)")
-    if args.episodes < 1:
-        raise UserError(f"--episodes {args.episodes}: must be >= 1")
+    run_dir = _run_dir_arg(args.run_dir, "")
     cfg = load_config(TrainConfig, run_dir / "config.yaml")
     res = evaluate(cfg, run_dir, args.episodes, args.video, args.seed)
     print(
@@ -220,22 +354,33 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
     try:
-        if args.command == "options":
-            return cmd_options(args.kind)
-        if args.command == "bench":
-            return cmd_bench(args)
-        if args.command == "train":
-            return cmd_train(args)
-        if args.command == "eval":
-            return cmd_eval(args)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # named under the subcommand's usage, not the top-level one
+            sub = parser.commands.get(getattr(args, "command", None) or "", parser)
+            sub.error(f"unrecognized arguments: {' '.join(extra)}")
+    except SystemExit as e:  # --help (0), or a usage error already printed as one line (2)
+        return e.code if isinstance(e.code, int) else EXIT_USAGE
+    try:
+        with signals.graceful():  # Ctrl-C / SIGTERM: a clean stop first, at once the second time
+            if args.command == "options":
+                return cmd_options(args.kind)
+            if args.command == "bench":
+                return cmd_bench(args)
+            if args.command == "train":
+                return cmd_train(args)
+            if args.command == "eval":
+                return cmd_eval(args)
+    except RunFailed as e:  # not bad input: a fault the run could not survive
+        print(f"rltrain: run failed: {' '.join(str(e).splitlines())}", file=sys.stderr)
+        return EXIT_FAILED
     except RLTrainError as e:
-        print(f"rltrain: error: {e}", file=sys.stderr)
+        print(f"rltrain: error: {' '.join(str(e).splitlines())}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("rltrain: interrupted", file=sys.stderr)
-        return 130
+        return signals.EXIT_INTERRUPTED
     return EXIT_USAGE
 
 

@@ -13,6 +13,7 @@ import ast
 import dataclasses
 import difflib
 import inspect
+import re
 import textwrap
 import types
 import typing
@@ -50,7 +51,9 @@ def from_dict(cls: type[T], data: Mapping[str, Any] | None, prefix: str = "") ->
     """Build dataclass ``cls`` from a (possibly partial) mapping, checking every key and value."""
     data = {} if data is None else data
     if not isinstance(data, Mapping):
-        raise ConfigError(f"{prefix or 'config'}: expected a mapping of keys, got {data!r}")
+        raise ConfigError(
+            f"{prefix.rstrip('.') or 'config'}: expected a mapping of keys, got {data!r}"
+        )
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
     hints = typing.get_type_hints(cls)
     for key in data:
@@ -65,7 +68,8 @@ def from_dict(cls: type[T], data: Mapping[str, Any] | None, prefix: str = "") ->
     except ConfigError:
         raise
     except (TypeError, ValueError) as e:  # __post_init__ cross-field checks
-        raise ConfigError(f"{prefix.rstrip('.') or cls.__name__}: {e}") from None
+        where = f"{prefix.rstrip('.')}: " if prefix else ""  # top-level checks name their keys
+        raise ConfigError(f"{where}{e}") from None
     return obj
 
 
@@ -92,6 +96,9 @@ def _convert(tp: Any, value: Any, key: str, meta: Mapping[str, Any]) -> Any:
     return _check(_scalar(tp, value, key), key, meta)
 
 
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
 def _scalar(tp: Any, value: Any, key: str) -> Any:
     if tp is bool:
         if isinstance(value, bool):
@@ -104,6 +111,8 @@ def _scalar(tp: Any, value: Any, key: str) -> Any:
     if tp is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
+            return float(value)  # YAML 1.1 reads 1e-3 (no dot, no exponent sign) as a string
         raise ConfigError(f"{key}={value!r}: expected a number")
     if tp is str:
         if isinstance(value, str):
@@ -170,18 +179,31 @@ def merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping with ``yaml.safe_load``; a missing or malformed file is a ConfigError."""
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"config file {p} is a folder; give a YAML file (see configs/)")
     if not p.is_file():
-        raise ConfigError(f"config file not found: {p}")
+        raise ConfigError(f"config file not found: {p}; give a YAML file (see configs/)")
     try:
-        data = yaml.safe_load(p.read_text())
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not a YAML text file (not UTF-8); give a YAML config") from None
+    except OSError as e:
+        raise ConfigError(f"config file {p}: cannot read it ({e.strerror or e})") from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{p}: not valid YAML{where}") from None
+        problem = " ".join(str(getattr(e, "problem", None) or "").split())
+        why = f" ({problem})" if problem else ""
+        raise ConfigError(f"{p}: not valid YAML{where}{why}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{p}: expected a mapping of config keys at the top level")
+        raise ConfigError(
+            f"{p}: expected a mapping of config keys (key: value lines) at the top level, "
+            f"got a {type(data).__name__}"
+        )
     return data
 
 
@@ -232,22 +254,37 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-def describe(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
-    """Rows of (key, type, default, doc) for every field of a config class, recursively."""
+def describe(cls: type, prefix: str = "", defaults: Any = None) -> list[tuple[str, str, str, str]]:
+    """Rows of (key, type, default, doc) for every field of a config class, recursively.
+
+    Defaults are read from the fields (``cls()`` may refuse its own defaults, e.g. a config
+    that needs one stop criterion set); a section's default instance, such as a specific
+    optimizer of one command, gives the defaults of its keys.
+    """
     rows: list[tuple[str, str, str, str]] = []
     docs = field_docs(cls)
     hints = typing.get_type_hints(cls)
-    defaults = cls()
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
+        default = _field_default(f) if defaults is None else getattr(defaults, f.name)
         if dataclasses.is_dataclass(tp):
-            rows.extend(describe(tp, prefix + f.name + "."))
+            rows.extend(describe(tp, prefix + f.name + ".", default))
             continue
-        default = getattr(defaults, f.name)
+        item = typing.get_args(tp)[0] if typing.get_origin(tp) is tuple else None
+        if dataclasses.is_dataclass(item):  # a list of sections: its keys, then the list
+            rows.extend(describe(item, prefix + f.name + "[].", None))  # type: ignore[arg-type]
         choices = f.metadata.get("choices")
         kind = " | ".join(map(str, choices)) if choices else _type_name(tp)
         rows.append((prefix + f.name, kind, repr(default), docs.get(f.name, "")))
     return rows
+
+
+def _field_default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
 
 
 def _type_name(tp: Any) -> str:

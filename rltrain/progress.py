@@ -32,6 +32,14 @@ class Progress:
             self.stream.flush()
             self._last = time.monotonic()
 
+    def note(self, text: str) -> None:
+        """A line that stays (an event: a fault, a restore), printed above the live bar."""
+        if self.tty and self._width:
+            self.stream.write("\r" + " " * self._width + "\r")
+            self._width = 0
+        self.stream.write(f"{self.label} {text}\n")
+        self.stream.flush()
+
     def close(self, text: str = "") -> None:
         if self.tty:
             self.stream.write("\r" + " " * self._width + "\r")

@@ -12,6 +12,30 @@ from typing import Any
 from rltrain.config import ConfigError, dump_yaml
 
 
+def check_run_dir(run_dir: str | Path | None, root: str | Path = "runs") -> None:
+    """Refuse, without creating anything, a run folder that :func:`new_run_dir` could not make.
+
+    An explicit ``--run-dir`` must be new or an empty folder, and its nearest existing parent
+    a writable folder; the default goes under ``root``.
+    """
+    flag = "--run-dir " if run_dir is not None else "run folder under "
+    path = Path(run_dir if run_dir is not None else root).expanduser()
+    if run_dir is not None and path.exists():
+        if not path.is_dir():
+            raise ConfigError(f"--run-dir {path}: is a file; give a new or empty folder")
+        if any(path.iterdir()):
+            raise ConfigError(
+                f"--run-dir {path}: already exists and is not empty; choose a new folder"
+            )
+    parent = path
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{flag}{path}: {parent} is a file, not a folder; give another path")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag}{path}: {parent} is not writable; give another --run-dir")
+
+
 def new_run_dir(
     config_path: str | Path, run_dir: str | Path | None, root: str | Path = "runs"
 ) -> Path:
@@ -19,19 +43,20 @@ def new_run_dir(
 
     Refusing a non-empty folder means a typo never overwrites an earlier run's results.
     """
+    check_run_dir(run_dir, root)
     if run_dir is not None:
         path = Path(run_dir).expanduser()
-        if path.exists() and (not path.is_dir() or any(path.iterdir())):
-            raise ConfigError(
-                f"--run-dir {path}: already exists and is not empty; choose a new folder"
-            )
     else:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         base = Path(root) / f"{Path(config_path).stem}-{stamp}"
         path, i = base, 1
         while path.exists():
             path, i = Path(f"{base}-{i}"), i + 1
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        flag = "--run-dir " if run_dir is not None else "run folder "
+        raise ConfigError(f"{flag}{path}: cannot create it ({e.strerror or e})") from None
     return path
 
 

@@ -10,15 +10,29 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import signal
 import socket
-from collections.abc import Sequence
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import ray
 import torch
+from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError, RayTaskError
 
 from rltrain.errors import RLTrainError
+from rltrain.faults import (
+    FaultAction,
+    PeerLost,
+    ProcessLost,
+    RestorePoint,
+    RunFailed,
+    ShardFenced,
+    on_pusher_loss,
+)
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.server import ShardedServer, ShardLayout
 from rltrain.ps.shard import ParameterShard
@@ -58,6 +72,9 @@ def init_ray(cfg: RuntimeConfig, cpus_needed: float = 0.0) -> str:
     ray.init(
         num_cpus=cpus,
         num_gpus=torch.cuda.device_count(),
+        # a local instance advertises the loopback address (Ray versions that bind their RPC
+        # servers to the node address then listen on localhost only)
+        _node_ip_address="127.0.0.1",
         # Parameters and gradients of a few MB travel inline with the call instead of through
         # the shared object store: measured here, a 424 KB push+pull costs 2.2 ms against 3.7 ms.
         _system_config={"max_direct_call_object_size": 8 * 1024 * 1024},
@@ -84,6 +101,11 @@ def _check_reachable(address: str) -> None:
         ) from None
 
 
+def check_address(address: str) -> None:
+    """Public: a one-line :class:`RuntimeError_` when nothing listens at ``address``."""
+    _check_reachable(address)
+
+
 def shutdown() -> None:
     if ray.is_initialized():
         ray.shutdown()
@@ -94,7 +116,17 @@ class _WireShard(ParameterShard):
 
     Ray serialises numpy arrays as zero-copy pickle-5 buffers; measured here, a 106k-float
     pull costs 1.0 ms as numpy against 2.6 ms as a torch tensor.
+
+    When Ray restarts a shard whose process died, the constructor runs again with the initial
+    parameters: the shard then fences itself until the driver restores it from a checkpoint.
     """
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        with warnings.catch_warnings():  # deprecated in Ray 2.x, with no replacement yet
+            warnings.simplefilter("ignore")
+            if ray.get_runtime_context().was_current_actor_reconstructed:
+                self.fence()
 
     def push(self, update: GradUpdate) -> PushResult:
         return super().push(dataclasses.replace(update, values=_to_tensor(update.values)))
@@ -119,15 +151,16 @@ class RayServer(ShardedServer):
     ``async`` shards run one call at a time, which keeps each worker's calls in order.
     """
 
-    def __init__(self, layout: ShardLayout, handles: Sequence[Any]) -> None:
+    def __init__(self, layout: ShardLayout, shards: Sequence[Remote]) -> None:
         super().__init__(layout)
-        self.handles = list(handles)
+        self.shards = list(shards)
+        self.handles = [r.handle for r in shards]
 
     def _submit(self, method: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
         return [getattr(h, method).remote(*a) for h, a in zip(self.handles, args, strict=True)]
 
     def _collect(self, handle: list[Any]) -> list[Any]:
-        return ray.get(handle)
+        return [result(ref) for ref in handle]  # a dead shard: ProcessLost, not a Ray error
 
     def _encode(self, values: torch.Tensor) -> Any:
         return values.detach().numpy()
@@ -135,9 +168,22 @@ class RayServer(ShardedServer):
     def _decode(self, values: Any) -> torch.Tensor:
         return _to_tensor(values)
 
+    def health(self, timeout: float = 2.0) -> list[tuple[int, bool] | None]:
+        """Per shard (version, fenced); None where the shard is dead or restarting, and
+        (-1, False) where it is alive but did not answer in time (busy, or paused).
+
+        Raises :class:`RunFailed` for a shard that will not restart.
+        """
+        return [
+            _health(r, ref, timeout) for r, ref in zip(self.shards, self._ask_health(), strict=True)
+        ]
+
+    def _ask_health(self) -> list[Any]:
+        return [h.health.remote() for h in self.handles]
+
     def kill(self) -> None:
-        for h in self.handles:
-            ray.kill(h)
+        for r in self.shards:
+            r.kill()
 
 
 def start_server(
@@ -146,17 +192,27 @@ def start_server(
     rule: ServerConfig,
     num_workers: int,
     runtime: RuntimeConfig,
+    max_restarts: int = 0,
 ) -> RayServer:
     """One :class:`ParameterShard` actor per shard, parameters split by size."""
     layout = ShardLayout(init.numel(), rule.shards)
-    actor = ray.remote(_WireShard).options(
-        num_cpus=runtime.server_cpus, max_concurrency=1 if rule.rule == "async" else num_workers + 8
-    )
-    handles = [
-        actor.remote(piece, optimizer, rule, num_workers, i)
+    shards = [
+        Remote(
+            _WireShard,
+            piece,
+            optimizer,
+            rule,
+            num_workers,
+            i,
+            role="shard",
+            index=i,
+            num_cpus=runtime.server_cpus,
+            max_restarts=max_restarts,
+            max_concurrency=1 if rule.rule == "async" else num_workers + 8,
+        )
         for i, piece in enumerate(layout.split(init))
     ]
-    return RayServer(layout, handles)
+    return RayServer(layout, shards)
 
 
 class RayReplay:
@@ -185,23 +241,411 @@ class RayReplay:
         return sum(s["nbytes"] for s in ray.get([h.stats.remote() for h in self.handles]))
 
 
-def start_replay(cls: type, args: Sequence[tuple[Any, ...]], max_concurrency: int) -> RayReplay:
-    """One replay actor per shard; threaded so that sampling and adding overlap."""
-    actor = ray.remote(cls).options(num_cpus=0, max_concurrency=max_concurrency)
+def start_replay(
+    cls: type, args: Sequence[tuple[Any, ...]], max_concurrency: int, max_restarts: int = 0
+) -> RayReplay:
+    """One replay actor per shard; threaded so that sampling and adding overlap.
+
+    A replay shard that Ray restarts comes back empty (the memory is not checkpointed).
+    """
+    actor = ray.remote(cls).options(
+        num_cpus=0,
+        max_concurrency=max_concurrency,
+        max_restarts=max_restarts,
+        max_task_retries=0,
+    )
     return RayReplay([actor.remote(*a) for a in args])
 
 
-class Remote:
-    """A plain class running as a Ray actor: ``call`` returns a future, ``get`` waits for it."""
+def _whereabouts(_instance: Any) -> tuple[int, str]:
+    """Run inside an actor (``__ray_call__``): its process id and node."""
+    return os.getpid(), ray.get_runtime_context().get_node_id()
 
-    def __init__(self, cls: type, *args: Any, num_cpus: float = 1.0, num_gpus: float = 0.0) -> None:
-        self.handle = ray.remote(cls).options(num_cpus=num_cpus, num_gpus=num_gpus).remote(*args)
+
+class Remote:
+    """A plain class running as a Ray actor: ``call`` returns a future, ``get`` waits for it.
+
+    ``role`` and ``index`` name it for fault handling (actor 0, learner 1, shard 0, ...).
+    ``max_restarts`` > 0 lets Ray restart its process after a crash (re-running the
+    constructor with the same arguments); a call in flight at the crash fails at once
+    (``max_task_retries=0``) so the driver sees the loss and decides, rather than Ray re-running
+    work that may already have pushed its gradients.
+    """
+
+    def __init__(
+        self,
+        cls: type,
+        *args: Any,
+        role: str = "actor",
+        index: int = 0,
+        num_cpus: float = 1.0,
+        num_gpus: float = 0.0,
+        max_restarts: int = 0,
+        max_concurrency: int = 1,
+    ) -> None:
+        self.role, self.index = role, index
+        self.handle = (
+            ray.remote(cls)
+            .options(
+                num_cpus=num_cpus,
+                num_gpus=num_gpus,
+                max_restarts=max_restarts,
+                max_task_retries=0,
+                max_concurrency=max_concurrency,
+            )
+            .remote(*args)
+        )
+        self.actor_id = self.handle._actor_id.hex()
+        self._where: Any = self.probe()
+        self._noted = False  # this incarnation's death has been counted
 
     def call(self, method: str, *args: Any) -> Any:
         return getattr(self.handle, method).remote(*args)
 
+    def probe(self) -> Any:
+        """A future of (pid, node) that resolves once the process is up (after a restart too)."""
+        self._where = self.handle.__ray_call__.remote(_whereabouts)
+        return self._where
+
+    def is_up(self) -> bool:
+        """Whether the process id is known (the process has started), without waiting."""
+        if not isinstance(self._where, tuple):
+            ready, _ = ray.wait([self._where], timeout=0)
+            if not ready:
+                return False
+            self.pid()
+        return True
+
+    def pid(self) -> int:
+        """The process id (waits for the process to be up)."""
+        if not isinstance(self._where, tuple):
+            self._where = ray.get(self._where)
+        return int(self._where[0])
+
+    def mark_lost(self) -> bool:
+        """Note that this incarnation died; False if that was already noted (one death can
+        show up more than once: its call fails, and so do calls that used its results or were
+        sent while Ray restarted it)."""
+        if self._noted and not isinstance(self._where, tuple):
+            ready, _ = ray.wait([self._where], timeout=0)
+            if ready:  # the probe sent after the death has answered: is it back since?
+                try:
+                    self._where = ray.get(self._where)
+                    self._noted = False  # yes: this is a new death
+                except RayActorError:
+                    self.probe()  # sent while it was restarting: ask again
+        if self._noted:
+            return False
+        self._noted = True
+        self.probe()
+        return True
+
+    def signal(self, action: FaultAction) -> str:
+        """Kill, stop or continue this process (an injected fault); returns what was done."""
+        sig = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP, "cont": signal.SIGCONT}
+        pid = self.pid()
+        local = self._where[1] == ray.get_runtime_context().get_node_id()
+        if local:
+            os.kill(pid, sig[action.signal])
+            return f"{action.signal} {self.role} {self.index} (pid {pid})"
+        if action.signal == "kill":  # another machine: Ray kills it there, and restarts it
+            ray.kill(self.handle, no_restart=False)
+            return f"kill {self.role} {self.index} (on another node, through Ray)"
+        return f"skipped {action.signal} {self.role} {self.index}: it runs on another node"
+
     def kill(self) -> None:
         ray.kill(self.handle)
+
+
+def respond(
+    d: Done,
+    rule: str,
+    on_worker_loss: str,
+    server: RayServer,
+    guard: ServerGuard,
+    counters: Any,
+    say: Callable[[str], None],
+) -> str:
+    """What a driver does about a failed or revived process: count it, say it, and let the
+    server stop waiting for it when the rule allows. ``rule`` is the server rule the process
+    pushes under ("async" for processes that do not push).
+
+    Returns "work" (give it work now), "wait" (Ray is restarting it) or "gone" (it will not
+    come back).
+    """
+    r = d.remote
+    name = f"{r.role} {r.index}"
+    if d.revived:
+        say(f"{name} is back (pid {r.pid()}); it rejoins with fresh parameters")
+        return "work"
+    counters.lost_calls += 1
+    if isinstance(d.error, PeerLost):
+        guard.check()  # restores the server if a shard was lost; the call is simply redone
+        return "work"
+    assert isinstance(d.error, ProcessLost)
+    leave, how = on_pusher_loss(rule, on_worker_loss, d.error.permanent)
+    if leave:
+        server.leave(r.index)
+        counters.left_barrier += 1
+    if d.error.permanent:
+        say(f"{name} died and will not restart (faults.max_restarts spent){how}")
+        return "gone"
+    if r.mark_lost():
+        counters.restart(r.role)
+        say(f"{name} lost: its process died; Ray restarts it{how}")
+    return "wait"
+
+
+def failed(refs: Sequence[Any]) -> list[str]:
+    """Per finished future: "" (a value), "died" (the process that ran it died) or "error"
+    (it raised, e.g. because a server shard it used died). Reads the values: use it on the
+    rare failure path only."""
+    out = []
+    for ref in refs:
+        try:
+            ray.get(ref, timeout=0)
+            out.append("")
+        except RayTaskError:  # before RayActorError: a task error may wrap an actor error
+            out.append("error")
+        except (RayActorError, GetTimeoutError):
+            out.append("died")
+    return out
+
+
+def inject(
+    action: FaultAction, procs: dict[str, list[Remote]], counters: Any, say: Callable[[str], None]
+) -> None:
+    """Carry out one injected fault on the process it names (if the run has it)."""
+    e = action.event
+    target = next((r for r in procs.get(e.target, []) if r.index == e.index), None)
+    if target is None:
+        return
+    try:
+        done = target.signal(action)
+    except (ProcessLookupError, RayActorError) as err:
+        done = f"could not {action.signal} {e.target} {e.index}: {_first_line(err)}"
+    counters.injected += int(action.signal != "cont")
+    say(f"injected fault: {done}")
+
+
+def result(ref: Any) -> Any:
+    """The value of a finished call; a lost process becomes :class:`ProcessLost` (this
+    call's actor died) or :class:`PeerLost` (a process the call used died); other errors
+    propagate as they are."""
+    try:
+        return ray.get(ref)
+    except RayTaskError as e:
+        lost = _peer_lost(e)
+        if lost is None:
+            raise
+        raise lost from None
+    except RayActorError as e:
+        raise ProcessLost(e.actor_id or "", isinstance(e, ActorDiedError), _first_line(e)) from None
+
+
+def _peer_lost(e: BaseException) -> PeerLost | None:
+    """Walk a task error's causes for a dead actor or a fenced (restarted) shard."""
+    seen: BaseException | None = e
+    for _ in range(10):
+        if seen is None:
+            return None
+        if isinstance(seen, ShardFenced):
+            return PeerLost("", str(seen).splitlines()[0] if str(seen) else "shard fenced")
+        if isinstance(seen, RayActorError):
+            return PeerLost(seen.actor_id or "", _first_line(seen))
+        if isinstance(seen, ProcessLost | PeerLost):  # raised by a RayServer inside the call
+            return PeerLost(seen.actor_id, str(seen))
+        seen = getattr(seen, "cause", None) or seen.__cause__
+    return None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:200] if text else type(e).__name__
+
+
+@dataclass
+class Done:
+    """A finished call, a lost process or a revived one (see :class:`Pool`)."""
+
+    remote: Remote
+    tag: Any = None  # what the driver attached when it submitted the call
+    value: Any = None  # the call's result (or its future, for calls submitted with fetch=False)
+    error: ProcessLost | PeerLost | None = None
+    revived: bool = False  # the process is back after a restart: give it work again
+
+
+class Pool:
+    """The calls in flight on a set of :class:`Remote` processes, failures included.
+
+    ``wait`` turns every finished call into a :class:`Done`. A call whose process died gives a
+    ``Done`` with ``error=ProcessLost``; the pool then probes the process until Ray has
+    restarted it and reports it ``revived`` (or ``ProcessLost(permanent=True)`` if it will not
+    come back). Calls submitted with ``fetch=False`` return their future, unread (rollouts that
+    go from actors to learners without passing through the driver).
+    """
+
+    RETRY_S = 0.5
+
+    def __init__(self) -> None:
+        self.calls: dict[Any, tuple[Remote, Any, bool]] = {}
+        self.probes: dict[Any, Remote] = {}
+        self.retry: list[tuple[float, Remote]] = []
+
+    def submit(self, remote: Remote, method: str, *args: Any, tag: Any = None, fetch: bool = True):
+        ref = remote.call(method, *args)
+        self.calls[ref] = (remote, tag, fetch)
+        return ref
+
+    def __len__(self) -> int:
+        return len(self.calls) + len(self.probes) + len(self.retry)
+
+    def busy(self, remote: Remote) -> bool:
+        return any(r is remote for r, _, _ in self.calls.values())
+
+    def restarting(self) -> list[Remote]:
+        return [*self.probes.values(), *(r for _, r in self.retry)]
+
+    def wait(self, timeout: float) -> list[Done]:
+        now = time.time()
+        for t, remote in [x for x in self.retry if x[0] <= now]:
+            self.retry.remove((t, remote))
+            self.probes[remote.probe()] = remote
+        if self.retry:
+            timeout = min(timeout, max(0.0, min(t for t, _ in self.retry) - now))
+        out: list[Done] = []
+        for ref in wait_any([*self.calls, *self.probes], timeout):
+            if ref in self.probes:
+                out.extend(self._probed(ref, self.probes.pop(ref)))
+                continue
+            remote, tag, fetch = self.calls.pop(ref)
+            if not fetch:
+                out.append(Done(remote, tag, ref))
+                continue
+            try:
+                out.append(Done(remote, tag, result(ref)))
+            except ProcessLost as e:
+                out.append(Done(remote, tag, error=e))
+                if not e.permanent:
+                    self.probes[remote.probe()] = remote
+            except PeerLost as e:
+                out.append(Done(remote, tag, error=e))
+        if not out and not self.calls and not self.probes and self.retry:
+            time.sleep(min(self.RETRY_S, timeout))
+        return out
+
+    def _probed(self, ref: Any, remote: Remote) -> list[Done]:
+        try:
+            remote._where = ray.get(ref)
+            remote._noted = False
+        except ActorDiedError as e:
+            return [Done(remote, error=ProcessLost(remote.actor_id, True, _first_line(e)))]
+        except RayActorError:  # still restarting
+            self.retry.append((time.time() + self.RETRY_S, remote))
+            return []
+        return [Done(remote, revived=True)]
+
+
+def _health(shard: Remote, ref: Any, timeout: float) -> tuple[int, bool] | None:
+    try:
+        version, fenced = ray.get(ref, timeout=timeout)
+        return int(version), bool(fenced)
+    except ActorDiedError:
+        raise RunFailed(
+            f"server shard {shard.index} died and will not restart (faults.max_restarts spent); "
+            "the run stops at its last checkpoint"
+        ) from None
+    except RayActorError:
+        return None
+    except GetTimeoutError:
+        return (-1, False)
+
+
+class ServerGuard:
+    """Watches the server's shards; when one is lost, restores every shard from the latest
+    restore point and counts the updates lost (DistBelief's recovery: a lost shard costs the
+    work since the last checkpoint, never the run).
+
+    All shards go back, not only the lost one: barrier rules and staleness need every shard
+    at the same version. Shards are polled without blocking the driver: a health request is
+    sent, and read on a later :meth:`poll` once it has answered.
+    """
+
+    POLL_S = 0.25  # the lost-update count is exact to within this many seconds of updates
+    RESTART_TIMEOUT_S = 120.0
+
+    def __init__(self, server: RayServer, counters: Any, say: Callable[[str], None]) -> None:
+        self.server, self.counters, self.say = server, counters, say
+        self.point: RestorePoint | None = None
+        self.last_seen = 0  # the highest version any shard reported
+        self._asked: list[Any] = []
+        self._next = 0.0
+
+    def remember(self, point: RestorePoint) -> None:
+        self.point = point
+        self.last_seen = max(self.last_seen, point.version)
+
+    def poll(self) -> bool:
+        """Cheap: read answered health requests, send new ones; True if it restored."""
+        if self._asked:
+            ready, _ = ray.wait(self._asked, num_returns=len(self._asked), timeout=0)
+            if len(ready) < len(self._asked):
+                return False  # a shard is busy (or paused): ask again later
+            health = [
+                _health(r, ref, 0) for r, ref in zip(self.server.shards, self._asked, strict=True)
+            ]
+            self._asked = []
+            if self._observe(health):
+                return self.restore()
+        if time.time() >= self._next:
+            self._asked = self.server._ask_health()
+            self._next = time.time() + self.POLL_S
+        return False
+
+    def check(self) -> bool:
+        """Blocking check (after a call failed because of a peer); True if it restored."""
+        self._asked = []
+        return self.restore() if self._observe(self.server.health()) else False
+
+    def _observe(self, health: Sequence[tuple[int, bool] | None]) -> bool:
+        """Record versions; True when a shard is down or fenced."""
+        bad = False
+        for h in health:
+            if h is None or h[1]:
+                bad = True
+            elif h[0] >= 0:
+                self.last_seen = max(self.last_seen, h[0])
+        return bad
+
+    def restore(self) -> bool:
+        self._asked = []
+        if self.point is None:
+            raise RunFailed("a server shard was lost before any restore point existed")
+        deadline = time.time() + self.RESTART_TIMEOUT_S
+        while True:  # Ray restarts dead shards; wait until every one answers
+            health = self.server.health()
+            if all(h is not None and h[0] >= 0 for h in health):
+                break
+            if time.time() >= deadline:
+                down = [i for i, h in enumerate(health) if h is None]
+                raise RunFailed(
+                    f"server shard(s) {down} did not come back within {self.RESTART_TIMEOUT_S:.0f}s"
+                )
+            time.sleep(0.2)
+        lost_shards = [i for i, h in enumerate(health) if h is not None and h[1]]
+        if not lost_shards:
+            return False  # a peer other than a shard was lost, or a false alarm
+        seen = max([self.last_seen, *(h[0] for h in health if h is not None and not h[1])])
+        lost = max(0, seen - self.point.version)
+        self.server.load_state_dicts(self.point.states)
+        self.counters.shard_restores += len(lost_shards)
+        self.counters.lost_updates += lost
+        self.last_seen = self.point.version
+        self.say(
+            f"server shard(s) {lost_shards} lost; every shard restored from {self.point.label} "
+            f"(version {self.point.version}); {lost} updates lost (last version seen {seen})"
+        )
+        return True
 
 
 def wait_all(futures: Sequence[Any], timeout: float) -> bool:

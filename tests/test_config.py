@@ -49,7 +49,23 @@ def test_int_is_accepted_for_float() -> None:
         ({"eval": {"targets": [1.5]}}, ["eval.targets[0]=1.5", "<= 1"]),
         ({"optimizer": 3}, ["optimizer", "mapping"]),
         ({"budget": {"max_seconds": 0, "epochs": 0}}, ["budget", "max_seconds"]),
-        ({"workers": 2, "stragglers": [1, 5, 1]}, ["stragglers", "one per worker"]),
+        (
+            {
+                "workers": 2,
+                "faults": {"events": [{"action": "slow", "target": "worker", "index": 2}]},
+            },
+            ["faults.events[0]", "index 2 out of range 0..1"],
+        ),
+        (
+            {"faults": {"events": [{"action": "slow", "target": "shard"}]}},
+            ["slow applies to target worker"],
+        ),
+        ({"faults": {"events": [{"action": "pause", "target": "worker"}]}}, ["seconds > 0"]),
+        (
+            {"faults": {"events": [{"action": "explode"}]}},
+            ["action='explode'", "kill, pause, slow"],
+        ),
+        ({"faults": {"on_worker_loss": "panic"}}, ["on_worker_loss='panic'", "wait, continue"]),
     ],
 )
 def test_bad_values_name_key_value_and_allowed(data: dict, words: list[str]) -> None:

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
 import torch
 import torch.multiprocessing as mp
 
+from rltrain.config import from_dict
+from rltrain.progress import Progress
 from rltrain.ps.config import OptimizerConfig
 from rltrain.ps.hogwild import HogwildServer
 from rltrain.records import GradUpdate
+from rltrain.supervised.bench import run_hogwild_mode
+from rltrain.supervised.config import BenchConfig
+from rltrain.supervised.datasets import load_dataset
 
 
 def test_push_pull_and_rejects_in_process() -> None:
@@ -42,3 +53,36 @@ def test_processes_share_parameters_and_optimizer_state() -> None:
     assert st.version == st.applied == 50
     # constant gradient 1 with momentum 0.5: the buffer, shared, converges towards 2
     assert server.pull().values[0].item() < -0.5
+
+
+def test_a_killed_hogwild_worker_is_started_again(tiny_root: Path) -> None:
+    """SIGKILL one worker process mid-mode: it is spawned again and the mode finishes."""
+    cfg = from_dict(
+        BenchConfig,
+        {
+            "modes": ["hogwild"],
+            "workers": 2,
+            "batch_size": 16,
+            "budget": {"max_seconds": 8},
+            "eval": {"every_seconds": 1},
+            "data": {"root": str(tiny_root), "download": False},
+        },
+    )
+    data = load_dataset(cfg.data.dataset, cfg.data.root, False)
+    out: list = []
+    runner = threading.Thread(
+        target=lambda: out.append(run_hogwild_mode(cfg, data, Progress("[test]")))
+    )
+    before = {p.pid for p in mp.active_children()}
+    runner.start()
+    deadline = time.time() + 60
+    while len({p.pid for p in mp.active_children()} - before) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(2)  # both are training
+    victim = min({p.pid for p in mp.active_children()} - before)
+    os.kill(victim, signal.SIGKILL)
+    runner.join(timeout=120)
+    assert not runner.is_alive()
+    trace = out[0]
+    assert trace.faults.worker_restarts == 1
+    assert len(trace.reports) == 2 and all(r.steps > 0 for r in trace.reports)

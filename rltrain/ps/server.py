@@ -150,6 +150,14 @@ class ShardedServer(ABC):
             last_reject=next((s.last_reject for s in parts if s.last_reject), ""),
         )
 
+    def leave(self, worker_id: int) -> None:
+        """A worker is lost: no barrier waits for it until it pushes again."""
+        self._call("leave", [(worker_id,)] * len(self.layout.sizes))
+
+    def health(self) -> list[tuple[int, bool] | None]:
+        """Per shard: (version, fenced), or None for a shard that does not answer."""
+        return self._call("health", [()] * len(self.layout.sizes))
+
     def state_dicts(self) -> list[dict]:
         return self._call("state_dict", [()] * len(self.layout.sizes))
 

@@ -11,6 +11,7 @@ import threading
 
 import torch
 
+from rltrain.faults import ShardFenced
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.optim import make_optimizer
 from rltrain.records import (
@@ -23,14 +24,19 @@ from rltrain.records import (
 )
 
 
-def aggregate_count(rule: ServerConfig, num_workers: int) -> int:
-    """Updates a barrier rule waits for: N for sync/average, K of N for soft_sync."""
+def aggregate_count(rule: ServerConfig, num_workers: int, live: int | None = None) -> int:
+    """Updates a barrier rule waits for: N for sync/average, K of N for soft_sync.
+
+    ``live`` < N when workers have left (died): sync/average then wait for the live ones, and
+    soft_sync for min(K, live), so that no barrier waits for a worker that is not there.
+    """
+    live = num_workers if live is None else live
     if rule.rule == "soft_sync":
         k = rule.k or max(1, num_workers - 1)
         if k > num_workers:
             raise ValueError(f"server.k={k} is larger than the number of workers ({num_workers})")
-        return k
-    return num_workers
+        return max(1, min(k, live))
+    return max(1, live)
 
 
 class ParameterShard:
@@ -57,7 +63,11 @@ class ParameterShard:
         self._param = torch.nn.Parameter(init.detach().reshape(-1).clone().float())
         self._opt = make_optimizer([self._param], optimizer)
         self._base_lr = [g["lr"] for g in self._opt.param_groups]
+        self._num_workers = num_workers
         self._needed = aggregate_count(rule, num_workers)
+        self._absent: set[int] = set()  # workers that left a barrier (lost); a push rejoins
+        self._fenced = False
+        self._generation = 0  # bumped by every restore: barrier waiters wake and re-pull
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self.version = 0
@@ -74,6 +84,7 @@ class ParameterShard:
     def push(self, update: GradUpdate) -> PushResult:
         """Offer one update; returns what the rule did with it."""
         with self._lock:
+            self._check_fence()
             self._samples += update.num_samples
             reason = check_update(update.values, self.numel, update.version, self.version)
             if reason:
@@ -85,6 +96,7 @@ class ParameterShard:
 
     def pull(self) -> Params:
         with self._lock:
+            self._check_fence()
             return Params(self.version, self._param.detach().clone())
 
     def exchange(
@@ -97,9 +109,44 @@ class ParameterShard:
         return result, self.pull()
 
     def wait_for_version(self, version: int, timeout: float) -> bool:
-        """Block until the shard reaches ``version`` (a barrier), at most ``timeout`` seconds."""
+        """Block until the shard reaches ``version`` (a barrier), at most ``timeout`` seconds.
+
+        A restore (which may move the version back) also ends the wait: the waiter pulls the
+        restored parameters and goes on from there.
+        """
         with self._changed:
-            return self._changed.wait_for(lambda: self.version >= version, timeout=timeout)
+            gen = self._generation
+            return self._changed.wait_for(
+                lambda: self.version >= version or self._generation != gen, timeout=timeout
+            )
+
+    # --- faults ----------------------------------------------------------------------------
+
+    def leave(self, worker_id: int) -> None:
+        """A worker is gone: barriers stop waiting for it until it pushes again."""
+        with self._changed:
+            self._absent.add(worker_id)
+            self._set_needed()
+            if self._acc_count and self._acc_count >= self._needed:
+                self._finish_barrier()
+
+    def fence(self) -> None:
+        """Refuse pushes and pulls until :meth:`load_state_dict` (a restarted shard)."""
+        with self._lock:
+            self._fenced = True
+
+    def health(self) -> tuple[int, bool]:
+        """(version, fenced): cheap, for the driver's watch."""
+        with self._lock:
+            return self.version, self._fenced
+
+    def _check_fence(self) -> None:
+        if self._fenced:
+            raise ShardFenced(f"server shard {self.shard_id} restarted and awaits its restore")
+
+    def _set_needed(self) -> None:
+        live = self._num_workers - len(self._absent)
+        self._needed = aggregate_count(self.rule, self._num_workers, live)
 
     def reject(self, reason: str, num_samples: int = 0) -> PushResult:
         """Count an update that the client found invalid before splitting it into shards."""
@@ -150,6 +197,8 @@ class ParameterShard:
             self._hist = list(hist)
             self._acc, self._acc_count = None, 0
             self._acc_workers.clear()
+            self._fenced = False
+            self._generation += 1
             self._changed.notify_all()
 
     # --- rules (called with the lock held) -------------------------------------------------
@@ -171,6 +220,9 @@ class ParameterShard:
         if staleness > 0:
             # A late update for a version that has already been stepped (a backup worker).
             return self._drop(f"late update for version {update.version}", staleness)
+        if update.worker_id in self._absent:  # a restarted worker is back
+            self._absent.discard(update.worker_id)
+            self._set_needed()
         if update.worker_id in self._acc_workers:
             # N distinct workers make a synchronous step; one worker twice is not two
             return self._drop(f"second update from worker {update.worker_id} for this version", 0)
@@ -180,6 +232,12 @@ class ParameterShard:
         self._acc_count += 1
         if self._acc_count < self._needed:
             return PushResult("accumulated", self.version, 0)
+        self._finish_barrier()
+        return PushResult("applied", self.version, 0)
+
+    def _finish_barrier(self) -> None:
+        """One step from the mean of this version's accumulated updates."""
+        assert self._acc is not None
         mean = self._acc.div_(self._acc_count)
         if self.rule.rule == "average":
             self._param.data.copy_(mean)
@@ -189,7 +247,6 @@ class ParameterShard:
         self._count_applied(0, self._acc_count)
         self._acc, self._acc_count = None, 0
         self._acc_workers.clear()
-        return PushResult("applied", self.version, 0)
 
     def _step(self, grad: torch.Tensor, lr_scale: float) -> None:
         self._param.grad = grad.to(torch.float32).reshape(-1)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from envs import EnvConfig
 from rltrain.config import spec
+from rltrain.faults import FaultsConfig
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.rl.models import MODELS
 from rltrain.runtime_config import RuntimeConfig
@@ -126,7 +127,7 @@ class CheckpointConfig:
 class TrainConfig:
     """`rltrain train`: actors, learners and the parameter server on one environment."""
 
-    seed: int = 0
+    seed: int = field(default=0, metadata=spec(ge=0, le=2**31 - 1))
     """Seed of the network initialisation; actor i seeds its environments with seed + 1000 i."""
     env: EnvConfig = EnvConfig()
     algo: AlgoConfig = AlgoConfig()
@@ -143,6 +144,7 @@ class TrainConfig:
     server: ServerConfig = ServerConfig()
     stop: StopConfig = StopConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
+    faults: FaultsConfig = FaultsConfig()
     runtime: RuntimeConfig = RuntimeConfig()
     log_every_seconds: float = field(default=2.0, metadata=spec(gt=0))
     """Seconds between TensorBoard points and progress-line updates."""
@@ -154,3 +156,11 @@ class TrainConfig:
         pushers = self.learners if self.algo.name in ("impala", "dqn") else self.actors
         if self.server.k > pushers:
             raise ValueError(f"server.k={self.server.k} exceeds the {pushers} pushing workers")
+        split = self.algo.name in ("impala", "dqn")  # separate learner processes
+        self.faults.check_targets(
+            {
+                "actor": self.actors,
+                "learner": self.learners if split else 0,
+                "shard": self.server.shards,
+            }
+        )

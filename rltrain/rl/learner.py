@@ -125,12 +125,20 @@ class A3CWorker:
         self.barrier = cfg.algo.name == "a2c"
 
     def work(self, server: Server, iterations: int) -> WorkStats:
-        """``iterations`` x (rollout, gradient, push + pull); returns what happened."""
+        """``iterations`` x (rollout, gradient, push + pull); returns what happened.
+
+        Under a2c's barrier every call ends at the next version that is a multiple of
+        ``iterations``, so that all workers finish a call together even when one joined in
+        the middle (restarted after a crash): no worker is left waiting at a barrier for one
+        that has already returned.
+        """
         t = time.perf_counter()
         stats = WorkStats()
         if self.actor.version < 0:
             self.actor.load(server.pull())
-        for _ in range(iterations):
+        target = (self.actor.version // iterations + 1) * iterations
+        steps = range(target - self.actor.version) if self.barrier else range(iterations)
+        for _ in steps:
             rollout = self.actor.rollout()
             grad, loss = self.learner.gradient(rollout)
             update = GradUpdate(
@@ -142,5 +150,7 @@ class A3CWorker:
             stats.add_rollout(rollout)
             stats.losses.append(loss)
             record_push(stats, result)
+            if self.barrier and self.actor.version >= target:
+                break
         stats.seconds = time.perf_counter() - t
         return stats

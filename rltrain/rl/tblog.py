@@ -80,6 +80,11 @@ class TrainLogger:
         self._updates, self._losses, self._staleness = 0, [], []
         self._epsilon, self._q_mean = [], []
 
+    def faults(self, counters: Any, env_steps: int) -> None:
+        """``faults/*`` counters (restarts, restores, lost updates, ...)."""
+        for tag, value in counters.tags().items():
+            self.writer.add_scalar(tag, value, env_steps)
+
     def close(self) -> None:
         self.writer.close()
 

@@ -9,8 +9,10 @@ references, never through the driver.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,8 +22,19 @@ import torch
 from torch.nn.utils import parameters_to_vector
 
 from envs import make_env
+from rltrain import signals
 from rltrain.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
 from rltrain.config import to_dict
+from rltrain.faults import (
+    FaultAction,
+    FaultCounters,
+    FaultSchedule,
+    PeerLost,
+    ProcessLost,
+    RestorePoint,
+    RunFailed,
+    describe_events,
+)
 from rltrain.progress import Progress
 from rltrain.ps.config import ServerConfig
 from rltrain.ps.server import ShardLayout
@@ -117,13 +130,22 @@ class Trainer:
         self.run_dir = run_dir
         self.spec = spec or probe_env(cfg)
         self.counters = Counters()
+        self.faults = FaultCounters()
         self.resume_state: dict[str, Any] | None = None
+        self.resume_path: Path | None = None
         if resume:
             ckpt = latest_checkpoint(run_dir)
             if ckpt is not None:
                 self.resume_state = load_checkpoint(ckpt)
+                self.resume_path = ckpt
                 check_fits(ckpt, self.resume_state, initial_params(cfg, self.spec), cfg)
-                self.counters = Counters(**self.resume_state["counters"])
+                try:
+                    self.counters = Counters(**self.resume_state["counters"])
+                    self.faults = FaultCounters(**self.resume_state.get("faults", {}))
+                except TypeError:
+                    raise CheckpointError(
+                        f"{ckpt}: its counters are not those this rltrain writes"
+                    ) from None
         self.log = TrainLogger(
             run_dir / "tb",
             cfg,
@@ -133,8 +155,10 @@ class Trainer:
         )
         self.progress = Progress("[train]")
         self.stopped_by = ""
+        self.failure = ""  # why a run stopped_by "fault"
         self.mean_at_stop: float | None = None
         self.replay: Any = None  # dqn: the replay shards
+        self.replay_ids: dict[str, int] = {}  # their Ray actor ids
         self.replay_bytes: int | None = None
 
     # --- the run ----------------------------------------------------------------------------
@@ -146,177 +170,319 @@ class Trainer:
         session_start = time.time()
         self.wall_base = self.counters.wall_seconds
         self.session_start = session_start
+        self.server: Any = None
+        self.guard: Any = None
+        self.procs: dict[str, list[Any]] = {}
+        self.schedule = FaultSchedule((), session_start)  # armed once every process is up
+        self._arming = bool(cfg.faults.events)
+        try:
+            self._start(runtime)
+            if cfg.algo.name == "impala":
+                self._run_impala(runtime)
+            elif cfg.algo.name == "dqn":
+                self._run_dqn(runtime)
+            else:
+                self._run_a3c(runtime)
+        except KeyboardInterrupt:
+            self.stopped_by = "interrupt"
+            self.progress.note("interrupted: writing a final checkpoint and summary.json")
+        except RunFailed as e:
+            self.stopped_by = "fault"
+            self.failure = str(e)
+            self.progress.note(f"run failed: {e}")
+        return self._finish(runtime)
+
+    def _start(self, runtime: Any) -> None:
+        cfg = self.cfg
         impala = cfg.algo.name in ("impala", "dqn")  # with separate learners
         need = cfg.actors * cfg.runtime.worker_cpus + (cfg.learners if impala else 0)
         need += cfg.server.shards * cfg.runtime.server_cpus
         where = runtime.init_ray(cfg.runtime, need)
+        signals.install()  # again: ray.init replaces the SIGTERM handler
         # learners ask Ray for GPUs when the cluster has them (the driver itself may have none)
-        gpu_learners = impala and cfg.learner_gpus > 0 and runtime.cluster_gpus() > 0
-        print(f"runtime: {where}; learners on {'GPU' if gpu_learners else 'CPU'}")
-        server = runtime.start_server(
+        self.gpu = impala and cfg.learner_gpus > 0 and runtime.cluster_gpus() > 0
+        print(f"runtime: {where}; learners on {'GPU' if self.gpu else 'CPU'}")
+        if cfg.faults.events:
+            print(f"faults to inject: {describe_events(cfg.faults.events)}")
+        self.server = runtime.start_server(
             initial_params(cfg, self.spec),
             cfg.optimizer,
             server_rule(cfg),
             self._pushers(),
             cfg.runtime,
+            cfg.faults.max_restarts,
         )
+        label = "the initial parameters"
         if self.resume_state is not None:
-            server.load_state_dicts(self.resume_state["shards"])
-        self.server = server
+            self.server.load_state_dicts(self.resume_state["shards"])
+            label = f"checkpoint {self.resume_path.name}"
+        self.guard = runtime.ServerGuard(self.server, self.faults, self.progress.note)
+        self.guard.remember(
+            RestorePoint(self.server.stats().version, self.server.state_dicts(), label)
+        )
+        self.procs["shard"] = self.server.shards
         self.last_ckpt = time.time()
-        try:
-            if cfg.algo.name == "impala":
-                self._run_impala(runtime, server, gpu_learners)
-            elif cfg.algo.name == "dqn":
-                self._run_dqn(runtime, server, gpu_learners)
-            else:
-                self._run_a3c(runtime, server)
-        except KeyboardInterrupt:
-            self.stopped_by = "interrupt"
-        self.counters.wall_seconds = self.wall_base + time.time() - session_start
-        self._checkpoint()
+
+    def _finish(self, runtime: Any) -> dict[str, Any]:
+        """Final checkpoint, summary.json, and a clean Ray shutdown, however the run ended."""
+        self.counters.wall_seconds = self.wall_base + self._elapsed()
+        if self.server is not None:
+            for action in self.schedule.pending_cont():  # never leave a process stopped
+                self._inject(action)
+            try:
+                self._checkpoint()
+            except (ProcessLost, PeerLost, RunFailed) as e:
+                self.progress.note(f"no final checkpoint (the server is not whole: {e})")
         summary = self._summary()
         write_summary(self.run_dir, summary)
         self.progress.close(self._status())
         self.log.close()
-        server.kill()
+        for remotes in self.procs.values():
+            for r in remotes:
+                with contextlib.suppress(Exception):
+                    r.kill()
         runtime.shutdown()
         return summary
 
     def _pushers(self) -> int:
         return self.cfg.learners if self.cfg.algo.name in ("impala", "dqn") else self.cfg.actors
 
-    def _run_a3c(self, runtime: Any, server: Any) -> None:
+    def _remotes(
+        self, runtime: Any, role: str, cls: type, args_of: Callable[[int], tuple], **kw: Any
+    ) -> list[Any]:
+        """Restartable processes of one role; process i is built with ``args_of(i)``."""
+        count = self.cfg.learners if role == "learner" else self.cfg.actors
+        remotes = [
+            runtime.Remote(
+                cls,
+                *args_of(i),
+                role=role,
+                index=i,
+                max_restarts=self.cfg.faults.max_restarts,
+                **kw,
+            )
+            for i in range(count)
+        ]
+        self.procs[role] = remotes
+        return remotes
+
+    def _arm_faults(self) -> None:
+        """Start the clock of ``faults.events`` once every process is up (start-up is not
+        training time); checked without waiting, on every tick."""
+        if not self._arming:
+            return
+        if all(r.is_up() for remotes in self.procs.values() for r in remotes):
+            self.schedule = FaultSchedule(self.cfg.faults.events, time.time())
+            self._arming = False
+
+    def _keep_going(self, pool: Any) -> bool:
+        """Run until stopped; then until the calls in flight have returned."""
+        return bool(pool.calls) or (bool(pool) and not self.stopped_by)
+
+    def _run_a3c(self, runtime: Any) -> None:
         """a3c: each worker is resubmitted as soon as it returns. a2c: in rounds, so that every
         worker runs the same number of barrier steps and none is left waiting at the end."""
-        cfg = self.cfg
-        workers = [
-            runtime.Remote(A3CWorker, cfg, i, num_cpus=cfg.runtime.worker_cpus)
-            for i in range(cfg.actors)
-        ]
+        cfg, server = self.cfg, self.server
+        workers = self._remotes(
+            runtime, "actor", A3CWorker, lambda i: (cfg, i), num_cpus=cfg.runtime.worker_cpus
+        )
         lockstep = cfg.algo.name == "a2c"
-        inflight = {w.call("work", server, WORK_CHUNK): w for w in workers}
+        pool = runtime.Pool()
+        for w in workers:
+            pool.submit(w, "work", server, WORK_CHUNK)
         idle: list[Any] = []
-        while inflight:
-            for ref in runtime.wait_any(list(inflight), timeout=self.cfg.log_every_seconds):
-                idle.append(inflight.pop(ref))
-                self._absorb(runtime.get([ref])[0])
-            if not self.stopped_by and (not lockstep or not inflight):
-                inflight.update({w.call("work", server, WORK_CHUNK): w for w in idle})
+        while self._keep_going(pool):
+            for d in pool.wait(self._wait_s()):
+                if d.error is None and not d.revived:
+                    self._absorb(d.value)
+                    idle.append(d.remote)
+                elif self._on_fault(d, pushes=True) and not self.stopped_by:
+                    # a restarted worker starts at once: a barrier may be waiting for it
+                    pool.submit(d.remote, "work", server, WORK_CHUNK)
+            if not self.stopped_by and (not lockstep or not pool.calls):
+                for w in idle:
+                    pool.submit(w, "work", server, WORK_CHUNK)
                 idle = []
             self._tick()
-        for w in workers:
-            w.kill()
 
-    def _run_impala(self, runtime: Any, server: Any, gpu: bool) -> None:
-        cfg = self.cfg
-        actors = [
-            runtime.Remote(Actor, cfg, i, num_cpus=cfg.runtime.worker_cpus)
-            for i in range(cfg.actors)
-        ]
-        learner_gpus = cfg.learner_gpus if gpu else 0.0
-        learners = [
-            runtime.Remote(
-                Learner,
-                cfg,
-                self.spec.obs_shape,
-                self.spec.num_actions,
-                gpu,
-                i,
-                num_cpus=1 if not gpu else 0.5,
-                num_gpus=learner_gpus,
-            )
-            for i in range(cfg.learners)
-        ]
-        acting = {a.call("collect", server): a for a in actors}
-        learning: dict[Any, Any] = {}
+    def _run_impala(self, runtime: Any) -> None:
+        cfg, server, gpu = self.cfg, self.server, self.gpu
+        actors = self._remotes(
+            runtime, "actor", Actor, lambda i: (cfg, i), num_cpus=cfg.runtime.worker_cpus
+        )
+        learners = self._remotes(
+            runtime,
+            "learner",
+            Learner,
+            lambda i: (cfg, self.spec.obs_shape, self.spec.num_actions, gpu, i),
+            num_cpus=1 if not gpu else 0.5,
+            num_gpus=cfg.learner_gpus if gpu else 0.0,
+        )
+        pool = runtime.Pool()
+        for a in actors:
+            pool.submit(a, "collect", server, fetch=False)
+        ready: collections.deque = collections.deque()  # (rollout future, actor)
         idle_learners = list(learners)
         idle_actors: list[Any] = []
-        ready: collections.deque = collections.deque()
         cap = 2 * cfg.learners * cfg.algo.learner_batch  # bounded queue: actors wait, not memory
-        while acting or learning:
-            for ref in runtime.wait_any([*acting, *learning], timeout=cfg.log_every_seconds):
-                if ref in acting:
-                    actor = acting.pop(ref)
-                    ready.append(ref)
-                    idle_actors.append(actor)
-                else:
-                    idle_learners.append(learning.pop(ref))
-                    self._absorb(runtime.get([ref])[0])
+        while self._keep_going(pool):
+            for d in pool.wait(self._wait_s()):
+                fine = d.error is None and not d.revived
+                if d.remote.role == "actor":
+                    if fine:
+                        ready.append((d.value, d.remote))
+                        idle_actors.append(d.remote)
+                    elif self._on_fault(d, pushes=False):
+                        idle_actors.append(d.remote)
+                    continue
+                if fine:
+                    self._absorb(d.value)
+                    idle_learners.append(d.remote)
+                    continue
+                ready.extendleft(reversed(self._salvage(runtime, d)))
+                if self._on_fault(d, pushes=True):
+                    idle_learners.append(d.remote)
             while not self.stopped_by and idle_learners and len(ready) >= cfg.algo.learner_batch:
                 batch = [ready.popleft() for _ in range(cfg.algo.learner_batch)]
                 learner = idle_learners.pop()
-                learning[learner.call("learn", server, *batch)] = learner
-            while not self.stopped_by and idle_actors and len(ready) + len(acting) < cap:
-                actor = idle_actors.pop()
-                acting[actor.call("collect", server)] = actor
+                pool.submit(learner, "learn", server, *[ref for ref, _ in batch], tag=batch)
+            acting = sum(1 for r, _, _ in pool.calls.values() if r.role == "actor")
+            while not self.stopped_by and idle_actors and len(ready) + acting < cap:
+                pool.submit(idle_actors.pop(), "collect", server, fetch=False)
+                acting += 1
             self._tick()
-        for h in (*actors, *learners):
-            h.kill()
 
-    def _run_dqn(self, runtime: Any, server: Any, gpu: bool) -> None:
+    def _salvage(self, runtime: Any, d: Any) -> list[Any]:
+        """The rollouts of a failed learner call that are still good, to learn from again.
+
+        A learner that died leaves its batch intact. A call that failed because one of its
+        rollouts failed (its actor died, or a server shard the actor pulled from did) loses
+        that rollout only; an actor's death is counted here if its own next call did not show
+        it (Ray may have restarted it first).
+        """
+        batch = d.tag or []
+        if not isinstance(d.error, PeerLost):
+            return batch
+        why = runtime.failed([ref for ref, _ in batch])
+        for (_, actor), w in zip(batch, why, strict=True):
+            if w == "died" and actor.mark_lost():
+                self.faults.restart(actor.role)
+                self.progress.note(f"actor {actor.index} lost: its process died; Ray restarted it")
+        self.faults.lost_calls += sum(1 for w in why if w)
+        return [item for item, w in zip(batch, why, strict=True) if not w]
+
+    def _run_dqn(self, runtime: Any) -> None:
         """Gorila: actors fill the replay shards; learners start after learning_starts."""
         from rltrain.replay import ReplayMemory
         from rltrain.rl.dqn import DQNActor, DQNLearner, memory_args
 
-        cfg, spec = self.cfg, self.spec
+        cfg, spec, server, gpu = self.cfg, self.spec, self.server, self.gpu
         args = [
             memory_args(cfg, spec.obs_shape, spec.obs_dtype, i) for i in range(cfg.replay.shards)
         ]
         replay = runtime.start_replay(ReplayMemory, args, cfg.actors + cfg.learners + 4)
-        per_env_steps = self.counters.env_steps // (cfg.actors * cfg.env.num_envs)
+        self.procs["replay"] = []  # replay shards are killed below, not restarted
         self.replay = replay
-        actors = [
-            runtime.Remote(DQNActor, cfg, i, per_env_steps, num_cpus=cfg.runtime.worker_cpus)
-            for i in range(cfg.actors)
-        ]
-        learners = [
-            runtime.Remote(
-                DQNLearner,
-                cfg,
-                spec.obs_shape,
-                spec.num_actions,
-                gpu,
-                i,
-                num_cpus=0.5 if gpu else 1,
-                num_gpus=cfg.learner_gpus if gpu else 0.0,
-            )
-            for i in range(cfg.learners)
-        ]
-        chunk, d = DQN_BLOCKS_PER_CALL, cfg.dqn
-        calls = {a.call("collect", server, replay, chunk): a for a in actors}
+        self.replay_ids = {h._actor_id.hex(): i for i, h in enumerate(replay.handles)}
+        per_env_steps = self.counters.env_steps // (cfg.actors * cfg.env.num_envs)
+        actors = self._remotes(
+            runtime,
+            "actor",
+            DQNActor,
+            lambda i: (cfg, i, per_env_steps),
+            num_cpus=cfg.runtime.worker_cpus,
+        )
+        self._remotes(
+            runtime,
+            "learner",
+            DQNLearner,
+            lambda i: (cfg, spec.obs_shape, spec.num_actions, gpu, i),
+            num_cpus=0.5 if gpu else 1,
+            num_gpus=cfg.learner_gpus if gpu else 0.0,
+        )
+        chunk, d_cfg = DQN_BLOCKS_PER_CALL, cfg.dqn
+        pool = runtime.Pool()
+
+        def give_work(r: Any) -> None:
+            if r.role == "learner":
+                pool.submit(r, "learn", server, replay, d_cfg.updates_per_call)
+            else:
+                pool.submit(r, "collect", server, replay, chunk)
+
+        for a in actors:
+            give_work(a)
         idle: list[Any] = []  # actors paused by the replay ratio
         learning_started = False
-        while calls:
-            for ref in runtime.wait_any(list(calls), timeout=cfg.log_every_seconds):
-                handle = calls.pop(ref)
-                self._absorb(runtime.get([ref])[0])
-                if self.stopped_by:
-                    continue
-                if handle in learners:
-                    calls[handle.call("learn", server, replay, d.updates_per_call)] = handle
+        while self._keep_going(pool):
+            for d in pool.wait(self._wait_s()):
+                if d.error is None and not d.revived:
+                    self._absorb(d.value)
+                    again = not self.stopped_by
                 else:
-                    idle.append(handle)
+                    again = self._on_fault(d, pushes=d.remote.role == "learner")
+                    again = again and (d.remote.role == "actor" or learning_started)
+                if again and d.remote.role == "learner":
+                    give_work(d.remote)
+                elif again:
+                    idle.append(d.remote)
             ahead = (
                 learning_started
-                and d.env_steps_per_update > 0
-                and self.counters.env_steps - d.learning_starts
-                > d.env_steps_per_update * self.counters.updates
+                and d_cfg.env_steps_per_update > 0
+                and self.counters.env_steps - d_cfg.learning_starts
+                > d_cfg.env_steps_per_update * self.counters.updates
             )
             while idle and not ahead and not self.stopped_by:
-                actor = idle.pop()
-                calls[actor.call("collect", server, replay, chunk)] = actor
-            ready = not learning_started and not self.stopped_by
-            if ready and sum(replay.sizes()) >= d.learning_starts:
+                give_work(idle.pop())
+            start = not learning_started and not self.stopped_by
+            if start and sum(replay.sizes()) >= d_cfg.learning_starts:
                 learning_started = True
-                for h in learners:
-                    calls[h.call("learn", server, replay, d.updates_per_call)] = h
+                for h in self.procs["learner"]:
+                    give_work(h)
             self._tick()
         self.replay_bytes = replay.nbytes()
-        for h in (*actors, *learners):
-            h.kill()
         for h in replay.handles:
             runtime.kill(h)
+
+    # --- faults -----------------------------------------------------------------------------
+
+    def _on_fault(self, d: Any, pushes: bool) -> bool:
+        """Count and report a lost or revived process; True when it should get work now.
+
+        ``pushes``: the process pushes gradients, so a barrier rule may be waiting for it.
+        """
+        from rltrain import runtime
+
+        r, cfg = d.remote, self.cfg
+        if isinstance(d.error, PeerLost) and d.error.actor_id in self.replay_ids:
+            raise RunFailed(
+                f"replay shard {self.replay_ids[d.error.actor_id]} died; the replay memory "
+                "is not checkpointed: continue with `rltrain train --resume RUN_DIR`"
+            )
+        rule = server_rule(cfg).rule if pushes else "async"
+        verdict = runtime.respond(
+            d,
+            rule,
+            cfg.faults.on_worker_loss,
+            self.server,
+            self.guard,
+            self.faults,
+            self.progress.note,
+        )
+        self.log.faults(self.faults, self.counters.env_steps)
+        if verdict == "gone":
+            self.procs[r.role] = [x for x in self.procs[r.role] if x is not r]
+            if not self.procs[r.role]:
+                raise RunFailed(f"every {r.role} died and none will restart")
+        return verdict == "work" and not self.stopped_by
+
+    def _inject(self, action: FaultAction) -> None:
+        from rltrain import runtime
+
+        runtime.inject(action, self.procs, self.faults, self.progress.note)
+
+    def _wait_s(self) -> float:
+        poll = self.guard.POLL_S if self.guard is not None else 1.0
+        return max(0.0, min(self.cfg.log_every_seconds, self.schedule.next_in(), poll))
 
     # --- bookkeeping ------------------------------------------------------------------------
 
@@ -361,9 +527,14 @@ class Trainer:
 
     def _tick(self) -> None:
         self._check_stop()
+        self._arm_faults()
+        for action in self.schedule.due():
+            self._inject(action)
+        self.guard.poll()
         if self.log.due():
             size = sum(self.replay.sizes()) if self.replay is not None else None
-            self.log.flush(self.counters.env_steps, self.server.stats().version, size)
+            self.log.flush(self.counters.env_steps, self.guard.last_seen, size)
+            self.log.faults(self.faults, self.counters.env_steps)
         self.progress.update(self._fraction(), self._status())
         if time.time() - self.last_ckpt >= self.cfg.checkpoint.every_seconds:
             self.counters.wall_seconds = self.wall_base + self._elapsed()
@@ -399,13 +570,18 @@ class Trainer:
         )
 
     def _checkpoint(self) -> None:
+        if self.guard is not None:  # never checkpoint a shard restarted but not yet restored
+            self.guard.check()
         state = {
             "shards": self.server.state_dicts(),
             "counters": dataclasses.asdict(self.counters),
+            "faults": dataclasses.asdict(self.faults),
             "config": to_dict(self.cfg),
         }
-        version = state["shards"][0]["version"]
-        save_checkpoint(self.run_dir, int(version), state, self.cfg.checkpoint.keep)
+        version = int(state["shards"][0]["version"])
+        path = save_checkpoint(self.run_dir, version, state, self.cfg.checkpoint.keep)
+        if self.guard is not None:
+            self.guard.remember(RestorePoint(version, state["shards"], f"checkpoint {path.name}"))
         self.last_ckpt = time.time()
 
     def _summary(self) -> dict[str, Any]:
@@ -429,6 +605,8 @@ class Trainer:
             "dropped": c.dropped,
             "rejected": c.rejected,
             "mean_staleness": round(c.staleness_sum / c.applied, 4) if c.applied else 0.0,
+            "faults": dataclasses.asdict(self.faults),
+            **({"failure": self.failure} if self.failure else {}),
             "protocol": self.spec.protocol,
             **({"replay_bytes": self.replay_bytes} if self.replay_bytes is not None else {}),
         }

@@ -12,11 +12,20 @@ import dataclasses
 import queue
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.multiprocessing as mp
 from torch.nn.utils import parameters_to_vector
 
+from rltrain.faults import (
+    FaultCounters,
+    FaultSchedule,
+    PeerLost,
+    ProcessLost,
+    RestorePoint,
+    RunFailed,
+)
 from rltrain.progress import Progress
 from rltrain.ps.config import ServerConfig
 from rltrain.ps.hogwild import HogwildServer
@@ -46,6 +55,7 @@ class ModeTrace:
     train_s: float
     snapshots: tuple[Snapshot, ...]
     reports: tuple[WorkerReport, ...]
+    faults: FaultCounters = dataclasses.field(default_factory=FaultCounters)
 
 
 def mode_rule(mode: str, server: ServerConfig) -> ServerConfig:
@@ -65,7 +75,6 @@ def mode_rule(mode: str, server: ServerConfig) -> ServerConfig:
 def worker_specs(cfg: BenchConfig, mode: str, data: SplitDataset, workers: int) -> list[WorkerSpec]:
     rule = mode_rule(mode, cfg.server)
     epochs = cfg.budget.epochs
-    slow = cfg.stragglers or (1.0,) * workers
     return [
         WorkerSpec(
             worker_id=i,
@@ -80,7 +89,7 @@ def worker_specs(cfg: BenchConfig, mode: str, data: SplitDataset, workers: int) 
             max_seconds=cfg.budget.max_seconds,
             seed=cfg.seed + i,
             threads=cfg.runtime.threads_per_worker,
-            slowdown=slow[i] if i < len(slow) else 1.0,
+            faults=cfg.faults.events,
             # shards differ by at most one sample: the smallest sets the steps per epoch
             steps_per_epoch=(len(data.train) // workers) // cfg.batch_size,
         )
@@ -132,10 +141,15 @@ class Snapshotter:
 
 
 def finish_trace(
-    mode: str, begin: float, snapper: Snapshotter, reports: list[WorkerReport]
+    mode: str,
+    begin: float,
+    snapper: Snapshotter,
+    reports: list[WorkerReport],
+    faults: FaultCounters | None = None,
+    t0: float | None = None,
 ) -> ModeTrace:
-    """Align times on the first worker step; the time before it is start-up."""
-    t0 = min(r.start_time for r in reports)
+    """Align times on the first worker step (or ``t0``); the time before it is start-up."""
+    t0 = t0 if t0 is not None else min(r.start_time for r in reports)
     t_end = max(r.end_time for r in reports)
     snaps = tuple(dataclasses.replace(s, t=max(0.0, s.t - t0)) for s in snapper.snaps)
     aligned = tuple(
@@ -147,7 +161,8 @@ def finish_trace(
         )
         for r in reports
     )
-    return ModeTrace(mode, len(reports), t0 - begin, t_end - t0, snaps, aligned)
+    faults = faults or FaultCounters()
+    return ModeTrace(mode, len(reports), t0 - begin, t_end - t0, snaps, aligned, faults)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -155,61 +170,138 @@ def finish_trace(
 
 
 def run_ray_mode(cfg: BenchConfig, mode: str, data: SplitDataset, progress: Progress) -> ModeTrace:
-    """Workers and server shards as Ray actors (sync, soft_sync, async*, average)."""
+    """Workers and server shards as Ray actors (sync, soft_sync, async*, average).
+
+    Faults: a worker whose process dies is restarted by Ray and given the rest of the mode;
+    a lost server shard is restored, with every other shard, from the last snapshot's state
+    (a bench keeps its restore points in memory: it writes no checkpoints).
+    """
     from rltrain import runtime  # Ray stays at the edge: imported only when used
 
     begin = time.time()
     specs = worker_specs(cfg, mode, data, cfg.workers)
+    rule = specs[0].rule.rule
+    restarts = cfg.faults.max_restarts
     server = runtime.start_server(
-        initial_params(cfg, data), cfg.optimizer, specs[0].rule, cfg.workers, cfg.runtime
+        initial_params(cfg, data), cfg.optimizer, specs[0].rule, cfg.workers, cfg.runtime, restarts
     )
     workers = [
-        runtime.Remote(SupervisedWorker, s, d, num_cpus=cfg.runtime.worker_cpus)
+        runtime.Remote(
+            SupervisedWorker,
+            s,
+            d,
+            role="worker",
+            index=s.worker_id,
+            num_cpus=cfg.runtime.worker_cpus,
+            max_restarts=restarts,
+        )
         for s, d in zip(specs, shards(cfg, cfg.workers), strict=True)
     ]
+    faults = FaultCounters()
+    guard = runtime.ServerGuard(server, faults, progress.note)
+    guard.remember(RestorePoint(0, server.state_dicts(), "the initial parameters"))
+    procs = {"worker": workers, "shard": server.shards}
     try:
-        futures = [w.call("run", server) for w in workers]
+        for w in workers:  # constructors (data loading) are start-up, not training time
+            w.pid()
+        t0 = time.time()
+        deadline = t0 + cfg.budget.max_seconds if cfg.budget.max_seconds else None
+        schedule = FaultSchedule(cfg.faults.events, t0)
+        pool = runtime.Pool()
+        for w in workers:
+            pool.submit(w, "run", server, t0, deadline)
         snapper = Snapshotter(server, cfg.eval.every_seconds, cfg.budget.max_seconds, progress)
-        while True:
-            done = runtime.wait_all(futures, timeout=snapper.due_in())
-            snapper.take()
-            if done:
-                break
-        reports = runtime.get(futures)
+        reports: dict[int, WorkerReport] = {}
+        while pool.calls or (pool and (deadline is None or time.time() < deadline)):
+            wait = min(snapper.due_in(), schedule.next_in(), guard.POLL_S)
+            for d in pool.wait(wait):
+                if d.error is None and not d.revived:
+                    reports[d.remote.index] = d.value
+                    continue
+                verdict = runtime.respond(
+                    d, rule, cfg.faults.on_worker_loss, server, guard, faults, progress.note
+                )
+                if verdict == "work":
+                    pool.submit(d.remote, "run", server, t0, deadline)
+            for action in schedule.due():
+                runtime.inject(action, procs, faults, progress.note)
+            if snapper.due_in() == 0:
+                _snapshot(snapper, server, guard)
+            guard.poll()
+        for action in schedule.pending_cont():
+            runtime.inject(action, procs, faults, progress.note)
+        _snapshot(snapper, server, guard)
     finally:
         for w in workers:
             w.kill()
         server.kill()
-    return finish_trace(mode, begin, snapper, reports)
+    if not reports:
+        raise RunFailed(f"{mode}: every worker was lost; no results")
+    return finish_trace(mode, begin, snapper, list(reports.values()), faults, t0)
+
+
+def _snapshot(snapper: Snapshotter, server: Any, guard: Any) -> None:
+    """A snapshot for evaluation, whose server state is also the restore point."""
+    try:
+        snapper.take()
+        v = snapper.snaps[-1].stats.version
+        guard.remember(RestorePoint(v, server.state_dicts(), f"the snapshot at version {v}"))
+    except (ProcessLost, PeerLost):  # a shard is down: restore it, snapshot next time
+        guard.check()
 
 
 def _hogwild_main(
-    spec: WorkerSpec, data: ShardSource, server: HogwildServer, out: mp.Queue
+    spec: WorkerSpec,
+    data: ShardSource,
+    server: HogwildServer,
+    out: mp.Queue,
+    deadline: float | None = None,
 ) -> None:
-    out.put(SupervisedWorker(spec, data).run(server))
+    out.put(SupervisedWorker(spec, data).run(server, deadline=deadline))
 
 
 def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -> ModeTrace:
-    """Worker processes updating one shared-memory model lock-free (torch.multiprocessing)."""
+    """Worker processes updating one shared-memory model lock-free (torch.multiprocessing).
+
+    A worker process that dies is started again (up to ``faults.max_restarts`` times) and
+    picks up the shared model as it is: Hogwild has no server state to lose.
+    """
     begin = time.time()
     ctx = mp.get_context("spawn")
     server = HogwildServer(initial_params(cfg, data), cfg.optimizer)
     specs = worker_specs(cfg, "hogwild", data, cfg.workers)
+    sources = shards(cfg, cfg.workers)
     out: mp.Queue = ctx.Queue()
-    procs = [
-        ctx.Process(target=_hogwild_main, args=(s, d, server, out), daemon=True)
-        for s, d in zip(specs, shards(cfg, cfg.workers), strict=True)
-    ]
-    for p in procs:
+    faults = FaultCounters()
+
+    def spawn(i: int, deadline: float | None = None) -> Any:
+        args = (specs[i], sources[i], server, out, deadline)
+        p = ctx.Process(target=_hogwild_main, args=args, daemon=True)
         p.start()
+        return p
+
+    procs = [spawn(i) for i in range(cfg.workers)]
     snapper = Snapshotter(server, cfg.eval.every_seconds, cfg.budget.max_seconds, progress)
-    reports: list[WorkerReport] = []
+    # a restarted worker only gets the rest of the mode's time
+    deadline = snapper.t0 + cfg.budget.max_seconds if cfg.budget.max_seconds else None
+    reports: dict[int, WorkerReport] = {}
     try:
         while len(reports) < len(procs):
-            if not any(p.is_alive() for p in procs) and out.empty():
-                raise RuntimeError("a hogwild worker process died; see the messages above")
             with contextlib.suppress(queue.Empty):  # empty: time for a snapshot
-                reports.append(out.get(timeout=max(0.05, snapper.due_in())))
+                r = out.get(timeout=max(0.05, min(1.0, snapper.due_in())))
+                reports[r.worker_id] = r
+            for i, p in enumerate(procs):
+                if i in reports or p.is_alive() or not out.empty():
+                    continue
+                limit = cfg.faults.max_restarts
+                if 0 <= limit <= faults.worker_restarts:
+                    raise RunFailed(
+                        f"hogwild worker {i} died (exit code {p.exitcode}) and "
+                        f"faults.max_restarts={limit} is spent"
+                    )
+                faults.restart("worker")
+                progress.note(f"worker {i} died (exit code {p.exitcode}); starting it again")
+                procs[i] = spawn(i, deadline)
             if snapper.due_in() == 0:
                 snapper.take()
         snapper.take()
@@ -218,7 +310,7 @@ def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -
             p.join(timeout=10)
             if p.is_alive():
                 p.terminate()
-    return finish_trace("hogwild", begin, snapper, reports)
+    return finish_trace("hogwild", begin, snapper, list(reports.values()), faults)
 
 
 class _LiveModel:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rltrain.config import spec
+from rltrain.faults import FaultsConfig
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.runtime_config import RuntimeConfig
 from rltrain.supervised.datasets import DATASETS
@@ -72,7 +73,7 @@ class EvalConfig:
 class BenchConfig:
     """`rltrain bench`: the same problem trained by each update rule, compared on one table."""
 
-    seed: int = 0
+    seed: int = field(default=0, metadata=spec(ge=0, le=2**31 - 1))
     """Seed of the model initialisation; worker i shuffles its data with seed + i."""
     modes: tuple[str, ...] = field(
         default=("baseline", "sync", "soft_sync", "async", "async_scale", "average", "hogwild"),
@@ -89,22 +90,17 @@ class BenchConfig:
     """auto: a small CNN for MNIST-like data, a small residual CNN for CIFAR-10."""
     baseline_threads: int = field(default=0, metadata=spec(ge=0))
     """torch threads of the baseline loop; 0 = runtime.threads_per_worker (a fair 1-vs-1)."""
-    stragglers: tuple[float, ...] = field(default=(), metadata=spec(ge=1))
-    """Per-worker slowdown factors (e.g. [1, 1, 5]: worker 2 is 5x slower); empty = none."""
     data: DataConfig = DataConfig()
     budget: BudgetConfig = BudgetConfig()
     eval: EvalConfig = EvalConfig()
     optimizer: OptimizerConfig = OptimizerConfig()
     server: ServerConfig = ServerConfig()
+    faults: FaultsConfig = FaultsConfig()
     runtime: RuntimeConfig = RuntimeConfig()
 
     def __post_init__(self) -> None:
         if not self.modes:
             raise ValueError("modes: list at least one mode")
-        if self.stragglers and len(self.stragglers) != self.workers:
-            raise ValueError(
-                f"stragglers has {len(self.stragglers)} factors; "
-                f"give one per worker ({self.workers})"
-            )
+        self.faults.check_targets({"worker": self.workers, "shard": self.server.shards})
         if "soft_sync" in self.modes and self.server.k > self.workers:
             raise ValueError(f"server.k={self.server.k} exceeds workers={self.workers}")

@@ -55,6 +55,7 @@ class ModeResult:
     mean_staleness: float
     seconds_to: dict[str, float | None] = field(default_factory=dict)
     samples_to: dict[str, int | None] = field(default_factory=dict)
+    faults: dict[str, int] = field(default_factory=dict)  # FaultCounters of the mode
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,6 +142,7 @@ def summarize(cfg: BenchConfig, trace: ModeTrace, points: Sequence[Point]) -> Mo
         mean_staleness=round(last.mean_staleness, 3),
         seconds_to=seconds_to,
         samples_to=samples_to,
+        faults=asdict(trace.faults),
     )
 
 
@@ -173,6 +175,9 @@ def write_tensorboard(
         delta = [a - b for a, b in zip(hist, prev_hist, strict=True)]
         _staleness_histogram(writer, delta, step, wall)
         prev_hist, prev = hist, (p.t, p.samples)
+    if trace.faults.total() and points:
+        for tag, value in trace.faults.tags().items():
+            writer.add_scalar(tag, value, points[-1].samples, walltime=base + points[-1].t)
     writer.close()
 
 
@@ -198,11 +203,14 @@ def _staleness_histogram(writer: SummaryWriter, counts: list[int], step: int, wa
 
 
 def _flat_row(r: ModeResult) -> dict[str, Any]:
-    row = {k: v for k, v in asdict(r).items() if k not in ("seconds_to", "samples_to")}
+    nested = ("seconds_to", "samples_to", "faults")
+    row = {k: v for k, v in asdict(r).items() if k not in nested}
     for key, v in r.seconds_to.items():
         row[f"seconds_to_{key}"] = v
     for key, v in r.samples_to.items():
         row[f"samples_to_{key}"] = v
+    for key, n in r.faults.items():
+        row[f"faults_{key}"] = n
     return row
 
 

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
+from rltrain.faults import FaultEvent, Slowdown
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.optim import make_optimizer
 from rltrain.ps.server import Server
@@ -40,7 +41,7 @@ class WorkerSpec:
     max_seconds: float  # 0 = no time limit
     seed: int
     threads: int = 1
-    slowdown: float = 1.0  # > 1: a straggler; each step takes `slowdown` times as long
+    faults: tuple[FaultEvent, ...] = ()  # injected `slow` events (a straggler)
     steps_per_epoch: int = 0  # 0 = every full batch of the shard; else at most this many
 
 
@@ -97,12 +98,22 @@ class SupervisedWorker:
         self.pushes = 0
         self._log: list[tuple[float, int, float]] = []
         self._deadline = float("inf")
+        self._slow = Slowdown(spec.faults, spec.worker_id)
+        self._skip = 0  # batches of the epoch plan already done (a restarted worker)
 
     # --- the loops ------------------------------------------------------------------------
 
-    def run(self, server: Server) -> WorkerReport:
-        """Train through ``server`` until the epoch or time budget is spent."""
-        start = self._start()
+    def run(
+        self, server: Server, t0: float | None = None, deadline: float | None = None
+    ) -> WorkerReport:
+        """Train through ``server`` until the epoch or time budget is spent.
+
+        ``t0`` is when the mode started (injected slowdowns count from it) and ``deadline``
+        when it ends; a worker that Ray restarted mid-run is given the same two, so it works
+        only for the time left. Under barrier rules it also resumes the epoch plan at the
+        server's version, so that every worker still takes the same number of steps.
+        """
+        start = self._start(t0, deadline)
         rule = self.spec.rule.rule
         if rule == "async":
             self._run_async(server)
@@ -122,11 +133,12 @@ class SupervisedWorker:
             on_step()
         return self._report(start)
 
-    def _start(self) -> float:
+    def _start(self, t0: float | None = None, deadline: float | None = None) -> float:
         start = time.time()
-        self._deadline = (
-            start + self.spec.max_seconds if self.spec.max_seconds > 0 else float("inf")
-        )
+        self._slow.start(t0 or start)
+        if deadline is None:
+            deadline = start + self.spec.max_seconds if self.spec.max_seconds > 0 else float("inf")
+        self._deadline = deadline
         return start
 
     def _report(self, start: float) -> WorkerReport:
@@ -181,6 +193,7 @@ class SupervisedWorker:
     def _run_barrier(self, server: Server) -> None:
         """sync / soft_sync: push the gradient of version v, wait until the server steps past v."""
         version = self._load(server.pull())
+        self._skip = version  # one step per version: a restarted worker goes on from there
         for x, y in self._batches():
             loss = self._backward(x, y)
             update = self._update(version, flat_grad(self.model), len(y), loss)
@@ -191,6 +204,7 @@ class SupervisedWorker:
         opt = make_optimizer(self.model.parameters(), self.spec.optimizer)
         k = self.spec.rule.average_every
         version = self._load(server.pull())
+        self._skip = version * k  # k local steps per version
         since = 0
         for x, y in self._batches():
             opt.zero_grad(set_to_none=True)
@@ -212,16 +226,16 @@ class SupervisedWorker:
         n, bs = len(self.y), self.spec.batch_size
         # every worker takes the same number of steps per epoch, so barrier rules line up
         steps = min(n // bs, self.spec.steps_per_epoch or n // bs)
-        epoch = 0
+        epoch, first = divmod(self._skip, steps) if steps else (0, 0)
         while self.spec.max_epochs == 0 or epoch < self.spec.max_epochs:
             g = torch.Generator().manual_seed(self.spec.seed * 100_003 + epoch)
             order = torch.randperm(n, generator=g)
-            for i in range(steps):
+            for i in range(first, steps):
                 if time.time() >= self._deadline:
                     return
                 idx = order[i * bs : (i + 1) * bs]
                 yield self.x[idx], self.y[idx]
-            epoch += 1
+            epoch, first = epoch + 1, 0
 
     def _backward(self, x: torch.Tensor, y: torch.Tensor) -> float:
         t = time.perf_counter()
@@ -229,8 +243,7 @@ class SupervisedWorker:
             p.grad = None
         loss = F.cross_entropy(self.model(x), y)
         loss.backward()
-        if self.spec.slowdown > 1:  # injected straggler: stretch this step's compute time
-            time.sleep((time.perf_counter() - t) * (self.spec.slowdown - 1))
+        self._slow.stretch(time.perf_counter() - t)  # an injected straggler
         self.steps += 1
         self.samples += len(y)
         value = float(loss.detach())

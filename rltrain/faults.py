@@ -1,0 +1,271 @@
+"""Faults: losing processes, surviving it, and causing it on purpose.
+
+Plain Python, no Ray. :mod:`rltrain.runtime` turns Ray's errors into :class:`ProcessLost` and
+:class:`PeerLost`; the drivers (``rl/train.py``, ``supervised/bench.py``) count them in
+:class:`FaultCounters`, and :class:`FaultSchedule` fires the configured ``faults.events`` (kills
+and pauses of chosen processes at chosen times; ``slow`` events are applied by the workers
+themselves through :class:`Slowdown`).
+
+Why this shape: DistBelief and Gorila keep training when parts fail because no part waits for
+any one other part. Here a lost worker, actor or learner is restarted by Ray and rejoins with
+fresh parameters while the others go on; a lost server shard is restored from the latest
+checkpoint, which bounds the loss to the updates since then.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from rltrain.config import spec
+from rltrain.errors import RLTrainError
+
+ACTIONS = ("kill", "pause", "slow")
+TARGETS = ("actor", "learner", "worker", "shard")
+ON_WORKER_LOSS = ("wait", "continue")
+
+
+@dataclass(frozen=True)
+class FaultEvent:
+    """One injected fault: ``action`` on process ``target`` number ``index``, ``at`` seconds in."""
+
+    action: str = field(default="kill", metadata=spec(choices=ACTIONS))
+    """kill: SIGKILL the process (Ray restarts it); pause: SIGSTOP it for `seconds`, then
+    SIGCONT (a machine that hangs); slow: from `at` for `seconds` (0 = to the end) every step
+    of a supervised worker takes `factor` times as long (a straggler)."""
+    target: str = field(default="actor", metadata=spec(choices=TARGETS))
+    """actor (train: an RL actor or a3c/a2c worker), learner (train: impala/dqn learner),
+    worker (bench: a supervised worker) or shard (a parameter-server shard)."""
+    index: int = field(default=0, metadata=spec(ge=0))
+    """Which one: 0 .. count-1."""
+    at: float = field(default=0.0, metadata=spec(ge=0))
+    """Seconds after training starts: once every process is up (train), or from each mode's
+    start (bench)."""
+    seconds: float = field(default=0.0, metadata=spec(ge=0))
+    """pause: how long the process stays stopped; slow: how long it stays slow (0 = to the end)."""
+    factor: float = field(default=5.0, metadata=spec(ge=1))
+    """slow: each step takes this many times as long."""
+
+    def __post_init__(self) -> None:
+        if self.action == "pause" and self.seconds <= 0:
+            raise ValueError("a pause event needs seconds > 0")
+        if self.action == "slow" and self.target != "worker":
+            raise ValueError(
+                f"action slow applies to target worker (rltrain bench), not {self.target}; "
+                "use pause for actors, learners and shards"
+            )
+
+    def describe(self) -> str:
+        what = {"kill": "kill", "pause": f"pause {self.seconds:g}s", "slow": f"{self.factor:g}x"}
+        return f"{what[self.action]} {self.target} {self.index} at {self.at:g}s"
+
+
+@dataclass(frozen=True)
+class FaultsConfig:
+    """Restarts, what a barrier does about a lost worker, and injected faults (for tests and
+    benchmarks)."""
+
+    max_restarts: int = field(default=3, metadata=spec(ge=-1))
+    """Times Ray restarts each worker, actor, learner or server shard after its process dies
+    (-1 = always, 0 = never: a loss then ends the run, or under async leaves one fewer)."""
+    on_worker_loss: str = field(default="wait", metadata=spec(choices=ON_WORKER_LOSS))
+    """sync/average barriers (and a2c) when a worker dies: wait for its restart (every step
+    keeps N gradients), or continue with the live workers until it rejoins. soft_sync and
+    async never wait for a dead worker."""
+    events: tuple[FaultEvent, ...] = ()
+    """Faults to inject, e.g. [{action: kill, target: actor, index: 0, at: 10}]."""
+
+    def check_targets(self, counts: Mapping[str, int]) -> None:
+        """Every event must name a process this run has (``counts``: target -> how many)."""
+        for i, e in enumerate(self.events):
+            n = counts.get(e.target, 0)
+            if n == 0:
+                have = ", ".join(t for t, c in counts.items() if c) or "none"
+                raise ValueError(f"faults.events[{i}]: no {e.target} in this run (targets: {have})")
+            if e.index >= n:
+                raise ValueError(
+                    f"faults.events[{i}]: {e.target} index {e.index} out of range 0..{n - 1}"
+                )
+
+
+# ---------------------------------------------------------------------------------------------
+# What the runtime raises
+
+
+class ProcessLost(Exception):
+    """The Ray actor that ran a call died during it (``permanent``: it will not restart)."""
+
+    def __init__(self, actor_id: str, permanent: bool, detail: str = "") -> None:
+        super().__init__(detail or f"actor {actor_id} died")
+        self.actor_id = actor_id
+        self.permanent = permanent
+
+    def __reduce__(self) -> tuple:  # crosses Ray inside task errors
+        return type(self), (self.actor_id, self.permanent, str(self))
+
+
+class PeerLost(Exception):
+    """A call failed because another process it used died (a server shard, a replay shard,
+    the actor whose rollout it was given): ``actor_id`` is that process."""
+
+    def __init__(self, actor_id: str, detail: str = "") -> None:
+        super().__init__(detail or f"peer {actor_id} died")
+        self.actor_id = actor_id
+
+    def __reduce__(self) -> tuple:
+        return type(self), (self.actor_id, str(self))
+
+
+class ShardFenced(RLTrainError):
+    """A restarted server shard refuses pushes and pulls until it is restored (it would
+    otherwise serve its freshly initialised parameters as if they were the run's)."""
+
+
+class RunFailed(RLTrainError):
+    """A fault the run cannot survive (e.g. a shard whose restarts are spent)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Counting
+
+
+@dataclass
+class FaultCounters:
+    """What went wrong and what it cost; logged as ``faults/*`` and kept in checkpoints."""
+
+    actor_restarts: int = 0  # RL actors and a3c/a2c workers
+    learner_restarts: int = 0
+    worker_restarts: int = 0  # supervised workers
+    shard_restores: int = 0
+    lost_updates: int = 0  # server versions rolled back by shard restores
+    lost_calls: int = 0  # work in flight on a lost process (never counted anywhere else)
+    left_barrier: int = 0  # times a barrier went on without a lost worker
+    injected: int = 0  # injected kills and pauses
+
+    def restart(self, role: str) -> None:
+        name = {"actor": "actor_restarts", "learner": "learner_restarts"}.get(
+            role, "worker_restarts" if role == "worker" else ""
+        )
+        if name:
+            setattr(self, name, getattr(self, name) + 1)
+
+    def tags(self) -> dict[str, int]:
+        """``faults/<name>`` -> value, for TensorBoard and the log."""
+        return {f"faults/{k}": v for k, v in dataclasses.asdict(self).items()}
+
+    def total(self) -> int:
+        return sum(dataclasses.asdict(self).values())
+
+    def brief(self) -> str:
+        parts = [f"{k} {v}" for k, v in dataclasses.asdict(self).items() if v]
+        return ", ".join(parts) or "none"
+
+
+@dataclass(frozen=True)
+class RestorePoint:
+    """Server state to fall back on when a shard is lost: the latest checkpoint (or the start)."""
+
+    version: int
+    states: list[dict]
+    label: str
+
+
+# ---------------------------------------------------------------------------------------------
+# Injecting
+
+
+@dataclass(frozen=True)
+class FaultAction:
+    """One thing to do now: ``signal`` is kill, stop or cont."""
+
+    signal: str
+    event: FaultEvent
+
+
+class FaultSchedule:
+    """The kill and pause events of a config, fired in time order from ``t0``.
+
+    A pause is two actions: stop at ``at`` and cont at ``at + seconds``. ``slow`` events are not
+    here: the worker applies them to its own steps (:class:`Slowdown`).
+    """
+
+    def __init__(self, events: Sequence[FaultEvent], t0: float) -> None:
+        plan: list[tuple[float, FaultAction]] = []
+        for e in events:
+            if e.action == "kill":
+                plan.append((e.at, FaultAction("kill", e)))
+            elif e.action == "pause":
+                plan.append((e.at, FaultAction("stop", e)))
+                plan.append((e.at + e.seconds, FaultAction("cont", e)))
+        self.plan = sorted(plan, key=lambda p: p[0])
+        self.t0 = t0
+
+    def due(self, now: float | None = None) -> list[FaultAction]:
+        """The actions whose time has come, each returned once."""
+        t = (time.time() if now is None else now) - self.t0
+        n = sum(1 for at, _ in self.plan if at <= t)
+        out = [a for _, a in self.plan[:n]]
+        self.plan = self.plan[n:]
+        return out
+
+    def next_in(self, now: float | None = None) -> float:
+        """Seconds until the next action (inf when none is left)."""
+        if not self.plan:
+            return float("inf")
+        t = (time.time() if now is None else now) - self.t0
+        return max(0.0, self.plan[0][0] - t)
+
+    def pending_cont(self) -> list[FaultAction]:
+        """Resumes still planned (a run that ends must not leave a process stopped)."""
+        return [a for _, a in self.plan if a.signal == "cont"]
+
+
+class Slowdown:
+    """Worker ``index``'s share of the ``slow`` events: stretches its steps while one is on."""
+
+    def __init__(self, events: Sequence[FaultEvent], index: int) -> None:
+        self.windows = [
+            (e.at, e.at + e.seconds if e.seconds else float("inf"), e.factor)
+            for e in events
+            if e.action == "slow" and e.target == "worker" and e.index == index
+        ]
+        self.t0 = time.time()
+
+    def start(self, t0: float) -> None:
+        self.t0 = t0
+
+    def factor(self, now: float | None = None) -> float:
+        t = (time.time() if now is None else now) - self.t0
+        return max((f for a, b, f in self.windows if a <= t < b), default=1.0)
+
+    def stretch(self, worked_s: float) -> None:
+        """Sleep so that a step that took ``worked_s`` takes ``factor`` times as long."""
+        f = self.factor()
+        if f > 1:
+            time.sleep(worked_s * (f - 1))
+
+    def __bool__(self) -> bool:
+        return bool(self.windows)
+
+
+def on_pusher_loss(rule: str, on_worker_loss: str, permanent: bool) -> tuple[bool, str]:
+    """What a barrier does about a lost worker that pushes: (leave, what to say).
+
+    ``leave``: the server stops waiting for it (it rejoins with its next push). soft_sync
+    always goes on (it never waits for a straggler, dead or alive); sync and average wait for
+    the restart unless ``on_worker_loss`` is ``continue`` or the worker will not come back;
+    async has no barrier.
+    """
+    if rule == "async":
+        return False, ""
+    if permanent:
+        return True, f"; {rule} goes on with the live workers"
+    if rule == "soft_sync" or on_worker_loss == "continue":
+        return True, f"; {rule} continues without it until it is back"
+    return False, f"; {rule} waits for it (faults.on_worker_loss=wait)"
+
+
+def describe_events(events: Sequence[FaultEvent]) -> str:
+    return "; ".join(e.describe() for e in events)

@@ -1,0 +1,61 @@
+"""Ctrl-C and SIGTERM: the first stops a run gracefully, the second at once.
+
+The first SIGINT or SIGTERM raises ``KeyboardInterrupt`` in the main thread; the trainer
+catches it, writes a final checkpoint and ``summary.json`` (``stopped_by: interrupt``) and
+shuts Ray down. A second one, while that is under way, exits immediately with code 130.
+
+``ray.init`` installs its own SIGTERM handler (it exits without cleaning up), so
+:func:`install` is called again after Ray has started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
+
+EXIT_INTERRUPTED = 130
+_received = 0
+
+
+def _handler(signum: int, frame: FrameType | None) -> None:
+    global _received
+    _received += 1
+    if _received == 1:
+        name = signal.Signals(signum).name
+        os.write(
+            2,
+            f"\nrltrain: {name}: stopping after a final checkpoint "
+            "(press Ctrl-C again to quit at once)\n".encode(),
+        )
+        raise KeyboardInterrupt
+    os.write(2, b"rltrain: stopped at once (no final checkpoint)\n")
+    os._exit(EXIT_INTERRUPTED)
+
+
+def install() -> None:
+    """Route SIGINT and SIGTERM through the two-stage handler (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _handler)
+
+
+@contextlib.contextmanager
+def graceful() -> Iterator[None]:
+    """Install the handler for one command; restore the previous handlers afterwards."""
+    global _received
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    _received = 0
+    install()
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)

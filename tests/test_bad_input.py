@@ -1,0 +1,589 @@
+"""Bad input on every command-line path (docs/bad_input.md lists each row and its message).
+
+Each case must give exit code 2 and ONE line on stderr starting ``rltrain: error: ``, no
+traceback, and write nothing: the whole working folder (configs, run directories, data) is
+compared file by file (contents and mtimes) before and after. No case starts Ray.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from rltrain.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+CARTPOLE = str(ROOT / "configs" / "cartpole_a3c.yaml")
+BENCH = str(ROOT / "configs" / "bench_fashion_mnist.yaml")
+CKPT = "checkpoints/ckpt-0000000000.pt"
+# bench reads the tiny generated Fashion-MNIST of conftest's tiny_root, never the network
+DATA = ["--set", "data.root={data}", "--set", "data.download=false"]
+
+
+def write_run(run: Path, hidden: int = 64) -> None:
+    """A run directory as `rltrain train` leaves it (config.yaml, one checkpoint), untrained."""
+    from rltrain.checkpoint import save_checkpoint
+    from rltrain.config import load_config, to_dict
+    from rltrain.ps.server import make_shards
+    from rltrain.rl.config import TrainConfig
+    from rltrain.rl.train import Counters, initial_params, probe_env, server_rule
+    from rltrain.rundir import write_config
+
+    run.mkdir(parents=True)
+    cfg = load_config(TrainConfig, CARTPOLE)
+    _, shards = make_shards(
+        initial_params(cfg, probe_env(cfg)), cfg.optimizer, server_rule(cfg), cfg.actors
+    )
+    state = {
+        "shards": [s.state_dict() for s in shards],
+        "counters": dataclasses.asdict(Counters()),
+        "config": to_dict(cfg),
+    }
+    save_checkpoint(run, 0, state, keep=3)
+    write_config(run, dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, hidden=hidden)))
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Bad configs, folders and run directories (built once, copied into each test)."""
+    return build_template(tmp_path_factory.mktemp("template"))
+
+
+def build_template(root: Path) -> Path:
+    """Write the bad configs, folders and run directories of these cases into ``root``."""
+    (root / "bad.yaml").write_text("actors: [1, 2\n")
+    (root / "list.yaml").write_text("- actors\n- 2\n")
+    (root / "scalar.yaml").write_text("just some text\n")
+    (root / "unknown.yaml").write_text("bogus: 1\n")
+    (root / "binary.yaml").write_bytes(b"\x80\x81\xff\x00PK\x03\x04")
+    (root / "afile").write_text("precious\n")
+    (root / "notrun").mkdir()
+    (root / "notrun" / "notes.txt").write_text("not a run\n")
+    (root / "full").mkdir()
+    (root / "full" / "results.csv").write_text("precious\n")
+    (root / "no-ray").mkdir()
+    (root / "stale-ray" / "ray").mkdir(parents=True)
+    (root / "stale-ray" / "ray" / "ray_current_cluster").write_text("127.0.0.1:1")
+
+    run = root / "run"
+    write_run(run)
+    (root / "nockpt").mkdir()
+    shutil.copy2(run / "config.yaml", root / "nockpt" / "config.yaml")
+    good = (run / CKPT).read_bytes()
+    damaged = {
+        "corrupt": bytes(b ^ 0x5A for b in good),
+        "truncated": good[: len(good) // 2],
+        "emptyckpt": b"",
+        "flipped": good[:3000] + bytes(b ^ 0xFF for b in good[3000:3200]) + good[3200:],
+    }
+    for name, data in damaged.items():
+        shutil.copytree(run, root / name)
+        (root / name / CKPT).write_bytes(data)
+    shutil.copytree(run, root / "foreign")
+    torch.save({"weights": torch.zeros(3)}, root / "foreign" / CKPT)
+    shutil.copytree(run, root / "badcfg")
+    (root / "badcfg" / "config.yaml").write_text("env: {id: CartPole-v1\n")
+    write_run(root / "misfit", hidden=128)  # config.yaml says 128 units, the checkpoint has 64
+    return root
+
+
+@pytest.fixture
+def ws(template: Path, tmp_path: Path, tiny_root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The working folder of one case: the template's files, the tiny data, cwd set here,
+    no Ray cluster to be found, and Ray never started."""
+    from rltrain import runtime
+
+    shutil.copytree(template, tmp_path, dirs_exist_ok=True)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "no-ray"))
+
+    def no_ray(*args: object, **kwargs: object) -> None:
+        raise AssertionError("bad input must fail before Ray starts")
+
+    monkeypatch.setattr(runtime, "init_ray", no_ray)
+    return tmp_path
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, bytes | None]]:
+    """Every path under root with its mtime and, for files, its bytes."""
+    return {
+        str(p.relative_to(root)): (p.lstat().st_mtime_ns, p.read_bytes() if p.is_file() else None)
+        for p in sorted(root.rglob("*"))
+    }
+
+
+def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: list[str]) -> str:
+    """Run the CLI in-process; assert exit 2, one error line naming `words`, nothing written."""
+    argv = [a.format(data=ws / "data", ws=ws) for a in argv]
+    before = snapshot(ws)
+    code = main(argv)
+    out, err = capsys.readouterr()
+    err = err.strip()
+    assert code == 2, (code, err)
+    assert err.startswith("rltrain: error: "), err
+    assert "\n" not in err, err
+    assert "Traceback" not in err + out
+    assert out == "", out
+    for w in words:
+        assert w in err, (w, err)
+    after = snapshot(ws)
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    assert not changed, f"written or changed: {changed}"
+    assert not (ws / "runs").exists()
+    return err
+
+
+# ------------------------------------------------------------------------------------------
+# config files and --set, for train and bench
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        pytest.param(["train", "nope.yaml"], ["config file not found: nope.yaml"], id="t-missing"),
+        pytest.param(["bench", "nope.yaml"], ["config file not found: nope.yaml"], id="b-missing"),
+        pytest.param(["train", "notrun"], ["notrun is a folder", "YAML file"], id="t-folder"),
+        pytest.param(
+            ["train", "bad.yaml"], ["bad.yaml: not valid YAML at line 2", "expected"], id="t-yaml"
+        ),
+        pytest.param(["bench", "bad.yaml"], ["bad.yaml: not valid YAML at line 2"], id="b-yaml"),
+        pytest.param(["train", "binary.yaml"], ["binary.yaml", "not UTF-8"], id="t-binary"),
+        pytest.param(["train", "list.yaml"], ["list.yaml", "mapping", "got a list"], id="t-list"),
+        pytest.param(["bench", "list.yaml"], ["list.yaml", "mapping", "got a list"], id="b-list"),
+        pytest.param(["train", "scalar.yaml"], ["mapping", "got a str"], id="t-scalar"),
+        pytest.param(
+            ["train", "unknown.yaml"], ["unknown config key 'bogus'", "allowed here"], id="t-key"
+        ),
+        pytest.param(
+            ["bench", "unknown.yaml"], ["unknown config key 'bogus'", "workers"], id="b-key"
+        ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "actor=3"], ["'actor'", "did you mean actors"], id="t-set"
+        ),
+        pytest.param(
+            ["bench", BENCH, "--set", "optimizer.lrr=1"],
+            ["'optimizer.lrr'", "did you mean lr"],
+            id="b-set",
+        ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "workers=abc"],
+            ["unknown config key 'workers'", "actors"],
+            id="t-workers",
+        ),
+        pytest.param(
+            ["bench", BENCH, "--set", "workers=abc"],
+            ["workers='abc'", "expected an integer"],
+            id="b-type-int",
+        ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "seed=-1"],
+            ["seed=-1", "must be >= 0"],
+            id="t-seed-range",
+        ),
+        pytest.param(
+            ["bench", BENCH, "--set", "faults.events=[{{action: kill, target: actor}}]"],
+            ["faults.events[0]: no actor in this run", "worker, shard"],
+            id="b-fault-target",
+        ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "faults.events=[{{action: kill, target: learner}}]"],
+            ["faults.events[0]: no learner in this run"],
+            id="t-fault-target",
+        ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "actors=abc"],
+            ["actors='abc'", "expected an integer"],
+            id="t-type-int",
+        ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "optimizer.lr=fast"],
+            ["optimizer.lr='fast'", "expected a number"],
+            id="t-type-float",
+        ),
+        pytest.param(
+            ["bench", BENCH, "--set", "optimizer.lr=fast"],
+            ["optimizer.lr='fast'", "expected a number"],
+            id="b-type-float",
+        ),
+        pytest.param(
+            ["bench", BENCH, "--set", "data.download=maybe"],
+            ["data.download='maybe'", "true or false"],
+            id="b-type-bool",
+        ),
+        pytest.param(
+            ["bench", BENCH, "--set", "modes=sync"], ["modes='sync'", "a list"], id="b-type-list"
+        ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "optimizer=adam"],
+            ["optimizer: expected a mapping of keys, got 'adam'"],
+            id="t-type-section",
+        ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "actors=0"], ["actors=0: must be >= 1"], id="t-ge"
+        ),
+        pytest.param(
+            ["bench", BENCH, "--set", "workers=-1"], ["workers=-1: must be >= 1"], id="b-ge"
+        ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "algo.gamma=1.5"],
+            ["algo.gamma=1.5: must be <= 1"],
+            id="t-le",
+        ),
+        pytest.param(
+            ["bench", BENCH, "--set", "optimizer.lr=0"],
+            ["optimizer.lr=0.0: must be > 0"],
+            id="b-gt",
+        ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "stop.mean_return=null", "--set", "stop.max_seconds=0"],
+            ["stop: set mean_return, max_seconds or max_env_steps"],
+            id="t-no-stop",
+        ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "server.rule=soft_sync", "--set", "server.k=5"],
+            ["server.k=5", "exceeds"],
+            id="t-cross",
+        ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "oops"], ["--set 'oops'", "KEY=VALUE"], id="t-noeq"
+        ),
+        pytest.param(["bench", BENCH, "--set", "=3"], ["--set '=3'", "KEY=VALUE"], id="b-noeq"),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "seed=1", "--set", "seed.x=2"],
+            ["'seed' is set both as a value and a section"],
+            id="t-set-clash",
+        ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "optimizer.name=adamw"],
+            ["optimizer.name='adamw'", "allowed values are sgd", "did you mean adam"],
+            id="t-optimizer",
+        ),
+        pytest.param(
+            ["bench", BENCH, "--set", "optimizer.name=adamw"],
+            ["optimizer.name='adamw'", "allowed values are sgd"],
+            id="b-optimizer",
+        ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "algo.name=ppo"],
+            ["algo.name='ppo'", "a3c, impala, a2c, dqn"],
+            id="t-algo",
+        ),
+        pytest.param(["bench", BENCH, "--set", "modes=[fast]"], ["modes[0]='fast'"], id="b-mode"),
+        pytest.param(
+            ["bench", BENCH, "--set", "data.dataset=imagenet"],
+            ["data.dataset='imagenet'", "mnist, fashion_mnist, cifar10"],
+            id="b-dataset",
+        ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "env.id=NoSuchEnv-v0"],
+            ["unknown env id 'NoSuchEnv-v0'"],
+            id="t-env",
+        ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "env.id=CartPol-v1"],
+            ["unknown env id 'CartPol-v1'", "did you mean CartPole-v1"],
+            id="t-env-typo",
+        ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "env.id=ALE/NoSuchGame-v5"],
+            ["unknown env id 'ALE/NoSuchGame-v5'", "did you mean ALE/"],
+            id="t-env-ale",
+        ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "env.id=Pendulum-v1"],
+            ["Pendulum-v1"],
+            id="t-env-continuous",
+        ),
+    ],
+)
+def test_config_errors(
+    capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: list[str]
+) -> None:
+    if argv[0] == "bench":  # the case's own --set comes last and wins
+        argv = [*argv[:2], *DATA, *argv[2:]]
+    check(capsys, ws, argv, words)
+
+
+def test_missing_dataset_says_which_files_to_put_where(
+    capsys: pytest.CaptureFixture[str], ws: Path
+) -> None:
+    argv = ["bench", BENCH, "--set", "data.dataset=mnist", "--set", "data.root={ws}/nodata"]
+    err = check(capsys, ws, [*argv, "--set", "data.download=false"], ["mnist not found"])
+    assert "train-images-idx3-ubyte.gz" in err and str(ws / "nodata" / "mnist") in err
+    assert "download disabled" in err
+
+
+# ------------------------------------------------------------------------------------------
+# --run-dir
+
+
+@pytest.mark.parametrize("command", ["train", "bench"])
+@pytest.mark.parametrize(
+    ("run_dir", "words"),
+    [
+        pytest.param("full", ["--run-dir full: already exists and is not empty"], id="not-empty"),
+        pytest.param("afile", ["--run-dir afile: is a file"], id="file"),
+        pytest.param("afile/sub", ["afile is a file, not a folder"], id="under-file"),
+    ],
+)
+def test_run_dir_errors(
+    capsys: pytest.CaptureFixture[str], ws: Path, command: str, run_dir: str, words: list[str]
+) -> None:
+    config = [CARTPOLE] if command == "train" else [BENCH, *DATA]
+    check(capsys, ws, [command, *config, "--run-dir", run_dir], words)
+
+
+# ------------------------------------------------------------------------------------------
+# train --resume RUN_DIR and eval RUN_DIR
+
+NOT_RUN = "not a run directory"
+DAMAGED = "is corrupt or truncated"
+
+
+@pytest.mark.parametrize("command", ["resume", "eval"])
+@pytest.mark.parametrize(
+    ("run_dir", "words"),
+    [
+        pytest.param("nonexistent", [NOT_RUN, "(it does not exist)"], id="nonexistent"),
+        pytest.param("afile", [NOT_RUN, "(it is a file)"], id="file"),
+        pytest.param("notrun", [NOT_RUN, "(no config.yaml in it)"], id="no-config"),
+        pytest.param("nockpt", ["nockpt", "no checkpoints/ckpt-*.pt to"], id="no-checkpoint"),
+        pytest.param("corrupt", [DAMAGED, "not a complete torch.save archive"], id="corrupt"),
+        pytest.param("truncated", [DAMAGED, "not a complete torch.save archive"], id="truncated"),
+        pytest.param("emptyckpt", [DAMAGED, "the file is empty"], id="empty-checkpoint"),
+        pytest.param("flipped", [DAMAGED, "bytes; torch: "], id="damaged-inside"),
+        pytest.param("foreign", ["is not an rltrain checkpoint"], id="foreign-checkpoint"),
+        pytest.param("badcfg", ["badcfg/config.yaml: not valid YAML"], id="bad-config"),
+    ],
+)
+def test_run_dir_arguments(
+    capsys: pytest.CaptureFixture[str], ws: Path, command: str, run_dir: str, words: list[str]
+) -> None:
+    argv = ["train", "--resume", run_dir] if command == "resume" else ["eval", run_dir]
+    check(capsys, ws, argv, words)
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        pytest.param(
+            ["train", "--resume", "run", "--run-dir", "elsewhere"],
+            ["--run-dir does not go with --resume"],
+            id="resume-and-run-dir",
+        ),
+        pytest.param(
+            ["train", "--resume", "run", "--set", "server.shards=2"],
+            ["holds 1 shard(s)", "keep server.shards"],
+            id="resume-other-layout",
+        ),
+        pytest.param(
+            ["train", "--resume", "run", "--set", "actors=abc"], ["actors='abc'"], id="resume-set"
+        ),
+        pytest.param(["eval", "misfit"], ["does not fit the model"], id="eval-misfit"),
+        pytest.param(
+            ["eval", "run", "--episodes", "0"],
+            ["argument --episodes: expected a whole number >= 1, got 0", "rltrain eval --help"],
+            id="eval-episodes-0",
+        ),
+        pytest.param(
+            ["eval", "run", "--episodes", "ten"],
+            ["--episodes", "got 'ten'"],
+            id="eval-episodes-word",
+        ),
+        pytest.param(["eval", "run", "--seed", "-1"], ["--seed", "got '-1'"], id="eval-seed"),
+    ],
+)
+def test_resume_and_eval_errors(
+    capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: list[str]
+) -> None:
+    check(capsys, ws, argv, words)
+
+
+# ------------------------------------------------------------------------------------------
+# --address: checked before any folder or file is written, in well under a second
+
+UNREACHABLE = "nothing answers at 127.0.0.1:1 (Connection refused)"
+FORM = "expected 'auto', HOST:PORT or ray://HOST:PORT"
+
+
+@pytest.mark.parametrize("command", ["train", "bench", "resume"])
+@pytest.mark.parametrize(
+    ("address", "ray_tmp", "words"),
+    [
+        pytest.param("127.0.0.1:1", "no-ray", [UNREACHABLE], id="host-port"),
+        pytest.param("ray://127.0.0.1:1", "no-ray", [UNREACHABLE, "ray://127.0.0.1:1"], id="ray"),
+        pytest.param("nohost", "no-ray", ["--address nohost: " + FORM], id="malformed"),
+        pytest.param("127.0.0.1:99999", "no-ray", [FORM, "port 1-65535"], id="bad-port"),
+        pytest.param("", "no-ray", [FORM], id="empty"),
+        pytest.param(
+            "auto", "no-ray", ["--address auto: no Ray cluster", "ray_current_cluster"], id="auto"
+        ),
+        pytest.param(
+            "auto", "stale-ray", ["ray_current_cluster names 127.0.0.1:1", UNREACHABLE], id="stale"
+        ),
+    ],
+)
+def test_address_errors(
+    capsys: pytest.CaptureFixture[str],
+    ws: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    command: str,
+    address: str,
+    ray_tmp: str,
+    words: list[str],
+) -> None:
+    monkeypatch.setenv("RAY_TMPDIR", str(ws / ray_tmp))
+    argv = {
+        "train": ["train", CARTPOLE],
+        "bench": ["bench", BENCH, *DATA],
+        "resume": ["train", "--resume", "run"],  # must not touch run/ (config.yaml, tb/)
+    }[command]
+    check(capsys, ws, [*argv, "--address", address], words)
+
+
+def test_address_in_the_config_file_is_checked_too(
+    capsys: pytest.CaptureFixture[str], ws: Path
+) -> None:
+    check(capsys, ws, ["train", CARTPOLE, "--set", "runtime.address=127.0.0.1:1"], [UNREACHABLE])
+
+
+def test_ray_address_variable_is_what_auto_means(
+    capsys: pytest.CaptureFixture[str], ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
+    check(capsys, ws, ["train", CARTPOLE, "--address", "auto"], ["RAY_ADDRESS names 127.0.0.1:1"])
+
+
+# ------------------------------------------------------------------------------------------
+# argparse: one line too, naming the command's --help
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        pytest.param([], ["required: command", "(see rltrain --help)"], id="no-command"),
+        pytest.param(
+            ["frobnicate"], ["invalid choice: 'frobnicate'", "(see rltrain --help)"], id="command"
+        ),
+        pytest.param(
+            ["train", CARTPOLE, "--frob"],
+            ["unrecognized arguments: --frob", "(see rltrain train --help)"],
+            id="train-flag",
+        ),
+        pytest.param(
+            ["bench", BENCH, "--frob", "1"],
+            ["unrecognized arguments: --frob 1", "(see rltrain bench --help)"],
+            id="bench-flag",
+        ),
+        pytest.param(
+            ["eval", "run", "extra"],
+            ["unrecognized arguments: extra", "eval --help"],
+            id="eval-arg",
+        ),
+        pytest.param(["eval"], ["required: run_dir", "(see rltrain eval --help)"], id="eval-none"),
+        pytest.param(
+            ["bench"], ["required: config", "(see rltrain bench --help)"], id="bench-none"
+        ),
+        pytest.param(["train"], ["give a CONFIG file", "--resume RUN_DIR"], id="train-none"),
+        pytest.param(
+            ["train", "--resume"], ["--resume: expected one argument", "train --help"], id="resume"
+        ),
+        pytest.param(["options"], ["required: kind", "options --help"], id="options-none"),
+        pytest.param(
+            ["options", "eval"], ["invalid choice: 'eval'", "'train', 'bench'"], id="options-kind"
+        ),
+    ],
+)
+def test_usage_errors_are_one_line(
+    capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: list[str]
+) -> None:
+    check(capsys, ws, argv, words)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["eval", "-h"]])
+def test_help_still_works(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    assert main(argv) == 0
+    assert capsys.readouterr().out.startswith("usage: rltrain")
+
+
+# ------------------------------------------------------------------------------------------
+# the real executable: nothing else (warnings, Ray logs) reaches stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["train", CARTPOLE, "--address", "127.0.0.1:1"], [UNREACHABLE]),
+        (["eval", "truncated"], [DAMAGED]),
+        (["options", "nope"], ["invalid choice"]),
+    ],
+)
+def test_one_line_from_the_real_process(ws: Path, argv: list[str], words: list[str]) -> None:
+    before = snapshot(ws)
+    env = {**os.environ, "RAY_TMPDIR": str(ws / "no-ray")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "rltrain.cli", *argv],
+        cwd=ws,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rltrain: error: "), proc.stderr
+    for w in words:
+        assert w in lines[0]
+    assert snapshot(ws) == before
+
+
+def test_template_run_is_a_real_run(template: Path) -> None:
+    """The crafted run directory is what `rltrain train` writes: its checkpoint loads and fits."""
+    from rltrain.checkpoint import load_checkpoint
+
+    state = load_checkpoint(template / "run" / CKPT)
+    cfg = yaml.safe_load((template / "run" / "config.yaml").read_text())
+    assert cfg["env"]["id"] == "CartPole-v1" and state["shards"][0]["version"] == 0
+
+
+# ------------------------------------------------------------------------------------------
+# what the checks must still let through
+
+
+def test_a_listening_address_passes_the_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    from rltrain.cli import _check_address
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        address = f"127.0.0.1:{server.getsockname()[1]}"
+        _check_address(address)
+        _check_address(f"ray://{address}")
+        (tmp_path / "ray").mkdir()
+        (tmp_path / "ray" / "ray_current_cluster").write_text(address + "\n")
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+        monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+        _check_address("auto")  # what `ray start` wrote, and something listens there
+    _check_address(None)
+
+
+def test_exponent_numbers_are_numbers() -> None:
+    """YAML 1.1 reads 1e-3 as a string; a float key still takes it (it used to be refused)."""
+    from rltrain.config import load_config
+    from rltrain.rl.config import TrainConfig
+
+    cfg = load_config(TrainConfig, CARTPOLE, ["optimizer.lr=1e-3", "optimizer.eps=1E-8"])
+    assert cfg.optimizer.lr == 0.001 and cfg.optimizer.eps == 1e-8

@@ -1,0 +1,127 @@
+"""Real runs that lose real processes: Ray actors killed by process id (SIGKILL) mid-run.
+
+RL (impala on CartPole): an actor, a learner and the server shard are killed; the run finishes,
+the counters show each fault, and the shard restore loses no more than the updates since the
+last checkpoint. Supervised (tiny data): a worker and the shard are killed under sync (waiting
+for the restart, or continuing without it) and async.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from rltrain.checkpoint import latest_checkpoint
+from rltrain.cli import main
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+RESTORED = re.compile(
+    r"restored from checkpoint ckpt-\d+\.pt \(version (\d+)\); (\d+) updates lost "
+    r"\(last version seen (\d+)\)"
+)
+
+
+def events(*items: str) -> str:
+    return "faults.events=[" + ", ".join(items) + "]"
+
+
+def test_impala_survives_losing_an_actor_a_learner_and_the_server_shard(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    argv = [
+        "train",
+        str(ROOT / "configs" / "cartpole_impala.yaml"),
+        "--run-dir",
+        str(run_dir),
+        "--set",
+        "stop.mean_return=null",
+        "--set",
+        "stop.max_seconds=40",
+        "--set",
+        "checkpoint.every_seconds=1",
+        "--set",
+        events(
+            "{action: kill, target: actor, index: 0, at: 3}",
+            "{action: kill, target: learner, index: 0, at: 7}",
+            "{action: kill, target: shard, index: 0, at: 12}",
+        ),
+    ]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stopped_by"] == "max_seconds"
+    f = summary["faults"]
+    assert f["injected"] == 3
+    assert f["actor_restarts"] >= 1 and f["learner_restarts"] >= 1
+    assert f["shard_restores"] == 1
+    assert "actor 0 lost" in err and "learner 0 is back" in err
+
+    restored = RESTORED.search(err)
+    assert restored, err
+    ckpt_version, lost, seen = map(int, restored.groups())
+    # the lost updates are exactly those since the checkpoint restored from, never more
+    assert lost == seen - ckpt_version == f["lost_updates"]
+    final = torch.load(latest_checkpoint(run_dir), weights_only=True)
+    assert final["shards"][0]["version"] > ckpt_version  # training went on after the restore
+    assert final["faults"]["shard_restores"] == 1  # the counters are checkpointed too
+    assert summary["episodes"] > 0 and summary["updates"] > 0
+
+
+@pytest.mark.parametrize(
+    ("on_loss", "modes"), [("wait", "[sync, async]"), ("continue", "[sync, soft_sync]")]
+)
+def test_bench_survives_losing_a_worker_and_the_server_shard(
+    tiny_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], on_loss: str, modes: str
+) -> None:
+    run_dir = tmp_path / "run"
+    argv = [
+        "bench",
+        str(ROOT / "configs" / "bench_fashion_mnist.yaml"),
+        "--run-dir",
+        str(run_dir),
+        "--set",
+        f"data.root={tiny_root}",
+        "--set",
+        "data.download=false",
+        "--set",
+        f"modes={modes}",
+        "--set",
+        "workers=3",
+        "--set",
+        "batch_size=16",
+        "--set",
+        "budget.max_seconds=9",
+        "--set",
+        "eval.every_seconds=0.5",
+        "--set",
+        f"faults.on_worker_loss={on_loss}",
+        "--set",
+        events(
+            "{action: kill, target: worker, index: 1, at: 2}",
+            "{action: kill, target: shard, index: 0, at: 5}",
+        ),
+    ]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    results = {r["mode"]: r for r in json.loads((run_dir / "summary.json").read_text())["results"]}
+    for mode, r in results.items():
+        f = r["faults"]
+        assert f["injected"] == 2, mode
+        assert f["worker_restarts"] == 1, mode
+        assert f["shard_restores"] == 1, mode
+        assert r["updates_applied"] > 0, mode
+    assert "worker 1 is back" in err
+    if on_loss == "wait":
+        assert "sync waits for it" in err
+        assert results["sync"]["faults"]["left_barrier"] == 0
+    else:  # the barrier went on with the two live workers while worker 1 restarted
+        assert "sync continues without it" in err
+        assert results["sync"]["faults"]["left_barrier"] == 1
+    if "soft_sync" in results:  # never waits for a dead worker
+        assert results["soft_sync"]["faults"]["left_barrier"] == 1

@@ -1,0 +1,154 @@
+"""Fault handling in one process: schedules, slowdowns, barriers that lose a worker, fenced
+shards and restores (the Ray runs that kill real processes are in test_fault_runs.py)."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+import time
+
+import pytest
+import torch
+
+from rltrain.config import ConfigError, from_dict
+from rltrain.faults import (
+    FaultCounters,
+    FaultEvent,
+    FaultSchedule,
+    PeerLost,
+    ProcessLost,
+    ShardFenced,
+    Slowdown,
+)
+from rltrain.ps.config import OptimizerConfig, ServerConfig
+from rltrain.ps.shard import ParameterShard
+from rltrain.records import GradUpdate
+from rltrain.rl.config import TrainConfig
+
+
+def shard(rule: str, workers: int = 3, **kw: object) -> ParameterShard:
+    return ParameterShard(
+        torch.zeros(4), OptimizerConfig(name="sgd", lr=1.0), ServerConfig(rule=rule, **kw), workers
+    )
+
+
+def grad(worker: int, version: int, value: float = 1.0) -> GradUpdate:
+    return GradUpdate(worker, version, torch.full((4,), value), 8, 0.0)
+
+
+def test_schedule_fires_kills_and_pauses_once_in_time_order() -> None:
+    events = [
+        FaultEvent(action="pause", target="actor", index=1, at=2.0, seconds=3.0),
+        FaultEvent(action="kill", target="shard", index=0, at=1.0),
+        FaultEvent(action="slow", target="worker", index=0, at=0.0, factor=5),
+    ]
+    s = FaultSchedule(events, t0=100.0)
+    assert s.next_in(100.0) == pytest.approx(1.0)
+    assert s.due(100.5) == []
+    assert [(a.signal, a.event.target) for a in s.due(102.0)] == [
+        ("kill", "shard"),
+        ("stop", "actor"),
+    ]
+    assert s.due(102.0) == []  # each action once
+    assert [a.signal for a in s.pending_cont()] == ["cont"]
+    assert [a.signal for a in s.due(105.0)] == ["cont"]
+    assert s.next_in(105.0) == float("inf")
+
+
+def test_slowdown_applies_to_its_worker_inside_its_window() -> None:
+    events = (FaultEvent(action="slow", target="worker", index=2, at=10, seconds=5, factor=5),)
+    slow = Slowdown(events, index=2)
+    slow.start(1000.0)
+    assert slow.factor(1005.0) == 1.0
+    assert slow.factor(1012.0) == 5.0
+    assert slow.factor(1016.0) == 1.0
+    assert not Slowdown(events, index=0)
+    forever = Slowdown((FaultEvent(action="slow", target="worker", factor=3),), 0)
+    forever.start(time.time())
+    t = time.perf_counter()
+    forever.stretch(0.02)
+    assert time.perf_counter() - t >= 0.035  # 0.02 s of work made 3x as long
+
+
+def test_fault_events_are_checked_against_the_run() -> None:
+    stop = {"max_seconds": 10}
+    ev = {"action": "kill", "target": "learner", "index": 0, "at": 1}
+    with pytest.raises(ConfigError, match="no learner in this run"):
+        from_dict(TrainConfig, {"stop": stop, "algo": {"name": "a3c"}, "faults": {"events": [ev]}})
+    ev = {"action": "kill", "target": "actor", "index": 5}
+    with pytest.raises(ConfigError, match=r"actor index 5 out of range 0..1"):
+        from_dict(TrainConfig, {"stop": stop, "actors": 2, "faults": {"events": [ev]}})
+    cfg = from_dict(
+        TrainConfig,
+        {"stop": stop, "algo": {"name": "impala"}, "faults": {"events": [ev | {"index": 1}]}},
+    )
+    assert cfg.faults.events[0].index == 1
+
+
+def test_counters_name_their_tensorboard_tags() -> None:
+    c = FaultCounters()
+    c.restart("actor")
+    c.restart("learner")
+    c.restart("worker")
+    c.lost_updates = 7
+    tags = c.tags()
+    assert tags["faults/actor_restarts"] == 1 and tags["faults/learner_restarts"] == 1
+    assert tags["faults/worker_restarts"] == 1 and tags["faults/lost_updates"] == 7
+    assert c.total() == 10 and "lost_updates 7" in c.brief()
+
+
+def test_lost_errors_survive_pickling_as_ray_sends_them() -> None:
+    e = pickle.loads(pickle.dumps(ProcessLost("abc", True, "gone")))
+    assert (e.actor_id, e.permanent, str(e)) == ("abc", True, "gone")
+    p = pickle.loads(pickle.dumps(PeerLost("def", "shard died")))
+    assert (p.actor_id, str(p)) == ("def", "shard died")
+
+
+# --- barriers that lose a worker ---------------------------------------------------------------
+
+
+def test_sync_barrier_continues_without_a_worker_that_left() -> None:
+    s = shard("sync", workers=3)
+    assert s.push(grad(0, 0)).status == "accumulated"
+    assert s.push(grad(1, 0)).status == "accumulated"
+    s.leave(2)  # worker 2 died: the two updates already there make the step
+    assert s.version == 1
+    assert s.push(grad(0, 1)).status == "accumulated"
+    assert s.push(grad(1, 1)).status == "applied"  # N-1 now
+    assert s.push(grad(2, 2)).status == "accumulated"  # back: it rejoins with its push
+    assert s.push(grad(0, 2)).status == "accumulated"  # and N = 3 again
+    assert s.push(grad(1, 2)).status == "applied"
+
+
+def test_soft_sync_never_waits_for_more_workers_than_are_alive() -> None:
+    s = shard("soft_sync", workers=3, k=3)
+    s.leave(1)
+    s.leave(2)
+    assert s.push(grad(0, 0)).status == "applied"  # K capped at the one live worker
+
+
+def test_barrier_waiter_wakes_when_the_shard_is_restored() -> None:
+    s = shard("sync", workers=2)
+    state = s.state_dict()
+    s.push(grad(0, 0))
+    woke: list[bool] = []
+    t = threading.Thread(target=lambda: woke.append(s.wait_for_version(1, timeout=30)))
+    t.start()
+    time.sleep(0.1)
+    s.load_state_dict(state)  # a restore: the waiter must not sit out its timeout
+    t.join(timeout=5)
+    assert woke and not t.is_alive()
+
+
+def test_a_fenced_shard_serves_nothing_until_restored() -> None:
+    s = shard("async")
+    state = s.state_dict()
+    s.fence()
+    assert s.health() == (0, True)
+    with pytest.raises(ShardFenced, match="awaits its restore"):
+        s.pull()
+    with pytest.raises(ShardFenced):
+        s.push(grad(0, 0))
+    s.load_state_dict(state)
+    assert s.health() == (0, False)
+    assert s.push(grad(0, 0)).status == "applied"

@@ -1,0 +1,122 @@
+"""Stopping `rltrain train` with a signal, and going on with --resume.
+
+The command runs as a real subprocess and gets a real SIGINT / SIGTERM, as from a terminal or
+a cluster scheduler.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from rltrain.checkpoint import latest_checkpoint
+from rltrain.cli import main
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = str(ROOT / "configs" / "cartpole_a3c.yaml")
+
+
+def start_training(run_dir: Path, *extra: str) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "rltrain.cli", "train", CONFIG, "--run-dir", str(run_dir)]
+    argv += ["--set", "stop.mean_return=null", "--set", "stop.max_seconds=300", *extra]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+
+
+def wait_for_progress(proc: subprocess.Popen, run_dir: Path, timeout: float = 120) -> None:
+    """Until a checkpoint past version 0 exists: the workers have trained for a while."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        ckpt = latest_checkpoint(run_dir)
+        if ckpt is not None and int(ckpt.stem.split("-")[1]) > 0:
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.5)
+    proc.kill()
+    raise AssertionError("no training progress")
+
+
+def scalars(event_file: Path, tag: str) -> list[tuple[int, float]]:
+    acc = EventAccumulator(str(event_file), size_guidance={"scalars": 0})
+    acc.Reload()
+    if tag not in acc.Tags()["scalars"]:
+        return []
+    return [(e.step, e.value) for e in acc.Scalars(tag)]
+
+
+def test_sigint_then_resume_continues_every_counter(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = start_training(run_dir, "--set", "checkpoint.every_seconds=2")
+    wait_for_progress(proc, run_dir)
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert "final checkpoint" in err
+
+    first = json.loads((run_dir / "summary.json").read_text())
+    assert first["stopped_by"] == "interrupt"
+    steps, episodes = first["env_steps"], first["episodes"]
+    assert steps > 0 and episodes > 0
+    ckpt = latest_checkpoint(run_dir)
+    state = torch.load(ckpt, weights_only=True)
+    version = int(state["shards"][0]["version"])
+    assert state["counters"]["env_steps"] == steps  # the final checkpoint is the summary's state
+    assert state["counters"]["episodes"] == episodes
+    assert version > 0 and int(ckpt.stem.split("-")[1]) == version
+    old_events = set((run_dir / "tb").glob("events.*"))
+
+    more = steps + 4000
+    assert main(["train", "--resume", str(run_dir), "--set", f"stop.max_env_steps={more}"]) == 0
+    second = json.loads((run_dir / "summary.json").read_text())
+    assert second["stopped_by"] == "max_env_steps"
+    assert second["env_steps"] >= more
+
+    # the resumed session's TensorBoard file: steps go on from the interrupted run's, and its
+    # episodes are exactly the new ones (nothing counted twice, nothing reset to zero)
+    (new_events,) = set((run_dir / "tb").glob("events.*")) - old_events
+    returns = scalars(new_events, "episode/return")
+    assert returns and min(s for s, _ in returns) > steps
+    assert len(returns) == second["episodes"] - episodes
+    versions = scalars(new_events, "ps/version")
+    assert versions and min(v for _, v in versions) >= version
+    final = torch.load(latest_checkpoint(run_dir), weights_only=True)
+    assert final["shards"][0]["version"] > version
+    assert final["counters"]["updates"] > state["counters"]["updates"]
+
+
+def test_sigterm_stops_gracefully_and_a_second_signal_at_once(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = start_training(run_dir, "--set", "checkpoint.every_seconds=2")
+    wait_for_progress(proc, run_dir)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "SIGTERM" in err and "Traceback" not in err
+    assert json.loads((run_dir / "summary.json").read_text())["stopped_by"] == "interrupt"
+
+    run_dir2 = tmp_path / "run2"
+    proc = start_training(run_dir2, "--set", "checkpoint.every_seconds=2")
+    wait_for_progress(proc, run_dir2)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.3)  # while the final checkpoint and Ray's shutdown are under way
+    proc.send_signal(signal.SIGINT)
+    t = time.time()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert "stopped at once" in err or (run_dir2 / "summary.json").is_file()
+    assert time.time() - t < 30

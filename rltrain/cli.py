@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from rltrain import signals
 from rltrain.config import describe, load_config
 from rltrain.errors import RLTrainError
-from rltrain.faults import FaultCounters, RunFailed
+from rltrain.faults import FaultCounters, PeerLost, ProcessLost, RunFailed
 
 if TYPE_CHECKING:
     from rltrain.supervised.config import BenchConfig
@@ -274,6 +274,11 @@ def _bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
                     else ""
                 )
             )
+    except (KeyboardInterrupt, RunFailed, ProcessLost, PeerLost):
+        if results:  # the modes that finished keep their results
+            report.write_outputs(run_dir, cfg, results, curves)
+            print(f"stopped: results of {len(results)} finished mode(s) in {run_dir}/results.md")
+        raise
     finally:
         if needs_ray:
             runtime.shutdown()
@@ -372,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return cmd_train(args)
             if args.command == "eval":
                 return cmd_eval(args)
-    except RunFailed as e:  # not bad input: a fault the run could not survive
+    except (RunFailed, ProcessLost, PeerLost) as e:  # not bad input: a fault it could not survive
         print(f"rltrain: run failed: {' '.join(str(e).splitlines())}", file=sys.stderr)
         return EXIT_FAILED
     except RLTrainError as e:

@@ -14,7 +14,11 @@ checkpoint, which bounds the loss to the updates since then.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
+import signal
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -69,7 +73,8 @@ class FaultsConfig:
 
     max_restarts: int = field(default=3, metadata=spec(ge=-1))
     """Times Ray restarts each worker, actor, learner or server shard after its process dies
-    (-1 = always, 0 = never: a loss then ends the run, or under async leaves one fewer)."""
+    (-1 = always, 0 = never: the run goes on with the live ones; a lost shard, or the last
+    process of a role, ends it)."""
     on_worker_loss: str = field(default="wait", metadata=spec(choices=ON_WORKER_LOSS))
     """sync/average barriers (and a2c) when a worker dies: wait for its restart (every step
     keeps N gradients), or continue with the live workers until it rejoins. soft_sync and
@@ -178,7 +183,8 @@ class RestorePoint:
 
 @dataclass(frozen=True)
 class FaultAction:
-    """One thing to do now: ``signal`` is kill, stop or cont."""
+    """One thing to do now: ``signal`` is kill or stop (a stop ends by itself, see
+    :func:`pause`)."""
 
     signal: str
     event: FaultEvent
@@ -187,18 +193,15 @@ class FaultAction:
 class FaultSchedule:
     """The kill and pause events of a config, fired in time order from ``t0``.
 
-    A pause is two actions: stop at ``at`` and cont at ``at + seconds``. ``slow`` events are not
-    here: the worker applies them to its own steps (:class:`Slowdown`).
+    ``slow`` events are not here: the worker applies them to its own steps (:class:`Slowdown`).
     """
 
     def __init__(self, events: Sequence[FaultEvent], t0: float) -> None:
-        plan: list[tuple[float, FaultAction]] = []
-        for e in events:
-            if e.action == "kill":
-                plan.append((e.at, FaultAction("kill", e)))
-            elif e.action == "pause":
-                plan.append((e.at, FaultAction("stop", e)))
-                plan.append((e.at + e.seconds, FaultAction("cont", e)))
+        plan = [
+            (e.at, FaultAction("kill" if e.action == "kill" else "stop", e))
+            for e in events
+            if e.action in ("kill", "pause")
+        ]
         self.plan = sorted(plan, key=lambda p: p[0])
         self.t0 = t0
 
@@ -217,9 +220,37 @@ class FaultSchedule:
         t = (time.time() if now is None else now) - self.t0
         return max(0.0, self.plan[0][0] - t)
 
-    def pending_cont(self) -> list[FaultAction]:
-        """Resumes still planned (a run that ends must not leave a process stopped)."""
-        return [a for _, a in self.plan if a.signal == "cont"]
+
+# Processes stopped by an injected pause, pid -> the timer that continues them. The timer runs
+# apart from the driver's loop: a driver waiting on a paused shard must not be what keeps it
+# paused. Every exit path (the end of a run, a second Ctrl-C) continues them all.
+_STOPPED: dict[int, threading.Timer] = {}
+_STOPPED_LOCK = threading.Lock()
+
+
+def pause(pid: int, seconds: float) -> None:
+    """SIGSTOP ``pid`` now and SIGCONT it after ``seconds``."""
+    os.kill(pid, signal.SIGSTOP)
+    timer = threading.Timer(seconds, _resume, args=(pid,))
+    timer.daemon = True
+    with _STOPPED_LOCK:
+        _STOPPED[pid] = timer
+    timer.start()
+
+
+def _resume(pid: int) -> None:
+    with _STOPPED_LOCK:
+        timer = _STOPPED.pop(pid, None)
+    if timer is not None:
+        timer.cancel()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+def resume_all() -> None:
+    """Continue every process an injected pause has stopped (safe from a signal handler)."""
+    for pid in list(_STOPPED):
+        _resume(pid)
 
 
 class Slowdown:

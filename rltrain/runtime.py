@@ -32,6 +32,7 @@ from rltrain.faults import (
     RunFailed,
     ShardFenced,
     on_pusher_loss,
+    pause,
 )
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.server import ShardedServer, ShardLayout
@@ -226,19 +227,19 @@ class RayReplay:
         self.handles = list(handles)
 
     def add(self, shard: int, block: Any) -> None:
-        ray.get(self.handles[shard].add.remote(block))
+        result(self.handles[shard].add.remote(block))
 
     def sample(self, shard: int, batch_size: int) -> Any:
-        return ray.get(self.handles[shard].sample.remote(batch_size))
+        return result(self.handles[shard].sample.remote(batch_size))
 
     def update_priorities(self, shard: int, indices: Any, priorities: Any) -> None:
         self.handles[shard].update_priorities.remote(indices, priorities)
 
     def sizes(self) -> list[int]:
-        return [s["size"] for s in ray.get([h.stats.remote() for h in self.handles])]
+        return [result(h.stats.remote())["size"] for h in self.handles]
 
     def nbytes(self) -> int:
-        return sum(s["nbytes"] for s in ray.get([h.stats.remote() for h in self.handles]))
+        return sum(result(h.stats.remote())["nbytes"] for h in self.handles)
 
 
 def start_replay(
@@ -255,6 +256,15 @@ def start_replay(
         max_task_retries=0,
     )
     return RayReplay([actor.remote(*a) for a in args])
+
+
+def _is_ray_worker(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+        return b"ray::" in cmdline or b"default_worker" in cmdline
+    except OSError:
+        return os.path.exists(f"/proc/{pid}") or not os.path.isdir("/proc")
 
 
 def _whereabouts(_instance: Any) -> tuple[int, str]:
@@ -313,7 +323,11 @@ class Remote:
             ready, _ = ray.wait([self._where], timeout=0)
             if not ready:
                 return False
-            self.pid()
+            try:
+                self.pid()
+            except RayActorError:  # it died meanwhile: ask again
+                self.probe()
+                return False
         return True
 
     def pid(self) -> int:
@@ -341,13 +355,20 @@ class Remote:
         return True
 
     def signal(self, action: FaultAction) -> str:
-        """Kill, stop or continue this process (an injected fault); returns what was done."""
-        sig = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP, "cont": signal.SIGCONT}
+        """Kill or pause this process (an injected fault); returns what was done."""
+        if not self.is_up():
+            return f"skipped {action.signal} {self.role} {self.index}: it is not up"
         pid = self.pid()
         local = self._where[1] == ray.get_runtime_context().get_node_id()
+        if local and not _is_ray_worker(pid):  # restarted unseen: never signal a stranger
+            self.probe()
+            return f"skipped {action.signal} {self.role} {self.index}: pid {pid} is gone"
+        if local and action.signal == "kill":
+            os.kill(pid, signal.SIGKILL)
+            return f"kill {self.role} {self.index} (pid {pid})"
         if local:
-            os.kill(pid, sig[action.signal])
-            return f"{action.signal} {self.role} {self.index} (pid {pid})"
+            pause(pid, action.event.seconds)
+            return f"pause {self.role} {self.index} (pid {pid}) for {action.event.seconds:g}s"
         if action.signal == "kill":  # another machine: Ray kills it there, and restarts it
             ray.kill(self.handle, no_restart=False)
             return f"kill {self.role} {self.index} (on another node, through Ray)"
@@ -385,7 +406,7 @@ def respond(
     assert isinstance(d.error, ProcessLost)
     leave, how = on_pusher_loss(rule, on_worker_loss, d.error.permanent)
     if leave:
-        server.leave(r.index)
+        guard.leave(r.index)
         counters.left_barrier += 1
     if d.error.permanent:
         say(f"{name} died and will not restart (faults.max_restarts spent){how}")
@@ -424,7 +445,7 @@ def inject(
         done = target.signal(action)
     except (ProcessLookupError, RayActorError) as err:
         done = f"could not {action.signal} {e.target} {e.index}: {_first_line(err)}"
-    counters.injected += int(action.signal != "cont")
+    counters.injected += int(not done.startswith(("skipped", "could not")))
     say(f"injected fault: {done}")
 
 
@@ -499,6 +520,11 @@ class Pool:
 
     def __len__(self) -> int:
         return len(self.calls) + len(self.probes) + len(self.retry)
+
+    def watch(self, remote: Remote) -> None:
+        """Probe a process the driver found dead some other way, until it is back (or gone)."""
+        if remote not in self.restarting():
+            self.probes[remote.probe()] = remote
 
     def busy(self, remote: Remote) -> bool:
         return any(r is remote for r, _, _ in self.calls.values())
@@ -578,8 +604,17 @@ class ServerGuard:
         self.server, self.counters, self.say = server, counters, say
         self.point: RestorePoint | None = None
         self.last_seen = 0  # the highest version any shard reported
+        self.left: set[int] = set()  # workers that left the barriers (they rejoin by pushing)
         self._asked: list[Any] = []
         self._next = 0.0
+
+    def leave(self, worker_id: int) -> None:
+        """Tell every shard a worker is gone, and remember it: a restarted shard is told again."""
+        self.left.add(worker_id)
+        try:
+            self.server.leave(worker_id)
+        except (ProcessLost, PeerLost):
+            self.check()  # a shard is down too: the restore tells it
 
     def remember(self, point: RestorePoint) -> None:
         self.point = point
@@ -638,6 +673,8 @@ class ServerGuard:
         seen = max([self.last_seen, *(h[0] for h in health if h is not None and not h[1])])
         lost = max(0, seen - self.point.version)
         self.server.load_state_dicts(self.point.states)
+        for worker in self.left:  # a restarted shard knows nothing of who left
+            self.server.leave(worker)
         self.counters.shard_restores += len(lost_shards)
         self.counters.lost_updates += lost
         self.last_seen = self.point.version

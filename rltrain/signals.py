@@ -17,6 +17,8 @@ import threading
 from collections.abc import Iterator
 from types import FrameType
 
+from rltrain.faults import resume_all
+
 EXIT_INTERRUPTED = 130
 _received = 0
 
@@ -33,6 +35,7 @@ def _handler(signum: int, frame: FrameType | None) -> None:
         )
         raise KeyboardInterrupt
     os.write(2, b"rltrain: stopped at once (no final checkpoint)\n")
+    resume_all()  # processes paused by an injected fault must not outlive us stopped
     os._exit(EXIT_INTERRUPTED)
 
 

@@ -96,7 +96,7 @@ def test_bench_survives_losing_a_worker_and_the_server_shard(
         "--set",
         "batch_size=16",
         "--set",
-        "budget.max_seconds=9",
+        "budget.max_seconds=14",
         "--set",
         "eval.every_seconds=0.5",
         "--set",

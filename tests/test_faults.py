@@ -4,8 +4,11 @@ shards and restores (the Ray runs that kill real processes are in test_fault_run
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,6 +22,8 @@ from rltrain.faults import (
     ProcessLost,
     ShardFenced,
     Slowdown,
+    pause,
+    resume_all,
 )
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.shard import ParameterShard
@@ -50,9 +55,26 @@ def test_schedule_fires_kills_and_pauses_once_in_time_order() -> None:
         ("stop", "actor"),
     ]
     assert s.due(102.0) == []  # each action once
-    assert [a.signal for a in s.pending_cont()] == ["cont"]
-    assert [a.signal for a in s.due(105.0)] == ["cont"]
     assert s.next_in(105.0) == float("inf")
+
+
+def test_a_pause_ends_by_itself_and_every_exit_path_can_end_it() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        pause(child.pid, 0.3)
+        assert _state(child.pid) == "T"  # stopped
+        time.sleep(0.8)
+        assert _state(child.pid) != "T"  # continued by its timer, with no one's help
+        pause(child.pid, 60)
+        resume_all()  # what the end of a run and a second Ctrl-C do
+        assert _state(child.pid) != "T"
+    finally:
+        child.kill()
+        child.wait()
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
 def test_slowdown_applies_to_its_worker_inside_its_window() -> None:

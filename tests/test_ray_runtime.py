@@ -66,8 +66,11 @@ def test_ray_sync_barrier_across_actors(ray_local: None) -> None:
             GradUpdate(0, 0, torch.ones(4), 1), wait_version=1, timeout=30
         )
         result, params = server.exchange(GradUpdate(1, 0, 3 * torch.ones(4), 1), 1, 30)
-        assert result.status == "applied" and params.version == 1
+        assert params.version == 1
         torch.testing.assert_close(params.values, torch.full((4,), -2.0))  # mean of 1 and 3
-        assert first()[1].version == 1
+        first_result, first_params = first()
+        assert first_params.version == 1
+        # whichever push the shard served second made the step (both reach the barrier)
+        assert {result.status, first_result.status} == {"accumulated", "applied"}
     finally:
         server.kill()

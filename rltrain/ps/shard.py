@@ -103,19 +103,23 @@ class ParameterShard:
         self, update: GradUpdate, wait_version: int, timeout: float
     ) -> tuple[PushResult, Params]:
         """Push, wait until the shard reaches ``wait_version`` (0: no wait), then pull."""
+        with self._lock:
+            generation = self._generation  # a restore after this push ends the wait too
         result = self.push(update)
-        if wait_version > 0:
-            self.wait_for_version(wait_version, timeout)
+        # a refused update (rejected, or dropped as late) waits for nothing: the worker pulls
+        # and goes on (e.g. it holds a version newer than a restored shard's)
+        if wait_version > 0 and result.status in ("applied", "accumulated"):
+            self.wait_for_version(wait_version, timeout, generation)
         return result, self.pull()
 
-    def wait_for_version(self, version: int, timeout: float) -> bool:
+    def wait_for_version(self, version: int, timeout: float, generation: int | None = None) -> bool:
         """Block until the shard reaches ``version`` (a barrier), at most ``timeout`` seconds.
 
         A restore (which may move the version back) also ends the wait: the waiter pulls the
         restored parameters and goes on from there.
         """
         with self._changed:
-            gen = self._generation
+            gen = self._generation if generation is None else generation
             return self._changed.wait_for(
                 lambda: self.version >= version or self._generation != gen, timeout=timeout
             )
@@ -171,6 +175,7 @@ class ParameterShard:
 
     def state_dict(self) -> dict:
         with self._lock:
+            self._check_fence()  # a restarted shard's initial values are no checkpoint
             return {
                 "param": self._param.detach().clone(),
                 # a snapshot: torch's state_dict shares its tensors with the live optimizer

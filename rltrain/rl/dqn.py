@@ -190,7 +190,8 @@ class DQNLearner:
         pending = None
         q_sum = 0.0
         for i in range(updates):
-            if params.version - self.target_version >= d.target_update:
+            stale = params.version - self.target_version >= d.target_update
+            if stale or params.version < self.target_version:  # or the server was restored
                 load_params(self.target, params, self.device)  # the target network: a periodic copy
                 self.target_version = params.version
             load_params(self.online, params, self.device)

@@ -34,6 +34,7 @@ from rltrain.faults import (
     RestorePoint,
     RunFailed,
     describe_events,
+    resume_all,
 )
 from rltrain.progress import Progress
 from rltrain.ps.config import ServerConfig
@@ -186,7 +187,7 @@ class Trainer:
         except KeyboardInterrupt:
             self.stopped_by = "interrupt"
             self.progress.note("interrupted: writing a final checkpoint and summary.json")
-        except RunFailed as e:
+        except (RunFailed, ProcessLost, PeerLost) as e:
             self.stopped_by = "fault"
             self.failure = str(e)
             self.progress.note(f"run failed: {e}")
@@ -226,9 +227,8 @@ class Trainer:
     def _finish(self, runtime: Any) -> dict[str, Any]:
         """Final checkpoint, summary.json, and a clean Ray shutdown, however the run ended."""
         self.counters.wall_seconds = self.wall_base + self._elapsed()
+        resume_all()  # never leave a process stopped by an injected pause
         if self.server is not None:
-            for action in self.schedule.pending_cont():  # never leave a process stopped
-                self._inject(action)
             try:
                 self._checkpoint()
             except (ProcessLost, PeerLost, RunFailed) as e:
@@ -296,9 +296,11 @@ class Trainer:
                 if d.error is None and not d.revived:
                     self._absorb(d.value)
                     idle.append(d.remote)
-                elif self._on_fault(d, pushes=True) and not self.stopped_by:
-                    # a restarted worker starts at once: a barrier may be waiting for it
-                    pool.submit(d.remote, "work", server, WORK_CHUNK)
+                elif self._on_fault(d, pushes=True):
+                    if lockstep and not pool.calls:
+                        idle.append(d.remote)  # between rounds: it starts with the next one
+                    else:  # a round (a barrier) may be waiting for it: it joins at once
+                        pool.submit(d.remote, "work", server, WORK_CHUNK)
             if not self.stopped_by and (not lockstep or not pool.calls):
                 for w in idle:
                     pool.submit(w, "work", server, WORK_CHUNK)
@@ -323,7 +325,11 @@ class Trainer:
             pool.submit(a, "collect", server, fetch=False)
         ready: collections.deque = collections.deque()  # (rollout future, actor)
         idle_learners = list(learners)
-        idle_actors: list[Any] = []
+        self.idle_actors: list[Any] = []
+
+        def usable(actor: Any) -> bool:  # not gone for good, not being restarted
+            return actor in self.procs["actor"] and actor not in pool.restarting()
+
         cap = 2 * cfg.learners * cfg.algo.learner_batch  # bounded queue: actors wait, not memory
         while self._keep_going(pool):
             for d in pool.wait(self._wait_s()):
@@ -331,15 +337,15 @@ class Trainer:
                 if d.remote.role == "actor":
                     if fine:
                         ready.append((d.value, d.remote))
-                        idle_actors.append(d.remote)
-                    elif self._on_fault(d, pushes=False):
-                        idle_actors.append(d.remote)
+                    again = fine or self._on_fault(d, pushes=False)
+                    if again and usable(d.remote) and d.remote not in self.idle_actors:
+                        self.idle_actors.append(d.remote)
                     continue
                 if fine:
                     self._absorb(d.value)
                     idle_learners.append(d.remote)
                     continue
-                ready.extendleft(reversed(self._salvage(runtime, d)))
+                ready.extendleft(reversed(self._salvage(runtime, pool, d)))
                 if self._on_fault(d, pushes=True):
                     idle_learners.append(d.remote)
             while not self.stopped_by and idle_learners and len(ready) >= cfg.algo.learner_batch:
@@ -347,12 +353,14 @@ class Trainer:
                 learner = idle_learners.pop()
                 pool.submit(learner, "learn", server, *[ref for ref, _ in batch], tag=batch)
             acting = sum(1 for r, _, _ in pool.calls.values() if r.role == "actor")
-            while not self.stopped_by and idle_actors and len(ready) + acting < cap:
-                pool.submit(idle_actors.pop(), "collect", server, fetch=False)
-                acting += 1
+            while not self.stopped_by and self.idle_actors and len(ready) + acting < cap:
+                actor = self.idle_actors.pop()
+                if usable(actor) and not pool.busy(actor):
+                    pool.submit(actor, "collect", server, fetch=False)
+                    acting += 1
             self._tick()
 
-    def _salvage(self, runtime: Any, d: Any) -> list[Any]:
+    def _salvage(self, runtime: Any, pool: Any, d: Any) -> list[Any]:
         """The rollouts of a failed learner call that are still good, to learn from again.
 
         A learner that died leaves its batch intact. A call that failed because one of its
@@ -366,8 +374,12 @@ class Trainer:
         why = runtime.failed([ref for ref, _ in batch])
         for (_, actor), w in zip(batch, why, strict=True):
             if w == "died" and actor.mark_lost():
-                self.faults.restart(actor.role)
-                self.progress.note(f"actor {actor.index} lost: its process died; Ray restarted it")
+                if self.cfg.faults.max_restarts != 0:
+                    self.faults.restart(actor.role)
+                self.progress.note(f"actor {actor.index} lost: its process died")
+                # no work for it until the pool has seen it back (or seen it gone for good)
+                self.idle_actors = [a for a in self.idle_actors if a is not actor]
+                pool.watch(actor)
         self.faults.lost_calls += sum(1 for w in why if w)
         return [item for item, w in zip(batch, why, strict=True) if not w]
 
@@ -469,6 +481,9 @@ class Trainer:
             self.progress.note,
         )
         self.log.faults(self.faults, self.counters.env_steps)
+        if self.stopped_by and pushes and verdict != "gone":
+            self.guard.leave(r.index)  # stopping: no barrier may wait for it now
+            return False
         if verdict == "gone":
             self.procs[r.role] = [x for x in self.procs[r.role] if x is not r]
             if not self.procs[r.role]:
@@ -538,7 +553,10 @@ class Trainer:
         self.progress.update(self._fraction(), self._status())
         if time.time() - self.last_ckpt >= self.cfg.checkpoint.every_seconds:
             self.counters.wall_seconds = self.wall_base + self._elapsed()
-            self._checkpoint()
+            try:
+                self._checkpoint()
+            except (ProcessLost, PeerLost):  # a shard went down just now: restore, then retry
+                self.guard.check()
 
     def _fraction(self) -> float:
         s, c = self.cfg.stop, self.counters

@@ -25,6 +25,7 @@ from rltrain.faults import (
     ProcessLost,
     RestorePoint,
     RunFailed,
+    resume_all,
 )
 from rltrain.progress import Progress
 from rltrain.ps.config import ServerConfig
@@ -228,10 +229,10 @@ def run_ray_mode(cfg: BenchConfig, mode: str, data: SplitDataset, progress: Prog
             if snapper.due_in() == 0:
                 _snapshot(snapper, server, guard)
             guard.poll()
-        for action in schedule.pending_cont():
-            runtime.inject(action, procs, faults, progress.note)
+        resume_all()
         _snapshot(snapper, server, guard)
     finally:
+        resume_all()  # never leave a process stopped by an injected pause
         for w in workers:
             w.kill()
         server.kill()
@@ -244,8 +245,9 @@ def _snapshot(snapper: Snapshotter, server: Any, guard: Any) -> None:
     """A snapshot for evaluation, whose server state is also the restore point."""
     try:
         snapper.take()
-        v = snapper.snaps[-1].stats.version
-        guard.remember(RestorePoint(v, server.state_dicts(), f"the snapshot at version {v}"))
+        states = server.state_dicts()
+        v = int(states[0]["version"])
+        guard.remember(RestorePoint(v, states, f"the snapshot at version {v}"))
     except (ProcessLost, PeerLost):  # a shard is down: restore it, snapshot next time
         guard.check()
 

@@ -150,11 +150,9 @@ class FaultCounters:
     injected: int = 0  # injected kills and pauses
 
     def restart(self, role: str) -> None:
-        name = {"actor": "actor_restarts", "learner": "learner_restarts"}.get(
-            role, "worker_restarts" if role == "worker" else ""
-        )
-        if name:
-            setattr(self, name, getattr(self, name) + 1)
+        """One more restart of an ``actor``, ``learner`` or ``worker``."""
+        name = f"{role}_restarts"
+        setattr(self, name, getattr(self, name) + 1)
 
     def tags(self) -> dict[str, int]:
         """``faults/<name>`` -> value, for TensorBoard and the log."""

@@ -227,10 +227,10 @@ def run_ray_mode(cfg: BenchConfig, mode: str, data: SplitDataset, progress: Prog
             for action in schedule.due():
                 runtime.inject(action, procs, faults, progress.note)
             if snapper.due_in() == 0:
-                _snapshot(snapper, server, guard)
+                _snapshot(snapper, server, guard, restarts != 0)
             guard.poll()
         resume_all()
-        _snapshot(snapper, server, guard)
+        _snapshot(snapper, server, guard, restarts != 0)
     finally:
         resume_all()  # never leave a process stopped by an injected pause
         for w in workers:
@@ -241,10 +241,13 @@ def run_ray_mode(cfg: BenchConfig, mode: str, data: SplitDataset, progress: Prog
     return finish_trace(mode, begin, snapper, list(reports.values()), faults, t0)
 
 
-def _snapshot(snapper: Snapshotter, server: Any, guard: Any) -> None:
-    """A snapshot for evaluation, whose server state is also the restore point."""
+def _snapshot(snapper: Snapshotter, server: Any, guard: Any, restorable: bool) -> None:
+    """A snapshot for evaluation, whose server state is also the restore point (only taken
+    when shards can restart: a shard that cannot is never restored)."""
     try:
         snapper.take()
+        if not restorable:
+            return
         states = server.state_dicts()
         v = int(states[0]["version"])
         guard.remember(RestorePoint(v, states, f"the snapshot at version {v}"))

@@ -2,10 +2,11 @@
 
 Raw: one `ale_py.vector_env.AtariVectorEnv` with all the environments and as many C++
 threads as cores, random actions, the same protocol (frame-skip 4, sticky 0.25). Actors: the
-same number of environments split over `--actors` Ray actor processes, each acting with the
+same number of environments split over `--actors` Ray processes, each acting with the
 Nature CNN policy on the CPU (1 torch thread), rollouts produced and discarded.
 
     python benchmarks/pong_sampling.py [--actors 2] [--envs-per-actor 8] [--seconds 20]
+        [--groups 1 0]
 """
 
 from __future__ import annotations
@@ -41,13 +42,13 @@ def raw_fps(num_envs: int, threads: int, seconds: float) -> float:
     return fps
 
 
-def actor_fps(actors: int, envs_per_actor: int, seconds: float) -> float:
+def actor_fps(actors: int, envs_per_actor: int, seconds: float, groups: int = 0) -> float:
     from rltrain import runtime
     from rltrain.config import load_config
     from rltrain.records import Params
     from rltrain.rl.actor import Actor
     from rltrain.rl.config import TrainConfig
-    from rltrain.rl.train import initial_params, probe_env
+    from rltrain.rl.setup import initial_params, probe_env
 
     class SamplingActor(Actor):
         def sample(self, params: Params, seconds: float) -> int:
@@ -60,7 +61,12 @@ def actor_fps(actors: int, envs_per_actor: int, seconds: float) -> float:
     cfg = load_config(
         TrainConfig,
         os.path.join(os.path.dirname(__file__), "..", "configs", "pong_a3c.yaml"),
-        [f"actors={actors}", f"env.num_envs={envs_per_actor}", "env.num_threads=1"],
+        [
+            f"actors={actors}",
+            f"env.num_envs={envs_per_actor}",
+            "env.num_threads=1",
+            f"env.groups={groups}",
+        ],
     )
     params = Params(0, initial_params(cfg, probe_env(cfg)))
     runtime.init_ray(dataclasses.replace(cfg.runtime, num_cpus=os.cpu_count() or 2))
@@ -78,6 +84,13 @@ def main() -> None:
     p.add_argument("--actors", type=int, default=2)
     p.add_argument("--envs-per-actor", type=int, default=8)
     p.add_argument("--seconds", type=float, default=20.0)
+    p.add_argument(
+        "--groups",
+        type=int,
+        nargs="+",
+        default=[1, 0],
+        help="env.groups to measure (1: no overlap, 0: auto = 2 for Atari)",
+    )
     args = p.parse_args()
     torch.set_num_threads(1)
     n = args.actors * args.envs_per_actor
@@ -85,11 +98,14 @@ def main() -> None:
     print(
         f"raw AtariVectorEnv: {n} envs, {os.cpu_count()} threads: {raw:,.0f} frames/s", flush=True
     )
-    act = actor_fps(args.actors, args.envs_per_actor, args.seconds)
-    print(
-        f"rltrain actors (policy on, learning off): {args.actors} x {args.envs_per_actor} envs: "
-        f"{act:,.0f} frames/s = {act / raw:.0%} of raw"
-    )
+    for groups in args.groups:
+        act = actor_fps(args.actors, args.envs_per_actor, args.seconds, groups)
+        print(
+            f"rltrain actors (policy on, learning off), env.groups={groups}: "
+            f"{args.actors} x {args.envs_per_actor} envs: {act:,.0f} frames/s "
+            f"= {act / raw:.0%} of raw",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

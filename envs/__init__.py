@@ -9,8 +9,18 @@ lengths of the episodes that just ended). Importing this package registers the t
 from envs.base import EnvError, StepBatch, VectorEnv
 from envs.config import EnvConfig
 from envs.toy import CHAIN_ID, ChainEnv, register_chain
-from envs.vector import make_env
+from envs.vector import env_groups, make_env, make_env_groups
 
 register_chain()
 
-__all__ = ["CHAIN_ID", "ChainEnv", "EnvConfig", "EnvError", "StepBatch", "VectorEnv", "make_env"]
+__all__ = [
+    "CHAIN_ID",
+    "ChainEnv",
+    "EnvConfig",
+    "EnvError",
+    "StepBatch",
+    "VectorEnv",
+    "env_groups",
+    "make_env",
+    "make_env_groups",
+]

@@ -121,7 +121,17 @@ class AtariEnv(VectorEnv):
 
     def step(self, actions: np.ndarray) -> StepBatch:
         """One agent step (frame_skip frames) of every game; ended games are already reset."""
-        obs, raw, terminated, truncated, info = self._env.step(np.asarray(actions, np.int64))
+        self.send(actions)
+        return self.recv()
+
+    def send(self, actions: np.ndarray) -> None:
+        """Start the step in ale-py's C++ threads and return: the caller can run the policy on
+        other games meanwhile (an actor's env groups)."""
+        self._env.send(np.asarray(actions, np.int64))
+
+    def recv(self) -> StepBatch:
+        """Wait for the step :meth:`send` started."""
+        obs, raw, terminated, truncated, info = self._env.recv()
         game_ended = terminated | truncated
         raw = raw.astype(np.float32)
         if self._episodic_life:

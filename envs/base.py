@@ -70,6 +70,15 @@ class VectorEnv(abc.ABC):
     def step(self, actions: np.ndarray) -> StepBatch:
         """Apply one action per env (int64 [B]) and return the batch, auto-resetting ended envs."""
 
+    def send(self, actions: np.ndarray) -> None:
+        """Start a step with ``actions`` and return at once where the backend steps in its own
+        threads (ale-py); :meth:`recv` then waits for it. Here: kept for :meth:`recv`."""
+        self._sent = actions
+
+    def recv(self) -> StepBatch:
+        """The step started by :meth:`send` (a backend without threads steps now)."""
+        return self.step(self._sent)
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release the environments (threads, emulators); the object is unusable afterwards."""

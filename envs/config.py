@@ -43,5 +43,10 @@ class EnvConfig:
     max_episode_frames: int = field(default=108000, metadata=spec(ge=1))
     """Atari: emulator frames after which an episode is truncated (108000 = 30 minutes of play,
     27000 agent steps at frame_skip 4). Gymnasium ids keep their own registered time limit."""
+    groups: int = field(default=0, metadata=spec(ge=0))
+    """Groups an actor steps its num_envs in, in turn: while one group's games run in ale-py's
+    C++ threads the policy acts on the next (double-buffered sampling, as Sample Factory).
+    0 = auto: 2 for Atari, 1 for Gymnasium ids (they step in the actor's own thread, so there
+    is nothing to overlap). num_envs must be a multiple of it."""
     num_threads: int = field(default=0, metadata=spec(ge=0))
     """Atari: C++ threads of the vector env (0 = one per env, capped by the number of cores)."""

@@ -10,13 +10,22 @@ from __future__ import annotations
 import difflib
 
 import gymnasium
+import numpy as np
 
 from envs.atari import AtariEnv, is_atari_v5
 from envs.base import EnvError, StepBatch, VectorEnv
 from envs.config import EnvConfig
 from envs.gym_vector import GymVectorEnv
 
-__all__ = ["EnvError", "StepBatch", "VectorEnv", "make_env", "unknown_id_message"]
+__all__ = [
+    "EnvError",
+    "StepBatch",
+    "VectorEnv",
+    "env_groups",
+    "make_env",
+    "make_env_groups",
+    "unknown_id_message",
+]
 
 
 def unknown_id_message(env_id: str) -> str:
@@ -47,3 +56,25 @@ def make_env(
     if is_atari_v5(cfg.id):
         return AtariEnv(cfg, seed, n, evaluation)
     return GymVectorEnv(cfg.id, n, seed)
+
+
+def env_groups(cfg: EnvConfig) -> int:
+    """How many groups an actor steps its envs in: ``cfg.groups``, or for 0 (auto) two for
+    Atari (whose emulators run in C++ threads, so one group steps while the policy acts on the
+    other) and one for Gymnasium vectors (which step in the caller's thread)."""
+    groups = cfg.groups or (2 if is_atari_v5(cfg.id) else 1)
+    if cfg.groups > cfg.num_envs:
+        raise EnvError(
+            f"env.groups={cfg.groups} is more than env.num_envs={cfg.num_envs}; "
+            "allowed: 0 (auto) or 1 to num_envs"
+        )
+    return min(groups, cfg.num_envs)
+
+
+def make_env_groups(cfg: EnvConfig, seed: int) -> list[VectorEnv]:
+    """An actor's ``cfg.num_envs`` envs as :func:`env_groups` vectors of sizes as equal as can
+    be, seeded consecutively (env i of all of them gets ``seed + i``, as in one vector)."""
+    groups = env_groups(cfg)
+    sizes = [len(part) for part in np.array_split(np.arange(cfg.num_envs), groups)]
+    starts = np.cumsum([0, *sizes[:-1]])
+    return [make_env(cfg, seed + int(s), num_envs=n) for s, n in zip(starts, sizes, strict=True)]

@@ -1,4 +1,4 @@
-"""The `rltrain` command line: train, eval, bench and options."""
+"""The `rltrain` command line: train, eval, plot, bench and options."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -17,8 +16,7 @@ from rltrain.errors import RLTrainError
 from rltrain.faults import FaultCounters, PeerLost, ProcessLost, RunFailed
 
 if TYPE_CHECKING:
-    from rltrain.supervised.config import BenchConfig
-    from rltrain.supervised.datasets import SplitDataset
+    pass
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1  # a run that a fault stopped (the summary says which)
@@ -106,8 +104,41 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="play a run's latest checkpoint and print its raw score")
     ev.add_argument("run_dir", help="a run directory written by `rltrain train`")
     ev.add_argument("--episodes", type=_count, default=10, help="episodes to play (default 10)")
-    ev.add_argument("--video", action="store_true", help="write a GIF of one episode into RUN_DIR")
+    ev.add_argument(
+        "--video",
+        action="store_true",
+        help="record the first episode into RUN_DIR: eval-v<version>.mp4 when an `ffmpeg` with "
+        "libx264 is on PATH, else .gif",
+    )
+    ev.add_argument(
+        "--video-view",
+        choices=["game", "agent"],
+        default=None,
+        help="game (default): the screen as a person sees it (Atari: 210x160 RGB; other ids: "
+        "env.render(); the agent's view when the env cannot draw); agent: what the network "
+        "sees (Atari: the newest 84x84 frame)",
+    )
     ev.add_argument("--seed", type=_seed, default=12345, help="seed of the evaluation envs")
+    plot = sub.add_parser(
+        "plot",
+        help="draw runs' episode return against frames and wall time (PNG)",
+        description="Read the episode returns from each run's TensorBoard events (RUN/tb) and "
+        "draw them against frames and against wall time, one line per run.",
+    )
+    plot.add_argument("runs", nargs="+", metavar="RUN", help="run directories (rltrain train)")
+    plot.add_argument(
+        "--out",
+        metavar="FILE",
+        help="PNG to write (default: RUN/returns.png for one run, ./returns.png for more)",
+    )
+    plot.add_argument("--title", help="title above the two panels")
+    plot.add_argument(
+        "--smooth",
+        type=_count,
+        default=20,
+        metavar="N",
+        help="draw the mean of the last N episodes (default 20, as stop.window; 1: raw returns)",
+    )
     bench = sub.add_parser(
         "bench",
         help="compare the update rules on MNIST / Fashion-MNIST / CIFAR-10",
@@ -117,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(bench)
     opts = sub.add_parser("options", help="list every config option with its meaning")
     opts.add_argument("kind", choices=["train", "bench"], help="which command's config")
-    parser.commands = {"train": train, "eval": ev, "bench": bench, "options": opts}
+    parser.commands = {"train": train, "eval": ev, "plot": plot, "bench": bench, "options": opts}
     return parser
 
 
@@ -230,64 +261,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     run_dir = new_run_dir(args.config, args.run_dir)
     write_config(run_dir, cfg)
     print(f"rltrain bench: {cfg.data.dataset}, modes {', '.join(cfg.modes)}; writing {run_dir}")
-    return _bench(cfg, data, run_dir)
+    from rltrain.supervised.bench import run_bench
 
-
-def _bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
-    from rltrain import runtime
-    from rltrain.progress import Progress
-    from rltrain.supervised import report
-    from rltrain.supervised.bench import run_mode
-
-    started = time.time()
-    needs_ray = any(m not in ("baseline", "hogwild") for m in cfg.modes)
-    if needs_ray:
-        need = cfg.workers * cfg.runtime.worker_cpus + cfg.server.shards * cfg.runtime.server_cpus
-        where = runtime.init_ray(cfg.runtime, need)
-        signals.install()  # again: ray.init replaces the SIGTERM handler
-        print(f"runtime: {where}")
-    results, curves = [], {}
-    try:
-        for i, mode in enumerate(cfg.modes):
-            label = f"[{i + 1}/{len(cfg.modes)} {mode}]"
-            trace = run_mode(cfg, mode, data, Progress(label))
-            prog = Progress(label)
-            points = report.evaluate(
-                cfg, data, trace, lambda k, n, p=prog: p.update(k / n, f"evaluating {k}/{n}")
-            )
-            prog.close()
-            res = report.summarize(cfg, trace, points)
-            report.write_tensorboard(run_dir / "tb", cfg, trace, points)
-            results.append(res)
-            curves[mode] = points
-            reached = ", ".join(
-                f"{k} in {v:.1f}s" if v is not None else f"{k} not reached"
-                for k, v in res.seconds_to.items()
-            )
-            print(
-                f"{label} accuracy {res.final_accuracy:.4f} ({reached}); "
-                f"{res.samples_per_s:,.0f} samples/s, {res.updates_applied:,} updates, "
-                f"{res.dropped} dropped, staleness {res.mean_staleness:.2f}"
-                + (
-                    f"; faults: {FaultCounters(**res.faults).brief()}"
-                    if any(res.faults.values())
-                    else ""
-                )
-            )
-    except (KeyboardInterrupt, RunFailed, ProcessLost, PeerLost):
-        if results:  # the modes that finished keep their results
-            report.write_outputs(run_dir, cfg, results, curves)
-            print(f"stopped: results of {len(results)} finished mode(s) in {run_dir}/results.md")
-        raise
-    finally:
-        if needs_ray:
-            runtime.shutdown()
-    report.write_outputs(run_dir, cfg, results, curves)
-    print()
-    print(report.markdown_table(cfg, results))
-    print(f"done in {time.time() - started:.0f}s: {run_dir}/results.md, results.csv, ")
-    print(f"  accuracy_vs_time.png, summary.json; tensorboard --logdir {run_dir / 'tb'}")
-    return 0
+    return run_bench(cfg, data, run_dir)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -317,7 +293,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg = load_config(TrainConfig, args.config, overrides)
         check_run_dir(args.run_dir)
     _check_address(cfg.runtime.address)  # before the run dir, its config.yaml and tb/ are written
-    from rltrain.rl.train import Trainer, probe_env
+    from rltrain.rl.setup import probe_env
+    from rltrain.rl.train import Trainer
 
     spec = probe_env(cfg)  # an unknown env id fails here, before any folder is made
     if args.resume is None:
@@ -349,14 +326,28 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     run_dir = _run_dir_arg(args.run_dir, "")
     cfg = load_config(TrainConfig, run_dir / "config.yaml")
-    res = evaluate(cfg, run_dir, args.episodes, args.video, args.seed)
+    res = evaluate(cfg, run_dir, args.episodes, args.video, args.seed, video_view=args.video_view)
     print(
         f"{cfg.env.id}, checkpoint {res.checkpoint.name} (version {res.version}): "
         f"{len(res.returns)} episodes, raw score mean {res.mean:.2f} +- {res.std:.2f} "
         f"(min {min(res.returns):.1f}, max {max(res.returns):.1f})"
     )
+    if res.note:
+        print(f"note: {res.note}")
     if res.video:
-        print(f"video: {res.video}")
+        print(
+            f"video: {res.video} ({res.view} view of episode 1: raw score "
+            f"{res.returns[0]:.1f} in {res.lengths[0]} steps)"
+        )
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from rltrain.plot import plot_runs
+
+    out = Path(args.out).expanduser() if args.out else None
+    runs = [Path(r).expanduser() for r in args.runs]
+    print(plot_runs(runs, out, args.title, args.smooth))
     return 0
 
 
@@ -379,6 +370,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return cmd_train(args)
             if args.command == "eval":
                 return cmd_eval(args)
+            if args.command == "plot":
+                return cmd_plot(args)
     except (RunFailed, ProcessLost, PeerLost) as e:  # not bad input: a fault it could not survive
         print(f"rltrain: run failed: {' '.join(str(e).splitlines())}", file=sys.stderr)
         return EXIT_FAILED

@@ -38,9 +38,16 @@ def spec(
     ge: float | None = None,
     gt: float | None = None,
     le: float | None = None,
+    auto: bool = False,
 ) -> dict[str, Any]:
     """Metadata for ``field(metadata=spec(...))``: allowed choices and numeric bounds."""
-    return {"choices": tuple(choices) if choices else None, "ge": ge, "gt": gt, "le": le}
+    return {
+        "choices": tuple(choices) if choices else None,
+        "ge": ge,
+        "gt": gt,
+        "le": le,
+        "auto": auto,  # an int that also takes "auto", read as 0
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -93,6 +100,10 @@ def _convert(tp: Any, value: Any, key: str, meta: Mapping[str, Any]) -> Any:
         if isinstance(value, str | bytes) or not isinstance(value, Sequence):
             raise ConfigError(f"{key}={value!r}: expected a list")
         return tuple(_convert(args[0], v, f"{key}[{i}]", meta) for i, v in enumerate(value))
+    if meta.get("auto") and isinstance(value, str):
+        if value == "auto":
+            return 0
+        raise ConfigError(f"{key}={value!r}: expected an integer or auto")
     choices = meta.get("choices")
     if choices and tp is str and not isinstance(value, str):
         # YAML reads on/off/yes/no as booleans: name what is allowed, not only the type

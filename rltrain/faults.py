@@ -20,14 +20,16 @@ import os
 import signal
 import threading
 import time
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rltrain.config import spec
 from rltrain.errors import RLTrainError
+from rltrain.records import Role
 
 ACTIONS = ("kill", "pause", "slow")
-TARGETS = ("actor", "learner", "worker", "shard")
+TARGETS: tuple[Role, ...] = typing.get_args(Role)
 ON_WORKER_LOSS = ("wait", "continue")
 
 
@@ -82,10 +84,13 @@ class FaultsConfig:
     events: tuple[FaultEvent, ...] = ()
     """Faults to inject, e.g. [{action: kill, target: actor, index: 0, at: 10}]."""
 
-    def check_targets(self, counts: Mapping[str, int]) -> None:
-        """Every event must name a process this run has (``counts``: target -> how many)."""
+    def check_targets(self, counts: Mapping[str, int | None]) -> None:
+        """Every event must name a process this run has (``counts``: target -> how many; None:
+        sized at start-up (``actors: auto``), at least one, checked again once sized)."""
         for i, e in enumerate(self.events):
             n = counts.get(e.target, 0)
+            if n is None:
+                continue
             if n == 0:
                 have = ", ".join(t for t, c in counts.items() if c) or "none"
                 raise ValueError(f"faults.events[{i}]: no {e.target} in this run (targets: {have})")
@@ -100,7 +105,7 @@ class FaultsConfig:
 
 
 class ProcessLost(Exception):
-    """The Ray actor that ran a call died during it (``permanent``: it will not restart)."""
+    """The Ray process that ran a call died during it (``permanent``: it will not restart)."""
 
     def __init__(self, actor_id: str, permanent: bool, detail: str = "") -> None:
         super().__init__(detail or f"actor {actor_id} died")
@@ -149,7 +154,7 @@ class FaultCounters:
     left_barrier: int = 0  # times a barrier went on without a lost worker
     injected: int = 0  # injected kills and pauses
 
-    def restart(self, role: str) -> None:
+    def restart(self, role: Role) -> None:
         """One more restart of an ``actor``, ``learner`` or ``worker``."""
         name = f"{role}_restarts"
         setattr(self, name, getattr(self, name) + 1)

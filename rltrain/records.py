@@ -1,4 +1,4 @@
-"""Typed records passed between components (DESIGN.md: Params, GradUpdate).
+"""Typed records passed between components (docs/architecture.md: Params, GradUpdate).
 
 One vocabulary for both halves of the project: an RL learner and a supervised worker are the
 same thing to the parameter server, something that pushes :class:`GradUpdate` records and
@@ -7,7 +7,6 @@ pulls :class:`Params`.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -16,6 +15,12 @@ import torch
 from rltrain.normalize import NormStats
 
 PushStatus = Literal["applied", "accumulated", "dropped", "rejected"]
+Role = Literal["actor", "learner", "worker", "shard"]
+"""What a process is: an RL actor (acts only), a learner, a worker (a3c/a2c/ppo: acts and
+learns; or a supervised worker) or a parameter-server shard. Also the fault-event targets."""
+Verdict = Literal["work", "wait", "gone"]
+"""What the driver does with a process after a failure or a revival: give it work now, wait
+while Ray restarts it, or go on without it."""
 
 
 @dataclass(frozen=True)
@@ -41,7 +46,10 @@ class GradUpdate:
     version: int
     values: torch.Tensor  # [P] float32
     num_samples: int
-    loss: float = math.nan
+    losses: dict[str, float] = field(default_factory=dict)
+    """The loss terms of the batch behind ``values``, by name: policy, value, entropy (and
+    kl, clip_fraction) for the actor-critics, td for DQN, cross_entropy for the supervised
+    workers. For logs and diagnosis; the server steps on ``values`` alone."""
     norm: NormStats | None = None  # normalisation statistics seen since the last push (a delta)
 
 
@@ -53,6 +61,7 @@ class PushResult:
     version: int  # server version after the push
     staleness: int = 0  # server version at arrival - update version
     reason: str = ""  # why it was rejected or dropped
+    count: int = 1  # updates averaged into the step this push completed (barrier rules)
 
 
 STALENESS_BINS = 65  # bins 0..63 count exactly; bin 64 counts staleness >= 64

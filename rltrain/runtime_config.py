@@ -9,7 +9,7 @@ from rltrain.config import spec
 
 @dataclass(frozen=True)
 class RuntimeConfig:
-    """Ray and process placement (DESIGN.md, "Runtime: Ray at the edge")."""
+    """Ray and process placement (docs/architecture.md, "Where Ray is")."""
 
     address: str | None = None
     """Ray cluster to join: null starts a local Ray instance; 'auto' joins the cluster started
@@ -18,6 +18,10 @@ class RuntimeConfig:
     """Local Ray only: CPUs Ray may schedule on; 0 = all cores (raised to what the actors ask)."""
     threads_per_worker: int = field(default=1, metadata=spec(ge=1))
     """torch threads in each worker/actor process; keep N processes x threads <= cores."""
+    learner_threads: int = field(default=0, metadata=spec(ge=0))
+    """torch threads of each learner process (impala, appo, dqn); 0 = threads_per_worker. A
+    learner's forward + backward passes outweigh an actor's inference several times over, so
+    on a small machine it pays to give the learner the cores the actors leave idle."""
     worker_cpus: float = field(default=1.0, metadata=spec(gt=0))
     """CPUs Ray reserves for each worker, actor or learner."""
     server_cpus: float = field(default=0.0, metadata=spec(ge=0))

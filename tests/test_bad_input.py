@@ -33,8 +33,8 @@ def write_run(run: Path, hidden: int = 64) -> None:
     from rltrain.checkpoint import save_checkpoint
     from rltrain.config import load_config, to_dict
     from rltrain.ps.server import make_shards
-    from rltrain.rl.config import TrainConfig
-    from rltrain.rl.train import Counters, initial_params, probe_env, server_rule
+    from rltrain.rl.config import TrainConfig, server_rule
+    from rltrain.rl.setup import Counters, initial_params, probe_env
     from rltrain.rundir import write_config
 
     run.mkdir(parents=True)
@@ -228,7 +228,7 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             id="t-type-section",
         ),
         pytest.param(
-            ["train", CARTPOLE, "--set", "actors=0"], ["actors=0: must be >= 1"], id="t-ge"
+            ["train", CARTPOLE, "--set", "actors=-1"], ["actors=-1: must be >= 0"], id="t-ge"
         ),
         pytest.param(
             ["bench", BENCH, "--set", "workers=-1"], ["workers=-1: must be >= 1"], id="b-ge"

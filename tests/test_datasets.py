@@ -23,9 +23,8 @@ from rltrain.supervised.datasets import (
     load_dataset,
     read_cifar10,
     read_idx,
-    shard_indices,
-    take,
 )
+from rltrain.supervised.sharding import shard_indices, take
 
 MNIST_FILES = (
     "train-images-idx3-ubyte.gz",

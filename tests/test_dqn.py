@@ -15,7 +15,7 @@ from rltrain.ps.server import LocalServer
 from rltrain.replay import ReplayMemory, TransitionBlock
 from rltrain.rl.config import AlgoConfig, DQNConfig, ReplayConfig, StopConfig, TrainConfig
 from rltrain.rl.dqn import DQNActor, DQNLearner, LocalReplay, apex_epsilon, memory_args
-from rltrain.rl.train import initial_params, probe_env
+from rltrain.rl.setup import initial_params, probe_env
 
 
 def cfg(env: str = "CartPole-v1", **dqn: object) -> TrainConfig:
@@ -64,8 +64,12 @@ def test_actor_fills_replay_and_learner_pushes() -> None:
     assert replay.sizes()[0] == 80  # every step, time-limit cuts included
     spec = probe_env(c)
     learner = DQNLearner(c, spec.obs_shape, spec.num_actions)
+    pushed: list = []
+    begin = server.exchange_begin
+    server.exchange_begin = lambda u, *a: (pushed.append(u), begin(u, *a))[1]  # type: ignore[method-assign]
     out = learner.learn(server, replay, 5)
     assert out.updates == out.applied == 5
+    assert [set(u.losses) for u in pushed] == [{"td"}] * 5  # named: not a policy loss
     assert server.pull().version == 5
     assert out.q_mean is not None and np.isfinite(out.q_mean)
     assert all(loss.td is not None and loss.td >= 0 for loss in out.losses)

@@ -38,7 +38,7 @@ def shard(rule: str, workers: int = 3, **kw: object) -> ParameterShard:
 
 
 def grad(worker: int, version: int, value: float = 1.0) -> GradUpdate:
-    return GradUpdate(worker, version, torch.full((4,), value), 8, 0.0)
+    return GradUpdate(worker, version, torch.full((4,), value), 8)
 
 
 def test_schedule_fires_kills_and_pauses_once_in_time_order() -> None:

@@ -599,3 +599,20 @@ def test_bad_arguments_are_one_line_value_errors() -> None:
         memory.update_priorities(np.array([0]), np.array([np.nan]))
     with pytest.raises(ValueError, match="1-D"):
         memory.update_priorities(np.array([0, 1]), np.array([1.0]))
+
+
+@pytest.mark.parametrize("prioritized", [True, False])
+def test_each_minibatch_of_a_draw_spreads_over_the_whole_memory(prioritized: bool) -> None:
+    """A learner's draw of 20 minibatches of 32: each minibatch is drawn on its own, so each
+    spans the memory, not one contiguous 1/20 of it (issue 11, bug 5: median span 197 of
+    4,096 before), and its importance weights are normalised within it."""
+    memory = ReplayMemory(4096, (4,), np.float32, prioritized=prioritized, seed=3)
+    env = FakeEnv(8, seed=3, frame_stack=1)
+    for _ in range(16):
+        feed(memory, env, stream=1, steps=32)
+    assert len(memory) > 3500  # (a few slots hold no valid transition: episode ends)
+    batch = memory.sample(32, batches=20)
+    spans = [np.ptp(batch.slice(32 * i, 32 * (i + 1)).indices % memory.capacity) for i in range(20)]
+    assert np.median(spans) > 3000
+    for i in range(20):
+        assert batch.slice(32 * i, 32 * (i + 1)).weights.max() == pytest.approx(1.0)

@@ -14,9 +14,10 @@ from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.server import LocalServer
 from rltrain.rl.actor import Actor
 from rltrain.rl.config import AlgoConfig, StopConfig, TrainConfig
-from rltrain.rl.learner import Learner, Worker
+from rltrain.rl.learner import Learner
 from rltrain.rl.rollout import stack
-from rltrain.rl.train import initial_params, probe_env
+from rltrain.rl.setup import initial_params, probe_env
+from rltrain.rl.worker import Worker
 
 
 def cfg(algo: str = "a3c", env: str = "CartPole-v1", **kw: object) -> TrainConfig:
@@ -157,3 +158,17 @@ def test_sync_means_one_push_per_version_for_workers_and_learners(algo: str) -> 
         results = [f.result(timeout=30) for f in [pool.submit(j) for j in jobs]]
     assert all(r.dropped == 0 and r.applied == r.updates for r in results)
     assert server.pull().version == (3 if algo == "a3c" else 4)
+
+
+def test_pushes_carry_their_loss_terms_by_name() -> None:
+    """GradUpdate.losses names each term: the actor-critic's policy/value/entropy, not one
+    unnamed float that means the policy loss here and the TD loss elsewhere (issue 11, bug 7)."""
+    c = cfg("appo")
+    server = server_for(c)
+    pushed: list = []
+    exchange = server.exchange_begin
+    server.exchange_begin = lambda u, *a: (pushed.append(u), exchange(u, *a))[1]  # type: ignore[method-assign]
+    actor = Actor(c, 0)
+    Learner(c, actor.env.obs_shape, actor.env.num_actions).learn(server, 0.0, actor.collect(server))
+    assert pushed and all({"policy", "value", "entropy"} <= set(u.losses) for u in pushed)
+    assert all("td" not in u.losses for u in pushed)

@@ -82,3 +82,82 @@ def test_state_dicts_round_trip() -> None:
     assert torch.equal(a.pull().values, b.pull().values) and b.pull().version == 1
     with pytest.raises(ValueError, match="shards"):
         b.load_state_dicts(a.state_dicts()[:2])
+
+
+@pytest.mark.parametrize("bad", [torch.tensor([float("nan"), 0.0, 0.0, 0.0]), torch.zeros(3)])
+def test_a_refused_update_waits_for_nothing_at_the_barrier(bad: torch.Tensor) -> None:
+    """A non-finite or misshapen push under `sync` is rejected and the exchange returns at
+    once, as a shard's own refusal does: it must not sit out the barrier's timeout waiting for
+    a version its update will never help make (issue 11, bug 3)."""
+    import threading
+
+    server = LocalServer(
+        torch.zeros(4), OptimizerConfig(name="sgd", lr=0.1), ServerConfig(rule="sync"), 2
+    )
+    out: list = []
+    t = threading.Thread(
+        target=lambda: out.append(server.exchange(GradUpdate(0, 0, bad, 1), 1, 60.0))
+    )
+    t.start()
+    t.join(timeout=10.0)  # the bug waits the full 60 s for worker 1, who never pushes
+    assert not t.is_alive()
+    result, params = out[0]
+    assert result.status == "rejected" and params.version == 0
+
+
+def _hammer(server: LocalServer, workers: int, steps: int, barrier: bool) -> None:
+    """``workers`` threads push and pull at once; every shard call is delayed at random so
+    that the shards see the pushes in different orders, as Ray's independent calls can."""
+    import random
+    import threading
+    import time
+
+    rngs = {}
+
+    def jittered(method):  # noqa: ANN001, ANN202
+        def call(*a, **k):  # noqa: ANN002, ANN003, ANN202
+            rng = rngs.setdefault(threading.get_ident(), random.Random(threading.get_ident()))
+            time.sleep(rng.random() * 0.002)
+            return method(*a, **k)
+
+        return call
+
+    for shard in server.shards:
+        shard.push = jittered(shard.push)  # type: ignore[method-assign]
+
+    def work(w: int) -> None:
+        for _ in range(steps):
+            p = server.pull()
+            update = GradUpdate(w, p.version, torch.full((server.layout.numel,), 0.1 * (w + 1)), 1)
+            server.exchange(update, p.version + 1 if barrier else 0, 0.5)  # the last ones alone
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        ServerConfig(rule="async", staleness="drop", max_staleness=0, shards=3),
+        ServerConfig(rule="async", staleness="scale", shards=3),
+        ServerConfig(rule="soft_sync", k=2, shards=3),
+    ],
+    ids=["async-drop", "async-scale", "soft_sync"],
+)
+def test_shards_decide_each_update_once(rule: ServerConfig) -> None:
+    """With 3 shards, pushes racing in different orders to each shard are applied on every
+    shard or on none, at one scale: the shards' versions, counters and parameters never
+    diverge (issue 11, bug 2; before, each shard decided by its own version and order)."""
+    server = LocalServer(torch.zeros(9), OptimizerConfig(name="sgd", lr=1.0), rule, 3)
+    _hammer(server, workers=3, steps=8, barrier=rule.rule != "async")
+    stats = [s.stats() for s in server.shards]
+    assert len({s.version for s in stats}) == 1
+    assert len({(s.applied, s.dropped, s.rejected) for s in stats}) == 1
+    if rule.staleness == "drop":
+        assert stats[0].dropped > 0  # the race was real: some pushes were late
+    values = server.pull().values
+    # each worker's update has its own value: every shard took the same ones, at one scale
+    assert torch.allclose(values, values[0].expand_as(values))

@@ -56,7 +56,7 @@ class OptimizerConfig:
 
 @dataclass(frozen=True)
 class ServerConfig:
-    """How pushes become optimizer steps (DESIGN.md, "The parameter server")."""
+    """How pushes become optimizer steps (docs/architecture.md, "The data flow")."""
 
     rule: str = field(default="async", metadata=spec(choices=RULES))
     """sync: wait for all N updates of a version, average, step once. soft_sync: step after the
@@ -65,7 +65,7 @@ class ServerConfig:
     `average_every` local steps and the server averages them."""
     shards: int = field(default=1, metadata=spec(ge=1))
     """Number of parameter-server shards; the flat parameter vector is split across them by
-    size, each shard a Ray actor with its own optimizer (DistBelief)."""
+    size, each shard a Ray process with its own optimizer (DistBelief)."""
     k: int = field(default=0, metadata=spec(ge=0))
     """soft_sync: updates to aggregate per step (K of N); 0 means N-1, one backup worker."""
     n_fetch: int = field(default=1, metadata=spec(ge=1))
@@ -85,3 +85,11 @@ class ServerConfig:
     """average: local optimizer steps between parameter averages."""
     barrier_timeout_s: float = field(default=60.0, metadata=spec(gt=0))
     """sync/soft_sync/average: longest a worker waits at a barrier before pulling anyway."""
+
+
+def decides_per_update(rule: ServerConfig) -> bool:
+    """Whether shards could decide an update differently, by their own versions and arrival
+    orders: several shards under a barrier rule or a staleness policy. Shard 0 then decides
+    for all (:meth:`~rltrain.ps.shard.ParameterShard.push`); async without a staleness policy
+    applies every update everywhere and needs no coordination (one round trip, not two)."""
+    return rule.shards > 1 and (rule.rule != "async" or rule.staleness != "none")

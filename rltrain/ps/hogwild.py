@@ -31,6 +31,7 @@ from rltrain.records import (
 
 # counter slots in the shared int64 tensor
 _VERSION, _APPLIED, _REJECTED, _SAMPLES, _STALE_SUM, _HIST = 0, 1, 2, 3, 4, 5
+MAX_WORKERS = 1024  # slots of the "inside a step" flags, one per worker id
 
 
 class HogwildServer:
@@ -48,6 +49,9 @@ class HogwildServer:
             if isinstance(v, torch.Tensor):
                 v.share_memory_()
         self._counters = torch.zeros(_HIST + STALENESS_BINS, dtype=torch.int64).share_memory_()
+        # worker i is inside a step while _stepping[i] (a snapshot waits for none to be); per
+        # worker, so that the driver can clear the flag of a worker that died mid-step
+        self._stepping = torch.zeros(MAX_WORKERS, dtype=torch.bool).share_memory_()
         self._lock = mp.get_context("spawn").Lock()
         self._opt: torch.optim.Optimizer | None = None
 
@@ -74,20 +78,56 @@ class HogwildServer:
             if reason:
                 self._counters[_REJECTED] += 1
                 return PushResult("rejected", version, 0, reason)
+            slot = update.worker_id % MAX_WORKERS
+            self._stepping[slot] = True  # a snapshot waits for a moment with no step
         staleness = version - update.version
         opt = self._optimizer()
         self._param.grad = update.values.to(torch.float32)
-        opt.step()  # lock-free, on the shared parameters and shared optimizer state
-        self._param.grad = None
-        with self._lock:
+        try:
+            opt.step()  # lock-free, on the shared parameters and shared optimizer state
+        except BaseException:
+            with self._lock:
+                self._stepping[slot] = False
+            raise
+        finally:
+            self._param.grad = None
+        with self._lock:  # the step's end and its version in one: a snapshot sees both or neither
+            self._stepping[slot] = False
             self._counters[_VERSION] += 1
             self._counters[_APPLIED] += 1
             self._counters[_STALE_SUM] += staleness
             self._counters[_HIST + min(staleness, STALENESS_BINS - 1)] += 1
             return PushResult("applied", int(self._counters[_VERSION]), staleness)
 
-    def pull(self) -> Params:
+    def pull(self, have: Params | None = None) -> Params:
+        """A copy of the shared model as workers read it: lock-free, so a step running
+        meanwhile may be half in it (Hogwild's reads; ``have`` is not needed here)."""
         return Params(self.version, self._param.detach().clone())
+
+    def snapshot(self, wait_s: float = 0.5) -> Params | None:
+        """A consistent copy of the model, for evaluation: taken while no worker was inside a
+        step (a seqlock: no step running before the copy, none began or ended during it), so
+        it is the model of exactly one version. Workers never wait for it; it retries, for at
+        most ``wait_s`` seconds: None then (a worker that died inside a step still counts as
+        stepping until :meth:`worker_lost` says otherwise)."""
+        end = time.monotonic() + wait_s
+        while time.monotonic() < end:
+            with self._lock:
+                busy = bool(self._stepping.any())
+                version = int(self._counters[_VERSION])
+            if busy:
+                time.sleep(0.0002)
+                continue
+            values = self._param.detach().clone()
+            with self._lock:
+                if not self._stepping.any() and int(self._counters[_VERSION]) == version:
+                    return Params(version, values)
+        return None
+
+    def worker_lost(self, worker_id: int) -> None:
+        """A worker process died, perhaps inside a step: it is no longer writing."""
+        with self._lock:
+            self._stepping[worker_id % MAX_WORKERS] = False
 
     def exchange(
         self, update: GradUpdate, wait_version: int = 0, timeout: float = 0.0

@@ -1,7 +1,7 @@
 """The client side of the sharded parameter server: split pushes, join pulls.
 
 :class:`ShardedServer` holds the logic; subclasses only say how to call every shard
-(``LocalServer``: plain objects in this process; ``rltrain.runtime.RayServer``: Ray actors).
+(``LocalServer``: plain objects in this process; ``rltrain.runtime.RayServer``: Ray processes).
 Workers see the same four methods either way (:class:`Server`).
 """
 
@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from rltrain.config import ConfigError
-from rltrain.ps.config import OptimizerConfig, ServerConfig
+from rltrain.ps.config import OptimizerConfig, ServerConfig, decides_per_update
 from rltrain.ps.shard import ParameterShard
 from rltrain.records import GradUpdate, Params, PushResult, ServerStats, check_update
 
@@ -24,7 +24,7 @@ class Server(Protocol):
     """What a worker or learner needs from a parameter server."""
 
     def push(self, update: GradUpdate) -> PushResult: ...
-    def pull(self) -> Params: ...
+    def pull(self, have: Params | None = None) -> Params: ...
     def exchange(
         self, update: GradUpdate, wait_version: int = 0, timeout: float = 0.0
     ) -> tuple[PushResult, Params]: ...
@@ -61,19 +61,28 @@ class ShardedServer(ABC):
     update is validated here and, if bad, every shard only counts the rejection.
     """
 
-    def __init__(self, layout: ShardLayout) -> None:
+    def __init__(self, layout: ShardLayout, rule: ServerConfig | None = None) -> None:
         self.layout = layout
+        # shard 0 decides each update once for every shard (see ParameterShard.push)
+        self.coordinated = rule is not None and decides_per_update(rule)
 
     @abstractmethod
-    def _submit(self, method: str, args: Sequence[tuple[Any, ...]]) -> Any:
-        """Start ``method`` on every shard i with ``*args[i]``; returns a handle for _collect."""
+    def _submit(self, method: str, args: Sequence[tuple[Any, ...]], start: int = 0) -> Any:
+        """Start ``method`` on every shard i >= ``start`` with ``*args[i - start]``; returns a
+        handle for _collect."""
 
     @abstractmethod
     def _collect(self, handle: Any) -> list[Any]:
         """The results of a _submit, in shard order (waits for them)."""
 
-    def _call(self, method: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
-        return self._collect(self._submit(method, args))
+    def _call(
+        self, method: str, args: Sequence[tuple[Any, ...]], skip_first: bool = False
+    ) -> list[Any]:
+        return self._collect(self._submit(method, args, 1 if skip_first else 0))
+
+    @abstractmethod
+    def _call_first(self, method: str, *args: Any) -> Any:
+        """``method(*args)`` on shard 0 alone; its result."""
 
     def _encode(self, values: torch.Tensor) -> Any:
         """How a tensor travels to a shard (a transport may prefer another type)."""
@@ -87,11 +96,34 @@ class ShardedServer(ABC):
         if reason:
             args = [(reason, update.num_samples)] * len(self.layout.sizes)
             return self._call("reject", args)[0]
-        results: list[PushResult] = self._call("push", [(u,) for u in self._split(update)])
+        parts = self._split(update)
+        if self.coordinated:
+            first: PushResult = self._call_first("push", parts[0])
+            self._call("push", [(u, first) for u in parts[1:]], skip_first=True)
+            return first
+        results: list[PushResult] = self._call("push", [(u,) for u in parts])
         return results[0]
 
-    def pull(self) -> Params:
-        return self._join(self._call("pull", [()] * len(self.layout.sizes)))
+    def pull(self, have: Params | None = None) -> Params:
+        """The latest parameters. With ``have`` (what the caller holds), parameters travel only
+        when a new version exists: shards still at its version send nothing (their slice is
+        taken from ``have``), and ``have`` itself comes back when no shard has moved.
+
+        (A shard restored from a checkpoint that then comes back to exactly ``have.version``
+        is taken as unchanged until its next step.)"""
+        since = None if have is None else have.version
+        parts: list[Params | None] = self._call("pull", [(since,)] * len(self.layout.sizes))
+        if have is None:
+            return self._join(parts)  # type: ignore[arg-type]
+        if all(p is None for p in parts):
+            return have
+        held = self.layout.split(have.values)
+        return self._join(
+            [
+                p if p is not None else Params(have.version, held[i], have.norm)
+                for i, p in enumerate(parts)
+            ]
+        )
 
     def exchange(
         self, update: GradUpdate, wait_version: int = 0, timeout: float = 0.0
@@ -107,13 +139,17 @@ class ShardedServer(ABC):
         Lets a worker compute its next gradient while the round trip is in flight.
         """
         reason = check_update(update.values, self.layout.numel, update.version, update.version)
-        if reason:
-            result = self.push(update)
-            if wait_version > 0:
-                self.wait_for_version(wait_version, timeout)
-            out = (result, self.pull())
+        if reason:  # refused: it waits for nothing, as a shard's refused update does
+            out = (self.push(update), self.pull())
             return lambda: out
-        handle = self._submit("exchange", [(u, wait_version, timeout) for u in self._split(update)])
+        parts = self._split(update)
+        if self.coordinated:  # shard 0 decides first; then all wait and pull together
+            first: PushResult = self._call_first("push", parts[0])
+            args = [(None, wait_version, timeout, first)]
+            args += [(u, wait_version, timeout, first) for u in parts[1:]]
+        else:
+            args = [(u, wait_version, timeout) for u in parts]
+        handle = self._submit("exchange", args)
 
         def finish() -> tuple[PushResult, Params]:
             parts: list[tuple[PushResult, Params]] = self._collect(handle)
@@ -129,7 +165,7 @@ class ShardedServer(ABC):
                 u.version,
                 self._encode(p),
                 u.num_samples,
-                u.loss,
+                u.losses,
                 None if i else u.norm,
             )
             for i, p in enumerate(self.layout.split(u.values))
@@ -163,7 +199,11 @@ class ShardedServer(ABC):
 
     def leave(self, worker_id: int) -> None:
         """A worker is lost: no barrier waits for it until it pushes again."""
-        self._call("leave", [(worker_id,)] * len(self.layout.sizes))
+        if not self.coordinated:
+            self._call("leave", [(worker_id,)] * len(self.layout.sizes))
+            return
+        count = self._call_first("leave", worker_id)  # shard 0 decides whether a step is due
+        self._call("leave", [(worker_id, count)] * (len(self.layout.sizes) - 1), skip_first=True)
 
     def health(self) -> list[tuple[int, bool] | None]:
         """Per shard: (version, fenced), or None for a shard that does not answer."""
@@ -199,10 +239,13 @@ class LocalServer(ShardedServer):
         self, init: torch.Tensor, optimizer: OptimizerConfig, rule: ServerConfig, num_workers: int
     ) -> None:
         layout, self.shards = make_shards(init, optimizer, rule, num_workers)
-        super().__init__(layout)
+        super().__init__(layout, rule)
 
-    def _submit(self, method: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
-        return [getattr(s, method)(*a) for s, a in zip(self.shards, args, strict=True)]
+    def _submit(self, method: str, args: Sequence[tuple[Any, ...]], start: int = 0) -> list[Any]:
+        return [getattr(s, method)(*a) for s, a in zip(self.shards[start:], args, strict=True)]
+
+    def _call_first(self, method: str, *args: Any) -> Any:
+        return getattr(self.shards[0], method)(*args)
 
     def _collect(self, handle: list[Any]) -> list[Any]:
         return handle

@@ -1,6 +1,6 @@
 """One parameter-server shard: a slice of the flat parameters, its optimizer and update rule.
 
-A plain, thread-safe Python class. The Ray runtime wraps it as a threaded actor
+A plain, thread-safe Python class. The Ray runtime wraps it as a threaded Ray process
 (``rltrain.runtime``); tests drive it in one process.
 """
 
@@ -43,11 +43,11 @@ def aggregate_count(rule: ServerConfig, num_workers: int, live: int | None = Non
 class ParameterShard:
     """A slice of the parameters with a ``torch.optim`` optimizer, versioned.
 
-    Update rules (DESIGN.md): ``async`` applies each update on arrival, its staleness (server
-    version minus the update's version) handled by ``rule.staleness``; ``sync``/``soft_sync``
-    average the first N/K updates of the current version into one step and drop later ones
-    (TensorFlow's SyncReplicasOptimizer); ``average`` replaces the parameters with the mean of
-    the N pushed parameter vectors (parameter averaging).
+    Update rules (docs/architecture.md): ``async`` applies each update on arrival, its
+    staleness (server version minus the update's version) handled by ``rule.staleness``;
+    ``sync``/``soft_sync`` average the first N/K updates of the current version into one step
+    and drop later ones (TensorFlow's SyncReplicasOptimizer); ``average`` replaces the
+    parameters with the mean of the N pushed parameter vectors (parameter averaging).
     """
 
     def __init__(
@@ -77,6 +77,7 @@ class ParameterShard:
         self._acc: torch.Tensor | None = None  # running sum of this version's updates
         self._acc_count = 0
         self._acc_workers: set[int] = set()
+        self._step_at = 0  # a following shard: step once this many updates are accumulated
         self._applied = self._dropped = self._rejected = self._samples = 0
         self._staleness_sum = 0
         self._hist = [0] * STALENESS_BINS
@@ -84,10 +85,19 @@ class ParameterShard:
 
     # --- the worker-facing contract -------------------------------------------------------
 
-    def push(self, update: GradUpdate) -> PushResult:
-        """Offer one update; returns what the rule did with it."""
+    def push(self, update: GradUpdate, decided: PushResult | None = None) -> PushResult:
+        """Offer one update; returns what the rule did with it.
+
+        ``decided``: what shard 0 did with this update's slice there. A sharded server with a
+        rule that decides (``sync``, ``soft_sync``, or ``async`` with a staleness policy) lets
+        shard 0 decide each update once and the other shards follow, so that an update is
+        applied on every shard or on none, at one scale, and no shard's version drifts from
+        the others (their own versions and arrival orders could decide otherwise).
+        """
         with self._lock:
             self._check_fence()
+            if decided is not None:
+                return self._follow(update, decided)
             self._samples += update.num_samples
             reason = check_update(update.values, self.numel, update.version, self.version)
             if not reason and update.norm is not None and not update.norm.is_finite():
@@ -101,9 +111,13 @@ class ParameterShard:
                 return self._push_async(update, staleness)
             return self._push_barrier(update, staleness)
 
-    def pull(self) -> Params:
+    def pull(self, newer_than: int | None = None) -> Params | None:
+        """This shard's parameters, or None when ``newer_than`` is its version: the caller
+        holds them already, and nothing travels."""
         with self._lock:
             self._check_fence()
+            if newer_than is not None and self.version == newer_than:
+                return None
             return Params(self.version, self._param.detach().clone(), self._norm)
 
     def set_lr_factor(self, factor: float) -> None:
@@ -112,17 +126,31 @@ class ParameterShard:
             self._lr_factor = float(factor)
 
     def exchange(
-        self, update: GradUpdate, wait_version: int, timeout: float
+        self,
+        update: GradUpdate | None,
+        wait_version: int,
+        timeout: float,
+        decided: PushResult | None = None,
     ) -> tuple[PushResult, Params]:
-        """Push, wait until the shard reaches ``wait_version`` (0: no wait), then pull."""
+        """Push, wait until the shard reaches ``wait_version`` (0: no wait), then pull.
+
+        ``decided`` as in :meth:`push`; with ``update`` None the update was pushed here
+        already (shard 0 deciding): only the wait and the pull remain.
+        """
         with self._lock:
             generation = self._generation  # a restore after this push ends the wait too
-        result = self.push(update)
+        if update is None:
+            assert decided is not None
+            result = decided
+        else:
+            result = self.push(update, decided)
         # a refused update (rejected, or dropped as late) waits for nothing: the worker pulls
         # and goes on (e.g. it holds a version newer than a restored shard's)
         if wait_version > 0 and result.status in ("applied", "accumulated"):
             self.wait_for_version(wait_version, timeout, generation)
-        return result, self.pull()
+        params = ParameterShard.pull(self)  # this class's: a transport may change its own
+        assert params is not None
+        return result, params
 
     def wait_for_version(self, version: int, timeout: float, generation: int | None = None) -> bool:
         """Block until the shard reaches ``version`` (a barrier), at most ``timeout`` seconds.
@@ -138,13 +166,23 @@ class ParameterShard:
 
     # --- faults ----------------------------------------------------------------------------
 
-    def leave(self, worker_id: int) -> None:
-        """A worker is gone: barriers stop waiting for it until it pushes again."""
+    def leave(self, worker_id: int, step_at: int | None = None) -> int:
+        """A worker is gone: barriers stop waiting for it until it pushes again. Returns the
+        count of updates a barrier step it completed averaged (0: none). ``step_at``: a
+        following shard steps at shard 0's count, not on its own (see :meth:`push`)."""
         with self._changed:
             self._absent.add(worker_id)
             self._set_needed()
+            if step_at is not None:
+                if step_at:
+                    self._step_at = step_at
+                    return self._step_if_due()
+                return 0
             if self._acc_count and self._acc_count >= self._needed:
+                count = self._acc_count
                 self._finish_barrier()
+                return count
+            return 0
 
     def fence(self) -> None:
         """Refuse pushes and pulls until :meth:`load_state_dict` (a restarted shard)."""
@@ -217,7 +255,7 @@ class ParameterShard:
             self._norm = NormStats.from_state(norm) if norm else None
             self._lr_factor = float(state.get("lr_factor", 1.0))
             self._hist = list(hist)
-            self._acc, self._acc_count = None, 0
+            self._acc, self._acc_count, self._step_at = None, 0, 0
             self._acc_workers.clear()
             self._fenced = False
             self._generation += 1
@@ -225,16 +263,40 @@ class ParameterShard:
 
     # --- rules (called with the lock held) -------------------------------------------------
 
+    def _follow(self, update: GradUpdate, decided: PushResult) -> PushResult:
+        """Do what shard 0 decided for this update (see :meth:`push`)."""
+        if decided.status == "rejected":
+            return self._reject(decided.reason)
+        if decided.status == "dropped":
+            return self._drop(decided.reason, decided.staleness)
+        if self.rule.rule == "async":
+            self._step(update.values, staleness_scale(self.rule, decided.staleness))
+            self._count_applied(decided.staleness, 1)
+            return PushResult("applied", self.version, decided.staleness)
+        # a barrier: accumulate; step once shard 0's count of updates is here (the update that
+        # completed the step there may arrive here before the others of its version)
+        self._acc_workers.add(update.worker_id)
+        values = update.values.to(torch.float32)
+        self._acc = values.clone() if self._acc is None else self._acc.add_(values)
+        self._acc_count += 1
+        if decided.status == "applied":
+            self._step_at = decided.count
+        self._step_if_due()
+        return PushResult(decided.status, self.version, 0, count=decided.count)
+
+    def _step_if_due(self) -> int:
+        if self._step_at and self._acc_count >= self._step_at:
+            count, self._step_at = self._acc_count, 0
+            self._finish_barrier()
+            return count
+        return 0
+
     def _push_async(self, update: GradUpdate, staleness: int) -> PushResult:
-        scale = 1.0
         if self.rule.staleness == "drop" and staleness > self.rule.max_staleness:
             return self._drop(
                 f"staleness {staleness} > max_staleness {self.rule.max_staleness}", staleness
             )
-        if self.rule.staleness == "scale":
-            # Staleness-aware learning rate: lr / max(1, staleness) (Zhang et al. 2016).
-            scale = 1.0 / max(1, staleness)
-        self._step(update.values, scale)
+        self._step(update.values, staleness_scale(self.rule, staleness))
         self._count_applied(staleness, 1)
         return PushResult("applied", self.version, staleness)
 
@@ -254,8 +316,9 @@ class ParameterShard:
         self._acc_count += 1
         if self._acc_count < self._needed:
             return PushResult("accumulated", self.version, 0)
+        count = self._acc_count
         self._finish_barrier()
-        return PushResult("applied", self.version, 0)
+        return PushResult("applied", self.version, 0, count=count)
 
     def _finish_barrier(self) -> None:
         """One step from the mean of this version's accumulated updates."""
@@ -292,3 +355,9 @@ class ParameterShard:
         self._rejected += 1
         self._last_reject = reason
         return PushResult("rejected", self.version, 0, reason)
+
+
+def staleness_scale(rule: ServerConfig, staleness: int) -> float:
+    """The learning-rate factor of an async update: lr / max(1, staleness) under
+    ``staleness: scale`` (staleness-aware SGD, Zhang et al. 2016), else 1."""
+    return 1.0 / max(1, staleness) if rule.staleness == "scale" else 1.0

@@ -14,7 +14,7 @@ stream that paused for long, episodes much shorter than 32 steps that all hit th
 limit), the transitions using it are dropped before it is, so sampling only ever returns
 stacks that can be rebuilt exactly.
 
-A plain, thread-safe class: a Ray actor wraps it; tests drive it in one process.
+A plain, thread-safe class: a Ray process wraps it; tests drive it in one process.
 """
 
 from __future__ import annotations
@@ -183,22 +183,30 @@ class ReplayMemory:
 
     # ----------------------------------------------------------------------------- sampling
 
-    def sample(self, batch_size: int) -> SampledBatch:
-        """``batch_size`` transitions (with replacement), uniform or prioritized."""
-        if batch_size < 1:
-            raise ReplayError(f"batch_size={batch_size}: need at least 1")
+    def sample(self, batch_size: int, batches: int = 1) -> SampledBatch:
+        """``batches`` minibatches of ``batch_size`` transitions each (with replacement),
+        uniform or prioritised, one after the other (``SampledBatch.slice``).
+
+        Each minibatch is drawn on its own, stratified over the whole memory, with importance
+        weights normalised within it (as openai/baselines' PrioritizedReplayBuffer per call):
+        one stratified draw cut into pieces would give each minibatch one contiguous
+        1/batches of the priority mass.
+        """
+        if batch_size < 1 or batches < 1:
+            raise ReplayError(f"batch_size={batch_size}, batches={batches}: need at least 1")
         with self._lock:
             if self._size == 0:
                 raise ReplayError("cannot sample from an empty replay memory")
-            slots = self._draw(batch_size)
-            self._sampled += batch_size
+            draws = [self._draw(batch_size) for _ in range(batches)]
+            slots = np.concatenate(draws)
+            self._sampled += batch_size * batches
             return SampledBatch(
                 obs=self._stacks(self._obs[slots]),
                 actions=self._actions[slots],
                 rewards=self._rewards[slots],
                 next_obs=self._stacks(self._next[slots]),
                 done=self._done[slots],
-                weights=self._weights(slots),
+                weights=np.concatenate([self._weights(d) for d in draws]),
                 indices=self._handles(slots),
             )
 

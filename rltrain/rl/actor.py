@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -9,13 +10,14 @@ import torch
 from torch import nn
 from torch.nn.utils import vector_to_parameters
 
-from envs import VectorEnv, make_env
+from envs import StepBatch, VectorEnv, make_env, make_env_groups
 from rltrain.normalize import Moments, NormStats, RewardScaler
+from rltrain.perf import PhaseTimer
 from rltrain.ps.server import Server
 from rltrain.records import Params
 from rltrain.rl.config import TrainConfig, normalizes_obs
 from rltrain.rl.models import ActorCritic, build_policy
-from rltrain.rl.rollout import Rollout
+from rltrain.rl.rollout import Rollout, stack
 
 
 def frame_stack_of(obs_shape: tuple[int, ...]) -> int:
@@ -35,7 +37,8 @@ def policy_builder(cfg: TrainConfig) -> Callable[..., ActorCritic]:
 
     def build(kind: str, obs_shape: tuple[int, ...], num_actions: int, hidden: int) -> ActorCritic:
         clip = cfg.normalize.clip if normalizes_obs(cfg, obs_shape) else None
-        return build_policy(kind, obs_shape, num_actions, hidden, cfg.model.value_net, clip)
+        m = cfg.model
+        return build_policy(kind, obs_shape, num_actions, hidden, m.value_net, clip, m.precision)
 
     return build
 
@@ -58,8 +61,70 @@ def actor_seed(cfg: TrainConfig, actor_id: int) -> int:
     return cfg.seed + 1000 * (actor_id + 1)
 
 
+class Trace:
+    """What one env group did during a rollout, step by step; becomes that group's
+    :class:`Rollout` (the actor stacks its groups' along the batch)."""
+
+    def __init__(self, obs: torch.Tensor, scaler: RewardScaler | None) -> None:
+        self.obs, self.actions, self.logits = [obs], [], []
+        self.rewards, self.terms, self.truncs = [], [], []
+        self.finals: list[np.ndarray] = []
+        self.final_at: list[tuple[int, int]] = []
+        self.returns: list[float] = []
+        self.lengths: list[int] = []
+        self.scaler = scaler
+        self.seen_ret: Moments | None = None
+
+    def act(self, action: torch.Tensor, logits: torch.Tensor) -> None:
+        self.actions.append(action)
+        self.logits.append(logits)
+
+    def record(self, step: StepBatch, scale: float) -> torch.Tensor:
+        """Keep step t's outcome; returns the next observation."""
+        t = len(self.rewards)
+        obs = torch.from_numpy(np.asarray(step.obs))
+        reward = np.asarray(step.reward, dtype=np.float32)
+        if self.scaler is not None:
+            reward, m = self.scaler(reward, step.terminated | step.truncated, scale)
+            self.seen_ret = m if self.seen_ret is None else self.seen_ret.merge(m)
+        self.obs.append(obs)
+        self.rewards.append(torch.from_numpy(reward))
+        self.terms.append(torch.from_numpy(np.asarray(step.terminated, dtype=bool)))
+        self.truncs.append(torch.from_numpy(np.asarray(step.truncated, dtype=bool)))
+        self.finals.append(np.asarray(step.final_obs))
+        self.final_at.extend((t, int(b)) for b in np.flatnonzero(step.truncated))
+        self.returns.extend(step.episode_returns)
+        self.lengths.extend(step.episode_lengths)
+        return obs
+
+    def rollout(self, actor_id: int, version: int, norm_obs: bool) -> Rollout:
+        stacked = torch.stack(self.obs)
+        seen_obs = Moments.of(stacked[1:].flatten(0, 1)) if norm_obs else None
+        seen = seen_obs is not None or self.seen_ret is not None
+        return Rollout(
+            actor_id=actor_id,
+            version=version,
+            obs=stacked,
+            actions=torch.stack(self.actions),
+            rewards=torch.stack(self.rewards),
+            terminated=torch.stack(self.terms),
+            truncated=torch.stack(self.truncs),
+            behaviour_logits=torch.stack(self.logits),
+            final_obs=torch.from_numpy(np.concatenate(self.finals)),
+            final_at=torch.tensor(self.final_at, dtype=torch.int64).reshape(-1, 2),
+            episode_returns=tuple(float(x) for x in self.returns),
+            episode_lengths=tuple(int(x) for x in self.lengths),
+            norm=NormStats(seen_obs, self.seen_ret) if seen else None,
+        )
+
+
 class Actor:
     """Acts in ``cfg.env.num_envs`` environments with its copy of the policy.
+
+    The environments are stepped in ``env.groups`` groups, in turn: while one group's games run
+    in ale-py's C++ threads the policy acts on the next group, so an Atari actor runs at the
+    larger of the emulator's and the policy's cost rather than their sum (Sample Factory's
+    double-buffered sampling, Petrenko et al. 2020).
 
     Plain Python: Ray runs it as an actor process (1 CPU, ``runtime.threads_per_worker``
     torch threads); tests run it in this process.
@@ -68,86 +133,89 @@ class Actor:
     def __init__(self, cfg: TrainConfig, actor_id: int) -> None:
         self.cfg = cfg
         self.actor_id = actor_id
-        self.env, model, seed = acting_setup(cfg, actor_id, policy_builder(cfg))
-        self.model: ActorCritic = model
+        torch.set_num_threads(cfg.runtime.threads_per_worker)
+        seed = actor_seed(cfg, actor_id)
+        self.groups = make_env_groups(cfg.env, seed)
+        self.env = self.groups[0]  # shapes and action count (every group has the same)
+        self.num_envs = cfg.env.num_envs
+        self.model: ActorCritic = policy_builder(cfg)(
+            cfg.model.kind, self.env.obs_shape, self.env.num_actions, cfg.model.hidden
+        )
+        self.model.eval()
         self.generator = torch.Generator().manual_seed(seed)
-        self.obs = torch.from_numpy(np.asarray(self.env.reset(seed=seed)))
+        offsets = np.cumsum([0] + [g.num_envs for g in self.groups])
+        self.obs = [
+            torch.from_numpy(np.asarray(g.reset(seed=seed + int(o))))
+            for g, o in zip(self.groups, offsets[:-1], strict=True)
+        ]
         self.version = -1
+        self.params: Params | None = None  # the last pulled: a pull sends only what is newer
         self.rollouts = 0
+        self.timer = PhaseTimer("actor")  # a worker replaces it with its own
         # normalisation: the server's merged statistics act; this actor's own since its last
         # rollout travel with the rollout (a delta)
         self.norm_obs = normalizes_obs(cfg, self.env.obs_shape)
         self.stats = NormStats()
-        self.scale_rewards = (
-            RewardScaler(self.env.num_envs, cfg.algo.gamma, cfg.normalize.clip)
+        self.scalers = [
+            RewardScaler(g.num_envs, cfg.algo.gamma, cfg.normalize.clip)
             if cfg.normalize.reward
             else None
-        )
+            for g in self.groups
+        ]
 
     def load(self, params: Params, norm: bool = True) -> None:
         """Take pulled parameters (and, with ``norm``, their normalisation statistics)."""
         load_params(self.model, params)
         self.version = params.version
+        self.params = params
         if norm and params.norm is not None:
             self.stats = params.norm
             self.model.set_norm(params.norm)
 
     def collect(self, server: Server) -> Rollout:
-        """Pull every ``server.n_fetch`` rollouts, then act for one rollout."""
+        """Pull every ``server.n_fetch`` rollouts, then act for one rollout; the rollout
+        carries this actor's time per phase since its last one."""
+        self.timer.begin()
         if self.rollouts % self.cfg.server.n_fetch == 0 or self.version < 0:
-            self.load(server.pull())
-        return self.rollout()
+            with self.timer.phase("pull"):
+                params = server.pull(self.params)
+            if params is not self.params:  # the server has moved on since
+                with self.timer.phase("collate"):
+                    self.load(params)
+        rollout = self.rollout()
+        return dataclasses.replace(rollout, phases=self.timer.take())
 
     @torch.no_grad()
     def rollout(self) -> Rollout:
-        """T steps of every environment with the current policy (sampled actions)."""
-        T = self.cfg.algo.rollout_length
-        obs, actions, rewards, terms, truncs, logits = [self.obs], [], [], [], [], []
-        finals: list[np.ndarray] = []
-        final_at: list[tuple[int, int]] = []
-        returns: list[float] = []
-        lengths: list[int] = []
-        seen_ret = None
+        """T steps of every environment with the current policy (sampled actions).
+
+        Group g's step t is sent to its emulators right after the policy acts on it, and
+        received just before the policy acts on it again, one round of the other groups later.
+        """
+        T, timer = self.cfg.algo.rollout_length, self.timer
         scale = self.stats.reward_scale()
-        for t in range(T):
-            lg, _ = self.model(self.obs)  # [B, A]
-            a = torch.multinomial(torch.softmax(lg, -1), 1, generator=self.generator).squeeze(1)
-            step = self.env.step(a.numpy())
-            self.obs = torch.from_numpy(np.asarray(step.obs))
-            reward = np.asarray(step.reward, dtype=np.float32)
-            if self.scale_rewards is not None:
-                reward, m = self.scale_rewards(reward, step.terminated | step.truncated, scale)
-                seen_ret = m if seen_ret is None else seen_ret.merge(m)
-            obs.append(self.obs)
-            actions.append(a)
-            rewards.append(torch.from_numpy(reward))
-            terms.append(torch.from_numpy(np.asarray(step.terminated, dtype=bool)))
-            truncs.append(torch.from_numpy(np.asarray(step.truncated, dtype=bool)))
-            logits.append(lg)
-            finals.append(np.asarray(step.final_obs))
-            final_at.extend((t, int(b)) for b in np.flatnonzero(step.truncated))
-            returns.extend(step.episode_returns)
-            lengths.extend(step.episode_lengths)
+        traces = [Trace(obs, sc) for obs, sc in zip(self.obs, self.scalers, strict=True)]
+        for t in range(T + 1):
+            for g, (env, trace) in enumerate(zip(self.groups, traces, strict=True)):
+                if t > 0:
+                    with timer.phase("env"):
+                        step = env.recv()
+                    with timer.phase("collate"):
+                        self.obs[g] = trace.record(step, scale)
+                if t == T:
+                    continue
+                with timer.phase("inference"):
+                    logits, _ = self.model(self.obs[g])  # [B_g, A]
+                    probs = torch.softmax(logits, -1)
+                    action = torch.multinomial(probs, 1, generator=self.generator).squeeze(1)
+                    env.send(action.numpy())
+                    trace.act(action, logits)
         self.rollouts += 1
-        stacked = torch.stack(obs)
-        seen_obs = Moments.of(stacked[1:].flatten(0, 1)) if self.norm_obs else None
-        seen = seen_obs is not None or seen_ret is not None
-        norm = NormStats(seen_obs, seen_ret) if seen else None
-        return Rollout(
-            actor_id=self.actor_id,
-            version=self.version,
-            obs=stacked,
-            actions=torch.stack(actions),
-            rewards=torch.stack(rewards),
-            terminated=torch.stack(terms),
-            truncated=torch.stack(truncs),
-            behaviour_logits=torch.stack(logits),
-            final_obs=torch.from_numpy(np.concatenate(finals)),
-            final_at=torch.tensor(final_at, dtype=torch.int64).reshape(-1, 2),
-            episode_returns=tuple(float(x) for x in returns),
-            episode_lengths=tuple(int(x) for x in lengths),
-            norm=norm,
-        )
+        with timer.phase("collate"):
+            parts = [tr.rollout(self.actor_id, self.version, self.norm_obs) for tr in traces]
+            batch = stack(parts)
+        return dataclasses.replace(batch, actor_id=self.actor_id, version=self.version)
 
     def close(self) -> None:
-        self.env.close()
+        for env in self.groups:
+            env.close()

@@ -16,6 +16,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from rltrain.perf import PhaseTimer
 from rltrain.ps.server import Server
 from rltrain.records import GradUpdate, Params
 from rltrain.replay import ReplayMemory, SampledBatch, TransitionBlock
@@ -31,7 +32,7 @@ class Replay(Protocol):
     """What actors and learners need from the (sharded) replay memory."""
 
     def add(self, shard: int, block: TransitionBlock) -> None: ...
-    def sample(self, shard: int, batch_size: int) -> SampledBatch: ...
+    def sample(self, shard: int, batch_size: int, batches: int = 1) -> SampledBatch: ...
     def update_priorities(
         self, shard: int, indices: np.ndarray, priorities: np.ndarray
     ) -> None: ...
@@ -47,8 +48,8 @@ class LocalReplay:
     def add(self, shard: int, block: TransitionBlock) -> None:
         self.memories[shard].add(block)
 
-    def sample(self, shard: int, batch_size: int) -> SampledBatch:
-        return self.memories[shard].sample(batch_size)
+    def sample(self, shard: int, batch_size: int, batches: int = 1) -> SampledBatch:
+        return self.memories[shard].sample(batch_size, batches)
 
     def update_priorities(self, shard: int, indices: np.ndarray, priorities: np.ndarray) -> None:
         self.memories[shard].update_priorities(indices, priorities)
@@ -93,6 +94,8 @@ class DQNActor:
         self.version = -1
         self.steps = start_steps  # per env; a resumed run continues its epsilon schedule
         self.blocks = 0
+        self.params: Params | None = None  # the last pulled: a pull sends only what is newer
+        self.timer = PhaseTimer("actor")
         self.shard = actor_id % cfg.replay.shards
 
     def epsilon(self) -> float:
@@ -103,8 +106,11 @@ class DQNActor:
         return d.epsilon_start + frac * (d.epsilon_final - d.epsilon_start)
 
     def load(self, params: Params) -> None:
+        if params is self.params:  # the server had nothing newer
+            return
         load_params(self.model, params)
         self.version = params.version
+        self.params = params
 
     @torch.no_grad()
     def act(self, obs: np.ndarray, epsilon: float) -> np.ndarray:
@@ -120,16 +126,21 @@ class DQNActor:
         the replay can store that step with s_{t+1} = the final observation, not a terminal.
         """
         t = time.perf_counter()
+        timer = self.timer
+        timer.begin()
         stats = WorkStats()
         T = self.cfg.algo.rollout_length
         for _ in range(blocks):
             if self.version < 0 or self.blocks % self.cfg.server.n_fetch == 0:
-                self.load(server.pull())
+                with timer.phase("pull"):
+                    self.load(server.pull(self.params))
             eps = self.epsilon()
             obs, actions, rewards, terms, truncs, finals = [self.obs], [], [], [], [], []
             for _ in range(T):
-                a = self.act(self.obs, eps)
-                step = self.env.step(a)
+                with timer.phase("inference"):
+                    a = self.act(self.obs, eps)
+                with timer.phase("env"):
+                    step = self.env.step(a)
                 self.obs = np.asarray(step.obs)
                 obs.append(self.obs)
                 actions.append(a)
@@ -139,21 +150,24 @@ class DQNActor:
                 finals.append(np.asarray(step.final_obs, dtype=self.obs.dtype))
                 stats.episode_returns.extend(float(x) for x in step.episode_returns)
                 stats.episode_lengths.extend(int(x) for x in step.episode_lengths)
-            block = TransitionBlock.from_steps(
-                self.actor_id,
-                np.stack(obs),
-                np.stack(actions).astype(np.int64),
-                np.stack(rewards).astype(np.float32),
-                np.stack(terms),
-                np.stack(truncs),
-                frame_stack_of(self.env.obs_shape),
-                final_obs=np.concatenate(finals),  # [K]: argwhere(truncated) order, as stepped
-            )
-            replay.add(self.shard, block)
+            with timer.phase("collate"):
+                block = TransitionBlock.from_steps(
+                    self.actor_id,
+                    np.stack(obs),
+                    np.stack(actions).astype(np.int64),
+                    np.stack(rewards).astype(np.float32),
+                    np.stack(terms),
+                    np.stack(truncs),
+                    frame_stack_of(self.env.obs_shape),
+                    final_obs=np.concatenate(finals),  # [K]: argwhere(truncated) order
+                )
+            with timer.phase("exchange"):
+                replay.add(self.shard, block)
             self.steps += T
             self.blocks += 1
             stats.env_steps += T * self.env.num_envs
         stats.epsilon = self.epsilon()
+        stats.phases = timer.take()
         stats.seconds = time.perf_counter() - t
         return stats
 
@@ -169,7 +183,7 @@ class DQNLearner:
         gpu: bool = False,
         learner_id: int = 0,
     ) -> None:
-        torch.set_num_threads(cfg.runtime.threads_per_worker)
+        torch.set_num_threads(cfg.runtime.learner_threads or cfg.runtime.threads_per_worker)
         self.cfg = cfg
         self.learner_id = learner_id
         self.device = pick_device(gpu)
@@ -180,6 +194,7 @@ class DQNLearner:
         self.target_version = -(10**9)
         self.params: Params | None = None
         self.rng = np.random.default_rng(cfg.seed + 7919 * (learner_id + 1))
+        self.timer = PhaseTimer("learner")
 
     def learn(self, server: Server, replay: Replay, updates: int) -> WorkStats:
         """``updates`` learner steps on one replay draw of ``updates x batch_size`` transitions.
@@ -188,35 +203,46 @@ class DQNLearner:
         the next gradient (its parameters then lag by one version, like the actors').
         """
         t = time.perf_counter()
+        timer = self.timer
+        timer.begin()
         stats = WorkStats()
         d = self.cfg.dqn
-        params = self.params if self.params is not None else server.pull()
+        params = self.params
+        if params is None:
+            with timer.phase("pull"):
+                params = server.pull()
         shard = int(self.rng.integers(0, self.cfg.replay.shards))
-        draw = replay.sample(shard, d.batch_size * updates)
+        with timer.phase("sample"):
+            draw = replay.sample(shard, d.batch_size, updates)  # each minibatch on its own
         pending = None
         q_sum = 0.0
         for i in range(updates):
-            stale = params.version - self.target_version >= d.target_update
-            if stale or params.version < self.target_version:  # or the server was restored
-                load_params(self.target, params, self.device)  # the target network: a periodic copy
-                self.target_version = params.version
-            load_params(self.online, params, self.device)
-            batch = draw.slice(i * d.batch_size, (i + 1) * d.batch_size)
-            grad, loss, td, q_mean = self.gradient(batch)
-            if self.cfg.replay.prioritized:
-                replay.update_priorities(shard, batch.indices, np.abs(td))
-            update = GradUpdate(self.learner_id, params.version, grad, len(batch), loss.td or 0.0)
-            if pending is not None:
-                result, params = pending()
-                record_push(stats, result)
-            pending = server.exchange_begin(update)
+            with timer.phase("collate"):
+                stale = params.version - self.target_version >= d.target_update
+                if stale or params.version < self.target_version:  # or the server was restored
+                    load_params(self.target, params, self.device)  # the target: a periodic copy
+                    self.target_version = params.version
+                load_params(self.online, params, self.device)
+                batch = draw.slice(i * d.batch_size, (i + 1) * d.batch_size)
+            with timer.phase("learn"):
+                grad, loss, td, q_mean = self.gradient(batch)
+            update = GradUpdate(self.learner_id, params.version, grad, len(batch), loss.terms())
+            with timer.phase("exchange"):
+                if self.cfg.replay.prioritized:
+                    replay.update_priorities(shard, batch.indices, np.abs(td))
+                if pending is not None:
+                    result, params = pending()
+                    record_push(stats, result)
+                pending = server.exchange_begin(update)
             stats.losses.append(loss)
             q_sum += q_mean
         if pending is not None:
-            result, params = pending()
+            with timer.phase("exchange"):
+                result, params = pending()
             record_push(stats, result)
         self.params = params
         stats.q_mean = q_sum / max(1, updates)
+        stats.phases = timer.take()
         stats.seconds = time.perf_counter() - t
         return stats
 

@@ -1,24 +1,47 @@
 """`rltrain eval`: play a run's latest checkpoint with the evaluation protocol.
 
 Evaluation always reports the raw game score: no reward clipping and no episodic life.
+
+With a video, the first episode is played alone in a *recording env* and filmed; it is scored
+like the others (``EvalResult.returns[0]``), which are played in training's vector env as
+without a video. The recording env (:mod:`envs.screen`) shows the agent the observations
+training's env would and can show its screen.
+
+``video_view="game"`` films the screen as a person sees it (Atari: the emulator's 210x160 RGB
+screen; other ids: ``env.render()``); ``"agent"`` what the network sees (Atari: the newest
+frame of its stack, 84x84 gray; vector observations: a bar chart of the values). One frame is
+recorded per agent step (the screen after the step, and the first one after the reset),
+played at the game's speed (Atari: 60 / frame_skip per second). Objects a game draws only on
+every other emulator frame may therefore be missing from a game-view video, as from the
+agent's own frames between max-pools.
+
+The video is ``eval-v<version>.mp4`` (``-agent.mp4`` for the agent view) when an ``ffmpeg``
+with libx264 is on PATH (raw RGB frames piped in, H.264 out), else a GIF (Pillow;
+:mod:`rltrain.video`).
 """
 
 from __future__ import annotations
 
-import math
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
 from torch.nn.utils import vector_to_parameters
 
-from envs import make_env
+from envs import VectorEnv, make_env
+from envs.base import EnvError
+from envs.screen import RecordingEnv, make_recording_env
 from rltrain.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
 from rltrain.normalize import NormStats
 from rltrain.rl.actor import policy_builder
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.models import build_qnet
+from rltrain.video import open_video
+
+VideoView = Literal["game", "agent"]
 
 
 @dataclass(frozen=True)
@@ -26,8 +49,14 @@ class EvalResult:
     checkpoint: Path
     version: int
     returns: tuple[float, ...]
+    """Raw scores, one per episode; with a video, ``returns[0]`` is the filmed episode's."""
     lengths: tuple[int, ...]
+    """Their lengths in agent steps."""
     video: Path | None
+    view: VideoView | None = None
+    """What the video shows (``game`` unless the env cannot draw its screen)."""
+    note: str = ""
+    """Why the view is not the one asked for, if it is not."""
 
     @property
     def mean(self) -> float:
@@ -52,6 +81,45 @@ def checkpoint_params(run_dir: Path) -> tuple[Path, int, torch.Tensor, NormStats
     return path, int(min(s["version"] for s in shards)), values, stats
 
 
+class Policy:
+    """A checkpoint's network acting on a batch of observations: actor-critic runs sample
+    from their policy, as they were trained; DQN runs act greedily in the action values."""
+
+    def __init__(self, model: torch.nn.Module, greedy: bool) -> None:
+        self.model = model.eval()
+        self.greedy = greedy
+
+    def act(self, obs: np.ndarray, gen: torch.Generator) -> np.ndarray:
+        """int64 [B] actions for observations [B, *obs_shape]."""
+        with torch.no_grad():
+            x = torch.from_numpy(np.asarray(obs))
+            if self.greedy:
+                return self.model(x).argmax(1).numpy()
+            logits, _ = self.model(x)
+            probs = torch.softmax(logits, -1)
+            return torch.multinomial(probs, 1, generator=gen).squeeze(1).numpy()
+
+
+def load_policy(
+    cfg: TrainConfig,
+    run_dir: Path,
+    params: tuple[Path, torch.Tensor, NormStats | None],
+    obs_shape: tuple[int, ...],
+    num_actions: int,
+) -> Policy:
+    """The run's network with the checkpoint's (path, values, norm) loaded into it."""
+    path, values, norm = params
+    dqn = cfg.algo.name == "dqn"
+    build = build_qnet if dqn else policy_builder(cfg)
+    model = build(cfg.model.kind, obs_shape, num_actions, cfg.model.hidden)
+    if sum(p.numel() for p in model.parameters()) != values.numel():
+        raise CheckpointError(f"{path} does not fit the model of {run_dir}/config.yaml")
+    vector_to_parameters(values, model.parameters())
+    if not dqn:
+        model.set_norm(norm)  # the observation statistics the policy was trained with
+    return Policy(model, greedy=dqn)
+
+
 def evaluate(
     cfg: TrainConfig,
     run_dir: Path,
@@ -59,48 +127,91 @@ def evaluate(
     video: bool = False,
     seed: int = 12345,
     max_steps: int = 1_000_000,
+    video_view: VideoView | None = None,
 ) -> EvalResult:
-    """Play ``episodes`` episodes in up to 8 parallel envs: actor-critic runs sample from their
-    policy; DQN runs act greedily."""
+    """Play ``episodes`` episodes in up to 8 parallel envs (env i seeded ``seed + i``); with
+    ``video``, the first one alone in a recording env (seeded next), filmed into ``run_dir``.
+
+    ``video_view`` None: the game's screen, or the agent's view when the env cannot draw its
+    screen (e.g. CartPole without pygame; ``EvalResult.note`` says why); given, that view or a
+    one-line error."""
     path, version, values, norm = checkpoint_params(run_dir)
-    env = make_env(cfg.env, seed=seed, num_envs=min(episodes, 8), evaluation=True)
-    dqn = cfg.algo.name == "dqn"
-    build = build_qnet if dqn else policy_builder(cfg)
-    model = build(cfg.model.kind, env.obs_shape, env.num_actions, cfg.model.hidden)
-    if sum(p.numel() for p in model.parameters()) != values.numel():
-        raise CheckpointError(f"{path} does not fit the model of {run_dir}/config.yaml")
-    vector_to_parameters(values, model.parameters())
-    if not dqn:
-        model.set_norm(norm)  # the observation statistics the policy was trained with
-    model.eval()
-    gen = torch.Generator().manual_seed(seed)
-    obs = torch.from_numpy(np.asarray(env.reset(seed=seed)))
-    frames: list[np.ndarray] = []
-    recording = video
+    n_vec = episodes - 1 if video else episodes
+    envs = min(n_vec, 8)
+    video_seed = (seed + envs) % 2**32  # after the vector's seeds: no two envs share one
     returns: list[float] = []
     lengths: list[int] = []
-    with torch.no_grad():
-        for _ in range(max_steps):
-            if recording:
-                frames.append(frame_of(obs[0].numpy()))
-            if dqn:  # greedy in the action values
-                actions = model(obs).argmax(1)
-            else:  # a sample from the policy, as it was trained
-                logits, _ = model(obs)
-                actions = torch.multinomial(torch.softmax(logits, -1), 1, generator=gen).squeeze(1)
-            step = env.step(actions.numpy())
-            if recording and (step.terminated[0] or step.truncated[0]) and step.episode_returns:
-                recording = False
-            obs = torch.from_numpy(np.asarray(step.obs))
-            returns.extend(step.episode_returns)
-            lengths.extend(step.episode_lengths)
-            if len(returns) >= episodes:
-                break
-    env.close()
-    video_path = write_gif(run_dir / f"eval-v{version}.gif", frames) if video else None
-    return EvalResult(
-        path, version, tuple(returns[:episodes]), tuple(lengths[:episodes]), video_path
-    )
+    video_path = None
+    with ExitStack() as stack:
+        rec = None
+        view: VideoView = video_view or "game"
+        note = ""
+        if video:  # first: an env that cannot draw fails before anything is played
+            try:
+                rec = make_recording_env(cfg.env, video_seed, render=view == "game")
+            except EnvError as e:
+                if video_view is not None:
+                    raise
+                note, view = f"{e}; filmed the agent's view instead", "agent"
+                rec = make_recording_env(cfg.env, video_seed, render=False)
+            stack.callback(rec.close)
+        vec = None
+        if n_vec:
+            vec = stack.enter_context(make_env(cfg.env, seed=seed, num_envs=envs, evaluation=True))
+        spec = vec if vec is not None else rec
+        assert spec is not None
+        policy = load_policy(cfg, run_dir, (path, values, norm), spec.obs_shape, spec.num_actions)
+        if rec is not None:
+            out = run_dir / f"eval-v{version}{'' if view == 'game' else '-agent'}"
+            gen = torch.Generator().manual_seed(video_seed)
+            video_path, ret, length = record_episode(rec, policy, view, out, gen, max_steps)
+            returns.append(ret)
+            lengths.append(length)
+        if vec is not None:
+            more, more_lengths = play_episodes(vec, policy, n_vec, seed, max_steps)
+            returns.extend(more)
+            lengths.extend(more_lengths)
+    video_as = view if video else None
+    return EvalResult(path, version, tuple(returns), tuple(lengths), video_path, video_as, note)
+
+
+def play_episodes(
+    env: VectorEnv, policy: Policy, episodes: int, seed: int, max_steps: int
+) -> tuple[list[float], list[int]]:
+    """Raw scores and lengths of the first ``episodes`` episodes to end in ``env``."""
+    gen = torch.Generator().manual_seed(seed)
+    obs = env.reset(seed=seed)
+    returns: list[float] = []
+    lengths: list[int] = []
+    for _ in range(max_steps):
+        step = env.step(policy.act(obs, gen))
+        obs = step.obs
+        returns.extend(step.episode_returns)
+        lengths.extend(step.episode_lengths)
+        if len(returns) >= episodes:
+            break
+    return returns[:episodes], lengths[:episodes]
+
+
+def record_episode(
+    env: RecordingEnv,
+    policy: Policy,
+    view: VideoView,
+    out: Path,
+    gen: torch.Generator,
+    max_steps: int,
+) -> tuple[Path, float, int]:
+    """Play one episode, writing a frame per agent step: (video path, raw score, length)."""
+    obs = env.reset()
+    total, steps, done = 0.0, 0, False
+    with open_video(out, env.fps) as writer:
+        writer.add(env.screen() if view == "game" else frame_of(obs))
+        while not done and steps < max_steps:
+            obs, reward, done = env.step(int(policy.act(obs[None], gen)[0]))
+            total += reward
+            steps += 1
+            writer.add(env.screen() if view == "game" else frame_of(obs))
+    return writer.path, total, steps
 
 
 def frame_of(obs: np.ndarray) -> np.ndarray:
@@ -116,19 +227,3 @@ def frame_of(obs: np.ndarray) -> np.ndarray:
         lo, hi = sorted((top, height // 2))
         img[lo : hi + 1, 16 * i + 3 : 16 * i + 13] = 40
     return img
-
-
-def write_gif(path: Path, frames: list[np.ndarray], fps: int = 30) -> Path:
-    """An animated GIF (Pillow, which matplotlib already brings)."""
-    from PIL import Image
-
-    if not frames:
-        raise ValueError("no frames recorded")
-    images = [Image.fromarray(f) for f in frames]
-    scale = max(1, 256 // max(images[0].size))
-    if scale > 1:
-        images = [im.resize((im.width * scale, im.height * scale), Image.NEAREST) for im in images]
-    images[0].save(
-        path, save_all=True, append_images=images[1:], duration=math.ceil(1000 / fps), loop=0
-    )
-    return path

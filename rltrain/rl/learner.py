@@ -8,22 +8,26 @@ choice of targets and of loss (``algo.name``):
 * ppo, appo: the clipped surrogate, ``epochs`` passes of ``minibatches`` pushes over each batch
   (ppo: GAE on the worker's own rollout; appo: V-trace on the learner's batch).
 
-A push is an exchange with the server: the next minibatch's gradient is computed at the
-parameters the last exchange returned, so every minibatch step of PPO is a server step.
+A push is an exchange with the server, and every minibatch step of PPO is a server step: behind
+a barrier the next minibatch's gradient is computed at the parameters the last exchange
+returned; without one, while that exchange is in flight (see :func:`push_gradients`). The
+workers that act and learn in one process (a3c, a2c, ppo) are in :mod:`rltrain.rl.worker`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 
+from rltrain import perf
+from rltrain.perf import PhaseTimer
 from rltrain.ps.server import Server
 from rltrain.records import GradUpdate, Params, PushResult
-from rltrain.rl.actor import Actor, load_params, policy_builder
+from rltrain.rl.actor import load_params, policy_builder
 from rltrain.rl.config import TrainConfig, linear, waits_at_barrier
 from rltrain.rl.losses import (
     LossSpec,
@@ -88,8 +92,11 @@ class Learner:
         num_actions: int,
         gpu: bool = False,
         learner_id: int = 0,
+        threads: int = 0,
     ) -> None:
-        torch.set_num_threads(cfg.runtime.threads_per_worker)
+        """``threads``: torch threads (0: runtime.learner_threads, else threads_per_worker)."""
+        r = cfg.runtime
+        torch.set_num_threads(threads or r.learner_threads or r.threads_per_worker)
         self.cfg = cfg
         self.device = pick_device(gpu)
         self.learner_id = learner_id
@@ -98,6 +105,7 @@ class Learner:
         self.model = build(cfg.model.kind, obs_shape, num_actions, cfg.model.hidden)
         self.model.to(self.device)
         self.spec = loss_spec(cfg)
+        self.timer = PhaseTimer("learner")  # a worker replaces it with its own
         # minibatch shuffles: seeded per learner (STYLE.md: worker i uses seed + i)
         self.generator = torch.Generator().manual_seed(cfg.seed + 7919 * (learner_id + 1))
 
@@ -234,15 +242,21 @@ class Learner:
         """One learner step: the latest parameters, the loss on the batch, its pushes
         (``progress``: where the schedules stand, in [0, 1])."""
         t = time.perf_counter()
-        params = self.params if self.params is not None else server.pull()
-        self.load(params)
-        self.set_progress(progress)
-        batch = stack(list(rollouts))
+        self.timer.begin()
+        params = self.params
+        if params is None:
+            with self.timer.phase("pull"):
+                params = server.pull()
+        with self.timer.phase("collate"):
+            self.load(params)
+            self.set_progress(progress)
+            batch = stack(list(rollouts))
         stats = WorkStats()
-        stats.add_rollout(batch)
+        stats.add_rollout(batch)  # with the actors' phases
         self.params = push_gradients(
             self, server, batch, params.version, self.learner_id, stats, waits_at_barrier(self.cfg)
         )
+        perf.merge(stats.phases, self.timer.take())
         stats.seconds = time.perf_counter() - t
         return stats
 
@@ -260,25 +274,50 @@ def push_gradients(
     """Push each gradient of ``batch`` (the first computed at parameters of ``version``) and
     load the parameters each exchange returns; returns the last of them.
 
-    ``barrier``: wait at the server for the next version after each push (a2c, ppo).
+    ``barrier``: wait at the server for the next version after each push (a2c, ppo); each
+    gradient is then computed at the parameters the previous exchange returned. Without a
+    barrier the next gradient is computed while the previous exchange is in flight (at the
+    parameters before it: one step of staleness, as any asynchronous push has), so the round
+    trip costs no learner time (measured on Pong, 2 cores: a quarter of the learner's time).
     ``until``: stop once the server reaches this version (a barrier round's end). The batch's
     normalisation statistics travel with its first push; the model keeps the statistics it
     started with until the batch is done, then takes the newest.
     """
     norm = batch.norm
     timeout = learner.cfg.server.barrier_timeout_s
+    timer = learner.timer
     params: Params | None = None
-    for g in learner.gradients(batch):
-        update = GradUpdate(worker_id, version, g.values, g.samples, g.loss.policy or 0.0, norm)
-        norm = None
-        wait = version + 1 if barrier else 0
-        result, params = server.exchange(update, wait, timeout)
-        version = params.version
-        learner.load(params, norm=False)
-        stats.losses.append(g.loss)
+    pending: Callable[[], tuple[PushResult, Params]] | None = None
+    gradients = learner.gradients(batch)
+
+    def finish() -> Params:
+        assert pending is not None
+        with timer.phase("exchange"):
+            result, p = pending()
         record_push(stats, result)
-        if until is not None and params.version >= until:
+        with timer.phase("collate"):
+            learner.load(p, norm=False)
+        return p
+
+    while True:
+        at = version  # the parameters the next gradient is computed at
+        with timer.phase("learn"):
+            g = next(gradients, None)
+        if pending is not None:  # without a barrier: the exchange that overlapped it
+            params, pending = finish(), None
+            version = params.version
+        if g is None:
             break
+        update = GradUpdate(worker_id, at, g.values, g.samples, g.loss.terms(), norm)
+        norm = None
+        with timer.phase("exchange"):
+            pending = server.exchange_begin(update, at + 1 if barrier else 0, timeout)
+        stats.losses.append(g.loss)
+        if barrier:
+            params, pending = finish(), None
+            version = params.version
+            if until is not None and params.version >= until:
+                break
     assert params is not None, "a batch has at least one gradient"
     learner.model.set_norm(params.norm)
     return params
@@ -293,58 +332,3 @@ def record_push(stats: WorkStats, result: PushResult) -> None:
         stats.dropped += 1
     else:
         stats.rejected += 1
-
-
-class Worker:
-    """A worker that acts and learns on its own rollouts: a3c, a2c, ppo (Mnih et al. 2016).
-
-    Under a barrier rule (``sync``, or ``soft_sync``; always for a2c and ppo) every worker waits
-    for the others' gradients of the same version before its next step (ppo: after every
-    minibatch, as DD-PPO averages every minibatch's gradients).
-    """
-
-    def __init__(self, cfg: TrainConfig, worker_id: int) -> None:
-        self.cfg = cfg
-        self.worker_id = worker_id
-        self.actor = Actor(cfg, worker_id)
-        self.learner = Learner(cfg, self.actor.env.obs_shape, self.actor.env.num_actions)
-        self.learner.model = self.actor.model  # one network: acting and learning share it
-        self.barrier = waits_at_barrier(cfg)
-        a = cfg.algo
-        self.steps_per_rollout = a.epochs * a.minibatches if a.name in PPO_ALGOS else 1
-
-    def work(self, server: Server, iterations: int, progress: float = 0.0) -> WorkStats:
-        """``iterations`` x (rollout, its gradients, push + pull each); returns what happened.
-
-        Under a barrier every call ends at the next version that is a multiple of the call's
-        server steps, so that all workers finish a call together even when one joined in the
-        middle (restarted after a crash): no worker is left waiting at a barrier for one that
-        has already returned.
-        """
-        t = time.perf_counter()
-        stats = WorkStats()
-        if self.actor.version < 0:
-            self.actor.load(server.pull())
-        self.learner.set_progress(progress)
-        per_call = iterations * self.steps_per_rollout
-        target = (self.actor.version // per_call + 1) * per_call
-        done = 0
-        while (self.actor.version < target) if self.barrier else (done < iterations):
-            rollout = self.actor.rollout()
-            until = target if self.barrier else None
-            params = push_gradients(
-                self.learner,
-                server,
-                rollout,
-                self.actor.version,
-                self.worker_id,
-                stats,
-                self.barrier,
-                until,
-            )
-            self.actor.version = params.version
-            self.actor.stats = params.norm if params.norm is not None else self.actor.stats
-            stats.add_rollout(rollout)
-            done += 1
-        stats.seconds = time.perf_counter() - t
-        return stats

@@ -20,6 +20,28 @@ from rltrain.normalize import EPS, NormStats
 
 MODELS = ("auto", "mlp", "nature_cnn")
 VALUE_NETS = ("auto", "shared", "separate")
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
+def bf16_native(device: torch.device | str = "cpu") -> bool:
+    """Whether bfloat16 convolutions run natively: CUDA (Ampere and later) or a CPU with the
+    AVX-512 BF16 / AMX instructions oneDNN uses."""
+    if torch.device(device).type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return bool(
+        torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    )
+
+
+def resolve_precision(precision: str, kind: str, obs_shape: tuple[int, ...]) -> str:
+    """``auto``: bf16 for the Nature CNN where bf16 is native, fp32 otherwise (MLPs are too
+    small to gain). Measured on a 2-core AVX-512 EPYC, one torch thread: bf16 autocast runs the
+    CNN's forward + backward on 256 frames about 2x faster than fp32, inference on 8 about
+    1.5x; channels-last added nothing beyond noise, so it is not used."""
+    if precision != "auto":
+        return precision
+    image = kind == "nature_cnn" or (kind == "auto" and len(obs_shape) == 3)
+    return "bf16" if image and bf16_native() else "fp32"
 
 
 def orthogonal_init(module: nn.Module, gain: float) -> None:
@@ -48,11 +70,14 @@ class NatureCNNTorso(nn.Module):
     """The DQN Nature network's convolutions and 512-unit layer.
 
     Input: uint8 frames [N, C, H, W]; scaled to [0, 1] here so that rollouts and replay stay
-    uint8 (4x smaller).
+    uint8 (4x smaller). ``bf16``: the convolutions and the 512-unit layer run under bfloat16
+    autocast (parameters and their gradients stay float32, the output is float32), so the
+    heads, losses and the server see float32 only.
     """
 
-    def __init__(self, in_channels: int, image_size: int = 84) -> None:
+    def __init__(self, in_channels: int, image_size: int = 84, bf16: bool = False) -> None:
         super().__init__()
+        self.bf16 = bf16
         convs = nn.Sequential(
             nn.Conv2d(in_channels, 32, 8, stride=4),
             nn.ReLU(),
@@ -68,17 +93,25 @@ class NatureCNNTorso(nn.Module):
         self.out_dim = 512
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:  # [N, C, H, W] -> [N, 512]
-        return self.net(obs.float() / 255.0)
+        # bf16: scale straight into bf16 (a float32 copy of a uint8 batch is 4x its size)
+        x = obs.to(torch.bfloat16 if self.bf16 else torch.float32) * (1.0 / 255.0)
+        with torch.autocast(obs.device.type, torch.bfloat16, enabled=self.bf16):
+            return self.net(x).float()
 
 
-def build_torso(kind: str, obs_shape: tuple[int, ...], hidden: int) -> nn.Module:
+def build_torso(
+    kind: str, obs_shape: tuple[int, ...], hidden: int, precision: str = "fp32"
+) -> nn.Module:
     """``auto``: the Nature CNN for image stacks [C, H, W], the MLP for vectors."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; allowed: {', '.join(PRECISIONS)}")
+    bf16 = resolve_precision(precision, kind, obs_shape) == "bf16"
     if kind == "auto":
         kind = "nature_cnn" if len(obs_shape) == 3 else "mlp"
     if kind == "nature_cnn":
         if len(obs_shape) != 3:
             raise ValueError(f"model.kind=nature_cnn needs image observations, got {obs_shape}")
-        return NatureCNNTorso(obs_shape[0], obs_shape[-1])
+        return NatureCNNTorso(obs_shape[0], obs_shape[-1], bf16)
     if kind == "mlp":
         return MLPTorso(int(torch.tensor(obs_shape).prod()), hidden)
     raise ValueError(f"unknown model {kind!r}; allowed: {', '.join(MODELS)}")
@@ -164,16 +197,21 @@ def build_policy(
     hidden: int,
     value_net: str = "auto",
     obs_norm_clip: float | None = None,
+    precision: str = "fp32",
 ) -> ActorCritic:
     """The actor-critic. ``value_net`` auto: a separate value torso for vector observations,
     one shared torso for images (the Nature CNN of A3C/IMPALA). ``obs_norm_clip``: normalise
-    observations (clipped to that many standard deviations); None: raw observations."""
+    observations (clipped to that many standard deviations); None: raw observations.
+    ``precision``: of the CNN torso (see :func:`resolve_precision`)."""
     image = len(obs_shape) == 3
     separate = value_net == "separate" or (value_net == "auto" and not image)
-    value_torso = build_torso(kind, obs_shape, hidden) if separate else None
+    value_torso = build_torso(kind, obs_shape, hidden, precision) if separate else None
     norm = ObsNorm(obs_shape, obs_norm_clip) if obs_norm_clip is not None else None
-    return ActorCritic(build_torso(kind, obs_shape, hidden), num_actions, value_torso, norm)
+    torso = build_torso(kind, obs_shape, hidden, precision)
+    return ActorCritic(torso, num_actions, value_torso, norm)
 
 
-def build_qnet(kind: str, obs_shape: tuple[int, ...], num_actions: int, hidden: int) -> QNetwork:
-    return QNetwork(build_torso(kind, obs_shape, hidden), num_actions)
+def build_qnet(
+    kind: str, obs_shape: tuple[int, ...], num_actions: int, hidden: int, precision: str = "fp32"
+) -> QNetwork:
+    return QNetwork(build_torso(kind, obs_shape, hidden, precision), num_actions)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import torch
 
+from rltrain import perf
 from rltrain.normalize import NormStats, merge_all
 
 
@@ -26,6 +28,7 @@ class Rollout:
     episode_returns: tuple[float, ...] = ()  # raw scores of episodes that ended in the rollout
     episode_lengths: tuple[int, ...] = ()
     norm: NormStats | None = None  # what the actor saw since its last rollout (a delta)
+    phases: dict[str, float] = field(default_factory=dict)  # the actor's seconds per phase
 
     @property
     def env_steps(self) -> int:
@@ -72,6 +75,7 @@ def stack(rollouts: list[Rollout]) -> Rollout:
         episode_returns=tuple(x for r in rollouts for x in r.episode_returns),
         episode_lengths=tuple(x for r in rollouts for x in r.episode_lengths),
         norm=merge_all([r.norm for r in rollouts]),
+        phases=functools.reduce(perf.merge, (r.phases for r in rollouts), {}),
     )
 
 
@@ -86,6 +90,11 @@ class LossStats:
     td: float | None = None  # DQN's Huber TD loss
     kl: float | None = None  # impala/ppo/appo: mean KL(behaviour || current policy)
     clip_fraction: float | None = None  # ppo/appo: share of samples whose ratio was clipped
+
+    def terms(self) -> dict[str, float]:
+        """The loss terms this algorithm has, by name (``GradUpdate.losses``)."""
+        names = ("policy", "value", "entropy", "td", "kl", "clip_fraction")
+        return {n: v for n in names if (v := getattr(self, n)) is not None}
 
 
 @dataclass
@@ -104,8 +113,10 @@ class WorkStats:
     seconds: float = 0.0
     epsilon: float | None = None  # dqn actors: exploration rate now
     q_mean: float | None = None  # dqn learners: mean Q(s, a) of the sampled batches
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per role/phase (perf.py)
 
     def add_rollout(self, r: Rollout) -> None:
         self.env_steps += r.env_steps
         self.episode_returns.extend(r.episode_returns)
         self.episode_lengths.extend(r.episode_lengths)
+        perf.merge(self.phases, r.phases)

@@ -1,4 +1,8 @@
-"""TensorBoard logging of `rltrain train` (tags per DESIGN.md: episode/, perf/, ps/, loss/)."""
+"""TensorBoard logging of `rltrain train` (tags: episode/, perf/, ps/, loss/; docs/architecture.md).
+
+``perf/time/<role>/<phase>``: the share of the role's wall time (its processes summed) spent in
+each phase over the last interval (:mod:`rltrain.perf`); the live line names the biggest.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,11 @@ from typing import Any
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
+from rltrain import perf
 from rltrain.config import dump_yaml
-from rltrain.rl.config import TrainConfig
+from rltrain.rl.config import StopConfig, TrainConfig
 from rltrain.rl.rollout import LossStats, WorkStats
+from rltrain.rl.setup import Counters
 
 
 class TrainLogger:
@@ -39,6 +45,8 @@ class TrainLogger:
         self._staleness: list[int] = []
         self._epsilon: list[float] = []
         self._q_mean: list[float] = []
+        self._phases: dict[str, float] = {}
+        self.top = ""  # the biggest phase of each role over the last interval (the live line)
 
     def absorb(self, stats: WorkStats, env_steps: int) -> None:
         for ret, length in zip(stats.episode_returns, stats.episode_lengths, strict=False):
@@ -51,6 +59,7 @@ class TrainLogger:
         if stats.q_mean is not None:
             self._q_mean.append(stats.q_mean)
         self._staleness.extend(stats.staleness)
+        perf.merge(self._phases, stats.phases)
 
     def due(self) -> bool:
         return time.time() - self._last_t >= self.every
@@ -72,13 +81,17 @@ class TrainLogger:
             values = [getattr(x, name) for x in self._losses if getattr(x, name) is not None]
             if values:
                 self.writer.add_scalar(f"loss/{name}", sum(values) / len(values), env_steps)
+        for key, share in perf.shares(self._phases).items():
+            self.writer.add_scalar(f"perf/time/{key}", share, env_steps)
+        if self._phases:
+            self.top = perf.biggest(self._phases)
         for tag, values in (("dqn/epsilon", self._epsilon), ("dqn/q_mean", self._q_mean)):
             if values:
                 self.writer.add_scalar(tag, sum(values) / len(values), env_steps)
         self.writer.flush()
         self._last_t, self._last_steps = now, env_steps
         self._updates, self._losses, self._staleness = 0, [], []
-        self._epsilon, self._q_mean = [], []
+        self._epsilon, self._q_mean, self._phases = [], [], {}
 
     def faults(self, counters: Any, env_steps: int) -> None:
         """``faults/*`` counters (restarts, restores, lost updates, ...)."""
@@ -91,3 +104,33 @@ class TrainLogger:
 
 def _as_tensor(values: list[int]) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float32)
+
+
+def stop_fraction(stop: StopConfig, counters: Counters, wall_seconds: float) -> float:
+    """How far the run is towards its first stop criterion, in [0, 1] (the progress bar)."""
+    s, c = stop, counters
+    parts = []
+    if s.max_seconds:
+        parts.append(wall_seconds / s.max_seconds)
+    if s.max_env_steps:
+        parts.append(c.env_steps / s.max_env_steps)
+    mean = c.mean_return(s.window)
+    if s.mean_return is not None and mean is not None:
+        parts.append(max(0.0, mean / s.mean_return) if s.mean_return > 0 else 0)
+    return max(parts, default=0.0)
+
+
+def status_line(
+    c: Counters, window: int, frames_per_step: int, secs: float, wall_base: float, top: str
+) -> str:
+    """The live line: session seconds, steps, frames/s over the whole run, mean return,
+    updates, staleness and (``top``) the biggest phase of each role."""
+    mean = c.mean_return(window)
+    fps = c.env_steps * frames_per_step / max(1e-9, secs + wall_base) if secs else 0
+    ret = f"{mean:.1f}" if mean is not None else "-"
+    stale = c.staleness_sum / c.applied if c.applied else 0.0
+    return (
+        f"{secs:5.0f}s  steps {c.env_steps:,}  {fps:,.0f} frames/s  return {ret} "
+        f"({c.episodes} ep)  updates {c.updates:,}  staleness {stale:.2f}"
+        + (f"  time: {top}" if top else "")
+    )

@@ -1,6 +1,6 @@
 """`rltrain bench`: train the same problem with each update rule and compare.
 
-For every mode the driver starts the workers (Ray actors, Hogwild processes, or the plain
+For every mode the driver starts the workers (Ray processes, Hogwild processes, or the plain
 baseline loop in this process), snapshots the parameters every ``eval.every_seconds`` while they
 train, and evaluates the snapshots once the mode has ended (see :class:`EvalConfig` for why).
 """
@@ -11,13 +11,15 @@ import contextlib
 import dataclasses
 import queue
 import time
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.multiprocessing as mp
 from torch.nn.utils import parameters_to_vector
 
+from rltrain import signals
+from rltrain.driver import drive
 from rltrain.faults import (
     FaultCounters,
     FaultSchedule,
@@ -28,150 +30,27 @@ from rltrain.faults import (
     resume_all,
 )
 from rltrain.progress import Progress
-from rltrain.ps.config import ServerConfig
 from rltrain.ps.hogwild import HogwildServer
-from rltrain.ps.server import Server
 from rltrain.records import Params, ServerStats
 from rltrain.supervised.config import BenchConfig
-from rltrain.supervised.datasets import ShardSource, SplitDataset
-from rltrain.supervised.worker import SupervisedWorker, WorkerReport, WorkerSpec, make_model
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """The parameters at ``t`` seconds into training, with the server's counters then."""
-
-    t: float
-    params: torch.Tensor
-    stats: ServerStats
-
-
-@dataclass(frozen=True)
-class ModeTrace:
-    """Everything a mode produced; evaluated and reported by :mod:`rltrain.supervised.report`."""
-
-    mode: str
-    workers: int
-    startup_s: float  # from the mode's start until the first worker step
-    train_s: float
-    snapshots: tuple[Snapshot, ...]
-    reports: tuple[WorkerReport, ...]
-    faults: FaultCounters = dataclasses.field(default_factory=FaultCounters)
-
-
-def mode_rule(mode: str, server: ServerConfig) -> ServerConfig:
-    """The server rule a bench mode runs."""
-    if mode in ("sync", "soft_sync", "average"):
-        return dataclasses.replace(server, rule=mode)
-    if mode in ("async", "hogwild"):
-        staleness = server.staleness if mode == "async" else "none"
-        return dataclasses.replace(server, rule="async", staleness=staleness)
-    if mode == "async_scale":
-        return dataclasses.replace(server, rule="async", staleness="scale")
-    if mode == "async_drop":
-        return dataclasses.replace(server, rule="async", staleness="drop")
-    return dataclasses.replace(server, rule="async")  # baseline: unused
-
-
-def worker_specs(cfg: BenchConfig, mode: str, data: SplitDataset, workers: int) -> list[WorkerSpec]:
-    rule = mode_rule(mode, cfg.server)
-    epochs = cfg.budget.epochs
-    return [
-        WorkerSpec(
-            worker_id=i,
-            rule=rule,
-            optimizer=cfg.optimizer,
-            model=cfg.model,
-            num_classes=data.num_classes,
-            mean=data.mean,
-            std=data.std,
-            batch_size=cfg.batch_size,
-            max_epochs=epochs,
-            max_seconds=cfg.budget.max_seconds,
-            seed=cfg.seed + i,
-            threads=cfg.runtime.threads_per_worker,
-            faults=cfg.faults.events,
-            # shards differ by at most one sample: the smallest sets the steps per epoch
-            steps_per_epoch=(len(data.train) // workers) // cfg.batch_size,
-        )
-        for i in range(workers)
-    ]
-
-
-def shards(cfg: BenchConfig, workers: int) -> list[ShardSource]:
-    """Each worker loads its own disjoint shard of the training set."""
-    d = cfg.data
-    return [
-        ShardSource(d.dataset, d.root, d.download, workers, i, cfg.seed) for i in range(workers)
-    ]
-
-
-def initial_params(cfg: BenchConfig, data: SplitDataset) -> torch.Tensor:
-    spec = worker_specs(cfg, "baseline", data, 1)[0]
-    x = data.train.images
-    model = make_model(dataclasses.replace(spec, seed=cfg.seed), x.shape[1], x.shape[-1])
-    return parameters_to_vector(model.parameters()).detach().clone()
-
-
-class Snapshotter:
-    """Takes a snapshot whenever ``every`` seconds have passed; drives the progress line."""
-
-    def __init__(self, server: Server, every: float, budget_s: float, progress: Progress) -> None:
-        self.server, self.every, self.budget_s, self.progress = server, every, budget_s, progress
-        self.snaps: list[Snapshot] = []
-        self.t0 = time.time()
-        self.next = self.t0
-
-    def due_in(self) -> float:
-        return max(0.0, self.next - time.time())
-
-    def take(self) -> None:
-        now = time.time()
-        p = self.server.pull()
-        st = self.server.stats()
-        self.snaps.append(Snapshot(now, p.values, dataclasses.replace(st, version=p.version)))
-        self.next = now + self.every
-        elapsed = now - self.t0
-        frac = elapsed / self.budget_s if self.budget_s else 0.0
-        rate = st.samples / elapsed if elapsed > 0 else 0.0
-        self.progress.update(
-            frac,
-            f"{elapsed:5.0f}s  samples {st.samples:,}  {rate:,.0f}/s  version {p.version:,}  "
-            f"staleness {st.mean_staleness:.2f}  dropped {st.dropped}  rejected {st.rejected}",
-        )
-
-
-def finish_trace(
-    mode: str,
-    begin: float,
-    snapper: Snapshotter,
-    reports: list[WorkerReport],
-    faults: FaultCounters | None = None,
-    t0: float | None = None,
-) -> ModeTrace:
-    """Align times on the first worker step (or ``t0``); the time before it is start-up."""
-    t0 = t0 if t0 is not None else min(r.start_time for r in reports)
-    t_end = max(r.end_time for r in reports)
-    snaps = tuple(dataclasses.replace(s, t=max(0.0, s.t - t0)) for s in snapper.snaps)
-    aligned = tuple(
-        dataclasses.replace(
-            r,
-            start_time=r.start_time - t0,
-            end_time=r.end_time - t0,
-            log=tuple((t - t0, n, loss) for t, n, loss in r.log),
-        )
-        for r in reports
-    )
-    faults = faults or FaultCounters()
-    return ModeTrace(mode, len(reports), t0 - begin, t_end - t0, snaps, aligned, faults)
-
+from rltrain.supervised.datasets import SplitDataset
+from rltrain.supervised.modes import (
+    ModeTrace,
+    Snapshotter,
+    finish_trace,
+    initial_params,
+    shards,
+    worker_specs,
+)
+from rltrain.supervised.sharding import ShardSource
+from rltrain.supervised.worker import SupervisedWorker, WorkerReport, WorkerSpec
 
 # ---------------------------------------------------------------------------------------------
 # The three ways a mode runs
 
 
 def run_ray_mode(cfg: BenchConfig, mode: str, data: SplitDataset, progress: Progress) -> ModeTrace:
-    """Workers and server shards as Ray actors (sync, soft_sync, async*, average).
+    """Workers and server shards as Ray processes (sync, soft_sync, async*, average).
 
     Faults: a worker whose process dies is restarted by Ray and given the rest of the mode;
     a lost server shard is restored, with every other shard, from the last snapshot's state
@@ -205,30 +84,10 @@ def run_ray_mode(cfg: BenchConfig, mode: str, data: SplitDataset, progress: Prog
     try:
         for w in workers:  # constructors (data loading) are start-up, not training time
             w.pid()
-        t0 = time.time()
-        deadline = t0 + cfg.budget.max_seconds if cfg.budget.max_seconds else None
-        schedule = FaultSchedule(cfg.faults.events, t0)
-        pool = runtime.Pool()
-        for w in workers:
-            pool.submit(w, "run", server, t0, deadline)
         snapper = Snapshotter(server, cfg.eval.every_seconds, cfg.budget.max_seconds, progress)
-        reports: dict[int, WorkerReport] = {}
-        while pool.calls or (pool and (deadline is None or time.time() < deadline)):
-            wait = min(snapper.due_in(), schedule.next_in(), guard.POLL_S)
-            for d in pool.wait(wait):
-                if d.error is None and not d.revived:
-                    reports[d.remote.index] = d.value
-                    continue
-                verdict = runtime.respond(
-                    d, rule, cfg.faults.on_worker_loss, server, guard, faults, progress.note
-                )
-                if verdict == "work":
-                    pool.submit(d.remote, "run", server, t0, deadline)
-            for action in schedule.due():
-                runtime.inject(action, procs, faults, progress.note)
-            if snapper.due_in() == 0:
-                _snapshot(snapper, server, guard, restarts != 0)
-            guard.poll()
+        plan = BenchPlan(cfg, rule, runtime, server, guard, faults, procs, snapper, progress)
+        drive(plan.pool, plan)
+        t0, reports = plan.t0, plan.reports
         resume_all()
         _snapshot(snapper, server, guard, restarts != 0)
     finally:
@@ -239,6 +98,79 @@ def run_ray_mode(cfg: BenchConfig, mode: str, data: SplitDataset, progress: Prog
     if not reports:
         raise RunFailed(f"{mode}: every worker was lost; no results")
     return finish_trace(mode, begin, snapper, list(reports.values()), faults, t0)
+
+
+class BenchPlan:
+    """The supervised workers' hooks in the driver loop (:func:`rltrain.driver.drive`): each
+    worker runs to the mode's deadline in one call; a worker Ray restarts gets the rest."""
+
+    def __init__(
+        self,
+        cfg: BenchConfig,
+        rule: str,
+        runtime: Any,
+        server: Any,
+        guard: Any,
+        faults: FaultCounters,
+        procs: dict[str, list[Any]],
+        snapper: Snapshotter,
+        progress: Progress,
+    ) -> None:
+        self.cfg, self.rule, self.runtime, self.server = cfg, rule, runtime, server
+        self.guard, self.faults, self.procs = guard, faults, procs
+        self.snapper, self.progress = snapper, progress
+        self.pool = runtime.Pool()
+        self.reports: dict[int, WorkerReport] = {}
+        self.t0 = time.time()
+        self.deadline: float | None = None
+        self.schedule = FaultSchedule((), self.t0)
+
+    def start(self) -> None:
+        self.t0 = time.time()
+        budget = self.cfg.budget.max_seconds
+        self.deadline = self.t0 + budget if budget else None
+        self.schedule = FaultSchedule(self.cfg.faults.events, self.t0)
+        for w in self.procs["worker"]:
+            self._give(w)
+
+    def _give(self, worker: Any) -> None:
+        self.pool.submit(worker, "run", self.server, self.t0, self.deadline)
+
+    def on_result(self, done: Any) -> None:
+        self.reports[done.remote.index] = done.value
+
+    def on_fault(self, done: Any) -> None:
+        verdict = self.runtime.respond(
+            done,
+            self.rule,
+            self.cfg.faults.on_worker_loss,
+            self.server,
+            self.guard,
+            self.faults,
+            self.progress.note,
+        )
+        if verdict == "work":
+            self._give(done.remote)
+
+    def refill(self) -> None:
+        """Nothing: a worker's one call runs to the deadline."""
+
+    def keep_going(self) -> bool:
+        pool = self.pool
+        return bool(pool.calls) or (
+            bool(pool) and (self.deadline is None or time.time() < self.deadline)
+        )
+
+    def wait_s(self) -> float:
+        return min(self.snapper.due_in(), self.schedule.next_in(), self.guard.POLL_S)
+
+    def tick(self) -> None:
+        for action in self.schedule.due():
+            self.runtime.inject(action, self.procs, self.faults, self.progress.note)
+        if self.snapper.due_in() == 0:
+            restorable = self.cfg.faults.max_restarts != 0
+            _snapshot(self.snapper, self.server, self.guard, restorable)
+        self.guard.poll()
 
 
 def _snapshot(snapper: Snapshotter, server: Any, guard: Any, restorable: bool) -> None:
@@ -286,7 +218,9 @@ def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -
         return p
 
     procs = [spawn(i) for i in range(cfg.workers)]
-    snapper = Snapshotter(server, cfg.eval.every_seconds, cfg.budget.max_seconds, progress)
+    snapper = Snapshotter(
+        server, cfg.eval.every_seconds, cfg.budget.max_seconds, progress, server.snapshot
+    )
     # a restarted worker only gets the rest of the mode's time
     deadline = snapper.t0 + cfg.budget.max_seconds if cfg.budget.max_seconds else None
     reports: dict[int, WorkerReport] = {}
@@ -305,6 +239,7 @@ def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -
                         f"faults.max_restarts={limit} is spent"
                     )
                 faults.restart("worker")
+                server.worker_lost(specs[i].worker_id)
                 progress.note(f"worker {i} died (exit code {p.exitcode}); starting it again")
                 procs[i] = spawn(i, deadline)
             if snapper.due_in() == 0:
@@ -365,3 +300,60 @@ def run_mode(cfg: BenchConfig, mode: str, data: SplitDataset, progress: Progress
     if mode == "hogwild":
         return run_hogwild_mode(cfg, data, progress)
     return run_ray_mode(cfg, mode, data, progress)
+
+
+def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
+    """`rltrain bench`: every mode in turn, evaluated and reported into ``run_dir``."""
+    from rltrain import runtime  # Ray stays at the edge: imported only when used
+    from rltrain.supervised import report
+
+    started = time.time()
+    needs_ray = any(m not in ("baseline", "hogwild") for m in cfg.modes)
+    if needs_ray:
+        where = runtime.init_ray(cfg.runtime)
+        fitted = runtime.fit_cpus(cfg.runtime, cfg.workers, cfg.server.shards)
+        cfg = dataclasses.replace(cfg, runtime=fitted)
+        signals.install()  # again: ray.init replaces the SIGTERM handler
+        print(f"runtime: {where}")
+    results, curves = [], {}
+    try:
+        for i, mode in enumerate(cfg.modes):
+            label = f"[{i + 1}/{len(cfg.modes)} {mode}]"
+            trace = run_mode(cfg, mode, data, Progress(label))
+            prog = Progress(label)
+            points = report.evaluate(
+                cfg, data, trace, lambda k, n, p=prog: p.update(k / n, f"evaluating {k}/{n}")
+            )
+            prog.close()
+            res = report.summarize(cfg, trace, points)
+            report.write_tensorboard(run_dir / "tb", cfg, trace, points)
+            results.append(res)
+            curves[mode] = points
+            reached = ", ".join(
+                f"{k} in {v:.1f}s" if v is not None else f"{k} not reached"
+                for k, v in res.seconds_to.items()
+            )
+            print(
+                f"{label} accuracy {res.final_accuracy:.4f} ({reached}); "
+                f"{res.samples_per_s:,.0f} samples/s, {res.updates_applied:,} updates, "
+                f"{res.dropped} dropped, staleness {res.mean_staleness:.2f}"
+                + (
+                    f"; faults: {FaultCounters(**res.faults).brief()}"
+                    if any(res.faults.values())
+                    else ""
+                )
+            )
+    except (KeyboardInterrupt, RunFailed, ProcessLost, PeerLost):
+        if results:  # the modes that finished keep their results
+            report.write_outputs(run_dir, cfg, results, curves)
+            print(f"stopped: results of {len(results)} finished mode(s) in {run_dir}/results.md")
+        raise
+    finally:
+        if needs_ray:
+            runtime.shutdown()
+    report.write_outputs(run_dir, cfg, results, curves)
+    print()
+    print(report.markdown_table(cfg, results))
+    print(f"done in {time.time() - started:.0f}s: {run_dir}/results.md, results.csv, ")
+    print(f"  accuracy_vs_time.png, summary.json; tensorboard --logdir {run_dir / 'tb'}")
+    return 0

@@ -21,9 +21,9 @@ from torch.utils.tensorboard import SummaryWriter
 from rltrain.config import to_dict
 from rltrain.records import STALENESS_BINS
 from rltrain.rundir import write_atomic, write_summary
-from rltrain.supervised.bench import ModeTrace, worker_specs
 from rltrain.supervised.config import BenchConfig
 from rltrain.supervised.datasets import SplitDataset
+from rltrain.supervised.modes import ModeTrace, worker_specs
 from rltrain.supervised.worker import make_model, normalize
 
 

@@ -21,8 +21,9 @@ from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.optim import make_optimizer
 from rltrain.ps.server import Server
 from rltrain.records import GradUpdate, Params
-from rltrain.supervised.datasets import ArrayDataset, ShardSource
+from rltrain.supervised.datasets import ArrayDataset
 from rltrain.supervised.models import build_model
+from rltrain.supervised.sharding import ShardSource
 
 
 @dataclass(frozen=True)
@@ -258,7 +259,7 @@ class SupervisedWorker:
 
     def _update(self, version: int, values: torch.Tensor, samples: int, loss: float) -> GradUpdate:
         self.pushes += 1
-        return GradUpdate(self.spec.worker_id, version, values, samples, loss)
+        return GradUpdate(self.spec.worker_id, version, values, samples, {"cross_entropy": loss})
 
     def _barrier_timeout(self) -> float:
         left = self._deadline - time.time()

@@ -1,0 +1,246 @@
+"""Recording envs: one game, observed as training observes it, that can show its screen.
+
+``rltrain eval --video`` films one episode in a recording env. ale-py's C++
+``AtariVectorEnv`` (training's Atari env, :mod:`envs.atari`) cannot show its screen, so
+:class:`AtariScreenEnv` runs one ``ALEInterface`` with the vector env's pipeline in numpy:
+FIRE at reset then up to ``noop_max - 1`` no-ops, frame skip with a max over the last two
+frames, grayscale, OpenCV's INTER_AREA resize (reproduced bit for bit by :class:`AreaResize`),
+a zero-filled stack at reset, sticky actions in the emulator, truncation after
+``max_episode_frames`` frames; tests/test_eval_video.py checks it against ``AtariVectorEnv``
+observation for observation. (Gymnasium's AtariPreprocessing needs OpenCV, which rltrain does
+not depend on, and orders the no-ops and FIRE differently.) Other ids run in
+``gymnasium.make(id, render_mode="rgb_array")`` (:class:`GymScreenEnv`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+import ale_py
+import gymnasium
+import numpy as np
+from ale_py import roms
+from gymnasium.envs.registration import load_env_creator
+
+from envs.atari import is_atari_v5, rom_name
+from envs.base import EnvError
+from envs.config import EnvConfig
+from envs.gym_vector import check_spaces
+from envs.vector import unknown_id_message
+
+ATARI_HZ = 60
+"""Emulator frames per second of the (NTSC) Atari 2600."""
+
+
+class RecordingEnv(Protocol):
+    obs_shape: tuple[int, ...]
+    num_actions: int
+    fps: float
+    """Agent steps per second of real play."""
+
+    def reset(self) -> np.ndarray:
+        """The first observation [*obs_shape] of a new episode."""
+        ...
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool]:
+        """(next observation, raw reward, whether the episode ended: game over or time limit)."""
+        ...
+
+    def screen(self) -> np.ndarray:
+        """uint8 [H, W, 3]: the screen as a person sees it."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def make_recording_env(cfg: EnvConfig, seed: int, render: bool) -> RecordingEnv:
+    """The recording env of ``cfg.id`` (``render``: its screen will be filmed)."""
+    if cfg.id not in gymnasium.registry:
+        raise EnvError(unknown_id_message(cfg.id))
+    if is_atari_v5(cfg.id):
+        return AtariScreenEnv(cfg, seed)
+    return GymScreenEnv(cfg.id, seed, render)
+
+
+@dataclass(frozen=True)
+class AreaResize:
+    """OpenCV's ``cv2.resize(..., interpolation=cv2.INTER_AREA)`` for shrinking uint8 images,
+    in numpy and bit for bit: the same fractional-coverage taps (``computeResizeAreaTab``),
+    float32 sums in the same order (rows first), rounding half to even."""
+
+    rows: tuple[np.ndarray, np.ndarray]
+    cols: tuple[np.ndarray, np.ndarray]
+
+    @classmethod
+    def of(cls, src: tuple[int, int], dst: tuple[int, int]) -> AreaResize:
+        return cls(area_taps(src[0], dst[0]), area_taps(src[1], dst[1]))
+
+    def __call__(self, img: np.ndarray) -> np.ndarray:
+        (ri, rw), (ci, cw) = self.rows, self.cols
+        src = img.astype(np.float32)
+        across = np.zeros((img.shape[0], ci.shape[0]), np.float32)  # [H_in, W_out]
+        for k in range(ci.shape[1]):
+            across += src[:, ci[:, k]] * cw[:, k]
+        out = rw[:, 0, None] * across[ri[:, 0]]  # [H_out, W_out]
+        for k in range(1, ri.shape[1]):
+            out += rw[:, k, None] * across[ri[:, k]]
+        return np.rint(out).astype(np.uint8)
+
+
+def area_taps(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
+    """(source index, weight) of each output pixel, [n_out, K] each, zero weights padding:
+    the covered fraction of every source pixel under the output pixel, over its width."""
+    if n_out > n_in:
+        raise EnvError(f"area resize shrinks only: {n_in} -> {n_out} pixels")
+    scale = n_in / n_out
+    taps: list[list[tuple[int, float]]] = []
+    for d in range(n_out):
+        f1 = d * scale
+        f2 = f1 + scale
+        cell = min(scale, n_in - f1)
+        s2 = min(math.floor(f2), n_in - 1)
+        s1 = min(math.ceil(f1), s2)
+        row = [(s1 - 1, (s1 - f1) / cell)] if s1 - f1 > 1e-3 else []
+        row += [(s, 1.0 / cell) for s in range(s1, s2)]
+        if f2 - s2 > 1e-3:
+            row.append((s2, min(f2 - s2, 1.0, cell) / cell))
+        taps.append(row)
+    k = max(len(row) for row in taps)
+    index = np.zeros((n_out, k), np.int64)
+    weight = np.zeros((n_out, k), np.float32)
+    for d, row in enumerate(taps):
+        index[d, : len(row)] = [s for s, _ in row]
+        weight[d, : len(row)] = [w for _, w in row]
+    return index, weight
+
+
+class AtariScreenEnv:
+    """One Atari game with the observation protocol of training's C++ ``AtariVectorEnv``
+    (ale-py's ``PreprocessedEnv``, evaluation settings), whose RGB screen can be filmed."""
+
+    def __init__(self, cfg: EnvConfig, seed: int) -> None:
+        ale_seed, noop_seed = np.random.SeedSequence(seed).generate_state(2)
+        self.cfg = cfg
+        self.ale = ale_py.ALEInterface()
+        self.ale.setLoggerMode(ale_py.LoggerMode.Error)
+        self.ale.setFloat("repeat_action_probability", cfg.sticky_actions)
+        self.ale.setInt("random_seed", int(ale_seed) & 0x7FFFFFFF)
+        self.ale.loadROM(roms.get_rom_path(rom_name(cfg.id)))
+        self.actions = self.ale.getMinimalActionSet()
+        self.fire = ale_py.Action.FIRE in self.actions  # AtariVectorEnv(use_fire_reset=True)
+        self.rng = np.random.default_rng(noop_seed)
+        height, width = self.ale.getScreenDims()
+        size = cfg.image_size
+        if size > min(height, width):
+            raise EnvError(f"env.image_size={size}: the recording env shrinks frames only")
+        self.resize = AreaResize.of((height, width), (size, size))
+        self.obs_shape = (cfg.frame_stack, size, size)
+        self.num_actions = len(self.actions)
+        self.fps = ATARI_HZ / cfg.frame_skip
+        self._raw = np.zeros((2, height, width), np.uint8)  # the last two frames of a step
+        self._stack = np.zeros(self.obs_shape, np.uint8)
+        self._frames = 0
+
+    def reset(self) -> np.ndarray:
+        self.ale.reset_game()
+        if self.fire:
+            self.ale.act(ale_py.Action.FIRE)
+        noops = int(self.rng.integers(0, max(1, self.cfg.noop_max))) - int(self.fire)
+        for _ in range(noops):
+            self.ale.act(ale_py.Action.NOOP)
+            if self.ale.game_over():
+                self.ale.reset_game()
+        self._raw[0] = self.ale.getScreenGrayscale()
+        self._raw[1] = 0
+        self._stack[:] = 0
+        self._frames = 0
+        self._push()
+        return self._stack.copy()
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool]:
+        """``frame_skip`` frames of ``action`` (fewer if the episode ends); the observation's
+        newest frame is the max of the step's last two frames."""
+        reward, over, cut = 0.0, False, False
+        for k in range(self.cfg.frame_skip, 0, -1):
+            reward += self.ale.act(self.actions[action])
+            self._frames += 1
+            over = self.ale.game_over(with_truncation=False)
+            cut = self._frames >= self.cfg.max_episode_frames
+            if over or cut:
+                break
+            if k <= 2:
+                self._raw[k - 1] = self.ale.getScreenGrayscale()
+        self._push()
+        return self._stack.copy(), float(reward), over or cut
+
+    def _push(self) -> None:
+        self._raw[0] = np.maximum(self._raw[0], self._raw[1])  # kept, as the C++ env does
+        self._stack[:-1] = self._stack[1:]
+        self._stack[-1] = self.resize(self._raw[0])
+
+    def screen(self) -> np.ndarray:
+        return self.ale.getScreenRGB()
+
+    def close(self) -> None:
+        pass
+
+
+class GymScreenEnv:
+    """One Gymnasium env, observed as training's ``GymVectorEnv`` observes it; its screen is
+    ``env.render()`` (``render_mode="rgb_array"``)."""
+
+    def __init__(self, env_id: str, seed: int, render: bool) -> None:
+        self.env_id = env_id
+        self._seed = seed
+        if render:
+            modes = render_modes(env_id)
+            if "rgb_array" not in modes:
+                raise EnvError(
+                    f"{env_id} cannot draw its screen (render modes: {', '.join(modes) or 'none'}"
+                    "); use --video-view agent"
+                )
+        self.env = gymnasium.make(env_id, **({"render_mode": "rgb_array"} if render else {}))
+        space = self.env.observation_space
+        check_spaces(env_id, self.env.action_space, space)
+        self.obs_shape = tuple(space.shape or ())
+        self.obs_dtype = np.dtype(space.dtype)
+        self.num_actions = int(self.env.action_space.n)  # type: ignore[attr-defined]
+        self.fps = float(self.env.metadata.get("render_fps") or 30)
+        if render:  # draw once now: an env that cannot (a missing pygame) fails before play
+            self.env.reset(seed=seed)
+            self.screen()
+
+    def reset(self) -> np.ndarray:
+        obs, _ = self.env.reset(seed=self._seed)
+        return np.asarray(obs, self.obs_dtype)
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool]:
+        obs, reward, terminated, truncated, _ = self.env.step(action)
+        return np.asarray(obs, self.obs_dtype), float(reward), bool(terminated or truncated)
+
+    def screen(self) -> np.ndarray:
+        why = f"{self.env_id} cannot draw its screen"
+        try:
+            frame = self.env.render()
+        except gymnasium.error.Error as e:
+            raise EnvError(f"{why} ({_brief(e)}); or use --video-view agent") from None
+        if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[2] != 3:
+            raise EnvError(f"{why} (render() gave no RGB image); use --video-view agent")
+        return frame.astype(np.uint8, copy=False)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def render_modes(env_id: str) -> list[str]:
+    """The render modes an id's env declares (its class's ``metadata``), as gymnasium.make
+    reads them."""
+    entry = gymnasium.spec(env_id).entry_point
+    creator = load_env_creator(entry) if isinstance(entry, str) else entry
+    return list(getattr(creator, "metadata", {}).get("render_modes", []))
+
+
+def _brief(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__

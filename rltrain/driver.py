@@ -1,0 +1,66 @@
+"""The one driver loop of every run: each process keeps one call in flight.
+
+As Sample Factory's runner: the loop is written once, here; an algorithm (or the supervised
+benchmark) contributes a :class:`Plan`, a few hooks that say what to submit, what a result
+means and what a lost process means. The loop itself never blocks on one process: it waits
+for whichever call finishes first (or for the next thing due: a log line, a checkpoint, an
+injected fault), hands the result or the failure to the plan, lets the plan refill idle
+processes, and ticks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+
+class Finished(Protocol):
+    """A finished call, a lost process or a revived one (``rltrain.runtime.Done``)."""
+
+    remote: Any
+    error: BaseException | None
+    revived: bool
+
+
+class Calls(Protocol):
+    """The calls in flight (``rltrain.runtime.Pool``)."""
+
+    def wait(self, timeout: float) -> Sequence[Finished]: ...
+
+
+class Plan(Protocol):
+    """What a kind of run contributes to :func:`drive`."""
+
+    def start(self) -> None:
+        """Submit the first calls."""
+
+    def on_result(self, done: Any) -> None:
+        """A call returned its value (``done.value``)."""
+
+    def on_fault(self, done: Any) -> None:
+        """A call failed (its process died, or one it used did) or a process came back."""
+
+    def refill(self) -> None:
+        """Give idle processes their next call, as far as the run's state allows."""
+
+    def keep_going(self) -> bool:
+        """Whether to wait on: calls in flight, or work still to hand out."""
+
+    def wait_s(self) -> float:
+        """How long the next wait may take (until the next thing due)."""
+
+    def tick(self) -> None:
+        """Everything due between waits: logs, checkpoints, injected faults, the shard guard."""
+
+
+def drive(calls: Calls, plan: Plan) -> None:
+    """Run ``plan`` until it says stop."""
+    plan.start()
+    while plan.keep_going():
+        for done in calls.wait(plan.wait_s()):
+            if done.error is None and not done.revived:
+                plan.on_result(done)
+            else:
+                plan.on_fault(done)
+        plan.refill()
+        plan.tick()

@@ -1,0 +1,212 @@
+"""`rltrain plot`: learning curves of RL runs, read from their TensorBoard event files.
+
+A run's trainer (:mod:`rltrain.rl.tblog`) writes every finished episode's raw score as the
+scalar ``episode/return`` with the run's env-step count as its step. This module reads those
+scalars back (:func:`read_curve`) and draws episode return against frames and against wall
+time, one line per run (:func:`draw`), so runs can be compared by sample cost and by time.
+
+Frames are env steps x ``env.frame_skip`` for Atari ids (each agent step is that many
+emulator frames) and env steps for every other id, as the run's ``summary.json`` counts
+``env_frames``. Wall time is the time the run was running: each event's time since the run's
+first event, less the downtime between a stopped run and its ``--resume``, which writes on
+into the same ``tb/`` folder (:func:`running_seconds`); the episodes the stopped run logged
+after the checkpoint it resumed from are dropped (:func:`after_rewinds`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from rltrain.errors import RLTrainError
+
+RETURN_TAG = "episode/return"
+"""The scalar tag of episode scores, as :class:`rltrain.rl.tblog.TrainLogger` writes it."""
+TB_DIR = "tb"
+HEARTBEAT_TAG = "perf/env_fps"
+"""A scalar a live run writes every ``log_every_seconds``: long silences in it are downtime."""
+DOWNTIME_S = 120.0
+
+
+class PlotError(RLTrainError):
+    """A run that cannot be plotted (not a run directory, no events, no episodes yet)."""
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One run's episode returns, in the order they were logged."""
+
+    label: str
+    """The run directory's name."""
+    frames: np.ndarray
+    """[N] emulator frames (env steps x frame skip; env steps for non-Atari ids)."""
+    seconds: np.ndarray
+    """[N] wall-clock seconds since the run's first TensorBoard event."""
+    returns: np.ndarray
+    """[N] raw episode scores."""
+
+
+def frames_per_step(run_dir: Path) -> int:
+    """Emulator frames per env step of a run: its ``env.frame_skip`` for Atari ids, else 1.
+
+    Read from the run's ``config.yaml`` with plain YAML, not the typed config, so that runs
+    written by an older rltrain (other options) still plot.
+    """
+    path = run_dir / "config.yaml"
+    try:
+        cfg = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise PlotError(
+            f"{run_dir}: not a run directory (no config.yaml in it); give a folder written by "
+            "`rltrain train`"
+        ) from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise PlotError(f"{path}: cannot read it ({' '.join(str(e).split())})") from None
+    env = cfg.get("env") if isinstance(cfg, dict) else None
+    env = env if isinstance(env, dict) else {}
+    from envs.atari import is_atari_v5  # imports ale-py: only when a run is read
+
+    if not is_atari_v5(str(env.get("id", ""))):
+        return 1
+    skip = env.get("frame_skip", 4)  # EnvConfig's default
+    if not isinstance(skip, int) or isinstance(skip, bool) or skip < 1:
+        raise PlotError(f"{path}: env.frame_skip={skip!r} is not a whole number >= 1")
+    return skip
+
+
+def read_curve(run_dir: Path) -> Curve:
+    """A run's ``episode/return`` scalars from every event file in ``run_dir/tb``."""
+    from tensorboard.backend.event_processing import event_accumulator as ea
+
+    if not run_dir.is_dir():
+        why = "it is a file" if run_dir.exists() else "it does not exist"
+        raise PlotError(f"{run_dir}: not a run directory ({why})")
+    skip = frames_per_step(run_dir)
+    tb = run_dir / TB_DIR
+    if not any(tb.glob("*tfevents*")):
+        raise PlotError(
+            f"{run_dir}: no TensorBoard events in {tb}; has `rltrain train` started there?"
+        )
+    # size_guidance 0 keeps every scalar (the default samples 10,000 of them); the rest is
+    # not needed
+    keep = {ea.SCALARS: 0, ea.TENSORS: 1, ea.HISTOGRAMS: 1, ea.IMAGES: 1, ea.AUDIO: 1}
+    acc = ea.EventAccumulator(str(tb), size_guidance=keep)
+    acc.Reload()
+    if RETURN_TAG not in acc.Tags().get(ea.SCALARS, []):
+        raise PlotError(f"{run_dir}: no {RETURN_TAG} in {tb} yet (no episode has ended)")
+    events = acc.Scalars(RETURN_TAG)
+    start = acc.FirstEventTimestamp()
+    beats = (
+        [e.wall_time for e in acc.Scalars(HEARTBEAT_TAG)]
+        if HEARTBEAT_TAG in acc.Tags().get(ea.SCALARS, [])
+        else []
+    )
+    steps = np.array([e.step for e in events], dtype=np.int64)
+    keep = after_rewinds(steps)
+    times = np.array([e.wall_time for e in events], dtype=np.float64)
+    return Curve(
+        label=run_dir.resolve().name,
+        frames=steps[keep] * skip,
+        seconds=running_seconds(times, np.array(beats, dtype=np.float64), start)[keep],
+        returns=np.array([e.value for e in events], dtype=np.float64)[keep],
+    )
+
+
+def running_seconds(times: np.ndarray, beats: np.ndarray, start: float) -> np.ndarray:
+    """Seconds the run was running up to each of ``times`` (wall-clock stamps): the time
+    since ``start`` less every stretch of more than ``DOWNTIME_S`` without an event, which is
+    time between a stopped run and its ``--resume`` (a live run writes ``perf/`` scalars every
+    ``log_every_seconds``)."""
+    stamps = np.sort(np.concatenate([beats, times, [start]]))
+    gaps = np.diff(stamps)
+    idle = np.where(gaps > DOWNTIME_S, gaps, 0.0)
+    downtime = np.concatenate([[0.0], np.cumsum(idle)])  # [len(stamps)] before each stamp
+    before = downtime[np.searchsorted(stamps, times, side="right") - 1]
+    return times - start - before
+
+
+def after_rewinds(steps: np.ndarray) -> np.ndarray:
+    """Indices of the points to keep when the step count goes back: a run resumed from a
+    checkpoint counts on from the checkpoint's env steps, so the episodes its stopped
+    predecessor logged after that checkpoint were never counted and are dropped (as
+    TensorBoard purges the orphaned events of a restarted run). Equal steps are kept: the
+    episodes that end in one batch are logged at one step."""
+    kept: list[int] = []
+    for i, step in enumerate(steps):
+        while kept and steps[kept[-1]] > step:
+            kept.pop()
+        kept.append(i)
+    return np.array(kept, dtype=np.int64)
+
+
+def moving_mean(values: np.ndarray, window: int) -> np.ndarray:
+    """[N] mean of the last ``window`` values at each point (fewer at the start): the mean
+    return that the live line and ``stop.mean_return`` use."""
+    sums = np.cumsum(np.concatenate([[0.0], values]))
+    ends = np.arange(1, len(values) + 1)
+    starts = np.maximum(ends - window, 0)
+    return (sums[ends] - sums[starts]) / (ends - starts)
+
+
+def _time_axis(seconds_max: float) -> tuple[float, str]:
+    """(divisor, label) of the wall-time axis: seconds, minutes or hours."""
+    if seconds_max >= 3 * 3600:
+        return 3600.0, "wall time (h)"
+    if seconds_max >= 3 * 60:
+        return 60.0, "wall time (min)"
+    return 1.0, "wall time (s)"
+
+
+def draw(curves: Sequence[Curve], out: Path, title: str | None = None, window: int = 20) -> Path:
+    """Write a PNG with two panels, return vs frames and return vs wall time; per run the
+    raw returns faintly and their moving mean over ``window`` episodes as a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import EngFormatter
+
+    fig, (by_frames, by_time) = plt.subplots(1, 2, figsize=(12, 4.5), dpi=110, sharey=True)
+    unit, time_label = _time_axis(max(float(c.seconds.max()) for c in curves))
+    for i, c in enumerate(curves):
+        color = f"C{i % 10}"
+        mean = moving_mean(c.returns, window)
+        for ax, x in ((by_frames, c.frames), (by_time, c.seconds / unit)):
+            if window > 1:
+                ax.plot(x, c.returns, color=color, lw=0.6, alpha=0.25)
+            ax.plot(x, mean, color=color, lw=1.6, label=c.label)
+    by_frames.set_xlabel("frames")
+    by_frames.xaxis.set_major_formatter(EngFormatter())  # 2M, not 2 x 1e6
+    by_time.set_xlabel(time_label)
+    ylabel = "episode return" + (f" (mean of last {window})" if window > 1 else "")
+    by_frames.set_ylabel(ylabel)
+    for ax in (by_frames, by_time):
+        ax.grid(alpha=0.3)
+    by_frames.legend(loc="best", fontsize="small")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    try:
+        fig.savefig(out, format="png")
+    except OSError as e:
+        raise PlotError(f"cannot write {out}: {e.strerror or e}") from None
+    finally:
+        plt.close(fig)
+    return out
+
+
+def default_output(run_dirs: Sequence[Path]) -> Path:
+    """``RUN/returns.png`` for one run, ``./returns.png`` for several."""
+    return run_dirs[0] / "returns.png" if len(run_dirs) == 1 else Path("returns.png")
+
+
+def plot_runs(
+    run_dirs: Sequence[Path], out: Path | None = None, title: str | None = None, window: int = 20
+) -> Path:
+    """Read every run (all errors before anything is drawn) and write the PNG; its path."""
+    curves = [read_curve(d) for d in run_dirs]
+    return draw(curves, out if out is not None else default_output(run_dirs), title, window)

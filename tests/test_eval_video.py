@@ -1,0 +1,299 @@
+"""`rltrain eval --video`: the filmed episode is a real, scored one, seen as training sees it,
+and the video shows the game's screen (or, with --video-view agent, the network's input)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Any
+
+import gymnasium
+import numpy as np
+import pytest
+import torch
+from ale_py.vector_env import AtariVectorEnv
+from gymnasium.vector import AutoresetMode
+from PIL import Image, ImageSequence
+
+from envs import ChainEnv, EnvConfig
+from envs.screen import AreaResize, AtariScreenEnv
+from rltrain.cli import main
+from rltrain.video import find_ffmpeg
+
+ROOT = Path(__file__).resolve().parents[1]
+PONG_FRAMES = 200  # env.max_episode_frames: 50 agent steps, a second or two of play
+PAINTED_ID = "rltrain-test/Painted-v0"
+
+
+class PaintedChain(ChainEnv):
+    """rltrain/Chain-v0 that can draw itself: an odd-sized RGB picture of the corridor."""
+
+    metadata: dict[str, Any] = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(self, render_mode: str | None = None) -> None:
+        super().__init__()
+        self.render_mode = render_mode
+
+    def render(self) -> np.ndarray:
+        img = np.zeros((21, 4 * self.length + 1, 3), np.uint8)
+        img[5:16, 4 * self._pos + 1 : 4 * self._pos + 4] = (250, 200, 0)
+        return img
+
+
+gymnasium.register(PAINTED_ID, entry_point=PaintedChain, max_episode_steps=32)
+
+
+def write_run(run: Path, config: str, **env: Any) -> Path:
+    """An untrained run directory as `rltrain train` leaves it (config.yaml, one checkpoint)."""
+    from rltrain.checkpoint import save_checkpoint
+    from rltrain.config import load_config, to_dict
+    from rltrain.rl.config import TrainConfig
+    from rltrain.rl.setup import Counters, initial_params, probe_env
+    from rltrain.rundir import write_config
+
+    cfg = load_config(TrainConfig, ROOT / "configs" / config)
+    cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, **env))
+    run.mkdir(parents=True)
+    shard = {"param": initial_params(cfg, probe_env(cfg)), "version": 0}
+    state = {"shards": [shard], "counters": dataclasses.asdict(Counters()), "config": to_dict(cfg)}
+    save_checkpoint(run, 0, state, keep=1)
+    write_config(run, cfg)
+    return run
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """Batch-1 forward passes: one thread is fastest, and on a busy machine a second one
+    spends ~30 ms a step waiting for a core."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def pong(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("pong") / "run"
+    return write_run(run, "pong_a3c.yaml", max_episode_frames=PONG_FRAMES)
+
+
+@pytest.fixture
+def no_ffmpeg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ffmpeg on PATH: videos are GIFs."""
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+
+
+@pytest.fixture
+def fake_ffmpeg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An `ffmpeg` on PATH that lists libx264, stores the raw frames piped into it as the
+    output file and its arguments beside it; returns that arguments file."""
+    folder = tmp_path / "fake-bin"
+    folder.mkdir()
+    log = folder / "args.json"
+    script = folder / "ffmpeg"
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import json, pathlib, sys\n"
+        "args = sys.argv[1:]\n"
+        "if '-encoders' in args:\n"
+        "    print(' V....D libx264   fake H.264')\n"
+        "    sys.exit(0)\n"
+        "pathlib.Path(args[-1]).write_bytes(sys.stdin.buffer.read())\n"
+        f"pathlib.Path({str(log)!r}).write_text(json.dumps(args))\n"
+    )
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", str(folder))
+    return log
+
+
+def gif_frames(path: Path) -> list[np.ndarray]:
+    with Image.open(path) as gif:
+        return [np.asarray(f.convert("RGB")) for f in ImageSequence.Iterator(gif)]
+
+
+def gif_ms(path: Path) -> int:
+    """A GIF's playing time (Pillow merges equal neighbouring frames, adding their times)."""
+    with Image.open(path) as gif:
+        return sum(f.info["duration"] for f in ImageSequence.Iterator(gif))
+
+
+def eval_video(capsys: pytest.CaptureFixture[str], run: Path, *extra: str) -> str:
+    """Run `rltrain eval RUN --episodes 2 --video ...`; its output."""
+    assert main(["eval", str(run), "--episodes", "2", "--video", *extra]) == 0
+    out = capsys.readouterr().out
+    assert "2 episodes, raw score mean" in out
+    return out
+
+
+def test_pong_game_view_is_the_rgb_screen(
+    pong: Path, no_ffmpeg: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = eval_video(capsys, pong)
+    video = pong / "eval-v0.gif"
+    assert f"video: {video} (game view of episode 1: raw score " in out
+    assert f"in {PONG_FRAMES // 4} steps)" in out
+    frames = gif_frames(video)
+    assert gif_ms(video) == (PONG_FRAMES // 4 + 1) * 70  # the first screen, then one a step
+    assert {f.shape for f in frames} == {(210, 160, 3)}
+    assert (frames[-1][..., 0] != frames[-1][..., 2]).any()  # colour, not gray
+    assert not list(pong.glob(".*.part"))
+
+
+def test_pong_agent_view_is_the_newest_84x84_frame(
+    pong: Path, no_ffmpeg: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = eval_video(capsys, pong, "--video-view", "agent")
+    video = pong / "eval-v0-agent.gif"
+    assert f"video: {video} (agent view of episode 1" in out
+    frames = gif_frames(video)
+    assert gif_ms(video) == (PONG_FRAMES // 4 + 1) * 70  # at 15 frames/s: 70 ms each
+    assert {f.shape for f in frames} == {(84, 84, 3)}
+    assert all((f[..., 0] == f[..., 1]).all() and (f[..., 1] == f[..., 2]).all() for f in frames)
+
+
+def test_mp4_frames_are_piped_to_ffmpeg(
+    pong: Path, fake_ffmpeg: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = eval_video(capsys, pong)
+    video = pong / "eval-v0.mp4"
+    assert f"video: {video} (game view" in out
+    args = json.loads(fake_ffmpeg.read_text())
+    assert args[args.index("-s") + 1] == "160x210"
+    assert args[args.index("-pix_fmt") + 1] == "rgb24"
+    assert args[args.index("-r") + 1] == "15"  # 60 Hz / frame skip 4: real time
+    assert "libx264" in args and "yuv420p" in args
+    assert video.stat().st_size == (PONG_FRAMES // 4 + 1) * 210 * 160 * 3
+
+
+@pytest.mark.skipif(find_ffmpeg() is None, reason="no ffmpeg with libx264 on PATH")
+def test_real_ffmpeg_writes_an_h264_mp4(pong: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    eval_video(capsys, pong)
+    ffmpeg = shutil.which("ffmpeg")
+    assert ffmpeg is not None
+    decoded = subprocess.run(
+        [ffmpeg, "-i", str(pong / "eval-v0.mp4"), "-f", "rawvideo", "-pix_fmt", "rgb24", "-"],
+        capture_output=True,
+        check=True,
+    )
+    assert "h264" in decoded.stderr.decode() and "160x210" in decoded.stderr.decode()
+    assert len(decoded.stdout) == (PONG_FRAMES // 4 + 1) * 210 * 160 * 3
+
+
+def test_gymnasium_game_view_is_render_and_odd_sizes_are_padded_for_mp4(
+    tmp_path: Path, fake_ffmpeg: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = write_run(tmp_path / "painted", "cartpole_appo.yaml", id=PAINTED_ID)
+    assert main(["eval", str(run), "--episodes", "1", "--video"]) == 0
+    args = json.loads(fake_ffmpeg.read_text())
+    assert args[args.index("-s") + 1] == "34x22"  # 33x21, one edge pixel added to each
+    assert args[args.index("-r") + 1] == "10"  # the env's render_fps
+    assert (run / "eval-v0.mp4").stat().st_size % (22 * 34 * 3) == 0
+    monkeypatch.setenv("PATH", str(tmp_path))  # now no ffmpeg: a GIF at the screen's own size
+    assert main(["eval", str(run), "--episodes", "1", "--video"]) == 0
+    assert {f.shape for f in gif_frames(run / "eval-v0.gif")} == {(21, 33, 3)}
+
+
+def test_cartpole_views(
+    tmp_path: Path, no_ffmpeg: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Agent view: a bar chart of the 4 values. Game view: CartPole's own drawing, which
+    needs pygame. Without it, the default falls back to the agent view and says why; asking
+    for the game view explicitly is one line saying so, and no file."""
+    run = write_run(tmp_path / "cartpole", "cartpole_appo.yaml")
+    eval_video(capsys, run, "--video-view", "agent")
+    assert {f.shape for f in gif_frames(run / "eval-v0-agent.gif")} == {(64, 64, 3)}
+    if find_spec("pygame") is not None:
+        eval_video(capsys, run)
+        assert {f.shape for f in gif_frames(run / "eval-v0.gif")} == {(400, 600, 3)}
+        return
+    (run / "eval-v0-agent.gif").unlink()
+    out = eval_video(capsys, run)
+    assert "note: CartPole-v1 cannot draw its screen" in out and "pygame" in out
+    assert "(agent view of episode 1" in out and (run / "eval-v0-agent.gif").exists()
+    assert main(["eval", str(run), "--episodes", "2", "--video", "--video-view", "game"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("rltrain: error: CartPole-v1 cannot draw its")
+    assert "pygame" in err[0] and "--video-view agent" in err[0]
+    assert not (run / "eval-v0.gif").exists()
+
+
+def test_chain_without_a_screen_films_the_agent_view(
+    tmp_path: Path, no_ffmpeg: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = write_run(tmp_path / "chain", "cartpole_appo.yaml", id="rltrain/Chain-v0")
+    assert main(["eval", str(run), "--video"]) == 0
+    out = capsys.readouterr().out
+    assert "rltrain/Chain-v0 cannot draw its screen" in out and "agent view" in out
+    assert (run / "eval-v0-agent.gif").exists()
+    assert main(["eval", str(run), "--video", "--video-view", "game"]) == 2
+    assert "--video-view agent" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("game", "env_id"), [("pong", "ALE/Pong-v5"), ("breakout", "ALE/Breakout-v5")]
+)
+def test_recording_env_sees_what_training_sees(game: str, env_id: str) -> None:
+    """Same actions, deterministic emulation (no sticky actions, no random no-ops): the
+    recording env's observations, rewards and episode end equal ale-py's AtariVectorEnv's
+    (the C++ pipeline training uses), bit for bit, through a truncation."""
+    cfg = EnvConfig(id=env_id, noop_max=1, sticky_actions=0.0, max_episode_frames=1200)
+    vec = AtariVectorEnv(
+        game,
+        1,
+        num_threads=1,
+        max_num_frames_per_episode=cfg.max_episode_frames,
+        repeat_action_probability=0.0,
+        autoreset_mode=AutoresetMode.SAME_STEP,
+        noop_max=cfg.noop_max,
+        reward_clipping=False,
+    )
+    rec = AtariScreenEnv(cfg, seed=3)
+    expected, _ = vec.reset(seed=3)
+    assert (rec.reset() == expected[0]).all()
+    actions = np.random.default_rng(0).integers(0, rec.num_actions, 400)
+    for t, action in enumerate(actions):
+        expected, reward, terminated, truncated, _ = vec.step(np.array([action]))
+        obs, raw, done = rec.step(int(action))
+        assert (raw, done) == (reward[0], terminated[0] or truncated[0]), t
+        if done:
+            break
+        assert (obs == expected[0]).all(), t
+    assert done  # Breakout ends by losing, Pong by the frame limit
+    vec.close()
+
+
+def test_area_resize_is_opencvs_inter_area() -> None:
+    """Against the exact area average (within rounding), and against OpenCV itself when it
+    is installed (it is not a dependency)."""
+    rng = np.random.default_rng(0)
+    img = rng.integers(0, 256, (210, 160), dtype=np.uint8)
+    for size in (84, 64, 42, 11):
+        ours = AreaResize.of((210, 160), (size, size))(img).astype(np.float64)
+        slow = np.array([[area_mean(img, size, y, x) for x in range(size)] for y in range(size)])
+        assert np.abs(ours - slow).max() <= 0.5 + 1e-3
+    if find_spec("cv2") is not None:
+        import cv2
+
+        for size in (84, 64, 42, 11):
+            theirs = cv2.resize(img, (size, size), interpolation=cv2.INTER_AREA)
+            assert (AreaResize.of((210, 160), (size, size))(img) == theirs).all()
+
+
+def area_mean(img: np.ndarray, size: int, y: int, x: int) -> float:
+    """The mean of ``img`` over output pixel (y, x)'s area, by fractional pixel coverage."""
+
+    def cover(n: int, i: int) -> np.ndarray:
+        lo, hi = i * n / size, (i + 1) * n / size
+        edges = np.arange(n)
+        return np.clip(np.minimum(edges + 1, hi) - np.maximum(edges, lo), 0, None)
+
+    wy, wx = cover(img.shape[0], y), cover(img.shape[1], x)
+    return float(wy @ img.astype(np.float64) @ wx / (wy.sum() * wx.sum()))

@@ -1,0 +1,136 @@
+"""`rltrain plot`: learning curves read back from a run's TensorBoard events."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from torch.utils.tensorboard import SummaryWriter
+
+from rltrain.cli import main
+from rltrain.config import load_config
+from rltrain.plot import RETURN_TAG, after_rewinds, moving_mean, read_curve
+from rltrain.rl.config import TrainConfig
+from rltrain.rundir import write_config
+
+ROOT = Path(__file__).resolve().parents[1]
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def make_run(
+    run: Path, config: str, points: list[tuple[int, float, float]], tag: str = RETURN_TAG
+) -> Path:
+    """A run directory as `rltrain train` leaves it: config.yaml and tb/ with one scalar
+    ``tag`` per (env steps, return, seconds after the writer started)."""
+    run.mkdir(parents=True)
+    write_config(run, load_config(TrainConfig, ROOT / "configs" / config))
+    start = time.time()
+    writer = SummaryWriter(str(run / "tb"))  # as rltrain.rl.tblog.TrainLogger
+    for steps, ret, seconds in points:
+        writer.add_scalar(tag, ret, steps, walltime=start + seconds)
+    writer.close()
+    return run
+
+
+def check_png(path: Path) -> None:
+    data = path.read_bytes()
+    assert data[:8] == PNG and len(data) > 1000
+
+
+def test_one_run_plots_into_its_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = make_run(tmp_path / "pong", "pong_a3c.yaml", [(100, -21, 10), (250, -20, 20)])
+    assert main(["plot", str(run)]) == 0
+    assert capsys.readouterr().out.strip() == str(run / "returns.png")
+    check_png(run / "returns.png")
+
+
+def test_several_runs_default_to_the_working_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = make_run(tmp_path / "a", "cartpole_appo.yaml", [(i * 50, i, i) for i in range(1, 40)])
+    b = make_run(tmp_path / "b", "cartpole_ppo.yaml", [(i * 70, 2 * i, i) for i in range(1, 30)])
+    monkeypatch.chdir(tmp_path)
+    assert main(["plot", str(a), str(b), "--title", "appo vs ppo", "--smooth", "5"]) == 0
+    assert capsys.readouterr().out.strip() == "returns.png"
+    check_png(tmp_path / "returns.png")
+    out = tmp_path / "elsewhere.png"
+    assert main(["plot", str(a), str(b), "--out", str(out)]) == 0
+    check_png(out)
+
+
+def test_curve_counts_frames_and_seconds(tmp_path: Path) -> None:
+    """Atari: frames = env steps x frame_skip (4); other ids: env steps. Seconds count from
+    the run's first event, through a resume (a second event file in the same tb/) that went
+    back to a checkpoint at 150 steps: the episode logged at 200 was never counted."""
+    points = [(100, -21, 30), (200, -20, 60)]
+    pong = make_run(tmp_path / "pong", "pong_a3c.yaml", points)
+    resumed = SummaryWriter(str(pong / "tb"))
+    for steps, ret, seconds in [(160, -19, 90), (160, -18, 90), (300, -15, 120)]:
+        resumed.add_scalar(RETURN_TAG, ret, steps, walltime=time.time() + seconds)
+    resumed.close()
+    curve = read_curve(pong)
+    assert curve.label == "pong"
+    assert curve.frames.tolist() == [400, 640, 640, 1200]
+    assert curve.returns.tolist() == [-21, -19, -18, -15]
+    assert curve.seconds == pytest.approx([30, 90, 90, 120], abs=5)
+    cartpole = make_run(tmp_path / "cp", "cartpole_appo.yaml", [(64, 12, 1), (128, 30, 2)])
+    assert read_curve(cartpole).frames.tolist() == [64, 128]
+
+
+def test_after_rewinds_drops_what_a_resume_went_back_over() -> None:
+    steps = np.array([1, 2, 2, 5, 6, 3, 3, 4, 7, 2, 8])
+    assert steps[after_rewinds(steps)].tolist() == [1, 2, 2, 2, 8]
+    assert after_rewinds(np.array([], dtype=np.int64)).tolist() == []
+
+
+def test_moving_mean_is_the_mean_of_the_last_window() -> None:
+    values = np.random.default_rng(0).normal(size=57)
+    for window in (1, 5, 20, 100):
+        slow = [values[max(0, i + 1 - window) : i + 1].mean() for i in range(len(values))]
+        assert moving_mean(values, window) == pytest.approx(slow)
+
+
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [
+        pytest.param("missing", ["missing: not a run directory (it does not exist)"], id="none"),
+        pytest.param("afile", ["afile: not a run directory (it is a file)"], id="file"),
+        pytest.param("notrun", ["notrun: not a run directory (no config.yaml in it)"], id="cfg"),
+        pytest.param("fresh", ["fresh: no TensorBoard events in", "tb"], id="no-events"),
+        pytest.param(
+            "early", ["early: no episode/return in", "(no episode has ended)"], id="no-returns"
+        ),
+    ],
+)
+def test_errors_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, words: list[str]
+) -> None:
+    (tmp_path / "afile").write_text("not a run\n")
+    (tmp_path / "notrun").mkdir()
+    (tmp_path / "fresh").mkdir()
+    write_config(tmp_path / "fresh", load_config(TrainConfig, ROOT / "configs/cartpole_appo.yaml"))
+    make_run(tmp_path / "early", "cartpole_appo.yaml", [(64, 100.0, 1)], tag="perf/env_fps")
+    good = make_run(tmp_path / "good", "cartpole_appo.yaml", [(64, 12, 1)])
+    # a bad run among good ones fails the whole command, before anything is drawn
+    assert main(["plot", str(good), str(tmp_path / name), "--out", str(tmp_path / "x.png")]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rltrain: error: "), captured.err
+    for word in words:
+        assert word in lines[0]
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_wall_time_leaves_out_the_downtime_before_a_resume() -> None:
+    import numpy as np
+
+    from rltrain.plot import running_seconds
+
+    start = 1000.0
+    beats = np.array([1002.0, 1004.0, 1006.0, 5006.0, 5008.0])  # stopped at 1006, resumed 5006
+    times = np.array([1003.0, 1005.0, 5007.0])
+    assert running_seconds(times, beats, start).tolist() == [3.0, 5.0, 7.0]

@@ -1,0 +1,71 @@
+"""`actors: auto` follows the CPUs Ray reports; no CPU count is inflated."""
+
+from __future__ import annotations
+
+import pytest
+
+from rltrain import runtime
+from rltrain.config import ConfigError, load_config
+from rltrain.rl.config import AlgoConfig, StopConfig, TrainConfig, describe_sizes, sized
+from rltrain.runtime_config import RuntimeConfig
+
+
+def cfg(algo: str, **kw: object) -> TrainConfig:
+    return TrainConfig(algo=AlgoConfig(name=algo), stop=StopConfig(max_env_steps=1), **kw)  # type: ignore[arg-type]
+
+
+def test_yaml_auto_reads_as_zero_and_other_words_are_refused(tmp_path) -> None:  # noqa: ANN001
+    path = tmp_path / "c.yaml"
+    path.write_text("actors: auto\nstop: {max_env_steps: 1}\n")
+    assert load_config(TrainConfig, path, []).actors == 0
+    assert load_config(TrainConfig, path, ["actors=3"]).actors == 3
+    with pytest.raises(ConfigError, match="actors"):
+        load_config(TrainConfig, path, ["actors=many"])
+    assert TrainConfig(stop=StopConfig(max_env_steps=1)).actors == 0  # the default is auto
+
+
+@pytest.mark.parametrize(
+    ("algo", "cpus", "gpu", "actors"),
+    [
+        ("appo", 2, False, 1),  # the learner takes a CPU
+        ("impala", 16, True, 15),  # a GPU learner takes half of one
+        ("dqn", 8, False, 7),
+        ("a3c", 2, False, 2),  # workers act and learn: one per CPU
+        ("ppo", 1, False, 1),
+        ("appo", 1, False, 1),  # at least one actor
+    ],
+)
+def test_auto_sizes_to_the_cpus(algo: str, cpus: int, gpu: bool, actors: int) -> None:
+    assert sized(cfg(algo), cpus, gpu).actors == actors
+
+
+def test_an_explicit_count_is_kept_and_described() -> None:
+    c = sized(cfg("appo", actors=5), 2)
+    assert c.actors == 5
+    assert describe_sizes(c) == "5 actors, 1 learner, 1 shard"
+    assert describe_sizes(sized(cfg("a3c"), 3)) == "3 workers, 1 shard"
+
+
+def test_auto_resolves_from_rays_cpu_count_and_cpus_are_not_inflated() -> None:
+    runtime.init_ray(RuntimeConfig(num_cpus=3))
+    try:
+        cpus = runtime.cluster_cpus()
+        assert cpus == 3  # what was asked, not raised to what processes want
+        assert sized(cfg("appo"), cpus).actors == 2
+        # 8 workers asked for on 3 CPUs: each reserves a share, Ray is not told of 8 CPUs
+        fitted = runtime.fit_cpus(RuntimeConfig(), 8, 1)
+        assert fitted.worker_cpus == pytest.approx(3 / 8)
+        assert runtime.fit_cpus(RuntimeConfig(), 2, 1).worker_cpus == 1.0
+        assert runtime.cluster_cpus() == 3
+    finally:
+        runtime.shutdown()
+
+
+def test_a_fault_event_beyond_the_sized_actors_is_a_one_line_error() -> None:
+    from rltrain.faults import FaultEvent, FaultsConfig
+
+    c = cfg("appo", faults=FaultsConfig(events=(FaultEvent("kill", "actor", 3, 1.0),)))
+    assert c.actors == 0  # auto: not checkable before Ray reports its CPUs
+    with pytest.raises(ConfigError, match=r"actors=auto gave 1 on 2 CPUs: .*actor index 3"):
+        sized(c, 2)
+    assert sized(c, 8).actors == 7

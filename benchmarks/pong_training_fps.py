@@ -50,7 +50,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
         sets = [f"stop.max_seconds={args.seconds}", "stop.mean_return=null", *args.set]
-        cmd = [sys.executable, "-m", "rltrain.cli", "train", args.config, "--run-dir", str(run_dir)]
+        config = str(Path(args.config).resolve())
+        cmd = [sys.executable, "-m", "rltrain.cli", "train", config, "--run-dir", str(run_dir)]
         for s in sets:
             cmd += ["--set", s]
         env = dict(os.environ, PYTHONPATH=args.repo)

@@ -137,17 +137,13 @@ class Actor:
         seed = actor_seed(cfg, actor_id)
         self.groups = make_env_groups(cfg.env, seed)
         self.env = self.groups[0]  # shapes and action count (every group has the same)
-        self.num_envs = cfg.env.num_envs
         self.model: ActorCritic = policy_builder(cfg)(
             cfg.model.kind, self.env.obs_shape, self.env.num_actions, cfg.model.hidden
         )
         self.model.eval()
         self.generator = torch.Generator().manual_seed(seed)
-        offsets = np.cumsum([0] + [g.num_envs for g in self.groups])
-        self.obs = [
-            torch.from_numpy(np.asarray(g.reset(seed=seed + int(o))))
-            for g, o in zip(self.groups, offsets[:-1], strict=True)
-        ]
+        # each group resets with the seeds make_env_groups gave it (env i of the actor: seed + i)
+        self.obs = [torch.from_numpy(np.asarray(g.reset())) for g in self.groups]
         self.version = -1
         self.params: Params | None = None  # the last pulled: a pull sends only what is newer
         self.rollouts = 0

@@ -6,7 +6,7 @@ lengths of the episodes that just ended). Importing this package registers the t
 ``rltrain/Chain-v0`` with gymnasium and, through ale-py, the ALE/<Game>-v5 ids.
 """
 
-from envs.base import EnvError, StepBatch, VectorEnv
+from envs.base import ActionSpace, EnvError, StepBatch, VectorEnv
 from envs.config import EnvConfig
 from envs.toy import CHAIN_ID, ChainEnv, register_chain
 from envs.vector import env_groups, make_env, make_env_groups
@@ -15,6 +15,7 @@ register_chain()
 
 __all__ = [
     "CHAIN_ID",
+    "ActionSpace",
     "ChainEnv",
     "EnvConfig",
     "EnvError",

@@ -24,8 +24,9 @@ import numpy as np
 from ale_py.vector_env import AtariVectorEnv
 from gymnasium.vector import AutoresetMode
 
-from envs.base import EnvError, EpisodeTracker, StepBatch, VectorEnv
+from envs.base import ActionSpace, EnvError, EpisodeTracker, StepBatch, VectorEnv
 from envs.config import EnvConfig
+from envs.user import make_failed
 
 gymnasium.register_envs(ale_py)  # ale_py registers the ALE/ ids when imported
 
@@ -83,9 +84,7 @@ class AtariEnv(VectorEnv):
         self._clip = bool(self.protocol["clip_rewards"])
         self._episodic_life = bool(self.protocol["episodic_life"])
         self._seed = seed
-        self._env = AtariVectorEnv(
-            game,
-            num_envs,
+        protocol_args = dict(
             num_threads=cfg.num_threads,
             max_num_frames_per_episode=cfg.max_episode_frames,
             repeat_action_probability=cfg.sticky_actions,
@@ -103,10 +102,22 @@ class AtariEnv(VectorEnv):
             reward_clipping=False,  # done here: the raw score must survive
             use_fire_reset=True,
         )
+        taken = sorted(set(cfg.kwargs) & set(protocol_args))
+        if taken:
+            raise EnvError(
+                f"env.kwargs {taken} of {cfg.id} are set by the env.* protocol fields "
+                "(frame_skip, sticky_actions, ...): set those instead"
+            )
+        try:
+            self._env = AtariVectorEnv(game, num_envs, **protocol_args, **cfg.kwargs)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise make_failed(cfg.id, cfg.kwargs, e) from None
+        self.protocol["kwargs"] = dict(cfg.kwargs)
         self.num_envs = num_envs
         self.obs_shape = tuple(self._env.single_observation_space.shape)
         self.obs_dtype = np.dtype(np.uint8)
         self.num_actions = int(self._env.single_action_space.n)
+        self.action_space = ActionSpace(self.num_actions)
         self.protocol["num_actions"] = self.num_actions
         self._episodes = EpisodeTracker(num_envs)
         self._lives = np.zeros(num_envs, dtype=np.int32)

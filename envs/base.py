@@ -44,6 +44,20 @@ class StepBatch:
     """Their lengths in agent steps."""
 
 
+@dataclass(frozen=True)
+class ActionSpace:
+    """What the policy outputs: ``n`` discrete actions, or (``continuous``) a vector of ``n``
+    reals, clipped to [low, high] when the env steps (gymnasium's Discrete / 1-D Box)."""
+
+    n: int
+    continuous: bool = False
+    low: tuple[float, ...] = ()
+    high: tuple[float, ...] = ()
+
+    def describe(self) -> str:
+        return f"Box({self.n},)" if self.continuous else f"Discrete({self.n})"
+
+
 class VectorEnv(abc.ABC):
     """What actors use: a batch of envs with SAME-STEP auto-reset semantics."""
 
@@ -54,7 +68,9 @@ class VectorEnv(abc.ABC):
     obs_dtype: np.dtype
     """uint8 for Atari frames, float32 for vector observations."""
     num_actions: int
-    """Size of the Discrete action space (other action spaces are rejected at make time)."""
+    """Discrete actions: how many; continuous (Box) actions: their dimension."""
+    action_space: ActionSpace
+    """The action space (other spaces than Discrete and 1-D Box are rejected at make time)."""
     protocol: dict[str, object]
     """The protocol actually used (id, backend, frame skip, stack, sticky actions, clipping...),
     plain values, for stamping into the run's records."""
@@ -68,7 +84,8 @@ class VectorEnv(abc.ABC):
 
     @abc.abstractmethod
     def step(self, actions: np.ndarray) -> StepBatch:
-        """Apply one action per env (int64 [B]) and return the batch, auto-resetting ended envs."""
+        """Apply one action per env (int64 [B], or float32 [B, n] for a Box, clipped to its
+        bounds here) and return the batch, auto-resetting ended envs."""
 
     def send(self, actions: np.ndarray) -> None:
         """Start a step with ``actions`` and return at once where the backend steps in its own

@@ -9,6 +9,7 @@ reward clipping to the sign for training) with the sticky actions of Machado et 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from rltrain.config import spec
 
@@ -20,6 +21,17 @@ class EnvConfig:
     id: str = "CartPole-v1"
     """Gymnasium id (e.g. CartPole-v1, rltrain/Chain-v0), or ALE/<Game>-v5 for Atari (e.g.
     ALE/Pong-v5), which runs in ale-py's C++ vector env with the protocol below."""
+    imports: tuple[str, ...] = ()
+    """Modules imported in every process (the driver, each actor, on every node) before an env
+    is made, e.g. [mypkg.envs]: a module that registers its envs with gymnasium.register. The
+    current directory is searched too, as `python -m` does; on a cluster each node needs the
+    module installed (as rltrain itself)."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of gymnasium.make(id, ...) for each env, e.g. {max_episode_steps: 200};
+    for ALE/<Game>-v5 ids, of ale-py's AtariVectorEnv (e.g. {mode: 1, difficulty: 0})."""
+    wrappers: tuple[str, ...] = ()
+    """Gymnasium wrappers applied to each env in order, as module:Class (or any callable
+    env -> env), e.g. [gymnasium.wrappers:FlattenObservation]. Gymnasium ids only."""
     num_envs: int = field(default=8, metadata=spec(ge=1))
     """Environments per actor, stepped together as one vector."""
     frame_skip: int = field(default=4, metadata=spec(ge=1))

@@ -8,28 +8,49 @@ Rewards are passed through unclipped: reward clipping is part of the Atari proto
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from functools import partial
+from typing import Any
 
 import gymnasium
 import numpy as np
 from gymnasium.spaces import Box, Discrete
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from envs.base import EnvError, EpisodeTracker, StepBatch, VectorEnv
+from envs.base import ActionSpace, EnvError, EpisodeTracker, StepBatch, VectorEnv
+from envs.user import Wrapper, make_failed, make_one
+
+
+def action_space_of(env_id: str, space: gymnasium.Space) -> ActionSpace:
+    """Discrete(n), or a 1-D Box (continuous actions); anything else is a one-line EnvError."""
+    if isinstance(space, Discrete):
+        return ActionSpace(int(space.n))
+    if isinstance(space, Box) and len(space.shape) == 1 and np.issubdtype(space.dtype, np.floating):
+        low, high = space.low.astype(float), space.high.astype(float)
+        return ActionSpace(int(space.shape[0]), True, tuple(low.tolist()), tuple(high.tolist()))
+    what = f"Box{tuple(space.shape)}" if isinstance(space, Box) else type(space).__name__
+    raise EnvError(
+        f"env '{env_id}' has a {what} action space; supported: Discrete, or a 1-D float Box"
+    )
 
 
 def check_spaces(env_id: str, action_space: gymnasium.Space, obs_space: gymnasium.Space) -> None:
-    """Raise EnvError unless actions are Discrete and observations a Box (array) space."""
-    if not isinstance(action_space, Discrete):
-        raise EnvError(
-            f"env '{env_id}' has a {type(action_space).__name__} action space; "
-            "only Discrete actions are supported"
-        )
+    """Raise EnvError unless actions are Discrete or a 1-D Box and observations a Box."""
+    action_space_of(env_id, action_space)
     if not isinstance(obs_space, Box):
         raise EnvError(
-            f"env '{env_id}' has a {type(obs_space).__name__} observation space; "
-            "only Box (array) observations are supported"
+            f"env '{env_id}' has a {type(obs_space).__name__} observation space; supported: "
+            "Box (arrays); a Dict or Tuple can be flattened with "
+            "env.wrappers: [gymnasium.wrappers:FlattenObservation]"
         )
+
+
+def to_env_actions(actions: np.ndarray, space: ActionSpace) -> np.ndarray:
+    """What the env steps: int64 indices, or the sampled reals clipped to the Box's bounds
+    (the learner keeps the unclipped sample: its log-probability is the policy's)."""
+    if not space.continuous:
+        return np.asarray(actions, np.int64)
+    return np.clip(np.asarray(actions, np.float32), space.low, space.high).astype(np.float32)
 
 
 def final_observations(obs: np.ndarray, truncated: np.ndarray, info: dict) -> np.ndarray:
@@ -45,23 +66,38 @@ def final_observations(obs: np.ndarray, truncated: np.ndarray, info: dict) -> np
 class GymVectorEnv(VectorEnv):
     """``num_envs`` copies of a registered Gymnasium env, stepped in this process."""
 
-    def __init__(self, env_id: str, num_envs: int, seed: int) -> None:
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        seed: int,
+        kwargs: Mapping[str, Any] | None = None,
+        wrappers: Sequence[Wrapper] = (),
+    ) -> None:
+        """``kwargs``: of ``gymnasium.make``; ``wrappers``: applied to each env in order."""
         self._seed = seed
-        self._env = SyncVectorEnv(
-            [partial(gymnasium.make, env_id) for _ in range(num_envs)],
-            autoreset_mode=AutoresetMode.SAME_STEP,
-        )
+        kwargs = dict(kwargs or {})
+        try:
+            self._env = SyncVectorEnv(
+                [partial(make_one, env_id, kwargs, wrappers) for _ in range(num_envs)],
+                autoreset_mode=AutoresetMode.SAME_STEP,
+            )
+        except EnvError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the user's env, kwargs or wrapper
+            raise make_failed(env_id, kwargs, e) from None
         try:
             check_spaces(env_id, self._env.single_action_space, self._env.single_observation_space)
         except EnvError:
             self._env.close()
             raise
         obs_space = self._env.single_observation_space
-        assert isinstance(obs_space, Box) and isinstance(self._env.single_action_space, Discrete)
+        assert isinstance(obs_space, Box)
         self.num_envs = num_envs
         self.obs_shape = tuple(obs_space.shape)
         self.obs_dtype = np.dtype(obs_space.dtype)
-        self.num_actions = int(self._env.single_action_space.n)
+        self.action_space = action_space_of(env_id, self._env.single_action_space)
+        self.num_actions = self.action_space.n
         self._episodes = EpisodeTracker(num_envs)
         spec = gymnasium.spec(env_id)
         self.protocol = {
@@ -75,6 +111,7 @@ class GymVectorEnv(VectorEnv):
             "clip_rewards": False,
             "episodic_life": False,
             "num_actions": self.num_actions,
+            "action_space": self.action_space.describe(),
         }
 
     def reset(self, seed: int | None = None) -> np.ndarray:
@@ -85,7 +122,9 @@ class GymVectorEnv(VectorEnv):
 
     def step(self, actions: np.ndarray) -> StepBatch:
         """One step of every env; ended envs are already reset (SAME_STEP)."""
-        obs, reward, terminated, truncated, info = self._env.step(np.asarray(actions, np.int64))
+        obs, reward, terminated, truncated, info = self._env.step(
+            to_env_actions(actions, self.action_space)
+        )
         returns, lengths = self._episodes.update(reward, terminated | truncated)
         return StepBatch(
             obs=obs,

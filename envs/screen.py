@@ -15,8 +15,9 @@ not depend on, and orders the no-ops and FIRE differently.) Other ids run in
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import ale_py
 import gymnasium
@@ -25,9 +26,10 @@ from ale_py import roms
 from gymnasium.envs.registration import load_env_creator
 
 from envs.atari import is_atari_v5, rom_name
-from envs.base import EnvError
+from envs.base import ActionSpace, EnvError
 from envs.config import EnvConfig
-from envs.gym_vector import check_spaces
+from envs.gym_vector import action_space_of, check_spaces, to_env_actions
+from envs.user import Wrapper, import_env_modules, load_wrapper, make_failed, make_one
 from envs.vector import unknown_id_message
 
 ATARI_HZ = 60
@@ -37,6 +39,7 @@ ATARI_HZ = 60
 class RecordingEnv(Protocol):
     obs_shape: tuple[int, ...]
     num_actions: int
+    action_space: ActionSpace
     fps: float
     """Agent steps per second of real play."""
 
@@ -57,11 +60,13 @@ class RecordingEnv(Protocol):
 
 def make_recording_env(cfg: EnvConfig, seed: int, render: bool) -> RecordingEnv:
     """The recording env of ``cfg.id`` (``render``: its screen will be filmed)."""
+    import_env_modules(cfg.imports)
     if cfg.id not in gymnasium.registry:
-        raise EnvError(unknown_id_message(cfg.id))
+        raise EnvError(unknown_id_message(cfg.id, cfg.imports))
     if is_atari_v5(cfg.id):
         return AtariScreenEnv(cfg, seed)
-    return GymScreenEnv(cfg.id, seed, render)
+    wrappers = [load_wrapper(w) for w in cfg.wrappers]
+    return GymScreenEnv(cfg.id, seed, render, cfg.kwargs, wrappers)
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,7 @@ class AtariScreenEnv:
         self.resize = AreaResize.of((height, width), (size, size))
         self.obs_shape = (cfg.frame_stack, size, size)
         self.num_actions = len(self.actions)
+        self.action_space = ActionSpace(self.num_actions)
         self.fps = ATARI_HZ / cfg.frame_skip
         self._raw = np.zeros((2, height, width), np.uint8)  # the last two frames of a step
         self._stack = np.zeros(self.obs_shape, np.uint8)
@@ -191,7 +197,14 @@ class GymScreenEnv:
     """One Gymnasium env, observed as training's ``GymVectorEnv`` observes it; its screen is
     ``env.render()`` (``render_mode="rgb_array"``)."""
 
-    def __init__(self, env_id: str, seed: int, render: bool) -> None:
+    def __init__(
+        self,
+        env_id: str,
+        seed: int,
+        render: bool,
+        kwargs: Mapping[str, Any] | None = None,
+        wrappers: Sequence[Wrapper] = (),
+    ) -> None:
         self.env_id = env_id
         self._seed = seed
         if render:
@@ -201,12 +214,17 @@ class GymScreenEnv:
                     f"{env_id} cannot draw its screen (render modes: {', '.join(modes) or 'none'}"
                     "); use --video-view agent"
                 )
-        self.env = gymnasium.make(env_id, **({"render_mode": "rgb_array"} if render else {}))
+        make_kwargs = {**(kwargs or {}), **({"render_mode": "rgb_array"} if render else {})}
+        try:
+            self.env = make_one(env_id, make_kwargs, wrappers)
+        except Exception as e:  # noqa: BLE001 - the user's env, kwargs or wrapper
+            raise make_failed(env_id, make_kwargs, e) from None
         space = self.env.observation_space
         check_spaces(env_id, self.env.action_space, space)
         self.obs_shape = tuple(space.shape or ())
         self.obs_dtype = np.dtype(space.dtype)
-        self.num_actions = int(self.env.action_space.n)  # type: ignore[attr-defined]
+        self.action_space = action_space_of(env_id, self.env.action_space)
+        self.num_actions = self.action_space.n
         self.fps = float(self.env.metadata.get("render_fps") or 30)
         if render:  # draw once now: an env that cannot (a missing pygame) fails before play
             self.env.reset(seed=seed)
@@ -216,8 +234,9 @@ class GymScreenEnv:
         obs, _ = self.env.reset(seed=self._seed)
         return np.asarray(obs, self.obs_dtype)
 
-    def step(self, action: int) -> tuple[np.ndarray, float, bool]:
-        obs, reward, terminated, truncated, _ = self.env.step(action)
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool]:
+        act = to_env_actions(np.asarray(action)[None], self.action_space)[0]
+        obs, reward, terminated, truncated, _ = self.env.step(act)
         return np.asarray(obs, self.obs_dtype), float(reward), bool(terminated or truncated)
 
     def screen(self) -> np.ndarray:

@@ -16,6 +16,7 @@ from envs.atari import AtariEnv, is_atari_v5
 from envs.base import EnvError, StepBatch, VectorEnv
 from envs.config import EnvConfig
 from envs.gym_vector import GymVectorEnv
+from envs.user import import_env_modules, load_wrapper
 
 __all__ = [
     "EnvError",
@@ -28,11 +29,12 @@ __all__ = [
 ]
 
 
-def unknown_id_message(env_id: str) -> str:
+def unknown_id_message(env_id: str, imports: tuple[str, ...] = ()) -> str:
     """One line naming the closest registered ids (ALE ids included, ale_py is imported)."""
     close = difflib.get_close_matches(env_id, list(gymnasium.registry), n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else "; see gymnasium.pprint_registry()"
-    return f"unknown env id {env_id!r}{hint}"
+    after = f" (after importing env.imports {list(imports)})" if imports else ""
+    return f"unknown env id {env_id!r}{after}{hint}"
 
 
 def make_env(
@@ -51,11 +53,18 @@ def make_env(
     n = cfg.num_envs if num_envs is None else num_envs
     if n < 1:
         raise EnvError(f"num_envs={n}: need at least one environment")
+    import_env_modules(cfg.imports)  # they may register cfg.id: before the id is looked up
     if cfg.id not in gymnasium.registry:
-        raise EnvError(unknown_id_message(cfg.id))
+        raise EnvError(unknown_id_message(cfg.id, cfg.imports))
     if is_atari_v5(cfg.id):
+        if cfg.wrappers:
+            raise EnvError(
+                f"env.wrappers apply to Gymnasium ids; {cfg.id} runs in ale-py's vector env "
+                "(its protocol is set by the env.* Atari fields)"
+            )
         return AtariEnv(cfg, seed, n, evaluation)
-    return GymVectorEnv(cfg.id, n, seed)
+    wrappers = [load_wrapper(w) for w in cfg.wrappers]
+    return GymVectorEnv(cfg.id, n, seed, cfg.kwargs, wrappers)
 
 
 def env_groups(cfg: EnvConfig) -> int:

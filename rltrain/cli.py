@@ -14,16 +14,13 @@ from rltrain import signals
 from rltrain.config import describe, load_config
 from rltrain.errors import RLTrainError
 from rltrain.faults import FaultCounters, PeerLost, ProcessLost, RunFailed
+from rltrain.launch import UserError, prepare_train, run_bench_config, run_dir_arg
 
 if TYPE_CHECKING:
     pass
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1  # a run that a fault stopped (the summary says which)
-
-
-class UserError(RLTrainError):
-    """A problem with what the user asked for: printed as one line, exit code 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -158,82 +155,6 @@ def _overrides(args: argparse.Namespace) -> list[str]:
     return [*args.overrides, *extra]
 
 
-def _check_address(address: str | None) -> None:
-    """An unreachable Ray cluster fails here, in seconds, before any folder or file is written.
-
-    ``auto`` is resolved the way ``ray.init(address="auto")`` does for a cluster started with
-    ``ray start``: RAY_ADDRESS, else the address file ``ray start`` writes. Ray itself would
-    retry a stale address for minutes, printing a warning every few seconds.
-    """
-    if address is None:
-        return
-    from rltrain import runtime
-
-    if address != "auto":
-        _check_address_form(address)
-        runtime.check_address(address)
-        return
-    found, source = _auto_address()
-    if found is None:
-        raise UserError(
-            f"--address auto: no Ray cluster was started on this machine ({source}); start one "
-            "with `ray start --head`, give --address HOST:PORT, or leave --address out for a "
-            "local Ray"
-        )
-    try:
-        _check_address_form(found)
-        runtime.check_address(found)
-    except RLTrainError as e:
-        raise UserError(f"--address auto: {source} names {found}: {e}") from None
-
-
-def _check_address_form(address: str) -> None:
-    host, _, port = address.removeprefix("ray://").rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UserError(
-            f"--address {address or repr(address)}: expected 'auto', HOST:PORT or "
-            "ray://HOST:PORT (port 1-65535)"
-        )
-
-
-def _auto_address() -> tuple[str | None, str]:
-    """The address ``auto`` means (and where it was found), or None and what was looked at."""
-    env = os.environ.get("RAY_ADDRESS", "").strip()
-    if env and env != "auto":
-        return env, "RAY_ADDRESS"
-    # Ray's temp dir: $RAY_TMPDIR, else $TMPDIR on Linux, else /tmp (ray._common.utils)
-    if "RAY_TMPDIR" in os.environ:
-        tmp = os.environ["RAY_TMPDIR"]
-    elif sys.platform.startswith("linux") and "TMPDIR" in os.environ:
-        tmp = os.environ["TMPDIR"]
-    else:
-        tmp = "/tmp"
-    file = Path(tmp) / "ray" / "ray_current_cluster"
-    try:
-        found = file.read_text().strip()
-    except (OSError, UnicodeDecodeError):
-        found = ""
-    if found:
-        return found, str(file)
-    return None, f"RAY_ADDRESS is unset and {file} does not exist"
-
-
-def _run_dir_arg(text: str, flag: str) -> Path:
-    """An existing run directory (one with config.yaml), or a one-line UserError saying why not."""
-    path = Path(text).expanduser()
-    if not path.exists():
-        why = "it does not exist"
-    elif not path.is_dir():
-        why = "it is a file"
-    elif not (path / "config.yaml").is_file():
-        why = "no config.yaml in it"
-    else:
-        return path
-    raise UserError(
-        f"{flag}{path}: not a run directory ({why}); give a folder written by `rltrain train`"
-    )
-
-
 def cmd_options(kind: str) -> int:
     from rltrain.rl.config import TrainConfig
     from rltrain.supervised.config import BenchConfig
@@ -249,28 +170,15 @@ def cmd_options(kind: str) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from rltrain.rundir import check_run_dir, new_run_dir, write_config
     from rltrain.supervised.config import BenchConfig
-    from rltrain.supervised.datasets import load_dataset
 
-    overrides = _overrides(args)
-    cfg = load_config(BenchConfig, args.config, overrides)  # all checks before anything starts
-    check_run_dir(args.run_dir)
-    _check_address(cfg.runtime.address)
-    data = load_dataset(cfg.data.dataset, cfg.data.root, cfg.data.download, log=print)
-    run_dir = new_run_dir(args.config, args.run_dir)
-    write_config(run_dir, cfg)
-    print(f"rltrain bench: {cfg.data.dataset}, modes {', '.join(cfg.modes)}; writing {run_dir}")
-    from rltrain.supervised.bench import run_bench
-
-    return run_bench(cfg, data, run_dir)
+    cfg = load_config(BenchConfig, args.config, _overrides(args))  # all checks first
+    run_bench_config(cfg, args.run_dir, args.config)
+    return 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from rltrain.checkpoint import latest_checkpoint, load_checkpoint
-    from rltrain.progress import process_start_time
     from rltrain.rl.config import TrainConfig
-    from rltrain.rundir import check_run_dir, new_run_dir, write_config
 
     overrides = _overrides(args)
     if args.resume is not None:
@@ -278,31 +186,13 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise UserError(
                 "--run-dir does not go with --resume: a resumed run writes into its RUN_DIR"
             )
-        run_dir = _run_dir_arg(args.resume, "--resume ")
-        ckpt = latest_checkpoint(run_dir)
-        if ckpt is None:
-            raise UserError(
-                f"--resume {run_dir}: no checkpoints/ckpt-*.pt to resume from; "
-                "start a new run with `rltrain train CONFIG`"
-            )
-        load_checkpoint(ckpt)  # a damaged checkpoint fails here, before anything starts
+        run_dir = run_dir_arg(args.resume, "--resume ")
         cfg = load_config(TrainConfig, args.config or run_dir / "config.yaml", overrides)
     else:
         if not args.config:
             raise UserError("train: give a CONFIG file (see configs/) or --resume RUN_DIR")
         cfg = load_config(TrainConfig, args.config, overrides)
-        check_run_dir(args.run_dir)
-    _check_address(cfg.runtime.address)  # before the run dir, its config.yaml and tb/ are written
-    from rltrain.rl.setup import probe_env
-    from rltrain.rl.train import Trainer
-
-    spec = probe_env(cfg)  # an unknown env id fails here, before any folder is made
-    if args.resume is None:
-        run_dir = new_run_dir(args.config, args.run_dir)
-    started = process_start_time()  # start-up counts from the command
-    trainer = Trainer(cfg, run_dir, resume=args.resume is not None, spec=spec, started=started)
-    write_config(trainer.run_dir, cfg)
-    print(f"rltrain train: {cfg.algo.name} on {cfg.env.id}; writing {trainer.run_dir}")
+    trainer = prepare_train(cfg, args.run_dir, args.resume, args.config)
     summary = trainer.run()
     faults = FaultCounters(**summary["faults"])
     print(
@@ -324,7 +214,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from rltrain.rl.config import TrainConfig
     from rltrain.rl.evaluate import evaluate
 
-    run_dir = _run_dir_arg(args.run_dir, "")
+    run_dir = run_dir_arg(args.run_dir, "")
     cfg = load_config(TrainConfig, run_dir / "config.yaml")
     res = evaluate(cfg, run_dir, args.episodes, args.video, args.seed, video_view=args.video_view)
     print(

@@ -96,6 +96,10 @@ def _convert(tp: Any, value: Any, key: str, meta: Mapping[str, Any]) -> Any:
         return _convert(inner[0], value, key, meta)
     if dataclasses.is_dataclass(tp):
         return from_dict(tp, value, key + ".")
+    if origin is dict:  # free-form keyword arguments (env.kwargs): string keys, YAML values
+        if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+            raise ConfigError(f"{key}={value!r}: expected a mapping of names to values")
+        return dict(value)
     if origin is tuple:
         if isinstance(value, str | bytes) or not isinstance(value, Sequence):
             raise ConfigError(f"{key}={value!r}: expected a list")
@@ -161,7 +165,7 @@ def _check(value: Any, key: str, meta: Mapping[str, Any]) -> Any:
 
 def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
     """Turn ``["a.b=3", "c=[1, 2]"]`` into a nested dict; values are parsed as YAML scalars."""
-    out: dict[str, Any] = {}
+    flat: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
@@ -170,12 +174,20 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
             value = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
             value = raw
+        flat[key.strip()] = value
+    return nested(flat, "--set ")
+
+
+def nested(flat: Mapping[str, Any], what: str = "") -> dict[str, Any]:
+    """``{"a.b": 3, "c": 1}`` as ``{"a": {"b": 3}, "c": 1}`` (dotted keys name sections)."""
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
         node = out
-        parts = key.strip().split(".")
+        parts = key.split(".")
         for part in parts[:-1]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise ConfigError(f"--set {item!r}: '{part}' is set both as a value and a section")
+                raise ConfigError(f"{what}{key!r}: '{part}' is set both as a value and a section")
         node[parts[-1]] = value
     return out
 
@@ -308,4 +320,6 @@ def _type_name(tp: Any) -> str:
         return " | ".join(_type_name(a) for a in args)
     if typing.get_origin(tp) is tuple:
         return f"list[{_type_name(args[0])}]"
+    if typing.get_origin(tp) is dict:
+        return "mapping"
     return "null" if tp is type(None) else getattr(tp, "__name__", str(tp))

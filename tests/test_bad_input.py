@@ -319,9 +319,14 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             id="t-env-ale",
         ),
         pytest.param(
-            ["train", CARTPOLE, "--set", "env.id=Pendulum-v1"],
-            ["Pendulum-v1"],
-            id="t-env-continuous",
+            [
+                "train",
+                str(ROOT / "configs" / "cartpole_gorila.yaml"),
+                "--set",
+                "env.id=Pendulum-v1",
+            ],
+            ["algo.name=dqn needs Discrete actions", "Pendulum-v1", "Box(1,)"],
+            id="t-dqn-continuous",
         ),
     ],
 )
@@ -584,20 +589,20 @@ def test_a_listening_address_passes_the_check(
 ) -> None:
     import socket
 
-    from rltrain.cli import _check_address
+    from rltrain.launch import check_address
 
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
         address = f"127.0.0.1:{server.getsockname()[1]}"
-        _check_address(address)
-        _check_address(f"ray://{address}")
+        check_address(address)
+        check_address(f"ray://{address}")
         (tmp_path / "ray").mkdir()
         (tmp_path / "ray" / "ray_current_cluster").write_text(address + "\n")
         monkeypatch.delenv("RAY_ADDRESS", raising=False)
         monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
-        _check_address("auto")  # what `ray start` wrote, and something listens there
-    _check_address(None)
+        check_address("auto")  # what `ray start` wrote, and something listens there
+    check_address(None)
 
 
 def test_exponent_numbers_are_numbers() -> None:

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from envs import CHAIN_ID, EnvConfig, EnvError, StepBatch, VectorEnv, make_env
+from envs import CHAIN_ID, ActionSpace, EnvConfig, EnvError, StepBatch, VectorEnv, make_env
 from envs.toy import CHAIN_LENGTH, CHAIN_MAX_STEPS
 from rltrain.config import ConfigError, field_docs, from_dict
 
@@ -129,9 +129,24 @@ def test_unknown_id_names_close_match_in_one_line() -> None:
         make_env(EnvConfig(id="ALE/Pongg-v5"), seed=0)
 
 
-def test_non_discrete_action_space_is_rejected() -> None:
-    with pytest.raises(EnvError, match="only Discrete actions are supported"):
-        make_env(EnvConfig(id="Pendulum-v1", num_envs=1), seed=0)
+def test_box_actions_are_continuous_and_clipped_to_their_bounds() -> None:
+    from envs.gym_vector import to_env_actions
+
+    env = make_env(EnvConfig(id="Pendulum-v1", num_envs=2), seed=0)
+    space = env.action_space
+    assert space == ActionSpace(1, True, (-2.0,), (2.0,)) and env.num_actions == 1
+    env.reset()
+    step = env.step(np.array([[5.0], [-0.5]], np.float32))  # 5 is stepped as 2
+    assert step.reward.shape == (2,)
+    env.close()
+    clipped = to_env_actions(np.array([[5.0], [-0.5]]), space)
+    assert clipped.dtype == np.float32 and clipped.tolist() == [[2.0], [-0.5]]
+
+
+def test_other_action_spaces_are_rejected_naming_what_is_supported() -> None:
+    cfg = EnvConfig(id="rltrain_test/MultiDiscrete-v0", imports=("custom_envs",), num_envs=1)
+    with pytest.raises(EnvError, match="MultiDiscrete action space; supported: Discrete, or a"):
+        make_env(cfg, seed=0)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -69,6 +69,11 @@ def expected(name: str) -> float:
             v = b2 * v + (1 - b2) * g**2
             p -= LR * (m / (1 - b1**t)) / (math.sqrt(v / (1 - b2**t)) + EPS)
         return p
+    if name in ("cg_fr", "cg_hs"):  # p1 = -g1; beta2 from g1, g2, p1; p2 = beta2 p1 - g2
+        p1 = -G1
+        fr, hs = G2**2 / G1**2, G2 * (G2 - G1) / (p1 * (G2 - G1))
+        beta = fr if name == "cg_fr" else hs
+        return P0 + LR * p1 + LR * (max(beta, 0.0) * p1 - G2)
     raise AssertionError(name)
 
 

@@ -121,6 +121,40 @@ def test_appo_learner_steps_epochs_x_minibatches_per_batch() -> None:
     assert norm is not None and norm.obs is not None and norm.obs.count == 30
 
 
+def test_appo_clips_around_the_learners_policy_not_the_actors() -> None:
+    """The trust region is pi_old, the learner's policy at the batch's start: a rollout whose
+    behaviour policy lags far behind starts inside it (ratio 1, nothing clipped), and the lag
+    is V-trace's business."""
+    c = dataclasses.replace(
+        cfg("appo"), algo=AlgoConfig(name="appo", rollout_length=5, epochs=1, minibatches=1)
+    )
+    server = server_for(c)
+    spec = probe_env(c)
+    r = Actor(c, 0).collect(server)
+    far = torch.tensor([8.0, -8.0]).expand_as(r.behaviour_logits)  # mu: almost always action 0
+    r = dataclasses.replace(r, behaviour_logits=far.clone())
+    learner = Learner(c, spec.obs_shape, spec.num_actions)
+    learner.load(server.pull())
+    (g,) = list(learner.gradients(r))
+    assert g.loss.clip_fraction == 0.0 and g.loss.kl == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.parametrize(("overlap", "staleness"), [(False, 0), (True, 1)])
+def test_appo_minibatches_wait_for_their_push_unless_overlapped(
+    overlap: bool, staleness: int
+) -> None:
+    """By default each minibatch's gradient is computed at the parameters the previous push
+    returned (no staleness); overlap_push computes it during that push, one version behind."""
+    algo = AlgoConfig(name="appo", rollout_length=5, epochs=2, minibatches=2, overlap_push=overlap)
+    c = dataclasses.replace(cfg("appo"), algo=algo)
+    server = server_for(c)
+    spec = probe_env(c)
+    learner = Learner(c, spec.obs_shape, spec.num_actions)
+    stats = learner.learn(server, 0.0, Actor(c, 0).collect(server))
+    assert stats.applied == 4
+    assert stats.staleness == [0] + [staleness] * 3
+
+
 def test_atari_actor_rollout_is_uint8_frames() -> None:
     c = cfg(env="ALE/Pong-v5")
     server = server_for(c)

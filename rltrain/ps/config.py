@@ -15,6 +15,8 @@ OPTIMIZERS = (
     "rmsprop_tf",
     "adadelta",
     "adam",
+    "cg_fr",
+    "cg_hs",
 )
 RULES = ("sync", "soft_sync", "async", "average")
 STALENESS_POLICIES = ("none", "scale", "drop")
@@ -28,7 +30,8 @@ class OptimizerConfig:
     """sgd, momentum (SGD+momentum), nesterov, adagrad, rmsprop, adadelta or adam, all from
     torch.optim; or rmsprop_tf: TensorFlow 1's RMSProp, the form A3C and IMPALA used (eps inside
     the square root, lr g / sqrt(ms + eps), and the mean square ms starting at 1;
-    rltrain.ps.optim.RMSpropTF, the one hand-written optimizer)."""
+    rltrain.ps.optim.RMSpropTF); or cg_fr / cg_hs: nonlinear conjugate gradients with
+    Fletcher-Reeves or Hestenes-Stiefel beta and the fixed step lr (ConjugateGradient)."""
     lr: float = field(default=1e-3, metadata=spec(gt=0))
     """Learning rate (before any staleness scaling)."""
     momentum: float = field(default=0.9, metadata=spec(ge=0, le=1))
@@ -50,6 +53,9 @@ class OptimizerConfig:
     the root, lr g / (sqrt(ms) + eps); rmsprop_tf inside, lr g / sqrt(ms + eps), as A3C (0.1) and
     IMPALA (0.01) did. For small gradients the same eps then gives rmsprop_tf a step sqrt(eps)
     times rmsprop's (eps 0.1: ~3x smaller)."""
+    cg_restart: int = field(default=0, metadata=spec(ge=0))
+    """cg_fr/cg_hs: restart (beta = 0, a plain gradient step) every this many steps; 0 = only
+    when beta comes out negative (it is clipped at 0)."""
     centered: bool = False
     """Centered RMSProp (rmsprop, and rmsprop_tf in TF's form sqrt(ms - mg^2 + eps))."""
 

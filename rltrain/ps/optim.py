@@ -1,7 +1,8 @@
-"""Server-side optimizers by name: ``torch.optim``, plus TensorFlow's RMSProp (:class:`RMSpropTF`).
+"""Server-side optimizers by name: ``torch.optim``, plus what it does not offer.
 
-:class:`RMSpropTF` is the one hand-written optimizer: the A3C/IMPALA papers used TF's form of
-RMSProp, which ``torch.optim`` does not offer. Every other name is a ``torch.optim`` class.
+Hand-written: TensorFlow's RMSProp (:class:`RMSpropTF`), the form the A3C/IMPALA papers used,
+and nonlinear conjugate gradients (:class:`ConjugateGradient`), one of DistBelief's
+comparisons. Every other name is a ``torch.optim`` class.
 """
 
 from __future__ import annotations
@@ -12,6 +13,14 @@ from typing import Any
 import torch
 
 from rltrain.ps.config import OptimizerConfig
+
+
+def run_closure(closure: Callable[[], float] | None) -> float | None:
+    """torch.optim's step(closure) protocol: re-evaluate the loss with gradients enabled."""
+    if closure is None:
+        return None
+    with torch.enable_grad():
+        return closure()
 
 
 class RMSpropTF(torch.optim.Optimizer):
@@ -90,10 +99,7 @@ class RMSpropTF(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
         """One update of every parameter with a gradient (equations in the class docstring)."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = run_closure(closure)
         self.init_state()
         for group in self.param_groups:
             lr, alpha, eps = group["lr"], group["alpha"], group["eps"]
@@ -119,6 +125,102 @@ class RMSpropTF(torch.optim.Optimizer):
                     p.sub_(mom)
                 else:
                     p.addcdiv_(g, denom, value=-lr)
+        return loss
+
+
+class ConjugateGradient(torch.optim.Optimizer):
+    """Nonlinear conjugate gradients with a fixed step (``cg_fr``, ``cg_hs``)::
+
+        p_{t+1} = beta_{t+1} p_t - g_t,   W_{t+1} = W_t + lr p_{t+1}
+
+    beta of Fletcher-Reeves, g_t.g_t / g_{t-1}.g_{t-1}, or of Hestenes-Stiefel,
+    g_t.(g_t - g_{t-1}) / p_t.(g_t - g_{t-1}) (Nocedal & Wright 2006, Sec. 5.2), clipped at 0
+    (the PR+/HS+ restart), and 0 on the first step and every ``restart`` steps (0: never).
+    The dot products run over every parameter of the optimizer: on a sharded server each
+    shard keeps its own direction and previous gradient, as DistBelief's per-shard Adagrad.
+    With the exact line-search step of a quadratic (:meth:`direction` gives p first, so that
+    the step can be chosen), both reach the optimum of an n-dimensional quadratic in n steps.
+    """
+
+    VARIANTS = ("fr", "hs")
+
+    def __init__(
+        self,
+        params: Iterable[torch.nn.Parameter],
+        lr: float,
+        variant: str = "fr",
+        restart: int = 0,
+        weight_decay: float = 0.0,
+    ) -> None:
+        """``weight_decay``: an L2 term added to each gradient, as torch.optim's do."""
+        if variant not in self.VARIANTS:
+            raise ValueError(f"conjugate gradient variant {variant!r}; allowed: fr, hs")
+        defaults = dict(lr=lr, variant=variant, restart=restart, weight_decay=weight_decay)
+        super().__init__(params, defaults)
+        self._ready = False  # direction() ran for the gradients held now
+
+    def init_state(self) -> None:
+        """Zero direction and previous gradient, no steps (shared memory needs them now)."""
+        for g in self.param_groups:
+            for p in g["params"]:
+                st = self.state[p]
+                st["p"] = torch.zeros_like(p)
+                st["g_prev"] = torch.zeros_like(p)
+                st["step"] = 0
+
+    @staticmethod
+    def _grad(p: torch.Tensor, group: dict[str, Any]) -> torch.Tensor:
+        wd = group["weight_decay"]
+        return p.grad if not wd else p.grad + wd * p
+
+    def _beta(self, group: dict[str, Any]) -> float:
+        params = [p for p in group["params"] if p.grad is not None]
+        steps = self.state[params[0]].get("step", 0) if params else 0
+        if steps == 0 or (group["restart"] and steps % group["restart"] == 0):
+            return 0.0
+        num = den = 0.0
+        for p in params:
+            g, st = self._grad(p, group), self.state[p]
+            if group["variant"] == "fr":
+                num += float(g.pow(2).sum())
+                den += float(st["g_prev"].pow(2).sum())
+            else:
+                y = g - st["g_prev"]
+                num += float((g * y).sum())
+                den += float((st["p"] * y).sum())
+        return max(0.0, num / den) if den != 0 else 0.0
+
+    @torch.no_grad()
+    def direction(self) -> list[torch.Tensor]:
+        """p_{t+1} for the gradients held now (one tensor per parameter with a gradient)."""
+        out: list[torch.Tensor] = []
+        for group in self.param_groups:
+            beta = self._beta(group)
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                st = self.state[p]
+                if "p" not in st:
+                    st["p"], st["g_prev"], st["step"] = torch.zeros_like(p), torch.zeros_like(p), 0
+                g = self._grad(p, group)
+                st["p"].mul_(beta).sub_(g)
+                st["g_prev"].copy_(g)
+                st["step"] += 1
+                out.append(st["p"])
+        self._ready = True
+        return out
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        """W += lr p_{t+1}; the direction is computed here unless :meth:`direction` just did."""
+        loss = run_closure(closure)
+        if not self._ready:
+            self.direction()
+        self._ready = False
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.add_(self.state[p]["p"], alpha=group["lr"])
         return loss
 
 
@@ -153,6 +255,9 @@ def make_optimizer(
         return torch.optim.Adam(
             p, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, weight_decay=wd
         )
+    if cfg.name in ("cg_fr", "cg_hs"):
+        variant = cfg.name.removeprefix("cg_")
+        return ConjugateGradient(p, cfg.lr, variant, cfg.cg_restart, weight_decay=wd)
     raise ValueError(f"unknown optimizer {cfg.name!r}")  # OptimizerConfig already checked choices
 
 
@@ -165,7 +270,7 @@ def materialize_state(opt: torch.optim.Optimizer) -> None:
     set back to zero. :class:`RMSpropTF` builds its state directly: its mean square starts at
     one, which a zero-gradient step would decay.
     """
-    if isinstance(opt, RMSpropTF):
+    if isinstance(opt, RMSpropTF | ConjugateGradient):
         opt.init_state()
         return
     saved = [(g["lr"], g.get("weight_decay", 0.0)) for g in opt.param_groups]

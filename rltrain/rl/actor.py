@@ -8,15 +8,15 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from torch import nn
-from torch.nn.utils import vector_to_parameters
 
-from envs import StepBatch, VectorEnv, make_env, make_env_groups
+from envs import ActionSpace, StepBatch, VectorEnv, make_env, make_env_groups
 from rltrain.normalize import Moments, NormStats, RewardScaler
 from rltrain.perf import PhaseTimer
 from rltrain.ps.server import Server
 from rltrain.records import Params
 from rltrain.rl.config import TrainConfig, normalizes_obs
-from rltrain.rl.models import ActorCritic, build_policy
+from rltrain.rl.distributions import distribution
+from rltrain.rl.models import ActorCritic, build_policy, load_flat
 from rltrain.rl.rollout import Rollout, stack
 
 
@@ -27,18 +27,19 @@ def frame_stack_of(obs_shape: tuple[int, ...]) -> int:
 
 def load_params(net: nn.Module, params: Params, device: torch.device | None = None) -> None:
     """Copy a pulled flat parameter vector into ``net``."""
-    with torch.no_grad():
-        vector_to_parameters(params.values.to(device or "cpu"), net.parameters())
+    load_flat(net, params.values.to(device or "cpu"))
 
 
 def policy_builder(cfg: TrainConfig) -> Callable[..., ActorCritic]:
     """``build_policy`` with the run's value torso and observation normalisation; called as
-    ``build(kind, obs_shape, num_actions, hidden)``, like ``build_qnet``."""
+    ``build(kind, obs_shape, actions, hidden)``, like ``build_qnet``."""
 
-    def build(kind: str, obs_shape: tuple[int, ...], num_actions: int, hidden: int) -> ActorCritic:
+    def build(
+        kind: str, obs_shape: tuple[int, ...], actions: ActionSpace | int, hidden: int
+    ) -> ActorCritic:
         clip = cfg.normalize.clip if normalizes_obs(cfg, obs_shape) else None
         m = cfg.model
-        return build_policy(kind, obs_shape, num_actions, hidden, m.value_net, clip, m.precision)
+        return build_policy(kind, obs_shape, actions, hidden, m.value_net, clip, m.precision)
 
     return build
 
@@ -51,7 +52,7 @@ def acting_setup(
     torch.set_num_threads(cfg.runtime.threads_per_worker)
     seed = actor_seed(cfg, actor_id)
     env = make_env(cfg.env, seed=seed)
-    model = build(cfg.model.kind, env.obs_shape, env.num_actions, cfg.model.hidden)
+    model = build(cfg.model.kind, env.obs_shape, env.action_space, cfg.model.hidden)
     model.eval()
     return env, model, seed
 
@@ -138,8 +139,9 @@ class Actor:
         self.groups = make_env_groups(cfg.env, seed)
         self.env = self.groups[0]  # shapes and action count (every group has the same)
         self.model: ActorCritic = policy_builder(cfg)(
-            cfg.model.kind, self.env.obs_shape, self.env.num_actions, cfg.model.hidden
+            cfg.model.kind, self.env.obs_shape, self.env.action_space, cfg.model.hidden
         )
+        self.dist = distribution(self.env.action_space)
         self.model.eval()
         self.generator = torch.Generator().manual_seed(seed)
         # each group resets with the seeds make_env_groups gave it (env i of the actor: seed + i)
@@ -201,10 +203,9 @@ class Actor:
                 if t == T:
                     continue
                 with timer.phase("inference"):
-                    logits, _ = self.model(self.obs[g])  # [B_g, A]
-                    probs = torch.softmax(logits, -1)
-                    action = torch.multinomial(probs, 1, generator=self.generator).squeeze(1)
-                    env.send(action.numpy())
+                    logits, _ = self.model(self.obs[g])  # [B_g, P]
+                    action = self.dist.sample(logits, self.generator)  # [B_g] or [B_g, n]
+                    env.send(action.numpy())  # a Box's env clips to its bounds
                     trace.act(action, logits)
         self.rollouts += 1
         with timer.phase("collate"):

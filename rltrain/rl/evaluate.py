@@ -29,16 +29,16 @@ from typing import Literal
 
 import numpy as np
 import torch
-from torch.nn.utils import vector_to_parameters
 
-from envs import VectorEnv, make_env
+from envs import ActionSpace, VectorEnv, make_env
 from envs.base import EnvError
 from envs.screen import RecordingEnv, make_recording_env
 from rltrain.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
 from rltrain.normalize import NormStats
 from rltrain.rl.actor import policy_builder
 from rltrain.rl.config import TrainConfig
-from rltrain.rl.models import build_qnet
+from rltrain.rl.distributions import CATEGORICAL, Distribution, distribution
+from rltrain.rl.models import build_qnet, load_flat
 from rltrain.video import open_video
 
 VideoView = Literal["game", "agent"]
@@ -85,19 +85,26 @@ class Policy:
     """A checkpoint's network acting on a batch of observations: actor-critic runs sample
     from their policy, as they were trained; DQN runs act greedily in the action values."""
 
-    def __init__(self, model: torch.nn.Module, greedy: bool) -> None:
+    def __init__(
+        self, model: torch.nn.Module, greedy: bool, dist: Distribution = CATEGORICAL
+    ) -> None:
         self.model = model.eval()
         self.greedy = greedy
+        self.dist = dist
 
-    def act(self, obs: np.ndarray, gen: torch.Generator) -> np.ndarray:
-        """int64 [B] actions for observations [B, *obs_shape]."""
+    def act(
+        self, obs: np.ndarray, gen: torch.Generator | None, deterministic: bool = False
+    ) -> np.ndarray:
+        """Actions for observations [B, *obs_shape]: int64 [B], or float32 [B, n] for a Box
+        (unclipped: the env clips). ``deterministic``: the most likely action (the mean)."""
         with torch.no_grad():
             x = torch.from_numpy(np.asarray(obs))
             if self.greedy:
                 return self.model(x).argmax(1).numpy()
-            logits, _ = self.model(x)
-            probs = torch.softmax(logits, -1)
-            return torch.multinomial(probs, 1, generator=gen).squeeze(1).numpy()
+            params, _ = self.model(x)
+            if deterministic:
+                return self.dist.mode(params).numpy()
+            return self.dist.sample(params, gen).numpy()
 
 
 def load_policy(
@@ -105,19 +112,19 @@ def load_policy(
     run_dir: Path,
     params: tuple[Path, torch.Tensor, NormStats | None],
     obs_shape: tuple[int, ...],
-    num_actions: int,
+    actions: ActionSpace | int,
 ) -> Policy:
     """The run's network with the checkpoint's (path, values, norm) loaded into it."""
     path, values, norm = params
     dqn = cfg.algo.name == "dqn"
     build = build_qnet if dqn else policy_builder(cfg)
-    model = build(cfg.model.kind, obs_shape, num_actions, cfg.model.hidden)
+    model = build(cfg.model.kind, obs_shape, actions, cfg.model.hidden)
     if sum(p.numel() for p in model.parameters()) != values.numel():
         raise CheckpointError(f"{path} does not fit the model of {run_dir}/config.yaml")
-    vector_to_parameters(values, model.parameters())
+    load_flat(model, values)
     if not dqn:
         model.set_norm(norm)  # the observation statistics the policy was trained with
-    return Policy(model, greedy=dqn)
+    return Policy(model, greedy=dqn, dist=distribution(actions))
 
 
 def evaluate(
@@ -160,7 +167,7 @@ def evaluate(
             vec = stack.enter_context(make_env(cfg.env, seed=seed, num_envs=envs, evaluation=True))
         spec = vec if vec is not None else rec
         assert spec is not None
-        policy = load_policy(cfg, run_dir, (path, values, norm), spec.obs_shape, spec.num_actions)
+        policy = load_policy(cfg, run_dir, (path, values, norm), spec.obs_shape, spec.action_space)
         if rec is not None:
             out = run_dir / f"eval-v{version}{'' if view == 'game' else '-agent'}"
             gen = torch.Generator().manual_seed(video_seed)
@@ -207,7 +214,7 @@ def record_episode(
     with open_video(out, env.fps) as writer:
         writer.add(env.screen() if view == "game" else frame_of(obs))
         while not done and steps < max_steps:
-            obs, reward, done = env.step(int(policy.act(obs[None], gen)[0]))
+            obs, reward, done = env.step(policy.act(obs[None], gen)[0])
             total += reward
             steps += 1
             writer.add(env.screen() if view == "game" else frame_of(obs))

@@ -21,14 +21,15 @@ import time
 from collections.abc import Callable, Iterator
 
 import torch
-import torch.nn.functional as F
 
+from envs import ActionSpace
 from rltrain import perf
 from rltrain.perf import PhaseTimer
 from rltrain.ps.server import Server
 from rltrain.records import GradUpdate, Params, PushResult
 from rltrain.rl.actor import load_params, policy_builder
 from rltrain.rl.config import TrainConfig, linear, waits_at_barrier
+from rltrain.rl.distributions import distribution
 from rltrain.rl.losses import (
     LossSpec,
     LossTerms,
@@ -37,6 +38,7 @@ from rltrain.rl.losses import (
     next_state_values,
     vtrace,
 )
+from rltrain.rl.models import train_layout
 from rltrain.rl.rollout import LossStats, Rollout, WorkStats, stack
 
 PPO_ALGOS = ("ppo", "appo")  # clipped surrogate, several epochs of minibatches
@@ -69,10 +71,6 @@ def loss_spec(cfg: TrainConfig, progress: float = 0.0) -> LossSpec:
     )
 
 
-def logp_of(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:  # [..., A] -> [...]
-    return F.log_softmax(logits, -1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-
-
 @dataclasses.dataclass(frozen=True)
 class Gradient:
     """One minibatch's flat gradient [P] (CPU), its loss terms and the samples it covers."""
@@ -89,12 +87,13 @@ class Learner:
         self,
         cfg: TrainConfig,
         obs_shape: tuple[int, ...],
-        num_actions: int,
+        actions: ActionSpace | int,
         gpu: bool = False,
         learner_id: int = 0,
         threads: int = 0,
     ) -> None:
-        """``threads``: torch threads (0: runtime.learner_threads, else threads_per_worker)."""
+        """``actions``: the env's action space (an int n: Discrete(n)); ``threads``: torch
+        threads (0: runtime.learner_threads, else threads_per_worker)."""
         r = cfg.runtime
         torch.set_num_threads(threads or r.learner_threads or r.threads_per_worker)
         self.cfg = cfg
@@ -102,8 +101,10 @@ class Learner:
         self.learner_id = learner_id
         self.params: Params | None = None  # from the last exchange: the next step starts here
         build = policy_builder(cfg)
-        self.model = build(cfg.model.kind, obs_shape, num_actions, cfg.model.hidden)
+        self.model = build(cfg.model.kind, obs_shape, actions, cfg.model.hidden)
+        self.dist = distribution(actions)
         self.model.to(self.device)
+        train_layout(self.model)
         self.spec = loss_spec(cfg)
         self.timer = PhaseTimer("learner")  # a worker replaces it with its own
         # minibatch shuffles: seeded per learner (STYLE.md: worker i uses seed + i)
@@ -127,7 +128,7 @@ class Learner:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # [T, B, A], [T+1, B], [K]
         """Logits of the T acting steps, values of all T+1 observations and of the final
         observations of truncated episodes, in one forward pass."""
-        T, B = r.actions.shape
+        T, B = r.actions.shape[:2]
         x = r.obs.to(self.device).flatten(0, 1)
         K = len(r.final_at)
         if K:
@@ -153,8 +154,8 @@ class Learner:
         cont = r.continues().to(d)
         if a.name in VTRACE_ALGOS:
             vt = vtrace(
-                logp_of(r.behaviour_logits.to(d), actions),
-                logp_of(logits, actions),
+                self.dist.log_prob(r.behaviour_logits.to(d), actions),
+                self.dist.log_prob(logits, actions),
                 *args,
                 values[:T],
                 nxt,
@@ -185,25 +186,36 @@ class Learner:
         targets, adv = self.targets(r, logits.detach(), values.detach(), final_values.detach())
         loss = actor_critic_loss(
             logits.flatten(0, 1),
-            r.actions.to(d).flatten(),
+            r.actions.to(d).flatten(0, 1),
             values[:-1].flatten(),
             targets.flatten(),
             adv.flatten(),
             self.spec,
             behaviour_logits=r.behaviour_logits.to(d).flatten(0, 1),
+            dist=self.dist,
         )
         return self._gradient(loss, r.env_steps)
 
     def _minibatches(self, r: Rollout) -> Iterator[Gradient]:
-        """ppo/appo: targets once at the batch's start, then epochs x shuffled minibatches."""
+        """ppo/appo: targets once at the batch's start, then epochs x shuffled minibatches.
+
+        The clipped ratio is pi / pi_old, with pi_old the learner's policy at the batch's
+        start (PPO's "old" policy, Schulman et al. 2017), not the actors' mu: under appo mu
+        lags the learner by a batch or two, and a trust region around mu starts most samples
+        outside it (their gradient zero, or unbounded for a negative advantage: measured on
+        Pong, 4 epochs, the value loss and gradient norm blew up and the entropy fell to 0).
+        The gap between mu and pi_old is V-trace's truncated weight min(1, pi_old / mu) in
+        the advantages: the decoupled objective of Hilton et al. 2022 ("Batch size-invariance
+        for policy optimization"), as RLlib's APPO does with its target network.
+        """
         a, d = self.cfg.algo, self.device
-        T, B = r.actions.shape
+        T, B = r.actions.shape[:2]
         with torch.no_grad():
             logits, values, final_values = self.evaluate(r)
         targets, adv = self.targets(r, logits, values, final_values)
         obs = r.obs[:T].to(d).flatten(0, 1)  # [N, *obs]
-        actions = r.actions.to(d).flatten()  # [N]
-        behaviour = r.behaviour_logits.to(d).flatten(0, 1)  # [N, A]
+        actions = r.actions.to(d).flatten(0, 1)  # [N] or [N, n]
+        old = logits.flatten(0, 1)  # [N, A] pi_old
         old_values, targets, adv = values[:T].flatten(), targets.flatten(), adv.flatten()
         n = T * B
         size = -(-n // a.minibatches)  # ceil: every sample is in one minibatch per epoch
@@ -217,8 +229,9 @@ class Learner:
                     targets[idx],
                     adv[idx],
                     self.spec,
-                    behaviour_logits=behaviour[idx],
+                    behaviour_logits=old[idx],
                     old_values=old_values[idx],
+                    dist=self.dist,
                 )
                 yield self._gradient(loss, len(idx))
 
@@ -274,17 +287,19 @@ def push_gradients(
     """Push each gradient of ``batch`` (the first computed at parameters of ``version``) and
     load the parameters each exchange returns; returns the last of them.
 
-    ``barrier``: wait at the server for the next version after each push (a2c, ppo); each
-    gradient is then computed at the parameters the previous exchange returned. Without a
-    barrier the next gradient is computed while the previous exchange is in flight (at the
-    parameters before it: one step of staleness, as any asynchronous push has), so the round
-    trip costs no learner time (measured on Pong, 2 cores: a quarter of the learner's time).
+    ``barrier``: wait at the server for the next version after each push (a2c, ppo). Each
+    gradient is computed at the parameters the previous exchange returned, unless
+    ``algo.overlap_push`` (and no barrier): then the next gradient is computed while the
+    previous exchange is in flight, at the parameters before it (one step of staleness), so
+    the round trip costs no learner time (measured on Pong, 2 cores: a quarter of it), but
+    PPO's epochs became unstable (see the option).
     ``until``: stop once the server reaches this version (a barrier round's end). The batch's
     normalisation statistics travel with its first push; the model keeps the statistics it
     started with until the batch is done, then takes the newest.
     """
     norm = batch.norm
     timeout = learner.cfg.server.barrier_timeout_s
+    overlap = learner.cfg.algo.overlap_push and not barrier
     timer = learner.timer
     params: Params | None = None
     pending: Callable[[], tuple[PushResult, Params]] | None = None
@@ -303,7 +318,7 @@ def push_gradients(
         at = version  # the parameters the next gradient is computed at
         with timer.phase("learn"):
             g = next(gradients, None)
-        if pending is not None:  # without a barrier: the exchange that overlapped it
+        if pending is not None:  # overlap_push: the exchange that overlapped it
             params, pending = finish(), None
             version = params.version
         if g is None:
@@ -313,7 +328,7 @@ def push_gradients(
         with timer.phase("exchange"):
             pending = server.exchange_begin(update, at + 1 if barrier else 0, timeout)
         stats.losses.append(g.loss)
-        if barrier:
+        if not overlap:
             params, pending = finish(), None
             version = params.version
             if until is not None and params.version >= until:

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from rltrain.rl.distributions import CATEGORICAL, Distribution
+
 
 @dataclass(frozen=True)
 class LossTerms:
@@ -29,7 +31,7 @@ class LossTerms:
     policy: float
     value: float
     entropy: float
-    kl: float = 0.0  # mean KL(mu || pi) over the batch, with behaviour logits
+    kl: float = 0.0  # mean KL(mu || pi) over the batch; mu: the reference logits given
     clip_fraction: float = 0.0
 
 
@@ -127,33 +129,34 @@ class LossSpec:
 
 
 def actor_critic_loss(
-    logits: torch.Tensor,  # [N, A] of the policy being trained
-    actions: torch.Tensor,  # [N] int64
+    logits: torch.Tensor,  # [N, P] of the policy being trained (logits, or Gaussian parameters)
+    actions: torch.Tensor,  # [N] int64, or [N, n] float32
     values: torch.Tensor,  # [N] of the critic being trained
     value_targets: torch.Tensor,  # [N] (no grad)
     advantages: torch.Tensor,  # [N] (no grad)
     spec: LossSpec,
-    behaviour_logits: torch.Tensor | None = None,  # [N, A] mu: PPO's "old" policy, the KL's mu
+    behaviour_logits: torch.Tensor | None = None,  # [N, P] mu: the actors' policy or PPO's pi_old
     old_values: torch.Tensor | None = None,  # [N] values at the batch's start (value_clip)
+    dist: Distribution = CATEGORICAL,
 ) -> LossTerms:
     """policy  +  c_v (V - target)^2 / 2  -  c_e H(pi)  +  c_kl KL(mu || pi).
 
     policy = -log pi(a|x) A (A3C, IMPALA), or with ``spec.clip`` PPO's clipped surrogate
     -min(r A, clip(r, 1 - eps, 1 + eps) A), r = pi(a|x) / mu(a|x). Each term is the mean (or
-    the sum, ``spec.reduction``) over the N samples.
+    the sum, ``spec.reduction``) over the N samples. ``dist``: the policy's distribution
+    (:mod:`rltrain.rl.distributions`; categorical for discrete actions).
     """
     reduce = torch.mean if spec.reduction == "mean" else torch.sum
     adv = advantages.detach()
     if spec.normalize_advantages and adv.numel() > 1:
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-    log_probs = F.log_softmax(logits, dim=-1)  # [N, A]
-    logp = log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)  # [N]
-    entropy = reduce(-(log_probs.exp() * log_probs).sum(-1))
+    logp = dist.log_prob(logits, actions)  # [N]
+    entropy = reduce(dist.entropy(logits))
     kl = clip_fraction = torch.zeros(())
     if behaviour_logits is not None:
-        mu_log = F.log_softmax(behaviour_logits.detach(), dim=-1)  # [N, A]
-        log_ratio = logp - mu_log.gather(-1, actions.unsqueeze(-1)).squeeze(-1)  # [N]
-        kl_mu_pi = (mu_log.exp() * (mu_log - log_probs)).sum(-1)  # [N]
+        mu = behaviour_logits.detach()
+        log_ratio = logp - dist.log_prob(mu, actions)  # [N]
+        kl_mu_pi = dist.kl(mu, logits)  # [N]
         kl = kl_mu_pi.mean().detach()
     if spec.clip > 0:
         assert behaviour_logits is not None, "the clipped surrogate needs the behaviour policy"

@@ -100,7 +100,7 @@ class ActorLearnerPlan(RLPlan):
         actors = t.remotes("actor", Actor, lambda i: (cfg, i))
         spec = t.spec
         learners = t.remotes(
-            "learner", Learner, lambda i: (cfg, spec.obs_shape, spec.num_actions, t.gpu, i)
+            "learner", Learner, lambda i: (cfg, spec.obs_shape, spec.actions, t.gpu, i)
         )
         self.ready: collections.deque = collections.deque()  # (rollout future, actor)
         self.idle_learners = list(learners)

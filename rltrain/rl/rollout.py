@@ -18,11 +18,12 @@ class Rollout:
     actor_id: int
     version: int
     obs: torch.Tensor  # [T+1, B, *obs_shape]; obs[T] is the state to bootstrap from
-    actions: torch.Tensor  # [T, B] int64
+    actions: torch.Tensor  # [T, B] int64, or [T, B, n] float32 (a Box, unclipped samples)
     rewards: torch.Tensor  # [T, B] float32, the training reward (clipped for Atari)
     terminated: torch.Tensor  # [T, B] bool
     truncated: torch.Tensor  # [T, B] bool
-    behaviour_logits: torch.Tensor  # [T, B, A] of the acting policy (V-trace's mu)
+    behaviour_logits: torch.Tensor  # [T, B, P] the acting policy's parameters (V-trace's mu):
+    # logits, or a Gaussian's means and log-stds (rl.distributions)
     final_obs: torch.Tensor  # [K, *obs_shape] last observations of the K truncated episodes
     final_at: torch.Tensor  # [K, 2] int64 (t, b) of each: truncated[t, b] is True
     episode_returns: tuple[float, ...] = ()  # raw scores of episodes that ended in the rollout
@@ -32,7 +33,7 @@ class Rollout:
 
     @property
     def env_steps(self) -> int:
-        return int(self.actions.numel())
+        return int(self.actions.shape[0] * self.actions.shape[1])
 
     def discounts(self, gamma: float) -> torch.Tensor:  # [T, B]
         """gamma, or 0 where the episode terminated: a terminal has no future.

@@ -9,35 +9,45 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.nn.utils import parameters_to_vector
 
-from envs import make_env
+from envs import ActionSpace, EnvError, make_env
 from rltrain.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
 from rltrain.faults import FaultCounters
 from rltrain.ps.server import ShardLayout
 from rltrain.rl.actor import policy_builder
 from rltrain.rl.config import TrainConfig
-from rltrain.rl.models import build_qnet
+from rltrain.rl.models import build_qnet, flat_params
 
 
 @dataclass(frozen=True)
 class EnvSpec:
     obs_shape: tuple[int, ...]
     obs_dtype: str
-    num_actions: int
+    actions: ActionSpace
     frames_per_step: int
     protocol: dict[str, Any]
 
+    @property
+    def num_actions(self) -> int:
+        """Discrete: how many actions; a Box: its dimension."""
+        return self.actions.n
+
 
 def probe_env(cfg: TrainConfig) -> EnvSpec:
-    """Open one environment here to learn shapes and the protocol (and fail early on a bad id)."""
+    """Open one environment here to learn shapes and the protocol (and fail early on a bad id,
+    or on an action space the algorithm cannot handle)."""
     env = make_env(cfg.env, seed=cfg.seed, num_envs=1)
     try:
+        if cfg.algo.name == "dqn" and env.action_space.continuous:
+            raise EnvError(
+                f"algo.name=dqn needs Discrete actions; {cfg.env.id} has "
+                f"{env.action_space.describe()} actions: use appo, ppo, a3c, a2c or impala"
+            )
         protocol = {**env.protocol, "num_envs": cfg.env.num_envs}  # per actor
         return EnvSpec(
             tuple(env.obs_shape),
             str(np.dtype(env.obs_dtype)),
-            env.num_actions,
+            env.action_space,
             int(protocol.get("frame_skip", 1)),
             protocol,
         )
@@ -48,8 +58,8 @@ def probe_env(cfg: TrainConfig) -> EnvSpec:
 def initial_params(cfg: TrainConfig, spec: EnvSpec) -> torch.Tensor:
     torch.manual_seed(cfg.seed)
     build = build_qnet if cfg.algo.name == "dqn" else policy_builder(cfg)
-    model = build(cfg.model.kind, spec.obs_shape, spec.num_actions, cfg.model.hidden)
-    return parameters_to_vector(model.parameters()).detach().clone()
+    model = build(cfg.model.kind, spec.obs_shape, spec.actions, cfg.model.hidden)
+    return flat_params(model)
 
 
 def check_fits(path: Path, state: dict[str, Any], params: torch.Tensor, cfg: TrainConfig) -> None:

@@ -117,7 +117,7 @@ class Trainer:
     def _start(self, runtime: Any) -> None:
         cfg = self.cfg
         split = cfg.algo.name in SPLIT_ALGOS  # with separate learners
-        where = runtime.init_ray(cfg.runtime)
+        where = runtime.init_ray(cfg.runtime, ship=cfg.env.imports)
         signals.install()  # again: ray.init replaces the SIGTERM handler
         # learners ask Ray for GPUs when the cluster has them (the driver itself may have none)
         self.gpu = split and cfg.learner_gpus > 0 and runtime.cluster_gpus() > 0

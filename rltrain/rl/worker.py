@@ -30,7 +30,7 @@ class Worker:
         self.worker_id = worker_id
         self.actor = Actor(cfg, worker_id)
         env, threads = self.actor.env, cfg.runtime.threads_per_worker  # a worker, not a learner
-        self.learner = Learner(cfg, env.obs_shape, env.num_actions, threads=threads)
+        self.learner = Learner(cfg, env.obs_shape, env.action_space, threads=threads)
         self.timer = self.actor.timer = self.learner.timer = PhaseTimer("worker")
         self.learner.model = self.actor.model  # one network: acting and learning share it
         self.barrier = waits_at_barrier(cfg)

@@ -6,6 +6,11 @@ import dataclasses
 import logging
 import os
 import socket
+import sys
+import sysconfig
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import ray
@@ -18,12 +23,29 @@ PRELOAD = "rltrain.runtime"
 """What Ray's worker processes import as they start, before any class is placed on them."""
 
 
-def init_ray(cfg: RuntimeConfig) -> str:
+def user_code(modules: Sequence[str]) -> list[ModuleType]:
+    """The top-level packages of ``modules`` (env.imports, already imported here) that are not
+    installed: Ray ships them to every worker on every node (``runtime_env.py_modules``), so
+    a module in the current directory imports there as it does in the driver."""
+    installed = {Path(p).resolve() for p in sysconfig.get_paths().values()}
+    out: list[ModuleType] = []
+    for name in modules:
+        top = sys.modules.get(name.split(".")[0])
+        where = getattr(top, "__file__", None) or next(iter(getattr(top, "__path__", [])), None)
+        if top is None or where is None or top in out:
+            continue
+        if not any(Path(where).resolve().is_relative_to(p) for p in installed):
+            out.append(top)
+    return out
+
+
+def init_ray(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
     """Start a local Ray instance, or join the cluster at ``cfg.address``; returns a description.
 
     A local instance starts one worker process per CPU while the driver is still connecting,
     and each imports this module (torch, numpy, the parameter server) right away: the first
     actors created (the server shards) then start without waiting for torch to import.
+    ``ship``: the user's modules every worker must import (see :func:`user_code`).
     """
     if ray.is_initialized():
         return "ray (already running)"
@@ -33,6 +55,9 @@ def init_ray(cfg: RuntimeConfig) -> str:
         logging_level=logging.WARNING,
         log_to_driver=True,
     )
+    code = user_code(ship)
+    if code:
+        kwargs["runtime_env"] = {"py_modules": code}
     if cfg.address:
         check_reachable(cfg.address)
         try:

@@ -1,0 +1,76 @@
+"""Users' own environments: the modules that register them, make() arguments and wrappers.
+
+``env.imports`` names modules to import before an env is made; such a module registers its
+envs with ``gymnasium.register`` (as a package's ``__init__`` usually does). :func:`make_env`
+imports them first, and every process that steps an env calls it, so each actor on each node
+imports them itself, not only the driver. Every failure here is one line naming what was
+wrong (an :class:`~envs.base.EnvError`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import gymnasium
+
+from envs.base import EnvError
+
+Wrapper = Callable[[gymnasium.Env], gymnasium.Env]
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
+
+
+def _import(name: str, what: str) -> Any:
+    """Import ``name`` with the current directory on the path (as ``python -m`` has it)."""
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())
+    try:
+        return importlib.import_module(name)
+    except Exception as e:  # noqa: BLE001 - any failure of the user's module is reported
+        raise EnvError(f"{what}: cannot import module {name!r}: {_first_line(e)}") from None
+
+
+def import_env_modules(names: Sequence[str]) -> None:
+    """Import each module of ``env.imports`` (once per process)."""
+    for name in names:
+        if name not in sys.modules:
+            _import(name, "env.imports")
+
+
+def load_wrapper(ref: str) -> Wrapper:
+    """``module:Class`` (or ``module:function``) of ``env.wrappers`` as a callable env -> env."""
+    module, sep, attr = ref.partition(":")
+    if not (sep and module and attr):
+        raise EnvError(
+            f"env.wrappers: {ref!r} is not module:Class "
+            "(e.g. gymnasium.wrappers:FlattenObservation)"
+        )
+    obj: Any = _import(module, "env.wrappers")
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise EnvError(f"env.wrappers: module {module!r} has no {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise EnvError(f"env.wrappers: {ref!r} is a {type(obj).__name__}, not a wrapper class")
+    return obj
+
+
+def make_one(env_id: str, kwargs: Mapping[str, Any], wrappers: Sequence[Wrapper]) -> gymnasium.Env:
+    """``gymnasium.make(env_id, **kwargs)`` with ``wrappers`` applied in order."""
+    env = gymnasium.make(env_id, **kwargs)
+    for wrap in wrappers:
+        env = wrap(env)
+    return env
+
+
+def make_failed(env_id: str, kwargs: Mapping[str, Any], e: Exception) -> EnvError:
+    """The one-line error of an env that gymnasium (or a wrapper) could not make."""
+    given = f" with env.kwargs {dict(kwargs)}" if kwargs else ""
+    return EnvError(f"env {env_id!r} could not be made{given}: {_first_line(e)}")

@@ -1,0 +1,224 @@
+"""The Python API: train, bench, evaluate and act from a script or a notebook.
+
+    import rltrain
+
+    cfg = rltrain.Config.from_yaml("configs/cartpole_appo.yaml").with_overrides(
+        {"env.id": "Acrobot-v1", "stop.mean_return": -100}
+    )
+    run = rltrain.train(cfg, run_dir="runs/acrobot")      # a RunResult: summary.json's figures
+    print(run.stopped_by, run.mean_return, run.env_steps)
+    print(rltrain.evaluate(run.run_dir, episodes=10).mean)
+    policy = rltrain.load_policy(run.run_dir)             # obs -> action, outside rltrain
+    action = policy(obs)
+
+Each call does what the command line does (``rltrain train`` / ``bench`` / ``eval``), with the
+same validation and the same one-line errors (raised as :class:`~rltrain.errors.RLTrainError`
+subclasses instead of printed). Ctrl-C stops a run gracefully, as on the command line: it
+writes a final checkpoint and ``summary.json`` and returns with ``stopped_by == "interrupt"``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Generic, Literal, TypeVar
+
+import numpy as np
+import torch
+
+from envs import ActionSpace
+from envs.gym_vector import to_env_actions
+from rltrain import signals
+from rltrain.config import from_dict, merge, nested, read_yaml, to_dict
+from rltrain.rl.config import TrainConfig
+from rltrain.rl.evaluate import EvalResult, Policy
+from rltrain.supervised.config import BenchConfig
+
+Kind = Literal["train", "bench"]
+KINDS: dict[str, type] = {"train": TrainConfig, "bench": BenchConfig}
+T = TypeVar("T", TrainConfig, BenchConfig)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config(Generic[T]):
+    """A config, validated as the command line validates it; ``value`` is the typed config
+    (``Config.value.env.id``). Immutable: :meth:`with_overrides` returns a new one."""
+
+    data: Mapping[str, Any]
+    kind: Kind = "train"
+    value: T = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"Config kind {self.kind!r}: allowed are train, bench")
+        object.__setattr__(self, "value", from_dict(KINDS[self.kind], dict(self.data)))
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, kind: Kind = "train") -> Config:
+        """A YAML config file (as ``rltrain train PATH``); ``kind="bench"`` for ``bench``."""
+        return cls(read_yaml(path), kind)
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Config:
+        """Dotted keys as ``--set`` takes them, with Python values:
+        ``{"env.id": "Acrobot-v1", "optimizer.lr": 3e-4}``."""
+        return Config(merge(dict(self.data), nested(overrides)), self.kind)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every key, defaults included (what ``config.yaml`` of a run holds)."""
+        return to_dict(self.value)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    """The figures of a finished ``train`` (its ``summary.json``; see the README)."""
+
+    run_dir: Path
+    stopped_by: str
+    wall_seconds: float
+    startup_seconds: float | None
+    env_steps: int
+    env_frames: int
+    episodes: int
+    mean_return: float | None
+    best_mean_return: float | None
+    updates: int
+    mean_staleness: float
+    faults: dict[str, int]
+    summary: dict[str, Any]
+    """Everything summary.json holds (algo, env, protocol, failure, ...)."""
+
+    @classmethod
+    def from_run_dir(cls, run_dir: Path) -> RunResult:
+        s = json.loads((run_dir / "summary.json").read_text())
+        names = {f.name for f in dataclasses.fields(cls)} - {"run_dir", "summary"}
+        return cls(run_dir=run_dir, summary=s, **{k: s.get(k) for k in names})
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchResult:
+    """The figures of a finished ``bench`` (its ``summary.json``): one row per mode."""
+
+    run_dir: Path
+    dataset: str
+    results: list[dict[str, Any]]
+    """Per mode: final_accuracy, seconds_to, samples_per_s, ... (as results.csv)."""
+    summary: dict[str, Any]
+
+    @classmethod
+    def from_run_dir(cls, run_dir: Path) -> BenchResult:
+        s = json.loads((run_dir / "summary.json").read_text())
+        return cls(run_dir, s["dataset"], s["results"], s)
+
+    def by_mode(self) -> dict[str, dict[str, Any]]:
+        return {r["mode"]: r for r in self.results}
+
+
+def _config(config: Config | str | Path | TrainConfig | BenchConfig, kind: Kind, **kw: Any) -> Any:
+    """The typed config of ``config`` plus ``kw`` overrides (dotted keys, or ``__`` for dots)."""
+    if isinstance(config, TrainConfig | BenchConfig):
+        config = Config(to_dict(config), kind)
+    elif not isinstance(config, Config):
+        config = Config.from_yaml(config, kind)
+    if config.kind != kind:
+        raise ValueError(f"a {config.kind} config given to rltrain.{kind}()")
+    if kw:
+        config = config.with_overrides({k.replace("__", "."): v for k, v in kw.items()})
+    return config.value
+
+
+def train(
+    config: Config | str | Path | TrainConfig | None = None,
+    run_dir: str | Path | None = None,
+    resume: str | Path | None = None,
+    **overrides: Any,
+) -> RunResult:
+    """Train as ``rltrain train`` does; ``overrides`` as ``--set`` (``env__id="Acrobot-v1"``
+    or ``**{"env.id": "Acrobot-v1"}``). ``resume``: continue that run from its latest
+    checkpoint (its own config, plus ``config`` or ``overrides`` if given)."""
+    from rltrain.launch import prepare_train
+
+    if resume is not None:
+        base = Config(read_yaml(Path(resume) / "config.yaml")) if config is None else config
+        cfg = _config(base, "train", **overrides)
+    elif config is None:
+        raise ValueError("rltrain.train: give a config (a Config, a YAML path) or resume=RUN_DIR")
+    else:
+        cfg = _config(config, "train", **overrides)
+    with signals.graceful():
+        trainer = prepare_train(cfg, run_dir, resume, started=time.time())
+        trainer.run()
+    return RunResult.from_run_dir(trainer.run_dir)
+
+
+def bench(
+    config: Config | str | Path | BenchConfig, run_dir: str | Path | None = None, **overrides: Any
+) -> BenchResult:
+    """Run the supervised benchmark as ``rltrain bench`` does."""
+    from rltrain.launch import run_bench_config
+
+    cfg = _config(config, "bench", **overrides)
+    with signals.graceful():
+        out = run_bench_config(cfg, None if run_dir is None else Path(run_dir), None)
+    return BenchResult.from_run_dir(out)
+
+
+def evaluate(
+    run_dir: str | Path, episodes: int = 10, video: bool = False, seed: int = 12345
+) -> EvalResult:
+    """Play a run's latest checkpoint as ``rltrain eval`` does; ``.mean``, ``.std``,
+    ``.returns``, ``.video``."""
+    from rltrain.config import load_config
+    from rltrain.rl.evaluate import evaluate as play
+
+    run_dir = Path(run_dir)
+    cfg = load_config(TrainConfig, run_dir / "config.yaml")
+    return play(cfg, run_dir, episodes, video, seed)
+
+
+class LoadedPolicy:
+    """A run's policy as a plain callable: ``policy(obs) -> action`` for one observation, or
+    ``policy(batch)`` for a batch ([B, *obs_shape] -> [B] or [B, n]). The run's observation
+    normalisation is inside the network. Discrete actions come back as ints, continuous ones
+    as float32 arrays clipped to the env's bounds. Atari observations are the agent's view
+    (the uint8 [4, 84, 84] frame stack of the run's protocol)."""
+
+    def __init__(self, policy: Policy, obs_shape: tuple[int, ...], actions: ActionSpace) -> None:
+        self.policy = policy
+        self.obs_shape = obs_shape
+        self.actions = actions
+        self.generator = torch.Generator().manual_seed(0)
+
+    def __call__(self, obs: Any, deterministic: bool = False) -> Any:
+        """Sampled actions as in training (``deterministic``: the most likely one, or the
+        Gaussian's mean; DQN runs are always greedy)."""
+        x = np.asarray(obs)
+        single = x.shape == self.obs_shape
+        if not single and x.shape[1:] != self.obs_shape:
+            raise ValueError(
+                f"observation of shape {x.shape}; this policy takes {self.obs_shape} "
+                f"or a batch [B, {', '.join(map(str, self.obs_shape))}]"
+            )
+        batch = x[None] if single else x
+        acts = self.policy.act(batch, self.generator, deterministic)
+        acts = to_env_actions(acts, self.actions)
+        if not single:
+            return acts
+        return int(acts[0]) if not self.actions.continuous else acts[0]
+
+
+def load_policy(run_dir: str | Path) -> LoadedPolicy:
+    """The latest checkpoint of ``run_dir`` as a callable ``obs -> action``."""
+    from rltrain.config import load_config
+    from rltrain.rl.evaluate import checkpoint_params
+    from rltrain.rl.evaluate import load_policy as build
+    from rltrain.rl.setup import probe_env
+
+    run_dir = Path(run_dir)
+    cfg = load_config(TrainConfig, run_dir / "config.yaml")
+    spec = probe_env(cfg)
+    path, _, values, norm = checkpoint_params(run_dir)
+    policy = build(cfg, run_dir, (path, values, norm), spec.obs_shape, spec.actions)
+    return LoadedPolicy(policy, spec.obs_shape, spec.actions)

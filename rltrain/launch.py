@@ -1,0 +1,148 @@
+"""Starting a run: what `rltrain train` and `rltrain bench` check and make before anything
+runs (the Ray address, the run folder and its config.yaml, a resumable checkpoint, the env),
+shared by the command line (:mod:`rltrain.cli`) and the Python API (:mod:`rltrain.api`)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from rltrain.errors import RLTrainError
+
+
+class UserError(RLTrainError):
+    """A problem with what the user asked for: printed as one line, exit code 2."""
+
+
+def check_address(address: str | None) -> None:
+    """An unreachable Ray cluster fails here, in seconds, before any folder or file is written.
+
+    ``auto`` is resolved the way ``ray.init(address="auto")`` does for a cluster started with
+    ``ray start``: RAY_ADDRESS, else the address file ``ray start`` writes. Ray itself would
+    retry a stale address for minutes, printing a warning every few seconds.
+    """
+    if address is None:
+        return
+    from rltrain import runtime
+
+    if address != "auto":
+        _check_address_form(address)
+        runtime.check_address(address)
+        return
+    found, source = _auto_address()
+    if found is None:
+        raise UserError(
+            f"--address auto: no Ray cluster was started on this machine ({source}); start one "
+            "with `ray start --head`, give --address HOST:PORT, or leave --address out for a "
+            "local Ray"
+        )
+    try:
+        _check_address_form(found)
+        runtime.check_address(found)
+    except RLTrainError as e:
+        raise UserError(f"--address auto: {source} names {found}: {e}") from None
+
+
+def _check_address_form(address: str) -> None:
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UserError(
+            f"--address {address or repr(address)}: expected 'auto', HOST:PORT or "
+            "ray://HOST:PORT (port 1-65535)"
+        )
+
+
+def _auto_address() -> tuple[str | None, str]:
+    """The address ``auto`` means (and where it was found), or None and what was looked at."""
+    env = os.environ.get("RAY_ADDRESS", "").strip()
+    if env and env != "auto":
+        return env, "RAY_ADDRESS"
+    # Ray's temp dir: $RAY_TMPDIR, else $TMPDIR on Linux, else /tmp (ray._common.utils)
+    if "RAY_TMPDIR" in os.environ:
+        tmp = os.environ["RAY_TMPDIR"]
+    elif sys.platform.startswith("linux") and "TMPDIR" in os.environ:
+        tmp = os.environ["TMPDIR"]
+    else:
+        tmp = "/tmp"
+    file = Path(tmp) / "ray" / "ray_current_cluster"
+    try:
+        found = file.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        found = ""
+    if found:
+        return found, str(file)
+    return None, f"RAY_ADDRESS is unset and {file} does not exist"
+
+
+def run_dir_arg(text: str, flag: str) -> Path:
+    """An existing run directory (one with config.yaml), or a one-line UserError saying why not."""
+    path = Path(text).expanduser()
+    if not path.exists():
+        why = "it does not exist"
+    elif not path.is_dir():
+        why = "it is a file"
+    elif not (path / "config.yaml").is_file():
+        why = "no config.yaml in it"
+    else:
+        return path
+    raise UserError(
+        f"{flag}{path}: not a run directory ({why}); give a folder written by `rltrain train`"
+    )
+
+
+def run_bench_config(cfg: Any, run_dir: str | Path | None, config_path: str | None) -> Path:
+    """``rltrain bench`` after its config is read (also :func:`rltrain.api.bench`); returns
+    the run folder. ``config_path`` names the default folder (runs/<name>-<time>)."""
+    from rltrain.rundir import check_run_dir, new_run_dir, write_config
+    from rltrain.supervised.bench import run_bench
+    from rltrain.supervised.datasets import load_dataset
+
+    check_run_dir(run_dir)
+    check_address(cfg.runtime.address)
+    data = load_dataset(cfg.data.dataset, cfg.data.root, cfg.data.download, log=print)
+    out = new_run_dir(config_path or f"bench_{cfg.data.dataset}", run_dir)
+    write_config(out, cfg)
+    print(f"rltrain bench: {cfg.data.dataset}, modes {', '.join(cfg.modes)}; writing {out}")
+    run_bench(cfg, data, out)
+    return out
+
+
+def prepare_train(
+    cfg: Any,
+    run_dir: str | Path | None,
+    resume: str | Path | None = None,
+    config_path: str | None = None,
+    started: float | None = None,
+) -> Any:
+    """Everything ``rltrain train`` checks and makes before the run starts (also
+    :func:`rltrain.api.train`): the trainer, with the run folder and its config.yaml written.
+    ``resume``: the run folder to continue (its latest checkpoint is checked first).
+    ``started``: when start-up began (default: when this process started)."""
+    from rltrain.checkpoint import latest_checkpoint, load_checkpoint
+    from rltrain.progress import process_start_time
+    from rltrain.rl.setup import probe_env
+    from rltrain.rl.train import Trainer
+    from rltrain.rundir import check_run_dir, new_run_dir, write_config
+
+    started = process_start_time() if started is None else started  # from the command
+    if resume is not None:
+        out = run_dir_arg(str(resume), "--resume ")
+        ckpt = latest_checkpoint(out)
+        if ckpt is None:
+            raise UserError(
+                f"--resume {out}: no checkpoints/ckpt-*.pt to resume from; "
+                "start a new run with `rltrain train CONFIG`"
+            )
+        load_checkpoint(ckpt)  # a damaged checkpoint fails here, before anything starts
+    else:
+        check_run_dir(run_dir)
+    check_address(cfg.runtime.address)  # before the run dir, its config.yaml and tb/ are written
+    spec = probe_env(cfg)  # an unknown env id fails here, before any folder is made
+    if resume is None:
+        out = new_run_dir(config_path or f"{cfg.algo.name}_{cfg.env.id.replace('/', '_')}", run_dir)
+    trainer = Trainer(cfg, out, resume=resume is not None, spec=spec, started=started)
+    write_config(trainer.run_dir, cfg)
+    print(f"rltrain train: {cfg.algo.name} on {cfg.env.id}; writing {trainer.run_dir}")
+    return trainer

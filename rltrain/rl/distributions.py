@@ -1,0 +1,95 @@
+"""Action distributions of the actor-critic, as pure tensor functions of the policy head's
+output (its *parameters*) for the losses, the learners and the actors.
+
+* :class:`Categorical` for Discrete(n): parameters are the n logits.
+* :class:`DiagGaussian` for a Box of n reals: parameters are the n means and n log standard
+  deviations, [..., 2n] (the log-std is state-independent, as CleanRL's and SB3's PPO for
+  continuous control; :class:`~rltrain.rl.models.ActorCritic` broadcasts it). The env clips a
+  sample to the Box's bounds; log-probabilities, V-trace ratios and the PPO ratio are those of
+  the unclipped sample, which is what the policy drew.
+
+Shapes: parameters [..., P], actions [...] (int64) or [..., n] (float32); log_prob, entropy
+and kl return [...].
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+
+from envs import ActionSpace
+
+LOG_2PI_E = math.log(2 * math.pi * math.e)
+
+
+class Distribution(Protocol):
+    def log_prob(self, params: torch.Tensor, actions: torch.Tensor) -> torch.Tensor: ...
+    def entropy(self, params: torch.Tensor) -> torch.Tensor: ...
+    def kl(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor: ...
+    def sample(self, params: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor: ...
+    def mode(self, params: torch.Tensor) -> torch.Tensor: ...
+
+
+class Categorical:
+    def log_prob(self, params: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return F.log_softmax(params, -1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+
+    def entropy(self, params: torch.Tensor) -> torch.Tensor:
+        logp = F.log_softmax(params, -1)
+        return -(logp.exp() * logp).sum(-1)
+
+    def kl(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """KL(p || q) of two logit tensors."""
+        lp, lq = F.log_softmax(p, -1), F.log_softmax(q, -1)
+        return (lp.exp() * (lp - lq)).sum(-1)
+
+    def sample(self, params: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
+        probs = torch.softmax(params.flatten(0, -2), -1)
+        return torch.multinomial(probs, 1, generator=gen).view(params.shape[:-1])
+
+    def mode(self, params: torch.Tensor) -> torch.Tensor:
+        return params.argmax(-1)
+
+
+class DiagGaussian:
+    @staticmethod
+    def split(params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # mean, log_std
+        n = params.shape[-1] // 2
+        return params[..., :n], params[..., n:]
+
+    def log_prob(self, params: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        mean, log_std = self.split(params)
+        z = (actions - mean) * torch.exp(-log_std)
+        return (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+    def entropy(self, params: torch.Tensor) -> torch.Tensor:
+        _, log_std = self.split(params)
+        return (log_std + 0.5 * LOG_2PI_E).sum(-1)
+
+    def kl(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """KL(p || q) = sum log(sq/sp) + (sp^2 + (mp - mq)^2) / (2 sq^2) - 1/2."""
+        mp, lp = self.split(p)
+        mq, lq = self.split(q)
+        ratio = torch.exp(2 * (lp - lq))
+        return (lq - lp + 0.5 * (ratio + (mp - mq).pow(2) * torch.exp(-2 * lq)) - 0.5).sum(-1)
+
+    def sample(self, params: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
+        mean, log_std = self.split(params)
+        noise = torch.randn(mean.shape, generator=gen, dtype=mean.dtype, device=mean.device)
+        return mean + torch.exp(log_std) * noise
+
+    def mode(self, params: torch.Tensor) -> torch.Tensor:
+        return self.split(params)[0]
+
+
+CATEGORICAL = Categorical()
+DIAG_GAUSSIAN = DiagGaussian()
+
+
+def distribution(actions: ActionSpace | int) -> Distribution:
+    """The distribution of an action space (an int n: Discrete(n))."""
+    continuous = isinstance(actions, ActionSpace) and actions.continuous
+    return DIAG_GAUSSIAN if continuous else CATEGORICAL

@@ -1,0 +1,115 @@
+"""Continuous (Box) actions: the diagonal Gaussian policy through actors, learners and eval."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_rl_components import server_for
+from torch.distributions import Categorical as TorchCategorical
+from torch.distributions import Normal, kl_divergence
+
+from envs import ActionSpace, EnvConfig, EnvError
+from rltrain.ps.config import OptimizerConfig
+from rltrain.rl.actor import Actor
+from rltrain.rl.config import AlgoConfig, StopConfig, TrainConfig
+from rltrain.rl.distributions import CATEGORICAL, DIAG_GAUSSIAN, distribution
+from rltrain.rl.learner import Learner
+from rltrain.rl.models import build_policy
+from rltrain.rl.setup import probe_env
+
+
+def test_diag_gaussian_matches_torch_distributions() -> None:
+    gen = torch.Generator().manual_seed(0)
+    mean, log_std = torch.randn(5, 3, generator=gen), torch.randn(5, 3, generator=gen) * 0.3
+    mean2, log_std2 = torch.randn(5, 3, generator=gen), torch.randn(5, 3, generator=gen) * 0.3
+    p, q = torch.cat([mean, log_std], -1), torch.cat([mean2, log_std2], -1)
+    ref_p, ref_q = Normal(mean, log_std.exp()), Normal(mean2, log_std2.exp())
+    a = torch.randn(5, 3, generator=gen)
+    assert torch.allclose(DIAG_GAUSSIAN.log_prob(p, a), ref_p.log_prob(a).sum(-1), atol=1e-5)
+    assert torch.allclose(DIAG_GAUSSIAN.entropy(p), ref_p.entropy().sum(-1), atol=1e-5)
+    assert torch.allclose(DIAG_GAUSSIAN.kl(p, q), kl_divergence(ref_p, ref_q).sum(-1), atol=1e-5)
+    assert torch.equal(DIAG_GAUSSIAN.mode(p), mean)
+    draws = DIAG_GAUSSIAN.sample(p.expand(20000, 5, 6), gen)
+    assert torch.allclose(draws.mean(0), mean, atol=0.05)
+    assert torch.allclose(draws.std(0), log_std.exp(), atol=0.05)
+
+
+def test_categorical_matches_torch_distributions() -> None:
+    gen = torch.Generator().manual_seed(1)
+    p, q = torch.randn(4, 6, generator=gen), torch.randn(4, 6, generator=gen)
+    a = torch.tensor([0, 5, 2, 3])
+    ref_p, ref_q = TorchCategorical(logits=p), TorchCategorical(logits=q)
+    assert torch.allclose(CATEGORICAL.log_prob(p, a), ref_p.log_prob(a), atol=1e-6)
+    assert torch.allclose(CATEGORICAL.entropy(p), ref_p.entropy(), atol=1e-6)
+    assert torch.allclose(CATEGORICAL.kl(p, q), kl_divergence(ref_p, ref_q), atol=1e-6)
+    assert CATEGORICAL.sample(p, gen).shape == (4,)
+
+
+def test_policy_head_of_a_box_is_means_and_a_shared_log_std() -> None:
+    net = build_policy("mlp", (3,), ActionSpace(2, True, (-1, -1), (1, 1)), 16)
+    params, values = net(torch.zeros(7, 3))
+    assert params.shape == (7, 4) and values.shape == (7,)
+    assert torch.equal(params[:, 2:], torch.zeros(7, 2))  # log-std 0 at the start: std 1
+    assert distribution(ActionSpace(2, True)) is DIAG_GAUSSIAN
+    assert distribution(3) is CATEGORICAL
+
+
+def pendulum(algo: str, **algo_kw: object) -> TrainConfig:
+    return TrainConfig(
+        env=EnvConfig(id="Pendulum-v1", num_envs=2),
+        algo=AlgoConfig(name=algo, rollout_length=8, **algo_kw),  # type: ignore[arg-type]
+        optimizer=OptimizerConfig(name="adam", lr=1e-3),
+        stop=StopConfig(max_env_steps=1000),
+    )
+
+
+@pytest.mark.parametrize("algo", ["appo", "impala"])
+def test_actor_and_learner_on_box_actions(algo: str) -> None:
+    c = pendulum(algo, epochs=2, minibatches=2)
+    spec = probe_env(c)
+    assert spec.actions.continuous and spec.num_actions == 1
+    server = server_for(c)
+    r = Actor(c, 0).collect(server)
+    assert r.actions.shape == (8, 2, 1) and r.actions.dtype == torch.float32
+    assert r.behaviour_logits.shape == (8, 2, 2) and r.env_steps == 16
+    learner = Learner(c, spec.obs_shape, spec.actions)
+    stats = learner.learn(server, 0.0, r)
+    assert stats.applied == (4 if algo == "appo" else 1)
+    assert all(np.isfinite(list(x.terms().values())).all() for x in stats.losses)
+    # the log-std is a parameter the server trains
+    assert server.pull().version == stats.applied
+
+
+def test_dqn_refuses_box_actions() -> None:
+    with pytest.raises(EnvError, match="algo.name=dqn needs Discrete actions; Pendulum-v1 has"):
+        probe_env(dataclasses.replace(pendulum("dqn")))
+
+
+@pytest.mark.slow
+def test_box_actions_train_and_evaluate_through_ray(tmp_path: Path) -> None:
+    """A short appo run on Pendulum-v1 through real Ray actors, then eval and load_policy."""
+
+    import rltrain
+
+    cfg = rltrain.Config.from_yaml(Path(__file__).parents[1] / "configs" / "pendulum_appo.yaml")
+    run = rltrain.train(
+        cfg, run_dir=tmp_path / "run", stop__max_env_steps=4000, stop__mean_return=None
+    )
+    assert run.stopped_by == "max_env_steps" and run.episodes > 0
+    assert rltrain.evaluate(run.run_dir, episodes=2).mean < 0  # Pendulum's costs
+    action = rltrain.load_policy(run.run_dir)(np.zeros(3, np.float32))
+    assert action.shape == (1,) and -2.0 <= float(action[0]) <= 2.0
+
+
+@pytest.mark.parametrize("algo", ["a3c", "ppo"])
+def test_workers_act_and_learn_on_box_actions(algo: str) -> None:
+    from rltrain.rl.worker import Worker
+
+    c = pendulum(algo, epochs=2, minibatches=2)
+    server = server_for(c, rule="sync" if algo == "ppo" else "async")
+    stats = Worker(c, 0).work(server, 1)
+    assert stats.env_steps == 16 and stats.applied == (4 if algo == "ppo" else 1)

@@ -1,0 +1,76 @@
+"""The RL networks: precision, memory layout and flat parameter vectors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rltrain.rl.learner import clipped_flat_grad
+from rltrain.rl.models import (
+    NatureCNNTorso,
+    build_policy,
+    flat_params,
+    load_flat,
+    resolve_precision,
+    train_layout,
+)
+
+
+def test_auto_precision_is_fp32_for_vectors() -> None:
+    assert resolve_precision("auto", "auto", (4,)) == "fp32"
+    assert resolve_precision("fp32", "auto", (4, 84, 84)) == "fp32"
+    assert resolve_precision("bf16", "auto", (4, 84, 84)) == "bf16"
+
+
+def _pair() -> tuple[torch.nn.Module, torch.nn.Module]:
+    """The same bf16 Nature CNN twice; the second in the learners' channels-last layout."""
+    torch.manual_seed(0)
+    a = build_policy("nature_cnn", (4, 84, 84), 6, 512, precision="bf16")
+    torch.manual_seed(0)
+    b = build_policy("nature_cnn", (4, 84, 84), 6, 512, precision="bf16")
+    train_layout(b)
+    return a, b
+
+
+def test_channels_last_keeps_the_flat_vector_and_the_outputs() -> None:
+    a, b = _pair()
+    conv = b.torso.net[0][0].weight
+    assert conv.is_contiguous(memory_format=torch.channels_last) and not conv.is_contiguous()
+    assert torch.equal(flat_params(a), flat_params(b))  # logical order, whatever the layout
+    obs = torch.randint(0, 255, (4, 4, 84, 84), dtype=torch.uint8)
+    (la, va), (lb, vb) = a(obs), b(obs)
+    assert torch.allclose(la, lb, atol=1e-2) and torch.allclose(va, vb, atol=1e-2)
+    # gradients come out flat in the same logical order
+    (la.sum() + va.sum()).backward()
+    (lb.sum() + vb.sum()).backward()
+    ga, gb = clipped_flat_grad(a, 0)[0], clipped_flat_grad(b, 0)[0]
+    assert torch.nn.functional.cosine_similarity(ga, gb, dim=0) > 0.99
+
+
+def test_load_flat_copies_in_place_and_keeps_the_layout() -> None:
+    _, b = _pair()
+    values = torch.randn(flat_params(b).numel())
+    weight = b.torso.net[0][0].weight
+    load_flat(b, values)
+    assert b.torso.net[0][0].weight is weight  # the same tensor, not a swapped-in view
+    assert weight.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(flat_params(b), values)
+    values.zero_()  # the model does not alias the vector it was given
+    assert flat_params(b).abs().sum() > 0
+
+
+def test_fp32_torso_is_left_contiguous() -> None:
+    net = build_policy("nature_cnn", (4, 84, 84), 6, 512, precision="fp32")
+    train_layout(net)
+    torso = net.torso
+    assert isinstance(torso, NatureCNNTorso) and not torso.channels_last
+    assert torso.net[0][0].weight.is_contiguous()
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_flat_round_trip(precision: str) -> None:
+    net = build_policy("nature_cnn", (4, 84, 84), 6, 512, precision=precision)
+    train_layout(net)
+    values = flat_params(net) + 1.0
+    load_flat(net, values)
+    assert torch.equal(flat_params(net), values)

@@ -48,10 +48,12 @@ def test_bench_sync_async_and_friends(tiny_root: Path, tmp_path: Path) -> None:
         "results.csv",
         "results.md",
         "accuracy_vs_time.png",
+        "accuracy_vs_samples.png",
         "summary.json",
     ):
         assert (run_dir / name).is_file(), name
 
+    assert "## Statistical vs hardware efficiency" in (run_dir / "results.md").read_text()
     resolved = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert resolved["modes"] == ["baseline", "sync", "async", "hogwild"]
 

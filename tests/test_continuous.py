@@ -113,3 +113,36 @@ def test_workers_act_and_learn_on_box_actions(algo: str) -> None:
     server = server_for(c, rule="sync" if algo == "ppo" else "async")
     stats = Worker(c, 0).work(server, 1)
     assert stats.env_steps == 16 and stats.applied == (4 if algo == "ppo" else 1)
+
+
+def test_vtrace_ratios_with_a_gaussian_behaviour_policy() -> None:
+    """The learner's V-trace uses log pi(a) - log mu(a) of the diagonal Gaussians at the
+    unclipped sampled actions: the same targets as V-trace fed torch's Normal log-probs."""
+    from rltrain.rl.losses import next_state_values, vtrace
+
+    c = pendulum("impala")
+    spec = probe_env(c)
+    server = server_for(c)
+    r = Actor(c, 0).collect(server)
+    mu = torch.cat([torch.full((8, 2, 1), 0.5), torch.full((8, 2, 1), -0.3)], -1)
+    r = dataclasses.replace(r, behaviour_logits=mu, actions=r.actions * 3)  # beyond the bounds
+    learner = Learner(c, spec.obs_shape, spec.actions)
+    learner.load(server.pull())
+    with torch.no_grad():
+        params, values, finals = learner.evaluate(r)
+        vs, adv = learner.targets(r, params, values, finals)
+    a = r.actions  # [8, 2, 1], unclipped: |a| > 2 happens
+    mu_logp = Normal(0.5, torch.exp(torch.tensor(-0.3))).log_prob(a).sum(-1)
+    pi = Normal(params[..., :1], params[..., 1:].exp())
+    expect = vtrace(
+        mu_logp,
+        pi.log_prob(a).sum(-1),
+        r.rewards,
+        r.discounts(c.algo.gamma),
+        values[:-1],
+        next_state_values(values, finals, r.final_at),
+        r.continues(),
+        lam=c.algo.gae_lambda,
+    )
+    assert torch.allclose(vs, expect.vs, atol=1e-5)
+    assert torch.allclose(adv, expect.pg_advantages, atol=1e-5)

@@ -1,7 +1,7 @@
 """Evaluate a bench's snapshots and write its outputs.
 
 TensorBoard (one sub-run per mode under ``tb/``), ``results.csv``, ``results.md``,
-``accuracy_vs_time.png`` and ``summary.json``.
+``accuracy_vs_time.png``, ``accuracy_vs_samples.png`` and ``summary.json``.
 """
 
 from __future__ import annotations
@@ -55,6 +55,9 @@ class ModeResult:
     mean_staleness: float
     seconds_to: dict[str, float | None] = field(default_factory=dict)
     samples_to: dict[str, int | None] = field(default_factory=dict)
+    us_per_sample_to: dict[str, float | None] = field(default_factory=dict)
+    """Hardware efficiency: training microseconds per sample until each target was reached
+    (seconds_to = samples_to x us_per_sample_to / 1e6, exactly)."""
     faults: dict[str, int] = field(default_factory=dict)  # FaultCounters of the mode
 
 
@@ -123,10 +126,13 @@ def summarize(cfg: BenchConfig, trace: ModeTrace, points: Sequence[Point]) -> Mo
     samples = sum(r.samples for r in trace.reports)
     seconds_to: dict[str, float | None] = {}
     samples_to: dict[str, int | None] = {}
+    us_per_sample_to: dict[str, float | None] = {}
     for target in cfg.eval.targets:
         hit = next((p for p in points if p.accuracy >= target), None)
         seconds_to[target_key(target)] = round(hit.t, 2) if hit else None
         samples_to[target_key(target)] = hit.samples if hit else None
+        per = hit.t / hit.samples * 1e6 if hit and hit.samples else None
+        us_per_sample_to[target_key(target)] = None if per is None else round(per, 3)
     return ModeResult(
         mode=trace.mode,
         workers=trace.workers,
@@ -142,6 +148,7 @@ def summarize(cfg: BenchConfig, trace: ModeTrace, points: Sequence[Point]) -> Mo
         mean_staleness=round(last.mean_staleness, 3),
         seconds_to=seconds_to,
         samples_to=samples_to,
+        us_per_sample_to=us_per_sample_to,
         faults=asdict(trace.faults),
     )
 
@@ -203,14 +210,11 @@ def _staleness_histogram(writer: SummaryWriter, counts: list[int], step: int, wa
 
 
 def _flat_row(r: ModeResult) -> dict[str, Any]:
-    nested = ("seconds_to", "samples_to", "faults")
+    nested = ("seconds_to", "samples_to", "us_per_sample_to", "faults")
     row = {k: v for k, v in asdict(r).items() if k not in nested}
-    for key, v in r.seconds_to.items():
-        row[f"seconds_to_{key}"] = v
-    for key, v in r.samples_to.items():
-        row[f"samples_to_{key}"] = v
-    for key, n in r.faults.items():
-        row[f"faults_{key}"] = n
+    for name in nested:
+        for key, v in getattr(r, name).items():
+            row[f"{name}_{key}" if name != "faults" else f"faults_{key}"] = v
     return row
 
 
@@ -241,6 +245,36 @@ def markdown_table(cfg: BenchConfig, results: Sequence[ModeResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def efficiency_table(cfg: BenchConfig, results: Sequence[ModeResult]) -> str:
+    """Time to the first target split into statistical and hardware efficiency, each against
+    the reference mode (``baseline`` if it ran, else the first): time ratio = samples ratio x
+    speed ratio, exactly, since seconds_to = samples_to x seconds per sample."""
+    if not results or not cfg.eval.targets:
+        return ""
+    key = target_key(cfg.eval.targets[0])
+    ref = next((r for r in results if r.mode == "baseline"), results[0])
+    head = [
+        "mode",
+        f"s to {key}",
+        f"samples to {key} (statistical)",
+        "us/sample (hardware)",
+        f"speed-up vs {ref.mode}",
+        "= fewer samples",
+        "x faster samples",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rs, rn, ru = ref.seconds_to[key], ref.samples_to[key], ref.us_per_sample_to[key]
+    for r in results:
+        s, n, u = r.seconds_to[key], r.samples_to[key], r.us_per_sample_to[key]
+        if None in (s, n, u, rs, rn, ru):
+            cells = [r.mode, "not reached" if s is None else f"{s:.1f}", "", "", "", "", ""]
+        else:
+            cells = [r.mode, f"{s:.1f}", f"{n:,}", f"{u:.1f}"]
+            cells += [f"{rs / s:.2f}x", f"{rn / n:.2f}", f"{ru / u:.2f}"]  # type: ignore[operator]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def write_markdown(path: Path, cfg: BenchConfig, results: Sequence[ModeResult]) -> None:
     title = (
         f"# rltrain bench: {cfg.data.dataset}, {cfg.workers} workers, "
@@ -251,11 +285,21 @@ def write_markdown(path: Path, cfg: BenchConfig, results: Sequence[ModeResult]) 
         "in results.csv); accuracy is measured on snapshots taken every "
         f"{cfg.eval.every_seconds:g} s, so times are accurate to that interval.\n"
     )
-    write_atomic(path, title + markdown_table(cfg, results) + note)
+    split = efficiency_table(cfg, results)
+    if split:
+        split = (
+            "\n## Statistical vs hardware efficiency\n\nIs a mode faster because it computes "
+            "faster, or because it learns more per sample? Time to the target = samples to it "
+            "(statistical efficiency) x seconds per sample (hardware efficiency):\n\n" + split
+        )
+    write_atomic(path, title + markdown_table(cfg, results) + note + split)
 
 
-def plot_accuracy(path: Path, curves: dict[str, list[Point]], targets: Sequence[float]) -> None:
-    """accuracy_vs_time.png: one line per mode."""
+def plot_accuracy(
+    path: Path, curves: dict[str, list[Point]], targets: Sequence[float], x: str = "t"
+) -> None:
+    """accuracy_vs_time.png (``x="t"``) or accuracy_vs_samples.png (``x="samples"``, the
+    statistical efficiency alone): one line per mode."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -263,12 +307,12 @@ def plot_accuracy(path: Path, curves: dict[str, list[Point]], targets: Sequence[
 
     fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
     for mode, pts in curves.items():
-        ax.plot([p.t for p in pts], [p.accuracy for p in pts], marker=".", label=mode)
+        ax.plot([getattr(p, x) for p in pts], [p.accuracy for p in pts], marker=".", label=mode)
     for t in targets:
         ax.axhline(t, color="grey", lw=0.8, ls="--")
     # the interesting part is around the targets; the first seconds' climb is cut off
     ax.set_ylim(max(0.0, min(targets, default=0.1) - 0.1), 1.0)
-    ax.set_xlabel("training time (s)")
+    ax.set_xlabel("training time (s)" if x == "t" else "training samples (all workers)")
     ax.set_ylabel("test accuracy")
     ax.grid(alpha=0.3)
     ax.legend()
@@ -286,6 +330,7 @@ def write_outputs(
     write_csv(run_dir / "results.csv", results)
     write_markdown(run_dir / "results.md", cfg, results)
     plot_accuracy(run_dir / "accuracy_vs_time.png", curves, cfg.eval.targets)
+    plot_accuracy(run_dir / "accuracy_vs_samples.png", curves, cfg.eval.targets, x="samples")
     summary = {
         "command": "bench",
         "dataset": cfg.data.dataset,

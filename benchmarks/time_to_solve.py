@@ -1,18 +1,19 @@
-"""Seconds to solve CartPole-v1 per rltrain algorithm and seed, next to Stable-Baselines3 PPO.
+"""Seconds to solve a task per rltrain algorithm and seed, next to Stable-Baselines3 PPO.
 
 "Solved": the mean raw return of the last 20 finished training episodes (across all envs)
-reaches 475. Each run is a fresh process timed from launch to exit, so imports and start-up
-(Ray, actor processes) count. rltrain runs are `rltrain train` with the algorithm's
-configs/cartpole_*.yaml (its stop: section caps the time). When stable-baselines3 is installed
-(`pip install -e '.[bench]'`), every seed also runs SB3 PPO with rl-baselines3-zoo's
-CartPole-v1 hyper-parameters and the same stop rule (benchmarks/sb3_cartpole.py), interleaved
-with the rltrain runs so machine noise hits both alike; the order alternates per seed.
+reaches the task's target (CartPole-v1: 475; Pendulum-v1: -200). Each run is a fresh
+process timed from launch to exit, so imports and start-up (Ray, actor processes) count.
+rltrain runs are `rltrain train` with the algorithm's config for the task (its stop: section
+caps the time). When stable-baselines3 is installed (`pip install -e '.[bench]'`), every seed
+also runs SB3 PPO with rl-baselines3-zoo's hyper-parameters for the task and the same stop
+rule (benchmarks/sb3_ppo.py), interleaved with the rltrain runs so machine noise hits both
+alike; the order alternates per seed.
 
 Prints a markdown table of every run, the median whole-process seconds per algorithm (an
 unsolved run counts as infinite) and each rltrain median divided by SB3 PPO's median.
 
-    python benchmarks/cartpole_time_to_solve.py [--seeds 0 1 2] [--algos appo ppo a3c impala a2c]
-        [--no-sb3] [--out results.csv|results.json]
+    python benchmarks/time_to_solve.py [--task cartpole|pendulum] [--seeds 0 1 2]
+        [--algos appo ppo a3c impala a2c] [--no-sb3] [--out results.csv|results.json]
 """
 
 from __future__ import annotations
@@ -33,15 +34,19 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-# algorithm -> (config under configs/, --set overrides)
-ALGOS: dict[str, tuple[str, list[str]]] = {
-    "a3c": ("cartpole_a3c.yaml", []),
-    "a2c": ("cartpole_a3c.yaml", ["algo.name=a2c"]),
-    "impala": ("cartpole_impala.yaml", []),
-    "dqn": ("cartpole_gorila.yaml", []),
-    "appo": ("cartpole_appo.yaml", []),
-    "ppo": ("cartpole_ppo.yaml", []),
+# task -> algorithm -> (config under configs/, --set overrides)
+TASKS: dict[str, dict[str, tuple[str, list[str]]]] = {
+    "cartpole": {
+        "a3c": ("cartpole_a3c.yaml", []),
+        "a2c": ("cartpole_a3c.yaml", ["algo.name=a2c"]),
+        "impala": ("cartpole_impala.yaml", []),
+        "dqn": ("cartpole_gorila.yaml", []),
+        "appo": ("cartpole_appo.yaml", []),
+        "ppo": ("cartpole_ppo.yaml", []),
+    },
+    "pendulum": {"appo": ("pendulum_appo.yaml", [])},
 }
+TARGETS = {"cartpole": 475, "pendulum": -200}
 SB3 = "sb3"  # the job name of an SB3 PPO run
 
 
@@ -77,8 +82,8 @@ def failure(proc: subprocess.CompletedProcess[str], what: str) -> str:
     return msg
 
 
-def run_rltrain(algo: str, seed: int, out: Path) -> Row:
-    config, overrides = ALGOS[algo]
+def run_rltrain(task: str, algo: str, seed: int, out: Path) -> Row:
+    config, overrides = TASKS[task][algo]
     run_dir = out / f"{algo}-{seed}"
     cmd = [sys.executable, "-m", "rltrain.cli", "train", str(ROOT / "configs" / config)]
     cmd += ["--run-dir", str(run_dir), "--set", f"seed={seed}"]
@@ -104,8 +109,9 @@ def run_rltrain(algo: str, seed: int, out: Path) -> Row:
     )
 
 
-def run_sb3(seed: int) -> Row:
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "sb3_cartpole.py"), "--seed", str(seed)]
+def run_sb3(task: str, seed: int) -> Row:
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "sb3_ppo.py"), "--task", task]
+    cmd += ["--seed", str(seed)]
     proc, seconds = timed(cmd)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode or not lines:
@@ -139,7 +145,7 @@ def print_row(r: Row) -> None:
     )
 
 
-def summarize(rows: list[Row]) -> None:
+def summarize(rows: list[Row], target: float) -> None:
     medians: dict[str, float] = {}
     for label in dict.fromkeys(r.label for r in rows):
         runs = [r for r in rows if r.label == label]
@@ -147,7 +153,10 @@ def summarize(rows: list[Row]) -> None:
         medians[label] = statistics.median(times)
         solved = sum(r.solved for r in runs)
         m = "unsolved" if math.isinf(medians[label]) else f"{medians[label]:.1f} s"
-        print(f"{label}: median whole-process seconds to 475 = {m} ({solved}/{len(runs)} solved)")
+        print(
+            f"{label}: median whole-process seconds to {target:g} = {m} "
+            f"({solved}/{len(runs)} solved)"
+        )
     base = medians.get(f"{SB3} ppo")
     if base is None:
         return
@@ -175,17 +184,25 @@ def write(rows: list[Row], path: Path) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--task", choices=list(TASKS), default="cartpole")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument(
-        "--algos", nargs="+", choices=list(ALGOS), default=["appo", "ppo", "a3c", "impala", "a2c"]
+        "--algos",
+        nargs="+",
+        choices=sorted({a for t in TASKS.values() for a in t}),
+        help="default: every algorithm with a config for the task but dqn",
     )
     p.add_argument("--no-sb3", action="store_true", help="skip the SB3 PPO reference runs")
     p.add_argument("--out", type=Path, help="also write the rows to FILE (.csv, else JSON)")
     args = p.parse_args()
 
+    configs = TASKS[args.task]
     algos = []
-    for algo in dict.fromkeys(args.algos):
-        config = ROOT / "configs" / ALGOS[algo][0]
+    for algo in dict.fromkeys(args.algos or [a for a in configs if a != "dqn"]):
+        if algo not in configs:
+            print(f"skip {algo}: no config for {args.task}")
+            continue
+        config = ROOT / "configs" / configs[algo][0]
         if config.exists():
             algos.append(algo)
         else:
@@ -197,14 +214,14 @@ def main() -> None:
     if not jobs:
         sys.exit("nothing to run")
 
-    out = Path(tempfile.mkdtemp(prefix="cartpole-bench-"))
+    out = Path(tempfile.mkdtemp(prefix=f"{args.task}-bench-"))
     print(f"{os.cpu_count()} CPUs; rltrain run dirs under {out}\n")
     print("| run | seed | solved | whole-process s | learn s | env steps | mean return |")
     print("|---|---|---|---|---|---|---|", flush=True)
     rows: list[Row] = []
     for i, seed in enumerate(args.seeds):
         for job in jobs if i % 2 == 0 else jobs[::-1]:
-            row = run_sb3(seed) if job == SB3 else run_rltrain(job, seed, out)
+            row = run_sb3(args.task, seed) if job == SB3 else run_rltrain(args.task, job, seed, out)
             rows.append(row)
             print_row(row)
     print(
@@ -218,7 +235,7 @@ def main() -> None:
             "processes use runtime.threads_per_worker from their config."
         )
     print()
-    summarize(rows)
+    summarize(rows, TARGETS[args.task])
     if args.out:
         write(rows, args.out)
 

@@ -1,0 +1,151 @@
+"""Stable-Baselines3 PPO on a task until the mean return of the last 20 episodes hits its target.
+
+The reference run of `time_to_solve.py`, which starts this script as a subprocess and times
+it from launch to exit. Hyper-parameters: rl-baselines3-zoo's tuned entry for the task
+(hyperparams/ppo.yml: CartPole-v1, or Pendulum-v1 with its VecNormalize and gSDE), with SB3's
+defaults for everything else (torch threads and device included, as a user would run it).
+The stop criterion is rltrain's: the mean raw return of the last `--window` finished training
+episodes, across all envs, reaches `--target`; also `--max-seconds` and `--max-steps`. The zoo
+trains for n_timesteps 1e5 (for CartPole its linear learning rate and clip range decay to 0
+over it), so that budget ends a run first unless `--max-steps` is lower. Prints one JSON line.
+
+    pip install -e '.[bench]'
+    python benchmarks/sb3_ppo.py [--task cartpole|pendulum] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import stable_baselines3
+import torch
+from stable_baselines3 import PPO
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.vec_env import VecNormalize
+
+
+def linear(initial: float) -> Callable[[float], float]:
+    """The zoo's `lin_<initial>`: initial * progress_remaining (clamped at 0 here)."""
+    return lambda progress_remaining: max(progress_remaining, 0.0) * initial
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    env_id: str
+    target: float  # the mean return that solves it
+    n_envs: int
+    n_timesteps: int  # the zoo's training budget, and the horizon of its lin_ schedules
+    hyper: dict[str, Any]
+    normalize: bool = False  # the zoo's `normalize: true`: VecNormalize (obs and reward)
+
+
+# rl-baselines3-zoo hyperparams/ppo.yml
+TASKS: dict[str, Task] = {
+    "cartpole": Task(
+        "CartPole-v1",
+        475.0,
+        8,
+        100_000,
+        {
+            "n_steps": 32,
+            "batch_size": 256,
+            "gae_lambda": 0.8,
+            "gamma": 0.98,
+            "n_epochs": 20,
+            "ent_coef": 0.0,
+            "learning_rate": linear(1e-3),
+            "clip_range": linear(0.2),
+        },
+    ),
+    "pendulum": Task(
+        "Pendulum-v1",
+        -200.0,
+        4,
+        100_000,
+        {
+            "n_steps": 1024,
+            "gae_lambda": 0.95,
+            "gamma": 0.9,
+            "n_epochs": 10,
+            "ent_coef": 0.0,
+            "learning_rate": 1e-3,
+            "clip_range": 0.2,
+            "use_sde": True,
+            "sde_sample_freq": 4,
+        },
+        normalize=True,
+    ),
+}
+
+
+class StopRule(BaseCallback):
+    """rltrain's stop: the mean of the last `window` finished episodes reaches `target`."""
+
+    def __init__(self, target: float, window: int, max_seconds: float, start: float) -> None:
+        super().__init__()
+        self.target, self.max_seconds, self.start = target, max_seconds, start
+        self.returns: collections.deque[float] = collections.deque(maxlen=window)
+        self.stopped_by = ""
+
+    def mean(self) -> float | None:
+        return sum(self.returns) / len(self.returns) if self.returns else None
+
+    def _on_step(self) -> bool:
+        for info in self.locals["infos"]:
+            if "episode" in info:  # written by the Monitor wrapper at the end of an episode
+                self.returns.append(float(info["episode"]["r"]))
+        mean = self.mean()
+        if len(self.returns) == self.returns.maxlen and mean is not None and mean >= self.target:
+            self.stopped_by = "mean_return"
+        elif time.perf_counter() - self.start >= self.max_seconds:
+            self.stopped_by = "max_seconds"
+        return not self.stopped_by
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--task", choices=list(TASKS), default="cartpole")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--target", type=float, help="mean return to stop at (default: the task's)")
+    p.add_argument("--window", type=int, default=20, help="episodes in that mean")
+    p.add_argument("--max-seconds", type=float, default=300.0, help="cap on the learning clock")
+    p.add_argument("--max-steps", type=int, default=300_000, help="cap on env steps")
+    args = p.parse_args()
+
+    task = TASKS[args.task]
+    target = task.target if args.target is None else args.target
+    start = time.perf_counter()
+    # Monitor-wrapped envs in a DummyVecEnv: Monitor's episode returns stay raw under VecNormalize
+    env = make_vec_env(task.env_id, n_envs=task.n_envs, seed=args.seed)
+    if task.normalize:
+        env = VecNormalize(env)
+    model = PPO("MlpPolicy", env, seed=args.seed, verbose=0, **task.hyper)
+    stop = StopRule(target, args.window, args.max_seconds, start)
+    budget = min(task.n_timesteps, args.max_steps)
+    model.learn(total_timesteps=budget, callback=stop)
+    seconds = time.perf_counter() - start
+    budget_end = "max_env_steps" if args.max_steps < task.n_timesteps else "n_timesteps"
+    stopped_by = stop.stopped_by or budget_end
+    result = {
+        "stopped_by": stopped_by,
+        "solved": stopped_by == "mean_return",
+        "learn_seconds": round(seconds, 2),  # env + model construction + learn()
+        "env_steps": model.num_timesteps,
+        "mean_return": stop.mean(),
+        "episodes_in_mean": len(stop.returns),
+        "torch_threads": torch.get_num_threads(),
+        "device": str(model.device),
+        "sb3_version": stable_baselines3.__version__,
+    }
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

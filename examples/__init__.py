@@ -1,0 +1,1 @@
+"""Examples the README shows (and tests run)."""

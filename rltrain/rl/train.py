@@ -64,6 +64,7 @@ class Trainer:
         by default, now. ``startup_seconds`` in summary.json counts from it."""
         self.started = time.time() if started is None else started
         self.startup_seconds: float | None = None  # until the first result of any process
+        self.startup: dict[str, float] = {}  # seconds from `started` at each start-up mark
         self.cfg = cfg
         self.run_dir = run_dir
         self.spec = spec or probe_env(cfg)
@@ -100,6 +101,7 @@ class Trainer:
         self.procs: dict[str, list[Any]] = {}
         self.schedule = FaultSchedule((), session_start)  # armed once every process is up
         self._arming = bool(cfg.faults.events)
+        self._mark("trainer")  # imports, config, the env probe, the run folder
         try:
             self._start(runtime)
             plan = PLANS[self.cfg.algo.name](self, runtime)
@@ -118,6 +120,7 @@ class Trainer:
         cfg = self.cfg
         split = cfg.algo.name in SPLIT_ALGOS  # with separate learners
         where = runtime.init_ray(cfg.runtime, ship=cfg.env.imports)
+        self._mark("ray")
         signals.install()  # again: ray.init replaces the SIGTERM handler
         # learners ask Ray for GPUs when the cluster has them (the driver itself may have none)
         self.gpu = split and cfg.learner_gpus > 0 and runtime.cluster_gpus() > 0
@@ -153,6 +156,7 @@ class Trainer:
             RestorePoint(self.server.stats().version, self.server.state_dicts(), label)
         )
         self.procs["shard"] = self.server.shards
+        self._mark("server")  # shard processes up, the initial state read back
         self.lr_factor = 1.0
         self._schedule_lr()  # a resumed run continues its schedule
         self.last_ckpt = time.time()
@@ -248,6 +252,10 @@ class Trainer:
 
         runtime.inject(action, self.procs, self.faults, self.progress.note)
 
+    def _mark(self, name: str) -> float:
+        """Seconds since start-up began, kept the first time ``name`` is reached."""
+        return self.startup.setdefault(name, round(time.time() - self.started, 2))
+
     def wait_s(self) -> float:
         poll = self.guard.POLL_S if self.guard is not None else 1.0
         return max(0.0, min(self.cfg.log_every_seconds, self.schedule.next_in(), poll))
@@ -256,7 +264,7 @@ class Trainer:
 
     def absorb(self, stats: WorkStats) -> None:
         if self.startup_seconds is None:
-            self.startup_seconds = round(time.time() - self.started, 2)
+            self.startup_seconds = self._mark("first_result")
         c = self.counters
         c.env_steps += stats.env_steps
         c.episodes += len(stats.episode_returns)
@@ -370,6 +378,9 @@ class Trainer:
             "stopped_by": self.stopped_by or "finished",
             "wall_seconds": round(c.wall_seconds, 2),
             "startup_seconds": self.startup_seconds,  # the command to the first result
+            # cumulative seconds at: trainer (imports, config, env probe), ray (started or
+            # joined), server (shards up), first_result (processes up, a first rollout back)
+            "startup": self.startup,
             "env_steps": c.env_steps,
             "env_frames": c.env_steps * self.spec.frames_per_step,
             "episodes": c.episodes,
@@ -386,7 +397,3 @@ class Trainer:
             "protocol": self.spec.protocol,
             **({"replay_bytes": self.replay_bytes} if self.replay_bytes is not None else {}),
         }
-
-
-def train(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, Any]:
-    return Trainer(cfg, run_dir, resume).run()

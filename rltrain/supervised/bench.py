@@ -355,5 +355,8 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
     print()
     print(report.markdown_table(cfg, results))
     print(f"done in {time.time() - started:.0f}s: {run_dir}/results.md, results.csv, ")
-    print(f"  accuracy_vs_{{time,samples}}.png, summary.json; tensorboard --logdir {run_dir / 'tb'}")
+    print(
+        f"  accuracy_vs_time.png, accuracy_vs_samples.png, summary.json; tensorboard --logdir "
+        f"{run_dir / 'tb'}"
+    )
     return 0

@@ -255,3 +255,14 @@ def test_rmsprop_tf_on_a_sharded_server_equals_one_optimizer() -> None:
         x.grad = g
         opt.step()
     torch.testing.assert_close(server.pull().values, x.detach())
+
+
+def test_a_checkpoint_of_an_unfused_optimizer_loads_into_a_fused_one() -> None:
+    """Older checkpoints hold Adam's state without `fused`: loading keeps the fused kernel."""
+    from rltrain.ps.optim import load_optimizer_state
+
+    old = torch.optim.Adam([torch.nn.Parameter(torch.ones(3))], lr=LR)
+    new = make_optimizer([torch.nn.Parameter(torch.ones(3))], opt_cfg("adam"))
+    assert new.param_groups[0]["fused"] is True
+    load_optimizer_state(new, old.state_dict())
+    assert new.param_groups[0]["fused"] is True and new.param_groups[0]["lr"] == LR

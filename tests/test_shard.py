@@ -193,3 +193,14 @@ def test_state_dict_round_trip_keeps_version_counters_and_optimizer() -> None:
     assert torch.equal(a.pull().values, b.pull().values)
     with pytest.raises(ValueError, match="has 3 values, expected 4"):
         ParameterShard(torch.zeros(4), cfg, ServerConfig(), 1).load_state_dict(a.state_dict())
+
+
+def test_a_shard_made_from_its_size_takes_its_values_by_a_call() -> None:
+    """Ray keeps constructor arguments to replay on a restart: a shard is made from its size
+    (small) and given its initial values afterwards."""
+    shard = ParameterShard(3, OptimizerConfig(name="sgd", lr=0.1), ServerConfig(), 1)
+    assert torch.equal(shard.pull().values, torch.zeros(3))
+    shard.set_values(torch.tensor([1.0, 2.0, 3.0]))
+    assert torch.equal(shard.pull().values, torch.tensor([1.0, 2.0, 3.0]))
+    with pytest.raises(ValueError, match="2 values for 3"):
+        shard.set_values(torch.ones(2))

@@ -230,14 +230,20 @@ def make_optimizer(
     """The optimizer named by ``cfg.name`` with its hyper-parameters."""
     p = list(params)
     wd = cfg.weight_decay
+    # torch's fused CPU kernels: measured on one core for a Nature CNN's 1.7M parameters, an
+    # Adam step takes 1.3 ms against 13-15 ms (foreach or not), SGD+momentum 0.8 against 1.1,
+    # Adagrad 1.8 against 3.0; results equal to 1e-7. A shard steps once per push.
+    fused = {"fused": True} if all(x.device.type == "cpu" for x in p) else {}
     if cfg.name == "sgd":
-        return torch.optim.SGD(p, lr=cfg.lr, weight_decay=wd)
+        return torch.optim.SGD(p, lr=cfg.lr, weight_decay=wd, **fused)
     if cfg.name == "momentum":
-        return torch.optim.SGD(p, lr=cfg.lr, momentum=cfg.momentum, weight_decay=wd)
+        return torch.optim.SGD(p, lr=cfg.lr, momentum=cfg.momentum, weight_decay=wd, **fused)
     if cfg.name == "nesterov":
-        return torch.optim.SGD(p, lr=cfg.lr, momentum=cfg.momentum, nesterov=True, weight_decay=wd)
+        return torch.optim.SGD(
+            p, lr=cfg.lr, momentum=cfg.momentum, nesterov=True, weight_decay=wd, **fused
+        )
     if cfg.name == "adagrad":
-        return torch.optim.Adagrad(p, lr=cfg.lr, eps=cfg.eps, weight_decay=wd)
+        return torch.optim.Adagrad(p, lr=cfg.lr, eps=cfg.eps, weight_decay=wd, **fused)
     if cfg.name in ("rmsprop", "rmsprop_tf"):
         rmsprop = torch.optim.RMSprop if cfg.name == "rmsprop" else RMSpropTF
         return rmsprop(
@@ -253,7 +259,7 @@ def make_optimizer(
         return torch.optim.Adadelta(p, lr=cfg.lr, rho=cfg.rho, eps=cfg.eps, weight_decay=wd)
     if cfg.name == "adam":
         return torch.optim.Adam(
-            p, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, weight_decay=wd
+            p, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, weight_decay=wd, **fused
         )
     if cfg.name in ("cg_fr", "cg_hs"):
         variant = cfg.name.removeprefix("cg_")
@@ -290,3 +296,13 @@ def materialize_state(opt: torch.optim.Optimizer) -> None:
                 step.zero_()
             elif step is not None:
                 opt.state[p]["step"] = 0
+
+
+def load_optimizer_state(opt: torch.optim.Optimizer, state: dict) -> None:
+    """``opt.load_state_dict(state)``, keeping how ``opt`` runs (``fused``, ``foreach``): a
+    state saved by an optimizer built otherwise (an older checkpoint) would switch them off."""
+    opt.load_state_dict(state)
+    for group in opt.param_groups:
+        for key in ("fused", "foreach"):
+            if key in opt.defaults:
+                group[key] = opt.defaults[key]

@@ -14,7 +14,7 @@ import torch
 from rltrain.faults import ShardFenced
 from rltrain.normalize import NormStats
 from rltrain.ps.config import OptimizerConfig, ServerConfig
-from rltrain.ps.optim import make_optimizer
+from rltrain.ps.optim import load_optimizer_state, make_optimizer
 from rltrain.records import (
     STALENESS_BINS,
     GradUpdate,
@@ -52,14 +52,18 @@ class ParameterShard:
 
     def __init__(
         self,
-        init: torch.Tensor,
+        init: torch.Tensor | int,
         optimizer: OptimizerConfig,
         rule: ServerConfig,
         num_workers: int,
         shard_id: int = 0,
     ) -> None:
+        """``init``: the slice's initial values, or its size (zeros until :meth:`set_values`:
+        a Ray process gets small constructor arguments, which a restart can replay)."""
         self.shard_id = shard_id
         self.rule = rule
+        if isinstance(init, int):
+            init = torch.zeros(init)
         self.numel = int(init.numel())
         self._param = torch.nn.Parameter(init.detach().reshape(-1).clone().float())
         self._opt = make_optimizer([self._param], optimizer)
@@ -237,6 +241,13 @@ class ParameterShard:
                 "lr_factor": self._lr_factor,
             }
 
+    def set_values(self, values: torch.Tensor) -> None:
+        """The initial parameters, before any push (see the constructor's ``init``)."""
+        with self._lock:
+            if values.numel() != self.numel:
+                raise ValueError(f"shard {self.shard_id}: {values.numel()} values for {self.numel}")
+            self._param.data.copy_(values.reshape(-1))
+
     def load_state_dict(self, state: dict) -> None:
         with self._changed:
             if state["param"].numel() != self.numel:
@@ -245,7 +256,7 @@ class ParameterShard:
                     f"expected {self.numel}"
                 )
             self._param.data.copy_(state["param"].reshape(-1))
-            self._opt.load_state_dict(state["optimizer"])
+            load_optimizer_state(self._opt, state["optimizer"])
             self.version = int(state["version"])
             self._applied, self._dropped, self._rejected, self._samples = map(
                 int, state["counters"]

@@ -57,6 +57,9 @@ class WireShard(ParameterShard):
     def push(self, update: GradUpdate, decided: PushResult | None = None) -> PushResult:
         return super().push(_decoded(update), decided)
 
+    def set_values(self, values: Any) -> None:
+        super().set_values(to_tensor(values))
+
     def exchange(
         self,
         update: GradUpdate | None,
@@ -161,12 +164,19 @@ def start_server(
     runtime: RuntimeConfig,
     max_restarts: int = 0,
 ) -> RayServer:
-    """One :class:`ParameterShard` process per shard, parameters split by size."""
+    """One :class:`ParameterShard` process per shard, parameters split by size.
+
+    A shard is constructed with its size alone and given its initial values by a call: Ray
+    keeps a constructor's arguments to re-run it on a restart, and arguments of more than
+    100 KB would live in the object store, lost with the node that holds them (ray#53727). A
+    restarted shard starts fenced and is restored from the last restore point anyway.
+    """
     layout = ShardLayout(init.numel(), rule.shards)
+    pieces = layout.split(init)
     shards = [
         Remote(
             WireShard,
-            piece,
+            int(piece.numel()),
             optimizer,
             rule,
             num_workers,
@@ -177,8 +187,10 @@ def start_server(
             max_restarts=max_restarts,
             max_concurrency=1 if rule.rule == "async" else num_workers + 8,
         )
-        for i, piece in enumerate(layout.split(init))
+        for i, piece in enumerate(pieces)
     ]
+    for shard, piece in zip(shards, pieces, strict=True):
+        result(shard.handle.set_values.remote(piece.numpy()))
     return RayServer(layout, shards, rule)
 
 

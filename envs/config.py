@@ -24,8 +24,9 @@ class EnvConfig:
     imports: tuple[str, ...] = ()
     """Modules imported in every process (the driver, each actor, on every node) before an env
     is made, e.g. [mypkg.envs]: a module that registers its envs with gymnasium.register. The
-    current directory is searched too, as `python -m` does; on a cluster each node needs the
-    module installed (as rltrain itself)."""
+    current directory is searched too, as `python -m` does; Ray ships a module that is not
+    installed to every node (runtime_env.py_modules), an installed one must be installed on
+    each node (as rltrain itself)."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of gymnasium.make(id, ...) for each env, e.g. {max_episode_steps: 200};
     for ALE/<Game>-v5 ids, of ale-py's AtariVectorEnv (e.g. {mode: 1, difficulty: 0})."""

@@ -28,7 +28,11 @@ def action_space_of(env_id: str, space: gymnasium.Space) -> ActionSpace:
     if isinstance(space, Box) and len(space.shape) == 1 and np.issubdtype(space.dtype, np.floating):
         low, high = space.low.astype(float), space.high.astype(float)
         return ActionSpace(int(space.shape[0]), True, tuple(low.tolist()), tuple(high.tolist()))
-    what = f"Box{tuple(space.shape)}" if isinstance(space, Box) else type(space).__name__
+    what = (
+        f"Box{tuple(space.shape)} of {space.dtype}"
+        if isinstance(space, Box)
+        else type(space).__name__
+    )
     raise EnvError(
         f"env '{env_id}' has a {what} action space; supported: Discrete, or a 1-D float Box"
     )
@@ -107,11 +111,13 @@ class GymVectorEnv(VectorEnv):
             "num_envs": num_envs,
             "seed": seed,
             "autoreset": "same_step",
-            "max_episode_steps": spec.max_episode_steps,
+            "max_episode_steps": kwargs.get("max_episode_steps", spec.max_episode_steps),
             "clip_rewards": False,
             "episodic_life": False,
             "num_actions": self.num_actions,
             "action_space": self.action_space.describe(),
+            **({"kwargs": kwargs} if kwargs else {}),
+            "wrappers": [getattr(w, "__name__", str(w)) for w in wrappers],
         }
 
     def reset(self, seed: int | None = None) -> np.ndarray:

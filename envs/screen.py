@@ -125,6 +125,23 @@ class AtariScreenEnv:
     """One Atari game with the observation protocol of training's C++ ``AtariVectorEnv``
     (ale-py's ``PreprocessedEnv``, evaluation settings), whose RGB screen can be filmed."""
 
+    VARIANT_KWARGS = ("mode", "difficulty")  # the env.kwargs it can honour, as ALE settings
+
+    def _variant(self, kwargs: Mapping[str, Any]) -> None:
+        other = sorted(set(kwargs) - set(self.VARIANT_KWARGS))
+        if other:
+            raise EnvError(
+                f"env.kwargs {other}: the filmed Atari episode supports only "
+                f"{', '.join(self.VARIANT_KWARGS)}; use rltrain eval without --video"
+            )
+        try:  # the game variant training played (AtariVectorEnv's mode / difficulty)
+            if "mode" in kwargs:
+                self.ale.setMode(int(kwargs["mode"]))
+            if "difficulty" in kwargs:
+                self.ale.setDifficulty(int(kwargs["difficulty"]))
+        except (RuntimeError, ValueError, TypeError) as e:
+            raise EnvError(f"env.kwargs {dict(kwargs)}: {' '.join(str(e).split())}") from None
+
     def __init__(self, cfg: EnvConfig, seed: int) -> None:
         ale_seed, noop_seed = np.random.SeedSequence(seed).generate_state(2)
         self.cfg = cfg
@@ -133,6 +150,7 @@ class AtariScreenEnv:
         self.ale.setFloat("repeat_action_probability", cfg.sticky_actions)
         self.ale.setInt("random_seed", int(ale_seed) & 0x7FFFFFFF)
         self.ale.loadROM(roms.get_rom_path(rom_name(cfg.id)))
+        self._variant(cfg.kwargs)
         self.actions = self.ale.getMinimalActionSet()
         self.fire = ale_py.Action.FIRE in self.actions  # AtariVectorEnv(use_fire_reset=True)
         self.rng = np.random.default_rng(noop_seed)
@@ -218,7 +236,7 @@ class GymScreenEnv:
         try:
             self.env = make_one(env_id, make_kwargs, wrappers)
         except Exception as e:  # noqa: BLE001 - the user's env, kwargs or wrapper
-            raise make_failed(env_id, make_kwargs, e) from None
+            raise make_failed(env_id, kwargs or {}, e) from None
         space = self.env.observation_space
         check_spaces(env_id, self.env.action_space, space)
         self.obs_shape = tuple(space.shape or ())

@@ -119,7 +119,7 @@ class BenchResult:
 def _config(config: Config | str | Path | TrainConfig | BenchConfig, kind: Kind, **kw: Any) -> Any:
     """The typed config of ``config`` plus ``kw`` overrides (dotted keys, or ``__`` for dots)."""
     if isinstance(config, TrainConfig | BenchConfig):
-        config = Config(to_dict(config), kind)
+        config = Config(to_dict(config), "train" if isinstance(config, TrainConfig) else "bench")
     elif not isinstance(config, Config):
         config = Config.from_yaml(config, kind)
     if config.kind != kind:
@@ -141,14 +141,17 @@ def train(
     from rltrain.launch import prepare_train
 
     if resume is not None:
-        base = Config(read_yaml(Path(resume) / "config.yaml")) if config is None else config
+        from rltrain.launch import run_dir_arg
+
+        resume = run_dir_arg(str(resume), "resume=")  # a one-line error if it is no run
+        base = Config(read_yaml(resume / "config.yaml")) if config is None else config
         cfg = _config(base, "train", **overrides)
     elif config is None:
         raise ValueError("rltrain.train: give a config (a Config, a YAML path) or resume=RUN_DIR")
     else:
         cfg = _config(config, "train", **overrides)
     with signals.graceful():
-        trainer = prepare_train(cfg, run_dir, resume, started=time.time())
+        trainer = prepare_train(cfg, run_dir, resume, started=time.time(), resume_flag="resume=")
         trainer.run()
     return RunResult.from_run_dir(trainer.run_dir)
 

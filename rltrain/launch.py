@@ -115,11 +115,13 @@ def prepare_train(
     resume: str | Path | None = None,
     config_path: str | None = None,
     started: float | None = None,
+    resume_flag: str = "--resume ",
 ) -> Any:
     """Everything ``rltrain train`` checks and makes before the run starts (also
     :func:`rltrain.api.train`): the trainer, with the run folder and its config.yaml written.
     ``resume``: the run folder to continue (its latest checkpoint is checked first).
-    ``started``: when start-up began (default: when this process started)."""
+    ``started``: when start-up began (default: when this process started); ``resume_flag``:
+    how errors name ``resume`` (the API's keyword, or the command line's flag)."""
     from rltrain.checkpoint import latest_checkpoint, load_checkpoint
     from rltrain.progress import process_start_time
     from rltrain.rl.setup import probe_env
@@ -128,11 +130,12 @@ def prepare_train(
 
     started = process_start_time() if started is None else started  # from the command
     if resume is not None:
-        out = run_dir_arg(str(resume), "--resume ")
+        flag = resume_flag
+        out = run_dir_arg(str(resume), flag)
         ckpt = latest_checkpoint(out)
         if ckpt is None:
             raise UserError(
-                f"--resume {out}: no checkpoints/ckpt-*.pt to resume from; "
+                f"{flag}{out}: no checkpoints/ckpt-*.pt to resume from; "
                 "start a new run with `rltrain train CONFIG`"
             )
         load_checkpoint(ckpt)  # a damaged checkpoint fails here, before anything starts

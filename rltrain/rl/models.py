@@ -38,7 +38,7 @@ def resolve_precision(precision: str, kind: str, obs_shape: tuple[int, ...]) -> 
     """``auto``: bf16 for the Nature CNN where bf16 is native, fp32 otherwise (MLPs are too
     small to gain). Measured on a 2-core AVX-512 EPYC, one torch thread: bf16 autocast runs the
     CNN's forward + backward on 256 frames about 2x faster than fp32, inference on 8 about
-    1.5x; channels-last added nothing beyond noise, so it is not used."""
+    1.5x. Learners also keep a bf16 CNN channels-last (:func:`train_layout`)."""
     if precision != "auto":
         return precision
     image = kind == "nature_cnn" or (kind == "auto" and len(obs_shape) == 3)

@@ -119,7 +119,8 @@ class Trainer:
     def _start(self, runtime: Any) -> None:
         cfg = self.cfg
         split = cfg.algo.name in SPLIT_ALGOS  # with separate learners
-        where = runtime.init_ray(cfg.runtime, ship=cfg.env.imports)
+        modules = (*cfg.env.imports, *(w.partition(":")[0] for w in cfg.env.wrappers))
+        where = runtime.init_ray(cfg.runtime, ship=modules)
         self._mark("ray")
         signals.install()  # again: ray.init replaces the SIGTERM handler
         # learners ask Ray for GPUs when the cluster has them (the driver itself may have none)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import site
 import socket
 import sys
 import sysconfig
@@ -24,10 +25,13 @@ PRELOAD = "rltrain.runtime"
 
 
 def user_code(modules: Sequence[str]) -> list[ModuleType]:
-    """The top-level packages of ``modules`` (env.imports, already imported here) that are not
-    installed: Ray ships them to every worker on every node (``runtime_env.py_modules``), so
-    a module in the current directory imports there as it does in the driver."""
-    installed = {Path(p).resolve() for p in sysconfig.get_paths().values()}
+    """The top-level packages of ``modules`` (env.imports and env.wrappers' modules, already
+    imported here) that are not installed in site-packages: Ray ships them to every worker on
+    every node (``runtime_env.py_modules``), so a module in the current directory imports
+    there as it does in the driver."""
+    paths = sysconfig.get_paths()
+    installed = {Path(paths["purelib"]).resolve(), Path(paths["platlib"]).resolve()}
+    installed |= {Path(p).resolve() for p in (*site.getsitepackages(), site.getusersitepackages())}
     out: list[ModuleType] = []
     for name in modules:
         top = sys.modules.get(name.split(".")[0])

@@ -76,9 +76,10 @@ class AlgoConfig:
     """ppo/appo without a barrier: compute each minibatch's gradient while the previous push is
     in flight, at the parameters before it (one step of staleness). It hides the round trip (a
     quarter of the learner's time on Pong, 2 cores), but measured on Pong with 4 epochs the
-    policy collapsed (entropy 0, value loss and gradient norm diverging by 90k steps, 2 runs
-    of 2; without it, healthy past 120k): the delay acts as momentum on top of Adam's
-    (Mitliagkas et al. 2016, "Asynchrony begets momentum"). Off by default."""
+    policy collapsed (entropy 0, value loss and gradient norm diverging) in both runs with it
+    that passed 110k steps (at 90k and 300k); none of 3 runs without it did (one to 1.9M
+    steps). The delay acts as momentum on top of Adam's (Mitliagkas et al. 2016, "Asynchrony
+    begets momentum"). Off by default."""
 
 
 @dataclass(frozen=True)

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import gzip
 import struct
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from rltrain.supervised import datasets as ds
+# the repository root, for `examples/` (the README's own env), also under a bare `pytest`
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rltrain.supervised import datasets as ds  # noqa: E402
 from rltrain.supervised.datasets import ArrayDataset
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -11,6 +12,7 @@ import pytest
 
 import rltrain
 from rltrain.config import ConfigError
+from rltrain.plot import PlotError, read_curve
 
 ROOT = Path(__file__).resolve().parents[1]
 CARTPOLE = ROOT / "configs" / "cartpole_a3c.yaml"
@@ -31,11 +33,24 @@ def test_config_from_yaml_with_overrides_validates_as_the_cli() -> None:
 @pytest.mark.slow
 def test_ctrl_c_stops_a_python_run_gracefully(tmp_path: Path) -> None:
     """As in a notebook: SIGINT (KeyboardInterrupt) mid-run ends it with a checkpoint."""
-    timer = threading.Timer(12.0, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
+    run_dir = tmp_path / "run"
+    done = threading.Event()
+
+    def interrupt_once_training() -> None:
+        # Wait for the first scalars in TensorBoard (training has begun) rather than a fixed
+        # delay: start-up time varies with the machine's load.
+        while not done.wait(0.5):
+            with contextlib.suppress(PlotError):
+                read_curve(run_dir)  # raises until an episode's return is in TensorBoard
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+
+    watcher = threading.Thread(target=interrupt_once_training, daemon=True)
+    watcher.start()
     try:
-        run = rltrain.train(CARTPOLE, run_dir=tmp_path / "run", stop__max_seconds=120)
+        # An unreachable target: only the interrupt (or the 120 s cap) can end this run.
+        run = rltrain.train(CARTPOLE, run_dir=run_dir, stop__max_seconds=120, stop__mean_return=1e9)
     finally:
-        timer.cancel()
+        done.set()
     assert run.stopped_by == "interrupt"
     assert list((tmp_path / "run" / "checkpoints").glob("ckpt-*.pt"))

@@ -97,11 +97,11 @@ def run_bench_config(cfg: Any, run_dir: str | Path | None, config_path: str | No
     the run folder. ``config_path`` names the default folder (runs/<name>-<time>)."""
     from rltrain.rundir import check_run_dir, new_run_dir, write_config
     from rltrain.supervised.bench import run_bench
-    from rltrain.supervised.datasets import load_dataset
+    from rltrain.supervised.sharding import load_data
 
     check_run_dir(run_dir)
     check_address(cfg.runtime.address)
-    data = load_dataset(cfg.data.dataset, cfg.data.root, cfg.data.download, log=print)
+    data = load_data(cfg.data, log=print)
     out = new_run_dir(config_path or f"bench_{cfg.data.dataset}", run_dir)
     write_config(out, cfg)
     print(f"rltrain bench: {cfg.data.dataset}, modes {', '.join(cfg.modes)}; writing {out}")

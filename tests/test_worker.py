@@ -35,7 +35,7 @@ def run_workers(
     rule: ServerConfig, n: int, epochs: int = 1
 ) -> tuple[LocalServer, list[WorkerReport]]:
     s0 = spec(rule)
-    init = parameters_to_vector(make_model(s0, 1, 28).parameters()).detach()
+    init = parameters_to_vector(make_model(s0, (1, 28, 28)).parameters()).detach()
     server = LocalServer(init, s0.optimizer, rule, n)
     workers = [SupervisedWorker(spec(rule, i, epochs), tiny_dataset(128, seed=i)) for i in range(n)]
     reports: list[WorkerReport] = [None] * n  # type: ignore[list-item]
@@ -100,7 +100,7 @@ def test_time_budget_and_report() -> None:
 def test_async_worker_learns_the_tiny_problem() -> None:
     torch.manual_seed(0)
     server, _ = run_workers(ServerConfig(rule="async"), 2, epochs=6)
-    model = make_model(spec(ServerConfig()), 1, 28)
+    model = make_model(spec(ServerConfig()), (1, 28, 28))
     torch.nn.utils.vector_to_parameters(server.pull().values, model.parameters())
     test = tiny_dataset(200, seed=99)
     x = (test.images.float() / 255 - 0.2) / 0.3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from rltrain.config import spec
@@ -91,6 +92,11 @@ class ServerConfig:
     """average: local optimizer steps between parameter averages."""
     barrier_timeout_s: float = field(default=60.0, metadata=spec(gt=0))
     """sync/soft_sync/average: longest a worker waits at a barrier before pulling anyway."""
+    momentum_correction: bool = False
+    """async with optimizer momentum/nesterov: asynchrony among N pushers acts as an extra
+    momentum of about 1 - 1/N (Mitliagkas et al. 2016, "Asynchrony begets momentum"), so the
+    server's explicit momentum is lowered to optimizer.momentum - (1 - 1/N), at least 0, and
+    the total stays near the configured value."""
 
 
 def decides_per_update(rule: ServerConfig) -> bool:
@@ -99,3 +105,34 @@ def decides_per_update(rule: ServerConfig) -> bool:
     for all (:meth:`~rltrain.ps.shard.ParameterShard.push`); async without a staleness policy
     applies every update everywhere and needs no coordination (one round trip, not two)."""
     return rule.shards > 1 and (rule.rule != "async" or rule.staleness != "none")
+
+
+def implicit_momentum(workers: int) -> float:
+    """The momentum that asynchrony among ``workers`` pushers adds, 1 - 1/N: under the queueing
+    model of Mitliagkas et al. (2016, Theorem 1) an update is k steps stale with probability
+    (1 - mu) mu^k, which in expectation is a momentum step with coefficient mu = 1 - 1/N."""
+    return 1.0 - 1.0 / max(1, workers)
+
+
+def check_momentum_correction(optimizer: OptimizerConfig, rule: ServerConfig) -> None:
+    """ValueError when ``server.momentum_correction`` has no momentum to correct."""
+    if rule.momentum_correction and optimizer.name not in ("momentum", "nesterov"):
+        raise ValueError(
+            f"server.momentum_correction=true needs optimizer.name momentum or nesterov, "
+            f"got {optimizer.name}"
+        )
+
+
+def corrected_optimizer(
+    optimizer: OptimizerConfig, rule: ServerConfig, workers: int
+) -> OptimizerConfig:
+    """The optimizer a shard runs: ``optimizer``, with ``server.momentum_correction``'s lower
+    explicit momentum under the async rule (unchanged otherwise)."""
+    if not (rule.momentum_correction and rule.rule == "async"):
+        return optimizer
+    if optimizer.name not in ("momentum", "nesterov"):
+        return optimizer
+    explicit = max(0.0, optimizer.momentum - implicit_momentum(workers))
+    # torch's Nesterov needs a momentum above 0; at 0 both are plain SGD
+    name = optimizer.name if explicit > 0 else "momentum"
+    return dataclasses.replace(optimizer, name=name, momentum=explicit)

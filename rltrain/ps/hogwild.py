@@ -60,7 +60,10 @@ class HogwildServer:
         state["_opt"] = None  # each process builds its own optimizer over the shared tensors
         return state
 
-    def _optimizer(self) -> torch.optim.Optimizer:
+    def optimizer(self) -> torch.optim.Optimizer:
+        """This process's optimizer over the shared tensors, built on first use. Building the
+        first torch optimizer of a process takes ~1 s (lazy imports): a worker calls this
+        before its clock starts."""
         if self._opt is None:
             self._opt = make_optimizer([self._param], self.optimizer_cfg)
             self._opt.state[self._param] = self._state
@@ -81,7 +84,7 @@ class HogwildServer:
             slot = update.worker_id % MAX_WORKERS
             self._stepping[slot] = True  # a snapshot waits for a moment with no step
         staleness = version - update.version
-        opt = self._optimizer()
+        opt = self.optimizer()
         self._param.grad = update.values.to(torch.float32)
         try:
             opt.step()  # lock-free, on the shared parameters and shared optimizer state

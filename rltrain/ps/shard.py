@@ -13,7 +13,7 @@ import torch
 
 from rltrain.faults import ShardFenced
 from rltrain.normalize import NormStats
-from rltrain.ps.config import OptimizerConfig, ServerConfig
+from rltrain.ps.config import OptimizerConfig, ServerConfig, corrected_optimizer
 from rltrain.ps.optim import load_optimizer_state, make_optimizer
 from rltrain.records import (
     STALENESS_BINS,
@@ -66,7 +66,7 @@ class ParameterShard:
             init = torch.zeros(init)
         self.numel = int(init.numel())
         self._param = torch.nn.Parameter(init.detach().reshape(-1).clone().float())
-        self._opt = make_optimizer([self._param], optimizer)
+        self._opt = make_optimizer([self._param], corrected_optimizer(optimizer, rule, num_workers))
         self._base_lr = [g["lr"] for g in self._opt.param_groups]
         self._lr_factor = 1.0  # a learning-rate schedule's value, set by the driver
         self._norm: NormStats | None = None  # merged normalisation statistics (shard 0)

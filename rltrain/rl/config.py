@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from envs import EnvConfig
 from rltrain.config import ConfigError, spec
 from rltrain.faults import FaultsConfig
-from rltrain.ps.config import OptimizerConfig, ServerConfig
+from rltrain.ps.config import OptimizerConfig, ServerConfig, check_momentum_correction
 from rltrain.rl.models import MODELS, PRECISIONS, VALUE_NETS
 from rltrain.runtime_config import RuntimeConfig
 
@@ -241,6 +241,7 @@ class TrainConfig:
                 "server.rule=average: rltrain train's workers and learners push gradients, "
                 "which the average rule would copy into the weights; use sync, soft_sync or async"
             )
+        check_momentum_correction(self.optimizer, self.server)
         if self.algo.name == "dqn" and self.normalize.obs == "always":
             raise ValueError(
                 "normalize.obs=always: not supported with algo.name=dqn; use auto or never"

@@ -30,6 +30,7 @@ from rltrain.faults import (
     resume_all,
 )
 from rltrain.progress import Progress
+from rltrain.ps.config import corrected_optimizer
 from rltrain.ps.hogwild import HogwildServer
 from rltrain.records import Params, ServerStats
 from rltrain.supervised.config import BenchConfig
@@ -194,7 +195,9 @@ def _hogwild_main(
     out: mp.Queue,
     deadline: float | None = None,
 ) -> None:
-    out.put(SupervisedWorker(spec, data).run(server, deadline=deadline))
+    worker = SupervisedWorker(spec, data)
+    server.optimizer()  # start-up, not training time
+    out.put(worker.run(server, deadline=deadline))
 
 
 def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -> ModeTrace:
@@ -205,8 +208,9 @@ def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -
     """
     begin = time.time()
     ctx = mp.get_context("spawn")
-    server = HogwildServer(initial_params(cfg, data), cfg.optimizer)
     specs = worker_specs(cfg, "hogwild", data, cfg.workers)
+    optimizer = corrected_optimizer(cfg.optimizer, specs[0].rule, cfg.workers)
+    server = HogwildServer(initial_params(cfg, data), optimizer)
     sources = shards(cfg, cfg.workers)
     out: mp.Queue = ctx.Queue()
     faults = FaultCounters()
@@ -333,8 +337,13 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
                 f"{k} in {v:.1f}s" if v is not None else f"{k} not reached"
                 for k, v in res.seconds_to.items()
             )
+            score = (
+                f"accuracy {res.final_accuracy:.4f}"
+                if res.final_distance is None
+                else f"distance to the optimum {res.final_distance:.2e}"
+            )
             print(
-                f"{label} accuracy {res.final_accuracy:.4f} ({reached}); "
+                f"{label} {score} ({reached}); "
                 f"{res.samples_per_s:,.0f} samples/s, {res.updates_applied:,} updates, "
                 f"{res.dropped} dropped, staleness {res.mean_staleness:.2f}"
                 + (
@@ -355,8 +364,6 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
     print()
     print(report.markdown_table(cfg, results))
     print(f"done in {time.time() - started:.0f}s: {run_dir}/results.md, results.csv, ")
-    print(
-        f"  accuracy_vs_time.png, accuracy_vs_samples.png, summary.json; tensorboard --logdir "
-        f"{run_dir / 'tb'}"
-    )
+    plots = ", ".join(report.plot_names(cfg))
+    print(f"  {plots}, summary.json; tensorboard --logdir {run_dir / 'tb'}")
     return 0

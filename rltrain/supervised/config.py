@@ -6,10 +6,11 @@ from dataclasses import dataclass, field
 
 from rltrain.config import spec
 from rltrain.faults import FaultsConfig
-from rltrain.ps.config import OptimizerConfig, ServerConfig
+from rltrain.ps.config import OptimizerConfig, ServerConfig, check_momentum_correction
 from rltrain.runtime_config import RuntimeConfig
 from rltrain.supervised.datasets import DATASETS
 from rltrain.supervised.models import MODELS
+from rltrain.supervised.toys import TOY_PROBLEMS
 
 # Each mode is a server rule (plus a staleness policy), the single-process baseline, or Hogwild.
 MODES = (
@@ -25,17 +26,54 @@ MODES = (
 
 
 @dataclass(frozen=True)
+class ToyConfig:
+    """The generated problems with a known optimum (data.dataset toy_quadratic / toy_logistic).
+
+    Features have the second moment U diag(lambda) U^T: eigenvalues spaced geometrically from
+    curvature / condition up to curvature, in a random rotation U. toy_quadratic is least
+    squares, 1/2 mean (x.w - y)^2 with y = x.w_true + noise, so its Hessian is exactly that
+    matrix; toy_logistic labels each x by the sign of x.w_true (separable) and adds l2/2 |w|^2.
+    """
+
+    dim: int = field(default=100, metadata=spec(ge=1))
+    """Dimension D: the model is w in R^D (a linear map without bias)."""
+    samples: int = field(default=20_000, metadata=spec(ge=1))
+    """Training examples (the test set is a fifth of this many more)."""
+    curvature: float = field(default=1.0, metadata=spec(gt=0))
+    """The largest eigenvalue L of the feature second moment (toy_quadratic: of the Hessian).
+    Plain SGD is stable for lr < 2 / L; staleness lowers that bound."""
+    condition: float = field(default=100.0, metadata=spec(ge=1))
+    """L over the smallest eigenvalue."""
+    noise: float = field(default=0.1, metadata=spec(ge=0))
+    """toy_quadratic: standard deviation of the label noise. It is the gradient noise at the
+    optimum (0: every example's gradient vanishes there, and SGD converges linearly)."""
+    l2: float = field(default=0.01, metadata=spec(gt=0))
+    """toy_logistic: the L2 term that makes the optimum finite on separable data."""
+    seed: int = field(default=0, metadata=spec(ge=0, le=2**31 - 1))
+    """Seed of the generated data (the same in every process)."""
+
+    def __post_init__(self) -> None:
+        if self.samples < self.dim:
+            raise ValueError(
+                f"data.toy.samples={self.samples} is below data.toy.dim={self.dim}: "
+                "the least-squares optimum would not be unique"
+            )
+
+
+@dataclass(frozen=True)
 class DataConfig:
     """Which dataset and where its files are."""
 
-    dataset: str = field(default="fashion_mnist", metadata=spec(choices=DATASETS))
-    """mnist, fashion_mnist or cifar10."""
+    dataset: str = field(default="fashion_mnist", metadata=spec(choices=DATASETS + TOY_PROBLEMS))
+    """mnist, fashion_mnist or cifar10; or a generated problem with a known optimum,
+    toy_quadratic or toy_logistic (data.toy), whose bench reports the distance to it."""
     root: str = "~/.cache/rltrain/data"
     """Folder holding <dataset>/ with the standard files (IDX .gz files, or
     cifar-10-python.tar.gz / cifar-10-batches-py/). Fashion-MNIST is also found at
     /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist)."""
     download: bool = True
     """Download missing files from the canonical sources (checksum-verified)."""
+    toy: ToyConfig = ToyConfig()
 
 
 @dataclass(frozen=True)
@@ -67,6 +105,9 @@ class EvalConfig:
     """Test accuracies whose seconds and samples to reach are reported."""
     test_samples: int = field(default=0, metadata=spec(ge=0))
     """Evaluate on the first N test images (0 = the whole test set)."""
+    distance_targets: tuple[float, ...] = field(default=(0.1, 0.01), metadata=spec(gt=0, le=1))
+    """Toy problems, in place of targets: relative distances to the optimum,
+    |w - w*| / |w0 - w*|, whose seconds, samples and updates to reach are reported."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +128,8 @@ class BenchConfig:
     batch_size: int = field(default=64, metadata=spec(ge=1))
     """Minibatch per worker step (and of the baseline)."""
     model: str = field(default="auto", metadata=spec(choices=MODELS))
-    """auto: a small CNN for MNIST-like data, a small residual CNN for CIFAR-10."""
+    """auto: a small CNN for MNIST-like data, a small residual CNN for CIFAR-10, linear for the
+    toy problems; linear: a linear map of the flattened input (softmax regression on images)."""
     baseline_threads: int = field(default=0, metadata=spec(ge=0))
     """torch threads of the baseline loop; 0 = runtime.threads_per_worker (a fair 1-vs-1)."""
     data: DataConfig = DataConfig()
@@ -101,6 +143,11 @@ class BenchConfig:
     def __post_init__(self) -> None:
         if not self.modes:
             raise ValueError("modes: list at least one mode")
+        check_momentum_correction(self.optimizer, self.server)
+        if self.data.dataset in TOY_PROBLEMS and self.model not in ("auto", "linear"):
+            raise ValueError(
+                f"model={self.model} needs images; {self.data.dataset} takes model auto or linear"
+            )
         self.faults.check_targets({"worker": self.workers, "shard": self.server.shards})
         if "soft_sync" in self.modes and self.server.k > self.workers:
             raise ValueError(f"server.k={self.server.k} exceeds workers={self.workers}")

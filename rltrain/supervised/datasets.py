@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from rltrain.supervised.formats import (
     CIFAR_DIR,
     CIFAR_TAR,
@@ -36,6 +38,7 @@ from rltrain.supervised.formats import (
     read_idx,
     read_idx_split,
 )
+from rltrain.supervised.toys import VectorDataset
 
 __all__ = [
     "DATASETS",
@@ -58,11 +61,17 @@ class SplitDataset:
     """
 
     name: str
-    train: ArrayDataset
-    test: ArrayDataset
+    train: ArrayDataset | VectorDataset
+    test: ArrayDataset | VectorDataset
     num_classes: int
     mean: tuple[float, ...]
     std: tuple[float, ...]
+    objective: str = "cross_entropy"
+    """The loss trained: cross_entropy (images), squared or logistic (the toy problems)."""
+    l2: float = 0.0
+    """An L2 term l2/2 |w|^2 that is part of the objective (not of the optimizer)."""
+    optimum: torch.Tensor | None = None
+    """The parameters that minimise the training objective, where known (toy problems)."""
 
 
 DATASETS: tuple[str, ...] = ("mnist", "fashion_mnist", "cifar10")

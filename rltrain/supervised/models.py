@@ -1,11 +1,14 @@
-"""Models of the supervised benchmark: a small CNN (MNIST-like), a small ResNet (CIFAR-10)."""
+"""Models of the supervised benchmark: a small CNN (MNIST-like), a small ResNet (CIFAR-10),
+and a linear map (the toy problems, or softmax regression on images)."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
 
-MODELS = ("auto", "cnn", "resnet")
+MODELS = ("auto", "cnn", "resnet", "linear")
 
 
 class SmallCNN(nn.Module):
@@ -74,12 +77,28 @@ class SmallResNet(nn.Module):
         return self.fc(h.mean(dim=(2, 3)))
 
 
-def build_model(name: str, in_channels: int, num_classes: int, image_size: int) -> nn.Module:
-    """``auto`` picks the CNN for 1-channel (MNIST-like) data and the ResNet for colour images."""
+class Linear(nn.Module):
+    """y = W flatten(x), no bias: on the toy problems the parameter vector is w itself."""
+
+    def __init__(self, in_features: int, outputs: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(in_features, outputs, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, ...] -> [B, outputs]
+        return self.fc(x.flatten(1))
+
+
+def build_model(name: str, in_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """``in_shape``: one example's shape, [C, H, W] images or [D] vectors. ``auto`` picks the
+    CNN for 1-channel (MNIST-like) images, the ResNet for colour images, linear for vectors."""
     if name == "auto":
-        name = "cnn" if in_channels == 1 else "resnet"
+        name = "linear" if len(in_shape) == 1 else "cnn" if in_shape[0] == 1 else "resnet"
+    if name == "linear":
+        return Linear(math.prod(in_shape), num_classes)
+    if len(in_shape) != 3:
+        raise ValueError(f"model {name!r} needs images [C, H, W], got inputs {list(in_shape)}")
     if name == "cnn":
-        return SmallCNN(in_channels, num_classes, image_size)
+        return SmallCNN(in_shape[0], num_classes, in_shape[-1])
     if name == "resnet":
-        return SmallResNet(in_channels, num_classes)
+        return SmallResNet(in_shape[0], num_classes)
     raise ValueError(f"unknown model {name!r}; allowed: {', '.join(MODELS)}")

@@ -19,6 +19,7 @@ from rltrain.records import Params, ServerStats
 from rltrain.supervised.config import BenchConfig
 from rltrain.supervised.datasets import SplitDataset
 from rltrain.supervised.sharding import ShardSource
+from rltrain.supervised.toys import VectorDataset
 from rltrain.supervised.worker import WorkerReport, WorkerSpec, make_model
 
 
@@ -78,6 +79,8 @@ def worker_specs(cfg: BenchConfig, mode: str, data: SplitDataset, workers: int) 
             faults=cfg.faults.events,
             # shards differ by at most one sample: the smallest sets the steps per epoch
             steps_per_epoch=(len(data.train) // workers) // cfg.batch_size,
+            objective=data.objective,
+            l2=data.l2,
         )
         for i in range(workers)
     ]
@@ -86,15 +89,18 @@ def worker_specs(cfg: BenchConfig, mode: str, data: SplitDataset, workers: int) 
 def shards(cfg: BenchConfig, workers: int) -> list[ShardSource]:
     """Each worker loads its own disjoint shard of the training set."""
     d = cfg.data
-    return [
-        ShardSource(d.dataset, d.root, d.download, workers, i, cfg.seed) for i in range(workers)
-    ]
+    return [ShardSource(d, workers, i, cfg.seed) for i in range(workers)]
+
+
+def input_shape(data: SplitDataset) -> tuple[int, ...]:
+    """One example's shape as the model sees it: [C, H, W] or [D]."""
+    ds = data.train
+    return tuple(ds.x.shape[1:] if isinstance(ds, VectorDataset) else ds.images.shape[1:])
 
 
 def initial_params(cfg: BenchConfig, data: SplitDataset) -> torch.Tensor:
     spec = worker_specs(cfg, "baseline", data, 1)[0]
-    x = data.train.images
-    model = make_model(dataclasses.replace(spec, seed=cfg.seed), x.shape[1], x.shape[-1])
+    model = make_model(dataclasses.replace(spec, seed=cfg.seed), input_shape(data))
     return parameters_to_vector(model.parameters()).detach().clone()
 
 

@@ -1,7 +1,7 @@
 """Evaluate a bench's snapshots and write its outputs.
 
 TensorBoard (one sub-run per mode under ``tb/``), ``results.csv``, ``results.md``,
-``accuracy_vs_time.png``, ``accuracy_vs_samples.png`` and ``summary.json``.
+the plots of :func:`plot_names` and ``summary.json``.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from rltrain.records import STALENESS_BINS
 from rltrain.rundir import write_atomic, write_summary
 from rltrain.supervised.config import BenchConfig
 from rltrain.supervised.datasets import SplitDataset
-from rltrain.supervised.modes import ModeTrace, worker_specs
-from rltrain.supervised.worker import make_model, normalize
+from rltrain.supervised.modes import ModeTrace, initial_params, worker_specs
+from rltrain.supervised.toys import TOY_PROBLEMS, relative_distance
+from rltrain.supervised.worker import inputs, make_model, targets
 
 
 @dataclass(frozen=True)
@@ -33,8 +34,39 @@ class Point:
 
     t: float
     samples: int
-    accuracy: float
+    accuracy: float  # nan where the problem has no classes (toy_quadratic)
     train_loss: float
+    updates: int = 0  # the server's version: optimizer steps so far
+    distance: float = math.nan  # |w - w*| / |w0 - w*| (toy problems; nan elsewhere)
+
+
+DIVERGED = 1e3
+"""A toy run whose final distance to the optimum is above this many times its start diverged."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """A level whose time, samples and updates to reach are reported: a test accuracy to
+    reach or exceed (eval.targets), or a relative distance to the optimum to reach or go
+    below (eval.distance_targets, the toy problems)."""
+
+    metric: str  # accuracy | distance
+    value: float
+
+    @property
+    def key(self) -> str:
+        return f"{100 * self.value:g}%" if self.metric == "accuracy" else f"dist {self.value:g}"
+
+    def reached(self, p: Point) -> bool:
+        if self.metric == "accuracy":
+            return p.accuracy >= self.value
+        return p.distance <= self.value
+
+
+def targets_of(cfg: BenchConfig) -> list[Target]:
+    if cfg.data.dataset in TOY_PROBLEMS:
+        return [Target("distance", v) for v in cfg.eval.distance_targets]
+    return [Target("accuracy", v) for v in cfg.eval.targets]
 
 
 @dataclass(frozen=True)
@@ -58,6 +90,10 @@ class ModeResult:
     us_per_sample_to: dict[str, float | None] = field(default_factory=dict)
     """Hardware efficiency: training microseconds per sample until each target was reached
     (seconds_to = samples_to x us_per_sample_to / 1e6, exactly)."""
+    updates_to: dict[str, int | None] = field(default_factory=dict)
+    """Server versions (optimizer steps) until each target was reached."""
+    final_distance: float | None = None  # toy problems: |w - w*| / |w0 - w*| at the end
+    diverged: bool = False  # toy problems: the distance ended above DIVERGED (or non-finite)
     faults: dict[str, int] = field(default_factory=dict)  # FaultCounters of the mode
 
 
@@ -67,12 +103,14 @@ class ModeResult:
 
 @torch.no_grad()
 def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 1000) -> float:
-    """Top-1 accuracy of ``model`` on normalised images ``x`` [N, C, H, W] and labels ``y`` [N]."""
+    """Top-1 accuracy of ``model`` on inputs ``x`` [N, ...] and labels ``y`` [N]: int64 class
+    labels (argmax of the outputs), or float 0/1 labels of a single logit (its sign)."""
     model.eval()
-    correct = sum(
-        int((model(x[i : i + batch]).argmax(1) == y[i : i + batch]).sum())
-        for i in range(0, len(y), batch)
-    )
+    correct = 0
+    for i in range(0, len(y), batch):
+        out, labels = model(x[i : i + batch]), y[i : i + batch]
+        guess = out.argmax(1) if labels.dtype == torch.int64 else (out.squeeze(1) > 0).float()
+        correct += int((guess == labels).sum())
     return correct / max(1, len(y))
 
 
@@ -98,27 +136,27 @@ def evaluate(
     trace: ModeTrace,
     on_progress: Callable[[int, int], None] = lambda i, n: None,
 ) -> list[Point]:
-    """Test accuracy of every snapshot of a mode."""
-    test = data.test
-    n = cfg.eval.test_samples or len(test)
-    x = normalize(test.images[:n], data.mean, data.std)
-    y = test.labels[:n]
+    """Test accuracy of every snapshot of a mode (nan for regression), and for the toy
+    problems its relative distance to the optimum."""
     spec = worker_specs(cfg, "baseline", data, 1)[0]
-    model = make_model(spec, x.shape[1], x.shape[-1])
+    n = cfg.eval.test_samples or len(data.test)
+    x, y = inputs(data.test, spec)[:n], targets(data.test)[:n]
+    model = make_model(spec, x.shape[1:])
+    classes = data.objective != "squared"
+    start = initial_params(cfg, data)
     points, prev_t = [], -1.0
     for i, snap in enumerate(trace.snapshots):
         vector_to_parameters(snap.params, model.parameters())
-        acc = accuracy(model, x, y)
-        points.append(
-            Point(snap.t, samples_at(trace, snap.t), acc, loss_between(trace, prev_t, snap.t))
-        )
+        acc = accuracy(model, x, y) if classes else math.nan
+        dist = math.nan
+        if data.optimum is not None:
+            dist = relative_distance(snap.params, data.optimum, start)
+            dist = dist if math.isfinite(dist) else math.inf  # non-finite parameters: diverged
+        loss = loss_between(trace, prev_t, snap.t)
+        points.append(Point(snap.t, samples_at(trace, snap.t), acc, loss, snap.stats.version, dist))
         prev_t = snap.t
         on_progress(i + 1, len(trace.snapshots))
     return points
-
-
-def target_key(target: float) -> str:
-    return f"{100 * target:g}%"
 
 
 def summarize(cfg: BenchConfig, trace: ModeTrace, points: Sequence[Point]) -> ModeResult:
@@ -127,17 +165,20 @@ def summarize(cfg: BenchConfig, trace: ModeTrace, points: Sequence[Point]) -> Mo
     seconds_to: dict[str, float | None] = {}
     samples_to: dict[str, int | None] = {}
     us_per_sample_to: dict[str, float | None] = {}
-    for target in cfg.eval.targets:
-        hit = next((p for p in points if p.accuracy >= target), None)
-        seconds_to[target_key(target)] = round(hit.t, 2) if hit else None
-        samples_to[target_key(target)] = hit.samples if hit else None
+    updates_to: dict[str, int | None] = {}
+    for target in targets_of(cfg):
+        hit = next((p for p in points if target.reached(p)), None)
+        seconds_to[target.key] = round(hit.t, 2) if hit else None
+        samples_to[target.key] = hit.samples if hit else None
+        updates_to[target.key] = hit.updates if hit else None
         per = hit.t / hit.samples * 1e6 if hit and hit.samples else None
-        us_per_sample_to[target_key(target)] = None if per is None else round(per, 3)
+        us_per_sample_to[target.key] = None if per is None else round(per, 3)
+    final_distance = points[-1].distance
     return ModeResult(
         mode=trace.mode,
         workers=trace.workers,
         final_accuracy=points[-1].accuracy,
-        best_accuracy=max(p.accuracy for p in points),
+        best_accuracy=max((p.accuracy for p in points), default=math.nan),
         train_seconds=round(trace.train_s, 2),
         startup_seconds=round(trace.startup_s, 2),
         samples=samples,
@@ -149,6 +190,9 @@ def summarize(cfg: BenchConfig, trace: ModeTrace, points: Sequence[Point]) -> Mo
         seconds_to=seconds_to,
         samples_to=samples_to,
         us_per_sample_to=us_per_sample_to,
+        updates_to=updates_to,
+        final_distance=None if math.isnan(final_distance) else final_distance,
+        diverged=final_distance > DIVERGED,
         faults=asdict(trace.faults),
     )
 
@@ -168,7 +212,10 @@ def write_tensorboard(
     prev: tuple[float, int] = (0.0, 0)
     for snap, p in zip(trace.snapshots, points, strict=True):
         wall, step = base + p.t, p.samples
-        writer.add_scalar("supervised/test_accuracy", p.accuracy, step, walltime=wall)
+        if not math.isnan(p.accuracy):
+            writer.add_scalar("supervised/test_accuracy", p.accuracy, step, walltime=wall)
+        if not math.isnan(p.distance):
+            writer.add_scalar("supervised/distance_to_optimum", p.distance, step, walltime=wall)
         if not math.isnan(p.train_loss):
             writer.add_scalar("supervised/train_loss", p.train_loss, step, walltime=wall)
         if p.t > prev[0]:
@@ -210,7 +257,7 @@ def _staleness_histogram(writer: SummaryWriter, counts: list[int], step: int, wa
 
 
 def _flat_row(r: ModeResult) -> dict[str, Any]:
-    nested = ("seconds_to", "samples_to", "us_per_sample_to", "faults")
+    nested = ("seconds_to", "samples_to", "us_per_sample_to", "updates_to", "faults")
     row = {k: v for k, v in asdict(r).items() if k not in nested}
     for name in nested:
         for key, v in getattr(r, name).items():
@@ -227,8 +274,12 @@ def write_csv(path: Path, results: Sequence[ModeResult]) -> None:
 
 
 def markdown_table(cfg: BenchConfig, results: Sequence[ModeResult]) -> str:
-    keys = [target_key(t) for t in cfg.eval.targets]
-    head = ["mode", "final acc", *[f"s to {k}" for k in keys], *[f"samples to {k}" for k in keys]]
+    keys = [t.key for t in targets_of(cfg)]
+    toy = cfg.data.dataset in TOY_PROBLEMS
+    first = ["final dist"] if toy else []
+    first += [] if cfg.data.dataset == "toy_quadratic" else ["final acc"]
+    head = ["mode", *first, *[f"s to {k}" for k in keys], *[f"samples to {k}" for k in keys]]
+    head += [f"updates to {k}" for k in keys] if toy else []
     head += ["samples/s", "updates", "dropped", "rejected", "mean staleness"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
@@ -236,9 +287,12 @@ def markdown_table(cfg: BenchConfig, results: Sequence[ModeResult]) -> str:
         return "not reached" if v is None else format(v, spec)
 
     for r in results:
-        cells = [r.mode, f"{r.final_accuracy:.4f}"]
+        cells = [r.mode]
+        cells += (["diverged"] if r.diverged else [fmt(r.final_distance, ".2e")]) if toy else []
+        cells += [] if cfg.data.dataset == "toy_quadratic" else [f"{r.final_accuracy:.4f}"]
         cells += [fmt(r.seconds_to[k], ".1f") for k in keys]
         cells += [fmt(r.samples_to[k], ",") for k in keys]
+        cells += [fmt(r.updates_to[k], ",") for k in keys] if toy else []
         cells += [f"{r.samples_per_s:,.0f}", f"{r.updates_applied:,}", str(r.dropped)]
         cells += [str(r.rejected), f"{r.mean_staleness:.2f}"]
         lines.append("| " + " | ".join(cells) + " |")
@@ -249,9 +303,9 @@ def efficiency_table(cfg: BenchConfig, results: Sequence[ModeResult]) -> str:
     """Time to the first target split into statistical and hardware efficiency, each against
     the reference mode (``baseline`` if it ran, else the first): time ratio = samples ratio x
     speed ratio, exactly, since seconds_to = samples_to x seconds per sample."""
-    if not results or not cfg.eval.targets:
+    if not results or not targets_of(cfg):
         return ""
-    key = target_key(cfg.eval.targets[0])
+    key = targets_of(cfg)[0].key
     ref = next((r for r in results if r.mode == "baseline"), results[0])
     head = [
         "mode",
@@ -282,7 +336,7 @@ def write_markdown(path: Path, cfg: BenchConfig, results: Sequence[ModeResult]) 
     )
     note = (
         "\nSeconds are training time from the first worker step (start-up excluded, reported "
-        "in results.csv); accuracy is measured on snapshots taken every "
+        "in results.csv); accuracy (or distance) is measured on snapshots taken every "
         f"{cfg.eval.every_seconds:g} s, so times are accurate to that interval.\n"
     )
     split = efficiency_table(cfg, results)
@@ -295,30 +349,51 @@ def write_markdown(path: Path, cfg: BenchConfig, results: Sequence[ModeResult]) 
     write_atomic(path, title + markdown_table(cfg, results) + note + split)
 
 
-def plot_accuracy(
-    path: Path, curves: dict[str, list[Point]], targets: Sequence[float], x: str = "t"
+X_LABELS = {
+    "t": "training time (s)",
+    "samples": "training samples (all workers)",
+    "updates": "server updates (optimizer steps)",
+}
+
+
+def plot_curves(
+    path: Path, curves: dict[str, list[Point]], targets: Sequence[Target], x: str = "t"
 ) -> None:
-    """accuracy_vs_time.png (``x="t"``) or accuracy_vs_samples.png (``x="samples"``, the
-    statistical efficiency alone): one line per mode."""
+    """One line per mode against ``x`` (a key of :data:`X_LABELS`): test accuracy, or the
+    toy problems' distance to the optimum on a log scale."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    metric = targets[0].metric if targets else "accuracy"
     fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
     for mode, pts in curves.items():
-        ax.plot([getattr(p, x) for p in pts], [p.accuracy for p in pts], marker=".", label=mode)
+        ys = [getattr(p, metric) for p in pts]
+        ax.plot([getattr(p, x) for p in pts], ys, marker=".", label=mode)
     for t in targets:
-        ax.axhline(t, color="grey", lw=0.8, ls="--")
-    # the interesting part is around the targets; the first seconds' climb is cut off
-    ax.set_ylim(max(0.0, min(targets, default=0.1) - 0.1), 1.0)
-    ax.set_xlabel("training time (s)" if x == "t" else "training samples (all workers)")
-    ax.set_ylabel("test accuracy")
+        ax.axhline(t.value, color="grey", lw=0.8, ls="--")
+    if metric == "distance":
+        ax.set_yscale("log")
+        ax.set_ylabel("|w - w*| / |w0 - w*|")
+    else:
+        # the interesting part is around the targets; the first seconds' climb is cut off
+        ax.set_ylim(max(0.0, min((t.value for t in targets), default=0.1) - 0.1), 1.0)
+        ax.set_ylabel("test accuracy")
+    ax.set_xlabel(X_LABELS[x])
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def plot_names(cfg: BenchConfig) -> list[str]:
+    """The plots a bench writes: accuracy (distance, for the toys) against time and samples,
+    and for the toys also against server updates."""
+    if cfg.data.dataset in TOY_PROBLEMS:
+        return [f"distance_vs_{x}.png" for x in ("time", "samples", "updates")]
+    return ["accuracy_vs_time.png", "accuracy_vs_samples.png"]
 
 
 def write_outputs(
@@ -329,13 +404,16 @@ def write_outputs(
 ) -> dict[str, Any]:
     write_csv(run_dir / "results.csv", results)
     write_markdown(run_dir / "results.md", cfg, results)
-    plot_accuracy(run_dir / "accuracy_vs_time.png", curves, cfg.eval.targets)
-    plot_accuracy(run_dir / "accuracy_vs_samples.png", curves, cfg.eval.targets, x="samples")
+    targets = targets_of(cfg)
+    for name in plot_names(cfg):
+        x = name.rsplit("_", 1)[1].removesuffix(".png")
+        plot_curves(run_dir / name, curves, targets, x="t" if x == "time" else x)
     summary = {
         "command": "bench",
         "dataset": cfg.data.dataset,
         "workers": cfg.workers,
-        "targets": list(cfg.eval.targets),
+        "targets": [t.value for t in targets],
+        "target_metric": targets[0].metric if targets else "accuracy",
         "results": [_json_safe(asdict(r)) for r in results],
         "curves": {m: [asdict(p) for p in pts] for m, pts in curves.items()},
     }

@@ -6,11 +6,16 @@ split among workers has nothing to do with how its files are read.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
-from rltrain.supervised.datasets import ArrayDataset, load_dataset
+from rltrain.supervised.config import DataConfig
+from rltrain.supervised.datasets import ArrayDataset, SplitDataset, load_dataset
+from rltrain.supervised.toys import TOY_PROBLEMS, VectorDataset, make_toy
 
 
 def shard_indices(n: int, num_shards: int, shard: int, seed: int) -> torch.Tensor:
@@ -39,10 +44,27 @@ def _check_int(label: str, value: object, minimum: int | None) -> None:
         raise ValueError(f"{label} must be >= {minimum}, got {value}")
 
 
-def take(ds: ArrayDataset, idx: torch.Tensor) -> ArrayDataset:
+Examples = TypeVar("Examples", ArrayDataset, VectorDataset)
+
+
+def take(ds: Examples, idx: torch.Tensor) -> Examples:
     """The examples of ``ds`` at integer positions ``idx`` (e.g. a shard), as a new dataset."""
     idx = torch.as_tensor(idx, dtype=torch.int64)
-    return ArrayDataset(images=ds.images[idx], labels=ds.labels[idx])
+    return type(ds)(*(getattr(ds, f.name)[idx] for f in dataclasses.fields(ds)))
+
+
+def load_data(data: DataConfig, log: Callable[[str], None] | None = None) -> SplitDataset:
+    """The dataset ``data`` names: read (and downloaded if missing), or generated (toys)."""
+    if data.dataset in TOY_PROBLEMS:
+        split = make_toy(data.dataset, data.toy)
+        if log is not None:
+            t = data.toy
+            log(
+                f"{data.dataset}: generated, dim {t.dim}, {len(split.train)} train / "
+                f"{len(split.test)} test, curvature {t.curvature:g}, condition {t.condition:g}"
+            )
+        return split
+    return load_dataset(data.dataset, data.root, data.download, log)
 
 
 @dataclass(frozen=True)
@@ -55,13 +77,11 @@ class ShardSource:
     node reads (or downloads) its local copy.
     """
 
-    dataset: str
-    root: str
-    download: bool
+    data: DataConfig
     num_shards: int
     shard: int
     seed: int
 
-    def load(self) -> ArrayDataset:
-        train = load_dataset(self.dataset, self.root, self.download).train
+    def load(self) -> ArrayDataset | VectorDataset:
+        train = load_data(self.data).train
         return take(train, shard_indices(len(train), self.num_shards, self.shard, self.seed))

@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
@@ -24,6 +23,7 @@ from rltrain.records import GradUpdate, Params
 from rltrain.supervised.datasets import ArrayDataset
 from rltrain.supervised.models import build_model
 from rltrain.supervised.sharding import ShardSource
+from rltrain.supervised.toys import VectorDataset, objective_loss
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class WorkerSpec:
     optimizer: OptimizerConfig  # the local optimizer of the `average` rule
     model: str
     num_classes: int
-    mean: tuple[float, ...]
+    mean: tuple[float, ...]  # per-channel image normalisation (empty for vector data)
     std: tuple[float, ...]
     batch_size: int
     max_epochs: int  # 0 = no epoch limit
@@ -44,6 +44,8 @@ class WorkerSpec:
     threads: int = 1
     faults: tuple[FaultEvent, ...] = ()  # injected `slow` events (a straggler)
     steps_per_epoch: int = 0  # 0 = every full batch of the shard; else at most this many
+    objective: str = "cross_entropy"  # or squared / logistic (the toy problems)
+    l2: float = 0.0  # l2/2 |w|^2 added to the objective
 
 
 @dataclass(frozen=True)
@@ -68,9 +70,29 @@ def normalize(
     return (images.float().div_(255.0) - m) / s
 
 
-def make_model(spec: WorkerSpec, in_channels: int, image_size: int) -> nn.Module:
+def inputs(data: ArrayDataset | VectorDataset, spec: WorkerSpec) -> torch.Tensor:
+    """The model's float inputs: standardised images [N, C, H, W], or the vectors [N, D]."""
+    if isinstance(data, VectorDataset):
+        return data.x
+    return normalize(data.images, spec.mean, spec.std)
+
+
+def targets(data: ArrayDataset | VectorDataset) -> torch.Tensor:
+    """[N] class labels (int64) or real targets (float32)."""
+    return data.y if isinstance(data, VectorDataset) else data.labels
+
+
+def make_model(spec: WorkerSpec, in_shape: tuple[int, ...]) -> nn.Module:
     torch.manual_seed(spec.seed)  # every replica starts from the same parameters
-    return build_model(spec.model, in_channels, spec.num_classes, image_size)
+    return build_model(spec.model, tuple(in_shape), spec.num_classes)
+
+
+def objective(spec: WorkerSpec, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The training loss of a batch, with the objective's own L2 term (toy_logistic)."""
+    loss = objective_loss(spec.objective, model(x), y)
+    if spec.l2:
+        loss = loss + 0.5 * spec.l2 * sum(p.pow(2).sum() for p in model.parameters())
+    return loss
 
 
 def flat_grad(model: nn.Module) -> torch.Tensor:
@@ -84,16 +106,20 @@ def flat_grad(model: nn.Module) -> torch.Tensor:
 
 
 class SupervisedWorker:
-    """Cross-entropy on a data shard, pushing to and pulling from a :class:`Server`."""
+    """The objective (cross-entropy, or a toy problem's) on a data shard, pushing to and
+    pulling from a :class:`Server`."""
 
-    def __init__(self, spec: WorkerSpec, data: ArrayDataset | ShardSource) -> None:
+    def __init__(self, spec: WorkerSpec, data: ArrayDataset | VectorDataset | ShardSource) -> None:
         torch.set_num_threads(spec.threads)  # N processes on N cores must not fight
         self.spec = spec
         if isinstance(data, ShardSource):
             data = data.load()
-        self.x = normalize(data.images, spec.mean, spec.std)  # [N, C, H, W]
-        self.y = data.labels  # [N]
-        self.model = make_model(spec, self.x.shape[1], self.x.shape[-1])
+        self.x = inputs(data, spec)  # [N, C, H, W] or [N, D]
+        self.y = targets(data)  # [N]
+        self.model = make_model(spec, self.x.shape[1:])
+        # the local optimizer of the baseline and of `average`, built here: a process's first
+        # torch optimizer takes ~1 s to build (lazy imports), which is start-up, not training
+        self._local_opt = make_optimizer(self.model.parameters(), spec.optimizer)
         self.samples = 0
         self.steps = 0
         self.pushes = 0
@@ -127,7 +153,7 @@ class SupervisedWorker:
     def run_standalone(self, on_step: Callable[[], None] = lambda: None) -> WorkerReport:
         """The plain single-process PyTorch loop (the benchmark's baseline): no server at all."""
         start = self._start()
-        opt = make_optimizer(self.model.parameters(), self.spec.optimizer)
+        opt = self._local_opt
         for x, y in self._batches():
             self._backward(x, y)
             opt.step()
@@ -202,7 +228,7 @@ class SupervisedWorker:
 
     def _run_average(self, server: Server) -> None:
         """Parameter averaging: local optimizer steps, then push parameters every k steps."""
-        opt = make_optimizer(self.model.parameters(), self.spec.optimizer)
+        opt = self._local_opt
         k = self.spec.rule.average_every
         version = self._load(server.pull())
         self._skip = version * k  # k local steps per version
@@ -242,7 +268,7 @@ class SupervisedWorker:
         t = time.perf_counter()
         for p in self.model.parameters():
             p.grad = None
-        loss = F.cross_entropy(self.model(x), y)
+        loss = objective(self.spec, self.model, x, y)
         loss.backward()
         self._slow.stretch(time.perf_counter() - t)  # an injected straggler
         self.steps += 1
@@ -259,7 +285,7 @@ class SupervisedWorker:
 
     def _update(self, version: int, values: torch.Tensor, samples: int, loss: float) -> GradUpdate:
         self.pushes += 1
-        return GradUpdate(self.spec.worker_id, version, values, samples, {"cross_entropy": loss})
+        return GradUpdate(self.spec.worker_id, version, values, samples, {"loss": loss})
 
     def _barrier_timeout(self) -> float:
         left = self._deadline - time.time()

@@ -1,4 +1,4 @@
-"""The `rltrain` command line: train, eval, plot, bench and options."""
+"""The `rltrain` command line: train, eval, plot, bench, replay and options."""
 
 from __future__ import annotations
 
@@ -143,9 +143,27 @@ def build_parser() -> argparse.ArgumentParser:
         "async, async_scale, async_drop, average, hogwild) and compare test accuracy vs time.",
     )
     _common(bench)
+    replay = sub.add_parser(
+        "replay",
+        help="recompute a recorded bench run's updates serially; check the parameters bit for bit",
+        description="Replay each mode of a bench run recorded with server.record=true: the "
+        "logged gradients are recomputed in the order the server received them, and the "
+        "parameters compared (torch.equal) with the run's final ones. Exit code 1 if they differ.",
+    )
+    replay.add_argument("run", metavar="RUN", help="a run directory written by `rltrain bench`")
+    replay.add_argument(
+        "--mode", help="replay this mode only, e.g. async (default: every recorded mode)"
+    )
     opts = sub.add_parser("options", help="list every config option with its meaning")
     opts.add_argument("kind", choices=["train", "bench"], help="which command's config")
-    parser.commands = {"train": train, "eval": ev, "plot": plot, "bench": bench, "options": opts}
+    parser.commands = {
+        "train": train,
+        "eval": ev,
+        "plot": plot,
+        "bench": bench,
+        "replay": replay,
+        "options": opts,
+    }
     return parser
 
 
@@ -175,6 +193,25 @@ def cmd_bench(args: argparse.Namespace) -> int:
     cfg = load_config(BenchConfig, args.config, _overrides(args))  # all checks first
     run_bench_config(cfg, args.run_dir, args.config)
     return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from rltrain.supervised import replay
+    from rltrain.supervised.sharding import load_data
+
+    run_dir = run_dir_arg(args.run, "", "rltrain bench")
+    cfg, modes, notes = replay.read_run(run_dir, args.mode)
+    for note in notes:
+        print(f"replay {note}")
+    data = load_data(cfg.data)
+    failed = 0
+    for mode in modes:
+        r = replay.replay_mode(cfg, data, run_dir, mode)
+        verdict = "equal" if r.equal else f"DIFFERENT (max |diff| {r.max_diff:.3g})"
+        off = f"; {r.mismatches} pushes decided otherwise than logged" if r.mismatches else ""
+        print(f"replay {mode}: {r.pushes} pushes; final parameters {verdict} (torch.equal){off}")
+        failed += not r.equal
+    return EXIT_FAILED if failed else 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -262,6 +299,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return cmd_eval(args)
             if args.command == "plot":
                 return cmd_plot(args)
+            if args.command == "replay":
+                return cmd_replay(args)
     except (RunFailed, ProcessLost, PeerLost) as e:  # not bad input: a fault it could not survive
         print(f"rltrain: run failed: {' '.join(str(e).splitlines())}", file=sys.stderr)
         return EXIT_FAILED

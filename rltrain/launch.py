@@ -76,8 +76,9 @@ def _auto_address() -> tuple[str | None, str]:
     return None, f"RAY_ADDRESS is unset and {file} does not exist"
 
 
-def run_dir_arg(text: str, flag: str) -> Path:
-    """An existing run directory (one with config.yaml), or a one-line UserError saying why not."""
+def run_dir_arg(text: str, flag: str, command: str = "rltrain train") -> Path:
+    """An existing run directory (one with config.yaml), or a one-line UserError saying why not
+    (and that ``command`` writes one)."""
     path = Path(text).expanduser()
     if not path.exists():
         why = "it does not exist"
@@ -88,7 +89,7 @@ def run_dir_arg(text: str, flag: str) -> Path:
     else:
         return path
     raise UserError(
-        f"{flag}{path}: not a run directory ({why}); give a folder written by `rltrain train`"
+        f"{flag}{path}: not a run directory ({why}); give a folder written by `{command}`"
     )
 
 

@@ -8,7 +8,7 @@ pulls :class:`Params`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import torch
 
@@ -35,6 +35,19 @@ class Params:
     norm: NormStats | None = None  # merged normalisation statistics (shard 0 holds them)
 
 
+class BatchId(NamedTuple):
+    """Which minibatch a supervised gradient came from, and on which parameters.
+
+    The worker's batch ``position`` of ``epoch`` (its order comes from its seed and the epoch),
+    computed on the parameters of server ``version``: with ``server.n_fetch`` < ``n_push`` the
+    batches of one update were computed on different versions. Enough to recompute the
+    gradient exactly (``rltrain replay``)."""
+
+    epoch: int
+    position: int
+    version: int
+
+
 @dataclass(frozen=True)
 class GradUpdate:
     """What a worker pushes: a flat gradient computed from parameters of ``version``.
@@ -51,6 +64,9 @@ class GradUpdate:
     kl, clip_fraction) for the actor-critics, td for DQN, cross_entropy for the supervised
     workers. For logs and diagnosis; the server steps on ``values`` alone."""
     norm: NormStats | None = None  # normalisation statistics seen since the last push (a delta)
+    batches: tuple[BatchId, ...] = ()
+    """The supervised batches averaged into ``values``, in order (empty for the RL learners):
+    what a recording server logs so that a run can be replayed."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +78,17 @@ class PushResult:
     staleness: int = 0  # server version at arrival - update version
     reason: str = ""  # why it was rejected or dropped
     count: int = 1  # updates averaged into the step this push completed (barrier rules)
+
+
+@dataclass(frozen=True)
+class PushRecord:
+    """One push as a recording shard saw it (``server.record``), in arrival order."""
+
+    worker_id: int
+    version: int  # the version the update was computed from
+    staleness: int
+    status: PushStatus
+    batches: tuple[BatchId, ...]  # the data behind it (GradUpdate.batches)
 
 
 STALENESS_BINS = 65  # bins 0..63 count exactly; bin 64 counts staleness >= 64

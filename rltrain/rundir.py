@@ -6,8 +6,9 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from rltrain.config import ConfigError, dump_yaml
 
@@ -62,10 +63,15 @@ def new_run_dir(
 
 def write_atomic(path: Path, text: str) -> None:
     """Write through a temporary file and rename, so a crash never leaves half a file."""
+    write_atomic_with(path, lambda f: f.write(text.encode()))
+
+
+def write_atomic_with(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """:func:`write_atomic` for any writer of a binary file (e.g. ``torch.save``)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            write(f)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; outputs are ordinary files
         os.replace(tmp, path)
     except BaseException:

@@ -97,6 +97,12 @@ class ServerConfig:
     momentum of about 1 - 1/N (Mitliagkas et al. 2016, "Asynchrony begets momentum"), so the
     server's explicit momentum is lowered to optimizer.momentum - (1 - 1/N), at least 0, and
     the total stays near the configured value."""
+    record: bool = False
+    """rltrain bench (sync, soft_sync, async*): the shard logs every push it receives (worker,
+    version, staleness, the batches behind it) and the run saves the log and the final
+    parameters to record/<mode>.pt, so that `rltrain replay RUN` recomputes the gradients
+    serially and reproduces the parameters bit for bit. Needs server.shards 1; rltrain train
+    ignores it."""
 
 
 def decides_per_update(rule: ServerConfig) -> bool:

@@ -7,6 +7,7 @@ Workers see the same four methods either way (:class:`Server`).
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -17,7 +18,14 @@ import torch
 from rltrain.config import ConfigError
 from rltrain.ps.config import OptimizerConfig, ServerConfig, decides_per_update
 from rltrain.ps.shard import ParameterShard
-from rltrain.records import GradUpdate, Params, PushResult, ServerStats, check_update
+from rltrain.records import (
+    GradUpdate,
+    Params,
+    PushRecord,
+    PushResult,
+    ServerStats,
+    check_update,
+)
 
 
 class Server(Protocol):
@@ -160,14 +168,7 @@ class ShardedServer(ABC):
     def _split(self, update: GradUpdate) -> list[GradUpdate]:
         u = update  # the normalisation statistics live on shard 0 only
         return [
-            GradUpdate(
-                u.worker_id,
-                u.version,
-                self._encode(p),
-                u.num_samples,
-                u.losses,
-                None if i else u.norm,
-            )
+            dataclasses.replace(u, values=self._encode(p), norm=None if i else u.norm)
             for i, p in enumerate(self.layout.split(u.values))
         ]
 
@@ -212,6 +213,10 @@ class ShardedServer(ABC):
     def state_dicts(self) -> list[dict]:
         return self._call("state_dict", [()] * len(self.layout.sizes))
 
+    def push_log(self) -> list[PushRecord]:
+        """Shard 0's log of the pushes (``server.record``; every shard sees every push)."""
+        return self._call_first("push_log")
+
     def load_state_dicts(self, states: Sequence[dict]) -> None:
         if len(states) != len(self.layout.sizes):
             raise ValueError(
@@ -221,12 +226,16 @@ class ShardedServer(ABC):
 
 
 def make_shards(
-    init: torch.Tensor, optimizer: OptimizerConfig, rule: ServerConfig, num_workers: int
+    init: torch.Tensor,
+    optimizer: OptimizerConfig,
+    rule: ServerConfig,
+    num_workers: int,
+    record: bool = False,
 ) -> tuple[ShardLayout, list[ParameterShard]]:
-    """Split ``init`` by size and build one plain shard per piece."""
+    """Split ``init`` by size and build one plain shard per piece (``record``: logging pushes)."""
     layout = ShardLayout(init.numel(), rule.shards)
     shards = [
-        ParameterShard(piece, optimizer, rule, num_workers, shard_id=i)
+        ParameterShard(piece, optimizer, rule, num_workers, shard_id=i, record=record)
         for i, piece in enumerate(layout.split(init))
     ]
     return layout, shards
@@ -236,9 +245,14 @@ class LocalServer(ShardedServer):
     """All shards in this process: the in-process twin of the Ray server."""
 
     def __init__(
-        self, init: torch.Tensor, optimizer: OptimizerConfig, rule: ServerConfig, num_workers: int
+        self,
+        init: torch.Tensor,
+        optimizer: OptimizerConfig,
+        rule: ServerConfig,
+        num_workers: int,
+        record: bool = False,
     ) -> None:
-        layout, self.shards = make_shards(init, optimizer, rule, num_workers)
+        layout, self.shards = make_shards(init, optimizer, rule, num_workers, record)
         super().__init__(layout, rule)
 
     def _submit(self, method: str, args: Sequence[tuple[Any, ...]], start: int = 0) -> list[Any]:

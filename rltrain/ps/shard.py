@@ -19,6 +19,7 @@ from rltrain.records import (
     STALENESS_BINS,
     GradUpdate,
     Params,
+    PushRecord,
     PushResult,
     ServerStats,
     check_update,
@@ -57,9 +58,11 @@ class ParameterShard:
         rule: ServerConfig,
         num_workers: int,
         shard_id: int = 0,
+        record: bool = False,
     ) -> None:
         """``init``: the slice's initial values, or its size (zeros until :meth:`set_values`:
-        a Ray process gets small constructor arguments, which a restart can replay)."""
+        a Ray process gets small constructor arguments, which a restart can replay).
+        ``record``: log every push (:meth:`push_log`; ``server.record``)."""
         self.shard_id = shard_id
         self.rule = rule
         if isinstance(init, int):
@@ -86,6 +89,7 @@ class ParameterShard:
         self._staleness_sum = 0
         self._hist = [0] * STALENESS_BINS
         self._last_reject = ""
+        self._log: list[PushRecord] | None = [] if record else None
 
     # --- the worker-facing contract -------------------------------------------------------
 
@@ -100,20 +104,18 @@ class ParameterShard:
         """
         with self._lock:
             self._check_fence()
-            if decided is not None:
-                return self._follow(update, decided)
-            self._samples += update.num_samples
-            reason = check_update(update.values, self.numel, update.version, self.version)
-            if not reason and update.norm is not None and not update.norm.is_finite():
-                reason = "non-finite normalisation statistics"
-            if reason:
-                return self._reject(reason)
-            if update.norm is not None:  # what the actors saw counts even if the step is dropped
-                self._norm = update.norm if self._norm is None else self._norm.merge(update.norm)
-            staleness = self.version - update.version
-            if self.rule.rule == "async":
-                return self._push_async(update, staleness)
-            return self._push_barrier(update, staleness)
+            result = self._decide(update) if decided is None else self._follow(update, decided)
+            if self._log is not None:  # under the lock: the log is the order of the steps
+                u, r = update, result
+                self._log.append(
+                    PushRecord(u.worker_id, u.version, r.staleness, r.status, u.batches)
+                )
+            return result
+
+    def push_log(self) -> list[PushRecord]:
+        """Every push so far, in arrival order (empty unless constructed with ``record``)."""
+        with self._lock:
+            return list(self._log or ())
 
     def pull(self, newer_than: int | None = None) -> Params | None:
         """This shard's parameters, or None when ``newer_than`` is its version: the caller
@@ -273,6 +275,21 @@ class ParameterShard:
             self._changed.notify_all()
 
     # --- rules (called with the lock held) -------------------------------------------------
+
+    def _decide(self, update: GradUpdate) -> PushResult:
+        """What the rule does with ``update`` (:meth:`push`, lock held)."""
+        self._samples += update.num_samples
+        reason = check_update(update.values, self.numel, update.version, self.version)
+        if not reason and update.norm is not None and not update.norm.is_finite():
+            reason = "non-finite normalisation statistics"
+        if reason:
+            return self._reject(reason)
+        if update.norm is not None:  # what the actors saw counts even if the step is dropped
+            self._norm = update.norm if self._norm is None else self._norm.merge(update.norm)
+        staleness = self.version - update.version
+        if self.rule.rule == "async":
+            return self._push_async(update, staleness)
+        return self._push_barrier(update, staleness)
 
     def _follow(self, update: GradUpdate, decided: PushResult) -> PushResult:
         """Do what shard 0 decided for this update (see :meth:`push`)."""

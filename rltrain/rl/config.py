@@ -242,6 +242,11 @@ class TrainConfig:
                 "which the average rule would copy into the weights; use sync, soft_sync or async"
             )
         check_momentum_correction(self.optimizer, self.server)
+        if self.server.record:
+            raise ValueError(
+                "server.record=true: only rltrain bench records and replays its updates (a "
+                "training run's data comes from environments, which a replay cannot re-read)"
+            )
         if self.algo.name == "dqn" and self.normalize.obs == "always":
             raise ValueError(
                 "normalize.obs=always: not supported with algo.name=dqn; use auto or never"

@@ -163,8 +163,10 @@ def start_server(
     num_workers: int,
     runtime: RuntimeConfig,
     max_restarts: int = 0,
+    record: bool = False,
 ) -> RayServer:
-    """One :class:`ParameterShard` process per shard, parameters split by size.
+    """One :class:`ParameterShard` process per shard, parameters split by size; ``record``:
+    each logs the pushes it receives (``server.record``, fetched with ``push_log``).
 
     A shard is constructed with its size alone and given its initial values by a call: Ray
     keeps a constructor's arguments to re-run it on a restart, and arguments of more than
@@ -181,6 +183,7 @@ def start_server(
             rule,
             num_workers,
             i,
+            record,
             role="shard",
             index=i,
             num_cpus=runtime.server_cpus,

@@ -36,6 +36,7 @@ from rltrain.records import Params, ServerStats
 from rltrain.supervised.config import BenchConfig
 from rltrain.supervised.datasets import SplitDataset
 from rltrain.supervised.modes import (
+    ModeRecord,
     ModeTrace,
     Snapshotter,
     finish_trace,
@@ -43,6 +44,7 @@ from rltrain.supervised.modes import (
     shards,
     worker_specs,
 )
+from rltrain.supervised.replay import save_record
 from rltrain.supervised.sharding import ShardSource
 from rltrain.supervised.worker import SupervisedWorker, WorkerReport, WorkerSpec
 
@@ -63,8 +65,10 @@ def run_ray_mode(cfg: BenchConfig, mode: str, data: SplitDataset, progress: Prog
     specs = worker_specs(cfg, mode, data, cfg.workers)
     rule = specs[0].rule.rule
     restarts = cfg.faults.max_restarts
+    record = cfg.server.record and rule != "average"  # averaging replays no gradients
+    init = initial_params(cfg, data)
     server = runtime.start_server(
-        initial_params(cfg, data), cfg.optimizer, specs[0].rule, cfg.workers, cfg.runtime, restarts
+        init, cfg.optimizer, specs[0].rule, cfg.workers, cfg.runtime, restarts, record
     )
     workers = [
         runtime.Remote(
@@ -91,6 +95,7 @@ def run_ray_mode(cfg: BenchConfig, mode: str, data: SplitDataset, progress: Prog
         t0, reports = plan.t0, plan.reports
         resume_all()
         _snapshot(snapper, server, guard, restarts != 0)
+        kept = ModeRecord(tuple(server.push_log()), server.pull().values) if record else None
     finally:
         resume_all()  # never leave a process stopped by an injected pause
         for w in workers:
@@ -98,7 +103,8 @@ def run_ray_mode(cfg: BenchConfig, mode: str, data: SplitDataset, progress: Prog
         server.kill()
     if not reports:
         raise RunFailed(f"{mode}: every worker was lost; no results")
-    return finish_trace(mode, begin, snapper, list(reports.values()), faults, t0)
+    trace = finish_trace(mode, begin, snapper, list(reports.values()), faults, t0)
+    return dataclasses.replace(trace, record=kept)
 
 
 class BenchPlan:
@@ -324,6 +330,8 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
         for i, mode in enumerate(cfg.modes):
             label = f"[{i + 1}/{len(cfg.modes)} {mode}]"
             trace = run_mode(cfg, mode, data, Progress(label))
+            if trace.record is not None:
+                save_record(run_dir, trace)
             prog = Progress(label)
             points = report.evaluate(
                 cfg, data, trace, lambda k, n, p=prog: p.update(k / n, f"evaluating {k}/{n}")
@@ -366,4 +374,6 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
     print(f"done in {time.time() - started:.0f}s: {run_dir}/results.md, results.csv, ")
     plots = ", ".join(report.plot_names(cfg))
     print(f"  {plots}, summary.json; tensorboard --logdir {run_dir / 'tb'}")
+    if cfg.server.record:
+        print(f"  record/ of the pushes: rltrain replay {run_dir}")
     return 0

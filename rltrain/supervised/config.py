@@ -151,3 +151,8 @@ class BenchConfig:
         self.faults.check_targets({"worker": self.workers, "shard": self.server.shards})
         if "soft_sync" in self.modes and self.server.k > self.workers:
             raise ValueError(f"server.k={self.server.k} exceeds workers={self.workers}")
+        if self.server.record and self.server.shards != 1:
+            raise ValueError(
+                f"server.record=true needs server.shards=1, got {self.server.shards}: a replay "
+                "follows one shard's order of the updates, and each shard has its own"
+            )

@@ -15,7 +15,7 @@ from rltrain.faults import FaultCounters
 from rltrain.progress import Progress
 from rltrain.ps.config import ServerConfig
 from rltrain.ps.server import Server
-from rltrain.records import Params, ServerStats
+from rltrain.records import Params, PushRecord, ServerStats
 from rltrain.supervised.config import BenchConfig
 from rltrain.supervised.datasets import SplitDataset
 from rltrain.supervised.sharding import ShardSource
@@ -33,6 +33,15 @@ class Snapshot:
 
 
 @dataclass(frozen=True)
+class ModeRecord:
+    """What ``server.record`` keeps of a mode for ``rltrain replay``: the shard's log of the
+    pushes, in arrival order, and the parameters the mode ended with."""
+
+    log: tuple[PushRecord, ...]
+    final: torch.Tensor  # [P]
+
+
+@dataclass(frozen=True)
 class ModeTrace:
     """Everything a mode produced; evaluated and reported by :mod:`rltrain.supervised.report`."""
 
@@ -43,6 +52,7 @@ class ModeTrace:
     snapshots: tuple[Snapshot, ...]
     reports: tuple[WorkerReport, ...]
     faults: FaultCounters = dataclasses.field(default_factory=FaultCounters)
+    record: ModeRecord | None = None  # server.record (modes with a server, but average)
 
 
 def mode_rule(mode: str, server: ServerConfig) -> ServerConfig:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -19,7 +20,7 @@ from rltrain.faults import FaultEvent, Slowdown
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.optim import make_optimizer
 from rltrain.ps.server import Server
-from rltrain.records import GradUpdate, Params
+from rltrain.records import BatchId, GradUpdate, Params
 from rltrain.supervised.datasets import ArrayDataset
 from rltrain.supervised.models import build_model
 from rltrain.supervised.sharding import ShardSource
@@ -105,6 +106,41 @@ def flat_grad(model: nn.Module) -> torch.Tensor:
     )
 
 
+class Batch(NamedTuple):
+    """One minibatch of a worker's plan: where it is (``epoch``, ``position``) and its data."""
+
+    epoch: int
+    position: int
+    x: torch.Tensor  # [B, ...]
+    y: torch.Tensor  # [B]
+
+
+class GradSum:
+    """The gradients summed into one push (Downpour's n_push) and the batches behind them.
+
+    The worker's loops and ``rltrain replay`` both go through it, so that a replayed update
+    is the same float operations in the same order as the pushed one, bit for bit.
+    """
+
+    def __init__(self) -> None:
+        self.values: torch.Tensor | None = None  # [P]
+        self.samples = 0
+        self.batches: list[BatchId] = []
+
+    def add(self, grad: torch.Tensor, samples: int, batch: BatchId) -> None:
+        self.values = grad if self.values is None else self.values.add_(grad)
+        self.samples += samples
+        self.batches.append(batch)
+
+    def to_update(self, worker_id: int, version: int, loss: float) -> GradUpdate:
+        """The mean gradient, as an update computed from ``version`` (divides in place)."""
+        assert self.values is not None, "no gradient to push"
+        mean = self.values.div_(len(self.batches))
+        return GradUpdate(
+            worker_id, version, mean, self.samples, {"loss": loss}, batches=tuple(self.batches)
+        )
+
+
 class SupervisedWorker:
     """The objective (cross-entropy, or a toy problem's) on a data shard, pushing to and
     pulling from a :class:`Server`."""
@@ -127,6 +163,7 @@ class SupervisedWorker:
         self._deadline = float("inf")
         self._slow = Slowdown(spec.faults, spec.worker_id)
         self._skip = 0  # batches of the epoch plan already done (a restarted worker)
+        self._order = (-1, torch.empty(0, dtype=torch.int64))  # (epoch, its permutation)
 
     # --- the loops ------------------------------------------------------------------------
 
@@ -154,8 +191,8 @@ class SupervisedWorker:
         """The plain single-process PyTorch loop (the benchmark's baseline): no server at all."""
         start = self._start()
         opt = self._local_opt
-        for x, y in self._batches():
-            self._backward(x, y)
+        for b in self._batches():
+            self._backward(b.x, b.y)
             opt.step()
             on_step()
         return self._report(start)
@@ -187,20 +224,17 @@ class SupervisedWorker:
         """
         rule = self.spec.rule
         version = self._load(server.pull())
-        acc, acc_samples, acc_steps = None, 0, 0
+        acc = GradSum()
         pending = None  # an exchange in flight (rule.pipeline): its parameters come next
-        for x, y in self._batches():
-            loss = self._backward(x, y)
-            g = flat_grad(self.model)
-            acc = g if acc is None else acc.add_(g)
-            acc_samples, acc_steps = acc_samples + len(y), acc_steps + 1
+        for b in self._batches():
+            loss = self._backward(b.x, b.y)
+            acc.add(flat_grad(self.model), len(b.y), BatchId(b.epoch, b.position, version))
             push, fetch = self.steps % rule.n_push == 0, self.steps % rule.n_fetch == 0
             if not (push or fetch):
                 continue
             update = None
             if push:
-                update = self._update(version, acc.div_(acc_steps), acc_samples, loss)
-                acc, acc_samples, acc_steps = None, 0, 0
+                update, acc = self._update(version, acc, loss), GradSum()
             if pending is not None:  # settle the previous round trip before the next call
                 version = self._load(pending()[1])
                 pending = None
@@ -214,16 +248,18 @@ class SupervisedWorker:
                 version = self._load(server.exchange(update)[1])
         if pending is not None:
             pending()
-        if acc is not None:  # steps since the last push: their work is not thrown away
-            server.push(self._update(version, acc.div_(acc_steps), acc_samples, loss))
+        if acc.batches:  # steps since the last push: their work is not thrown away
+            server.push(self._update(version, acc, loss))
 
     def _run_barrier(self, server: Server) -> None:
         """sync / soft_sync: push the gradient of version v, wait until the server steps past v."""
         version = self._load(server.pull())
         self._skip = version  # one step per version: a restarted worker goes on from there
-        for x, y in self._batches():
-            loss = self._backward(x, y)
-            update = self._update(version, flat_grad(self.model), len(y), loss)
+        for b in self._batches():
+            loss = self._backward(b.x, b.y)
+            acc = GradSum()  # one batch: its mean is its gradient (x / 1 == x exactly)
+            acc.add(flat_grad(self.model), len(b.y), BatchId(b.epoch, b.position, version))
+            update = self._update(version, acc, loss)
             version = self._load(server.exchange(update, version + 1, self._barrier_timeout())[1])
 
     def _run_average(self, server: Server) -> None:
@@ -233,14 +269,15 @@ class SupervisedWorker:
         version = self._load(server.pull())
         self._skip = version * k  # k local steps per version
         since = 0
-        for x, y in self._batches():
+        for b in self._batches():
             opt.zero_grad(set_to_none=True)
-            loss = self._backward(x, y)
+            loss = self._backward(b.x, b.y)
             opt.step()
-            since += len(y)
+            since += len(b.y)
             if self.steps % k == 0:
                 params = parameters_to_vector(self.model.parameters()).detach()
-                update = self._update(version, params, since, loss)
+                self.pushes += 1
+                update = GradUpdate(self.spec.worker_id, version, params, since, {"loss": loss})
                 since = 0
                 version = self._load(
                     server.exchange(update, version + 1, self._barrier_timeout())[1]
@@ -248,21 +285,36 @@ class SupervisedWorker:
 
     # --- pieces -----------------------------------------------------------------------------
 
-    def _batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def gradient(self, params: torch.Tensor, batch: BatchId) -> tuple[torch.Tensor, float, int]:
+        """(flat gradient, loss, samples) of a logged batch on ``params`` (``rltrain replay``):
+        the computation :meth:`run` made for it, with the same model, objective and data."""
+        self._load(Params(batch.version, params))
+        x, y = self._batch(batch.epoch, batch.position)
+        loss = self._backward(x, y)
+        return flat_grad(self.model), loss, len(y)
+
+    def _batches(self) -> Iterator[Batch]:
         """Shuffled minibatches (seed + epoch), until the epoch or time budget runs out."""
         n, bs = len(self.y), self.spec.batch_size
         # every worker takes the same number of steps per epoch, so barrier rules line up
         steps = min(n // bs, self.spec.steps_per_epoch or n // bs)
         epoch, first = divmod(self._skip, steps) if steps else (0, 0)
         while self.spec.max_epochs == 0 or epoch < self.spec.max_epochs:
-            g = torch.Generator().manual_seed(self.spec.seed * 100_003 + epoch)
-            order = torch.randperm(n, generator=g)
             for i in range(first, steps):
                 if time.time() >= self._deadline:
                     return
-                idx = order[i * bs : (i + 1) * bs]
-                yield self.x[idx], self.y[idx]
+                yield Batch(epoch, i, *self._batch(epoch, i))
             epoch, first = epoch + 1, 0
+
+    def _batch(self, epoch: int, position: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Batch ``position`` of ``epoch``, in the epoch's order: a permutation seeded by
+        seed * 100_003 + epoch, so that a batch is known by its place alone."""
+        if self._order[0] != epoch:
+            g = torch.Generator().manual_seed(self.spec.seed * 100_003 + epoch)
+            self._order = (epoch, torch.randperm(len(self.y), generator=g))
+        bs = self.spec.batch_size
+        idx = self._order[1][position * bs : (position + 1) * bs]
+        return self.x[idx], self.y[idx]
 
     def _backward(self, x: torch.Tensor, y: torch.Tensor) -> float:
         t = time.perf_counter()
@@ -283,9 +335,9 @@ class SupervisedWorker:
             vector_to_parameters(params.values, self.model.parameters())
         return params.version
 
-    def _update(self, version: int, values: torch.Tensor, samples: int, loss: float) -> GradUpdate:
+    def _update(self, version: int, acc: GradSum, loss: float) -> GradUpdate:
         self.pushes += 1
-        return GradUpdate(self.spec.worker_id, version, values, samples, {"loss": loss})
+        return acc.to_update(self.spec.worker_id, version, loss)
 
     def _barrier_timeout(self) -> float:
         left = self._deadline - time.time()

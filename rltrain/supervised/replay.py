@@ -1,0 +1,243 @@
+"""`rltrain replay RUN`: recompute a recorded bench run's gradients serially, in the order the
+server received them, and check that the parameters come out bit for bit the same.
+
+An asynchronous run is not repeatable: which worker's update arrives first, and how stale it
+is, depends on timing. With ``server.record`` the shard logs every push (worker, version,
+staleness, and the batches behind it: epoch, position and the parameter version each was
+computed on) and the bench saves the log with the final parameters to ``record/<mode>.pt``.
+Replay needs nothing else: the initial parameters and every worker's data follow from the
+config. Each gradient is recomputed by a :class:`SupervisedWorker` of the run's own spec (its
+model, objective, batches and torch threads) and pushed through a fresh
+:class:`ParameterShard` at its logged version, so staleness scaling, barriers and the
+optimizer step run the very code they ran in the run. Plain Python, no Ray.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from rltrain.config import ConfigError, load_config
+from rltrain.errors import RLTrainError
+from rltrain.faults import FaultCounters
+from rltrain.ps.shard import ParameterShard
+from rltrain.records import BatchId, GradUpdate, PushRecord, PushStatus
+from rltrain.rundir import write_atomic_with
+from rltrain.supervised.config import BenchConfig
+from rltrain.supervised.datasets import SplitDataset
+from rltrain.supervised.modes import ModeTrace, initial_params, shards, worker_specs
+from rltrain.supervised.worker import GradSum, SupervisedWorker
+
+NOT_REPLAYABLE = {
+    "baseline": "it has no parameter server (a single-process loop): nothing was recorded",
+    "average": "its workers push parameters after local optimizer steps, not gradients",
+    "hogwild": "its workers update shared memory lock-free inside a step, so no order of "
+    "the updates exists to follow",
+}
+"""Modes that ``rltrain replay`` refuses, and why."""
+
+_STATUSES: tuple[PushStatus, ...] = typing.get_args(PushStatus)
+_FORMAT = 1
+
+
+class NotReplayable(RLTrainError):
+    """A run folder or mode that cannot be replayed; the message says why, in one line."""
+
+
+@dataclass(frozen=True)
+class SavedRecord:
+    """One mode's ``record/<mode>.pt``, read back."""
+
+    mode: str
+    log: tuple[PushRecord, ...]
+    final: torch.Tensor  # [P] the parameters the mode ended with
+    faults: FaultCounters
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """What replaying one mode gave."""
+
+    mode: str
+    pushes: int
+    equal: bool  # torch.equal(replayed, recorded final parameters)
+    max_diff: float  # largest absolute difference (0.0 when equal)
+    mismatches: int  # pushes the replayed shard decided otherwise (status or staleness)
+
+
+# --- the file ------------------------------------------------------------------------------
+
+
+def record_path(run_dir: Path, mode: str) -> Path:
+    return run_dir / "record" / f"{mode}.pt"
+
+
+def save_record(run_dir: Path, trace: ModeTrace) -> Path:
+    """Write ``trace.record`` to ``record/<mode>.pt`` (atomically). The log is stored as two
+    int64 tables, which ``torch.load(weights_only=True)`` reads back: pushes [M, 5] (worker,
+    version, staleness, status, batches) and their batches [B, 3] (epoch, position, version)."""
+    rec = trace.record
+    assert rec is not None, f"{trace.mode}: nothing recorded"
+    pushes = [
+        (p.worker_id, p.version, p.staleness, _STATUSES.index(p.status), len(p.batches))
+        for p in rec.log
+    ]
+    batches = [tuple(b) for p in rec.log for b in p.batches]
+    state = {
+        "format": _FORMAT,
+        "mode": trace.mode,
+        "final": rec.final.detach().clone(),
+        "faults": dataclasses.asdict(trace.faults),
+        "pushes": torch.tensor(pushes, dtype=torch.int64).reshape(-1, 5),
+        "batches": torch.tensor(batches, dtype=torch.int64).reshape(-1, 3),
+    }
+    path = record_path(run_dir, trace.mode)
+    path.parent.mkdir(exist_ok=True)
+    write_atomic_with(path, lambda f: torch.save(state, f))
+    return path
+
+
+def load_record(path: Path) -> SavedRecord:
+    """Read a ``record/<mode>.pt`` written by :func:`save_record`."""
+    try:
+        state = torch.load(path, weights_only=True)
+        if state["format"] != _FORMAT:
+            raise ValueError(f"format {state['format']}, expected {_FORMAT}")
+        ids = [BatchId(*map(int, row)) for row in state["batches"].tolist()]
+        log: list[PushRecord] = []
+        at = 0
+        for worker, version, staleness, status, n in state["pushes"].tolist():
+            batches = tuple(ids[at : at + n])
+            log.append(PushRecord(worker, version, staleness, _STATUSES[status], batches))
+            at += n
+        return SavedRecord(
+            state["mode"], tuple(log), state["final"], FaultCounters(**state["faults"])
+        )
+    except (OSError, RuntimeError, pickle.UnpicklingError, LookupError, TypeError, ValueError) as e:
+        raise NotReplayable(f"{path}: not a readable record ({type(e).__name__}: {e})") from None
+
+
+# --- planning ------------------------------------------------------------------------------
+
+
+def read_run(run_dir: Path, only: str | None = None) -> tuple[BenchConfig, list[str], list[str]]:
+    """The run's config, the modes to replay (``only``, or every recorded one) and a note for
+    each mode skipped. NotReplayable, with the reason, when nothing can be replayed."""
+    try:
+        cfg = load_config(BenchConfig, run_dir / "config.yaml")
+    except ConfigError as e:
+        raise NotReplayable(f"{run_dir}: not an `rltrain bench` run (config.yaml: {e})") from None
+    if not cfg.server.record:
+        raise NotReplayable(
+            f"{run_dir}: not recorded (server.record was false); run `rltrain bench` with "
+            "--set server.record=true"
+        )
+    if only is not None:
+        if only not in cfg.modes:
+            raise NotReplayable(
+                f"{run_dir}: mode {only} was not run (modes: {', '.join(cfg.modes)})"
+            )
+        if only in NOT_REPLAYABLE:
+            raise NotReplayable(f"{only} cannot be replayed: {NOT_REPLAYABLE[only]}")
+    todo: list[str] = []
+    notes: list[str] = []
+    for mode in [only] if only else cfg.modes:
+        why = NOT_REPLAYABLE.get(mode)
+        if why is None and not record_path(run_dir, mode).is_file():
+            why = f"no {record_path(run_dir, mode)} (the mode did not finish)"
+        if why is not None:
+            notes.append(f"{mode}: not replayed: {why}")
+        else:
+            todo.append(mode)
+    if not todo:
+        raise NotReplayable(f"{run_dir}: nothing to replay; {'; '.join(notes)}")
+    return cfg, todo, notes
+
+
+# --- replaying ----------------------------------------------------------------------------
+
+
+def replay_mode(cfg: BenchConfig, data: SplitDataset, run_dir: Path, mode: str) -> ReplayResult:
+    """Replay ``record/<mode>.pt`` and compare with its final parameters."""
+    saved = load_record(record_path(run_dir, mode))
+    lost = saved.faults.shard_restores + saved.faults.left_barrier
+    if lost:
+        raise NotReplayable(
+            f"{mode}: the run restored its shard or went on without a lost worker ({lost} "
+            "times), which the log does not follow"
+        )
+    params, mismatches = replay_log(cfg, data, mode, saved.log)
+    equal = torch.equal(params, saved.final)  # False for another shape too
+    return ReplayResult(mode, len(saved.log), equal, _max_diff(params, saved.final), mismatches)
+
+
+def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    if a.shape != b.shape:
+        return float("inf")
+    return float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
+
+
+def replay_log(
+    cfg: BenchConfig, data: SplitDataset, mode: str, log: Sequence[PushRecord]
+) -> tuple[torch.Tensor, int]:
+    """Push the logged updates again, one after the other: each batch's gradient recomputed
+    on the parameters of its logged version, by the worker that computed it.
+
+    Returns the final parameters [P] and how many pushes the shard decided otherwise than
+    the log says (status or staleness; 0 when the replay followed the run).
+    """
+    specs = worker_specs(cfg, mode, data, cfg.workers)
+    specs = [dataclasses.replace(s, faults=()) for s in specs]  # no injected stragglers
+    rule = dataclasses.replace(specs[0].rule, record=False)
+    last_use = {b.version: i for i, p in enumerate(log) for b in p.batches}
+    saved_threads = torch.get_num_threads()
+    try:
+        sources = shards(cfg, cfg.workers)
+        workers = [SupervisedWorker(s, src) for s, src in zip(specs, sources, strict=True)]
+        shard = ParameterShard(initial_params(cfg, data), cfg.optimizer, rule, cfg.workers)
+        held = {0: shard.pull().values}  # parameters by version, while a later push needs them
+        mismatches = 0
+        for i, rec in enumerate(log):
+            if not rec.batches or not 0 <= rec.worker_id < len(workers):
+                raise NotReplayable(f"{mode}: push {i} names no batches or an unknown worker")
+            # torch threads as in each process: a float reduction's result depends on them
+            _set_threads(specs[rec.worker_id].threads)
+            update = _recompute(workers[rec.worker_id], rec, held, mode, i)
+            _set_threads(1)  # the shard's process (runtime.wire.WireShard)
+            result = shard.push(update)
+            mismatches += (result.status, result.staleness) != (rec.status, rec.staleness)
+            for b in rec.batches:
+                if last_use[b.version] == i:
+                    held.pop(b.version, None)
+            if last_use.get(shard.version, -1) > i and shard.version not in held:
+                held[shard.version] = shard.pull().values
+        return shard.pull().values, mismatches
+    finally:
+        torch.set_num_threads(saved_threads)
+
+
+def _recompute(
+    worker: SupervisedWorker, rec: PushRecord, held: dict[int, torch.Tensor], mode: str, i: int
+) -> GradUpdate:
+    """The update of one logged push, summed as the worker summed it (:class:`GradSum`)."""
+    acc, loss = GradSum(), 0.0
+    for b in rec.batches:
+        if b.version not in held:
+            raise NotReplayable(
+                f"{mode}: push {i} used parameters of version {b.version}, which the replay "
+                "never reached"
+            )
+        grad, loss, samples = worker.gradient(held[b.version], b)
+        acc.add(grad, samples, b)
+    return acc.to_update(rec.worker_id, rec.version, loss)
+
+
+def _set_threads(n: int) -> None:
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)

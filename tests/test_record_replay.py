@@ -1,0 +1,253 @@
+"""Reproducible asynchronous runs: a recording shard logs every push (server.record), and
+`rltrain replay` recomputes the gradients serially in the logged order and reproduces the
+final parameters bit for bit; in one process (workers in threads) and through Ray."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from rltrain.cli import main
+from rltrain.config import ConfigError, load_config
+from rltrain.ps.config import OptimizerConfig, ServerConfig
+from rltrain.ps.server import LocalServer
+from rltrain.records import GradUpdate, Params, PushRecord, PushResult
+from rltrain.rundir import write_config
+from rltrain.supervised.config import BenchConfig, BudgetConfig, DataConfig, ToyConfig
+from rltrain.supervised.modes import ModeRecord, ModeTrace, initial_params, shards, worker_specs
+from rltrain.supervised.replay import load_record, record_path, replay_log, save_record
+from rltrain.supervised.sharding import load_data
+from rltrain.supervised.worker import SupervisedWorker
+
+TOY = DataConfig(dataset="toy_quadratic", toy=ToyConfig(dim=8, samples=600))
+
+
+def toy_config(server: ServerConfig, optimizer: str = "adam", epochs: int = 2) -> BenchConfig:
+    return BenchConfig(
+        workers=3,
+        batch_size=16,
+        data=TOY,
+        budget=BudgetConfig(max_seconds=0, epochs=epochs),
+        optimizer=OptimizerConfig(name=optimizer, lr=0.05),
+        server=dataclasses.replace(server, record=True),
+    )
+
+
+class Turns:
+    """Lets three workers' server calls through one at a time, in turn (0, 1, 2, 0, ...;
+    finished workers skipped): a fixed interleaving in which updates arrive stale."""
+
+    def __init__(self, server: LocalServer, n: int) -> None:
+        self.server, self.live, self.turn = server, list(range(n)), 0
+        self.cond = threading.Condition()
+
+    def view(self, i: int) -> Any:
+        turns = self
+
+        class View:  # the Server protocol, for worker i
+            def pull(self, have: Params | None = None) -> Params:
+                return turns.call(i, lambda: turns.server.pull(have))
+
+            def push(self, update: GradUpdate) -> PushResult:
+                return turns.call(i, lambda: turns.server.push(update))
+
+            def exchange(self, update: GradUpdate, *args: Any) -> tuple[PushResult, Params]:
+                return turns.call(i, lambda: turns.server.exchange(update, *args))
+
+            def exchange_begin(self, update: GradUpdate, *args: Any) -> Callable[[], Any]:
+                out = self.exchange(update, *args)
+                return lambda: out
+
+        return View()
+
+    def call(self, i: int, fn: Callable[[], Any]) -> Any:
+        with self.cond:
+            self.cond.wait_for(lambda: self.live[self.turn % len(self.live)] == i)
+            try:
+                return fn()
+            finally:
+                self.turn = (self.live.index(i) + 1) % len(self.live)
+                self.cond.notify_all()
+
+    def done(self, i: int) -> None:
+        with self.cond:
+            at = self.live.index(i)
+            current = self.live[self.turn % len(self.live)]
+            self.live.remove(i)
+            if self.live:
+                self.turn = at if current == i else self.live.index(current)
+            self.cond.notify_all()
+
+
+def run_in_threads(cfg: BenchConfig, mode: str, in_turn: bool) -> tuple[list[PushRecord], Any]:
+    """The mode's three workers in threads on one recording LocalServer: (log, final)."""
+    data = load_data(cfg.data)
+    specs = worker_specs(cfg, mode, data, cfg.workers)
+    server = LocalServer(initial_params(cfg, data), cfg.optimizer, specs[0].rule, 3, record=True)
+    workers = [SupervisedWorker(s, d) for s, d in zip(specs, shards(cfg, 3), strict=True)]
+    turns, errors = Turns(server, 3), []
+
+    def work(i: int) -> None:
+        try:
+            workers[i].run(turns.view(i) if in_turn else server)
+        except Exception as e:  # noqa: BLE001 - reported by the test below
+            errors.append(e)
+        finally:
+            turns.done(i)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads) and not errors, errors
+    return server.push_log(), server.pull().values
+
+
+@pytest.mark.parametrize(
+    ("staleness", "n_push", "pipeline"),
+    [("none", 1, True), ("scale", 2, True), ("scale", 3, False), ("drop", 1, False)],
+)
+def test_an_interleaved_stale_async_run_replays_bit_for_bit(
+    staleness: str, n_push: int, pipeline: bool
+) -> None:
+    rule = ServerConfig(staleness=staleness, n_push=n_push, pipeline=pipeline, max_staleness=1)
+    cfg = toy_config(rule)
+    log, final = run_in_threads(cfg, "async", in_turn=True)
+    assert max(p.staleness for p in log) >= 2  # interleaved: three workers, updates stale
+    assert all(len(p.batches) <= n_push for p in log)
+    if n_push > 1:  # pulled between pushes: one update's batches came from several versions
+        assert any(len({b.version for b in p.batches}) > 1 for p in log)
+    if staleness == "drop":
+        assert any(p.status == "dropped" for p in log)
+    data = load_data(cfg.data)
+    replayed, mismatches = replay_log(cfg, data, "async", log)
+    assert torch.equal(replayed, final) and mismatches == 0
+    assert not torch.equal(replayed, initial_params(cfg, data))  # it trained
+    # the order is the point: the same updates in another order give other parameters
+    swapped = [log[1], log[0], *log[2:]]
+    assert not torch.equal(replay_log(cfg, data, "async", swapped)[0], final)
+
+
+@pytest.mark.parametrize("mode", ["sync", "soft_sync"])
+def test_barrier_runs_in_free_threads_replay_bit_for_bit(mode: str) -> None:
+    # soft_sync's last update waits for a step that never comes: a short barrier timeout
+    cfg = toy_config(ServerConfig(barrier_timeout_s=1.0), optimizer="momentum")
+    log, final = run_in_threads(cfg, mode, in_turn=False)
+    assert {p.status for p in log} >= {"accumulated", "applied"}
+    replayed, mismatches = replay_log(cfg, load_data(cfg.data), mode, log)
+    assert torch.equal(replayed, final) and mismatches == 0
+
+
+def recorded_run(tmp_path: Path) -> tuple[Path, BenchConfig]:
+    """A run folder as `rltrain bench` leaves it, from an in-process async run."""
+    cfg = dataclasses.replace(toy_config(ServerConfig(n_push=2)), modes=("async", "hogwild"))
+    log, final = run_in_threads(cfg, "async", in_turn=True)
+    run = tmp_path / "run"
+    run.mkdir()
+    write_config(run, cfg)
+    trace = ModeTrace("async", 3, 0.0, 1.0, (), (), record=ModeRecord(tuple(log), final))
+    save_record(run, trace)
+    return run, cfg
+
+
+def test_record_file_round_trip_and_the_replay_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run, _ = recorded_run(tmp_path)
+    path = record_path(run, "async")
+    saved = load_record(path)
+    state = torch.load(path, weights_only=True)
+    assert saved.mode == "async" and saved.log and saved.final.equal(state["final"])
+    assert main(["replay", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "replay hogwild: not replayed: its workers update shared memory lock-free" in out
+    assert f"replay async: {len(saved.log)} pushes; final parameters equal (torch.equal)" in out
+    # a final vector the log does not lead to: reported, exit code 1
+    state["final"][0] += 1e-3
+    torch.save(state, path)
+    assert main(["replay", str(run), "--mode", "async"]) == 1
+    assert "final parameters DIFFERENT (max |diff|" in capsys.readouterr().out
+
+
+def one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("rltrain: error: "), err
+    return err
+
+
+def test_replay_refuses_with_one_line_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = str(tmp_path / "nope")
+    err = one_line_error(capsys, ["replay", missing])
+    assert (
+        "not a run directory (it does not exist); give a folder written by `rltrain bench`" in err
+    )
+    train = tmp_path / "train"
+    train.mkdir()
+    (train / "config.yaml").write_text("algo: {name: a3c}\nenv: {id: CartPole-v1}\n")
+    assert "not an `rltrain bench` run" in one_line_error(capsys, ["replay", str(train)])
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    write_config(plain, dataclasses.replace(toy_config(ServerConfig()), server=ServerConfig()))
+    err = one_line_error(capsys, ["replay", str(plain)])
+    assert "not recorded (server.record was false)" in err
+    run, cfg = recorded_run(tmp_path)
+    err = one_line_error(capsys, ["replay", str(run), "--mode", "hogwild"])
+    assert "hogwild cannot be replayed: its workers update shared memory lock-free" in err
+    assert "mode sync was not run" in one_line_error(capsys, ["replay", str(run), "--mode", "sync"])
+    record_path(run, "async").write_bytes(b"not a torch file")
+    assert "not a readable record" in one_line_error(capsys, ["replay", str(run)])
+    record_path(run, "async").unlink()
+    err = one_line_error(capsys, ["replay", str(run)])
+    assert "nothing to replay" in err and "record/async.pt (the mode did not finish)" in err
+
+
+def test_recording_needs_one_shard(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("server: {record: true, shards: 2}\n")
+    with pytest.raises(ConfigError, match="server.record=true needs server.shards=1, got 2"):
+        load_config(BenchConfig, path)
+
+
+def test_rl_training_refuses_recording(tmp_path: Path) -> None:
+    from rltrain.rl.config import TrainConfig
+
+    path = tmp_path / "t.yaml"
+    path.write_text("env: {id: CartPole-v1}\nstop: {max_seconds: 5}\nserver: {record: true}\n")
+    with pytest.raises(ConfigError, match="server.record=true: only rltrain bench records"):
+        load_config(TrainConfig, path)
+
+
+@pytest.mark.slow
+def test_a_recorded_ray_bench_run_replays_bit_for_bit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "toy.yaml"
+    config.write_text(
+        "modes: [async, sync, soft_sync]\nworkers: 3\nbatch_size: 16\n"
+        "data: {dataset: toy_quadratic, toy: {dim: 8, samples: 600}}\n"
+        "budget: {max_seconds: 0, epochs: 3}\neval: {every_seconds: 0.5}\n"
+        "optimizer: {name: sgd, lr: 0.1}\nserver: {record: true, barrier_timeout_s: 5}\n"
+    )
+    out = tmp_path / "run"
+    assert main(["bench", str(config), "--run-dir", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert {r["mode"] for r in summary["results"]} == {"async", "sync", "soft_sync"}
+    log = load_record(record_path(out, "async")).log
+    assert len({p.worker_id for p in log}) == 3 and max(p.staleness for p in log) >= 1
+    capsys.readouterr()
+    assert main(["replay", str(out)]) == 0
+    text = capsys.readouterr().out
+    for mode in ("async", "sync", "soft_sync"):
+        assert f"replay {mode}: " in text
+    assert text.count("final parameters equal (torch.equal)") == 3, text

@@ -8,6 +8,7 @@ package only starts Ray, places those classes, calls them and collects their res
 * :mod:`~rltrain.runtime.startup`: starting or joining Ray, the CPUs and GPUs it reports.
 * :mod:`~rltrain.runtime.wire`: the server and replay shards as Ray processes, tensors as numpy,
   the parameter fan-out.
+* :mod:`~rltrain.runtime.sandblaster`: Sandblaster L-BFGS's shards and workers.
 * :mod:`~rltrain.runtime.remote`: placement of one process (:class:`Remote`) and signals to it.
 * :mod:`~rltrain.runtime.pool`: the calls in flight, one per process.
 * :mod:`~rltrain.runtime.policy`: what a failed or revived process means to the driver.
@@ -20,6 +21,7 @@ from rltrain.runtime.guard import ServerGuard
 from rltrain.runtime.policy import respond
 from rltrain.runtime.pool import Done, Pool, get, kill, wait_all, wait_any
 from rltrain.runtime.remote import Remote, inject
+from rltrain.runtime.sandblaster import RayExecutor, RayStore, start_store
 from rltrain.runtime.startup import (
     check_address,
     cluster_cpus,
@@ -33,8 +35,10 @@ from rltrain.runtime.wire import RayReplay, RayServer, start_replay, start_serve
 __all__ = [
     "Done",
     "Pool",
+    "RayExecutor",
     "RayReplay",
     "RayServer",
+    "RayStore",
     "Remote",
     "RuntimeError_",
     "ServerGuard",
@@ -52,6 +56,7 @@ __all__ = [
     "shutdown",
     "start_replay",
     "start_server",
+    "start_store",
     "wait_all",
     "wait_any",
 ]

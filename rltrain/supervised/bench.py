@@ -309,6 +309,10 @@ def run_mode(cfg: BenchConfig, mode: str, data: SplitDataset, progress: Progress
         return run_baseline(cfg, data, progress)
     if mode == "hogwild":
         return run_hogwild_mode(cfg, data, progress)
+    if mode == "sandblaster":
+        from rltrain.supervised.sandblaster import run_sandblaster_mode
+
+        return run_sandblaster_mode(cfg, data, progress)
     return run_ray_mode(cfg, mode, data, progress)
 
 

@@ -22,6 +22,7 @@ MODES = (
     "async_drop",
     "average",
     "hogwild",
+    "sandblaster",
 )
 
 
@@ -111,6 +112,27 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
+class SandblasterConfig:
+    """Mode sandblaster: L-BFGS run by the driver through commands to the shards, over large
+    batches whose portions the workers compute (Dean et al. 2012, section 4.2)."""
+
+    batch_size: int = field(default=0, metadata=spec(ge=0))
+    """Samples per function evaluation; 0 = the whole training set, the same every iteration
+    (deterministic L-BFGS). Otherwise a fresh batch per iteration, with each (s, y) pair
+    measured on one batch."""
+    portions: int = field(default=16, metadata=spec(ge=1))
+    """Pieces each batch is cut into and handed out one at a time to free workers (load
+    balancing: a fast worker takes more)."""
+    backup_after: float = field(default=0.8, metadata=spec(gt=0, le=1))
+    """Once this fraction of a batch's portions is done, the outstanding ones are handed out
+    again to idle workers and the first result wins (backup tasks); 1 = no backups."""
+    memory: int = field(default=10, metadata=spec(ge=1))
+    """(s, y) pairs L-BFGS keeps (m)."""
+    max_line_search: int = field(default=10, metadata=spec(ge=1))
+    """Backtracking halvings tried before the history is dropped and the step skipped."""
+
+
+@dataclass(frozen=True)
 class BenchConfig:
     """`rltrain bench`: the same problem trained by each update rule, compared on one table."""
 
@@ -122,7 +144,8 @@ class BenchConfig:
     )
     """Modes to run, in order. baseline: a plain single-process PyTorch loop; sync, soft_sync,
     async, average: the parameter-server rules; async_scale / async_drop: async with the
-    staleness policy scale / drop; hogwild: shared-memory lock-free workers, no server."""
+    staleness policy scale / drop; hogwild: shared-memory lock-free workers, no server;
+    sandblaster: L-BFGS driven by a coordinator over the shards (the optimizer keys unused)."""
     workers: int = field(default=2, metadata=spec(ge=1))
     """Workers per mode (N); each trains on its own shard of the training set."""
     batch_size: int = field(default=64, metadata=spec(ge=1))
@@ -139,6 +162,7 @@ class BenchConfig:
     server: ServerConfig = ServerConfig()
     faults: FaultsConfig = FaultsConfig()
     runtime: RuntimeConfig = RuntimeConfig()
+    sandblaster: SandblasterConfig = SandblasterConfig()
 
     def __post_init__(self) -> None:
         if not self.modes:

@@ -325,9 +325,7 @@ def run_sandblaster_mode(cfg: BenchConfig, data: SplitDataset, progress: Progres
             cfg.seed,
         )
         budget = cfg.budget
-        snapper = Snapshotter(
-            _View(c), cfg.eval.every_seconds, budget.max_seconds, progress
-        )  # type: ignore[arg-type]
+        snapper = Snapshotter(_View(c), cfg.eval.every_seconds, budget.max_seconds, progress)  # type: ignore[arg-type]
         t0 = snapper.t0 = time.time()
         deadline = t0 + budget.max_seconds if budget.max_seconds else math.inf
         max_samples = budget.epochs * len(data.train) if budget.epochs else math.inf

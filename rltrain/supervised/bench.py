@@ -44,6 +44,7 @@ from rltrain.supervised.modes import (
     shards,
     worker_specs,
 )
+from rltrain.supervised.plots import plot_names
 from rltrain.supervised.replay import save_record
 from rltrain.supervised.sharding import ShardSource
 from rltrain.supervised.worker import SupervisedWorker, WorkerReport, WorkerSpec
@@ -376,7 +377,7 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
     print()
     print(report.markdown_table(cfg, results))
     print(f"done in {time.time() - started:.0f}s: {run_dir}/results.md, results.csv, ")
-    plots = ", ".join(report.plot_names(cfg))
+    plots = ", ".join(plot_names(cfg))
     print(f"  {plots}, summary.json; tensorboard --logdir {run_dir / 'tb'}")
     if cfg.server.record:
         print(f"  record/ of the pushes: rltrain replay {run_dir}")

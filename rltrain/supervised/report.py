@@ -24,6 +24,7 @@ from rltrain.rundir import write_atomic, write_summary
 from rltrain.supervised.config import BenchConfig
 from rltrain.supervised.datasets import SplitDataset
 from rltrain.supervised.modes import ModeTrace, initial_params, worker_specs
+from rltrain.supervised.plots import plot_curves, plot_names
 from rltrain.supervised.toys import TOY_PROBLEMS, relative_distance
 from rltrain.supervised.worker import inputs, make_model, targets
 
@@ -347,53 +348,6 @@ def write_markdown(path: Path, cfg: BenchConfig, results: Sequence[ModeResult]) 
             "(statistical efficiency) x seconds per sample (hardware efficiency):\n\n" + split
         )
     write_atomic(path, title + markdown_table(cfg, results) + note + split)
-
-
-X_LABELS = {
-    "t": "training time (s)",
-    "samples": "training samples (all workers)",
-    "updates": "server updates (optimizer steps)",
-}
-
-
-def plot_curves(
-    path: Path, curves: dict[str, list[Point]], targets: Sequence[Target], x: str = "t"
-) -> None:
-    """One line per mode against ``x`` (a key of :data:`X_LABELS`): test accuracy, or the
-    toy problems' distance to the optimum on a log scale."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    metric = targets[0].metric if targets else "accuracy"
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
-    for mode, pts in curves.items():
-        ys = [getattr(p, metric) for p in pts]
-        ax.plot([getattr(p, x) for p in pts], ys, marker=".", label=mode)
-    for t in targets:
-        ax.axhline(t.value, color="grey", lw=0.8, ls="--")
-    if metric == "distance":
-        ax.set_yscale("log")
-        ax.set_ylabel("|w - w*| / |w0 - w*|")
-    else:
-        # the interesting part is around the targets; the first seconds' climb is cut off
-        ax.set_ylim(max(0.0, min((t.value for t in targets), default=0.1) - 0.1), 1.0)
-        ax.set_ylabel("test accuracy")
-    ax.set_xlabel(X_LABELS[x])
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-
-
-def plot_names(cfg: BenchConfig) -> list[str]:
-    """The plots a bench writes: accuracy (distance, for the toys) against time and samples,
-    and for the toys also against server updates."""
-    if cfg.data.dataset in TOY_PROBLEMS:
-        return [f"distance_vs_{x}.png" for x in ("time", "samples", "updates")]
-    return ["accuracy_vs_time.png", "accuracy_vs_samples.png"]
 
 
 def write_outputs(

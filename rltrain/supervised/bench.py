@@ -310,6 +310,10 @@ def run_mode(cfg: BenchConfig, mode: str, data: SplitDataset, progress: Progress
         return run_baseline(cfg, data, progress)
     if mode == "hogwild":
         return run_hogwild_mode(cfg, data, progress)
+    if mode == "allreduce":
+        from rltrain.supervised.allreduce import run_allreduce_mode
+
+        return run_allreduce_mode(cfg, data, progress)
     if mode == "sandblaster":
         from rltrain.supervised.sandblaster import run_sandblaster_mode
 

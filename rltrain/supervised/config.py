@@ -23,6 +23,7 @@ MODES = (
     "average",
     "hogwild",
     "sandblaster",
+    "allreduce",
 )
 
 
@@ -145,7 +146,9 @@ class BenchConfig:
     """Modes to run, in order. baseline: a plain single-process PyTorch loop; sync, soft_sync,
     async, average: the parameter-server rules; async_scale / async_drop: async with the
     staleness policy scale / drop; hogwild: shared-memory lock-free workers, no server;
-    sandblaster: L-BFGS driven by a coordinator over the shards (the optimizer keys unused)."""
+    sandblaster: L-BFGS driven by a coordinator over the shards (the optimizer keys unused);
+    allreduce: no server, workers average gradients with torch.distributed (gloo) and each
+    steps its own optimizer (DDP / Horovod)."""
     workers: int = field(default=2, metadata=spec(ge=1))
     """Workers per mode (N); each trains on its own shard of the training set."""
     batch_size: int = field(default=64, metadata=spec(ge=1))

@@ -106,6 +106,8 @@ class ServerStats:
     staleness_sum: int
     staleness_hist: tuple[int, ...] = field(default=(0,) * STALENESS_BINS)
     last_reject: str = ""
+    bytes_pushed: int = 0  # update values received, as they travelled (server.compression)
+    bytes_pulled: int = 0  # parameter values sent
 
     @property
     def mean_staleness(self) -> float:

@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from rltrain.config import spec
+from rltrain.ps.compression import COMPRESSIONS
 
 OPTIMIZERS = (
     "sgd",
@@ -92,6 +93,13 @@ class ServerConfig:
     """average: local optimizer steps between parameter averages."""
     barrier_timeout_s: float = field(default=60.0, metadata=spec(gt=0))
     """sync/soft_sync/average: longest a worker waits at a barrier before pulling anyway."""
+    compression: str = field(default="none", metadata=spec(choices=COMPRESSIONS))
+    """Pushed gradients travel as: none (float32), fp16, int8 (scaled to the slice's largest
+    magnitude), topk (the topk_fraction largest, as index + value) or sign (1 bit a value, times
+    the mean magnitude). What is lost is added to the pusher's next push (error feedback: 1-bit
+    SGD, Seide et al. 2014; Deep Gradient Compression, Lin et al. 2018)."""
+    topk_fraction: float = field(default=0.01, metadata=spec(gt=0, le=1))
+    """compression=topk: the fraction of each slice's values sent."""
     momentum_correction: bool = False
     """async with optimizer momentum/nesterov: asynchrony among N pushers acts as an extra
     momentum of about 1 - 1/N (Mitliagkas et al. 2016, "Asynchrony begets momentum"), so the
@@ -142,3 +150,24 @@ def corrected_optimizer(
     # torch's Nesterov needs a momentum above 0; at 0 both are plain SGD
     name = optimizer.name if explicit > 0 else "momentum"
     return dataclasses.replace(optimizer, name=name, momentum=explicit)
+
+
+def aggregate_count(rule: ServerConfig, num_workers: int, live: int | None = None) -> int:
+    """Updates a barrier rule waits for: N for sync/average, K of N for soft_sync.
+
+    ``live`` < N when workers have left (died): sync/average then wait for the live ones, and
+    soft_sync for min(K, live), so that no barrier waits for a worker that is not there.
+    """
+    live = num_workers if live is None else live
+    if rule.rule == "soft_sync":
+        k = rule.k or max(1, num_workers - 1)
+        if k > num_workers:
+            raise ValueError(f"server.k={k} is larger than the number of workers ({num_workers})")
+        return max(1, min(k, live))
+    return max(1, live)
+
+
+def staleness_scale(rule: ServerConfig, staleness: int) -> float:
+    """The learning-rate factor of an async update: lr / max(1, staleness) under
+    ``staleness: scale`` (staleness-aware SGD, Zhang et al. 2016), else 1."""
+    return 1.0 / max(1, staleness) if rule.staleness == "scale" else 1.0

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from rltrain.config import ConfigError
+from rltrain.ps.compression import ErrorFeedback
 from rltrain.ps.config import OptimizerConfig, ServerConfig, decides_per_update
 from rltrain.ps.shard import ParameterShard
 from rltrain.records import (
@@ -71,6 +72,10 @@ class ShardedServer(ABC):
 
     def __init__(self, layout: ShardLayout, rule: ServerConfig | None = None) -> None:
         self.layout = layout
+        kind = "none" if rule is None else rule.compression
+        # one per process: each Ray worker holds its own copy of the client, so the residuals
+        # are per pusher (and keyed by worker id where pushers share one, in-process)
+        self._feedback = None if kind == "none" else ErrorFeedback(kind, rule.topk_fraction)  # type: ignore[union-attr]
         # shard 0 decides each update once for every shard (see ParameterShard.push)
         self.coordinated = rule is not None and decides_per_update(rule)
 
@@ -168,9 +173,16 @@ class ShardedServer(ABC):
     def _split(self, update: GradUpdate) -> list[GradUpdate]:
         u = update  # the normalisation statistics live on shard 0 only
         return [
-            dataclasses.replace(u, values=self._encode(p), norm=None if i else u.norm)
+            dataclasses.replace(u, values=self._wire(u.worker_id, i, p), norm=None if i else u.norm)
             for i, p in enumerate(self.layout.split(u.values))
         ]
+
+    def _wire(self, worker: int, shard: int, values: torch.Tensor) -> Any:
+        """A slice as it travels: compressed with error feedback (server.compression), or as
+        the transport prefers."""
+        if self._feedback is None:
+            return self._encode(values)
+        return self._feedback(worker, shard, values)
 
     def _join(self, parts: Sequence[Params]) -> Params:
         values = self.layout.join([self._decode(p.values) for p in parts])
@@ -196,6 +208,8 @@ class ShardedServer(ABC):
             staleness_sum=first.staleness_sum,
             staleness_hist=first.staleness_hist,
             last_reject=next((s.last_reject for s in parts if s.last_reject), ""),
+            bytes_pushed=sum(s.bytes_pushed for s in parts),
+            bytes_pulled=sum(s.bytes_pulled for s in parts),
         )
 
     def leave(self, worker_id: int) -> None:

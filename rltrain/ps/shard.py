@@ -7,13 +7,21 @@ A plain, thread-safe Python class. The Ray runtime wraps it as a threaded Ray pr
 from __future__ import annotations
 
 import copy
+import dataclasses
 import threading
 
 import torch
 
 from rltrain.faults import ShardFenced
 from rltrain.normalize import NormStats
-from rltrain.ps.config import OptimizerConfig, ServerConfig, corrected_optimizer
+from rltrain.ps.compression import Compressed, decompress, wire_bytes
+from rltrain.ps.config import (
+    OptimizerConfig,
+    ServerConfig,
+    aggregate_count,
+    corrected_optimizer,
+    staleness_scale,
+)
 from rltrain.ps.optim import load_optimizer_state, make_optimizer
 from rltrain.records import (
     STALENESS_BINS,
@@ -24,21 +32,6 @@ from rltrain.records import (
     ServerStats,
     check_update,
 )
-
-
-def aggregate_count(rule: ServerConfig, num_workers: int, live: int | None = None) -> int:
-    """Updates a barrier rule waits for: N for sync/average, K of N for soft_sync.
-
-    ``live`` < N when workers have left (died): sync/average then wait for the live ones, and
-    soft_sync for min(K, live), so that no barrier waits for a worker that is not there.
-    """
-    live = num_workers if live is None else live
-    if rule.rule == "soft_sync":
-        k = rule.k or max(1, num_workers - 1)
-        if k > num_workers:
-            raise ValueError(f"server.k={k} is larger than the number of workers ({num_workers})")
-        return max(1, min(k, live))
-    return max(1, live)
 
 
 class ParameterShard:
@@ -89,6 +82,7 @@ class ParameterShard:
         self._staleness_sum = 0
         self._hist = [0] * STALENESS_BINS
         self._last_reject = ""
+        self._bytes_pushed = self._bytes_pulled = 0
         self._log: list[PushRecord] | None = [] if record else None
 
     # --- the worker-facing contract -------------------------------------------------------
@@ -104,6 +98,9 @@ class ParameterShard:
         """
         with self._lock:
             self._check_fence()
+            self._bytes_pushed += wire_bytes(update.values)
+            if isinstance(update.values, Compressed):  # server.compression
+                update = dataclasses.replace(update, values=decompress(update.values))
             result = self._decide(update) if decided is None else self._follow(update, decided)
             if self._log is not None:  # under the lock: the log is the order of the steps
                 u, r = update, result
@@ -124,6 +121,7 @@ class ParameterShard:
             self._check_fence()
             if newer_than is not None and self.version == newer_than:
                 return None
+            self._bytes_pulled += 4 * self.numel
             return Params(self.version, self._param.detach().clone(), self._norm)
 
     def set_lr_factor(self, factor: float) -> None:
@@ -225,6 +223,8 @@ class ParameterShard:
                 staleness_sum=self._staleness_sum,
                 staleness_hist=tuple(self._hist),
                 last_reject=self._last_reject,
+                bytes_pushed=self._bytes_pushed,
+                bytes_pulled=self._bytes_pulled,
             )
 
     # --- checkpoints -----------------------------------------------------------------------
@@ -241,6 +241,7 @@ class ParameterShard:
                 "staleness": [self._staleness_sum, *self._hist],
                 "norm": self._norm.state() if self._norm is not None else {},
                 "lr_factor": self._lr_factor,
+                "bytes": [self._bytes_pushed, self._bytes_pulled],
             }
 
     def set_values(self, values: torch.Tensor) -> None:
@@ -267,6 +268,7 @@ class ParameterShard:
             norm = state.get("norm")
             self._norm = NormStats.from_state(norm) if norm else None
             self._lr_factor = float(state.get("lr_factor", 1.0))
+            self._bytes_pushed, self._bytes_pulled = map(int, state.get("bytes", (0, 0)))
             self._hist = list(hist)
             self._acc, self._acc_count, self._step_at = None, 0, 0
             self._acc_workers.clear()
@@ -383,9 +385,3 @@ class ParameterShard:
         self._rejected += 1
         self._last_reject = reason
         return PushResult("rejected", self.version, 0, reason)
-
-
-def staleness_scale(rule: ServerConfig, staleness: int) -> float:
-    """The learning-rate factor of an async update: lr / max(1, staleness) under
-    ``staleness: scale`` (staleness-aware SGD, Zhang et al. 2016), else 1."""
-    return 1.0 / max(1, staleness) if rule.staleness == "scale" else 1.0

@@ -171,6 +171,11 @@ class BenchConfig:
         if not self.modes:
             raise ValueError("modes: list at least one mode")
         check_momentum_correction(self.optimizer, self.server)
+        if self.server.compression != "none" and "average" in self.modes:
+            raise ValueError(
+                f"server.compression={self.server.compression}: not with mode average, whose "
+                "workers push parameters (compression with error feedback is for gradients)"
+            )
         if self.data.dataset in TOY_PROBLEMS and self.model not in ("auto", "linear"):
             raise ValueError(
                 f"model={self.model} needs images; {self.data.dataset} takes model auto or linear"

@@ -93,6 +93,8 @@ class ModeResult:
     (seconds_to = samples_to x us_per_sample_to / 1e6, exactly)."""
     updates_to: dict[str, int | None] = field(default_factory=dict)
     """Server versions (optimizer steps) until each target was reached."""
+    bytes_pushed: int = 0  # update values the shards received, as they travelled
+    bytes_pulled: int = 0  # parameter values the shards sent
     final_distance: float | None = None  # toy problems: |w - w*| / |w0 - w*| at the end
     diverged: bool = False  # toy problems: the distance ended above DIVERGED (or non-finite)
     faults: dict[str, int] = field(default_factory=dict)  # FaultCounters of the mode
@@ -192,6 +194,8 @@ def summarize(cfg: BenchConfig, trace: ModeTrace, points: Sequence[Point]) -> Mo
         samples_to=samples_to,
         us_per_sample_to=us_per_sample_to,
         updates_to=updates_to,
+        bytes_pushed=last.bytes_pushed,
+        bytes_pulled=last.bytes_pulled,
         final_distance=None if math.isnan(final_distance) else final_distance,
         diverged=final_distance > DIVERGED,
         faults=asdict(trace.faults),
@@ -226,6 +230,8 @@ def write_tensorboard(
         writer.add_scalar("ps/version", snap.stats.version, step, walltime=wall)
         writer.add_scalar("ps/dropped", snap.stats.dropped, step, walltime=wall)
         writer.add_scalar("ps/rejected", snap.stats.rejected, step, walltime=wall)
+        writer.add_scalar("net/bytes_pushed", snap.stats.bytes_pushed, step, walltime=wall)
+        writer.add_scalar("net/bytes_pulled", snap.stats.bytes_pulled, step, walltime=wall)
         hist = list(snap.stats.staleness_hist)
         delta = [a - b for a, b in zip(hist, prev_hist, strict=True)]
         _staleness_histogram(writer, delta, step, wall)
@@ -281,7 +287,7 @@ def markdown_table(cfg: BenchConfig, results: Sequence[ModeResult]) -> str:
     first += [] if cfg.data.dataset == "toy_quadratic" else ["final acc"]
     head = ["mode", *first, *[f"s to {k}" for k in keys], *[f"samples to {k}" for k in keys]]
     head += [f"updates to {k}" for k in keys] if toy else []
-    head += ["samples/s", "updates", "dropped", "rejected", "mean staleness"]
+    head += ["samples/s", "updates", "dropped", "rejected", "mean staleness", "MB pushed"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
     def fmt(v: float | int | None, spec: str) -> str:
@@ -295,7 +301,7 @@ def markdown_table(cfg: BenchConfig, results: Sequence[ModeResult]) -> str:
         cells += [fmt(r.samples_to[k], ",") for k in keys]
         cells += [fmt(r.updates_to[k], ",") for k in keys] if toy else []
         cells += [f"{r.samples_per_s:,.0f}", f"{r.updates_applied:,}", str(r.dropped)]
-        cells += [str(r.rejected), f"{r.mean_staleness:.2f}"]
+        cells += [str(r.rejected), f"{r.mean_staleness:.2f}", f"{r.bytes_pushed / 1e6:,.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

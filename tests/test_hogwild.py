@@ -16,9 +16,9 @@ from rltrain.progress import Progress
 from rltrain.ps.config import OptimizerConfig
 from rltrain.ps.hogwild import HogwildServer
 from rltrain.records import GradUpdate
-from rltrain.supervised.bench import run_hogwild_mode
 from rltrain.supervised.config import BenchConfig
 from rltrain.supervised.datasets import load_dataset
+from rltrain.supervised.local_modes import run_hogwild_mode
 
 
 def test_push_pull_and_rejects_in_process() -> None:

@@ -331,12 +331,12 @@ class ParameterShard:
         return PushResult("applied", self.version, staleness)
 
     def _push_barrier(self, update: GradUpdate, staleness: int) -> PushResult:
+        if update.worker_id in self._absent:  # a restarted (or warm-start) worker is back,
+            self._absent.discard(update.worker_id)  # even if this first push comes late:
+            self._set_needed()  # otherwise a fast peer could step past it every time
         if staleness > 0:
             # A late update for a version that has already been stepped (a backup worker).
             return self._drop(f"late update for version {update.version}", staleness)
-        if update.worker_id in self._absent:  # a restarted worker is back
-            self._absent.discard(update.worker_id)
-            self._set_needed()
         if update.worker_id in self._acc_workers:
             # N distinct workers make a synchronous step; one worker twice is not two
             return self._drop(f"second update from worker {update.worker_id} for this version", 0)

@@ -7,16 +7,10 @@ train, and evaluates the snapshots once the mode has ended (see :class:`EvalConf
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import queue
 import time
 from pathlib import Path
 from typing import Any
-
-import torch
-import torch.multiprocessing as mp
-from torch.nn.utils import parameters_to_vector
 
 from rltrain import signals
 from rltrain.driver import drive
@@ -30,11 +24,9 @@ from rltrain.faults import (
     resume_all,
 )
 from rltrain.progress import Progress
-from rltrain.ps.config import corrected_optimizer
-from rltrain.ps.hogwild import HogwildServer
-from rltrain.records import Params, ServerStats
 from rltrain.supervised.config import BenchConfig
 from rltrain.supervised.datasets import SplitDataset
+from rltrain.supervised.local_modes import run_baseline, run_hogwild_mode
 from rltrain.supervised.modes import (
     ModeRecord,
     ModeTrace,
@@ -46,8 +38,7 @@ from rltrain.supervised.modes import (
 )
 from rltrain.supervised.plots import plot_names
 from rltrain.supervised.replay import save_record
-from rltrain.supervised.sharding import ShardSource
-from rltrain.supervised.worker import SupervisedWorker, WorkerReport, WorkerSpec
+from rltrain.supervised.worker import SupervisedWorker, WorkerReport
 
 # ---------------------------------------------------------------------------------------------
 # The three ways a mode runs
@@ -132,13 +123,23 @@ class BenchPlan:
         self.t0 = time.time()
         self.deadline: float | None = None
         self.schedule = FaultSchedule((), self.t0)
+        self.late: tuple[float, list[Any]] = (0.0, [])  # warm start: (when, workers to give)
 
     def start(self) -> None:
         self.t0 = time.time()
         budget = self.cfg.budget.max_seconds
         self.deadline = self.t0 + budget if budget else None
         self.schedule = FaultSchedule(self.cfg.faults.events, self.t0)
-        for w in self.procs["worker"]:
+        workers = self.procs["worker"]
+        warm = self.cfg.warm_start.seconds
+        if warm > 0 and len(workers) > 1:
+            # Downpour's warm start (Dean et al. 2012): one replica trains alone first; the
+            # others are away from the barriers until their first push rejoins them
+            for w in workers[1:]:
+                self.server.leave(w.index)
+            self.late = (self.t0 + warm, workers[1:])
+            workers = workers[:1]
+        for w in workers:
             self._give(w)
 
     def _give(self, worker: Any) -> None:
@@ -170,9 +171,16 @@ class BenchPlan:
         )
 
     def wait_s(self) -> float:
-        return min(self.snapper.due_in(), self.schedule.next_in(), self.guard.POLL_S)
+        late = max(0.0, self.late[0] - time.time()) if self.late[1] else float("inf")
+        return min(self.snapper.due_in(), self.schedule.next_in(), self.guard.POLL_S, late)
 
     def tick(self) -> None:
+        when, late = self.late
+        if late and time.time() >= when:
+            self.progress.note(f"warm start over: {len(late)} more workers join")
+            for w in late:
+                self._give(w)
+            self.late = (0.0, [])
         for action in self.schedule.due():
             self.runtime.inject(action, self.procs, self.faults, self.progress.note)
         if self.snapper.due_in() == 0:
@@ -195,119 +203,9 @@ def _snapshot(snapper: Snapshotter, server: Any, guard: Any, restorable: bool) -
         guard.check()
 
 
-def _hogwild_main(
-    spec: WorkerSpec,
-    data: ShardSource,
-    server: HogwildServer,
-    out: mp.Queue,
-    deadline: float | None = None,
-) -> None:
-    worker = SupervisedWorker(spec, data)
-    server.optimizer()  # start-up, not training time
-    out.put(worker.run(server, deadline=deadline))
-
-
-def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -> ModeTrace:
-    """Worker processes updating one shared-memory model lock-free (torch.multiprocessing).
-
-    A worker process that dies is started again (up to ``faults.max_restarts`` times) and
-    picks up the shared model as it is: Hogwild has no server state to lose.
-    """
-    begin = time.time()
-    ctx = mp.get_context("spawn")
-    specs = worker_specs(cfg, "hogwild", data, cfg.workers)
-    optimizer = corrected_optimizer(cfg.optimizer, specs[0].rule, cfg.workers)
-    server = HogwildServer(initial_params(cfg, data), optimizer)
-    sources = shards(cfg, cfg.workers)
-    out: mp.Queue = ctx.Queue()
-    faults = FaultCounters()
-
-    def spawn(i: int, deadline: float | None = None) -> Any:
-        args = (specs[i], sources[i], server, out, deadline)
-        p = ctx.Process(target=_hogwild_main, args=args, daemon=True)
-        p.start()
-        return p
-
-    procs = [spawn(i) for i in range(cfg.workers)]
-    snapper = Snapshotter(
-        server, cfg.eval.every_seconds, cfg.budget.max_seconds, progress, server.snapshot
-    )
-    # a restarted worker only gets the rest of the mode's time
-    deadline = snapper.t0 + cfg.budget.max_seconds if cfg.budget.max_seconds else None
-    reports: dict[int, WorkerReport] = {}
-    try:
-        while len(reports) < len(procs):
-            with contextlib.suppress(queue.Empty):  # empty: time for a snapshot
-                r = out.get(timeout=max(0.05, min(1.0, snapper.due_in())))
-                reports[r.worker_id] = r
-            for i, p in enumerate(procs):
-                if i in reports or p.is_alive() or not out.empty():
-                    continue
-                limit = cfg.faults.max_restarts
-                if 0 <= limit <= faults.worker_restarts:
-                    raise RunFailed(
-                        f"hogwild worker {i} died (exit code {p.exitcode}) and "
-                        f"faults.max_restarts={limit} is spent"
-                    )
-                faults.restart("worker")
-                server.worker_lost(specs[i].worker_id)
-                progress.note(f"worker {i} died (exit code {p.exitcode}); starting it again")
-                procs[i] = spawn(i, deadline)
-            if snapper.due_in() == 0:
-                snapper.take()
-        snapper.take()
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.terminate()
-    return finish_trace("hogwild", begin, snapper, list(reports.values()), faults)
-
-
-class _LiveModel:
-    """The baseline's stand-in for a server, so the same Snapshotter watches its model."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.model = model
-        self.version = 0
-        self.samples = 0
-
-    def pull(self) -> Params:
-        return Params(self.version, parameters_to_vector(self.model.parameters()).detach().clone())
-
-    def stats(self) -> ServerStats:
-        return ServerStats(self.version, self.version, 0, 0, self.samples, 0)
-
-
-def run_baseline(cfg: BenchConfig, data: SplitDataset, progress: Progress) -> ModeTrace:
-    """A plain single-process PyTorch loop over the whole training set: the reference."""
-    begin = time.time()
-    threads = cfg.baseline_threads or cfg.runtime.threads_per_worker
-    saved_threads = torch.get_num_threads()
-    spec = dataclasses.replace(worker_specs(cfg, "baseline", data, 1)[0], threads=threads)
-    worker = SupervisedWorker(spec, data.train)
-    torch.nn.utils.vector_to_parameters(initial_params(cfg, data), worker.model.parameters())
-    live = _LiveModel(worker.model)
-    snapper = Snapshotter(live, cfg.eval.every_seconds, cfg.budget.max_seconds, progress)  # type: ignore[arg-type]
-
-    def on_step() -> None:
-        live.version += 1
-        live.samples = worker.samples
-        if snapper.due_in() == 0:
-            snapper.take()
-
-    snapper.take()
-    try:
-        report = worker.run_standalone(on_step)
-        snapper.take()
-    finally:
-        torch.set_num_threads(saved_threads)
-    return finish_trace("baseline", begin, snapper, [report])
-
-
 def run_mode(cfg: BenchConfig, mode: str, data: SplitDataset, progress: Progress) -> ModeTrace:
     if mode == "baseline":
-        return run_baseline(cfg, data, progress)
+        return run_baseline(cfg, data, progress)  # local_modes: no Ray
     if mode == "hogwild":
         return run_hogwild_mode(cfg, data, progress)
     if mode == "allreduce":

@@ -113,6 +113,15 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
+class WarmStartConfig:
+    """DistBelief's warm start: one worker trains alone before the others join."""
+
+    seconds: float = field(default=0.0, metadata=spec(ge=0))
+    """Worker 0 trains alone for this long; then the others pull the parameters and push too
+    (0 = all start together). Server modes only: sync, soft_sync, async*, average."""
+
+
+@dataclass(frozen=True)
 class SandblasterConfig:
     """Mode sandblaster: L-BFGS run by the driver through commands to the shards, over large
     batches whose portions the workers compute (Dean et al. 2012, section 4.2)."""
@@ -166,6 +175,7 @@ class BenchConfig:
     faults: FaultsConfig = FaultsConfig()
     runtime: RuntimeConfig = RuntimeConfig()
     sandblaster: SandblasterConfig = SandblasterConfig()
+    warm_start: WarmStartConfig = WarmStartConfig()
 
     def __post_init__(self) -> None:
         if not self.modes:

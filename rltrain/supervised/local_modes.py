@@ -1,0 +1,142 @@
+"""The bench modes that run without Ray: the plain single-process baseline loop, and Hogwild
+(worker processes on one shared-memory model)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import queue
+import time
+from typing import Any
+
+import torch
+import torch.multiprocessing as mp
+from torch.nn.utils import parameters_to_vector
+
+from rltrain.faults import FaultCounters, RunFailed
+from rltrain.progress import Progress
+from rltrain.ps.config import corrected_optimizer
+from rltrain.ps.hogwild import HogwildServer
+from rltrain.records import Params, ServerStats
+from rltrain.supervised.config import BenchConfig
+from rltrain.supervised.datasets import SplitDataset
+from rltrain.supervised.modes import (
+    ModeTrace,
+    Snapshotter,
+    finish_trace,
+    initial_params,
+    shards,
+    worker_specs,
+)
+from rltrain.supervised.sharding import ShardSource
+from rltrain.supervised.worker import SupervisedWorker, WorkerReport, WorkerSpec
+
+
+def _hogwild_main(
+    spec: WorkerSpec,
+    data: ShardSource,
+    server: HogwildServer,
+    out: mp.Queue,
+    deadline: float | None = None,
+) -> None:
+    worker = SupervisedWorker(spec, data)
+    server.optimizer()  # start-up, not training time
+    out.put(worker.run(server, deadline=deadline))
+
+
+def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -> ModeTrace:
+    """Worker processes updating one shared-memory model lock-free (torch.multiprocessing).
+
+    A worker process that dies is started again (up to ``faults.max_restarts`` times) and
+    picks up the shared model as it is: Hogwild has no server state to lose.
+    """
+    begin = time.time()
+    ctx = mp.get_context("spawn")
+    specs = worker_specs(cfg, "hogwild", data, cfg.workers)
+    optimizer = corrected_optimizer(cfg.optimizer, specs[0].rule, cfg.workers)
+    server = HogwildServer(initial_params(cfg, data), optimizer)
+    sources = shards(cfg, cfg.workers)
+    out: mp.Queue = ctx.Queue()
+    faults = FaultCounters()
+
+    def spawn(i: int, deadline: float | None = None) -> Any:
+        args = (specs[i], sources[i], server, out, deadline)
+        p = ctx.Process(target=_hogwild_main, args=args, daemon=True)
+        p.start()
+        return p
+
+    procs = [spawn(i) for i in range(cfg.workers)]
+    snapper = Snapshotter(
+        server, cfg.eval.every_seconds, cfg.budget.max_seconds, progress, server.snapshot
+    )
+    # a restarted worker only gets the rest of the mode's time
+    deadline = snapper.t0 + cfg.budget.max_seconds if cfg.budget.max_seconds else None
+    reports: dict[int, WorkerReport] = {}
+    try:
+        while len(reports) < len(procs):
+            with contextlib.suppress(queue.Empty):  # empty: time for a snapshot
+                r = out.get(timeout=max(0.05, min(1.0, snapper.due_in())))
+                reports[r.worker_id] = r
+            for i, p in enumerate(procs):
+                if i in reports or p.is_alive() or not out.empty():
+                    continue
+                limit = cfg.faults.max_restarts
+                if 0 <= limit <= faults.worker_restarts:
+                    raise RunFailed(
+                        f"hogwild worker {i} died (exit code {p.exitcode}) and "
+                        f"faults.max_restarts={limit} is spent"
+                    )
+                faults.restart("worker")
+                server.worker_lost(specs[i].worker_id)
+                progress.note(f"worker {i} died (exit code {p.exitcode}); starting it again")
+                procs[i] = spawn(i, deadline)
+            if snapper.due_in() == 0:
+                snapper.take()
+        snapper.take()
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.terminate()
+    return finish_trace("hogwild", begin, snapper, list(reports.values()), faults)
+
+
+class _LiveModel:
+    """The baseline's stand-in for a server, so the same Snapshotter watches its model."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.version = 0
+        self.samples = 0
+
+    def pull(self) -> Params:
+        return Params(self.version, parameters_to_vector(self.model.parameters()).detach().clone())
+
+    def stats(self) -> ServerStats:
+        return ServerStats(self.version, self.version, 0, 0, self.samples, 0)
+
+
+def run_baseline(cfg: BenchConfig, data: SplitDataset, progress: Progress) -> ModeTrace:
+    """A plain single-process PyTorch loop over the whole training set: the reference."""
+    begin = time.time()
+    threads = cfg.baseline_threads or cfg.runtime.threads_per_worker
+    saved_threads = torch.get_num_threads()
+    spec = dataclasses.replace(worker_specs(cfg, "baseline", data, 1)[0], threads=threads)
+    worker = SupervisedWorker(spec, data.train)
+    torch.nn.utils.vector_to_parameters(initial_params(cfg, data), worker.model.parameters())
+    live = _LiveModel(worker.model)
+    snapper = Snapshotter(live, cfg.eval.every_seconds, cfg.budget.max_seconds, progress)  # type: ignore[arg-type]
+
+    def on_step() -> None:
+        live.version += 1
+        live.samples = worker.samples
+        if snapper.due_in() == 0:
+            snapper.take()
+
+    snapper.take()
+    try:
+        report = worker.run_standalone(on_step)
+        snapper.take()
+    finally:
+        torch.set_num_threads(saved_threads)
+    return finish_trace("baseline", begin, snapper, [report])

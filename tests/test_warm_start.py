@@ -1,0 +1,49 @@
+"""Warm start (DistBelief): one worker trains alone, then the others join the barriers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from rltrain.ps.config import OptimizerConfig, ServerConfig
+from rltrain.ps.shard import ParameterShard
+from rltrain.records import GradUpdate
+
+
+def push(shard: ParameterShard, worker: int, version: int) -> str:
+    return shard.push(GradUpdate(worker, version, torch.ones(3), 1, {})).status
+
+
+def test_a_worker_away_from_the_barrier_rejoins_with_its_first_push_even_a_late_one() -> None:
+    shard = ParameterShard(
+        torch.zeros(3), OptimizerConfig(name="sgd", lr=1.0), ServerConfig(rule="sync"), 2
+    )
+    shard.leave(1)  # warm start: worker 1 is not there yet
+    assert push(shard, 0, 0) == "applied" and shard.version == 1  # a barrier of one
+    assert push(shard, 1, 0) == "dropped"  # late for version 0, but it is back
+    assert push(shard, 0, 1) == "accumulated" and shard.version == 1  # the barrier waits for 1
+    assert push(shard, 1, 1) == "applied" and shard.version == 2
+
+
+@pytest.mark.slow
+def test_bench_warm_start_lets_worker_0_train_alone_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rltrain.cli import main
+
+    config = tmp_path / "w.yaml"
+    config.write_text(
+        "modes: [sync]\nworkers: 2\nbatch_size: 16\nwarm_start: {seconds: 2}\n"
+        "data: {dataset: toy_quadratic, toy: {dim: 8, samples: 600, condition: 10, noise: 0.0}}\n"
+        "budget: {max_seconds: 5}\neval: {every_seconds: 0.5}\n"
+        "optimizer: {name: sgd, lr: 0.3}\n"
+    )
+    out = tmp_path / "run"
+    assert main(["bench", str(config), "--run-dir", str(out)]) == 0
+    said = capsys.readouterr()
+    assert "warm start over: 1 more workers join" in said.out + said.err
+    row = json.loads((out / "summary.json").read_text())["results"][0]
+    assert row["final_distance"] < 0.05 and row["dropped"] <= 2

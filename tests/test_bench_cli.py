@@ -76,7 +76,8 @@ def test_bench_sync_async_and_friends(tiny_root: Path, tmp_path: Path) -> None:
     acc.Reload()
     scalars = set(acc.Tags()["scalars"])
     assert {"supervised/test_accuracy", "supervised/train_loss", "perf/samples_per_s"} <= scalars
-    assert {"ps/version", "ps/dropped", "ps/rejected"} <= scalars
+    assert {"ps/version", "ps/dropped", "ps/rejected", "net/bytes_pushed"} <= scalars
+    assert summary["results"][2]["bytes_pushed"] > 0
     assert "ps/staleness" in acc.Tags()["histograms"]
     final = acc.Scalars("supervised/test_accuracy")[-1]
     assert final.value > 0.5  # the tiny patterns are learnable in two epochs

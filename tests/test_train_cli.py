@@ -106,7 +106,10 @@ def test_short_runs_write_tensorboard_checkpoint_summary(tmp_path: Path, algo: s
         "loss/value",
         "loss/entropy",
         "loss/grad_norm",
+        "net/bytes_pushed",
+        "net/bytes_pulled",
     } <= tags
+    assert s["bytes_pushed"] > 0 and s["bytes_pulled"] > 0  # float32 pushes and pulls counted
     if algo == "ppo":
         assert {"loss/kl", "loss/clip_fraction"} <= tags
     assert "ps/staleness" in acc.Tags()["histograms"]

@@ -64,13 +64,23 @@ class TrainLogger:
     def due(self) -> bool:
         return time.time() - self._last_t >= self.every
 
-    def flush(self, env_steps: int, version: int, replay_size: int | None = None) -> None:
+    def flush(
+        self,
+        env_steps: int,
+        version: int,
+        replay_size: int | None = None,
+        net: tuple[int, int] | None = None,
+    ) -> None:
+        """Write the interval's scalars; ``net``: the shards' (bytes pushed, bytes pulled)."""
         now = time.time()
         dt = max(1e-9, now - self._last_t)
         fps = (env_steps - self._last_steps) * self.frames_per_step / dt
         self.writer.add_scalar("perf/env_fps", fps, env_steps)
         self.writer.add_scalar("perf/learner_updates_per_s", self._updates / dt, env_steps)
         self.writer.add_scalar("ps/version", version, env_steps)
+        if net is not None:
+            self.writer.add_scalar("net/bytes_pushed", net[0], env_steps)
+            self.writer.add_scalar("net/bytes_pulled", net[1], env_steps)
         if replay_size is not None:
             self.writer.add_scalar("replay/size", replay_size, env_steps)
             sampled = self._updates * self.batch_size / dt  # every learner update samples a batch

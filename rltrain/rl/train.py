@@ -45,6 +45,7 @@ from rltrain.rl.config import (
 from rltrain.rl.plans import PLANS
 from rltrain.rl.rollout import WorkStats
 from rltrain.rl.setup import Counters, EnvSpec, initial_params, load_resume, probe_env
+from rltrain.rl.summary import train_summary
 from rltrain.rl.tblog import TrainLogger, status_line, stop_fraction
 from rltrain.rundir import write_summary
 
@@ -98,6 +99,7 @@ class Trainer:
         self.session_start = session_start
         self.server: Any = None
         self.guard: Any = None
+        self.net_bytes = (0, 0)  # bytes pushed to and pulled from the shards, last seen
         self.procs: dict[str, list[Any]] = {}
         self.schedule = FaultSchedule((), session_start)  # armed once every process is up
         self._arming = bool(cfg.faults.events)
@@ -171,7 +173,7 @@ class Trainer:
                 self._checkpoint()
             except (ProcessLost, PeerLost, RunFailed) as e:
                 self.progress.note(f"no final checkpoint (the server is not whole: {e})")
-        summary = self._summary()
+        summary = train_summary(self)
         write_summary(self.run_dir, summary)
         self.progress.close(self._status())
         self.log.close()
@@ -327,7 +329,10 @@ class Trainer:
         self.guard.poll()
         if self.log.due():
             size = sum(self.replay.sizes()) if self.replay is not None else None
-            self.log.flush(self.counters.env_steps, self.guard.last_seen, size)
+            with contextlib.suppress(ProcessLost, PeerLost):  # a lost shard: next time
+                st = self.server.stats()
+                self.net_bytes = (st.bytes_pushed, st.bytes_pulled)
+            self.log.flush(self.counters.env_steps, self.guard.last_seen, size, self.net_bytes)
             self.log.faults(self.faults, self.counters.env_steps)
         self.progress.update(self._fraction(), self._status())
         if time.time() - self.last_ckpt >= self.cfg.checkpoint.every_seconds:
@@ -365,36 +370,3 @@ class Trainer:
         if self.guard is not None:
             self.guard.remember(RestorePoint(version, state["shards"], f"checkpoint {path.name}"))
         self.last_ckpt = time.time()
-
-    def _summary(self) -> dict[str, Any]:
-        c = self.counters
-        final = c.mean_return(self.cfg.stop.window)
-        mean = self.mean_at_stop if self.mean_at_stop is not None else final
-        return {
-            "command": "train",
-            "env": self.cfg.env.id,
-            "algo": self.cfg.algo.name,
-            "actors": self.cfg.actors,  # as sized (actors: auto) for this session
-            "learners": self.cfg.learners if self.cfg.algo.name in SPLIT_ALGOS else 0,
-            "stopped_by": self.stopped_by or "finished",
-            "wall_seconds": round(c.wall_seconds, 2),
-            "startup_seconds": self.startup_seconds,  # the command to the first result
-            # cumulative seconds at: trainer (imports, config, env probe), ray (started or
-            # joined), server (shards up), first_result (processes up, a first rollout back)
-            "startup": self.startup,
-            "env_steps": c.env_steps,
-            "env_frames": c.env_steps * self.spec.frames_per_step,
-            "episodes": c.episodes,
-            "mean_return": mean,  # over the last stop.window episodes when the run stopped
-            "final_mean_return": final,  # the same, with the episodes of work then in flight
-            "best_mean_return": c.best_mean_return,
-            "updates": c.updates,
-            "updates_applied": c.applied,
-            "dropped": c.dropped,
-            "rejected": c.rejected,
-            "mean_staleness": round(c.staleness_sum / c.applied, 4) if c.applied else 0.0,
-            "faults": dataclasses.asdict(self.faults),
-            **({"failure": self.failure} if self.failure else {}),
-            "protocol": self.spec.protocol,
-            **({"replay_bytes": self.replay_bytes} if self.replay_bytes is not None else {}),
-        }

@@ -28,7 +28,7 @@ from rltrain.config import spec
 from rltrain.errors import RLTrainError
 from rltrain.records import Role
 
-ACTIONS = ("kill", "pause", "slow")
+ACTIONS = ("kill", "pause", "slow", "add", "remove")
 TARGETS: tuple[Role, ...] = typing.get_args(Role)
 ON_WORKER_LOSS = ("wait", "continue")
 
@@ -40,7 +40,9 @@ class FaultEvent:
     action: str = field(default="kill", metadata=spec(choices=ACTIONS))
     """kill: SIGKILL the process (Ray restarts it); pause: SIGSTOP it for `seconds`, then
     SIGCONT (a machine that hangs); slow: from `at` for `seconds` (0 = to the end) every step
-    of a supervised worker takes `factor` times as long (a straggler)."""
+    of a supervised worker takes `factor` times as long (a straggler); remove: the worker
+    leaves for good (elastic: barriers count one fewer); add: a new worker joins, training on
+    worker `index`'s data shard (barriers count one more). add/remove: bench workers."""
     target: str = field(default="actor", metadata=spec(choices=TARGETS))
     """actor (train: an RL actor or a3c/a2c worker), learner (train: impala/dqn learner),
     worker (bench: a supervised worker) or shard (a parameter-server shard)."""
@@ -57,6 +59,10 @@ class FaultEvent:
     def __post_init__(self) -> None:
         if self.action == "pause" and self.seconds <= 0:
             raise ValueError("a pause event needs seconds > 0")
+        if self.action in ("add", "remove") and self.target != "worker":
+            raise ValueError(
+                f"action {self.action} applies to target worker (rltrain bench), not {self.target}"
+            )
         if self.action == "slow" and self.target != "worker":
             raise ValueError(
                 f"action slow applies to target worker (rltrain bench), not {self.target}; "
@@ -64,7 +70,13 @@ class FaultEvent:
             )
 
     def describe(self) -> str:
-        what = {"kill": "kill", "pause": f"pause {self.seconds:g}s", "slow": f"{self.factor:g}x"}
+        what = {
+            "kill": "kill",
+            "pause": f"pause {self.seconds:g}s",
+            "slow": f"{self.factor:g}x",
+            "add": "add a copy of",
+            "remove": "remove",
+        }
         return f"{what[self.action]} {self.target} {self.index} at {self.at:g}s"
 
 
@@ -194,17 +206,15 @@ class FaultAction:
 
 
 class FaultSchedule:
-    """The kill and pause events of a config, fired in time order from ``t0``.
+    """The kill, pause, add and remove events of a config, fired in time order from ``t0``
+    (signal kill, stop, add, remove).
 
     ``slow`` events are not here: the worker applies them to its own steps (:class:`Slowdown`).
     """
 
     def __init__(self, events: Sequence[FaultEvent], t0: float) -> None:
-        plan = [
-            (e.at, FaultAction("kill" if e.action == "kill" else "stop", e))
-            for e in events
-            if e.action in ("kill", "pause")
-        ]
+        signals = {"kill": "kill", "pause": "stop", "add": "add", "remove": "remove"}
+        plan = [(e.at, FaultAction(signals[e.action], e)) for e in events if e.action in signals]
         self.plan = sorted(plan, key=lambda p: p[0])
         self.t0 = t0
 

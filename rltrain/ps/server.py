@@ -220,6 +220,10 @@ class ShardedServer(ABC):
         count = self._call_first("leave", worker_id)  # shard 0 decides whether a step is due
         self._call("leave", [(worker_id, count)] * (len(self.layout.sizes) - 1), skip_first=True)
 
+    def join(self, worker_id: int) -> None:
+        """A worker added mid-run: every barrier now counts one more."""
+        self._call("join", [(worker_id,)] * len(self.layout.sizes))
+
     def health(self) -> list[tuple[int, bool] | None]:
         """Per shard: (version, fenced), or None for a shard that does not answer."""
         return self._call("health", [()] * len(self.layout.sizes))

@@ -188,6 +188,13 @@ class ParameterShard:
                 return count
             return 0
 
+    def join(self, worker_id: int) -> None:
+        """A worker added mid-run (elastic): barriers count it from now on."""
+        with self._changed:
+            self._num_workers += 1
+            self._absent.discard(worker_id)
+            self._set_needed()
+
     def fence(self) -> None:
         """Refuse pushes and pulls until :meth:`load_state_dict` (a restarted shard)."""
         with self._lock:

@@ -27,6 +27,7 @@ from rltrain.runtime.startup import (
     cluster_cpus,
     cluster_gpus,
     fit_cpus,
+    free_cpus,
     init_ray,
     shutdown,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "cluster_gpus",
     "failed",
     "fit_cpus",
+    "free_cpus",
     "get",
     "init_ray",
     "inject",

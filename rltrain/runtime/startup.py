@@ -136,6 +136,11 @@ def cluster_cpus() -> float:
     return float(ray.cluster_resources().get("CPU", 0.0))
 
 
+def free_cpus() -> float:
+    """CPUs no process reserves now (Ray's view; it lags a release by a moment)."""
+    return float(ray.available_resources().get("CPU", 0.0))
+
+
 def cluster_gpus() -> float:
     """GPUs the Ray cluster (local or joined) can schedule."""
     return float(ray.cluster_resources().get("GPU", 0.0))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from rltrain import signals
 from rltrain.driver import drive
 from rltrain.faults import (
     FaultCounters,
+    FaultEvent,
     FaultSchedule,
     PeerLost,
     ProcessLost,
@@ -38,7 +40,7 @@ from rltrain.supervised.modes import (
 )
 from rltrain.supervised.plots import plot_names
 from rltrain.supervised.replay import save_record
-from rltrain.supervised.worker import SupervisedWorker, WorkerReport
+from rltrain.supervised.worker import SupervisedWorker, WorkerReport, WorkerSpec
 
 # ---------------------------------------------------------------------------------------------
 # The three ways a mode runs
@@ -62,18 +64,21 @@ def run_ray_mode(cfg: BenchConfig, mode: str, data: SplitDataset, progress: Prog
     server = runtime.start_server(
         init, cfg.optimizer, specs[0].rule, cfg.workers, cfg.runtime, restarts, record
     )
-    workers = [
-        runtime.Remote(
+    sources = shards(cfg, cfg.workers)
+
+    def spawn(spec: WorkerSpec, i: int) -> Any:  # a worker on data shard i
+        return runtime.Remote(
             SupervisedWorker,
-            s,
-            d,
+            spec,
+            sources[i],
             role="worker",
-            index=s.worker_id,
+            index=spec.worker_id,
             num_cpus=cfg.runtime.worker_cpus,
             max_restarts=restarts,
+            max_concurrency=2,  # run, and stop (elastic remove) beside it
         )
-        for s, d in zip(specs, shards(cfg, cfg.workers), strict=True)
-    ]
+
+    workers = [spawn(s, i) for i, s in enumerate(specs)]
     faults = FaultCounters()
     guard = runtime.ServerGuard(server, faults, progress.note)
     guard.remember(RestorePoint(0, server.state_dicts(), "the initial parameters"))
@@ -83,6 +88,8 @@ def run_ray_mode(cfg: BenchConfig, mode: str, data: SplitDataset, progress: Prog
             w.pid()
         snapper = Snapshotter(server, cfg.eval.every_seconds, cfg.budget.max_seconds, progress)
         plan = BenchPlan(cfg, rule, runtime, server, guard, faults, procs, snapper, progress)
+        need = cfg.runtime.worker_cpus
+        plan.elastic = Elastic(specs, spawn, server, procs, progress.note, runtime.free_cpus, need)
         drive(plan.pool, plan)
         t0, reports = plan.t0, plan.reports
         resume_all()
@@ -90,7 +97,7 @@ def run_ray_mode(cfg: BenchConfig, mode: str, data: SplitDataset, progress: Prog
         kept = ModeRecord(tuple(server.push_log()), server.pull().values) if record else None
     finally:
         resume_all()  # never leave a process stopped by an injected pause
-        for w in workers:
+        for w in procs["worker"]:  # with the ones added mid-run
             w.kill()
         server.kill()
     if not reports:
@@ -124,6 +131,7 @@ class BenchPlan:
         self.deadline: float | None = None
         self.schedule = FaultSchedule((), self.t0)
         self.late: tuple[float, list[Any]] = (0.0, [])  # warm start: (when, workers to give)
+        self.elastic: Elastic | None = None  # add/remove events
 
     def start(self) -> None:
         self.t0 = time.time()
@@ -147,6 +155,8 @@ class BenchPlan:
 
     def on_result(self, done: Any) -> None:
         self.reports[done.remote.index] = done.value
+        if self.elastic is not None:
+            self.elastic.stopped(done.remote.index)
 
     def on_fault(self, done: Any) -> None:
         verdict = self.runtime.respond(
@@ -182,6 +192,11 @@ class BenchPlan:
                 self._give(w)
             self.late = (0.0, [])
         for action in self.schedule.due():
+            if action.event.action in ("add", "remove") and self.elastic is not None:
+                joined = self.elastic.apply(action.event)
+                if joined is not None:
+                    self._give(joined)
+                continue
             self.runtime.inject(action, self.procs, self.faults, self.progress.note)
         if self.snapper.due_in() == 0:
             restorable = self.cfg.faults.max_restarts != 0
@@ -284,3 +299,60 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
     if cfg.server.record:
         print(f"  record/ of the pushes: rltrain replay {run_dir}")
     return 0
+
+
+class Elastic:
+    """Workers added and removed mid-run (``faults.events`` add / remove): Downpour's model
+    replicas come and go, and the barrier rules re-count N."""
+
+    def __init__(
+        self,
+        specs: list[WorkerSpec],
+        spawn: Callable[[WorkerSpec, int], Any],
+        server: Any,
+        procs: dict[str, list[Any]],
+        say: Callable[[str], None],
+        free_cpus: Callable[[], float],
+        need_cpus: float,
+    ) -> None:
+        self.specs, self.spawn, self.server, self.procs, self.say = specs, spawn, server, procs, say
+        self.free_cpus, self.need_cpus = free_cpus, need_cpus
+        self.removed: set[int] = set()
+
+    def apply(self, e: FaultEvent) -> Any:
+        """Carry out one event; returns a new worker to give work to (add), else None."""
+        live = [w for w in self.procs["worker"] if w.index not in self.removed]
+        if e.action == "remove":
+            target = next((w for w in live if w.index == e.index), None)
+            if target is None or len(live) == 1:
+                why = "the last one" if target else "not there"
+                self.say(f"skipped remove worker {e.index}: {why}")
+                return None
+            # it ends its run after this step and reports; then no barrier waits for it
+            self.removed.add(target.index)
+            target.call("stop")
+            self.say(f"removed worker {e.index}: {len(live) - 1} workers")
+            return None
+        free = self.free_cpus()
+        if free + 1e-9 < self.need_cpus:  # it would wait for a CPU, and the mode with it
+            self.say(
+                f"skipped add worker: {free:g} CPUs free, a worker reserves "
+                f"runtime.worker_cpus={self.need_cpus:g} (remove one first, or add a node)"
+            )
+            return None
+        new_id = max(w.index for w in self.procs["worker"]) + 1
+        base = self.specs[e.index]
+        spec = dataclasses.replace(base, worker_id=new_id, seed=base.seed - base.worker_id + new_id)
+        self.server.join(new_id)
+        worker = self.spawn(spec, e.index)
+        self.procs["worker"].append(worker)
+        self.say(f"added worker {new_id} (on worker {e.index}'s data): {len(live) + 1} workers")
+        return worker
+
+    def stopped(self, index: int) -> None:
+        """A worker's run returned: if it was removed, barriers stop counting it."""
+        if index in self.removed:
+            self.server.leave(index)
+            for w in self.procs["worker"]:
+                if w.index == index:
+                    w.kill()  # its CPUs are free for a worker added later

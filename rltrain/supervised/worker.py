@@ -197,6 +197,11 @@ class SupervisedWorker:
             on_step()
         return self._report(start)
 
+    def stop(self) -> None:
+        """End :meth:`run` after the current step (a worker removed mid-run; called from
+        another thread: Ray runs a supervised worker with a second slot for it)."""
+        self._deadline = 0.0
+
     def _start(self, t0: float | None = None, deadline: float | None = None) -> float:
         start = time.time()
         self._slow.start(t0 or start)

@@ -346,9 +346,11 @@ def run_sandblaster_mode(cfg: BenchConfig, data: SplitDataset, progress: Progres
             p.kill()
     report = WorkerReport(0, t0, time.time(), c.iterations, c.samples, c.round, tuple(c.log))
     b = c.batches
+    mean_s = sum(x.seconds for x in b) / max(1, len(b))
     progress.note(
         f"{c.iterations} L-BFGS iterations, {len(b)} batch evaluations of "
-        f"{cfg.sandblaster.portions} portions; {sum(x.backups for x in b)} backup copies, "
+        f"{cfg.sandblaster.portions} portions, {mean_s:.2f} s each; "
+        f"{sum(x.backups for x in b)} backup copies, "
         f"{sum(x.duplicates for x in b)} results discarded (a copy won)"
     )
     return finish_trace("sandblaster", begin, snapper, [report], t0=t0)

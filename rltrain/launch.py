@@ -103,11 +103,29 @@ def run_bench_config(cfg: Any, run_dir: str | Path | None, config_path: str | No
     check_run_dir(run_dir)
     check_address(cfg.runtime.address)
     data = load_data(cfg.data, log=print)
+    check_bench_sizes(cfg, len(data.train))
     out = new_run_dir(config_path or f"bench_{cfg.data.dataset}", run_dir)
     write_config(out, cfg)
     print(f"rltrain bench: {cfg.data.dataset}, modes {', '.join(cfg.modes)}; writing {out}")
     run_bench(cfg, data, out)
     return out
+
+
+def check_bench_sizes(cfg: Any, train_size: int) -> None:
+    """UserError when a worker's shard has no full batch, or a Sandblaster batch has fewer
+    samples than portions (nothing could train; checked once the data's size is known)."""
+    shard = train_size // cfg.workers
+    if shard < cfg.batch_size:
+        raise UserError(
+            f"batch_size={cfg.batch_size}: each of the {cfg.workers} workers holds "
+            f"{shard} training samples; use a batch_size of at most {shard}"
+        )
+    sb = cfg.sandblaster
+    batch = sb.batch_size if 0 < sb.batch_size < train_size else train_size
+    if "sandblaster" in cfg.modes and sb.portions > batch:
+        raise UserError(
+            f"sandblaster.portions={sb.portions} exceeds the {batch} samples per evaluation"
+        )
 
 
 def prepare_train(

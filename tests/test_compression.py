@@ -97,9 +97,36 @@ def test_async_sgd_learns_through_every_compression(kind: str) -> None:
 
 def test_compression_is_refused_with_the_average_mode(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
-    path.write_text("modes: [average]\nserver: {compression: sign}\n")
+    path.write_text("modes: [async, average]\nserver: {compression: sign}\n")
     with pytest.raises(ConfigError, match="server.compression=sign: not with mode average"):
         load_config(BenchConfig, path)
     path.write_text("server: {compression: zip}\n")
     with pytest.raises(ConfigError, match="server.compression"):
         load_config(BenchConfig, path)
+
+
+def test_a_non_finite_push_is_sent_as_is_and_spoils_no_later_push() -> None:
+    ef = ErrorFeedback("int8", 0.01)
+    ef(0, 0, torch.ones(4))
+    held = ef.residual[(0, 0)].clone()
+    bad = ef(0, 0, torch.tensor([1.0, float("nan"), 2.0, 3.0]))
+    assert isinstance(bad, torch.Tensor) and bool(bad.isnan().any())  # the shard refuses it
+    assert torch.equal(ef.residual[(0, 0)], held)
+    assert bool(torch.isfinite(decompress(ef(0, 0, torch.ones(4)))).all())
+
+
+def test_server_options_no_mode_uses_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    for text, message in {
+        "modes: [allreduce]\nserver: {compression: int8}\n": "no mode in modes pushes gradients",
+        "modes: [sync]\noptimizer: {name: momentum}\nserver: {momentum_correction: true}\n": (
+            "applies to async modes"
+        ),
+        "modes: [async]\nserver: {record: true, compression: fp16}\n": "a replay does not follow",
+        "modes: [sync]\nwarm_start: {seconds: 10}\nbudget: {max_seconds: 10}\n": (
+            "the other workers would never join"
+        ),
+    }.items():
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=message):
+            load_config(BenchConfig, path)

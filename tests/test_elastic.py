@@ -22,11 +22,13 @@ def push(shard: ParameterShard, worker: int, version: int) -> str:
 def test_a_joined_worker_counts_at_the_barrier_and_a_removed_one_does_not() -> None:
     sgd = OptimizerConfig(name="sgd", lr=1.0)
     shard = ParameterShard(torch.zeros(2), sgd, ServerConfig(rule="sync"), 2)
-    shard.join(2)  # three workers now
-    assert push(shard, 0, 0) == "accumulated" and push(shard, 1, 0) == "accumulated"
-    assert push(shard, 2, 0) == "applied" and shard.version == 1
+    shard.join(2)  # three workers now, but no barrier waits for 2 before its first push
+    assert push(shard, 0, 0) == "accumulated" and push(shard, 1, 0) == "applied"
+    assert push(shard, 2, 0) == "dropped"  # late for version 0: it counts from now on
+    assert push(shard, 0, 1) == "accumulated" and push(shard, 1, 1) == "accumulated"
+    assert push(shard, 2, 1) == "applied" and shard.version == 2
     shard.leave(1)  # removed: two again
-    assert push(shard, 0, 1) == "accumulated" and push(shard, 2, 1) == "applied"
+    assert push(shard, 0, 2) == "accumulated" and push(shard, 2, 2) == "applied"
 
 
 def test_add_and_remove_are_bench_worker_events(tmp_path: Path) -> None:

@@ -139,3 +139,21 @@ def test_bench_on_a_toy_problem_reports_the_distance_to_the_optimum(tmp_path: Pa
         assert row["final_distance"] < 0.01, row  # noise 0: both go to the optimum
         curve = summary["curves"][row["mode"]]
         assert curve[0]["distance"] == pytest.approx(1.0)  # the first snapshot is w0
+
+
+def test_a_batch_larger_than_a_workers_shard_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rltrain.cli import main
+
+    config = tmp_path / "big.yaml"
+    config.write_text(
+        "modes: [async]\nworkers: 2\nbatch_size: 64\n"
+        "data: {dataset: toy_quadratic, toy: {dim: 8, samples: 100}}\n"
+    )
+    assert main(["bench", str(config), "--run-dir", str(tmp_path / "run")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith(
+        "batch_size=64: each of the 2 workers holds 50 training samples; use a batch_size of "
+        "at most 50"
+    )

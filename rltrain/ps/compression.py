@@ -47,7 +47,7 @@ def compress(kind: str, v: torch.Tensor, topk_fraction: float = 0.01) -> Compres
         return Compressed(kind, n, (v.half().numpy(),))
     if kind == "int8":
         peak = float(v.abs().max()) if n else 0.0
-        scale = peak / 127.0 if peak > 0 else 1.0
+        scale = peak / 127.0 if peak > 0 and math.isfinite(peak) else 1.0
         q = torch.round(v / scale).clamp_(-127, 127).to(torch.int8)
         return Compressed(kind, n, (q.numpy(),), scale)
     if kind == "topk":
@@ -95,10 +95,14 @@ class ErrorFeedback:
         self.kind, self.topk_fraction = kind, topk_fraction
         self.residual: dict[tuple[int, int], torch.Tensor] = {}
 
-    def __call__(self, worker: int, shard: int, v: torch.Tensor) -> Compressed:
+    def __call__(self, worker: int, shard: int, v: torch.Tensor) -> Compressed | torch.Tensor:
         key = (worker, shard)
         e = self.residual.get(key)
         full = v.float() if e is None else v.float() + e
+        if not bool(torch.isfinite(full).all()):
+            # sent as it is, for the shard to refuse (a codec could hide a NaN as a number);
+            # the residual keeps what it had, so one bad push does not spoil the next ones
+            return full
         c = compress(self.kind, full, self.topk_fraction)
         self.residual[key] = full - decompress(c)
         return c

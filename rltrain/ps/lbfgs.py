@@ -11,6 +11,7 @@ bytes it sends per iteration do not grow with the model.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -27,6 +28,7 @@ class LbfgsShard:
         self.vectors: dict[str, torch.Tensor] = {W: torch.zeros(size), G: torch.zeros(size)}
         self.round = -1  # the evaluation whose gradient portions ``g`` accumulates
         self._seen: set[int] = set()
+        self._lock = threading.Lock()  # in-process, workers are threads
 
     def set_values(self, values: torch.Tensor) -> None:
         self.vectors[W] = torch.as_tensor(values, dtype=torch.float32).reshape(-1).clone()
@@ -43,11 +45,12 @@ class LbfgsShard:
     def accumulate(self, round_id: int, portion: int, grad: torch.Tensor) -> bool:
         """Add one portion's gradient slice, once: a backup copy of a portion that already
         arrived, or a late one from a finished round, is ignored (the first result wins)."""
-        if round_id != self.round or portion in self._seen:
-            return False
-        self._seen.add(portion)
-        self.vectors[G].add_(torch.as_tensor(grad).reshape(-1))
-        return True
+        with self._lock:
+            if round_id != self.round or portion in self._seen:
+                return False
+            self._seen.add(portion)
+            self.vectors[G].add_(torch.as_tensor(grad).reshape(-1))
+            return True
 
     def dot(self, a: str, b: str) -> float:
         # float64 accumulation: the two-loop's scalars are sums over shards

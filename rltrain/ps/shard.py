@@ -189,10 +189,11 @@ class ParameterShard:
             return 0
 
     def join(self, worker_id: int) -> None:
-        """A worker added mid-run (elastic): barriers count it from now on."""
+        """A worker added mid-run (elastic): barriers count it from its first push (its
+        process may take seconds to start; until then no barrier waits for it)."""
         with self._changed:
             self._num_workers += 1
-            self._absent.discard(worker_id)
+            self._absent.add(worker_id)
             self._set_needed()
 
     def fence(self) -> None:

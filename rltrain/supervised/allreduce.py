@@ -61,16 +61,16 @@ class AllreduceWorker(SupervisedWorker):
             world_size=world,
             timeout=timeout,
         )
-        # every replica starts from rank 0's parameters (DDP's broadcast at construction;
-        # rank 0 is seeded as the server modes' initial parameters are)
-        params = self._params()
-        dist.broadcast(params, src=0)
-        with torch.no_grad():
-            vector_to_parameters(params, self.model.parameters())
-        start = self._start(t0, deadline)
-        snaps: list[tuple[float, torch.Tensor, int]] = []
-        next_snap = start
         try:
+            # every replica starts from rank 0's parameters (DDP's broadcast at construction;
+            # rank 0 is seeded as the server modes' initial parameters are)
+            params = self._params()
+            dist.broadcast(params, src=0)
+            with torch.no_grad():
+                vector_to_parameters(params, self.model.parameters())
+            start = self._start(t0, deadline)
+            snaps: list[tuple[float, torch.Tensor, int]] = []
+            next_snap = start
             batches = self._batches()
             while True:
                 batch = next(batches, None)
@@ -131,6 +131,8 @@ def run_allreduce_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress)
         for s, d in zip(specs, shards(cfg, cfg.workers), strict=True)
     ]
     try:
+        for w in workers:  # constructors (data loading) are start-up, not training time
+            w.pid()
         address = runtime.result(workers[0].call("address"))  # rank 0's node serves it
         t0 = time.time()
         budget = cfg.budget.max_seconds

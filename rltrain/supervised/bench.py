@@ -176,9 +176,9 @@ class BenchPlan:
 
     def keep_going(self) -> bool:
         pool = self.pool
-        return bool(pool.calls) or (
-            bool(pool) and (self.deadline is None or time.time() < self.deadline)
-        )
+        before = self.deadline is None or time.time() < self.deadline
+        waiting = bool(self.late[1]) and before  # warm start: workers still to join
+        return bool(pool.calls) or waiting or (bool(pool) and before)
 
     def wait_s(self) -> float:
         late = max(0.0, self.late[0] - time.time()) if self.late[1] else float("inf")

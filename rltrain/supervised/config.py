@@ -62,6 +62,10 @@ class ToyConfig:
             )
 
 
+GRADIENT_MODES = ("sync", "soft_sync", "async", "async_scale", "async_drop")
+"""The modes whose workers push gradients to a parameter server."""
+
+
 @dataclass(frozen=True)
 class DataConfig:
     """Which dataset and where its files are."""
@@ -181,6 +185,7 @@ class BenchConfig:
         if not self.modes:
             raise ValueError("modes: list at least one mode")
         check_momentum_correction(self.optimizer, self.server)
+        self._check_server_options()
         if self.server.compression != "none" and "average" in self.modes:
             raise ValueError(
                 f"server.compression={self.server.compression}: not with mode average, whose "
@@ -197,4 +202,38 @@ class BenchConfig:
             raise ValueError(
                 f"server.record=true needs server.shards=1, got {self.server.shards}: a replay "
                 "follows one shard's order of the updates, and each shard has its own"
+            )
+
+    def _check_server_options(self) -> None:
+        """Options that no mode in ``modes`` would use, or that a replay could not follow,
+        are refused rather than ignored."""
+        srv, modes = self.server, set(self.modes)
+        pushing = modes & set(GRADIENT_MODES)
+        if srv.compression != "none" and not pushing:
+            raise ValueError(
+                f"server.compression={srv.compression}: no mode in modes pushes gradients to "
+                f"a server (one of {', '.join(GRADIENT_MODES)})"
+            )
+        if srv.momentum_correction and not modes & {
+            "async",
+            "async_scale",
+            "async_drop",
+            "hogwild",
+        }:
+            raise ValueError(
+                "server.momentum_correction=true: applies to async modes, none is in modes"
+            )
+        warm = self.warm_start.seconds
+        if warm > 0 and not modes & {*GRADIENT_MODES, "average"}:
+            raise ValueError("warm_start.seconds: applies to the server modes, none is in modes")
+        if warm > 0 and 0 < self.budget.max_seconds <= warm:
+            raise ValueError(
+                f"warm_start.seconds={warm:g} is not below budget.max_seconds="
+                f"{self.budget.max_seconds:g}: the other workers would never join"
+            )
+        elastic = any(e.action in ("add", "remove") for e in self.faults.events)
+        if srv.record and (srv.compression != "none" or warm > 0 or elastic):
+            raise ValueError(
+                "server.record=true: not with server.compression, warm_start or add/remove "
+                "events, which a replay does not follow"
             )

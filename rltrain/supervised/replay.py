@@ -39,6 +39,8 @@ NOT_REPLAYABLE = {
     "average": "its workers push parameters after local optimizer steps, not gradients",
     "hogwild": "its workers update shared memory lock-free inside a step, so no order of "
     "the updates exists to follow",
+    "sandblaster": "its coordinator runs L-BFGS over the shards; no pushes were recorded",
+    "allreduce": "it has no parameter server: the workers all-reduce among themselves",
 }
 """Modes that ``rltrain replay`` refuses, and why."""
 

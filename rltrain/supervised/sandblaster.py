@@ -231,6 +231,7 @@ class Sandblaster:
         self.samples = 0
         self.iterations = 0
         self.log: list[tuple[float, int, float]] = []  # (time, samples, batch loss)
+        self.stalled = False  # no step decreases the fixed batch's loss: nothing left to do
         self.batches: list[BatchStats] = []
 
     def evaluate(self) -> float:
@@ -268,6 +269,8 @@ class Sandblaster:
         else:  # no decrease along d: back to w_old, and forget the history
             st.each("copy", "w_old", W)
             st.each("copy", "g_old", G)
+            # not even along -g: converged to the batch's precision (or a fresh batch helps)
+            self.stalled = not lb.pairs and self.cfg.batch_size in (0, self.n)
             lb.reset()
             self.iterations += 1
             return f
@@ -281,7 +284,7 @@ class Sandblaster:
     def run(self, keep_going: Callable[[], bool], on_iteration: Callable[[], None]) -> None:
         f = self.evaluate()
         on_iteration()
-        while keep_going():
+        while keep_going() and not self.stalled:
             f = self.step(f)
             on_iteration()
 
@@ -313,8 +316,9 @@ def run_sandblaster_mode(cfg: BenchConfig, data: SplitDataset, progress: Progres
     store, shard_procs = runtime.start_store(
         initial_params(cfg, data), cfg.server.shards, rt.server_cpus
     )
-    executor = runtime.RayExecutor(specs, sources, store, rt.worker_cpus)
+    executor = None
     try:
+        executor = runtime.RayExecutor(specs, sources, store, rt.worker_cpus)
         t0 = time.time()
         executor.start(t0)  # constructors (data loading) are start-up, not training time
         c = Sandblaster(
@@ -341,7 +345,8 @@ def run_sandblaster_mode(cfg: BenchConfig, data: SplitDataset, progress: Progres
         c.run(keep_going, on_iteration)
         snapper.take()
     finally:
-        executor.kill()
+        if executor is not None:
+            executor.kill()
         for p in shard_procs:
             p.kill()
     report = WorkerReport(0, t0, time.time(), c.iterations, c.samples, c.round, tuple(c.log))

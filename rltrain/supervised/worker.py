@@ -198,8 +198,10 @@ class SupervisedWorker:
         return self._report(start)
 
     def stop(self) -> None:
-        """End :meth:`run` after the current step (a worker removed mid-run; called from
-        another thread: Ray runs a supervised worker with a second slot for it)."""
+        """End :meth:`run` after the current step, or at once if it has not begun (a worker
+        removed mid-run; called from another thread: Ray runs a supervised worker with a
+        second slot for it)."""
+        self._stopped = True
         self._deadline = 0.0
 
     def _start(self, t0: float | None = None, deadline: float | None = None) -> float:
@@ -207,7 +209,7 @@ class SupervisedWorker:
         self._slow.start(t0 or start)
         if deadline is None:
             deadline = start + self.spec.max_seconds if self.spec.max_seconds > 0 else float("inf")
-        self._deadline = deadline
+        self._deadline = 0.0 if getattr(self, "_stopped", False) else deadline
         return start
 
     def _report(self, start: float) -> WorkerReport:
@@ -303,6 +305,8 @@ class SupervisedWorker:
         n, bs = len(self.y), self.spec.batch_size
         # every worker takes the same number of steps per epoch, so barrier rules line up
         steps = min(n // bs, self.spec.steps_per_epoch or n // bs)
+        if steps == 0:  # a shard smaller than a batch (refused at start; never spin here)
+            return
         epoch, first = divmod(self._skip, steps) if steps else (0, 0)
         while self.spec.max_epochs == 0 or epoch < self.spec.max_epochs:
             for i in range(first, steps):

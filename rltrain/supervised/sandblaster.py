@@ -24,7 +24,6 @@ from typing import Any, Protocol
 import torch
 from torch.nn.utils import vector_to_parameters
 
-from rltrain.faults import Slowdown
 from rltrain.progress import Progress
 from rltrain.ps.lbfgs import G, LbfgsCoordinator, VectorStore, W
 from rltrain.records import Params, ServerStats
@@ -40,13 +39,11 @@ from rltrain.supervised.modes import (
 from rltrain.supervised.sharding import ShardSource
 from rltrain.supervised.toys import VectorDataset
 from rltrain.supervised.worker import (
+    SupervisedWorker,
     WorkerReport,
     WorkerSpec,
     flat_grad,
-    inputs,
-    make_model,
     objective,
-    targets,
 )
 
 
@@ -80,8 +77,9 @@ def portion_indices(p: Portion, n: int) -> torch.Tensor:
     return torch.tensor_split(order, p.count)[p.index]
 
 
-class SandblasterWorker:
-    """Gradients of portions of the batch, added into the shards' accumulator."""
+class SandblasterWorker(SupervisedWorker):
+    """Gradients of portions of the batch, added into the shards' accumulator (the supervised
+    worker's data, model and objective; no server loop)."""
 
     def __init__(
         self,
@@ -89,14 +87,9 @@ class SandblasterWorker:
         data: ArrayDataset | VectorDataset | ShardSource,
         store: VectorStore,
     ) -> None:
-        torch.set_num_threads(spec.threads)
-        if isinstance(data, ShardSource):
-            data = data.load()
-        self.spec, self.store = spec, store
-        self.x, self.y = inputs(data, spec), targets(data)
-        self.model = make_model(spec, tuple(self.x.shape[1:]))
+        super().__init__(spec, data)
+        self.store = store
         self._round = -1
-        self._slow = Slowdown(spec.faults, spec.worker_id)
 
     def start(self, t0: float) -> None:
         """Injected slowdowns count from ``t0``, the mode's start."""

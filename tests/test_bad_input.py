@@ -299,6 +299,46 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
         ),
         pytest.param(["bench", BENCH, "--set", "modes=[fast]"], ["modes[0]='fast'"], id="b-mode"),
         pytest.param(
+            ["bench", BENCH, "--set", "server.topk_fraction=1.5"],
+            ["server.topk_fraction=1.5: must be <= 1"],
+            id="b-topk-fraction",
+        ),
+        pytest.param(
+            ["bench", BENCH, "--set", "server.compression=zip"],
+            ["server.compression='zip'", "none, fp16, int8, topk, sign"],
+            id="b-compression",
+        ),
+        pytest.param(
+            ["bench", BENCH, "--set", "server.momentum_correction=true"],
+            ["server.momentum_correction=true needs optimizer.name momentum or nesterov"],
+            id="b-momentum-correction",
+        ),
+        pytest.param(
+            ["bench", BENCH, "--set", "server.record=true", "--set", "server.compression=int8"],
+            ["server.record=true: not with server.compression", "replay does not follow"],
+            id="b-record-compression",
+        ),
+        pytest.param(
+            ["bench", BENCH, "--set", "warm_start.seconds=500"],
+            ["warm_start.seconds=500 is not below budget.max_seconds"],
+            id="b-warm-start",
+        ),
+        pytest.param(
+            ["bench", BENCH, "--set", "sandblaster.portions=0"],
+            ["sandblaster.portions=0: must be >= 1"],
+            id="b-portions",
+        ),
+        pytest.param(
+            ["bench", BENCH, "--set", "data.dataset=toy_quadratic", "--set", "model=cnn"],
+            ["model=cnn needs images", "toy_quadratic takes model auto or linear"],
+            id="b-toy-model",
+        ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "faults.events=[{{action: add, target: actor}}]"],
+            ["action add applies to target worker (rltrain bench), not actor"],
+            id="t-elastic-actor",
+        ),
+        pytest.param(
             ["bench", BENCH, "--set", "data.dataset=imagenet"],
             ["data.dataset='imagenet'", "mnist, fashion_mnist, cifar10"],
             id="b-dataset",

@@ -36,9 +36,9 @@ def test_bench_warm_start_lets_worker_0_train_alone_first(
 
     config = tmp_path / "w.yaml"
     config.write_text(
-        "modes: [sync]\nworkers: 2\nbatch_size: 16\nwarm_start: {seconds: 2}\n"
+        "modes: [sync]\nworkers: 2\nbatch_size: 16\nwarm_start: {seconds: 1.5}\n"
         "data: {dataset: toy_quadratic, toy: {dim: 8, samples: 600, condition: 10, noise: 0.0}}\n"
-        "budget: {max_seconds: 5}\neval: {every_seconds: 0.5}\n"
+        "budget: {max_seconds: 4}\neval: {every_seconds: 0.5}\n"
         "optimizer: {name: sgd, lr: 0.3}\n"
     )
     out = tmp_path / "run"

@@ -99,6 +99,13 @@ class Remote:
             self._where = ray.get(self._where)
         return int(self._where[0])
 
+    def node_ip(self) -> str:
+        """The address of the node this process runs on, as Ray's nodes reach each other
+        (waits for the process to be up)."""
+        self.pid()
+        node = self._where[1]
+        return next(str(n["NodeManagerAddress"]) for n in ray.nodes() if n["NodeID"] == node)
+
     def mark_lost(self) -> bool:
         """Note that this incarnation died; False if that was already noted (one death can
         show up more than once: its call fails, and so do calls that used its results or were

@@ -27,20 +27,19 @@ from rltrain.supervised.modes import ModeTrace, Snapshot, finish_trace, shards, 
 from rltrain.supervised.worker import SupervisedWorker, WorkerReport, flat_grad
 
 
-def free_address() -> tuple[str, int]:
-    """This host's address and a free TCP port: the rendezvous of the process group, which
-    rank 0 serves (so it must be asked on rank 0's node)."""
-    host = socket.gethostbyname(socket.gethostname())
+def free_port() -> int:
+    """A free TCP port on this host: the rendezvous of the process group, which rank 0
+    serves (so it must be asked on rank 0's node)."""
     with socket.socket() as s:
         s.bind(("", 0))
-        return host, int(s.getsockname()[1])
+        return int(s.getsockname()[1])
 
 
 class AllreduceWorker(SupervisedWorker):
     """A supervised worker whose gradients go to its peers, not to a server."""
 
-    def address(self) -> tuple[str, int]:
-        return free_address()
+    def port(self) -> int:
+        return free_port()
 
     def run_allreduce(
         self,
@@ -133,7 +132,8 @@ def run_allreduce_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress)
     try:
         for w in workers:  # constructors (data loading) are start-up, not training time
             w.pid()
-        address = runtime.result(workers[0].call("address"))  # rank 0's node serves it
+        # rank 0's node serves the rendezvous, at the address Ray's nodes reach each other by
+        address = (workers[0].node_ip(), runtime.result(workers[0].call("port")))
         t0 = time.time()
         budget = cfg.budget.max_seconds
         deadline = t0 + budget if budget else None

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import gzip
+import json
 import struct
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -56,3 +59,20 @@ def tiny_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def tiny_dataset(n: int = 256, seed: int = 0) -> ArrayDataset:
     images, labels = patterns(n, seed)
     return ArrayDataset(torch.from_numpy(images).unsqueeze(1), torch.from_numpy(labels).long())
+
+
+@pytest.fixture
+def run_bench(tmp_path: Path) -> Callable[[str], tuple[Path, dict[str, Any]]]:
+    """`rltrain bench` through the CLI on a config given as YAML text, into tmp_path/run;
+    returns the run folder and its summary.json (the run must succeed)."""
+
+    def run(text: str) -> tuple[Path, dict[str, Any]]:
+        from rltrain.cli import main
+
+        config = tmp_path / "bench.yaml"
+        config.write_text(text)
+        out = tmp_path / "run"
+        assert main(["bench", str(config), "--run-dir", str(out)]) == 0
+        return out, json.loads((out / "summary.json").read_text())
+
+    return run

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -43,13 +43,10 @@ def test_add_and_remove_are_bench_worker_events(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_bench_mode_shrinks_and_grows_mid_run(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], run_bench: Any
 ) -> None:
     """sync, the harder case: its barrier must re-count N both ways (async needs nothing)."""
-    from rltrain.cli import main
-
-    config = tmp_path / "e.yaml"
-    config.write_text(
+    out, summary = run_bench(
         "modes: [sync]\nworkers: 2\nbatch_size: 16\n"
         "data: {dataset: toy_quadratic, toy: {dim: 8, samples: 600, condition: 10, noise: 0.0}}\n"
         "budget: {max_seconds: 5}\neval: {every_seconds: 0.5}\n"
@@ -57,12 +54,10 @@ def test_a_bench_mode_shrinks_and_grows_mid_run(
         "faults: {events: [{action: remove, target: worker, index: 1, at: 1},"
         " {action: add, target: worker, index: 0, at: 2}]}\n"
     )
-    out = tmp_path / "run"
-    assert main(["bench", str(config), "--run-dir", str(out)]) == 0
     said = capsys.readouterr()
     text = said.out + said.err
     assert "removed worker 1: 1 workers" in text
     assert "added worker 2 (on worker 0's data): 2 workers" in text
-    row = json.loads((out / "summary.json").read_text())["results"][0]
+    row = summary["results"][0]
     assert row["workers"] == 3  # the removed worker stopped and reported its work too
     assert row["final_distance"] < 0.05

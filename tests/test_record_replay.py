@@ -5,7 +5,6 @@ final parameters bit for bit; in one process (workers in threads) and through Ra
 from __future__ import annotations
 
 import dataclasses
-import json
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -230,19 +229,15 @@ def test_rl_training_refuses_recording(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_recorded_ray_bench_run_replays_bit_for_bit(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], run_bench: Any
 ) -> None:
-    config = tmp_path / "toy.yaml"
-    config.write_text(
+    out, summary = run_bench(
         # soft_sync replays in-process above; on Ray its last barrier would wait a timeout
         "modes: [async, sync]\nworkers: 3\nbatch_size: 16\n"
         "data: {dataset: toy_quadratic, toy: {dim: 8, samples: 600}}\n"
         "budget: {max_seconds: 0, epochs: 3}\neval: {every_seconds: 0.5}\n"
         "optimizer: {name: sgd, lr: 0.1}\nserver: {record: true, barrier_timeout_s: 5}\n"
     )
-    out = tmp_path / "run"
-    assert main(["bench", str(config), "--run-dir", str(out)]) == 0
-    summary = json.loads((out / "summary.json").read_text())
     assert {r["mode"] for r in summary["results"]} == {"async", "sync"}
     log = load_record(record_path(out, "async")).log
     assert len({p.worker_id for p in log}) == 3 and max(p.staleness for p in log) >= 1

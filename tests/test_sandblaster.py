@@ -4,7 +4,6 @@ balancing with backup tasks, and convergence on a problem with a known optimum."
 from __future__ import annotations
 
 import dataclasses
-import json
 import pickle
 from pathlib import Path
 from typing import Any
@@ -197,17 +196,12 @@ def test_config_errors(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_bench_mode_sandblaster_through_ray(tmp_path: Path) -> None:
-    from rltrain.cli import main
-
-    config = tmp_path / "sb.yaml"
-    config.write_text(
+def test_bench_mode_sandblaster_through_ray(tmp_path: Path, run_bench: Any) -> None:
+    out, summary = run_bench(
         "modes: [sandblaster]\nworkers: 2\n"
         "data: {dataset: toy_quadratic, toy: {dim: 20, samples: 600, noise: 0.0}}\n"
         "budget: {max_seconds: 0, epochs: 40}\neval: {every_seconds: 0.2}\n"
         "server: {shards: 2}\nsandblaster: {portions: 6}\n"
     )
-    out = tmp_path / "run"
-    assert main(["bench", str(config), "--run-dir", str(out)]) == 0
-    row = json.loads((out / "summary.json").read_text())["results"][0]
+    row = summary["results"][0]
     assert row["mode"] == "sandblaster" and row["final_distance"] < 0.01, row

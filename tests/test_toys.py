@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -116,24 +116,20 @@ def test_momentum_correction_lowers_the_explicit_momentum_by_the_implicit() -> N
 
 
 @pytest.mark.slow
-def test_bench_on_a_toy_problem_reports_the_distance_to_the_optimum(tmp_path: Path) -> None:
-    from rltrain.cli import main
-
-    config = tmp_path / "toy.yaml"
-    config.write_text(
+def test_bench_on_a_toy_problem_reports_the_distance_to_the_optimum(
+    tmp_path: Path, run_bench: Any
+) -> None:
+    out, summary = run_bench(
         "modes: [baseline, async]\nworkers: 2\nbatch_size: 16\n"
         "data: {dataset: toy_quadratic, toy: {dim: 8, samples: 400, noise: 0.0}}\n"
         "budget: {max_seconds: 0, epochs: 60}\neval: {every_seconds: 0.5}\n"
         "optimizer: {name: sgd, lr: 0.3}\n"
     )
-    out = tmp_path / "run"
-    assert main(["bench", str(config), "--run-dir", str(out)]) == 0
     table = (out / "results.md").read_text()
     assert "final dist" in table and "updates to dist 0.01" in table
     assert "final acc" not in table  # least squares has no classes
     for name in ("distance_vs_time.png", "distance_vs_samples.png", "distance_vs_updates.png"):
         assert (out / name).stat().st_size > 0
-    summary = json.loads((out / "summary.json").read_text())
     assert summary["target_metric"] == "distance"
     for row in summary["results"]:
         assert row["final_distance"] < 0.01, row  # noise 0: both go to the optimum

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -30,20 +30,15 @@ def test_a_worker_away_from_the_barrier_rejoins_with_its_first_push_even_a_late_
 
 @pytest.mark.slow
 def test_bench_warm_start_lets_worker_0_train_alone_first(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], run_bench: Any
 ) -> None:
-    from rltrain.cli import main
-
-    config = tmp_path / "w.yaml"
-    config.write_text(
+    out, summary = run_bench(
         "modes: [sync]\nworkers: 2\nbatch_size: 16\nwarm_start: {seconds: 1.5}\n"
         "data: {dataset: toy_quadratic, toy: {dim: 8, samples: 600, condition: 10, noise: 0.0}}\n"
         "budget: {max_seconds: 4}\neval: {every_seconds: 0.5}\n"
         "optimizer: {name: sgd, lr: 0.3}\n"
     )
-    out = tmp_path / "run"
-    assert main(["bench", str(config), "--run-dir", str(out)]) == 0
     said = capsys.readouterr()
     assert "warm start over: 1 more workers join" in said.out + said.err
-    row = json.loads((out / "summary.json").read_text())["results"][0]
+    row = summary["results"][0]
     assert row["final_distance"] < 0.05 and row["dropped"] <= 2

@@ -57,8 +57,9 @@ def objective_loss(name: str, out: torch.Tensor, y: torch.Tensor) -> torch.Tenso
     raise ValueError(f"unknown objective {name!r}; allowed: cross_entropy, squared, logistic")
 
 
-def make_toy(name: str, cfg: ToyConfig) -> SplitDataset:
-    """Generate ``name`` (one of :data:`TOY_PROBLEMS`) with its optimum (float64 solve)."""
+def make_toy(name: str, cfg: ToyConfig, solve: bool = True) -> SplitDataset:
+    """Generate ``name`` (one of :data:`TOY_PROBLEMS`) with its optimum (float64 solve;
+    ``solve=False``: without, for the workers, which never measure distances)."""
     from rltrain.supervised.datasets import SplitDataset
 
     if name not in TOY_PROBLEMS:
@@ -69,12 +70,12 @@ def make_toy(name: str, cfg: ToyConfig) -> SplitDataset:
     if name == "toy_quadratic":
         y = x @ w_true + cfg.noise * torch.randn(cfg.samples, generator=g, dtype=torch.float64)
         y_test = x_test @ w_true
-        optimum = torch.linalg.solve(x.T @ x, x.T @ y)  # the normal equations, exactly
+        optimum = torch.linalg.solve(x.T @ x, x.T @ y) if solve else None  # normal equations
         l2 = 0.0
     else:
         y, y_test = (x @ w_true > 0).double(), (x_test @ w_true > 0).double()
         l2 = cfg.l2
-        optimum = logistic_optimum(x, y, l2)
+        optimum = logistic_optimum(x, y, l2) if solve else None
     return SplitDataset(
         name=name,
         train=VectorDataset(x.float(), y.float()),

@@ -31,6 +31,22 @@ def ray_local() -> Iterator[None]:
     runtime.shutdown()
 
 
+class Idle:
+    """A process that is never placed."""
+
+
+def test_a_process_no_node_can_hold_is_named(ray_local: None) -> None:
+    """Ray waits in silence for a node with room; rltrain says which process waits and why."""
+    r = runtime.Remote(Idle, role="worker", index=7, num_cpus=64)
+    try:
+        assert not r.is_up()
+        note = runtime.placement_note([r])
+        assert "waiting for Ray to start worker 7 (64 CPU each)" in note
+        assert "nodes have 2 CPUs" in note
+    finally:
+        r.kill()
+
+
 def test_ray_server_contract(ray_local: None) -> None:
     server = runtime.start_server(
         torch.zeros(10),

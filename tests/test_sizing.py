@@ -69,3 +69,21 @@ def test_a_fault_event_beyond_the_sized_actors_is_a_one_line_error() -> None:
     with pytest.raises(ConfigError, match=r"actors=auto gave 1 on 2 CPUs: .*actor index 3"):
         sized(c, 2)
     assert sized(c, 8).actors == 7
+
+
+def test_processes_are_fitted_node_by_node() -> None:
+    """Ray places a process whole on one node: three 1-CPU workers on two 1-CPU nodes take
+    0.5 CPU each (a share of the total, 2/3, fits one per node and leaves the third waiting
+    for a node forever)."""
+    from rltrain.runtime.startup import packs
+
+    assert packs([0.5, 0.5, 0.5], [1.0, 1.0]) and not packs([0.67] * 3, [1.0, 1.0])
+    fit = runtime.fit_cpus
+    assert fit(RuntimeConfig(), 3, 1, nodes=[1.0, 1.0]).worker_cpus == pytest.approx(0.5, 1e-6)
+    assert fit(RuntimeConfig(), 4, 1, nodes=[2.0, 1.0]).worker_cpus == pytest.approx(2 / 3, 1e-6)
+    assert fit(RuntimeConfig(), 3, 1, nodes=[4.0]).worker_cpus == 1.0
+    # shards that reserve CPUs pack beside the workers
+    c = fit(RuntimeConfig(server_cpus=1.0), 2, 2, nodes=[2.0, 2.0])
+    assert (c.worker_cpus, c.server_cpus) == (1.0, 1.0)
+    c = fit(RuntimeConfig(server_cpus=1.0), 2, 2, nodes=[1.0, 1.0])
+    assert c.worker_cpus == pytest.approx(0.5, 1e-6)

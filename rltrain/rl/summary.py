@@ -41,5 +41,12 @@ def train_summary(t: Any) -> dict[str, Any]:
         "bytes_pulled": t.net_bytes[1],
         **({"failure": t.failure} if t.failure else {}),
         "protocol": t.spec.protocol,
+        # the Ray job (as Ray's own tables name it) and the node each process last ran on
+        "ray": {**t.ray, "placement": placement(t.procs)},
         **({"replay_bytes": t.replay_bytes} if t.replay_bytes is not None else {}),
     }
+
+
+def placement(procs: dict[str, list[Any]]) -> dict[str, list[str | None]]:
+    """Role -> the Ray node id of each process (None: not known, e.g. restarting)."""
+    return {role: [r.node() for r in remotes] for role, remotes in procs.items()}

@@ -70,14 +70,18 @@ class TrainLogger:
         version: int,
         replay_size: int | None = None,
         net: tuple[int, int] | None = None,
+        lr: float | None = None,
     ) -> None:
-        """Write the interval's scalars; ``net``: the shards' (bytes pushed, bytes pulled)."""
+        """Write the interval's scalars; ``net``: the shards' (bytes pushed, bytes pulled);
+        ``lr``: the learning rate the shards step with now (schedule.lr_end moves it)."""
         now = time.time()
         dt = max(1e-9, now - self._last_t)
         fps = (env_steps - self._last_steps) * self.frames_per_step / dt
         self.writer.add_scalar("perf/env_fps", fps, env_steps)
         self.writer.add_scalar("perf/learner_updates_per_s", self._updates / dt, env_steps)
         self.writer.add_scalar("ps/version", version, env_steps)
+        if lr is not None:
+            self.writer.add_scalar("optim/lr", lr, env_steps)
         if net is not None:
             self.writer.add_scalar("net/bytes_pushed", net[0], env_steps)
             self.writer.add_scalar("net/bytes_pulled", net[1], env_steps)

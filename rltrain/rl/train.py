@@ -103,6 +103,8 @@ class Trainer:
         self.procs: dict[str, list[Any]] = {}
         self.schedule = FaultSchedule((), session_start)  # armed once every process is up
         self._arming = bool(cfg.faults.events)
+        self._placement_said = False
+        self.ray: dict[str, Any] = {}  # summary.json's "ray": the job and the nodes
         self._mark("trainer")  # imports, config, the env probe, the run folder
         try:
             self._start(runtime)
@@ -133,6 +135,7 @@ class Trainer:
         fitted = runtime.fit_cpus(cfg.runtime, processes, cfg.server.shards)
         where += f"; {describe_sizes(cfg)}; learners on {'GPU' if self.gpu else 'CPU'}"
         print(f"runtime: {where}")
+        self.ray = runtime.ray_record()
         if fitted.worker_cpus < cfg.runtime.worker_cpus:
             self.progress.note(
                 f"{processes} processes on {cpus:.0f} CPUs: each reserves "
@@ -219,6 +222,20 @@ class Trainer:
         if all(r.is_up() for remotes in self.procs.values() for r in remotes):
             self.schedule = FaultSchedule(self.cfg.faults.events, time.time())
             self._arming = False
+
+    def _watch_placement(self) -> None:
+        """Once, when start-up has taken 30 s and Ray has not started every process: say
+        which and why (one that fits on no node would wait in silence)."""
+        if self._placement_said or self.startup_seconds is not None:
+            return
+        if time.time() - self.session_start < 30:
+            return
+        from rltrain import runtime
+
+        self._placement_said = True
+        waiting = [r for rs in self.procs.values() for r in rs if not r.is_up()]
+        if waiting:
+            self.progress.note(runtime.placement_note(waiting))
 
     # --- faults -----------------------------------------------------------------------------
 
@@ -324,6 +341,7 @@ class Trainer:
         self._schedule_lr()
         self._check_stop()
         self._arm_faults()
+        self._watch_placement()
         for action in self.schedule.due():
             self._inject(action)
         self.guard.poll()
@@ -332,7 +350,8 @@ class Trainer:
             with contextlib.suppress(ProcessLost, PeerLost):  # a lost shard: next time
                 st = self.server.stats()
                 self.net_bytes = (st.bytes_pushed, st.bytes_pulled)
-            self.log.flush(self.counters.env_steps, self.guard.last_seen, size, self.net_bytes)
+            lr = self.cfg.optimizer.lr * self.lr_factor
+            self.log.flush(self.counters.env_steps, self.guard.last_seen, size, self.net_bytes, lr)
             self.log.faults(self.faults, self.counters.env_steps)
         self.progress.update(self._fraction(), self._status())
         if time.time() - self.last_ckpt >= self.cfg.checkpoint.every_seconds:

@@ -20,7 +20,7 @@ from rltrain.runtime.errors import RuntimeError_, failed, result
 from rltrain.runtime.guard import ServerGuard
 from rltrain.runtime.policy import respond
 from rltrain.runtime.pool import Done, Pool, get, kill, wait_all, wait_any
-from rltrain.runtime.remote import Remote, inject
+from rltrain.runtime.remote import Remote, inject, placement_note, wait_up
 from rltrain.runtime.sandblaster import RayExecutor, RayStore, start_store
 from rltrain.runtime.startup import (
     check_address,
@@ -29,6 +29,7 @@ from rltrain.runtime.startup import (
     fit_cpus,
     free_cpus,
     init_ray,
+    ray_record,
     shutdown,
 )
 from rltrain.runtime.wire import RayReplay, RayServer, start_replay, start_server
@@ -53,6 +54,8 @@ __all__ = [
     "init_ray",
     "inject",
     "kill",
+    "placement_note",
+    "ray_record",
     "respond",
     "result",
     "shutdown",
@@ -61,4 +64,5 @@ __all__ = [
     "start_store",
     "wait_all",
     "wait_any",
+    "wait_up",
 ]

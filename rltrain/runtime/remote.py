@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import ray
@@ -13,6 +13,7 @@ from ray.exceptions import RayActorError
 from rltrain.faults import FaultAction, pause
 from rltrain.records import Role
 from rltrain.runtime.errors import first_line
+from rltrain.runtime.startup import free_cpus, node_cpus
 
 
 def is_ray_worker(pid: int) -> bool:
@@ -50,7 +51,7 @@ class Remote:
         max_restarts: int = 0,
         max_concurrency: int = 1,
     ) -> None:
-        self.role, self.index = role, index
+        self.role, self.index, self.cpus = role, index, num_cpus
         self.handle = (
             ray.remote(cls)
             .options(
@@ -92,6 +93,10 @@ class Remote:
                 self.probe()
                 return False
         return True
+
+    def node(self) -> str | None:
+        """The id of the Ray node this process runs on, once known (without waiting)."""
+        return str(self._where[1]) if isinstance(self._where, tuple) else None
 
     def pid(self) -> int:
         """The process id (waits for the process to be up)."""
@@ -146,6 +151,31 @@ class Remote:
 
     def kill(self) -> None:
         ray.kill(self.handle)
+
+
+def placement_note(waiting: Sequence[Remote]) -> str:
+    """One line on processes Ray has not started yet: slow imports, or no node with room."""
+    if not waiting:
+        return ""
+    names = ", ".join(f"{r.role} {r.index}" for r in waiting[:4])
+    names += f" and {len(waiting) - 4} more" if len(waiting) > 4 else ""
+    nodes = ", ".join(f"{c:g}" for c in node_cpus())
+    return (
+        f"waiting for Ray to start {names} ({waiting[0].cpus:g} CPU each); the cluster's "
+        f"nodes have {nodes} CPUs, {free_cpus():g} free: a process that fits on no node waits "
+        "until one joins (add a node, or lower actors/workers)"
+    )
+
+
+def wait_up(remotes: Sequence[Remote], say: Callable[[str], None], patience: float = 20.0) -> None:
+    """Wait until every process has started; after ``patience`` seconds, say once which have
+    not (a process too large for any node waits for one silently in Ray)."""
+    probes = {id(r): r._where for r in remotes if not isinstance(r._where, tuple)}
+    _, late = ray.wait(list(probes.values()), num_returns=len(probes), timeout=patience)
+    if late:
+        say(placement_note([r for r in remotes if probes.get(id(r)) in late]))
+    for r in remotes:
+        r.pid()
 
 
 def inject(

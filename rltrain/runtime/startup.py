@@ -72,7 +72,11 @@ def init_ray(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
                 f"cannot join the Ray cluster at --address {cfg.address}: {first} "
                 "(start one with `ray start --head`, or leave --address out for a local Ray)"
             ) from None
-        return f"ray cluster at {cfg.address} ({ray.cluster_resources().get('CPU', 0):.0f} CPUs)"
+        r = ray_record()
+        return (
+            f"ray cluster at {cfg.address} ({r['cpus']:.0f} CPUs on {r['nodes']} nodes; "
+            f"job {r['job_id']})"
+        )
     cpus = cfg.num_cpus or os.cpu_count() or 1  # never raised to what processes ask for
     # Local workers import rltrain from this interpreter's environment; keep Ray quiet and local.
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
@@ -146,15 +150,67 @@ def cluster_gpus() -> float:
     return float(ray.cluster_resources().get("GPU", 0.0))
 
 
-def fit_cpus(cfg: RuntimeConfig, workers: float, shards: int) -> RuntimeConfig:
+def node_cpus() -> list[float]:
+    """CPUs of each live node of the Ray cluster (one entry on a local Ray)."""
+    return [
+        float(n["Resources"].get("CPU", 0.0))
+        for n in ray.nodes()
+        if n.get("Alive") and n["Resources"].get("CPU", 0.0) > 0
+    ]
+
+
+def ray_record() -> dict[str, Any]:
+    """What summary.json keeps of the Ray side: the job's id (as Ray's own tables name it),
+    the live nodes and their CPUs."""
+    return {
+        "job_id": ray.get_runtime_context().get_job_id(),
+        "nodes": len([n for n in ray.nodes() if n.get("Alive")]),
+        "cpus": cluster_cpus(),
+    }
+
+
+def packs(sizes: Sequence[float], nodes: Sequence[float]) -> bool:
+    """Whether processes of these CPU ``sizes`` fit on nodes of these CPU counts (first fit,
+    largest first): Ray places each process whole on one node."""
+    free = sorted(nodes, reverse=True)
+    for size in sorted(sizes, reverse=True):
+        i = next((i for i, c in enumerate(free) if c >= size - 1e-6), None)
+        if i is None:
+            return False
+        free[i] -= size
+    return True
+
+
+def fit_cpus(
+    cfg: RuntimeConfig, workers: float, shards: int, nodes: Sequence[float] | None = None
+) -> RuntimeConfig:
     """``cfg`` with the CPUs each worker (``workers`` of them, in units of worker_cpus) and
     each shard reserves scaled down, when needed, to what the cluster has: more processes than
-    cores then each get a share of the cores instead of Ray being told of cores it lacks."""
+    cores then each get a share of the cores instead of Ray being told of cores it lacks.
+
+    The share also fits node by node (``nodes``: their CPUs, default Ray's): three 1-CPU
+    processes on two 1-CPU nodes take 0.5 CPU each, where a share of the total (2/3) would
+    leave one of them waiting for a node forever.
+    """
+    nodes = node_cpus() if nodes is None else nodes
     need = workers * cfg.worker_cpus + shards * cfg.server_cpus
-    have = cluster_cpus()
-    if need <= have or need <= 0:
+    if need <= 0 or not nodes:
         return cfg
-    f = have / need
+
+    def sizes(f: float) -> list[float]:
+        whole = int(workers)
+        part = [cfg.worker_cpus * f] * whole + [cfg.worker_cpus * f * (workers - whole)]
+        return [s for s in part if s > 0] + [cfg.server_cpus * f] * shards
+
+    f = min(1.0, sum(nodes) / need)
+    if not packs(sizes(f), nodes):
+        lo, hi = 0.0, f  # the largest share that packs: a few dozen halvings
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if packs(sizes(mid), nodes) else (lo, mid)
+        f = lo
+    if f >= 1.0:
+        return cfg
     return dataclasses.replace(
         cfg, worker_cpus=cfg.worker_cpus * f, server_cpus=cfg.server_cpus * f
     )

@@ -84,8 +84,8 @@ def run_ray_mode(cfg: BenchConfig, mode: str, data: SplitDataset, progress: Prog
     guard.remember(RestorePoint(0, server.state_dicts(), "the initial parameters"))
     procs = {"worker": workers, "shard": server.shards}
     try:
-        for w in workers:  # constructors (data loading) are start-up, not training time
-            w.pid()
+        # constructors (data loading) are start-up, not training time
+        runtime.wait_up(workers, progress.note)
         snapper = Snapshotter(server, cfg.eval.every_seconds, cfg.budget.max_seconds, progress)
         plan = BenchPlan(cfg, rule, runtime, server, guard, faults, procs, snapper, progress)
         need = cfg.runtime.worker_cpus
@@ -241,12 +241,14 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
 
     started = time.time()
     needs_ray = any(m not in ("baseline", "hogwild") for m in cfg.modes)
+    extra: dict[str, Any] = {}  # summary.json's "ray": the job (as Ray names it), the nodes
     if needs_ray:
         where = runtime.init_ray(cfg.runtime)
         fitted = runtime.fit_cpus(cfg.runtime, cfg.workers, cfg.server.shards)
         cfg = dataclasses.replace(cfg, runtime=fitted)
         signals.install()  # again: ray.init replaces the SIGTERM handler
         print(f"runtime: {where}")
+        extra["ray"] = runtime.ray_record()
     results, curves = [], {}
     try:
         for i, mode in enumerate(cfg.modes):
@@ -284,13 +286,13 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
             )
     except (KeyboardInterrupt, RunFailed, ProcessLost, PeerLost):
         if results:  # the modes that finished keep their results
-            report.write_outputs(run_dir, cfg, results, curves)
+            report.write_outputs(run_dir, cfg, results, curves, extra)
             print(f"stopped: results of {len(results)} finished mode(s) in {run_dir}/results.md")
         raise
     finally:
         if needs_ray:
             runtime.shutdown()
-    report.write_outputs(run_dir, cfg, results, curves)
+    report.write_outputs(run_dir, cfg, results, curves, extra)
     print()
     print(report.markdown_table(cfg, results))
     print(f"done in {time.time() - started:.0f}s: {run_dir}/results.md, results.csv, ")

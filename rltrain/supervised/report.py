@@ -361,7 +361,9 @@ def write_outputs(
     cfg: BenchConfig,
     results: Sequence[ModeResult],
     curves: dict[str, list[Point]],
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """results.csv, results.md, the plots and summary.json (``extra``: more of its keys)."""
     write_csv(run_dir / "results.csv", results)
     write_markdown(run_dir / "results.md", cfg, results)
     targets = targets_of(cfg)
@@ -376,6 +378,7 @@ def write_outputs(
         "target_metric": targets[0].metric if targets else "accuracy",
         "results": [_json_safe(asdict(r)) for r in results],
         "curves": {m: [asdict(p) for p in pts] for m, pts in curves.items()},
+        **(extra or {}),
     }
     summary = _json_safe(summary)
     write_summary(run_dir, summary)

@@ -324,6 +324,17 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             id="b-warm-start",
         ),
         pytest.param(
+            ["bench", BENCH, "--set", "pipeline.stages=2"],
+            ["pipeline.stages=2: runs the modes sync, async", "not soft_sync"],
+            id="b-pipeline-modes",
+        ),
+        pytest.param(
+            ["bench", BENCH, "--set", "modes=[sync]", "--set", "pipeline.stages=2"]
+            + ["--set", "server.shards=2"],
+            ["pipeline.stages=2: not with server.shards", "one shard per stage"],
+            id="b-pipeline-shards",
+        ),
+        pytest.param(
             ["bench", BENCH, "--set", "sandblaster.portions=0"],
             ["sandblaster.portions=0: must be >= 1"],
             id="b-portions",

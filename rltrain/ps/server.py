@@ -7,6 +7,7 @@ Workers see the same four methods either way (:class:`Server`).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -47,14 +48,20 @@ class Server(Protocol):
 class ShardLayout:
     """Contiguous split of a flat vector of ``numel`` values into ``num_shards`` pieces by size."""
 
-    def __init__(self, numel: int, num_shards: int) -> None:
+    def __init__(self, numel: int, num_shards: int, sizes: Sequence[int] | None = None) -> None:
+        """``sizes``: the pieces' sizes, when they follow something else (pipeline stages)."""
         if not 1 <= num_shards <= numel:
             raise ConfigError(
                 f"server.shards={num_shards}: must be between 1 and the parameter count {numel}"
             )
-        sizes = [len(a) for a in np.array_split(np.arange(numel), num_shards)]
+        if sizes is None:
+            sizes = [len(a) for a in np.array_split(np.arange(numel), num_shards)]
+        if len(sizes) != num_shards or sum(sizes) != numel or min(sizes) < 1:
+            raise ValueError(
+                f"shard sizes {list(sizes)} do not split {numel} values {num_shards} ways"
+            )
         self.numel = numel
-        self.sizes = sizes
+        self.sizes = list(sizes)
 
     def split(self, flat: torch.Tensor) -> list[torch.Tensor]:
         return list(torch.split(flat.reshape(-1), self.sizes))
@@ -78,6 +85,18 @@ class ShardedServer(ABC):
         self._feedback = None if kind == "none" else ErrorFeedback(kind, rule.topk_fraction)  # type: ignore[union-attr]
         # shard 0 decides each update once for every shard (see ParameterShard.push)
         self.coordinated = rule is not None and decides_per_update(rule)
+
+    def part(self, index: int) -> ShardedServer:
+        """A client of shard ``index`` alone, as if it were the whole server (a pipeline
+        stage exchanges its slice of the parameters with its own shard)."""
+        one = copy.copy(self)
+        one.layout = ShardLayout(self.layout.sizes[index], 1)
+        one._keep(index)
+        return one
+
+    @abstractmethod
+    def _keep(self, index: int) -> None:
+        """Talk to shard ``index`` alone from now on (see :meth:`part`)."""
 
     @abstractmethod
     def _submit(self, method: str, args: Sequence[tuple[Any, ...]], start: int = 0) -> Any:
@@ -249,9 +268,11 @@ def make_shards(
     rule: ServerConfig,
     num_workers: int,
     record: bool = False,
+    sizes: Sequence[int] | None = None,
 ) -> tuple[ShardLayout, list[ParameterShard]]:
-    """Split ``init`` by size and build one plain shard per piece (``record``: logging pushes)."""
-    layout = ShardLayout(init.numel(), rule.shards)
+    """Split ``init`` by size (or into ``sizes``) and build one plain shard per piece
+    (``record``: logging pushes)."""
+    layout = ShardLayout(init.numel(), rule.shards, sizes)
     shards = [
         ParameterShard(piece, optimizer, rule, num_workers, shard_id=i, record=record)
         for i, piece in enumerate(layout.split(init))
@@ -269,9 +290,13 @@ class LocalServer(ShardedServer):
         rule: ServerConfig,
         num_workers: int,
         record: bool = False,
+        sizes: Sequence[int] | None = None,
     ) -> None:
-        layout, self.shards = make_shards(init, optimizer, rule, num_workers, record)
+        layout, self.shards = make_shards(init, optimizer, rule, num_workers, record, sizes)
         super().__init__(layout, rule)
+
+    def _keep(self, index: int) -> None:
+        self.shards = [self.shards[index]]
 
     def _submit(self, method: str, args: Sequence[tuple[Any, ...]], start: int = 0) -> list[Any]:
         return [getattr(s, method)(*a) for s, a in zip(self.shards[start:], args, strict=True)]

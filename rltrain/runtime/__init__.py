@@ -9,6 +9,7 @@ package only starts Ray, places those classes, calls them and collects their res
 * :mod:`~rltrain.runtime.wire`: the server and replay shards as Ray processes, tensors as numpy,
   the parameter fan-out.
 * :mod:`~rltrain.runtime.sandblaster`: Sandblaster L-BFGS's shards and workers.
+* :mod:`~rltrain.runtime.stages`: a replica's pipeline stages (model parallelism).
 * :mod:`~rltrain.runtime.remote`: placement of one process (:class:`Remote`) and signals to it.
 * :mod:`~rltrain.runtime.pool`: the calls in flight, one per process.
 * :mod:`~rltrain.runtime.policy`: what a failed or revived process means to the driver.
@@ -22,6 +23,7 @@ from rltrain.runtime.policy import respond
 from rltrain.runtime.pool import Done, Pool, get, kill, wait_all, wait_any
 from rltrain.runtime.remote import Remote, inject, placement_note, wait_up
 from rltrain.runtime.sandblaster import RayExecutor, RayStore, start_store
+from rltrain.runtime.stages import RayStages
 from rltrain.runtime.startup import (
     check_address,
     cluster_cpus,
@@ -40,6 +42,7 @@ __all__ = [
     "RayExecutor",
     "RayReplay",
     "RayServer",
+    "RayStages",
     "RayStore",
     "Remote",
     "RuntimeError_",

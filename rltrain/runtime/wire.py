@@ -119,6 +119,9 @@ class RayServer(ShardedServer):
         self.shards = list(shards)
         self.handles = [r.handle for r in shards]
 
+    def _keep(self, index: int) -> None:
+        self.shards, self.handles = [self.shards[index]], [self.handles[index]]
+
     def _submit(self, method: str, args: Sequence[tuple[Any, ...]], start: int = 0) -> list[Any]:
         handles = self.handles[start:]
         return [getattr(h, method).remote(*a) for h, a in zip(handles, args, strict=True)]
@@ -164,16 +167,18 @@ def start_server(
     runtime: RuntimeConfig,
     max_restarts: int = 0,
     record: bool = False,
+    sizes: Sequence[int] | None = None,
 ) -> RayServer:
-    """One :class:`ParameterShard` process per shard, parameters split by size; ``record``:
-    each logs the pushes it receives (``server.record``, fetched with ``push_log``).
+    """One :class:`ParameterShard` process per shard, parameters split by size (or into
+    ``sizes``); ``record``: each logs the pushes it receives (``server.record``, fetched with
+    ``push_log``).
 
     A shard is constructed with its size alone and given its initial values by a call: Ray
     keeps a constructor's arguments to re-run it on a restart, and arguments of more than
     100 KB would live in the object store, lost with the node that holds them (ray#53727). A
     restarted shard starts fenced and is restored from the last restore point anyway.
     """
-    layout = ShardLayout(init.numel(), rule.shards)
+    layout = ShardLayout(init.numel(), rule.shards, sizes)
     pieces = layout.split(init)
     shards = [
         Remote(

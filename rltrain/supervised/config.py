@@ -147,6 +147,23 @@ class SandblasterConfig:
 
 
 @dataclass(frozen=True)
+class PipelineConfig:
+    """Model parallelism: the model's layers split over stage processes (GPipe, Huang et al.
+    2019; DistBelief's model partitions). Modes sync and async; each stage exchanges its slice
+    of the parameters with its own server shard."""
+
+    stages: int = field(default=1, metadata=spec(ge=1))
+    """Processes each replica's model is split over, layers cut to balance the parameters
+    (1 = no split). A run takes workers x stages processes."""
+    micro_batches: int = field(default=4, metadata=spec(ge=1))
+    """Pieces each minibatch is cut into, so that stage s works on one while stage s+1 works
+    on the one before; their gradients add up to the minibatch's exactly."""
+
+
+PIPELINE_MODES = ("sync", "async")
+
+
+@dataclass(frozen=True)
 class BenchConfig:
     """`rltrain bench`: the same problem trained by each update rule, compared on one table."""
 
@@ -180,12 +197,14 @@ class BenchConfig:
     runtime: RuntimeConfig = RuntimeConfig()
     sandblaster: SandblasterConfig = SandblasterConfig()
     warm_start: WarmStartConfig = WarmStartConfig()
+    pipeline: PipelineConfig = PipelineConfig()
 
     def __post_init__(self) -> None:
         if not self.modes:
             raise ValueError("modes: list at least one mode")
         check_momentum_correction(self.optimizer, self.server)
         self._check_server_options()
+        self._check_pipeline()
         if self.server.compression != "none" and "average" in self.modes:
             raise ValueError(
                 f"server.compression={self.server.compression}: not with mode average, whose "
@@ -202,6 +221,39 @@ class BenchConfig:
             raise ValueError(
                 f"server.record=true needs server.shards=1, got {self.server.shards}: a replay "
                 "follows one shard's order of the updates, and each shard has its own"
+            )
+
+    def _check_pipeline(self) -> None:
+        """What model parallelism runs with; the rest is refused, not ignored."""
+        pipe, srv = self.pipeline, self.server
+        if pipe.stages == 1:
+            return
+        head = f"pipeline.stages={pipe.stages}"
+        other = [m for m in self.modes if m not in (*PIPELINE_MODES, "baseline")]
+        if other:
+            raise ValueError(
+                f"{head}: runs the modes {', '.join(PIPELINE_MODES)} (and baseline, unsplit, "
+                f"as the reference), not {', '.join(other)}"
+            )
+        if pipe.micro_batches > self.batch_size:
+            raise ValueError(
+                f"pipeline.micro_batches={pipe.micro_batches} exceeds batch_size="
+                f"{self.batch_size}: each micro-batch needs a sample"
+            )
+        extras = {
+            "server.shards": srv.shards != 1,  # one shard per stage
+            "server.staleness": srv.staleness != "none",  # each stage's shard decides alone
+            "server.n_push/n_fetch": srv.n_push != 1 or srv.n_fetch != 1,
+            "server.compression": srv.compression != "none",
+            "server.record": srv.record,
+            "warm_start.seconds": self.warm_start.seconds > 0,
+            "faults.events": bool(self.faults.events),
+        }
+        if any(extras.values()):
+            named = ", ".join(k for k, v in extras.items() if v)
+            raise ValueError(
+                f"{head}: not with {named} (the server has one shard per stage, every stage "
+                "pushing each step, and a lost stage stops the mode)"
             )
 
     def _check_server_options(self) -> None:

@@ -115,6 +115,41 @@ class Batch(NamedTuple):
     y: torch.Tensor  # [B]
 
 
+class BatchPlan:
+    """A worker's minibatches over its shard: epoch e in the order of a permutation seeded by
+    seed * 100_003 + e, so that a batch is known by its place alone (``rltrain replay``
+    recomputes it), and every worker takes the same number of steps per epoch (barrier rules
+    line up)."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, spec: WorkerSpec) -> None:
+        self.x, self.y, self.spec = x, y, spec
+        self._order = (-1, torch.empty(0, dtype=torch.int64))  # (epoch, its permutation)
+
+    def batches(self, skip: int, deadline: Callable[[], float]) -> Iterator[Batch]:
+        """From the ``skip``-th batch on, until the epochs run out or ``deadline()`` passes
+        (read before each batch: a worker can be stopped from another thread)."""
+        n, bs = len(self.y), self.spec.batch_size
+        steps = min(n // bs, self.spec.steps_per_epoch or n // bs)
+        if steps == 0:  # a shard smaller than a batch (refused at start; never spin here)
+            return
+        epoch, first = divmod(skip, steps)
+        while self.spec.max_epochs == 0 or epoch < self.spec.max_epochs:
+            for i in range(first, steps):
+                if time.time() >= deadline():
+                    return
+                yield Batch(epoch, i, *self.batch(epoch, i))
+            epoch, first = epoch + 1, 0
+
+    def batch(self, epoch: int, position: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Batch ``position`` of ``epoch``: ([B, ...] inputs, [B] targets)."""
+        if self._order[0] != epoch:
+            g = torch.Generator().manual_seed(self.spec.seed * 100_003 + epoch)
+            self._order = (epoch, torch.randperm(len(self.y), generator=g))
+        bs = self.spec.batch_size
+        idx = self._order[1][position * bs : (position + 1) * bs]
+        return self.x[idx], self.y[idx]
+
+
 class GradSum:
     """The gradients summed into one push (Downpour's n_push) and the batches behind them.
 
@@ -152,6 +187,7 @@ class SupervisedWorker:
             data = data.load()
         self.x = inputs(data, spec)  # [N, C, H, W] or [N, D]
         self.y = targets(data)  # [N]
+        self.plan = BatchPlan(self.x, self.y, spec)
         self.model = make_model(spec, self.x.shape[1:])
         # the local optimizer of the baseline and of `average`, built here: a process's first
         # torch optimizer takes ~1 s to build (lazy imports), which is start-up, not training
@@ -163,7 +199,6 @@ class SupervisedWorker:
         self._deadline = float("inf")
         self._slow = Slowdown(spec.faults, spec.worker_id)
         self._skip = 0  # batches of the epoch plan already done (a restarted worker)
-        self._order = (-1, torch.empty(0, dtype=torch.int64))  # (epoch, its permutation)
 
     # --- the loops ------------------------------------------------------------------------
 
@@ -296,34 +331,13 @@ class SupervisedWorker:
         """(flat gradient, loss, samples) of a logged batch on ``params`` (``rltrain replay``):
         the computation :meth:`run` made for it, with the same model, objective and data."""
         self._load(Params(batch.version, params))
-        x, y = self._batch(batch.epoch, batch.position)
+        x, y = self.plan.batch(batch.epoch, batch.position)
         loss = self._backward(x, y)
         return flat_grad(self.model), loss, len(y)
 
     def _batches(self) -> Iterator[Batch]:
-        """Shuffled minibatches (seed + epoch), until the epoch or time budget runs out."""
-        n, bs = len(self.y), self.spec.batch_size
-        # every worker takes the same number of steps per epoch, so barrier rules line up
-        steps = min(n // bs, self.spec.steps_per_epoch or n // bs)
-        if steps == 0:  # a shard smaller than a batch (refused at start; never spin here)
-            return
-        epoch, first = divmod(self._skip, steps) if steps else (0, 0)
-        while self.spec.max_epochs == 0 or epoch < self.spec.max_epochs:
-            for i in range(first, steps):
-                if time.time() >= self._deadline:
-                    return
-                yield Batch(epoch, i, *self._batch(epoch, i))
-            epoch, first = epoch + 1, 0
-
-    def _batch(self, epoch: int, position: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Batch ``position`` of ``epoch``, in the epoch's order: a permutation seeded by
-        seed * 100_003 + epoch, so that a batch is known by its place alone."""
-        if self._order[0] != epoch:
-            g = torch.Generator().manual_seed(self.spec.seed * 100_003 + epoch)
-            self._order = (epoch, torch.randperm(len(self.y), generator=g))
-        bs = self.spec.batch_size
-        idx = self._order[1][position * bs : (position + 1) * bs]
-        return self.x[idx], self.y[idx]
+        """Shuffled minibatches, until the epoch or time budget runs out."""
+        return self.plan.batches(self._skip, lambda: self._deadline)
 
     def _backward(self, x: torch.Tensor, y: torch.Tensor) -> float:
         t = time.perf_counter()

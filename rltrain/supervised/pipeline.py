@@ -1,0 +1,343 @@
+"""Model parallelism: the supervised model's layers split over K stage processes (GPipe).
+
+DistBelief's other half (Dean et al. 2012, section 3): a model too large or too slow for one
+machine is partitioned, and the partitions pass activations forward and gradients back.
+GPipe (Huang et al. 2019) cuts each minibatch into M micro-batches so that stage s works on
+micro-batch i while stage s+1 works on micro-batch i-1; the gradients of the M micro-batches
+add up to the minibatch's, so the step is exactly the unsplit model's.
+
+Each stage holds its slice of the parameters and exchanges it with its own server shard (the
+shards are cut at the stage boundaries), so model parallelism combines with the data-parallel
+rules: W replicas of K stages each push to K shards, every shard seeing W pushers.
+
+Plain Python: :class:`PipelineStage` and :class:`PipelineWorker` run in this process in the
+tests, and as Ray processes in ``rltrain bench`` (:mod:`rltrain.runtime.pipeline`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+from rltrain.config import ConfigError
+from rltrain.progress import Progress
+from rltrain.ps.server import Server
+from rltrain.records import GradUpdate, Params
+from rltrain.supervised.config import BenchConfig
+from rltrain.supervised.datasets import SplitDataset
+from rltrain.supervised.models import Linear, SmallCNN, SmallResNet
+from rltrain.supervised.modes import (
+    ModeTrace,
+    Snapshotter,
+    finish_trace,
+    initial_params,
+    input_shape,
+    shards,
+    worker_specs,
+)
+from rltrain.supervised.sharding import ShardSource
+from rltrain.supervised.toys import objective_loss
+from rltrain.supervised.worker import (
+    BatchPlan,
+    WorkerReport,
+    WorkerSpec,
+    flat_grad,
+    inputs,
+    make_model,
+    targets,
+)
+
+
+class ResNetHead(nn.Module):
+    """SmallResNet's tail as one layer: norm, ReLU, global average pool, classifier."""
+
+    def __init__(self, norm: nn.Module, fc: nn.Module) -> None:
+        super().__init__()
+        self.norm, self.fc = norm, fc
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:  # [B, 128, h, w] -> [B, classes]
+        return self.fc(torch.relu(self.norm(h)).mean(dim=(2, 3)))
+
+
+def layers(model: nn.Module) -> list[nn.Module]:
+    """The model as a sequence whose composition is its forward pass, its parameters in
+    ``model.parameters()`` order (so the stages' slices concatenate to the flat vector)."""
+    if isinstance(model, SmallCNN):
+        return [*model.features, *model.head]
+    if isinstance(model, SmallResNet):
+        return [model.stem, *model.blocks, ResNetHead(model.norm, model.fc)]
+    if isinstance(model, Linear):
+        return [model]
+    raise ConfigError(f"pipeline.stages: model {type(model).__name__} has no layer sequence")
+
+
+def split_points(sizes: Sequence[int], k: int) -> list[int]:
+    """Where to cut layers with ``sizes`` parameters into ``k`` contiguous stages, each with
+    parameters, so that the largest stage is smallest: k + 1 indices from 0 to len(sizes)."""
+    carrying = [i for i, n in enumerate(sizes) if n > 0]
+    if k > len(carrying):
+        raise ConfigError(
+            f"pipeline.stages={k}: the model has {len(carrying)} layer(s) with parameters to cut; "
+            f"allowed: 1 to {len(carrying)}"
+        )
+    n = len(sizes)
+    prefix = [0]
+    for s in sizes:
+        prefix.append(prefix[-1] + s)
+    # best[j][i]: (largest stage, cuts) for layers[:i] in j stages, each holding parameters
+    best: list[dict[int, tuple[int, list[int]]]] = [{0: (0, [0])}]
+    for j in range(1, k + 1):
+        row: dict[int, tuple[int, list[int]]] = {}
+        for i in range(1, n + 1):
+            for h, (worst, cuts) in best[j - 1].items():
+                load = prefix[i] - prefix[h]
+                # ties go to the later cut: a layer without parameters (ReLU, pooling) stays with
+                # the layer before it
+                if h < i and load > 0 and (i not in row or max(worst, load) <= row[i][0]):
+                    row[i] = (max(worst, load), [*cuts, i])
+        best.append(row)
+    return best[k][n][1]
+
+
+def stage_layers(model: nn.Module, k: int) -> list[nn.Sequential]:
+    """``model``'s layers cut into ``k`` stages balanced by parameter count."""
+    seq = layers(model)
+    cuts = split_points([sum(p.numel() for p in m.parameters()) for m in seq], k)
+    return [nn.Sequential(*seq[a:b]) for a, b in zip(cuts, cuts[1:], strict=False)]
+
+
+def stage_sizes(spec: WorkerSpec, in_shape: tuple[int, ...], k: int) -> list[int]:
+    """Parameters of each of the ``k`` stages: the server's shard sizes."""
+    return [
+        sum(p.numel() for p in s.parameters()) for s in stage_layers(make_model(spec, in_shape), k)
+    ]
+
+
+class PipelineStage:
+    """Stage ``index`` of ``stages``: forward and backward of its layers per micro-batch, and
+    its slice's exchange with its server shard. The last stage also computes the loss."""
+
+    def __init__(self, spec: WorkerSpec, in_shape: tuple[int, ...], stages: int, index: int):
+        torch.set_num_threads(spec.threads)
+        self.spec, self.index, self.last = spec, index, index == stages - 1
+        self.layers = stage_layers(make_model(spec, in_shape), stages)[index]
+        self.server: Server | None = None
+        self.version = 0
+        self._saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._loss = 0.0
+
+    def connect(self, server: Server) -> int:
+        """Take this stage's server (its shard alone) and pull from it; its version."""
+        self.server = server
+        return self._load(server.pull())
+
+    def forward(self, mb: int, x: torch.Tensor) -> torch.Tensor:
+        """Micro-batch ``mb``'s activations [b, ...] -> this stage's output (kept for backward)."""
+        x = x.detach().requires_grad_(self.index > 0)
+        out = self.layers(x)
+        self._saved[mb] = (x, out)
+        return out.detach()
+
+    def backward(self, mb: int, grad_out: torch.Tensor) -> torch.Tensor | None:
+        """d loss / d output of micro-batch ``mb`` -> d loss / d input (None on stage 0);
+        the parameter gradients add up over the micro-batches."""
+        x, out = self._saved.pop(mb)
+        out.backward(grad_out)
+        return x.grad if self.index > 0 else None
+
+    def loss(self, mb: int, x: torch.Tensor, y: torch.Tensor, weight: float) -> Any:
+        """Last stage: forward, the loss of micro-batch ``mb`` times its share of the batch,
+        backward; d loss / d input for the stage before."""
+        self.forward(mb, x)
+        inp, out = self._saved.pop(mb)
+        loss = objective_loss(self.spec.objective, out, y) * weight
+        loss.backward()
+        self._loss += float(loss.detach())
+        return inp.grad if self.index > 0 else None
+
+    def grad(self) -> tuple[torch.Tensor, float]:
+        """(the flat gradient summed since the last call, the loss) and zero them."""
+        g = flat_grad(self.layers)
+        self.layers.zero_grad(set_to_none=True)
+        loss, self._loss = self._loss, 0.0
+        return g.clone(), loss
+
+    def exchange(self, worker_id: int, samples: int) -> tuple[int, float]:
+        """Push this step's gradient slice to the shard and load what it returns: (version,
+        loss). Barrier rules wait for the shard to step past the pushed version."""
+        assert self.server is not None, "connect first"
+        g, loss = self.grad()
+        update = GradUpdate(worker_id, self.version, g, samples, {"loss": loss})
+        rule = self.spec.rule
+        wait = self.version + 1 if rule.rule != "async" else 0
+        timeout = rule.barrier_timeout_s if rule.rule != "async" else 0.0
+        return self._load(self.server.exchange(update, wait, timeout)[1]), loss
+
+    def values(self) -> torch.Tensor:
+        return parameters_to_vector(self.layers.parameters()).detach().clone()
+
+    def _load(self, params: Params) -> int:
+        vector_to_parameters(params.values, self.layers.parameters())
+        self.version = params.version
+        return params.version
+
+
+class Stages(Protocol):
+    """K stages of one replica: ``call`` starts a method (its arguments may be the results of
+    other calls), ``get`` waits for results. In-process: :class:`LocalStages`."""
+
+    count: int
+
+    def call(self, stage: int, method: str, *args: Any) -> Any: ...
+
+    def get(self, handles: Sequence[Any]) -> list[Any]: ...
+
+
+class LocalStages:
+    """:class:`Stages` in this process: each call runs at once (no overlap; the same math)."""
+
+    def __init__(self, stages: Sequence[PipelineStage]) -> None:
+        self.stages, self.count = list(stages), len(stages)
+
+    def call(self, stage: int, method: str, *args: Any) -> Any:
+        return getattr(self.stages[stage], method)(*args)
+
+    def get(self, handles: Sequence[Any]) -> list[Any]:
+        return list(handles)
+
+
+def gpipe(stages: Stages, x: torch.Tensor, y: torch.Tensor, micro: int) -> None:
+    """One minibatch through the pipeline: every micro-batch forward, then every one backward
+    (GPipe's schedule). Calls are issued without waiting, so with stage processes stage s runs
+    micro-batch i while stage s+1 runs i-1; the stages then hold the minibatch's gradient."""
+    xs, ys = x.chunk(micro), y.chunk(micro)
+    k = stages.count
+    outs = []
+    for i, xi in enumerate(xs):
+        h = xi
+        for s in range(k - 1):
+            h = stages.call(s, "forward", i, h)
+        outs.append(h)
+    done = []
+    for i in reversed(range(len(xs))):  # the last micro-batch's activations are freshest
+        g = stages.call(k - 1, "loss", i, outs[i], ys[i], len(ys[i]) / len(y))
+        for s in reversed(range(k - 1)):
+            g = stages.call(s, "backward", i, g)
+        done.append(g)
+    stages.get(done)  # every backward has run
+
+
+class PipelineWorker:
+    """One data-parallel replica of the pipelined model: its data shard in the order a
+    :class:`SupervisedWorker` takes it, each batch through the stages, then each stage's
+    exchange with its shard (every stage steps once per batch)."""
+
+    def __init__(
+        self, spec: WorkerSpec, data: ShardSource | Any, stages: Stages, micro: int
+    ) -> None:
+        torch.set_num_threads(spec.threads)
+        self.spec, self.stages, self.micro = spec, stages, micro
+        if isinstance(data, ShardSource):
+            data = data.load()
+        self.plan = BatchPlan(inputs(data, spec), targets(data), spec)
+
+    def run(
+        self, servers: Sequence[Server], t0: float | None = None, deadline: float | None = None
+    ) -> WorkerReport:
+        """Train until the epoch or time budget is spent; ``servers[s]``: stage s's shard.
+        (``t0``: when the mode started, as :meth:`SupervisedWorker.run` takes it.)"""
+        start = time.time()
+        spec, st = self.spec, self.stages
+        if deadline is None:
+            deadline = start + spec.max_seconds if spec.max_seconds > 0 else float("inf")
+        versions = st.get([st.call(s, "connect", srv) for s, srv in enumerate(servers)])
+        # a barrier rule takes one step per version: a restarted replica goes on from there
+        skip = min(versions) if spec.rule.rule != "async" else 0
+        samples = 0
+        log: list[tuple[float, int, float]] = []
+        for b in self.plan.batches(skip, lambda: deadline):
+            gpipe(st, b.x, b.y, self.micro)
+            done = st.get(
+                [st.call(s, "exchange", spec.worker_id, len(b.y)) for s in range(st.count)]
+            )
+            samples += len(b.y)
+            log.append((time.time(), samples, done[-1][1]))  # the last stage has the loss
+        steps = len(log)
+        return WorkerReport(spec.worker_id, start, time.time(), steps, samples, steps, tuple(log))
+
+
+def run_pipeline_mode(
+    cfg: BenchConfig, mode: str, data: SplitDataset, progress: Progress
+) -> ModeTrace:
+    """``workers`` replicas of ``pipeline.stages`` stage processes each, over a server whose
+    shards are cut at the stage boundaries; snapshots of the whole model as the other modes."""
+    from rltrain import runtime  # Ray stays at the edge: imported only when used
+
+    begin = time.time()
+    k, micro = cfg.pipeline.stages, cfg.pipeline.micro_batches
+    specs = worker_specs(cfg, mode, data, cfg.workers)
+    shape = input_shape(data)
+    sizes = stage_sizes(specs[0], shape, k)
+    rule = dataclasses.replace(specs[0].rule, shards=k)
+    server = runtime.start_server(
+        initial_params(cfg, data), cfg.optimizer, rule, cfg.workers, cfg.runtime, sizes=sizes
+    )
+    procs: list[Any] = list(server.shards)
+    try:
+        replicas = []
+        for spec, source in zip(specs, shards(cfg, cfg.workers), strict=True):
+            stages = [
+                runtime.Remote(
+                    PipelineStage,
+                    spec,
+                    shape,
+                    k,
+                    s,
+                    role="worker",
+                    index=spec.worker_id,
+                    num_cpus=cfg.runtime.worker_cpus,
+                )
+                for s in range(k)
+            ]
+            handles = runtime.RayStages([r.handle for r in stages])
+            # the replica's own process only cuts batches and issues calls: no CPU reserved
+            lead = runtime.Remote(
+                PipelineWorker,
+                spec,
+                source,
+                handles,
+                micro,
+                role="worker",
+                index=spec.worker_id,
+                num_cpus=0,
+            )
+            procs += [*stages, lead]
+            replicas.append(lead)
+        runtime.wait_up(procs, progress.note)  # data loaded, models built: start-up
+        progress.note(
+            f"{cfg.workers} replica(s) x {k} stages (parameters {', '.join(map(str, sizes))}), "
+            f"{micro} micro-batches per batch"
+        )
+        parts = [server.part(s) for s in range(k)]
+        t0 = time.time()
+        deadline = t0 + cfg.budget.max_seconds if cfg.budget.max_seconds else None
+        snapper = Snapshotter(server, cfg.eval.every_seconds, cfg.budget.max_seconds, progress)
+        pending = [lead.call("run", parts, t0, deadline) for lead in replicas]
+        calls = list(pending)
+        while pending:
+            done = runtime.wait_any(pending, snapper.due_in())
+            pending = [c for c in pending if c not in done]
+            if snapper.due_in() == 0:
+                snapper.take()
+        reports = [runtime.result(c) for c in calls]
+        snapper.take()  # the final parameters
+    finally:
+        for r in procs:
+            r.kill()
+    return finish_trace(mode, begin, snapper, reports)

@@ -1,0 +1,129 @@
+"""Model parallelism (GPipe): the model's layers over K stages, micro-batches through them.
+
+The gradients of the split model equal the unsplit model's; with a server whose shards are
+cut at the stage boundaries, a pipelined replica steps exactly as an unsplit worker; and the
+bench runs it through real Ray stage processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+from rltrain.config import ConfigError
+from rltrain.ps.config import OptimizerConfig, ServerConfig
+from rltrain.ps.server import LocalServer
+from rltrain.supervised.config import BenchConfig, PipelineConfig
+from rltrain.supervised.pipeline import (
+    LocalStages,
+    PipelineStage,
+    PipelineWorker,
+    gpipe,
+    split_points,
+    stage_sizes,
+)
+from rltrain.supervised.worker import SupervisedWorker, WorkerSpec, flat_grad, make_model, objective
+from tests.conftest import tiny_dataset
+
+
+def spec_for(model: str, classes: int = 10, **kw: object) -> WorkerSpec:
+    base = WorkerSpec(
+        worker_id=0,
+        rule=ServerConfig(rule="sync"),
+        optimizer=OptimizerConfig(name="sgd", lr=0.1),
+        model=model,
+        num_classes=classes,
+        mean=(0.5,),
+        std=(0.25,),
+        batch_size=16,
+        max_epochs=1,
+        max_seconds=0,
+        seed=3,
+        steps_per_epoch=4,
+    )
+    return dataclasses.replace(base, **kw)
+
+
+@pytest.mark.parametrize(
+    ("model", "shape", "k"),
+    [("cnn", (1, 28, 28), 2), ("cnn", (1, 28, 28), 4), ("resnet", (3, 16, 16), 3)],
+)
+def test_split_gradients_equal_the_unsplit_models(
+    model: str, shape: tuple[int, ...], k: int
+) -> None:
+    spec = spec_for(model, mean=(0.5,) * shape[0], std=(0.25,) * shape[0])
+    torch.manual_seed(0)
+    x, y = torch.randn(16, *shape), torch.randint(0, 10, (16,))
+    whole = make_model(spec, shape)
+    objective(spec, whole, x, y).backward()
+    stages = [PipelineStage(spec, shape, k, s) for s in range(k)]
+    gpipe(LocalStages(stages), x, y, micro=4)  # 4 micro-batches of 4
+    grads = [st.grad() for st in stages]
+    torch.testing.assert_close(
+        torch.cat([g for g, _ in grads]), flat_grad(whole), atol=1e-6, rtol=0
+    )
+    with torch.no_grad():
+        full = float(objective(spec, whole, x, y))
+    assert grads[-1][1] == pytest.approx(full, abs=1e-5)  # the loss, summed over micro-batches
+    assert sum(s.values().numel() for s in stages) == flat_grad(whole).numel()
+
+
+def test_stages_are_cut_to_balance_the_parameters() -> None:
+    assert split_points([10, 0, 10, 0, 10], 3) == [0, 2, 4, 5]
+    assert split_points([100, 1, 1, 1], 2) == [0, 1, 4]
+    assert stage_sizes(spec_for("cnn"), (1, 28, 28), 2)[0] < 10_000  # convs | the big head
+    with pytest.raises(ConfigError, match=r"pipeline.stages=5: the model has 4 layer\(s\)"):
+        stage_sizes(spec_for("cnn"), (1, 28, 28), 5)
+
+
+def test_a_pipelined_replica_steps_as_an_unsplit_worker() -> None:
+    """One replica, 2 stages on a 2-shard server cut at the stage boundary, against one
+    SupervisedWorker on a 1-shard server: equal parameters after every step of an epoch."""
+    data = tiny_dataset(128, seed=1)
+    shape = tuple(data.images.shape[1:])
+    spec = spec_for("cnn", classes=int(data.labels.max()) + 1)
+    init = torch.nn.utils.parameters_to_vector(make_model(spec, shape).parameters()).detach()
+    opt, rule = OptimizerConfig(name="sgd", lr=0.1), ServerConfig(rule="sync")
+    ref = LocalServer(init.clone(), opt, rule, 1)
+    SupervisedWorker(spec, data).run(ref)
+    sizes = stage_sizes(spec, shape, 2)
+    split = LocalServer(init.clone(), opt, dataclasses.replace(rule, shards=2), 1, sizes=sizes)
+    stages = LocalStages([PipelineStage(spec, shape, 2, s) for s in range(2)])
+    report = PipelineWorker(spec, data, stages, micro=4).run([split.part(0), split.part(1)])
+    assert report.steps == 4 and ref.stats().version == 4
+    torch.testing.assert_close(split.pull().values, ref.pull().values, atol=1e-6, rtol=0)
+
+
+def test_pipeline_options_are_checked() -> None:
+    with pytest.raises(ValueError, match=r"pipeline.stages=2: runs the modes sync, async .* not"):
+        BenchConfig(modes=("sync", "hogwild"), pipeline=PipelineConfig(stages=2))
+    with pytest.raises(ValueError, match=r"pipeline.stages=2: not with server.shards"):
+        BenchConfig(
+            modes=("sync",), pipeline=PipelineConfig(stages=2), server=ServerConfig(shards=2)
+        )
+    with pytest.raises(ValueError, match=r"micro_batches=99 exceeds batch_size=64"):
+        BenchConfig(modes=("sync",), pipeline=PipelineConfig(stages=2, micro_batches=99))
+
+
+@pytest.mark.slow
+def test_bench_runs_stages_as_ray_processes(run_bench, tiny_root: Path) -> None:  # type: ignore[no-untyped-def]
+    _, summary = run_bench(
+        f"""
+modes: [baseline, sync, async]
+workers: 2
+batch_size: 32
+model: cnn
+data: {{dataset: fashion_mnist, root: {tiny_root}}}
+budget: {{epochs: 3}}
+eval: {{every_seconds: 0.5, targets: [0.6]}}
+optimizer: {{name: sgd, lr: 0.05}}
+pipeline: {{stages: 2, micro_batches: 4}}
+"""
+    )
+    rows = {r["mode"]: r for r in summary["results"]}
+    for mode in ("sync", "async"):  # 2 replicas x 2 stages: the samples of 3 epochs, learned
+        assert rows[mode]["samples"] == rows["baseline"]["samples"] // 32 * 32
+        assert rows[mode]["final_accuracy"] > 0.6, rows[mode]

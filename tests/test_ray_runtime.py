@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -45,6 +48,39 @@ def test_a_process_no_node_can_hold_is_named(ray_local: None) -> None:
         assert "nodes have 2 CPUs" in note
     finally:
         r.kill()
+
+
+def _workers_counted(server: runtime.RayServer) -> list[int]:
+    """N as each shard's barrier counts it (read inside the shard process)."""
+    return [
+        runtime.result(r.handle.__ray_call__.remote(lambda shard: shard._num_workers))
+        for r in server.shards
+    ]
+
+
+def test_a_restored_shard_is_told_the_workers_that_joined(ray_local: None) -> None:
+    """Elastic add, then a shard lost: Ray rebuilds it with the first N, and the guard tells
+    it of the join again, so that every shard's barrier counts the same workers."""
+    from rltrain.faults import FaultCounters, RestorePoint
+
+    rule = ServerConfig(rule="sync", shards=2)
+    opt = OptimizerConfig(name="sgd", lr=1.0)
+    server = runtime.start_server(torch.zeros(10), opt, rule, 2, RuntimeConfig(), max_restarts=1)
+    try:
+        counters, notes = FaultCounters(), []
+        guard = runtime.ServerGuard(server, counters, notes.append)
+        guard.remember(RestorePoint(0, server.state_dicts(), "the start"))
+        guard.join(2)
+        assert _workers_counted(server) == [3, 3]
+        os.kill(server.shards[1].pid(), signal.SIGKILL)
+        deadline = time.time() + 60
+        while not guard.check():
+            assert time.time() < deadline, notes
+            time.sleep(0.2)
+        assert counters.shard_restores == 1
+        assert _workers_counted(server) == [3, 3]
+    finally:
+        server.kill()
 
 
 def test_ray_server_contract(ray_local: None) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import ray
 
 from rltrain.faults import PeerLost, ProcessLost, RestorePoint, RunFailed
+from rltrain.runtime.errors import result
 from rltrain.runtime.wire import RayServer, shard_health
 
 
@@ -30,6 +31,7 @@ class ServerGuard:
         self.point: RestorePoint | None = None
         self.last_seen = 0  # the highest version any shard reported
         self.left: set[int] = set()  # workers that left the barriers (they rejoin by pushing)
+        self.joined: list[int] = []  # workers added mid-run (elastic): N grew by one each
         self._asked: list[Any] = []
         self._next = 0.0
 
@@ -38,6 +40,15 @@ class ServerGuard:
         self.left.add(worker_id)
         try:
             self.server.leave(worker_id)
+        except (ProcessLost, PeerLost):
+            self.check()  # a shard is down too: the restore tells it
+
+    def join(self, worker_id: int) -> None:
+        """A worker added mid-run: every shard counts it, and a restarted shard (built with
+        the first N) is told again."""
+        self.joined.append(worker_id)
+        try:
+            self.server.join(worker_id)
         except (ProcessLost, PeerLost):
             self.check()  # a shard is down too: the restore tells it
 
@@ -99,7 +110,10 @@ class ServerGuard:
         seen = max([self.last_seen, *(h[0] for h in health if h is not None and not h[1])])
         lost = max(0, seen - self.point.version)
         self.server.load_state_dicts(self.point.states)
-        for worker in self.left:  # a restarted shard knows nothing of who left
+        for i in lost_shards:  # a restarted shard knows nothing of who joined (N is not state)
+            for worker in self.joined:
+                result(self.server.shards[i].call("join", worker))
+        for worker in self.left:  # nor of who left
             self.server.leave(worker)
         self.counters.shard_restores += len(lost_shards)
         self.counters.lost_updates += lost

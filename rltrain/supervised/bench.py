@@ -89,7 +89,7 @@ def run_ray_mode(cfg: BenchConfig, mode: str, data: SplitDataset, progress: Prog
         snapper = Snapshotter(server, cfg.eval.every_seconds, cfg.budget.max_seconds, progress)
         plan = BenchPlan(cfg, rule, runtime, server, guard, faults, procs, snapper, progress)
         need = cfg.runtime.worker_cpus
-        plan.elastic = Elastic(specs, spawn, server, procs, progress.note, runtime.free_cpus, need)
+        plan.elastic = Elastic(specs, spawn, guard, procs, progress.note, runtime.free_cpus, need)
         drive(plan.pool, plan)
         t0, reports = plan.t0, plan.reports
         resume_all()
@@ -316,13 +316,14 @@ class Elastic:
         self,
         specs: list[WorkerSpec],
         spawn: Callable[[WorkerSpec, int], Any],
-        server: Any,
+        guard: Any,
         procs: dict[str, list[Any]],
         say: Callable[[str], None],
         free_cpus: Callable[[], float],
         need_cpus: float,
     ) -> None:
-        self.specs, self.spawn, self.server, self.procs, self.say = specs, spawn, server, procs, say
+        # membership changes go through the guard: a shard restored later is told them again
+        self.specs, self.spawn, self.guard, self.procs, self.say = specs, spawn, guard, procs, say
         self.free_cpus, self.need_cpus = free_cpus, need_cpus
         self.removed: set[int] = set()
 
@@ -350,7 +351,7 @@ class Elastic:
         new_id = max(w.index for w in self.procs["worker"]) + 1
         base = self.specs[e.index]
         spec = dataclasses.replace(base, worker_id=new_id, seed=base.seed - base.worker_id + new_id)
-        self.server.join(new_id)
+        self.guard.join(new_id)
         worker = self.spawn(spec, e.index)
         self.procs["worker"].append(worker)
         self.say(f"added worker {new_id} (on worker {e.index}'s data): {len(live) + 1} workers")
@@ -359,7 +360,7 @@ class Elastic:
     def stopped(self, index: int) -> None:
         """A worker's run returned: if it was removed, barriers stop counting it."""
         if index in self.removed:
-            self.server.leave(index)
+            self.guard.leave(index)
             for w in self.procs["worker"]:
                 if w.index == index:
                     w.kill()  # its CPUs are free for a worker added later

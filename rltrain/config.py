@@ -95,6 +95,8 @@ def _convert(tp: Any, value: Any, key: str, meta: Mapping[str, Any]) -> Any:
         inner = [a for a in args if a is not type(None)]
         return _convert(inner[0], value, key, meta)
     if dataclasses.is_dataclass(tp):
+        if isinstance(value, str) and "name" in {f.name for f in dataclasses.fields(tp)}:
+            value = {"name": value}  # a section written as its name (`model: cnn`)
         return from_dict(tp, value, key + ".")
     if origin is dict:  # free-form keyword arguments (env.kwargs): string keys, YAML values
         if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
@@ -193,11 +195,17 @@ def nested(flat: Mapping[str, Any], what: str = "") -> dict[str, Any]:
 
 
 def merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """Recursive dict merge: ``over`` wins; sections merge key by key."""
+    """Recursive dict merge: ``over`` wins; sections merge key by key. A section written as
+    its name (``model: cnn``) merges as ``{name: cnn}`` (``--set model.stages=2`` keeps cnn)."""
     out = dict(base)
     for k, v in over.items():
-        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
-            out[k] = merge(dict(out[k]), v)
+        held = out.get(k)
+        if isinstance(v, Mapping) and isinstance(held, str):
+            held = {"name": held}
+        elif isinstance(v, str) and isinstance(held, Mapping) and "name" in held:
+            v = {"name": v}
+        if isinstance(v, Mapping) and isinstance(held, Mapping):
+            out[k] = merge(dict(held), v)
         else:
             out[k] = v
     return out

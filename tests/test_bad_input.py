@@ -223,8 +223,8 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             ["bench", BENCH, "--set", "modes=sync"], ["modes='sync'", "a list"], id="b-type-list"
         ),
         pytest.param(
-            ["train", CARTPOLE, "--set", "optimizer=adam"],
-            ["optimizer: expected a mapping of keys, got 'adam'"],
+            ["train", CARTPOLE, "--set", "stop=fast"],
+            ["stop: expected a mapping of keys, got 'fast'"],
             id="t-type-section",
         ),
         pytest.param(
@@ -324,14 +324,14 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             id="b-warm-start",
         ),
         pytest.param(
-            ["bench", BENCH, "--set", "pipeline.stages=2"],
-            ["pipeline.stages=2: runs the modes sync, async", "not soft_sync"],
+            ["bench", BENCH, "--set", "model.stages=2"],
+            ["model.stages=2: runs the modes sync, async", "not soft_sync"],
             id="b-pipeline-modes",
         ),
         pytest.param(
-            ["bench", BENCH, "--set", "modes=[sync]", "--set", "pipeline.stages=2"]
+            ["bench", BENCH, "--set", "modes=[sync]", "--set", "model.stages=2"]
             + ["--set", "server.shards=2"],
-            ["pipeline.stages=2: not with server.shards", "one shard per stage"],
+            ["model.stages=2: not with server.shards", "one shard per stage"],
             id="b-pipeline-shards",
         ),
         pytest.param(

@@ -112,3 +112,16 @@ def test_every_option_is_documented() -> None:
     assert {"optimizer.lr", "server.rule", "runtime.address", "data.root"} <= keys
     undocumented = [r[0] for r in rows if not r[3]]
     assert not undocumented, undocumented
+
+
+def test_a_section_with_a_name_can_be_written_as_its_name() -> None:
+    """`model: cnn` is `model: {name: cnn}`; --set model.stages=2 keeps the name, and
+    --set optimizer=adam changes the name and keeps the section's other keys."""
+    from rltrain.config import merge
+
+    base = {"model": "cnn", "modes": ["sync"], "optimizer": {"name": "sgd", "lr": 0.05}}
+    over = parse_overrides(["model.stages=2", "optimizer=adam"])
+    cfg = from_dict(BenchConfig, merge(base, over))
+    assert (cfg.model.name, cfg.model.stages) == ("cnn", 2)
+    assert (cfg.optimizer.name, cfg.optimizer.lr) == ("adam", 0.05)
+    assert from_dict(BenchConfig, {"model": "linear"}).model.name == "linear"

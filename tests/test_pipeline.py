@@ -16,7 +16,7 @@ import torch
 from rltrain.config import ConfigError
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.server import LocalServer
-from rltrain.supervised.config import BenchConfig, PipelineConfig
+from rltrain.supervised.config import BenchConfig, SupervisedModelConfig
 from rltrain.supervised.pipeline import (
     LocalStages,
     PipelineStage,
@@ -75,7 +75,7 @@ def test_stages_are_cut_to_balance_the_parameters() -> None:
     assert split_points([10, 0, 10, 0, 10], 3) == [0, 2, 4, 5]
     assert split_points([100, 1, 1, 1], 2) == [0, 1, 4]
     assert stage_sizes(spec_for("cnn"), (1, 28, 28), 2)[0] < 10_000  # convs | the big head
-    with pytest.raises(ConfigError, match=r"pipeline.stages=5: the model has 4 layer\(s\)"):
+    with pytest.raises(ConfigError, match=r"model.stages=5: the model has 4 layer\(s\)"):
         stage_sizes(spec_for("cnn"), (1, 28, 28), 5)
 
 
@@ -98,14 +98,14 @@ def test_a_pipelined_replica_steps_as_an_unsplit_worker() -> None:
 
 
 def test_pipeline_options_are_checked() -> None:
-    with pytest.raises(ValueError, match=r"pipeline.stages=2: runs the modes sync, async .* not"):
-        BenchConfig(modes=("sync", "hogwild"), pipeline=PipelineConfig(stages=2))
-    with pytest.raises(ValueError, match=r"pipeline.stages=2: not with server.shards"):
+    with pytest.raises(ValueError, match=r"model.stages=2: runs the modes sync, async .* not"):
+        BenchConfig(modes=("sync", "hogwild"), model=SupervisedModelConfig(stages=2))
+    with pytest.raises(ValueError, match=r"model.stages=2: not with server.shards"):
         BenchConfig(
-            modes=("sync",), pipeline=PipelineConfig(stages=2), server=ServerConfig(shards=2)
+            modes=("sync",), model=SupervisedModelConfig(stages=2), server=ServerConfig(shards=2)
         )
     with pytest.raises(ValueError, match=r"micro_batches=99 exceeds batch_size=64"):
-        BenchConfig(modes=("sync",), pipeline=PipelineConfig(stages=2, micro_batches=99))
+        BenchConfig(modes=("sync",), model=SupervisedModelConfig(stages=2, micro_batches=99))
 
 
 @pytest.mark.slow
@@ -115,12 +115,11 @@ def test_bench_runs_stages_as_ray_processes(run_bench, tiny_root: Path) -> None:
 modes: [baseline, sync, async]
 workers: 2
 batch_size: 32
-model: cnn
+model: {{name: cnn, stages: 2, micro_batches: 4}}
 data: {{dataset: fashion_mnist, root: {tiny_root}}}
 budget: {{epochs: 3}}
 eval: {{every_seconds: 0.5, targets: [0.6]}}
 optimizer: {{name: sgd, lr: 0.05}}
-pipeline: {{stages: 2, micro_batches: 4}}
 """
     )
     rows = {r["mode"]: r for r in summary["results"]}

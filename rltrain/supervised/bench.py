@@ -231,7 +231,7 @@ def run_mode(cfg: BenchConfig, mode: str, data: SplitDataset, progress: Progress
         from rltrain.supervised.sandblaster import run_sandblaster_mode
 
         return run_sandblaster_mode(cfg, data, progress)
-    if cfg.pipeline.stages > 1:
+    if cfg.model.stages > 1:
         from rltrain.supervised.pipeline import run_pipeline_mode
 
         return run_pipeline_mode(cfg, mode, data, progress)
@@ -248,7 +248,7 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
     extra: dict[str, Any] = {}  # summary.json's "ray": the job (as Ray names it), the nodes
     if needs_ray:
         where = runtime.init_ray(cfg.runtime)
-        processes = cfg.workers * cfg.pipeline.stages  # one per stage of each replica
+        processes = cfg.workers * cfg.model.stages  # one per stage of each replica
         fitted = runtime.fit_cpus(cfg.runtime, processes, cfg.server.shards)
         cfg = dataclasses.replace(cfg, runtime=fitted)
         signals.install()  # again: ray.init replaces the SIGTERM handler

@@ -147,14 +147,18 @@ class SandblasterConfig:
 
 
 @dataclass(frozen=True)
-class PipelineConfig:
-    """Model parallelism: the model's layers split over stage processes (GPipe, Huang et al.
-    2019; DistBelief's model partitions). Modes sync and async; each stage exchanges its slice
-    of the parameters with its own server shard."""
+class SupervisedModelConfig:
+    """The supervised model, and its split over stage processes (model parallelism: GPipe,
+    Huang et al. 2019; DistBelief's model partitions). ``model: cnn`` is short for
+    ``model: {name: cnn}``."""
 
+    name: str = field(default="auto", metadata=spec(choices=MODELS))
+    """auto: a small CNN for MNIST-like data, a small residual CNN for CIFAR-10, linear for the
+    toy problems; linear: a linear map of the flattened input (softmax regression on images)."""
     stages: int = field(default=1, metadata=spec(ge=1))
     """Processes each replica's model is split over, layers cut to balance the parameters
-    (1 = no split). A run takes workers x stages processes."""
+    (1 = no split). Modes sync and async; each stage exchanges its slice of the parameters
+    with its own server shard. A run takes workers x stages processes."""
     micro_batches: int = field(default=4, metadata=spec(ge=1))
     """Pieces each minibatch is cut into, so that stage s works on one while stage s+1 works
     on the one before; their gradients add up to the minibatch's exactly."""
@@ -183,9 +187,7 @@ class BenchConfig:
     """Workers per mode (N); each trains on its own shard of the training set."""
     batch_size: int = field(default=64, metadata=spec(ge=1))
     """Minibatch per worker step (and of the baseline)."""
-    model: str = field(default="auto", metadata=spec(choices=MODELS))
-    """auto: a small CNN for MNIST-like data, a small residual CNN for CIFAR-10, linear for the
-    toy problems; linear: a linear map of the flattened input (softmax regression on images)."""
+    model: SupervisedModelConfig = SupervisedModelConfig()
     baseline_threads: int = field(default=0, metadata=spec(ge=0))
     """torch threads of the baseline loop; 0 = runtime.threads_per_worker (a fair 1-vs-1)."""
     data: DataConfig = DataConfig()
@@ -197,7 +199,6 @@ class BenchConfig:
     runtime: RuntimeConfig = RuntimeConfig()
     sandblaster: SandblasterConfig = SandblasterConfig()
     warm_start: WarmStartConfig = WarmStartConfig()
-    pipeline: PipelineConfig = PipelineConfig()
 
     def __post_init__(self) -> None:
         if not self.modes:
@@ -210,9 +211,10 @@ class BenchConfig:
                 f"server.compression={self.server.compression}: not with mode average, whose "
                 "workers push parameters (compression with error feedback is for gradients)"
             )
-        if self.data.dataset in TOY_PROBLEMS and self.model not in ("auto", "linear"):
+        if self.data.dataset in TOY_PROBLEMS and self.model.name not in ("auto", "linear"):
             raise ValueError(
-                f"model={self.model} needs images; {self.data.dataset} takes model auto or linear"
+                f"model={self.model.name} needs images; {self.data.dataset} takes model auto "
+                "or linear"
             )
         self.faults.check_targets({"worker": self.workers, "shard": self.server.shards})
         if "soft_sync" in self.modes and self.server.k > self.workers:
@@ -225,10 +227,10 @@ class BenchConfig:
 
     def _check_pipeline(self) -> None:
         """What model parallelism runs with; the rest is refused, not ignored."""
-        pipe, srv = self.pipeline, self.server
+        pipe, srv = self.model, self.server
         if pipe.stages == 1:
             return
-        head = f"pipeline.stages={pipe.stages}"
+        head = f"model.stages={pipe.stages}"
         other = [m for m in self.modes if m not in (*PIPELINE_MODES, "baseline")]
         if other:
             raise ValueError(
@@ -237,7 +239,7 @@ class BenchConfig:
             )
         if pipe.micro_batches > self.batch_size:
             raise ValueError(
-                f"pipeline.micro_batches={pipe.micro_batches} exceeds batch_size="
+                f"model.micro_batches={pipe.micro_batches} exceeds batch_size="
                 f"{self.batch_size}: each micro-batch needs a sample"
             )
         extras = {

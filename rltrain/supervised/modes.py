@@ -77,7 +77,7 @@ def worker_specs(cfg: BenchConfig, mode: str, data: SplitDataset, workers: int) 
             worker_id=i,
             rule=rule,
             optimizer=cfg.optimizer,
-            model=cfg.model,
+            model=cfg.model.name,
             num_classes=data.num_classes,
             mean=data.mean,
             std=data.std,

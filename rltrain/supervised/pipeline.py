@@ -74,7 +74,7 @@ def layers(model: nn.Module) -> list[nn.Module]:
         return [model.stem, *model.blocks, ResNetHead(model.norm, model.fc)]
     if isinstance(model, Linear):
         return [model]
-    raise ConfigError(f"pipeline.stages: model {type(model).__name__} has no layer sequence")
+    raise ConfigError(f"model.stages: model {type(model).__name__} has no layer sequence")
 
 
 def split_points(sizes: Sequence[int], k: int) -> list[int]:
@@ -83,7 +83,7 @@ def split_points(sizes: Sequence[int], k: int) -> list[int]:
     carrying = [i for i, n in enumerate(sizes) if n > 0]
     if k > len(carrying):
         raise ConfigError(
-            f"pipeline.stages={k}: the model has {len(carrying)} layer(s) with parameters to cut; "
+            f"model.stages={k}: the model has {len(carrying)} layer(s) with parameters to cut; "
             f"allowed: 1 to {len(carrying)}"
         )
     n = len(sizes)
@@ -275,12 +275,12 @@ class PipelineWorker:
 def run_pipeline_mode(
     cfg: BenchConfig, mode: str, data: SplitDataset, progress: Progress
 ) -> ModeTrace:
-    """``workers`` replicas of ``pipeline.stages`` stage processes each, over a server whose
+    """``workers`` replicas of ``model.stages`` stage processes each, over a server whose
     shards are cut at the stage boundaries; snapshots of the whole model as the other modes."""
     from rltrain import runtime  # Ray stays at the edge: imported only when used
 
     begin = time.time()
-    k, micro = cfg.pipeline.stages, cfg.pipeline.micro_batches
+    k, micro = cfg.model.stages, cfg.model.micro_batches
     specs = worker_specs(cfg, mode, data, cfg.workers)
     shape = input_shape(data)
     sizes = stage_sizes(specs[0], shape, k)

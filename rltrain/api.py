@@ -64,7 +64,8 @@ class Config(Generic[T]):
     def with_overrides(self, overrides: Mapping[str, Any]) -> Config:
         """Dotted keys as ``--set`` takes them, with Python values:
         ``{"env.id": "Acrobot-v1", "optimizer.lr": 3e-4}``."""
-        return Config(merge(dict(self.data), nested(overrides)), self.kind)
+        cls = KINDS[self.kind]
+        return Config(merge(dict(self.data), nested(overrides, cls=cls), cls), self.kind)
 
     def to_dict(self) -> dict[str, Any]:
         """Every key, defaults included (what ``config.yaml`` of a run holds)."""

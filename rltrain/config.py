@@ -165,8 +165,9 @@ def _check(value: Any, key: str, meta: Mapping[str, Any]) -> Any:
 # YAML files and --set overrides
 
 
-def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
-    """Turn ``["a.b=3", "c=[1, 2]"]`` into a nested dict; values are parsed as YAML scalars."""
+def parse_overrides(items: Sequence[str], cls: type | None = None) -> dict[str, Any]:
+    """Turn ``["a.b=3", "c=[1, 2]"]`` into a nested dict; values are parsed as YAML scalars.
+    ``cls``: the config they apply to (see :func:`nested`)."""
     flat: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
@@ -177,35 +178,60 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
         except yaml.YAMLError:
             value = raw
         flat[key.strip()] = value
-    return nested(flat, "--set ")
+    return nested(flat, "--set ", cls)
 
 
-def nested(flat: Mapping[str, Any], what: str = "") -> dict[str, Any]:
-    """``{"a.b": 3, "c": 1}`` as ``{"a": {"b": 3}, "c": 1}`` (dotted keys name sections)."""
+def named_section(cls: type | None, path: Sequence[str]) -> bool:
+    """Whether the key at ``path`` in config ``cls`` is a section with a ``name``, which may
+    be written as its name alone (``model: cnn`` for ``model: {name: cnn}``)."""
+    tp: Any = cls
+    for part in path:
+        if tp is None or not dataclasses.is_dataclass(tp):
+            return False
+        tp = typing.get_type_hints(tp).get(part)
+    return dataclasses.is_dataclass(tp) and "name" in {f.name for f in dataclasses.fields(tp)}
+
+
+def nested(flat: Mapping[str, Any], what: str = "", cls: type | None = None) -> dict[str, Any]:
+    """``{"a.b": 3, "c": 1}`` as ``{"a": {"b": 3}, "c": 1}`` (dotted keys name sections).
+    With the config ``cls``, a section with a name may also be set by its name, in any order
+    with its keys (``model=cnn`` and ``model.stages=2``)."""
     out: dict[str, Any] = {}
     for key, value in flat.items():
         node = out
         parts = key.split(".")
-        for part in parts[:-1]:
+        for i, part in enumerate(parts[:-1]):
+            if isinstance(node.get(part), str) and named_section(cls, parts[: i + 1]):
+                node[part] = {"name": node[part]}
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"{what}{key!r}: '{part}' is set both as a value and a section")
-        node[parts[-1]] = value
+        last = parts[-1]
+        if (
+            isinstance(node.get(last), dict)
+            and isinstance(value, str)
+            and named_section(cls, parts)
+        ):
+            node[last]["name"] = value
+        else:
+            node[last] = value
     return out
 
 
-def merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """Recursive dict merge: ``over`` wins; sections merge key by key. A section written as
-    its name (``model: cnn``) merges as ``{name: cnn}`` (``--set model.stages=2`` keeps cnn)."""
+def merge(
+    base: dict[str, Any], over: Mapping[str, Any], cls: type | None = None, at: tuple = ()
+) -> dict[str, Any]:
+    """Recursive dict merge: ``over`` wins; sections merge key by key. With the config ``cls``,
+    a section with a name written as its name merges as ``{name: ...}`` (``model: cnn`` and
+    ``--set model.stages=2`` give a cnn in 2 stages; ``--set optimizer=adam`` keeps the lr)."""
     out = dict(base)
     for k, v in over.items():
         held = out.get(k)
-        if isinstance(v, Mapping) and isinstance(held, str):
-            held = {"name": held}
-        elif isinstance(v, str) and isinstance(held, Mapping) and "name" in held:
-            v = {"name": v}
+        if named_section(cls, (*at, k)):
+            held = {"name": held} if isinstance(held, str) else held
+            v = {"name": v} if isinstance(v, str) else v
         if isinstance(v, Mapping) and isinstance(held, Mapping):
-            out[k] = merge(dict(held), v)
+            out[k] = merge(dict(held), v, cls, (*at, k))
         else:
             out[k] = v
     return out
@@ -245,7 +271,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
 def load_config(cls: type[T], path: str | Path | None, overrides: Sequence[str] = ()) -> T:
     """Load ``cls`` from a YAML file plus ``--set`` overrides, fully validated."""
     data = read_yaml(path) if path is not None else {}
-    return from_dict(cls, merge(data, parse_overrides(overrides)))
+    return from_dict(cls, merge(data, parse_overrides(overrides, cls), cls))
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

@@ -120,8 +120,22 @@ def test_a_section_with_a_name_can_be_written_as_its_name() -> None:
     from rltrain.config import merge
 
     base = {"model": "cnn", "modes": ["sync"], "optimizer": {"name": "sgd", "lr": 0.05}}
-    over = parse_overrides(["model.stages=2", "optimizer=adam"])
-    cfg = from_dict(BenchConfig, merge(base, over))
+    over = parse_overrides(["model.stages=2", "optimizer=adam"], BenchConfig)
+    cfg = from_dict(BenchConfig, merge(base, over, BenchConfig))
     assert (cfg.model.name, cfg.model.stages) == ("cnn", 2)
     assert (cfg.optimizer.name, cfg.optimizer.lr) == ("adam", 0.05)
     assert from_dict(BenchConfig, {"model": "linear"}).model.name == "linear"
+
+
+def test_a_name_and_the_sections_keys_set_in_any_order() -> None:
+    from rltrain.config import merge
+
+    for order in (["model=cnn", "model.stages=2"], ["model.stages=2", "model=cnn"]):
+        over = parse_overrides(order, BenchConfig)
+        cfg = from_dict(BenchConfig, merge({"modes": ["sync"]}, over, BenchConfig))
+        assert (cfg.model.name, cfg.model.stages) == ("cnn", 2)
+    # a section without a name is not one: its keys are named as written
+    with pytest.raises(ConfigError, match="unknown config key 'data.x'"):
+        load_config(BenchConfig, None, ["data.x=1"])
+    with pytest.raises(ConfigError, match="data: expected a mapping of keys, got 'mnist'"):
+        load_config(BenchConfig, None, ["data=mnist"])

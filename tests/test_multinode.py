@@ -62,12 +62,14 @@ def _free_port() -> int:
 
 
 def _procs() -> dict[int, tuple[int, str]]:
-    """pid -> (parent pid, command line) of every process, from /proc."""
+    """pid -> (parent pid, command line) of this user's processes, from /proc."""
     out = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
+            if entry.stat().st_uid != os.getuid():
+                continue
             stat = (entry / "stat").read_text()
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
@@ -112,9 +114,19 @@ class Cluster:
         common = ["--num-cpus", "1", "--object-store-memory", OBJECT_STORE]
         common += ["--node-ip-address", "127.0.0.1", "--disable-usage-stats"]
         port = self.address.rsplit(":", 1)[1]
-        self.ray("start", "--head", "--port", port, "--temp-dir", self.temp, *common)
-        for _ in range(2):
-            self.ray("start", "--address", self.address, *common)
+        try:
+            self.ray(
+                "start", "--head", "--port", port, "--temp-dir", self.temp, *common,
+                "--include-dashboard", "false", "--ray-client-server-port", str(_free_port()),
+                "--dashboard-agent-listen-port", str(_free_port()),
+            )  # fmt: skip
+            for _ in range(2):
+                agent = str(_free_port())
+                self.ray("start", "--address", self.address, *common,
+                         "--dashboard-agent-listen-port", agent)  # fmt: skip
+        except BaseException:
+            self.shutdown()
+            raise
 
     def ray(self, *args: str) -> None:
         done = subprocess.run(
@@ -148,7 +160,7 @@ class Cluster:
         assert _kill_tree(f"--node_id={node_id}") > 0
 
     def shutdown(self) -> None:
-        _kill_tree(self.temp)  # GCS, raylets, monitors: their command lines name the folder
+        _kill_tree(self.temp + "/")  # GCS, raylets, monitors: their command lines name it
         shutil.rmtree(self.temp, ignore_errors=True)
 
 
@@ -166,7 +178,10 @@ def cluster() -> Iterator[Cluster]:
 
 
 def finish(proc: subprocess.Popen[str], timeout: float = 240) -> str:
-    out, _ = proc.communicate(timeout=timeout)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    finally:
+        proc.kill()  # a run that hangs must not outlive the test
     assert proc.returncode == 0, out[-3000:]
     return out
 
@@ -222,19 +237,22 @@ def test_train_spreads_and_survives_the_loss_of_a_node(cluster: Cluster, tmp_pat
         "stop.mean_return=null",
     )
     lines = []
-    assert proc.stdout is not None
-    for line in proc.stdout:  # the first progress line: every process is up and working
-        lines.append(line)
-        if line.startswith("[train]") and "steps 0 " not in line:
-            break
-    job = next(x for x in lines if "job " in x).rsplit("job ", 1)[1].split(")")[0]
-    before = cluster.records()
-    heads = {n["id"] for n in before["nodes"] if n["head"]}
-    mine = [a for a in job_actors(before, job) if a["cls"] in ("Actor", "Learner")]
-    assert len({a["node"] for a in mine}) == 2  # actor and learner: one 1-CPU node each
-    victim = next(a for a in mine if a["node"] not in heads)
-    cluster.remove_node(victim["node"])
-    out = "".join(lines) + finish(proc)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # the first progress line: every process is up and working
+            lines.append(line)
+            if line.startswith("[train]") and "steps 0 " not in line:
+                break
+        job = next(x for x in lines if "job " in x).rsplit("job ", 1)[1].split(")")[0]
+        before = cluster.records()
+        heads = {n["id"] for n in before["nodes"] if n["head"]}
+        mine = [a for a in job_actors(before, job) if a["cls"] in ("Actor", "Learner")]
+        assert len({a["node"] for a in mine}) == 2  # actor and learner: one 1-CPU node each
+        victim = next(a for a in mine if a["node"] not in heads)
+        cluster.remove_node(victim["node"])
+        out = "".join(lines) + finish(proc)
+    finally:
+        proc.kill()
 
     summary = json.loads((run / "summary.json").read_text())
     assert summary["stopped_by"] == "max_seconds", out[-3000:]

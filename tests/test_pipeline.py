@@ -22,6 +22,7 @@ from rltrain.supervised.pipeline import (
     PipelineStage,
     PipelineWorker,
     gpipe,
+    plan_stages,
     split_points,
     stage_sizes,
 )
@@ -59,7 +60,8 @@ def test_split_gradients_equal_the_unsplit_models(
     x, y = torch.randn(16, *shape), torch.randint(0, 10, (16,))
     whole = make_model(spec, shape)
     objective(spec, whole, x, y).backward()
-    stages = [PipelineStage(spec, shape, k, s) for s in range(k)]
+    cuts = plan_stages(spec, shape, k)
+    stages = [PipelineStage(spec, shape, cuts, s) for s in range(k)]
     gpipe(LocalStages(stages), x, y, micro=4)  # 4 micro-batches of 4
     grads = [st.grad() for st in stages]
     torch.testing.assert_close(
@@ -71,12 +73,16 @@ def test_split_gradients_equal_the_unsplit_models(
     assert sum(s.values().numel() for s in stages) == flat_grad(whole).numel()
 
 
-def test_stages_are_cut_to_balance_the_parameters() -> None:
-    assert split_points([10, 0, 10, 0, 10], 3) == [0, 2, 4, 5]
-    assert split_points([100, 1, 1, 1], 2) == [0, 1, 4]
-    assert stage_sizes(spec_for("cnn"), (1, 28, 28), 2)[0] < 10_000  # convs | the big head
+def test_stages_are_cut_to_balance_the_time_and_each_holds_parameters() -> None:
+    # the slowest stage as fast as can be; a parameter-free layer stays with the one before
+    assert split_points([1, 0.1, 1, 0.1, 1], [10, 0, 10, 0, 10], 3) == [0, 2, 4, 5]
+    assert split_points([5, 1, 1, 1], [100, 1, 1, 1], 2) == [0, 1, 4]
+    # the costly first layer alone cannot balance, but a stage needs parameters to hold
+    assert split_points([0.1, 9, 1], [0, 0, 5], 1) == [0, 3]
+    cuts = plan_stages(spec_for("cnn"), (1, 28, 28), 2)
+    assert len(cuts) == 3 and sum(stage_sizes(spec_for("cnn"), (1, 28, 28), cuts)) > 100_000
     with pytest.raises(ConfigError, match=r"model.stages=5: the model has 4 layer\(s\)"):
-        stage_sizes(spec_for("cnn"), (1, 28, 28), 5)
+        plan_stages(spec_for("cnn"), (1, 28, 28), 5)
 
 
 def test_a_pipelined_replica_steps_as_an_unsplit_worker() -> None:
@@ -89,9 +95,10 @@ def test_a_pipelined_replica_steps_as_an_unsplit_worker() -> None:
     opt, rule = OptimizerConfig(name="sgd", lr=0.1), ServerConfig(rule="sync")
     ref = LocalServer(init.clone(), opt, rule, 1)
     SupervisedWorker(spec, data).run(ref)
-    sizes = stage_sizes(spec, shape, 2)
+    cuts = plan_stages(spec, shape, 2)
+    sizes = stage_sizes(spec, shape, cuts)
     split = LocalServer(init.clone(), opt, dataclasses.replace(rule, shards=2), 1, sizes=sizes)
-    stages = LocalStages([PipelineStage(spec, shape, 2, s) for s in range(2)])
+    stages = LocalStages([PipelineStage(spec, shape, cuts, s) for s in range(2)])
     report = PipelineWorker(spec, data, stages, micro=4).run([split.part(0), split.part(1)])
     assert report.steps == 4 and ref.stats().version == 4
     torch.testing.assert_close(split.pull().values, ref.pull().values, atol=1e-6, rtol=0)

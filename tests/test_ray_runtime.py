@@ -44,7 +44,7 @@ def test_a_process_no_node_can_hold_is_named(ray_local: None) -> None:
     try:
         assert not r.is_up()
         note = runtime.placement_note([r])
-        assert "waiting for Ray to start worker 7 (64 CPU each)" in note
+        assert "waiting for Ray to start worker 7 (64 CPU)" in note
         assert "nodes have 2 CPUs" in note
     finally:
         r.kill()

@@ -91,6 +91,8 @@ class ShardedServer(ABC):
         stage exchanges its slice of the parameters with its own shard)."""
         one = copy.copy(self)
         one.layout = ShardLayout(self.layout.sizes[index], 1)
+        one.coordinated = False  # one shard decides alone
+        one._feedback = copy.deepcopy(self._feedback)  # its own compression residuals
         one._keep(index)
         return one
 

@@ -69,6 +69,7 @@ class ParameterShard:
         self._num_workers = num_workers
         self._needed = aggregate_count(rule, num_workers)
         self._absent: set[int] = set()  # workers that left a barrier (lost); a push rejoins
+        self._joined: set[int] = set()  # workers added mid-run (join is idempotent)
         self._fenced = False
         self._generation = 0  # bumped by every restore: barrier waiters wake and re-pull
         self._lock = threading.Lock()
@@ -192,6 +193,9 @@ class ParameterShard:
         """A worker added mid-run (elastic): barriers count it from its first push (its
         process may take seconds to start; until then no barrier waits for it)."""
         with self._changed:
+            if worker_id in self._joined:  # told again (a restore): counted once
+                return
+            self._joined.add(worker_id)
             self._num_workers += 1
             self._absent.add(worker_id)
             self._set_needed()

@@ -224,9 +224,9 @@ class Trainer:
             self._arming = False
 
     def _watch_placement(self) -> None:
-        """Once, when start-up has taken 30 s and Ray has not started every process: say
-        which and why (one that fits on no node would wait in silence)."""
-        if self._placement_said or self.startup_seconds is not None:
+        """Once, 30 s into the session, if Ray has not started every process: say which and
+        why (one that fits on no node would wait in silence while the others work)."""
+        if self._placement_said:
             return
         if time.time() - self.session_start < 30:
             return

@@ -109,10 +109,10 @@ class ServerGuard:
             return False  # a peer other than a shard was lost, or a false alarm
         seen = max([self.last_seen, *(h[0] for h in health if h is not None and not h[1])])
         lost = max(0, seen - self.point.version)
-        self.server.load_state_dicts(self.point.states)
         for i in lost_shards:  # a restarted shard knows nothing of who joined (N is not state)
-            for worker in self.joined:
+            for worker in self.joined:  # (told before it is unfenced, so it never steps short)
                 result(self.server.shards[i].call("join", worker))
+        self.server.load_state_dicts(self.point.states)
         for worker in self.left:  # nor of who left
             self.server.leave(worker)
         self.counters.shard_restores += len(lost_shards)

@@ -157,11 +157,11 @@ def placement_note(waiting: Sequence[Remote]) -> str:
     """One line on processes Ray has not started yet: slow imports, or no node with room."""
     if not waiting:
         return ""
-    names = ", ".join(f"{r.role} {r.index}" for r in waiting[:4])
+    names = ", ".join(f"{r.role} {r.index} ({r.cpus:g} CPU)" for r in waiting[:4])
     names += f" and {len(waiting) - 4} more" if len(waiting) > 4 else ""
     nodes = ", ".join(f"{c:g}" for c in node_cpus())
     return (
-        f"waiting for Ray to start {names} ({waiting[0].cpus:g} CPU each); the cluster's "
+        f"waiting for Ray to start {names}; the cluster's "
         f"nodes have {nodes} CPUs, {free_cpus():g} free: a process that fits on no node waits "
         "until one joins (add a node, or lower actors/workers)"
     )

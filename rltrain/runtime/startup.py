@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import site
 import socket
@@ -197,10 +198,16 @@ def fit_cpus(
     if need <= 0 or not nodes:
         return cfg
 
+    def share(cpus: float, f: float) -> float:
+        # Ray keeps 4 decimals and rounds half up: round down, so that what packs here packs
+        # there (3 x 0.6667 would not fit 2 CPUs)
+        return math.floor(cpus * f * 10_000) / 10_000
+
     def sizes(f: float) -> list[float]:
         whole = int(workers)
-        part = [cfg.worker_cpus * f] * whole + [cfg.worker_cpus * f * (workers - whole)]
-        return [s for s in part if s > 0] + [cfg.server_cpus * f] * shards
+        w = share(cfg.worker_cpus, f)
+        part = [w] * whole + [share(cfg.worker_cpus * (workers - whole), f)]
+        return [s for s in part if s > 0] + [share(cfg.server_cpus, f)] * shards
 
     f = min(1.0, sum(nodes) / need)
     if not packs(sizes(f), nodes):
@@ -212,5 +219,5 @@ def fit_cpus(
     if f >= 1.0:
         return cfg
     return dataclasses.replace(
-        cfg, worker_cpus=cfg.worker_cpus * f, server_cpus=cfg.server_cpus * f
+        cfg, worker_cpus=share(cfg.worker_cpus, f), server_cpus=share(cfg.server_cpus, f)
     )

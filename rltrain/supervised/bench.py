@@ -248,8 +248,9 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
     extra: dict[str, Any] = {}  # summary.json's "ray": the job (as Ray names it), the nodes
     if needs_ray:
         where = runtime.init_ray(cfg.runtime)
-        processes = cfg.workers * cfg.model.stages  # one per stage of each replica
-        fitted = runtime.fit_cpus(cfg.runtime, processes, cfg.server.shards)
+        stages = cfg.model.stages  # a process and a server shard per stage of each replica
+        shards = stages if stages > 1 else cfg.server.shards
+        fitted = runtime.fit_cpus(cfg.runtime, cfg.workers * stages, shards)
         cfg = dataclasses.replace(cfg, runtime=fitted)
         signals.install()  # again: ray.init replaces the SIGTERM handler
         print(f"runtime: {where}")

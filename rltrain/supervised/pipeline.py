@@ -77,56 +77,81 @@ def layers(model: nn.Module) -> list[nn.Module]:
     raise ConfigError(f"model.stages: model {type(model).__name__} has no layer sequence")
 
 
-def split_points(sizes: Sequence[int], k: int) -> list[int]:
-    """Where to cut layers with ``sizes`` parameters into ``k`` contiguous stages, each with
-    parameters, so that the largest stage is smallest: k + 1 indices from 0 to len(sizes)."""
+def split_points(costs: Sequence[float], sizes: Sequence[int], k: int) -> list[int]:
+    """Where to cut layers of these ``costs`` (time) and ``sizes`` (parameters) into ``k``
+    contiguous stages, each holding parameters (each is a server shard), so that the slowest
+    stage is fastest (a pipeline runs at its slowest stage's pace): k + 1 indices from 0."""
     carrying = [i for i, n in enumerate(sizes) if n > 0]
     if k > len(carrying):
         raise ConfigError(
             f"model.stages={k}: the model has {len(carrying)} layer(s) with parameters to cut; "
             f"allowed: 1 to {len(carrying)}"
         )
-    n = len(sizes)
-    prefix = [0]
-    for s in sizes:
-        prefix.append(prefix[-1] + s)
-    # best[j][i]: (largest stage, cuts) for layers[:i] in j stages, each holding parameters
-    best: list[dict[int, tuple[int, list[int]]]] = [{0: (0, [0])}]
+    n = len(costs)
+    cost, size = [0.0], [0]
+    for c, s in zip(costs, sizes, strict=True):
+        cost.append(cost[-1] + c)
+        size.append(size[-1] + s)
+    # best[j][i]: (slowest stage, cuts) for layers[:i] in j stages, each holding parameters
+    best: list[dict[int, tuple[float, list[int]]]] = [{0: (0.0, [0])}]
     for j in range(1, k + 1):
-        row: dict[int, tuple[int, list[int]]] = {}
+        row: dict[int, tuple[float, list[int]]] = {}
         for i in range(1, n + 1):
             for h, (worst, cuts) in best[j - 1].items():
-                load = prefix[i] - prefix[h]
-                # ties go to the later cut: a layer without parameters (ReLU, pooling) stays with
-                # the layer before it
-                if h < i and load > 0 and (i not in row or max(worst, load) <= row[i][0]):
+                load = cost[i] - cost[h]
+                # ties go to the later cut: a layer without parameters (ReLU, pooling) stays
+                # with the layer before it
+                if h < i and size[i] > size[h] and (i not in row or max(worst, load) <= row[i][0]):
                     row[i] = (max(worst, load), [*cuts, i])
         best.append(row)
     return best[k][n][1]
 
 
-def stage_layers(model: nn.Module, k: int) -> list[nn.Sequential]:
-    """``model``'s layers cut into ``k`` stages balanced by parameter count."""
-    seq = layers(model)
-    cuts = split_points([sum(p.numel() for p in m.parameters()) for m in seq], k)
-    return [nn.Sequential(*seq[a:b]) for a, b in zip(cuts, cuts[1:], strict=False)]
+def layer_costs(seq: Sequence[nn.Module], in_shape: tuple[int, ...], batch: int) -> list[float]:
+    """Seconds of each layer's forward pass on a batch (the median of 5): the backward pass
+    costs about twice the forward, so the forward's share stands for the whole step's."""
+    times: list[list[float]] = [[] for _ in seq]
+    with torch.no_grad():
+        for _ in range(5):
+            h = torch.randn(batch, *in_shape)
+            for i, m in enumerate(seq):
+                t = time.perf_counter()
+                h = m(h)
+                times[i].append(time.perf_counter() - t)
+    return [sorted(t)[len(t) // 2] for t in times]
 
 
-def stage_sizes(spec: WorkerSpec, in_shape: tuple[int, ...], k: int) -> list[int]:
-    """Parameters of each of the ``k`` stages: the server's shard sizes."""
+def plan_stages(spec: WorkerSpec, in_shape: tuple[int, ...], k: int) -> list[int]:
+    """The cut points of ``k`` stages, balanced by the layers' measured time (once, by the
+    driver: every stage process must cut the same way)."""
+    seq = layers(make_model(spec, in_shape))
+    sizes = [sum(p.numel() for p in m.parameters()) for m in seq]
+    if k > sum(n > 0 for n in sizes):  # refused before anything is timed
+        return split_points([0.0] * len(seq), sizes, k)
+    return split_points(layer_costs(seq, in_shape, spec.batch_size), sizes, k)
+
+
+def stage_sizes(spec: WorkerSpec, in_shape: tuple[int, ...], cuts: Sequence[int]) -> list[int]:
+    """Parameters of each stage: the server's shard sizes."""
+    seq = layers(make_model(spec, in_shape))
     return [
-        sum(p.numel() for p in s.parameters()) for s in stage_layers(make_model(spec, in_shape), k)
+        sum(p.numel() for m in seq[a:b] for p in m.parameters())
+        for a, b in zip(cuts, cuts[1:], strict=False)
     ]
 
 
 class PipelineStage:
-    """Stage ``index`` of ``stages``: forward and backward of its layers per micro-batch, and
-    its slice's exchange with its server shard. The last stage also computes the loss."""
+    """Stage ``index``, layers ``cuts[index]`` to ``cuts[index + 1]``: forward and backward of
+    its layers per micro-batch, and its slice's exchange with its server shard. The last stage
+    also computes the loss."""
 
-    def __init__(self, spec: WorkerSpec, in_shape: tuple[int, ...], stages: int, index: int):
+    def __init__(
+        self, spec: WorkerSpec, in_shape: tuple[int, ...], cuts: Sequence[int], index: int
+    ) -> None:
         torch.set_num_threads(spec.threads)
-        self.spec, self.index, self.last = spec, index, index == stages - 1
-        self.layers = stage_layers(make_model(spec, in_shape), stages)[index]
+        self.spec, self.index = spec, index
+        seq = layers(make_model(spec, in_shape))
+        self.layers = nn.Sequential(*seq[cuts[index] : cuts[index + 1]])
         self.server: Server | None = None
         self.version = 0
         self._saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -151,10 +176,9 @@ class PipelineStage:
         out.backward(grad_out)
         return x.grad if self.index > 0 else None
 
-    def loss(self, mb: int, x: torch.Tensor, y: torch.Tensor, weight: float) -> Any:
-        """Last stage: forward, the loss of micro-batch ``mb`` times its share of the batch,
-        backward; d loss / d input for the stage before."""
-        self.forward(mb, x)
+    def loss(self, mb: int, y: torch.Tensor, weight: float) -> Any:
+        """Last stage, after its forward of micro-batch ``mb``: the loss times the micro-batch's
+        share of the batch, backward; d loss / d input for the stage before."""
         inp, out = self._saved.pop(mb)
         loss = objective_loss(self.spec.objective, out, y) * weight
         loss.backward()
@@ -162,21 +186,22 @@ class PipelineStage:
         return inp.grad if self.index > 0 else None
 
     def grad(self) -> tuple[torch.Tensor, float]:
-        """(the flat gradient summed since the last call, the loss) and zero them."""
-        g = flat_grad(self.layers)
+        """(the flat gradient summed since the last call, the loss) and zero them; with the
+        objective's L2 term on this stage's slice, as :func:`objective` adds it."""
+        g = flat_grad(self.layers).clone()
+        if self.spec.l2:
+            g += self.spec.l2 * self.values()
         self.layers.zero_grad(set_to_none=True)
         loss, self._loss = self._loss, 0.0
-        return g.clone(), loss
+        return g, loss
 
-    def exchange(self, worker_id: int, samples: int) -> tuple[int, float]:
+    def exchange(self, worker_id: int, samples: int, timeout: float) -> tuple[int, float]:
         """Push this step's gradient slice to the shard and load what it returns: (version,
-        loss). Barrier rules wait for the shard to step past the pushed version."""
+        loss). Barrier rules wait (up to ``timeout`` s) for the shard to step past it."""
         assert self.server is not None, "connect first"
         g, loss = self.grad()
         update = GradUpdate(worker_id, self.version, g, samples, {"loss": loss})
-        rule = self.spec.rule
-        wait = self.version + 1 if rule.rule != "async" else 0
-        timeout = rule.barrier_timeout_s if rule.rule != "async" else 0.0
+        wait = self.version + 1 if self.spec.rule.rule != "async" else 0
         return self._load(self.server.exchange(update, wait, timeout)[1]), loss
 
     def values(self) -> torch.Tensor:
@@ -216,17 +241,16 @@ def gpipe(stages: Stages, x: torch.Tensor, y: torch.Tensor, micro: int) -> None:
     """One minibatch through the pipeline: every micro-batch forward, then every one backward
     (GPipe's schedule). Calls are issued without waiting, so with stage processes stage s runs
     micro-batch i while stage s+1 runs i-1; the stages then hold the minibatch's gradient."""
-    xs, ys = x.chunk(micro), y.chunk(micro)
+    # copies: a view would carry the whole batch's storage to each stage process
+    xs, ys = [c.clone() for c in x.chunk(micro)], [c.clone() for c in y.chunk(micro)]
     k = stages.count
-    outs = []
     for i, xi in enumerate(xs):
         h = xi
-        for s in range(k - 1):
+        for s in range(k):
             h = stages.call(s, "forward", i, h)
-        outs.append(h)
     done = []
     for i in reversed(range(len(xs))):  # the last micro-batch's activations are freshest
-        g = stages.call(k - 1, "loss", i, outs[i], ys[i], len(ys[i]) / len(y))
+        g = stages.call(k - 1, "loss", i, ys[i], len(ys[i]) / len(y))
         for s in reversed(range(k - 1)):
             g = stages.call(s, "backward", i, g)
         done.append(g)
@@ -263,8 +287,11 @@ class PipelineWorker:
         log: list[tuple[float, int, float]] = []
         for b in self.plan.batches(skip, lambda: deadline):
             gpipe(st, b.x, b.y, self.micro)
+            # a barrier waits no longer than the budget (a replica that stopped never comes)
+            left = deadline - time.time() + 0.5
+            timeout = max(0.0, min(spec.rule.barrier_timeout_s, left))
             done = st.get(
-                [st.call(s, "exchange", spec.worker_id, len(b.y)) for s in range(st.count)]
+                [st.call(s, "exchange", spec.worker_id, len(b.y), timeout) for s in range(st.count)]
             )
             samples += len(b.y)
             log.append((time.time(), samples, done[-1][1]))  # the last stage has the loss
@@ -283,7 +310,8 @@ def run_pipeline_mode(
     k, micro = cfg.model.stages, cfg.model.micro_batches
     specs = worker_specs(cfg, mode, data, cfg.workers)
     shape = input_shape(data)
-    sizes = stage_sizes(specs[0], shape, k)
+    cuts = plan_stages(specs[0], shape, k)
+    sizes = stage_sizes(specs[0], shape, cuts)
     rule = dataclasses.replace(specs[0].rule, shards=k)
     server = runtime.start_server(
         initial_params(cfg, data), cfg.optimizer, rule, cfg.workers, cfg.runtime, sizes=sizes
@@ -297,7 +325,7 @@ def run_pipeline_mode(
                     PipelineStage,
                     spec,
                     shape,
-                    k,
+                    cuts,
                     s,
                     role="worker",
                     index=spec.worker_id,
@@ -332,6 +360,8 @@ def run_pipeline_mode(
         calls = list(pending)
         while pending:
             done = runtime.wait_any(pending, snapper.due_in())
+            for c in done:  # a lost stage fails its replica's call: stop the mode at once
+                runtime.result(c)
             pending = [c for c in pending if c not in done]
             if snapper.due_in() == 0:
                 snapper.take()

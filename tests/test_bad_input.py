@@ -335,6 +335,12 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             id="b-pipeline-shards",
         ),
         pytest.param(
+            ["bench", str(ROOT / "configs" / "bench_toy.yaml"), "--set", "modes=[sync]"]
+            + ["--set", "model.stages=2"],
+            ["model.stages=2: model linear has 1 layer(s) with parameters to cut; allowed: 1 to 1"],
+            id="b-pipeline-layers",
+        ),
+        pytest.param(
             ["bench", BENCH, "--set", "sandblaster.portions=0"],
             ["sandblaster.portions=0: must be >= 1"],
             id="b-portions",

@@ -16,7 +16,7 @@ import torch
 from rltrain.config import ConfigError
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.server import LocalServer
-from rltrain.supervised.config import BenchConfig, SupervisedModelConfig
+from rltrain.supervised.config import BenchConfig, DataConfig, SupervisedModelConfig
 from rltrain.supervised.pipeline import (
     LocalStages,
     PipelineStage,
@@ -104,12 +104,27 @@ def test_a_pipelined_replica_steps_as_an_unsplit_worker() -> None:
     torch.testing.assert_close(split.pull().values, ref.pull().values, atol=1e-6, rtol=0)
 
 
+def test_param_layers_count_the_layers_that_can_be_cut() -> None:
+    from rltrain.supervised.models import PARAM_LAYERS, build_model
+    from rltrain.supervised.pipeline import layers
+
+    for name, shape in (("cnn", (1, 28, 28)), ("resnet", (3, 32, 32)), ("linear", (10,))):
+        seq = layers(build_model(name, shape, 10))
+        assert sum(any(True for _ in m.parameters()) for m in seq) == PARAM_LAYERS[name]
+
+
 def test_pipeline_options_are_checked() -> None:
     with pytest.raises(ValueError, match=r"model.stages=2: runs the modes sync, async .* not"):
         BenchConfig(modes=("sync", "hogwild"), model=SupervisedModelConfig(stages=2))
     with pytest.raises(ValueError, match=r"model.stages=2: not with server.shards"):
         BenchConfig(
             modes=("sync",), model=SupervisedModelConfig(stages=2), server=ServerConfig(shards=2)
+        )
+    with pytest.raises(ValueError, match=r"model.stages=6: model resnet has 5 layer"):
+        BenchConfig(
+            modes=("sync",),
+            model=SupervisedModelConfig(stages=6),
+            data=DataConfig(dataset="cifar10"),
         )
     with pytest.raises(ValueError, match=r"micro_batches=99 exceeds batch_size=64"):
         BenchConfig(modes=("sync",), model=SupervisedModelConfig(stages=2, micro_batches=99))

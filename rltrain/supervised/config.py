@@ -9,7 +9,7 @@ from rltrain.faults import FaultsConfig
 from rltrain.ps.config import OptimizerConfig, ServerConfig, check_momentum_correction
 from rltrain.runtime_config import RuntimeConfig
 from rltrain.supervised.datasets import DATASETS
-from rltrain.supervised.models import MODELS
+from rltrain.supervised.models import MODELS, PARAM_LAYERS
 from rltrain.supervised.toys import TOY_PROBLEMS
 
 # Each mode is a server rule (plus a staleness policy), the single-process baseline, or Hogwild.
@@ -236,6 +236,15 @@ class BenchConfig:
             raise ValueError(
                 f"{head}: runs the modes {', '.join(PIPELINE_MODES)} (and baseline, unsplit, "
                 f"as the reference), not {', '.join(other)}"
+            )
+        name = pipe.name
+        if name == "auto":  # as build_model resolves it for the dataset's inputs
+            toy, colour = self.data.dataset in TOY_PROBLEMS, self.data.dataset == "cifar10"
+            name = "linear" if toy else "resnet" if colour else "cnn"
+        if pipe.stages > PARAM_LAYERS[name]:
+            raise ValueError(
+                f"{head}: model {name} has {PARAM_LAYERS[name]} layer(s) with parameters to "
+                f"cut; allowed: 1 to {PARAM_LAYERS[name]}"
             )
         if pipe.micro_batches > self.batch_size:
             raise ValueError(

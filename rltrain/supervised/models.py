@@ -9,6 +9,8 @@ import torch
 from torch import nn
 
 MODELS = ("auto", "cnn", "resnet", "linear")
+PARAM_LAYERS = {"cnn": 4, "resnet": 5, "linear": 1}
+"""Layers holding parameters, the most stages a model can be cut into (``model.stages``)."""
 
 
 class SmallCNN(nn.Module):

@@ -158,6 +158,41 @@ def test_clipped_surrogate_hand_computed() -> None:
     assert g[0] == 0 and g[3] == 0 and g[1] != 0 and g[2] != 0
 
 
+def test_dual_clip_bounds_a_negative_advantage_hand_computed() -> None:
+    """Dual-clip PPO (Ye et al. 2020): with A < 0 the surrogate is max(min(r A, clip(r) A), c A).
+    Ratios 5 and 2 with A = -1, c = 3: -5 is bounded to -3 (no gradient), -2 stays."""
+    mu = torch.log(torch.tensor([[0.1, 0.9], [0.2, 0.8], [0.1, 0.9]]))
+    pi = torch.log(torch.tensor([[0.5, 0.5], [0.4, 0.6], [0.5, 0.5]])).requires_grad_(True)
+    actions = torch.zeros(3, dtype=torch.long)  # ratios 5, 2, 5
+    adv = torch.tensor([-1.0, -1.0, 1.0])
+    zeros = torch.zeros(3)
+    spec = LossSpec(value_coef=0.0, entropy_coef=0.0, clip=0.2, dual_clip=3.0)
+    out = actor_critic_loss(pi, actions, zeros, zeros, adv, spec, behaviour_logits=mu)
+    # max(min(-5, -1.2), -3) = -3; max(min(-2, -1.2), -3) = -2; A > 0: min(5, 1.2) = 1.2
+    assert out.policy == pytest.approx(-(-3 - 2 + 1.2) / 3)
+    out.total.backward()
+    g = pi.grad[:, 0]
+    assert g[0] == 0 and g[1] != 0 and g[2] == 0
+    plain = dataclasses.replace(spec, dual_clip=0.0)
+    out = actor_critic_loss(pi, actions, zeros, zeros, adv, plain, behaviour_logits=mu)
+    assert out.policy == pytest.approx(-(-5 - 2 + 1.2) / 3)
+
+
+def test_a_ratio_beyond_exp_20_gives_no_nan() -> None:
+    """An action 300 stds out in the behaviour policy's tail but likely under the new one:
+    the ratio is cut at e^20 instead of overflowing to inf (and to NaN in the gradient)."""
+    from rltrain.rl.distributions import DIAG_GAUSSIAN as dist
+
+    mu = torch.tensor([[3.0, -4.6]])  # mean 3, std 0.01
+    pi = torch.tensor([[0.0, 0.0]], requires_grad=True)  # mean 0, std 1
+    actions = torch.tensor([[0.0]])
+    spec = LossSpec(value_coef=0.0, entropy_coef=0.0, clip=0.2, dual_clip=0.0)
+    z = torch.zeros(1)
+    out = actor_critic_loss(pi, actions, z, z, torch.tensor([-1.0]), spec, mu, dist=dist)
+    out.total.backward()
+    assert torch.isfinite(out.total) and torch.isfinite(pi.grad).all()
+
+
 def test_value_clip_and_sum_reduction() -> None:
     """value_clip keeps the larger error of the clipped and unclipped values; sum = N x mean."""
     values = torch.tensor([3.0, 0.0])

@@ -65,6 +65,10 @@ class AlgoConfig:
     """ppo/appo: minibatches per pass; each is one gradient push (one server step)."""
     clip: float = field(default=0.2, metadata=spec(gt=0))
     """ppo/appo: epsilon of the clipped surrogate, ratio clipped to [1 - eps, 1 + eps]."""
+    dual_clip: float = field(default=3.0, metadata=spec(ge=0))
+    """ppo/appo: c of dual-clip PPO (Ye et al. 2020): with a negative advantage the surrogate
+    is bounded below by c A, so a sample far in the new policy's tail (a ratio of 1e3 when a
+    Gaussian's std has shrunk) cannot blow the step up; 0 = off, else > 1."""
     value_clip: float = field(default=0.0, metadata=spec(ge=0))
     """ppo/appo: clip the value's change from its batch-start value to +-this (0 = off)."""
     kl_coef: float = field(default=0.0, metadata=spec(ge=0))
@@ -242,6 +246,11 @@ class TrainConfig:
                 "which the average rule would copy into the weights; use sync, soft_sync or async"
             )
         check_momentum_correction(self.optimizer, self.server)
+        if 0 < self.algo.dual_clip <= 1:
+            raise ValueError(
+                f"algo.dual_clip={self.algo.dual_clip:g}: must be 0 (off) or above 1 (the bound "
+                "c A lies below the clipped surrogate's (1 - eps) A only for c > 1)"
+            )
         if self.server.record:
             raise ValueError(
                 "server.record=true: only rltrain bench records and replays its updates (a "

@@ -64,6 +64,7 @@ def loss_spec(cfg: TrainConfig, progress: float = 0.0) -> LossSpec:
         value_coef=a.value_coef,
         entropy_coef=linear(a.entropy_coef, cfg.schedule.entropy_end, progress),
         clip=a.clip if ppo else 0.0,
+        dual_clip=a.dual_clip if ppo else 0.0,
         value_clip=a.value_clip if ppo else 0.0,
         kl_coef=a.kl_coef if ppo else 0.0,
         normalize_advantages=a.normalize_advantages and ppo,

@@ -122,6 +122,7 @@ class LossSpec:
     value_coef: float = 0.5
     entropy_coef: float = 0.01
     clip: float = 0.0  # PPO's epsilon; 0: the plain policy gradient of A3C/IMPALA
+    dual_clip: float = 0.0  # dual-clip PPO's c (> 1) bounding negative advantages; 0: off
     value_clip: float = 0.0  # 0: no value clipping
     kl_coef: float = 0.0
     normalize_advantages: bool = False
@@ -142,7 +143,8 @@ def actor_critic_loss(
     """policy  +  c_v (V - target)^2 / 2  -  c_e H(pi)  +  c_kl KL(mu || pi).
 
     policy = -log pi(a|x) A (A3C, IMPALA), or with ``spec.clip`` PPO's clipped surrogate
-    -min(r A, clip(r, 1 - eps, 1 + eps) A), r = pi(a|x) / mu(a|x). Each term is the mean (or
+    -min(r A, clip(r, 1 - eps, 1 + eps) A), r = pi(a|x) / mu(a|x), and with ``spec.dual_clip``
+    c that minimum bounded below by c A where A < 0 (Ye et al. 2020). Each term is the mean (or
     the sum, ``spec.reduction``) over the N samples. ``dist``: the policy's distribution
     (:mod:`rltrain.rl.distributions`; categorical for discrete actions).
     """
@@ -155,13 +157,18 @@ def actor_critic_loss(
     kl = clip_fraction = torch.zeros(())
     if behaviour_logits is not None:
         mu = behaviour_logits.detach()
-        log_ratio = logp - dist.log_prob(mu, actions)  # [N]
+        # bounded: an action deep in one policy's tail gives exp(a huge number) = inf, and
+        # inf * 0 = NaN in the gradient; beyond e^20 the sample's gradient is cut instead
+        log_ratio = (logp - dist.log_prob(mu, actions)).clamp(-20.0, 20.0)  # [N]
         kl_mu_pi = dist.kl(mu, logits)  # [N]
         kl = kl_mu_pi.mean().detach()
     if spec.clip > 0:
         assert behaviour_logits is not None, "the clipped surrogate needs the behaviour policy"
         ratio = log_ratio.exp()
         surrogate = torch.min(ratio * adv, ratio.clamp(1 - spec.clip, 1 + spec.clip) * adv)
+        if spec.dual_clip > 0:
+            bounded = torch.max(surrogate, spec.dual_clip * adv)
+            surrogate = torch.where(adv < 0, bounded, surrogate)
         policy = -reduce(surrogate)
         clip_fraction = ((ratio - 1).abs() > spec.clip).float().mean()
     else:

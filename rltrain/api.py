@@ -170,16 +170,20 @@ def bench(
 
 
 def evaluate(
-    run_dir: str | Path, episodes: int = 10, video: bool = False, seed: int = 12345
+    run_dir: str | Path,
+    episodes: int = 10,
+    video: bool = False,
+    seed: int = 12345,
+    deterministic: bool = False,
 ) -> EvalResult:
     """Play a run's latest checkpoint as ``rltrain eval`` does; ``.mean``, ``.std``,
-    ``.returns``, ``.video``."""
+    ``.returns``, ``.video``. ``deterministic``: the most likely actions, not samples."""
     from rltrain.config import load_config
     from rltrain.rl.evaluate import evaluate as play
 
     run_dir = Path(run_dir)
     cfg = load_config(TrainConfig, run_dir / "config.yaml")
-    return play(cfg, run_dir, episodes, video, seed)
+    return play(cfg, run_dir, episodes, video, seed, deterministic=deterministic)
 
 
 class LoadedPolicy:

@@ -116,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
         "sees (Atari: the newest 84x84 frame)",
     )
     ev.add_argument("--seed", type=_seed, default=12345, help="seed of the evaluation envs")
+    ev.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="act with the policy's most likely action (a Gaussian's mean) instead of "
+        "sampling as training does (SB3's evaluate_policy default)",
+    )
     plot = sub.add_parser(
         "plot",
         help="draw runs' episode return against frames and wall time (PNG)",
@@ -253,9 +259,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     run_dir = run_dir_arg(args.run_dir, "")
     cfg = load_config(TrainConfig, run_dir / "config.yaml")
-    res = evaluate(cfg, run_dir, args.episodes, args.video, args.seed, video_view=args.video_view)
+    res = evaluate(
+        cfg,
+        run_dir,
+        args.episodes,
+        args.video,
+        args.seed,
+        video_view=args.video_view,
+        deterministic=args.deterministic,
+    )
+    how = "most likely actions" if args.deterministic else "sampled actions, as in training"
     print(
-        f"{cfg.env.id}, checkpoint {res.checkpoint.name} (version {res.version}): "
+        f"{cfg.env.id}, checkpoint {res.checkpoint.name} (version {res.version}, {how}): "
         f"{len(res.returns)} episodes, raw score mean {res.mean:.2f} +- {res.std:.2f} "
         f"(min {min(res.returns):.1f}, max {max(res.returns):.1f})"
     )

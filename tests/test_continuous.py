@@ -100,7 +100,11 @@ def test_box_actions_train_and_evaluate_through_ray(tmp_path: Path) -> None:
         cfg, run_dir=tmp_path / "run", stop__max_env_steps=4000, stop__mean_return=None
     )
     assert run.stopped_by == "max_env_steps" and run.episodes > 0
-    assert rltrain.evaluate(run.run_dir, episodes=2).mean < 0  # Pendulum's costs
+    sampled = rltrain.evaluate(run.run_dir, episodes=2)
+    assert sampled.mean < 0  # Pendulum's costs
+    det = rltrain.evaluate(run.run_dir, episodes=2, deterministic=True)  # the Gaussian's mean
+    assert det.returns == rltrain.evaluate(run.run_dir, episodes=2, deterministic=True).returns
+    assert det.returns != sampled.returns
     action = rltrain.load_policy(run.run_dir)(np.zeros(3, np.float32))
     assert action.shape == (1,) and -2.0 <= float(action[0]) <= 2.0
 

@@ -135,9 +135,11 @@ def evaluate(
     seed: int = 12345,
     max_steps: int = 1_000_000,
     video_view: VideoView | None = None,
+    deterministic: bool = False,
 ) -> EvalResult:
     """Play ``episodes`` episodes in up to 8 parallel envs (env i seeded ``seed + i``); with
     ``video``, the first one alone in a recording env (seeded next), filmed into ``run_dir``.
+    ``deterministic``: the policy's most likely action (its mean for a Box), not a sample.
 
     ``video_view`` None: the game's screen, or the agent's view when the env cannot draw its
     screen (e.g. CartPole without pygame; ``EvalResult.note`` says why); given, that view or a
@@ -171,11 +173,13 @@ def evaluate(
         if rec is not None:
             out = run_dir / f"eval-v{version}{'' if view == 'game' else '-agent'}"
             gen = torch.Generator().manual_seed(video_seed)
-            video_path, ret, length = record_episode(rec, policy, view, out, gen, max_steps)
+            video_path, ret, length = record_episode(
+                rec, policy, view, out, gen, max_steps, deterministic
+            )
             returns.append(ret)
             lengths.append(length)
         if vec is not None:
-            more, more_lengths = play_episodes(vec, policy, n_vec, seed, max_steps)
+            more, more_lengths = play_episodes(vec, policy, n_vec, seed, max_steps, deterministic)
             returns.extend(more)
             lengths.extend(more_lengths)
     video_as = view if video else None
@@ -183,7 +187,12 @@ def evaluate(
 
 
 def play_episodes(
-    env: VectorEnv, policy: Policy, episodes: int, seed: int, max_steps: int
+    env: VectorEnv,
+    policy: Policy,
+    episodes: int,
+    seed: int,
+    max_steps: int,
+    deterministic: bool = False,
 ) -> tuple[list[float], list[int]]:
     """Raw scores and lengths of the first ``episodes`` episodes to end in ``env``."""
     gen = torch.Generator().manual_seed(seed)
@@ -191,7 +200,7 @@ def play_episodes(
     returns: list[float] = []
     lengths: list[int] = []
     for _ in range(max_steps):
-        step = env.step(policy.act(obs, gen))
+        step = env.step(policy.act(obs, gen, deterministic))
         obs = step.obs
         returns.extend(step.episode_returns)
         lengths.extend(step.episode_lengths)
@@ -207,6 +216,7 @@ def record_episode(
     out: Path,
     gen: torch.Generator,
     max_steps: int,
+    deterministic: bool = False,
 ) -> tuple[Path, float, int]:
     """Play one episode, writing a frame per agent step: (video path, raw score, length)."""
     obs = env.reset()
@@ -214,7 +224,7 @@ def record_episode(
     with open_video(out, env.fps) as writer:
         writer.add(env.screen() if view == "game" else frame_of(obs))
         while not done and steps < max_steps:
-            obs, reward, done = env.step(policy.act(obs[None], gen)[0])
+            obs, reward, done = env.step(policy.act(obs[None], gen, deterministic)[0])
             total += reward
             steps += 1
             writer.add(env.screen() if view == "game" else frame_of(obs))

@@ -104,15 +104,6 @@ def run_bench_config(cfg: Any, run_dir: str | Path | None, config_path: str | No
     check_address(cfg.runtime.address)
     data = load_data(cfg.data, log=print)
     check_bench_sizes(cfg, len(data.train))
-    if cfg.model.stages > 1:  # enough layers to cut: before Ray starts
-        from rltrain.config import ConfigError
-        from rltrain.supervised.modes import input_shape, worker_specs
-        from rltrain.supervised.pipeline import plan_stages
-
-        try:
-            plan_stages(worker_specs(cfg, "sync", data, 1)[0], input_shape(data), cfg.model.stages)
-        except ConfigError as e:
-            raise UserError(f"{e} (model {cfg.model.name} on {cfg.data.dataset})") from None
     out = new_run_dir(config_path or f"bench_{cfg.data.dataset}", run_dir)
     write_config(out, cfg)
     print(f"rltrain bench: {cfg.data.dataset}, modes {', '.join(cfg.modes)}; writing {out}")

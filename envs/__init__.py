@@ -9,7 +9,7 @@ lengths of the episodes that just ended). Importing this package registers the t
 from envs.base import ActionSpace, EnvError, StepBatch, VectorEnv
 from envs.config import EnvConfig
 from envs.toy import CHAIN_ID, ChainEnv, register_chain
-from envs.vector import env_groups, make_env, make_env_groups
+from envs.vector import env_groups, make_env, make_env_groups, registered
 
 register_chain()
 
@@ -24,4 +24,5 @@ __all__ = [
     "env_groups",
     "make_env",
     "make_env_groups",
+    "registered",
 ]

@@ -25,8 +25,14 @@ __all__ = [
     "env_groups",
     "make_env",
     "make_env_groups",
+    "registered",
     "unknown_id_message",
 ]
+
+
+def registered(env_id: str) -> bool:
+    """Whether gymnasium knows ``env_id`` now (ALE ids included: ale_py is imported)."""
+    return env_id in gymnasium.registry
 
 
 def unknown_id_message(env_id: str, imports: tuple[str, ...] = ()) -> str:

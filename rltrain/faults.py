@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from rltrain.config import spec
 from rltrain.errors import RLTrainError
-from rltrain.records import Role
+from rltrain.names import Role
 
 ACTIONS = ("kill", "pause", "slow", "add", "remove")
 TARGETS: tuple[Role, ...] = typing.get_args(Role)

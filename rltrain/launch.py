@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +113,53 @@ def run_bench_config(cfg: Any, run_dir: str | Path | None, config_path: str | No
     return out
 
 
+def starts_ray_early(cfg: Any) -> bool:
+    """Whether :func:`probe_beside_ray` may start Ray before the env is probed: from the main
+    thread (``ray.init`` needs it), for an id gymnasium knows (an unknown one fails before
+    anything starts) and without user modules (they are imported first, to ship them)."""
+    from envs import registered
+
+    return (
+        threading.current_thread() is threading.main_thread()
+        and registered(cfg.env.id)
+        and not cfg.env.imports
+        and not cfg.env.wrappers
+    )
+
+
+def probe_beside_ray(cfg: Any) -> tuple[Any, tuple[str, float]]:
+    """Probe the env in a thread while Ray starts in this one; returns the env's spec, Ray's
+    description and the time it was up.
+
+    Ray's start (about 2.3 s on 2 cores) mostly waits for its own processes, and the probe
+    (importing torch and the emulators, opening one env: about 1.5 s) mostly computes, so
+    they overlap. A probe that fails shuts Ray down again and raises its one-line error.
+    """
+    from rltrain import runtime
+
+    probed: dict[str, Any] = {}
+
+    def probe() -> None:
+        from rltrain.rl.setup import probe_env
+
+        try:
+            probed["spec"] = probe_env(cfg)
+        except BaseException as e:  # raised again in the main thread
+            probed["error"] = e
+
+    thread = threading.Thread(target=probe, name="rltrain-probe", daemon=True)
+    thread.start()
+    try:
+        where = runtime.init_ray(cfg.runtime)
+        up = time.time()
+    finally:
+        thread.join()
+    if "error" in probed:
+        runtime.shutdown()
+        raise probed["error"]
+    return probed["spec"], (where, up)
+
+
 def check_bench_sizes(cfg: Any, train_size: int) -> None:
     """UserError when a worker's shard has no full batch, or a Sandblaster batch has fewer
     samples than portions (nothing could train; checked once the data's size is known)."""
@@ -141,14 +190,14 @@ def prepare_train(
     ``resume``: the run folder to continue (its latest checkpoint is checked first).
     ``started``: when start-up began (default: when this process started); ``resume_flag``:
     how errors name ``resume`` (the API's keyword, or the command line's flag)."""
-    from rltrain.checkpoint import latest_checkpoint, load_checkpoint
+    # torch-free until the env is probed (see probe_beside_ray)
     from rltrain.progress import process_start_time
-    from rltrain.rl.setup import probe_env
-    from rltrain.rl.train import Trainer
     from rltrain.rundir import check_run_dir, new_run_dir, write_config
 
     started = process_start_time() if started is None else started  # from the command
     if resume is not None:
+        from rltrain.checkpoint import latest_checkpoint, load_checkpoint
+
         flag = resume_flag
         out = run_dir_arg(str(resume), flag)
         ckpt = latest_checkpoint(out)
@@ -161,10 +210,25 @@ def prepare_train(
     else:
         check_run_dir(run_dir)
     check_address(cfg.runtime.address)  # before the run dir, its config.yaml and tb/ are written
-    spec = probe_env(cfg)  # an unknown env id fails here, before any folder is made
-    if resume is None:
-        out = new_run_dir(config_path or f"{cfg.algo.name}_{cfg.env.id.replace('/', '_')}", run_dir)
-    trainer = Trainer(cfg, out, resume=resume is not None, spec=spec, started=started)
-    write_config(trainer.run_dir, cfg)
+    if resume is None and starts_ray_early(cfg):
+        spec, ray_up = probe_beside_ray(cfg)
+    else:  # an unknown env id fails here, before any folder is made or Ray starts
+        from rltrain.rl.setup import probe_env
+
+        spec, ray_up = probe_env(cfg), None
+    from rltrain.rl.train import Trainer
+
+    try:
+        if resume is None:
+            name = config_path or f"{cfg.algo.name}_{cfg.env.id.replace('/', '_')}"
+            out = new_run_dir(name, run_dir)
+        trainer = Trainer(cfg, out, resume is not None, spec, started, ray_up)
+        write_config(trainer.run_dir, cfg)
+    except BaseException:
+        if ray_up is not None:
+            from rltrain import runtime
+
+            runtime.shutdown()
+        raise
     print(f"rltrain train: {cfg.algo.name} on {cfg.env.id}; writing {trainer.run_dir}")
     return trainer

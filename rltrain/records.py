@@ -8,19 +8,14 @@ pulls :class:`Params`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 import torch
 
+from rltrain.names import PushStatus, Role, Verdict
 from rltrain.normalize import NormStats
 
-PushStatus = Literal["applied", "accumulated", "dropped", "rejected"]
-Role = Literal["actor", "learner", "worker", "shard"]
-"""What a process is: an RL actor (acts only), a learner, a worker (a3c/a2c/ppo: acts and
-learns; or a supervised worker) or a parameter-server shard. Also the fault-event targets."""
-Verdict = Literal["work", "wait", "gone"]
-"""What the driver does with a process after a failure or a revival: give it work now, wait
-while Ray restarts it, or go on without it."""
+__all__ = ["PushStatus", "Role", "Verdict"]  # and the records below
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,11 @@ def test_short_runs_write_tensorboard_checkpoint_summary(tmp_path: Path, algo: s
     ):
         assert key in s
     assert s["env_steps"] >= 6000 and s["env_frames"] == s["env_steps"]
+    marks = s["startup"]  # seconds from the command (Ray starts beside the env probe)
+    assert set(marks) == {"trainer", "ray", "server", "first_step", "first_result"}
+    assert max(marks["trainer"], marks["ray"]) <= marks["server"] <= marks["first_step"]
+    assert marks["first_step"] <= marks["first_result"]
+    assert s["startup_seconds"] == marks["first_result"]
     if algo in ("a2c", "ppo"):
         assert s["mean_staleness"] == 0  # the hard barrier: every update is fresh
     assert list((run_dir / "checkpoints").glob("ckpt-*.pt"))

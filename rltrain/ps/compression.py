@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-COMPRESSIONS = ("none", "fp16", "int8", "topk", "sign")
+from rltrain.ps.config import COMPRESSIONS
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from rltrain.config import spec
-from rltrain.ps.compression import COMPRESSIONS
 
 OPTIMIZERS = (
     "sgd",
@@ -22,6 +21,7 @@ OPTIMIZERS = (
 )
 RULES = ("sync", "soft_sync", "async", "average")
 STALENESS_POLICIES = ("none", "scale", "drop")
+COMPRESSIONS = ("none", "fp16", "int8", "topk", "sign")  # rltrain.ps.compression
 
 
 @dataclass(frozen=True)

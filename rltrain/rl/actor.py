@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -191,6 +192,7 @@ class Actor:
         received just before the policy acts on it again, one round of the other groups later.
         """
         T, timer = self.cfg.algo.rollout_length, self.timer
+        first_step_at = time.time() if self.rollouts == 0 else None
         scale = self.stats.reward_scale()
         traces = [Trace(obs, sc) for obs, sc in zip(self.obs, self.scalers, strict=True)]
         for t in range(T + 1):
@@ -211,7 +213,9 @@ class Actor:
         with timer.phase("collate"):
             parts = [tr.rollout(self.actor_id, self.version, self.norm_obs) for tr in traces]
             batch = stack(parts)
-        return dataclasses.replace(batch, actor_id=self.actor_id, version=self.version)
+        return dataclasses.replace(
+            batch, actor_id=self.actor_id, version=self.version, first_step_at=first_step_at
+        )
 
     def close(self) -> None:
         for env in self.groups:

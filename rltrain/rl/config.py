@@ -9,13 +9,15 @@ from envs import EnvConfig
 from rltrain.config import ConfigError, spec
 from rltrain.faults import FaultsConfig
 from rltrain.ps.config import OptimizerConfig, ServerConfig, check_momentum_correction
-from rltrain.rl.models import MODELS, PRECISIONS, VALUE_NETS
 from rltrain.runtime_config import RuntimeConfig
 
 ALGOS = ("a3c", "impala", "a2c", "dqn", "appo", "ppo")
 REDUCTIONS = ("mean", "sum")
 SPLIT_ALGOS = ("impala", "appo", "dqn")  # acting-only actors and separate learner processes
 BARRIER_ALGOS = ("a2c", "ppo")  # workers that wait for every gradient of a version
+MODELS = ("auto", "mlp", "nature_cnn")  # rltrain.rl.models
+VALUE_NETS = ("auto", "shared", "separate")
+PRECISIONS = ("auto", "fp32", "bf16")
 
 
 @dataclass(frozen=True)

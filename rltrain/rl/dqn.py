@@ -128,7 +128,7 @@ class DQNActor:
         t = time.perf_counter()
         timer = self.timer
         timer.begin()
-        stats = WorkStats()
+        stats = WorkStats(first_step_at=time.time() if self.blocks == 0 else None)
         T = self.cfg.algo.rollout_length
         for _ in range(blocks):
             if self.version < 0 or self.blocks % self.cfg.server.n_fetch == 0:

@@ -18,10 +18,7 @@ from torch import nn
 
 from envs.base import ActionSpace
 from rltrain.normalize import EPS, NormStats
-
-MODELS = ("auto", "mlp", "nature_cnn")
-VALUE_NETS = ("auto", "shared", "separate")
-PRECISIONS = ("auto", "fp32", "bf16")
+from rltrain.rl.config import MODELS, PRECISIONS
 
 
 def bf16_native(device: torch.device | str = "cpu") -> bool:

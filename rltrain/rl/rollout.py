@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import torch
@@ -30,6 +31,8 @@ class Rollout:
     episode_lengths: tuple[int, ...] = ()
     norm: NormStats | None = None  # what the actor saw since its last rollout (a delta)
     phases: dict[str, float] = field(default_factory=dict)  # the actor's seconds per phase
+    first_step_at: float | None = None  # time.time() of the actor's first env step, on its
+    # first rollout only: where start-up ends (summary.json's startup.first_step)
 
     @property
     def env_steps(self) -> int:
@@ -77,7 +80,14 @@ def stack(rollouts: list[Rollout]) -> Rollout:
         episode_lengths=tuple(x for r in rollouts for x in r.episode_lengths),
         norm=merge_all([r.norm for r in rollouts]),
         phases=functools.reduce(perf.merge, (r.phases for r in rollouts), {}),
+        first_step_at=earliest(r.first_step_at for r in rollouts),
     )
+
+
+def earliest(times: Iterable[float | None]) -> float | None:
+    """The first of the times that are known (None when none is)."""
+    known = [t for t in times if t is not None]
+    return min(known) if known else None
 
 
 @dataclass(frozen=True)
@@ -115,9 +125,11 @@ class WorkStats:
     epsilon: float | None = None  # dqn actors: exploration rate now
     q_mean: float | None = None  # dqn learners: mean Q(s, a) of the sampled batches
     phases: dict[str, float] = field(default_factory=dict)  # seconds per role/phase (perf.py)
+    first_step_at: float | None = None  # time.time() of a process's first env step, if here
 
     def add_rollout(self, r: Rollout) -> None:
         self.env_steps += r.env_steps
         self.episode_returns.extend(r.episode_returns)
         self.episode_lengths.extend(r.episode_lengths)
         perf.merge(self.phases, r.phases)
+        self.first_step_at = earliest((self.first_step_at, r.first_step_at))

@@ -23,7 +23,8 @@ def train_summary(t: Any) -> dict[str, Any]:
         "wall_seconds": round(c.wall_seconds, 2),
         "startup_seconds": t.startup_seconds,  # the command to the first result
         # cumulative seconds at: trainer (imports, config, env probe), ray (started or
-        # joined), server (shards up), first_result (processes up, a first rollout back)
+        # joined), server (shards up), first_step (an actor's first env step),
+        # first_result (a first result back at the driver)
         "startup": t.startup,
         "env_steps": c.env_steps,
         "env_frames": c.env_steps * t.spec.frames_per_step,

@@ -60,12 +60,18 @@ class Trainer:
         resume: bool = False,
         spec: EnvSpec | None = None,
         started: float | None = None,
+        ray_up: tuple[str, float] | None = None,
     ) -> None:
         """``started``: when start-up began (the command's start, see ``process_start_time``);
-        by default, now. ``startup_seconds`` in summary.json counts from it."""
+        by default, now. ``startup_seconds`` in summary.json counts from it. ``ray_up``: Ray
+        was started already (``launch.probe_beside_ray``): its description and when."""
         self.started = time.time() if started is None else started
         self.startup_seconds: float | None = None  # until the first result of any process
         self.startup: dict[str, float] = {}  # seconds from `started` at each start-up mark
+        self.ray_where = ""
+        if ray_up is not None:
+            self.ray_where = ray_up[0]
+            self.startup["ray"] = round(ray_up[1] - self.started, 2)
         self.cfg = cfg
         self.run_dir = run_dir
         self.spec = spec or probe_env(cfg)
@@ -124,7 +130,7 @@ class Trainer:
         cfg = self.cfg
         split = cfg.algo.name in SPLIT_ALGOS  # with separate learners
         modules = (*cfg.env.imports, *(w.partition(":")[0] for w in cfg.env.wrappers))
-        where = runtime.init_ray(cfg.runtime, ship=modules)
+        where = self.ray_where or runtime.init_ray(cfg.runtime, ship=modules)
         self._mark("ray")
         signals.install()  # again: ray.init replaces the SIGTERM handler
         # learners ask Ray for GPUs when the cluster has them (the driver itself may have none)
@@ -283,6 +289,8 @@ class Trainer:
     # --- bookkeeping ------------------------------------------------------------------------
 
     def absorb(self, stats: WorkStats) -> None:
+        if stats.first_step_at is not None and "first_step" not in self.startup:
+            self.startup["first_step"] = round(stats.first_step_at - self.started, 2)
         if self.startup_seconds is None:
             self.startup_seconds = self._mark("first_result")
         c = self.counters

@@ -17,24 +17,65 @@ package only starts Ray, places those classes, calls them and collects their res
 * :mod:`~rltrain.runtime.errors`: Ray's errors as rltrain's one-line ones.
 """
 
-from rltrain.runtime.errors import RuntimeError_, failed, result
-from rltrain.runtime.guard import ServerGuard
-from rltrain.runtime.policy import respond
-from rltrain.runtime.pool import Done, Pool, get, kill, wait_all, wait_any
-from rltrain.runtime.remote import Remote, inject, placement_note, wait_up
-from rltrain.runtime.sandblaster import RayExecutor, RayStore, start_store
-from rltrain.runtime.stages import RayStages
-from rltrain.runtime.startup import (
-    check_address,
-    cluster_cpus,
-    cluster_gpus,
-    fit_cpus,
-    free_cpus,
-    init_ray,
-    ray_record,
-    shutdown,
-)
-from rltrain.runtime.wire import RayReplay, RayServer, start_replay, start_server
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Names are loaded on first use (PEP 562): `rltrain train` starts Ray from the startup module
+# while torch loads beside it in another thread, so importing this package must not import
+# torch (the other modules do).
+_HOMES = {
+    "errors": ("RuntimeError_", "failed", "result"),
+    "guard": ("ServerGuard",),
+    "policy": ("respond",),
+    "pool": ("Done", "Pool", "get", "kill", "wait_all", "wait_any"),
+    "remote": ("Remote", "inject", "placement_note", "wait_up"),
+    "sandblaster": ("RayExecutor", "RayStore", "start_store"),
+    "stages": ("RayStages",),
+    "startup": (
+        "check_address",
+        "cluster_cpus",
+        "cluster_gpus",
+        "fit_cpus",
+        "free_cpus",
+        "init_ray",
+        "ray_record",
+        "shutdown",
+    ),
+    "wire": ("RayReplay", "RayServer", "start_replay", "start_server"),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # once
+    return value
+
+
+if TYPE_CHECKING:
+    from rltrain.runtime.errors import RuntimeError_, failed, result
+    from rltrain.runtime.guard import ServerGuard
+    from rltrain.runtime.policy import respond
+    from rltrain.runtime.pool import Done, Pool, get, kill, wait_all, wait_any
+    from rltrain.runtime.remote import Remote, inject, placement_note, wait_up
+    from rltrain.runtime.sandblaster import RayExecutor, RayStore, start_store
+    from rltrain.runtime.stages import RayStages
+    from rltrain.runtime.startup import (
+        check_address,
+        cluster_cpus,
+        cluster_gpus,
+        fit_cpus,
+        free_cpus,
+        init_ray,
+        ray_record,
+        shutdown,
+    )
+    from rltrain.runtime.wire import RayReplay, RayServer, start_replay, start_server
 
 __all__ = [
     "Done",

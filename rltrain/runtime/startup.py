@@ -16,13 +16,13 @@ from types import ModuleType
 from typing import Any
 
 import ray
-import torch
 
 from rltrain.runtime.errors import RuntimeError_
 from rltrain.runtime_config import RuntimeConfig
 
-PRELOAD = "rltrain.runtime"
-"""What Ray's worker processes import as they start, before any class is placed on them."""
+PRELOAD = "rltrain.runtime.wire"
+"""What Ray's worker processes import as they start, before any class is placed on them
+(torch, numpy and the parameter server)."""
 
 
 def user_code(modules: Sequence[str]) -> list[ModuleType]:
@@ -48,7 +48,7 @@ def init_ray(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
     """Start a local Ray instance, or join the cluster at ``cfg.address``; returns a description.
 
     A local instance starts one worker process per CPU while the driver is still connecting,
-    and each imports this module (torch, numpy, the parameter server) right away: the first
+    and each imports :data:`PRELOAD` (torch, numpy, the parameter server) right away: the first
     actors created (the server shards) then start without waiting for torch to import.
     ``ship``: the user's modules every worker must import (see :func:`user_code`).
     """
@@ -88,8 +88,7 @@ def init_ray(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
         ray.init(
-            num_cpus=cpus,
-            num_gpus=torch.cuda.device_count(),
+            num_cpus=cpus,  # GPUs: Ray's own detection (NVML, CUDA_VISIBLE_DEVICES)
             # a local instance advertises the loopback address (Ray versions that bind their
             # RPC servers to the node address then listen on localhost only)
             _node_ip_address="127.0.0.1",

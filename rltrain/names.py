@@ -1,0 +1,17 @@
+"""Names shared by the configs, the records and the runtime.
+
+Free of torch on purpose: the command line reads and checks a config, and starts Ray, while
+torch and the emulators load beside it (:func:`rltrain.launch.prepare_train`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+PushStatus = Literal["applied", "accumulated", "dropped", "rejected"]
+Role = Literal["actor", "learner", "worker", "shard"]
+"""What a process is: an RL actor (acts only), a learner, a worker (a3c/a2c/ppo: acts and
+learns; or a supervised worker) or a parameter-server shard. Also the fault-event targets."""
+Verdict = Literal["work", "wait", "gone"]
+"""What the driver does with a process after a failure or a revival: give it work now, wait
+while Ray restarts it, or go on without it."""

@@ -71,12 +71,23 @@ class SmallResNet(nn.Module):
         self.blocks = nn.Sequential(
             ResidualBlock(32, 32, 1), ResidualBlock(32, 64, 2), ResidualBlock(64, 128, 2)
         )
-        self.norm = nn.GroupNorm(8, 128)
-        self.fc = nn.Linear(128, num_classes)
+        self.head = ResNetHead(128, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, C, H, W] -> [B, classes]
-        h = torch.relu(self.norm(self.blocks(self.stem(x))))
-        return self.fc(h.mean(dim=(2, 3)))
+        return self.head(self.blocks(self.stem(x)))
+
+
+class ResNetHead(nn.Module):
+    """SmallResNet's tail, one layer of its pipeline stages: norm, ReLU, global average
+    pool, classifier."""
+
+    def __init__(self, channels: int, num_classes: int) -> None:
+        super().__init__()
+        self.norm = nn.GroupNorm(8, channels)
+        self.fc = nn.Linear(channels, num_classes)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:  # [B, C, h, w] -> [B, classes]
+        return self.fc(torch.relu(self.norm(h)).mean(dim=(2, 3)))
 
 
 class Linear(nn.Module):

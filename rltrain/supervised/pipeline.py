@@ -54,24 +54,13 @@ from rltrain.supervised.worker import (
 )
 
 
-class ResNetHead(nn.Module):
-    """SmallResNet's tail as one layer: norm, ReLU, global average pool, classifier."""
-
-    def __init__(self, norm: nn.Module, fc: nn.Module) -> None:
-        super().__init__()
-        self.norm, self.fc = norm, fc
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:  # [B, 128, h, w] -> [B, classes]
-        return self.fc(torch.relu(self.norm(h)).mean(dim=(2, 3)))
-
-
 def layers(model: nn.Module) -> list[nn.Module]:
     """The model as a sequence whose composition is its forward pass, its parameters in
     ``model.parameters()`` order (so the stages' slices concatenate to the flat vector)."""
     if isinstance(model, SmallCNN):
         return [*model.features, *model.head]
     if isinstance(model, SmallResNet):
-        return [model.stem, *model.blocks, ResNetHead(model.norm, model.fc)]
+        return [model.stem, *model.blocks, model.head]
     if isinstance(model, Linear):
         return [model]
     raise ConfigError(f"model.stages: model {type(model).__name__} has no layer sequence")

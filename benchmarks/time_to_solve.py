@@ -13,7 +13,11 @@ Prints a markdown table of every run, the median whole-process seconds per algor
 unsolved run counts as infinite) and each rltrain median divided by SB3 PPO's median.
 
     python benchmarks/time_to_solve.py [--task cartpole|pendulum] [--seeds 0 1 2]
-        [--algos appo ppo a3c impala a2c] [--no-sb3] [--out results.csv|results.json]
+        [--algos appo ppo a3c impala a2c] [--backends ray local] [--no-sb3]
+        [--out results.csv|results.json]
+
+``--backends ray local`` runs each algorithm twice per seed: its Ray processes, and
+``runtime.backend=local`` (every process a thread of the one command, no Ray).
 """
 
 from __future__ import annotations
@@ -63,10 +67,11 @@ class Row:
     mean_return: float | None
     torch_threads: int | None = None
     error: str = ""
+    backend: str = "ray"  # rltrain's runtime.backend
 
     @property
     def label(self) -> str:
-        return f"{self.tool} {self.algo}"
+        return f"{self.tool} {self.algo}" + (" (local)" if self.backend == "local" else "")
 
 
 def timed(cmd: list[str]) -> tuple[subprocess.CompletedProcess[str], float]:
@@ -82,18 +87,21 @@ def failure(proc: subprocess.CompletedProcess[str], what: str) -> str:
     return msg
 
 
-def run_rltrain(task: str, algo: str, seed: int, out: Path) -> Row:
+def run_rltrain(task: str, algo: str, seed: int, out: Path, backend: str = "ray") -> Row:
     config, overrides = TASKS[task][algo]
-    run_dir = out / f"{algo}-{seed}"
+    run_dir = out / f"{algo}-{backend}-{seed}"
     cmd = [sys.executable, "-m", "rltrain.cli", "train", str(ROOT / "configs" / config)]
     cmd += ["--run-dir", str(run_dir), "--set", f"seed={seed}"]
+    cmd += ["--set", f"runtime.backend={backend}"]
     for o in overrides:
         cmd += ["--set", o]
     proc, seconds = timed(cmd)
     error = failure(proc, f"rltrain {algo} seed {seed}") if proc.returncode else ""
     path = run_dir / "summary.json"
     if not path.exists():
-        return Row("rltrain", algo, seed, False, "error", seconds, None, None, None, error=error)
+        return Row(
+            "rltrain", algo, seed, False, "error", seconds, None, None, None, None, error, backend
+        )
     s = json.loads(path.read_text())
     return Row(
         tool="rltrain",
@@ -106,6 +114,7 @@ def run_rltrain(task: str, algo: str, seed: int, out: Path) -> Row:
         env_steps=s["env_steps"],
         mean_return=s["mean_return"],
         error=error,
+        backend=backend,
     )
 
 
@@ -192,6 +201,13 @@ def main() -> None:
         choices=sorted({a for t in TASKS.values() for a in t}),
         help="default: every algorithm with a config for the task but dqn",
     )
+    p.add_argument(
+        "--backends",
+        nargs="+",
+        choices=["ray", "local"],
+        default=["ray"],
+        help="rltrain's runtime.backend for each algorithm (default: ray)",
+    )
     p.add_argument("--no-sb3", action="store_true", help="skip the SB3 PPO reference runs")
     p.add_argument("--out", type=Path, help="also write the rows to FILE (.csv, else JSON)")
     args = p.parse_args()
@@ -210,7 +226,8 @@ def main() -> None:
     sb3 = not args.no_sb3 and importlib.util.find_spec("stable_baselines3") is not None
     if not args.no_sb3 and not sb3:
         print("skip SB3 PPO: stable-baselines3 is not installed (pip install -e '.[bench]')")
-    jobs = [SB3, *algos] if sb3 else algos
+    runs = [(a, b) for a in algos for b in dict.fromkeys(args.backends)]
+    jobs: list[Any] = [SB3, *runs] if sb3 else runs
     if not jobs:
         sys.exit("nothing to run")
 
@@ -221,7 +238,10 @@ def main() -> None:
     rows: list[Row] = []
     for i, seed in enumerate(args.seeds):
         for job in jobs if i % 2 == 0 else jobs[::-1]:
-            row = run_sb3(args.task, seed) if job == SB3 else run_rltrain(args.task, job, seed, out)
+            if job == SB3:
+                row = run_sb3(args.task, seed)
+            else:
+                row = run_rltrain(args.task, job[0], seed, out, job[1])
             rows.append(row)
             print_row(row)
     print(

@@ -11,21 +11,26 @@ processes, and ticks.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 
-class Finished(Protocol):
-    """A finished call, a lost process or a revived one (``rltrain.runtime.Done``)."""
+@dataclass
+class Done:
+    """A finished call, a lost process or a revived one (``Pool.wait`` of either backend:
+    ``rltrain.runtime.pool`` over Ray processes, ``rltrain.runtime.local`` over threads)."""
 
     remote: Any
-    error: BaseException | None
-    revived: bool
+    tag: Any = None  # what the driver attached when it submitted the call
+    value: Any = None  # the call's result (or its future, for calls submitted with fetch=False)
+    error: BaseException | None = None  # ProcessLost or PeerLost
+    revived: bool = False  # the process is back after a restart: give it work again
 
 
 class Calls(Protocol):
     """The calls in flight (``rltrain.runtime.Pool``)."""
 
-    def wait(self, timeout: float) -> Sequence[Finished]: ...
+    def wait(self, timeout: float) -> Sequence[Done]: ...
 
 
 class Plan(Protocol):

@@ -120,7 +120,8 @@ def starts_ray_early(cfg: Any) -> bool:
     from envs import registered
 
     return (
-        threading.current_thread() is threading.main_thread()
+        cfg.runtime.backend == "ray"
+        and threading.current_thread() is threading.main_thread()
         and registered(cfg.env.id)
         and not cfg.env.imports
         and not cfg.env.wrappers

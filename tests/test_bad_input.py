@@ -278,6 +278,38 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             id="t-average-rule",
         ),
         pytest.param(
+            ["train", CARTPOLE, "--set", "runtime.backend=threads"],
+            ["runtime.backend", "'threads'", "ray, local"],
+            id="t-backend-unknown",
+        ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "runtime.backend=local", "--set", "algo.name=dqn"],
+            ["runtime.backend=local", "algo.name=dqn", "use backend ray"],
+            id="t-local-dqn",
+        ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "runtime.backend=local", "--address", "auto"],
+            ["runtime.backend=local", "joins no Ray cluster", "'auto'"],
+            id="t-local-address",
+        ),
+        pytest.param(
+            [
+                "train",
+                CARTPOLE,
+                "--set",
+                "runtime.backend=local",
+                "--set",
+                "faults.events=[{{action: kill, target: actor, at: 1}}]",
+            ],
+            ["runtime.backend=local", "faults.events", "use backend ray"],
+            id="t-local-faults",
+        ),
+        pytest.param(
+            ["bench", BENCH, "--set", "runtime.backend=local"],
+            ["runtime.backend=local", "rltrain bench", "backend ray"],
+            id="b-local",
+        ),
+        pytest.param(
             ["train", CARTPOLE, "--set", "algo.name=dqn", "--set", "normalize.obs=always"],
             ["normalize.obs=always", "dqn"],
             id="t-dqn-normalize",

@@ -272,6 +272,8 @@ class TrainConfig:
                 "schedule: lr_end/entropy_end need a horizon: set schedule.steps or "
                 "stop.max_env_steps"
             )
+        if self.runtime.backend == "local":
+            check_local(self)
         split = self.algo.name in SPLIT_ALGOS  # separate learner processes
         self.faults.check_targets(
             {
@@ -279,6 +281,24 @@ class TrainConfig:
                 "learner": self.learners if split else 0,
                 "shard": self.server.shards,
             }
+        )
+
+
+def check_local(cfg: TrainConfig) -> None:
+    """What ``runtime.backend: local`` (every process a thread of this one) cannot do."""
+    if cfg.algo.name == "dqn":
+        raise ValueError(
+            "runtime.backend=local: not supported with algo.name=dqn (its replay shards are "
+            "Ray processes); use backend ray, or a3c, a2c, impala, appo or ppo"
+        )
+    if cfg.runtime.address:
+        raise ValueError(
+            f"runtime.backend=local runs in this process: it joins no Ray cluster "
+            f"(address {cfg.runtime.address!r}); use backend ray with --address"
+        )
+    if cfg.faults.events:
+        raise ValueError(
+            "runtime.backend=local: faults.events need processes to kill and pause; use backend ray"
         )
 
 

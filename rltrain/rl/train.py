@@ -97,8 +97,9 @@ class Trainer:
     # --- the run ----------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
-        from rltrain import runtime
+        from rltrain import runtime as ray_runtime
 
+        runtime = self.rt = ray_runtime.backend(self.cfg.runtime)  # Ray, or threads here
         cfg = self.cfg
         session_start = time.time()
         self.wall_base = self.counters.wall_seconds
@@ -167,7 +168,7 @@ class Trainer:
         self.guard.remember(
             RestorePoint(self.server.stats().version, self.server.state_dicts(), label)
         )
-        self.procs["shard"] = self.server.shards
+        self.procs["shard"] = runtime.server_processes(self.server)
         self._mark("server")  # shard processes up, the initial state read back
         self.lr_factor = 1.0
         self._schedule_lr()  # a resumed run continues its schedule
@@ -199,8 +200,7 @@ class Trainer:
     def remotes(self, role: Role, cls: type, args_of: Callable[[int], tuple]) -> list[Any]:
         """Restartable processes of one role (actor or learner; a3c/a2c/ppo workers count as
         actors), process i built with ``args_of(i)``; learners take a GPU when there is one."""
-        from rltrain import runtime
-
+        runtime = self.rt
         cfg = self.cfg
         learner = role == "learner"
         cpus = cfg.runtime.worker_cpus * (0.5 if learner and self.gpu else 1)
@@ -236,12 +236,10 @@ class Trainer:
             return
         if time.time() - self.session_start < 30:
             return
-        from rltrain import runtime
-
         self._placement_said = True
         waiting = [r for rs in self.procs.values() for r in rs if not r.is_up()]
         if waiting:
-            self.progress.note(runtime.placement_note(waiting))
+            self.progress.note(self.rt.placement_note(waiting))
 
     # --- faults -----------------------------------------------------------------------------
 
@@ -250,11 +248,9 @@ class Trainer:
 
         ``pushes``: the process pushes gradients, so a barrier rule may be waiting for it.
         """
-        from rltrain import runtime
-
         r, cfg = d.remote, self.cfg
         rule = server_rule(cfg).rule if pushes else "async"
-        verdict = runtime.respond(
+        verdict = self.rt.respond(
             d,
             rule,
             cfg.faults.on_worker_loss,
@@ -274,9 +270,7 @@ class Trainer:
         return verdict == "work" and not self.stopped_by
 
     def _inject(self, action: FaultAction) -> None:
-        from rltrain import runtime
-
-        runtime.inject(action, self.procs, self.faults, self.progress.note)
+        self.rt.inject(action, self.procs, self.faults, self.progress.note)
 
     def _mark(self, name: str) -> float:
         """Seconds since start-up began, kept the first time ``name`` is reached."""

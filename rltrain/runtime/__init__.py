@@ -15,11 +15,14 @@ package only starts Ray, places those classes, calls them and collects their res
 * :mod:`~rltrain.runtime.policy`: what a failed or revived process means to the driver.
 * :mod:`~rltrain.runtime.guard`: restoring every shard when one is lost.
 * :mod:`~rltrain.runtime.errors`: Ray's errors as rltrain's one-line ones.
+* :mod:`~rltrain.runtime.local`: the same names without Ray, every process a thread
+  (``runtime.backend: local``; :func:`backend` picks).
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import TYPE_CHECKING, Any
 
 # Names are loaded on first use (PEP 562): `rltrain train` starts Ray from the startup module
@@ -43,9 +46,17 @@ _HOMES = {
         "ray_record",
         "shutdown",
     ),
-    "wire": ("RayReplay", "RayServer", "start_replay", "start_server"),
+    "wire": ("RayReplay", "RayServer", "server_processes", "start_replay", "start_server"),
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def backend(cfg: RuntimeConfig) -> Any:
+    """The module whose names run a training run's processes: this package (Ray processes),
+    or :mod:`rltrain.runtime.local` (threads of this process) for ``runtime.backend: local``."""
+    if cfg.backend == "local":
+        return importlib.import_module(f"{__name__}.local")
+    return sys.modules[__name__]
 
 
 def __getattr__(name: str) -> Any:
@@ -75,7 +86,14 @@ if TYPE_CHECKING:
         ray_record,
         shutdown,
     )
-    from rltrain.runtime.wire import RayReplay, RayServer, start_replay, start_server
+    from rltrain.runtime.wire import (
+        RayReplay,
+        RayServer,
+        server_processes,
+        start_replay,
+        start_server,
+    )
+    from rltrain.runtime_config import RuntimeConfig
 
 __all__ = [
     "Done",
@@ -88,6 +106,7 @@ __all__ = [
     "Remote",
     "RuntimeError_",
     "ServerGuard",
+    "backend",
     "check_address",
     "cluster_cpus",
     "cluster_gpus",
@@ -105,6 +124,7 @@ __all__ = [
     "shutdown",
     "start_replay",
     "start_server",
+    "server_processes",
     "start_store",
     "wait_all",
     "wait_any",

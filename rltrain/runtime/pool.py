@@ -4,26 +4,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import ray
 from ray.exceptions import ActorDiedError, RayActorError
 
+from rltrain.driver import Done
 from rltrain.faults import PeerLost, ProcessLost
 from rltrain.runtime.errors import first_line, result
 from rltrain.runtime.remote import Remote
 
-
-@dataclass
-class Done:
-    """A finished call, a lost process or a revived one (see :class:`Pool`)."""
-
-    remote: Remote
-    tag: Any = None  # what the driver attached when it submitted the call
-    value: Any = None  # the call's result (or its future, for calls submitted with fetch=False)
-    error: ProcessLost | PeerLost | None = None
-    revived: bool = False  # the process is back after a restart: give it work again
+__all__ = ["Done", "Pool", "get", "kill", "wait_all", "wait_any"]
 
 
 class Pool:

@@ -202,6 +202,11 @@ def start_server(
     return RayServer(layout, shards, rule)
 
 
+def server_processes(server: RayServer) -> list[Remote]:
+    """The server's shard processes (the trainer watches and kills them with the others)."""
+    return list(server.shards)
+
+
 class RayReplay:
     """Replay-memory shards as Ray processes, behind the same methods as ``LocalReplay``.
 

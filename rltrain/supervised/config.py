@@ -203,6 +203,11 @@ class BenchConfig:
     def __post_init__(self) -> None:
         if not self.modes:
             raise ValueError("modes: list at least one mode")
+        if self.runtime.backend != "ray":
+            raise ValueError(
+                f"runtime.backend={self.runtime.backend}: rltrain bench runs its workers as "
+                "Ray processes; use backend ray (backend local is for rltrain train)"
+            )
         check_momentum_correction(self.optimizer, self.server)
         self._check_server_options()
         self._check_pipeline()

@@ -1,0 +1,174 @@
+"""The in-process backend (``runtime.backend: local``): every process a thread of this one.
+
+The same plain classes, plans and driver loop as on Ray, behind the same names as
+:mod:`rltrain.runtime` (the trainer picks one module or the other, :func:`backend`): each
+:class:`Remote` is one thread that runs its calls in order, as a Ray actor of concurrency 1
+does; the server is :class:`~rltrain.ps.server.LocalServer`, whose shards lock their own
+state (a barrier waits on the shard's condition, as in a Ray shard); a rollout goes from
+actor to learner as the object itself.
+
+What it saves is Ray's share of a small run: starting Ray and its worker processes (about 4 s
+on 2 cores), shutting it down (about 1.3 s), and a serialised round trip per push and pull.
+What it costs: Python runs one thread at a time (torch's kernels release the lock), so a run
+uses about one core, and there are no processes to lose, restart or place on other machines.
+Sample Factory's serial mode and RLlib's old local mode are the same idea: for small tasks
+and for debugging (a breakpoint in an actor stops the run where it is).
+
+Imports neither Ray nor anything that starts it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from rltrain.driver import Done
+from rltrain.faults import RestorePoint
+from rltrain.ps.config import OptimizerConfig, ServerConfig
+from rltrain.ps.server import LocalServer
+from rltrain.records import Role
+from rltrain.runtime_config import RuntimeConfig
+
+DESCRIPTION = "in-process (runtime.backend=local: threads, no Ray)"
+
+
+class Remote:
+    """A plain class in a thread of its own: ``call`` returns a future of the method's result.
+
+    Built here, in the caller's thread (a constructor that fails, fails the run at once)."""
+
+    def __init__(
+        self, cls: type, *args: Any, role: Role = "actor", index: int = 0, **placement: Any
+    ) -> None:
+        """``placement``: what :class:`rltrain.runtime.Remote` asks of Ray (CPUs, GPUs,
+        restarts); a thread takes none of it."""
+        self.role, self.index, self.cpus = role, index, 0.0
+        self.instance = cls(*args)
+        self.thread = cf.ThreadPoolExecutor(1, thread_name_prefix=f"rltrain-{role}{index}")
+        self.actor_id = f"{role}-{index}"
+
+    def call(self, method: str, *args: Any) -> cf.Future:
+        return self.thread.submit(getattr(self.instance, method), *args)
+
+    def is_up(self) -> bool:
+        return True
+
+    def node(self) -> str | None:
+        return None
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def mark_lost(self) -> bool:
+        return False
+
+    def kill(self) -> None:
+        """Drop the calls not started yet; the thread ends after the one it runs."""
+        self.thread.shutdown(wait=False, cancel_futures=True)
+
+
+class Pool:
+    """The calls in flight, one per :class:`Remote`. A call that raises fails the run with its
+    own traceback (there is no process to lose: the error is in the code or the data)."""
+
+    def __init__(self) -> None:
+        self.calls: dict[cf.Future, tuple[Remote, Any, bool]] = {}
+
+    def submit(
+        self, remote: Remote, method: str, *args: Any, tag: Any = None, fetch: bool = True
+    ) -> cf.Future:
+        future = remote.call(method, *args)
+        self.calls[future] = (remote, tag, fetch)
+        return future
+
+    def __len__(self) -> int:
+        return len(self.calls)
+
+    def watch(self, remote: Remote) -> None:
+        """Nothing restarts here (see :meth:`rltrain.runtime.Pool.watch`)."""
+
+    def busy(self, remote: Remote) -> bool:
+        return any(r is remote for r, _, _ in self.calls.values())
+
+    def restarting(self) -> list[Remote]:
+        return []
+
+    def wait(self, timeout: float) -> list[Done]:
+        if not self.calls:
+            time.sleep(timeout)
+            return []
+        done, _ = cf.wait(self.calls, timeout, return_when=cf.FIRST_COMPLETED)
+        out = []
+        for future in done:
+            remote, tag, _ = self.calls.pop(future)
+            out.append(Done(remote, tag, future.result()))  # fetch=False: the value itself
+        return out
+
+
+class ServerGuard:
+    """Nothing to guard: the shards live in this process and cannot be lost apart from it.
+    Keeps the barrier bookkeeping the trainer asks of :class:`rltrain.runtime.ServerGuard`."""
+
+    POLL_S = 0.25
+
+    def __init__(self, server: LocalServer, counters: Any, say: Any) -> None:
+        self.server = server
+        self.last_seen = 0
+        self.left: set[int] = set()
+
+    def leave(self, worker_id: int) -> None:
+        self.left.add(worker_id)
+        self.server.leave(worker_id)
+
+    def join(self, worker_id: int) -> None:
+        self.server.join(worker_id)
+
+    def remember(self, point: RestorePoint) -> None:
+        self.last_seen = max(self.last_seen, point.version)
+
+    def poll(self) -> bool:
+        self.last_seen = max(self.last_seen, self.server.stats().version)
+        return False
+
+    def check(self) -> bool:
+        return False
+
+
+def start_server(
+    init: torch.Tensor, optimizer: OptimizerConfig, rule: ServerConfig, num_workers: int, *_: Any
+) -> LocalServer:
+    """The shards as objects of this process (the Ray backend's placement arguments unused)."""
+    return LocalServer(init, optimizer, rule, num_workers)
+
+
+def server_processes(server: LocalServer) -> list[Remote]:
+    return []  # the shards are objects of this process
+
+
+def init_ray(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
+    return DESCRIPTION
+
+
+def cluster_cpus() -> float:
+    return float(os.cpu_count() or 1)
+
+
+def cluster_gpus() -> float:
+    return float(torch.cuda.device_count())
+
+
+def fit_cpus(cfg: RuntimeConfig, processes: int, shards: int) -> RuntimeConfig:
+    return cfg  # threads reserve nothing
+
+
+def ray_record() -> dict[str, Any]:
+    return {"backend": "local"}
+
+
+def shutdown() -> None:
+    """Nothing to stop: the threads end with their last call."""

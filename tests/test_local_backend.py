@@ -1,0 +1,93 @@
+"""runtime.backend=local: the same plans and driver loop with every process a thread, no Ray."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rltrain.cli import main
+from rltrain.runtime import local
+
+ROOT = Path(__file__).resolve().parents[1]
+CFG = ROOT / "configs"
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+@pytest.fixture
+def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray must not start: the Ray backend's start-up raises if anything reaches it."""
+    from rltrain import runtime
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("runtime.backend=local started Ray")
+
+    monkeypatch.setattr(runtime, "init_ray", refuse)
+
+
+def test_cartpole_ppo_learns_to_475_in_process(tmp_path: Path, no_ray: None) -> None:
+    """The barrier (sync) of ppo's two workers works across threads; CI's learning test of the
+    local backend (about 7 s on 2 cores)."""
+    run_dir = tmp_path / "ppo"
+    argv = ["train", str(CFG / "cartpole_ppo.yaml"), "--run-dir", str(run_dir)]
+    assert main([*argv, "--set", "runtime.backend=local", "--set", "stop.max_seconds=120"]) == 0
+    s = summary(run_dir)
+    assert s["stopped_by"] == "mean_return" and s["mean_return"] >= 475
+    assert s["mean_staleness"] == 0  # the barrier: every update fresh, as on Ray
+    assert s["ray"] == {"backend": "local", "placement": {"shard": [], "actor": [None, None]}}
+    assert main(["eval", str(run_dir), "--episodes", "2"]) == 0
+
+
+@pytest.mark.parametrize("algo", ["a3c", "a2c", "impala", "appo"])
+def test_every_actor_critic_algorithm_runs_in_process(
+    tmp_path: Path, no_ray: None, algo: str
+) -> None:
+    config = {"impala": "cartpole_impala.yaml", "appo": "cartpole_appo.yaml"}.get(
+        algo, "cartpole_a3c.yaml"
+    )
+    run_dir = tmp_path / algo
+    argv = ["train", str(CFG / config), "--run-dir", str(run_dir), "--set", f"algo.name={algo}"]
+    argv += ["--set", "runtime.backend=local", "--set", "stop.max_env_steps=3000"]
+    argv += ["--set", "stop.mean_return=null"]
+    assert main(argv) == 0
+    s = summary(run_dir)
+    assert s["stopped_by"] == "max_env_steps" and s["env_steps"] >= 3000
+    assert s["updates_applied"] > 0 and s["episodes"] > 0
+    assert list((run_dir / "checkpoints").glob("ckpt-*.pt"))
+    # a local run resumes from its checkpoint as a Ray run does
+    assert main(["train", "--resume", str(run_dir), "--set", "stop.max_env_steps=4000"]) == 0
+    assert summary(run_dir)["env_steps"] >= 4000
+
+
+def test_a_call_that_raises_fails_the_run_with_its_own_error() -> None:
+    class Broken:
+        def work(self) -> None:
+            raise ZeroDivisionError("in the worker")
+
+    pool = local.Pool()
+    pool.submit(local.Remote(Broken), "work")
+    with pytest.raises(ZeroDivisionError, match="in the worker"):
+        pool.wait(5.0)
+
+
+def test_calls_to_one_remote_run_in_order_on_its_own_thread() -> None:
+    import threading
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.seen: list[tuple[int, str]] = []
+
+        def note(self, i: int) -> list[tuple[int, str]]:
+            self.seen.append((i, threading.current_thread().name))
+            return list(self.seen)
+
+    r = local.Remote(Recorder, role="learner", index=1)
+    futures = [r.call("note", i) for i in range(5)]
+    last = futures[-1].result(timeout=5)
+    assert [i for i, _ in last] == [0, 1, 2, 3, 4]
+    assert {name for _, name in last} == {"rltrain-learner1_0"}
+    r.kill()

@@ -114,9 +114,10 @@ def run_bench_config(cfg: Any, run_dir: str | Path | None, config_path: str | No
 
 
 def starts_ray_early(cfg: Any) -> bool:
-    """Whether :func:`probe_beside_ray` may start Ray before the env is probed: from the main
-    thread (``ray.init`` needs it), for an id gymnasium knows (an unknown one fails before
-    anything starts) and without user modules (they are imported first, to ship them)."""
+    """Whether :func:`start_ray_then_probe` may start Ray before the env is probed: from the
+    main thread (``ray.init`` needs it), for an id gymnasium knows (an unknown one fails
+    before anything starts) and without user modules (they are imported first, to ship
+    them)."""
     from envs import registered
 
     return (
@@ -128,37 +129,27 @@ def starts_ray_early(cfg: Any) -> bool:
     )
 
 
-def probe_beside_ray(cfg: Any) -> tuple[Any, tuple[str, float]]:
-    """Probe the env in a thread while Ray starts in this one; returns the env's spec, Ray's
-    description and the time it was up.
+def start_ray_then_probe(cfg: Any) -> tuple[Any, tuple[str, float]]:
+    """Start Ray, then probe the env; returns the env's spec, Ray's description and when Ray
+    was up.
 
-    Ray's start (about 2.3 s on 2 cores) mostly waits for its own processes, and the probe
-    (importing torch and the emulators, opening one env: about 1.5 s) mostly computes, so
-    they overlap. A probe that fails shuts Ray down again and raises its one-line error.
+    In this order the slow parts overlap across processes: Ray's worker processes import
+    torch as they start (``PRELOAD``) while this one imports torch and the emulators for
+    the probe, on other cores. (Measured on 2 cores: a probe in a thread beside ``ray.init``
+    saved nothing, the two contend for this process's interpreter lock.) A probe that fails
+    shuts Ray down again and raises its one-line error.
     """
     from rltrain import runtime
 
-    probed: dict[str, Any] = {}
-
-    def probe() -> None:
+    where = runtime.init_ray(cfg.runtime)
+    up = time.time()
+    try:
         from rltrain.rl.setup import probe_env
 
-        try:
-            probed["spec"] = probe_env(cfg)
-        except BaseException as e:  # raised again in the main thread
-            probed["error"] = e
-
-    thread = threading.Thread(target=probe, name="rltrain-probe", daemon=True)
-    thread.start()
-    try:
-        where = runtime.init_ray(cfg.runtime)
-        up = time.time()
-    finally:
-        thread.join()
-    if "error" in probed:
+        return probe_env(cfg), (where, up)
+    except BaseException:
         runtime.shutdown()
-        raise probed["error"]
-    return probed["spec"], (where, up)
+        raise
 
 
 def check_bench_sizes(cfg: Any, train_size: int) -> None:
@@ -191,7 +182,7 @@ def prepare_train(
     ``resume``: the run folder to continue (its latest checkpoint is checked first).
     ``started``: when start-up began (default: when this process started); ``resume_flag``:
     how errors name ``resume`` (the API's keyword, or the command line's flag)."""
-    # torch-free until the env is probed (see probe_beside_ray)
+    # torch-free until the env is probed (see start_ray_then_probe)
     from rltrain.progress import process_start_time
     from rltrain.rundir import check_run_dir, new_run_dir, write_config
 
@@ -212,7 +203,7 @@ def prepare_train(
         check_run_dir(run_dir)
     check_address(cfg.runtime.address)  # before the run dir, its config.yaml and tb/ are written
     if resume is None and starts_ray_early(cfg):
-        spec, ray_up = probe_beside_ray(cfg)
+        spec, ray_up = start_ray_then_probe(cfg)
     else:  # an unknown env id fails here, before any folder is made or Ray starts
         from rltrain.rl.setup import probe_env
 

@@ -64,7 +64,7 @@ class Trainer:
     ) -> None:
         """``started``: when start-up began (the command's start, see ``process_start_time``);
         by default, now. ``startup_seconds`` in summary.json counts from it. ``ray_up``: Ray
-        was started already (``launch.probe_beside_ray``): its description and when."""
+        was started already (``launch.start_ray_then_probe``): its description and when."""
         self.started = time.time() if started is None else started
         self.startup_seconds: float | None = None  # until the first result of any process
         self.startup: dict[str, float] = {}  # seconds from `started` at each start-up mark

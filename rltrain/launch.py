@@ -139,10 +139,11 @@ def start_ray_then_probe(cfg: Any) -> tuple[Any, tuple[str, float]]:
     saved nothing, the two contend for this process's interpreter lock.) A probe that fails
     shuts Ray down again and raises its one-line error.
     """
-    from rltrain import runtime
+    from rltrain import runtime, signals
 
     where = runtime.init_ray(cfg.runtime)
     up = time.time()
+    signals.install()  # again: ray.init replaces the SIGTERM handler
     try:
         from rltrain.rl.setup import probe_env
 
@@ -208,9 +209,9 @@ def prepare_train(
         from rltrain.rl.setup import probe_env
 
         spec, ray_up = probe_env(cfg), None
-    from rltrain.rl.train import Trainer
-
     try:
+        from rltrain.rl.train import Trainer
+
         if resume is None:
             name = config_path or f"{cfg.algo.name}_{cfg.env.id.replace('/', '_')}"
             out = new_run_dir(name, run_dir)

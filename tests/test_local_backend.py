@@ -68,10 +68,11 @@ def test_a_call_that_raises_fails_the_run_with_its_own_error() -> None:
         def work(self) -> None:
             raise ZeroDivisionError("in the worker")
 
-    pool = local.Pool()
-    pool.submit(local.Remote(Broken), "work")
+    pool, remote = local.Pool(), local.Remote(Broken)
+    pool.submit(remote, "work")
     with pytest.raises(ZeroDivisionError, match="in the worker"):
         pool.wait(5.0)
+    remote.kill()
 
 
 def test_calls_to_one_remote_run_in_order_on_its_own_thread() -> None:
@@ -89,5 +90,31 @@ def test_calls_to_one_remote_run_in_order_on_its_own_thread() -> None:
     futures = [r.call("note", i) for i in range(5)]
     last = futures[-1].result(timeout=5)
     assert [i for i, _ in last] == [0, 1, 2, 3, 4]
-    assert {name for _, name in last} == {"rltrain-learner1_0"}
+    assert {name for _, name in last} == {"rltrain-learner1"}
     r.kill()
+
+
+def test_a_bug_in_a_worker_raises_and_leaves_nothing_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unexpected error (not a fault) propagates with its traceback; the trainer still
+    stops every thread and gives back the process-wide torch thread count."""
+    import threading
+
+    import torch
+
+    from rltrain.rl.worker import Worker
+
+    def boom(self: Worker, *args: object) -> None:
+        raise ArithmeticError("a bug in the worker")
+
+    monkeypatch.setattr(Worker, "work", boom)
+    threads = torch.get_num_threads()
+    argv = ["train", str(CFG / "cartpole_ppo.yaml"), "--run-dir", str(tmp_path / "run")]
+    with pytest.raises(ArithmeticError, match="a bug in the worker"):
+        main([*argv, "--set", "runtime.backend=local"])
+    assert torch.get_num_threads() == threads
+    for t in threading.enumerate():
+        if t.name.startswith("rltrain-"):
+            t.join(timeout=5)
+            assert not t.is_alive(), t.name

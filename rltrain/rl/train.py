@@ -125,6 +125,9 @@ class Trainer:
             self.stopped_by = "fault"
             self.failure = str(e)
             self.progress.note(f"run failed: {e}")
+        except BaseException:  # a bug: no summary, but no processes or Ray left behind
+            self._release(runtime)
+            raise
         return self._finish(runtime)
 
     def _start(self, runtime: Any) -> None:
@@ -186,13 +189,15 @@ class Trainer:
         summary = train_summary(self)
         write_summary(self.run_dir, summary)
         self.progress.close(self._status())
-        self.log.close()
-        for remotes in self.procs.values():
-            for r in remotes:
-                with contextlib.suppress(Exception):
-                    r.kill()
-        runtime.shutdown()
+        self._release(runtime)
         return summary
+
+    def _release(self, runtime: Any) -> None:
+        self.log.close()
+        for r in (r for remotes in self.procs.values() for r in remotes):
+            with contextlib.suppress(Exception):
+                r.kill()
+        runtime.shutdown()
 
     def _pushers(self) -> int:
         return self.cfg.learners if self.cfg.algo.name in SPLIT_ALGOS else self.cfg.actors

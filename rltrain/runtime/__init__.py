@@ -25,9 +25,9 @@ import importlib
 import sys
 from typing import TYPE_CHECKING, Any
 
-# Names are loaded on first use (PEP 562): `rltrain train` starts Ray from the startup module
-# while torch loads beside it in another thread, so importing this package must not import
-# torch (the other modules do).
+# Names are loaded on first use (PEP 562): `rltrain train` starts Ray before it imports torch
+# (its worker processes import torch meanwhile), and the local backend never imports Ray, so
+# importing this package imports neither.
 _HOMES = {
     "errors": ("RuntimeError_", "failed", "result"),
     "guard": ("ServerGuard",),
@@ -57,6 +57,10 @@ def backend(cfg: RuntimeConfig) -> Any:
     if cfg.backend == "local":
         return importlib.import_module(f"{__name__}.local")
     return sys.modules[__name__]
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOME_OF])
 
 
 def __getattr__(name: str) -> Any:

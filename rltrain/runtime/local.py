@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import os
+import queue
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -38,9 +40,13 @@ DESCRIPTION = "in-process (runtime.backend=local: threads, no Ray)"
 
 
 class Remote:
-    """A plain class in a thread of its own: ``call`` returns a future of the method's result.
+    """A plain class in a thread of its own: ``call`` returns a future of the method's result,
+    and the thread runs the calls one at a time, in order.
 
-    Built here, in the caller's thread (a constructor that fails, fails the run at once)."""
+    Built here, in the caller's thread (a constructor that fails, fails the run at once). The
+    thread is a daemon: a call still running when the process ends (a worker waiting at a
+    barrier for one that failed) does not hold the exit up, as a Ray process would not.
+    """
 
     def __init__(
         self, cls: type, *args: Any, role: Role = "actor", index: int = 0, **placement: Any
@@ -48,12 +54,31 @@ class Remote:
         """``placement``: what :class:`rltrain.runtime.Remote` asks of Ray (CPUs, GPUs,
         restarts); a thread takes none of it."""
         self.role, self.index, self.cpus = role, index, 0.0
-        self.instance = cls(*args)
-        self.thread = cf.ThreadPoolExecutor(1, thread_name_prefix=f"rltrain-{role}{index}")
         self.actor_id = f"{role}-{index}"
+        self.instance = cls(*args)
+        self._queue: queue.SimpleQueue[tuple[cf.Future, Any, tuple] | None] = queue.SimpleQueue()
+        self._killed = False
+        name = f"rltrain-{role}{index}"
+        threading.Thread(target=self._serve, name=name, daemon=True).start()
+
+    def _serve(self) -> None:
+        while (item := self._queue.get()) is not None:
+            future, fn, args = item
+            if self._killed or not future.set_running_or_notify_cancel():
+                future.cancel()
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as e:  # raised again by Pool.wait, in the driver
+                future.set_exception(e)
+        close = getattr(self.instance, "close", None)
+        if close is not None:  # the envs (an Atari vector's C++ threads)
+            close()
 
     def call(self, method: str, *args: Any) -> cf.Future:
-        return self.thread.submit(getattr(self.instance, method), *args)
+        future: cf.Future = cf.Future()
+        self._queue.put((future, getattr(self.instance, method), args))
+        return future
 
     def is_up(self) -> bool:
         return True
@@ -68,8 +93,10 @@ class Remote:
         return False
 
     def kill(self) -> None:
-        """Drop the calls not started yet; the thread ends after the one it runs."""
-        self.thread.shutdown(wait=False, cancel_futures=True)
+        """Cancel the calls not started yet; the thread closes the instance and ends after
+        the call it runs."""
+        self._killed = True
+        self._queue.put(None)
 
 
 class Pool:
@@ -150,7 +177,12 @@ def server_processes(server: LocalServer) -> list[Remote]:
     return []  # the shards are objects of this process
 
 
+_threads_before: list[int] = []  # torch's thread count, restored when the run ends
+
+
 def init_ray(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
+    # actors and learners set torch's (process-wide) thread count as they are built
+    _threads_before.append(torch.get_num_threads())
     return DESCRIPTION
 
 
@@ -171,4 +203,7 @@ def ray_record() -> dict[str, Any]:
 
 
 def shutdown() -> None:
-    """Nothing to stop: the threads end with their last call."""
+    """Nothing to stop (the threads end with their last call): give the process back the
+    torch thread count it had."""
+    if _threads_before:
+        torch.set_num_threads(_threads_before.pop())

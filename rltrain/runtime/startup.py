@@ -52,6 +52,7 @@ def init_ray(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
     actors created (the server shards) then start without waiting for torch to import.
     ``ship``: the user's modules every worker must import (see :func:`user_code`).
     """
+    global _started_here
     if ray.is_initialized():
         return "ray (already running)"
     kwargs: dict[str, Any] = dict(
@@ -73,6 +74,7 @@ def init_ray(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
                 f"cannot join the Ray cluster at --address {cfg.address}: {first} "
                 "(start one with `ray start --head`, or leave --address out for a local Ray)"
             ) from None
+        _started_here = False
         r = ray_record()
         return (
             f"ray cluster at {cfg.address} ({r['cpus']:.0f} CPUs on {r['nodes']} nodes; "
@@ -104,7 +106,11 @@ def init_ray(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
     finally:
         if added:
             del os.environ["OMP_NUM_THREADS"]
+    _started_here = True
     return f"local ray ({cpus} CPUs)"
+
+
+_started_here = False  # init_ray started a local instance (rather than joining a cluster)
 
 
 def check_reachable(address: str) -> None:
@@ -146,8 +152,15 @@ def free_cpus() -> float:
 
 
 def cluster_gpus() -> float:
-    """GPUs the Ray cluster (local or joined) can schedule."""
-    return float(ray.cluster_resources().get("GPU", 0.0))
+    """GPUs the Ray cluster (local or joined) can schedule. For a local instance, only those
+    this machine's torch can use too: Ray counts GPUs through NVML, which a CPU-only torch
+    build cannot drive (its learners would reserve a GPU and compute on the CPU)."""
+    gpus = float(ray.cluster_resources().get("GPU", 0.0))
+    if _started_here:
+        import torch
+
+        gpus = min(gpus, float(torch.cuda.device_count()))
+    return gpus
 
 
 def node_cpus() -> list[float]:

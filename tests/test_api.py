@@ -54,3 +54,20 @@ def test_ctrl_c_stops_a_python_run_gracefully(tmp_path: Path) -> None:
         done.set()
     assert run.stopped_by == "interrupt"
     assert list((tmp_path / "run" / "checkpoints").glob("ckpt-*.pt"))
+
+
+@pytest.mark.slow
+def test_a_ray_the_caller_started_is_left_running(tmp_path: Path) -> None:
+    """A notebook that called ray.init itself keeps its Ray after a run (rltrain stops only
+    the Ray it started)."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    try:
+        run = rltrain.train(
+            CARTPOLE, run_dir=tmp_path / "run", stop__max_env_steps=2000, stop__mean_return=None
+        )
+        assert run.stopped_by == "max_env_steps"
+        assert ray.is_initialized()
+    finally:
+        ray.shutdown()

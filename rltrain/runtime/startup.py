@@ -52,9 +52,10 @@ def init_ray(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
     actors created (the server shards) then start without waiting for torch to import.
     ``ship``: the user's modules every worker must import (see :func:`user_code`).
     """
-    global _started_here
+    global _started_here, _ours
     if ray.is_initialized():
-        return "ray (already running)"
+        return "ray (already running: the caller's, left running at the end)"
+    _ours = True
     kwargs: dict[str, Any] = dict(
         include_dashboard=cfg.dashboard,
         dashboard_host="127.0.0.1",
@@ -111,6 +112,7 @@ def init_ray(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
 
 
 _started_here = False  # init_ray started a local instance (rather than joining a cluster)
+_ours = False  # init_ray started or joined the Ray this process is connected to
 
 
 def check_reachable(address: str) -> None:
@@ -137,8 +139,12 @@ def check_address(address: str) -> None:
 
 
 def shutdown() -> None:
-    if ray.is_initialized():
+    """Stop the Ray instance :func:`init_ray` started (or leave the cluster it joined); a Ray
+    the caller had started already (``ray.init`` in a notebook) is theirs, and goes on."""
+    global _ours
+    if ray.is_initialized() and _ours:
         ray.shutdown()
+    _ours = False
 
 
 def cluster_cpus() -> float:

@@ -175,15 +175,19 @@ def evaluate(
     video: bool = False,
     seed: int = 12345,
     deterministic: bool = False,
+    checkpoint: str = "latest",
 ) -> EvalResult:
-    """Play a run's latest checkpoint as ``rltrain eval`` does; ``.mean``, ``.std``,
-    ``.returns``, ``.video``. ``deterministic``: the most likely actions, not samples."""
+    """Play a run's checkpoint as ``rltrain eval`` does; ``.mean``, ``.std``, ``.returns``,
+    ``.video``. ``deterministic``: the most likely actions, not samples. ``checkpoint``:
+    ``latest``, ``best`` (kept by ``eval.every_steps``) or a checkpoint file's path."""
     from rltrain.config import load_config
     from rltrain.rl.evaluate import evaluate as play
 
     run_dir = Path(run_dir)
     cfg = load_config(TrainConfig, run_dir / "config.yaml")
-    return play(cfg, run_dir, episodes, video, seed, deterministic=deterministic)
+    return play(
+        cfg, run_dir, episodes, video, seed, deterministic=deterministic, checkpoint=checkpoint
+    )
 
 
 class LoadedPolicy:
@@ -217,8 +221,9 @@ class LoadedPolicy:
         return int(acts[0]) if not self.actions.continuous else acts[0]
 
 
-def load_policy(run_dir: str | Path) -> LoadedPolicy:
-    """The latest checkpoint of ``run_dir`` as a callable ``obs -> action``."""
+def load_policy(run_dir: str | Path, checkpoint: str = "latest") -> LoadedPolicy:
+    """A checkpoint of ``run_dir`` (``latest``, ``best`` or a path) as a callable
+    ``obs -> action``."""
     from rltrain.config import load_config
     from rltrain.rl.evaluate import checkpoint_params
     from rltrain.rl.evaluate import load_policy as build
@@ -227,6 +232,6 @@ def load_policy(run_dir: str | Path) -> LoadedPolicy:
     run_dir = Path(run_dir)
     cfg = load_config(TrainConfig, run_dir / "config.yaml")
     spec = probe_env(cfg)
-    path, _, values, norm = checkpoint_params(run_dir)
+    path, _, values, norm = checkpoint_params(run_dir, checkpoint)
     policy = build(cfg, run_dir, (path, values, norm), spec.obs_shape, spec.actions)
     return LoadedPolicy(policy, spec.obs_shape, spec.actions)

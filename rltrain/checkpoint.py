@@ -26,9 +26,23 @@ class CheckpointError(RLTrainError, ValueError):
 
 def save_checkpoint(run_dir: Path, version: int, state: dict[str, Any], keep: int) -> Path:
     """Write ``state`` as ``ckpt-<version>.pt`` and keep only the ``keep`` newest."""
-    folder = run_dir / CKPT_DIR
+    path = write_state(run_dir / CKPT_DIR / f"ckpt-{version:010d}.pt", state)
+    for old in list_checkpoints(run_dir)[:-keep]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def best_checkpoint(run_dir: Path) -> Path:
+    """Where the best-scoring evaluated checkpoint is kept (``eval.every_steps``); never pruned,
+    never resumed from (a resume continues from the newest ``ckpt-*.pt``)."""
+    return run_dir / CKPT_DIR / "best.pt"
+
+
+def write_state(path: Path, state: dict[str, Any]) -> Path:
+    """``torch.save`` through a temporary file, fsync and an atomic rename: a crash leaves the
+    old file or the new one, never a torn one."""
+    folder = path.parent
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"ckpt-{version:010d}.pt"
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".ckpt-", suffix=".tmp")
     os.close(fd)
     try:
@@ -40,8 +54,6 @@ def save_checkpoint(run_dir: Path, version: int, state: dict[str, Any], keep: in
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
-    for old in list_checkpoints(run_dir)[:-keep]:
-        old.unlink(missing_ok=True)
     return path
 
 

@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint"
     )
-    ev = sub.add_parser("eval", help="play a run's latest checkpoint and print its raw score")
+    ev = sub.add_parser("eval", help="play a run's checkpoint and print its raw score")
     ev.add_argument("run_dir", help="a run directory written by `rltrain train`")
     ev.add_argument("--episodes", type=_count, default=10, help="episodes to play (default 10)")
     ev.add_argument(
@@ -117,6 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
         "sees (Atari: the newest 84x84 frame)",
     )
     ev.add_argument("--seed", type=_seed, default=12345, help="seed of the evaluation envs")
+    ev.add_argument(
+        "--checkpoint",
+        default="latest",
+        metavar="WHICH",
+        help="latest (default: the newest checkpoints/ckpt-*.pt), best (checkpoints/best.pt, "
+        "the best-scoring of the evaluations during training: eval.every_steps) or a path",
+    )
     ev.add_argument(
         "--deterministic",
         action="store_true",
@@ -268,6 +275,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         args.seed,
         video_view=args.video_view,
         deterministic=args.deterministic,
+        checkpoint=args.checkpoint,
     )
     how = "most likely actions" if args.deterministic else "sampled actions, as in training"
     print(

@@ -26,6 +26,8 @@ from rltrain.errors import RLTrainError
 
 RETURN_TAG = "episode/return"
 """The scalar tag of episode scores, as :class:`rltrain.rl.tblog.TrainLogger` writes it."""
+EVAL_TAG = "eval/mean_return"
+"""The mean score of each evaluation during training (``eval.every_steps``), drawn as dots."""
 TB_DIR = "tb"
 HEARTBEAT_TAG = "perf/env_fps"
 """A scalar a live run writes every ``log_every_seconds``: long silences in it are downtime."""
@@ -48,6 +50,8 @@ class Curve:
     """[N] wall-clock seconds since the run's first TensorBoard event."""
     returns: np.ndarray
     """[N] raw episode scores."""
+    evals: tuple[np.ndarray, np.ndarray, np.ndarray] = (np.zeros(0), np.zeros(0), np.zeros(0))
+    """The evaluations during training, if any: ([E] frames, [E] seconds, [E] mean scores)."""
 
 
 def frames_per_step(run_dir: Path) -> int:
@@ -98,22 +102,24 @@ def read_curve(run_dir: Path) -> Curve:
     acc.Reload()
     if RETURN_TAG not in acc.Tags().get(ea.SCALARS, []):
         raise PlotError(f"{run_dir}: no {RETURN_TAG} in {tb} yet (no episode has ended)")
-    events = acc.Scalars(RETURN_TAG)
     start = acc.FirstEventTimestamp()
-    beats = (
-        [e.wall_time for e in acc.Scalars(HEARTBEAT_TAG)]
-        if HEARTBEAT_TAG in acc.Tags().get(ea.SCALARS, [])
-        else []
+    tags = acc.Tags().get(ea.SCALARS, [])
+    beats = np.array(
+        [e.wall_time for e in acc.Scalars(HEARTBEAT_TAG)] if HEARTBEAT_TAG in tags else [],
+        dtype=np.float64,
     )
-    steps = np.array([e.step for e in events], dtype=np.int64)
-    keep = after_rewinds(steps)
-    times = np.array([e.wall_time for e in events], dtype=np.float64)
-    return Curve(
-        label=run_dir.resolve().name,
-        frames=steps[keep] * skip,
-        seconds=running_seconds(times, np.array(beats, dtype=np.float64), start)[keep],
-        returns=np.array([e.value for e in events], dtype=np.float64)[keep],
-    )
+
+    def series(tag: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(frames, running seconds, values) of one scalar tag, rewinds dropped."""
+        events = acc.Scalars(tag) if tag in tags else []
+        steps = np.array([e.step for e in events], dtype=np.int64)
+        keep = after_rewinds(steps)
+        times = np.array([e.wall_time for e in events], dtype=np.float64)
+        values = np.array([e.value for e in events], dtype=np.float64)
+        return steps[keep] * skip, running_seconds(times, beats, start)[keep], values[keep]
+
+    frames, seconds, returns = series(RETURN_TAG)
+    return Curve(run_dir.resolve().name, frames, seconds, returns, series(EVAL_TAG))
 
 
 def running_seconds(times: np.ndarray, beats: np.ndarray, start: float) -> np.ndarray:
@@ -179,6 +185,10 @@ def draw(curves: Sequence[Curve], out: Path, title: str | None = None, window: i
             if window > 1:
                 ax.plot(x, c.returns, color=color, lw=0.6, alpha=0.25)
             ax.plot(x, mean, color=color, lw=1.6, label=c.label)
+        e_frames, e_seconds, e_means = c.evals
+        for ax, x in ((by_frames, e_frames), (by_time, e_seconds / unit)):
+            if len(x):  # the evaluations during training: dots on the run's line
+                ax.plot(x, e_means, "o", color=color, ms=4, mfc="white", label=f"{c.label} eval")
     by_frames.set_xlabel("frames")
     by_frames.xaxis.set_major_formatter(EngFormatter())  # 2M, not 2 x 1e6
     by_time.set_xlabel(time_label)

@@ -245,7 +245,7 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
         ),
         pytest.param(
             ["train", CARTPOLE, "--set", "stop.mean_return=null", "--set", "stop.max_seconds=0"],
-            ["stop: set mean_return, max_seconds or max_env_steps"],
+            ["stop: set mean_return, eval_mean_return, max_seconds or max_env_steps"],
             id="t-no-stop",
         ),
         pytest.param(

@@ -11,7 +11,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from rltrain.cli import main
 from rltrain.config import load_config
-from rltrain.plot import RETURN_TAG, after_rewinds, moving_mean, read_curve
+from rltrain.plot import EVAL_TAG, RETURN_TAG, after_rewinds, moving_mean, read_curve
 from rltrain.rl.config import TrainConfig
 from rltrain.rundir import write_config
 
@@ -79,6 +79,23 @@ def test_curve_counts_frames_and_seconds(tmp_path: Path) -> None:
     assert curve.seconds == pytest.approx([30, 90, 90, 120], abs=5)
     cartpole = make_run(tmp_path / "cp", "cartpole_appo.yaml", [(64, 12, 1), (128, 30, 2)])
     assert read_curve(cartpole).frames.tolist() == [64, 128]
+
+
+def test_evaluations_during_training_are_read_as_dots(tmp_path: Path) -> None:
+    """eval/mean_return (eval.every_steps) comes back beside the episodes, in frames."""
+    pong = make_run(tmp_path / "pong", "pong_a3c.yaml", [(100, -21, 30), (200, -20, 60)])
+    writer = SummaryWriter(str(pong / "tb"))
+    start = time.time()
+    for steps, mean, seconds in [(150, -19.5, 45), (250, -17.0, 75)]:
+        writer.add_scalar(EVAL_TAG, mean, steps, walltime=start + seconds)
+    writer.close()
+    frames, seconds, means = read_curve(pong).evals
+    assert frames.tolist() == [600, 1000] and means.tolist() == [-19.5, -17.0]
+    assert seconds[1] - seconds[0] == pytest.approx(30, abs=1)
+    assert main(["plot", str(pong)]) == 0
+    check_png(pong / "returns.png")
+    none = make_run(tmp_path / "cp", "cartpole_appo.yaml", [(64, 12, 1)])
+    assert all(len(a) == 0 for a in read_curve(none).evals)
 
 
 def test_after_rewinds_drops_what_a_resume_went_back_over() -> None:

@@ -127,10 +127,9 @@ def test_resume_continues_counters_and_eval_plays_checkpoint(
     run_dir = tmp_path / "run"
     cfg = str(CFG / "cartpole_a3c.yaml")
     base = ["--set", "stop.mean_return=null"]
-    assert (
-        main(["train", cfg, "--run-dir", str(run_dir), *base, "--set", "stop.max_env_steps=3000"])
-        == 0
-    )
+    evals = ["--set", "eval.every_steps=1000", "--set", "eval.episodes=2"]  # a Ray evaluator
+    first_argv = ["train", cfg, "--run-dir", str(run_dir), *base, *evals]
+    assert main([*first_argv, "--set", "stop.max_env_steps=3000"]) == 0
     first = summary(run_dir)
     ckpt = sorted((run_dir / "checkpoints").glob("ckpt-*.pt"))[-1]
     version = torch.load(ckpt, weights_only=True)["shards"][0]["version"]
@@ -142,6 +141,12 @@ def test_resume_continues_counters_and_eval_plays_checkpoint(
     assert second["episodes"] >= first["episodes"]
     newest = sorted((run_dir / "checkpoints").glob("ckpt-*.pt"))[-1]
     assert torch.load(newest, weights_only=True)["shards"][0]["version"] > version
+    # the evaluations of both sessions, in one file; best.pt is the best of them
+    records = [json.loads(x) for x in (run_dir / "evals.jsonl").read_text().splitlines()]
+    assert first["eval"]["evaluations"] >= 1 and second["eval"]["evaluations"] >= 1
+    assert len(records) == first["eval"]["evaluations"] + second["eval"]["evaluations"]
+    best = torch.load(run_dir / "checkpoints" / "best.pt", weights_only=True)["eval"]
+    assert best["mean_return"] == max(r["mean_return"] for r in records)
 
     # resuming under another server layout is refused before anything starts
     assert main(["train", "--resume", str(run_dir), "--set", "server.shards=2"]) == 2

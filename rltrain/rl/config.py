@@ -193,6 +193,9 @@ class StopConfig:
     """Wall-clock limit over the whole run, start-up and resumed sessions included (0 = none)."""
     max_env_steps: int = field(default=0, metadata=spec(ge=0))
     """Limit on agent steps summed over all environments (0 = none)."""
+    eval_mean_return: float | None = None
+    """Stop once an evaluation during training (eval.every_steps) scores this mean raw return
+    or more (null: never); its checkpoint is checkpoints/best.pt."""
 
 
 @dataclass(frozen=True)
@@ -203,6 +206,26 @@ class CheckpointConfig:
     """Seconds between checkpoints; one is always written at the end."""
     keep: int = field(default=3, metadata=spec(ge=1))
     """How many recent checkpoints to keep."""
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Evaluation during training, as SB3's EvalCallback: every ``every_steps`` agent steps the
+    trainer writes a checkpoint and a process beside training plays ``episodes`` episodes
+    with it, under the evaluation protocol (raw scores: no reward clipping, no episodic life;
+    the same seeds each time, so that the scores compare). The scores go to TensorBoard
+    (``eval/mean_return``) and to ``evals.jsonl``; the best-scoring checkpoint is kept as
+    ``checkpoints/best.pt`` (``rltrain eval RUN --checkpoint best``). It shares the CPUs."""
+
+    every_steps: int = field(default=0, metadata=spec(ge=0))
+    """Agent steps (summed over every environment) between evaluations (0 = none)."""
+    episodes: int = field(default=10, metadata=spec(ge=1))
+    """Episodes per evaluation, played in up to 8 environments at once."""
+    deterministic: bool = False
+    """Play the policy's most likely action (a Box: its mean) instead of sampling (dqn:
+    always greedy)."""
+    seed: int = field(default=12345, metadata=spec(ge=0, le=2**31 - 1))
+    """Seed of the evaluation environments (env i: seed + i), the same at every evaluation."""
 
 
 @dataclass(frozen=True)
@@ -230,6 +253,7 @@ class TrainConfig:
     server: ServerConfig = ServerConfig()
     stop: StopConfig = StopConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
+    eval: EvalConfig = EvalConfig()
     faults: FaultsConfig = FaultsConfig()
     runtime: RuntimeConfig = RuntimeConfig()
     log_every_seconds: float = field(default=2.0, metadata=spec(gt=0))
@@ -237,8 +261,16 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         s = self.stop
-        if s.mean_return is None and s.max_seconds == 0 and s.max_env_steps == 0:
-            raise ValueError("stop: set mean_return, max_seconds or max_env_steps")
+        if s.eval_mean_return is not None and not self.eval.every_steps:
+            raise ValueError(
+                "stop.eval_mean_return: needs evaluations during training; set eval.every_steps"
+            )
+        if (s.mean_return, s.eval_mean_return) == (None, None) and not (
+            s.max_seconds or s.max_env_steps
+        ):
+            raise ValueError(
+                "stop: set mean_return, eval_mean_return, max_seconds or max_env_steps"
+            )
         pushers = self.learners if self.algo.name in SPLIT_ALGOS else self.actors
         if pushers and self.server.k > pushers:  # (0: actors auto, checked once sized)
             raise ValueError(f"server.k={self.server.k} exceeds the {pushers} pushing workers")

@@ -1,4 +1,4 @@
-"""`rltrain eval`: play a run's latest checkpoint with the evaluation protocol.
+"""`rltrain eval`: play a run's checkpoint (the latest, by default) with the evaluation protocol.
 
 Evaluation always reports the raw game score: no reward clipping and no episodic life.
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -33,7 +33,13 @@ import torch
 from envs import ActionSpace, VectorEnv, make_env
 from envs.base import EnvError
 from envs.screen import RecordingEnv, make_recording_env
-from rltrain.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
+from rltrain.checkpoint import (
+    CKPT_DIR,
+    CheckpointError,
+    best_checkpoint,
+    latest_checkpoint,
+    load_checkpoint,
+)
 from rltrain.normalize import NormStats
 from rltrain.rl.actor import policy_builder
 from rltrain.rl.config import TrainConfig
@@ -67,18 +73,47 @@ class EvalResult:
         return float(np.std(self.returns))
 
 
-def checkpoint_params(run_dir: Path) -> tuple[Path, int, torch.Tensor, NormStats | None]:
-    """The newest checkpoint's parameters, joined from its shards, and the normalisation
-    statistics they were trained with (shard 0 holds them; None when the run had none)."""
-    path = latest_checkpoint(run_dir)
-    if path is None:
-        raise CheckpointError(f"{run_dir} has no checkpoints/ckpt-*.pt to evaluate")
-    state = load_checkpoint(path)
+def checkpoint_params(
+    run_dir: Path, which: str = "latest"
+) -> tuple[Path, int, torch.Tensor, NormStats | None]:
+    """A checkpoint's parameters, joined from its shards, and the normalisation statistics
+    they were trained with (shard 0 holds them; None when the run had none). ``which``:
+    ``latest`` (the newest ``ckpt-*.pt``), ``best`` (``best.pt``, kept by ``eval.every_steps``)
+    or the path of a checkpoint file."""
+    path = pick_checkpoint(run_dir, which)
+    version, values, stats = state_params(load_checkpoint(path))
+    return path, version, values, stats
+
+
+def pick_checkpoint(run_dir: Path, which: str) -> Path:
+    if which == "latest":
+        path = latest_checkpoint(run_dir)
+        if path is None:
+            raise CheckpointError(f"{run_dir} has no checkpoints/ckpt-*.pt to evaluate")
+        return path
+    if which == "best":
+        path = best_checkpoint(run_dir)
+        if not path.is_file():
+            raise CheckpointError(
+                f"{run_dir} has no {CKPT_DIR}/{path.name}: it is written by runs with "
+                "eval.every_steps > 0; use --checkpoint latest or a checkpoint's path"
+            )
+        return path
+    path = Path(which).expanduser()
+    if not path.is_file():
+        raise CheckpointError(
+            f"--checkpoint {which}: no such file; use latest, best or a checkpoint's path"
+        )
+    return path
+
+
+def state_params(state: dict[str, Any]) -> tuple[int, torch.Tensor, NormStats | None]:
+    """A checkpoint state's (version, flat parameters, normalisation statistics or None)."""
     shards = state["shards"]
     values = torch.cat([s["param"].reshape(-1) for s in shards])
     norm = shards[0].get("norm")
     stats = NormStats.from_state(norm) if norm else None
-    return path, int(min(s["version"] for s in shards)), values, stats
+    return int(min(s["version"] for s in shards)), values, stats
 
 
 class Policy:
@@ -136,6 +171,7 @@ def evaluate(
     max_steps: int = 1_000_000,
     video_view: VideoView | None = None,
     deterministic: bool = False,
+    checkpoint: str = "latest",
 ) -> EvalResult:
     """Play ``episodes`` episodes in up to 8 parallel envs (env i seeded ``seed + i``); with
     ``video``, the first one alone in a recording env (seeded next), filmed into ``run_dir``.
@@ -143,8 +179,8 @@ def evaluate(
 
     ``video_view`` None: the game's screen, or the agent's view when the env cannot draw its
     screen (e.g. CartPole without pygame; ``EvalResult.note`` says why); given, that view or a
-    one-line error."""
-    path, version, values, norm = checkpoint_params(run_dir)
+    one-line error. ``checkpoint``: which one (:func:`checkpoint_params`)."""
+    path, version, values, norm = checkpoint_params(run_dir, checkpoint)
     n_vec = episodes - 1 if video else episodes
     envs = min(n_vec, 8)
     video_seed = (seed + envs) % 2**32  # after the vector's seeds: no two envs share one

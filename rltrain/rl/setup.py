@@ -17,6 +17,7 @@ from rltrain.ps.server import ShardLayout
 from rltrain.rl.actor import policy_builder
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.models import build_qnet, flat_params
+from rltrain.rl.rollout import WorkStats
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,21 @@ class Counters:
     def mean_return(self, window: int) -> float | None:
         r = self.recent_returns[-window:]
         return sum(r) / len(r) if r else None
+
+    def add(self, stats: WorkStats, window: int) -> None:
+        """Count one result of an actor, learner or worker; ``window``: stop.window."""
+        self.env_steps += stats.env_steps
+        self.episodes += len(stats.episode_returns)
+        self.updates += stats.updates
+        self.applied += stats.applied
+        self.dropped += stats.dropped
+        self.rejected += stats.rejected
+        self.staleness_sum += sum(stats.staleness)
+        self.recent_returns = (self.recent_returns + list(stats.episode_returns))[-1000:]
+        mean = self.mean_return(window)
+        if mean is not None and len(self.recent_returns) >= window:
+            best = self.best_mean_return
+            self.best_mean_return = mean if best is None else max(best, mean)
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ def train_summary(t: Any) -> dict[str, Any]:
         # the Ray job (as Ray's own tables name it) and the node each process last ran on
         "ray": {**t.ray, "placement": placement(t.procs)},
         **({"replay_bytes": t.replay_bytes} if t.replay_bytes is not None else {}),
+        **t.evals.summary(),  # eval.every_steps: this session's evaluations
     }
 
 

@@ -42,6 +42,7 @@ from rltrain.rl.config import (
     server_rule,
     sized,
 )
+from rltrain.rl.periodic import PeriodicEval
 from rltrain.rl.plans import PLANS
 from rltrain.rl.rollout import WorkStats
 from rltrain.rl.setup import Counters, EnvSpec, initial_params, load_resume, probe_env
@@ -101,6 +102,8 @@ class Trainer:
 
         runtime = self.rt = ray_runtime.backend(self.cfg.runtime)  # Ray, or threads here
         cfg = self.cfg
+        steps = self.counters.env_steps
+        self.evals = PeriodicEval(cfg, self.run_dir, runtime, steps, self.log, self.progress.note)
         session_start = time.time()
         self.wall_base = self.counters.wall_seconds
         self.session_start = session_start
@@ -173,6 +176,7 @@ class Trainer:
         )
         self.procs["shard"] = runtime.server_processes(self.server)
         self._mark("server")  # shard processes up, the initial state read back
+        self.evals.start()
         self.lr_factor = 1.0
         self._schedule_lr()  # a resumed run continues its schedule
         self.last_ckpt = time.time()
@@ -186,6 +190,7 @@ class Trainer:
                 self._checkpoint()
             except (ProcessLost, PeerLost, RunFailed) as e:
                 self.progress.note(f"no final checkpoint (the server is not whole: {e})")
+        self.evals.finish(wait=self.stopped_by not in ("interrupt", "fault"))
         summary = train_summary(self)
         write_summary(self.run_dir, summary)
         self.progress.close(self._status())
@@ -193,6 +198,7 @@ class Trainer:
         return summary
 
     def _release(self, runtime: Any) -> None:
+        self.evals.close()
         self.log.close()
         for r in (r for remotes in self.procs.values() for r in remotes):
             with contextlib.suppress(Exception):
@@ -292,21 +298,8 @@ class Trainer:
             self.startup["first_step"] = round(stats.first_step_at - self.started, 2)
         if self.startup_seconds is None:
             self.startup_seconds = self._mark("first_result")
-        c = self.counters
-        c.env_steps += stats.env_steps
-        c.episodes += len(stats.episode_returns)
-        c.updates += stats.updates
-        c.applied += stats.applied
-        c.dropped += stats.dropped
-        c.rejected += stats.rejected
-        c.staleness_sum += sum(stats.staleness)
-        c.recent_returns = (c.recent_returns + list(stats.episode_returns))[-1000:]
-        mean = c.mean_return(self.cfg.stop.window)
-        if mean is not None and len(c.recent_returns) >= self.cfg.stop.window:
-            c.best_mean_return = (
-                mean if c.best_mean_return is None else max(c.best_mean_return, mean)
-            )
-        self.log.absorb(stats, c.env_steps)
+        self.counters.add(stats, self.cfg.stop.window)
+        self.log.absorb(stats, self.counters.env_steps)
         self._check_stop()
 
     def _check_stop(self) -> None:
@@ -324,6 +317,8 @@ class Trainer:
             self.stopped_by = "max_env_steps"
         elif s.max_seconds and self.wall_base + self._elapsed() >= s.max_seconds:
             self.stopped_by = "max_seconds"
+        elif s.eval_mean_return is not None and self.evals.reached(s.eval_mean_return):
+            self.stopped_by = "eval_mean_return"
         if self.stopped_by:
             self.mean_at_stop = mean  # what the stop saw; work in flight still lands after it
 
@@ -361,12 +356,17 @@ class Trainer:
             self.log.flush(self.counters.env_steps, self.guard.last_seen, size, self.net_bytes, lr)
             self.log.faults(self.faults, self.counters.env_steps)
         self.progress.update(self._fraction(), self._status())
-        if time.time() - self.last_ckpt >= self.cfg.checkpoint.every_seconds:
+        evaluate = self.evals.due(self.counters.env_steps)  # of a checkpoint written for it
+        if evaluate or time.time() - self.last_ckpt >= self.cfg.checkpoint.every_seconds:
             self.counters.wall_seconds = self.wall_base + self._elapsed()
             try:
-                self._checkpoint()
+                path, state = self._checkpoint()
             except (ProcessLost, PeerLost):  # a shard went down just now: restore, then retry
                 self.guard.check()
+            else:
+                if evaluate:
+                    self.evals.submit(path, state, self.counters)
+        self.evals.poll()
 
     def _fraction(self) -> float:
         return stop_fraction(self.cfg.stop, self.counters, self.wall_base + self._elapsed())
@@ -382,7 +382,7 @@ class Trainer:
             self.log.top,
         )
 
-    def _checkpoint(self) -> None:
+    def _checkpoint(self) -> tuple[Path, dict[str, Any]]:
         if self.guard is not None:  # never checkpoint a shard restarted but not yet restored
             self.guard.check()
         state = {
@@ -396,3 +396,4 @@ class Trainer:
         if self.guard is not None:
             self.guard.remember(RestorePoint(version, state["shards"], f"checkpoint {path.name}"))
         self.last_ckpt = time.time()
+        return path, state

@@ -137,6 +137,16 @@ class Pool:
         return out
 
 
+def wait_any(futures: Sequence[cf.Future], timeout: float) -> list[cf.Future]:
+    """The futures that are done, waiting up to ``timeout`` seconds for at least one."""
+    done, _ = cf.wait(futures, timeout, return_when=cf.FIRST_COMPLETED)
+    return list(done)
+
+
+def get(futures: Sequence[cf.Future]) -> list[Any]:
+    return [f.result() for f in futures]
+
+
 class ServerGuard:
     """Nothing to guard: the shards live in this process and cannot be lost apart from it.
     Keeps the barrier bookkeeping the trainer asks of :class:`rltrain.runtime.ServerGuard`."""

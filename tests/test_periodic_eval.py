@@ -1,0 +1,147 @@
+"""eval.every_steps: evaluations during training, their records and checkpoints/best.pt."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+from pathlib import Path
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+import rltrain
+from rltrain.checkpoint import CheckpointError, load_checkpoint
+from rltrain.cli import main
+from rltrain.config import load_config
+from rltrain.rl.config import TrainConfig
+from rltrain.rl.evaluate import checkpoint_params
+from rltrain.rl.periodic import EVALS_FILE, Evaluator, Flight, PeriodicEval, best_score
+from rltrain.runtime import local
+
+ROOT = Path(__file__).resolve().parents[1]
+CARTPOLE = ROOT / "configs" / "cartpole_a3c.yaml"
+
+
+def evals(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / EVALS_FILE).read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A short local-backend CartPole run evaluated every 2,000 steps (about 3 s)."""
+    run_dir = tmp_path_factory.mktemp("periodic") / "run"
+    argv = ["train", str(CARTPOLE), "--run-dir", str(run_dir), "--set", "runtime.backend=local"]
+    argv += ["--set", "stop.mean_return=null", "--set", "stop.max_env_steps=8000"]
+    argv += ["--set", "eval.every_steps=2000", "--set", "eval.episodes=3"]
+    assert main(argv) == 0
+    return run_dir
+
+
+def test_evaluations_are_recorded_every_interval(run: Path) -> None:
+    records = evals(run)
+    steps = [r["env_steps"] for r in records]
+    assert len(records) >= 3 and steps == sorted(steps)
+    # one per interval crossed, never two in one: one in flight at a time
+    assert len({s // 2000 for s in steps}) == len(steps)
+    assert all(r["episodes"] == 3 and r["checkpoint"].startswith("ckpt-") for r in records)
+    s = json.loads((run / "summary.json").read_text())
+    assert s["eval"]["evaluations"] == len(records)
+    assert s["eval"]["best_mean_return"] == max(r["mean_return"] for r in records)
+    tb = EventAccumulator(str(run / "tb"))
+    tb.Reload()
+    points = tb.Scalars("eval/mean_return")
+    assert [p.step for p in points] == steps
+    assert [p.value for p in points] == pytest.approx([r["mean_return"] for r in records])
+
+
+def test_best_checkpoint_holds_the_best_scoring_parameters(run: Path) -> None:
+    records = evals(run)
+    best = max(records, key=lambda r: r["mean_return"])
+    state = load_checkpoint(run / "checkpoints" / "best.pt")
+    assert state["eval"]["version"] == best["version"]
+    assert state["eval"]["mean_return"] == best["mean_return"]
+    assert best_score(run) == best["mean_return"]
+    _, version, values, _ = checkpoint_params(run, "best")
+    assert version == best["version"] and values.numel() > 0
+    assert main(["eval", str(run), "--checkpoint", "best", "--episodes", "2"]) == 0
+    policy = rltrain.load_policy(run, checkpoint="best")  # the Python API takes it too
+    assert policy([0.0, 0.0, 0.0, 0.0]) in (0, 1)
+    assert len(rltrain.evaluate(run, episodes=2, checkpoint="best").returns) == 2
+
+
+def test_eval_checkpoint_choice_errors_are_one_line(tmp_path: Path, run: Path) -> None:
+    with pytest.raises(CheckpointError, match="no such file; use latest, best or"):
+        checkpoint_params(run, "nope.pt")
+    (tmp_path / "checkpoints").mkdir()
+    with pytest.raises(CheckpointError, match="written by runs with eval.every_steps > 0"):
+        checkpoint_params(tmp_path, "best")
+    assert main(["eval", str(run), "--checkpoint", str(tmp_path / "missing.pt")]) != 0
+
+
+def test_evaluator_plays_the_parameters_it_is_sent(run: Path) -> None:
+    cfg = load_config(TrainConfig, run / "config.yaml")
+    _, version, values, norm = checkpoint_params(run)
+    ev = Evaluator(cfg)
+    try:
+        a = ev.score(version, values, norm)
+        b = ev.score(version, values, norm)
+    finally:
+        ev.close()
+    assert a.version == version and len(a.returns) == cfg.eval.episodes
+    assert a.returns == b.returns  # the same seeds every time: scores that compare
+
+
+class Log:
+    """What PeriodicEval reads of the trainer's TensorBoard logger."""
+
+    writer = None
+    frames_per_step = 1
+
+
+def test_a_failed_evaluation_costs_one_score_not_the_run(run: Path, tmp_path: Path) -> None:
+    cfg = load_config(TrainConfig, run / "config.yaml")
+    said: list[str] = []
+    pe = PeriodicEval(cfg, tmp_path, local, 0, Log(), said.append)  # type: ignore[arg-type]
+    future: cf.Future = cf.Future()
+    future.set_exception(RuntimeError("the env\nbroke"))
+    pe.flight = Flight(future, {}, "ckpt-1.pt", 10, 1.0)
+    pe.poll()
+    assert pe.flight is None and pe.remote is None
+    assert said == ["evaluation of ckpt-1.pt failed (the env broke); the next one restarts it"]
+    assert not (tmp_path / EVALS_FILE).exists()
+    assert pe.due(5000)  # the next one is still due
+
+
+def test_resume_keeps_the_best_score(run: Path, tmp_path: Path) -> None:
+    cfg = load_config(TrainConfig, run / "config.yaml")
+    pe = PeriodicEval(cfg, run, local, 8000, Log(), print)  # type: ignore[arg-type]
+    assert pe.best == best_score(run) and pe.next_at == 10000
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "best.pt").write_bytes(b"torn")
+    assert best_score(tmp_path) is None  # unreadable: the next evaluation replaces it
+    assert not PeriodicEval(cfg, tmp_path, local, 0, Log(), print).due(0)  # type: ignore[arg-type]
+
+
+def test_a_run_can_stop_on_its_evaluations(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    argv = ["train", str(CARTPOLE), "--run-dir", str(run_dir), "--set", "runtime.backend=local"]
+    argv += ["--set", "stop.mean_return=null", "--set", "stop.max_env_steps=1000000"]
+    argv += ["--set", "eval.every_steps=1000", "--set", "eval.episodes=2"]
+    assert main([*argv, "--set", "stop.eval_mean_return=5"]) == 0  # CartPole scores >= 8
+    s = json.loads((run_dir / "summary.json").read_text())
+    assert s["stopped_by"] == "eval_mean_return" and s["env_steps"] < 100_000
+    assert s["eval"]["best_mean_return"] >= 5
+    assert (run_dir / "checkpoints" / "best.pt").is_file()
+
+
+def test_off_by_default_and_validated() -> None:
+    cfg = load_config(TrainConfig, None, ["stop.max_env_steps=10"])
+    assert cfg.eval.every_steps == 0
+    off = PeriodicEval(cfg, Path("."), local, 0, Log(), print)  # type: ignore[arg-type]
+    assert not off.due(10**9) and off.summary() == {}
+    with pytest.raises(ValueError, match="eval.episodes"):
+        load_config(TrainConfig, None, ["eval.episodes=0", "stop.max_env_steps=10"])
+    with pytest.raises(ValueError, match="stop.eval_mean_return: needs .* set eval.every_steps"):
+        load_config(TrainConfig, None, ["stop.eval_mean_return=100"])
+    only_eval = ["stop.eval_mean_return=100", "eval.every_steps=1000"]
+    assert load_config(TrainConfig, None, only_eval).stop.mean_return is None  # a stop on its own

@@ -2,7 +2,8 @@
 
 The reference run of `time_to_solve.py`, which starts this script as a subprocess and times
 it from launch to exit. Hyper-parameters: rl-baselines3-zoo's tuned entry for the task
-(hyperparams/ppo.yml: CartPole-v1, or Pendulum-v1 with its VecNormalize and gSDE), with SB3's
+(hyperparams/ppo.yml: CartPole-v1, Pendulum-v1 with its VecNormalize and gSDE, or
+LunarLander-v3 as the zoo's LunarLander-v2: 16 envs, 1M steps), with SB3's
 defaults for everything else (torch threads and device included, as a user would run it).
 The stop criterion is rltrain's: the mean raw return of the last `--window` finished training
 episodes, across all envs, reaches `--target`; also `--max-seconds` and `--max-steps`. The zoo
@@ -10,7 +11,7 @@ trains for n_timesteps 1e5 (for CartPole its linear learning rate and clip range
 over it), so that budget ends a run first unless `--max-steps` is lower. Prints one JSON line.
 
     pip install -e '.[bench]'
-    python benchmarks/sb3_ppo.py [--task cartpole|pendulum] [--seed 0]
+    python benchmarks/sb3_ppo.py [--task cartpole|pendulum|lunarlander] [--seed 0]
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class Task:
     n_timesteps: int  # the zoo's training budget, and the horizon of its lin_ schedules
     hyper: dict[str, Any]
     normalize: bool = False  # the zoo's `normalize: true`: VecNormalize (obs and reward)
+    max_seconds: float = 300.0  # the default cap on the learning clock
 
 
 # rl-baselines3-zoo hyperparams/ppo.yml
@@ -82,6 +84,21 @@ TASKS: dict[str, Task] = {
         },
         normalize=True,
     ),
+    "lunarlander": Task(
+        "LunarLander-v3",
+        200.0,
+        16,
+        1_000_000,
+        {
+            "n_steps": 1024,
+            "batch_size": 64,
+            "gae_lambda": 0.98,
+            "gamma": 0.999,
+            "n_epochs": 4,
+            "ent_coef": 0.01,
+        },
+        max_seconds=1800.0,
+    ),
 }
 
 
@@ -115,8 +132,8 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--target", type=float, help="mean return to stop at (default: the task's)")
     p.add_argument("--window", type=int, default=20, help="episodes in that mean")
-    p.add_argument("--max-seconds", type=float, default=300.0, help="cap on the learning clock")
-    p.add_argument("--max-steps", type=int, default=300_000, help="cap on env steps")
+    p.add_argument("--max-seconds", type=float, help="cap on the learning clock (default: task's)")
+    p.add_argument("--max-steps", type=int, help="cap on env steps (default: the zoo's budget)")
     args = p.parse_args()
 
     task = TASKS[args.task]
@@ -127,11 +144,13 @@ def main() -> None:
     if task.normalize:
         env = VecNormalize(env)
     model = PPO("MlpPolicy", env, seed=args.seed, verbose=0, **task.hyper)
-    stop = StopRule(target, args.window, args.max_seconds, start)
-    budget = min(task.n_timesteps, args.max_steps)
+    max_seconds = task.max_seconds if args.max_seconds is None else args.max_seconds
+    stop = StopRule(target, args.window, max_seconds, start)
+    max_steps = task.n_timesteps if args.max_steps is None else args.max_steps
+    budget = min(task.n_timesteps, max_steps)
     model.learn(total_timesteps=budget, callback=stop)
     seconds = time.perf_counter() - start
-    budget_end = "max_env_steps" if args.max_steps < task.n_timesteps else "n_timesteps"
+    budget_end = "max_env_steps" if max_steps < task.n_timesteps else "n_timesteps"
     stopped_by = stop.stopped_by or budget_end
     result = {
         "stopped_by": stopped_by,

@@ -1,8 +1,10 @@
 """Seconds to solve a task per rltrain algorithm and seed, next to Stable-Baselines3 PPO.
 
 "Solved": the mean raw return of the last 20 finished training episodes (across all envs)
-reaches the task's target (CartPole-v1: 475; Pendulum-v1: -200). Each run is a fresh
-process timed from launch to exit, so imports and start-up (Ray, actor processes) count.
+reaches the task's target (CartPole-v1: 475; Pendulum-v1: -200; LunarLander-v3: 200, with
+the CartPole configs and only env.id and the stop changed: a task no config was tuned on).
+Each run is a fresh process timed from launch to exit, so imports and start-up (Ray, actor
+processes) count.
 rltrain runs are `rltrain train` with the algorithm's config for the task (its stop: section
 caps the time). When stable-baselines3 is installed (`pip install -e '.[bench]'`), every seed
 also runs SB3 PPO with rl-baselines3-zoo's hyper-parameters for the task and the same stop
@@ -12,7 +14,7 @@ alike; the order alternates per seed.
 Prints a markdown table of every run, the median whole-process seconds per algorithm (an
 unsolved run counts as infinite) and each rltrain median divided by SB3 PPO's median.
 
-    python benchmarks/time_to_solve.py [--task cartpole|pendulum] [--seeds 0 1 2]
+    python benchmarks/time_to_solve.py [--task cartpole|pendulum|lunarlander] [--seeds 0 1 2]
         [--algos appo ppo a3c impala a2c] [--backends ray local] [--no-sb3]
         [--out results.csv|results.json]
 
@@ -49,8 +51,17 @@ TASKS: dict[str, dict[str, tuple[str, list[str]]]] = {
         "ppo": ("cartpole_ppo.yaml", []),
     },
     "pendulum": {"appo": ("pendulum_appo.yaml", [])},
+    # a task no config was tuned on: the CartPole configs with only env.id and stop changed
+    "lunarlander": {
+        algo: (config, ["env.id=LunarLander-v3", "stop.mean_return=200", "stop.max_seconds=1800"])
+        for algo, config in (
+            ("a3c", "cartpole_a3c.yaml"),
+            ("appo", "cartpole_appo.yaml"),
+            ("ppo", "cartpole_ppo.yaml"),
+        )
+    },
 }
-TARGETS = {"cartpole": 475, "pendulum": -200}
+TARGETS = {"cartpole": 475, "pendulum": -200, "lunarlander": 200}
 SB3 = "sb3"  # the job name of an SB3 PPO run
 
 

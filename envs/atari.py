@@ -149,7 +149,7 @@ class AtariEnv(VectorEnv):
             lives = info["lives"]
             terminated = terminated | ((lives < self._lives) & ~game_ended)
             self._lives = lives
-        returns, lengths = self._episodes.update(raw, game_ended)
+        returns, lengths, ended_in = self._episodes.update(raw, game_ended)
         return StepBatch(
             obs=obs,
             reward=np.sign(raw) if self._clip else raw,
@@ -159,6 +159,7 @@ class AtariEnv(VectorEnv):
             final_obs=info["final_obs"][truncated] if truncated.any() else obs[:0],
             episode_returns=returns,
             episode_lengths=lengths,
+            episode_envs=ended_in,
         )
 
     def close(self) -> None:

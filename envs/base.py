@@ -9,7 +9,7 @@ and every transition it stores is a real one.
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 
 import numpy as np
@@ -42,6 +42,8 @@ class StepBatch:
     """Raw (unclipped) game scores of the real episodes that ended at this step."""
     episode_lengths: list[int]
     """Their lengths in agent steps."""
+    episode_envs: list[int] = field(default_factory=list)
+    """The index of the env each of them ended in."""
 
 
 @dataclass(frozen=True)
@@ -129,15 +131,18 @@ class EpisodeTracker:
         self._returns[:] = 0.0
         self._lengths[:] = 0
 
-    def update(self, raw_reward: np.ndarray, ended: np.ndarray) -> tuple[list[float], list[int]]:
-        """Add one step; return (returns, lengths) of the episodes that ``ended`` at it."""
+    def update(
+        self, raw_reward: np.ndarray, ended: np.ndarray
+    ) -> tuple[list[float], list[int], list[int]]:
+        """Add one step; return (returns, lengths, env indices) of the episodes that ``ended``
+        at it."""
         self._returns += raw_reward
         self._lengths += 1
         if not ended.any():
-            return [], []
+            return [], [], []
         idx = np.flatnonzero(ended)
         returns = self._returns[idx].tolist()
         lengths = self._lengths[idx].tolist()
         self._returns[idx] = 0.0
         self._lengths[idx] = 0
-        return returns, lengths
+        return returns, lengths, idx.tolist()

@@ -131,7 +131,7 @@ class GymVectorEnv(VectorEnv):
         obs, reward, terminated, truncated, info = self._env.step(
             to_env_actions(actions, self.action_space)
         )
-        returns, lengths = self._episodes.update(reward, terminated | truncated)
+        returns, lengths, ended_in = self._episodes.update(reward, terminated | truncated)
         return StepBatch(
             obs=obs,
             reward=reward.astype(np.float32),
@@ -140,6 +140,7 @@ class GymVectorEnv(VectorEnv):
             final_obs=final_observations(obs, truncated, info),
             episode_returns=returns,
             episode_lengths=lengths,
+            episode_envs=ended_in,
         )
 
     def close(self) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import concurrent.futures as cf
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -13,9 +15,18 @@ import rltrain
 from rltrain.checkpoint import CheckpointError, load_checkpoint
 from rltrain.cli import main
 from rltrain.config import load_config
+from rltrain.faults import RunFailed
+from rltrain.rl import periodic
 from rltrain.rl.config import TrainConfig
-from rltrain.rl.evaluate import checkpoint_params
-from rltrain.rl.periodic import EVALS_FILE, Evaluator, Flight, PeriodicEval, best_score
+from rltrain.rl.evaluate import checkpoint_params, play_episodes
+from rltrain.rl.periodic import (
+    EVALS_FILE,
+    EvalFailed,
+    Evaluator,
+    Flight,
+    PeriodicEval,
+    best_score,
+)
 from rltrain.runtime import local
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,18 +109,84 @@ class Log:
     frames_per_step = 1
 
 
+def fail(pe: PeriodicEval, checkpoint: str) -> None:
+    """An evaluation in flight whose evaluator raised; polled."""
+    future: cf.Future = cf.Future()
+    future.set_exception(RuntimeError("the env\nbroke"))
+    pe.flight = Flight(future, {}, checkpoint, 10, 1.0)
+    pe.poll()
+
+
 def test_a_failed_evaluation_costs_one_score_not_the_run(run: Path, tmp_path: Path) -> None:
     cfg = load_config(TrainConfig, run / "config.yaml")
     said: list[str] = []
     pe = PeriodicEval(cfg, tmp_path, local, 0, Log(), said.append)  # type: ignore[arg-type]
-    future: cf.Future = cf.Future()
-    future.set_exception(RuntimeError("the env\nbroke"))
-    pe.flight = Flight(future, {}, "ckpt-1.pt", 10, 1.0)
-    pe.poll()
+    fail(pe, "ckpt-1.pt")
     assert pe.flight is None and pe.remote is None
-    assert said == ["evaluation of ckpt-1.pt failed (the env broke); the next one restarts it"]
+    assert said == [
+        "evaluation of ckpt-1.pt failed (the env broke); the next one restarts the evaluator"
+    ]
     assert not (tmp_path / EVALS_FILE).exists()
     assert pe.due(5000)  # the next one is still due
+    fail(pe, "ckpt-2.pt")
+    fail(pe, "ckpt-3.pt")  # the third in a row: given up
+    assert said[-1].endswith("3 times in a row: no more evaluations in this run")
+    assert not pe.due(10**9)
+    # a run that was to stop on its evaluations cannot go on without them
+    stops = load_config(TrainConfig, run / "config.yaml", ["stop.eval_mean_return=400"])
+    pe = PeriodicEval(stops, tmp_path, local, 0, Log(), said.append)  # type: ignore[arg-type]
+    fail(pe, "ckpt-1.pt")
+    fail(pe, "ckpt-2.pt")
+    with pytest.raises(RunFailed, match="3 times in a row: stop.eval_mean_return"):
+        fail(pe, "ckpt-3.pt")
+
+
+def test_an_evaluation_whose_episodes_never_end_fails_in_one_line(
+    run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = load_config(TrainConfig, run / "config.yaml")
+    _, version, values, norm = checkpoint_params(run)
+    monkeypatch.setattr(periodic, "MAX_STEPS", 3)
+    ev = Evaluator(cfg)
+    try:
+        with pytest.raises(EvalFailed, match="0 of 3 episodes ended in 3 steps of 3 envs"):
+            ev.score(version, values, norm)
+    finally:
+        ev.close()
+
+
+def test_each_env_plays_its_share_of_the_episodes() -> None:
+    """Not the first episodes to end: those favour short ones (SB3's evaluate_policy)."""
+
+    class Env:  # env i ends an episode every i + 1 steps, scoring i
+        num_envs = 4
+
+        def __init__(self) -> None:
+            self.t = 0
+
+        def reset(self, seed: int) -> np.ndarray:
+            return np.zeros((4, 1))
+
+        def step(self, actions: np.ndarray) -> SimpleNamespace:
+            self.t += 1
+            ended = [i for i in range(4) if self.t % (i + 1) == 0]
+            lengths = [i + 1 for i in ended]
+            return SimpleNamespace(
+                obs=np.zeros((4, 1)),
+                episode_returns=[float(i) for i in ended],
+                episode_lengths=lengths,
+                episode_envs=ended,
+            )
+
+    class Policy:
+        def act(self, obs: np.ndarray, gen: object, deterministic: bool = False) -> np.ndarray:
+            return np.zeros(4, dtype=np.int64)
+
+    returns, lengths = play_episodes(Env(), Policy(), 10, 0, 1000)  # type: ignore[arg-type]
+    assert sorted(returns) == [0, 0, 0, 1, 1, 1, 2, 2, 3, 3]  # shares 3, 3, 2, 2
+    assert lengths == [int(r) + 1 for r in returns]
+    short, _ = play_episodes(Env(), Policy(), 10, 0, 4)  # type: ignore[arg-type]
+    assert len(short) < 10  # the step budget ran out first
 
 
 def test_resume_keeps_the_best_score(run: Path, tmp_path: Path) -> None:
@@ -119,6 +196,9 @@ def test_resume_keeps_the_best_score(run: Path, tmp_path: Path) -> None:
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "best.pt").write_bytes(b"torn")
     assert best_score(tmp_path) is None  # unreadable: the next evaluation replaces it
+    # scored with other settings (--set eval.episodes on --resume): not comparable, replaced
+    assert best_score(run, pe.protocol) == pe.best
+    assert best_score(run, {**pe.protocol, "episodes": 7}) is None
     assert not PeriodicEval(cfg, tmp_path, local, 0, Log(), print).due(0)  # type: ignore[arg-type]
 
 

@@ -230,7 +230,12 @@ def play_episodes(
     max_steps: int,
     deterministic: bool = False,
 ) -> tuple[list[float], list[int]]:
-    """Raw scores and lengths of the first ``episodes`` episodes to end in ``env``."""
+    """Raw scores and lengths of ``episodes`` episodes played in ``env``, each env playing
+    its share (env i: ``episodes // n``, one more for the first ``episodes % n``), as SB3's
+    ``evaluate_policy``: taking the first episodes to end, whichever env they come from,
+    would favour short episodes. Fewer when ``max_steps`` vector steps run out first."""
+    n = env.num_envs
+    quota = [episodes // n + (i < episodes % n) for i in range(n)]
     gen = torch.Generator().manual_seed(seed)
     obs = env.reset(seed=seed)
     returns: list[float] = []
@@ -238,11 +243,16 @@ def play_episodes(
     for _ in range(max_steps):
         step = env.step(policy.act(obs, gen, deterministic))
         obs = step.obs
-        returns.extend(step.episode_returns)
-        lengths.extend(step.episode_lengths)
-        if len(returns) >= episodes:
+        for ret, length, i in zip(
+            step.episode_returns, step.episode_lengths, step.episode_envs, strict=True
+        ):
+            if quota[i]:
+                quota[i] -= 1
+                returns.append(ret)
+                lengths.append(length)
+        if not any(quota):
             break
-    return returns[:episodes], lengths[:episodes]
+    return returns, lengths
 
 
 def record_episode(

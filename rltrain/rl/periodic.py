@@ -13,6 +13,8 @@ line) and keeps the best-scoring checkpoint as ``checkpoints/best.pt``
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -25,6 +27,8 @@ import torch
 
 from envs import make_env
 from rltrain.checkpoint import CheckpointError, best_checkpoint, load_checkpoint, write_state
+from rltrain.errors import RLTrainError
+from rltrain.faults import RunFailed
 from rltrain.normalize import NormStats
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.evaluate import load_policy, play_episodes, state_params
@@ -33,6 +37,11 @@ from rltrain.rl.tblog import TrainLogger
 
 EVALS_FILE = "evals.jsonl"
 MAX_STEPS = 1_000_000  # vector steps of one evaluation (a policy that never ends an episode)
+FAILURES = 3  # evaluations failed in a row before they are given up
+
+
+class EvalFailed(RLTrainError):
+    """An evaluation that could not score its episodes; the message is one line."""
 
 
 @dataclass(frozen=True)
@@ -49,14 +58,17 @@ class Evaluator:
     """Plays ``eval.episodes`` evaluation episodes with the parameters it is sent.
 
     Plain Python: Ray runs it as a process that reserves no CPU (it plays in bursts, beside
-    the actors and learners that hold the cores); the local backend, as a thread.
+    the actors and learners that hold the cores), with one torch thread and (Atari) one
+    emulator thread; the local backend, as a thread of the run.
     """
 
     def __init__(self, cfg: TrainConfig) -> None:
-        torch.set_num_threads(cfg.runtime.threads_per_worker)
+        if cfg.runtime.backend != "local":  # the local backend's count is process-wide
+            torch.set_num_threads(1)
         self.cfg = cfg
+        env = dataclasses.replace(cfg.env, num_threads=1)
         n = min(cfg.eval.episodes, 8)
-        self.env = make_env(cfg.env, seed=cfg.eval.seed, num_envs=n, evaluation=True)
+        self.env = make_env(env, seed=cfg.eval.seed, num_envs=n, evaluation=True)
 
     def score(self, version: int, values: torch.Tensor, norm: NormStats | None) -> EvalScore:
         start = time.time()
@@ -67,6 +79,11 @@ class Evaluator:
         returns, lengths = play_episodes(
             env, policy, e.episodes, e.seed, MAX_STEPS, e.deterministic
         )
+        if len(returns) < e.episodes:
+            raise EvalFailed(
+                f"{len(returns)} of {e.episodes} episodes ended in {MAX_STEPS:,} steps of "
+                f"{env.num_envs} envs (an env without a time limit?)"
+            )
         return EvalScore(version, tuple(returns), tuple(lengths), time.time() - start)
 
     def close(self) -> None:
@@ -82,6 +99,8 @@ class Flight:
     checkpoint: str
     env_steps: int
     wall_seconds: float
+    submitted: float = dataclasses.field(default_factory=time.time)
+    """When the checkpoint was taken: the time of its point in TensorBoard."""
 
 
 class PeriodicEval:
@@ -107,7 +126,10 @@ class PeriodicEval:
         self.next_at = self._after(env_steps)
         self.remote: Any = None
         self.flight: Flight | None = None
-        self.best = best_score(run_dir) if self.every else None  # a resumed run keeps its best
+        self.protocol = {k: getattr(cfg.eval, k) for k in ("episodes", "deterministic", "seed")}
+        # a resumed run keeps its best, if it was scored the same way
+        self.best = best_score(run_dir, self.protocol) if self.every else None
+        self.failures = 0  # in a row
         self.done = 0  # evaluations recorded this session
         self.session_best: float | None = None
         self.last: dict[str, Any] | None = None
@@ -126,16 +148,21 @@ class PeriodicEval:
         """Start the evaluator (when evaluations are on), so that its process is up by the
         first one (a Ray process takes seconds to start)."""
         if self.every and self.remote is None:
-            self.remote = self.rt.Remote(Evaluator, self.cfg, role="worker", num_cpus=0.0)
+            try:  # (the local backend builds it here; Ray, in its process)
+                self.remote = self.rt.Remote(Evaluator, self.cfg, role="worker", num_cpus=0.0)
+            except Exception as e:  # noqa: BLE001 - counted as a failed evaluation
+                self._failed("the evaluator could not start", e)
 
     def submit(self, path: Path, state: dict[str, Any], counters: Counters) -> None:
         """Evaluate checkpoint ``path`` (its ``state``), written at ``counters``."""
+        steps = counters.env_steps
+        self.next_at = self._after(steps)
         self.start()
+        if self.remote is None:
+            return
         version, values, norm = state_params(state)
         future = self.remote.call("score", version, values, norm)
-        steps = counters.env_steps
         self.flight = Flight(future, state, path.name, steps, counters.wall_seconds)
-        self.next_at = self._after(steps)
 
     def poll(self, timeout: float = 0.0) -> None:
         """Record the evaluation in flight if it has ended (waiting up to ``timeout`` s)."""
@@ -146,11 +173,27 @@ class PeriodicEval:
         try:
             score = self.rt.get([flight.future])[0]
         except Exception as e:  # noqa: BLE001 - a lost evaluator costs one score, not the run
-            why = " ".join(str(e).split())[:160] or type(e).__name__
-            self.say(f"evaluation of {flight.checkpoint} failed ({why}); the next one restarts it")
-            self.close()
+            self._failed(f"evaluation of {flight.checkpoint} failed", e)
             return
-        self._record(score, flight)
+        self.failures = 0
+        try:
+            self._record(score, flight)
+        except OSError as e:
+            self.say(f"evaluation of {flight.checkpoint}: cannot write its record ({e})")
+
+    def _failed(self, what: str, e: BaseException) -> None:
+        """Note a failed evaluation; give evaluations up after FAILURES in a row (the run
+        fails if it was to stop on them: stop.eval_mean_return)."""
+        self.close()
+        self.failures += 1
+        why = " ".join(str(e).split())[:160] or type(e).__name__
+        if self.failures < FAILURES:
+            self.say(f"{what} ({why}); the next one restarts the evaluator")
+            return
+        if self.cfg.stop.eval_mean_return is not None:
+            raise RunFailed(f"{what} ({why}), {FAILURES} times in a row: stop.eval_mean_return")
+        self.every = 0
+        self.say(f"{what} ({why}), {FAILURES} times in a row: no more evaluations in this run")
 
     def _record(self, score: EvalScore, flight: Flight) -> None:
         returns = np.asarray(score.returns, dtype=np.float64)
@@ -167,12 +210,13 @@ class PeriodicEval:
             "max_return": float(returns.max()),
             "mean_length": round(float(np.mean(score.lengths)), 2),
             "seconds": round(score.seconds, 2),
+            **self.protocol,
         }
         with (self.run_dir / EVALS_FILE).open("a") as f:
             f.write(json.dumps(record) + "\n")
         step = flight.env_steps
         for key in ("mean_return", "std_return", "mean_length"):
-            self.writer.add_scalar(f"eval/{key}", record[key], step)
+            self.writer.add_scalar(f"eval/{key}", record[key], step, walltime=flight.submitted)
         mean = record["mean_return"]
         best = self.best is None or mean > self.best
         if best:
@@ -189,16 +233,21 @@ class PeriodicEval:
         )
 
     def finish(self, wait: bool) -> None:
-        """The run ends: record the evaluation in flight (``wait``: up to FINISH_WAIT_S for it),
-        then stop the evaluator."""
-        if self.flight is not None and wait:
-            self.say(f"waiting for the evaluation of {self.flight.checkpoint}")
-            self.poll(self.FINISH_WAIT_S)
+        """The run ends: record the evaluation in flight (``wait``: up to FINISH_WAIT_S for it;
+        Ctrl-C stops the wait), then stop the evaluator."""
+        flight = self.flight
+        if flight is not None and wait:
+            self.say(f"waiting for the evaluation of {flight.checkpoint} (Ctrl-C: do not wait)")
+            with contextlib.suppress(KeyboardInterrupt):
+                self.poll(self.FINISH_WAIT_S)
+            if self.flight is not None:
+                self.say(f"the evaluation of {flight.checkpoint} is left out: it did not end")
         self.close()
 
     def close(self) -> None:
         if self.remote is not None:
-            self.remote.kill()
+            with contextlib.suppress(Exception):  # a Ray already going down
+                self.remote.kill()
         self.remote, self.flight = None, None
 
     def summary(self) -> dict[str, Any]:
@@ -209,9 +258,10 @@ class PeriodicEval:
         return {"eval": evals}
 
 
-def best_score(run_dir: Path) -> float | None:
-    """The mean raw score of the run's ``best.pt`` (None: none yet, or unreadable: the next
-    evaluation replaces it)."""
+def best_score(run_dir: Path, protocol: dict[str, Any] | None = None) -> float | None:
+    """The mean raw score of the run's ``best.pt`` (None: none yet, unreadable, or scored
+    otherwise than ``protocol`` (eval.episodes, deterministic, seed): the next evaluation
+    replaces it)."""
     path = best_checkpoint(run_dir)
     if not path.is_file():
         return None
@@ -219,4 +269,8 @@ def best_score(run_dir: Path) -> float | None:
         record = load_checkpoint(path).get("eval")
     except CheckpointError:
         return None
-    return float(record["mean_return"]) if isinstance(record, dict) else None
+    if not isinstance(record, dict):
+        return None
+    if protocol is not None and any(record.get(k) != v for k, v in protocol.items()):
+        return None
+    return float(record["mean_return"])

@@ -356,7 +356,7 @@ class Trainer:
             self.log.flush(self.counters.env_steps, self.guard.last_seen, size, self.net_bytes, lr)
             self.log.faults(self.faults, self.counters.env_steps)
         self.progress.update(self._fraction(), self._status())
-        evaluate = self.evals.due(self.counters.env_steps)  # of a checkpoint written for it
+        evaluate = not self.stopped_by and self.evals.due(self.counters.env_steps)
         if evaluate or time.time() - self.last_ckpt >= self.cfg.checkpoint.every_seconds:
             self.counters.wall_seconds = self.wall_base + self._elapsed()
             try:

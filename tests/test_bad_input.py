@@ -283,11 +283,6 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             id="t-backend-unknown",
         ),
         pytest.param(
-            ["train", CARTPOLE, "--set", "runtime.backend=local", "--set", "algo.name=dqn"],
-            ["runtime.backend=local", "algo.name=dqn", "use backend ray"],
-            id="t-local-dqn",
-        ),
-        pytest.param(
             ["train", CARTPOLE, "--set", "runtime.backend=local", "--address", "auto"],
             ["runtime.backend=local", "joins no Ray cluster", "'auto'"],
             id="t-local-address",

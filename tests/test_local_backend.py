@@ -42,13 +42,13 @@ def test_cartpole_ppo_learns_to_475_in_process(tmp_path: Path, no_ray: None) -> 
     assert main(["eval", str(run_dir), "--episodes", "2"]) == 0
 
 
-@pytest.mark.parametrize("algo", ["a3c", "a2c", "impala", "appo"])
-def test_every_actor_critic_algorithm_runs_in_process(
-    tmp_path: Path, no_ray: None, algo: str
-) -> None:
-    config = {"impala": "cartpole_impala.yaml", "appo": "cartpole_appo.yaml"}.get(
-        algo, "cartpole_a3c.yaml"
-    )
+@pytest.mark.parametrize("algo", ["a3c", "a2c", "impala", "appo", "dqn"])
+def test_every_algorithm_runs_in_process(tmp_path: Path, no_ray: None, algo: str) -> None:
+    config = {
+        "impala": "cartpole_impala.yaml",
+        "appo": "cartpole_appo.yaml",
+        "dqn": "cartpole_gorila.yaml",  # its replay shards: objects of the process
+    }.get(algo, "cartpole_a3c.yaml")
     run_dir = tmp_path / algo
     argv = ["train", str(CFG / config), "--run-dir", str(run_dir), "--set", f"algo.name={algo}"]
     argv += ["--set", "runtime.backend=local", "--set", "stop.max_env_steps=3000"]

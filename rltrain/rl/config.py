@@ -318,11 +318,6 @@ class TrainConfig:
 
 def check_local(cfg: TrainConfig) -> None:
     """What ``runtime.backend: local`` (every process a thread of this one) cannot do."""
-    if cfg.algo.name == "dqn":
-        raise ValueError(
-            "runtime.backend=local: not supported with algo.name=dqn (its replay shards are "
-            "Ray processes); use backend ray, or a3c, a2c, impala, appo or ppo"
-        )
     if cfg.runtime.address:
         raise ValueError(
             f"runtime.backend=local runs in this process: it joins no Ray cluster "

@@ -40,7 +40,11 @@ class Replay(Protocol):
 
 
 class LocalReplay:
-    """Replay shards in this process: the in-process twin of the Ray replay."""
+    """Replay shards in this process: the in-process twin of the Ray replay (the local
+    backend's, and the tests'). ReplayMemory locks its own state, so actor and learner threads
+    may add and sample at once, as in a threaded Ray replay process."""
+
+    handles: tuple[()] = ()  # no processes to stop at the end
 
     def __init__(self, memories: Sequence[ReplayMemory]) -> None:
         self.memories = list(memories)
@@ -56,6 +60,12 @@ class LocalReplay:
 
     def sizes(self) -> list[int]:
         return [len(m) for m in self.memories]
+
+    def actor_ids(self) -> list[str]:
+        return []  # no process to lose
+
+    def nbytes(self) -> int:
+        return sum(m.nbytes for m in self.memories)
 
 
 def memory_args(cfg: TrainConfig, obs_shape: tuple[int, ...], obs_dtype: str, shard: int) -> tuple:

@@ -183,6 +183,14 @@ def start_server(
     return LocalServer(init, optimizer, rule, num_workers)
 
 
+def start_replay(cls: type, args: Sequence[tuple[Any, ...]], *_: Any) -> Any:
+    """The replay shards as objects of this process (:class:`rltrain.rl.dqn.LocalReplay`;
+    the Ray backend's concurrency and restarts unused)."""
+    from rltrain.rl.dqn import LocalReplay
+
+    return LocalReplay([cls(*a) for a in args])
+
+
 def server_processes(server: LocalServer) -> list[Remote]:
     return []  # the shards are objects of this process
 

@@ -51,7 +51,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_evaluations_are_recorded_every_interval(run: Path) -> None:
     records = evals(run)
     steps = [r["env_steps"] for r in records]
-    assert len(records) >= 3 and steps == sorted(steps)
+    # (due is checked on the driver's ticks, which a fast run may space by 2,000 steps or more)
+    assert len(records) >= 2 and steps == sorted(steps)
     # one per interval crossed, never two in one: one in flight at a time
     assert len({s // 2000 for s in steps}) == len(steps)
     assert all(r["episodes"] == 3 and r["checkpoint"].startswith("ckpt-") for r in records)

@@ -97,7 +97,7 @@ TASKS: dict[str, Task] = {
             "n_epochs": 4,
             "ent_coef": 0.01,
         },
-        max_seconds=1800.0,
+        max_seconds=1200.0,
     ),
 }
 

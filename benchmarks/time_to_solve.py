@@ -53,7 +53,7 @@ TASKS: dict[str, dict[str, tuple[str, list[str]]]] = {
     "pendulum": {"appo": ("pendulum_appo.yaml", [])},
     # a task no config was tuned on: the CartPole configs with only env.id and stop changed
     "lunarlander": {
-        algo: (config, ["env.id=LunarLander-v3", "stop.mean_return=200", "stop.max_seconds=1800"])
+        algo: (config, ["env.id=LunarLander-v3", "stop.mean_return=200", "stop.max_seconds=1200"])
         for algo, config in (
             ("a3c", "cartpole_a3c.yaml"),
             ("appo", "cartpole_appo.yaml"),

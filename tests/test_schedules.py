@@ -29,6 +29,9 @@ def test_linear_and_progress() -> None:
     assert schedule_progress(c, 250) == 0.25 and schedule_progress(c, 5000) == 1.0
     c = TrainConfig(stop=StopConfig(max_seconds=5), schedule=ScheduleConfig(steps=100))
     assert schedule_progress(c, 50) == 0.5
+    # schedule.start: held at the start value until then, then linear to `steps`
+    c = TrainConfig(stop=StopConfig(max_seconds=5), schedule=ScheduleConfig(steps=300, start=100))
+    assert [schedule_progress(c, n) for n in (0, 100, 200, 300, 900)] == [0, 0, 0.5, 1, 1]
 
 
 def test_entropy_schedule_reaches_the_loss() -> None:
@@ -61,3 +64,8 @@ def test_lr_factor_scales_the_server_step() -> None:
 def test_schedule_without_horizon_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="schedule"):
         load_config(TrainConfig, None, ["stop.max_seconds=10", "schedule.lr_end=0"])
+
+
+def test_schedule_start_must_come_before_its_end() -> None:
+    with pytest.raises(ConfigError, match="schedule.start=500: must be below"):
+        load_config(TrainConfig, None, ["stop.max_env_steps=500", "schedule.start=500"])

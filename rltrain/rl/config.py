@@ -108,7 +108,12 @@ class ScheduleConfig:
     """Linear schedules over the run's env steps (PPO's annealing; SB3's lin_ schedules)."""
 
     steps: int = field(default=0, metadata=spec(ge=0))
-    """Env steps over which the schedules run; 0 = stop.max_env_steps. After it they hold."""
+    """Env steps at which the schedules reach their end values; 0 = stop.max_env_steps. After
+    it they hold."""
+    start: int = field(default=0, metadata=spec(ge=0))
+    """Env steps before the schedules begin: they hold their start values until then and go
+    linearly to their end values from there to `steps` (a constant rate until the score
+    levels off, then the anneal: the better Pong schedule in the README)."""
     lr_end: float | None = field(default=None, metadata=spec(ge=0))
     """null: a constant learning rate; else the factor of optimizer.lr reached at `steps`
     (0 = anneal to zero)."""
@@ -304,6 +309,12 @@ class TrainConfig:
                 "schedule: lr_end/entropy_end need a horizon: set schedule.steps or "
                 "stop.max_env_steps"
             )
+        horizon = sched.steps or s.max_env_steps
+        if sched.start and horizon and sched.start >= horizon:
+            raise ValueError(
+                f"schedule.start={sched.start}: must be below the schedules' end "
+                f"({horizon}: schedule.steps, else stop.max_env_steps)"
+            )
         if self.runtime.backend == "local":
             check_local(self)
         split = self.algo.name in SPLIT_ALGOS  # separate learner processes
@@ -339,9 +350,12 @@ def normalizes_obs(cfg: TrainConfig, obs_shape: tuple[int, ...]) -> bool:
 
 
 def schedule_progress(cfg: TrainConfig, env_steps: int) -> float:
-    """Fraction of the schedules' horizon done, in [0, 1]."""
+    """Fraction of the schedules' span (schedule.start to their end) done, in [0, 1]."""
     horizon = cfg.schedule.steps or cfg.stop.max_env_steps
-    return min(1.0, env_steps / horizon) if horizon else 0.0
+    start = cfg.schedule.start
+    if not horizon:
+        return 0.0
+    return min(1.0, max(0.0, (env_steps - start) / (horizon - start)))
 
 
 def linear(start: float, end: float | None, progress: float) -> float:

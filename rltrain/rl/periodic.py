@@ -130,16 +130,14 @@ class PeriodicEval:
         # a resumed run keeps its best, if it was scored the same way
         self.best = best_score(run_dir, self.protocol) if self.every else None
         self.failures = 0  # in a row
-        self.done = 0  # evaluations recorded this session
-        self.session_best: float | None = None
-        self.last: dict[str, Any] | None = None
+        self.records: list[dict[str, Any]] = []  # the evaluations of this session
 
     def _after(self, env_steps: int) -> int:
         return (env_steps // self.every + 1) * self.every if self.every else 0
 
     def reached(self, score: float) -> bool:
         """Whether an evaluation of this session scored ``score`` or more."""
-        return self.session_best is not None and self.session_best >= score
+        return any(r["mean_return"] >= score for r in self.records)
 
     def due(self, env_steps: int) -> bool:
         return bool(self.every) and self.flight is None and env_steps >= self.next_at
@@ -222,9 +220,7 @@ class PeriodicEval:
         if best:
             write_state(best_checkpoint(self.run_dir), {**flight.state, "eval": record})
             self.best = mean
-        self.done += 1
-        self.last = record
-        self.session_best = max(mean, self.session_best if self.session_best is not None else mean)
+        self.records.append(record)
         std = record["std_return"]
         self.say(
             f"eval of {flight.checkpoint} ({step:,} steps): {mean:.1f} +- {std:.1f}"
@@ -254,7 +250,8 @@ class PeriodicEval:
         """summary.json's ``eval``: this session's evaluations, the last, the best score."""
         if not self.every:
             return {}
-        evals = {"evaluations": self.done, "last": self.last, "best_mean_return": self.best}
+        last = self.records[-1] if self.records else None
+        evals = {"evaluations": len(self.records), "last": last, "best_mean_return": self.best}
         return {"eval": evals}
 
 

@@ -173,13 +173,15 @@ def evaluate(
     run_dir: str | Path,
     episodes: int = 10,
     video: bool = False,
-    seed: int = 12345,
-    deterministic: bool = False,
+    seed: int | None = None,
+    deterministic: bool | None = None,
     checkpoint: str = "latest",
 ) -> EvalResult:
     """Play a run's checkpoint as ``rltrain eval`` does; ``.mean``, ``.std``, ``.returns``,
     ``.video``. ``deterministic``: the most likely actions, not samples. ``checkpoint``:
-    ``latest``, ``best`` (kept by ``eval.every_steps``) or a checkpoint file's path."""
+    ``latest``, ``best`` (kept by ``eval.every_steps``) or a checkpoint file's path.
+    ``seed`` and ``deterministic`` default to the run's ``eval.seed`` and
+    ``eval.deterministic``."""
     from rltrain.config import load_config
     from rltrain.rl.evaluate import evaluate as play
 

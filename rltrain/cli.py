@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser(
         "train",
-        help="train an agent (a3c, impala, a2c) on a Gymnasium or Atari environment",
+        help="train an agent (appo, ppo, a3c, impala, a2c, dqn) on a Gymnasium or Atari env",
         description="Actors generate experience, learners push gradients to the parameter "
         "server; stops at the config's stop criteria.",
     )
@@ -116,7 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
         "env.render(); the agent's view when the env cannot draw); agent: what the network "
         "sees (Atari: the newest 84x84 frame)",
     )
-    ev.add_argument("--seed", type=_seed, default=12345, help="seed of the evaluation envs")
+    ev.add_argument(
+        "--seed",
+        type=_seed,
+        default=None,
+        help="seed of the evaluation envs (default: the run's eval.seed, so that `--checkpoint "
+        "best --episodes N` replays the evaluation that chose it)",
+    )
     ev.add_argument(
         "--checkpoint",
         default="latest",
@@ -126,9 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev.add_argument(
         "--deterministic",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="act with the policy's most likely action (a Gaussian's mean) instead of "
-        "sampling as training does (SB3's evaluate_policy default)",
+        "sampling as training does (SB3's evaluate_policy default); default: the run's "
+        "eval.deterministic",
     )
     plot = sub.add_parser(
         "plot",
@@ -154,7 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
         "bench",
         help="compare the update rules on MNIST / Fashion-MNIST / CIFAR-10",
         description="Train one model with each configured mode (baseline, sync, soft_sync, "
-        "async, async_scale, async_drop, average, hogwild) and compare test accuracy vs time.",
+        "async, async_scale, async_drop, average, hogwild, sandblaster, allreduce) and compare "
+        "test accuracy vs time.",
     )
     _common(bench)
     replay = sub.add_parser(
@@ -277,9 +286,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         deterministic=args.deterministic,
         checkpoint=args.checkpoint,
     )
-    how = "most likely actions" if args.deterministic else "sampled actions, as in training"
+    how = "most likely actions" if res.greedy else "sampled actions, as in training"
     print(
-        f"{cfg.env.id}, checkpoint {res.checkpoint.name} (version {res.version}, {how}): "
+        f"{cfg.env.id}, checkpoint {res.checkpoint.name} (version {res.version}, {how}, "
+        f"seed {res.seed}): "
         f"{len(res.returns)} episodes, raw score mean {res.mean:.2f} +- {res.std:.2f} "
         f"(min {min(res.returns):.1f}, max {max(res.returns):.1f})"
     )

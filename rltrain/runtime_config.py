@@ -16,8 +16,8 @@ class RuntimeConfig:
     --address). local (`rltrain train` only): they are threads of the one `rltrain` process,
     no Ray at all: no process start-up and no serialisation, for small tasks on one machine
     and for debugging with breakpoints (Sample Factory's serial mode); Python runs one thread
-    at a time, so it does not use more cores. a3c, a2c, impala, appo and ppo; no fault
-    injection or process restarts."""
+    at a time, so it does not use more cores. Every algorithm; no fault injection or process
+    restarts."""
     address: str | None = None
     """Ray cluster to join: null starts a local Ray instance; 'auto' joins the cluster started
     on this machine with `ray start`; 'ray://host:10001' joins a remote one. --address sets it."""

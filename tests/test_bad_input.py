@@ -336,6 +336,11 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             id="b-compression",
         ),
         pytest.param(
+            ["bench", BENCH, "--set", "server.rule=sync"],
+            ["server.rule=sync: each bench mode sets its own rule; choose them with modes"],
+            id="b-server-rule",
+        ),
+        pytest.param(
             ["bench", BENCH, "--set", "server.momentum_correction=true"],
             ["server.momentum_correction=true needs optimizer.name momentum or nesterov"],
             id="b-momentum-correction",

@@ -94,6 +94,29 @@ def test_calls_to_one_remote_run_in_order_on_its_own_thread() -> None:
     r.kill()
 
 
+def test_kill_interrupts_a_long_call_of_an_instance_that_can_be_interrupted() -> None:
+    """A thread cannot be killed as a Ray process is: kill asks the instance to stop."""
+    import threading
+
+    class Player:
+        def __init__(self) -> None:
+            self.stop = threading.Event()
+            self.started = threading.Event()
+
+        def play(self) -> str:
+            self.started.set()
+            return "stopped" if self.stop.wait(timeout=60) else "timed out"
+
+        def interrupt(self) -> None:
+            self.stop.set()
+
+    r = local.Remote(Player, role="worker")
+    future = r.call("play")
+    assert r.instance.started.wait(timeout=5)
+    r.kill()
+    assert future.result(timeout=5) == "stopped"
+
+
 def test_a_bug_in_a_worker_raises_and_leaves_nothing_running(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -81,6 +81,16 @@ def test_best_checkpoint_holds_the_best_scoring_parameters(run: Path) -> None:
     assert len(rltrain.evaluate(run, episodes=2, checkpoint="best").returns) == 2
 
 
+def test_eval_of_the_best_checkpoint_replays_the_evaluation_that_chose_it(run: Path) -> None:
+    """`rltrain eval` takes the run's eval.seed and eval.deterministic unless told otherwise."""
+    best = load_checkpoint(run / "checkpoints" / "best.pt")["eval"]
+    again = rltrain.evaluate(run, episodes=best["episodes"], checkpoint="best")
+    assert again.seed == best["seed"] and not again.greedy
+    assert again.mean == pytest.approx(best["mean_return"], abs=1e-3)
+    other = rltrain.evaluate(run, episodes=2, seed=7, deterministic=True, checkpoint="best")
+    assert other.seed == 7 and other.greedy
+
+
 def test_eval_checkpoint_choice_errors_are_one_line(tmp_path: Path, run: Path) -> None:
     with pytest.raises(CheckpointError, match="no such file; use latest, best or"):
         checkpoint_params(run, "nope.pt")
@@ -156,6 +166,18 @@ def test_an_evaluation_whose_episodes_never_end_fails_in_one_line(
         ev.close()
 
 
+def test_an_interrupted_evaluation_ends_at_its_next_step(run: Path) -> None:
+    cfg = load_config(TrainConfig, run / "config.yaml")
+    _, version, values, norm = checkpoint_params(run)
+    ev = Evaluator(cfg)
+    try:
+        ev.interrupt()  # (the local backend's kill, from the driver's thread)
+        with pytest.raises(EvalFailed, match=f"the evaluation of v{version} was stopped"):
+            ev.score(version, values, norm)
+    finally:
+        ev.close()
+
+
 def test_each_env_plays_its_share_of_the_episodes() -> None:
     """Not the first episodes to end: those favour short ones (SB3's evaluate_policy)."""
 
@@ -198,8 +220,8 @@ def test_resume_keeps_the_best_score(run: Path, tmp_path: Path) -> None:
     (tmp_path / "checkpoints" / "best.pt").write_bytes(b"torn")
     assert best_score(tmp_path) is None  # unreadable: the next evaluation replaces it
     # scored with other settings (--set eval.episodes on --resume): not comparable, replaced
-    assert best_score(run, pe.protocol) == pe.best
-    assert best_score(run, {**pe.protocol, "episodes": 7}) is None
+    assert best_score(run, pe.settings) == pe.best
+    assert best_score(run, {**pe.settings, "episodes": 7}) is None
     assert not PeriodicEval(cfg, tmp_path, local, 0, Log(), print).due(0)  # type: ignore[arg-type]
 
 

@@ -22,6 +22,7 @@ with libx264 is on PATH (raw RGB frames piped in, H.264 out), else a GIF (Pillow
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,9 @@ class EvalResult:
     """What the video shows (``game`` unless the env cannot draw its screen)."""
     note: str = ""
     """Why the view is not the one asked for, if it is not."""
+    seed: int = 0
+    greedy: bool = False
+    """Whether it played the most likely actions (``deterministic``, or a dqn run)."""
 
     @property
     def mean(self) -> float:
@@ -167,19 +171,23 @@ def evaluate(
     run_dir: Path,
     episodes: int,
     video: bool = False,
-    seed: int = 12345,
+    seed: int | None = None,
     max_steps: int = 1_000_000,
     video_view: VideoView | None = None,
-    deterministic: bool = False,
+    deterministic: bool | None = None,
     checkpoint: str = "latest",
 ) -> EvalResult:
     """Play ``episodes`` episodes in up to 8 parallel envs (env i seeded ``seed + i``); with
     ``video``, the first one alone in a recording env (seeded next), filmed into ``run_dir``.
     ``deterministic``: the policy's most likely action (its mean for a Box), not a sample.
+    ``seed`` and ``deterministic`` default to the run's ``eval.*``: without a video, the
+    ``eval.episodes`` episodes of ``checkpoint="best"`` replay the evaluation that chose it.
 
     ``video_view`` None: the game's screen, or the agent's view when the env cannot draw its
     screen (e.g. CartPole without pygame; ``EvalResult.note`` says why); given, that view or a
     one-line error. ``checkpoint``: which one (:func:`checkpoint_params`)."""
+    seed = cfg.eval.seed if seed is None else seed
+    deterministic = cfg.eval.deterministic if deterministic is None else deterministic
     path, version, values, norm = checkpoint_params(run_dir, checkpoint)
     n_vec = episodes - 1 if video else episodes
     envs = min(n_vec, 8)
@@ -219,7 +227,10 @@ def evaluate(
             returns.extend(more)
             lengths.extend(more_lengths)
     video_as = view if video else None
-    return EvalResult(path, version, tuple(returns), tuple(lengths), video_path, video_as, note)
+    greedy = deterministic or policy.greedy
+    return EvalResult(
+        path, version, tuple(returns), tuple(lengths), video_path, video_as, note, seed, greedy
+    )
 
 
 def play_episodes(
@@ -229,11 +240,13 @@ def play_episodes(
     seed: int,
     max_steps: int,
     deterministic: bool = False,
+    stop: Callable[[], bool] | None = None,
 ) -> tuple[list[float], list[int]]:
     """Raw scores and lengths of ``episodes`` episodes played in ``env``, each env playing
     its share (env i: ``episodes // n``, one more for the first ``episodes % n``), as SB3's
     ``evaluate_policy``: taking the first episodes to end, whichever env they come from,
-    would favour short episodes. Fewer when ``max_steps`` vector steps run out first."""
+    would favour short episodes. Fewer when ``max_steps`` vector steps run out first, or
+    ``stop()`` turns true (checked each step: another thread ends the play)."""
     n = env.num_envs
     quota = [episodes // n + (i < episodes % n) for i in range(n)]
     gen = torch.Generator().manual_seed(seed)
@@ -241,6 +254,8 @@ def play_episodes(
     returns: list[float] = []
     lengths: list[int] = []
     for _ in range(max_steps):
+        if stop is not None and stop():
+            break
         step = env.step(policy.act(obs, gen, deterministic))
         obs = step.obs
         for ret, length, i in zip(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -69,6 +70,7 @@ class Evaluator:
         env = dataclasses.replace(cfg.env, num_threads=1)
         n = min(cfg.eval.episodes, 8)
         self.env = make_env(env, seed=cfg.eval.seed, num_envs=n, evaluation=True)
+        self.stopping = threading.Event()
 
     def score(self, version: int, values: torch.Tensor, norm: NormStats | None) -> EvalScore:
         start = time.time()
@@ -77,14 +79,21 @@ class Evaluator:
         params = (label, values, norm)
         policy = load_policy(self.cfg, label, params, env.obs_shape, env.action_space)
         returns, lengths = play_episodes(
-            env, policy, e.episodes, e.seed, MAX_STEPS, e.deterministic
+            env, policy, e.episodes, e.seed, MAX_STEPS, e.deterministic, self.stopping.is_set
         )
+        if self.stopping.is_set():
+            raise EvalFailed(f"the evaluation of v{version} was stopped")
         if len(returns) < e.episodes:
             raise EvalFailed(
                 f"{len(returns)} of {e.episodes} episodes ended in {MAX_STEPS:,} steps of "
                 f"{env.num_envs} envs (an env without a time limit?)"
             )
         return EvalScore(version, tuple(returns), tuple(lengths), time.time() - start)
+
+    def interrupt(self) -> None:
+        """End the evaluation in play (the local backend's kill calls it from the driver's
+        thread; Ray's ends the process)."""
+        self.stopping.set()
 
     def close(self) -> None:
         self.env.close()
@@ -126,9 +135,9 @@ class PeriodicEval:
         self.next_at = self._after(env_steps)
         self.remote: Any = None
         self.flight: Flight | None = None
-        self.protocol = {k: getattr(cfg.eval, k) for k in ("episodes", "deterministic", "seed")}
+        self.settings = {k: getattr(cfg.eval, k) for k in ("episodes", "deterministic", "seed")}
         # a resumed run keeps its best, if it was scored the same way
-        self.best = best_score(run_dir, self.protocol) if self.every else None
+        self.best = best_score(run_dir, self.settings) if self.every else None
         self.failures = 0  # in a row
         self.records: list[dict[str, Any]] = []  # the evaluations of this session
 
@@ -208,7 +217,7 @@ class PeriodicEval:
             "max_return": float(returns.max()),
             "mean_length": round(float(np.mean(score.lengths)), 2),
             "seconds": round(score.seconds, 2),
-            **self.protocol,
+            **self.settings,
         }
         with (self.run_dir / EVALS_FILE).open("a") as f:
             f.write(json.dumps(record) + "\n")
@@ -255,9 +264,9 @@ class PeriodicEval:
         return {"eval": evals}
 
 
-def best_score(run_dir: Path, protocol: dict[str, Any] | None = None) -> float | None:
+def best_score(run_dir: Path, settings: dict[str, Any] | None = None) -> float | None:
     """The mean raw score of the run's ``best.pt`` (None: none yet, unreadable, or scored
-    otherwise than ``protocol`` (eval.episodes, deterministic, seed): the next evaluation
+    otherwise than ``settings`` (eval.episodes, deterministic, seed): the next evaluation
     replaces it)."""
     path = best_checkpoint(run_dir)
     if not path.is_file():
@@ -268,6 +277,6 @@ def best_score(run_dir: Path, protocol: dict[str, Any] | None = None) -> float |
         return None
     if not isinstance(record, dict):
         return None
-    if protocol is not None and any(record.get(k) != v for k, v in protocol.items()):
+    if settings is not None and any(record.get(k) != v for k, v in settings.items()):
         return None
     return float(record["mean_return"])

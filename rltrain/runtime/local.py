@@ -94,9 +94,13 @@ class Remote:
 
     def kill(self) -> None:
         """Cancel the calls not started yet; the thread closes the instance and ends after
-        the call it runs."""
+        the call it runs, which ends early if the instance has ``interrupt()`` (a thread
+        cannot be killed as a Ray process is)."""
         self._killed = True
         self._queue.put(None)
+        interrupt = getattr(self.instance, "interrupt", None)
+        if interrupt is not None:
+            interrupt()
 
 
 class Pool:

@@ -276,6 +276,11 @@ class BenchConfig:
         """Options that no mode in ``modes`` would use, or that a replay could not follow,
         are refused rather than ignored."""
         srv, modes = self.server, set(self.modes)
+        if srv.rule != ServerConfig.rule:
+            raise ValueError(
+                f"server.rule={srv.rule}: each bench mode sets its own rule; choose them with "
+                f"modes (one or more of {', '.join(MODES)})"
+            )
         pushing = modes & set(GRADIENT_MODES)
         if srv.compression != "none" and not pushing:
             raise ValueError(

@@ -18,7 +18,7 @@ from gymnasium.spaces import Box, Discrete
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from envs.base import ActionSpace, EnvError, EpisodeTracker, StepBatch, VectorEnv
-from envs.user import Wrapper, make_failed, make_one
+from envs.user import Wrapper, flattened_from, make_failed, make_one
 
 
 def action_space_of(env_id: str, space: gymnasium.Space) -> ActionSpace:
@@ -41,11 +41,11 @@ def action_space_of(env_id: str, space: gymnasium.Space) -> ActionSpace:
 def check_spaces(env_id: str, action_space: gymnasium.Space, obs_space: gymnasium.Space) -> None:
     """Raise EnvError unless actions are Discrete or a 1-D Box and observations a Box."""
     action_space_of(env_id, action_space)
-    if not isinstance(obs_space, Box):
+    if not isinstance(obs_space, Box):  # (make_one flattens every space that can be)
         raise EnvError(
             f"env '{env_id}' has a {type(obs_space).__name__} observation space; supported: "
-            "Box (arrays); a Dict or Tuple can be flattened with "
-            "env.wrappers: [gymnasium.wrappers:FlattenObservation]"
+            "Box (arrays), or spaces gymnasium can flatten (Discrete, MultiDiscrete, "
+            "MultiBinary, and Tuple or Dict of them and of Boxes: one float vector)"
         )
 
 
@@ -119,6 +119,8 @@ class GymVectorEnv(VectorEnv):
             **({"kwargs": kwargs} if kwargs else {}),
             "wrappers": [getattr(w, "__name__", str(w)) for w in wrappers],
         }
+        if (flat := flattened_from(self._env.envs[0])) is not None:
+            self.protocol["observations_flattened_from"] = flat
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         """Reset every env; env i is seeded ``seed + i`` (gymnasium's own convention)."""

@@ -16,6 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium
+import numpy as np
+from gymnasium.spaces import Box, Dict, Discrete, MultiBinary, MultiDiscrete, Space, Tuple
+from gymnasium.wrappers import DtypeObservation, FlattenObservation
 
 from envs.base import EnvError
 
@@ -62,12 +65,41 @@ def load_wrapper(ref: str) -> Wrapper:
     return obj
 
 
+class FlatObservation(DtypeObservation):
+    """A Discrete, MultiDiscrete, MultiBinary, Tuple or Dict observation as one float32 vector
+    (gymnasium's ``FlattenObservation``: discrete parts one-hot), as SB3 preprocesses them, so
+    that FrozenLake or Blackjack train with the MLP as they are."""
+
+    def __init__(self, env: gymnasium.Env) -> None:
+        self.flattened_from = env.observation_space
+        super().__init__(FlattenObservation(env), np.float32)
+
+
 def make_one(env_id: str, kwargs: Mapping[str, Any], wrappers: Sequence[Wrapper]) -> gymnasium.Env:
-    """``gymnasium.make(env_id, **kwargs)`` with ``wrappers`` applied in order."""
+    """``gymnasium.make(env_id, **kwargs)`` with ``wrappers`` applied in order, then
+    :class:`FlatObservation` if the observations are not a Box but gymnasium can flatten them."""
     env = gymnasium.make(env_id, **kwargs)
     for wrap in wrappers:
         env = wrap(env)
+    if not isinstance(env.observation_space, Box) and flattens(env.observation_space):
+        env = FlatObservation(env)
     return env
+
+
+def flattens(space: Space) -> bool:
+    """Whether :class:`FlatObservation` takes ``space``: discrete spaces, and Tuples and Dicts
+    of them and of Boxes (not Text, Graph or Sequence: no fixed-size vector)."""
+    if isinstance(space, Box | Discrete | MultiDiscrete | MultiBinary):
+        return True
+    if isinstance(space, Tuple | Dict):
+        parts = space.spaces.values() if isinstance(space, Dict) else space.spaces
+        return all(flattens(part) for part in parts)
+    return False
+
+
+def flattened_from(env: gymnasium.Env) -> str | None:
+    """The observation space :func:`make_one` flattened (the env protocol records it)."""
+    return str(env.flattened_from) if isinstance(env, FlatObservation) else None
 
 
 def make_failed(env_id: str, kwargs: Mapping[str, Any], e: Exception) -> EnvError:

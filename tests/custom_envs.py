@@ -11,6 +11,7 @@ from examples.corridor import Corridor
 
 CORRIDOR_ID = "rltrain_test/Corridor-v0"
 DICT_ID = "rltrain_test/DictObs-v0"
+TEXT_ID = "rltrain_test/TextObs-v0"
 
 
 class DictObs(Corridor):
@@ -20,6 +21,17 @@ class DictObs(Corridor):
 
     def _obs(self):  # noqa: ANN202
         return {"pos": super()._obs()}
+
+
+class TextObs(Corridor):
+    """Observations gymnasium cannot flatten into one array."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.observation_space = spaces.Text(8)
+
+    def _obs(self):  # noqa: ANN202
+        return "corridor"
 
 
 class MultiDiscreteActions(Corridor):
@@ -40,4 +52,5 @@ class AddOneReward(gymnasium.RewardWrapper):
 
 gymnasium.register(CORRIDOR_ID, entry_point=Corridor, max_episode_steps=50)
 gymnasium.register(DICT_ID, entry_point=DictObs, max_episode_steps=50)
+gymnasium.register(TEXT_ID, entry_point=TextObs, max_episode_steps=50)
 gymnasium.register("rltrain_test/MultiDiscrete-v0", entry_point=MultiDiscreteActions)

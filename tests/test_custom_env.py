@@ -60,8 +60,8 @@ def test_wrappers_apply_in_order() -> None:
             "could not be made with env.kwargs {'width': 3}: TypeError",
         ),
         (
-            EnvConfig(id="rltrain_test/DictObs-v0", imports=("custom_envs",)),
-            "Dict observation space; supported: Box",
+            EnvConfig(id="rltrain_test/TextObs-v0", imports=("custom_envs",)),
+            "Text observation space; supported: Box .arrays., or spaces gymnasium can flatten",
         ),
         (EnvConfig(id="ALE/Pong-v5", wrappers=("custom_envs:DoubleReward",)), "Gymnasium ids"),
         (EnvConfig(id="ALE/Pong-v5", kwargs={"frameskip": 2}), "set by the env.\\* protocol"),
@@ -71,6 +71,24 @@ def test_errors_are_one_line_and_name_the_problem(cfg: EnvConfig, message: str) 
     with pytest.raises(EnvError, match=message) as info:
         make_env(cfg, seed=0)
     assert "\n" not in str(info.value)
+
+
+def test_observations_that_are_not_arrays_are_flattened_into_one_float_vector() -> None:
+    """Discrete parts one-hot (FrozenLake's 16 cells), a Dict's Boxes side by side; the env
+    protocol records it (SB3 preprocesses these the same way)."""
+    lake = make_env(EnvConfig(id="FrozenLake-v1", num_envs=2), seed=0)
+    obs = lake.reset()
+    assert lake.obs_shape == (16,) and obs.dtype == np.float32
+    np.testing.assert_array_equal(obs.sum(axis=1), [1.0, 1.0])  # one-hot: the start cell
+    assert obs[0, 0] == 1.0
+    assert lake.protocol["observations_flattened_from"] == "Discrete(16)"
+    lake.close()
+    boxes = make_env(EnvConfig(id="rltrain_test/DictObs-v0", imports=("custom_envs",)), seed=0)
+    assert boxes.obs_shape == (5,) and boxes.reset().dtype == np.float32
+    boxes.close()
+    corridor_env = make_env(corridor(), seed=0)  # a Box stays as it is
+    assert "observations_flattened_from" not in corridor_env.protocol
+    corridor_env.close()
 
 
 def test_env_kwargs_from_yaml_and_set(tmp_path: Path) -> None:

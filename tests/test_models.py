@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rltrain.rl import models
 from rltrain.rl.learner import clipped_flat_grad
 from rltrain.rl.models import (
     NatureCNNTorso,
@@ -12,6 +13,7 @@ from rltrain.rl.models import (
     flat_params,
     load_flat,
     resolve_precision,
+    to_device,
     train_layout,
 )
 
@@ -20,6 +22,22 @@ def test_auto_precision_is_fp32_for_vectors() -> None:
     assert resolve_precision("auto", "auto", (4,)) == "fp32"
     assert resolve_precision("fp32", "auto", (4, 84, 84)) == "fp32"
     assert resolve_precision("bf16", "auto", (4, 84, 84)) == "bf16"
+
+
+def test_auto_precision_is_resolved_on_the_device_the_model_moves_to(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A model is built on the CPU; a GPU learner's bf16 must not depend on the host CPU."""
+    model = build_policy("nature_cnn", (4, 84, 84), 6, 512, precision="auto")
+    torso = model.torso
+    assert isinstance(torso, NatureCNNTorso)
+    monkeypatch.setattr(models, "bf16_native", lambda device="cpu": True)  # (as an H100)
+    assert to_device(model, torch.device("cpu"), "auto") is model and torso.bf16
+    monkeypatch.setattr(models, "bf16_native", lambda device="cpu": False)
+    to_device(model, torch.device("cpu"), "auto")
+    assert not torso.bf16
+    to_device(model, torch.device("cpu"), "bf16")  # asked for: kept as built
+    assert not torso.bf16
 
 
 def _pair() -> tuple[torch.nn.Module, torch.nn.Module]:

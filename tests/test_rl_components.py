@@ -206,3 +206,15 @@ def test_pushes_carry_their_loss_terms_by_name() -> None:
     Learner(c, actor.env.obs_shape, actor.env.num_actions).learn(server, 0.0, actor.collect(server))
     assert pushed and all({"policy", "value", "entropy"} <= set(u.losses) for u in pushed)
     assert all("td" not in u.losses for u in pushed)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a GPU that torch cannot see")
+def test_a_learner_given_a_gpu_torch_cannot_see_says_so_and_uses_the_cpu(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from rltrain.rl.learner import pick_device
+
+    assert pick_device(True, "learner 3") == torch.device("cpu")
+    err = capsys.readouterr().err
+    assert err.startswith("rltrain: learner 3 was given a GPU, but torch") and err.count("\n") == 1
+    assert pick_device(False) == torch.device("cpu") and not capsys.readouterr().err

@@ -6,7 +6,15 @@ import pytest
 
 from rltrain import runtime
 from rltrain.config import ConfigError, load_config
-from rltrain.rl.config import AlgoConfig, StopConfig, TrainConfig, describe_sizes, sized
+from rltrain.rl.config import (
+    AlgoConfig,
+    StopConfig,
+    TrainConfig,
+    describe_sizes,
+    gpu_learners,
+    sized,
+)
+from rltrain.rl.plans import RolloutCap
 from rltrain.runtime_config import RuntimeConfig
 
 
@@ -89,3 +97,43 @@ def test_processes_are_fitted_node_by_node() -> None:
     assert (c.worker_cpus, c.server_cpus) == (1.0, 1.0)
     c = fit(RuntimeConfig(server_cpus=1.0), 2, 2, nodes=[1.0, 1.0])
     assert c.worker_cpus == pytest.approx(0.5, 1e-6)
+
+
+@pytest.mark.parametrize(
+    ("algo", "learners", "learner_gpus", "cluster_gpus", "want"),
+    [
+        ("appo", 1, 1.0, 0.0, False),  # no GPU: the learner runs on a CPU
+        ("appo", 1, 0.0, 1.0, False),  # learner_gpus 0: on a CPU, by choice
+        ("a3c", 1, 1.0, 1.0, False),  # workers act and learn on CPUs
+        ("impala", 1, 1.0, 1.0, True),
+        ("impala", 2, 0.5, 1.0, True),  # two learners share one GPU
+    ],
+)
+def test_learners_take_gpus_only_when_asked_and_there(
+    algo: str, learners: int, learner_gpus: float, cluster_gpus: float, want: bool
+) -> None:
+    c = cfg(algo, learners=learners, learner_gpus=learner_gpus)
+    assert gpu_learners(c, cluster_gpus) is want
+
+
+def test_more_learner_gpus_than_the_cluster_has_are_refused_in_one_line() -> None:
+    """A learner would wait forever for a GPU that never frees up."""
+    with pytest.raises(
+        ConfigError,
+        match=r"learners=2 x learner_gpus=1 asks Ray for 2 GPUs "
+        r"and it has 1: .*learner_gpus=0\.5",
+    ):
+        gpu_learners(cfg("appo", learners=2), 1.0)
+    with pytest.raises(ValueError, match="learner_gpus=1.5: a share of one GPU"):
+        cfg("appo", learner_gpus=1.5)
+    assert cfg("appo", learner_gpus=2.0).learner_gpus == 2.0
+
+
+def test_the_rollout_cap_grows_while_learners_starve_and_shrinks_while_rollouts_queue() -> None:
+    """Few cores (one actor): the cap stays at two batches. Many actors and a fast (GPU)
+    learner: it grows to every actor acting; a slow learner brings it back down."""
+    assert RolloutCap(2, 2, 1).update(starving=True, queued=0) == 2
+    cap = RolloutCap(low=2, high=16, batches=1)
+    assert [cap.update(starving=True, queued=0) for _ in range(20)][-1] == 16
+    assert cap.update(starving=False, queued=1) == 16  # one batch waiting: as it should be
+    assert [cap.update(starving=False, queued=5) for _ in range(20)][-1] == 2

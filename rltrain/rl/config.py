@@ -180,10 +180,11 @@ class ModelConfig:
     """The value function's torso. auto: its own MLP for vector observations (as CleanRL and
     SB3), the policy's CNN for images. shared or separate force either."""
     precision: str = field(default="auto", metadata=spec(choices=PRECISIONS))
-    """Arithmetic of the actor-critic's CNN torso (dqn's Q-network stays fp32): bf16 (autocast;
-    parameters, gradients, heads and losses stay float32), fp32, or auto: bf16 for the Nature
-    CNN where the device runs it natively (CUDA, AVX-512 BF16 CPUs: about 2x faster learning on
-    this project's 2-core benchmark machine), fp32 elsewhere and for MLPs."""
+    """Arithmetic of the actor-critic's CNN torso (dqn's Q-network stays fp32, which CUDA runs
+    in TF32 by default): bf16 (autocast; parameters, gradients, heads and losses stay float32),
+    fp32, or auto: bf16 for the Nature CNN where the device it runs on (each actor's, each
+    learner's) does it natively (CUDA, AVX-512 BF16 CPUs: about 2x faster learning on this
+    project's 2-core benchmark machine), fp32 elsewhere and for MLPs."""
 
 
 @dataclass(frozen=True)
@@ -275,6 +276,11 @@ class TrainConfig:
         ):
             raise ValueError(
                 "stop: set mean_return, eval_mean_return, max_seconds or max_env_steps"
+            )
+        if self.learner_gpus > 1 and self.learner_gpus != int(self.learner_gpus):
+            raise ValueError(
+                f"learner_gpus={self.learner_gpus:g}: a share of one GPU (0 to 1) or a whole "
+                "number of GPUs (Ray cannot place 1.5)"
             )
         pushers = self.learners if self.algo.name in SPLIT_ALGOS else self.actors
         if pushers and self.server.k > pushers:  # (0: actors auto, checked once sized)
@@ -390,6 +396,22 @@ def sized(cfg: TrainConfig, cpus: float, gpu_learners: bool = False) -> TrainCon
         return dataclasses.replace(cfg, actors=actors)
     except ValueError as e:  # e.g. a fault event for an actor index the machine does not have
         raise ConfigError(f"actors=auto gave {actors} on {cpus:.0f} CPUs: {e}") from None
+
+
+def gpu_learners(cfg: TrainConfig, cluster_gpus: float) -> bool:
+    """Whether the learners ask Ray for GPUs: impala/appo/dqn with ``learner_gpus`` > 0 on a
+    cluster that has GPUs (the driver itself may have none). More than it has is refused in one
+    line, before any process starts: a learner would wait for a GPU that never frees up."""
+    if cfg.algo.name not in SPLIT_ALGOS or cfg.learner_gpus <= 0 or cluster_gpus <= 0:
+        return False
+    want = cfg.learners * cfg.learner_gpus
+    if want > cluster_gpus + 1e-6:
+        raise ConfigError(
+            f"learners={cfg.learners} x learner_gpus={cfg.learner_gpus:g} asks Ray for {want:g} "
+            f"GPUs and it has {cluster_gpus:g}: lower learners, or share the GPUs "
+            f"(learner_gpus={cluster_gpus / cfg.learners:.4g}), or learner_gpus=0 (CPU)"
+        )
+    return True
 
 
 def describe_sizes(cfg: TrainConfig) -> str:

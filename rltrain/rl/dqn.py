@@ -196,7 +196,7 @@ class DQNLearner:
         torch.set_num_threads(cfg.runtime.learner_threads or cfg.runtime.threads_per_worker)
         self.cfg = cfg
         self.learner_id = learner_id
-        self.device = pick_device(gpu)
+        self.device = pick_device(gpu, f"learner {learner_id}")
         self.online = build_qnet(cfg.model.kind, obs_shape, num_actions, cfg.model.hidden).to(
             self.device
         )

@@ -17,6 +17,7 @@ workers that act and learn in one process (a3c, a2c, ppo) are in :mod:`rltrain.r
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from collections.abc import Callable, Iterator
 
@@ -38,7 +39,7 @@ from rltrain.rl.losses import (
     next_state_values,
     vtrace,
 )
-from rltrain.rl.models import train_layout
+from rltrain.rl.models import to_device, train_layout
 from rltrain.rl.rollout import LossStats, Rollout, WorkStats, stack
 
 PPO_ALGOS = ("ppo", "appo")  # clipped surrogate, several epochs of minibatches
@@ -52,8 +53,19 @@ def clipped_flat_grad(net: torch.nn.Module, max_norm: float) -> tuple[torch.Tens
     return torch.cat([p.grad.reshape(-1) for p in params]).cpu(), float(norm)
 
 
-def pick_device(want_gpu: bool) -> torch.device:
-    return torch.device("cuda") if want_gpu and torch.cuda.is_available() else torch.device("cpu")
+def pick_device(want_gpu: bool, who: str = "learner") -> torch.device:
+    """CUDA when a GPU was reserved for this process and torch sees it; said in one line when
+    it does not (a CPU build of torch on the GPU node?), rather than training on the CPU
+    unseen (Ray forwards a process's stderr to the driver's)."""
+    if want_gpu and torch.cuda.is_available():
+        return torch.device("cuda")
+    if want_gpu:
+        print(
+            f"rltrain: {who} was given a GPU, but torch {torch.__version__} sees no CUDA device "
+            "in its process; it trains on the CPU",
+            file=sys.stderr,
+        )
+    return torch.device("cpu")
 
 
 def loss_spec(cfg: TrainConfig, progress: float = 0.0) -> LossSpec:
@@ -98,13 +110,13 @@ class Learner:
         r = cfg.runtime
         torch.set_num_threads(threads or r.learner_threads or r.threads_per_worker)
         self.cfg = cfg
-        self.device = pick_device(gpu)
+        self.device = pick_device(gpu, f"learner {learner_id}")
         self.learner_id = learner_id
         self.params: Params | None = None  # from the last exchange: the next step starts here
         build = policy_builder(cfg)
         self.model = build(cfg.model.kind, obs_shape, actions, cfg.model.hidden)
         self.dist = distribution(actions)
-        self.model.to(self.device)
+        to_device(self.model, self.device, cfg.model.precision)
         train_layout(self.model)
         self.spec = loss_spec(cfg)
         self.timer = PhaseTimer("learner")  # a worker replaces it with its own

@@ -100,6 +100,17 @@ class NatureCNNTorso(nn.Module):
             return self.net(x).float()
 
 
+def to_device(model: nn.Module, device: torch.device, precision: str) -> nn.Module:
+    """``model`` moved to ``device``, with ``precision: auto`` resolved there: a model is built
+    on the CPU, whose bf16 support says nothing of the GPU a learner moves it to."""
+    model.to(device)
+    if precision == "auto":
+        for m in model.modules():
+            if isinstance(m, NatureCNNTorso):
+                m.bf16 = bf16_native(device)
+    return model
+
+
 def train_layout(model: nn.Module) -> None:
     """Channels-last (NHWC) weights and inputs for the bf16 Nature CNNs of a model that is
     trained. Measured (one thread, AVX-512 BF16 EPYC, under load): forward + backward of a

@@ -17,6 +17,7 @@ counters, the stop criteria, logs, checkpoints and what a lost process means.
 from __future__ import annotations
 
 import collections
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rltrain.faults import PeerLost, RunFailed
@@ -92,6 +93,35 @@ class WorkerPlan(RLPlan):
         self.idle = []
 
 
+@dataclass
+class RolloutCap:
+    """How many rollouts may be queued or being made: a bound on the actors' policy lag.
+
+    It starts at two batches per learner: on few cores the learner is the bottleneck, and
+    actors beyond that would only lengthen the queue (older rollouts, the same learning
+    rate). It grows by one while a learner waits for a batch (the actors are the bottleneck,
+    e.g. a GPU learner on a many-core box: every actor can act), and shrinks by one while
+    more than one batch per learner is queued, between ``low`` and ``high`` (all actors
+    acting with a batch per learner queued)."""
+
+    low: int
+    high: int
+    batches: int  # rollouts the learners take at once
+    value: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.value = self.low
+
+    def update(self, starving: bool, queued: int) -> int:
+        """The cap after one look at the learners: ``starving``, one waits for a batch;
+        ``queued``, rollouts made and not yet taken."""
+        if starving:
+            self.value = min(self.value + 1, self.high)
+        elif queued > self.batches:
+            self.value = max(self.value - 1, self.low)
+        return self.value
+
+
 class ActorLearnerPlan(RLPlan):
     """impala, appo: acting-only actors and learners that batch their rollouts."""
 
@@ -105,7 +135,8 @@ class ActorLearnerPlan(RLPlan):
         self.ready: collections.deque = collections.deque()  # (rollout future, actor)
         self.idle_learners = list(learners)
         self.idle_actors: list[Any] = []
-        self.cap = 2 * cfg.learners * cfg.algo.learner_batch  # rollouts queued or being made
+        batches = cfg.learners * cfg.algo.learner_batch  # rollouts the learners take at once
+        self.cap = RolloutCap(2 * batches, max(2 * batches, len(actors) + batches), batches)
         for a in actors:
             self.pool.submit(a, "collect", self.server, fetch=False)
 
@@ -148,7 +179,8 @@ class ActorLearnerPlan(RLPlan):
             learner = self.idle_learners.pop()
             pool.submit(learner, "learn", self.server, t.schedule_at(), *refs, tag=batch)
         acting = sum(1 for r, _, _ in pool.calls.values() if r.role == "actor")
-        while self.idle_actors and len(self.ready) + acting < self.cap:
+        cap = self.cap.update(starving=bool(self.idle_learners), queued=len(self.ready))
+        while self.idle_actors and len(self.ready) + acting < cap:
             actor = self.idle_actors.pop()
             if self._usable(actor) and not pool.busy(actor):
                 pool.submit(actor, "collect", self.server, fetch=False)

@@ -37,6 +37,7 @@ from rltrain.rl.config import (
     SPLIT_ALGOS,
     TrainConfig,
     describe_sizes,
+    gpu_learners,
     linear,
     schedule_progress,
     server_rule,
@@ -140,18 +141,18 @@ class Trainer:
         where = self.ray_where or runtime.init_ray(cfg.runtime, ship=modules)
         self._mark("ray")
         signals.install()  # again: ray.init replaces the SIGTERM handler
-        # learners ask Ray for GPUs when the cluster has them (the driver itself may have none)
-        self.gpu = split and cfg.learner_gpus > 0 and runtime.cluster_gpus() > 0
+        self.gpu = gpu_learners(cfg, runtime.cluster_gpus())
         cpus = runtime.cluster_cpus()
         cfg = sized(cfg, cpus, self.gpu)
-        processes = cfg.actors + (cfg.learners if split else 0)
+        # (a learner that drives a GPU reserves half a CPU: remotes)
+        processes = cfg.actors + (cfg.learners * (0.5 if self.gpu else 1) if split else 0)
         fitted = runtime.fit_cpus(cfg.runtime, processes, cfg.server.shards)
         where += f"; {describe_sizes(cfg)}; learners on {'GPU' if self.gpu else 'CPU'}"
         print(f"runtime: {where}")
         self.ray = runtime.ray_record()
         if fitted.worker_cpus < cfg.runtime.worker_cpus:
             self.progress.note(
-                f"{processes} processes on {cpus:.0f} CPUs: each reserves "
+                f"{processes:g} processes on {cpus:.0f} CPUs: each reserves "
                 f"{fitted.worker_cpus:.2f} CPU and they share the cores (actors: auto sizes "
                 "the run to the CPUs)"
             )

@@ -51,7 +51,7 @@ class Remote:
         max_restarts: int = 0,
         max_concurrency: int = 1,
     ) -> None:
-        self.role, self.index, self.cpus = role, index, num_cpus
+        self.role, self.index, self.cpus, self.gpus = role, index, num_cpus, num_gpus
         self.handle = (
             ray.remote(cls)
             .options(
@@ -157,7 +157,10 @@ def placement_note(waiting: Sequence[Remote]) -> str:
     """One line on processes Ray has not started yet: slow imports, or no node with room."""
     if not waiting:
         return ""
-    names = ", ".join(f"{r.role} {r.index} ({r.cpus:g} CPU)" for r in waiting[:4])
+    names = ", ".join(
+        f"{r.role} {r.index} ({r.cpus:g} CPU{f', {r.gpus:g} GPU' if r.gpus else ''})"
+        for r in waiting[:4]
+    )
     names += f" and {len(waiting) - 4} more" if len(waiting) > 4 else ""
     nodes = ", ".join(f"{c:g}" for c in node_cpus())
     return (

@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import Any
 
 import numpy as np
 
@@ -76,6 +77,9 @@ class VectorEnv(abc.ABC):
     protocol: dict[str, object]
     """The protocol actually used (id, backend, frame skip, stack, sticky actions, clipping...),
     plain values, for stamping into the run's records."""
+    flattened_from: Any = None
+    """The env's own observation space (a gymnasium Space) when observations are flattened
+    into one float vector (envs.user.FlatObservation); None when they are used as they are."""
 
     @abc.abstractmethod
     def reset(self, seed: int | None = None) -> np.ndarray:

@@ -32,7 +32,8 @@ class EnvConfig:
     for ALE/<Game>-v5 ids, of ale-py's AtariVectorEnv (e.g. {mode: 1, difficulty: 0})."""
     wrappers: tuple[str, ...] = ()
     """Gymnasium wrappers applied to each env in order, as module:Class (or any callable
-    env -> env), e.g. [gymnasium.wrappers:FlattenObservation]. Gymnasium ids only."""
+    env -> env), e.g. [gymnasium.wrappers:ClipAction]. Gymnasium ids only. Observations that
+    are not a Box after them are flattened into one float vector (discrete parts one-hot)."""
     num_envs: int = field(default=8, metadata=spec(ge=1))
     """Environments per actor, stepped together as one vector."""
     frame_skip: int = field(default=4, metadata=spec(ge=1))

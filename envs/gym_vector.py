@@ -119,8 +119,9 @@ class GymVectorEnv(VectorEnv):
             **({"kwargs": kwargs} if kwargs else {}),
             "wrappers": [getattr(w, "__name__", str(w)) for w in wrappers],
         }
-        if (flat := flattened_from(self._env.envs[0])) is not None:
-            self.protocol["observations_flattened_from"] = flat
+        self.flattened_from = flattened_from(self._env.envs[0])
+        if self.flattened_from is not None:
+            self.protocol["observations_flattened_from"] = str(self.flattened_from)
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         """Reset every env; env i is seeded ``seed + i`` (gymnasium's own convention)."""

@@ -52,8 +52,7 @@ def load_wrapper(ref: str) -> Wrapper:
     module, sep, attr = ref.partition(":")
     if not (sep and module and attr):
         raise EnvError(
-            f"env.wrappers: {ref!r} is not module:Class "
-            "(e.g. gymnasium.wrappers:FlattenObservation)"
+            f"env.wrappers: {ref!r} is not module:Class (e.g. gymnasium.wrappers:ClipAction)"
         )
     obj: Any = _import(module, "env.wrappers")
     for part in attr.split("."):
@@ -77,7 +76,8 @@ class FlatObservation(DtypeObservation):
 
 def make_one(env_id: str, kwargs: Mapping[str, Any], wrappers: Sequence[Wrapper]) -> gymnasium.Env:
     """``gymnasium.make(env_id, **kwargs)`` with ``wrappers`` applied in order, then
-    :class:`FlatObservation` if the observations are not a Box but gymnasium can flatten them."""
+    :class:`FlatObservation` if the observations are not a Box but gymnasium can flatten them
+    (after the user's wrappers: they see the env's own observations, and may make a Box)."""
     env = gymnasium.make(env_id, **kwargs)
     for wrap in wrappers:
         env = wrap(env)
@@ -97,9 +97,9 @@ def flattens(space: Space) -> bool:
     return False
 
 
-def flattened_from(env: gymnasium.Env) -> str | None:
-    """The observation space :func:`make_one` flattened (the env protocol records it)."""
-    return str(env.flattened_from) if isinstance(env, FlatObservation) else None
+def flattened_from(env: gymnasium.Env) -> Space | None:
+    """The observation space :func:`make_one` flattened, if it did."""
+    return env.flattened_from if isinstance(env, FlatObservation) else None
 
 
 def make_failed(env_id: str, kwargs: Mapping[str, Any], e: Exception) -> EnvError:

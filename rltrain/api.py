@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 
+import gymnasium
 import numpy as np
 import torch
 
@@ -171,7 +172,7 @@ def bench(
 
 def evaluate(
     run_dir: str | Path,
-    episodes: int = 10,
+    episodes: int | None = None,
     video: bool = False,
     seed: int | None = None,
     deterministic: bool | None = None,
@@ -180,8 +181,7 @@ def evaluate(
     """Play a run's checkpoint as ``rltrain eval`` does; ``.mean``, ``.std``, ``.returns``,
     ``.video``. ``deterministic``: the most likely actions, not samples. ``checkpoint``:
     ``latest``, ``best`` (kept by ``eval.every_steps``) or a checkpoint file's path.
-    ``seed`` and ``deterministic`` default to the run's ``eval.seed`` and
-    ``eval.deterministic``."""
+    ``episodes``, ``seed`` and ``deterministic`` default to the run's ``eval.*``."""
     from rltrain.config import load_config
     from rltrain.rl.evaluate import evaluate as play
 
@@ -197,18 +197,38 @@ class LoadedPolicy:
     ``policy(batch)`` for a batch ([B, *obs_shape] -> [B] or [B, n]). The run's observation
     normalisation is inside the network. Discrete actions come back as ints, continuous ones
     as float32 arrays clipped to the env's bounds. Atari observations are the agent's view
-    (the uint8 [4, 84, 84] frame stack of the run's protocol)."""
+    (the uint8 [4, 84, 84] frame stack of the run's protocol). Envs whose observations the run
+    flattened (Discrete, Tuple, Dict, ...) take their own observations, one or a list of them,
+    or the flattened vectors."""
 
-    def __init__(self, policy: Policy, obs_shape: tuple[int, ...], actions: ActionSpace) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        obs_shape: tuple[int, ...],
+        actions: ActionSpace,
+        flattened_from: gymnasium.Space | None = None,
+    ) -> None:
         self.policy = policy
         self.obs_shape = obs_shape
         self.actions = actions
+        self.flattened_from = flattened_from
         self.generator = torch.Generator().manual_seed(0)
+
+    def _flat(self, obs: Any) -> Any:
+        """The env's own observation (or a list of them) as the vector the network takes."""
+        space = self.flattened_from
+        if space is None:
+            return obs
+        if space.contains(obs):
+            return gymnasium.spaces.flatten(space, obs)
+        if isinstance(obs, list | tuple) and obs and all(space.contains(o) for o in obs):
+            return np.stack([gymnasium.spaces.flatten(space, o) for o in obs])
+        return obs  # already flattened
 
     def __call__(self, obs: Any, deterministic: bool = False) -> Any:
         """Sampled actions as in training (``deterministic``: the most likely one, or the
         Gaussian's mean; DQN runs are always greedy)."""
-        x = np.asarray(obs)
+        x = np.asarray(self._flat(obs), dtype=np.float32 if self.flattened_from else None)
         single = x.shape == self.obs_shape
         if not single and x.shape[1:] != self.obs_shape:
             raise ValueError(
@@ -236,4 +256,4 @@ def load_policy(run_dir: str | Path, checkpoint: str = "latest") -> LoadedPolicy
     spec = probe_env(cfg)
     path, _, values, norm = checkpoint_params(run_dir, checkpoint)
     policy = build(cfg, run_dir, (path, values, norm), spec.obs_shape, spec.actions)
-    return LoadedPolicy(policy, spec.obs_shape, spec.actions)
+    return LoadedPolicy(policy, spec.obs_shape, spec.actions, spec.flattened_from)

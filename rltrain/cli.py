@@ -101,7 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev = sub.add_parser("eval", help="play a run's checkpoint and print its raw score")
     ev.add_argument("run_dir", help="a run directory written by `rltrain train`")
-    ev.add_argument("--episodes", type=_count, default=10, help="episodes to play (default 10)")
+    ev.add_argument(
+        "--episodes",
+        type=_count,
+        default=None,
+        help="episodes to play (default: the run's eval.episodes, 10 unless it was set)",
+    )
     ev.add_argument(
         "--video",
         action="store_true",
@@ -286,7 +291,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         deterministic=args.deterministic,
         checkpoint=args.checkpoint,
     )
-    how = "most likely actions" if res.greedy else "sampled actions, as in training"
+    how = "most likely actions" if res.deterministic else "sampled actions, as in training"
     print(
         f"{cfg.env.id}, checkpoint {res.checkpoint.name} (version {res.version}, {how}, "
         f"seed {res.seed}): "

@@ -101,3 +101,23 @@ def test_env_kwargs_from_yaml_and_set(tmp_path: Path) -> None:
     assert cfg.env.kwargs == {"length": 6} and cfg.env.imports == ("custom_envs",)
     with pytest.raises(ConfigError, match="env.kwargs=3: expected a mapping"):
         load_config(TrainConfig, path, ["env.kwargs=3"])
+
+
+def test_a_run_on_flattened_observations_acts_on_the_envs_own(tmp_path: Path) -> None:
+    """rltrain.load_policy takes FrozenLake's cell number (or a list of them) as the env gives
+    it, and the flattened one-hot vector too."""
+    import rltrain
+    from rltrain.cli import main
+
+    run = tmp_path / "lake"
+    config = Path(__file__).resolve().parents[1] / "configs" / "cartpole_appo.yaml"
+    argv = ["train", str(config), "--run-dir", str(run)]
+    for kv in ("env.id=FrozenLake-v1", "runtime.backend=local", "stop.mean_return=null"):
+        argv += ["--set", kv]
+    assert main([*argv, "--set", "stop.max_env_steps=600"]) == 0
+    policy = rltrain.load_policy(run)
+    assert policy(3) in range(4) and policy(np.int64(3)) in range(4)
+    assert len(policy([0, 5, 15])) == 3
+    assert policy(np.eye(16, dtype=np.float32)[3]) in range(4)
+    with pytest.raises(ValueError, match="this policy takes"):
+        policy(np.zeros(5))

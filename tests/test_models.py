@@ -31,13 +31,19 @@ def test_auto_precision_is_resolved_on_the_device_the_model_moves_to(
     model = build_policy("nature_cnn", (4, 84, 84), 6, 512, precision="auto")
     torso = model.torso
     assert isinstance(torso, NatureCNNTorso)
-    monkeypatch.setattr(models, "bf16_native", lambda device="cpu": True)  # (as an H100)
-    assert to_device(model, torch.device("cpu"), "auto") is model and torso.bf16
-    monkeypatch.setattr(models, "bf16_native", lambda device="cpu": False)
+    asked: list[str] = []
+
+    def native(device: torch.device | str = "cpu") -> bool:  # bf16 on the GPU only
+        asked.append(torch.device(device).type)
+        return torch.device(device).type == "cuda"
+
+    monkeypatch.setattr(models, "bf16_native", native)
+    monkeypatch.setattr(torch.nn.Module, "to", lambda self, *a, **k: self)  # (no GPU here)
+    assert to_device(model, torch.device("cuda"), "auto") is model and torso.bf16
     to_device(model, torch.device("cpu"), "auto")
-    assert not torso.bf16
-    to_device(model, torch.device("cpu"), "bf16")  # asked for: kept as built
-    assert not torso.bf16
+    assert not torso.bf16 and asked == ["cuda", "cpu"]
+    to_device(model, torch.device("cpu"), "bf16")  # asked for: whatever the device
+    assert torso.bf16
 
 
 def _pair() -> tuple[torch.nn.Module, torch.nn.Module]:

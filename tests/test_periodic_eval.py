@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import json
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -84,11 +85,11 @@ def test_best_checkpoint_holds_the_best_scoring_parameters(run: Path) -> None:
 def test_eval_of_the_best_checkpoint_replays_the_evaluation_that_chose_it(run: Path) -> None:
     """`rltrain eval` takes the run's eval.seed and eval.deterministic unless told otherwise."""
     best = load_checkpoint(run / "checkpoints" / "best.pt")["eval"]
-    again = rltrain.evaluate(run, episodes=best["episodes"], checkpoint="best")
-    assert again.seed == best["seed"] and not again.greedy
+    again = rltrain.evaluate(run, checkpoint="best")  # eval.episodes: 3
+    assert again.seed == best["seed"] and not again.deterministic
     assert again.mean == pytest.approx(best["mean_return"], abs=1e-3)
     other = rltrain.evaluate(run, episodes=2, seed=7, deterministic=True, checkpoint="best")
-    assert other.seed == 7 and other.greedy
+    assert other.seed == 7 and other.deterministic
 
 
 def test_eval_checkpoint_choice_errors_are_one_line(tmp_path: Path, run: Path) -> None:
@@ -166,16 +167,19 @@ def test_an_evaluation_whose_episodes_never_end_fails_in_one_line(
         ev.close()
 
 
-def test_an_interrupted_evaluation_ends_at_its_next_step(run: Path) -> None:
-    cfg = load_config(TrainConfig, run / "config.yaml")
+def test_killing_the_local_evaluator_ends_the_evaluation_it_plays(run: Path) -> None:
+    """A thread cannot be killed: kill interrupts the play at its next step (one that would
+    otherwise play 100,000 episodes)."""
+    cfg = load_config(TrainConfig, run / "config.yaml", ["eval.episodes=100000"])
     _, version, values, norm = checkpoint_params(run)
-    ev = Evaluator(cfg)
-    try:
-        ev.interrupt()  # (the local backend's kill, from the driver's thread)
-        with pytest.raises(EvalFailed, match=f"the evaluation of v{version} was stopped"):
-            ev.score(version, values, norm)
-    finally:
-        ev.close()
+    remote = local.Remote(Evaluator, cfg, role="worker")
+    future = remote.call("score", version, values, norm)
+    while not future.running():  # (it has started playing)
+        time.sleep(0.01)
+    time.sleep(0.2)
+    remote.kill()
+    with pytest.raises(EvalFailed, match=f"the evaluation of v{version} was stopped"):
+        future.result(timeout=30)
 
 
 def test_each_env_plays_its_share_of_the_episodes() -> None:

@@ -116,24 +116,34 @@ def test_learners_take_gpus_only_when_asked_and_there(
     assert gpu_learners(c, cluster_gpus) is want
 
 
-def test_more_learner_gpus_than_the_cluster_has_are_refused_in_one_line() -> None:
-    """A learner would wait forever for a GPU that never frees up."""
-    with pytest.raises(
-        ConfigError,
-        match=r"learners=2 x learner_gpus=1 asks Ray for 2 GPUs "
-        r"and it has 1: .*learner_gpus=0\.5",
-    ):
-        gpu_learners(cfg("appo", learners=2), 1.0)
+def test_learner_gpus_ray_cannot_place_are_refused_in_one_line() -> None:
+    """A learner would wait forever for a GPU that never frees up. Ray fits a share below 1
+    inside one GPU: 3 learners x 0.6 do not fit 2 GPUs although 1.8 < 2."""
+    cases = [
+        ("appo", 2, 1.0, 1.0, "0.5"),
+        ("impala", 3, 0.6, 2.0, "0.5"),
+        ("dqn", 6, 0.2, 1.0, "0.1666"),
+    ]
+    for algo, learners, share, gpus, fair in cases:
+        c = cfg(algo, learners=learners, learner_gpus=share)
+        with pytest.raises(ConfigError, match=rf"Ray cannot place .* \(learner_gpus={fair}\)"):
+            gpu_learners(c, gpus)
+        assert gpu_learners(c, gpus, reserved=False)  # the local backend reserves nothing
+        fitted = cfg(algo, learners=learners, learner_gpus=float(fair))
+        assert gpu_learners(fitted, gpus)  # the share it suggests fits
+    assert gpu_learners(cfg("appo", learners=2, learner_gpus=2.0), 4.0)
     with pytest.raises(ValueError, match="learner_gpus=1.5: a share of one GPU"):
         cfg("appo", learner_gpus=1.5)
-    assert cfg("appo", learner_gpus=2.0).learner_gpus == 2.0
 
 
 def test_the_rollout_cap_grows_while_learners_starve_and_shrinks_while_rollouts_queue() -> None:
     """Few cores (one actor): the cap stays at two batches. Many actors and a fast (GPU)
     learner: it grows to every actor acting; a slow learner brings it back down."""
-    assert RolloutCap(2, 2, 1).update(starving=True, queued=0) == 2
-    cap = RolloutCap(low=2, high=16, batches=1)
+    few = RolloutCap.of(learners=1, learner_batch=1, actors=1)  # pong_appo on 2 cores
+    assert (few.low, few.high) == (2, 2) and few.update(starving=True, queued=0) == 2
+    assert RolloutCap.of(1, 2, 2).high == 4  # cartpole_appo: unchanged, every actor acts
+    cap = RolloutCap.of(learners=1, learner_batch=1, actors=15)  # pong_appo on 16 cores + GPU
+    assert (cap.low, cap.high) == (2, 16)
     assert [cap.update(starving=True, queued=0) for _ in range(20)][-1] == 16
     assert cap.update(starving=False, queued=1) == 16  # one batch waiting: as it should be
     assert [cap.update(starving=False, queued=5) for _ in range(20)][-1] == 2

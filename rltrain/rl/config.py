@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from envs import EnvConfig
@@ -385,12 +386,12 @@ def waits_at_barrier(cfg: TrainConfig) -> bool:
     return server_rule(cfg).rule in ("sync", "soft_sync")
 
 
-def sized(cfg: TrainConfig, cpus: float, gpu_learners: bool = False) -> TrainConfig:
+def sized(cfg: TrainConfig, cpus: float, gpu: bool = False) -> TrainConfig:
     """``cfg`` with ``actors: auto`` resolved against the ``cpus`` Ray reports: one process per
     CPU, the learners' first (a CPU each, half of one when it drives a GPU), at least one."""
     if cfg.actors:
         return cfg
-    learners = cfg.learners * (0.5 if gpu_learners else 1) if cfg.algo.name in SPLIT_ALGOS else 0
+    learners = cfg.learners * learner_cpus(gpu) if cfg.algo.name in SPLIT_ALGOS else 0
     actors = max(1, int(cpus - learners))
     try:
         return dataclasses.replace(cfg, actors=actors)
@@ -398,18 +399,33 @@ def sized(cfg: TrainConfig, cpus: float, gpu_learners: bool = False) -> TrainCon
         raise ConfigError(f"actors=auto gave {actors} on {cpus:.0f} CPUs: {e}") from None
 
 
-def gpu_learners(cfg: TrainConfig, cluster_gpus: float) -> bool:
-    """Whether the learners ask Ray for GPUs: impala/appo/dqn with ``learner_gpus`` > 0 on a
-    cluster that has GPUs (the driver itself may have none). More than it has is refused in one
-    line, before any process starts: a learner would wait for a GPU that never frees up."""
+GPU_LEARNER_CPUS = 0.5
+"""CPUs a learner that drives a GPU reserves (the GPU does its passes), against 1."""
+
+
+def learner_cpus(gpu: bool) -> float:
+    return GPU_LEARNER_CPUS if gpu else 1.0
+
+
+def gpu_learners(cfg: TrainConfig, cluster_gpus: float, reserved: bool = True) -> bool:
+    """Whether the learners take GPUs: impala/appo/dqn with ``learner_gpus`` > 0 where there
+    are GPUs (the driver itself may have none). ``reserved`` (Ray): requests that Ray could not
+    place are refused in one line, before any process starts, since a learner would wait for
+    a GPU that never frees up; Ray fits each share below 1 inside one GPU."""
     if cfg.algo.name not in SPLIT_ALGOS or cfg.learner_gpus <= 0 or cluster_gpus <= 0:
         return False
-    want = cfg.learners * cfg.learner_gpus
-    if want > cluster_gpus + 1e-6:
+    n, share, gpus = cfg.learners, cfg.learner_gpus, int(cluster_gpus + 1e-6)
+    if share < 1:
+        fits = n <= math.floor(1 / share + 1e-6) * max(gpus, 1)
+    else:
+        fits = n * share <= cluster_gpus + 1e-6
+    if reserved and not fits:
+        per_gpu = math.ceil(n / max(gpus, 1))  # learners on the busiest GPU
+        fair = math.floor(10_000 / per_gpu) / 10_000  # Ray keeps 4 decimals
         raise ConfigError(
-            f"learners={cfg.learners} x learner_gpus={cfg.learner_gpus:g} asks Ray for {want:g} "
-            f"GPUs and it has {cluster_gpus:g}: lower learners, or share the GPUs "
-            f"(learner_gpus={cluster_gpus / cfg.learners:.4g}), or learner_gpus=0 (CPU)"
+            f"learners={n} x learner_gpus={share:g}: Ray cannot place them on {cluster_gpus:g} "
+            f"GPU(s); lower learners, or share the GPUs (learner_gpus={fair:g}), or "
+            "learner_gpus=0 (CPU)"
         )
     return True
 

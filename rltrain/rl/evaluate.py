@@ -59,14 +59,15 @@ class EvalResult:
     """Raw scores, one per episode; with a video, ``returns[0]`` is the filmed episode's."""
     lengths: tuple[int, ...]
     """Their lengths in agent steps."""
+    seed: int
+    """Of the evaluation envs (env i: seed + i)."""
+    deterministic: bool
+    """Whether it played the most likely actions (asked for, or a dqn run's greedy ones)."""
     video: Path | None
     view: VideoView | None = None
     """What the video shows (``game`` unless the env cannot draw its screen)."""
     note: str = ""
     """Why the view is not the one asked for, if it is not."""
-    seed: int = 0
-    greedy: bool = False
-    """Whether it played the most likely actions (``deterministic``, or a dqn run)."""
 
     @property
     def mean(self) -> float:
@@ -169,7 +170,7 @@ def load_policy(
 def evaluate(
     cfg: TrainConfig,
     run_dir: Path,
-    episodes: int,
+    episodes: int | None = None,
     video: bool = False,
     seed: int | None = None,
     max_steps: int = 1_000_000,
@@ -180,12 +181,13 @@ def evaluate(
     """Play ``episodes`` episodes in up to 8 parallel envs (env i seeded ``seed + i``); with
     ``video``, the first one alone in a recording env (seeded next), filmed into ``run_dir``.
     ``deterministic``: the policy's most likely action (its mean for a Box), not a sample.
-    ``seed`` and ``deterministic`` default to the run's ``eval.*``: without a video, the
-    ``eval.episodes`` episodes of ``checkpoint="best"`` replay the evaluation that chose it.
+    ``episodes``, ``seed`` and ``deterministic`` default to the run's ``eval.*``: without a
+    video, ``checkpoint="best"`` then replays the evaluation that chose it.
 
     ``video_view`` None: the game's screen, or the agent's view when the env cannot draw its
     screen (e.g. CartPole without pygame; ``EvalResult.note`` says why); given, that view or a
     one-line error. ``checkpoint``: which one (:func:`checkpoint_params`)."""
+    episodes = cfg.eval.episodes if episodes is None else episodes
     seed = cfg.eval.seed if seed is None else seed
     deterministic = cfg.eval.deterministic if deterministic is None else deterministic
     path, version, values, norm = checkpoint_params(run_dir, checkpoint)
@@ -227,9 +229,9 @@ def evaluate(
             returns.extend(more)
             lengths.extend(more_lengths)
     video_as = view if video else None
-    greedy = deterministic or policy.greedy
+    played = deterministic or policy.greedy
     return EvalResult(
-        path, version, tuple(returns), tuple(lengths), video_path, video_as, note, seed, greedy
+        path, version, tuple(returns), tuple(lengths), seed, played, video_path, video_as, note
     )
 
 

@@ -31,15 +31,18 @@ def bf16_native(device: torch.device | str = "cpu") -> bool:
     )
 
 
-def resolve_precision(precision: str, kind: str, obs_shape: tuple[int, ...]) -> str:
-    """``auto``: bf16 for the Nature CNN where bf16 is native, fp32 otherwise (MLPs are too
-    small to gain). Measured on a 2-core AVX-512 EPYC, one torch thread: bf16 autocast runs the
-    CNN's forward + backward on 256 frames about 2x faster than fp32, inference on 8 about
-    1.5x. Learners also keep a bf16 CNN channels-last (:func:`train_layout`)."""
+def resolve_precision(
+    precision: str, kind: str, obs_shape: tuple[int, ...], device: torch.device | str = "cpu"
+) -> str:
+    """``auto``: bf16 for the Nature CNN where bf16 is native on ``device``, fp32 otherwise
+    (MLPs are too small to gain). Measured on a 2-core AVX-512 EPYC, one torch thread: bf16
+    autocast runs the CNN's forward + backward on 256 frames about 2x faster than fp32,
+    inference on 8 about 1.5x. Learners also keep a bf16 CNN channels-last
+    (:func:`train_layout`)."""
     if precision != "auto":
         return precision
     image = kind == "nature_cnn" or (kind == "auto" and len(obs_shape) == 3)
-    return "bf16" if image and bf16_native() else "fp32"
+    return "bf16" if image and bf16_native(device) else "fp32"
 
 
 def orthogonal_init(module: nn.Module, gain: float) -> None:
@@ -104,10 +107,9 @@ def to_device(model: nn.Module, device: torch.device, precision: str) -> nn.Modu
     """``model`` moved to ``device``, with ``precision: auto`` resolved there: a model is built
     on the CPU, whose bf16 support says nothing of the GPU a learner moves it to."""
     model.to(device)
-    if precision == "auto":
-        for m in model.modules():
-            if isinstance(m, NatureCNNTorso):
-                m.bf16 = bf16_native(device)
+    for m in model.modules():
+        if isinstance(m, NatureCNNTorso):
+            m.bf16 = resolve_precision(precision, "nature_cnn", (), device) == "bf16"
     return model
 
 

@@ -99,10 +99,11 @@ class RolloutCap:
 
     It starts at two batches per learner: on few cores the learner is the bottleneck, and
     actors beyond that would only lengthen the queue (older rollouts, the same learning
-    rate). It grows by one while a learner waits for a batch (the actors are the bottleneck,
-    e.g. a GPU learner on a many-core box: every actor can act), and shrinks by one while
-    more than one batch per learner is queued, between ``low`` and ``high`` (all actors
-    acting with a batch per learner queued)."""
+    rate). At each look (each turn of the driver's loop that had results) it grows by one
+    while a learner waits for a batch (the actors are the bottleneck, e.g. a GPU learner on a
+    many-core box: every actor can act), and shrinks by one while more than one batch per
+    learner is queued, between ``low`` and ``high`` (all actors acting with a batch per
+    learner queued)."""
 
     low: int
     high: int
@@ -111,6 +112,11 @@ class RolloutCap:
 
     def __post_init__(self) -> None:
         self.value = self.low
+
+    @classmethod
+    def of(cls, learners: int, learner_batch: int, actors: int) -> RolloutCap:
+        batches = learners * learner_batch
+        return cls(2 * batches, max(2 * batches, actors + batches), batches)
 
     def update(self, starving: bool, queued: int) -> int:
         """The cap after one look at the learners: ``starving``, one waits for a batch;
@@ -135,8 +141,7 @@ class ActorLearnerPlan(RLPlan):
         self.ready: collections.deque = collections.deque()  # (rollout future, actor)
         self.idle_learners = list(learners)
         self.idle_actors: list[Any] = []
-        batches = cfg.learners * cfg.algo.learner_batch  # rollouts the learners take at once
-        self.cap = RolloutCap(2 * batches, max(2 * batches, len(actors) + batches), batches)
+        self.cap = RolloutCap.of(cfg.learners, cfg.algo.learner_batch, len(actors))
         for a in actors:
             self.pool.submit(a, "collect", self.server, fetch=False)
 
@@ -179,7 +184,9 @@ class ActorLearnerPlan(RLPlan):
             learner = self.idle_learners.pop()
             pool.submit(learner, "learn", self.server, t.schedule_at(), *refs, tag=batch)
         acting = sum(1 for r, _, _ in pool.calls.values() if r.role == "actor")
-        cap = self.cap.update(starving=bool(self.idle_learners), queued=len(self.ready))
+        restarting = pool.restarting()  # (a learner Ray restarts waits for itself, not data)
+        starving = any(learner not in restarting for learner in self.idle_learners)
+        cap = self.cap.update(starving, queued=len(self.ready))
         while self.idle_actors and len(self.ready) + acting < cap:
             actor = self.idle_actors.pop()
             if self._usable(actor) and not pool.busy(actor):

@@ -27,6 +27,8 @@ class EnvSpec:
     actions: ActionSpace
     frames_per_step: int
     protocol: dict[str, Any]
+    flattened_from: Any = None
+    """The env's own observation space, when its observations are flattened (VectorEnv)."""
 
     @property
     def num_actions(self) -> int:
@@ -51,6 +53,7 @@ def probe_env(cfg: TrainConfig) -> EnvSpec:
             env.action_space,
             int(protocol.get("frame_skip", 1)),
             protocol,
+            env.flattened_from,
         )
     finally:
         env.close()

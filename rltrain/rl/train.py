@@ -38,6 +38,7 @@ from rltrain.rl.config import (
     TrainConfig,
     describe_sizes,
     gpu_learners,
+    learner_cpus,
     linear,
     schedule_progress,
     server_rule,
@@ -141,11 +142,10 @@ class Trainer:
         where = self.ray_where or runtime.init_ray(cfg.runtime, ship=modules)
         self._mark("ray")
         signals.install()  # again: ray.init replaces the SIGTERM handler
-        self.gpu = gpu_learners(cfg, runtime.cluster_gpus())
+        self.gpu = gpu_learners(cfg, runtime.cluster_gpus(), cfg.runtime.backend == "ray")
         cpus = runtime.cluster_cpus()
         cfg = sized(cfg, cpus, self.gpu)
-        # (a learner that drives a GPU reserves half a CPU: remotes)
-        processes = cfg.actors + (cfg.learners * (0.5 if self.gpu else 1) if split else 0)
+        processes = cfg.actors + (cfg.learners * learner_cpus(self.gpu) if split else 0)
         fitted = runtime.fit_cpus(cfg.runtime, processes, cfg.server.shards)
         where += f"; {describe_sizes(cfg)}; learners on {'GPU' if self.gpu else 'CPU'}"
         print(f"runtime: {where}")
@@ -215,7 +215,7 @@ class Trainer:
         runtime = self.rt
         cfg = self.cfg
         learner = role == "learner"
-        cpus = cfg.runtime.worker_cpus * (0.5 if learner and self.gpu else 1)
+        cpus = cfg.runtime.worker_cpus * (learner_cpus(self.gpu) if learner else 1)
         gpus = cfg.learner_gpus if learner and self.gpu else 0.0
         remotes = [
             runtime.Remote(

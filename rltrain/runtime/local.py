@@ -25,7 +25,7 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -37,6 +37,13 @@ from rltrain.records import Role
 from rltrain.runtime_config import RuntimeConfig
 
 DESCRIPTION = "in-process (runtime.backend=local: threads, no Ray)"
+
+
+@runtime_checkable
+class Interruptible(Protocol):
+    """A class whose long calls can be ended from another thread (the periodic Evaluator)."""
+
+    def interrupt(self) -> None: ...
 
 
 class Remote:
@@ -98,9 +105,8 @@ class Remote:
         cannot be killed as a Ray process is)."""
         self._killed = True
         self._queue.put(None)
-        interrupt = getattr(self.instance, "interrupt", None)
-        if interrupt is not None:
-            interrupt()
+        if isinstance(self.instance, Interruptible):
+            self.instance.interrupt()
 
 
 class Pool:
@@ -216,7 +222,7 @@ def cluster_gpus() -> float:
     return float(torch.cuda.device_count())
 
 
-def fit_cpus(cfg: RuntimeConfig, processes: int, shards: int) -> RuntimeConfig:
+def fit_cpus(cfg: RuntimeConfig, processes: float, shards: int) -> RuntimeConfig:
     return cfg  # threads reserve nothing
 
 

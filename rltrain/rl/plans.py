@@ -105,18 +105,21 @@ class RolloutCap:
     learner is queued, between ``low`` and ``high`` (all actors acting with a batch per
     learner queued)."""
 
-    low: int
-    high: int
     batches: int  # rollouts the learners take at once
+    high: int
     value: int = field(init=False)
 
     def __post_init__(self) -> None:
         self.value = self.low
 
+    @property
+    def low(self) -> int:
+        return 2 * self.batches
+
     @classmethod
     def of(cls, learners: int, learner_batch: int, actors: int) -> RolloutCap:
         batches = learners * learner_batch
-        return cls(2 * batches, max(2 * batches, actors + batches), batches)
+        return cls(batches, max(2 * batches, actors + batches))
 
     def update(self, starving: bool, queued: int) -> int:
         """The cap after one look at the learners: ``starving``, one waits for a batch;

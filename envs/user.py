@@ -17,8 +17,17 @@ from typing import Any
 
 import gymnasium
 import numpy as np
-from gymnasium.spaces import Box, Dict, Discrete, MultiBinary, MultiDiscrete, Space, Tuple
-from gymnasium.wrappers import DtypeObservation, FlattenObservation
+from gymnasium.spaces import (
+    Box,
+    Dict,
+    Discrete,
+    MultiBinary,
+    MultiDiscrete,
+    Space,
+    Tuple,
+    flatten,
+    flatten_space,
+)
 
 from envs.base import EnvError
 
@@ -64,14 +73,21 @@ def load_wrapper(ref: str) -> Wrapper:
     return obj
 
 
-class FlatObservation(DtypeObservation):
+class FlatObservation(gymnasium.ObservationWrapper, gymnasium.utils.RecordConstructorArgs):
     """A Discrete, MultiDiscrete, MultiBinary, Tuple or Dict observation as one float32 vector
-    (gymnasium's ``FlattenObservation``: discrete parts one-hot), as SB3 preprocesses them, so
-    that FrozenLake or Blackjack train with the MLP as they are."""
+    (gymnasium's ``flatten``: discrete parts one-hot), as SB3 preprocesses them, so that
+    FrozenLake or Blackjack train with the MLP as they are. One wrapper that takes only the
+    env, so ``gymnasium.make(env.spec)`` rebuilds it."""
 
     def __init__(self, env: gymnasium.Env) -> None:
+        gymnasium.utils.RecordConstructorArgs.__init__(self)
+        gymnasium.ObservationWrapper.__init__(self, env)
         self.flattened_from = env.observation_space
-        super().__init__(FlattenObservation(env), np.float32)
+        flat = flatten_space(env.observation_space)
+        self.observation_space = Box(flat.low, flat.high, flat.shape, np.float32)
+
+    def observation(self, observation: Any) -> np.ndarray:
+        return np.asarray(flatten(self.flattened_from, observation), dtype=np.float32)
 
 
 def make_one(env_id: str, kwargs: Mapping[str, Any], wrappers: Sequence[Wrapper]) -> gymnasium.Env:

@@ -91,6 +91,19 @@ def test_observations_that_are_not_arrays_are_flattened_into_one_float_vector() 
     corridor_env.close()
 
 
+def test_the_spec_of_a_flattened_env_rebuilds_it() -> None:
+    """gymnasium.make(env.spec) makes the same env (the wrapper records no argument it does not
+    take), as recorders and vector envs that rebuild from the spec need."""
+    import gymnasium
+
+    from envs.user import make_one
+
+    lake = make_one("FrozenLake-v1", {}, [])
+    again = gymnasium.make(lake.spec)
+    assert again.observation_space == lake.observation_space
+    np.testing.assert_array_equal(again.reset(seed=3)[0], lake.reset(seed=3)[0])
+
+
 def test_env_kwargs_from_yaml_and_set(tmp_path: Path) -> None:
     from rltrain.config import ConfigError, load_config
     from rltrain.rl.config import TrainConfig

@@ -147,3 +147,7 @@ def test_the_rollout_cap_grows_while_learners_starve_and_shrinks_while_rollouts_
     assert [cap.update(starving=True, queued=0) for _ in range(20)][-1] == 16
     assert cap.update(starving=False, queued=1) == 16  # one batch waiting: as it should be
     assert [cap.update(starving=False, queued=5) for _ in range(20)][-1] == 2
+    two = RolloutCap.of(learners=2, learner_batch=2, actors=8)
+    assert two.low == 8
+    gone = [two.update(starving=False, queued=3, batches=2) for _ in range(10)]  # one learner
+    assert gone[-1] == 4  # gone for good: down to two batches of the one left

@@ -121,13 +121,17 @@ class RolloutCap:
         batches = learners * learner_batch
         return cls(batches, max(2 * batches, actors + batches))
 
-    def update(self, starving: bool, queued: int) -> int:
+    def update(self, starving: bool, queued: int, batches: int | None = None) -> int:
         """The cap after one look at the learners: ``starving``, one waits for a batch;
-        ``queued``, rollouts made and not yet taken."""
+        ``queued``, rollouts made and not yet taken; ``batches``, what the learners still
+        alive take at once (learners gone for good take none)."""
+        if batches is not None:
+            self.batches = batches
         if starving:
             self.value = min(self.value + 1, self.high)
         elif queued > self.batches:
-            self.value = max(self.value - 1, self.low)
+            self.value -= 1
+        self.value = min(max(self.value, self.low), self.high)
         return self.value
 
 
@@ -189,7 +193,8 @@ class ActorLearnerPlan(RLPlan):
         acting = sum(1 for r, _, _ in pool.calls.values() if r.role == "actor")
         restarting = pool.restarting()  # (a learner Ray restarts waits for itself, not data)
         starving = any(learner not in restarting for learner in self.idle_learners)
-        cap = self.cap.update(starving, queued=len(self.ready))
+        live = len(t.procs["learner"]) * n
+        cap = self.cap.update(starving, queued=len(self.ready), batches=live)
         while self.idle_actors and len(self.ready) + acting < cap:
             actor = self.idle_actors.pop()
             if self._usable(actor) and not pool.busy(actor):

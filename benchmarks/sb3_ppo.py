@@ -3,15 +3,16 @@
 The reference run of `time_to_solve.py`, which starts this script as a subprocess and times
 it from launch to exit. Hyper-parameters: rl-baselines3-zoo's tuned entry for the task
 (hyperparams/ppo.yml: CartPole-v1, Pendulum-v1 with its VecNormalize and gSDE, or
-LunarLander-v3 as the zoo's LunarLander-v2: 16 envs, 1M steps), with SB3's
-defaults for everything else (torch threads and device included, as a user would run it).
+LunarLander-v3 as the zoo's LunarLander-v2: 16 envs, 1M steps; Taxi-v4, which the zoo lacks:
+SB3's defaults, 8 envs), with SB3's defaults for everything else (torch threads and device
+included, as a user would run it).
 The stop criterion is rltrain's: the mean raw return of the last `--window` finished training
 episodes, across all envs, reaches `--target`; also `--max-seconds` and `--max-steps`. The zoo
 trains for n_timesteps 1e5 (for CartPole its linear learning rate and clip range decay to 0
 over it), so that budget ends a run first unless `--max-steps` is lower. Prints one JSON line.
 
     pip install -e '.[bench]'
-    python benchmarks/sb3_ppo.py [--task cartpole|pendulum|lunarlander] [--seed 0]
+    python benchmarks/sb3_ppo.py [--task cartpole|pendulum|lunarlander|taxi] [--seed 0]
 """
 
 from __future__ import annotations
@@ -99,6 +100,9 @@ TASKS: dict[str, Task] = {
         },
         max_seconds=1200.0,
     ),
+    # the zoo has no Taxi entry: SB3's own defaults (n_steps 2048, batch 64, 10 epochs, lr 3e-4,
+    # entropy 0), as a user would start; 7 of gymnasium's reward_threshold 8 (the optimum's mean)
+    "taxi": Task("Taxi-v4", 7.0, 8, 2_000_000, {}, max_seconds=900.0),
 }
 
 

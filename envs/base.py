@@ -80,6 +80,8 @@ class VectorEnv(abc.ABC):
     flattened_from: Any = None
     """The env's own observation space (a gymnasium Space) when observations are flattened
     into one float vector (envs.user.FlatObservation); None when they are used as they are."""
+    transposed: bool = False
+    """Whether the env's [H, W, C] images are moved to [C, H, W] (envs.user.ChannelsFirst)."""
 
     @abc.abstractmethod
     def reset(self, seed: int | None = None) -> np.ndarray:

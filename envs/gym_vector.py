@@ -18,7 +18,7 @@ from gymnasium.spaces import Box, Discrete
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from envs.base import ActionSpace, EnvError, EpisodeTracker, StepBatch, VectorEnv
-from envs.user import Wrapper, flattened_from, make_failed, make_one
+from envs.user import Wrapper, flattened_from, make_failed, make_one, transposed
 
 
 def action_space_of(env_id: str, space: gymnasium.Space) -> ActionSpace:
@@ -122,6 +122,9 @@ class GymVectorEnv(VectorEnv):
         self.flattened_from = flattened_from(self._env.envs[0])
         if self.flattened_from is not None:
             self.protocol["observations_flattened_from"] = str(self.flattened_from)
+        self.transposed = transposed(self._env.envs[0])
+        if self.transposed:
+            self.protocol["observations"] = "[H, W, C] image moved to [C, H, W]"
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         """Reset every env; env i is seeded ``seed + i`` (gymnasium's own convention)."""

@@ -90,15 +90,48 @@ class FlatObservation(gymnasium.ObservationWrapper, gymnasium.utils.RecordConstr
         return np.asarray(flatten(self.flattened_from, observation), dtype=np.float32)
 
 
+class ChannelsFirst(gymnasium.ObservationWrapper, gymnasium.utils.RecordConstructorArgs):
+    """An image observation [H, W, C] (gymnasium's layout: CarRacing, MiniGrid's RGB views) as
+    [C, H, W], the layout torch's convolutions and the Atari stacks use (SB3's
+    VecTransposeImage). Takes only the env, so ``gymnasium.make(env.spec)`` rebuilds it."""
+
+    def __init__(self, env: gymnasium.Env) -> None:
+        gymnasium.utils.RecordConstructorArgs.__init__(self)
+        gymnasium.ObservationWrapper.__init__(self, env)
+        space = env.observation_space
+        assert isinstance(space, Box)
+        t = (2, 0, 1)
+        self.observation_space = Box(
+            space.low.transpose(t), space.high.transpose(t), None, space.dtype
+        )
+
+    def observation(self, observation: Any) -> np.ndarray:
+        return np.ascontiguousarray(np.moveaxis(observation, -1, 0))
+
+
+def channels_last(space: Space) -> bool:
+    """Whether ``space`` is an image with its channels last: a 3-D uint8 Box of at most 4
+    channels (gray, RGB, RGBA) on a side of more than 4 pixels (as SB3's ``is_image_space``)."""
+    return (
+        isinstance(space, Box)
+        and len(space.shape) == 3
+        and space.dtype == np.uint8
+        and space.shape[-1] <= 4 < space.shape[0]
+    )
+
+
 def make_one(env_id: str, kwargs: Mapping[str, Any], wrappers: Sequence[Wrapper]) -> gymnasium.Env:
     """``gymnasium.make(env_id, **kwargs)`` with ``wrappers`` applied in order, then
-    :class:`FlatObservation` if the observations are not a Box but gymnasium can flatten them
-    (after the user's wrappers: they see the env's own observations, and may make a Box)."""
+    :class:`FlatObservation` if the observations are not a Box but gymnasium can flatten them,
+    or :class:`ChannelsFirst` if they are an [H, W, C] image (after the user's wrappers: they
+    see the env's own observations, and may make a Box)."""
     env = gymnasium.make(env_id, **kwargs)
     for wrap in wrappers:
         env = wrap(env)
     if not isinstance(env.observation_space, Box) and flattens(env.observation_space):
         env = FlatObservation(env)
+    elif channels_last(env.observation_space):
+        env = ChannelsFirst(env)
     return env
 
 
@@ -113,9 +146,25 @@ def flattens(space: Space) -> bool:
     return False
 
 
+def one_hot(space: Space | None) -> bool:
+    """Whether ``space`` flattens into one-hot and binary cells only (Discrete, MultiDiscrete,
+    MultiBinary, and Tuples and Dicts of them), not also a Box's values."""
+    if isinstance(space, Discrete | MultiDiscrete | MultiBinary):
+        return True
+    if isinstance(space, Tuple | Dict):
+        parts = space.spaces.values() if isinstance(space, Dict) else space.spaces
+        return all(one_hot(part) for part in parts)
+    return False
+
+
 def flattened_from(env: gymnasium.Env) -> Space | None:
     """The observation space :func:`make_one` flattened, if it did."""
     return env.flattened_from if isinstance(env, FlatObservation) else None
+
+
+def transposed(env: gymnasium.Env) -> bool:
+    """Whether :func:`make_one` moved the image's channels first."""
+    return isinstance(env, ChannelsFirst)
 
 
 def make_failed(env_id: str, kwargs: Mapping[str, Any], e: Exception) -> EnvError:

@@ -199,7 +199,8 @@ class LoadedPolicy:
     as float32 arrays clipped to the env's bounds. Atari observations are the agent's view
     (the uint8 [4, 84, 84] frame stack of the run's protocol). Envs whose observations the run
     flattened (Discrete, Tuple, Dict, ...) take their own observations, one or a list of them,
-    or the flattened vectors."""
+    or the flattened vectors; envs whose [H, W, C] images it moved channels first take either
+    layout."""
 
     def __init__(
         self,
@@ -207,16 +208,23 @@ class LoadedPolicy:
         obs_shape: tuple[int, ...],
         actions: ActionSpace,
         flattened_from: gymnasium.Space | None = None,
+        transposed: bool = False,
     ) -> None:
         self.policy = policy
         self.obs_shape = obs_shape
         self.actions = actions
         self.flattened_from = flattened_from
+        self.transposed = transposed
         self.generator = torch.Generator().manual_seed(0)
 
     def _flat(self, obs: Any) -> Any:
-        """The env's own observation (or a list of them) as the vector the network takes."""
+        """The env's own observation (or a list of them) as what the network takes: flattened,
+        or an image [.., H, W, C] moved to [.., C, H, W]."""
         space = self.flattened_from
+        if self.transposed:
+            x = np.asarray(obs)
+            c, h, w = self.obs_shape
+            return np.moveaxis(x, -1, -3) if x.shape[-3:] == (h, w, c) else x
         if space is None:
             return obs
         if space.contains(obs):
@@ -256,4 +264,4 @@ def load_policy(run_dir: str | Path, checkpoint: str = "latest") -> LoadedPolicy
     spec = probe_env(cfg)
     path, _, values, norm = checkpoint_params(run_dir, checkpoint)
     policy = build(cfg, run_dir, (path, values, norm), spec.obs_shape, spec.actions)
-    return LoadedPolicy(policy, spec.obs_shape, spec.actions, spec.flattened_from)
+    return LoadedPolicy(policy, spec.obs_shape, spec.actions, spec.flattened_from, spec.transposed)

@@ -260,10 +260,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     trainer = prepare_train(cfg, args.run_dir, args.resume, args.config)
     summary = trainer.run()
     faults = FaultCounters(**summary["faults"])
+    mean = summary["mean_return"]
+    shown = "none (no episode ended)" if mean is None else f"{mean:.2f}"
     print(
         f"stopped by {summary['stopped_by']} after {summary['wall_seconds']:.0f}s: "
         f"{summary['env_steps']:,} steps, {summary['episodes']} episodes, "
-        f"mean return {summary['mean_return']}; faults: {faults.brief()}; summary.json, "
+        f"mean return {shown}; faults: {faults.brief()}; summary.json, "
         f"checkpoints/, tensorboard --logdir {trainer.run_dir / 'tb'}"
     )
     if summary["stopped_by"] == "fault":
@@ -295,7 +297,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(
         f"{cfg.env.id}, checkpoint {res.checkpoint.name} (version {res.version}, {how}, "
         f"seed {res.seed}): "
-        f"{len(res.returns)} episodes, raw score mean {res.mean:.2f} +- {res.std:.2f} "
+        f"{len(res.returns)} episode{'s' if len(res.returns) != 1 else ''}, "
+        f"raw score mean {res.mean:.2f} +- {res.std:.2f} "
         f"(min {min(res.returns):.1f}, max {max(res.returns):.1f})"
     )
     if res.note:

@@ -210,9 +210,11 @@ def prepare_train(
 
         spec, ray_up = probe_env(cfg), None
     try:
+        from rltrain.rl.config import resolve_obs_norm
         from rltrain.rl.train import Trainer
 
         if resume is None:
+            cfg = resolve_obs_norm(cfg, spec.obs_shape, spec.one_hot)
             name = config_path or f"{cfg.algo.name}_{cfg.env.id.replace('/', '_')}"
             out = new_run_dir(name, run_dir)
         trainer = Trainer(cfg, out, resume is not None, spec, started, ray_up)

@@ -12,6 +12,7 @@ from examples.corridor import Corridor
 CORRIDOR_ID = "rltrain_test/Corridor-v0"
 DICT_ID = "rltrain_test/DictObs-v0"
 TEXT_ID = "rltrain_test/TextObs-v0"
+IMAGE_ID = "rltrain_test/ImageCorridor-v0"
 
 
 class DictObs(Corridor):
@@ -40,6 +41,22 @@ class MultiDiscreteActions(Corridor):
         self.action_space = spaces.MultiDiscrete([2, 2])
 
 
+class ImageCorridor(Corridor):
+    """The corridor seen as an RGB image [H, W, 3] (gymnasium's layout, as CarRacing's): the
+    walker is a bright column, one ``width // length`` pixels wide per cell."""
+
+    def __init__(self, length: int = 4, height: int = 40, width: int = 48) -> None:
+        super().__init__(length)
+        self.height, self.width = height, width
+        self.observation_space = spaces.Box(0, 255, (height, width, 3), np.uint8)
+
+    def _obs(self):  # noqa: ANN202
+        img = np.zeros((self.height, self.width, 3), np.uint8)
+        cell = self.width // self.length
+        img[:, self.pos * cell : (self.pos + 1) * cell] = (255, 128, 0)
+        return img
+
+
 class DoubleReward(gymnasium.RewardWrapper):
     def reward(self, reward: float) -> float:
         return 2 * reward
@@ -53,4 +70,5 @@ class AddOneReward(gymnasium.RewardWrapper):
 gymnasium.register(CORRIDOR_ID, entry_point=Corridor, max_episode_steps=50)
 gymnasium.register(DICT_ID, entry_point=DictObs, max_episode_steps=50)
 gymnasium.register(TEXT_ID, entry_point=TextObs, max_episode_steps=50)
+gymnasium.register(IMAGE_ID, entry_point=ImageCorridor, max_episode_steps=20)
 gymnasium.register("rltrain_test/MultiDiscrete-v0", entry_point=MultiDiscreteActions)

@@ -10,6 +10,7 @@ import pytest
 from envs import EnvConfig, EnvError, make_env
 
 CORRIDOR = "rltrain_test/Corridor-v0"
+IMAGE = "rltrain_test/ImageCorridor-v0"
 
 
 def corridor(**kw: object) -> EnvConfig:
@@ -102,6 +103,57 @@ def test_the_spec_of_a_flattened_env_rebuilds_it() -> None:
     again = gymnasium.make(lake.spec)
     assert again.observation_space == lake.observation_space
     np.testing.assert_array_equal(again.reset(seed=3)[0], lake.reset(seed=3)[0])
+
+
+def test_images_with_channels_last_are_moved_channels_first() -> None:
+    """A gymnasium image [H, W, C] (CarRacing's 96x96x3) reaches the CNN as [C, H, W]; its
+    colours are not a frame stack; the spec rebuilds the env."""
+    import gymnasium
+
+    from envs.user import make_one
+    from rltrain.rl.actor import frame_stack_of
+
+    cfg = EnvConfig(id=IMAGE, num_envs=2, imports=("custom_envs",))
+    env = make_env(cfg, seed=0)
+    obs = env.reset()
+    assert env.obs_shape == (3, 40, 48) and obs.shape == (2, 3, 40, 48) and obs.dtype == np.uint8
+    np.testing.assert_array_equal(obs[0, :, 0, :12], [[255] * 12, [128] * 12, [0] * 12])
+    assert obs[0, :, :, 12:].max() == 0  # the walker's column only
+    assert "[C, H, W]" in env.protocol["observations"] and frame_stack_of(env.protocol) == 1
+    env.close()
+    one = make_one(IMAGE, {}, [])
+    assert gymnasium.make(one.spec).observation_space == one.observation_space
+    flat = make_env(corridor(), seed=0)  # vectors stay as they are
+    assert "observations" not in flat.protocol
+    flat.close()
+
+
+@pytest.mark.parametrize("config", ["cartpole_appo.yaml", "cartpole_gorila.yaml"])
+def test_a_run_on_gymnasium_images_trains_the_cnn(config: str, tmp_path: Path) -> None:
+    """appo (the CNN actor-critic) and dqn (its replay keeps the colours of each frame, no
+    stack) train on an image env, and the checkpoint plays."""
+    import rltrain
+    from rltrain.cli import main
+    from rltrain.rl.models import NatureCNNTorso
+
+    run = tmp_path / "img"
+    path = Path(__file__).resolve().parents[1] / "configs" / config
+    argv = ["train", str(path), "--run-dir", str(run)]
+    for kv in (
+        f"env.id={IMAGE}",
+        "env.imports=[custom_envs]",
+        "env.num_envs=2",
+        "runtime.backend=local",
+        "stop.mean_return=null",
+        "stop.max_env_steps=300",
+    ):
+        argv += ["--set", kv]
+    assert main(argv) == 0
+    policy = rltrain.load_policy(run)
+    assert any(isinstance(m, NatureCNNTorso) for m in policy.policy.model.modules())
+    image = np.zeros((40, 48, 3), np.uint8)  # as the env gives it: [H, W, C]
+    assert policy(image) in range(2) and policy(np.moveaxis(image, -1, 0)) in range(2)
+    assert len(policy(np.stack([image] * 3))) == 3
 
 
 def test_env_kwargs_from_yaml_and_set(tmp_path: Path) -> None:

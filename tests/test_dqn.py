@@ -32,7 +32,7 @@ def cfg(env: str = "CartPole-v1", **dqn: object) -> TrainConfig:
 def setup(c: TrainConfig) -> tuple[LocalServer, LocalReplay]:
     spec = probe_env(c)
     server = LocalServer(initial_params(c, spec), c.optimizer, ServerConfig(), 1)
-    replay = LocalReplay([ReplayMemory(*memory_args(c, spec.obs_shape, spec.obs_dtype, 0))])
+    replay = LocalReplay([ReplayMemory(*memory_args(c, spec, 0))])
     return server, replay
 
 
@@ -119,7 +119,7 @@ def test_double_dqn_target_of_a_cut_bootstraps_from_the_final_obs() -> None:
     cut and y = 1 for the terminal."""
     c = cfg(env="rltrain/Chain-v0")
     spec = probe_env(c)
-    memory = ReplayMemory(*memory_args(c, spec.obs_shape, spec.obs_dtype, 0))
+    memory = ReplayMemory(*memory_args(c, spec, 0))
     obs = np.stack([one_hot([5, 6]), one_hot([2, 0])])  # [T + 1, B, 8]
     block = TransitionBlock.from_steps(
         0,

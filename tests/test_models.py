@@ -98,3 +98,25 @@ def test_flat_round_trip(precision: str) -> None:
     values = flat_params(net) + 1.0
     load_flat(net, values)
     assert torch.equal(flat_params(net), values)
+
+
+def test_auto_picks_the_cnn_for_images_it_fits_and_the_mlp_otherwise() -> None:
+    """Any image side from 36 pixels (CarRacing's 96x96, non-square ones) takes the Nature
+    CNN; MiniGrid-sized 7x7 views and vectors take the MLP; forcing the CNN on them is a
+    one-line error."""
+    for shape in [(4, 84, 84), (3, 96, 96), (3, 40, 48)]:
+        net = build_policy("auto", shape, 5, 64)
+        assert isinstance(net.torso, NatureCNNTorso)
+        assert net(torch.zeros(2, *shape, dtype=torch.uint8))[0].shape == (2, 5)
+    small = build_policy("auto", (3, 7, 7), 5, 64)
+    assert not isinstance(small.torso, NatureCNNTorso)
+    assert small(torch.zeros(2, 3, 7, 7, dtype=torch.uint8))[0].shape == (2, 5)
+    with pytest.raises(ValueError, match="at least 36 pixels a side, got \\(3, 7, 7\\)"):
+        build_policy("nature_cnn", (3, 7, 7), 5, 64)
+
+
+def test_the_cnn_scales_uint8_frames_only() -> None:
+    """uint8 pixels are divided by 255; float images are taken as they are."""
+    torso = NatureCNNTorso(3, (36, 36))
+    pixels = torch.full((1, 3, 36, 36), 255, dtype=torch.uint8)
+    torch.testing.assert_close(torso(pixels), torso(torch.ones(1, 3, 36, 36)))

@@ -90,3 +90,46 @@ def test_model_normalises_its_inputs_with_the_merged_statistics() -> None:
     assert z[1, 0] == pytest.approx(2.0, rel=1e-4) and z[1, 1] == 5.0  # clipped at 5
     # the statistics are buffers, never parameters the server would train
     assert all("obs_norm" not in name for name, _ in net.named_parameters())
+
+
+def test_auto_leaves_one_hot_observations_and_images_raw() -> None:
+    """normalize.obs auto: on for vectors, off for one-hot cells (flattened Discrete spaces)
+    and images; always / never are taken as given."""
+    from gymnasium import spaces
+
+    from envs.user import one_hot
+    from rltrain.rl.config import StopConfig, TrainConfig, normalizes_obs
+
+    cfg = TrainConfig(stop=StopConfig(max_seconds=1))
+    assert normalizes_obs(cfg, (4,)) and not normalizes_obs(cfg, (500,), one_hot=True)
+    assert not normalizes_obs(cfg, (4, 84, 84))
+    assert one_hot(spaces.Discrete(500)) and one_hot(spaces.MultiBinary(3))
+    assert one_hot(spaces.Tuple((spaces.Discrete(32), spaces.Discrete(11), spaces.Discrete(2))))
+    assert not one_hot(spaces.Dict({"pos": spaces.Box(0, 1, (2,)), "cell": spaces.Discrete(4)}))
+    assert not one_hot(None)
+
+
+@pytest.mark.parametrize(
+    ("env_id", "given", "written"),
+    [
+        ("FrozenLake-v1", "auto", "never"),
+        ("CartPole-v1", "auto", "always"),
+        ("FrozenLake-v1", "always", "always"),
+    ],
+)
+def test_a_new_run_writes_what_auto_chose(env_id: str, given: str, written: str, tmp_path: Path):
+    """config.yaml holds the choice, so a resumed session and `rltrain eval` build the network
+    the run trained (they see only the observation shape)."""
+    from rltrain.config import load_config
+    from rltrain.launch import prepare_train
+    from rltrain.rl.config import TrainConfig
+
+    cfg = load_config(
+        TrainConfig,
+        Path(__file__).resolve().parents[1] / "configs" / "cartpole_ppo.yaml",
+        [f"env.id={env_id}", f"normalize.obs={given}", "runtime.backend=local"],
+    )
+    trainer = prepare_train(cfg, tmp_path / "run")
+    assert trainer.cfg.normalize.obs == written
+    saved = load_config(TrainConfig, tmp_path / "run" / "config.yaml")
+    assert saved.normalize.obs == written

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -21,9 +22,10 @@ from rltrain.rl.models import ActorCritic, build_policy, load_flat
 from rltrain.rl.rollout import Rollout, stack
 
 
-def frame_stack_of(obs_shape: tuple[int, ...]) -> int:
-    """Frames per observation: the stack depth of image observations [C, H, W], else 1."""
-    return obs_shape[0] if len(obs_shape) == 3 else 1
+def frame_stack_of(protocol: Mapping[str, Any]) -> int:
+    """Frames per observation: the env's frame stack (Atari's), else 1 (the channels of a
+    gymnasium env's image are colours, not frames)."""
+    return int(protocol.get("frame_stack", 1))
 
 
 def load_params(net: nn.Module, params: Params, device: torch.device | None = None) -> None:

@@ -96,7 +96,9 @@ class NormalizeConfig:
 
     obs: str = field(default="auto", metadata=spec(choices=("auto", "always", "never")))
     """Normalise observations by the running mean/std of every actor's observations. auto: on
-    for vector observations of a3c/a2c/impala/appo/ppo, off for images and for dqn."""
+    for vector observations of a3c/a2c/impala/appo/ppo; off for images, for one-hot ones
+    (flattened Discrete spaces: Taxi, FrozenLake) and for dqn. A new run writes what auto
+    chose (always or never) into its config.yaml."""
     reward: bool = False
     """Divide rewards by the running std of the discounted return (training reward only;
     episode returns stay raw)."""
@@ -174,7 +176,9 @@ class ModelConfig:
     """The actor-critic network."""
 
     kind: str = field(default="auto", metadata=spec(choices=MODELS))
-    """auto: the Nature CNN for image observations, an MLP for vectors."""
+    """auto: the Nature CNN for image observations [C, H, W] of at least 36 pixels a side
+    (Atari's frame stacks; a gymnasium env's [H, W, C] uint8 images are moved channels first),
+    an MLP for vectors and smaller images."""
     hidden: int = field(default=64, metadata=spec(ge=1))
     """MLP hidden units per layer."""
     value_net: str = field(default="auto", metadata=spec(choices=VALUE_NETS))
@@ -347,13 +351,40 @@ def check_local(cfg: TrainConfig) -> None:
         )
 
 
-def normalizes_obs(cfg: TrainConfig, obs_shape: tuple[int, ...]) -> bool:
-    """Whether observations are normalised: normalize.obs, with auto = vector observations of
-    the actor-critic algorithms (images are already in [0, 255] and scaled by the CNN)."""
+CNN_MIN_SIDE = 36
+"""The smallest image side the Nature CNN takes (8x8 stride 4, 4x4 stride 2, then 3x3)."""
+
+
+def uses_cnn(kind: str, obs_shape: tuple[int, ...]) -> bool:
+    """Whether ``model.kind`` on these observations is the Nature CNN: nature_cnn, or auto on
+    images [C, H, W] it fits (smaller ones, MiniGrid's 7x7 views, go to the MLP)."""
+    if kind != "auto":
+        return kind == "nature_cnn"
+    return len(obs_shape) == 3 and min(obs_shape[1:]) >= CNN_MIN_SIDE
+
+
+def normalizes_obs(cfg: TrainConfig, obs_shape: tuple[int, ...], one_hot: bool = False) -> bool:
+    """Whether observations are normalised: normalize.obs, with auto = the MLP's inputs of the
+    actor-critic algorithms, unless they are ``one_hot`` (images are already in [0, 255] and
+    scaled by the CNN; a one-hot cell is 0 or 1 already, and its running mean/std would blow a
+    rarely visited cell's indicator up to the clip, shifting as visits change: measured on
+    Taxi-v4, README "Benchmarks")."""
     n = cfg.normalize.obs
     if n == "auto":
-        return cfg.algo.name != "dqn" and len(obs_shape) != 3
+        cnn = uses_cnn(cfg.model.kind, obs_shape)
+        return cfg.algo.name != "dqn" and not cnn and not one_hot
     return n == "always"
+
+
+def resolve_obs_norm(cfg: TrainConfig, obs_shape: tuple[int, ...], one_hot: bool) -> TrainConfig:
+    """``cfg`` with ``normalize.obs: auto`` replaced by what it chose for these observations,
+    for a new run's config.yaml: every process of the run, a resumed session and later
+    evaluations build the same network from it (the processes see only shapes, not whether
+    the env's own observations were one-hot)."""
+    if cfg.normalize.obs != "auto":
+        return cfg
+    chosen = "always" if normalizes_obs(cfg, obs_shape, one_hot) else "never"
+    return dataclasses.replace(cfg, normalize=dataclasses.replace(cfg.normalize, obs=chosen))
 
 
 def schedule_progress(cfg: TrainConfig, env_steps: int) -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import torch
@@ -26,6 +26,9 @@ from rltrain.rl.learner import clipped_flat_grad, pick_device, record_push
 from rltrain.rl.losses import double_dqn_targets, dqn_loss
 from rltrain.rl.models import build_qnet
 from rltrain.rl.rollout import LossStats, WorkStats
+
+if TYPE_CHECKING:
+    from rltrain.rl.setup import EnvSpec
 
 
 class Replay(Protocol):
@@ -68,15 +71,14 @@ class LocalReplay:
         return sum(m.nbytes for m in self.memories)
 
 
-def memory_args(cfg: TrainConfig, obs_shape: tuple[int, ...], obs_dtype: str, shard: int) -> tuple:
+def memory_args(cfg: TrainConfig, spec: EnvSpec, shard: int) -> tuple:
     """ReplayMemory's arguments for one shard (frame stacks are stored frame by frame)."""
     r = cfg.replay
-    stack = frame_stack_of(obs_shape)
     return (
         r.capacity,
-        obs_shape,
-        obs_dtype,
-        stack,
+        spec.obs_shape,
+        spec.obs_dtype,
+        frame_stack_of(spec.protocol),
         r.prioritized,
         r.alpha,
         r.beta,
@@ -168,7 +170,7 @@ class DQNActor:
                     np.stack(rewards).astype(np.float32),
                     np.stack(terms),
                     np.stack(truncs),
-                    frame_stack_of(self.env.obs_shape),
+                    frame_stack_of(self.env.protocol),
                     final_obs=np.concatenate(finals),  # [K]: argwhere(truncated) order
                 )
             with timer.phase("exchange"):

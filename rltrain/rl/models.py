@@ -18,7 +18,7 @@ from torch import nn
 
 from envs.base import ActionSpace
 from rltrain.normalize import EPS, NormStats
-from rltrain.rl.config import MODELS, PRECISIONS
+from rltrain.rl.config import CNN_MIN_SIDE, MODELS, PRECISIONS, uses_cnn
 
 
 def bf16_native(device: torch.device | str = "cpu") -> bool:
@@ -41,8 +41,7 @@ def resolve_precision(
     (:func:`train_layout`)."""
     if precision != "auto":
         return precision
-    image = kind == "nature_cnn" or (kind == "auto" and len(obs_shape) == 3)
-    return "bf16" if image and bf16_native(device) else "fp32"
+    return "bf16" if uses_cnn(kind, obs_shape) and bf16_native(device) else "fp32"
 
 
 def orthogonal_init(module: nn.Module, gain: float) -> None:
@@ -71,12 +70,12 @@ class NatureCNNTorso(nn.Module):
     """The DQN Nature network's convolutions and 512-unit layer.
 
     Input: uint8 frames [N, C, H, W]; scaled to [0, 1] here so that rollouts and replay stay
-    uint8 (4x smaller). ``bf16``: the convolutions and the 512-unit layer run under bfloat16
-    autocast (parameters and their gradients stay float32, the output is float32), so the
-    heads, losses and the server see float32 only.
+    uint8 (4x smaller); other dtypes are taken as they are. ``bf16``: the convolutions and the
+    512-unit layer run under bfloat16 autocast (parameters and their gradients stay float32,
+    the output is float32), so the heads, losses and the server see float32 only.
     """
 
-    def __init__(self, in_channels: int, image_size: int = 84, bf16: bool = False) -> None:
+    def __init__(self, in_channels: int, size: tuple[int, int] = (84, 84), bf16: bool = False):
         super().__init__()
         self.bf16 = bf16
         self.channels_last = False  # see train_layout
@@ -90,7 +89,7 @@ class NatureCNNTorso(nn.Module):
             nn.Flatten(),
         )
         with torch.no_grad():
-            n = convs(torch.zeros(1, in_channels, image_size, image_size)).shape[1]
+            n = convs(torch.zeros(1, in_channels, *size)).shape[1]
         self.net = nn.Sequential(convs, nn.Linear(n, 512), nn.ReLU())
         self.out_dim = 512
 
@@ -98,7 +97,9 @@ class NatureCNNTorso(nn.Module):
         if self.channels_last:  # reorder the uint8 frames, the cheapest copy
             obs = obs.contiguous(memory_format=torch.channels_last)
         # bf16: scale straight into bf16 (a float32 copy of a uint8 batch is 4x its size)
-        x = obs.to(torch.bfloat16 if self.bf16 else torch.float32) * (1.0 / 255.0)
+        x = obs.to(torch.bfloat16 if self.bf16 else torch.float32)
+        if obs.dtype == torch.uint8:
+            x = x * (1.0 / 255.0)
         with torch.autocast(obs.device.type, torch.bfloat16, enabled=self.bf16):
             return self.net(x).float()
 
@@ -148,11 +149,14 @@ def build_torso(
         raise ValueError(f"unknown precision {precision!r}; allowed: {', '.join(PRECISIONS)}")
     bf16 = resolve_precision(precision, kind, obs_shape) == "bf16"
     if kind == "auto":
-        kind = "nature_cnn" if len(obs_shape) == 3 else "mlp"
+        kind = "nature_cnn" if uses_cnn(kind, obs_shape) else "mlp"
     if kind == "nature_cnn":
-        if len(obs_shape) != 3:
-            raise ValueError(f"model.kind=nature_cnn needs image observations, got {obs_shape}")
-        return NatureCNNTorso(obs_shape[0], obs_shape[-1], bf16)
+        if len(obs_shape) != 3 or min(obs_shape[1:]) < CNN_MIN_SIDE:
+            raise ValueError(
+                f"model.kind=nature_cnn needs image observations [C, H, W] of at least "
+                f"{CNN_MIN_SIDE} pixels a side, got {obs_shape}; use model.kind=mlp or auto"
+            )
+        return NatureCNNTorso(obs_shape[0], (obs_shape[1], obs_shape[2]), bf16)
     if kind == "mlp":
         return MLPTorso(int(torch.tensor(obs_shape).prod()), hidden)
     raise ValueError(f"unknown model {kind!r}; allowed: {', '.join(MODELS)}")
@@ -252,7 +256,7 @@ def build_policy(
     one shared torso for images (the Nature CNN of A3C/IMPALA). ``obs_norm_clip``: normalise
     observations (clipped to that many standard deviations); None: raw observations.
     ``precision``: of the CNN torso (see :func:`resolve_precision`)."""
-    image = len(obs_shape) == 3
+    image = uses_cnn(kind, obs_shape)
     separate = value_net == "separate" or (value_net == "auto" and not image)
     value_torso = build_torso(kind, obs_shape, hidden, precision) if separate else None
     norm = ObsNorm(obs_shape, obs_norm_clip) if obs_norm_clip is not None else None

@@ -234,9 +234,7 @@ class ReplayPlan(RLPlan):
         from rltrain.rl.dqn import DQNActor, DQNLearner, memory_args
 
         cfg, t, spec = self.cfg, self.t, self.t.spec
-        args = [
-            memory_args(cfg, spec.obs_shape, spec.obs_dtype, i) for i in range(cfg.replay.shards)
-        ]
+        args = [memory_args(cfg, spec, i) for i in range(cfg.replay.shards)]
         self.replay = self.runtime.start_replay(ReplayMemory, args, cfg.actors + cfg.learners + 4)
         t.replay = self.replay
         t.procs["replay"] = []  # replay shards are killed at the end, not restarted

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from envs import ActionSpace, EnvError, make_env
+from envs.user import one_hot as one_hot_space
 from rltrain.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
 from rltrain.faults import FaultCounters
 from rltrain.ps.server import ShardLayout
@@ -29,6 +30,13 @@ class EnvSpec:
     protocol: dict[str, Any]
     flattened_from: Any = None
     """The env's own observation space, when its observations are flattened (VectorEnv)."""
+    transposed: bool = False
+    """Whether the env's own [H, W, C] images are moved to [C, H, W] (VectorEnv)."""
+
+    @property
+    def one_hot(self) -> bool:
+        """Whether the observations are one-hot cells (a flattened Discrete, MultiDiscrete, ...)."""
+        return one_hot_space(self.flattened_from)
 
     @property
     def num_actions(self) -> int:
@@ -54,6 +62,7 @@ def probe_env(cfg: TrainConfig) -> EnvSpec:
             int(protocol.get("frame_skip", 1)),
             protocol,
             env.flattened_from,
+            env.transposed,
         )
     finally:
         env.close()

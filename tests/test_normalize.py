@@ -64,6 +64,24 @@ def test_server_merges_pushed_deltas_and_pulls_them_with_the_parameters() -> Non
     assert s.pull().norm.obs.count == 16  # a rejected update never touches the statistics
 
 
+def test_under_a_barrier_the_statistics_are_published_with_the_step() -> None:
+    """sync: a push waiting at the barrier does not change what a pull of the same version
+    returns, so a worker that pulls late acts with the same statistics as one that pulled
+    early (measured: Taxi ppo on Ray and in one process then train bit-identically)."""
+    s = ParameterShard(torch.zeros(4), OptimizerConfig(lr=0.1), ServerConfig(rule="sync"), 2)
+    a, b = torch.randn(10, 2, dtype=torch.float64), torch.randn(6, 2, dtype=torch.float64)
+    assert s.push(GradUpdate(0, 0, torch.ones(4), 10, norm=NormStats(Moments.of(a)))).status == (
+        "accumulated"
+    )
+    early = s.pull()
+    assert early.version == 0 and early.norm is None  # version 0's statistics: none yet
+    assert s.push(GradUpdate(1, 0, torch.ones(4), 6, norm=NormStats(Moments.of(b)))).status == (
+        "applied"
+    )
+    after = s.pull()
+    assert after.version == 1 and after.norm is not None and after.norm.obs.count == 16
+
+
 def test_normaliser_survives_a_checkpoint_round_trip(tmp_path: Path) -> None:
     s = shard()
     data = torch.randn(50, 2, dtype=torch.float64) * 3 + 1

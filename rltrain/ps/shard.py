@@ -13,7 +13,7 @@ import threading
 import torch
 
 from rltrain.faults import ShardFenced
-from rltrain.normalize import NormStats
+from rltrain.normalize import NormStats, merge_all
 from rltrain.ps.compression import Compressed, decompress, wire_bytes
 from rltrain.ps.config import (
     OptimizerConfig,
@@ -66,6 +66,10 @@ class ParameterShard:
         self._base_lr = [g["lr"] for g in self._opt.param_groups]
         self._lr_factor = 1.0  # a learning-rate schedule's value, set by the driver
         self._norm: NormStats | None = None  # merged normalisation statistics (shard 0)
+        # a barrier round's statistics, published with the step that ends it, so a pull at
+        # version v returns the statistics of version v whenever it comes (a peer's push that
+        # waits at the barrier does not change what a late puller acts with)
+        self._norm_pending: NormStats | None = None
         self._num_workers = num_workers
         self._needed = aggregate_count(rule, num_workers)
         self._absent: set[int] = set()  # workers that left a barrier (lost); a push rejoins
@@ -251,7 +255,7 @@ class ParameterShard:
                 "version": self.version,
                 "counters": [self._applied, self._dropped, self._rejected, self._samples],
                 "staleness": [self._staleness_sum, *self._hist],
-                "norm": self._norm.state() if self._norm is not None else {},
+                "norm": norm.state() if (norm := self._all_norm()) is not None else {},
                 "lr_factor": self._lr_factor,
                 "bytes": [self._bytes_pushed, self._bytes_pulled],
             }
@@ -279,6 +283,7 @@ class ParameterShard:
             self._staleness_sum, *hist = map(int, state["staleness"])
             norm = state.get("norm")
             self._norm = NormStats.from_state(norm) if norm else None
+            self._norm_pending = None
             self._lr_factor = float(state.get("lr_factor", 1.0))
             self._bytes_pushed, self._bytes_pulled = map(int, state.get("bytes", (0, 0)))
             self._hist = list(hist)
@@ -299,7 +304,10 @@ class ParameterShard:
         if reason:
             return self._reject(reason)
         if update.norm is not None:  # what the actors saw counts even if the step is dropped
-            self._norm = update.norm if self._norm is None else self._norm.merge(update.norm)
+            if self.rule.rule == "async":
+                self._norm = merge_all([self._norm, update.norm])
+            else:
+                self._norm_pending = merge_all([self._norm_pending, update.norm])
         staleness = self.version - update.version
         if self.rule.rule == "async":
             return self._push_async(update, staleness)
@@ -371,9 +379,14 @@ class ParameterShard:
             self.version += 1
         else:
             self._step(mean, 1.0)
+        self._norm, self._norm_pending = self._all_norm(), None
         self._count_applied(0, self._acc_count)
         self._acc, self._acc_count = None, 0
         self._acc_workers.clear()
+
+    def _all_norm(self) -> NormStats | None:
+        """The published statistics with the current barrier round's."""
+        return merge_all([self._norm, self._norm_pending])
 
     def _step(self, grad: torch.Tensor, lr_scale: float) -> None:
         self._param.grad = grad.to(torch.float32).reshape(-1)

@@ -135,26 +135,24 @@ def make_one(env_id: str, kwargs: Mapping[str, Any], wrappers: Sequence[Wrapper]
     return env
 
 
+def _every_leaf(space: Space | None, leaves: tuple[type, ...]) -> bool:
+    """Whether ``space`` is one of ``leaves``, or a Tuple or Dict (nested) of them only."""
+    if isinstance(space, Tuple | Dict):
+        parts = space.spaces.values() if isinstance(space, Dict) else space.spaces
+        return all(_every_leaf(part, leaves) for part in parts)
+    return isinstance(space, leaves)
+
+
 def flattens(space: Space) -> bool:
     """Whether :class:`FlatObservation` takes ``space``: discrete spaces, and Tuples and Dicts
     of them and of Boxes (not Text, Graph or Sequence: no fixed-size vector)."""
-    if isinstance(space, Box | Discrete | MultiDiscrete | MultiBinary):
-        return True
-    if isinstance(space, Tuple | Dict):
-        parts = space.spaces.values() if isinstance(space, Dict) else space.spaces
-        return all(flattens(part) for part in parts)
-    return False
+    return _every_leaf(space, (Box, Discrete, MultiDiscrete, MultiBinary))
 
 
 def one_hot(space: Space | None) -> bool:
     """Whether ``space`` flattens into one-hot and binary cells only (Discrete, MultiDiscrete,
     MultiBinary, and Tuples and Dicts of them), not also a Box's values."""
-    if isinstance(space, Discrete | MultiDiscrete | MultiBinary):
-        return True
-    if isinstance(space, Tuple | Dict):
-        parts = space.spaces.values() if isinstance(space, Dict) else space.spaces
-        return all(one_hot(part) for part in parts)
-    return False
+    return _every_leaf(space, (Discrete, MultiDiscrete, MultiBinary))
 
 
 def flattened_from(env: gymnasium.Env) -> Space | None:

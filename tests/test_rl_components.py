@@ -121,22 +121,55 @@ def test_appo_learner_steps_epochs_x_minibatches_per_batch() -> None:
     assert norm is not None and norm.obs is not None and norm.obs.count == 30
 
 
-def test_appo_clips_around_the_learners_policy_not_the_actors() -> None:
-    """The trust region is pi_old, the learner's policy at the batch's start: a rollout whose
-    behaviour policy lags far behind starts inside it (ratio 1, nothing clipped), and the lag
-    is V-trace's business."""
-    c = dataclasses.replace(
-        cfg("appo"), algo=AlgoConfig(name="appo", rollout_length=5, epochs=1, minibatches=1)
-    )
+def _lagging_batch(correction: str):  # noqa: ANN202
+    """An appo learner and a rollout whose actors' policy mu is far from the learner's."""
+    algo = AlgoConfig(name="appo", rollout_length=5, epochs=1, minibatches=1, correction=correction)
+    c = dataclasses.replace(cfg("appo"), algo=algo)
     server = server_for(c)
     spec = probe_env(c)
     r = Actor(c, 0).collect(server)
     far = torch.tensor([8.0, -8.0]).expand_as(r.behaviour_logits)  # mu: almost always action 0
-    r = dataclasses.replace(r, behaviour_logits=far.clone())
     learner = Learner(c, spec.obs_shape, spec.num_actions)
     learner.load(server.pull())
-    (g,) = list(learner.gradients(r))
+    return learner, r, dataclasses.replace(r, behaviour_logits=far.clone())
+
+
+def test_appo_clips_around_the_learners_policy_not_the_actors() -> None:
+    """The trust region is pi_old, the learner's policy at the batch's start: a rollout whose
+    behaviour policy lags far behind starts inside it (ratio 1, nothing clipped), and the lag
+    is V-trace's business."""
+    learner, _, lagging = _lagging_batch("vtrace")
+    (g,) = list(learner.gradients(lagging))
     assert g.loss.clip_fraction == 0.0 and g.loss.kl == pytest.approx(0.0, abs=1e-6)
+
+
+def _targets(learner: Learner, r):  # noqa: ANN001, ANN202
+    with torch.no_grad():
+        logits, values, final = learner.evaluate(r)
+    return learner.targets(r, logits, values, final)
+
+
+def test_vtrace_corrects_the_actors_lag_and_correction_none_ignores_it() -> None:
+    """algo.correction: vtrace weighs the lagging actors' data (Espeholt et al. 2018); none
+    takes it as the learner's own (lambda-returns and GAE, IMPALA's "no correction")."""
+    learner, on_policy, lagging = _lagging_batch("vtrace")
+    assert not torch.allclose(_targets(learner, on_policy)[1], _targets(learner, lagging)[1])
+    learner, on_policy, lagging = _lagging_batch("none")
+    for a, b in zip(_targets(learner, on_policy), _targets(learner, lagging), strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_the_actors_lag_is_reported_as_lag_kl() -> None:
+    learner, on_policy, lagging = _lagging_batch("vtrace")
+    (g,) = list(learner.gradients(on_policy))
+    assert g.loss.lag_kl == pytest.approx(0.0, abs=1e-6)
+    (g,) = list(learner.gradients(lagging))
+    assert g.loss.lag_kl is not None and g.loss.lag_kl > 0.1
+    assert "lag_kl" in g.loss.terms()
+    # workers act with the policy they learn: no lag to report
+    c = dataclasses.replace(cfg("ppo"), algo=AlgoConfig(name="ppo", rollout_length=5))
+    stats = Worker(c, 0).work(server_for(c, rule="sync"), 1)
+    assert all(x.lag_kl is None for x in stats.losses)
 
 
 @pytest.mark.parametrize(("overlap", "staleness"), [(False, 0), (True, 1)])

@@ -19,6 +19,7 @@ BARRIER_ALGOS = ("a2c", "ppo")  # workers that wait for every gradient of a vers
 MODELS = ("auto", "mlp", "nature_cnn")  # rltrain.rl.models
 VALUE_NETS = ("auto", "shared", "separate")
 PRECISIONS = ("auto", "fp32", "bf16")
+CORRECTIONS = ("vtrace", "none")
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,14 @@ class AlgoConfig:
     (scalable_agent's clip_pg_rho_threshold)."""
     c_bar: float = field(default=1.0, metadata=spec(gt=0))
     """V-trace: truncation of the trace-cutting weights (c-bar)."""
+    correction: str = field(default="vtrace", metadata=spec(choices=CORRECTIONS))
+    """impala/appo: how the learner treats the actors' policy lag. vtrace: V-trace targets
+    and advantages (Espeholt et al. 2018). none: lambda-returns and GAE(lambda) as if the
+    actors had acted with the learner's policy (the paper's "no correction" baseline).
+    When each batch moves the policy far (many epochs of minibatches), the actors' data lag by
+    a whole batch, V-trace's truncated weights cut most traces and learning can collapse
+    (measured: appo on Taxi-v4 with 320 steps per batch; README, "Benchmarks"). loss/lag_kl
+    shows the lag."""
     learner_batch: int = field(default=2, metadata=spec(ge=1))
     """impala/appo: rollouts each learner step batches together."""
     epochs: int = field(default=4, metadata=spec(ge=1))

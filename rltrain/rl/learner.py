@@ -158,14 +158,15 @@ class Learner:
         values: torch.Tensor,  # [T+1, B]
         final_values: torch.Tensor,  # [K]
     ) -> tuple[torch.Tensor, torch.Tensor]:  # [T, B] value targets, [T, B] advantages
-        """V-trace (impala, appo) or lambda-returns / GAE (a3c, a2c, ppo)."""
+        """V-trace (impala, appo) or lambda-returns / GAE (a3c, a2c, ppo, and impala/appo
+        with ``algo.correction: none``)."""
         a, d = self.cfg.algo, self.device
         T = r.actions.shape[0]
         actions = r.actions.to(d)
         nxt = next_state_values(values, final_values, r.final_at.to(d))
         args = (r.rewards.to(d), r.discounts(a.gamma).to(d))
         cont = r.continues().to(d)
-        if a.name in VTRACE_ALGOS:
+        if a.name in VTRACE_ALGOS and a.correction == "vtrace":
             vt = vtrace(
                 self.dist.log_prob(r.behaviour_logits.to(d), actions),
                 self.dist.log_prob(logits, actions),
@@ -197,6 +198,7 @@ class Learner:
         d = self.device
         logits, values, final_values = self.evaluate(r)
         targets, adv = self.targets(r, logits.detach(), values.detach(), final_values.detach())
+        lag = self.lag_kl(r, logits.detach())
         loss = actor_critic_loss(
             logits.flatten(0, 1),
             r.actions.to(d).flatten(0, 1),
@@ -207,7 +209,7 @@ class Learner:
             behaviour_logits=r.behaviour_logits.to(d).flatten(0, 1),
             dist=self.dist,
         )
-        return self._gradient(loss, r.env_steps)
+        return self._gradient(loss, r.env_steps, lag)
 
     def _minibatches(self, r: Rollout) -> Iterator[Gradient]:
         """ppo/appo: targets once at the batch's start, then epochs x shuffled minibatches.
@@ -226,6 +228,7 @@ class Learner:
         with torch.no_grad():
             logits, values, final_values = self.evaluate(r)
         targets, adv = self.targets(r, logits, values, final_values)
+        lag = self.lag_kl(r, logits)
         obs = r.obs[:T].to(d).flatten(0, 1)  # [N, *obs]
         actions = r.actions.to(d).flatten(0, 1)  # [N] or [N, n]
         old = logits.flatten(0, 1)  # [N, A] pi_old
@@ -246,9 +249,18 @@ class Learner:
                     old_values=old_values[idx],
                     dist=self.dist,
                 )
-                yield self._gradient(loss, len(idx))
+                yield self._gradient(loss, len(idx), lag)
 
-    def _gradient(self, loss: LossTerms, samples: int) -> Gradient:
+    @torch.no_grad()
+    def lag_kl(self, r: Rollout, logits: torch.Tensor) -> float | None:
+        """impala/appo: mean KL(mu || pi) of the actors' policy mu against the learner's at the
+        batch's start (``logits`` [T, B, P]): how far the actors lag, the gap V-trace corrects
+        (None for the workers of a3c/a2c/ppo, which act with the policy they learn)."""
+        if self.cfg.algo.name not in VTRACE_ALGOS:
+            return None
+        return float(self.dist.kl(r.behaviour_logits.to(self.device), logits).mean())
+
+    def _gradient(self, loss: LossTerms, samples: int, lag: float | None = None) -> Gradient:
         self.model.zero_grad(set_to_none=True)
         loss.total.backward()
         grad, norm = clipped_flat_grad(self.model, self.cfg.algo.max_grad_norm)
@@ -259,6 +271,7 @@ class Learner:
             loss.entropy,
             kl=loss.kl,
             clip_fraction=loss.clip_fraction,
+            lag_kl=lag,
         )
         return Gradient(grad, stats, samples)
 

@@ -90,6 +90,9 @@ def earliest(times: Iterable[float | None]) -> float | None:
     return min(known) if known else None
 
 
+LOSS_TERMS = ("policy", "value", "entropy", "td", "kl", "clip_fraction", "lag_kl")
+
+
 @dataclass(frozen=True)
 class LossStats:
     """Loss terms of one update; None where the algorithm has no such term."""
@@ -101,11 +104,11 @@ class LossStats:
     td: float | None = None  # DQN's Huber TD loss
     kl: float | None = None  # impala/ppo/appo: mean KL(behaviour || current policy)
     clip_fraction: float | None = None  # ppo/appo: share of samples whose ratio was clipped
+    lag_kl: float | None = None  # impala/appo: mean KL(actors' mu || learner's batch-start pi)
 
     def terms(self) -> dict[str, float]:
         """The loss terms this algorithm has, by name (``GradUpdate.losses``)."""
-        names = ("policy", "value", "entropy", "td", "kl", "clip_fraction")
-        return {n: v for n in names if (v := getattr(self, n)) is not None}
+        return {n: v for n in LOSS_TERMS if (v := getattr(self, n)) is not None}
 
 
 @dataclass

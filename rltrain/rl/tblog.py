@@ -16,7 +16,7 @@ from torch.utils.tensorboard import SummaryWriter
 from rltrain import perf
 from rltrain.config import dump_yaml
 from rltrain.rl.config import StopConfig, TrainConfig
-from rltrain.rl.rollout import LossStats, WorkStats
+from rltrain.rl.rollout import LOSS_TERMS, LossStats, WorkStats
 from rltrain.rl.setup import Counters
 
 
@@ -91,7 +91,7 @@ class TrainLogger:
             self.writer.add_scalar("replay/sampled_per_s", sampled, env_steps)
         if self._staleness:
             self.writer.add_histogram("ps/staleness", _as_tensor(self._staleness), env_steps)
-        for name in ("policy", "value", "entropy", "td", "grad_norm", "kl", "clip_fraction"):
+        for name in ("grad_norm", *LOSS_TERMS):
             values = [getattr(x, name) for x in self._losses if getattr(x, name) is not None]
             if values:
                 self.writer.add_scalar(f"loss/{name}", sum(values) / len(values), env_steps)

@@ -82,6 +82,9 @@ class VectorEnv(abc.ABC):
     into one float vector (envs.user.FlatObservation); None when they are used as they are."""
     transposed: bool = False
     """Whether the env's [H, W, C] images are moved to [C, H, W] (envs.user.ChannelsFirst)."""
+    stacked: int = 1
+    """Images stacked into each observation of a Gymnasium image env (envs.user.stack_frames;
+    Atari's stack is its protocol's frame_stack)."""
 
     @abc.abstractmethod
     def reset(self, seed: int | None = None) -> np.ndarray:

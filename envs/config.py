@@ -40,7 +40,10 @@ class EnvConfig:
     """Atari: emulator frames per agent step (the action is repeated; the last two frames are
     max-pooled, Mnih et al. 2015)."""
     frame_stack: int = field(default=4, metadata=spec(ge=1))
-    """Atari: processed frames stacked into one observation."""
+    """Frames stacked into one observation, so that the network sees motion: Atari's processed
+    frames; for a Gymnasium image env ([H, W, C] or [C, H, W] uint8, e.g. CarRacing) its last
+    frame_stack images concatenated on the channel axis ([frame_stack x C, H, W]). Vector
+    observations are not stacked. 1 = a single frame."""
     noop_max: int = field(default=30, metadata=spec(ge=0))
     """Atari: a random number (up to this) of no-op actions at each episode start (0 = none)."""
     sticky_actions: float = field(default=0.25, metadata=spec(ge=0, le=1))

@@ -18,7 +18,7 @@ from gymnasium.spaces import Box, Discrete
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from envs.base import ActionSpace, EnvError, EpisodeTracker, StepBatch, VectorEnv
-from envs.user import Wrapper, flattened_from, make_failed, make_one, transposed
+from envs.user import Wrapper, flattened_from, make_failed, make_one, stacked, transposed
 
 
 def action_space_of(env_id: str, space: gymnasium.Space) -> ActionSpace:
@@ -77,13 +77,15 @@ class GymVectorEnv(VectorEnv):
         seed: int,
         kwargs: Mapping[str, Any] | None = None,
         wrappers: Sequence[Wrapper] = (),
+        frame_stack: int = 1,
     ) -> None:
-        """``kwargs``: of ``gymnasium.make``; ``wrappers``: applied to each env in order."""
+        """``kwargs``: of ``gymnasium.make``; ``wrappers``: applied to each env in order;
+        ``frame_stack``: images stacked into each observation (vectors are left alone)."""
         self._seed = seed
         kwargs = dict(kwargs or {})
         try:
             self._env = SyncVectorEnv(
-                [partial(make_one, env_id, kwargs, wrappers) for _ in range(num_envs)],
+                [partial(make_one, env_id, kwargs, wrappers, frame_stack) for _ in range(num_envs)],
                 autoreset_mode=AutoresetMode.SAME_STEP,
             )
         except EnvError:
@@ -122,9 +124,14 @@ class GymVectorEnv(VectorEnv):
         self.flattened_from = flattened_from(self._env.envs[0])
         if self.flattened_from is not None:
             self.protocol["observations_flattened_from"] = str(self.flattened_from)
-        self.transposed = transposed(self._env.envs[0])
-        if self.transposed:
-            self.protocol["observations"] = "[H, W, C] image moved to [C, H, W]"
+        first = self._env.envs[0]
+        self.transposed = transposed(first)
+        self.stacked = stacked(first)
+        layout = ["[H, W, C] image moved to [C, H, W]"] if self.transposed else []
+        if self.stacked > 1:
+            layout.append(f"the last {self.stacked} images stacked on channels: {self.obs_shape}")
+        if layout:
+            self.protocol["observations"] = "; ".join(layout)
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         """Reset every env; env i is seeded ``seed + i`` (gymnasium's own convention)."""

@@ -29,7 +29,15 @@ from envs.atari import is_atari_v5, rom_name
 from envs.base import ActionSpace, EnvError
 from envs.config import EnvConfig
 from envs.gym_vector import action_space_of, check_spaces, to_env_actions
-from envs.user import Wrapper, import_env_modules, load_wrapper, make_failed, make_one
+from envs.user import (
+    Wrapper,
+    image,
+    import_env_modules,
+    load_wrapper,
+    make_failed,
+    make_one,
+    stacked,
+)
 from envs.vector import unknown_id_message
 
 ATARI_HZ = 60
@@ -42,6 +50,9 @@ class RecordingEnv(Protocol):
     action_space: ActionSpace
     fps: float
     """Agent steps per second of real play."""
+    channels: int
+    """Channels of one image in an observation [k C, H, W] (1: Atari's gray frames; 3: an
+    RGB image; 0: vector observations)."""
 
     def reset(self) -> np.ndarray:
         """The first observation [*obs_shape] of a new episode."""
@@ -66,7 +77,7 @@ def make_recording_env(cfg: EnvConfig, seed: int, render: bool) -> RecordingEnv:
     if is_atari_v5(cfg.id):
         return AtariScreenEnv(cfg, seed)
     wrappers = [load_wrapper(w) for w in cfg.wrappers]
-    return GymScreenEnv(cfg.id, seed, render, cfg.kwargs, wrappers)
+    return GymScreenEnv(cfg.id, seed, render, cfg.kwargs, wrappers, cfg.frame_stack)
 
 
 @dataclass(frozen=True)
@@ -160,6 +171,7 @@ class AtariScreenEnv:
             raise EnvError(f"env.image_size={size}: the recording env shrinks frames only")
         self.resize = AreaResize.of((height, width), (size, size))
         self.obs_shape = (cfg.frame_stack, size, size)
+        self.channels = 1
         self.num_actions = len(self.actions)
         self.action_space = ActionSpace(self.num_actions)
         self.fps = ATARI_HZ / cfg.frame_skip
@@ -222,6 +234,7 @@ class GymScreenEnv:
         render: bool,
         kwargs: Mapping[str, Any] | None = None,
         wrappers: Sequence[Wrapper] = (),
+        frame_stack: int = 1,
     ) -> None:
         self.env_id = env_id
         self._seed = seed
@@ -234,13 +247,14 @@ class GymScreenEnv:
                 )
         make_kwargs = {**(kwargs or {}), **({"render_mode": "rgb_array"} if render else {})}
         try:
-            self.env = make_one(env_id, make_kwargs, wrappers)
+            self.env = make_one(env_id, make_kwargs, wrappers, frame_stack)
         except Exception as e:  # noqa: BLE001 - the user's env, kwargs or wrapper
             raise make_failed(env_id, kwargs or {}, e) from None
         space = self.env.observation_space
         check_spaces(env_id, self.env.action_space, space)
         self.obs_shape = tuple(space.shape or ())
         self.obs_dtype = np.dtype(space.dtype)
+        self.channels = self.obs_shape[0] // stacked(self.env) if image(space) else 0
         self.action_space = action_space_of(env_id, self.env.action_space)
         self.num_actions = self.action_space.n
         self.fps = float(self.env.metadata.get("render_fps") or 30)

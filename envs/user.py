@@ -28,6 +28,7 @@ from gymnasium.spaces import (
     flatten,
     flatten_space,
 )
+from gymnasium.wrappers import FrameStackObservation, ReshapeObservation
 
 from envs.base import EnvError
 
@@ -120,11 +121,28 @@ def channels_last(space: Space) -> bool:
     )
 
 
-def make_one(env_id: str, kwargs: Mapping[str, Any], wrappers: Sequence[Wrapper]) -> gymnasium.Env:
+def image(space: Space) -> bool:
+    """Whether ``space`` is an image with its channels first, [C, H, W] uint8 (what
+    :class:`ChannelsFirst` makes, or an env's own)."""
+    return isinstance(space, Box) and len(space.shape) == 3 and space.dtype == np.uint8
+
+
+def stack_frames(env: gymnasium.Env, k: int) -> gymnasium.Env:
+    """The last ``k`` images [C, H, W] of ``env`` as one [k C, H, W], oldest first: motion a
+    single frame cannot show, as Atari's stack of 4 (Mnih et al. 2015). Gymnasium's
+    FrameStackObservation (a reset repeats the first image) and ReshapeObservation."""
+    c, h, w = env.observation_space.shape
+    return ReshapeObservation(FrameStackObservation(env, k), (k * c, h, w))
+
+
+def make_one(
+    env_id: str, kwargs: Mapping[str, Any], wrappers: Sequence[Wrapper], frame_stack: int = 1
+) -> gymnasium.Env:
     """``gymnasium.make(env_id, **kwargs)`` with ``wrappers`` applied in order, then
     :class:`FlatObservation` if the observations are not a Box but gymnasium can flatten them,
     or :class:`ChannelsFirst` if they are an [H, W, C] image (after the user's wrappers: they
-    see the env's own observations, and may make a Box)."""
+    see the env's own observations, and may make a Box); an image is then stacked
+    ``frame_stack`` deep (:func:`stack_frames`)."""
     env = gymnasium.make(env_id, **kwargs)
     for wrap in wrappers:
         env = wrap(env)
@@ -132,6 +150,8 @@ def make_one(env_id: str, kwargs: Mapping[str, Any], wrappers: Sequence[Wrapper]
         env = FlatObservation(env)
     elif channels_last(env.observation_space):
         env = ChannelsFirst(env)
+    if frame_stack > 1 and image(env.observation_space):
+        env = stack_frames(env, frame_stack)
     return env
 
 
@@ -162,7 +182,16 @@ def flattened_from(env: gymnasium.Env) -> Space | None:
 
 def transposed(env: gymnasium.Env) -> bool:
     """Whether :func:`make_one` moved the image's channels first."""
+    while isinstance(env, ReshapeObservation | FrameStackObservation):
+        env = env.env
     return isinstance(env, ChannelsFirst)
+
+
+def stacked(env: gymnasium.Env) -> int:
+    """How many images :func:`make_one` stacked into each observation (1: none)."""
+    if isinstance(env, ReshapeObservation) and isinstance(env.env, FrameStackObservation):
+        return int(env.env.stack_size)
+    return 1
 
 
 def make_failed(env_id: str, kwargs: Mapping[str, Any], e: Exception) -> EnvError:

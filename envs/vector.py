@@ -74,7 +74,7 @@ def make_env(
             )
         return AtariEnv(cfg, seed, n, evaluation)
     wrappers = [load_wrapper(w) for w in cfg.wrappers]
-    return GymVectorEnv(cfg.id, n, seed, cfg.kwargs, wrappers)
+    return GymVectorEnv(cfg.id, n, seed, cfg.kwargs, wrappers, cfg.frame_stack)
 
 
 def env_groups(cfg: EnvConfig) -> int:

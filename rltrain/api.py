@@ -200,7 +200,7 @@ class LoadedPolicy:
     (the uint8 [4, 84, 84] frame stack of the run's protocol). Envs whose observations the run
     flattened (Discrete, Tuple, Dict, ...) take their own observations, one or a list of them,
     or the flattened vectors; envs whose [H, W, C] images it moved channels first take either
-    layout."""
+    layout, and those it stacked (``env.frame_stack``) the stack, [k C, H, W] oldest first."""
 
     def __init__(
         self,
@@ -209,8 +209,10 @@ class LoadedPolicy:
         actions: ActionSpace,
         flattened_from: gymnasium.Space | None = None,
         transposed: bool = False,
+        stacked: int = 1,
     ) -> None:
         self.policy = policy
+        self.stacked = stacked
         self.obs_shape = obs_shape
         self.actions = actions
         self.flattened_from = flattened_from
@@ -239,8 +241,11 @@ class LoadedPolicy:
         x = np.asarray(self._flat(obs), dtype=np.float32 if self.flattened_from else None)
         single = x.shape == self.obs_shape
         if not single and x.shape[1:] != self.obs_shape:
+            what = (
+                f"the last {self.stacked} images stacked on channels, " if self.stacked > 1 else ""
+            )
             raise ValueError(
-                f"observation of shape {x.shape}; this policy takes {self.obs_shape} "
+                f"observation of shape {x.shape}; this policy takes {what}{self.obs_shape} "
                 f"or a batch [B, {', '.join(map(str, self.obs_shape))}]"
             )
         batch = x[None] if single else x
@@ -264,4 +269,6 @@ def load_policy(run_dir: str | Path, checkpoint: str = "latest") -> LoadedPolicy
     spec = probe_env(cfg)
     path, _, values, norm = checkpoint_params(run_dir, checkpoint)
     policy = build(cfg, run_dir, (path, values, norm), spec.obs_shape, spec.actions)
-    return LoadedPolicy(policy, spec.obs_shape, spec.actions, spec.flattened_from, spec.transposed)
+    return LoadedPolicy(
+        policy, spec.obs_shape, spec.actions, spec.flattened_from, spec.transposed, spec.stacked
+    )

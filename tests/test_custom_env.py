@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -113,7 +114,7 @@ def test_images_with_channels_last_are_moved_channels_first() -> None:
     from envs.user import make_one
     from rltrain.rl.actor import frame_stack_of
 
-    cfg = EnvConfig(id=IMAGE, num_envs=2, imports=("custom_envs",))
+    cfg = EnvConfig(id=IMAGE, num_envs=2, imports=("custom_envs",), frame_stack=1)
     env = make_env(cfg, seed=0)
     obs = env.reset()
     assert env.obs_shape == (3, 40, 48) and obs.shape == (2, 3, 40, 48) and obs.dtype == np.uint8
@@ -128,10 +129,39 @@ def test_images_with_channels_last_are_moved_channels_first() -> None:
     flat.close()
 
 
-@pytest.mark.parametrize("config", ["cartpole_appo.yaml", "cartpole_gorila.yaml"])
-def test_a_run_on_gymnasium_images_trains_the_cnn(config: str, tmp_path: Path) -> None:
-    """appo (the CNN actor-critic) and dqn (its replay keeps the colours of each frame, no
-    stack) train on an image env, and the checkpoint plays."""
+def test_images_are_stacked_frame_stack_deep_and_vectors_are_not() -> None:
+    """env.frame_stack images [C, H, W] become one [k C, H, W], oldest first; a reset repeats
+    the first image; the spec rebuilds the stack."""
+    import gymnasium
+
+    from envs.user import make_one
+
+    cfg = EnvConfig(id=IMAGE, num_envs=1, imports=("custom_envs",), frame_stack=3)
+    env = make_env(cfg, seed=0)
+    assert env.obs_shape == (9, 40, 48) and env.stacked == 3 and env.transposed
+    assert "the last 3 images stacked" in env.protocol["observations"]
+    first = env.reset()[0]
+    np.testing.assert_array_equal(first[:3], first[3:6])
+    np.testing.assert_array_equal(first[:3], first[6:])
+    obs = env.step(np.array([1])).obs[0]  # the walker moves right: a new newest image
+    np.testing.assert_array_equal(obs[:6], first[3:])
+    assert not np.array_equal(obs[6:], first[6:])
+    env.close()
+    one = make_one(IMAGE, {}, [], 3)
+    assert gymnasium.make(one.spec).observation_space == one.observation_space
+    vector = make_env(dataclasses.replace(corridor(), frame_stack=4), seed=0)
+    assert vector.obs_shape == (5,) and vector.stacked == 1
+    vector.close()
+
+
+@pytest.mark.parametrize(
+    ("config", "stack"), [("cartpole_appo.yaml", 1), ("cartpole_gorila.yaml", 2)]
+)
+def test_a_run_on_gymnasium_images_trains_the_cnn(config: str, stack: int, tmp_path: Path) -> None:
+    """appo (the CNN actor-critic) and dqn (its replay keeps whole observations: the colours
+    of each frame are no Atari stack) train on an image env, one image or two stacked, and
+    the checkpoint plays it: one image in the env's own layout or [C, H, W], a stack as the
+    run stacked it."""
     import rltrain
     from rltrain.cli import main
     from rltrain.rl.models import NatureCNNTorso
@@ -143,6 +173,7 @@ def test_a_run_on_gymnasium_images_trains_the_cnn(config: str, tmp_path: Path) -
         f"env.id={IMAGE}",
         "env.imports=[custom_envs]",
         "env.num_envs=2",
+        f"env.frame_stack={stack}",
         "runtime.backend=local",
         "stop.mean_return=null",
         "stop.max_env_steps=300",
@@ -152,8 +183,14 @@ def test_a_run_on_gymnasium_images_trains_the_cnn(config: str, tmp_path: Path) -
     policy = rltrain.load_policy(run)
     assert any(isinstance(m, NatureCNNTorso) for m in policy.policy.model.modules())
     image = np.zeros((40, 48, 3), np.uint8)  # as the env gives it: [H, W, C]
-    assert policy(image) in range(2) and policy(np.moveaxis(image, -1, 0)) in range(2)
-    assert len(policy(np.stack([image] * 3))) == 3
+    if stack == 1:
+        assert policy(image) in range(2) and policy(np.moveaxis(image, -1, 0)) in range(2)
+        assert len(policy(np.stack([image] * 3))) == 3
+        return
+    two = np.zeros((6, 40, 48), np.uint8)  # two [3, 40, 48] images
+    assert policy(two) in range(2) and len(policy(np.stack([two] * 3))) == 3
+    with pytest.raises(ValueError, match="the last 2 images stacked on channels"):
+        policy(image)
 
 
 def test_env_kwargs_from_yaml_and_set(tmp_path: Path) -> None:

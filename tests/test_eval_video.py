@@ -237,6 +237,25 @@ def test_chain_without_a_screen_films_the_agent_view(
     assert "--video-view agent" in capsys.readouterr().err
 
 
+def test_agent_view_of_an_image_env_is_its_newest_image_in_colour() -> None:
+    """A Gymnasium image env stacked 2 deep ([6, H, W]): the agent view is the newest RGB
+    image, not one colour channel; Atari's is the newest gray frame."""
+    from envs.screen import make_recording_env
+    from rltrain.rl.evaluate import frame_of
+
+    cfg = EnvConfig(id="rltrain_test/ImageCorridor-v0", imports=("custom_envs",), frame_stack=2)
+    env = make_recording_env(cfg, seed=0, render=False)
+    env.reset()
+    obs = env.step(1)[0]
+    assert env.channels == 3 and obs.shape == (6, 40, 48)
+    frame = frame_of(obs, env.channels)
+    np.testing.assert_array_equal(frame, np.moveaxis(obs[3:], 0, -1))
+    assert frame.shape == (40, 48, 3) and frame.max() == 255
+    env.close()
+    stack = np.arange(4 * 84 * 84, dtype=np.uint8).reshape(4, 84, 84)
+    np.testing.assert_array_equal(frame_of(stack, 1), stack[-1])
+
+
 @pytest.mark.parametrize(
     ("game", "env_id"), [("pong", "ALE/Pong-v5"), ("breakout", "ALE/Breakout-v5")]
 )

@@ -9,7 +9,8 @@ training's env would and can show its screen.
 
 ``video_view="game"`` films the screen as a person sees it (Atari: the emulator's 210x160 RGB
 screen; other ids: ``env.render()``); ``"agent"`` what the network sees (Atari: the newest
-frame of its stack, 84x84 gray; vector observations: a bar chart of the values). One frame is
+frame of its stack, 84x84 gray; a Gymnasium image env: its newest image; vector observations: a
+bar chart of the values). One frame is
 recorded per agent step (the screen after the step, and the first one after the reset),
 played at the game's speed (Atari: 60 / frame_skip per second). Objects a game draws only on
 every other emulator frame may therefore be missing from a game-view video, as from the
@@ -285,19 +286,21 @@ def record_episode(
     obs = env.reset()
     total, steps, done = 0.0, 0, False
     with open_video(out, env.fps) as writer:
-        writer.add(env.screen() if view == "game" else frame_of(obs))
+        writer.add(env.screen() if view == "game" else frame_of(obs, env.channels))
         while not done and steps < max_steps:
             obs, reward, done = env.step(policy.act(obs[None], gen, deterministic)[0])
             total += reward
             steps += 1
-            writer.add(env.screen() if view == "game" else frame_of(obs))
+            writer.add(env.screen() if view == "game" else frame_of(obs, env.channels))
     return writer.path, total, steps
 
 
-def frame_of(obs: np.ndarray) -> np.ndarray:
-    """An image to show for one observation: the newest frame of an Atari stack, else a plot."""
-    if obs.ndim == 3:  # [stack, H, W] uint8: the newest frame
-        return obs[-1].astype(np.uint8)
+def frame_of(obs: np.ndarray, channels: int = 1) -> np.ndarray:
+    """An image to show for one observation: the newest image of a stack [k C, H, W] of
+    ``channels`` C each (Atari's gray frame, an RGB image as it is), else a plot."""
+    if obs.ndim == 3:
+        newest = obs[-max(channels, 1) :].astype(np.uint8)
+        return np.moveaxis(newest[:3], 0, -1) if len(newest) >= 3 else newest[-1]
     # vector observations: a bar chart of the values, so that a video still shows the state
     v = np.clip(obs.astype(np.float32).reshape(-1), -3, 3)
     height, width = 64, 16 * len(v)

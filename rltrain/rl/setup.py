@@ -32,6 +32,8 @@ class EnvSpec:
     """The env's own observation space, when its observations are flattened (VectorEnv)."""
     transposed: bool = False
     """Whether the env's own [H, W, C] images are moved to [C, H, W] (VectorEnv)."""
+    stacked: int = 1
+    """Images stacked into each observation of a Gymnasium image env (VectorEnv)."""
 
     @property
     def one_hot(self) -> bool:
@@ -63,6 +65,7 @@ def probe_env(cfg: TrainConfig) -> EnvSpec:
             protocol,
             env.flattened_from,
             env.transposed,
+            env.stacked,
         )
     finally:
         env.close()

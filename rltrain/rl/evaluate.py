@@ -9,12 +9,11 @@ training's env would and can show its screen.
 
 ``video_view="game"`` films the screen as a person sees it (Atari: the emulator's 210x160 RGB
 screen; other ids: ``env.render()``); ``"agent"`` what the network sees (Atari: the newest
-frame of its stack, 84x84 gray; a Gymnasium image env: its newest image; vector observations: a
-bar chart of the values). One frame is
-recorded per agent step (the screen after the step, and the first one after the reset),
-played at the game's speed (Atari: 60 / frame_skip per second). Objects a game draws only on
-every other emulator frame may therefore be missing from a game-view video, as from the
-agent's own frames between max-pools.
+frame of its stack, 84x84 gray; a Gymnasium image env: its newest image; vector observations:
+a bar chart of the values). One frame is recorded per agent step (the screen after the step,
+and the first one after the reset), played at the game's speed (Atari: 60 / frame_skip per
+second). Objects a game draws only on every other emulator frame may therefore be missing from
+a game-view video, as from the agent's own frames between max-pools.
 
 The video is ``eval-v<version>.mp4`` (``-agent.mp4`` for the agent view) when an ``ffmpeg``
 with libx264 is on PATH (raw RGB frames piped in, H.264 out), else a GIF (Pillow;

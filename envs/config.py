@@ -41,9 +41,10 @@ class EnvConfig:
     max-pooled, Mnih et al. 2015)."""
     frame_stack: int = field(default=4, metadata=spec(ge=1))
     """Frames stacked into one observation, so that the network sees motion: Atari's processed
-    frames; for a Gymnasium image env ([H, W, C] or [C, H, W] uint8, e.g. CarRacing) its last
-    frame_stack images concatenated on the channel axis ([frame_stack x C, H, W]). Vector
-    observations are not stacked. 1 = a single frame."""
+    frames; for a Gymnasium image env ([H, W, C] or [C, H, W] uint8 of 1 or 3 channels, e.g.
+    CarRacing) its last frame_stack images concatenated on the channel axis ([frame_stack x C,
+    H, W]). Vector observations, and images of other channel counts (an env's own stack), are
+    not stacked. 1 = a single frame."""
     noop_max: int = field(default=30, metadata=spec(ge=0))
     """Atari: a random number (up to this) of no-op actions at each episode start (0 = none)."""
     sticky_actions: float = field(default=0.25, metadata=spec(ge=0, le=1))
@@ -64,6 +65,6 @@ class EnvConfig:
     """Groups an actor steps its num_envs in, in turn: while one group's games run in ale-py's
     C++ threads the policy acts on the next (double-buffered sampling, as Sample Factory).
     0 = auto: 2 for Atari, 1 for Gymnasium ids (they step in the actor's own thread, so there
-    is nothing to overlap). num_envs must be a multiple of it."""
+    is nothing to overlap). The envs are split as evenly as they go (capped at num_envs)."""
     num_threads: int = field(default=0, metadata=spec(ge=0))
     """Atari: C++ threads of the vector env (0 = one per env, capped by the number of cores)."""

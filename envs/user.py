@@ -127,6 +127,13 @@ def image(space: Space) -> bool:
     return isinstance(space, Box) and len(space.shape) == 3 and space.dtype == np.uint8
 
 
+def stackable(space: Space) -> bool:
+    """Whether :func:`make_one` stacks ``space``'s images: [C, H, W] uint8 of one (gray) or
+    three (RGB) channels. Other channel counts (an env's own stack of 4 gray frames, RGBA)
+    are taken as they come, so that an env that stacks its frames is not stacked again."""
+    return image(space) and space.shape[0] in (1, 3)
+
+
 def stack_frames(env: gymnasium.Env, k: int) -> gymnasium.Env:
     """The last ``k`` images [C, H, W] of ``env`` as one [k C, H, W], oldest first: motion a
     single frame cannot show, as Atari's stack of 4 (Mnih et al. 2015). Gymnasium's
@@ -141,7 +148,7 @@ def make_one(
     """``gymnasium.make(env_id, **kwargs)`` with ``wrappers`` applied in order, then
     :class:`FlatObservation` if the observations are not a Box but gymnasium can flatten them,
     or :class:`ChannelsFirst` if they are an [H, W, C] image (after the user's wrappers: they
-    see the env's own observations, and may make a Box); an image is then stacked
+    see the env's own observations, and may make a Box); a gray or RGB image is then stacked
     ``frame_stack`` deep (:func:`stack_frames`)."""
     env = gymnasium.make(env_id, **kwargs)
     for wrap in wrappers:
@@ -150,7 +157,7 @@ def make_one(
         env = FlatObservation(env)
     elif channels_last(env.observation_space):
         env = ChannelsFirst(env)
-    if frame_stack > 1 and image(env.observation_space):
+    if frame_stack > 1 and stackable(env.observation_space):
         env = stack_frames(env, frame_stack)
     return env
 

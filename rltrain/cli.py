@@ -50,13 +50,14 @@ def _count(text: str) -> int:
 
 
 def _seed(text: str) -> int:
-    """An argparse type: a seed in 0 .. 2**32 - 1 (what numpy and Gymnasium accept)."""
+    """An argparse type: a seed in 0 .. 2**31 - 1, as the config's eval.seed (env i gets
+    seed + i, which must stay within the 2**32 that numpy and Gymnasium accept)."""
     try:
         n = int(text)
     except ValueError:
         n = -1
-    if not 0 <= n < 2**32:
-        raise argparse.ArgumentTypeError(f"expected a whole number 0 .. 4294967295, got {text!r}")
+    if not 0 <= n < 2**31:
+        raise argparse.ArgumentTypeError(f"expected a whole number 0 .. 2147483647, got {text!r}")
     return n
 
 

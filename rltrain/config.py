@@ -54,8 +54,15 @@ def spec(
 # dict -> dataclass
 
 
-def from_dict(cls: type[T], data: Mapping[str, Any] | None, prefix: str = "") -> T:
-    """Build dataclass ``cls`` from a (possibly partial) mapping, checking every key and value."""
+def from_dict(
+    cls: type[T], data: Mapping[str, Any] | None, prefix: str = "", base: Any = None
+) -> T:
+    """Build dataclass ``cls`` from a (possibly partial) mapping, checking every key and value.
+
+    Keys left out keep ``base``'s values (a ``cls`` instance), else the field defaults. A
+    section whose default differs from its class's (train's ``optimizer``: RMSProp, lr 7e-4,
+    eps 0.1) is the base of that section, as if the default were written in the file: a
+    partial section (``--set optimizer.lr=1e-3``) changes only the keys it names."""
     data = {} if data is None else data
     if not isinstance(data, Mapping):
         raise ConfigError(
@@ -68,8 +75,11 @@ def from_dict(cls: type[T], data: Mapping[str, Any] | None, prefix: str = "") ->
             raise ConfigError(_unknown_key(prefix + str(key), str(key), list(fields)))
     kwargs = {}
     for name, f in fields.items():
+        held = getattr(base, name) if base is not None else field_default(f)
         if name in data:
-            kwargs[name] = _convert(hints[name], data[name], prefix + name, f.metadata)
+            kwargs[name] = _convert(hints[name], data[name], prefix + name, f.metadata, held)
+        elif base is not None:
+            kwargs[name] = held
     try:
         obj = cls(**kwargs)
     except ConfigError:
@@ -86,18 +96,27 @@ def _unknown_key(path: str, key: str, allowed: list[str]) -> str:
     return f"unknown config key '{path}'{hint} (allowed here: {', '.join(sorted(allowed))})"
 
 
-def _convert(tp: Any, value: Any, key: str, meta: Mapping[str, Any]) -> Any:
+def field_default(f: dataclasses.Field) -> Any:
+    """A field's default value (``default_factory`` called), or None when it has none."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+def _convert(tp: Any, value: Any, key: str, meta: Mapping[str, Any], held: Any = None) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
-        return _convert(inner[0], value, key, meta)
+        return _convert(inner[0], value, key, meta, held)
     if dataclasses.is_dataclass(tp):
         if isinstance(value, str) and "name" in {f.name for f in dataclasses.fields(tp)}:
             value = {"name": value}  # a section written as its name (`model: cnn`)
-        return from_dict(tp, value, key + ".")
+        return from_dict(tp, value, key + ".", held if isinstance(held, tp) else None)
     if origin is dict:  # free-form keyword arguments (env.kwargs): string keys, YAML values
         if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
             raise ConfigError(f"{key}={value!r}: expected a mapping of names to values")

@@ -127,6 +127,20 @@ def test_a_section_with_a_name_can_be_written_as_its_name() -> None:
     assert from_dict(BenchConfig, {"model": "linear"}).model.name == "linear"
 
 
+def test_a_partial_section_keeps_the_fields_own_default() -> None:
+    """train's optimizer defaults to RMSProp (lr 7e-4, eps 0.1), not OptimizerConfig's Adam:
+    setting one key of it, with no optimizer section in the file, keeps the rest."""
+    from rltrain.rl.config import TrainConfig
+
+    base = ["env.id=CartPole-v1", "stop.max_env_steps=1"]
+    default = load_config(TrainConfig, None, base).optimizer
+    cfg = load_config(TrainConfig, None, [*base, "optimizer.lr=0.001"])
+    assert (cfg.optimizer.name, cfg.optimizer.eps, cfg.optimizer.lr) == ("rmsprop", 0.1, 0.001)
+    assert cfg.optimizer.alpha == default.alpha
+    cfg = load_config(TrainConfig, None, [*base, "optimizer=adam"])
+    assert (cfg.optimizer.name, cfg.optimizer.lr) == ("adam", default.lr)
+
+
 def test_a_name_and_the_sections_keys_set_in_any_order() -> None:
     from rltrain.config import merge
 

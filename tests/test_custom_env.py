@@ -154,6 +154,22 @@ def test_images_are_stacked_frame_stack_deep_and_vectors_are_not() -> None:
     vector.close()
 
 
+def test_an_env_that_stacks_its_own_frames_is_not_stacked_again() -> None:
+    """Four gray frames [4, H, W] from the env's own wrappers are a stack already, not a
+    4-channel image to stack 4 deep (16 channels)."""
+    from gymnasium.wrappers import FrameStackObservation, GrayscaleObservation
+
+    from envs.user import make_one, stacked
+
+    def own_stack(env):  # noqa: ANN001, ANN202 - a user's wrapper
+        return FrameStackObservation(GrayscaleObservation(env), 4)
+
+    env = make_one(IMAGE, {}, [own_stack], 4)
+    assert env.observation_space.shape == (4, 40, 48) and stacked(env) == 1
+    gray = make_one(IMAGE, {}, [GrayscaleObservation], 4)  # [40, 48]: not an image to stack
+    assert gray.observation_space.shape == (40, 48)
+
+
 @pytest.mark.parametrize(
     ("config", "stack"), [("cartpole_appo.yaml", 1), ("cartpole_gorila.yaml", 2)]
 )

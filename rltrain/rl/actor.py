@@ -23,8 +23,8 @@ from rltrain.rl.rollout import Rollout, stack
 
 
 def frame_stack_of(protocol: Mapping[str, Any]) -> int:
-    """Frames per observation: the env's frame stack (Atari's), else 1 (the channels of a
-    gymnasium env's image are colours, not frames)."""
+    """Frames per observation that replay may store once and restack: Atari's frame stack,
+    else 1 (a gymnasium env's observations, its stacked images included, are kept whole)."""
     return int(protocol.get("frame_stack", 1))
 
 

@@ -42,8 +42,9 @@ class AlgoConfig:
     """Discount factor."""
     gae_lambda: float = field(default=1.0, metadata=spec(ge=0, le=1))
     """lambda of the value targets and advantages: GAE(lambda) (Schulman et al. 2016) for
-    a3c/a2c/ppo, V-trace's lambda (c_s = lambda min(c_bar, pi/mu), Espeholt et al. 2018,
-    Remark 2) for impala/appo. 1 = A3C's n-step returns."""
+    a3c/a2c/ppo and for impala/appo with correction: none, V-trace's lambda (c_s = lambda
+    min(c_bar, pi/mu), Espeholt et al. 2018, Remark 2) for impala/appo with correction:
+    vtrace. 1 = A3C's n-step returns."""
     value_coef: float = field(default=0.5, metadata=spec(ge=0))
     """Weight of the value loss."""
     entropy_coef: float = field(default=0.01, metadata=spec(ge=0))
@@ -62,7 +63,8 @@ class AlgoConfig:
     c_bar: float = field(default=1.0, metadata=spec(gt=0))
     """V-trace: truncation of the trace-cutting weights (c-bar)."""
     correction: str = field(default="vtrace", metadata=spec(choices=CORRECTIONS))
-    """impala/appo: how the learner treats the actors' policy lag. vtrace: V-trace targets
+    """impala/appo only (the other algorithms act with the policy they learn, and ignore it):
+    how the learner treats the actors' policy lag. vtrace: V-trace targets
     and advantages (Espeholt et al. 2018). none: lambda-returns and GAE(lambda) as if the
     actors had acted with the learner's policy (the paper's "no correction" baseline).
     When each batch moves the policy far (many epochs of minibatches), the actors' data lag by

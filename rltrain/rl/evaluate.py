@@ -299,7 +299,7 @@ def frame_of(obs: np.ndarray, channels: int = 1) -> np.ndarray:
     ``channels`` C each (Atari's gray frame, an RGB image as it is), else a plot."""
     if obs.ndim == 3:
         newest = obs[-max(channels, 1) :].astype(np.uint8)
-        return np.moveaxis(newest[:3], 0, -1) if len(newest) >= 3 else newest[-1]
+        return np.moveaxis(newest[:3], 0, -1) if len(newest) >= 3 else newest[0]  # not alpha
     # vector observations: a bar chart of the values, so that a video still shows the state
     v = np.clip(obs.astype(np.float32).reshape(-1), -3, 3)
     height, width = 64, 16 * len(v)

@@ -7,6 +7,7 @@ choice of targets and of loss (``algo.name``):
 * impala: V-trace targets and advantages on a batch of actors' rollouts, one push per batch.
 * ppo, appo: the clipped surrogate, ``epochs`` passes of ``minibatches`` pushes over each batch
   (ppo: GAE on the worker's own rollout; appo: V-trace on the learner's batch).
+* impala, appo with ``algo.correction: none``: GAE on the batch, the actors' lag ignored.
 
 A push is an exchange with the server, and every minibatch step of PPO is a server step: behind
 a barrier the next minibatch's gradient is computed at the parameters the last exchange

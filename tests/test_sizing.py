@@ -131,9 +131,10 @@ def test_learner_gpus_ray_cannot_place_are_refused_in_one_line() -> None:
         assert gpu_learners(c, gpus, reserved=False)  # the local backend reserves nothing
         fitted = cfg(algo, learners=learners, learner_gpus=float(fair))
         assert gpu_learners(fitted, gpus)  # the share it suggests fits
-    assert gpu_learners(cfg("appo", learners=2, learner_gpus=2.0), 4.0)
-    with pytest.raises(ValueError, match="learner_gpus=1.5: a share of one GPU"):
-        cfg("appo", learner_gpus=1.5)
+    assert gpu_learners(cfg("appo", learners=4, learner_gpus=1.0), 4.0)
+    for many in (1.5, 2.0):  # a learner computes on one GPU: a second would sit idle
+        with pytest.raises(ValueError, match=f"learner_gpus={many:g}: a learner computes on one"):
+            cfg("appo", learner_gpus=many)
 
 
 def test_the_rollout_cap_grows_while_learners_starve_and_shrinks_while_rollouts_queue() -> None:

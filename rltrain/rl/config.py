@@ -196,8 +196,9 @@ class ModelConfig:
     """The value function's torso. auto: its own MLP for vector observations (as CleanRL and
     SB3), the policy's CNN for images. shared or separate force either."""
     precision: str = field(default="auto", metadata=spec(choices=PRECISIONS))
-    """Arithmetic of the actor-critic's CNN torso (dqn's Q-network stays fp32, which CUDA runs
-    in TF32 by default): bf16 (autocast; parameters, gradients, heads and losses stay float32),
+    """Arithmetic of the actor-critic's CNN torso (dqn's Q-network stays fp32, which a GPU
+    learner runs in TF32 on Ampere and later: torch.set_float32_matmul_precision("high")):
+    bf16 (autocast; parameters, gradients, heads and losses stay float32),
     fp32, or auto: bf16 for the Nature CNN where the device it runs on (each actor's, each
     learner's) does it natively (CUDA, AVX-512 BF16 CPUs: about 2x faster learning on this
     project's 2-core benchmark machine), fp32 elsewhere and for MLPs."""
@@ -270,7 +271,8 @@ class TrainConfig:
     learners: int = field(default=1, metadata=spec(ge=1))
     """impala, appo and dqn: learner processes (each asks Ray for a GPU when one exists)."""
     learner_gpus: float = field(default=1.0, metadata=spec(ge=0))
-    """impala/appo/dqn: GPUs each learner asks for when the Ray cluster has GPUs (0 = CPU)."""
+    """impala/appo/dqn: the share of one GPU each learner asks for when the Ray cluster has
+    GPUs (0 = CPU; at most 1: a learner computes on one GPU, more GPUs take more learners)."""
     optimizer: OptimizerConfig = OptimizerConfig(name="rmsprop", lr=7e-4, eps=0.1, alpha=0.99)
     server: ServerConfig = ServerConfig()
     stop: StopConfig = StopConfig()
@@ -293,10 +295,10 @@ class TrainConfig:
             raise ValueError(
                 "stop: set mean_return, eval_mean_return, max_seconds or max_env_steps"
             )
-        if self.learner_gpus > 1 and self.learner_gpus != int(self.learner_gpus):
+        if self.learner_gpus > 1:  # the learner computes on cuda:0; more would sit idle
             raise ValueError(
-                f"learner_gpus={self.learner_gpus:g}: a share of one GPU (0 to 1) or a whole "
-                "number of GPUs (Ray cannot place 1.5)"
+                f"learner_gpus={self.learner_gpus:g}: a learner computes on one GPU, so give "
+                "it a share of one (0 to 1); to use more GPUs, set learners to their number"
             )
         pushers = self.learners if self.algo.name in SPLIT_ALGOS else self.actors
         if pushers and self.server.k > pushers:  # (0: actors auto, checked once sized)

@@ -59,6 +59,8 @@ def pick_device(want_gpu: bool, who: str = "learner") -> torch.device:
     it does not (a CPU build of torch on the GPU node?), rather than training on the CPU
     unseen (Ray forwards a process's stderr to the driver's)."""
     if want_gpu and torch.cuda.is_available():
+        # fp32 matmuls in TF32 on Ampere and later, as cuDNN's convolutions by default
+        torch.set_float32_matmul_precision("high")
         return torch.device("cuda")
     if want_gpu:
         print(
@@ -138,12 +140,13 @@ class Learner:
     # --- targets ---------------------------------------------------------------------------
 
     def evaluate(
-        self, r: Rollout
+        self, r: Rollout, obs: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # [T, B, A], [T+1, B], [K]
         """Logits of the T acting steps, values of all T+1 observations and of the final
-        observations of truncated episodes, in one forward pass."""
+        observations of truncated episodes, in one forward pass (``obs``: ``r.obs`` already
+        on the learner's device)."""
         T, B = r.actions.shape[:2]
-        x = r.obs.to(self.device).flatten(0, 1)
+        x = (r.obs.to(self.device) if obs is None else obs).flatten(0, 1)
         K = len(r.final_at)
         if K:
             x = torch.cat([x, r.final_obs.to(self.device)])
@@ -226,11 +229,12 @@ class Learner:
         """
         a, d = self.cfg.algo, self.device
         T, B = r.actions.shape[:2]
+        on_device = r.obs.to(d)  # [T+1, B, *obs], copied to a GPU once for all the passes
         with torch.no_grad():
-            logits, values, final_values = self.evaluate(r)
+            logits, values, final_values = self.evaluate(r, on_device)
         targets, adv = self.targets(r, logits, values, final_values)
         lag = self.lag_kl(r, logits)
-        obs = r.obs[:T].to(d).flatten(0, 1)  # [N, *obs]
+        obs = on_device[:T].flatten(0, 1)  # [N, *obs]
         actions = r.actions.to(d).flatten(0, 1)  # [N] or [N, n]
         old = logits.flatten(0, 1)  # [N, A] pi_old
         old_values, targets, adv = values[:T].flatten(), targets.flatten(), adv.flatten()
@@ -265,14 +269,9 @@ class Learner:
         self.model.zero_grad(set_to_none=True)
         loss.total.backward()
         grad, norm = clipped_flat_grad(self.model, self.cfg.algo.max_grad_norm)
+        policy, value, entropy, kl, clip_fraction = loss.floats()  # after the sync .cpu() made
         stats = LossStats(
-            norm,
-            loss.policy,
-            loss.value,
-            loss.entropy,
-            kl=loss.kl,
-            clip_fraction=loss.clip_fraction,
-            lag_kl=lag,
+            norm, policy, value, entropy, kl=kl, clip_fraction=clip_fraction, lag_kl=lag
         )
         return Gradient(grad, stats, samples)
 

@@ -25,14 +25,33 @@ from rltrain.rl.distributions import CATEGORICAL, Distribution
 
 @dataclass(frozen=True)
 class LossTerms:
-    """The scalar loss to minimise and its parts (detached, for logging)."""
+    """The scalar loss to minimise and its parts (detached, for logging), kept on the loss's
+    device until :meth:`floats` reads them in one transfer: a float() per part would make a
+    GPU wait for the forward pass before the backward is queued, five times a minibatch."""
 
     total: torch.Tensor  # [] with grad
-    policy: float
-    value: float
-    entropy: float
-    kl: float = 0.0  # mean KL(mu || pi) over the batch; mu: the reference logits given
-    clip_fraction: float = 0.0
+    parts: torch.Tensor  # [5] policy, value, entropy, kl, clip_fraction; kl: mean KL(mu || pi)
+
+    def floats(self) -> tuple[float, float, float, float, float]:
+        """policy, value, entropy, kl, clip_fraction as numbers."""
+        policy, value, entropy, kl, clip_fraction = self.parts.tolist()
+        return policy, value, entropy, kl, clip_fraction
+
+    @property
+    def policy(self) -> float:
+        return self.floats()[0]
+
+    @property
+    def value(self) -> float:
+        return self.floats()[1]
+
+    @property
+    def entropy(self) -> float:
+        return self.floats()[2]
+
+    @property
+    def clip_fraction(self) -> float:
+        return self.floats()[4]
 
 
 def next_state_values(
@@ -154,7 +173,7 @@ def actor_critic_loss(
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)
     logp = dist.log_prob(logits, actions)  # [N]
     entropy = reduce(dist.entropy(logits))
-    kl = clip_fraction = torch.zeros(())
+    kl = clip_fraction = torch.zeros((), device=logits.device)
     if behaviour_logits is not None:
         mu = behaviour_logits.detach()
         # bounded: an action deep in one policy's tail gives exp(a huge number) = inf, and
@@ -183,14 +202,8 @@ def actor_critic_loss(
     if spec.kl_coef > 0:
         assert behaviour_logits is not None, "the KL penalty needs the behaviour policy"
         total = total + spec.kl_coef * reduce(kl_mu_pi)
-    return LossTerms(
-        total,
-        float(policy.detach()),
-        float(value.detach()),
-        float(entropy.detach()),
-        float(kl),
-        float(clip_fraction),
-    )
+    parts = torch.stack([policy, value, entropy, kl, clip_fraction]).detach().float()
+    return LossTerms(total, parts)
 
 
 @torch.no_grad()

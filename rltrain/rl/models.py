@@ -25,7 +25,8 @@ def bf16_native(device: torch.device | str = "cpu") -> bool:
     """Whether bfloat16 convolutions run natively: CUDA (Ampere and later) or a CPU with the
     AVX-512 BF16 / AMX instructions oneDNN uses."""
     if torch.device(device).type == "cuda":
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        # not emulated: torch's default counts pre-Ampere GPUs (T4, V100), slower in bf16
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
     return bool(
         torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
     )

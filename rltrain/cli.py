@@ -164,6 +164,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="draw the mean of the last N episodes (default 20, as stop.window; 1: raw returns)",
     )
+    plot.add_argument(
+        "--marks",
+        type=float,
+        nargs="+",
+        metavar="SCORE",
+        default=(),
+        help="also print a Markdown table of the wall time and frames at which each run's "
+        "mean of the last N episodes first reached each score (e.g. --marks 0 10 18)",
+    )
     bench = sub.add_parser(
         "bench",
         help="compare the update rules on MNIST / Fashion-MNIST / CIFAR-10",
@@ -317,7 +326,10 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
     out = Path(args.out).expanduser() if args.out else None
     runs = [Path(r).expanduser() for r in args.runs]
-    print(plot_runs(runs, out, args.title, args.smooth))
+    png, table = plot_runs(runs, out, args.title, args.smooth, args.marks)
+    print(png)
+    if table:
+        print(table)
     return 0
 
 

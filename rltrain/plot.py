@@ -158,6 +158,71 @@ def moving_mean(values: np.ndarray, window: int) -> np.ndarray:
     return (sums[ends] - sums[starts]) / (ends - starts)
 
 
+@dataclass(frozen=True)
+class Reached:
+    """When a run's mean return (over a full window of episodes) first reached a mark."""
+
+    mark: float
+    seconds: float | None  # running seconds (downtime left out); None: not reached
+    frames: float | None
+
+
+def time_to_marks(c: Curve, marks: Sequence[float], window: int = 20) -> list[Reached]:
+    """For each mark, the first episode at which the mean of the last ``window`` episodes is
+    at least the mark, counted as ``stop.mean_return`` counts it: only once ``window``
+    episodes have ended (an early lucky episode is not a mean)."""
+    mean = moving_mean(c.returns, window)
+    full = np.arange(len(mean)) >= window - 1
+    out = []
+    for m in marks:
+        hit = np.flatnonzero(full & (mean >= m))
+        i = int(hit[0]) if len(hit) else None
+        out.append(
+            Reached(m, None, None)
+            if i is None
+            else Reached(m, float(c.seconds[i]), float(c.frames[i]))
+        )
+    return out
+
+
+def _count(n: float) -> str:
+    """1234567 as 1.23M, 45600 as 45.6k: frames as the tables write them."""
+    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= div:
+            return f"{n / div:.3g}{unit}"
+    return f"{n:.3g}"
+
+
+def _duration(seconds: float, unit: float) -> str:
+    return {3600.0: f"{seconds / 3600:.2f} h", 60.0: f"{seconds / 60:.1f} min"}.get(
+        unit, f"{seconds:.0f} s"
+    )
+
+
+def marks_table(curves: Sequence[Curve], marks: Sequence[float], window: int = 20) -> str:
+    """A Markdown table, one row per run: its frames/s (frames of the last episode over the
+    running time to it), the wall time and frames at which the mean of the last ``window``
+    episodes first reached each mark, and where it ended."""
+    unit, _ = _time_axis(max(float(c.seconds.max()) for c in curves))
+    head = [f"{m:+g}" for m in marks]
+    lines = [
+        f"| run | frames/s | {' | '.join(head)} | last (mean of {window}) |",
+        "|---" * (len(marks) + 3) + "|",
+    ]
+    for c in curves:
+        rate = c.frames[-1] / c.seconds[-1] if c.seconds[-1] > 0 else float("nan")
+        cells = [
+            f"{_duration(r.seconds, unit)}, {_count(r.frames)}"
+            if r.seconds is not None and r.frames is not None
+            else "not reached"
+            for r in time_to_marks(c, marks, window)
+        ]
+        last = moving_mean(c.returns, window)[-1]
+        end = f"{last:.1f} at {_duration(float(c.seconds[-1]), unit)}, {_count(c.frames[-1])}"
+        lines.append(f"| {c.label} | {_count(rate)} | {' | '.join(cells)} | {end} |")
+    return "\n".join(lines)
+
+
 def _time_axis(seconds_max: float) -> tuple[float, str]:
     """(divisor, label) of the wall-time axis: seconds, minutes or hours."""
     if seconds_max >= 3 * 3600:
@@ -215,8 +280,14 @@ def default_output(run_dirs: Sequence[Path]) -> Path:
 
 
 def plot_runs(
-    run_dirs: Sequence[Path], out: Path | None = None, title: str | None = None, window: int = 20
-) -> Path:
-    """Read every run (all errors before anything is drawn) and write the PNG; its path."""
+    run_dirs: Sequence[Path],
+    out: Path | None = None,
+    title: str | None = None,
+    window: int = 20,
+    marks: Sequence[float] = (),
+) -> tuple[Path, str]:
+    """Read every run (all errors before anything is drawn) and write the PNG; its path, and
+    with ``marks`` the time-to-score table (:func:`marks_table`, else "")."""
     curves = [read_curve(d) for d in run_dirs]
-    return draw(curves, out if out is not None else default_output(run_dirs), title, window)
+    png = draw(curves, out if out is not None else default_output(run_dirs), title, window)
+    return png, marks_table(curves, marks, window) if marks else ""

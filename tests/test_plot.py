@@ -151,3 +151,30 @@ def test_wall_time_leaves_out_the_downtime_before_a_resume() -> None:
     beats = np.array([1002.0, 1004.0, 1006.0, 5006.0, 5008.0])  # stopped at 1006, resumed 5006
     times = np.array([1003.0, 1005.0, 5007.0])
     assert running_seconds(times, beats, start).tolist() == [3.0, 5.0, 7.0]
+
+
+def test_time_to_marks_counts_a_full_window_as_stop_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--marks: the first episode at which the mean of the last N reaches each score, only
+    once N episodes have ended; frames are Atari frames (4 per step); a mark never reached
+    says so."""
+    from rltrain.plot import time_to_marks
+
+    points = [(100, 10.0, 10)] + [(100 * i, float(i), 60 * i) for i in range(2, 11)]
+    run = make_run(tmp_path / "pong", "pong_a3c.yaml", points)
+    reached = time_to_marks(read_curve(run), [5, 7, 100], window=3)
+    # means of 3 from the third episode: (10+2+3)/3=5 at episode 3; 7 = (6+7+8)/3 at episode 8
+    got = [(r.seconds, r.frames) for r in reached]
+    assert got == [
+        (pytest.approx(180, abs=1), 1200),
+        (pytest.approx(480, abs=1), 3200),
+        (None, None),
+    ]
+    assert main(["plot", str(run), "--smooth", "3", "--marks", "5", "7", "100"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == str(run / "returns.png")
+    assert out[1] == "| run | frames/s | +5 | +7 | +100 | last (mean of 3) |"
+    assert out[3] == (
+        "| pong | 6.67 | 3.0 min, 1.2k | 8.0 min, 3.2k | not reached | 9.0 at 10.0 min, 4k |"
+    )

@@ -61,8 +61,9 @@ def from_dict(
 
     Keys left out keep ``base``'s values (a ``cls`` instance), else the field defaults. A
     section whose default differs from its class's (train's ``optimizer``: RMSProp, lr 7e-4,
-    eps 0.1) is the base of that section, as if the default were written in the file: a
-    partial section (``--set optimizer.lr=1e-3``) changes only the keys it names."""
+    eps 0.1) is the base of that section when the section keeps its name: a partial section
+    (``--set optimizer.lr=1e-3``) changes only the keys it names, while one that names
+    another (``optimizer: {name: adam, lr: 1e-3}``) starts from that class's defaults."""
     data = {} if data is None else data
     if not isinstance(data, Mapping):
         raise ConfigError(
@@ -116,7 +117,12 @@ def _convert(tp: Any, value: Any, key: str, meta: Mapping[str, Any], held: Any =
     if dataclasses.is_dataclass(tp):
         if isinstance(value, str) and "name" in {f.name for f in dataclasses.fields(tp)}:
             value = {"name": value}  # a section written as its name (`model: cnn`)
-        return from_dict(tp, value, key + ".", held if isinstance(held, tp) else None)
+        # another name (optimizer: adam): that class's defaults, not RMSProp's eps 0.1
+        name = getattr(held, "name", None)
+        same = (
+            isinstance(held, tp) and isinstance(value, Mapping) and value.get("name", name) == name
+        )
+        return from_dict(tp, value, key + ".", held if same else None)
     if origin is dict:  # free-form keyword arguments (env.kwargs): string keys, YAML values
         if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
             raise ConfigError(f"{key}={value!r}: expected a mapping of names to values")

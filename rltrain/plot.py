@@ -194,9 +194,10 @@ def _count(n: float) -> str:
 
 
 def _duration(seconds: float, unit: float) -> str:
-    return {3600.0: f"{seconds / 3600:.2f} h", 60.0: f"{seconds / 60:.1f} min"}.get(
-        unit, f"{seconds:.0f} s"
-    )
+    """``seconds`` in the table's ``unit`` (:func:`_time_axis`'s divisor)."""
+    if unit == 3600.0:
+        return f"{seconds / 3600:.2f} h"
+    return f"{seconds / 60:.1f} min" if unit == 60.0 else f"{seconds:.0f} s"
 
 
 def marks_table(curves: Sequence[Curve], marks: Sequence[float], window: int = 20) -> str:

@@ -130,6 +130,7 @@ def test_a_section_with_a_name_can_be_written_as_its_name() -> None:
 def test_a_partial_section_keeps_the_fields_own_default() -> None:
     """train's optimizer defaults to RMSProp (lr 7e-4, eps 0.1), not OptimizerConfig's Adam:
     setting one key of it, with no optimizer section in the file, keeps the rest."""
+    from rltrain.ps.config import OptimizerConfig
     from rltrain.rl.config import TrainConfig
 
     base = ["env.id=CartPole-v1", "stop.max_env_steps=1"]
@@ -137,8 +138,11 @@ def test_a_partial_section_keeps_the_fields_own_default() -> None:
     cfg = load_config(TrainConfig, None, [*base, "optimizer.lr=0.001"])
     assert (cfg.optimizer.name, cfg.optimizer.eps, cfg.optimizer.lr) == ("rmsprop", 0.1, 0.001)
     assert cfg.optimizer.alpha == default.alpha
-    cfg = load_config(TrainConfig, None, [*base, "optimizer=adam"])
-    assert (cfg.optimizer.name, cfg.optimizer.lr) == ("adam", default.lr)
+    for named in (["optimizer=adam"], ["optimizer.name=adam", "optimizer.lr=0.001"]):
+        cfg = load_config(TrainConfig, None, [*base, *named])  # another optimizer: its defaults
+        assert (cfg.optimizer.name, cfg.optimizer.eps) == ("adam", OptimizerConfig().eps)
+    cfg = load_config(TrainConfig, ROOT / "configs" / "cartpole_gorila.yaml")
+    assert cfg.optimizer == OptimizerConfig(name="adam", lr=0.001)
 
 
 def test_a_name_and_the_sections_keys_set_in_any_order() -> None:

@@ -64,8 +64,8 @@ class AlgoConfig:
     """V-trace: truncation of the trace-cutting weights (c-bar)."""
     correction: str = field(default="vtrace", metadata=spec(choices=CORRECTIONS))
     """impala/appo only (the other algorithms act with the policy they learn, and ignore it):
-    how the learner treats the actors' policy lag. vtrace: V-trace targets
-    and advantages (Espeholt et al. 2018). none: lambda-returns and GAE(lambda) as if the
+    how the learner treats the actors' policy lag. vtrace: V-trace targets and advantages
+    (Espeholt et al. 2018). none: lambda-returns and GAE(lambda) as if the
     actors had acted with the learner's policy (the paper's "no correction" baseline).
     When each batch moves the policy far (many epochs of minibatches), the actors' data lag by
     a whole batch, V-trace's truncated weights cut most traces and learning can collapse

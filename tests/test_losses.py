@@ -151,8 +151,8 @@ def test_clipped_surrogate_hand_computed() -> None:
     zeros = torch.zeros(4)
     out = actor_critic_loss(pi, actions, zeros, zeros, adv, spec, behaviour_logits=mu)
     # min(1.5, 1.2) = 1.2; min(0.5, 0.8) = 0.5; min(-1.5, -1.2) = -1.5; min(-0.5, -0.8) = -0.8
-    assert out.policy == pytest.approx(-(1.2 + 0.5 - 1.5 - 0.8) / 4)
-    assert out.clip_fraction == 1.0
+    assert out.floats().policy == pytest.approx(-(1.2 + 0.5 - 1.5 - 0.8) / 4)
+    assert out.floats().clip_fraction == 1.0
     out.total.backward()
     g = pi.grad[:, 0]  # only the unclipped samples (1 and 2) carry a gradient
     assert g[0] == 0 and g[3] == 0 and g[1] != 0 and g[2] != 0
@@ -169,13 +169,13 @@ def test_dual_clip_bounds_a_negative_advantage_hand_computed() -> None:
     spec = LossSpec(value_coef=0.0, entropy_coef=0.0, clip=0.2, dual_clip=3.0)
     out = actor_critic_loss(pi, actions, zeros, zeros, adv, spec, behaviour_logits=mu)
     # max(min(-5, -1.2), -3) = -3; max(min(-2, -1.2), -3) = -2; A > 0: min(5, 1.2) = 1.2
-    assert out.policy == pytest.approx(-(-3 - 2 + 1.2) / 3)
+    assert out.floats().policy == pytest.approx(-(-3 - 2 + 1.2) / 3)
     out.total.backward()
     g = pi.grad[:, 0]
     assert g[0] == 0 and g[1] != 0 and g[2] == 0
     plain = dataclasses.replace(spec, dual_clip=0.0)
     out = actor_critic_loss(pi, actions, zeros, zeros, adv, plain, behaviour_logits=mu)
-    assert out.policy == pytest.approx(-(-5 - 2 + 1.2) / 3)
+    assert out.floats().policy == pytest.approx(-(-5 - 2 + 1.2) / 3)
 
 
 def test_a_ratio_beyond_exp_20_gives_no_nan() -> None:
@@ -203,10 +203,10 @@ def test_value_clip_and_sum_reduction() -> None:
     spec = LossSpec(value_coef=1.0, entropy_coef=0.0, value_clip=0.5)
     out = actor_critic_loss(z, a, values, target, torch.zeros(2), spec, old_values=old)
     # sample 0: max((3-1)^2, (0.5-1)^2) = 4; sample 1: 0.25; 0.5 * mean = 1.0625
-    assert out.value == pytest.approx(0.5 * (4 + 0.25) / 2)
+    assert out.floats().value == pytest.approx(0.5 * (4 + 0.25) / 2)
     total = dataclasses.replace(spec, reduction="sum")
     out_sum = actor_critic_loss(z, a, values, target, torch.zeros(2), total, old_values=old)
-    assert out_sum.value == pytest.approx(2 * out.value)
+    assert out_sum.floats().value == pytest.approx(2 * out.floats().value)
 
 
 def test_policy_gradient_points_the_right_way() -> None:
@@ -219,7 +219,7 @@ def test_policy_gradient_points_the_right_way() -> None:
     loss.total.backward()
     assert (logits.grad[..., 0] < 0).all()  # descending the loss raises logit 0
     assert (values.grad < 0).all()  # and raises V towards the positive returns
-    assert loss.value > 0 and loss.entropy > 0
+    assert loss.floats().value > 0 and loss.floats().entropy > 0
 
 
 def test_double_dqn_target_hand_computed() -> None:

@@ -16,11 +16,22 @@ is False at any episode end, so no return or trace runs into the next episode.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
 from rltrain.rl.distributions import CATEGORICAL, Distribution
+
+
+class LossParts(NamedTuple):
+    """A loss's parts as numbers (:meth:`LossTerms.floats`)."""
+
+    policy: float
+    value: float
+    entropy: float
+    kl: float  # mean KL(mu || pi) over the batch; mu: the reference logits given
+    clip_fraction: float
 
 
 @dataclass(frozen=True)
@@ -30,28 +41,10 @@ class LossTerms:
     GPU wait for the forward pass before the backward is queued, five times a minibatch."""
 
     total: torch.Tensor  # [] with grad
-    parts: torch.Tensor  # [5] policy, value, entropy, kl, clip_fraction; kl: mean KL(mu || pi)
+    parts: torch.Tensor  # [5] LossParts' fields, in order
 
-    def floats(self) -> tuple[float, float, float, float, float]:
-        """policy, value, entropy, kl, clip_fraction as numbers."""
-        policy, value, entropy, kl, clip_fraction = self.parts.tolist()
-        return policy, value, entropy, kl, clip_fraction
-
-    @property
-    def policy(self) -> float:
-        return self.floats()[0]
-
-    @property
-    def value(self) -> float:
-        return self.floats()[1]
-
-    @property
-    def entropy(self) -> float:
-        return self.floats()[2]
-
-    @property
-    def clip_fraction(self) -> float:
-        return self.floats()[4]
+    def floats(self) -> LossParts:
+        return LossParts(*self.parts.tolist())
 
 
 def next_state_values(

@@ -105,7 +105,7 @@ def run_bench_config(cfg: Any, run_dir: str | Path | None, config_path: str | No
     check_run_dir(run_dir)
     check_address(cfg.runtime.address)
     data = load_data(cfg.data, log=print)
-    check_bench_sizes(cfg, len(data.train))
+    check_bench_sizes(cfg, len(data.train), len(data.test))
     out = new_run_dir(config_path or f"bench_{cfg.data.dataset}", run_dir)
     write_config(out, cfg)
     print(f"rltrain bench: {cfg.data.dataset}, modes {', '.join(cfg.modes)}; writing {out}")
@@ -153,9 +153,15 @@ def start_ray_then_probe(cfg: Any) -> tuple[Any, tuple[str, float]]:
         raise
 
 
-def check_bench_sizes(cfg: Any, train_size: int) -> None:
-    """UserError when a worker's shard has no full batch, or a Sandblaster batch has fewer
-    samples than portions (nothing could train; checked once the data's size is known)."""
+def check_bench_sizes(cfg: Any, train_size: int, test_size: int) -> None:
+    """UserError when a worker's shard has no full batch, a Sandblaster batch has fewer
+    samples than portions (nothing could train), or ``eval.test_samples`` asks for more test
+    samples than there are (checked once the data's size is known)."""
+    if cfg.eval.test_samples > test_size:
+        raise UserError(
+            f"eval.test_samples={cfg.eval.test_samples}: {cfg.data.dataset} has {test_size} "
+            f"test samples; use at most {test_size}, or 0 for all of them"
+        )
     shard = train_size // cfg.workers
     if shard < cfg.batch_size:
         raise UserError(

@@ -72,14 +72,15 @@ def write_atomic_with(path: Path, write: Callable[[BinaryIO], object]) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; outputs are ordinary files
+        os.chmod(tmp, 0o666 & ~umask())  # mkstemp makes 0600; outputs are ordinary files
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
-def _umask() -> int:
+def umask() -> int:
+    """The process's file-mode mask (``os.umask`` can only be read by setting it)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask

@@ -417,6 +417,20 @@ def test_config_errors(
     check(capsys, ws, argv, words)
 
 
+def test_more_test_samples_than_the_test_set_is_refused_before_the_run(
+    capsys: pytest.CaptureFixture[str], ws: Path
+) -> None:
+    argv = ["bench", BENCH, *DATA, "--set", "eval.test_samples=100000"]
+    argv += ["--run-dir", str(ws / "bench-run")]
+    assert main([a.format(data=ws / "data") for a in argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "rltrain: error: eval.test_samples=100000: fashion_mnist has 200 test samples; "
+        "use at most 200, or 0 for all of them"
+    )
+    assert not (ws / "bench-run").exists()
+
+
 def test_an_env_refused_by_the_probe_shuts_ray_down_again(
     capsys: pytest.CaptureFixture[str], ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from rltrain.rundir import umask
 from rltrain.supervised import datasets as ds
 from rltrain.supervised.datasets import (
     DATASETS,
@@ -304,6 +305,25 @@ def test_label_out_of_range(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+def test_an_unreadable_file_is_not_called_corrupt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_mnist(tmp_path / "mnist")
+    read = Path.read_bytes
+
+    def denied(self: Path) -> bytes:  # (tests run as root, whom chmod does not stop)
+        if self.name.startswith("train-labels"):
+            raise PermissionError(13, "Permission denied", str(self))
+        return read(self)
+
+    monkeypatch.setattr(Path, "read_bytes", denied)
+    with pytest.raises(DatasetError) as info:
+        load_dataset("mnist", tmp_path, download=False)
+    message = str(info.value)
+    assert "Permission denied" in message and "train-labels" in message
+    assert "corrupt" not in message and "\n" not in message
+
+
 def test_download_offline(tmp_path: Path) -> None:
     with pytest.raises(DatasetError) as info:
         load_dataset("mnist", tmp_path, download=True)
@@ -363,6 +383,8 @@ def test_download_success_mnist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert_mnist_split(split, arrays)
     assert calls == [ds.BASE_URLS["mnist"] + name for name in MNIST_FILES]
     assert sorted(p.name for p in (tmp_path / "mnist").iterdir()) == sorted(MNIST_FILES)
+    mode = 0o666 & ~umask()  # as any file this user makes: others sharing data.root read it
+    assert {p.stat().st_mode & 0o777 for p in (tmp_path / "mnist").iterdir()} == {mode}
     assert len(lines) == len(MNIST_FILES) + 1
     # A second load finds the files locally and fetches nothing.
     calls.clear()

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from rltrain.supervised.config import BenchConfig, EvalConfig
-from rltrain.supervised.report import ModeResult, efficiency_table
+from rltrain.supervised.report import ModeResult, efficiency_table, eval_subset
 
 
 def result(mode: str, seconds: float | None, samples: int | None) -> ModeResult:
@@ -29,3 +30,14 @@ def test_time_ratio_is_samples_ratio_times_speed_ratio() -> None:
     assert async_row == ["async", "10.0", "40,000", "250.0", "4.00x", "0.50", "8.00"]
     assert float(async_row[5]) * float(async_row[6]) == pytest.approx(4.0)
     assert "not reached" in table[4]
+
+
+def test_test_samples_are_a_seeded_random_subset_not_the_first_n() -> None:
+    x, y = torch.arange(1000.0).unsqueeze(1), torch.arange(1000)
+    cfg = BenchConfig(eval=EvalConfig(test_samples=100))
+    sx, sy = eval_subset(cfg, x, y)
+    assert len(sy) == 100 and len(set(sy.tolist())) == 100  # distinct samples
+    assert sy.max() >= 500  # not the first 100 (MNIST's easier half comes first)
+    assert torch.equal(sx.squeeze(1).long(), sy)  # images stay with their labels
+    assert torch.equal(eval_subset(cfg, x, y)[1], sy)  # the same for every mode
+    assert eval_subset(BenchConfig(), x, y)[1] is y  # 0: the whole test set

@@ -84,6 +84,13 @@ def test_average_averages_every_k_steps() -> None:
     assert server.stats().version == 2  # 4 steps each / k=2
 
 
+def test_average_pushes_the_steps_left_over_at_the_end() -> None:
+    server, reports = run_workers(ServerConfig(rule="average", average_every=3), 2)
+    st = server.stats()
+    assert st.version == 2  # 4 steps each: a round after step 3, the last step's after 4
+    assert st.samples == 256 and [r.pushes for r in reports] == [2, 2]
+
+
 def test_time_budget_and_report() -> None:
     rule = ServerConfig(rule="async")
     w = SupervisedWorker(

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from rltrain.rundir import umask
 from rltrain.supervised.formats import (
     CIFAR_DIR,
     CIFAR_TAR,
@@ -176,6 +177,7 @@ def _download_file(url: str, dest: Path, md5: str) -> None:
         actual = _md5(tmp)
         if actual != md5:
             raise DatasetError(f"checksum mismatch for {url}: md5 {actual}, expected {md5}")
+        os.chmod(tmp, 0o666 & ~umask())  # mkstemp makes 0600: others sharing data.root read it
         os.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)
@@ -247,9 +249,12 @@ def load_dataset(
     if name not in DATASETS:
         raise DatasetError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
     root = Path(root).expanduser()
-    location = _locate(name, root)
-    if location is None:
-        location = _obtain(name, root, download, log)
+    try:
+        location = _locate(name, root)
+        if location is None:
+            location = _obtain(name, root, download, log)
+    except PermissionError as exc:  # a data.root this user may not search
+        raise DatasetError(f"data.root={root}: cannot read ({one_line(exc)})") from None
     train, test = read_cifar10(location) if name == "cifar10" else read_idx_split(location)
     if log is not None:
         log(f"{name}: {len(train)} train / {len(test)} test images from {location}")

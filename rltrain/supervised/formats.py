@@ -123,6 +123,8 @@ def _read_file_bytes(path: Path) -> bytes:
         return gzip.decompress(raw) if path.name.endswith(".gz") else raw
     except FileNotFoundError:
         raise DatasetError(f"{path}: file not found") from None
+    except (PermissionError, IsADirectoryError) as exc:  # not corrupt: downloading won't help
+        raise DatasetError(f"{path}: cannot read ({one_line(exc)})") from None
     except (OSError, EOFError, zlib.error) as exc:
         raise DatasetError(
             f"{path}: cannot read ({one_line(exc)}); the file is corrupt or truncated, "
@@ -258,6 +260,8 @@ def _load_batch_file(path: Path) -> ArrayDataset:
             return _load_batch(f, str(path))
     except FileNotFoundError:
         raise DatasetError(f"{path}: file not found; the CIFAR-10 folder is incomplete") from None
+    except OSError as exc:  # unreadable, a folder, ...
+        raise DatasetError(f"{path}: cannot read ({one_line(exc)})") from None
 
 
 def _load_batches_from_tar(path: Path) -> dict[str, ArrayDataset]:

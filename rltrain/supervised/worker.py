@@ -7,6 +7,7 @@ tests run it in this process. To the server it is the same thing as an RL learne
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -310,20 +311,23 @@ class SupervisedWorker:
         k = self.spec.rule.average_every
         version = self._load(server.pull())
         self._skip = version * k  # k local steps per version
-        since = 0
+        since, loss = 0, math.nan
+
+        def average() -> int:  # push this replica's parameters, load the average
+            params = parameters_to_vector(self.model.parameters()).detach()
+            self.pushes += 1
+            update = GradUpdate(self.spec.worker_id, version, params, since, {"loss": loss})
+            return self._load(server.exchange(update, version + 1, self._barrier_timeout())[1])
+
         for b in self._batches():
             opt.zero_grad(set_to_none=True)
             loss = self._backward(b.x, b.y)
             opt.step()
             since += len(b.y)
             if self.steps % k == 0:
-                params = parameters_to_vector(self.model.parameters()).detach()
-                self.pushes += 1
-                update = GradUpdate(self.spec.worker_id, version, params, since, {"loss": loss})
-                since = 0
-                version = self._load(
-                    server.exchange(update, version + 1, self._barrier_timeout())[1]
-                )
+                version, since = average(), 0
+        if since:  # the last (steps mod k) steps: averaged in, not thrown away (every worker
+            average()  # takes as many steps, so all of them push this last round)
 
     # --- pieces -----------------------------------------------------------------------------
 

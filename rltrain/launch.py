@@ -191,7 +191,7 @@ def prepare_train(
     how errors name ``resume`` (the API's keyword, or the command line's flag)."""
     # torch-free until the env is probed (see start_ray_then_probe)
     from rltrain.progress import process_start_time
-    from rltrain.rundir import check_run_dir, new_run_dir, write_config
+    from rltrain.rundir import check_run_dir, lock_run_dir, new_run_dir, unlock, write_config
 
     started = process_start_time() if started is None else started  # from the command
     if resume is not None:
@@ -206,26 +206,36 @@ def prepare_train(
                 "start a new run with `rltrain train CONFIG`"
             )
         load_checkpoint(ckpt)  # a damaged checkpoint fails here, before anything starts
+        lock = lock_run_dir(out)
     else:
         check_run_dir(run_dir)
-    check_address(cfg.runtime.address)  # before the run dir, its config.yaml and tb/ are written
-    if resume is None and starts_ray_early(cfg):
-        spec, ray_up = start_ray_then_probe(cfg)
-    else:  # an unknown env id fails here, before any folder is made or Ray starts
-        from rltrain.rl.setup import probe_env
+        lock = None
+    try:
+        check_address(cfg.runtime.address)  # before the run dir, config.yaml, tb/ are written
+        if resume is None and starts_ray_early(cfg):
+            spec, ray_up = start_ray_then_probe(cfg)
+        else:  # an unknown env id fails here, before any folder is made or Ray starts
+            from rltrain.rl.setup import probe_env
 
-        spec, ray_up = probe_env(cfg), None
+            spec, ray_up = probe_env(cfg), None
+    except BaseException:
+        unlock(lock)
+        raise
     try:
         from rltrain.rl.config import resolve_obs_norm
         from rltrain.rl.train import Trainer
 
+        # (also on resume: a CONFIG given with --resume says auto, as the run's first did)
+        cfg = resolve_obs_norm(cfg, spec.obs_shape, spec.one_hot)
         if resume is None:
-            cfg = resolve_obs_norm(cfg, spec.obs_shape, spec.one_hot)
             name = config_path or f"{cfg.algo.name}_{cfg.env.id.replace('/', '_')}"
             out = new_run_dir(name, run_dir)
+            lock = lock_run_dir(out)
         trainer = Trainer(cfg, out, resume is not None, spec, started, ray_up)
+        trainer.run_lock = lock
         write_config(trainer.run_dir, cfg)
     except BaseException:
+        unlock(lock)
         if ray_up is not None:
             from rltrain import runtime
 

@@ -139,8 +139,8 @@ def after_rewinds(steps: np.ndarray) -> np.ndarray:
     """Indices of the points to keep when the step count goes back: a run resumed from a
     checkpoint counts on from the checkpoint's env steps, so the episodes its stopped
     predecessor logged after that checkpoint were never counted and are dropped (as
-    TensorBoard purges the orphaned events of a restarted run). Equal steps are kept: the
-    episodes that end in one batch are logged at one step."""
+    TensorBoard does: a resumed run's writer purges the steps after its checkpoint's). Equal
+    steps are kept: the episodes that end in one batch are logged at one step."""
     kept: list[int] = []
     for i, step in enumerate(steps):
         while kept and steps[kept[-1]] > step:

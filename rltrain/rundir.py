@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
@@ -45,20 +46,49 @@ def new_run_dir(
     Refusing a non-empty folder means a typo never overwrites an earlier run's results.
     """
     check_run_dir(run_dir, root)
+
+    def made(path: Path, exist_ok: bool) -> bool:
+        try:
+            path.mkdir(parents=True, exist_ok=exist_ok)
+        except FileExistsError:
+            return False
+        except OSError as e:
+            flag = "--run-dir " if run_dir is not None else "run folder "
+            raise ConfigError(f"{flag}{path}: cannot create it ({e.strerror or e})") from None
+        return True
+
     if run_dir is not None:
         path = Path(run_dir).expanduser()
-    else:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        base = Path(root) / f"{Path(config_path).stem}-{stamp}"
-        path, i = base, 1
-        while path.exists():
-            path, i = Path(f"{base}-{i}"), i + 1
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        flag = "--run-dir " if run_dir is not None else "run folder "
-        raise ConfigError(f"{flag}{path}: cannot create it ({e.strerror or e})") from None
+        made(path, exist_ok=True)  # new or empty (checked)
+        return path
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = Path(root) / f"{Path(config_path).stem}-{stamp}"
+    path, i = base, 1
+    while not made(path, exist_ok=False):  # taken, maybe by a launch in the same second
+        path, i = Path(f"{base}-{i}"), i + 1
     return path
+
+
+def lock_run_dir(run_dir: Path) -> int:
+    """Lock ``run_dir`` (the folder itself: nothing is written) until the returned descriptor
+    is closed or the process ends: a second trainer on the run (``--resume`` while it still
+    trains) is refused in one line instead of both writing and pruning its checkpoints."""
+    fd = os.open(run_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ConfigError(
+            f"{run_dir}: another rltrain process is training this run; wait for it to end "
+            "or stop it first"
+        ) from None
+    return fd
+
+
+def unlock(lock: int | None) -> None:
+    """Release a run folder's lock (:func:`lock_run_dir`), if held."""
+    if lock is not None:
+        os.close(lock)
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -542,6 +542,19 @@ def test_resume_and_eval_errors(
     check(capsys, ws, argv, words)
 
 
+def test_a_run_another_trainer_holds_is_refused(
+    capsys: pytest.CaptureFixture[str], ws: Path
+) -> None:
+    from rltrain.rundir import lock_run_dir, unlock
+
+    lock = lock_run_dir(ws / "run")  # as a trainer of the run holds it
+    try:
+        words = ["run: another rltrain process is training this run; wait for it to end"]
+        check(capsys, ws, ["train", "--resume", "run"], words)
+    finally:
+        unlock(lock)
+
+
 # ------------------------------------------------------------------------------------------
 # --address: checked before any folder or file is written, in well under a second
 

@@ -120,3 +120,24 @@ def test_sigterm_stops_gracefully_and_a_second_signal_at_once(tmp_path: Path) ->
     assert "Traceback" not in err
     assert "stopped at once" in err or (run_dir2 / "summary.json").is_file()
     assert time.time() - t < 30
+
+
+def test_a_resumed_log_hides_what_the_stopped_session_logged_after_its_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """A crash leaves episodes logged after the last checkpoint; the resumed session counts
+    on from the checkpoint's steps, and TensorBoard shows its episodes, not the orphans."""
+    from rltrain.rl.config import StopConfig, TrainConfig
+    from rltrain.rl.rollout import WorkStats
+    from rltrain.rl.tblog import TrainLogger
+
+    cfg = TrainConfig(stop=StopConfig(max_seconds=1))
+    first = TrainLogger(tmp_path, cfg, {}, 1)
+    for step in (10, 20, 30):  # the checkpoint was at 20; the crash came after 30
+        first.absorb(WorkStats(episode_returns=[float(step)], episode_lengths=[1]), step)
+    first.close()
+    time.sleep(1.1)  # a new event file: names are by the second
+    resumed = TrainLogger(tmp_path, cfg, {}, 1, start_steps=20)
+    resumed.absorb(WorkStats(episode_returns=[25.0], episode_lengths=[1]), 25)
+    resumed.close()
+    assert scalars(tmp_path, "episode/return") == [(10, 10.0), (20, 20.0), (25, 25.0)]

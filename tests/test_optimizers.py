@@ -266,3 +266,20 @@ def test_a_checkpoint_of_an_unfused_optimizer_loads_into_a_fused_one() -> None:
     assert new.param_groups[0]["fused"] is True
     load_optimizer_state(new, old.state_dict())
     assert new.param_groups[0]["fused"] is True and new.param_groups[0]["lr"] == LR
+
+
+def test_a_loaded_state_keeps_the_moments_and_takes_the_new_hyperparameters() -> None:
+    """A run resumed with another eps or betas steps with them (torch's load_state_dict
+    alone would restore the saved ones), from the saved moments."""
+    from rltrain.ps.optim import load_optimizer_state
+
+    x = torch.nn.Parameter(torch.ones(3))
+    old = torch.optim.Adam([x], lr=LR, eps=1e-8)
+    x.grad = torch.ones(3)
+    old.step()
+    new = torch.optim.Adam([torch.nn.Parameter(torch.ones(3))], lr=LR, eps=1e-5, betas=(0.8, 0.9))
+    load_optimizer_state(new, old.state_dict())
+    group = new.param_groups[0]
+    assert group["eps"] == 1e-5 and group["betas"] == (0.8, 0.9)
+    state = next(iter(new.state.values()))
+    assert int(state["step"]) == 1 and torch.equal(state["exp_avg"], old.state[x]["exp_avg"])

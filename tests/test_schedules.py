@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 from envs import EnvConfig
 from rltrain.config import ConfigError, load_config
+from rltrain.faults import FaultCounters
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.shard import ParameterShard
 from rltrain.records import GradUpdate
@@ -19,6 +22,7 @@ from rltrain.rl.config import (
     schedule_progress,
 )
 from rltrain.rl.learner import loss_spec
+from rltrain.rl.train import Trainer
 
 
 def test_linear_and_progress() -> None:
@@ -59,6 +63,26 @@ def test_lr_factor_scales_the_server_step() -> None:
     restored.load_state_dict(s.state_dict())  # a resumed run keeps its schedule's factor
     restored.push(GradUpdate(0, 2, torch.ones(1), 1))
     assert restored.pull().values.item() == pytest.approx(-0.15)
+
+
+def test_the_driver_sends_the_factor_each_time_the_shards_loaded_a_state() -> None:
+    """Resumed shards hold their checkpoint's factor (0 after a finished anneal): the first
+    tick replaces it, with 1.0 when the run now has no schedule; so does a shard restore."""
+    sent: list[float] = []
+    trainer = SimpleNamespace(
+        cfg=TrainConfig(stop=StopConfig(max_seconds=1)),  # schedule.lr_end None
+        faults=FaultCounters(),
+        server=SimpleNamespace(set_lr_factor=sent.append),
+        lr_factor=None,
+        lr_restores=0,
+        schedule_at=lambda: 0.5,
+    )
+    Trainer._schedule_lr(trainer)
+    Trainer._schedule_lr(trainer)
+    assert sent == [1.0]
+    trainer.faults.shard_restores += 1
+    Trainer._schedule_lr(trainer)
+    assert sent == [1.0, 1.0]
 
 
 def test_schedule_without_horizon_is_a_config_error() -> None:

@@ -134,7 +134,11 @@ def test_resume_continues_counters_and_eval_plays_checkpoint(
     ckpt = sorted((run_dir / "checkpoints").glob("ckpt-*.pt"))[-1]
     version = torch.load(ckpt, weights_only=True)["shards"][0]["version"]
 
+    capsys.readouterr()
     assert main(["train", "--resume", str(run_dir), *base, "--set", "stop.max_env_steps=6000"]) == 0
+    assert "resumed with config changes: stop.max_env_steps: 3000 -> 6000\n" in (
+        capsys.readouterr().out
+    )
     second = summary(run_dir)
     assert second["env_steps"] >= 6000 > first["env_steps"] >= 3000
     assert second["updates"] > first["updates"]
@@ -151,6 +155,15 @@ def test_resume_continues_counters_and_eval_plays_checkpoint(
     # resuming under another server layout is refused before anything starts
     assert main(["train", "--resume", str(run_dir), "--set", "server.shards=2"]) == 2
     assert "keep server.shards" in capsys.readouterr().err
+    # and so is a run that already met its stop criterion (every process would start for none)
+    assert main(["train", "--resume", str(run_dir)]) == 2
+    assert "already met stop.max_env_steps=6000; raise it" in capsys.readouterr().err
+    # and so is another optimizer: Adam's moments mean nothing to SGD (or crash it)
+    assert main(["train", "--resume", str(run_dir), "--set", "optimizer.name=sgd"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("rltrain: error: optimizer.name=sgd: the run at ") and err.endswith(
+        "has optimizer.name=adam, which a resumed run keeps; start a new run to change it"
+    )
 
     capsys.readouterr()
     assert main(["eval", str(run_dir), "--episodes", "3", "--video"]) == 0

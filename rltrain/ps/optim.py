@@ -299,10 +299,11 @@ def materialize_state(opt: torch.optim.Optimizer) -> None:
 
 
 def load_optimizer_state(opt: torch.optim.Optimizer, state: dict) -> None:
-    """``opt.load_state_dict(state)``, keeping how ``opt`` runs (``fused``, ``foreach``): a
-    state saved by an optimizer built otherwise (an older checkpoint) would switch them off."""
+    """``opt.load_state_dict(state)``: the saved moments and step counts, with ``opt``'s own
+    hyperparameters and way of running (torch would take the saved groups' whole): a run
+    resumed with ``--set optimizer.eps=...`` steps with the new eps, and a state saved by an
+    optimizer built otherwise (``fused``, ``foreach``) does not switch them off."""
+    built = [{k: v for k, v in group.items() if k != "params"} for group in opt.param_groups]
     opt.load_state_dict(state)
-    for group in opt.param_groups:
-        for key in ("fused", "foreach"):
-            if key in opt.defaults:
-                group[key] = opt.defaults[key]
+    for group, settings in zip(opt.param_groups, built, strict=True):
+        group.update(settings)

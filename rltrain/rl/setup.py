@@ -13,10 +13,11 @@ import torch
 from envs import ActionSpace, EnvError, make_env
 from envs.user import one_hot as one_hot_space
 from rltrain.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
+from rltrain.config import to_dict
 from rltrain.faults import FaultCounters
 from rltrain.ps.server import ShardLayout
 from rltrain.rl.actor import policy_builder
-from rltrain.rl.config import TrainConfig
+from rltrain.rl.config import StopConfig, TrainConfig
 from rltrain.rl.models import build_qnet, flat_params
 from rltrain.rl.rollout import WorkStats
 
@@ -108,6 +109,18 @@ class Counters:
         r = self.recent_returns[-window:]
         return sum(r) / len(r) if r else None
 
+    def stop_met(self, stop: StopConfig, seconds: float) -> str:
+        """The stop criterion these counts meet, '' for none: mean_return, max_env_steps or
+        max_seconds (``seconds``: the run's wall time; eval_mean_return is the evaluator's)."""
+        target, mean = stop.mean_return, self.mean_return(stop.window)
+        if target is not None and len(self.recent_returns) >= stop.window and mean >= target:
+            return "mean_return"
+        if stop.max_env_steps and self.env_steps >= stop.max_env_steps:
+            return "max_env_steps"
+        if stop.max_seconds and seconds >= stop.max_seconds:
+            return "max_seconds"
+        return ""
+
     def add(self, stats: WorkStats, window: int) -> None:
         """Count one result of an actor, learner or worker; ``window``: stop.window."""
         self.env_steps += stats.env_steps
@@ -132,6 +145,47 @@ class Resumed:
     state: dict[str, Any]
     counters: Counters
     faults: FaultCounters
+    changes: list[str] = field(default_factory=list)
+    """The config keys this session changes, ``key: old -> new``: what a user is told."""
+
+
+KEPT_ON_RESUME = ("algo.name", "env.id", "optimizer.name", "normalize.obs")
+"""Keys a resumed run keeps as they were: the checkpoint's parameters, optimizer state and
+normalization statistics belong to them (an SGD run's state in Adam fails at its first step;
+an a3c network trained on as appo, or on another game, is another run)."""
+
+TOLD_ON_RESUME = ("algo", "env", "model", "optimizer", "normalize", "schedule", "server", "stop")
+"""Sections whose changes a resume names (actors, runtime and eval are sized or read anew)."""
+
+
+def flat_config(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"optimizer.lr": 0.001, ...}`` from a config's nested dict."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(flat_config(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def resume_changes(path: Path, saved: dict[str, Any] | None, cfg: TrainConfig) -> list[str]:
+    """What ``cfg`` changes against the config the checkpoint at ``path`` was saved under
+    (``saved``; None for checkpoints that carry none): ``key: old -> new`` for the sections
+    of :data:`TOLD_ON_RESUME`; CheckpointError for a key of :data:`KEPT_ON_RESUME`."""
+    if not saved:
+        return []
+    old, new = flat_config(saved), flat_config(to_dict(cfg))
+    changed = [
+        k for k, v in new.items() if k.split(".")[0] in TOLD_ON_RESUME and old.get(k, v) != v
+    ]
+    for key in KEPT_ON_RESUME:
+        if key in changed and old[key] != "auto":  # auto: left to this rltrain to decide
+            raise CheckpointError(
+                f"{key}={new[key]}: the run at {path.parent.parent} has {key}={old[key]}, "
+                "which a resumed run keeps; start a new run to change it"
+            )
+    return [f"{k}: {old[k]} -> {new[k]}" for k in changed]
 
 
 def load_resume(run_dir: Path, cfg: TrainConfig, spec: EnvSpec) -> Resumed | None:
@@ -146,4 +200,11 @@ def load_resume(run_dir: Path, cfg: TrainConfig, spec: EnvSpec) -> Resumed | Non
         faults = FaultCounters(**state.get("faults", {}))
     except TypeError:
         raise CheckpointError(f"{path}: its counters are not those this rltrain writes") from None
-    return Resumed(path, state, counters, faults)
+    changes = resume_changes(path, state.get("config"), cfg)
+    met = counters.stop_met(cfg.stop, counters.wall_seconds)
+    if met:  # a session would start every process only to stop at once
+        raise CheckpointError(
+            f"the run at {path.parent.parent} already met stop.{met}="
+            f"{getattr(cfg.stop, met)}; raise it (or null mean_return) with --set to train on"
+        )
+    return Resumed(path, state, counters, faults, changes)

@@ -31,7 +31,11 @@ class TrainLogger:
         frames_per_step: int,
         start_steps: int = 0,
     ) -> None:
-        self.writer = SummaryWriter(str(tb_dir))
+        # a resumed run counts on from its checkpoint's steps: TensorBoard hides what the
+        # stopped session logged after that (a crash leaves no checkpoint at its last step)
+        self.writer = SummaryWriter(
+            str(tb_dir), purge_step=start_steps + 1 if start_steps else None
+        )
         self.every = cfg.log_every_seconds
         self.frames_per_step = frames_per_step
         self.batch_size = cfg.dqn.batch_size

@@ -50,7 +50,7 @@ from rltrain.rl.rollout import WorkStats
 from rltrain.rl.setup import Counters, EnvSpec, initial_params, load_resume, probe_env
 from rltrain.rl.summary import train_summary
 from rltrain.rl.tblog import TrainLogger, status_line, stop_fraction
-from rltrain.rundir import write_summary
+from rltrain.rundir import unlock, write_summary
 
 
 class Trainer:
@@ -83,6 +83,8 @@ class Trainer:
         self.faults = resumed.faults if resumed else FaultCounters()
         self.resume_state = resumed.state if resumed else None
         self.resume_path = resumed.path if resumed else None
+        if resumed and resumed.changes:
+            print(f"resumed with config changes: {'; '.join(resumed.changes)}")
         self.log = TrainLogger(
             run_dir / "tb",
             cfg,
@@ -96,10 +98,18 @@ class Trainer:
         self.mean_at_stop: float | None = None
         self.replay: Any = None  # dqn: the replay shards
         self.replay_bytes: int | None = None
+        self.run_lock: int | None = None  # the run folder's (launch.prepare_train takes it)
 
     # --- the run ----------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
+        try:
+            return self._run()
+        finally:
+            unlock(self.run_lock)
+            self.run_lock = None
+
+    def _run(self) -> dict[str, Any]:
         from rltrain import runtime as ray_runtime
 
         runtime = self.rt = ray_runtime.backend(self.cfg.runtime)  # Ray, or threads here
@@ -178,8 +188,9 @@ class Trainer:
         self.procs["shard"] = runtime.server_processes(self.server)
         self._mark("server")  # shard processes up, the initial state read back
         self.evals.start()
-        self.lr_factor = 1.0
-        self._schedule_lr()  # a resumed run continues its schedule
+        self.lr_factor: float | None = None  # sent next: a resumed run continues its schedule
+        self.lr_restores = self.faults.shard_restores
+        self._schedule_lr()
         self.last_ckpt = time.time()
 
     def _finish(self, runtime: Any) -> dict[str, Any]:
@@ -307,21 +318,12 @@ class Trainer:
         if self.stopped_by:
             return
         s, c = self.cfg.stop, self.counters
-        mean = c.mean_return(s.window)
-        if (
-            s.mean_return is not None
-            and len(c.recent_returns) >= s.window
-            and mean >= s.mean_return
-        ):
-            self.stopped_by = "mean_return"
-        elif s.max_env_steps and c.env_steps >= s.max_env_steps:
-            self.stopped_by = "max_env_steps"
-        elif s.max_seconds and self.wall_base + self._elapsed() >= s.max_seconds:
-            self.stopped_by = "max_seconds"
-        elif s.eval_mean_return is not None and self.evals.reached(s.eval_mean_return):
+        self.stopped_by = c.stop_met(s, self.wall_base + self._elapsed())
+        target = s.eval_mean_return
+        if not self.stopped_by and target is not None and self.evals.reached(target):
             self.stopped_by = "eval_mean_return"
-        if self.stopped_by:
-            self.mean_at_stop = mean  # what the stop saw; work in flight still lands after it
+        if self.stopped_by:  # what the stop saw; work in flight still lands after it
+            self.mean_at_stop = c.mean_return(s.window)
 
     def _elapsed(self) -> float:
         return time.time() - self.session_start
@@ -331,14 +333,17 @@ class Trainer:
         return schedule_progress(self.cfg, self.counters.env_steps)
 
     def _schedule_lr(self) -> None:
-        """Tell the server the learning-rate schedule's factor when it moved by 1% or more."""
+        """Tell the server the learning-rate schedule's factor when it moved by 1% or more,
+        and each time the shards loaded a state (at the start, from a checkpoint or a
+        restore point): they then hold the factor saved with it, which the schedule now in
+        force may not share (a run resumed with another schedule, or none)."""
         end = self.cfg.schedule.lr_end
-        if end is None:
-            return
-        factor = linear(1.0, end, self.schedule_at())
-        if abs(factor - self.lr_factor) >= 0.01 or (factor == end and self.lr_factor != end):
+        factor = 1.0 if end is None else linear(1.0, end, self.schedule_at())
+        last, restores = self.lr_factor, self.faults.shard_restores
+        loaded = last is None or restores != self.lr_restores
+        if loaded or abs(factor - last) >= 0.01 or (factor == end and last != end):
             self.server.set_lr_factor(factor)
-            self.lr_factor = factor
+            self.lr_factor, self.lr_restores = factor, restores
 
     def tick(self) -> None:
         self._schedule_lr()

@@ -75,6 +75,11 @@ def atari_protocol(
     }
 
 
+ATARI_KWARGS = ("thread_affinity_offset",)
+"""The env.kwargs of AtariVectorEnv a user sets (its C++ threads' first core): the others are
+the protocol's (env.* fields) or would change the action space or batching actors rely on."""
+
+
 class AtariEnv(VectorEnv):
     """``num_envs`` Atari games in ale-py's threaded C++ vector env, standard protocol."""
 
@@ -102,11 +107,12 @@ class AtariEnv(VectorEnv):
             reward_clipping=False,  # done here: the raw score must survive
             use_fire_reset=True,
         )
-        taken = sorted(set(cfg.kwargs) & set(protocol_args))
-        if taken:
+        other = sorted(set(cfg.kwargs) - set(ATARI_KWARGS))
+        if other:  # the rest is the protocol (env.* fields), or breaks it (continuous, batch_size)
             raise EnvError(
-                f"env.kwargs {taken} of {cfg.id} are set by the env.* protocol fields "
-                "(frame_skip, sticky_actions, ...): set those instead"
+                f"env.kwargs {other} of {cfg.id}: allowed for Atari only "
+                f"{', '.join(ATARI_KWARGS)}; the protocol is set by the env.* fields "
+                "(frame_skip, sticky_actions, image_size, ...)"
             )
         try:
             self._env = AtariVectorEnv(game, num_envs, **protocol_args, **cfg.kwargs)

@@ -29,7 +29,8 @@ class EnvConfig:
     each node (as rltrain itself)."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of gymnasium.make(id, ...) for each env, e.g. {max_episode_steps: 200};
-    for ALE/<Game>-v5 ids, of ale-py's AtariVectorEnv (e.g. {mode: 1, difficulty: 0})."""
+    for ALE/<Game>-v5 ids only thread_affinity_offset of ale-py's AtariVectorEnv (the rest of
+    its arguments are the protocol: the env.* fields)."""
     wrappers: tuple[str, ...] = ()
     """Gymnasium wrappers applied to each env in order, as module:Class (or any callable
     env -> env), e.g. [gymnasium.wrappers:ClipAction]. Gymnasium ids only. Observations that

@@ -136,23 +136,6 @@ class AtariScreenEnv:
     """One Atari game with the observation protocol of training's C++ ``AtariVectorEnv``
     (ale-py's ``PreprocessedEnv``, evaluation settings), whose RGB screen can be filmed."""
 
-    VARIANT_KWARGS = ("mode", "difficulty")  # the env.kwargs it can honour, as ALE settings
-
-    def _variant(self, kwargs: Mapping[str, Any]) -> None:
-        other = sorted(set(kwargs) - set(self.VARIANT_KWARGS))
-        if other:
-            raise EnvError(
-                f"env.kwargs {other}: the filmed Atari episode supports only "
-                f"{', '.join(self.VARIANT_KWARGS)}; use rltrain eval without --video"
-            )
-        try:  # the game variant training played (AtariVectorEnv's mode / difficulty)
-            if "mode" in kwargs:
-                self.ale.setMode(int(kwargs["mode"]))
-            if "difficulty" in kwargs:
-                self.ale.setDifficulty(int(kwargs["difficulty"]))
-        except (RuntimeError, ValueError, TypeError) as e:
-            raise EnvError(f"env.kwargs {dict(kwargs)}: {' '.join(str(e).split())}") from None
-
     def __init__(self, cfg: EnvConfig, seed: int) -> None:
         ale_seed, noop_seed = np.random.SeedSequence(seed).generate_state(2)
         self.cfg = cfg
@@ -161,7 +144,6 @@ class AtariScreenEnv:
         self.ale.setFloat("repeat_action_probability", cfg.sticky_actions)
         self.ale.setInt("random_seed", int(ale_seed) & 0x7FFFFFFF)
         self.ale.loadROM(roms.get_rom_path(rom_name(cfg.id)))
-        self._variant(cfg.kwargs)
         self.actions = self.ale.getMinimalActionSet()
         self.fire = ale_py.Action.FIRE in self.actions  # AtariVectorEnv(use_fire_reset=True)
         self.rng = np.random.default_rng(noop_seed)
@@ -240,7 +222,7 @@ class GymScreenEnv:
         self._seed = seed
         if render:
             modes = render_modes(env_id)
-            if "rgb_array" not in modes:
+            if modes is not None and "rgb_array" not in modes:
                 raise EnvError(
                     f"{env_id} cannot draw its screen (render modes: {', '.join(modes) or 'none'}"
                     "); use --video-view agent"
@@ -285,12 +267,13 @@ class GymScreenEnv:
         self.env.close()
 
 
-def render_modes(env_id: str) -> list[str]:
+def render_modes(env_id: str) -> list[str] | None:
     """The render modes an id's env declares (its class's ``metadata``), as gymnasium.make
-    reads them."""
+    reads them; None when its entry point is a function (its env's show once it is made)."""
     entry = gymnasium.spec(env_id).entry_point
     creator = load_env_creator(entry) if isinstance(entry, str) else entry
-    return list(getattr(creator, "metadata", {}).get("render_modes", []))
+    metadata = getattr(creator, "metadata", None)
+    return None if metadata is None else list(metadata.get("render_modes", []))
 
 
 def _brief(error: BaseException) -> str:

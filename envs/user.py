@@ -121,6 +121,17 @@ def channels_last(space: Space) -> bool:
     )
 
 
+def gray_image(space: Space) -> bool:
+    """Whether ``space`` is a gray image without a channel axis, [H, W] uint8 of more than 4
+    pixels a side (GrayscaleObservation without keep_dim, AtariPreprocessing)."""
+    return (
+        isinstance(space, Box)
+        and len(space.shape) == 2
+        and space.dtype == np.uint8
+        and min(space.shape) > 4
+    )
+
+
 def image(space: Space) -> bool:
     """Whether ``space`` is an image with its channels first, [C, H, W] uint8 (what
     :class:`ChannelsFirst` makes, or an env's own)."""
@@ -147,8 +158,9 @@ def make_one(
 ) -> gymnasium.Env:
     """``gymnasium.make(env_id, **kwargs)`` with ``wrappers`` applied in order, then
     :class:`FlatObservation` if the observations are not a Box but gymnasium can flatten them,
-    or :class:`ChannelsFirst` if they are an [H, W, C] image (after the user's wrappers: they
-    see the env's own observations, and may make a Box); a gray or RGB image is then stacked
+    or :class:`ChannelsFirst` if they are an [H, W, C] image, or a channel axis for an [H, W]
+    gray image (after the user's wrappers: they see the env's own observations, and may make
+    a Box); a gray or RGB image is then stacked
     ``frame_stack`` deep (:func:`stack_frames`)."""
     env = gymnasium.make(env_id, **kwargs)
     for wrap in wrappers:
@@ -157,6 +169,8 @@ def make_one(
         env = FlatObservation(env)
     elif channels_last(env.observation_space):
         env = ChannelsFirst(env)
+    elif gray_image(env.observation_space):  # one channel: the CNN and the stack take it
+        env = ReshapeObservation(env, (1, *env.observation_space.shape))
     if frame_stack > 1 and stackable(env.observation_space):
         env = stack_frames(env, frame_stack)
     return env

@@ -35,6 +35,8 @@ class VideoWriter(abc.ABC):
         self.path = path
         self.fps = fps
         self._tmp = path.with_name(f".{path.name}.part")
+        self.note = ""
+        """What the file leaves out of what it was given ('' for nothing)."""
 
     @abc.abstractmethod
     def add(self, frame: np.ndarray) -> None:
@@ -164,13 +166,22 @@ class Mp4Writer(VideoWriter):
 
 class GifWriter(VideoWriter):
     """An animated GIF (Pillow, which matplotlib already brings); frames are kept as palette
-    images (a byte a pixel; Atari screens have few colours, so the palette is exact)."""
+    images (a byte a pixel; Atari screens have few colours, so the palette is exact) until
+    the file is written, so at most :attr:`MAX_FRAMES` of them (336 MB of 210x160 screens).
+    Above 50 fps every k-th frame is kept: browsers play a delay under 2/100 s as 1/10 s."""
+
+    MAX_FRAMES = 10_000
 
     def __init__(self, path: Path, fps: float) -> None:
         super().__init__(path, fps)
         self._frames: list[Image.Image] = []
+        self._every = max(1, math.ceil(fps / 50))
+        self._given = 0
 
     def add(self, frame: np.ndarray) -> None:
+        self._given += 1
+        if (self._given - 1) % self._every or len(self._frames) >= self.MAX_FRAMES:
+            return
         image = Image.fromarray(np.ascontiguousarray(frame, np.uint8))
         if image.mode == "RGB":
             image = image.convert("P", palette=Image.Palette.ADAPTIVE)
@@ -179,13 +190,19 @@ class GifWriter(VideoWriter):
     def _finish(self) -> None:
         if not self._frames:
             raise VideoError(f"no frames for {self.path}")
+        kept = self._every * len(self._frames)
+        if kept < self._given:
+            self.note = (
+                f"the GIF holds the first {kept:,} of {self._given:,} frames (mp4, with an "
+                "ffmpeg that has libx264 on PATH, holds them all)"
+            )
         first, *rest = self._frames
         first.save(
             self._tmp,
             format="GIF",
             save_all=True,
             append_images=rest,
-            duration=10 * math.ceil(100 / self.fps),  # GIF delays are in 1/100 s
+            duration=10 * math.ceil(100 * self._every / self.fps),  # delays in 1/100 s
             loop=0,
         )
 

@@ -66,7 +66,10 @@ def test_wrappers_apply_in_order() -> None:
             "Text observation space; supported: Box .arrays., or spaces gymnasium can flatten",
         ),
         (EnvConfig(id="ALE/Pong-v5", wrappers=("custom_envs:DoubleReward",)), "Gymnasium ids"),
-        (EnvConfig(id="ALE/Pong-v5", kwargs={"frameskip": 2}), "set by the env.\\* protocol"),
+        (
+            EnvConfig(id="ALE/Pong-v5", kwargs={"frameskip": 2}),
+            "allowed for Atari only thread_affinity_offset",
+        ),
     ],
 )
 def test_errors_are_one_line_and_name_the_problem(cfg: EnvConfig, message: str) -> None:
@@ -166,8 +169,8 @@ def test_an_env_that_stacks_its_own_frames_is_not_stacked_again() -> None:
 
     env = make_one(IMAGE, {}, [own_stack], 4)
     assert env.observation_space.shape == (4, 40, 48) and stacked(env) == 1
-    gray = make_one(IMAGE, {}, [GrayscaleObservation], 4)  # [40, 48]: not an image to stack
-    assert gray.observation_space.shape == (40, 48)
+    gray = make_one(IMAGE, {}, [GrayscaleObservation], 4)  # [40, 48]: one channel, stacked
+    assert gray.observation_space.shape == (4, 40, 48) and stacked(gray) == 4
 
 
 @pytest.mark.parametrize(

@@ -129,6 +129,17 @@ def test_unknown_id_names_close_match_in_one_line() -> None:
         make_env(EnvConfig(id="ALE/Pongg-v5"), seed=0)
 
 
+@pytest.mark.parametrize("kwargs", [{"continuous": True}, {"batch_size": 1}, {"frameskip": 2}])
+def test_atari_kwargs_that_change_the_protocol_are_refused_in_one_line(kwargs: dict) -> None:
+    with pytest.raises(EnvError) as err:
+        make_env(EnvConfig(id="ALE/Pong-v5", num_envs=2, kwargs=kwargs), seed=0)
+    assert str(err.value) == (
+        f"env.kwargs {list(kwargs)} of ALE/Pong-v5: allowed for Atari only "
+        "thread_affinity_offset; the protocol is set by the env.* fields (frame_skip, "
+        "sticky_actions, image_size, ...)"
+    )
+
+
 def test_box_actions_are_continuous_and_clipped_to_their_bounds() -> None:
     from envs.gym_vector import to_env_actions
 

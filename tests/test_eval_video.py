@@ -29,6 +29,7 @@ from rltrain.video import find_ffmpeg
 ROOT = Path(__file__).resolve().parents[1]
 PONG_FRAMES = 200  # env.max_episode_frames: 50 agent steps, a second or two of play
 PAINTED_ID = "rltrain-test/Painted-v0"
+FACTORY_ID = "rltrain-test/PaintedByFactory-v0"
 
 
 class PaintedChain(ChainEnv):
@@ -47,6 +48,14 @@ class PaintedChain(ChainEnv):
 
 
 gymnasium.register(PAINTED_ID, entry_point=PaintedChain, max_episode_steps=32)
+
+
+def make_painted(render_mode: str | None = None) -> PaintedChain:
+    """A factory function as an entry point: no metadata until the env is made."""
+    return PaintedChain(render_mode)
+
+
+gymnasium.register(FACTORY_ID, entry_point=make_painted, max_episode_steps=32)
 
 
 def write_run(run: Path, config: str, **env: Any) -> Path:
@@ -201,6 +210,15 @@ def test_gymnasium_game_view_is_render_and_odd_sizes_are_padded_for_mp4(
     assert {f.shape for f in gif_frames(run / "eval-v0.gif")} == {(21, 33, 3)}
 
 
+def test_an_env_made_by_a_factory_function_is_filmed_as_it_draws(
+    tmp_path: Path, no_ffmpeg: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = write_run(tmp_path / "factory", "cartpole_appo.yaml", id=FACTORY_ID)
+    assert main(["eval", str(run), "--episodes", "1", "--video"]) == 0
+    assert "note:" not in capsys.readouterr().out
+    assert {f.shape for f in gif_frames(run / "eval-v0.gif")} == {(21, 33, 3)}
+
+
 def test_cartpole_views(
     tmp_path: Path, no_ffmpeg: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -316,3 +334,37 @@ def area_mean(img: np.ndarray, size: int, y: int, x: int) -> float:
 
     wy, wx = cover(img.shape[0], y), cover(img.shape[1], x)
     return float(wy @ img.astype(np.float64) @ wx / (wy.sum() * wx.sum()))
+
+
+def test_a_long_or_fast_gif_keeps_a_bounded_share_of_its_frames(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Frames wait in memory until the GIF is written, so there is a cap (and a note); above
+    50 fps every k-th frame is kept, as browsers play delays under 20 ms at 100 ms."""
+    from rltrain.video import GifWriter
+
+    monkeypatch.setattr(GifWriter, "MAX_FRAMES", 3)
+    frame = np.zeros((4, 6), np.uint8)
+    with GifWriter(tmp_path / "long.gif", 15) as writer:
+        for i in range(5):
+            writer.add(frame + 40 * i)
+    assert writer.note.startswith("the GIF holds the first 3 of 5 frames")
+    assert Image.open(tmp_path / "long.gif").n_frames == 3
+    with GifWriter(tmp_path / "fast.gif", 125) as writer:  # MuJoCo's Hopper: every 3rd frame
+        for i in range(9):
+            writer.add(frame + 20 * i)
+    gif = Image.open(tmp_path / "fast.gif")
+    assert gif.n_frames == 3 and gif.info["duration"] == 30 and writer.note == ""
+
+
+def test_eval_of_episodes_that_never_end_is_a_one_line_error(tmp_path: Path) -> None:
+    """A mean over the episodes that happened to end would mislead: CartPole cannot fall in
+    3 steps."""
+    from rltrain.config import load_config
+    from rltrain.rl.config import TrainConfig
+    from rltrain.rl.evaluate import EvalError, evaluate
+
+    run = write_run(tmp_path / "run", "cartpole_appo.yaml")
+    cfg = load_config(TrainConfig, run / "config.yaml")
+    with pytest.raises(EvalError, match=r"^0 of 2 episodes ended in 3 steps \(an env without"):
+        evaluate(cfg, run, episodes=2, max_steps=3)

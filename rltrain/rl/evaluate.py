@@ -41,6 +41,7 @@ from rltrain.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
 )
+from rltrain.errors import RLTrainError
 from rltrain.normalize import NormStats
 from rltrain.rl.actor import policy_builder
 from rltrain.rl.config import TrainConfig
@@ -49,6 +50,10 @@ from rltrain.rl.models import build_qnet, load_flat
 from rltrain.video import open_video
 
 VideoView = Literal["game", "agent"]
+
+
+class EvalError(RLTrainError):
+    """An evaluation that cannot give the score asked for (episodes that never end)."""
 
 
 @dataclass(frozen=True)
@@ -219,15 +224,22 @@ def evaluate(
         if rec is not None:
             out = run_dir / f"eval-v{version}{'' if view == 'game' else '-agent'}"
             gen = torch.Generator().manual_seed(video_seed)
-            video_path, ret, length = record_episode(
+            video_path, ret, length, cut = record_episode(
                 rec, policy, view, out, gen, max_steps, deterministic
             )
-            returns.append(ret)
-            lengths.append(length)
+            note = "; ".join(x for x in (note, cut) if x)
+            if ret is not None:
+                returns.append(ret)
+                lengths.append(length)
         if vec is not None:
             more, more_lengths = play_episodes(vec, policy, n_vec, seed, max_steps, deterministic)
             returns.extend(more)
             lengths.extend(more_lengths)
+    if len(returns) < episodes:  # a mean over the episodes that happened to end misleads
+        raise EvalError(
+            f"{len(returns)} of {episodes} episodes ended in {max_steps:,} steps "
+            "(an env without a time limit? give it one: env.kwargs.max_episode_steps)"
+        )
     video_as = view if video else None
     played = deterministic or policy.greedy
     return EvalResult(
@@ -280,8 +292,9 @@ def record_episode(
     gen: torch.Generator,
     max_steps: int,
     deterministic: bool = False,
-) -> tuple[Path, float, int]:
-    """Play one episode, writing a frame per agent step: (video path, raw score, length)."""
+) -> tuple[Path, float | None, int, str]:
+    """Play one episode, writing a frame per agent step: (video path, raw score, length,
+    what the video leaves out); no score when the episode did not end in ``max_steps``."""
     obs = env.reset()
     total, steps, done = 0.0, 0, False
     with open_video(out, env.fps) as writer:
@@ -291,7 +304,7 @@ def record_episode(
             total += reward
             steps += 1
             writer.add(env.screen() if view == "game" else frame_of(obs, env.channels))
-    return writer.path, total, steps
+    return writer.path, total if done else None, steps, writer.note
 
 
 def frame_of(obs: np.ndarray, channels: int = 1) -> np.ndarray:

@@ -141,3 +141,30 @@ def test_a_resumed_log_hides_what_the_stopped_session_logged_after_its_checkpoin
     resumed.absorb(WorkStats(episode_returns=[25.0], episode_lengths=[1]), 25)
     resumed.close()
     assert scalars(tmp_path, "episode/return") == [(10, 10.0), (20, 20.0), (25, 25.0)]
+
+
+def test_a_resumed_session_draws_new_seeds_and_keeps_the_runs(tmp_path: Path) -> None:
+    """Its actors reset their envs with new seeds (not the first session's episodes again);
+    config.yaml keeps the run's seed."""
+    import dataclasses
+
+    from rltrain.checkpoint import save_checkpoint
+    from rltrain.config import load_config, to_dict
+    from rltrain.ps.server import make_shards
+    from rltrain.rl.config import TrainConfig, server_rule
+    from rltrain.rl.setup import Counters, initial_params, probe_env
+    from rltrain.rl.train import Trainer
+    from rltrain.rundir import write_config
+
+    run = tmp_path / "run"
+    run.mkdir()
+    cfg = load_config(TrainConfig, ROOT / "configs" / "cartpole_a3c.yaml")
+    spec = probe_env(cfg)
+    _, shards = make_shards(initial_params(cfg, spec), cfg.optimizer, server_rule(cfg), 2)
+    counters = dataclasses.asdict(Counters(env_steps=5000))
+    state = {"shards": [s.state_dict() for s in shards], "counters": counters}
+    save_checkpoint(run, 7, {**state, "config": to_dict(cfg)}, keep=1)
+    write_config(run, cfg)
+    seeds = {Trainer(cfg, run, True, spec).cfg.seed for _ in range(2)}
+    assert len(seeds) == 1 and cfg.seed not in seeds  # new, and the same for the same step
+    assert load_config(TrainConfig, run / "config.yaml").seed == cfg.seed

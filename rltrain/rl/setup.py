@@ -188,6 +188,13 @@ def resume_changes(path: Path, saved: dict[str, Any] | None, cfg: TrainConfig) -
     return [f"{k}: {old[k]} -> {new[k]}" for k in changed]
 
 
+def session_seed(seed: int, env_steps: int) -> int:
+    """The seed of a session resumed at ``env_steps``: its actors' env seeds, samples and
+    minibatch orders are new draws, not the first session's again (``seed`` stays the
+    run's, in config.yaml)."""
+    return int(np.random.SeedSequence([seed, env_steps]).generate_state(1)[0] % 2**31)
+
+
 def load_resume(run_dir: Path, cfg: TrainConfig, spec: EnvSpec) -> Resumed | None:
     """The run's newest checkpoint, checked against ``cfg``; None when it has none yet."""
     path = latest_checkpoint(run_dir)

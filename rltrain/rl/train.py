@@ -47,7 +47,14 @@ from rltrain.rl.config import (
 from rltrain.rl.periodic import PeriodicEval
 from rltrain.rl.plans import PLANS
 from rltrain.rl.rollout import WorkStats
-from rltrain.rl.setup import Counters, EnvSpec, initial_params, load_resume, probe_env
+from rltrain.rl.setup import (
+    Counters,
+    EnvSpec,
+    initial_params,
+    load_resume,
+    probe_env,
+    session_seed,
+)
 from rltrain.rl.summary import train_summary
 from rltrain.rl.tblog import TrainLogger, status_line, stop_fraction
 from rltrain.rundir import unlock, write_summary
@@ -92,6 +99,10 @@ class Trainer:
             self.spec.frames_per_step,
             self.counters.env_steps,
         )
+        if resumed:  # (after the log's copy of the config: TensorBoard shows the run's seed)
+            self.cfg = dataclasses.replace(
+                cfg, seed=session_seed(cfg.seed, self.counters.env_steps)
+            )
         self.progress = Progress("[train]")
         self.stopped_by = ""
         self.failure = ""  # why a run stopped_by "fault"

@@ -312,6 +312,18 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     return plain(dataclasses.asdict(cfg))
 
 
+def dotted(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"optimizer.lr": 0.001, ...}`` from a config's nested dict (:func:`nested`'s
+    inverse)."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(dotted(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def dump_yaml(cfg: Any) -> str:
     return yaml.safe_dump(to_dict(cfg), sort_keys=False)
 

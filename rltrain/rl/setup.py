@@ -13,7 +13,7 @@ import torch
 from envs import ActionSpace, EnvError, make_env
 from envs.user import one_hot as one_hot_space
 from rltrain.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
-from rltrain.config import to_dict
+from rltrain.config import dotted, to_dict
 from rltrain.faults import FaultCounters
 from rltrain.ps.server import ShardLayout
 from rltrain.rl.actor import policy_builder
@@ -158,24 +158,13 @@ TOLD_ON_RESUME = ("algo", "env", "model", "optimizer", "normalize", "schedule", 
 """Sections whose changes a resume names (actors, runtime and eval are sized or read anew)."""
 
 
-def flat_config(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"optimizer.lr": 0.001, ...}`` from a config's nested dict."""
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            out.update(flat_config(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def resume_changes(path: Path, saved: dict[str, Any] | None, cfg: TrainConfig) -> list[str]:
     """What ``cfg`` changes against the config the checkpoint at ``path`` was saved under
     (``saved``; None for checkpoints that carry none): ``key: old -> new`` for the sections
     of :data:`TOLD_ON_RESUME`; CheckpointError for a key of :data:`KEPT_ON_RESUME`."""
     if not saved:
         return []
-    old, new = flat_config(saved), flat_config(to_dict(cfg))
+    old, new = dotted(saved), dotted(to_dict(cfg))
     changed = [
         k for k, v in new.items() if k.split(".")[0] in TOLD_ON_RESUME and old.get(k, v) != v
     ]

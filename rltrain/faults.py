@@ -44,7 +44,7 @@ class FaultEvent:
     leaves for good (elastic: barriers count one fewer); add: a new worker joins, training on
     worker `index`'s data shard (barriers count one more). add/remove: bench workers."""
     target: str = field(default="actor", metadata=spec(choices=TARGETS))
-    """actor (train: an RL actor or a3c/a2c worker), learner (train: impala/dqn learner),
+    """actor (train: an RL actor or a3c/a2c/ppo worker), learner (train: impala/appo/dqn),
     worker (bench: a supervised worker) or shard (a parameter-server shard)."""
     index: int = field(default=0, metadata=spec(ge=0))
     """Which one: 0 .. count-1."""

@@ -22,7 +22,8 @@ class RuntimeConfig:
     """Ray cluster to join: null starts a local Ray instance; 'auto' joins the cluster started
     on this machine with `ray start`; 'ray://host:10001' joins a remote one. --address sets it."""
     num_cpus: int = field(default=0, metadata=spec(ge=0))
-    """Local Ray only: CPUs Ray may schedule on; 0 = all cores (raised to what the actors ask)."""
+    """Local Ray only: CPUs Ray may schedule on; 0 = all cores (never raised to what the
+    processes ask: more processes than CPUs share them)."""
     threads_per_worker: int = field(default=1, metadata=spec(ge=1))
     """torch threads in each worker/actor process; keep N processes x threads <= cores."""
     learner_threads: int = field(default=0, metadata=spec(ge=0))

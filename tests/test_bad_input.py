@@ -393,6 +393,16 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             id="b-dataset",
         ),
         pytest.param(
+            ["train", CARTPOLE, "--set", "server.n_push=4"],
+            ["server.n_push=4: rltrain bench only"],
+            id="t-bench-only-server-key",
+        ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "server.n_fetch=2"],
+            ["server.n_fetch=2: impala/appo/dqn actors only; a3c workers get the parameters"],
+            id="t-n-fetch-a3c",
+        ),
+        pytest.param(
             ["train", CARTPOLE, "--set", "env.id=NoSuchEnv-v0"],
             ["unknown env id 'NoSuchEnv-v0'"],
             id="t-env",

@@ -308,6 +308,18 @@ class TrainConfig:
                 "server.rule=average: rltrain train's workers and learners push gradients, "
                 "which the average rule would copy into the weights; use sync, soft_sync or async"
             )
+        for key in BENCH_ONLY_SERVER:  # accepted silently, they would do nothing here
+            value = getattr(self.server, key)
+            if value != getattr(ServerConfig(), key):
+                raise ValueError(
+                    f"server.{key}={value}: rltrain bench only (rltrain train's workers and "
+                    "learners push every gradient as it is made)"
+                )
+        if self.server.n_fetch > 1 and self.algo.name not in SPLIT_ALGOS:
+            raise ValueError(
+                f"server.n_fetch={self.server.n_fetch}: impala/appo/dqn actors only; "
+                f"{self.algo.name} workers get the parameters back with each push"
+            )
         check_momentum_correction(self.optimizer, self.server)
         if 0 < self.algo.dual_clip <= 1:
             raise ValueError(
@@ -387,6 +399,10 @@ def normalizes_obs(cfg: TrainConfig, obs_shape: tuple[int, ...], one_hot: bool =
         cnn = uses_cnn(cfg.model.kind, obs_shape)
         return cfg.algo.name != "dqn" and not cnn and not one_hot
     return n == "always"
+
+
+BENCH_ONLY_SERVER = ("n_push", "pipeline", "average_every")
+"""ServerConfig keys the supervised workers use and rltrain train's do not."""
 
 
 def resolve_obs_norm(cfg: TrainConfig, obs_shape: tuple[int, ...], one_hot: bool) -> TrainConfig:

@@ -176,3 +176,45 @@ def test_a_fenced_shard_serves_nothing_until_restored() -> None:
     s.load_state_dict(state)
     assert s.health() == (0, False)
     assert s.push(grad(0, 0)).status == "applied"
+
+
+def test_a_barrier_call_rolled_back_by_a_restore_ends_with_the_restarted_calls() -> None:
+    """A shard restore takes the version back (6 -> 1): the workers whose calls failed get
+    new calls aiming at the next multiple of a call's steps after it (4); a worker still in
+    its call (aiming at 8) must end at 4 too, or it would wait at the barrier for them."""
+    from rltrain.config import load_config
+    from rltrain.ps.server import LocalServer
+    from rltrain.rl.config import TrainConfig, server_rule
+    from rltrain.rl.setup import initial_params, probe_env
+    from rltrain.rl.worker import Worker
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = load_config(
+        TrainConfig, root / "configs" / "cartpole_a3c.yaml", ["algo.name=a2c", "actors=1"]
+    )
+    server = LocalServer(initial_params(cfg, probe_env(cfg)), cfg.optimizer, server_rule(cfg), 1)
+    saved: list = []
+
+    class Restoring:  # the shard guard's restore, from the point saved at version 1
+        def __getattr__(self, name: str):  # noqa: ANN204
+            return getattr(server, name)
+
+        def exchange_begin(self, *args):  # noqa: ANN002, ANN202
+            finish = server.exchange_begin(*args)
+
+            def done():  # noqa: ANN202
+                result, params = finish()
+                if params.version == 1:
+                    saved.append(server.state_dicts())
+                if params.version == 6 and len(saved) == 1:
+                    server.load_state_dicts(saved.pop())
+                    params = server.pull()
+                return result, params
+
+            return done
+
+    worker = Worker(cfg, 0)
+    worker.work(Restoring(), 4)
+    assert server.stats().version == 4
+    worker.work(Restoring(), 4)  # aims at 8; restored to 1 at 6
+    assert server.stats().version == worker.actor.version == 4

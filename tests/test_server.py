@@ -161,3 +161,21 @@ def test_shards_decide_each_update_once(rule: ServerConfig) -> None:
     values = server.pull().values
     # each worker's update has its own value: every shard took the same ones, at one scale
     assert torch.allclose(values, values[0].expand_as(values))
+
+
+def test_coordinated_shards_are_saved_at_one_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shard 0 steps a moment before the others take its decision: a state read in between
+    is read again, so that a checkpoint never restores the shards at different versions."""
+    server = LocalServer(torch.zeros(6), OptimizerConfig(name="sgd"), ServerConfig("sync", 3), 1)
+    assert server.coordinated
+    read = server._call
+    versions = iter([[1, 0, 0], [1, 1, 0], [1, 1, 1]])
+
+    def mid_step(method: str, args: list) -> list:
+        states = read(method, args)
+        if method == "state_dict":
+            states = [{**s, "version": v} for s, v in zip(states, next(versions), strict=True)]
+        return states
+
+    monkeypatch.setattr(server, "_call", mid_step)
+    assert [s["version"] for s in server.state_dicts()] == [1, 1, 1]

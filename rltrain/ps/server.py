@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -249,8 +250,18 @@ class ShardedServer(ABC):
         """Per shard: (version, fenced), or None for a shard that does not answer."""
         return self._call("health", [()] * len(self.layout.sizes))
 
-    def state_dicts(self) -> list[dict]:
-        return self._call("state_dict", [()] * len(self.layout.sizes))
+    def state_dicts(self, tries: int = 200) -> list[dict]:
+        """Every shard's state; coordinated shards' at one version. Shard 0 steps a moment
+        before the others take its decision, and states read in between would be restored
+        (checkpoint, restore point) at different versions, every push then refused as stale:
+        they are read again until they agree (the gap is one round trip; after ``tries``
+        reads 5 ms apart, as they are)."""
+        for _ in range(tries):
+            states = self._call("state_dict", [()] * len(self.layout.sizes))
+            if not self.coordinated or len({int(s["version"]) for s in states}) == 1:
+                break
+            time.sleep(0.005)
+        return states
 
     def push_log(self) -> list[PushRecord]:
         """Shard 0's log of the pushes (``server.record``; every shard sees every push)."""

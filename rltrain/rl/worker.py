@@ -68,6 +68,10 @@ class Worker:
                 self.barrier,
                 until,
             )
+            if params.version < self.actor.version:  # the shards were restored: the workers
+                # whose calls failed were given new ones, aiming at the next multiple after
+                # the restored version; this call ends there too, or it would wait for them
+                target = (params.version // per_call + 1) * per_call
             self.actor.version = params.version
             self.actor.stats = params.norm if params.norm is not None else self.actor.stats
             stats.add_rollout(rollout)

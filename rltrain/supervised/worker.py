@@ -326,8 +326,8 @@ class SupervisedWorker:
             since += len(b.y)
             if self.steps % k == 0:
                 version, since = average(), 0
-        if since:  # the last (steps mod k) steps: averaged in, not thrown away (every worker
-            average()  # takes as many steps, so all of them push this last round)
+        if since and time.time() < self._deadline:  # epochs done, not time: every worker
+            average()  # took as many steps, so all push this last round of (steps mod k)
 
     # --- pieces -----------------------------------------------------------------------------
 

@@ -119,9 +119,10 @@ def starts_ray_early(cfg: Any) -> bool:
     before anything starts) and without user modules (they are imported first, to ship
     them)."""
     from envs import registered
+    from rltrain.runtime_config import chosen_backend
 
     return (
-        cfg.runtime.backend == "ray"
+        chosen_backend(cfg.runtime)[0] == "ray"
         and threading.current_thread() is threading.main_thread()
         and registered(cfg.env.id)
         and not cfg.env.imports

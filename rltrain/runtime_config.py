@@ -7,17 +7,22 @@ from dataclasses import dataclass, field
 from rltrain.config import spec
 
 
+BACKENDS = ("auto", "process", "ray", "local")
+
+
 @dataclass(frozen=True)
 class RuntimeConfig:
     """Ray and process placement (docs/architecture.md, "Where Ray is")."""
 
-    backend: str = field(default="ray", metadata=spec(choices=("ray", "local")))
-    """ray: every actor, learner and shard is a Ray process (local Ray, or a cluster with
-    --address). local (`rltrain train` only): they are threads of the one `rltrain` process,
-    no Ray at all: no process start-up and no serialisation, for small tasks on one machine
-    and for debugging with breakpoints (Sample Factory's serial mode); Python runs one thread
-    at a time, so it does not use more cores. Every algorithm; no fault injection or process
-    restarts."""
+    backend: str = field(default="auto", metadata=spec(choices=BACKENDS))
+    """auto: process on one machine, ray with an address (--address). process: actors and
+    workers are OS processes of this machine (a forkserver; tensors through shared memory),
+    the server's shards and the learners stay in the trainer's process; restarts and
+    faults.events as on Ray. ray: every actor, learner and shard is a Ray process (a local Ray,
+    or a cluster with --address). local (`rltrain train` only): threads of the one `rltrain`
+    process: no processes at all, for debugging with breakpoints (Sample Factory's serial
+    mode); Python runs one thread at a time, so it uses about one core; no fault injection
+    or restarts."""
     address: str | None = None
     """Ray cluster to join: null starts a local Ray instance; 'auto' joins the cluster started
     on this machine with `ray start`; 'ray://host:10001' joins a remote one. --address sets it."""
@@ -36,3 +41,13 @@ class RuntimeConfig:
     """CPUs Ray reserves for each parameter-server shard (0: shards are light; they share)."""
     dashboard: bool = False
     """Start Ray's dashboard (bound to 127.0.0.1). Off by default: nothing listens publicly."""
+
+
+def chosen_backend(cfg: RuntimeConfig) -> tuple[str, str]:
+    """The runtime a run uses and why: ``auto`` is ``ray`` with an address (a cluster to
+    join), else ``process`` (one machine: no Ray to start, every core used)."""
+    if cfg.backend != "auto":
+        return cfg.backend, f"runtime.backend={cfg.backend}"
+    if cfg.address:
+        return "ray", f"runtime.backend=auto with address {cfg.address}: a Ray cluster"
+    return "process", "runtime.backend=auto without --address: one machine"

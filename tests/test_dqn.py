@@ -13,8 +13,9 @@ from envs import EnvConfig
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.server import LocalServer
 from rltrain.replay import ReplayMemory, TransitionBlock
+from rltrain.replay.local import LocalReplay
 from rltrain.rl.config import AlgoConfig, DQNConfig, ReplayConfig, StopConfig, TrainConfig
-from rltrain.rl.dqn import DQNActor, DQNLearner, LocalReplay, apex_epsilon, memory_args
+from rltrain.rl.dqn import DQNActor, DQNLearner, apex_epsilon, memory_args
 from rltrain.rl.setup import initial_params, probe_env
 
 

@@ -351,7 +351,7 @@ class TrainConfig:
                 f"schedule.start={sched.start}: must be below the schedules' end "
                 f"({horizon}: schedule.steps, else stop.max_env_steps)"
             )
-        if self.runtime.backend == "local":
+        if self.runtime.backend in ("local", "process"):
             check_local(self)
         split = self.algo.name in SPLIT_ALGOS  # separate learner processes
         self.faults.check_targets(
@@ -364,15 +364,18 @@ class TrainConfig:
 
 
 def check_local(cfg: TrainConfig) -> None:
-    """What ``runtime.backend: local`` (every process a thread of this one) cannot do."""
+    """What ``runtime.backend: local`` (every process a thread of this one) and ``process``
+    (processes of this machine) cannot do."""
+    b = cfg.runtime.backend
     if cfg.runtime.address:
         raise ValueError(
-            f"runtime.backend=local runs in this process: it joins no Ray cluster "
-            f"(address {cfg.runtime.address!r}); use backend ray with --address"
+            f"runtime.backend={b} runs on this machine: it joins no Ray cluster "
+            f"(address {cfg.runtime.address!r}); use backend ray or auto with --address"
         )
-    if cfg.faults.events:
+    if cfg.faults.events and b == "local":
         raise ValueError(
-            "runtime.backend=local: faults.events need processes to kill and pause; use backend ray"
+            "runtime.backend=local: faults.events need processes to kill and pause; use backend "
+            "process or ray"
         )
 
 
@@ -446,9 +449,10 @@ def waits_at_barrier(cfg: TrainConfig) -> bool:
     return server_rule(cfg).rule in ("sync", "soft_sync")
 
 
-def sized(cfg: TrainConfig, cpus: float, gpu: bool = False) -> TrainConfig:
-    """``cfg`` with ``actors: auto`` resolved against the ``cpus`` Ray reports: one process per
-    CPU, the learners' first (a CPU each, half of one when it drives a GPU), at least one."""
+def sized(cfg: TrainConfig, cpus: float, gpu: bool = False, backend: str = "ray") -> TrainConfig:
+    """``cfg`` with ``actors: auto`` resolved against the ``cpus`` the runtime reports (Ray's,
+    or this machine's cores): one process per CPU, the learners' first (a CPU each, half of
+    one when it drives a GPU), at least one."""
     if cfg.actors:
         return cfg
     learners = cfg.learners * learner_cpus(gpu) if cfg.algo.name in SPLIT_ALGOS else 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -19,7 +18,7 @@ import torch
 from rltrain.perf import PhaseTimer
 from rltrain.ps.server import Server
 from rltrain.records import GradUpdate, Params
-from rltrain.replay import ReplayMemory, SampledBatch, TransitionBlock
+from rltrain.replay import SampledBatch, TransitionBlock
 from rltrain.rl.actor import acting_setup, frame_stack_of, load_params
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.learner import clipped_flat_grad, pick_device, record_push
@@ -40,35 +39,6 @@ class Replay(Protocol):
         self, shard: int, indices: np.ndarray, priorities: np.ndarray
     ) -> None: ...
     def sizes(self) -> list[int]: ...
-
-
-class LocalReplay:
-    """Replay shards in this process: the in-process twin of the Ray replay (the local
-    backend's, and the tests'). ReplayMemory locks its own state, so actor and learner threads
-    may add and sample at once, as in a threaded Ray replay process."""
-
-    handles: tuple[()] = ()  # no processes to stop at the end
-
-    def __init__(self, memories: Sequence[ReplayMemory]) -> None:
-        self.memories = list(memories)
-
-    def add(self, shard: int, block: TransitionBlock) -> None:
-        self.memories[shard].add(block)
-
-    def sample(self, shard: int, batch_size: int, batches: int = 1) -> SampledBatch:
-        return self.memories[shard].sample(batch_size, batches)
-
-    def update_priorities(self, shard: int, indices: np.ndarray, priorities: np.ndarray) -> None:
-        self.memories[shard].update_priorities(indices, priorities)
-
-    def sizes(self) -> list[int]:
-        return [len(m) for m in self.memories]
-
-    def actor_ids(self) -> list[str]:
-        return []  # no process to lose
-
-    def nbytes(self) -> int:
-        return sum(m.nbytes for m in self.memories)
 
 
 def memory_args(cfg: TrainConfig, spec: EnvSpec, shard: int) -> tuple:

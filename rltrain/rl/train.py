@@ -58,6 +58,7 @@ from rltrain.rl.setup import (
 from rltrain.rl.summary import train_summary
 from rltrain.rl.tblog import TrainLogger, status_line, stop_fraction
 from rltrain.rundir import unlock, write_summary
+from rltrain.runtime_config import chosen_backend
 
 
 class Trainer:
@@ -123,7 +124,7 @@ class Trainer:
     def _run(self) -> dict[str, Any]:
         from rltrain import runtime as ray_runtime
 
-        runtime = self.rt = ray_runtime.backend(self.cfg.runtime)  # Ray, or threads here
+        runtime = self.rt = ray_runtime.backend(self.cfg.runtime)  # Ray, processes or threads
         cfg = self.cfg
         steps = self.counters.env_steps
         self.evals = PeriodicEval(cfg, self.run_dir, runtime, steps, self.log, self.progress.note)
@@ -163,9 +164,11 @@ class Trainer:
         where = self.ray_where or runtime.init_ray(cfg.runtime, ship=modules)
         self._mark("ray")
         signals.install()  # again: ray.init replaces the SIGTERM handler
-        self.gpu = gpu_learners(cfg, runtime.cluster_gpus(), cfg.runtime.backend == "ray")
+        name, why = chosen_backend(cfg.runtime)
+        where = f"{where}, chosen by {why}"
+        self.gpu = gpu_learners(cfg, runtime.cluster_gpus(), name == "ray")
         cpus = runtime.cluster_cpus()
-        cfg = sized(cfg, cpus, self.gpu)
+        cfg = sized(cfg, cpus, self.gpu, name)
         processes = cfg.actors + (cfg.learners * learner_cpus(self.gpu) if split else 0)
         fitted = runtime.fit_cpus(cfg.runtime, processes, cfg.server.shards)
         where += f"; {describe_sizes(cfg)}; learners on {'GPU' if self.gpu else 'CPU'}"

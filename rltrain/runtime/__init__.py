@@ -15,8 +15,13 @@ package only starts Ray, places those classes, calls them and collects their res
 * :mod:`~rltrain.runtime.policy`: what a failed or revived process means to the driver.
 * :mod:`~rltrain.runtime.guard`: restoring every shard when one is lost.
 * :mod:`~rltrain.runtime.errors`: Ray's errors as rltrain's one-line ones.
-* :mod:`~rltrain.runtime.local`: the same names without Ray, every process a thread
-  (``runtime.backend: local``; :func:`backend` picks).
+* :mod:`~rltrain.runtime.process`: the same names without Ray, every actor and worker an
+  OS process of this machine (``runtime.backend: process``, what ``auto`` picks on one
+  machine; :func:`backend` picks), with :mod:`~rltrain.runtime.child` (a child's side) and
+  :mod:`~rltrain.runtime.shm` (tensors through shared memory).
+* :mod:`~rltrain.runtime.local`: the same names, every process a thread
+  (``runtime.backend: local``).
+* :mod:`~rltrain.runtime.contract`: the names every runtime has, as Protocols.
 """
 
 from __future__ import annotations
@@ -52,10 +57,14 @@ _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
 
 def backend(cfg: RuntimeConfig) -> Any:
-    """The module whose names run a training run's processes: this package (Ray processes),
-    or :mod:`rltrain.runtime.local` (threads of this process) for ``runtime.backend: local``."""
-    if cfg.backend == "local":
-        return importlib.import_module(f"{__name__}.local")
+    """The module whose names run a run's processes (:func:`chosen_backend` picks): this
+    package (Ray processes), :mod:`rltrain.runtime.process` (processes of this machine) or
+    :mod:`rltrain.runtime.local` (threads of this process)."""
+    from rltrain.runtime_config import chosen_backend
+
+    name, _ = chosen_backend(cfg)
+    if name in ("local", "process"):
+        return importlib.import_module(f"{__name__}.{name}")
     return sys.modules[__name__]
 
 

@@ -194,9 +194,9 @@ def start_server(
 
 
 def start_replay(cls: type, args: Sequence[tuple[Any, ...]], *_: Any) -> Any:
-    """The replay shards as objects of this process (:class:`rltrain.rl.dqn.LocalReplay`;
+    """The replay shards as objects of this process (:class:`rltrain.replay.local.LocalReplay`;
     the Ray backend's concurrency and restarts unused)."""
-    from rltrain.rl.dqn import LocalReplay
+    from rltrain.replay.local import LocalReplay
 
     return LocalReplay([cls(*a) for a in args])
 

@@ -1,23 +1,22 @@
-"""The fault policy: what the driver does about a process that failed or came back."""
+"""The fault policy: what the driver does about a process that failed or came back (the same
+for Ray's processes and the process runtime's; imports neither)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
+from rltrain.driver import Done
 from rltrain.faults import PeerLost, ProcessLost, on_pusher_loss
 from rltrain.records import Verdict
-from rltrain.runtime.guard import ServerGuard
-from rltrain.runtime.pool import Done
-from rltrain.runtime.wire import RayServer
 
 
 def respond(
     d: Done,
     rule: str,
     on_worker_loss: str,
-    server: RayServer,
-    guard: ServerGuard,
+    server: Any,
+    guard: Any,
     counters: Any,
     say: Callable[[str], None],
 ) -> Verdict:
@@ -25,7 +24,7 @@ def respond(
     server stop waiting for it when the rule allows. ``rule`` is the server rule the process
     pushes under ("async" for processes that do not push).
 
-    Returns "work" (give it work now), "wait" (Ray is restarting it) or "gone" (it will not
+    Returns "work" (give it work now), "wait" (it is being restarted) or "gone" (it will not
     come back).
     """
     r = d.remote
@@ -47,5 +46,5 @@ def respond(
         return "gone"
     if r.mark_lost():
         counters.restart(r.role)
-        say(f"{name} lost: its process died; Ray restarts it{how}")
+        say(f"{name} lost: its process died; {r.restarted_by} restarts it{how}")
     return "wait"

@@ -40,6 +40,8 @@ class Remote:
     work that may already have pushed its gradients.
     """
 
+    restarted_by = "Ray"
+
     def __init__(
         self,
         cls: type,

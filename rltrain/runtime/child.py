@@ -1,0 +1,190 @@
+"""What runs inside a process of the process runtime (:mod:`rltrain.runtime.process`).
+
+A child builds its plain class (an :class:`~rltrain.rl.actor.Actor`, a
+:class:`~rltrain.rl.worker.Worker`, a DQN actor, a supervised worker, an evaluator) and then
+runs the calls the driver sends, one at a time and in order, as a Ray actor of concurrency
+1 does. The parameter server and the replay memory stay in the trainer's process: an
+argument that names one (:class:`ServiceRef`) becomes a proxy here, whose every method is a
+request over the child's service pipe. Tensors cross both pipes through reused shared-memory
+slots (:mod:`rltrain.runtime.shm`).
+
+Imported by the forkserver before it forks the children, so each child starts with torch,
+the envs and the algorithms already imported.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from rltrain.records import GradUpdate, Params, PushResult, ServerStats
+from rltrain.runtime.shm import Inbox, Outbox
+
+
+@dataclass(frozen=True)
+class ServiceRef:
+    """An argument that stands for an object of the trainer's process (``server``, ``replay``)."""
+
+    name: str
+
+
+class RemoteError(Exception):
+    """An exception raised in another process, with that process's traceback as its text
+    (the original, when it can be pickled, is this one's ``__cause__``)."""
+
+
+def exception_message(e: BaseException, tb: str) -> tuple[BaseException | None, str]:
+    """What crosses a pipe for an exception: itself if it pickles, and its traceback."""
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(e))
+    except Exception:
+        return None, tb
+    return e, tb
+
+
+def rebuild(e: BaseException | None, tb: str) -> BaseException:
+    """The exception to raise on this side: the original with the remote traceback attached."""
+    if e is None:
+        return RemoteError(tb)
+    e.__cause__ = RemoteError(tb)
+    return e
+
+
+class Channel:
+    """One side of a pipe with its shared-memory slots in each direction."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.outbox = Outbox()
+        self.inbox = Inbox()
+
+    def send(self, *msg: Any) -> None:
+        self.conn.send(self.outbox.pack(msg))
+
+    def recv(self) -> Any:
+        return self.inbox.unpack(self.conn.recv())
+
+
+class Requester:
+    """The child's end of its service pipe: one request at a time, answered in order."""
+
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
+        self.waiting = False  # a request sent by exchange_begin, not yet answered
+
+    def begin(self, service: str, method: str, *args: Any) -> Callable[[], Any]:
+        assert not self.waiting, "one request at a time per process"
+        self.channel.send(service, method, args)
+        self.waiting = True
+
+        def finish() -> Any:
+            kind, value, tb = self.channel.recv()
+            self.waiting = False
+            if kind == "raised":
+                raise rebuild(value, tb)
+            return value
+
+        return finish
+
+    def call(self, service: str, method: str, *args: Any) -> Any:
+        return self.begin(service, method, *args)()
+
+
+class ServerProxy:
+    """The parameter server as a child sees it (:class:`rltrain.ps.server.Server`)."""
+
+    def __init__(self, requests: Requester) -> None:
+        self.requests = requests
+
+    def push(self, update: GradUpdate) -> PushResult:
+        return self.requests.call("server", "push", update)
+
+    def pull(self, have: Params | None = None) -> Params:
+        """Parameters travel only when newer than ``have`` (the trainer's side remembers what
+        it last sent this process)."""
+        p = self.requests.call("server", "pull", None if have is None else have.version)
+        return have if p is None else p
+
+    def exchange(
+        self, update: GradUpdate, wait_version: int = 0, timeout: float = 0.0
+    ) -> tuple[PushResult, Params]:
+        return self.exchange_begin(update, wait_version, timeout)()
+
+    def exchange_begin(
+        self, update: GradUpdate, wait_version: int = 0, timeout: float = 0.0
+    ) -> Callable[[], tuple[PushResult, Params]]:
+        return self.requests.begin("server", "exchange", update, wait_version, timeout)
+
+    def wait_for_version(self, version: int, timeout: float) -> bool:
+        return self.requests.call("server", "wait_for_version", version, timeout)
+
+    def stats(self) -> ServerStats:
+        return self.requests.call("server", "stats")
+
+
+class ServiceProxy:
+    """Any other service (the replay memory): each method a request."""
+
+    def __init__(self, requests: Requester, name: str) -> None:
+        self.requests, self.name = requests, name
+
+    def __getattr__(self, method: str) -> Callable[..., Any]:
+        if method.startswith("_"):
+            raise AttributeError(method)
+        return lambda *args: self.requests.call(self.name, method, *args)
+
+
+def resolve(args: tuple, requests: Requester, proxies: dict[str, Any]) -> tuple:
+    """The call's arguments with each :class:`ServiceRef` replaced by its proxy."""
+    out = []
+    for a in args:
+        if isinstance(a, ServiceRef):
+            if a.name not in proxies:
+                is_server = a.name == "server"
+                proxy = ServerProxy(requests) if is_server else ServiceProxy(requests, a.name)
+                proxies[a.name] = proxy
+            a = proxies[a.name]
+        out.append(a)
+    return tuple(out)
+
+
+def main(
+    cls: type, args: tuple, ctrl: Connection, svc: Connection, path: list[str], nice: int
+) -> None:
+    """A child's life: build the instance, say "up", run calls until the pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the trainer, which stops us
+    sys.path[:] = path  # the trainer's (env.imports, tests' modules) as it is now
+    if nice:
+        os.nice(nice)
+    calls, requests, proxies = Channel(ctrl), Requester(Channel(svc)), {}
+    try:
+        instance = cls(*args)
+    except BaseException as e:
+        calls.send("failed", *exception_message(e, traceback.format_exc()))
+        return
+    calls.send("up", os.getpid(), None)
+    while True:
+        try:
+            msg = calls.recv()
+        except (EOFError, OSError):
+            break
+        if msg is None:
+            break
+        method, call_args = msg
+        try:
+            value = getattr(instance, method)(*resolve(call_args, requests, proxies))
+        except BaseException as e:
+            calls.send("raised", *exception_message(e, traceback.format_exc()))
+        else:
+            calls.send("ok", value, None)
+    close = getattr(instance, "close", None)
+    if close is not None:
+        close()

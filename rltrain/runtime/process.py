@@ -1,0 +1,466 @@
+"""The process runtime (``runtime.backend: process``, what ``auto`` picks on one machine).
+
+Actors, a3c/a2c/ppo workers, supervised workers and the evaluator run as OS processes,
+forked by a forkserver that has imported torch, the envs and the algorithms once, so they
+start in parallel in a fraction of a second each. The server's shards, the replay memory and
+the learners stay in the trainer's process (learners as threads, :mod:`rltrain.runtime.local`):
+on one machine a learner next to its shards exchanges gradients and parameters by reference,
+and a GPU learner keeps the CUDA context in one process. This is Sample Factory's layout for
+one machine (Petrenko et al. 2020): many sampler processes, one learner.
+
+Between the processes, calls, results and server requests are pickled small; their tensors
+go through reused shared-memory slots (:mod:`rltrain.runtime.shm`). Each child has two pipes:
+its calls (driver -> child -> driver) and its requests to the server or the replay (child ->
+a thread of the trainer that serves them, so a worker waiting at a barrier holds only its own
+thread).
+
+Faults are those of Ray's runtime, with the same counters and messages: a child that dies is
+restarted with its constructor's arguments (up to ``faults.max_restarts``), its call in flight
+fails with :class:`~rltrain.faults.ProcessLost`, and the pool reports it back once it is up;
+``faults.events`` kill (SIGKILL) and pause (SIGSTOP/SIGCONT) the children. A learner is a
+thread of the trainer: a fault aimed at it, or at a shard, is skipped and said so.
+
+Imports neither Ray nor anything that starts it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch.multiprocessing as mp
+
+from rltrain.driver import Done
+from rltrain.faults import FaultAction, ProcessLost, pause
+from rltrain.ps.server import ShardedServer
+from rltrain.records import Role
+from rltrain.replay.local import LocalReplay
+from rltrain.runtime import child, local
+from rltrain.runtime.local import Remote as ThreadRemote
+from rltrain.runtime.local import ServerGuard, cluster_gpus, start_replay, start_server
+from rltrain.runtime.policy import respond
+from rltrain.runtime_config import RuntimeConfig
+
+__all__ = [
+    "Done",
+    "Pool",
+    "Remote",
+    "ServerGuard",
+    "cluster_cpus",
+    "cluster_gpus",
+    "fit_cpus",
+    "free_cpus",
+    "get",
+    "init_ray",
+    "inject",
+    "placement_note",
+    "ray_record",
+    "respond",
+    "server_processes",
+    "shutdown",
+    "start_replay",
+    "start_server",
+    "wait_any",
+    "wait_up",
+]
+
+DESCRIPTION = "processes on this machine (runtime.backend=process: a forkserver, shared memory)"
+IN_TRAINER: tuple[Role, ...] = ("learner",)
+"""Roles that stay in the trainer's process, next to the shards (as threads)."""
+PRELOAD = [
+    "rltrain.runtime.child",
+    "rltrain.rl.actor",
+    "rltrain.rl.worker",
+    "rltrain.rl.dqn",
+    "rltrain.rl.periodic",
+    "rltrain.supervised.worker",
+]
+"""What the forkserver imports before it forks: every child starts with them imported."""
+
+_children: list[Remote] = []  # every process started (and restarted) in this session
+_context: Any = None
+
+
+def context() -> Any:
+    """The forkserver context, started at most once per process (its imports then run beside
+    the trainer's own start-up, on another core)."""
+    global _context
+    if _context is None:
+        _context = mp.get_context("forkserver")
+        _context.set_forkserver_preload(PRELOAD)
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+    return _context
+
+
+def service_names(args: Sequence[Any], services: dict[str, Any]) -> tuple:
+    """The call's arguments with the server and the replay memory replaced by references
+    (``services`` learns the objects they stand for)."""
+    out = []
+    for a in args:
+        name = "server" if isinstance(a, ShardedServer) else None
+        name = "replay" if isinstance(a, LocalReplay) else name
+        if name is not None:
+            services[name] = a
+            a = child.ServiceRef(name)
+        out.append(a)
+    return tuple(out)
+
+
+def serve(conn: Connection, services: dict[str, Any]) -> None:
+    """The trainer's side of one child's service pipe: run each request on the object it
+    names, answer it, until the pipe closes (the child died or ended)."""
+    channel = child.Channel(conn)
+    sent = None  # the parameters last sent to this child: a pull sends only newer ones
+    while True:
+        try:
+            name, method, args = channel.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            target = services[name]
+            if name == "server" and method == "pull":
+                have = sent if sent is not None and sent.version == args[0] else None
+                p = target.pull(have)
+                value, sent = (None, sent) if p is have else (p, p)
+            else:
+                value = getattr(target, method)(*args)
+                if name == "server" and method == "exchange":
+                    sent = value[1]
+            reply = ("ok", value, None)
+        except BaseException as e:
+            import traceback
+
+            reply = ("raised", *child.exception_message(e, traceback.format_exc()))
+        try:
+            channel.send(*reply)
+        except (BrokenPipeError, OSError):
+            return
+
+
+class Remote:
+    """A plain class in a process of its own (learners: in a thread of this one, see
+    :data:`IN_TRAINER`): ``call`` returns a future of the method's result; the process runs
+    its calls one at a time, in order.
+
+    ``max_restarts``: how often a dead process is started again (-1: always), its
+    constructor re-run with the same arguments, as Ray does.
+    """
+
+    restarted_by = "the trainer"
+
+    def __new__(cls, target: type, *args: Any, role: Role = "actor", **kwargs: Any) -> Any:
+        if role in IN_TRAINER:
+            return ThreadRemote(target, *args, role=role, **kwargs)
+        return super().__new__(cls)
+
+    def __init__(
+        self,
+        target: type,
+        *args: Any,
+        role: Role = "actor",
+        index: int = 0,
+        num_cpus: float = 1.0,
+        num_gpus: float = 0.0,
+        max_restarts: int = 0,
+        max_concurrency: int = 1,
+    ) -> None:
+        self.role, self.index, self.cpus, self.gpus = role, index, num_cpus, num_gpus
+        self.actor_id = f"{role}-{index}"
+        self.target, self.args = target, args
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        self.services: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._pending: list[cf.Future] = []
+        self._closing = False
+        self._noted = 0  # deaths counted by mark_lost
+        self._deaths = 0
+        self._start()
+        _children.append(self)
+
+    def _start(self) -> None:
+        ctx = context()
+        ctrl, ctrl_child = ctx.Pipe()
+        svc, svc_child = ctx.Pipe()
+        nice = 0
+        self.up: cf.Future = cf.Future()
+        self.process = ctx.Process(
+            target=child.main,
+            args=(self.target, self.args, ctrl_child, svc_child, list(sys.path), nice),
+            name=f"rltrain-{self.role}{self.index}",
+            daemon=False,  # an actor may start processes of its own (gymnasium's async envs)
+        )
+        self.process.start()
+        ctrl_child.close()
+        svc_child.close()
+        self.calls = child.Channel(ctrl)
+        name = f"rltrain-{self.role}{self.index}"
+        threading.Thread(target=self._read, args=(self.calls,), name=name, daemon=True).start()
+        threading.Thread(
+            target=serve, args=(svc, self.services), name=f"{name}-serve", daemon=True
+        ).start()
+
+    # --- calls ------------------------------------------------------------------------------
+
+    def call(self, method: str, *args: Any) -> cf.Future:
+        future: cf.Future = cf.Future()
+        future.set_running_or_notify_cancel()
+        with self._lock:
+            if self._closing:
+                future.set_exception(ProcessLost(self.actor_id, True, f"{self.name} was stopped"))
+                return future
+            self._pending.append(future)
+            with contextlib.suppress(BrokenPipeError, OSError):  # dead: the reader fails it
+                self.calls.send(method, service_names(args, self.services))
+        return future
+
+    @property
+    def name(self) -> str:
+        return f"{self.role} {self.index}"
+
+    def _read(self, calls: child.Channel) -> None:
+        """The results of this incarnation's calls, in order; then its death."""
+        failure: BaseException | None = None
+        while True:
+            try:
+                kind, value, tb = calls.recv()
+            except (EOFError, OSError):
+                break
+            if kind == "up":
+                self.up.set_result(value)
+            elif kind == "failed":  # the constructor raised: a bug or bad input, not a fault
+                failure = child.rebuild(value, tb)
+            else:
+                with self._lock:
+                    future = self._pending.pop(0)
+                if kind == "ok":
+                    future.set_result(value)
+                else:
+                    future.set_exception(child.rebuild(value, tb))
+        self._died(failure)
+
+    def _died(self, failure: BaseException | None) -> None:
+        self.process.join(timeout=5)
+        code = self.process.exitcode
+        with self._lock:
+            pending, self._pending = self._pending, []
+            closing = self._closing
+            again = not closing and failure is None and self._may_restart()
+            if not closing:
+                self._deaths += 1
+            up = self.up
+            if again:
+                self.restarts += 1
+                self._start()  # a new `up` future first: the pool probes the new process
+        if failure is None:
+            how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+            failure = ProcessLost(self.actor_id, not again, f"{self.name}'s process died ({how})")
+        if not up.done():
+            up.set_exception(failure)
+        for f in pending:
+            f.set_exception(failure)
+
+    def _may_restart(self) -> bool:
+        return self.max_restarts < 0 or self.restarts < self.max_restarts
+
+    # --- what the driver asks of a process --------------------------------------------------
+
+    def probe(self) -> cf.Future:
+        """A future of the pid that resolves once this incarnation is up."""
+        return self.up
+
+    def is_up(self) -> bool:
+        return self.up.done() and self.up.exception() is None
+
+    def node(self) -> str | None:
+        return None
+
+    def pid(self) -> int:
+        return int(self.up.result())
+
+    def mark_lost(self) -> bool:
+        """Note a death; False if it was noted already (one death, seen twice)."""
+        with self._lock:
+            if self._noted >= max(self._deaths, 1):
+                return False
+            self._noted += 1
+            return True
+
+    def signal(self, action: FaultAction) -> str:
+        """Kill or pause this process (an injected fault); returns what was done."""
+        if not self.is_up():
+            return f"skipped {action.signal} {self.name}: it is not up"
+        pid = self.pid()
+        if action.signal == "kill":
+            os.kill(pid, signal.SIGKILL)
+            return f"kill {self.name} (pid {pid})"
+        pause(pid, action.event.seconds)
+        return f"pause {self.name} (pid {pid}) for {action.event.seconds:g}s"
+
+    def kill(self) -> None:
+        """Stop the process now (SIGKILL: a call may be waiting at a barrier); not restarted."""
+        with self._lock:
+            self._closing = True
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            self.process.kill()
+
+
+class Pool:
+    """The calls in flight, one per :class:`Remote`, and the processes being restarted.
+
+    As :class:`rltrain.runtime.Pool` (Ray): a call whose process died gives a ``Done`` with
+    ``error=ProcessLost``; the pool then waits for the new process and reports it
+    ``revived`` (or ``ProcessLost(permanent=True)``). Any other exception is a bug and fails
+    the run with its own traceback. ``fetch=False`` calls give their value too (there are no
+    references to pass on: a rollout is copied out of shared memory as it arrives).
+    """
+
+    def __init__(self) -> None:
+        self.calls: dict[cf.Future, tuple[Any, Any, bool]] = {}
+        self.probes: dict[cf.Future, Any] = {}
+
+    def submit(
+        self, remote: Any, method: str, *args: Any, tag: Any = None, fetch: bool = True
+    ) -> cf.Future:
+        future = remote.call(method, *args)
+        self.calls[future] = (remote, tag, fetch)
+        return future
+
+    def __len__(self) -> int:
+        return len(self.calls) + len(self.probes)
+
+    def watch(self, remote: Any) -> None:
+        if isinstance(remote, Remote) and remote not in self.restarting():
+            self.probes[remote.probe()] = remote
+
+    def busy(self, remote: Any) -> bool:
+        return any(r is remote for r, _, _ in self.calls.values())
+
+    def restarting(self) -> list[Any]:
+        return list(self.probes.values())
+
+    def wait(self, timeout: float) -> list[Done]:
+        if not self.calls and not self.probes:
+            time.sleep(timeout)
+            return []
+        done, _ = cf.wait([*self.calls, *self.probes], timeout, return_when=cf.FIRST_COMPLETED)
+        out = []
+        for future in done:
+            if future in self.probes:
+                remote = self.probes.pop(future)
+                error = future.exception()
+                out.append(Done(remote, error=error) if error else Done(remote, revived=True))
+                continue
+            remote, tag, _ = self.calls.pop(future)
+            error = future.exception()
+            if isinstance(error, ProcessLost):
+                out.append(Done(remote, tag, error=error))
+                if not error.permanent:
+                    self.probes[remote.probe()] = remote
+            elif error is not None:
+                raise error
+            else:
+                out.append(Done(remote, tag, future.result()))
+        return out
+
+
+def wait_any(futures: Sequence[cf.Future], timeout: float) -> list[cf.Future]:
+    done, _ = cf.wait(futures, timeout, return_when=cf.FIRST_COMPLETED)
+    return list(done)
+
+
+def get(futures: Sequence[cf.Future]) -> list[Any]:
+    return [f.result() for f in futures]
+
+
+def wait_up(remotes: Sequence[Any], say: Callable[[str], None], patience: float = 20.0) -> None:
+    """Wait until every process is up (a constructor that raised raises here)."""
+    ups = [r.up for r in remotes if isinstance(r, Remote)]
+    _, late = cf.wait(ups, patience)
+    if late:
+        say(placement_note([r for r in remotes if isinstance(r, Remote) and r.up in late]))
+    for f in ups:
+        f.result()
+
+
+def placement_note(waiting: Sequence[Any]) -> str:
+    if not waiting:
+        return ""
+    names = ", ".join(f"{r.role} {r.index}" for r in waiting[:4])
+    return f"still starting: {names} (their constructors: env and model set-up)"
+
+
+def inject(
+    action: FaultAction, procs: dict[str, list[Any]], counters: Any, say: Callable[[str], None]
+) -> None:
+    """Carry out one injected fault on the process it names (if the run has it)."""
+    e = action.event
+    target = next((r for r in procs.get(e.target, []) if r.index == e.index), None)
+    if target is None:
+        if e.target == "shard":
+            say(
+                f"injected fault: skipped {action.signal} shard {e.index}: the shards are "
+                "objects of the trainer's process (runtime.backend=process)"
+            )
+        return
+    if not isinstance(target, Remote):
+        say(
+            f"injected fault: skipped {action.signal} {e.target} {e.index}: it is a thread of "
+            "the trainer's process (runtime.backend=process)"
+        )
+        return
+    try:
+        done = target.signal(action)
+    except ProcessLookupError as err:
+        done = f"could not {action.signal} {e.target} {e.index}: {err}"
+    counters.injected += int(not done.startswith(("skipped", "could not")))
+    say(f"injected fault: {done}")
+
+
+def server_processes(server: Any) -> list[Any]:
+    return []  # the shards are objects of this process
+
+
+def init_ray(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
+    """Start the forkserver (if not yet started); what this runtime is, for the log."""
+    context()
+    local.init_ray(cfg)  # learner threads set the torch thread count of this process
+    return DESCRIPTION
+
+
+def cluster_cpus() -> float:
+    """The cores this process may run on (a container's or taskset's limit, not the host's)."""
+    if hasattr(os, "sched_getaffinity"):
+        return float(len(os.sched_getaffinity(0)))
+    return float(os.cpu_count() or 1)
+
+
+def free_cpus() -> float:
+    return cluster_cpus()
+
+
+def fit_cpus(cfg: RuntimeConfig, processes: float, shards: int) -> RuntimeConfig:
+    return cfg  # processes reserve nothing: the OS shares the cores
+
+
+def ray_record() -> dict[str, Any]:
+    return {"backend": "process"}
+
+
+def shutdown() -> None:
+    """Stop every child of the session (the trainer killed them; reap them here)."""
+    while _children:
+        r = _children.pop()
+        r.kill()
+        r.process.join(timeout=5)
+    local.shutdown()

@@ -1,12 +1,15 @@
 """Pong sampling throughput: rltrain's actors (learning off) against raw AtariVectorEnv.
 
 Raw: one `ale_py.vector_env.AtariVectorEnv` with all the environments and as many C++
-threads as cores, random actions, the same protocol (frame-skip 4, sticky 0.25). Actors: the
-same number of environments split over `--actors` Ray processes, each acting with the
-Nature CNN policy on the CPU (1 torch thread), rollouts produced and discarded.
+threads as cores, random actions, the same protocol (frame-skip 4, sticky 0.25). Actors:
+`--envs-per-actor` environments in each of `--actors` processes of the runtime `--backend`
+(process: the process runtime, the default; ray; local: threads of this process), each
+acting with the Nature CNN policy on the CPU (1 torch thread), rollouts produced and
+discarded. Several `--actors` counts are measured one after the other, and each is given as
+a multiple of the first (scaling).
 
-    python benchmarks/pong_sampling.py [--actors 2] [--envs-per-actor 8] [--seconds 20]
-        [--groups 1 0]
+    python benchmarks/pong_sampling.py [--actors 1 2] [--envs-per-actor 8] [--seconds 20]
+        [--groups 0] [--backend process|ray|local]
 """
 
 from __future__ import annotations
@@ -42,13 +45,11 @@ def raw_fps(num_envs: int, threads: int, seconds: float) -> float:
     return fps
 
 
-def actor_fps(actors: int, envs_per_actor: int, seconds: float, groups: int = 0) -> float:
-    from rltrain import runtime
-    from rltrain.config import load_config
+def sampling_actor() -> type:
+    """An Actor that samples for a while and counts its steps (a class of an importable
+    module, so that a forkserver's child can build it)."""
     from rltrain.records import Params
     from rltrain.rl.actor import Actor
-    from rltrain.rl.config import TrainConfig
-    from rltrain.rl.setup import initial_params, probe_env
 
     class SamplingActor(Actor):
         def sample(self, params: Params, seconds: float) -> int:
@@ -58,6 +59,20 @@ def actor_fps(actors: int, envs_per_actor: int, seconds: float, groups: int = 0)
                 steps += self.rollout().env_steps
             return steps
 
+    return SamplingActor
+
+
+def actor_fps(
+    actors: int, envs_per_actor: int, seconds: float, groups: int = 0, backend: str = "process"
+) -> float:
+    from pong_sampling import SamplingActor  # this file, as a module a child can import
+
+    from rltrain import runtime as runtimes
+    from rltrain.config import load_config
+    from rltrain.records import Params
+    from rltrain.rl.config import TrainConfig
+    from rltrain.rl.setup import initial_params, probe_env
+
     cfg = load_config(
         TrainConfig,
         os.path.join(os.path.dirname(__file__), "..", "configs", "pong_a3c.yaml"),
@@ -66,46 +81,58 @@ def actor_fps(actors: int, envs_per_actor: int, seconds: float, groups: int = 0)
             f"env.num_envs={envs_per_actor}",
             "env.num_threads=1",
             f"env.groups={groups}",
+            f"runtime.backend={backend}",
         ],
     )
     params = Params(0, initial_params(cfg, probe_env(cfg)))
+    runtime = runtimes.backend(cfg.runtime)
     runtime.init_ray(dataclasses.replace(cfg.runtime, num_cpus=os.cpu_count() or 2))
     handles = [runtime.Remote(SamplingActor, cfg, i) for i in range(actors)]
     runtime.get([h.call("sample", params, 3.0) for h in handles])  # warm-up: start, JIT, caches
     t0 = time.perf_counter()
     steps = sum(runtime.get([h.call("sample", params, seconds) for h in handles]))
     fps = steps * cfg.env.frame_skip / (time.perf_counter() - t0)
+    for h in handles:
+        h.kill()
     runtime.shutdown()
     return fps
 
 
+if __name__ != "__main__":
+    SamplingActor = sampling_actor()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--actors", type=int, default=2)
+    p.add_argument("--actors", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--backend", choices=["process", "ray", "local"], default="process")
     p.add_argument("--envs-per-actor", type=int, default=8)
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument(
         "--groups",
         type=int,
         nargs="+",
-        default=[1, 0],
+        default=[0],
         help="env.groups to measure (1: no overlap, 0: auto = 2 for Atari)",
     )
     args = p.parse_args()
     torch.set_num_threads(1)
-    n = args.actors * args.envs_per_actor
+    n = max(args.actors) * args.envs_per_actor
     raw = raw_fps(n, os.cpu_count() or 2, args.seconds)
     print(
         f"raw AtariVectorEnv: {n} envs, {os.cpu_count()} threads: {raw:,.0f} frames/s", flush=True
     )
     for groups in args.groups:
-        act = actor_fps(args.actors, args.envs_per_actor, args.seconds, groups)
-        print(
-            f"rltrain actors (policy on, learning off), env.groups={groups}: "
-            f"{args.actors} x {args.envs_per_actor} envs: {act:,.0f} frames/s "
-            f"= {act / raw:.0%} of raw",
-            flush=True,
-        )
+        first = None
+        for actors in args.actors:
+            act = actor_fps(actors, args.envs_per_actor, args.seconds, groups, args.backend)
+            first = first or act
+            print(
+                f"rltrain actors ({args.backend}; policy on, learning off), env.groups={groups}: "
+                f"{actors} x {args.envs_per_actor} envs: {act:,.0f} frames/s "
+                f"= {act / raw:.0%} of raw, {act / first:.2f}x {args.actors[0]} actor(s)",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

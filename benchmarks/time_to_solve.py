@@ -16,11 +16,12 @@ Prints a markdown table of every run, the median whole-process seconds per algor
 unsolved run counts as infinite) and each rltrain median divided by SB3 PPO's median.
 
     python benchmarks/time_to_solve.py [--task cartpole|pendulum|lunarlander|taxi] [--seeds 0 1 2]
-        [--algos appo ppo a3c impala a2c] [--backends ray local] [--no-sb3]
+        [--algos appo ppo a3c impala a2c] [--backends auto ray local] [--no-sb3]
         [--out results.csv|results.json]
 
-``--backends ray local`` runs each algorithm twice per seed: its Ray processes, and
-``runtime.backend=local`` (every process a thread of the one command, no Ray).
+``--backends auto ray local`` runs each algorithm three times per seed: the default runtime
+(auto: the process runtime on one machine), Ray processes, and ``runtime.backend=local``
+(every process a thread of the one command, no Ray).
 """
 
 from __future__ import annotations
@@ -98,11 +99,11 @@ class Row:
     mean_return: float | None
     torch_threads: int | None = None
     error: str = ""
-    backend: str = "ray"  # rltrain's runtime.backend
+    backend: str = "auto"  # rltrain's runtime.backend
 
     @property
     def label(self) -> str:
-        return f"{self.tool} {self.algo}" + (" (local)" if self.backend == "local" else "")
+        return f"{self.tool} {self.algo}" + (f" ({self.backend})" if self.backend != "auto" else "")
 
 
 def timed(cmd: list[str]) -> tuple[subprocess.CompletedProcess[str], float]:
@@ -118,7 +119,7 @@ def failure(proc: subprocess.CompletedProcess[str], what: str) -> str:
     return msg
 
 
-def run_rltrain(task: str, algo: str, seed: int, out: Path, backend: str = "ray") -> Row:
+def run_rltrain(task: str, algo: str, seed: int, out: Path, backend: str = "auto") -> Row:
     config, overrides = TASKS[task][algo]
     run_dir = out / f"{algo}-{backend}-{seed}"
     cmd = [sys.executable, "-m", "rltrain.cli", "train", str(ROOT / "configs" / config)]
@@ -235,9 +236,9 @@ def main() -> None:
     p.add_argument(
         "--backends",
         nargs="+",
-        choices=["ray", "local"],
-        default=["ray"],
-        help="rltrain's runtime.backend for each algorithm (default: ray)",
+        choices=["auto", "process", "ray", "local"],
+        default=["auto"],
+        help="rltrain's runtime.backend for each algorithm (default: auto, the default's)",
     )
     p.add_argument("--no-sb3", action="store_true", help="skip the SB3 PPO reference runs")
     p.add_argument("--out", type=Path, help="also write the rows to FILE (.csv, else JSON)")

@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 
 from rltrain.config import spec
 
-
 BACKENDS = ("auto", "process", "ray", "local")
 
 

@@ -296,12 +296,12 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
                 "--set",
                 "faults.events=[{{action: kill, target: actor, at: 1}}]",
             ],
-            ["runtime.backend=local", "faults.events", "use backend ray"],
+            ["runtime.backend=local", "faults.events", "use backend process or ray"],
             id="t-local-faults",
         ),
         pytest.param(
             ["bench", BENCH, "--set", "runtime.backend=local"],
-            ["runtime.backend=local", "rltrain bench", "backend ray"],
+            ["runtime.backend=local", "rltrain bench", "backend auto, process or ray"],
             id="b-local",
         ),
         pytest.param(
@@ -452,7 +452,7 @@ def test_an_env_refused_by_the_probe_shuts_ray_down_again(
     monkeypatch.setattr(runtime, "init_ray", lambda *a, **k: calls.append("init") or "stub")
     monkeypatch.setattr(runtime, "shutdown", lambda: calls.append("shutdown"))
     gorila = str(ROOT / "configs" / "cartpole_gorila.yaml")
-    argv = ["train", gorila, "--set", "env.id=Pendulum-v1"]
+    argv = ["train", gorila, "--set", "env.id=Pendulum-v1", "--set", "runtime.backend=ray"]
     check(capsys, ws, argv, ["algo.name=dqn needs Discrete actions", "Pendulum-v1", "Box(1,)"])
     assert calls == ["init", "shutdown"]
 

@@ -1,9 +1,11 @@
-"""Real runs that lose real processes: Ray actors killed by process id (SIGKILL) mid-run.
+"""Real runs that lose real processes: killed by process id (SIGKILL) mid-run, on Ray and on
+the process runtime.
 
 RL (impala on CartPole): an actor, a learner and the server shard are killed; the run finishes,
 the counters show each fault, and the shard restore loses no more than the updates since the
 last checkpoint. Supervised (tiny data): a worker and the shard are killed under sync (waiting
-for the restart, or continuing without it) and async.
+for the restart, or continuing without it) and async. On the process runtime the learner and
+the shards are part of the trainer's process: those kills are skipped, and said so.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ def events(*items: str) -> str:
     return "faults.events=[" + ", ".join(items) + "]"
 
 
+@pytest.mark.parametrize("backend", ["ray", "process"])
 def test_impala_survives_losing_an_actor_a_learner_and_the_server_shard(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], backend: str
 ) -> None:
     run_dir = tmp_path / "run"
     argv = [
@@ -52,11 +55,19 @@ def test_impala_survives_losing_an_actor_a_learner_and_the_server_shard(
             "{action: kill, target: shard, index: 0, at: 12}",
         ),
     ]
-    assert main(argv) == 0
+    assert main([*argv, "--set", f"runtime.backend={backend}"]) == 0
     err = capsys.readouterr().err
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["stopped_by"] == "max_seconds"
     f = summary["faults"]
+    if backend == "process":
+        assert f["injected"] == 1 and f["actor_restarts"] == 1
+        assert "actor 0 lost: its process died; the trainer restarts it" in err
+        assert "actor 0 is back" in err
+        assert "skipped kill learner 0: it is a thread of the trainer's process" in err
+        assert "skipped kill shard 0: the shards are objects of the trainer's process" in err
+        assert summary["episodes"] > 0 and summary["updates"] > 0
+        return
     assert f["injected"] == 3
     assert f["actor_restarts"] >= 1 and f["learner_restarts"] >= 1
     assert f["shard_restores"] == 1
@@ -74,10 +85,21 @@ def test_impala_survives_losing_an_actor_a_learner_and_the_server_shard(
 
 
 @pytest.mark.parametrize(
-    ("on_loss", "modes"), [("wait", "[sync, async]"), ("continue", "[sync, soft_sync]")]
+    ("on_loss", "modes", "backend"),
+    [
+        ("wait", "[sync, async]", "ray"),
+        ("continue", "[sync, soft_sync]", "ray"),
+        ("wait", "[sync, async]", "process"),
+        ("continue", "[sync, soft_sync]", "process"),
+    ],
 )
 def test_bench_survives_losing_a_worker_and_the_server_shard(
-    tiny_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], on_loss: str, modes: str
+    tiny_root: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    on_loss: str,
+    modes: str,
+    backend: str,
 ) -> None:
     run_dir = tmp_path / "run"
     argv = [
@@ -107,14 +129,15 @@ def test_bench_survives_losing_a_worker_and_the_server_shard(
             "{action: kill, target: shard, index: 0, at: 5}",
         ),
     ]
-    assert main(argv) == 0
+    assert main([*argv, "--set", f"runtime.backend={backend}"]) == 0
     err = capsys.readouterr().err
     results = {r["mode"]: r for r in json.loads((run_dir / "summary.json").read_text())["results"]}
+    shard_kills = 1 if backend == "ray" else 0  # process: the shard is part of the trainer
     for mode, r in results.items():
         f = r["faults"]
-        assert f["injected"] == 2, mode
+        assert f["injected"] == 1 + shard_kills, mode
         assert f["worker_restarts"] == 1, mode
-        assert f["shard_restores"] == 1, mode
+        assert f["shard_restores"] == shard_kills, mode
         assert r["updates_applied"] > 0, mode
     assert "worker 1 is back" in err
     if on_loss == "wait":

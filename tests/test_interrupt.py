@@ -56,9 +56,13 @@ def scalars(event_file: Path, tag: str) -> list[tuple[int, float]]:
     return [(e.step, e.value) for e in acc.Scalars(tag)]
 
 
-def test_sigint_then_resume_continues_every_counter(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["auto", "ray"])
+def test_sigint_then_resume_continues_every_counter(tmp_path: Path, backend: str) -> None:
+    """On the default runtime (the process runtime on one machine) and on Ray: its children
+    ignore the terminal's SIGINT, the trainer stops them after its final checkpoint."""
     run_dir = tmp_path / "run"
-    proc = start_training(run_dir, "--set", "checkpoint.every_seconds=2")
+    backend_set = ["--set", f"runtime.backend={backend}"]
+    proc = start_training(run_dir, "--set", "checkpoint.every_seconds=2", *backend_set)
     wait_for_progress(proc, run_dir)
     time.sleep(2)
     proc.send_signal(signal.SIGINT)
@@ -80,7 +84,8 @@ def test_sigint_then_resume_continues_every_counter(tmp_path: Path) -> None:
     old_events = set((run_dir / "tb").glob("events.*"))
 
     more = steps + 20000  # enough for episodes to end even once CartPole is near solved
-    assert main(["train", "--resume", str(run_dir), "--set", f"stop.max_env_steps={more}"]) == 0
+    resume = ["train", "--resume", str(run_dir), "--set", f"stop.max_env_steps={more}"]
+    assert main([*resume, *backend_set]) == 0
     second = json.loads((run_dir / "summary.json").read_text())
     assert second["stopped_by"] == "max_env_steps"
     assert second["env_steps"] >= more

@@ -228,11 +228,13 @@ def test_rl_training_refuses_recording(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_recorded_ray_bench_run_replays_bit_for_bit(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], run_bench: Any
+@pytest.mark.parametrize("backend", ["ray", "process"])
+def test_a_recorded_bench_run_replays_bit_for_bit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], run_bench: Any, backend: str
 ) -> None:
     out, summary = run_bench(
         # soft_sync replays in-process above; on Ray its last barrier would wait a timeout
+        f"runtime: {{backend: {backend}}}\n"
         "modes: [async, sync]\nworkers: 3\nbatch_size: 16\n"
         "data: {dataset: toy_quadratic, toy: {dim: 8, samples: 600}}\n"
         "budget: {max_seconds: 0, epochs: 3}\neval: {every_seconds: 0.5}\n"

@@ -311,6 +311,9 @@ class LocalServer(ShardedServer):
     def _keep(self, index: int) -> None:
         self.shards = [self.shards[index]]
 
+    def kill(self) -> None:
+        """Nothing to stop: the shards are objects of this process (as RayServer.kill)."""
+
     def _submit(self, method: str, args: Sequence[tuple[Any, ...]], start: int = 0) -> list[Any]:
         return [getattr(s, method)(*a) for s, a in zip(self.shards[start:], args, strict=True)]
 

@@ -216,6 +216,10 @@ class Trainer:
                 self._checkpoint()
             except (ProcessLost, PeerLost, RunFailed) as e:
                 self.progress.note(f"no final checkpoint (the server is not whole: {e})")
+            else:  # the last point: a run shorter than log_every_seconds still has one
+                with contextlib.suppress(ProcessLost, PeerLost, RunFailed):
+                    self.guard.poll()
+                    self._log_point()
         self.evals.finish(wait=self.stopped_by not in ("interrupt", "fault"))
         summary = train_summary(self)
         write_summary(self.run_dir, summary)
@@ -368,13 +372,7 @@ class Trainer:
             self._inject(action)
         self.guard.poll()
         if self.log.due():
-            size = sum(self.replay.sizes()) if self.replay is not None else None
-            with contextlib.suppress(ProcessLost, PeerLost):  # a lost shard: next time
-                st = self.server.stats()
-                self.net_bytes = (st.bytes_pushed, st.bytes_pulled)
-            lr = self.cfg.optimizer.lr * self.lr_factor
-            self.log.flush(self.counters.env_steps, self.guard.last_seen, size, self.net_bytes, lr)
-            self.log.faults(self.faults, self.counters.env_steps)
+            self._log_point()
         self.progress.update(self._fraction(), self._status())
         evaluate = not self.stopped_by and self.evals.due(self.counters.env_steps)
         if evaluate or time.time() - self.last_ckpt >= self.cfg.checkpoint.every_seconds:
@@ -387,6 +385,17 @@ class Trainer:
                 if evaluate:
                     self.evals.submit(path, state, self.counters)
         self.evals.poll()
+
+    def _log_point(self) -> None:
+        """One TensorBoard point of everything logged over time (the server's version, the
+        replay's size, bytes, the learning rate, the faults)."""
+        size = sum(self.replay.sizes()) if self.replay is not None else None
+        with contextlib.suppress(ProcessLost, PeerLost):  # a lost shard: next time
+            st = self.server.stats()
+            self.net_bytes = (st.bytes_pushed, st.bytes_pulled)
+        lr = self.cfg.optimizer.lr * (self.lr_factor or 1.0)
+        self.log.flush(self.counters.env_steps, self.guard.last_seen, size, self.net_bytes, lr)
+        self.log.faults(self.faults, self.counters.env_steps)
 
     def _fraction(self) -> float:
         return stop_fraction(self.cfg.stop, self.counters, self.wall_base + self._elapsed())

@@ -17,8 +17,10 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -65,9 +67,11 @@ class Channel:
         self.conn = conn
         self.outbox = Outbox()
         self.inbox = Inbox()
+        self.lock = threading.Lock()  # threads of one process may send on one pipe
 
     def send(self, *msg: Any) -> None:
-        self.conn.send(self.outbox.pack(msg))
+        with self.lock:
+            self.conn.send(self.outbox.pack(msg))
 
     def recv(self) -> Any:
         return self.inbox.unpack(self.conn.recv())
@@ -157,20 +161,36 @@ def resolve(args: tuple, requests: Requester, proxies: dict[str, Any]) -> tuple:
 
 
 def main(
-    cls: type, args: tuple, ctrl: Connection, svc: Connection, path: list[str], nice: int
+    cls: type,
+    args: tuple,
+    ctrl: Connection,
+    svc: Connection,
+    path: list[str],
+    concurrency: int = 1,
 ) -> None:
-    """A child's life: build the instance, say "up", run calls until the pipe closes."""
+    """A child's life: build the instance, say "up", run calls until the pipe closes.
+
+    ``concurrency`` > 1 runs calls in that many threads (a supervised worker's ``stop``
+    beside its ``run``); results then come back in the order they finish, by call id."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the trainer, which stops us
     sys.path[:] = path  # the trainer's (env.imports, tests' modules) as it is now
-    if nice:
-        os.nice(nice)
     calls, requests, proxies = Channel(ctrl), Requester(Channel(svc)), {}
     try:
         instance = cls(*args)
     except BaseException as e:
-        calls.send("failed", *exception_message(e, traceback.format_exc()))
+        calls.send("failed", *exception_message(e, traceback.format_exc()), None)
         return
-    calls.send("up", os.getpid(), None)
+    calls.send("up", os.getpid(), None, None)
+
+    def run(call_id: int, method: str, call_args: tuple) -> None:
+        try:
+            value = getattr(instance, method)(*resolve(call_args, requests, proxies))
+        except BaseException as e:
+            calls.send("raised", *exception_message(e, traceback.format_exc()), call_id)
+        else:
+            calls.send("ok", value, None, call_id)
+
+    pool = ThreadPoolExecutor(concurrency) if concurrency > 1 else None
     while True:
         try:
             msg = calls.recv()
@@ -178,13 +198,12 @@ def main(
             break
         if msg is None:
             break
-        method, call_args = msg
-        try:
-            value = getattr(instance, method)(*resolve(call_args, requests, proxies))
-        except BaseException as e:
-            calls.send("raised", *exception_message(e, traceback.format_exc()))
+        if pool is None:
+            run(*msg)
         else:
-            calls.send("ok", value, None)
+            pool.submit(run, *msg)
+    if pool is not None:
+        pool.shutdown(wait=False, cancel_futures=True)
     close = getattr(instance, "close", None)
     if close is not None:
         close()

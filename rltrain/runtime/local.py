@@ -24,17 +24,20 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 
 from rltrain.driver import Done
-from rltrain.faults import RestorePoint
+from rltrain.faults import FaultAction, RestorePoint
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.server import LocalServer
 from rltrain.records import Role
+from rltrain.runtime.policy import respond
 from rltrain.runtime_config import RuntimeConfig
+
+__all__ = ["Done", "respond"]  # the contract's names that live elsewhere
 
 DESCRIPTION = "in-process (runtime.backend=local: threads, no Ray)"
 
@@ -62,6 +65,7 @@ class Remote:
         restarts); a thread takes none of it."""
         self.role, self.index, self.cpus = role, index, 0.0
         self.actor_id = f"{role}-{index}"
+        self.restarted_by = "nobody"  # a thread is not lost apart from its process
         self.instance = cls(*args)
         self._queue: queue.SimpleQueue[tuple[cf.Future, Any, tuple] | None] = queue.SimpleQueue()
         self._killed = False
@@ -147,6 +151,21 @@ class Pool:
         return out
 
 
+def wait_up(remotes: Sequence[Remote], say: Callable[[str], None], patience: float = 20.0) -> None:
+    """Nothing to wait for: a thread's constructor ran in :class:`Remote`."""
+
+
+def placement_note(waiting: Sequence[Remote]) -> str:
+    return ""
+
+
+def inject(
+    action: FaultAction, procs: dict[str, list[Any]], counters: Any, say: Callable[[str], None]
+) -> None:
+    """Threads cannot be killed or paused (the config refuses faults.events here)."""
+    say(f"injected fault: skipped {action.signal} {action.event.target}: threads of one process")
+
+
 def wait_any(futures: Sequence[cf.Future], timeout: float) -> list[cf.Future]:
     """The futures that are done, waiting up to ``timeout`` seconds for at least one."""
     done, _ = cf.wait(futures, timeout, return_when=cf.FIRST_COMPLETED)
@@ -187,10 +206,18 @@ class ServerGuard:
 
 
 def start_server(
-    init: torch.Tensor, optimizer: OptimizerConfig, rule: ServerConfig, num_workers: int, *_: Any
+    init: torch.Tensor,
+    optimizer: OptimizerConfig,
+    rule: ServerConfig,
+    num_workers: int,
+    runtime: RuntimeConfig | None = None,
+    max_restarts: int = 0,
+    record: bool = False,
+    sizes: Sequence[int] | None = None,
 ) -> LocalServer:
-    """The shards as objects of this process (the Ray backend's placement arguments unused)."""
-    return LocalServer(init, optimizer, rule, num_workers)
+    """The shards as objects of this process (``runtime`` and ``max_restarts``, Ray's placement
+    and restarts, unused; ``record``: each logs the pushes it receives)."""
+    return LocalServer(init, optimizer, rule, num_workers, record, sizes)
 
 
 def start_replay(cls: type, args: Sequence[tuple[Any, ...]], *_: Any) -> Any:
@@ -218,11 +245,15 @@ def cluster_cpus() -> float:
     return float(os.cpu_count() or 1)
 
 
+def free_cpus() -> float:
+    return cluster_cpus()
+
+
 def cluster_gpus() -> float:
     return float(torch.cuda.device_count())
 
 
-def fit_cpus(cfg: RuntimeConfig, processes: float, shards: int) -> RuntimeConfig:
+def fit_cpus(cfg: RuntimeConfig, workers: float, shards: int) -> RuntimeConfig:
     return cfg  # threads reserve nothing
 
 

@@ -179,9 +179,11 @@ class Remote:
         self.target, self.args = target, args
         self.max_restarts = max_restarts
         self.restarts = 0
+        self.concurrency = max_concurrency
         self.services: dict[str, Any] = {}
         self._lock = threading.Lock()
-        self._pending: list[cf.Future] = []
+        self._pending: dict[int, cf.Future] = {}
+        self._next_call = 0
         self._closing = False
         self._noted = 0  # deaths counted by mark_lost
         self._deaths = 0
@@ -192,11 +194,11 @@ class Remote:
         ctx = context()
         ctrl, ctrl_child = ctx.Pipe()
         svc, svc_child = ctx.Pipe()
-        nice = 0
         self.up: cf.Future = cf.Future()
+        path = list(sys.path)
         self.process = ctx.Process(
             target=child.main,
-            args=(self.target, self.args, ctrl_child, svc_child, list(sys.path), nice),
+            args=(self.target, self.args, ctrl_child, svc_child, path, self.concurrency),
             name=f"rltrain-{self.role}{self.index}",
             daemon=False,  # an actor may start processes of its own (gymnasium's async envs)
         )
@@ -219,9 +221,10 @@ class Remote:
             if self._closing:
                 future.set_exception(ProcessLost(self.actor_id, True, f"{self.name} was stopped"))
                 return future
-            self._pending.append(future)
+            self._next_call += 1
+            self._pending[self._next_call] = future
             with contextlib.suppress(BrokenPipeError, OSError):  # dead: the reader fails it
-                self.calls.send(method, service_names(args, self.services))
+                self.calls.send(self._next_call, method, service_names(args, self.services))
         return future
 
     @property
@@ -233,7 +236,7 @@ class Remote:
         failure: BaseException | None = None
         while True:
             try:
-                kind, value, tb = calls.recv()
+                kind, value, tb, call_id = calls.recv()
             except (EOFError, OSError):
                 break
             if kind == "up":
@@ -242,7 +245,7 @@ class Remote:
                 failure = child.rebuild(value, tb)
             else:
                 with self._lock:
-                    future = self._pending.pop(0)
+                    future = self._pending.pop(call_id)
                 if kind == "ok":
                     future.set_result(value)
                 else:
@@ -253,7 +256,7 @@ class Remote:
         self.process.join(timeout=5)
         code = self.process.exitcode
         with self._lock:
-            pending, self._pending = self._pending, []
+            pending, self._pending = list(self._pending.values()), {}
             closing = self._closing
             again = not closing and failure is None and self._may_restart()
             if not closing:
@@ -449,7 +452,7 @@ def free_cpus() -> float:
     return cluster_cpus()
 
 
-def fit_cpus(cfg: RuntimeConfig, processes: float, shards: int) -> RuntimeConfig:
+def fit_cpus(cfg: RuntimeConfig, workers: float, shards: int) -> RuntimeConfig:
     return cfg  # processes reserve nothing: the OS shares the cores
 
 

@@ -46,15 +46,16 @@ from rltrain.supervised.worker import SupervisedWorker, WorkerReport, WorkerSpec
 # The three ways a mode runs
 
 
-def run_ray_mode(cfg: BenchConfig, mode: str, data: SplitDataset, progress: Progress) -> ModeTrace:
-    """Workers and server shards as Ray processes (sync, soft_sync, async*, average).
+def run_server_mode(
+    cfg: BenchConfig, mode: str, data: SplitDataset, progress: Progress, runtime: Any
+) -> ModeTrace:
+    """Workers as processes of ``runtime`` (Ray's, or the process runtime's) around the server's
+    shards (Ray processes, or objects of this process): sync, soft_sync, async*, average.
 
-    Faults: a worker whose process dies is restarted by Ray and given the rest of the mode;
-    a lost server shard is restored, with every other shard, from the last snapshot's state
+    Faults: a worker whose process dies is restarted and given the rest of the mode; a lost
+    server shard (Ray) is restored, with every other shard, from the last snapshot's state
     (a bench keeps its restore points in memory: it writes no checkpoints).
     """
-    from rltrain import runtime  # Ray stays at the edge: imported only when used
-
     begin = time.time()
     specs = worker_specs(cfg, mode, data, cfg.workers)
     rule = specs[0].rule.rule
@@ -82,7 +83,7 @@ def run_ray_mode(cfg: BenchConfig, mode: str, data: SplitDataset, progress: Prog
     faults = FaultCounters()
     guard = runtime.ServerGuard(server, faults, progress.note)
     guard.remember(RestorePoint(0, server.state_dicts(), "the initial parameters"))
-    procs = {"worker": workers, "shard": server.shards}
+    procs = {"worker": workers, "shard": runtime.server_processes(server)}
     try:
         # constructors (data loading) are start-up, not training time
         runtime.wait_up(workers, progress.note)
@@ -218,7 +219,10 @@ def _snapshot(snapper: Snapshotter, server: Any, guard: Any, restorable: bool) -
         guard.check()
 
 
-def run_mode(cfg: BenchConfig, mode: str, data: SplitDataset, progress: Progress) -> ModeTrace:
+def run_mode(
+    cfg: BenchConfig, mode: str, data: SplitDataset, progress: Progress, runtime: Any = None
+) -> ModeTrace:
+    """One mode of the bench (``runtime``: the module that runs the server modes' workers)."""
     if mode == "baseline":
         return run_baseline(cfg, data, progress)  # local_modes: no Ray
     if mode == "hogwild":
@@ -235,19 +239,26 @@ def run_mode(cfg: BenchConfig, mode: str, data: SplitDataset, progress: Progress
         from rltrain.supervised.pipeline import run_pipeline_mode
 
         return run_pipeline_mode(cfg, mode, data, progress)
-    return run_ray_mode(cfg, mode, data, progress)
+    if runtime is None:
+        from rltrain import runtime as runtimes
+
+        runtime = runtimes.backend(cfg.runtime)
+    return run_server_mode(cfg, mode, data, progress, runtime)
 
 
 def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
     """`rltrain bench`: every mode in turn, evaluated and reported into ``run_dir``."""
-    from rltrain import runtime  # Ray stays at the edge: imported only when used
+    from rltrain import runtime as runtimes  # Ray stays at the edge: imported only when used
     from rltrain.supervised import report
+    from rltrain.supervised.config import bench_backend
 
     started = time.time()
     needs_ray = any(m not in ("baseline", "hogwild") for m in cfg.modes)
     extra: dict[str, Any] = {}  # summary.json's "ray": the job (as Ray names it), the nodes
+    name, why = bench_backend(cfg)
+    runtime = runtimes.backend(dataclasses.replace(cfg.runtime, backend=name))
     if needs_ray:
-        where = runtime.init_ray(cfg.runtime)
+        where = f"{runtime.init_ray(cfg.runtime)}, chosen by {why}"
         stages = cfg.model.stages  # a process and a server shard per stage of each replica
         shards = stages if stages > 1 else cfg.server.shards
         fitted = runtime.fit_cpus(cfg.runtime, cfg.workers * stages, shards)
@@ -259,7 +270,7 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
     try:
         for i, mode in enumerate(cfg.modes):
             label = f"[{i + 1}/{len(cfg.modes)} {mode}]"
-            trace = run_mode(cfg, mode, data, Progress(label))
+            trace = run_mode(cfg, mode, data, Progress(label), runtime)
             if trace.record is not None:
                 save_record(run_dir, trace)
             prog = Progress(label)

@@ -168,6 +168,23 @@ class SupervisedModelConfig:
 PIPELINE_MODES = ("sync", "async")
 
 
+RAY_MODES = ("sandblaster", "allreduce")
+"""Modes whose processes only Ray places (with pipelined models: model.stages > 1)."""
+
+
+def bench_backend(cfg: BenchConfig) -> tuple[str, str]:
+    """The runtime of a bench and why: ``auto`` is Ray for a cluster or for a mode that runs
+    on Ray only, else the process runtime."""
+    from rltrain.runtime_config import chosen_backend
+
+    name, why = chosen_backend(cfg.runtime)
+    ray_only = [m for m in cfg.modes if m in RAY_MODES]
+    ray_only += ["pipeline"] if cfg.model.stages > 1 else []
+    if cfg.runtime.backend == "auto" and ray_only:
+        return "ray", f"runtime.backend=auto with mode {ray_only[0]}, which runs on Ray only"
+    return name, why
+
+
 @dataclass(frozen=True)
 class BenchConfig:
     """`rltrain bench`: the same problem trained by each update rule, compared on one table."""
@@ -204,10 +221,18 @@ class BenchConfig:
     def __post_init__(self) -> None:
         if not self.modes:
             raise ValueError("modes: list at least one mode")
-        if self.runtime.backend != "ray":
+        if self.runtime.backend == "local":
             raise ValueError(
-                f"runtime.backend={self.runtime.backend}: rltrain bench runs its workers as "
-                "Ray processes; use backend ray (backend local is for rltrain train)"
+                "runtime.backend=local: rltrain bench runs its workers as processes; use backend "
+                "auto, process or ray (backend local is for rltrain train)"
+            )
+        ray_only = [m for m in self.modes if m in RAY_MODES] + (
+            ["pipeline (model.stages > 1)"] if self.model.stages > 1 else []
+        )
+        if self.runtime.backend == "process" and ray_only:
+            raise ValueError(
+                f"runtime.backend=process: mode {ray_only[0]} runs on Ray only; use backend "
+                "auto or ray"
             )
         check_momentum_correction(self.optimizer, self.server)
         self._check_server_options()

@@ -1,0 +1,151 @@
+"""The runtime contract: what the trainer, the plans and the bench ask of a runtime.
+
+Three modules satisfy it: :mod:`rltrain.runtime` (Ray processes, a cluster or one machine),
+:mod:`rltrain.runtime.process` (OS processes of one machine) and :mod:`rltrain.runtime.local`
+(threads of one process). :func:`rltrain.runtime.backend` returns one of them; callers hold it
+as a :class:`Runtime`. ``tests/test_runtime_contract.py`` checks each module against these
+Protocols, names and signatures, so a member added to one runtime and not the others fails
+there, not in a user's run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from rltrain.driver import Done
+from rltrain.faults import FaultAction
+from rltrain.records import Role, Verdict
+from rltrain.runtime_config import RuntimeConfig
+
+Say = Callable[[str], None]
+
+
+class RemoteProcess(Protocol):
+    """A plain class placed somewhere (a Ray process, an OS process, a thread): its calls run
+    one at a time, in order."""
+
+    role: Role
+    index: int
+    actor_id: str
+    cpus: float
+    restarted_by: str
+    """Who restarts it after a crash, for the log ("Ray", "the trainer")."""
+
+    def call(self, method: str, *args: Any) -> Any:
+        """Start ``method(*args)`` there; a future of its result."""
+
+    def is_up(self) -> bool:
+        """Whether it has started (without waiting)."""
+
+    def node(self) -> str | None:
+        """The node it runs on, once known (None: this machine)."""
+
+    def pid(self) -> int:
+        """Its process id (waits until it is up)."""
+
+    def mark_lost(self) -> bool:
+        """Note that this incarnation died; False if already noted."""
+
+    def kill(self) -> None:
+        """Stop it for good."""
+
+
+class CallPool(Protocol):
+    """The calls in flight, one per process, their results, losses and revivals."""
+
+    calls: dict[Any, Any]
+
+    def submit(
+        self, remote: Any, method: str, *args: Any, tag: Any = None, fetch: bool = True
+    ) -> Any: ...
+
+    def __len__(self) -> int: ...
+
+    def watch(self, remote: Any) -> None:
+        """Report ``remote`` once it is back (it was found dead some other way)."""
+
+    def busy(self, remote: Any) -> bool: ...
+
+    def restarting(self) -> list[Any]: ...
+
+    def wait(self, timeout: float) -> list[Done]:
+        """Finished calls, lost processes and revived ones, waiting up to ``timeout``."""
+
+
+class Guard(Protocol):
+    """Watches the server's shards (restores them all when one is lost) and keeps the
+    barrier's bookkeeping of lost workers."""
+
+    POLL_S: float
+    last_seen: int
+    left: set[int]
+
+    def leave(self, worker_id: int) -> None: ...
+
+    def join(self, worker_id: int) -> None: ...
+
+    def remember(self, point: Any) -> None: ...
+
+    def poll(self) -> bool: ...
+
+    def check(self) -> bool: ...
+
+
+class Runtime(Protocol):
+    """A runtime module, as the trainer and the bench use it."""
+
+    Remote: Callable[..., RemoteProcess]
+    Pool: Callable[[], CallPool]
+    ServerGuard: Callable[[Any, Any, Say], Guard]
+
+    def init_ray(self, cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
+        """Start the runtime; a line saying what it is."""
+
+    def shutdown(self) -> None: ...
+
+    def cluster_cpus(self) -> float: ...
+
+    def cluster_gpus(self) -> float: ...
+
+    def free_cpus(self) -> float: ...
+
+    def fit_cpus(self, cfg: RuntimeConfig, workers: float, shards: int) -> RuntimeConfig: ...
+
+    def ray_record(self) -> dict[str, Any]:
+        """summary.json's "ray": the backend, the job, the nodes."""
+
+    def start_server(
+        self, init: Any, optimizer: Any, rule: Any, num_workers: int, *args: Any
+    ) -> Any: ...
+
+    def start_replay(self, cls: type, args: Sequence[tuple[Any, ...]], *rest: Any) -> Any: ...
+
+    def server_processes(self, server: Any) -> list[Any]: ...
+
+    def respond(
+        self,
+        d: Done,
+        rule: str,
+        on_worker_loss: str,
+        server: Any,
+        guard: Any,
+        counters: Any,
+        say: Say,
+    ) -> Verdict: ...
+
+    def inject(
+        self, action: FaultAction, procs: dict[str, list[Any]], counters: Any, say: Say
+    ) -> None: ...
+
+    def wait_up(self, remotes: Sequence[Any], say: Say, patience: float = 20.0) -> None: ...
+
+    def placement_note(self, waiting: Sequence[Any]) -> str: ...
+
+    def wait_any(self, futures: Sequence[Any], timeout: float) -> list[Any]: ...
+
+    def get(self, futures: Sequence[Any]) -> list[Any]: ...
+
+
+MEMBERS: dict[str, type] = {"Remote": RemoteProcess, "Pool": CallPool, "ServerGuard": Guard}
+"""The classes of a runtime module and the Protocol each satisfies."""

@@ -1,0 +1,250 @@
+"""runtime.backend=process: actors and workers as OS processes, tensors through shared memory."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rltrain.cli import main
+from rltrain.faults import ProcessLost
+from rltrain.runtime import process
+from rltrain.runtime.shm import Inbox, Outbox, SlotRef
+
+ROOT = Path(__file__).resolve().parents[1]
+CFG = ROOT / "configs"
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+@pytest.fixture
+def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rltrain import runtime
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("runtime.backend=process started Ray")
+
+    monkeypatch.setattr(runtime, "init_ray", refuse)
+
+
+# --- shared memory ---------------------------------------------------------------------------
+
+
+def test_slots_are_reused_across_100_rollouts_and_values_arrive_intact() -> None:
+    out, inbox = Outbox(), Inbox()
+    g = torch.Generator().manual_seed(0)
+    for i in range(100):
+        obs = torch.rand(32, 8, 4, generator=g)
+        msg = {"obs": obs, "actions": np.arange(2048) + i, "small": torch.ones(3), "i": i}
+        packed = out.pack(msg)
+        assert isinstance(packed["obs"], SlotRef) and isinstance(packed["actions"], SlotRef)
+        assert isinstance(packed["small"], torch.Tensor)  # under MIN_BYTES: in the pickle
+        got = inbox.unpack(packed)
+        assert torch.equal(got["obs"], obs) and (got["actions"] == np.arange(2048) + i).all()
+        assert got["i"] == i
+        if i == 0:
+            held = out.nbytes()
+    assert len(out.slots) == 2 and out.nbytes() == held  # no growth after the first message
+
+
+def test_a_slot_not_yet_read_is_not_overwritten() -> None:
+    out, inbox = Outbox(), Inbox()
+    a, b = torch.zeros(2048), torch.ones(2048)
+    first, second = out.pack(a), out.pack(b)  # both in flight: two slots
+    assert first.slot != second.slot
+    assert torch.equal(inbox.unpack(first), a) and torch.equal(inbox.unpack(second), b)
+    third = out.pack(a)  # both read: a freed slot is reused
+    assert third.slot in (first.slot, second.slot) and third.storage is None
+
+
+# --- processes -------------------------------------------------------------------------------
+
+
+class Counter:
+    def __init__(self, start: int) -> None:
+        self.n = start
+
+    def add(self, k: int) -> int:
+        self.n += k
+        return self.n
+
+    def big(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
+
+    def boom(self) -> None:
+        raise ZeroDivisionError("in the child")
+
+
+def test_calls_run_in_order_in_a_child_and_tensors_come_back() -> None:
+    r = process.Remote(Counter, 10, role="actor", index=0)
+    try:
+        futures = [r.call("add", k) for k in (1, 2, 3)]
+        assert [f.result(timeout=60) for f in futures] == [11, 13, 16]
+        x = torch.arange(10_000, dtype=torch.float32)
+        assert torch.equal(r.call("big", x).result(timeout=60), x * 2)
+        import os
+
+        assert r.call("pid").result(timeout=60) != os.getpid()
+    finally:
+        r.kill()
+        process.shutdown()
+
+
+def test_a_call_that_raises_fails_the_run_with_its_own_error() -> None:
+    pool, r = process.Pool(), process.Remote(Counter, 0)
+    try:
+        pool.submit(r, "boom")
+        with pytest.raises(ZeroDivisionError, match="in the child"):
+            while True:
+                pool.wait(30.0)
+    finally:
+        r.kill()
+        process.shutdown()
+
+
+def test_a_killed_process_is_lost_then_restarted_and_reported_back() -> None:
+    """As on Ray: the call in flight fails with ProcessLost, the pool reports the process
+    revived once its constructor ran again, and a process out of restarts is gone."""
+    import os
+    import signal
+
+    pool, r = process.Pool(), process.Remote(Counter, 5, max_restarts=1)
+    try:
+        first = r.pid()
+        os.kill(first, signal.SIGKILL)
+        pool.submit(r, "add", 1)
+        seen = []
+        while not any(d.revived for d in seen):
+            seen += pool.wait(30.0)
+        lost = [d for d in seen if d.error is not None]
+        assert isinstance(lost[0].error, ProcessLost) and not lost[0].error.permanent
+        assert r.mark_lost() and not r.mark_lost()  # one death, noted once
+        assert r.pid() != first and r.restarts == 1
+        assert r.call("add", 1).result(timeout=60) == 6  # a fresh instance: the constructor's 5
+        os.kill(r.pid(), signal.SIGKILL)  # no restarts left
+        pool.submit(r, "add", 1)
+        done = []
+        while not done:
+            done = pool.wait(30.0)
+        assert isinstance(done[0].error, ProcessLost) and done[0].error.permanent
+    finally:
+        r.kill()
+        process.shutdown()
+
+
+def test_learners_stay_in_the_trainers_process() -> None:
+    r = process.Remote(Counter, 0, role="learner", index=0)
+    assert isinstance(r, process.ThreadRemote)
+    r.kill()
+
+
+# --- runs ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "algo,config",
+    [
+        ("a3c", "cartpole_a3c.yaml"),
+        ("a2c", "cartpole_a3c.yaml"),
+        ("ppo", "cartpole_ppo.yaml"),
+        ("impala", "cartpole_impala.yaml"),
+        ("appo", "cartpole_appo.yaml"),
+        ("dqn", "cartpole_gorila.yaml"),
+    ],
+)
+def test_every_algorithm_runs_on_processes(
+    tmp_path: Path, no_ray: None, algo: str, config: str
+) -> None:
+    run_dir = tmp_path / algo
+    argv = ["train", str(CFG / config), "--run-dir", str(run_dir), "--set", f"algo.name={algo}"]
+    argv += ["--set", "runtime.backend=process", "--set", "stop.max_env_steps=3000"]
+    argv += ["--set", "stop.mean_return=null"]
+    assert main(argv) == 0
+    s = summary(run_dir)
+    assert s["stopped_by"] == "max_env_steps" and s["env_steps"] >= 3000
+    assert s["updates_applied"] > 0 and s["episodes"] > 0
+    assert s["ray"]["backend"] == "process"
+    assert list((run_dir / "checkpoints").glob("ckpt-*.pt"))
+
+
+def test_auto_is_the_process_runtime_on_one_machine(
+    tmp_path: Path, no_ray: None, capsys: pytest.CaptureFixture
+) -> None:
+    run_dir = tmp_path / "auto"
+    argv = ["train", str(CFG / "cartpole_a3c.yaml"), "--run-dir", str(run_dir)]
+    assert main([*argv, "--set", "stop.max_env_steps=2000", "--set", "stop.mean_return=null"]) == 0
+    out = capsys.readouterr().out
+    assert "runtime: processes on this machine" in out
+    assert "chosen by runtime.backend=auto without --address: one machine" in out
+    assert summary(run_dir)["ray"]["backend"] == "process"
+
+
+def test_a_killed_actor_process_is_restarted_and_the_run_goes_on(
+    tmp_path: Path, no_ray: None, capsys: pytest.CaptureFixture
+) -> None:
+    run_dir = tmp_path / "kill"
+    argv = ["train", str(CFG / "cartpole_appo.yaml"), "--run-dir", str(run_dir)]
+    argv += ["--set", "runtime.backend=process", "--set", "stop.mean_return=null"]
+    argv += ["--set", "stop.max_env_steps=40000", "--set", "faults.max_restarts=2"]
+    argv += ["--set", "faults.events=[{at: 0.5, target: actor, index: 0, action: kill}]"]
+    assert main(argv) == 0
+    s = summary(run_dir)
+    assert s["stopped_by"] == "max_env_steps"
+    assert s["faults"]["injected"] == 1 and s["faults"]["actor_restarts"] == 1
+    out = "".join(capsys.readouterr())
+    assert "injected fault: kill actor 0 (pid" in out
+    assert "actor 0 lost: its process died; the trainer restarts it" in out
+    assert "actor 0 is back" in out
+
+
+def test_replay_add_and_sample_from_many_threads_at_once() -> None:
+    """The process runtime's replay memory is served by one thread per actor process while
+    learner threads sample it: concurrent adds and samples lose nothing and never fail."""
+    from rltrain.replay import ReplayMemory, TransitionBlock
+    from rltrain.replay.local import LocalReplay
+
+    replay = LocalReplay([ReplayMemory(4096, (4,), "float32", seed=0)])
+    errors: list[BaseException] = []
+    T, B = 8, 4
+    no = np.zeros((T, B), dtype=bool)
+
+    def add(k: int) -> None:
+        try:
+            for i in range(50):
+                obs = np.full((T + 1, B, 4), k * 1000 + i, dtype=np.float32)
+                actions, rewards = np.zeros((T, B), np.int64), np.ones((T, B), np.float32)
+                block = TransitionBlock.from_steps(
+                    k, obs, actions, rewards, no, no, frame_stack=1, final_obs=obs[:0, 0]
+                )
+                replay.add(0, block)
+        except BaseException as e:  # pragma: no cover - the failure the test looks for
+            errors.append(e)
+
+    def sample() -> None:
+        try:
+            for _ in range(200):
+                if replay.sizes()[0] >= 64:
+                    batch = replay.sample(0, 32)
+                    assert batch.obs.shape[-1] == 4
+        except BaseException as e:  # pragma: no cover
+            errors.append(e)
+
+    threads = [threading.Thread(target=add, args=(k,)) for k in range(4)]
+    threads += [threading.Thread(target=sample) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors[0]
+    assert replay.sizes()[0] == min(4096, 4 * 50 * T * B)

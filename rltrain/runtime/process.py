@@ -32,7 +32,8 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+import types
+from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -147,6 +148,22 @@ def serve(conn: Connection, services: dict[str, Any]) -> None:
             return
 
 
+@contextlib.contextmanager
+def _no_main() -> Iterator[None]:
+    """Start a child without the parent's ``__main__``. multiprocessing's children import the
+    parent's main script (as ``__mp_main__``) so that its functions can be unpickled; ours
+    run only rltrain's classes and ``env.imports`` modules, and a user's script without an
+    ``if __name__ == "__main__":`` guard (``rltrain.train(...)`` at its top level) would run
+    its training again in every child. A stand-in module, for the start only, gives them
+    nothing to import."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
 class Remote:
     """A plain class in a process of its own (learners: in a thread of this one, see
     :data:`IN_TRAINER`): ``call`` returns a future of the method's result; the process runs
@@ -202,7 +219,8 @@ class Remote:
             name=f"rltrain-{self.role}{self.index}",
             daemon=False,  # an actor may start processes of its own (gymnasium's async envs)
         )
-        self.process.start()
+        with _no_main():
+            self.process.start()
         ctrl_child.close()
         svc_child.close()
         self.calls = child.Channel(ctrl)

@@ -143,6 +143,33 @@ def test_a_killed_process_is_lost_then_restarted_and_reported_back() -> None:
         process.shutdown()
 
 
+def test_100_rollouts_of_a_real_actor_process_reuse_the_same_shared_memory() -> None:
+    """A CartPole actor in its own process: each rollout's tensors arrive through the same
+    slots (the trainer's inbox holds as many as the first rollout made, after 100 of them),
+    and its pulls through the same parameter slot."""
+    from rltrain.config import load_config
+    from rltrain.rl.actor import Actor
+    from rltrain.rl.config import TrainConfig, server_rule
+    from rltrain.rl.setup import initial_params, probe_env
+    from rltrain.runtime.local import start_server
+
+    cfg = load_config(TrainConfig, str(CFG / "cartpole_appo.yaml"), ["env.num_envs=16"])
+    server = start_server(initial_params(cfg, probe_env(cfg)), cfg.optimizer, server_rule(cfg), 1)
+    r = process.Remote(Actor, cfg, 0)
+    try:
+        first = r.call("collect", server).result(timeout=120)
+        slots = dict(r.calls.inbox.slots)
+        assert slots, "a rollout's tensors came through shared memory"
+        for _ in range(99):
+            rollout = r.call("collect", server).result(timeout=120)
+        assert r.calls.inbox.slots == slots  # the same slots, none added
+        assert rollout.obs.shape == first.obs.shape and rollout.env_steps == first.env_steps
+        assert not rollout.obs.is_shared()  # the trainer holds a copy: the slot is free again
+    finally:
+        r.kill()
+        process.shutdown()
+
+
 def test_learners_stay_in_the_trainers_process() -> None:
     r = process.Remote(Counter, 0, role="learner", index=0)
     assert isinstance(r, process.ThreadRemote)

@@ -22,6 +22,9 @@ import time
 import numpy as np
 import torch
 
+from rltrain.records import Params
+from rltrain.rl.actor import Actor
+
 
 def raw_fps(num_envs: int, threads: int, seconds: float) -> float:
     from ale_py.vector_env import AtariVectorEnv
@@ -45,21 +48,16 @@ def raw_fps(num_envs: int, threads: int, seconds: float) -> float:
     return fps
 
 
-def sampling_actor() -> type:
+class SamplingActor(Actor):
     """An Actor that samples for a while and counts its steps (a class of an importable
     module, so that a forkserver's child can build it)."""
-    from rltrain.records import Params
-    from rltrain.rl.actor import Actor
 
-    class SamplingActor(Actor):
-        def sample(self, params: Params, seconds: float) -> int:
-            self.load(params)
-            steps, t0 = 0, time.perf_counter()
-            while time.perf_counter() - t0 < seconds:
-                steps += self.rollout().env_steps
-            return steps
-
-    return SamplingActor
+    def sample(self, params: Params, seconds: float) -> int:
+        self.load(params)
+        steps, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            steps += self.rollout().env_steps
+        return steps
 
 
 def actor_fps(
@@ -69,7 +67,6 @@ def actor_fps(
 
     from rltrain import runtime as runtimes
     from rltrain.config import load_config
-    from rltrain.records import Params
     from rltrain.rl.config import TrainConfig
     from rltrain.rl.setup import initial_params, probe_env
 
@@ -96,10 +93,6 @@ def actor_fps(
         h.kill()
     runtime.shutdown()
     return fps
-
-
-if __name__ != "__main__":
-    SamplingActor = sampling_actor()
 
 
 def main() -> None:

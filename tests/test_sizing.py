@@ -152,3 +152,32 @@ def test_the_rollout_cap_grows_while_learners_starve_and_shrinks_while_rollouts_
     assert two.low == 8
     gone = [two.update(starving=False, queued=3, batches=2) for _ in range(10)]  # one learner
     assert gone[-1] == 4  # gone for good: down to two batches of the one left
+
+
+@pytest.mark.parametrize(
+    ("env_id", "actors", "cpus", "groups"),
+    [
+        ("ALE/Pong-v5", 0, 2, 2),  # appo: 1 actor on 2 cores overlaps emulation and inference
+        ("ALE/Pong-v5", 2, 2, 1),  # every core holds an actor: nothing to overlap
+        ("ALE/Pong-v5", 4, 16, 2),
+        ("ALE/Pong-v5", 0, 16, 1),  # 15 actors on 16 cores
+        ("CartPole-v1", 0, 16, 1),  # Gymnasium vectors step in the actor's thread
+    ],
+)
+def test_auto_groups_overlap_only_where_an_actor_has_two_cores(
+    env_id: str, actors: int, cpus: int, groups: int
+) -> None:
+    from envs import EnvConfig
+
+    c = cfg("appo", actors=actors, env=EnvConfig(id=env_id, num_envs=8))
+    assert sized(c, cpus).env.groups == groups
+    explicit = cfg("appo", actors=actors, env=EnvConfig(id=env_id, num_envs=8, groups=3))
+    assert sized(explicit, cpus).env.groups == 3  # a number given is kept
+
+
+def test_the_process_runtime_counts_the_cores_this_process_may_use() -> None:
+    import os
+
+    from rltrain.runtime import process
+
+    assert process.cluster_cpus() == len(os.sched_getaffinity(0))

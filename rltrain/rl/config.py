@@ -6,7 +6,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from envs import EnvConfig
+from envs import EnvConfig, env_groups
 from rltrain.config import ConfigError, spec
 from rltrain.faults import FaultsConfig
 from rltrain.ps.config import OptimizerConfig, ServerConfig, check_momentum_correction
@@ -449,16 +449,21 @@ def waits_at_barrier(cfg: TrainConfig) -> bool:
     return server_rule(cfg).rule in ("sync", "soft_sync")
 
 
-def sized(cfg: TrainConfig, cpus: float, gpu: bool = False, backend: str = "ray") -> TrainConfig:
-    """``cfg`` with ``actors: auto`` resolved against the ``cpus`` the runtime reports (Ray's,
-    or this machine's cores): one process per CPU, the learners' first (a CPU each, half of
-    one when it drives a GPU), at least one."""
-    if cfg.actors:
-        return cfg
-    learners = cfg.learners * learner_cpus(gpu) if cfg.algo.name in SPLIT_ALGOS else 0
-    actors = max(1, int(cpus - learners))
+def sized(cfg: TrainConfig, cpus: float, gpu: bool = False) -> TrainConfig:
+    """``cfg`` with ``actors: auto`` and ``env.groups: auto`` resolved against the ``cpus``
+    the runtime reports (Ray's, or this machine's cores). Actors: one process per CPU, the
+    learners' first (a CPU each, half of one when it drives a GPU), at least one. Groups
+    (:func:`envs.env_groups`): Atari overlaps emulation and inference in two groups only
+    where each actor has two cores or more."""
+    actors = cfg.actors
+    if not actors:
+        learners = cfg.learners * learner_cpus(gpu) if cfg.algo.name in SPLIT_ALGOS else 0
+        actors = max(1, int(cpus - learners))
     try:
-        return dataclasses.replace(cfg, actors=actors)
+        groups = cfg.env.groups or env_groups(cfg.env, cpus / actors)
+        return dataclasses.replace(
+            cfg, actors=actors, env=dataclasses.replace(cfg.env, groups=groups)
+        )
     except ValueError as e:  # e.g. a fault event for an actor index the machine does not have
         raise ConfigError(f"actors=auto gave {actors} on {cpus:.0f} CPUs: {e}") from None
 

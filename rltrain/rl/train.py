@@ -168,7 +168,7 @@ class Trainer:
         where = f"{where}, chosen by {why}"
         self.gpu = gpu_learners(cfg, runtime.cluster_gpus(), name == "ray")
         cpus = runtime.cluster_cpus()
-        cfg = sized(cfg, cpus, self.gpu, name)
+        cfg = sized(cfg, cpus, self.gpu)
         processes = cfg.actors + (cfg.learners * learner_cpus(self.gpu) if split else 0)
         fitted = runtime.fit_cpus(cfg.runtime, processes, cfg.server.shards)
         where += f"; {describe_sizes(cfg)}; learners on {'GPU' if self.gpu else 'CPU'}"

@@ -1,13 +1,14 @@
 """Faults: losing processes, surviving it, and causing it on purpose.
 
 Plain Python, no Ray. :mod:`rltrain.runtime` turns Ray's errors into :class:`ProcessLost` and
-:class:`PeerLost`; the drivers (``rl/train.py``, ``supervised/bench.py``) count them in
+:class:`PeerLost` (:mod:`rltrain.runtime.process`, a dead child into :class:`ProcessLost`);
+the drivers (``rl/train.py``, ``supervised/bench.py``) count them in
 :class:`FaultCounters`, and :class:`FaultSchedule` fires the configured ``faults.events`` (kills
 and pauses of chosen processes at chosen times; ``slow`` events are applied by the workers
 themselves through :class:`Slowdown`).
 
 Why this shape: DistBelief and Gorila keep training when parts fail because no part waits for
-any one other part. Here a lost worker, actor or learner is restarted by Ray and rejoins with
+any one other part. Here a lost worker, actor or learner is restarted and rejoins with
 fresh parameters while the others go on; a lost server shard is restored from the latest
 checkpoint, which bounds the loss to the updates since then.
 """
@@ -38,7 +39,7 @@ class FaultEvent:
     """One injected fault: ``action`` on process ``target`` number ``index``, ``at`` seconds in."""
 
     action: str = field(default="kill", metadata=spec(choices=ACTIONS))
-    """kill: SIGKILL the process (Ray restarts it); pause: SIGSTOP it for `seconds`, then
+    """kill: SIGKILL the process (the runtime restarts it); pause: SIGSTOP it for `seconds`, then
     SIGCONT (a machine that hangs); slow: from `at` for `seconds` (0 = to the end) every step
     of a supervised worker takes `factor` times as long (a straggler); remove: the worker
     leaves for good (elastic: barriers count one fewer); add: a new worker joins, training on
@@ -86,9 +87,9 @@ class FaultsConfig:
     benchmarks)."""
 
     max_restarts: int = field(default=3, metadata=spec(ge=-1))
-    """Times Ray restarts each worker, actor, learner or server shard after its process dies
-    (-1 = always, 0 = never: the run goes on with the live ones; a lost shard, or the last
-    process of a role, ends it)."""
+    """Times the runtime (Ray, or the process runtime's trainer) restarts each worker, actor,
+    learner or server shard after its process dies (-1 = always, 0 = never: the run goes on
+    with the live ones; a lost shard, or the last process of a role, ends it)."""
     on_worker_loss: str = field(default="wait", metadata=spec(choices=ON_WORKER_LOSS))
     """sync/average barriers (and a2c) when a worker dies: wait for its restart (every step
     keeps N gradients), or continue with the live workers until it rejoins. soft_sync and
@@ -117,7 +118,7 @@ class FaultsConfig:
 
 
 class ProcessLost(Exception):
-    """The Ray process that ran a call died during it (``permanent``: it will not restart)."""
+    """The process that ran a call died during it (``permanent``: it will not restart)."""
 
     def __init__(self, actor_id: str, permanent: bool, detail: str = "") -> None:
         super().__init__(detail or f"actor {actor_id} died")

@@ -4,7 +4,8 @@
   as soon as it returns, a2c/ppo in rounds, so that every worker runs the same number of
   barrier steps and none is left waiting at the end.
 * :class:`ActorLearnerPlan` (impala, appo): acting-only actors whose rollouts (Ray object
-  references, never fetched by the driver) are batched to the next free learner; a bounded
+  references, never fetched by the driver; on the process runtime, copies out of shared
+  memory) are batched to the next free learner; a bounded
   queue makes actors wait rather than memory grow.
 * :class:`ReplayPlan` (dqn, Gorila): actors fill the replay shards; learners start once the
   memory holds ``dqn.learning_starts`` transitions, and actors pause while they are more than

@@ -4,7 +4,8 @@ The driver only orchestrates. The one loop of :func:`rltrain.driver.drive` keeps
 process busy with one call in flight, with the algorithm's plan (:mod:`rltrain.rl.plans`)
 saying what to submit; the :class:`Trainer` gathers the statistics the calls return, logs
 them, checks the stop criteria, writes checkpoints and decides what a lost process means.
-Rollouts go from actors to learners as Ray object references, never through the driver.
+Rollouts go from actors to learners as Ray object references, never through the driver (the
+process runtime copies them out of shared memory as they arrive; its learners are threads).
 """
 
 from __future__ import annotations
@@ -208,7 +209,8 @@ class Trainer:
         self.last_ckpt = time.time()
 
     def _finish(self, runtime: Any) -> dict[str, Any]:
-        """Final checkpoint, summary.json, and a clean Ray shutdown, however the run ended."""
+        """Final checkpoint, summary.json, and a clean stop of every process (or Ray), however
+        the run ended."""
         self.counters.wall_seconds = self.wall_base + self._elapsed()
         resume_all()  # never leave a process stopped by an injected pause
         if self.server is not None:

@@ -185,10 +185,13 @@ def main(
     def run(call_id: int, method: str, call_args: tuple) -> None:
         try:
             value = getattr(instance, method)(*resolve(call_args, requests, proxies))
+            reply: tuple = ("ok", value, None, call_id)
         except BaseException as e:
-            calls.send("raised", *exception_message(e, traceback.format_exc()), call_id)
-        else:
-            calls.send("ok", value, None, call_id)
+            reply = ("raised", *exception_message(e, traceback.format_exc()), call_id)
+        try:
+            calls.send(*reply)
+        except (BrokenPipeError, OSError):  # the trainer is gone: so are we, quietly
+            os._exit(0)
 
     pool = ThreadPoolExecutor(concurrency) if concurrency > 1 else None
     while True:

@@ -158,6 +158,11 @@ TOLD_ON_RESUME = ("algo", "env", "model", "optimizer", "normalize", "schedule", 
 """Sections whose changes a resume names (actors, runtime and eval are sized or read anew)."""
 
 
+SIZED_KEYS = ("env.groups",)
+"""Keys whose auto (0) the trainer resolves for the machine (:func:`rltrain.rl.config.sized`):
+a checkpoint holds what auto chose there."""
+
+
 def resume_changes(path: Path, saved: dict[str, Any] | None, cfg: TrainConfig) -> list[str]:
     """What ``cfg`` changes against the config the checkpoint at ``path`` was saved under
     (``saved``; None for checkpoints that carry none): ``key: old -> new`` for the sections
@@ -166,7 +171,11 @@ def resume_changes(path: Path, saved: dict[str, Any] | None, cfg: TrainConfig) -
         return []
     old, new = dotted(saved), dotted(to_dict(cfg))
     changed = [
-        k for k, v in new.items() if k.split(".")[0] in TOLD_ON_RESUME and old.get(k, v) != v
+        k
+        for k, v in new.items()
+        if k.split(".")[0] in TOLD_ON_RESUME
+        and old.get(k, v) != v
+        and not (k in SIZED_KEYS and v == 0)  # auto, which the checkpoint holds resolved
     ]
     for key in KEPT_ON_RESUME:
         if key in changed and old[key] != "auto":  # auto: left to this rltrain to decide

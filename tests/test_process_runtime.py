@@ -63,6 +63,31 @@ def test_a_slot_not_yet_read_is_not_overwritten() -> None:
     assert third.slot in (first.slot, second.slot) and third.storage is None
 
 
+def test_a_dataclass_that_checks_its_fields_crosses_whole() -> None:
+    """A record is rebuilt without running its checks on the slot references (a
+    TransitionBlock of Atari frames reads their shape in __post_init__)."""
+    from rltrain.replay import TransitionBlock
+
+    T, B = 4, 2
+    obs = np.random.default_rng(0).integers(0, 255, (T + 1, B, 1, 84, 84), dtype=np.uint8)
+    no = np.zeros((T, B), dtype=bool)
+    actions, rewards = np.zeros((T, B), np.int64), np.zeros((T, B), np.float32)
+    block = TransitionBlock.from_steps(
+        3, obs, actions, rewards, no, no, frame_stack=1, final_obs=obs[:0, 0]
+    )
+    out, inbox = Outbox(), Inbox()
+    packed = out.pack(block)
+    assert isinstance(packed.frames, SlotRef)
+    got = inbox.unpack(packed)
+    assert type(got) is TransitionBlock and (got.frames == block.frames).all()
+    assert (got.obs0 == block.obs0).all() and got.stream == 3
+
+
+def test_little_shared_memory_is_said_on_the_runtime_line(tmp_path: Path) -> None:
+    assert process.shm_note(str(tmp_path)) in ("", process.shm_note(str(tmp_path)))
+    assert process.shm_note(str(tmp_path / "missing")) == ""
+
+
 # --- processes -------------------------------------------------------------------------------
 
 
@@ -165,6 +190,74 @@ def test_100_rollouts_of_a_real_actor_process_reuse_the_same_shared_memory() -> 
         assert r.calls.inbox.slots == slots  # the same slots, none added
         assert rollout.obs.shape == first.obs.shape and rollout.env_steps == first.env_steps
         assert not rollout.obs.is_shared()  # the trainer holds a copy: the slot is free again
+    finally:
+        r.kill()
+        process.shutdown()
+
+
+class Flaky:
+    """Builds once; later builds read a flag file: "exit" dies before it is up (once), "raise"
+    raises."""
+
+    def __init__(self, flag: str) -> None:
+        import os
+
+        path = Path(flag)
+        what = path.read_text() if path.exists() else ""
+        if what == "exit":
+            path.unlink()
+            os._exit(3)
+        if what == "raise":
+            raise ValueError("the env cannot be made now")
+
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
+
+
+def test_a_process_that_dies_again_while_restarting_is_still_reported_back(
+    tmp_path: Path,
+) -> None:
+    import os
+    import signal
+
+    flag = tmp_path / "flag"
+    pool, r = process.Pool(), process.Remote(Flaky, str(flag), max_restarts=3)
+    try:
+        first = r.pid()  # up before the flag is set
+        flag.write_text("exit")
+        os.kill(first, signal.SIGKILL)
+        pool.submit(r, "pid")
+        seen = []
+        while not any(d.revived for d in seen):
+            seen += pool.wait(30.0)
+        lost = [d for d in seen if d.error is not None]
+        assert len(lost) == 2 and all(not d.error.permanent for d in lost)
+        assert r.restarts == 2 and r.call("pid").result(timeout=60) == r.pid()
+    finally:
+        r.kill()
+        process.shutdown()
+
+
+def test_a_restart_whose_constructor_raises_is_a_permanent_loss(tmp_path: Path) -> None:
+    """As Ray's ActorDiedError: the process is gone for good, with the constructor's error in
+    the message, not a traceback that ends the run."""
+    import os
+    import signal
+
+    flag = tmp_path / "flag"
+    pool, r = process.Pool(), process.Remote(Flaky, str(flag), max_restarts=3)
+    try:
+        first = r.pid()
+        flag.write_text("raise")
+        os.kill(first, signal.SIGKILL)
+        pool.submit(r, "pid")
+        seen = []
+        while not any(d.error is not None and d.error.permanent for d in seen):
+            seen += pool.wait(30.0)
+        final = seen[-1].error
+        assert isinstance(final, ProcessLost) and "the env cannot be made now" in str(final)
     finally:
         r.kill()
         process.shutdown()

@@ -124,10 +124,11 @@ def serve(conn: Connection, services: dict[str, Any]) -> None:
     sent = None  # the parameters last sent to this child: a pull sends only newer ones
     while True:
         try:
-            name, method, args = channel.recv()
+            msg = channel.conn.recv()
         except (EOFError, OSError):
             return
         try:
+            name, method, args = channel.inbox.unpack(msg)
             target = services[name]
             if name == "server" and method == "pull":
                 have = sent if sent is not None and sent.version == args[0] else None
@@ -156,12 +157,16 @@ def _no_main() -> Iterator[None]:
     ``if __name__ == "__main__":`` guard (``rltrain.train(...)`` at its top level) would run
     its training again in every child. A stand-in module, for the start only, gives them
     nothing to import."""
-    main = sys.modules["__main__"]
-    sys.modules["__main__"] = types.ModuleType("__main__")
-    try:
-        yield
-    finally:
-        sys.modules["__main__"] = main
+    with _MAIN_LOCK:  # starts from several threads (restarts) must not interleave the swap
+        main = sys.modules["__main__"]
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            yield
+        finally:
+            sys.modules["__main__"] = main
+
+
+_MAIN_LOCK = threading.Lock()
 
 
 class Remote:
@@ -257,13 +262,25 @@ class Remote:
                 kind, value, tb, call_id = calls.recv()
             except (EOFError, OSError):
                 break
+            except Exception as e:  # noqa: BLE001 - a result this side cannot read: a bug
+                failure = e
+                with contextlib.suppress(OSError, ValueError, AttributeError):
+                    self.process.kill()
+                break
             if kind == "up":
                 self.up.set_result(value)
             elif kind == "failed":  # the constructor raised: a bug or bad input, not a fault
                 failure = child.rebuild(value, tb)
+                if self.restarts:  # it ran before: as Ray, a process that cannot come back
+                    first = str(failure).strip().splitlines()[-1:] or [type(failure).__name__]
+                    failure = ProcessLost(
+                        self.actor_id, True, f"{self.name} could not restart: {first[0]}"
+                    )
             else:
                 with self._lock:
-                    future = self._pending.pop(call_id)
+                    future = self._pending.pop(call_id, None)
+                if future is None:
+                    continue
                 if kind == "ok":
                     future.set_result(value)
                 else:
@@ -282,7 +299,11 @@ class Remote:
             up = self.up
             if again:
                 self.restarts += 1
-                self._start()  # a new `up` future first: the pool probes the new process
+                try:
+                    self._start()  # a new `up` future first: the pool probes the new process
+                except Exception as e:  # noqa: BLE001 - no new process: this one is gone
+                    again = False
+                    failure = ProcessLost(self.actor_id, True, f"{self.name} not restarted: {e}")
         if failure is None:
             how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
             failure = ProcessLost(self.actor_id, not again, f"{self.name}'s process died ({how})")
@@ -319,9 +340,10 @@ class Remote:
 
     def signal(self, action: FaultAction) -> str:
         """Kill or pause this process (an injected fault); returns what was done."""
-        if not self.is_up():
+        up = self.up  # once: a restart may replace it meanwhile
+        if not up.done() or up.exception() is not None:
             return f"skipped {action.signal} {self.name}: it is not up"
-        pid = self.pid()
+        pid = int(up.result())
         if action.signal == "kill":
             os.kill(pid, signal.SIGKILL)
             return f"kill {self.name} (pid {pid})"
@@ -381,6 +403,8 @@ class Pool:
                 remote = self.probes.pop(future)
                 error = future.exception()
                 out.append(Done(remote, error=error) if error else Done(remote, revived=True))
+                if isinstance(error, ProcessLost) and not error.permanent:
+                    self.probes[remote.probe()] = remote  # it died again before it was up
                 continue
             remote, tag, _ = self.calls.pop(future)
             error = future.exception()
@@ -456,7 +480,28 @@ def init_ray(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
     """Start the forkserver (if not yet started); what this runtime is, for the log."""
     context()
     local.init_ray(cfg)  # learner threads set the torch thread count of this process
-    return DESCRIPTION
+    return DESCRIPTION + shm_note()
+
+
+SHM_LOW = 1 << 30
+"""Below this much free shared memory, say so: a Pong actor's slots take ~40 MB, and a
+container's default /dev/shm is 64 MB (Docker)."""
+
+
+def shm_note(path: str = "/dev/shm") -> str:
+    """A warning for the runtime line when ``path`` (where shared-memory slots live) has little
+    room: a slot written past the end of a full /dev/shm kills its process (SIGBUS)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return ""
+    free = st.f_bavail * st.f_frsize
+    if free >= SHM_LOW:
+        return ""
+    return (
+        f"; note: {path} has {free / 2**20:.0f} MB free, and rollouts and parameters pass "
+        "through it (docker: --shm-size=2g; or runtime.backend=local or ray)"
+    )
 
 
 def cluster_cpus() -> float:

@@ -17,6 +17,7 @@ further.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from typing import Any
@@ -121,6 +122,10 @@ def _walk(obj: Any, fn: Any) -> Any:
     if isinstance(obj, dict):
         return {k: fn(v) for k, v in obj.items()}
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        changes = {f.name: fn(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
-        return dataclasses.replace(obj, **changes)
+        # a copy with its fields set, not a new instance: __post_init__ would check the
+        # fields while they are SlotRefs (a TransitionBlock reads its frames' shape)
+        out = copy.copy(obj)
+        for f in dataclasses.fields(obj):
+            object.__setattr__(out, f.name, fn(getattr(obj, f.name)))
+        return out
     return obj

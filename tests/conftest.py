@@ -76,3 +76,22 @@ def run_bench(tmp_path: Path) -> Callable[[str], tuple[Path, dict[str, Any]]]:
         return out, json.loads((out / "summary.json").read_text())
 
     return run
+
+
+def read_summary(run_dir: Path) -> dict[str, Any]:
+    """A run's summary.json."""
+    import json
+
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+@pytest.fixture
+def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray must not start: the Ray runtime's start-up raises if anything reaches it (the
+    thread and process runtimes never import it)."""
+    from rltrain import runtime
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a run without Ray started Ray")
+
+    monkeypatch.setattr(runtime, "init_ray", refuse)

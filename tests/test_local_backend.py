@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+from conftest import read_summary
 
 from rltrain.cli import main
 from rltrain.runtime import local
@@ -14,19 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CFG = ROOT / "configs"
 
 
-def summary(run_dir: Path) -> dict:
-    return json.loads((run_dir / "summary.json").read_text())
-
-
-@pytest.fixture
-def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ray must not start: the Ray backend's start-up raises if anything reaches it."""
-    from rltrain import runtime
-
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError("runtime.backend=local started Ray")
-
-    monkeypatch.setattr(runtime, "init_ray", refuse)
+summary = read_summary
 
 
 def test_cartpole_ppo_learns_to_475_in_process(tmp_path: Path, no_ray: None) -> None:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from conftest import read_summary
 
 from rltrain.cli import main
 from rltrain.faults import ProcessLost
@@ -19,18 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CFG = ROOT / "configs"
 
 
-def summary(run_dir: Path) -> dict:
-    return json.loads((run_dir / "summary.json").read_text())
-
-
-@pytest.fixture
-def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
-    from rltrain import runtime
-
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError("runtime.backend=process started Ray")
-
-    monkeypatch.setattr(runtime, "init_ray", refuse)
+summary = read_summary
 
 
 # --- shared memory ---------------------------------------------------------------------------

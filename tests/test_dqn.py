@@ -154,3 +154,14 @@ def test_double_dqn_target_of_a_cut_bootstraps_from_the_final_obs() -> None:
     # the test tells a right target from a wrong one: a terminal cut, or s' = the next start
     for wrong in (0.0, gamma * q_target[1, q_online[2].argmax()]):
         assert abs(wrong - y_cut) > 1e-3
+
+
+def test_learners_sample_shards_in_proportion_to_what_they_hold() -> None:
+    """One actor, two replay shards (pong_gorila.yaml on 2 cores): the empty shard is never
+    drawn; otherwise shards are drawn as uniform sampling over the whole memory would."""
+    from rltrain.rl.dqn import pick_shard
+
+    rng = np.random.default_rng(0)
+    assert {pick_shard([500, 0], rng) for _ in range(200)} == {0}
+    draws = [pick_shard([300, 100], rng) for _ in range(4000)]
+    assert abs(draws.count(0) / 4000 - 0.75) < 0.03

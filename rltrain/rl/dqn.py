@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -39,6 +40,16 @@ class Replay(Protocol):
         self, shard: int, indices: np.ndarray, priorities: np.ndarray
     ) -> None: ...
     def sizes(self) -> list[int]: ...
+
+
+def pick_shard(sizes: Sequence[int], rng: np.random.Generator) -> int:
+    """A replay shard drawn in proportion to what it holds: uniform sampling over the whole
+    memory, as Ape-X's one replay (Horgan et al. 2018), and never an empty shard (fewer
+    actors than shards leave some empty: 1 actor and 2 shards on 2 cores)."""
+    held = np.asarray(sizes, dtype=np.float64)
+    if held.sum() <= 0:
+        return int(rng.integers(0, len(held)))  # (the learners start after learning_starts)
+    return int(rng.choice(len(held), p=held / held.sum()))
 
 
 def memory_args(cfg: TrainConfig, spec: EnvSpec, shard: int) -> tuple:
@@ -193,8 +204,8 @@ class DQNLearner:
         if params is None:
             with timer.phase("pull"):
                 params = server.pull()
-        shard = int(self.rng.integers(0, self.cfg.replay.shards))
         with timer.phase("sample"):
+            shard = pick_shard(replay.sizes(), self.rng)
             draw = replay.sample(shard, d.batch_size, updates)  # each minibatch on its own
         pending = None
         q_sum = 0.0

@@ -15,6 +15,7 @@ the envs and the algorithms already imported.
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import sys
 import threading
@@ -43,8 +44,6 @@ class RemoteError(Exception):
 
 def exception_message(e: BaseException, tb: str) -> tuple[BaseException | None, str]:
     """What crosses a pipe for an exception: itself if it pickles, and its traceback."""
-    import pickle
-
     try:
         pickle.loads(pickle.dumps(e))
     except Exception:

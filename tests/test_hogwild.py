@@ -55,6 +55,34 @@ def test_processes_share_parameters_and_optimizer_state() -> None:
     assert server.pull().values[0].item() < -0.5
 
 
+def _push_forever(server: HogwildServer, worker: int) -> None:
+    while True:
+        server.push(GradUpdate(worker, server.version, torch.ones(4), 1))
+
+
+def test_a_worker_killed_at_any_moment_holds_nothing_the_others_need() -> None:
+    """SIGKILL a process in a tight push loop (so, often mid-push): the others and the driver
+    go on, a snapshot is taken once the driver has said so, and the counts still add up."""
+    server = HogwildServer(torch.zeros(4), OptimizerConfig(name="sgd", lr=0.01))
+    ctx = mp.get_context("spawn")
+    for _ in range(2):
+        p = ctx.Process(target=_push_forever, args=(server, 1), daemon=True)
+        p.start()
+        start = server.version
+        deadline = time.time() + 60
+        while server.version < start + 200 and time.time() < deadline:
+            time.sleep(0.01)
+        os.kill(p.pid, signal.SIGKILL)
+        p.join(timeout=10)
+        server.worker_lost(1)
+        before = server.version
+        r = server.push(GradUpdate(0, before, torch.ones(4), 1))  # no lock left held
+        assert r.status == "applied" and r.version == before + 1
+        assert server.snapshot(wait_s=2.0) is not None
+    st = server.stats()
+    assert st.version == st.applied == sum(st.staleness_hist)
+
+
 def test_a_killed_hogwild_worker_is_started_again(tiny_root: Path) -> None:
     """SIGKILL one worker process mid-mode: it is spawned again and the mode finishes."""
     cfg = from_dict(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -22,6 +23,16 @@ CFG = ROOT / "configs"
 summary = read_summary
 
 
+def carry(out: Outbox, inbox: Inbox, obj: object) -> object:
+    """``obj`` packed, its new slots handed over as a pipe would (descriptors duplicated:
+    both ends live in this process), and unpacked."""
+    packed = out.pack(obj)
+    slots, fds = out.take_fresh()
+    inbox.attach(slots, [os.dup(fd) for fd in fds])
+    out.sent(slots)
+    return packed
+
+
 # --- shared memory ---------------------------------------------------------------------------
 
 
@@ -31,7 +42,7 @@ def test_slots_are_reused_across_100_rollouts_and_values_arrive_intact() -> None
     for i in range(100):
         obs = torch.rand(32, 8, 4, generator=g)
         msg = {"obs": obs, "actions": np.arange(2048) + i, "small": torch.ones(3), "i": i}
-        packed = out.pack(msg)
+        packed = carry(out, inbox, msg)
         assert isinstance(packed["obs"], SlotRef) and isinstance(packed["actions"], SlotRef)
         assert isinstance(packed["small"], torch.Tensor)  # under MIN_BYTES: in the pickle
         got = inbox.unpack(packed)
@@ -45,11 +56,11 @@ def test_slots_are_reused_across_100_rollouts_and_values_arrive_intact() -> None
 def test_a_slot_not_yet_read_is_not_overwritten() -> None:
     out, inbox = Outbox(), Inbox()
     a, b = torch.zeros(2048), torch.ones(2048)
-    first, second = out.pack(a), out.pack(b)  # both in flight: two slots
+    first, second = carry(out, inbox, a), carry(out, inbox, b)  # both in flight: two slots
     assert first.slot != second.slot
     assert torch.equal(inbox.unpack(first), a) and torch.equal(inbox.unpack(second), b)
     third = out.pack(a)  # both read: a freed slot is reused
-    assert third.slot in (first.slot, second.slot) and third.storage is None
+    assert third.slot in (first.slot, second.slot) and out.take_fresh() == ([], [])
 
 
 def test_a_dataclass_that_checks_its_fields_crosses_whole() -> None:
@@ -65,7 +76,7 @@ def test_a_dataclass_that_checks_its_fields_crosses_whole() -> None:
         3, obs, actions, rewards, no, no, frame_stack=1, final_obs=obs[:0, 0]
     )
     out, inbox = Outbox(), Inbox()
-    packed = out.pack(block)
+    packed = carry(out, inbox, block)
     assert isinstance(packed.frames, SlotRef)
     got = inbox.unpack(packed)
     assert type(got) is TransitionBlock and (got.frames == block.frames).all()

@@ -105,6 +105,12 @@ class ServerConfig:
     momentum of about 1 - 1/N (Mitliagkas et al. 2016, "Asynchrony begets momentum"), so the
     server's explicit momentum is lowered to optimizer.momentum - (1 - 1/N), at least 0, and
     the total stays near the configured value."""
+    device: str = field(default="auto", metadata=spec(choices=("auto", "cpu")))
+    """rltrain train: where the shards keep the parameters and the optimizer's state. auto: on
+    the learners' GPU when the shards are objects of the learners' process (runtime.backend
+    process or local, learners on a GPU), so that a push is an optimizer step on the GPU with
+    no copy to the host; else the CPU. cpu: always the CPU (a shard of Ray's is a process of
+    its own, always on the CPU)."""
     record: bool = False
     """rltrain bench (sync, soft_sync, async*): the shard logs every push it receives (worker,
     version, staleness, the batches behind it) and the run saves the log and the final

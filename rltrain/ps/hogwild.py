@@ -2,8 +2,11 @@
 
 Recht et al. (2011); the setting of A3C's original implementation (Mnih et al. 2016): the
 parameters *and* the optimizer state live in shared memory and each worker process runs the
-``torch.optim`` step on them directly, without a lock. There is no server actor. Only the
-bookkeeping counters take a lock, so that the figures we report are exact.
+``torch.optim`` step on them directly, without a lock. There is no server actor. The
+bookkeeping takes no lock either: each worker counts in a row of its own of a shared table
+(steps begun and ended, samples, staleness), the figures are the rows' sums, and a worker
+killed at any moment leaves nothing held (a cross-process lock held by a SIGKILLed worker
+would stop every other worker and the driver for good).
 
 The object is handed to ``torch.multiprocessing`` processes (spawn), whose pickling keeps the
 tensors in shared memory; each process builds its own optimizer over the shared tensors.
@@ -16,7 +19,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.multiprocessing as mp
 
 from rltrain.ps.config import OptimizerConfig
 from rltrain.ps.optim import make_optimizer, materialize_state
@@ -29,9 +31,10 @@ from rltrain.records import (
     check_update,
 )
 
-# counter slots in the shared int64 tensor
-_VERSION, _APPLIED, _REJECTED, _SAMPLES, _STALE_SUM, _HIST = 0, 1, 2, 3, 4, 5
-MAX_WORKERS = 1024  # slots of the "inside a step" flags, one per worker id
+# the columns of a worker's row: steps begun, steps ended (applied), rejected pushes, samples,
+# the staleness sum, and the staleness histogram's bins
+_BEGUN, _APPLIED, _REJECTED, _SAMPLES, _STALE_SUM, _HIST = 0, 1, 2, 3, 4, 5
+MAX_WORKERS = 1024  # rows: worker id modulo this (one pushing process per row)
 
 
 class HogwildServer:
@@ -48,11 +51,9 @@ class HogwildServer:
         for v in self._state.values():
             if isinstance(v, torch.Tensor):
                 v.share_memory_()
-        self._counters = torch.zeros(_HIST + STALENESS_BINS, dtype=torch.int64).share_memory_()
-        # worker i is inside a step while _stepping[i] (a snapshot waits for none to be); per
-        # worker, so that the driver can clear the flag of a worker that died mid-step
-        self._stepping = torch.zeros(MAX_WORKERS, dtype=torch.bool).share_memory_()
-        self._lock = mp.get_context("spawn").Lock()
+        # worker i writes row i alone; a step is running while some row has begun > ended
+        rows = torch.zeros(MAX_WORKERS, _HIST + STALENESS_BINS, dtype=torch.int64)
+        self._rows = rows.share_memory_()
         self._opt: torch.optim.Optimizer | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -71,36 +72,33 @@ class HogwildServer:
 
     @property
     def version(self) -> int:
-        return int(self._counters[_VERSION])
+        """Steps applied by all workers (each step ends with its row's count)."""
+        return int(self._rows[:, _APPLIED].sum())
 
     def push(self, update: GradUpdate) -> PushResult:
+        """Apply one update, lock-free. One process pushes under each worker id."""
         version = self.version
         reason = check_update(update.values, self.numel, update.version, version)
-        with self._lock:
-            self._counters[_SAMPLES] += update.num_samples
-            if reason:
-                self._counters[_REJECTED] += 1
-                return PushResult("rejected", version, 0, reason)
-            slot = update.worker_id % MAX_WORKERS
-            self._stepping[slot] = True  # a snapshot waits for a moment with no step
+        row = self._rows[update.worker_id % MAX_WORKERS]
+        row[_SAMPLES] += update.num_samples
+        if reason:
+            row[_REJECTED] += 1
+            return PushResult("rejected", version, 0, reason)
         staleness = version - update.version
         opt = self.optimizer()
+        row[_BEGUN] += 1  # a snapshot waits for a moment with no step running
         self._param.grad = update.values.to(torch.float32)
         try:
             opt.step()  # lock-free, on the shared parameters and shared optimizer state
         except BaseException:
-            with self._lock:
-                self._stepping[slot] = False
+            row[_BEGUN] -= 1
             raise
         finally:
             self._param.grad = None
-        with self._lock:  # the step's end and its version in one: a snapshot sees both or neither
-            self._stepping[slot] = False
-            self._counters[_VERSION] += 1
-            self._counters[_APPLIED] += 1
-            self._counters[_STALE_SUM] += staleness
-            self._counters[_HIST + min(staleness, STALENESS_BINS - 1)] += 1
-            return PushResult("applied", int(self._counters[_VERSION]), staleness)
+        row[_STALE_SUM] += staleness
+        row[_HIST + min(staleness, STALENESS_BINS - 1)] += 1
+        row[_APPLIED] += 1  # last: the step's end, and the version it makes
+        return PushResult("applied", self.version, staleness)
 
     def pull(self, have: Params | None = None) -> Params:
         """A copy of the shared model as workers read it: lock-free, so a step running
@@ -115,22 +113,21 @@ class HogwildServer:
         stepping until :meth:`worker_lost` says otherwise)."""
         end = time.monotonic() + wait_s
         while time.monotonic() < end:
-            with self._lock:
-                busy = bool(self._stepping.any())
-                version = int(self._counters[_VERSION])
-            if busy:
+            begun = int(self._rows[:, _BEGUN].sum())
+            version = self.version  # ended: read after begun, so ended <= begun
+            if begun != version:  # a step is running
                 time.sleep(0.0002)
                 continue
             values = self._param.detach().clone()
-            with self._lock:
-                if not self._stepping.any() and int(self._counters[_VERSION]) == version:
-                    return Params(version, values)
+            if int(self._rows[:, _BEGUN].sum()) == begun:  # none began during the copy
+                return Params(version, values)
         return None
 
     def worker_lost(self, worker_id: int) -> None:
-        """A worker process died, perhaps inside a step: it is no longer writing."""
-        with self._lock:
-            self._stepping[worker_id % MAX_WORKERS] = False
+        """A worker process died, perhaps inside a step: it is no longer writing (its step, if
+        any, is not counted as applied). Call before its replacement starts pushing."""
+        row = self._rows[worker_id % MAX_WORKERS]
+        row[_BEGUN] = row[_APPLIED]
 
     def exchange(
         self, update: GradUpdate, wait_version: int = 0, timeout: float = 0.0
@@ -155,9 +152,9 @@ class HogwildServer:
         return True
 
     def stats(self) -> ServerStats:
-        c = self._counters.tolist()
+        c = self._rows.sum(dim=0).tolist()
         return ServerStats(
-            version=c[_VERSION],
+            version=c[_APPLIED],
             applied=c[_APPLIED],
             dropped=0,
             rejected=c[_REJECTED],

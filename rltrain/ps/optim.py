@@ -7,6 +7,7 @@ comparisons. Every other name is a ``torch.optim`` class.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -233,7 +234,14 @@ def make_optimizer(
     # torch's fused CPU kernels: measured on one core for a Nature CNN's 1.7M parameters, an
     # Adam step takes 1.3 ms against 13-15 ms (foreach or not), SGD+momentum 0.8 against 1.1,
     # Adagrad 1.8 against 3.0; results equal to 1e-7. A shard steps once per push.
-    fused = {"fused": True} if all(x.device.type == "cpu" for x in p) else {}
+    # On a GPU the fused kernel is one launch per step (foreach: one per operation), for the
+    # optimizers that have one there (Adam, SGD); Adagrad's fused kernel is the CPU's alone.
+    kinds = {x.device.type for x in p}
+    fused = {"fused": True} if kinds == {"cpu"} else {}
+    if kinds == {"cuda"} and cfg.name in ("sgd", "momentum", "nesterov", "adam"):
+        fused = {"fused": True}
+    if cfg.name == "adagrad" and kinds != {"cpu"}:
+        fused = {}
     if cfg.name == "sgd":
         return torch.optim.SGD(p, lr=cfg.lr, weight_decay=wd, **fused)
     if cfg.name == "momentum":
@@ -304,6 +312,9 @@ def load_optimizer_state(opt: torch.optim.Optimizer, state: dict) -> None:
     resumed with ``--set optimizer.eps=...`` steps with the new eps, and a state saved by an
     optimizer built otherwise (``fused``, ``foreach``) does not switch them off."""
     built = [{k: v for k, v in group.items() if k != "params"} for group in opt.param_groups]
-    opt.load_state_dict(state)
+    # a copy: torch keeps the given tensors where they already have the parameters' device and
+    # dtype, and its steps would then write into ``state`` (a restore point, restored from
+    # again after the next fault, would have moved with the run)
+    opt.load_state_dict(copy.deepcopy(state))
     for group, settings in zip(opt.param_groups, built, strict=True):
         group.update(settings)

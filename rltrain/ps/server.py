@@ -126,8 +126,17 @@ class ShardedServer(ABC):
     def _decode(self, values: Any) -> torch.Tensor:
         return values
 
+    def _check(self, update: GradUpdate) -> str:
+        """Why the whole update is refused, or "": several shards check it here, before it is
+        split (one shard checks its update itself, and a second pass over a large gradient
+        would cost a sixth of an optimizer step)."""
+        v = update.values
+        if len(self.layout.sizes) == 1 and v.dim() == 1 and v.numel() == self.layout.numel:
+            return ""
+        return check_update(update.values, self.layout.numel, update.version, update.version)
+
     def push(self, update: GradUpdate) -> PushResult:
-        reason = check_update(update.values, self.layout.numel, update.version, update.version)
+        reason = self._check(update)
         if reason:
             args = [(reason, update.num_samples)] * len(self.layout.sizes)
             return self._call("reject", args)[0]
@@ -173,7 +182,7 @@ class ShardedServer(ABC):
 
         Lets a worker compute its next gradient while the round trip is in flight.
         """
-        reason = check_update(update.values, self.layout.numel, update.version, update.version)
+        reason = self._check(update)
         if reason:  # refused: it waits for nothing, as a shard's refused update does
             out = (self.push(update), self.pull())
             return lambda: out
@@ -282,12 +291,13 @@ def make_shards(
     num_workers: int,
     record: bool = False,
     sizes: Sequence[int] | None = None,
+    device: str | torch.device = "cpu",
 ) -> tuple[ShardLayout, list[ParameterShard]]:
     """Split ``init`` by size (or into ``sizes``) and build one plain shard per piece
-    (``record``: logging pushes)."""
+    (``record``: logging pushes) on ``device``."""
     layout = ShardLayout(init.numel(), rule.shards, sizes)
     shards = [
-        ParameterShard(piece, optimizer, rule, num_workers, shard_id=i, record=record)
+        ParameterShard(piece, optimizer, rule, num_workers, i, record, device)
         for i, piece in enumerate(layout.split(init))
     ]
     return layout, shards
@@ -304,8 +314,9 @@ class LocalServer(ShardedServer):
         num_workers: int,
         record: bool = False,
         sizes: Sequence[int] | None = None,
+        device: str | torch.device = "cpu",
     ) -> None:
-        layout, self.shards = make_shards(init, optimizer, rule, num_workers, record, sizes)
+        layout, self.shards = make_shards(init, optimizer, rule, num_workers, record, sizes, device)
         super().__init__(layout, rule)
 
     def _keep(self, index: int) -> None:

@@ -1,7 +1,10 @@
 """One parameter-server shard: a slice of the flat parameters, its optimizer and update rule.
 
 A plain, thread-safe Python class. The Ray runtime wraps it as a threaded Ray process
-(``rltrain.runtime``); tests drive it in one process.
+(``rltrain.runtime``); tests drive it in one process. A shard beside a GPU learner lives on
+that GPU (``device``): its parameters, optimizer state and barrier sums stay there, so the
+learner's push is a device-side optimizer step and its pull a device-side copy; updates from
+elsewhere are moved there on arrival, and checkpoints hold CPU tensors.
 """
 
 from __future__ import annotations
@@ -52,16 +55,20 @@ class ParameterShard:
         num_workers: int,
         shard_id: int = 0,
         record: bool = False,
+        device: str | torch.device = "cpu",
     ) -> None:
         """``init``: the slice's initial values, or its size (zeros until :meth:`set_values`:
         a Ray process gets small constructor arguments, which a restart can replay).
-        ``record``: log every push (:meth:`push_log`; ``server.record``)."""
+        ``record``: log every push (:meth:`push_log`; ``server.record``). ``device``: where
+        the parameters and the optimizer's state live (a co-located GPU learner's)."""
         self.shard_id = shard_id
         self.rule = rule
+        self.device = torch.device(device)
         if isinstance(init, int):
             init = torch.zeros(init)
         self.numel = int(init.numel())
-        self._param = torch.nn.Parameter(init.detach().reshape(-1).clone().float())
+        values = init.detach().reshape(-1).to(self.device, torch.float32, copy=True)
+        self._param = torch.nn.Parameter(values)
         self._opt = make_optimizer([self._param], corrected_optimizer(optimizer, rule, num_workers))
         self._base_lr = [g["lr"] for g in self._opt.param_groups]
         self._lr_factor = 1.0  # a learning-rate schedule's value, set by the driver
@@ -106,6 +113,8 @@ class ParameterShard:
             self._bytes_pushed += wire_bytes(update.values)
             if isinstance(update.values, Compressed):  # server.compression
                 update = dataclasses.replace(update, values=decompress(update.values))
+            if update.values.device != self.device:  # from an actor's or another device's
+                update = dataclasses.replace(update, values=update.values.to(self.device))
             result = self._decide(update) if decided is None else self._follow(update, decided)
             if self._log is not None:  # under the lock: the log is the order of the steps
                 u, r = update, result
@@ -249,9 +258,10 @@ class ParameterShard:
         with self._lock:
             self._check_fence()  # a restarted shard's initial values are no checkpoint
             return {
-                "param": self._param.detach().clone(),
-                # a snapshot: torch's state_dict shares its tensors with the live optimizer
-                "optimizer": copy.deepcopy(self._opt.state_dict()),
+                "param": self._param.detach().to("cpu", copy=True),
+                # a snapshot on the CPU: torch's state_dict shares its tensors with the live
+                # optimizer (and a checkpoint must load where there is no GPU)
+                "optimizer": _cpu_copy(self._opt.state_dict()),
                 "version": self.version,
                 "counters": [self._applied, self._dropped, self._rejected, self._samples],
                 "staleness": [self._staleness_sum, *self._hist],
@@ -265,7 +275,7 @@ class ParameterShard:
         with self._lock:
             if values.numel() != self.numel:
                 raise ValueError(f"shard {self.shard_id}: {values.numel()} values for {self.numel}")
-            self._param.data.copy_(values.reshape(-1))
+            self._param.data.copy_(values.reshape(-1))  # from any device
 
     def load_state_dict(self, state: dict) -> None:
         with self._changed:
@@ -275,7 +285,7 @@ class ParameterShard:
                     f"expected {self.numel}"
                 )
             self._param.data.copy_(state["param"].reshape(-1))
-            load_optimizer_state(self._opt, state["optimizer"])
+            load_optimizer_state(self._opt, state["optimizer"])  # torch moves it to our device
             self.version = int(state["version"])
             self._applied, self._dropped, self._rejected, self._samples = map(
                 int, state["counters"]
@@ -410,3 +420,14 @@ class ParameterShard:
         self._rejected += 1
         self._last_reject = reason
         return PushResult("rejected", self.version, 0, reason)
+
+
+def _cpu_copy(obj: object) -> object:
+    """``obj`` (an optimizer's state dict) with every tensor copied to the CPU."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: _cpu_copy(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_cpu_copy(v) for v in obj)
+    return copy.deepcopy(obj)

@@ -48,10 +48,11 @@ VTRACE_ALGOS = ("impala", "appo")  # off-policy correction of the actors' lag
 
 
 def clipped_flat_grad(net: torch.nn.Module, max_norm: float) -> tuple[torch.Tensor, float]:
-    """Clip the global gradient norm (0 = no clipping); the flat gradient [P] on the CPU."""
+    """Clip the global gradient norm (0 = no clipping); the flat gradient [P] on the model's
+    device (a shard on that device steps with it there; a transport copies it as it must)."""
     params = list(net.parameters())
     norm = torch.nn.utils.clip_grad_norm_(params, max_norm or float("inf"))
-    return torch.cat([p.grad.reshape(-1) for p in params]).cpu(), float(norm)
+    return torch.cat([p.grad.reshape(-1) for p in params]), float(norm)
 
 
 def pick_device(want_gpu: bool, who: str = "learner") -> torch.device:
@@ -89,7 +90,8 @@ def loss_spec(cfg: TrainConfig, progress: float = 0.0) -> LossSpec:
 
 @dataclasses.dataclass(frozen=True)
 class Gradient:
-    """One minibatch's flat gradient [P] (CPU), its loss terms and the samples it covers."""
+    """One minibatch's flat gradient [P] (the learner's device), its loss terms and the
+    samples it covers."""
 
     values: torch.Tensor
     loss: LossStats

@@ -213,3 +213,12 @@ def load_resume(run_dir: Path, cfg: TrainConfig, spec: EnvSpec) -> Resumed | Non
             f"{getattr(cfg.stop, met)}; raise it (or null mean_return) with --set to train on"
         )
     return Resumed(path, state, counters, faults, changes)
+
+
+def shard_device(cfg: TrainConfig, gpu: bool, backend: str) -> str:
+    """Where the server's shards keep their values (``server.device``): the learners' GPU when
+    they share the trainer's process with the shards (a push is then a GPU optimizer step),
+    else the CPU. Ray's shards are processes of their own."""
+    if cfg.server.device == "auto" and gpu and backend != "ray" and torch.cuda.is_available():
+        return "cuda"
+    return "cpu"

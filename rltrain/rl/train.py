@@ -55,6 +55,7 @@ from rltrain.rl.setup import (
     load_resume,
     probe_env,
     session_seed,
+    shard_device,
 )
 from rltrain.rl.summary import train_summary
 from rltrain.rl.tblog import TrainLogger, status_line, stop_fraction
@@ -172,7 +173,9 @@ class Trainer:
         cfg = sized(cfg, cpus, self.gpu)
         processes = cfg.actors + (cfg.learners * learner_cpus(self.gpu) if split else 0)
         fitted = runtime.fit_cpus(cfg.runtime, processes, cfg.server.shards)
+        self.shard_device = shard_device(cfg, self.gpu, name)
         where += f"; {describe_sizes(cfg)}; learners on {'GPU' if self.gpu else 'CPU'}"
+        where += ", shards on GPU" if self.shard_device != "cpu" else ""
         print(f"runtime: {where}")
         self.ray = runtime.ray_record()
         if fitted.worker_cpus < cfg.runtime.worker_cpus:
@@ -191,6 +194,7 @@ class Trainer:
             self._pushers(),
             cfg.runtime,
             cfg.faults.max_restarts,
+            device=self.shard_device,
         )
         label = "the initial parameters"
         if self.resume_state is not None:

@@ -14,9 +14,11 @@ the envs and the algorithms already imported.
 
 from __future__ import annotations
 
+import array
 import os
 import pickle
 import signal
+import socket
 import sys
 import threading
 import traceback
@@ -60,20 +62,60 @@ def rebuild(e: BaseException | None, tb: str) -> BaseException:
 
 
 class Channel:
-    """One side of a pipe with its shared-memory slots in each direction."""
+    """One side of a pipe with its shared-memory slots in each direction.
+
+    A message is a plain pickle (``pickle.dumps``, not multiprocessing's pickler: torch
+    registers reductions there that move every small tensor into shared memory and hand its
+    descriptor over through a helper thread and a socket per tensor). The descriptors of new
+    slots follow the message on the same socket (``SCM_RIGHTS``)."""
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self.outbox = Outbox()
         self.inbox = Inbox()
         self.lock = threading.Lock()  # threads of one process may send on one pipe
+        self._sock: socket.socket | None = None
+
+    @property
+    def sock(self) -> socket.socket:
+        """The pipe as a socket (a duplex Pipe is a Unix socket pair), for descriptors."""
+        if self._sock is None:
+            self._sock = socket.socket(fileno=os.dup(self.conn.fileno()))
+        return self._sock
 
     def send(self, *msg: Any) -> None:
         with self.lock:
-            self.conn.send(self.outbox.pack(msg))
+            packed = self.outbox.pack(msg)
+            slots, fds = self.outbox.take_fresh()
+            self.conn.send_bytes(pickle.dumps((slots, packed), protocol=pickle.HIGHEST_PROTOCOL))
+            if fds:
+                self.sock.sendmsg([b"F"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _ints(fds))])
+                self.outbox.sent(slots)
+
+    def read(self) -> Any:
+        """The next message as sent: its slots mapped, their values not yet copied out."""
+        slots, packed = pickle.loads(self.conn.recv_bytes())
+        if slots:
+            self.inbox.attach(slots, self._recv_fds(len(slots)))
+        return packed
 
     def recv(self) -> Any:
-        return self.inbox.unpack(self.conn.recv())
+        return self.inbox.unpack(self.read())
+
+    def _recv_fds(self, n: int) -> list[int]:
+        size = socket.CMSG_SPACE(n * array.array("i").itemsize)
+        _, ancdata, _, _ = self.sock.recvmsg(1, size)
+        fds = array.array("i")
+        for level, kind, data in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+        if len(fds) != n:
+            raise OSError(f"expected {n} shared-memory descriptors, got {len(fds)}")
+        return list(fds)
+
+
+def _ints(fds: list[int]) -> array.array:
+    return array.array("i", fds)
 
 
 class Requester:

@@ -214,10 +214,12 @@ def start_server(
     max_restarts: int = 0,
     record: bool = False,
     sizes: Sequence[int] | None = None,
+    device: str = "cpu",
 ) -> LocalServer:
     """The shards as objects of this process (``runtime`` and ``max_restarts``, Ray's placement
-    and restarts, unused; ``record``: each logs the pushes it receives)."""
-    return LocalServer(init, optimizer, rule, num_workers, record, sizes)
+    and restarts, unused; ``record``: each logs the pushes it receives), on ``device`` (a GPU
+    learner's, see ``server.device``)."""
+    return LocalServer(init, optimizer, rule, num_workers, record, sizes, device)
 
 
 def start_replay(cls: type, args: Sequence[tuple[Any, ...]], *_: Any) -> Any:

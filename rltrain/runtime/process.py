@@ -124,7 +124,7 @@ def serve(conn: Connection, services: dict[str, Any]) -> None:
     sent = None  # the parameters last sent to this child: a pull sends only newer ones
     while True:
         try:
-            msg = channel.conn.recv()
+            msg = channel.read()
         except (EOFError, OSError):
             return
         try:
@@ -209,6 +209,7 @@ class Remote:
         self._closing = False
         self._noted = 0  # deaths counted by mark_lost
         self._deaths = 0
+        self._unseen: ProcessLost | None = None  # a death while no call was in flight
         self._start()
         _children.append(self)
 
@@ -243,6 +244,10 @@ class Remote:
         with self._lock:
             if self._closing:
                 future.set_exception(ProcessLost(self.actor_id, True, f"{self.name} was stopped"))
+                return future
+            if self._unseen is not None:  # the death is this call's to report (nothing sent)
+                future.set_exception(self._unseen)
+                self._unseen = None
                 return future
             self._next_call += 1
             self._pending[self._next_call] = future
@@ -307,10 +312,14 @@ class Remote:
         if failure is None:
             how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
             failure = ProcessLost(self.actor_id, not again, f"{self.name}'s process died ({how})")
-        if not up.done():
+        was_up = up.done()
+        if not was_up:  # whoever waits for it to come up hears of this death
             up.set_exception(failure)
         for f in pending:
             f.set_exception(failure)
+        if was_up and not pending and not closing and isinstance(failure, ProcessLost):
+            with self._lock:  # died idle: the next call says so, as Ray's would
+                self._unseen = failure
 
     def _may_restart(self) -> bool:
         return self.max_restarts < 0 or self.restarts < self.max_restarts
@@ -480,7 +489,7 @@ def init_ray(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
     """Start the forkserver (if not yet started); what this runtime is, for the log."""
     context()
     local.init_ray(cfg)  # learner threads set the torch thread count of this process
-    return DESCRIPTION + shm_note()
+    return DESCRIPTION + ("" if hasattr(os, "memfd_create") else shm_note())
 
 
 SHM_LOW = 1 << 30
@@ -489,8 +498,9 @@ container's default /dev/shm is 64 MB (Docker)."""
 
 
 def shm_note(path: str = "/dev/shm") -> str:
-    """A warning for the runtime line when ``path`` (where shared-memory slots live) has little
-    room: a slot written past the end of a full /dev/shm kills its process (SIGBUS)."""
+    """A warning for the runtime line when ``path`` (where shared-memory slots live where
+    there is no ``memfd_create``) has little room: a slot written past the end of a full
+    /dev/shm kills its process (SIGBUS)."""
     try:
         st = os.statvfs(path)
     except OSError:

@@ -4,10 +4,13 @@ The process runtime (:mod:`rltrain.runtime.process`) sends every call, result an
 request through a pipe; the tensors and arrays in them do not go through the pipe. A
 :class:`Outbox` copies each one into a shared-memory slot of the same dtype and shape and
 sends the slot's number; the receiving :class:`Inbox` copies the values out and frees the
-slot, so the next message reuses it. A slot is sent as a tensor (its file descriptor, by
-torch's reductions) only the first time; a run's steady state allocates nothing and
-pickles only the small fields (Sample Factory's preallocated trajectory buffers, Petrenko
-et al. 2020, without their fixed layout: the slots follow whatever the messages hold).
+slot, so the next message reuses it. A slot is an anonymous shared file (``memfd_create``;
+an unlinked temporary file where there is none), mapped by both sides: its file descriptor
+crosses the pipe once, beside the message that first uses it (``SCM_RIGHTS``, see
+:class:`rltrain.runtime.child.Channel`), and a process that dies leaves nothing behind. A
+run's steady state allocates nothing and pickles only the small fields (Sample Factory's
+preallocated trajectory buffers, Petrenko et al. 2020, without their fixed layout: the
+slots follow whatever the messages hold).
 
 Each slot's first byte says whether it is in use (1) or free (0): the sender sets it, the
 receiver clears it once it has its copy. A sender that finds no free slot of the right shape
@@ -20,6 +23,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import mmap
+import os
+import tempfile
 from typing import Any
 
 import numpy as np
@@ -32,13 +38,38 @@ HEADER = 64  # bytes before a slot's data: the in-use flag, and the data kept al
 
 @dataclasses.dataclass(frozen=True)
 class SlotRef:
-    """A tensor or array that waits in slot ``slot`` (``storage``: the slot itself, sent once)."""
+    """A tensor or array that waits in slot ``slot``."""
 
     slot: int
     dtype: torch.dtype
     shape: tuple[int, ...]
     numpy: bool
-    storage: torch.Tensor | None = None
+
+
+@dataclasses.dataclass
+class Slot:
+    """One shared buffer: ``fd`` is open until the buffer has been sent (then -1)."""
+
+    data: torch.Tensor  # uint8, HEADER + the values' bytes
+    fd: int
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+
+
+def new_buffer(nbytes: int) -> tuple[int, torch.Tensor]:
+    """A zeroed shared buffer of ``nbytes``: its file descriptor and a tensor over its pages."""
+    if hasattr(os, "memfd_create"):  # Linux: not in /dev/shm, so not bound by its size
+        fd = os.memfd_create("rltrain-slot", os.MFD_CLOEXEC)
+    else:
+        with tempfile.TemporaryFile(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as f:
+            fd = os.dup(f.fileno())  # unlinked: gone once every side has closed it
+    os.ftruncate(fd, nbytes)
+    return fd, attach(fd, nbytes)
+
+
+def attach(fd: int, nbytes: int) -> torch.Tensor:
+    """The buffer behind ``fd`` (a slot another process made), mapped here."""
+    return torch.frombuffer(mmap.mmap(fd, nbytes), dtype=torch.uint8)
 
 
 def _view(storage: torch.Tensor, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
@@ -51,13 +82,16 @@ class Outbox:
 
     def __init__(self, min_bytes: int = MIN_BYTES) -> None:
         self.min_bytes = min_bytes
-        self.slots: list[tuple[torch.Tensor, torch.dtype, tuple[int, ...]]] = []
+        self.slots: list[Slot] = []
         self.free_of: dict[tuple[torch.dtype, tuple[int, ...]], list[int]] = {}
+        self.fresh: list[int] = []  # slots made since the last take_fresh()
 
     def pack(self, obj: Any) -> Any:
         """``obj`` with every large tensor or numpy array replaced by a :class:`SlotRef`
         (dataclasses, tuples, lists and dicts are walked)."""
         if isinstance(obj, torch.Tensor):
+            if obj.device.type != "cpu":  # a GPU learner's values: the host's copy travels
+                obj = obj.detach().cpu()
             return self._put(obj, numpy=False) if self._large(obj) else obj
         if isinstance(obj, np.ndarray):
             if obj.dtype == object or obj.nbytes < self.min_bytes:
@@ -66,27 +100,39 @@ class Outbox:
         return _walk(obj, self.pack)
 
     def _large(self, t: torch.Tensor) -> bool:
-        return t.device.type == "cpu" and t.numel() * t.element_size() >= self.min_bytes
+        return t.numel() * t.element_size() >= self.min_bytes
 
     def _put(self, t: torch.Tensor, numpy: bool) -> SlotRef:
         key = (t.dtype, tuple(t.shape))
         for i in self.free_of.setdefault(key, []):
-            storage = self.slots[i][0]
-            if storage[0] == 0:  # freed by the receiver
-                storage[0] = 1
-                _view(storage, *key).copy_(t)
+            data = self.slots[i].data
+            if data[0] == 0:  # freed by the receiver
+                data[0] = 1
+                _view(data, *key).copy_(t)
                 return SlotRef(i, t.dtype, key[1], numpy)
-        nbytes = HEADER + t.numel() * t.element_size()
-        storage = torch.zeros(nbytes, dtype=torch.uint8).share_memory_()
-        storage[0] = 1
-        _view(storage, *key).copy_(t)
-        self.slots.append((storage, *key))
+        fd, data = new_buffer(HEADER + t.numel() * t.element_size())
+        data[0] = 1
+        _view(data, *key).copy_(t)
+        self.slots.append(Slot(data, fd, *key))
         self.free_of[key].append(len(self.slots) - 1)
-        return SlotRef(len(self.slots) - 1, t.dtype, key[1], numpy, storage)
+        self.fresh.append(len(self.slots) - 1)
+        return SlotRef(len(self.slots) - 1, t.dtype, key[1], numpy)
+
+    def take_fresh(self) -> tuple[list[tuple[int, int]], list[int]]:
+        """The slots made since the last call, as ``(slot, nbytes)`` pairs and their file
+        descriptors: the receiver must get them before the message that uses them."""
+        fresh, self.fresh = self.fresh, []
+        return [(i, self.slots[i].data.numel()) for i in fresh], [self.slots[i].fd for i in fresh]
+
+    def sent(self, slots: list[tuple[int, int]]) -> None:
+        """The receiver holds these slots' descriptors now: close ours (the mapping stays)."""
+        for i, _ in slots:
+            os.close(self.slots[i].fd)
+            self.slots[i].fd = -1
 
     def nbytes(self) -> int:
         """Shared memory held by the slots."""
-        return sum(s.numel() for s, _, _ in self.slots)
+        return sum(s.data.numel() for s in self.slots)
 
 
 class Inbox:
@@ -95,12 +141,18 @@ class Inbox:
     def __init__(self) -> None:
         self.slots: dict[int, torch.Tensor] = {}
 
+    def attach(self, slots: list[tuple[int, int]], fds: list[int]) -> None:
+        """Map the sender's new slots (``(slot, nbytes)`` pairs, their descriptors)."""
+        for (i, nbytes), fd in zip(slots, fds, strict=True):
+            try:
+                self.slots[i] = attach(fd, nbytes)
+            finally:
+                os.close(fd)
+
     def unpack(self, obj: Any) -> Any:
         """``obj`` with every :class:`SlotRef` replaced by a copy of its values (the slot is
         free again once this returns)."""
         if isinstance(obj, SlotRef):
-            if obj.storage is not None:
-                self.slots[obj.slot] = obj.storage
             storage = self.slots[obj.slot]
             values = _view(storage, obj.dtype, obj.shape).clone()
             storage[0] = 0

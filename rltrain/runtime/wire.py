@@ -133,7 +133,7 @@ class RayServer(ShardedServer):
         return [result(ref) for ref in handle]  # a dead shard: ProcessLost, not a Ray error
 
     def _encode(self, values: torch.Tensor) -> Any:
-        return values.detach().numpy()
+        return values.detach().cpu().numpy()  # a GPU learner's gradient, too
 
     def _decode(self, values: Any) -> torch.Tensor:
         if isinstance(values, ray.ObjectRef):  # a pull's fan-out: one object per version
@@ -168,10 +168,11 @@ def start_server(
     max_restarts: int = 0,
     record: bool = False,
     sizes: Sequence[int] | None = None,
+    device: str = "cpu",
 ) -> RayServer:
     """One :class:`ParameterShard` process per shard, parameters split by size (or into
     ``sizes``); ``record``: each logs the pushes it receives (``server.record``, fetched with
-    ``push_log``).
+    ``push_log``). ``device``: unused, a shard process of Ray's keeps its values on the CPU.
 
     A shard is constructed with its size alone and given its initial values by a call: Ray
     keeps a constructor's arguments to re-run it on a restart, and arguments of more than

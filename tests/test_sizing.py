@@ -175,6 +175,18 @@ def test_auto_groups_overlap_only_where_an_actor_has_two_cores(
     assert sized(explicit, cpus).env.groups == 3  # a number given is kept
 
 
+def test_actors_whose_policy_acts_elsewhere_overlap_atari_on_any_core_count() -> None:
+    """runtime.inference: an actor waits for the batched policy, not on its CPU: its other
+    group's games run meanwhile (15 actors on 16 cores, each with one core)."""
+    from envs import EnvConfig
+
+    pong = cfg("appo", env=EnvConfig(id="ALE/Pong-v5", num_envs=16))
+    assert sized(pong, 16, gpu=True, batched=True).env.groups == 2
+    assert sized(pong, 16, gpu=True).env.groups == 1
+    cartpole = cfg("appo", env=EnvConfig(id="CartPole-v1", num_envs=16))
+    assert sized(cartpole, 16, gpu=True, batched=True).env.groups == 1
+
+
 def test_the_process_runtime_counts_the_cores_this_process_may_use() -> None:
     import os
 

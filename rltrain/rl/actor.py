@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -20,6 +20,18 @@ from rltrain.rl.config import TrainConfig, normalizes_obs
 from rltrain.rl.distributions import distribution
 from rltrain.rl.models import ActorCritic, build_policy, load_flat
 from rltrain.rl.rollout import Rollout, stack
+
+
+class Policy(Protocol):
+    """A policy that acts for an actor (:class:`rltrain.rl.inference.PolicyServer`)."""
+
+    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Sampled actions, logits [B, A] and the parameters' version, for ``obs`` [B, *obs]."""
+        ...
+
+    def norm(self) -> NormStats | None:
+        """The normalisation statistics of the parameters acting now."""
+        ...
 
 
 def frame_stack_of(protocol: Mapping[str, Any]) -> int:
@@ -173,10 +185,18 @@ class Actor:
             self.stats = params.norm
             self.model.set_norm(params.norm)
 
-    def collect(self, server: Server) -> Rollout:
+    def collect(self, server: Server, policy: Policy | None = None) -> Rollout:
         """Pull every ``server.n_fetch`` rollouts, then act for one rollout; the rollout
-        carries this actor's time per phase since its last one."""
+        carries this actor's time per phase since its last one. ``policy``: a batched
+        policy that acts instead of this actor's copy (:mod:`rltrain.rl.inference`), which
+        then pulls nothing."""
         self.timer.begin()
+        if policy is not None:
+            if self.cfg.normalize.reward:  # the rewards' scale: the merged statistics'
+                with self.timer.phase("pull"):
+                    self.stats = policy.norm() or self.stats
+            rollout = self.rollout(policy)
+            return dataclasses.replace(rollout, phases=self.timer.take())
         if self.rollouts % self.cfg.server.n_fetch == 0 or self.version < 0:
             with self.timer.phase("pull"):
                 params = server.pull(self.params)
@@ -186,13 +206,21 @@ class Actor:
         rollout = self.rollout()
         return dataclasses.replace(rollout, phases=self.timer.take())
 
+    def _act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """This actor's own policy: sampled actions, logits [B_g, A], its version."""
+        logits, _ = self.model(obs)  # [B_g, A]
+        return self.dist.sample(logits, self.generator), logits, self.version
+
     @torch.no_grad()
-    def rollout(self) -> Rollout:
-        """T steps of every environment with the current policy (sampled actions).
+    def rollout(self, policy: Policy | None = None) -> Rollout:
+        """T steps of every environment with the current policy (sampled actions), this
+        actor's own or ``policy``'s (the rollout then carries the oldest version that acted).
 
         Group g's step t is sent to its emulators right after the policy acts on it, and
         received just before the policy acts on it again, one round of the other groups later.
         """
+        act = self._act if policy is None else policy.act
+        oldest = None
         T, timer = self.cfg.algo.rollout_length, self.timer
         first_step_at = time.time() if self.rollouts == 0 else None
         scale = self.stats.reward_scale()
@@ -207,16 +235,17 @@ class Actor:
                 if t == T:
                     continue
                 with timer.phase("inference"):
-                    logits, _ = self.model(self.obs[g])  # [B_g, P]
-                    action = self.dist.sample(logits, self.generator)  # [B_g] or [B_g, n]
+                    action, logits, version = act(self.obs[g])  # [B_g] or [B_g, n]; [B_g, A]
                     env.send(action.numpy())  # a Box's env clips to its bounds
                     trace.act(action, logits)
+                oldest = version if oldest is None else min(oldest, version)
         self.rollouts += 1
+        version = self.version if oldest is None else oldest
         with timer.phase("collate"):
-            parts = [tr.rollout(self.actor_id, self.version, self.norm_obs) for tr in traces]
+            parts = [tr.rollout(self.actor_id, version, self.norm_obs) for tr in traces]
             batch = stack(parts)
         return dataclasses.replace(
-            batch, actor_id=self.actor_id, version=self.version, first_step_at=first_step_at
+            batch, actor_id=self.actor_id, version=version, first_step_at=first_step_at
         )
 
     def close(self) -> None:

@@ -449,18 +449,21 @@ def waits_at_barrier(cfg: TrainConfig) -> bool:
     return server_rule(cfg).rule in ("sync", "soft_sync")
 
 
-def sized(cfg: TrainConfig, cpus: float, gpu: bool = False) -> TrainConfig:
+def sized(cfg: TrainConfig, cpus: float, gpu: bool = False, batched: bool = False) -> TrainConfig:
     """``cfg`` with ``actors: auto`` and ``env.groups: auto`` resolved against the ``cpus``
     the runtime reports (Ray's, or this machine's cores). Actors: one process per CPU, the
     learners' first (a CPU each, half of one when it drives a GPU), at least one. Groups
     (:func:`envs.env_groups`): Atari overlaps emulation and inference in two groups only
-    where each actor has two cores or more."""
+    where each actor has two cores or more, or where the policy acts elsewhere (``batched``:
+    runtime.inference), so that an actor's games run while it waits for the actions of the
+    other group."""
     actors = cfg.actors
     if not actors:
         learners = cfg.learners * learner_cpus(gpu) if cfg.algo.name in SPLIT_ALGOS else 0
         actors = max(1, int(cpus - learners))
     try:
-        groups = cfg.env.groups or env_groups(cfg.env, cpus / actors)
+        cores = float("inf") if batched else cpus / actors
+        groups = cfg.env.groups or env_groups(cfg.env, cores)
         return dataclasses.replace(
             cfg, actors=actors, env=dataclasses.replace(cfg.env, groups=groups)
         )

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from rltrain.faults import PeerLost, RunFailed
 from rltrain.rl.actor import Actor
 from rltrain.rl.config import waits_at_barrier
+from rltrain.rl.inference import PolicyServer
 from rltrain.rl.learner import PPO_ALGOS, Learner
 from rltrain.rl.worker import Worker
 
@@ -150,8 +151,11 @@ class ActorLearnerPlan(RLPlan):
         self.idle_learners = list(learners)
         self.idle_actors: list[Any] = []
         self.cap = RolloutCap.of(cfg.learners, cfg.algo.learner_batch, len(actors))
+        self.policy = None  # runtime.inference: one batched policy acts for every actor
+        if t.inference is not None:
+            self.policy = PolicyServer(cfg, spec.obs_shape, spec.actions, self.server, t.inference)
         for a in actors:
-            self.pool.submit(a, "collect", self.server, fetch=False)
+            self.pool.submit(a, "collect", self.server, self.policy, fetch=False)
 
     def _usable(self, actor: Any) -> bool:  # not gone for good, not being restarted
         return actor in self.t.procs["actor"] and actor not in self.pool.restarting()
@@ -199,7 +203,7 @@ class ActorLearnerPlan(RLPlan):
         while self.idle_actors and len(self.ready) + acting < cap:
             actor = self.idle_actors.pop()
             if self._usable(actor) and not pool.busy(actor):
-                pool.submit(actor, "collect", self.server, fetch=False)
+                pool.submit(actor, "collect", self.server, self.policy, fetch=False)
                 acting += 1
 
     def _salvage(self, done: Any) -> list[Any]:

@@ -13,7 +13,7 @@ import torch
 from envs import ActionSpace, EnvError, make_env
 from envs.user import one_hot as one_hot_space
 from rltrain.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
-from rltrain.config import dotted, to_dict
+from rltrain.config import ConfigError, dotted, to_dict
 from rltrain.faults import FaultCounters
 from rltrain.ps.server import ShardLayout
 from rltrain.rl.actor import policy_builder
@@ -222,3 +222,24 @@ def shard_device(cfg: TrainConfig, gpu: bool, backend: str) -> str:
     if cfg.server.device == "auto" and gpu and backend != "ray" and torch.cuda.is_available():
         return "cuda"
     return "cpu"
+
+
+def inference_device(cfg: TrainConfig, gpu: bool, backend: str) -> str | None:
+    """Where the batched policy acts for the actors (``runtime.inference``), or None: each
+    actor acts with its own copy. A choice that cannot be is refused in one line."""
+    want = cfg.runtime.inference
+    if want == "actor":
+        return None
+    why = ""
+    if cfg.algo.name not in ("impala", "appo"):
+        why = f"algo {cfg.algo.name} (its workers or actors act themselves; impala, appo only)"
+    elif backend == "ray":
+        why = "runtime.backend ray (the policy lives in the trainer's process: process or local)"
+    if want == "server" and why:
+        raise ConfigError(f"runtime.inference=server cannot be used with {why}")
+    if why:
+        return None
+    on_gpu = gpu and torch.cuda.is_available()
+    if want == "server":
+        return "cuda" if on_gpu else "cpu"
+    return "cuda" if on_gpu else None

@@ -45,12 +45,14 @@ from rltrain.rl.config import (
     server_rule,
     sized,
 )
+from rltrain.rl.learner import warm_gpu
 from rltrain.rl.periodic import PeriodicEval
 from rltrain.rl.plans import PLANS
 from rltrain.rl.rollout import WorkStats
 from rltrain.rl.setup import (
     Counters,
     EnvSpec,
+    inference_device,
     initial_params,
     load_resume,
     probe_env,
@@ -87,6 +89,9 @@ class Trainer:
             self.startup["ray"] = round(ray_up[1] - self.started, 2)
         self.cfg = cfg
         self.run_dir = run_dir
+        gpu_here = cfg.learner_gpus > 0 and chosen_backend(cfg.runtime)[0] != "ray"
+        if cfg.algo.name in SPLIT_ALGOS and gpu_here:  # (Ray's learners: processes of Ray's)
+            warm_gpu()
         self.spec = spec or probe_env(cfg)
         resumed = load_resume(run_dir, cfg, self.spec) if resume else None
         self.counters = resumed.counters if resumed else Counters()
@@ -170,12 +175,16 @@ class Trainer:
         where = f"{where}, chosen by {why}"
         self.gpu = gpu_learners(cfg, runtime.cluster_gpus(), name == "ray")
         cpus = runtime.cluster_cpus()
-        cfg = sized(cfg, cpus, self.gpu)
+        self.inference = inference_device(cfg, self.gpu, name)
+        cfg = sized(cfg, cpus, self.gpu, batched=self.inference is not None)
         processes = cfg.actors + (cfg.learners * learner_cpus(self.gpu) if split else 0)
         fitted = runtime.fit_cpus(cfg.runtime, processes, cfg.server.shards)
         self.shard_device = shard_device(cfg, self.gpu, name)
         where += f"; {describe_sizes(cfg)}; learners on {'GPU' if self.gpu else 'CPU'}"
         where += ", shards on GPU" if self.shard_device != "cpu" else ""
+        if self.inference is not None:
+            on = "GPU" if self.inference != "cpu" else "CPU"
+            where += f", the actors' policy batched on the {on} (runtime.inference)"
         print(f"runtime: {where}")
         self.ray = runtime.ray_record()
         if fitted.worker_cpus < cfg.runtime.worker_cpus:

@@ -104,11 +104,13 @@ def context() -> Any:
 
 
 def service_names(args: Sequence[Any], services: dict[str, Any]) -> tuple:
-    """The call's arguments with the server and the replay memory replaced by references
-    (``services`` learns the objects they stand for)."""
+    """The call's arguments with the server, the replay memory and any object that names
+    itself a service (a ``service_name`` class attribute: the batched policy) replaced by
+    references (``services`` learns the objects they stand for)."""
     out = []
     for a in args:
-        name = "server" if isinstance(a, ShardedServer) else None
+        name = getattr(type(a), "service_name", None)
+        name = "server" if isinstance(a, ShardedServer) else name
         name = "replay" if isinstance(a, LocalReplay) else name
         if name is not None:
             services[name] = a

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The shipped Pong config on a GPU box: raw emulator speed, then 5 minutes of training.
+#
+# For a bare GPU machine with PyTorch and CUDA but no Ray and no internet: gymnasium,
+# farama-notifications and ale-py come along as wheels (WHEELS, default .whl/; download them
+# elsewhere for the box's Python, as /work/.library/device/README.md shows), and the project
+# runs from PYTHONPATH. Prints, in about 7 minutes:
+#   * the box: GPU, CPU cores, torch;
+#   * raw AtariVectorEnv frames/s (random actions, the v5 protocol) with 16, 64 and 128 envs
+#     on every core;
+#   * configs/pong_appo.yaml trained for TRAIN_SECONDS (300) with its defaults (evaluation
+#     off, so the cores all train): frames/s over the run and after warm-up, seconds to the
+#     first env step, the `rltrain plot --marks -15 0 10 18` table, the last status line (its
+#     `time:` shares are perf/time), and GPU busy % and memory sampled by nvidia-smi.
+#
+#   bash benchmarks/gpu_box.sh [extra --set for the run ...]
+#   WHEELS=.whl TRAIN_SECONDS=300 RAW_SECONDS=8 OUT_DIR=/tmp/gpu_box bash benchmarks/gpu_box.sh
+set -uo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+WHEELS=${WHEELS:-$REPO/.whl}
+TRAIN_SECONDS=${TRAIN_SECONDS:-300}
+RAW_SECONDS=${RAW_SECONDS:-8}
+OUT_DIR=${OUT_DIR:-/tmp/gpu_box}
+CONFIG=${CONFIG:-$REPO/configs/pong_appo.yaml}
+rm -rf "$OUT_DIR" && mkdir -p "$OUT_DIR"
+export PYTHONUNBUFFERED=1
+
+if [ -d "$WHEELS" ] && ls "$WHEELS"/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site "$WHEELS"/*.whl || exit 1
+    export PYTHONPATH=/tmp/site:$REPO:$REPO/benchmarks
+else
+    export PYTHONPATH=$REPO:$REPO/benchmarks:${PYTHONPATH:-}
+fi
+rltrain() { python3 -c "from rltrain.cli import entry; entry()" "$@"; }
+
+echo "## the box"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null \
+    || echo "no nvidia-smi: no GPU figures"
+echo "cores: $(python3 -c 'import os; print(len(os.sched_getaffinity(0)))')," \
+    "$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p')"
+python3 -c "import torch, ale_py, gymnasium; print(f'torch {torch.__version__}, cuda \
+{torch.cuda.is_available()}, ale-py {ale_py.__version__}, gymnasium {gymnasium.__version__}')" \
+    || exit 1
+
+echo
+echo "## raw AtariVectorEnv, Pong, random actions, ${RAW_SECONDS}s each"
+python3 - "$RAW_SECONDS" <<'EOF'
+import os, sys
+from pong_sampling import raw_fps
+cores = len(os.sched_getaffinity(0))
+for n in (16, 64, 128):
+    print(f"{n:4d} envs, {cores} threads: {raw_fps(n, cores, float(sys.argv[1])):9,.0f} frames/s")
+EOF
+
+echo
+echo "## $(basename "$CONFIG"), ${TRAIN_SECONDS}s, defaults $*"
+GPU_LOG=$OUT_DIR/gpu.csv
+if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits -l 5 \
+        >"$GPU_LOG" 2>/dev/null &
+    SMI=$!
+fi
+RUN=$OUT_DIR/run
+START=$(date +%s.%N)
+rltrain train "$CONFIG" --run-dir "$RUN" --set "stop.max_seconds=$TRAIN_SECONDS" \
+    --set stop.mean_return=null --set eval.every_steps=0 "$@" >"$OUT_DIR/train.log" 2>&1
+CODE=$?
+END=$(date +%s.%N)
+[ -n "${SMI:-}" ] && kill "$SMI" 2>/dev/null
+grep -v '^\[train\]' "$OUT_DIR/train.log" | head -5
+echo "exit code $CODE, $(python3 -c "print(f'{$END - $START:.0f}')") s from the command to the end"
+echo "last status: $(grep '^\[train\]' "$OUT_DIR/train.log" | tail -1)"
+python3 - "$RUN" "$GPU_LOG" <<'EOF'
+import json, sys
+from pathlib import Path
+from pong_training_fps import steady_fps
+
+run, gpu = Path(sys.argv[1]), Path(sys.argv[2])
+s = json.loads((run / "summary.json").read_text())
+frames = s["env_frames"]
+skip = max(1, round(frames / max(s["env_steps"], 1)))  # frames per env step
+print(f"frames: {frames:,} in {s['wall_seconds']:.0f}s: {frames / s['wall_seconds']:,.0f} frames/s "
+      f"over the run")
+try:
+    fps, _ = steady_fps(run / "tb", skip, 30.0)
+    print(f"after 30 s of warm-up: {fps:,.0f} frames/s")
+except Exception as e:  # noqa: BLE001 - a run too short for it
+    print(f"after warm-up: not measured ({e})")
+marks = s.get("startup", {})
+print("seconds from the command: " + ", ".join(f"{k} {v:.1f}" for k, v in marks.items()))
+if gpu.exists() and gpu.read_text().strip():
+    rows = [list(map(float, r.split(","))) for r in gpu.read_text().split("\n") if r.strip()]
+    busy = [r[0] for r in rows[2:]] or [r[0] for r in rows]  # from 10 s in: training
+    print(f"GPU busy (nvidia-smi every 5 s, {len(busy)} samples): mean {sum(busy) / len(busy):.0f}%"
+          f", max {max(busy):.0f}%; memory used up to {max(r[1] for r in rows):,.0f} MiB")
+EOF
+echo
+rltrain plot "$RUN" --marks -15 0 10 18 --out "$OUT_DIR/curve.png" 2>&1 | tail -8

@@ -28,6 +28,8 @@ class Params:
     version: int
     values: torch.Tensor  # [P] float32
     norm: NormStats | None = None  # merged normalisation statistics (shard 0 holds them)
+    epoch: int = 0
+    """The server's restores so far when these were read (see :attr:`GradUpdate.epoch`)."""
 
 
 class BatchId(NamedTuple):
@@ -62,6 +64,12 @@ class GradUpdate:
     batches: tuple[BatchId, ...] = ()
     """The supervised batches averaged into ``values``, in order (empty for the RL learners):
     what a recording server logs so that a run can be replayed."""
+    epoch: int = 0
+    """The epoch of the parameters ``values`` was computed from (:attr:`Params.epoch`). A
+    restore from a restore point starts a new epoch on every shard, and a shard drops an
+    update of an older one: computed on parameters the restore threw away, it would drift an
+    async run, and a push split over shards could land on one before its restore and on
+    another after it."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,9 @@ class PushResult:
     staleness: int = 0  # server version at arrival - update version
     reason: str = ""  # why it was rejected or dropped
     count: int = 1  # updates averaged into the step this push completed (barrier rules)
+    waits: bool = False
+    """The pusher is in a barrier round that has not stepped yet (its update is accumulated, or
+    it pushed again after its wait timed out): it waits for the round's step, not push again."""
 
 
 @dataclass(frozen=True)

@@ -95,3 +95,18 @@ def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("a run without Ray started Ray")
 
     monkeypatch.setattr(runtime, "init_ray", refuse)
+
+
+@pytest.fixture(autouse=True)
+def _ray_only_in_slow_tests(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`-m "not slow"` starts no Ray: a test that does is marked slow (issue 30)."""
+    if request.node.get_closest_marker("slow") is not None:
+        return
+    import ray
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a test not marked slow started Ray: mark it slow")
+
+    monkeypatch.setattr(ray, "init", refuse)

@@ -52,6 +52,7 @@ def ray_local():  # noqa: ANN201
     runtime.shutdown()
 
 
+@pytest.mark.slow  # starts Ray
 def test_ray_server_puts_one_object_per_version_for_every_puller(ray_local: None) -> None:
     server = runtime.start_server(
         torch.zeros(2 * BIG),

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -61,18 +62,27 @@ def test_schedule_fires_kills_and_pauses_once_in_time_order() -> None:
 def test_a_pause_ends_by_itself_and_every_exit_path_can_end_it() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        pause(child.pid, 0.3)
-        assert _state(child.pid) == "T"  # stopped
-        deadline = time.time() + 10  # on a loaded machine the timer may run late
-        while _state(child.pid) == "T" and time.time() < deadline:
-            time.sleep(0.1)
-        assert _state(child.pid) != "T"  # continued by its timer, with no one's help
+        pause(child.pid, 2.0)
+        assert _until(lambda: _state(child.pid) == "T")  # stopped (a signal lands in a moment)
+        # continued by its timer, with no one's help (on a loaded machine it may run late)
+        assert _until(lambda: _state(child.pid) != "T")
         pause(child.pid, 60)
+        assert _until(lambda: _state(child.pid) == "T")
         resume_all()  # what the end of a run and a second Ctrl-C do
-        assert _state(child.pid) != "T"
+        assert _until(lambda: _state(child.pid) != "T")
     finally:
         child.kill()
         child.wait()
+
+
+def _until(condition: Callable[[], bool], seconds: float = 20.0) -> bool:
+    """Wait for ``condition`` (a process's state: signals are delivered asynchronously)."""
+    deadline = time.time() + seconds
+    while not condition():
+        if time.time() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def _state(pid: int) -> str:

@@ -54,6 +54,7 @@ def test_an_explicit_count_is_kept_and_described() -> None:
     assert describe_sizes(sized(cfg("a3c"), 3)) == "3 workers, 1 shard"
 
 
+@pytest.mark.slow  # starts Ray
 def test_auto_resolves_from_rays_cpu_count_and_cpus_are_not_inflated() -> None:
     runtime.init_ray(RuntimeConfig(num_cpus=3))
     try:

@@ -31,9 +31,10 @@ from rltrain.records import (
     check_update,
 )
 
-# the columns of a worker's row: steps begun, steps ended (applied), rejected pushes, samples,
-# the staleness sum, and the staleness histogram's bins
-_BEGUN, _APPLIED, _REJECTED, _SAMPLES, _STALE_SUM, _HIST = 0, 1, 2, 3, 4, 5
+# the columns of a worker's row: steps begun, rejected pushes, samples, the staleness sum, and
+# the staleness histogram's bins, whose sum is the row's steps applied: one increment ends a
+# step and counts it, so a worker killed at any moment has counted each step once or not at all
+_BEGUN, _REJECTED, _SAMPLES, _STALE_SUM, _HIST = 0, 1, 2, 3, 4
 MAX_WORKERS = 1024  # rows: worker id modulo this (one pushing process per row)
 
 
@@ -73,7 +74,7 @@ class HogwildServer:
     @property
     def version(self) -> int:
         """Steps applied by all workers (each step ends with its row's count)."""
-        return int(self._rows[:, _APPLIED].sum())
+        return int(self._rows[:, _HIST:].sum())
 
     def push(self, update: GradUpdate) -> PushResult:
         """Apply one update, lock-free. One process pushes under each worker id."""
@@ -95,9 +96,8 @@ class HogwildServer:
             raise
         finally:
             self._param.grad = None
+        row[_HIST + min(staleness, STALENESS_BINS - 1)] += 1  # the step's end and its count
         row[_STALE_SUM] += staleness
-        row[_HIST + min(staleness, STALENESS_BINS - 1)] += 1
-        row[_APPLIED] += 1  # last: the step's end, and the version it makes
         return PushResult("applied", self.version, staleness)
 
     def pull(self, have: Params | None = None) -> Params:
@@ -127,7 +127,7 @@ class HogwildServer:
         """A worker process died, perhaps inside a step: it is no longer writing (its step, if
         any, is not counted as applied). Call before its replacement starts pushing."""
         row = self._rows[worker_id % MAX_WORKERS]
-        row[_BEGUN] = row[_APPLIED]
+        row[_BEGUN] = row[_HIST:].sum()
 
     def exchange(
         self, update: GradUpdate, wait_version: int = 0, timeout: float = 0.0
@@ -153,9 +153,10 @@ class HogwildServer:
 
     def stats(self) -> ServerStats:
         c = self._rows.sum(dim=0).tolist()
+        applied = sum(c[_HIST:])
         return ServerStats(
-            version=c[_APPLIED],
-            applied=c[_APPLIED],
+            version=applied,
+            applied=applied,
             dropped=0,
             rejected=c[_REJECTED],
             samples=c[_SAMPLES],

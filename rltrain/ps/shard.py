@@ -83,6 +83,7 @@ class ParameterShard:
         self._joined: set[int] = set()  # workers added mid-run (join is idempotent)
         self._fenced = False
         self._generation = 0  # bumped by every restore: barrier waiters wake and re-pull
+        self._epoch = 0  # restores from a restore point (the guard numbers them): see push
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self.version = 0
@@ -136,7 +137,7 @@ class ParameterShard:
             if newer_than is not None and self.version == newer_than:
                 return None
             self._bytes_pulled += 4 * self.numel
-            return Params(self.version, self._param.detach().clone(), self._norm)
+            return Params(self.version, self._param.detach().clone(), self._norm, self._epoch)
 
     def set_lr_factor(self, factor: float) -> None:
         """Scale the base learning rate (a schedule); staleness scaling still applies on top."""
@@ -163,8 +164,9 @@ class ParameterShard:
         else:
             result = self.push(update, decided)
         # a refused update (rejected, or dropped as late) waits for nothing: the worker pulls
-        # and goes on (e.g. it holds a version newer than a restored shard's)
-        if wait_version > 0 and result.status in ("applied", "accumulated"):
+        # and goes on (e.g. it holds a version newer than a restored shard's); one of a round
+        # still open waits for it, even when it came again after its wait timed out
+        if wait_version > 0 and (result.status in ("applied", "accumulated") or result.waits):
             self.wait_for_version(wait_version, timeout, generation)
         params = ParameterShard.pull(self)  # this class's: a transport may change its own
         assert params is not None
@@ -277,7 +279,9 @@ class ParameterShard:
                 raise ValueError(f"shard {self.shard_id}: {values.numel()} values for {self.numel}")
             self._param.data.copy_(values.reshape(-1))  # from any device
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, epoch: int | None = None) -> None:
+        """Load a checkpoint's or a restore point's state; ``epoch``: the restore's number,
+        from which updates of parameters read before it are dropped (None: keep it)."""
         with self._changed:
             if state["param"].numel() != self.numel:
                 raise ValueError(
@@ -301,6 +305,8 @@ class ParameterShard:
             self._acc_workers.clear()
             self._fenced = False
             self._generation += 1
+            if epoch is not None:
+                self._epoch = epoch
             self._changed.notify_all()
 
     # --- rules (called with the lock held) -------------------------------------------------
@@ -313,6 +319,8 @@ class ParameterShard:
             reason = "non-finite normalisation statistics"
         if reason:
             return self._reject(reason)
+        if update.epoch < self._epoch:
+            return self._drop(f"computed before the restore (epoch {update.epoch})", 0)
         if update.norm is not None:  # what the actors saw counts even if the step is dropped
             if self.rule.rule == "async":
                 self._norm = merge_all([self._norm, update.norm])
@@ -325,6 +333,8 @@ class ParameterShard:
 
     def _follow(self, update: GradUpdate, decided: PushResult) -> PushResult:
         """Do what shard 0 decided for this update (see :meth:`push`)."""
+        if update.epoch < self._epoch:  # shard 0 decided before its restore, we after ours
+            return self._drop(f"computed before the restore (epoch {update.epoch})", 0)
         if decided.status == "rejected":
             return self._reject(decided.reason)
         if decided.status == "dropped":
@@ -368,14 +378,16 @@ class ParameterShard:
             # A late update for a version that has already been stepped (a backup worker).
             return self._drop(f"late update for version {update.version}", staleness)
         if update.worker_id in self._acc_workers:
-            # N distinct workers make a synchronous step; one worker twice is not two
-            return self._drop(f"second update from worker {update.worker_id} for this version", 0)
+            # N distinct workers make a synchronous step; one worker twice is not two. It
+            # pushed again because its wait timed out: it waits again rather than spin
+            why = f"second update from worker {update.worker_id} for this version"
+            return dataclasses.replace(self._drop(why, 0), waits=True)
         self._acc_workers.add(update.worker_id)
         values = update.values.to(torch.float32)
         self._acc = values.clone() if self._acc is None else self._acc.add_(values)
         self._acc_count += 1
         if self._acc_count < self._needed:
-            return PushResult("accumulated", self.version, 0)
+            return PushResult("accumulated", self.version, 0, waits=True)
         count = self._acc_count
         self._finish_barrier()
         return PushResult("applied", self.version, 0, count=count)

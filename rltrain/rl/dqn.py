@@ -219,7 +219,9 @@ class DQNLearner:
                 batch = draw.slice(i * d.batch_size, (i + 1) * d.batch_size)
             with timer.phase("learn"):
                 grad, loss, td, q_mean = self.gradient(batch)
-            update = GradUpdate(self.learner_id, params.version, grad, len(batch), loss.terms())
+            update = GradUpdate(
+                self.learner_id, params.version, grad, len(batch), loss.terms(), epoch=params.epoch
+            )
             with timer.phase("exchange"):
                 if self.cfg.replay.prioritized:
                     replay.update_priorities(shard, batch.indices, np.abs(td))

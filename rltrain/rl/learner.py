@@ -310,8 +310,9 @@ class Learner:
             batch = stack(list(rollouts))
         stats = WorkStats()
         stats.add_rollout(batch)  # with the actors' phases
+        barrier = waits_at_barrier(self.cfg)
         self.params = push_gradients(
-            self, server, batch, params.version, self.learner_id, stats, waits_at_barrier(self.cfg)
+            self, server, batch, params.version, self.learner_id, stats, barrier, epoch=params.epoch
         )
         perf.merge(stats.phases, self.timer.take())
         stats.seconds = time.perf_counter() - t
@@ -327,6 +328,7 @@ def push_gradients(
     stats: WorkStats,
     barrier: bool = False,
     until: int | None = None,
+    epoch: int = 0,
 ) -> Params:
     """Push each gradient of ``batch`` (the first computed at parameters of ``version``) and
     load the parameters each exchange returns; returns the last of them.
@@ -337,7 +339,8 @@ def push_gradients(
     previous exchange is in flight, at the parameters before it (one step of staleness), so
     the round trip costs no learner time (measured on Pong, 2 cores: a quarter of it), but
     PPO's epochs became unstable (see the option).
-    ``until``: stop once the server reaches this version (a barrier round's end). The batch's
+    ``until``: stop once the server reaches this version (a barrier round's end); ``epoch``:
+    that of the parameters at ``version`` (``GradUpdate.epoch``). The batch's
     normalisation statistics travel with its first push; the model keeps the statistics it
     started with until the batch is done, then takes the newest.
     """
@@ -359,22 +362,23 @@ def push_gradients(
         return p
 
     while True:
-        at = version  # the parameters the next gradient is computed at
+        at, at_epoch = version, epoch  # the parameters the next gradient is computed at
         with timer.phase("learn"):
             g = next(gradients, None)
         if pending is not None:  # overlap_push: the exchange that overlapped it
             params, pending = finish(), None
-            version = params.version
+            version, epoch = params.version, params.epoch
         if g is None:
             break
-        update = GradUpdate(worker_id, at, g.values, g.samples, g.loss.terms(), norm)
+        loss = g.loss.terms()
+        update = GradUpdate(worker_id, at, g.values, g.samples, loss, norm, epoch=at_epoch)
         norm = None
         with timer.phase("exchange"):
             pending = server.exchange_begin(update, at + 1 if barrier else 0, timeout)
         stats.losses.append(g.loss)
         if not overlap:
             params, pending = finish(), None
-            version = params.version
+            version, epoch = params.version, params.epoch
             if until is not None and params.version >= until:
                 break
     assert params is not None, "a batch has at least one gradient"

@@ -26,6 +26,7 @@ from rltrain.rl.actor import Actor
 from rltrain.rl.config import waits_at_barrier
 from rltrain.rl.inference import PolicyServer
 from rltrain.rl.learner import PPO_ALGOS, Learner
+from rltrain.rl.rollout import Rollout, WorkStats
 from rltrain.rl.worker import Worker
 
 if TYPE_CHECKING:
@@ -181,13 +182,29 @@ class ActorLearnerPlan(RLPlan):
         if self.t.on_fault(done, pushes=True):
             self.idle_learners.append(done.remote)
 
+    def finish(self) -> None:
+        """The rollouts made and never learned from (queued at the stop, or in the batch of a
+        learner that died) still count: their env steps and episodes happened."""
+        self._count_unlearned([ref for ref, _ in self.ready])
+        self.ready.clear()
+
+    def _count_unlearned(self, refs: list[Any]) -> None:
+        stats = WorkStats()
+        for ref in refs:
+            try:  # a value on the process runtime, an object of an actor's on Ray
+                rollout = ref if isinstance(ref, Rollout) else self.runtime.get([ref])[0]
+            except Exception:  # noqa: BLE001 - its actor died with it: nothing to count
+                continue
+            stats.add_rollout(rollout)
+        if stats.env_steps:
+            self.t.absorb(stats)
+
     def refill(self) -> None:
         t, cfg, pool = self.t, self.cfg, self.pool
         if t.stopped_by:
-            if waits_at_barrier(cfg):  # no barrier may wait for idle learners now
-                for learner in self.idle_learners:
-                    if learner.index not in t.guard.left:
-                        t.guard.leave(learner.index)
+            if waits_at_barrier(cfg):  # no barrier may wait for idle learners now, one that
+                for learner in self.idle_learners:  # left once and rejoined by pushing too
+                    t.guard.leave(learner.index)
             return
         n = cfg.algo.learner_batch
         while self.idle_learners and len(self.ready) >= n:
@@ -209,14 +226,17 @@ class ActorLearnerPlan(RLPlan):
     def _salvage(self, done: Any) -> list[Any]:
         """The rollouts of a failed learner call that are still good, to learn from again.
 
-        A learner that died leaves its batch intact. A call that failed because one of its
-        rollouts failed (its actor died, or a server shard the actor pulled from did) loses
-        that rollout only; an actor's death is counted here if its own next call did not show
-        it (Ray may have restarted it first).
+        A learner that died may have pushed some of its batch's minibatches: learning the
+        batch again would apply those twice, so its rollouts are counted (env steps,
+        episodes) and not learned from. A call that failed because one of its rollouts failed
+        (its actor died, or a server shard the actor pulled from did) failed before it ran,
+        and loses that rollout only; an actor's death is counted here if its own next call
+        did not show it (Ray may have restarted it first).
         """
         batch = done.tag or []
         if not isinstance(done.error, PeerLost):
-            return batch
+            self._count_unlearned([ref for ref, _ in batch])
+            return []
         t = self.t
         why = self.runtime.failed([ref for ref, _ in batch])
         for (_, actor), w in zip(batch, why, strict=True):

@@ -36,6 +36,7 @@ class Worker:
         self.barrier = waits_at_barrier(cfg)
         a = cfg.algo
         self.steps_per_rollout = a.epochs * a.minibatches if a.name in PPO_ALGOS else 1
+        self.epoch = 0  # of the parameters held (GradUpdate.epoch)
 
     def work(self, server: Server, iterations: int, progress: float = 0.0) -> WorkStats:
         """``iterations`` x (rollout, its gradients, push + pull each); returns what happened.
@@ -50,7 +51,9 @@ class Worker:
         stats = WorkStats()
         if self.actor.version < 0:
             with self.timer.phase("pull"):
-                self.actor.load(server.pull())
+                pulled = server.pull()
+                self.actor.load(pulled)
+                self.epoch = pulled.epoch
         self.learner.set_progress(progress)
         per_call = iterations * self.steps_per_rollout
         target = (self.actor.version // per_call + 1) * per_call
@@ -67,7 +70,9 @@ class Worker:
                 stats,
                 self.barrier,
                 until,
+                self.epoch,
             )
+            self.epoch = params.epoch
             if params.version < self.actor.version:  # the shards were restored: the workers
                 # whose calls failed were given new ones, aiming at the next multiple after
                 # the restored version; this call ends there too, or it would wait for them

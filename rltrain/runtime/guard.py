@@ -34,6 +34,7 @@ class ServerGuard:
         self.joined: list[int] = []  # workers added mid-run (elastic): N grew by one each
         self._asked: list[Any] = []
         self._next = 0.0
+        self.epoch = 0  # restores so far: each starts a new epoch on every shard
 
     def leave(self, worker_id: int) -> None:
         """Tell every shard a worker is gone, and remember it: a restarted shard is told again."""
@@ -112,7 +113,10 @@ class ServerGuard:
         for i in lost_shards:  # a restarted shard knows nothing of who joined (N is not state)
             for worker in self.joined:  # (told before it is unfenced, so it never steps short)
                 result(self.server.shards[i].call("join", worker))
-        self.server.load_state_dicts(self.point.states)
+        # a new epoch: a push of parameters read before this restore is dropped by every shard,
+        # whether it reaches one before its load (overwritten) or after (refused)
+        self.epoch += 1
+        self.server.load_state_dicts(self.point.states, self.epoch)
         for worker in self.left:  # nor of who left
             self.server.leave(worker)
         self.counters.shard_restores += len(lost_shards)

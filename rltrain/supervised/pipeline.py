@@ -143,6 +143,7 @@ class PipelineStage:
         self.layers = nn.Sequential(*seq[cuts[index] : cuts[index + 1]])
         self.server: Server | None = None
         self.version = 0
+        self.epoch = 0  # of the parameters held (GradUpdate.epoch)
         self._saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._loss = 0.0
 
@@ -189,7 +190,7 @@ class PipelineStage:
         loss). Barrier rules wait (up to ``timeout`` s) for the shard to step past it."""
         assert self.server is not None, "connect first"
         g, loss = self.grad()
-        update = GradUpdate(worker_id, self.version, g, samples, {"loss": loss})
+        update = GradUpdate(worker_id, self.version, g, samples, {"loss": loss}, epoch=self.epoch)
         wait = self.version + 1 if self.spec.rule.rule != "async" else 0
         return self._load(self.server.exchange(update, wait, timeout)[1]), loss
 
@@ -198,7 +199,7 @@ class PipelineStage:
 
     def _load(self, params: Params) -> int:
         vector_to_parameters(params.values, self.layers.parameters())
-        self.version = params.version
+        self.version, self.epoch = params.version, params.epoch
         return params.version
 
 

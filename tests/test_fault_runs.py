@@ -118,7 +118,8 @@ def test_bench_survives_losing_a_worker_and_the_server_shard(
         "--set",
         "batch_size=16",
         "--set",
-        "budget.max_seconds=11",
+        # a shard of Ray's is restarted and restored (seconds); the process runtime's is not lost
+        f"budget.max_seconds={11 if backend == 'ray' else 7}",
         "--set",
         "eval.every_seconds=0.5",
         "--set",

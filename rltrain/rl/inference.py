@@ -66,7 +66,7 @@ class PolicyServer:
         self._pending: list[_Request] = []
         self._busy = False
         self.batches = 0  # forward passes run
-        self.rows = 0  # observations acted on
+        self.rows = 0  # observations acted on (rows / batches: how well the actors coincide)
 
     def act(self, obs: torch.Tensor) -> Acted:
         """Sampled actions and their logits for ``obs`` [B, *obs], and the version that acted.
@@ -95,10 +95,6 @@ class PolicyServer:
         """The normalisation statistics of the parameters acting now (an actor scales its
         rewards by them)."""
         return None if self.params is None else self.params.norm
-
-    def mean_batch(self) -> float:
-        """Observations per forward pass so far (how well the actors' steps coincide)."""
-        return self.rows / self.batches if self.batches else 0.0
 
     @torch.no_grad()
     def _run(self, batch: list[_Request]) -> None:

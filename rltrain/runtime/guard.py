@@ -35,6 +35,7 @@ class ServerGuard:
         self._asked: list[Any] = []
         self._next = 0.0
         self.epoch = 0  # restores so far: each starts a new epoch on every shard
+        self.restored_from: RestorePoint | None = None  # the last restore's point
 
     def leave(self, worker_id: int) -> None:
         """Tell every shard a worker is gone, and remember it: a restarted shard is told again."""
@@ -117,6 +118,7 @@ class ServerGuard:
         # whether it reaches one before its load (overwritten) or after (refused)
         self.epoch += 1
         self.server.load_state_dicts(self.point.states, self.epoch)
+        self.restored_from = self.point
         for worker in self.left:  # nor of who left
             self.server.leave(worker)
         self.counters.shard_restores += len(lost_shards)

@@ -186,6 +186,7 @@ class ServerGuard:
         self.server = server
         self.last_seen = 0
         self.left: set[int] = set()
+        self.restored_from = None  # never: the shards cannot be lost apart from this process
 
     def leave(self, worker_id: int) -> None:
         self.left.add(worker_id)

@@ -95,7 +95,9 @@ def run_server_mode(
         t0, reports = plan.t0, plan.reports
         resume_all()
         _snapshot(snapper, server, guard, restarts != 0)
-        kept = ModeRecord(tuple(server.push_log()), server.pull().values) if record else None
+        point = guard.restored_from  # the log of a restarted shard begins at its restore
+        start = None if point is None else point.states[0]
+        kept = ModeRecord(tuple(server.push_log()), server.pull().values, start) if record else None
     finally:
         resume_all()  # never leave a process stopped by an injected pause
         for w in procs["worker"]:  # with the ones added mid-run

@@ -39,6 +39,9 @@ class ModeRecord:
 
     log: tuple[PushRecord, ...]
     final: torch.Tensor  # [P]
+    start: dict | None = None
+    """The shard's state the log starts from, when the shard was restored (the restore
+    point's: a restarted shard logs from its restore on); None: the initial parameters."""
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,7 @@ class SavedRecord:
     log: tuple[PushRecord, ...]
     final: torch.Tensor  # [P] the parameters the mode ended with
     faults: FaultCounters
+    start: dict | None = None  # the restore point the log begins at (ModeRecord.start)
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,8 @@ def save_record(run_dir: Path, trace: ModeTrace) -> Path:
         "pushes": torch.tensor(pushes, dtype=torch.int64).reshape(-1, 5),
         "batches": torch.tensor(batches, dtype=torch.int64).reshape(-1, 3),
     }
+    if rec.start is not None:
+        state["start"] = rec.start
     path = record_path(run_dir, trace.mode)
     path.parent.mkdir(exist_ok=True)
     write_atomic_with(path, lambda f: torch.save(state, f))
@@ -119,7 +122,11 @@ def load_record(path: Path) -> SavedRecord:
             log.append(PushRecord(worker, version, staleness, _STATUSES[status], batches))
             at += n
         return SavedRecord(
-            state["mode"], tuple(log), state["final"], FaultCounters(**state["faults"])
+            state["mode"],
+            tuple(log),
+            state["final"],
+            FaultCounters(**state["faults"]),
+            state.get("start"),
         )
     except (OSError, RuntimeError, pickle.UnpicklingError, LookupError, TypeError, ValueError) as e:
         raise NotReplayable(f"{path}: not a readable record ({type(e).__name__}: {e})") from None
@@ -168,13 +175,14 @@ def read_run(run_dir: Path, only: str | None = None) -> tuple[BenchConfig, list[
 def replay_mode(cfg: BenchConfig, data: SplitDataset, run_dir: Path, mode: str) -> ReplayResult:
     """Replay ``record/<mode>.pt`` and compare with its final parameters."""
     saved = load_record(record_path(run_dir, mode))
-    lost = saved.faults.shard_restores + saved.faults.left_barrier
+    # a restore is followed from the restore point the log begins at (a restarted shard's)
+    lost = saved.faults.left_barrier + (saved.faults.shard_restores if saved.start is None else 0)
     if lost:
         raise NotReplayable(
             f"{mode}: the run restored its shard or went on without a lost worker ({lost} "
             "times), which the log does not follow"
         )
-    params, mismatches = replay_log(cfg, data, mode, saved.log)
+    params, mismatches = replay_log(cfg, data, mode, saved.log, saved.start)
     equal = torch.equal(params, saved.final)  # False for another shape too
     return ReplayResult(mode, len(saved.log), equal, _max_diff(params, saved.final), mismatches)
 
@@ -186,10 +194,16 @@ def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def replay_log(
-    cfg: BenchConfig, data: SplitDataset, mode: str, log: Sequence[PushRecord]
+    cfg: BenchConfig,
+    data: SplitDataset,
+    mode: str,
+    log: Sequence[PushRecord],
+    start: dict | None = None,
 ) -> tuple[torch.Tensor, int]:
     """Push the logged updates again, one after the other: each batch's gradient recomputed
-    on the parameters of its logged version, by the worker that computed it.
+    on the parameters of its logged version, by the worker that computed it; from the
+    initial parameters, or from ``start`` (the restore point a restored shard's log begins
+    at: the parameters after a restore are the point's plus the updates logged after it).
 
     Returns the final parameters [P] and how many pushes the shard decided otherwise than
     the log says (status or staleness; 0 when the replay followed the run).
@@ -203,11 +217,16 @@ def replay_log(
         sources = shards(cfg, cfg.workers)
         workers = [SupervisedWorker(s, src) for s, src in zip(specs, sources, strict=True)]
         shard = ParameterShard(initial_params(cfg, data), cfg.optimizer, rule, cfg.workers)
-        held = {0: shard.pull().values}  # parameters by version, while a later push needs them
+        if start is not None:
+            shard.load_state_dict(start)
+        # parameters by version, while a later push needs them
+        held = {shard.version: shard.pull().values}
         mismatches = 0
         for i, rec in enumerate(log):
             if not rec.batches or not 0 <= rec.worker_id < len(workers):
                 raise NotReplayable(f"{mode}: push {i} names no batches or an unknown worker")
+            if rec.status == "dropped" and any(b.version not in held for b in rec.batches):
+                continue  # computed before the restore, and dropped for it: it changed nothing
             # torch threads as in each process: a float reduction's result depends on them
             _set_threads(specs[rec.worker_id].threads)
             update = _recompute(workers[rec.worker_id], rec, held, mode, i)

@@ -30,8 +30,8 @@ import gymnasium
 import numpy as np
 import torch
 
-from envs import ActionSpace
-from envs.gym_vector import to_env_actions
+from rltrain.envs import ActionSpace
+from rltrain.envs.gym_vector import to_env_actions
 from rltrain import signals
 from rltrain.config import from_dict, merge, nested, read_yaml, to_dict
 from rltrain.rl.config import TrainConfig

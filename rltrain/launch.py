@@ -118,8 +118,8 @@ def starts_ray_early(cfg: Any) -> bool:
     main thread (``ray.init`` needs it), for an id gymnasium knows (an unknown one fails
     before anything starts) and without user modules (they are imported first, to ship
     them)."""
-    from envs import registered
-    from rltrain.runtime_config import chosen_backend
+    from rltrain.envs import registered
+    from rltrain.runtime.config import chosen_backend
 
     return (
         chosen_backend(cfg.runtime)[0] == "ray"

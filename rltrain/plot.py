@@ -72,7 +72,7 @@ def frames_per_step(run_dir: Path) -> int:
         raise PlotError(f"{path}: cannot read it ({' '.join(str(e).split())})") from None
     env = cfg.get("env") if isinstance(cfg, dict) else None
     env = env if isinstance(env, dict) else {}
-    from envs.atari import is_atari_v5  # imports ale-py: only when a run is read
+    from rltrain.envs.atari import is_atari_v5  # imports ale-py: only when a run is read
 
     if not is_atari_v5(str(env.get("id", ""))):
         return 1

@@ -12,7 +12,7 @@ from test_rl_components import server_for
 from torch.distributions import Categorical as TorchCategorical
 from torch.distributions import Normal, kl_divergence
 
-from envs import ActionSpace, EnvConfig, EnvError
+from rltrain.envs import ActionSpace, EnvConfig, EnvError
 from rltrain.ps.config import OptimizerConfig
 from rltrain.rl.actor import Actor
 from rltrain.rl.config import AlgoConfig, StopConfig, TrainConfig

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from envs import EnvConfig, EnvError, make_env
+from rltrain.envs import EnvConfig, EnvError, make_env
 
 CORRIDOR = "rltrain_test/Corridor-v0"
 IMAGE = "rltrain_test/ImageCorridor-v0"
@@ -101,7 +101,7 @@ def test_the_spec_of_a_flattened_env_rebuilds_it() -> None:
     take), as recorders and vector envs that rebuild from the spec need."""
     import gymnasium
 
-    from envs.user import make_one
+    from rltrain.envs.user import make_one
 
     lake = make_one("FrozenLake-v1", {}, [])
     again = gymnasium.make(lake.spec)
@@ -114,7 +114,7 @@ def test_images_with_channels_last_are_moved_channels_first() -> None:
     colours are not a frame stack; the spec rebuilds the env."""
     import gymnasium
 
-    from envs.user import make_one
+    from rltrain.envs.user import make_one
     from rltrain.rl.actor import frame_stack_of
 
     cfg = EnvConfig(id=IMAGE, num_envs=2, imports=("custom_envs",), frame_stack=1)
@@ -137,7 +137,7 @@ def test_images_are_stacked_frame_stack_deep_and_vectors_are_not() -> None:
     the first image; the spec rebuilds the stack."""
     import gymnasium
 
-    from envs.user import make_one
+    from rltrain.envs.user import make_one
 
     cfg = EnvConfig(id=IMAGE, num_envs=1, imports=("custom_envs",), frame_stack=3)
     env = make_env(cfg, seed=0)
@@ -162,7 +162,7 @@ def test_an_env_that_stacks_its_own_frames_is_not_stacked_again() -> None:
     4-channel image to stack 4 deep (16 channels)."""
     from gymnasium.wrappers import FrameStackObservation, GrayscaleObservation
 
-    from envs.user import make_one, stacked
+    from rltrain.envs.user import make_one, stacked
 
     def own_stack(env):  # noqa: ANN001, ANN202 - a user's wrapper
         return FrameStackObservation(GrayscaleObservation(env), 4)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from envs import EnvConfig
+from rltrain.envs import EnvConfig
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.server import LocalServer
 from rltrain.replay import ReplayMemory, TransitionBlock

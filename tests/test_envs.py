@@ -7,8 +7,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from envs import CHAIN_ID, ActionSpace, EnvConfig, EnvError, StepBatch, VectorEnv, make_env
-from envs.toy import CHAIN_LENGTH, CHAIN_MAX_STEPS
+from rltrain.envs import CHAIN_ID, ActionSpace, EnvConfig, EnvError, StepBatch, VectorEnv, make_env
+from rltrain.envs.toy import CHAIN_LENGTH, CHAIN_MAX_STEPS
 from rltrain.config import ConfigError, field_docs, from_dict
 
 
@@ -141,7 +141,7 @@ def test_atari_kwargs_that_change_the_protocol_are_refused_in_one_line(kwargs: d
 
 
 def test_box_actions_are_continuous_and_clipped_to_their_bounds() -> None:
-    from envs.gym_vector import to_env_actions
+    from rltrain.envs.gym_vector import to_env_actions
 
     env = make_env(EnvConfig(id="Pendulum-v1", num_envs=2), seed=0)
     space = env.action_space

@@ -21,8 +21,8 @@ from ale_py.vector_env import AtariVectorEnv
 from gymnasium.vector import AutoresetMode
 from PIL import Image, ImageSequence
 
-from envs import ChainEnv, EnvConfig
-from envs.screen import AreaResize, AtariScreenEnv
+from rltrain.envs import ChainEnv, EnvConfig
+from rltrain.envs.screen import AreaResize, AtariScreenEnv
 from rltrain.cli import main
 from rltrain.video import find_ffmpeg
 
@@ -258,7 +258,7 @@ def test_chain_without_a_screen_films_the_agent_view(
 def test_agent_view_of_an_image_env_is_its_newest_image_in_colour() -> None:
     """A Gymnasium image env stacked 2 deep ([6, H, W]): the agent view is the newest RGB
     image, not one colour channel; Atari's is the newest gray frame."""
-    from envs.screen import make_recording_env
+    from rltrain.envs.screen import make_recording_env
     from rltrain.rl.evaluate import frame_of
 
     cfg = EnvConfig(id="rltrain_test/ImageCorridor-v0", imports=("custom_envs",), frame_stack=2)

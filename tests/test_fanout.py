@@ -9,7 +9,7 @@ from rltrain import runtime
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.server import LocalServer
 from rltrain.records import GradUpdate
-from rltrain.runtime_config import RuntimeConfig
+from rltrain.runtime.config import RuntimeConfig
 
 P = 1000  # in-process tests: any size
 BIG = 400_000  # 1.6 MB: over the size from which the Ray server fans out through the store

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from envs import EnvConfig
+from rltrain.envs import EnvConfig
 from rltrain.driver import Done
 from rltrain.faults import PeerLost, ProcessLost
 from rltrain.ps.config import OptimizerConfig, ServerConfig

@@ -115,7 +115,7 @@ def test_auto_leaves_one_hot_observations_and_images_raw() -> None:
     and images; always / never are taken as given."""
     from gymnasium import spaces
 
-    from envs.user import one_hot
+    from rltrain.envs.user import one_hot
     from rltrain.rl.config import StopConfig, TrainConfig, normalizes_obs
 
     cfg = TrainConfig(stop=StopConfig(max_seconds=1))

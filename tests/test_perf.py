@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from envs import EnvConfig
+from rltrain.envs import EnvConfig
 from rltrain import perf
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.server import LocalServer

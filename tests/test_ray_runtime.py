@@ -13,7 +13,7 @@ import torch
 from rltrain import runtime
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.records import GradUpdate
-from rltrain.runtime_config import RuntimeConfig
+from rltrain.runtime.config import RuntimeConfig
 
 pytestmark = pytest.mark.slow
 
@@ -21,9 +21,9 @@ pytestmark = pytest.mark.slow
 def test_unreachable_cluster_is_a_clear_error() -> None:
     """Runs first, before this module starts its local Ray: nothing is listening at port 1."""
     for address in ("ray://127.0.0.1:1", "127.0.0.1:1"):
-        with pytest.raises(runtime.RuntimeError_, match="cannot join the Ray cluster"):
+        with pytest.raises(runtime.RayStartError, match="cannot join the Ray cluster"):
             runtime.init_ray(RuntimeConfig(address=address))
-    with pytest.raises(runtime.RuntimeError_, match="expected 'auto'"):
+    with pytest.raises(runtime.RayStartError, match="expected 'auto'"):
         runtime.init_ray(RuntimeConfig(address="nonsense"))
 
 

@@ -346,7 +346,7 @@ def test_real_atari_stacks_are_byte_identical() -> None:
     """Pong through ale-py (SAME-STEP autoreset, 100-step episodes): every sampled transition
     is one the env went through: stacks byte-identical, with its action, reward and done; a
     time-limit cut comes back with ale-py's final stack as s_{t+1}, not done."""
-    from envs import EnvConfig, make_env
+    from rltrain.envs import EnvConfig, make_env
 
     def key(obs: np.ndarray, action: int, reward: float, next_obs: np.ndarray, done: bool) -> Key:
         digest = [hashlib.blake2b(o.tobytes(), digest_size=16).digest() for o in (obs, next_obs)]

@@ -9,7 +9,7 @@ import functools
 import pytest
 import torch
 
-from envs import EnvConfig
+from rltrain.envs import EnvConfig
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.server import LocalServer
 from rltrain.rl.actor import Actor

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from envs import EnvConfig
+from rltrain.envs import EnvConfig
 from rltrain.config import ConfigError, load_config
 from rltrain.faults import FaultCounters
 from rltrain.ps.config import OptimizerConfig, ServerConfig

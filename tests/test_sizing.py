@@ -15,7 +15,7 @@ from rltrain.rl.config import (
     sized,
 )
 from rltrain.rl.plans import RolloutCap
-from rltrain.runtime_config import RuntimeConfig
+from rltrain.runtime.config import RuntimeConfig
 
 
 def cfg(algo: str, **kw: object) -> TrainConfig:
@@ -168,7 +168,7 @@ def test_the_rollout_cap_grows_while_learners_starve_and_shrinks_while_rollouts_
 def test_auto_groups_overlap_only_where_an_actor_has_two_cores(
     env_id: str, actors: int, cpus: int, groups: int
 ) -> None:
-    from envs import EnvConfig
+    from rltrain.envs import EnvConfig
 
     c = cfg("appo", actors=actors, env=EnvConfig(id=env_id, num_envs=8))
     assert sized(c, cpus).env.groups == groups
@@ -179,7 +179,7 @@ def test_auto_groups_overlap_only_where_an_actor_has_two_cores(
 def test_actors_whose_policy_acts_elsewhere_overlap_atari_on_any_core_count() -> None:
     """runtime.inference: an actor waits for the batched policy, not on its CPU: its other
     group's games run meanwhile (15 actors on 16 cores, each with one core)."""
-    from envs import EnvConfig
+    from rltrain.envs import EnvConfig
 
     pong = cfg("appo", env=EnvConfig(id="ALE/Pong-v5", num_envs=16))
     assert sized(pong, 16, gpu=True, batched=True).env.groups == 2

@@ -10,7 +10,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from envs import EnvConfig
+from rltrain.envs import EnvConfig
 from rltrain.ps.config import OptimizerConfig
 from rltrain.rl.actor import Actor
 from rltrain.rl.config import AlgoConfig, StopConfig, TrainConfig

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from envs import ActionSpace, StepBatch, VectorEnv, make_env, make_env_groups
+from rltrain.envs import ActionSpace, StepBatch, VectorEnv, make_env, make_env_groups
 from rltrain.normalize import Moments, NormStats, RewardScaler
 from rltrain.perf import PhaseTimer
 from rltrain.ps.server import Server

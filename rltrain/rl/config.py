@@ -6,11 +6,11 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from envs import EnvConfig, env_groups
+from rltrain.envs import EnvConfig, env_groups
 from rltrain.config import ConfigError, spec
 from rltrain.faults import FaultsConfig
 from rltrain.ps.config import OptimizerConfig, ServerConfig, check_momentum_correction
-from rltrain.runtime_config import RuntimeConfig
+from rltrain.runtime.config import RuntimeConfig
 
 ALGOS = ("a3c", "impala", "a2c", "dqn", "appo", "ppo")
 REDUCTIONS = ("mean", "sum")

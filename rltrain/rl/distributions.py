@@ -20,7 +20,7 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
-from envs import ActionSpace
+from rltrain.envs import ActionSpace
 
 LOG_2PI_E = math.log(2 * math.pi * math.e)
 

@@ -4,7 +4,7 @@ Evaluation always reports the raw game score: no reward clipping and no episodic
 
 With a video, the first episode is played alone in a *recording env* and filmed; it is scored
 like the others (``EvalResult.returns[0]``), which are played in training's vector env as
-without a video. The recording env (:mod:`envs.screen`) shows the agent the observations
+without a video. The recording env (:mod:`rltrain.envs.screen`) shows the agent the observations
 training's env would and can show its screen.
 
 ``video_view="game"`` films the screen as a person sees it (Atari: the emulator's 210x160 RGB
@@ -31,9 +31,9 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from envs import ActionSpace, VectorEnv, make_env
-from envs.base import EnvError
-from envs.screen import RecordingEnv, make_recording_env
+from rltrain.envs import ActionSpace, VectorEnv, make_env
+from rltrain.envs.base import EnvError
+from rltrain.envs.screen import RecordingEnv, make_recording_env
 from rltrain.checkpoint import (
     CKPT_DIR,
     CheckpointError,

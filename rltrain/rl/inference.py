@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from envs import ActionSpace
+from rltrain.envs import ActionSpace
 from rltrain.normalize import NormStats
 from rltrain.records import Params
 from rltrain.rl.actor import load_params, policy_builder

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from envs import ActionSpace
+from rltrain.envs import ActionSpace
 from rltrain import perf
 from rltrain.perf import PhaseTimer
 from rltrain.ps.server import Server

@@ -16,7 +16,7 @@ import math
 import torch
 from torch import nn
 
-from envs.base import ActionSpace
+from rltrain.envs.base import ActionSpace
 from rltrain.normalize import EPS, NormStats
 from rltrain.rl.config import CNN_MIN_SIDE, MODELS, PRECISIONS, uses_cnn
 

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from envs import make_env
+from rltrain.envs import make_env
 from rltrain.checkpoint import CheckpointError, best_checkpoint, load_checkpoint, write_state
 from rltrain.errors import RLTrainError
 from rltrain.faults import RunFailed

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from envs import ActionSpace, EnvError, make_env
-from envs.user import one_hot as one_hot_space
+from rltrain.envs import ActionSpace, EnvError, make_env
+from rltrain.envs.user import one_hot as one_hot_space
 from rltrain.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
 from rltrain.config import ConfigError, dotted, to_dict
 from rltrain.faults import FaultCounters

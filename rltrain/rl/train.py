@@ -62,7 +62,7 @@ from rltrain.rl.setup import (
 from rltrain.rl.summary import train_summary
 from rltrain.rl.tblog import TrainLogger, status_line, stop_fraction
 from rltrain.rundir import unlock, write_summary
-from rltrain.runtime_config import chosen_backend
+from rltrain.runtime.config import chosen_backend
 
 
 class Trainer:

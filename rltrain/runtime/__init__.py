@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 # (its worker processes import torch meanwhile), and the local backend never imports Ray, so
 # importing this package imports neither.
 _HOMES = {
-    "errors": ("RuntimeError_", "failed", "result"),
+    "errors": ("RayStartError", "failed", "result"),
     "guard": ("ServerGuard",),
     "policy": ("respond",),
     "pool": ("Done", "Pool", "get", "kill", "wait_all", "wait_any"),
@@ -60,7 +60,7 @@ def backend(cfg: RuntimeConfig) -> Any:
     """The module whose names run a run's processes (:func:`chosen_backend` picks): this
     package (Ray processes), :mod:`rltrain.runtime.process` (processes of this machine) or
     :mod:`rltrain.runtime.local` (threads of this process)."""
-    from rltrain.runtime_config import chosen_backend
+    from rltrain.runtime.config import chosen_backend
 
     name, _ = chosen_backend(cfg)
     if name in ("local", "process"):
@@ -82,7 +82,7 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
-    from rltrain.runtime.errors import RuntimeError_, failed, result
+    from rltrain.runtime.errors import RayStartError, failed, result
     from rltrain.runtime.guard import ServerGuard
     from rltrain.runtime.policy import respond
     from rltrain.runtime.pool import Done, Pool, get, kill, wait_all, wait_any
@@ -106,7 +106,7 @@ if TYPE_CHECKING:
         start_replay,
         start_server,
     )
-    from rltrain.runtime_config import RuntimeConfig
+    from rltrain.runtime.config import RuntimeConfig
 
 __all__ = [
     "Done",
@@ -117,7 +117,7 @@ __all__ = [
     "RayStages",
     "RayStore",
     "Remote",
-    "RuntimeError_",
+    "RayStartError",
     "ServerGuard",
     "backend",
     "check_address",

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from rltrain.driver import Done
 from rltrain.faults import FaultAction
 from rltrain.records import Role, Verdict
-from rltrain.runtime_config import RuntimeConfig
+from rltrain.runtime.config import RuntimeConfig
 
 Say = Callable[[str], None]
 

@@ -18,7 +18,7 @@ from rltrain.errors import RLTrainError
 from rltrain.faults import PeerLost, ProcessLost, ShardFenced
 
 
-class RuntimeError_(RLTrainError, RuntimeError):
+class RayStartError(RLTrainError, RuntimeError):
     """Ray could not be started or reached; the message is one line."""
 
 

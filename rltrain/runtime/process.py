@@ -48,7 +48,7 @@ from rltrain.runtime import child, local
 from rltrain.runtime.local import Remote as ThreadRemote
 from rltrain.runtime.local import ServerGuard, cluster_gpus, start_replay, start_server
 from rltrain.runtime.policy import respond
-from rltrain.runtime_config import RuntimeConfig
+from rltrain.runtime.config import RuntimeConfig
 
 __all__ = [
     "Done",

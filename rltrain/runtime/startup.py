@@ -17,8 +17,8 @@ from typing import Any
 
 import ray
 
-from rltrain.runtime.errors import RuntimeError_
-from rltrain.runtime_config import RuntimeConfig
+from rltrain.runtime.errors import RayStartError
+from rltrain.runtime.config import RuntimeConfig
 
 PRELOAD = "rltrain.runtime.wire"
 """What Ray's worker processes import as they start, before any class is placed on them
@@ -71,7 +71,7 @@ def init_ray(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
             ray.init(address=cfg.address, **kwargs)
         except (ConnectionError, RuntimeError, ValueError) as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise RuntimeError_(
+            raise RayStartError(
                 f"cannot join the Ray cluster at --address {cfg.address}: {first} "
                 "(start one with `ray start --head`, or leave --address out for a local Ray)"
             ) from None
@@ -122,11 +122,11 @@ def check_reachable(address: str) -> None:
     hostport = address.removeprefix("ray://")
     host, _, port = hostport.rpartition(":")
     if not host or not port.isdigit():
-        raise RuntimeError_(f"--address {address}: expected 'auto', HOST:PORT or ray://HOST:PORT")
+        raise RayStartError(f"--address {address}: expected 'auto', HOST:PORT or ray://HOST:PORT")
     try:
         socket.create_connection((host, int(port)), timeout=5).close()
     except OSError as e:
-        raise RuntimeError_(
+        raise RayStartError(
             f"cannot join the Ray cluster at --address {address}: nothing answers at "
             f"{host}:{port} ({e.strerror or e}); start one with `ray start --head`, "
             "or leave --address out for a local Ray"
@@ -134,7 +134,7 @@ def check_reachable(address: str) -> None:
 
 
 def check_address(address: str) -> None:
-    """Public: a one-line :class:`RuntimeError_` when nothing listens at ``address``."""
+    """Public: a one-line :class:`RayStartError` when nothing listens at ``address``."""
     check_reachable(address)
 
 

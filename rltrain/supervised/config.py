@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from rltrain.config import spec
 from rltrain.faults import FaultsConfig
 from rltrain.ps.config import OptimizerConfig, ServerConfig, check_momentum_correction
-from rltrain.runtime_config import RuntimeConfig
+from rltrain.runtime.config import RuntimeConfig
 from rltrain.supervised.datasets import DATASETS
 from rltrain.supervised.models import MODELS, PARAM_LAYERS
 from rltrain.supervised.toys import TOY_PROBLEMS
@@ -175,7 +175,7 @@ RAY_MODES = ("sandblaster", "allreduce")
 def bench_backend(cfg: BenchConfig) -> tuple[str, str]:
     """The runtime of a bench and why: ``auto`` is Ray for a cluster or for a mode that runs
     on Ray only, else the process runtime."""
-    from rltrain.runtime_config import chosen_backend
+    from rltrain.runtime.config import chosen_backend
 
     name, why = chosen_backend(cfg.runtime)
     ray_only = [m for m in cfg.modes if m in RAY_MODES]

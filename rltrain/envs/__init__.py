@@ -6,10 +6,10 @@ lengths of the episodes that just ended). Importing this package registers the t
 ``rltrain/Chain-v0`` with gymnasium and, through ale-py, the ALE/<Game>-v5 ids.
 """
 
-from envs.base import ActionSpace, EnvError, StepBatch, VectorEnv
-from envs.config import EnvConfig
-from envs.toy import CHAIN_ID, ChainEnv, register_chain
-from envs.vector import env_groups, make_env, make_env_groups, registered
+from rltrain.envs.base import ActionSpace, EnvError, StepBatch, VectorEnv
+from rltrain.envs.config import EnvConfig
+from rltrain.envs.toy import CHAIN_ID, ChainEnv, register_chain
+from rltrain.envs.vector import env_groups, make_env, make_env_groups, registered
 
 register_chain()
 

@@ -24,9 +24,9 @@ import numpy as np
 from ale_py.vector_env import AtariVectorEnv
 from gymnasium.vector import AutoresetMode
 
-from envs.base import ActionSpace, EnvError, EpisodeTracker, StepBatch, VectorEnv
-from envs.config import EnvConfig
-from envs.user import make_failed
+from rltrain.envs.base import ActionSpace, EnvError, EpisodeTracker, StepBatch, VectorEnv
+from rltrain.envs.config import EnvConfig
+from rltrain.envs.user import make_failed
 
 gymnasium.register_envs(ale_py)  # ale_py registers the ALE/ ids when imported
 

@@ -4,7 +4,7 @@
 envs with ``gymnasium.register`` (as a package's ``__init__`` usually does). :func:`make_env`
 imports them first, and every process that steps an env calls it, so each actor on each node
 imports them itself, not only the driver. Every failure here is one line naming what was
-wrong (an :class:`~envs.base.EnvError`).
+wrong (an :class:`~rltrain.envs.base.EnvError`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from gymnasium.spaces import (
 )
 from gymnasium.wrappers import FrameStackObservation, ReshapeObservation
 
-from envs.base import EnvError
+from rltrain.envs.base import EnvError
 
 Wrapper = Callable[[gymnasium.Env], gymnasium.Env]
 

@@ -61,7 +61,7 @@ def register_chain() -> None:
     if CHAIN_ID not in gymnasium.registry:
         gymnasium.register(
             id=CHAIN_ID,
-            entry_point="envs.toy:ChainEnv",
+            entry_point="rltrain.envs.toy:ChainEnv",
             max_episode_steps=CHAIN_MAX_STEPS,
             kwargs={"length": CHAIN_LENGTH},
         )

@@ -1,8 +1,8 @@
 """``make_env``: an :class:`EnvConfig` to the :class:`VectorEnv` an actor steps.
 
 ALE/<Game>-v5 ids run in ale-py's threaded C++ vector env with the standard Atari protocol
-(:mod:`envs.atari`); every other registered Gymnasium id runs in ``gymnasium.vector``'s
-SyncVectorEnv (:mod:`envs.gym_vector`). Both give SAME-STEP auto-reset and raw episode scores.
+(:mod:`rltrain.envs.atari`); every other registered Gymnasium id runs in ``gymnasium.vector``'s
+SyncVectorEnv (:mod:`rltrain.envs.gym_vector`). Both give SAME-STEP auto-reset and raw episode scores.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import difflib
 import gymnasium
 import numpy as np
 
-from envs.atari import AtariEnv, is_atari_v5
-from envs.base import EnvError, StepBatch, VectorEnv
-from envs.config import EnvConfig
-from envs.gym_vector import GymVectorEnv
-from envs.user import import_env_modules, load_wrapper
+from rltrain.envs.atari import AtariEnv, is_atari_v5
+from rltrain.envs.base import EnvError, StepBatch, VectorEnv
+from rltrain.envs.config import EnvConfig
+from rltrain.envs.gym_vector import GymVectorEnv
+from rltrain.envs.user import import_env_modules, load_wrapper
 
 __all__ = [
     "EnvError",

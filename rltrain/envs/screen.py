@@ -1,7 +1,7 @@
 """Recording envs: one game, observed as training observes it, that can show its screen.
 
 ``rltrain eval --video`` films one episode in a recording env. ale-py's C++
-``AtariVectorEnv`` (training's Atari env, :mod:`envs.atari`) cannot show its screen, so
+``AtariVectorEnv`` (training's Atari env, :mod:`rltrain.envs.atari`) cannot show its screen, so
 :class:`AtariScreenEnv` runs one ``ALEInterface`` with the vector env's pipeline in numpy:
 FIRE at reset then up to ``noop_max - 1`` no-ops, frame skip with a max over the last two
 frames, grayscale, OpenCV's INTER_AREA resize (reproduced bit for bit by :class:`AreaResize`),
@@ -25,11 +25,11 @@ import numpy as np
 from ale_py import roms
 from gymnasium.envs.registration import load_env_creator
 
-from envs.atari import is_atari_v5, rom_name
-from envs.base import ActionSpace, EnvError
-from envs.config import EnvConfig
-from envs.gym_vector import action_space_of, check_spaces, to_env_actions
-from envs.user import (
+from rltrain.envs.atari import is_atari_v5, rom_name
+from rltrain.envs.base import ActionSpace, EnvError
+from rltrain.envs.config import EnvConfig
+from rltrain.envs.gym_vector import action_space_of, check_spaces, to_env_actions
+from rltrain.envs.user import (
     Wrapper,
     image,
     import_env_modules,
@@ -38,7 +38,7 @@ from envs.user import (
     make_one,
     stacked,
 )
-from envs.vector import unknown_id_message
+from rltrain.envs.vector import unknown_id_message
 
 ATARI_HZ = 60
 """Emulator frames per second of the (NTSC) Atari 2600."""

@@ -17,8 +17,8 @@ import numpy as np
 from gymnasium.spaces import Box, Discrete
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from envs.base import ActionSpace, EnvError, EpisodeTracker, StepBatch, VectorEnv
-from envs.user import Wrapper, flattened_from, make_failed, make_one, stacked, transposed
+from rltrain.envs.base import ActionSpace, EnvError, EpisodeTracker, StepBatch, VectorEnv
+from rltrain.envs.user import Wrapper, flattened_from, make_failed, make_one, stacked, transposed
 
 
 def action_space_of(env_id: str, space: gymnasium.Space) -> ActionSpace:

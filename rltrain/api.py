@@ -30,10 +30,10 @@ import gymnasium
 import numpy as np
 import torch
 
-from rltrain.envs import ActionSpace
-from rltrain.envs.gym_vector import to_env_actions
 from rltrain import signals
 from rltrain.config import from_dict, merge, nested, read_yaml, to_dict
+from rltrain.envs import ActionSpace
+from rltrain.envs.gym_vector import to_env_actions
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.evaluate import EvalResult, Policy
 from rltrain.supervised.config import BenchConfig

@@ -17,7 +17,7 @@ import re
 import textwrap
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -34,20 +34,27 @@ class ConfigError(RLTrainError, ValueError):
 
 def spec(
     *,
-    choices: Sequence[Any] | None = None,
+    choices: Sequence[Any] | Callable[[], Sequence[Any]] | None = None,
     ge: float | None = None,
     gt: float | None = None,
     le: float | None = None,
     auto: bool = False,
 ) -> dict[str, Any]:
-    """Metadata for ``field(metadata=spec(...))``: allowed choices and numeric bounds."""
+    """Metadata for ``field(metadata=spec(...))``: allowed choices (or a function returning a
+    registry's names, read at each check) and numeric bounds."""
     return {
-        "choices": tuple(choices) if choices else None,
+        "choices": choices if callable(choices) or not choices else tuple(choices),
         "ge": ge,
         "gt": gt,
         "le": le,
         "auto": auto,  # an int that also takes "auto", read as 0
     }
+
+
+def choices_of(meta: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """The allowed values of a field's ``spec`` (None: any value of its type)."""
+    choices = meta.get("choices")
+    return tuple(choices()) if callable(choices) else choices
 
 
 # ---------------------------------------------------------------------------------------------
@@ -135,7 +142,7 @@ def _convert(tp: Any, value: Any, key: str, meta: Mapping[str, Any], held: Any =
         if value == "auto":
             return 0
         raise ConfigError(f"{key}={value!r}: expected an integer or auto")
-    choices = meta.get("choices")
+    choices = choices_of(meta)
     if choices and tp is str and not isinstance(value, str):
         # YAML reads on/off/yes/no as booleans: name what is allowed, not only the type
         raise ConfigError(f"{key}={value!r}: allowed values are {', '.join(map(str, choices))}")
@@ -168,7 +175,7 @@ def _scalar(tp: Any, value: Any, key: str) -> Any:
 
 
 def _check(value: Any, key: str, meta: Mapping[str, Any]) -> Any:
-    choices = meta.get("choices")
+    choices = choices_of(meta)
     if choices and value not in choices:
         close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
@@ -371,7 +378,7 @@ def describe(cls: type, prefix: str = "", defaults: Any = None) -> list[tuple[st
         item = typing.get_args(tp)[0] if typing.get_origin(tp) is tuple else None
         if dataclasses.is_dataclass(item):  # a list of sections: its keys, then the list
             rows.extend(describe(item, prefix + f.name + "[].", None))  # type: ignore[arg-type]
-        choices = f.metadata.get("choices")
+        choices = choices_of(f.metadata)
         kind = " | ".join(map(str, choices)) if choices else _type_name(tp)
         rows.append((prefix + f.name, kind, repr(default), docs.get(f.name, "")))
     return rows

@@ -223,7 +223,7 @@ def prepare_train(
         unlock(lock)
         raise
     try:
-        from rltrain.rl.config import resolve_obs_norm
+        from rltrain.rl.inputs import resolve_obs_norm
         from rltrain.rl.train import Trainer
 
         # (also on resume: a CONFIG given with --resume says auto, as the run's first did)

@@ -133,7 +133,7 @@ def test_vtrace_ratios_with_a_gaussian_behaviour_policy() -> None:
     learner = Learner(c, spec.obs_shape, spec.actions)
     learner.load(server.pull())
     with torch.no_grad():
-        params, values, finals = learner.evaluate(r)
+        params, values, finals = learner.forward_rollout(r)
         vs, adv = learner.targets(r, params, values, finals)
     a = r.actions  # [8, 2, 1], unclipped: |a| > 2 happens
     mu_logp = Normal(0.5, torch.exp(torch.tensor(-0.3))).log_prob(a).sum(-1)

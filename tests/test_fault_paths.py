@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import torch
 
-from rltrain.envs import EnvConfig
 from rltrain.driver import Done
+from rltrain.envs import EnvConfig
 from rltrain.faults import PeerLost, ProcessLost
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.server import LocalServer
@@ -110,15 +110,19 @@ def appo_cfg() -> TrainConfig:
 
 
 class Stub:
-    """The trainer and guard of a plan, as far as these paths use them."""
+    """The host of a plan and its run context, as far as these paths use them."""
 
     def __init__(self) -> None:
         self.absorbed: list[WorkStats] = []
         self.stopped_by = ""
         self.guard = SimpleNamespace(left={0}, told=[])
         self.guard.leave = self.guard.told.append
-        self.faults = SimpleNamespace(lost_calls=0)
-        self.procs = {"actor": [], "learner": []}
+        self.ctx = SimpleNamespace(
+            guard=self.guard,
+            faults=SimpleNamespace(lost_calls=0),
+            procs={"actor": [], "learner": []},
+            say=print,
+        )
 
     def absorb(self, stats: WorkStats) -> None:
         self.absorbed.append(stats)
@@ -132,7 +136,8 @@ class Stub:
 
 def plan_with(t: Stub, cfg: TrainConfig) -> ActorLearnerPlan:
     plan = ActorLearnerPlan.__new__(ActorLearnerPlan)
-    plan.t, plan.cfg, plan.runtime, plan.pool = t, cfg, process, process.Pool()
+    plan.host, plan.ctx, plan.cfg, plan.runtime = t, t.ctx, cfg, process
+    plan.pool = process.Pool()
     plan.ready = collections.deque()
     plan.idle_learners, plan.idle_actors = [], []
     return plan

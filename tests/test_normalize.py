@@ -116,7 +116,8 @@ def test_auto_leaves_one_hot_observations_and_images_raw() -> None:
     from gymnasium import spaces
 
     from rltrain.envs.user import one_hot
-    from rltrain.rl.config import StopConfig, TrainConfig, normalizes_obs
+    from rltrain.rl.config import StopConfig, TrainConfig
+    from rltrain.rl.inputs import normalizes_obs
 
     cfg = TrainConfig(stop=StopConfig(max_seconds=1))
     assert normalizes_obs(cfg, (4,)) and not normalizes_obs(cfg, (500,), one_hot=True)

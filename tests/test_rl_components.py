@@ -145,7 +145,7 @@ def test_appo_clips_around_the_learners_policy_not_the_actors() -> None:
 
 def _targets(learner: Learner, r):  # noqa: ANN001, ANN202
     with torch.no_grad():
-        logits, values, final = learner.evaluate(r)
+        logits, values, final = learner.forward_rollout(r)
     return learner.targets(r, logits, values, final)
 
 

@@ -7,9 +7,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rltrain.envs import EnvConfig
 from rltrain.config import ConfigError, load_config
-from rltrain.faults import FaultCounters
+from rltrain.envs import EnvConfig
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.shard import ParameterShard
 from rltrain.records import GradUpdate
@@ -22,7 +21,7 @@ from rltrain.rl.config import (
     schedule_progress,
 )
 from rltrain.rl.learner import loss_spec
-from rltrain.rl.train import Trainer
+from rltrain.rl.lr import LRSender
 
 
 def test_linear_and_progress() -> None:
@@ -69,19 +68,13 @@ def test_the_driver_sends_the_factor_each_time_the_shards_loaded_a_state() -> No
     """Resumed shards hold their checkpoint's factor (0 after a finished anneal): the first
     tick replaces it, with 1.0 when the run now has no schedule; so does a shard restore."""
     sent: list[float] = []
-    trainer = SimpleNamespace(
-        cfg=TrainConfig(stop=StopConfig(max_seconds=1)),  # schedule.lr_end None
-        faults=FaultCounters(),
-        server=SimpleNamespace(set_lr_factor=sent.append),
-        lr_factor=None,
-        lr_restores=0,
-        schedule_at=lambda: 0.5,
-    )
-    Trainer._schedule_lr(trainer)
-    Trainer._schedule_lr(trainer)
+    cfg = TrainConfig(stop=StopConfig(max_seconds=1))  # schedule.lr_end None
+    server = SimpleNamespace(set_lr_factor=sent.append)
+    lr = LRSender()
+    lr.send(cfg, server, 0, 0.5)
+    lr.send(cfg, server, 0, 0.5)
     assert sent == [1.0]
-    trainer.faults.shard_restores += 1
-    Trainer._schedule_lr(trainer)
+    lr.send(cfg, server, 1, 0.5)  # a shard restore
     assert sent == [1.0, 1.0]
 
 

@@ -6,15 +6,9 @@ import pytest
 
 from rltrain import runtime
 from rltrain.config import ConfigError, load_config
-from rltrain.rl.config import (
-    AlgoConfig,
-    StopConfig,
-    TrainConfig,
-    describe_sizes,
-    gpu_learners,
-    sized,
-)
+from rltrain.rl.config import AlgoConfig, StopConfig, TrainConfig
 from rltrain.rl.plans import RolloutCap
+from rltrain.rl.sizing import describe_sizes, gpu_learners, sized
 from rltrain.runtime.config import RuntimeConfig
 
 

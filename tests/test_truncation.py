@@ -68,7 +68,7 @@ def test_targets_bootstrap_from_the_final_observation(algo: str) -> None:
     with torch.no_grad():
         learner.model.value.weight.zero_()
         learner.model.value.bias.fill_(2.0)
-        logits, values, final_values = learner.evaluate(r)
+        logits, values, final_values = learner.forward_rollout(r)
     targets, adv = learner.targets(r, logits, values, final_values)
     torch.testing.assert_close(targets, torch.full((6, 2), 2.0))
     torch.testing.assert_close(adv, torch.zeros(6, 2))

@@ -79,12 +79,13 @@ class VectorEnv(abc.ABC):
     plain values, for stamping into the run's records."""
     flattened_from: Any = None
     """The env's own observation space (a gymnasium Space) when observations are flattened
-    into one float vector (rltrain.envs.user.FlatObservation); None when they are used as they are."""
+    into one float vector (rltrain.envs.user.FlatObservation); None when used as they are."""
     transposed: bool = False
-    """Whether the env's [H, W, C] images are moved to [C, H, W] (rltrain.envs.user.ChannelsFirst)."""
+    """Whether the env's [H, W, C] images are moved to [C, H, W]
+    (rltrain.envs.user.ChannelsFirst)."""
     stacked: int = 1
-    """Images stacked into each observation of a Gymnasium image env (rltrain.envs.user.stack_frames;
-    Atari's stack is its protocol's frame_stack)."""
+    """Images stacked into each observation of a Gymnasium image env
+    (rltrain.envs.user.stack_frames; Atari's stack is its protocol's frame_stack)."""
 
     @abc.abstractmethod
     def reset(self, seed: int | None = None) -> np.ndarray:

@@ -1,8 +1,9 @@
 """``make_env``: an :class:`EnvConfig` to the :class:`VectorEnv` an actor steps.
 
 ALE/<Game>-v5 ids run in ale-py's threaded C++ vector env with the standard Atari protocol
-(:mod:`rltrain.envs.atari`); every other registered Gymnasium id runs in ``gymnasium.vector``'s
-SyncVectorEnv (:mod:`rltrain.envs.gym_vector`). Both give SAME-STEP auto-reset and raw episode scores.
+(:mod:`rltrain.envs.atari`); every other registered Gymnasium id runs in
+``gymnasium.vector``'s SyncVectorEnv (:mod:`rltrain.envs.gym_vector`). Both give SAME-STEP
+auto-reset and raw episode scores.
 """
 
 from __future__ import annotations

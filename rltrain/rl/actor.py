@@ -16,8 +16,9 @@ from rltrain.normalize import Moments, NormStats, RewardScaler
 from rltrain.perf import PhaseTimer
 from rltrain.ps.server import Server
 from rltrain.records import Params
-from rltrain.rl.config import TrainConfig, normalizes_obs
+from rltrain.rl.config import TrainConfig
 from rltrain.rl.distributions import distribution
+from rltrain.rl.inputs import normalizes_obs
 from rltrain.rl.models import ActorCritic, build_policy, load_flat
 from rltrain.rl.rollout import Rollout, stack
 

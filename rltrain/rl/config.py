@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 
-from rltrain.envs import EnvConfig, env_groups
-from rltrain.config import ConfigError, spec
+from rltrain.config import spec
+from rltrain.envs import EnvConfig
 from rltrain.faults import FaultsConfig
 from rltrain.ps.config import OptimizerConfig, ServerConfig, check_momentum_correction
+from rltrain.rl.algos import AlgoSpec, algo_names, algo_spec
+from rltrain.rl.dqn_config import DQNConfig, ReplayConfig
 from rltrain.runtime.config import RuntimeConfig
 
-ALGOS = ("a3c", "impala", "a2c", "dqn", "appo", "ppo")
 REDUCTIONS = ("mean", "sum")
-SPLIT_ALGOS = ("impala", "appo", "dqn")  # acting-only actors and separate learner processes
-BARRIER_ALGOS = ("a2c", "ppo")  # workers that wait for every gradient of a version
 MODELS = ("auto", "mlp", "nature_cnn")  # rltrain.rl.models
 VALUE_NETS = ("auto", "shared", "separate")
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -26,7 +24,7 @@ CORRECTIONS = ("vtrace", "none")
 class AlgoConfig:
     """The learning algorithm and its loss."""
 
-    name: str = field(default="a3c", metadata=spec(choices=ALGOS))
+    name: str = field(default="a3c", metadata=spec(choices=algo_names))
     """a3c: each worker acts and learns on its own rollouts and pushes asynchronously (Mnih et
     al. 2016). impala: actors only act; learners batch their rollouts and correct the policy
     lag with V-trace (Espeholt et al. 2018). appo: IMPALA's actors and learners with PPO's
@@ -68,9 +66,8 @@ class AlgoConfig:
     (Espeholt et al. 2018). none: lambda-returns and GAE(lambda) as if the
     actors had acted with the learner's policy (the paper's "no correction" baseline).
     When each batch moves the policy far (many epochs of minibatches), the actors' data lag by
-    a whole batch, V-trace's truncated weights cut most traces and learning can collapse
-    (measured: appo on Taxi-v4 with 320 steps per batch; README, "Benchmarks"). loss/lag_kl
-    shows the lag."""
+    a whole batch and V-trace's truncated weights cut most traces (docs/benchmarks.md: appo
+    on Taxi). loss/lag_kl shows the lag."""
     learner_batch: int = field(default=2, metadata=spec(ge=1))
     """impala/appo: rollouts each learner step batches together."""
     epochs: int = field(default=4, metadata=spec(ge=1))
@@ -92,12 +89,9 @@ class AlgoConfig:
     """ppo/appo: standardise the advantages of each minibatch (zero mean, unit std)."""
     overlap_push: bool = False
     """ppo/appo without a barrier: compute each minibatch's gradient while the previous push is
-    in flight, at the parameters before it (one step of staleness). It hides the round trip (a
-    quarter of the learner's time on Pong, 2 cores), but measured on Pong with 4 epochs the
-    policy collapsed (entropy 0, value loss and gradient norm diverging) in both runs with it
-    that passed 110k steps (at 90k and 300k); none of 3 runs without it did (one to 1.9M
-    steps). The delay acts as momentum on top of Adam's (Mitliagkas et al. 2016, "Asynchrony
-    begets momentum"). Off by default."""
+    in flight, at the parameters before it (one step of staleness). It hides the round trip,
+    but the delay acts as momentum on top of Adam's (Mitliagkas et al. 2016, "Asynchrony
+    begets momentum") and destabilised PPO's epochs on Pong (docs/pong.md). Off by default."""
 
 
 @dataclass(frozen=True)
@@ -133,53 +127,6 @@ class ScheduleConfig:
     (0 = anneal to zero)."""
     entropy_end: float | None = field(default=None, metadata=spec(ge=0))
     """null: a constant algo.entropy_coef; else the coefficient reached at `steps`."""
-
-
-@dataclass(frozen=True)
-class DQNConfig:
-    """Gorila DQN: exploration, target network and learner settings (algo.name=dqn)."""
-
-    epsilon: str = field(default="apex", metadata=spec(choices=("apex", "decay")))
-    """apex: a fixed epsilon per actor, eps_i = base^(1 + alpha i / (N - 1)) (Horgan et al.
-    2018); decay: every actor decays linearly from epsilon_start to epsilon_final."""
-    epsilon_base: float = field(default=0.4, metadata=spec(ge=0, le=1))
-    """apex: the base epsilon."""
-    epsilon_alpha: float = field(default=7.0, metadata=spec(ge=0))
-    """apex: the exponent spread across actors."""
-    epsilon_start: float = field(default=1.0, metadata=spec(ge=0, le=1))
-    """decay: epsilon at the first step."""
-    epsilon_final: float = field(default=0.05, metadata=spec(ge=0, le=1))
-    """decay: epsilon after epsilon_decay_steps."""
-    epsilon_decay_steps: int = field(default=50_000, metadata=spec(ge=1))
-    """decay: steps (per actor) over which epsilon falls."""
-    target_update: int = field(default=500, metadata=spec(ge=1))
-    """Learners refresh their target network every this many server versions."""
-    learning_starts: int = field(default=5_000, metadata=spec(ge=0))
-    """Transitions in replay before learners start."""
-    batch_size: int = field(default=64, metadata=spec(ge=1))
-    """Transitions per learner step."""
-    env_steps_per_update: float = field(default=0.0, metadata=spec(ge=0))
-    """Once learning has started, actors pause while they are more than this many env steps
-    per learner update ahead (a replay ratio: on few cores it keeps CPU for the learners).
-    0 = never pause (Gorila's fully asynchronous actors)."""
-    updates_per_call: int = field(default=20, metadata=spec(ge=1))
-    """Learner steps per driver call (how often the driver hears from a learner)."""
-
-
-@dataclass(frozen=True)
-class ReplayConfig:
-    """The replay memory: one or more Ray processes (shards), each with its own capacity."""
-
-    shards: int = field(default=1, metadata=spec(ge=1))
-    """Replay shards; actor i sends its transitions to shard i mod shards."""
-    capacity: int = field(default=100_000, metadata=spec(ge=1))
-    """Transitions per shard (FIFO). Atari stores each 84x84 frame once (~7 KB/transition)."""
-    prioritized: bool = False
-    """Proportional prioritised replay (Schaul et al. 2016) instead of uniform sampling."""
-    alpha: float = field(default=0.6, metadata=spec(ge=0))
-    """Prioritised replay: priority exponent."""
-    beta: float = field(default=0.4, metadata=spec(ge=0, le=1))
-    """Prioritised replay: importance-weight exponent."""
 
 
 @dataclass(frozen=True)
@@ -283,6 +230,11 @@ class TrainConfig:
     log_every_seconds: float = field(default=2.0, metadata=spec(gt=0))
     """Seconds between TensorBoard points and progress-line updates."""
 
+    @property
+    def algo_spec(self) -> AlgoSpec:
+        """The registry's entry for ``algo.name`` (rltrain.rl.algos)."""
+        return algo_spec(self.algo.name)
+
     def __post_init__(self) -> None:
         s = self.stop
         if s.eval_mean_return is not None and not self.eval.every_steps:
@@ -300,7 +252,7 @@ class TrainConfig:
                 f"learner_gpus={self.learner_gpus:g}: a learner computes on one GPU, so give "
                 "it a share of one (0 to 1); to use more GPUs, set learners to their number"
             )
-        pushers = self.learners if self.algo.name in SPLIT_ALGOS else self.actors
+        pushers = self.learners if self.algo_spec.split else self.actors
         if pushers and self.server.k > pushers:  # (0: actors auto, checked once sized)
             raise ValueError(f"server.k={self.server.k} exceeds the {pushers} pushing workers")
         if self.server.rule == "average":
@@ -315,7 +267,7 @@ class TrainConfig:
                     f"server.{key}={value}: rltrain bench only (rltrain train's workers and "
                     "learners push every gradient as it is made)"
                 )
-        if self.server.n_fetch > 1 and self.algo.name not in SPLIT_ALGOS:
+        if self.server.n_fetch > 1 and not self.algo_spec.split:
             raise ValueError(
                 f"server.n_fetch={self.server.n_fetch}: impala/appo/dqn actors only; "
                 f"{self.algo.name} workers get the parameters back with each push"
@@ -331,12 +283,13 @@ class TrainConfig:
                 "server.record=true: only rltrain bench records and replays its updates (a "
                 "training run's data comes from environments, which a replay cannot re-read)"
             )
-        if self.algo.name == "dqn" and self.normalize.obs == "always":
+        name = self.algo.name
+        if not self.algo_spec.normalizes and self.normalize.obs == "always":
             raise ValueError(
-                "normalize.obs=always: not supported with algo.name=dqn; use auto or never"
+                f"normalize.obs=always: not supported with algo.name={name}; use auto or never"
             )
-        if self.algo.name == "dqn" and self.normalize.reward:
-            raise ValueError("normalize.reward=true: not supported with algo.name=dqn")
+        if not self.algo_spec.normalizes and self.normalize.reward:
+            raise ValueError(f"normalize.reward=true: not supported with algo.name={name}")
         sched = self.schedule
         if (sched.lr_end is not None or sched.entropy_end is not None) and not (
             sched.steps or s.max_env_steps
@@ -353,7 +306,7 @@ class TrainConfig:
             )
         if self.runtime.backend in ("local", "process"):
             check_local(self)
-        split = self.algo.name in SPLIT_ALGOS  # separate learner processes
+        split = self.algo_spec.split  # separate learner processes
         self.faults.check_targets(
             {
                 "actor": self.actors or None,  # auto: checked once sized
@@ -379,44 +332,8 @@ def check_local(cfg: TrainConfig) -> None:
         )
 
 
-CNN_MIN_SIDE = 36
-"""The smallest image side the Nature CNN takes (8x8 stride 4, 4x4 stride 2, then 3x3)."""
-
-
-def uses_cnn(kind: str, obs_shape: tuple[int, ...]) -> bool:
-    """Whether ``model.kind`` on these observations is the Nature CNN: nature_cnn, or auto on
-    images [C, H, W] it fits (smaller ones, MiniGrid's 7x7 views, go to the MLP)."""
-    if kind != "auto":
-        return kind == "nature_cnn"
-    return len(obs_shape) == 3 and min(obs_shape[1:]) >= CNN_MIN_SIDE
-
-
-def normalizes_obs(cfg: TrainConfig, obs_shape: tuple[int, ...], one_hot: bool = False) -> bool:
-    """Whether observations are normalised: normalize.obs, with auto = the MLP's inputs of the
-    actor-critic algorithms, unless they are ``one_hot`` (images are already in [0, 255] and
-    scaled by the CNN; a one-hot cell is 0 or 1 already, and its running mean/std would blow a
-    rarely visited cell's indicator up to the clip, shifting as visits change: measured on
-    Taxi-v4, README "Benchmarks")."""
-    n = cfg.normalize.obs
-    if n == "auto":
-        cnn = uses_cnn(cfg.model.kind, obs_shape)
-        return cfg.algo.name != "dqn" and not cnn and not one_hot
-    return n == "always"
-
-
 BENCH_ONLY_SERVER = ("n_push", "pipeline", "average_every")
 """ServerConfig keys the supervised workers use and rltrain train's do not."""
-
-
-def resolve_obs_norm(cfg: TrainConfig, obs_shape: tuple[int, ...], one_hot: bool) -> TrainConfig:
-    """``cfg`` with ``normalize.obs: auto`` replaced by what it chose for these observations,
-    for a new run's config.yaml: every process of the run, a resumed session and later
-    evaluations build the same network from it (the processes see only shapes, not whether
-    the env's own observations were one-hot)."""
-    if cfg.normalize.obs != "auto":
-        return cfg
-    chosen = "always" if normalizes_obs(cfg, obs_shape, one_hot) else "never"
-    return dataclasses.replace(cfg, normalize=dataclasses.replace(cfg.normalize, obs=chosen))
 
 
 def schedule_progress(cfg: TrainConfig, env_steps: int) -> float:
@@ -436,7 +353,7 @@ def linear(start: float, end: float | None, progress: float) -> float:
 def server_rule(cfg: TrainConfig) -> ServerConfig:
     """The rule the server runs: a2c and ppo run behind a barrier (`sync`, or `soft_sync` when
     configured: K of N); the other algorithms use the configured rule."""
-    if cfg.algo.name in BARRIER_ALGOS and cfg.server.rule not in ("sync", "soft_sync"):
+    if cfg.algo_spec.barrier and cfg.server.rule not in ("sync", "soft_sync"):
         return dataclasses.replace(cfg.server, rule="sync")
     return cfg.server
 
@@ -447,69 +364,3 @@ def waits_at_barrier(cfg: TrainConfig) -> bool:
     steps to v + 1 before it computes its next gradient, so it never pushes twice for one
     version (a3c under sync is a2c; impala/appo learners step together)."""
     return server_rule(cfg).rule in ("sync", "soft_sync")
-
-
-def sized(cfg: TrainConfig, cpus: float, gpu: bool = False, batched: bool = False) -> TrainConfig:
-    """``cfg`` with ``actors: auto`` and ``env.groups: auto`` resolved against the ``cpus``
-    the runtime reports (Ray's, or this machine's cores). Actors: one process per CPU, the
-    learners' first (a CPU each, half of one when it drives a GPU), at least one. Groups
-    (:func:`envs.env_groups`): Atari overlaps emulation and inference in two groups only
-    where each actor has two cores or more, or where the policy acts elsewhere (``batched``:
-    runtime.inference), so that an actor's games run while it waits for the actions of the
-    other group."""
-    actors = cfg.actors
-    if not actors:
-        learners = cfg.learners * learner_cpus(gpu) if cfg.algo.name in SPLIT_ALGOS else 0
-        actors = max(1, int(cpus - learners))
-    try:
-        cores = float("inf") if batched else cpus / actors
-        groups = cfg.env.groups or env_groups(cfg.env, cores)
-        return dataclasses.replace(
-            cfg, actors=actors, env=dataclasses.replace(cfg.env, groups=groups)
-        )
-    except ValueError as e:  # e.g. a fault event for an actor index the machine does not have
-        raise ConfigError(f"actors=auto gave {actors} on {cpus:.0f} CPUs: {e}") from None
-
-
-GPU_LEARNER_CPUS = 0.5
-"""CPUs a learner that drives a GPU reserves (the GPU does its passes), against 1."""
-
-
-def learner_cpus(gpu: bool) -> float:
-    return GPU_LEARNER_CPUS if gpu else 1.0
-
-
-def gpu_learners(cfg: TrainConfig, cluster_gpus: float, reserved: bool = True) -> bool:
-    """Whether the learners take GPUs: impala/appo/dqn with ``learner_gpus`` > 0 where there
-    are GPUs (the driver itself may have none). ``reserved`` (Ray): requests that Ray could not
-    place are refused in one line, before any process starts, since a learner would wait for
-    a GPU that never frees up; Ray fits each share below 1 inside one GPU."""
-    if cfg.algo.name not in SPLIT_ALGOS or cfg.learner_gpus <= 0 or cluster_gpus <= 0:
-        return False
-    n, share, gpus = cfg.learners, cfg.learner_gpus, int(cluster_gpus + 1e-6)
-    if share < 1:
-        fits = n <= math.floor(1 / share + 1e-6) * max(gpus, 1)
-    else:
-        fits = n * share <= cluster_gpus + 1e-6
-    if reserved and not fits:
-        per_gpu = math.ceil(n / max(gpus, 1))  # learners on the busiest GPU
-        fair = math.floor(10_000 / per_gpu) / 10_000  # Ray keeps 4 decimals
-        raise ConfigError(
-            f"learners={n} x learner_gpus={share:g}: Ray cannot place them on {cluster_gpus:g} "
-            f"GPU(s); lower learners, or share the GPUs (learner_gpus={fair:g}), or "
-            "learner_gpus=0 (CPU)"
-        )
-    return True
-
-
-def describe_sizes(cfg: TrainConfig) -> str:
-    """``2 actors, 1 learner, 1 shard`` (a3c/a2c/ppo: workers)."""
-
-    def n(count: int, what: str) -> str:
-        return f"{count} {what}{'s' if count != 1 else ''}"
-
-    if cfg.algo.name in SPLIT_ALGOS:
-        parts = [n(cfg.actors, "actor"), n(cfg.learners, "learner")]
-    else:
-        parts = [n(cfg.actors, "worker")]
-    return ", ".join([*parts, n(cfg.server.shards, "shard")])

@@ -25,27 +25,18 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from rltrain.envs import ActionSpace
 from rltrain import perf
+from rltrain.envs import ActionSpace
 from rltrain.perf import PhaseTimer
 from rltrain.ps.server import Server
 from rltrain.records import GradUpdate, Params, PushResult
 from rltrain.rl.actor import load_params, policy_builder
+from rltrain.rl.algos import TargetInputs
 from rltrain.rl.config import TrainConfig, linear, waits_at_barrier
 from rltrain.rl.distributions import distribution
-from rltrain.rl.losses import (
-    LossSpec,
-    LossTerms,
-    actor_critic_loss,
-    lambda_returns,
-    next_state_values,
-    vtrace,
-)
+from rltrain.rl.losses import LossSpec, LossTerms, actor_critic_loss, next_state_values
 from rltrain.rl.models import to_device, train_layout
 from rltrain.rl.rollout import LossStats, Rollout, WorkStats, stack
-
-PPO_ALGOS = ("ppo", "appo")  # clipped surrogate, several epochs of minibatches
-VTRACE_ALGOS = ("impala", "appo")  # off-policy correction of the actors' lag
 
 
 def clipped_flat_grad(net: torch.nn.Module, max_norm: float) -> tuple[torch.Tensor, float]:
@@ -91,7 +82,7 @@ def warm_gpu() -> threading.Thread | None:
 def loss_spec(cfg: TrainConfig, progress: float = 0.0) -> LossSpec:
     """The loss coefficients of ``cfg.algo`` at ``progress`` of the schedules."""
     a = cfg.algo
-    ppo = a.name in PPO_ALGOS
+    ppo = cfg.algo_spec.clipped
     return LossSpec(
         value_coef=a.value_coef,
         entropy_coef=linear(a.entropy_coef, cfg.schedule.entropy_end, progress),
@@ -141,7 +132,7 @@ class Learner:
         train_layout(self.model)
         self.spec = loss_spec(cfg)
         self.timer = PhaseTimer("learner")  # a worker replaces it with its own
-        # minibatch shuffles: seeded per learner (STYLE.md: worker i uses seed + i)
+        # minibatch shuffles: seeded per learner (worker i uses seed + i)
         self.generator = torch.Generator().manual_seed(cfg.seed + 7919 * (learner_id + 1))
 
     def load(self, params: Params, norm: bool = True) -> None:
@@ -157,7 +148,7 @@ class Learner:
 
     # --- targets ---------------------------------------------------------------------------
 
-    def evaluate(
+    def forward_rollout(
         self, r: Rollout, obs: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # [T, B, A], [T+1, B], [K]
         """Logits of the T acting steps, values of all T+1 observations and of the final
@@ -180,37 +171,28 @@ class Learner:
         values: torch.Tensor,  # [T+1, B]
         final_values: torch.Tensor,  # [K]
     ) -> tuple[torch.Tensor, torch.Tensor]:  # [T, B] value targets, [T, B] advantages
-        """V-trace (impala, appo) or lambda-returns / GAE (a3c, a2c, ppo, and impala/appo
-        with ``algo.correction: none``)."""
+        """The algorithm's targets (its spec's: V-trace for impala/appo, lambda-returns / GAE
+        for a3c/a2c/ppo and for impala/appo with ``algo.correction: none``)."""
         a, d = self.cfg.algo, self.device
         T = r.actions.shape[0]
         actions = r.actions.to(d)
-        nxt = next_state_values(values, final_values, r.final_at.to(d))
-        args = (r.rewards.to(d), r.discounts(a.gamma).to(d))
-        cont = r.continues().to(d)
-        if a.name in VTRACE_ALGOS and a.correction == "vtrace":
-            vt = vtrace(
-                self.dist.log_prob(r.behaviour_logits.to(d), actions),
-                self.dist.log_prob(logits, actions),
-                *args,
-                values[:T],
-                nxt,
-                cont,
-                rho_bar=a.rho_bar,
-                c_bar=a.c_bar,
-                pg_rho_bar=a.pg_rho_bar,
-                lam=a.gae_lambda,
-            )
-            return vt.vs, vt.pg_advantages
-        returns = lambda_returns(*args, values[:T], nxt, cont, a.gae_lambda)
-        return returns, returns - values[:T]
+        inputs = TargetInputs(
+            behaviour_log_prob=self.dist.log_prob(r.behaviour_logits.to(d), actions),
+            target_log_prob=self.dist.log_prob(logits, actions),
+            rewards=r.rewards.to(d),
+            discounts=r.discounts(a.gamma).to(d),
+            values=values[:T],
+            next_values=next_state_values(values, final_values, r.final_at.to(d)),
+            continues=r.continues().to(d),
+        )
+        return self.cfg.algo_spec.targets(inputs, a)
 
     # --- gradients -------------------------------------------------------------------------
 
     def gradients(self, r: Rollout) -> Iterator[Gradient]:
         """The gradients of one batch, one per minibatch, each at the parameters loaded when
         it is asked for: the caller pushes each one and loads what comes back in between."""
-        if self.cfg.algo.name not in PPO_ALGOS:
+        if not self.cfg.algo_spec.clipped:
             yield self._one_pass(r)
             return
         yield from self._minibatches(r)
@@ -218,7 +200,7 @@ class Learner:
     def _one_pass(self, r: Rollout) -> Gradient:
         """a3c/a2c/impala: targets from the same forward pass (detached), one gradient."""
         d = self.device
-        logits, values, final_values = self.evaluate(r)
+        logits, values, final_values = self.forward_rollout(r)
         targets, adv = self.targets(r, logits.detach(), values.detach(), final_values.detach())
         lag = self.lag_kl(r, logits.detach())
         loss = actor_critic_loss(
@@ -249,7 +231,7 @@ class Learner:
         T, B = r.actions.shape[:2]
         on_device = r.obs.to(d)  # [T+1, B, *obs], copied to a GPU once for all the passes
         with torch.no_grad():
-            logits, values, final_values = self.evaluate(r, on_device)
+            logits, values, final_values = self.forward_rollout(r, on_device)
         targets, adv = self.targets(r, logits, values, final_values)
         lag = self.lag_kl(r, logits)
         obs = on_device[:T].flatten(0, 1)  # [N, *obs]
@@ -279,7 +261,7 @@ class Learner:
         """impala/appo: mean KL(mu || pi) of the actors' policy mu against the learner's at the
         batch's start (``logits`` [T, B, P]): how far the actors lag, the gap V-trace corrects
         (None for the workers of a3c/a2c/ppo, which act with the policy they learn)."""
-        if self.cfg.algo.name not in VTRACE_ALGOS:
+        if not self.cfg.algo_spec.lags:
             return None
         return float(self.dist.kl(r.behaviour_logits.to(self.device), logits).mean())
 

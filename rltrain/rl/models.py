@@ -18,7 +18,8 @@ from torch import nn
 
 from rltrain.envs.base import ActionSpace
 from rltrain.normalize import EPS, NormStats
-from rltrain.rl.config import CNN_MIN_SIDE, MODELS, PRECISIONS, uses_cnn
+from rltrain.rl.config import MODELS, PRECISIONS
+from rltrain.rl.inputs import CNN_MIN_SIDE, uses_cnn
 
 
 def bf16_native(device: torch.device | str = "cpu") -> bool:

@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from rltrain.envs import make_env
 from rltrain.checkpoint import CheckpointError, best_checkpoint, load_checkpoint, write_state
+from rltrain.envs import make_env
 from rltrain.errors import RLTrainError
 from rltrain.faults import RunFailed
 from rltrain.normalize import NormStats

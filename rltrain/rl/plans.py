@@ -11,50 +11,83 @@
   memory holds ``dqn.learning_starts`` transitions, and actors pause while they are more than
   ``dqn.env_steps_per_update`` ahead of the learners.
 
-The trainer (:class:`rltrain.rl.train.Trainer`) owns the bookkeeping every plan shares: the
-counters, the stop criteria, logs, checkpoints and what a lost process means.
+The trainer (:class:`rltrain.rl.train.Trainer`, a plan's :class:`Host`) owns the bookkeeping
+every plan shares: the counters, the stop criteria, logs, checkpoints and what a lost process means.
 """
 
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rltrain.faults import PeerLost, RunFailed
+from rltrain.records import Role
 from rltrain.rl.actor import Actor
-from rltrain.rl.config import waits_at_barrier
+from rltrain.rl.config import TrainConfig, waits_at_barrier
 from rltrain.rl.inference import PolicyServer
-from rltrain.rl.learner import PPO_ALGOS, Learner
+from rltrain.rl.learner import Learner
 from rltrain.rl.rollout import Rollout, WorkStats
+from rltrain.rl.setup import Counters, EnvSpec
 from rltrain.rl.worker import Worker
 
 if TYPE_CHECKING:
-    from rltrain.rl.train import Trainer
+    from rltrain.runtime.context import RunContext
+    from rltrain.runtime.contract import Runtime
 
 WORK_CHUNK = 5  # rollouts per a3c/a2c call: long enough to amortise the call, short to steer
 DQN_BLOCKS_PER_CALL = 4  # transition blocks per dqn actor call
 
 
-class RLPlan:
-    """The hooks every RL plan shares with the trainer: when to stop, wait and tick."""
+class Host(Protocol):
+    """What a plan asks of the session that runs it (:class:`rltrain.rl.train.Trainer`)."""
 
-    def __init__(self, trainer: Trainer, runtime: Any) -> None:
-        self.t = trainer
-        self.cfg = trainer.cfg
-        self.server = trainer.server
+    cfg: TrainConfig
+    ctx: RunContext  # the processes, the guard, the fault counters, notes
+    spec: EnvSpec
+    counters: Counters
+    gpu: bool  # the learners compute on a GPU
+    inference: str | None  # runtime.inference: the batched policy's device, None: none
+    stopped_by: str  # why the run stops ("" while it runs)
+
+    def spawn(self, role: Role, cls: type, args_of: Callable[[int], tuple]) -> list[Any]:
+        """Restartable processes of one role, process i built with ``args_of(i)``."""
+
+    def absorb(self, stats: WorkStats) -> None: ...
+
+    def on_fault(self, done: Any, pushes: bool) -> bool:
+        """Count and report a lost or revived process; True when it should get work now."""
+
+    def wait_s(self) -> float: ...
+
+    def tick(self) -> None: ...
+
+    def schedule_at(self) -> float: ...
+
+
+class RLPlan:
+    """The hooks every RL plan shares with its host: when to stop, wait and tick."""
+
+    def __init__(self, host: Host, runtime: Runtime) -> None:
+        self.host = host
+        self.ctx = host.ctx
+        self.cfg = host.cfg
+        self.server = host.ctx.server
         self.runtime = runtime
         self.pool = runtime.Pool()
+        self.replay: Any = None  # dqn: the replay shards
+        self.replay_bytes: int | None = None  # dqn: their size at the end, for summary.json
 
     def keep_going(self) -> bool:
         """Run until stopped; then until the calls in flight have returned."""
-        return bool(self.pool.calls) or (bool(self.pool) and not self.t.stopped_by)
+        return bool(self.pool.calls) or (bool(self.pool) and not self.host.stopped_by)
 
     def wait_s(self) -> float:
-        return self.t.wait_s()
+        return self.host.wait_s()
 
     def tick(self) -> None:
-        self.t.tick()
+        self.host.tick()
 
     def finish(self) -> None:
         """After the loop (a normal end, not a failure)."""
@@ -65,23 +98,23 @@ class WorkerPlan(RLPlan):
 
     def start(self) -> None:
         cfg = self.cfg
-        workers = self.t.remotes("actor", Worker, lambda i: (cfg, i))
+        workers = self.host.spawn("actor", Worker, lambda i: (cfg, i))
         self.lockstep = waits_at_barrier(cfg)
         # a ppo rollout is epochs x minibatches server steps already: one per call
-        self.chunk = 1 if cfg.algo.name in PPO_ALGOS else WORK_CHUNK
+        self.chunk = 1 if cfg.algo_spec.clipped else WORK_CHUNK
         self.idle: list[Any] = []
         for w in workers:
             self._give(w)
 
     def _give(self, worker: Any) -> None:
-        self.pool.submit(worker, "work", self.server, self.chunk, self.t.schedule_at())
+        self.pool.submit(worker, "work", self.server, self.chunk, self.host.schedule_at())
 
     def on_result(self, done: Any) -> None:
-        self.t.absorb(done.value)
+        self.host.absorb(done.value)
         self.idle.append(done.remote)
 
     def on_fault(self, done: Any) -> None:
-        if not self.t.on_fault(done, pushes=True):
+        if not self.host.on_fault(done, pushes=True):
             return
         if self.lockstep and not self.pool.calls:
             self.idle.append(done.remote)  # between rounds: it starts with the next one
@@ -89,7 +122,7 @@ class WorkerPlan(RLPlan):
             self._give(done.remote)
 
     def refill(self) -> None:
-        if self.t.stopped_by or (self.lockstep and self.pool.calls):
+        if self.host.stopped_by or (self.lockstep and self.pool.calls):
             return
         for w in self.idle:
             self._give(w)
@@ -142,24 +175,25 @@ class ActorLearnerPlan(RLPlan):
     """impala, appo: acting-only actors and learners that batch their rollouts."""
 
     def start(self) -> None:
-        cfg, t = self.cfg, self.t
-        actors = t.remotes("actor", Actor, lambda i: (cfg, i))
-        spec = t.spec
-        learners = t.remotes(
-            "learner", Learner, lambda i: (cfg, spec.obs_shape, spec.actions, t.gpu, i)
+        cfg, host = self.cfg, self.host
+        actors = host.spawn("actor", Actor, lambda i: (cfg, i))
+        spec = host.spec
+        learners = host.spawn(
+            "learner", Learner, lambda i: (cfg, spec.obs_shape, spec.actions, host.gpu, i)
         )
         self.ready: collections.deque = collections.deque()  # (rollout future, actor)
         self.idle_learners = list(learners)
         self.idle_actors: list[Any] = []
         self.cap = RolloutCap.of(cfg.learners, cfg.algo.learner_batch, len(actors))
         self.policy = None  # runtime.inference: one batched policy acts for every actor
-        if t.inference is not None:
-            self.policy = PolicyServer(cfg, spec.obs_shape, spec.actions, self.server, t.inference)
+        if host.inference is not None:
+            device = host.inference
+            self.policy = PolicyServer(cfg, spec.obs_shape, spec.actions, self.server, device)
         for a in actors:
             self.pool.submit(a, "collect", self.server, self.policy, fetch=False)
 
     def _usable(self, actor: Any) -> bool:  # not gone for good, not being restarted
-        return actor in self.t.procs["actor"] and actor not in self.pool.restarting()
+        return actor in self.ctx.procs["actor"] and actor not in self.pool.restarting()
 
     def _idle(self, actor: Any) -> None:
         if self._usable(actor) and actor not in self.idle_actors:
@@ -170,16 +204,16 @@ class ActorLearnerPlan(RLPlan):
             self.ready.append((done.value, done.remote))
             self._idle(done.remote)
             return
-        self.t.absorb(done.value)
+        self.host.absorb(done.value)
         self.idle_learners.append(done.remote)
 
     def on_fault(self, done: Any) -> None:
         if done.remote.role == "actor":
-            if self.t.on_fault(done, pushes=False):
+            if self.host.on_fault(done, pushes=False):
                 self._idle(done.remote)
             return
         self.ready.extendleft(reversed(self._salvage(done)))
-        if self.t.on_fault(done, pushes=True):
+        if self.host.on_fault(done, pushes=True):
             self.idle_learners.append(done.remote)
 
     def finish(self) -> None:
@@ -197,25 +231,25 @@ class ActorLearnerPlan(RLPlan):
                 continue
             stats.add_rollout(rollout)
         if stats.env_steps:
-            self.t.absorb(stats)
+            self.host.absorb(stats)
 
     def refill(self) -> None:
-        t, cfg, pool = self.t, self.cfg, self.pool
-        if t.stopped_by:
+        host, cfg, pool = self.host, self.cfg, self.pool
+        if host.stopped_by:
             if waits_at_barrier(cfg):  # no barrier may wait for idle learners now, one that
                 for learner in self.idle_learners:  # left once and rejoined by pushing too
-                    t.guard.leave(learner.index)
+                    self.ctx.guard.leave(learner.index)
             return
         n = cfg.algo.learner_batch
         while self.idle_learners and len(self.ready) >= n:
             batch = [self.ready.popleft() for _ in range(n)]
             refs = [ref for ref, _ in batch]
             learner = self.idle_learners.pop()
-            pool.submit(learner, "learn", self.server, t.schedule_at(), *refs, tag=batch)
+            pool.submit(learner, "learn", self.server, host.schedule_at(), *refs, tag=batch)
         acting = sum(1 for r, _, _ in pool.calls.values() if r.role == "actor")
         restarting = pool.restarting()  # (a learner Ray restarts waits for itself, not data)
         starving = any(learner not in restarting for learner in self.idle_learners)
-        live = len(t.procs["learner"]) * n
+        live = len(self.ctx.procs["learner"]) * n
         cap = self.cap.update(starving, queued=len(self.ready), batches=live)
         while self.idle_actors and len(self.ready) + acting < cap:
             actor = self.idle_actors.pop()
@@ -237,17 +271,16 @@ class ActorLearnerPlan(RLPlan):
         if not isinstance(done.error, PeerLost):
             self._count_unlearned([ref for ref, _ in batch])
             return []
-        t = self.t
         why = self.runtime.failed([ref for ref, _ in batch])
         for (_, actor), w in zip(batch, why, strict=True):
             if w == "died" and actor.mark_lost():
                 if self.cfg.faults.max_restarts != 0:
-                    t.faults.restart(actor.role)
-                t.progress.note(f"actor {actor.index} lost: its process died")
+                    self.ctx.faults.restart(actor.role)
+                self.ctx.say(f"actor {actor.index} lost: its process died")
                 # no work for it until the pool has seen it back (or seen it gone for good)
                 self.idle_actors = [a for a in self.idle_actors if a is not actor]
                 self.pool.watch(actor)
-        t.faults.lost_calls += sum(1 for w in why if w)
+        self.ctx.faults.lost_calls += sum(1 for w in why if w)
         return [item for item, w in zip(batch, why, strict=True) if not w]
 
 
@@ -258,16 +291,15 @@ class ReplayPlan(RLPlan):
         from rltrain.replay import ReplayMemory
         from rltrain.rl.dqn import DQNActor, DQNLearner, memory_args
 
-        cfg, t, spec = self.cfg, self.t, self.t.spec
+        cfg, host, spec = self.cfg, self.host, self.host.spec
         args = [memory_args(cfg, spec, i) for i in range(cfg.replay.shards)]
         self.replay = self.runtime.start_replay(ReplayMemory, args, cfg.actors + cfg.learners + 4)
-        t.replay = self.replay
-        t.procs["replay"] = []  # replay shards are killed at the end, not restarted
+        self.ctx.procs["replay"] = []  # replay shards are killed at the end, not restarted
         self.replay_ids = {a: i for i, a in enumerate(self.replay.actor_ids())}
-        per_env_steps = t.counters.env_steps // (cfg.actors * cfg.env.num_envs)
-        actors = t.remotes("actor", DQNActor, lambda i: (cfg, i, per_env_steps))
-        t.remotes(
-            "learner", DQNLearner, lambda i: (cfg, spec.obs_shape, spec.num_actions, t.gpu, i)
+        per_env_steps = host.counters.env_steps // (cfg.actors * cfg.env.num_envs)
+        actors = host.spawn("actor", DQNActor, lambda i: (cfg, i, per_env_steps))
+        host.spawn(
+            "learner", DQNLearner, lambda i: (cfg, spec.obs_shape, spec.num_actions, host.gpu, i)
         )
         self.idle: list[Any] = []  # actors paused by the replay ratio
         self.learning = False
@@ -287,8 +319,8 @@ class ReplayPlan(RLPlan):
             self.idle.append(r)
 
     def on_result(self, done: Any) -> None:
-        self.t.absorb(done.value)
-        if not self.t.stopped_by:
+        self.host.absorb(done.value)
+        if not self.host.stopped_by:
             self._again(done.remote)
 
     def on_fault(self, done: Any) -> None:
@@ -298,14 +330,14 @@ class ReplayPlan(RLPlan):
                 "is not checkpointed: continue with `rltrain train --resume RUN_DIR`"
             )
         learner = done.remote.role == "learner"
-        if self.t.on_fault(done, pushes=learner) and (not learner or self.learning):
+        if self.host.on_fault(done, pushes=learner) and (not learner or self.learning):
             self._again(done.remote)
 
     def refill(self) -> None:
-        t, d = self.t, self.cfg.dqn
-        if t.stopped_by:
+        host, d = self.host, self.cfg.dqn
+        if host.stopped_by:
             return
-        c = t.counters
+        c = host.counters
         ahead = (
             self.learning
             and d.env_steps_per_update > 0
@@ -315,21 +347,19 @@ class ReplayPlan(RLPlan):
             self._give(self.idle.pop())
         if not self.learning and sum(self.replay.sizes()) >= d.learning_starts:
             self.learning = True
-            for h in t.procs["learner"]:
+            for h in self.ctx.procs["learner"]:
                 self._give(h)
 
     def finish(self) -> None:
         """After the loop: the memory's size for summary.json, and the shards stopped."""
-        self.t.replay_bytes = self.replay.nbytes()
+        self.replay_bytes = self.replay.nbytes()
         for h in self.replay.handles:
             self.runtime.kill(h)
 
 
 PLANS: dict[str, type[RLPlan]] = {
-    "a3c": WorkerPlan,
-    "a2c": WorkerPlan,
-    "ppo": WorkerPlan,
-    "impala": ActorLearnerPlan,
-    "appo": ActorLearnerPlan,
-    "dqn": ReplayPlan,
+    "worker": WorkerPlan,
+    "actor_learner": ActorLearnerPlan,
+    "replay": ReplayPlan,
 }
+"""The plan of each process layout (:attr:`rltrain.rl.algos.AlgoSpec.layout`)."""

@@ -10,16 +10,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from rltrain.envs import ActionSpace, EnvError, make_env
-from rltrain.envs.user import one_hot as one_hot_space
 from rltrain.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
 from rltrain.config import ConfigError, dotted, to_dict
+from rltrain.envs import ActionSpace, EnvError, make_env
+from rltrain.envs.user import one_hot as one_hot_space
 from rltrain.faults import FaultCounters
 from rltrain.ps.server import ShardLayout
 from rltrain.rl.actor import policy_builder
 from rltrain.rl.config import StopConfig, TrainConfig
 from rltrain.rl.models import build_qnet, flat_params
 from rltrain.rl.rollout import WorkStats
+from rltrain.rl.sizing import describe_sizes, gpu_learners, learner_cpus, sized
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ def probe_env(cfg: TrainConfig) -> EnvSpec:
     or on an action space the algorithm cannot handle)."""
     env = make_env(cfg.env, seed=cfg.seed, num_envs=1)
     try:
-        if cfg.algo.name == "dqn" and env.action_space.continuous:
+        if cfg.algo_spec.layout == "replay" and env.action_space.continuous:
             raise EnvError(
                 f"algo.name=dqn needs Discrete actions; {cfg.env.id} has "
                 f"{env.action_space.describe()} actions: use appo, ppo, a3c, a2c or impala"
@@ -74,7 +75,7 @@ def probe_env(cfg: TrainConfig) -> EnvSpec:
 
 def initial_params(cfg: TrainConfig, spec: EnvSpec) -> torch.Tensor:
     torch.manual_seed(cfg.seed)
-    build = build_qnet if cfg.algo.name == "dqn" else policy_builder(cfg)
+    build = build_qnet if cfg.algo_spec.layout == "replay" else policy_builder(cfg)
     model = build(cfg.model.kind, spec.obs_shape, spec.actions, cfg.model.hidden)
     return flat_params(model)
 
@@ -159,7 +160,7 @@ TOLD_ON_RESUME = ("algo", "env", "model", "optimizer", "normalize", "schedule", 
 
 
 SIZED_KEYS = ("env.groups",)
-"""Keys whose auto (0) the trainer resolves for the machine (:func:`rltrain.rl.config.sized`):
+"""Keys whose auto (0) the trainer resolves for the machine (:func:`rltrain.rl.sizing.sized`):
 a checkpoint holds what auto chose there."""
 
 
@@ -231,7 +232,7 @@ def inference_device(cfg: TrainConfig, gpu: bool, backend: str) -> str | None:
     if want == "actor":
         return None
     why = ""
-    if cfg.algo.name not in ("impala", "appo"):
+    if cfg.algo_spec.layout != "actor_learner":
         why = f"algo {cfg.algo.name} (its workers or actors act themselves; impala, appo only)"
     elif backend == "ray":
         why = "runtime.backend ray (the policy lives in the trainer's process: process or local)"
@@ -243,3 +244,34 @@ def inference_device(cfg: TrainConfig, gpu: bool, backend: str) -> str | None:
     if want == "server":
         return "cuda" if on_gpu else "cpu"
     return "cuda" if on_gpu else None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a session's parts run, decided once the runtime says what the machine has."""
+
+    cfg: TrainConfig  # sized: actors and env.groups auto resolved
+    gpu: bool  # the learners compute on a GPU
+    inference: str | None  # the batched policy's device (runtime.inference), None: none
+    shard_device: str  # where the shards keep their values
+    processes: float  # CPUs the actors and learners reserve
+
+    def describe(self) -> str:
+        """``2 actors, 1 learner, 1 shard; learners on CPU`` and what is on a GPU."""
+        where = f"{describe_sizes(self.cfg)}; learners on {'GPU' if self.gpu else 'CPU'}"
+        where += ", shards on GPU" if self.shard_device != "cpu" else ""
+        if self.inference is not None:
+            on = "GPU" if self.inference != "cpu" else "CPU"
+            where += f", the actors' policy batched on the {on} (runtime.inference)"
+        return where
+
+
+def place(cfg: TrainConfig, backend: str, cpus: float, gpus: float) -> Placement:
+    """The learners' device, the batched policy's, the shards', and ``cfg`` sized to the
+    ``cpus`` and ``gpus`` the runtime ``backend`` reports."""
+    gpu = gpu_learners(cfg, gpus, backend == "ray")
+    inference = inference_device(cfg, gpu, backend)
+    cfg = sized(cfg, cpus, gpu, batched=inference is not None)
+    split = cfg.algo_spec.split
+    processes = cfg.actors + (cfg.learners * learner_cpus(gpu) if split else 0)
+    return Placement(cfg, gpu, inference, shard_device(cfg, gpu, backend), processes)

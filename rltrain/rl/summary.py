@@ -1,33 +1,66 @@
-"""A training run's ``summary.json``: its figures, as :class:`~rltrain.rl.train.Trainer` ends."""
+"""A training session's record and the ``summary.json`` written from it when it ends."""
 
 from __future__ import annotations
 
 import dataclasses
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
-from rltrain.rl.config import SPLIT_ALGOS
+from rltrain.faults import FaultCounters
+from rltrain.rl.config import TrainConfig
+from rltrain.rl.setup import Counters, EnvSpec
 
 
-def train_summary(t: Any) -> dict[str, Any]:
-    """The figures of trainer ``t`` (a :class:`~rltrain.rl.train.Trainer`)."""
-    c = t.counters
-    final = c.mean_return(t.cfg.stop.window)
-    mean = t.mean_at_stop if t.mean_at_stop is not None else final
+@dataclass
+class SessionRecord:
+    """What one session saw, beside the counters a checkpoint keeps: how it started, why it
+    stopped, and what its processes moved."""
+
+    started: float = field(default_factory=time.time)
+    """When start-up began (the command's start); startup marks count from it."""
+    startup: dict[str, float] = field(default_factory=dict)
+    """Cumulative seconds at: trainer (imports, config, env probe), ray (the runtime started
+    or joined), server (shards up), first_step (an actor's first env step), first_result (a
+    first result back at the driver)."""
+    startup_seconds: float | None = None  # the command to the first result
+    stopped_by: str = ""  # "" while the session runs
+    failure: str = ""  # why a session stopped_by "fault"
+    mean_at_stop: float | None = None  # the stop's mean return (work in flight lands after)
+    net_bytes: tuple[int, int] = (0, 0)  # bytes pushed to and pulled from the shards
+    ray: dict[str, Any] = field(default_factory=dict)  # the runtime's record: job, nodes
+    replay_bytes: int | None = None  # dqn: the replay memory's size at the end
+
+    def mark(self, name: str) -> float:
+        """Seconds since start-up began, kept the first time ``name`` is reached."""
+        return self.startup.setdefault(name, round(time.time() - self.started, 2))
+
+
+def train_summary(
+    cfg: TrainConfig,
+    spec: EnvSpec,
+    counters: Counters,
+    faults: FaultCounters,
+    record: SessionRecord,
+    procs: dict[str, list[Any]],
+    evals: dict[str, Any],
+) -> dict[str, Any]:
+    """summary.json's figures (``evals``: this session's evaluations, ``PeriodicEval.summary``)."""
+    c = counters
+    final = c.mean_return(cfg.stop.window)
+    mean = record.mean_at_stop if record.mean_at_stop is not None else final
     return {
         "command": "train",
-        "env": t.cfg.env.id,
-        "algo": t.cfg.algo.name,
-        "actors": t.cfg.actors,  # as sized (actors: auto) for this session
-        "learners": t.cfg.learners if t.cfg.algo.name in SPLIT_ALGOS else 0,
-        "stopped_by": t.stopped_by or "finished",
+        "env": cfg.env.id,
+        "algo": cfg.algo.name,
+        "actors": cfg.actors,  # as sized (actors: auto) for this session
+        "learners": cfg.learners if cfg.algo_spec.split else 0,
+        "stopped_by": record.stopped_by or "finished",
         "wall_seconds": round(c.wall_seconds, 2),
-        "startup_seconds": t.startup_seconds,  # the command to the first result
-        # cumulative seconds at: trainer (imports, config, env probe), ray (started or
-        # joined), server (shards up), first_step (an actor's first env step),
-        # first_result (a first result back at the driver)
-        "startup": t.startup,
+        "startup_seconds": record.startup_seconds,
+        "startup": record.startup,
         "env_steps": c.env_steps,
-        "env_frames": c.env_steps * t.spec.frames_per_step,
+        "env_frames": c.env_steps * spec.frames_per_step,
         "episodes": c.episodes,
         "mean_return": mean,  # over the last stop.window episodes when the run stopped
         "final_mean_return": final,  # the same, with the episodes of work then in flight
@@ -37,15 +70,15 @@ def train_summary(t: Any) -> dict[str, Any]:
         "dropped": c.dropped,
         "rejected": c.rejected,
         "mean_staleness": round(c.staleness_sum / c.applied, 4) if c.applied else 0.0,
-        "faults": dataclasses.asdict(t.faults),
-        "bytes_pushed": t.net_bytes[0],  # update values the shards received (compression)
-        "bytes_pulled": t.net_bytes[1],
-        **({"failure": t.failure} if t.failure else {}),
-        "protocol": t.spec.protocol,
+        "faults": dataclasses.asdict(faults),
+        "bytes_pushed": record.net_bytes[0],  # update values the shards received
+        "bytes_pulled": record.net_bytes[1],
+        **({"failure": record.failure} if record.failure else {}),
+        "protocol": spec.protocol,
         # the Ray job (as Ray's own tables name it) and the node each process last ran on
-        "ray": {**t.ray, "placement": placement(t.procs)},
-        **({"replay_bytes": t.replay_bytes} if t.replay_bytes is not None else {}),
-        **t.evals.summary(),  # eval.every_steps: this session's evaluations
+        "ray": {**record.ray, "placement": placement(procs)},
+        **({"replay_bytes": record.replay_bytes} if record.replay_bytes is not None else {}),
+        **evals,
     }
 
 

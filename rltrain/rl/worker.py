@@ -13,7 +13,7 @@ from rltrain.perf import PhaseTimer
 from rltrain.ps.server import Server
 from rltrain.rl.actor import Actor
 from rltrain.rl.config import TrainConfig, waits_at_barrier
-from rltrain.rl.learner import PPO_ALGOS, Learner, push_gradients
+from rltrain.rl.learner import Learner, push_gradients
 from rltrain.rl.rollout import WorkStats
 
 
@@ -35,7 +35,7 @@ class Worker:
         self.learner.model = self.actor.model  # one network: acting and learning share it
         self.barrier = waits_at_barrier(cfg)
         a = cfg.algo
-        self.steps_per_rollout = a.epochs * a.minibatches if a.name in PPO_ALGOS else 1
+        self.steps_per_rollout = a.epochs * a.minibatches if cfg.algo_spec.clipped else 1
         self.epoch = 0  # of the parameters held (GradUpdate.epoch)
 
     def work(self, server: Server, iterations: int, progress: float = 0.0) -> WorkStats:

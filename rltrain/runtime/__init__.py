@@ -82,6 +82,7 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
+    from rltrain.runtime.config import RuntimeConfig
     from rltrain.runtime.errors import RayStartError, failed, result
     from rltrain.runtime.guard import ServerGuard
     from rltrain.runtime.policy import respond
@@ -106,7 +107,6 @@ if TYPE_CHECKING:
         start_replay,
         start_server,
     )
-    from rltrain.runtime.config import RuntimeConfig
 
 __all__ = [
     "Done",

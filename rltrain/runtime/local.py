@@ -34,8 +34,8 @@ from rltrain.faults import FaultAction, RestorePoint
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.server import LocalServer
 from rltrain.records import Role
-from rltrain.runtime.policy import respond
 from rltrain.runtime.config import RuntimeConfig
+from rltrain.runtime.policy import respond
 
 __all__ = ["Done", "respond"]  # the contract's names that live elsewhere
 

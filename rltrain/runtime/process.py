@@ -45,10 +45,10 @@ from rltrain.ps.server import ShardedServer
 from rltrain.records import Role
 from rltrain.replay.local import LocalReplay
 from rltrain.runtime import child, local
+from rltrain.runtime.config import RuntimeConfig
 from rltrain.runtime.local import Remote as ThreadRemote
 from rltrain.runtime.local import ServerGuard, cluster_gpus, start_replay, start_server
 from rltrain.runtime.policy import respond
-from rltrain.runtime.config import RuntimeConfig
 
 __all__ = [
     "Done",

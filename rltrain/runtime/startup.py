@@ -17,8 +17,8 @@ from typing import Any
 
 import ray
 
-from rltrain.runtime.errors import RayStartError
 from rltrain.runtime.config import RuntimeConfig
+from rltrain.runtime.errors import RayStartError
 
 PRELOAD = "rltrain.runtime.wire"
 """What Ray's worker processes import as they start, before any class is placed on them

@@ -1,0 +1,32 @@
+"""The learning-rate schedule, as the trainer sends it to the server's shards."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rltrain.rl.config import TrainConfig, linear
+
+
+class LRSender:
+    """Tells the server the schedule's factor of ``optimizer.lr`` when it moved by 1% or more,
+    and each time the shards loaded a state (at the start, from a checkpoint or a restore
+    point): they then hold the factor saved with it, which the schedule now in force may not
+    share (a run resumed with another schedule, or none)."""
+
+    def __init__(self) -> None:
+        self.factor: float | None = None  # last sent; None: send at the next look
+        self.restores = 0  # the shard restores counted when it was sent
+
+    def send(self, cfg: TrainConfig, server: Any, restores: int, progress: float) -> None:
+        """``restores``: the shard restores so far; ``progress``: where the schedules stand."""
+        end = cfg.schedule.lr_end
+        factor = 1.0 if end is None else linear(1.0, end, progress)
+        last = self.factor
+        loaded = last is None or restores != self.restores
+        if loaded or abs(factor - last) >= 0.01 or (factor == end and last != end):
+            server.set_lr_factor(factor)
+            self.factor, self.restores = factor, restores
+
+    def lr(self, cfg: TrainConfig) -> float:
+        """The learning rate in force."""
+        return cfg.optimizer.lr * (self.factor or 1.0)

@@ -1,0 +1,76 @@
+"""How big a session is: actors and env groups sized to the machine, learners' GPUs."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from rltrain.config import ConfigError
+from rltrain.envs import env_groups
+from rltrain.rl.config import TrainConfig
+
+
+def sized(cfg: TrainConfig, cpus: float, gpu: bool = False, batched: bool = False) -> TrainConfig:
+    """``cfg`` with ``actors: auto`` and ``env.groups: auto`` resolved against the ``cpus``
+    the runtime reports (Ray's, or this machine's cores). Actors: one process per CPU, the
+    learners' first (a CPU each, half of one when it drives a GPU), at least one. Groups
+    (:func:`envs.env_groups`): Atari overlaps emulation and inference in two groups only
+    where each actor has two cores or more, or where the policy acts elsewhere (``batched``:
+    runtime.inference), so that an actor's games run while it waits for the actions of the
+    other group."""
+    actors = cfg.actors
+    if not actors:
+        learners = cfg.learners * learner_cpus(gpu) if cfg.algo_spec.split else 0
+        actors = max(1, int(cpus - learners))
+    try:
+        cores = float("inf") if batched else cpus / actors
+        groups = cfg.env.groups or env_groups(cfg.env, cores)
+        return dataclasses.replace(
+            cfg, actors=actors, env=dataclasses.replace(cfg.env, groups=groups)
+        )
+    except ValueError as e:  # e.g. a fault event for an actor index the machine does not have
+        raise ConfigError(f"actors=auto gave {actors} on {cpus:.0f} CPUs: {e}") from None
+
+
+GPU_LEARNER_CPUS = 0.5
+"""CPUs a learner that drives a GPU reserves (the GPU does its passes), against 1."""
+
+
+def learner_cpus(gpu: bool) -> float:
+    return GPU_LEARNER_CPUS if gpu else 1.0
+
+
+def gpu_learners(cfg: TrainConfig, cluster_gpus: float, reserved: bool = True) -> bool:
+    """Whether the learners take GPUs: impala/appo/dqn with ``learner_gpus`` > 0 where there
+    are GPUs (the driver itself may have none). ``reserved`` (Ray): requests that Ray could not
+    place are refused in one line, before any process starts, since a learner would wait for
+    a GPU that never frees up; Ray fits each share below 1 inside one GPU."""
+    if not cfg.algo_spec.split or cfg.learner_gpus <= 0 or cluster_gpus <= 0:
+        return False
+    n, share, gpus = cfg.learners, cfg.learner_gpus, int(cluster_gpus + 1e-6)
+    if share < 1:
+        fits = n <= math.floor(1 / share + 1e-6) * max(gpus, 1)
+    else:
+        fits = n * share <= cluster_gpus + 1e-6
+    if reserved and not fits:
+        per_gpu = math.ceil(n / max(gpus, 1))  # learners on the busiest GPU
+        fair = math.floor(10_000 / per_gpu) / 10_000  # Ray keeps 4 decimals
+        raise ConfigError(
+            f"learners={n} x learner_gpus={share:g}: Ray cannot place them on {cluster_gpus:g} "
+            f"GPU(s); lower learners, or share the GPUs (learner_gpus={fair:g}), or "
+            "learner_gpus=0 (CPU)"
+        )
+    return True
+
+
+def describe_sizes(cfg: TrainConfig) -> str:
+    """``2 actors, 1 learner, 1 shard`` (a3c/a2c/ppo: workers)."""
+
+    def n(count: int, what: str) -> str:
+        return f"{count} {what}{'s' if count != 1 else ''}"
+
+    if cfg.algo_spec.split:
+        parts = [n(cfg.actors, "actor"), n(cfg.learners, "learner")]
+    else:
+        parts = [n(cfg.actors, "worker")]
+    return ", ".join([*parts, n(cfg.server.shards, "shard")])

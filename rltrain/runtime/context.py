@@ -1,0 +1,70 @@
+"""The run context: what a run's plans share with the session that drives them.
+
+``rltrain train`` and ``rltrain bench`` both start a runtime, a server with its guard and
+processes of several roles, then hand the driver loop a plan. What the plans and the session
+both need (the processes by role, the guard, the fault counters, the progress line) lives
+here, once, instead of in the trainer's or the bench's attributes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rltrain.driver import Done
+from rltrain.faults import FaultAction, FaultCounters, RunFailed
+from rltrain.records import Verdict
+from rltrain.runtime.contract import Guard, RemoteProcess, Runtime
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class RunContext:
+    """One session's processes and fault handling, on whichever runtime runs them."""
+
+    runtime: Runtime
+    faults: FaultCounters
+    say: Say
+    """Prints a note above the progress line."""
+    server: Any = None
+    guard: Guard | None = None
+    procs: dict[str, list[RemoteProcess]] = field(default_factory=dict)
+    """The live processes by role ("actor", "learner", "worker", "shard", "replay")."""
+
+    def add(self, role: str, remotes: list[RemoteProcess]) -> list[RemoteProcess]:
+        self.procs[role] = remotes
+        return remotes
+
+    def everyone(self) -> list[RemoteProcess]:
+        return [r for remotes in self.procs.values() for r in remotes]
+
+    def all_up(self) -> bool:
+        """Whether every process has started (checked without waiting)."""
+        return all(r.is_up() for r in self.everyone())
+
+    def respond(self, done: Done, rule: str, on_worker_loss: str) -> Verdict:
+        """Count and report a lost or revived process (``rule``: the server rule it pushes
+        under, "async" for one that does not push); a process that will not come back leaves
+        ``procs``, and a role left with none fails the run."""
+        verdict = self.runtime.respond(
+            done, rule, on_worker_loss, self.server, self.guard, self.faults, self.say
+        )
+        if verdict == "gone":
+            r = done.remote
+            self.procs[r.role] = [x for x in self.procs.get(r.role, []) if x is not r]
+            if not self.procs[r.role]:
+                raise RunFailed(f"every {r.role} died and none will restart")
+        return verdict
+
+    def inject(self, action: FaultAction) -> None:
+        """Carry out one of ``faults.events`` (kill or pause a process)."""
+        self.runtime.inject(action, self.procs, self.faults, self.say)
+
+    def kill_all(self) -> None:
+        """Stop every process for good (the end of the session, or a bug's way out)."""
+        for r in self.everyone():
+            with contextlib.suppress(Exception):
+                r.kill()

@@ -21,8 +21,8 @@ bench, the shard's log of every push (``record/<mode>.pt``):
   its version (async: one step per update) or lies in [version, N x version] (barriers);
 * ``once``: no update is applied twice: no worker's batches appear in two applied pushes of
   the log (bench);
-* ``replay``: the parameters equal the logged updates replayed one by one (``rltrain
-  replay``: bit for bit), from the initial parameters or, after a shard restore, from the
+* ``reapplied``: the parameters equal the logged updates reapplied one by one (``rltrain
+  reapply``: bit for bit), from the initial parameters or, after a shard restore, from the
   restore point the restarted shard's log begins at; where no worker left a barrier (bench).
 
 It prints one line per run and a table: the faults injected and survived, the invariants
@@ -235,14 +235,15 @@ def check_bench(s: dict, run_dir: Path, verdict: Any, out: Outcome) -> None:
     record = run_dir / "record" / f"{r['mode']}.pt"
     if not record.exists():
         return
-    from rltrain.supervised.replay import load_record
+    from rltrain.ps.rules import rule_named
+    from rltrain.supervised.update_log import load_record
 
     log = load_record(record).log
     used = [(p.worker_id, p.batches) for p in log if p.status in ("applied", "accumulated")]
     seen: set = set()
     twice = [u for u in used if u in seen or seen.add(u)]  # type: ignore[func-returns-value]
     verdict("once", not twice, f"{len(twice)} pushes applied twice, e.g. {twice[:1]}")
-    barrier = r["mode"] != "async"
+    barrier = rule_named(r["mode"]).barrier
     n = len(used)
     version = sum(1 for p in log if p.status == "applied")
     ok = n == version if not barrier else version <= n <= 3 * version + 2  # + a round open
@@ -252,12 +253,14 @@ def check_bench(s: dict, run_dir: Path, verdict: Any, out: Outcome) -> None:
     # after a shard restore the log begins at the restore point: "the parameters after a
     # restore equal the point's plus the updates logged after it"
     rep = subprocess.run(
-        [sys.executable, "-m", "rltrain.cli", "replay", str(run_dir)],
+        [sys.executable, "-m", "rltrain.cli", "reapply", str(run_dir)],
         capture_output=True,
         text=True,
     )
     verdict(
-        "replay", rep.returncode == 0 and "equal" in rep.stdout, (rep.stdout + rep.stderr)[-200:]
+        "reapplied",
+        rep.returncode == 0 and "equal" in rep.stdout,
+        (rep.stdout + rep.stderr)[-200:],
     )
 
 

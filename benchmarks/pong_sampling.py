@@ -83,7 +83,7 @@ def actor_fps(
     )
     params = Params(0, initial_params(cfg, probe_env(cfg)))
     runtime = runtimes.backend(cfg.runtime)
-    runtime.init_ray(dataclasses.replace(cfg.runtime, num_cpus=os.cpu_count() or 2))
+    runtime.start(dataclasses.replace(cfg.runtime, num_cpus=os.cpu_count() or 2))
     handles = [runtime.Remote(SamplingActor, cfg, i) for i in range(actors)]
     runtime.get([h.call("sample", params, 3.0) for h in handles])  # warm-up: start, JIT, caches
     t0 = time.perf_counter()

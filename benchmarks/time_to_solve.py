@@ -67,7 +67,7 @@ TASKS: dict[str, dict[str, tuple[str, list[str]]]] = {
 # +20 for a delivery, 200-step episodes): the CartPole configs stay at -200 (they learn to
 # avoid the -10 before any delivery), so ppo runs with SB3's batch size (16 envs x 1024 steps
 # per update) in 32 minibatches, Adam 3e-4 (the one-hot cells are left raw by normalize.obs:
-# auto); appo the same, without V-trace (algo.correction=none): a batch of 320 minibatch steps
+# auto); appo the same, without V-trace (impala.correction=none): a batch of 320 minibatch steps
 # moves the policy so far that V-trace's truncated weights cut the actors' lagging traces and
 # the policy collapses before any delivery counts (README, "Benchmarks")
 TAXI = [
@@ -75,12 +75,12 @@ TAXI = [
     "stop.mean_return=7",
     "stop.max_seconds=900",
     "algo.rollout_length=1024",
-    "algo.minibatches=32",
+    "ppo.minibatches=32",
     "optimizer.lr=0.0003",
 ]
 TASKS["taxi"] = {
     "ppo": ("cartpole_ppo.yaml", TAXI),
-    "appo": ("cartpole_appo.yaml", [*TAXI, "algo.correction=none"]),
+    "appo": ("cartpole_appo.yaml", [*TAXI, "impala.correction=none"]),
 }
 TARGETS = {"cartpole": 475, "pendulum": -200, "lunarlander": 200, "taxi": 7}
 SB3 = "sb3"  # the job name of an SB3 PPO run

@@ -1,4 +1,4 @@
-"""The `rltrain` command line: train, eval, plot, bench, replay and options."""
+"""The `rltrain` command line: train, eval, plot, bench, reapply and options."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from rltrain import signals
-from rltrain.config import describe, load_config
+from rltrain.config import load_config
 from rltrain.errors import RLTrainError
 from rltrain.faults import FaultCounters, PeerLost, ProcessLost, RunFailed
 from rltrain.launch import UserError, prepare_train, run_bench_config, run_dir_arg
+from rltrain.options import describe
 
 if TYPE_CHECKING:
     pass
@@ -111,8 +112,15 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument(
         "--video",
         action="store_true",
-        help="record the first episode into RUN_DIR: eval-v<version>.mp4 when an `ffmpeg` with "
-        "libx264 is on PATH, else .gif",
+        help="record the first episode into RUN_DIR: eval-v<version>.mp4 (H.264, through "
+        "imageio-ffmpeg), or .gif with --video-format gif or without imageio-ffmpeg",
+    )
+    ev.add_argument(
+        "--video-format",
+        choices=["mp4", "gif"],
+        default="mp4",
+        help="mp4 (default): H.264, a note and a GIF when imageio-ffmpeg is not installed; "
+        "gif: an animated GIF",
     )
     ev.add_argument(
         "--video-view",
@@ -181,16 +189,17 @@ def build_parser() -> argparse.ArgumentParser:
         "test accuracy vs time.",
     )
     _common(bench)
-    replay = sub.add_parser(
-        "replay",
+    reapply = sub.add_parser(
+        "reapply",
+        aliases=["replay"],  # its name before the DQN replay memory's word was kept for that
         help="recompute a recorded bench run's updates serially; check the parameters bit for bit",
-        description="Replay each mode of a bench run recorded with server.record=true: the "
+        description="Reapply each mode of a bench run recorded with server.record=true: the "
         "logged gradients are recomputed in the order the server received them, and the "
         "parameters compared (torch.equal) with the run's final ones. Exit code 1 if they differ.",
     )
-    replay.add_argument("run", metavar="RUN", help="a run directory written by `rltrain bench`")
-    replay.add_argument(
-        "--mode", help="replay this mode only, e.g. async (default: every recorded mode)"
+    reapply.add_argument("run", metavar="RUN", help="a run directory written by `rltrain bench`")
+    reapply.add_argument(
+        "--mode", help="reapply this mode only, e.g. async (default: every recorded mode)"
     )
     opts = sub.add_parser("options", help="list every config option with its meaning")
     opts.add_argument("kind", choices=["train", "bench"], help="which command's config")
@@ -199,7 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
         "eval": ev,
         "plot": plot,
         "bench": bench,
-        "replay": replay,
+        "reapply": reapply,
+        "replay": reapply,
         "options": opts,
     }
     return parser
@@ -233,23 +243,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_replay(args: argparse.Namespace) -> int:
-    from rltrain.supervised import replay
-    from rltrain.supervised.sharding import load_data
+def cmd_reapply(args: argparse.Namespace) -> int:
+    from rltrain.supervised.update_log import reapply_run
 
     run_dir = run_dir_arg(args.run, "", "rltrain bench")
-    cfg, modes, notes = replay.read_run(run_dir, args.mode)
-    for note in notes:
-        print(f"replay {note}")
-    data = load_data(cfg.data)
-    failed = 0
-    for mode in modes:
-        r = replay.replay_mode(cfg, data, run_dir, mode)
-        verdict = "equal" if r.equal else f"DIFFERENT (max |diff| {r.max_diff:.3g})"
-        off = f"; {r.mismatches} pushes decided otherwise than logged" if r.mismatches else ""
-        print(f"replay {mode}: {r.pushes} pushes; final parameters {verdict} (torch.equal){off}")
-        failed += not r.equal
-    return EXIT_FAILED if failed else 0
+    return 0 if reapply_run(run_dir, args.mode) else EXIT_FAILED
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -300,6 +298,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         args.video,
         args.seed,
         video_view=args.video_view,
+        video_format=args.video_format,
         deterministic=args.deterministic,
         checkpoint=args.checkpoint,
     )
@@ -354,8 +353,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return cmd_eval(args)
             if args.command == "plot":
                 return cmd_plot(args)
-            if args.command == "replay":
-                return cmd_replay(args)
+            if args.command in ("reapply", "replay"):  # replay: the old name, an alias
+                return cmd_reapply(args)
     except (RunFailed, ProcessLost, PeerLost) as e:  # not bad input: a fault it could not survive
         print(f"rltrain: run failed: {' '.join(str(e).splitlines())}", file=sys.stderr)
         return EXIT_FAILED

@@ -9,12 +9,9 @@ Loading checks every key, type and range *before* any process starts and raises
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import difflib
-import inspect
 import re
-import textwrap
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -71,7 +68,7 @@ def from_dict(
     eps 0.1) is the base of that section when the section keeps its name: a partial section
     (``--set optimizer.lr=1e-3``) changes only the keys it names, while one that names
     another (``optimizer: {name: adam, lr: 1e-3}``) starts from that class's defaults."""
-    data = {} if data is None else data
+    data = {} if data is None else moved_keys(cls, data)
     if not isinstance(data, Mapping):
         raise ConfigError(
             f"{prefix.rstrip('.') or 'config'}: expected a mapping of keys, got {data!r}"
@@ -96,6 +93,22 @@ def from_dict(
         where = f"{prefix.rstrip('.')}: " if prefix else ""  # top-level checks name their keys
         raise ConfigError(f"{where}{e}") from None
     return obj
+
+
+def moved_keys(cls: type, data: Any) -> Any:
+    """``data`` with the keys ``cls.MOVED`` names (old ``section.key`` -> new) in their new
+    places, so that configs and checkpoints of an older rltrain still load."""
+    moved = getattr(cls, "MOVED", None)
+    if not moved or not isinstance(data, Mapping):
+        return data
+    data = dict(data)
+    for old, new in moved.items():
+        (osec, okey), (nsec, nkey) = old.split("."), new.split(".")
+        section = data.get(osec)
+        if isinstance(section, Mapping) and okey in section:
+            data[osec] = {k: v for k, v in section.items() if k != okey}
+            data[nsec] = {**(data.get(nsec) or {}), nkey: section[okey]}
+    return data
 
 
 def _unknown_key(path: str, key: str, allowed: list[str]) -> str:
@@ -333,71 +346,3 @@ def dotted(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def dump_yaml(cfg: Any) -> str:
     return yaml.safe_dump(to_dict(cfg), sort_keys=False)
-
-
-# ---------------------------------------------------------------------------------------------
-# Field documentation (``rltrain options``)
-
-
-def field_docs(cls: type) -> dict[str, str]:
-    """The attribute docstrings of a dataclass: the string literal right after each field."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    except (OSError, TypeError):
-        return {}
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    docs: dict[str, str] = {}
-    for node, nxt in zip(body, body[1:], strict=False):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(nxt, ast.Expr)
-            and isinstance(nxt.value, ast.Constant)
-            and isinstance(nxt.value.value, str)
-        ):
-            docs[node.target.id] = " ".join(nxt.value.value.split())
-    return docs
-
-
-def describe(cls: type, prefix: str = "", defaults: Any = None) -> list[tuple[str, str, str, str]]:
-    """Rows of (key, type, default, doc) for every field of a config class, recursively.
-
-    Defaults are read from the fields (``cls()`` may refuse its own defaults, e.g. a config
-    that needs one stop criterion set); a section's default instance, such as a specific
-    optimizer of one command, gives the defaults of its keys.
-    """
-    rows: list[tuple[str, str, str, str]] = []
-    docs = field_docs(cls)
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        tp = hints[f.name]
-        default = _field_default(f) if defaults is None else getattr(defaults, f.name)
-        if dataclasses.is_dataclass(tp):
-            rows.extend(describe(tp, prefix + f.name + ".", default))
-            continue
-        item = typing.get_args(tp)[0] if typing.get_origin(tp) is tuple else None
-        if dataclasses.is_dataclass(item):  # a list of sections: its keys, then the list
-            rows.extend(describe(item, prefix + f.name + "[].", None))  # type: ignore[arg-type]
-        choices = choices_of(f.metadata)
-        kind = " | ".join(map(str, choices)) if choices else _type_name(tp)
-        rows.append((prefix + f.name, kind, repr(default), docs.get(f.name, "")))
-    return rows
-
-
-def _field_default(f: dataclasses.Field[Any]) -> Any:
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return None
-
-
-def _type_name(tp: Any) -> str:
-    args = typing.get_args(tp)
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        return " | ".join(_type_name(a) for a in args)
-    if typing.get_origin(tp) is tuple:
-        return f"list[{_type_name(args[0])}]"
-    if typing.get_origin(tp) is dict:
-        return "mapping"
-    return "null" if tp is type(None) else getattr(tp, "__name__", str(tp))

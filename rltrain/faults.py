@@ -295,21 +295,34 @@ class Slowdown:
         return bool(self.windows)
 
 
-def on_pusher_loss(rule: str, on_worker_loss: str, permanent: bool) -> tuple[bool, str]:
+class PusherRule(typing.Protocol):
+    """What :func:`on_pusher_loss` asks of an update rule (:class:`rltrain.ps.rules.UpdateRule`,
+    a layer above this module)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def barrier(self) -> bool: ...
+    @property
+    def waits_for_restart(self) -> bool: ...
+
+
+def on_pusher_loss(rule: PusherRule, on_worker_loss: str, permanent: bool) -> tuple[bool, str]:
     """What a barrier does about a lost worker that pushes: (leave, what to say).
 
-    ``leave``: the server stops waiting for it (it rejoins with its next push). soft_sync
-    always goes on (it never waits for a straggler, dead or alive); sync and average wait for
-    the restart unless ``on_worker_loss`` is ``continue`` or the worker will not come back;
-    async has no barrier.
+    ``rule``: the update rule it pushes under. ``leave``: the server stops waiting
+    for it (it rejoins with its next push). A rule without a barrier has nothing to answer;
+    one that does not wait for restarts (soft_sync: it never waits for a straggler, dead or
+    alive) always goes on; the others (sync, average) wait for the restart unless
+    ``on_worker_loss`` is ``continue`` or the worker will not come back.
     """
-    if rule == "async":
+    if not rule.barrier:
         return False, ""
     if permanent:
-        return True, f"; {rule} goes on with the live workers"
-    if rule == "soft_sync" or on_worker_loss == "continue":
-        return True, f"; {rule} continues without it until it is back"
-    return False, f"; {rule} waits for it (faults.on_worker_loss=wait)"
+        return True, f"; {rule.name} goes on with the live workers"
+    if not rule.waits_for_restart or on_worker_loss == "continue":
+        return True, f"; {rule.name} continues without it until it is back"
+    return False, f"; {rule.name} waits for it (faults.on_worker_loss=wait)"
 
 
 def describe_events(events: Sequence[FaultEvent]) -> str:

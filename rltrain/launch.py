@@ -142,7 +142,7 @@ def start_ray_then_probe(cfg: Any) -> tuple[Any, tuple[str, float]]:
     """
     from rltrain import runtime, signals
 
-    where = runtime.init_ray(cfg.runtime)
+    where = runtime.start(cfg.runtime)
     up = time.time()
     signals.install()  # again: ray.init replaces the SIGTERM handler
     try:

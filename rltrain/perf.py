@@ -9,6 +9,7 @@ a busy learner). Each call's result carries the seconds since the previous resul
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import time
 from collections.abc import Iterator, Mapping
@@ -92,3 +93,31 @@ def biggest(seconds: Mapping[str, float]) -> str:
         if role not in top or share > top[role][1]:
             top[role] = (phase, share)
     return ", ".join(f"{r} {p} {s:.0%}" for r, (p, s) in sorted(top.items()))
+
+
+class RateWindow:
+    """A running total's rate per second over the last ``seconds`` of wall time (fewer at
+    the start): counts that arrive in bursts (a rollout's steps at once) give a steady rate
+    at every log point, and a 0 only when nothing arrived for the whole window."""
+
+    def __init__(self, seconds: float, total: float = 0.0, now: float | None = None) -> None:
+        self.seconds = seconds
+        t = time.time() if now is None else now
+        self._start = t
+        self._points: collections.deque[tuple[float, float]] = collections.deque([(t, total)])
+
+    def add(self, total: float, now: float | None = None) -> None:
+        """The running total now (it only grows)."""
+        self._points.append((time.time() if now is None else now, total))
+
+    def rate(self, now: float | None = None) -> float:
+        """(the total now - the total ``seconds`` ago) / the window's length."""
+        t = time.time() if now is None else now
+        begin = t - self.seconds
+        # keep the newest point at or before the window's start: the total there
+        while len(self._points) > 1 and self._points[1][0] <= begin:
+            self._points.popleft()
+        span = t - max(begin, self._start)
+        if span <= 0:
+            return 0.0
+        return (self._points[-1][1] - self._points[0][1]) / span

@@ -38,7 +38,7 @@ class BatchId(NamedTuple):
     The worker's batch ``position`` of ``epoch`` (its order comes from its seed and the epoch),
     computed on the parameters of server ``version``: with ``server.n_fetch`` < ``n_push`` the
     batches of one update were computed on different versions. Enough to recompute the
-    gradient exactly (``rltrain replay``)."""
+    gradient exactly (``rltrain reapply``)."""
 
     epoch: int
     position: int

@@ -1,7 +1,9 @@
-"""Video files of ``rltrain eval --video``: mp4 through ffmpeg when it is on PATH, else GIF.
+"""Video files of ``rltrain eval --video``: H.264 mp4 through imageio-ffmpeg, else GIF.
 
-Frames go to a temporary name that is renamed when the video is complete, so an interrupted
-episode leaves no half file.
+imageio-ffmpeg ships its own ffmpeg binary (a dependency; ``IMAGEIO_FFMPEG_EXE`` points it at
+another); when it cannot be imported, or has no binary for this platform, the video is a GIF
+and :attr:`VideoWriter.note` says why. Frames go to a temporary name that is renamed when the
+video is complete, so an interrupted episode leaves no half file.
 """
 
 from __future__ import annotations
@@ -9,18 +11,17 @@ from __future__ import annotations
 import abc
 import math
 import os
-import shutil
-import subprocess
-import tempfile
-from contextlib import suppress
+from collections.abc import Generator
 from pathlib import Path
-from types import TracebackType
-from typing import IO
+from types import ModuleType, TracebackType
+from typing import Any, Literal
 
 import numpy as np
 from PIL import Image
 
 from rltrain.errors import RLTrainError
+
+VideoFormat = Literal["mp4", "gif"]
 
 
 class VideoError(RLTrainError):
@@ -36,7 +37,8 @@ class VideoWriter(abc.ABC):
         self.fps = fps
         self._tmp = path.with_name(f".{path.name}.part")
         self.note = ""
-        """What the file leaves out of what it was given ('' for nothing)."""
+        """What the file leaves out of what it was given, or why it is not the format asked
+        for ('' for nothing)."""
 
     @abc.abstractmethod
     def add(self, frame: np.ndarray) -> None:
@@ -69,99 +71,85 @@ class VideoWriter(abc.ABC):
             self._tmp.unlink(missing_ok=True)
 
 
-def open_video(stem: Path, fps: float) -> VideoWriter:
-    """``<stem>.mp4`` when an ffmpeg with libx264 is on PATH, else ``<stem>.gif``."""
-    ffmpeg = find_ffmpeg()
-    if ffmpeg is not None:
-        return Mp4Writer(stem.with_name(f"{stem.name}.mp4"), fps, ffmpeg)
-    return GifWriter(stem.with_name(f"{stem.name}.gif"), fps)
+def open_video(stem: Path, fps: float, fmt: VideoFormat = "mp4") -> VideoWriter:
+    """``<stem>.mp4`` (H.264) or, asked for or when imageio-ffmpeg is missing, ``<stem>.gif``."""
+    if fmt == "mp4":
+        encoder, why = mp4_encoder()
+        if encoder is not None:
+            return Mp4Writer(stem.with_name(f"{stem.name}.mp4"), fps, encoder)
+    writer = GifWriter(stem.with_name(f"{stem.name}.gif"), fps)
+    if fmt == "mp4":
+        writer.note = f"{why}: wrote a GIF instead of an mp4 (pip install imageio-ffmpeg)"
+    return writer
 
 
-def find_ffmpeg() -> str | None:
-    """The ``ffmpeg`` on PATH if it can encode H.264 (libx264), else None."""
-    ffmpeg = shutil.which("ffmpeg")
-    if ffmpeg is None:
-        return None
+def mp4_encoder() -> tuple[ModuleType | None, str]:
+    """(the imageio_ffmpeg module, '') when it can encode, else (None, why not)."""
     try:
-        listed = subprocess.run(
-            [ffmpeg, "-hide_banner", "-encoders"], capture_output=True, text=True, timeout=30
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return ffmpeg if "libx264" in listed.stdout else None
+        import imageio_ffmpeg
+    except ImportError:
+        return None, "imageio-ffmpeg is not installed"
+    try:
+        imageio_ffmpeg.get_ffmpeg_exe()
+    except RuntimeError:
+        return None, "imageio-ffmpeg found no ffmpeg binary (IMAGEIO_FFMPEG_EXE names one)"
+    return imageio_ffmpeg, ""
 
 
 class Mp4Writer(VideoWriter):
-    """H.264 mp4: raw rgb24 frames piped into ffmpeg, odd sizes padded by one edge pixel."""
+    """H.264 mp4 (yuv420p, as every player reads) through ``imageio_ffmpeg.write_frames``:
+    raw rgb24 frames piped into its ffmpeg. yuv420p halves the colour resolution, so an odd
+    height or width is padded by one edge pixel (not rescaled: macro_block_size=2)."""
 
-    def __init__(self, path: Path, fps: float, ffmpeg: str) -> None:
+    def __init__(self, path: Path, fps: float, encoder: ModuleType) -> None:
         super().__init__(path, fps)
-        self.ffmpeg = ffmpeg
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
+        self._encoder = encoder
+        self._gen: Generator[None, Any, None] | None = None
         self._shape: tuple[int, ...] = ()
 
     def add(self, frame: np.ndarray) -> None:
         rgb = frame if frame.ndim == 3 else np.repeat(frame[:, :, None], 3, axis=2)
         height, width = rgb.shape[:2]
         rgb = np.pad(rgb, ((0, height % 2), (0, width % 2), (0, 0)), mode="edge")
-        if self._proc is None:
+        if self._gen is None:
             self._start(rgb.shape)
         elif rgb.shape != self._shape:
             raise VideoError(f"frame of {rgb.shape} in a video of {self._shape}")
-        assert self._proc is not None and self._proc.stdin is not None
+        assert self._gen is not None
         try:
-            self._proc.stdin.write(np.ascontiguousarray(rgb, np.uint8).tobytes())
-        except BrokenPipeError:
-            self._fail()
+            self._gen.send(np.ascontiguousarray(rgb, np.uint8))
+        except OSError as e:  # ffmpeg quit (write_frames raises IOError with its command)
+            self._abort()
+            said = (str(e).splitlines() or ["no message"])[0]
+            raise VideoError(f"ffmpeg could not write {self.path}: {said}") from e
 
     def _start(self, shape: tuple[int, ...]) -> None:
         self._shape = shape
         height, width = shape[:2]
-        command = [
-            self.ffmpeg, "-y", "-hide_banner", "-loglevel", "error",
-            "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{width}x{height}",
-            "-r", f"{self.fps:g}", "-i", "-",
-            "-an", "-vcodec", "libx264", "-pix_fmt", "yuv420p", "-f", "mp4", str(self._tmp),
-        ]  # fmt: skip
-        # a file, not a pipe: ffmpeg never blocks on its stderr; closed in _finish / _abort
-        self._log = tempfile.TemporaryFile()  # noqa: SIM115
-        self._proc = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self._log
+        self._gen = self._encoder.write_frames(
+            str(self._tmp),
+            (width, height),
+            pix_fmt_in="rgb24",
+            pix_fmt_out="yuv420p",
+            fps=self.fps,
+            macro_block_size=2,  # sizes are even already: no rescaling
+            ffmpeg_log_level="error",
+            output_params=["-f", "mp4"],  # the .part name has no suffix ffmpeg knows
         )
+        self._gen.send(None)  # start ffmpeg
 
     def _finish(self) -> None:
-        if self._proc is None or self._proc.stdin is None:
+        if self._gen is None:
             raise VideoError(f"no frames for {self.path}")
-        with suppress(BrokenPipeError):
-            self._proc.stdin.close()
-        if self._proc.wait() != 0:
-            self._fail()
-        self._close_log()
-
-    def _fail(self) -> None:
-        said = b""
-        if self._log is not None:
-            self._log.seek(0)
-            said = self._log.read()[-400:]
-        self._abort()
-        message = " ".join(said.decode(errors="replace").split()) or "no message"
-        raise VideoError(f"ffmpeg could not write {self.path}: {message}")
+        self._gen.close()  # ffmpeg encodes what it holds and exits
+        self._gen = None
+        if not self._tmp.is_file() or self._tmp.stat().st_size == 0:
+            raise VideoError(f"ffmpeg wrote no {self.path} (its messages are above)")
 
     def _abort(self) -> None:
-        if self._proc is not None:
-            if self._proc.poll() is None:
-                self._proc.kill()
-            self._proc.wait()
-            if self._proc.stdin is not None:
-                with suppress(BrokenPipeError):
-                    self._proc.stdin.close()
-        self._close_log()
-
-    def _close_log(self) -> None:
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        if self._gen is not None:
+            self._gen.close()
+            self._gen = None
 
 
 class GifWriter(VideoWriter):
@@ -192,10 +180,8 @@ class GifWriter(VideoWriter):
             raise VideoError(f"no frames for {self.path}")
         kept = self._every * len(self._frames)
         if kept < self._given:
-            self.note = (
-                f"the GIF holds the first {kept:,} of {self._given:,} frames (mp4, with an "
-                "ffmpeg that has libx264 on PATH, holds them all)"
-            )
+            cut = f"the GIF holds the first {kept:,} of {self._given:,} frames (an mp4 holds all)"
+            self.note = "; ".join(x for x in (self.note, cut) if x)
         first, *rest = self._frames
         first.save(
             self._tmp,

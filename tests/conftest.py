@@ -94,7 +94,7 @@ def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a run without Ray started Ray")
 
-    monkeypatch.setattr(runtime, "init_ray", refuse)
+    monkeypatch.setattr(runtime, "start", refuse)
 
 
 @pytest.fixture(autouse=True)

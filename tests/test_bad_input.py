@@ -109,7 +109,7 @@ def ws(template: Path, tmp_path: Path, tiny_root: Path, monkeypatch: pytest.Monk
     def no_ray(*args: object, **kwargs: object) -> None:
         raise AssertionError("bad input must fail before Ray starts")
 
-    monkeypatch.setattr(runtime, "init_ray", no_ray)
+    monkeypatch.setattr(runtime, "start", no_ray)
     return tmp_path
 
 
@@ -347,7 +347,7 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
         ),
         pytest.param(
             ["bench", BENCH, "--set", "server.record=true", "--set", "server.compression=int8"],
-            ["server.record=true: not with server.compression", "replay does not follow"],
+            ["server.record=true: not with server.compression", "reapplying does not follow"],
             id="b-record-compression",
         ),
         pytest.param(
@@ -449,7 +449,7 @@ def test_an_env_refused_by_the_probe_shuts_ray_down_again(
     from rltrain import runtime
 
     calls: list[str] = []
-    monkeypatch.setattr(runtime, "init_ray", lambda *a, **k: calls.append("init") or "stub")
+    monkeypatch.setattr(runtime, "start", lambda *a, **k: calls.append("init") or "stub")
     monkeypatch.setattr(runtime, "shutdown", lambda: calls.append("shutdown"))
     gorila = str(ROOT / "configs" / "cartpole_gorila.yaml")
     argv = ["train", gorila, "--set", "env.id=Pendulum-v1", "--set", "runtime.backend=ray"]

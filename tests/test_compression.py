@@ -122,7 +122,7 @@ def test_server_options_no_mode_uses_are_refused(tmp_path: Path) -> None:
         "modes: [sync]\noptimizer: {name: momentum}\nserver: {momentum_correction: true}\n": (
             "applies to async modes"
         ),
-        "modes: [async]\nserver: {record: true, compression: fp16}\n": "a replay does not follow",
+        "modes: [async]\nserver: {record: true, compression: fp16}\n": "reapplying does not follow",
         "modes: [sync]\nwarm_start: {seconds: 10}\nbudget: {max_seconds: 10}\n": (
             "the other workers would never join"
         ),

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rltrain.config import ConfigError, describe, dump_yaml, from_dict, load_config, parse_overrides
+from rltrain.config import ConfigError, dump_yaml, from_dict, load_config, parse_overrides
+from rltrain.options import describe
 from rltrain.supervised.config import BenchConfig
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ from torch.distributions import Normal, kl_divergence
 from rltrain.envs import ActionSpace, EnvConfig, EnvError
 from rltrain.ps.config import OptimizerConfig
 from rltrain.rl.actor import Actor
-from rltrain.rl.config import AlgoConfig, StopConfig, TrainConfig
+from rltrain.rl.config import AlgoConfig, PPOConfig, StopConfig, TrainConfig
 from rltrain.rl.distributions import CATEGORICAL, DIAG_GAUSSIAN, distribution
 from rltrain.rl.learner import Learner
 from rltrain.rl.models import build_policy
@@ -58,10 +58,11 @@ def test_policy_head_of_a_box_is_means_and_a_shared_log_std() -> None:
     assert distribution(3) is CATEGORICAL
 
 
-def pendulum(algo: str, **algo_kw: object) -> TrainConfig:
+def pendulum(algo: str, **ppo_kw: object) -> TrainConfig:
     return TrainConfig(
         env=EnvConfig(id="Pendulum-v1", num_envs=2),
-        algo=AlgoConfig(name=algo, rollout_length=8, **algo_kw),  # type: ignore[arg-type]
+        algo=AlgoConfig(name=algo, rollout_length=8),
+        ppo=PPOConfig(**ppo_kw),  # type: ignore[arg-type]
         optimizer=OptimizerConfig(name="adam", lr=1e-3),
         stop=StopConfig(max_env_steps=1000),
     )

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rltrain.config import describe
+from rltrain.options import describe
 from rltrain.rl.config import TrainConfig
 from rltrain.supervised.config import BenchConfig
 
@@ -147,7 +147,7 @@ def test_the_readme_links_every_docs_page() -> None:
 def test_the_option_collection_sees_the_sections_and_keys() -> None:
     """A check of the checker: both commands' options, sections taken from them."""
     assert {"env", "algo", "server", "runtime", "stop", "data", "budget"} <= sections()
-    assert {"env.num_envs", "server.rule", "runtime.backend", "algo.overlap_push"} <= set(options())
+    assert {"env.num_envs", "server.rule", "runtime.backend", "ppo.overlap_push"} <= set(options())
     assert not {"torch", "ray", "rl", "rltrain"} & sections()
     assert named_options("`torch.optim`, `ray.init`, `rl/config.py`, `env.render()`") == set()
     assert named_options("`rltrain.envs.user`, `replay.py`, `eval.every_steps`") == {

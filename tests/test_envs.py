@@ -7,9 +7,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from rltrain.config import ConfigError, field_docs, from_dict
+from rltrain.config import ConfigError, from_dict
 from rltrain.envs import CHAIN_ID, ActionSpace, EnvConfig, EnvError, StepBatch, VectorEnv, make_env
 from rltrain.envs.toy import CHAIN_LENGTH, CHAIN_MAX_STEPS
+from rltrain.options import field_docs
 
 
 def rollout(env: VectorEnv, actions: np.ndarray) -> list[StepBatch]:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
 from importlib.util import find_spec
@@ -21,10 +19,9 @@ from ale_py.vector_env import AtariVectorEnv
 from gymnasium.vector import AutoresetMode
 from PIL import Image, ImageSequence
 
+from rltrain.cli import main
 from rltrain.envs import ChainEnv, EnvConfig
 from rltrain.envs.screen import AreaResize, AtariScreenEnv
-from rltrain.cli import main
-from rltrain.video import find_ffmpeg
 
 ROOT = Path(__file__).resolve().parents[1]
 PONG_FRAMES = 200  # env.max_episode_frames: 50 agent steps, a second or two of play
@@ -92,18 +89,22 @@ def pong(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_run(run, "pong_a3c.yaml", max_episode_frames=PONG_FRAMES)
 
 
+def hide_imageio_ffmpeg(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "imageio_ffmpeg", None)  # `import imageio_ffmpeg` fails
+
+
 @pytest.fixture
-def no_ffmpeg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No ffmpeg on PATH: videos are GIFs."""
-    empty = tmp_path / "empty-bin"
-    empty.mkdir()
-    monkeypatch.setenv("PATH", str(empty))
+def no_ffmpeg(monkeypatch: pytest.MonkeyPatch) -> None:
+    """imageio-ffmpeg cannot be imported: videos are GIFs."""
+    hide_imageio_ffmpeg(monkeypatch)
 
 
 @pytest.fixture
 def fake_ffmpeg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An `ffmpeg` on PATH that lists libx264, stores the raw frames piped into it as the
-    output file and its arguments beside it; returns that arguments file."""
+    """imageio-ffmpeg's ffmpeg (``IMAGEIO_FFMPEG_EXE``) replaced by one that lists libx264,
+    stores the raw frames piped into it as the output file and its arguments beside it;
+    returns that arguments file."""
+    pytest.importorskip("imageio_ffmpeg")
     folder = tmp_path / "fake-bin"
     folder.mkdir()
     log = folder / "args.json"
@@ -113,13 +114,15 @@ def fake_ffmpeg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         "import json, pathlib, sys\n"
         "args = sys.argv[1:]\n"
         "if '-encoders' in args:\n"
-        "    print(' V....D libx264   fake H.264')\n"
+        "    print(' ------\\n V....D libx264   fake H.264 (codec h264)')\n"
+        "    sys.exit(0)\n"
+        "if '-' not in args or args[-1] == '-':  # imageio-ffmpeg trying an encoder\n"
         "    sys.exit(0)\n"
         "pathlib.Path(args[-1]).write_bytes(sys.stdin.buffer.read())\n"
         f"pathlib.Path({str(log)!r}).write_text(json.dumps(args))\n"
     )
     script.chmod(0o755)
-    monkeypatch.setenv("PATH", str(folder))
+    monkeypatch.setenv("IMAGEIO_FFMPEG_EXE", str(script))
     return log
 
 
@@ -148,6 +151,7 @@ def test_pong_game_view_is_the_rgb_screen(
     out = eval_video(capsys, pong)
     video = pong / "eval-v0.gif"
     assert f"video: {video} (game view of episode 1: raw score " in out
+    assert "note: imageio-ffmpeg is not installed: wrote a GIF instead of an mp4" in out
     assert f"in {PONG_FRAMES // 4} steps)" in out
     frames = gif_frames(video)
     assert gif_ms(video) == (PONG_FRAMES // 4 + 1) * 70  # the first screen, then one a step
@@ -178,22 +182,20 @@ def test_mp4_frames_are_piped_to_ffmpeg(
     assert args[args.index("-s") + 1] == "160x210"
     assert args[args.index("-pix_fmt") + 1] == "rgb24"
     assert args[args.index("-r") + 1] == "15"  # 60 Hz / frame skip 4: real time
-    assert "libx264" in args and "yuv420p" in args
+    assert "libx264" in args and "yuv420p" in args and "-vf" not in args  # not rescaled
     assert video.stat().st_size == (PONG_FRAMES // 4 + 1) * 210 * 160 * 3
 
 
-@pytest.mark.skipif(find_ffmpeg() is None, reason="no ffmpeg with libx264 on PATH")
 def test_real_ffmpeg_writes_an_h264_mp4(pong: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    eval_video(capsys, pong)
-    ffmpeg = shutil.which("ffmpeg")
-    assert ffmpeg is not None
-    decoded = subprocess.run(
-        [ffmpeg, "-i", str(pong / "eval-v0.mp4"), "-f", "rawvideo", "-pix_fmt", "rgb24", "-"],
-        capture_output=True,
-        check=True,
-    )
-    assert "h264" in decoded.stderr.decode() and "160x210" in decoded.stderr.decode()
-    assert len(decoded.stdout) == (PONG_FRAMES // 4 + 1) * 210 * 160 * 3
+    imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")
+    assert "note:" not in eval_video(capsys, pong)
+    reader = imageio_ffmpeg.read_frames(str(pong / "eval-v0.mp4"))
+    meta = next(reader)
+    assert meta["codec"].startswith("h264") and meta["size"] == (160, 210)
+    assert meta["fps"] == 15
+    frames = [np.frombuffer(f, np.uint8).reshape(210, 160, 3) for f in reader]
+    assert len(frames) == PONG_FRAMES // 4 + 1
+    assert (frames[-1][..., 0].astype(int) - frames[-1][..., 2]).std() > 5  # colour
 
 
 def test_gymnasium_game_view_is_render_and_odd_sizes_are_padded_for_mp4(
@@ -205,7 +207,7 @@ def test_gymnasium_game_view_is_render_and_odd_sizes_are_padded_for_mp4(
     assert args[args.index("-s") + 1] == "34x22"  # 33x21, one edge pixel added to each
     assert args[args.index("-r") + 1] == "10"  # the env's render_fps
     assert (run / "eval-v0.mp4").stat().st_size % (22 * 34 * 3) == 0
-    monkeypatch.setenv("PATH", str(tmp_path))  # now no ffmpeg: a GIF at the screen's own size
+    hide_imageio_ffmpeg(monkeypatch)  # now no imageio-ffmpeg: a GIF at the screen's own size
     assert main(["eval", str(run), "--episodes", "1", "--video"]) == 0
     assert {f.shape for f in gif_frames(run / "eval-v0.gif")} == {(21, 33, 3)}
 
@@ -215,7 +217,7 @@ def test_an_env_made_by_a_factory_function_is_filmed_as_it_draws(
 ) -> None:
     run = write_run(tmp_path / "factory", "cartpole_appo.yaml", id=FACTORY_ID)
     assert main(["eval", str(run), "--episodes", "1", "--video"]) == 0
-    assert "note:" not in capsys.readouterr().out
+    assert "cannot draw" not in capsys.readouterr().out  # the game view, as asked
     assert {f.shape for f in gif_frames(run / "eval-v0.gif")} == {(21, 33, 3)}
 
 

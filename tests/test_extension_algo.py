@@ -11,14 +11,14 @@ import torch
 import rltrain
 from rltrain.config import ConfigError
 from rltrain.rl.algos import AlgoSpec, TargetInputs, algo_spec, register_algo, unregister_algo
-from rltrain.rl.config import AlgoConfig
+from rltrain.rl.config import TrainConfig
 from rltrain.rl.losses import lambda_returns
 
 ROOT = Path(__file__).resolve().parents[1]
 CALLS: list[tuple[int, ...]] = []
 
 
-def monte_carlo_targets(x: TargetInputs, a: AlgoConfig) -> tuple[torch.Tensor, torch.Tensor]:
+def monte_carlo_targets(x: TargetInputs, cfg: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """Whole-rollout returns whatever ``algo.gae_lambda`` says (lambda = 1), and advantages
     against the value baseline: REINFORCE with a baseline over each rollout."""
     CALLS.append(tuple(x.rewards.shape))
@@ -58,3 +58,14 @@ def test_the_registry_names_every_algorithm_in_a_bad_name_error(toy_algo: AlgoSp
         )
     with pytest.raises(ValueError, match="registered already"):
         register_algo(AlgoSpec("toy_mc", "worker"))
+
+
+def test_options_of_the_old_flat_algo_section_still_load() -> None:
+    """Configs, command lines and checkpoints of an older rltrain kept PPO's and IMPALA's
+    options in ``algo``: they land in their own sections."""
+    cfg = rltrain.Config.from_yaml(ROOT / "configs" / "cartpole_appo.yaml").with_overrides(
+        {"algo.epochs": 3, "algo.correction": "none", "algo.gamma": 0.9}
+    )
+    assert cfg.value.ppo.epochs == 3 and cfg.value.impala.correction == "none"
+    assert cfg.value.algo.gamma == 0.9
+    assert algo_spec("appo").sections == ("algo", "impala", "ppo")

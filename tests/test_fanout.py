@@ -47,7 +47,7 @@ def test_a_shard_that_has_not_moved_keeps_the_held_slice() -> None:
 
 @pytest.fixture(scope="module")
 def ray_local():  # noqa: ANN201
-    runtime.init_ray(RuntimeConfig(num_cpus=2))
+    runtime.start(RuntimeConfig(num_cpus=2))
     yield
     runtime.shutdown()
 

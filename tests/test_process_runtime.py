@@ -14,7 +14,7 @@ from conftest import read_summary
 from rltrain.cli import main
 from rltrain.faults import ProcessLost
 from rltrain.runtime import process
-from rltrain.runtime.shm import Inbox, Outbox, SlotRef
+from rltrain.runtime.shm import Inbox, Outbox, SlotRef, shm_note
 
 ROOT = Path(__file__).resolve().parents[1]
 CFG = ROOT / "configs"
@@ -84,8 +84,8 @@ def test_a_dataclass_that_checks_its_fields_crosses_whole() -> None:
 
 
 def test_little_shared_memory_is_said_on_the_runtime_line(tmp_path: Path) -> None:
-    assert process.shm_note(str(tmp_path)) in ("", process.shm_note(str(tmp_path)))
-    assert process.shm_note(str(tmp_path / "missing")) == ""
+    assert shm_note(str(tmp_path)) in ("", shm_note(str(tmp_path)))
+    assert shm_note(str(tmp_path / "missing")) == ""
 
 
 # --- processes -------------------------------------------------------------------------------

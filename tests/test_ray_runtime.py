@@ -22,14 +22,14 @@ def test_unreachable_cluster_is_a_clear_error() -> None:
     """Runs first, before this module starts its local Ray: nothing is listening at port 1."""
     for address in ("ray://127.0.0.1:1", "127.0.0.1:1"):
         with pytest.raises(runtime.RayStartError, match="cannot join the Ray cluster"):
-            runtime.init_ray(RuntimeConfig(address=address))
+            runtime.start(RuntimeConfig(address=address))
     with pytest.raises(runtime.RayStartError, match="expected 'auto'"):
-        runtime.init_ray(RuntimeConfig(address="nonsense"))
+        runtime.start(RuntimeConfig(address="nonsense"))
 
 
 @pytest.fixture(scope="module")
 def ray_local() -> Iterator[None]:
-    runtime.init_ray(RuntimeConfig(num_cpus=2))
+    runtime.start(RuntimeConfig(num_cpus=2))
     yield
     runtime.shutdown()
 
@@ -53,7 +53,7 @@ def test_a_process_no_node_can_hold_is_named(ray_local: None) -> None:
 def _workers_counted(server: runtime.RayServer) -> list[int]:
     """N as each shard's barrier counts it (read inside the shard process)."""
     return [
-        runtime.result(r.handle.__ray_call__.remote(lambda shard: shard._num_workers))
+        runtime.result(r.handle.__ray_call__.remote(lambda shard: shard.num_workers))
         for r in server.shards
     ]
 

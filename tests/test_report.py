@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from rltrain.supervised.config import BenchConfig, EvalConfig
-from rltrain.supervised.report import ModeResult, efficiency_table, eval_subset
+from rltrain.supervised.evaluation import eval_subset
+from rltrain.supervised.report import ModeResult, efficiency_table
 
 
 def result(mode: str, seconds: float | None, samples: int | None) -> ModeResult:

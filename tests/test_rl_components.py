@@ -13,7 +13,7 @@ from rltrain.envs import EnvConfig
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.server import LocalServer
 from rltrain.rl.actor import Actor
-from rltrain.rl.config import AlgoConfig, StopConfig, TrainConfig
+from rltrain.rl.config import AlgoConfig, ImpalaConfig, PPOConfig, StopConfig, TrainConfig
 from rltrain.rl.learner import Learner
 from rltrain.rl.rollout import stack
 from rltrain.rl.setup import initial_params, probe_env
@@ -96,7 +96,9 @@ def test_a3c_worker_pushes_each_rollout() -> None:
 
 def test_ppo_worker_pushes_every_minibatch_of_every_epoch() -> None:
     c = dataclasses.replace(
-        cfg("ppo"), algo=AlgoConfig(name="ppo", rollout_length=5, epochs=3, minibatches=2)
+        cfg("ppo"),
+        algo=AlgoConfig(name="ppo", rollout_length=5),
+        ppo=PPOConfig(epochs=3, minibatches=2),
     )
     server = server_for(c, rule="sync")
     stats = Worker(c, 0).work(server, 1)
@@ -107,7 +109,9 @@ def test_ppo_worker_pushes_every_minibatch_of_every_epoch() -> None:
 
 def test_appo_learner_steps_epochs_x_minibatches_per_batch() -> None:
     c = dataclasses.replace(
-        cfg("appo"), algo=AlgoConfig(name="appo", rollout_length=5, epochs=2, minibatches=3)
+        cfg("appo"),
+        algo=AlgoConfig(name="appo", rollout_length=5),
+        ppo=PPOConfig(epochs=2, minibatches=3),
     )
     server = server_for(c)
     spec = probe_env(c)
@@ -123,8 +127,12 @@ def test_appo_learner_steps_epochs_x_minibatches_per_batch() -> None:
 
 def _lagging_batch(correction: str):  # noqa: ANN202
     """An appo learner and a rollout whose actors' policy mu is far from the learner's."""
-    algo = AlgoConfig(name="appo", rollout_length=5, epochs=1, minibatches=1, correction=correction)
-    c = dataclasses.replace(cfg("appo"), algo=algo)
+    c = dataclasses.replace(
+        cfg("appo"),
+        algo=AlgoConfig(name="appo", rollout_length=5),
+        ppo=PPOConfig(epochs=1, minibatches=1),
+        impala=ImpalaConfig(correction=correction),
+    )
     server = server_for(c)
     spec = probe_env(c)
     r = Actor(c, 0).collect(server)
@@ -150,7 +158,7 @@ def _targets(learner: Learner, r):  # noqa: ANN001, ANN202
 
 
 def test_vtrace_corrects_the_actors_lag_and_correction_none_ignores_it() -> None:
-    """algo.correction: vtrace weighs the lagging actors' data (Espeholt et al. 2018); none
+    """impala.correction: vtrace weighs the lagging actors' data (Espeholt et al. 2018); none
     takes it as the learner's own (lambda-returns and GAE, IMPALA's "no correction")."""
     learner, on_policy, lagging = _lagging_batch("vtrace")
     assert not torch.allclose(_targets(learner, on_policy)[1], _targets(learner, lagging)[1])
@@ -178,8 +186,11 @@ def test_appo_minibatches_wait_for_their_push_unless_overlapped(
 ) -> None:
     """By default each minibatch's gradient is computed at the parameters the previous push
     returned (no staleness); overlap_push computes it during that push, one version behind."""
-    algo = AlgoConfig(name="appo", rollout_length=5, epochs=2, minibatches=2, overlap_push=overlap)
-    c = dataclasses.replace(cfg("appo"), algo=algo)
+    c = dataclasses.replace(
+        cfg("appo"),
+        algo=AlgoConfig(name="appo", rollout_length=5),
+        ppo=PPOConfig(epochs=2, minibatches=2, overlap_push=overlap),
+    )
     server = server_for(c)
     spec = probe_env(c)
     learner = Learner(c, spec.obs_shape, spec.num_actions)
@@ -204,7 +215,8 @@ def test_sync_means_one_push_per_version_for_workers_and_learners(algo: str) -> 
     both (run in threads against the in-process server)."""
     c = dataclasses.replace(
         cfg(algo),
-        algo=AlgoConfig(name=algo, rollout_length=5, epochs=2, minibatches=2),
+        algo=AlgoConfig(name=algo, rollout_length=5),
+        ppo=PPOConfig(epochs=2, minibatches=2),
         server=ServerConfig(rule="sync"),
     )
     server = server_for(c, workers=2, rule="sync")

@@ -50,7 +50,7 @@ def test_an_explicit_count_is_kept_and_described() -> None:
 
 @pytest.mark.slow  # starts Ray
 def test_auto_resolves_from_rays_cpu_count_and_cpus_are_not_inflated() -> None:
-    runtime.init_ray(RuntimeConfig(num_cpus=3))
+    runtime.start(RuntimeConfig(num_cpus=3))
     try:
         cpus = runtime.cluster_cpus()
         assert cpus == 3  # what was asked, not raised to what processes want

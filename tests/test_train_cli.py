@@ -169,7 +169,7 @@ def test_resume_continues_counters_and_eval_plays_checkpoint(
     assert main(["eval", str(run_dir), "--episodes", "3", "--video"]) == 0
     out = capsys.readouterr().out
     assert "raw score mean" in out and "3 episodes" in out
-    assert list(run_dir.glob("eval-v*.gif"))
+    assert list(run_dir.glob("eval-v*.mp4"))  # H.264 through imageio-ffmpeg
 
 
 @pytest.mark.parametrize(

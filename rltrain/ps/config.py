@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from rltrain.config import spec
+from rltrain.ps.rules import UpdateRule, rule_named, rule_names
 
 OPTIMIZERS = (
     "sgd",
@@ -19,7 +20,6 @@ OPTIMIZERS = (
     "cg_fr",
     "cg_hs",
 )
-RULES = ("sync", "soft_sync", "async", "average")
 STALENESS_POLICIES = ("none", "scale", "drop")
 COMPRESSIONS = ("none", "fp16", "int8", "topk", "sign")  # rltrain.ps.compression
 
@@ -66,11 +66,12 @@ class OptimizerConfig:
 class ServerConfig:
     """How pushes become optimizer steps (docs/architecture.md, "The data flow")."""
 
-    rule: str = field(default="async", metadata=spec(choices=RULES))
-    """sync: wait for all N updates of a version, average, step once. soft_sync: step after the
-    first K of N, drop the late ones (SyncReplicasOptimizer, N-K backup workers). async: apply
-    every update on arrival (Downpour / Gorila / A3C). average: workers push parameters every
-    `average_every` local steps and the server averages them."""
+    rule: str = field(default="async", metadata=spec(choices=rule_names))
+    """The update rule (rltrain.ps.rules; a registered rule's name). sync: wait for all N
+    updates of a version, average, step once. soft_sync: step after the first K of N, drop the
+    late ones (SyncReplicasOptimizer, N-K backup workers). async: apply every update on arrival
+    (Downpour / Gorila / A3C). average: workers push parameters every `average_every` local
+    steps and the server averages them."""
     shards: int = field(default=1, metadata=spec(ge=1))
     """Number of parameter-server shards; the flat parameter vector is split across them by
     size, each shard a Ray process with its own optimizer (DistBelief)."""
@@ -114,9 +115,14 @@ class ServerConfig:
     record: bool = False
     """rltrain bench (sync, soft_sync, async*): the shard logs every push it receives (worker,
     version, staleness, the batches behind it) and the run saves the log and the final
-    parameters to record/<mode>.pt, so that `rltrain replay RUN` recomputes the gradients
+    parameters to record/<mode>.pt, so that `rltrain reapply RUN` recomputes the gradients
     serially and reproduces the parameters bit for bit. Needs server.shards 1; rltrain train
     ignores it."""
+
+    @property
+    def update_rule(self) -> UpdateRule:
+        """The registered rule object named by ``rule``."""
+        return rule_named(self.rule)
 
 
 def decides_per_update(rule: ServerConfig) -> bool:
@@ -124,7 +130,7 @@ def decides_per_update(rule: ServerConfig) -> bool:
     orders: several shards under a barrier rule or a staleness policy. Shard 0 then decides
     for all (:meth:`~rltrain.ps.shard.ParameterShard.push`); async without a staleness policy
     applies every update everywhere and needs no coordination (one round trip, not two)."""
-    return rule.shards > 1 and (rule.rule != "async" or rule.staleness != "none")
+    return rule.shards > 1 and rule.update_rule.decides(rule)
 
 
 def implicit_momentum(workers: int) -> float:
@@ -147,8 +153,8 @@ def corrected_optimizer(
     optimizer: OptimizerConfig, rule: ServerConfig, workers: int
 ) -> OptimizerConfig:
     """The optimizer a shard runs: ``optimizer``, with ``server.momentum_correction``'s lower
-    explicit momentum under the async rule (unchanged otherwise)."""
-    if not (rule.momentum_correction and rule.rule == "async"):
+    explicit momentum under a rule that applies updates on arrival (unchanged otherwise)."""
+    if not (rule.momentum_correction and rule.update_rule.corrects_momentum):
         return optimizer
     if optimizer.name not in ("momentum", "nesterov"):
         return optimizer
@@ -159,21 +165,13 @@ def corrected_optimizer(
 
 
 def aggregate_count(rule: ServerConfig, num_workers: int, live: int | None = None) -> int:
-    """Updates a barrier rule waits for: N for sync/average, K of N for soft_sync.
-
-    ``live`` < N when workers have left (died): sync/average then wait for the live ones, and
-    soft_sync for min(K, live), so that no barrier waits for a worker that is not there.
-    """
-    live = num_workers if live is None else live
-    if rule.rule == "soft_sync":
-        k = rule.k or max(1, num_workers - 1)
-        if k > num_workers:
-            raise ValueError(f"server.k={k} is larger than the number of workers ({num_workers})")
-        return max(1, min(k, live))
-    return max(1, live)
+    """Updates a barrier rule waits for (:meth:`~rltrain.ps.rules.UpdateRule.aggregate_count`):
+    N for sync/average, K of N for soft_sync; with ``live`` < N (workers left), the live ones."""
+    return rule.update_rule.aggregate_count(rule, num_workers, live)
 
 
 def staleness_scale(rule: ServerConfig, staleness: int) -> float:
-    """The learning-rate factor of an async update: lr / max(1, staleness) under
+    """The learning-rate factor of an update applied on arrival
+    (:meth:`~rltrain.ps.rules.UpdateRule.lr_scale`): async's lr / max(1, staleness) under
     ``staleness: scale`` (staleness-aware SGD, Zhang et al. 2016), else 1."""
-    return 1.0 / max(1, staleness) if rule.staleness == "scale" else 1.0
+    return rule.update_rule.lr_scale(rule, staleness)

@@ -318,3 +318,15 @@ def load_optimizer_state(opt: torch.optim.Optimizer, state: dict) -> None:
     opt.load_state_dict(copy.deepcopy(state))
     for group, settings in zip(opt.param_groups, built, strict=True):
         group.update(settings)
+
+
+def cpu_copy(obj: object) -> object:
+    """``obj`` (an optimizer's state dict) with every tensor copied to the CPU: a snapshot that
+    shares nothing with the live optimizer and loads where there is no GPU."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: cpu_copy(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(cpu_copy(v) for v in obj)
+    return copy.deepcopy(obj)

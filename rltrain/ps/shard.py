@@ -9,7 +9,6 @@ elsewhere are moved there on arrival, and checkpoints hold CPU tensors.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import threading
 
@@ -17,15 +16,10 @@ import torch
 
 from rltrain.faults import ShardFenced
 from rltrain.normalize import NormStats, merge_all
+from rltrain.ps.barrier import BarrierRound
 from rltrain.ps.compression import Compressed, decompress, wire_bytes
-from rltrain.ps.config import (
-    OptimizerConfig,
-    ServerConfig,
-    aggregate_count,
-    corrected_optimizer,
-    staleness_scale,
-)
-from rltrain.ps.optim import load_optimizer_state, make_optimizer
+from rltrain.ps.config import OptimizerConfig, ServerConfig, corrected_optimizer
+from rltrain.ps.optim import cpu_copy, load_optimizer_state, make_optimizer
 from rltrain.records import (
     STALENESS_BINS,
     GradUpdate,
@@ -40,11 +34,12 @@ from rltrain.records import (
 class ParameterShard:
     """A slice of the parameters with a ``torch.optim`` optimizer, versioned.
 
-    Update rules (docs/architecture.md): ``async`` applies each update on arrival, its
-    staleness (server version minus the update's version) handled by ``rule.staleness``;
-    ``sync``/``soft_sync`` average the first N/K updates of the current version into one step
-    and drop later ones (TensorFlow's SyncReplicasOptimizer); ``average`` replaces the
-    parameters with the mean of the N pushed parameter vectors (parameter averaging).
+    The update rule (:mod:`rltrain.ps.rules`, named by ``rule.rule``) says what a push does:
+    an on-arrival rule (``async``) applies each update at once, at the rule's learning-rate
+    factor for its staleness (server version minus the update's version), or drops it; a
+    barrier rule (``sync``/``soft_sync``) averages the first N/K updates of the current
+    version into one step and drops later ones (TensorFlow's SyncReplicasOptimizer), and one
+    that pushes parameters (``average``) replaces the parameters with their mean.
     """
 
     def __init__(
@@ -63,6 +58,7 @@ class ParameterShard:
         the parameters and the optimizer's state live (a co-located GPU learner's)."""
         self.shard_id = shard_id
         self.rule = rule
+        self.update_rule = rule.update_rule
         self.device = torch.device(device)
         if isinstance(init, int):
             init = torch.zeros(init)
@@ -77,20 +73,13 @@ class ParameterShard:
         # version v returns the statistics of version v whenever it comes (a peer's push that
         # waits at the barrier does not change what a late puller acts with)
         self._norm_pending: NormStats | None = None
-        self._num_workers = num_workers
-        self._needed = aggregate_count(rule, num_workers)
-        self._absent: set[int] = set()  # workers that left a barrier (lost); a push rejoins
-        self._joined: set[int] = set()  # workers added mid-run (join is idempotent)
+        self._round = BarrierRound(rule, num_workers)  # a barrier rule's updates of a version
         self._fenced = False
         self._generation = 0  # bumped by every restore: barrier waiters wake and re-pull
         self._epoch = 0  # restores from a restore point (the guard numbers them): see push
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self.version = 0
-        self._acc: torch.Tensor | None = None  # running sum of this version's updates
-        self._acc_count = 0
-        self._acc_workers: set[int] = set()
-        self._step_at = 0  # a following shard: step once this many updates are accumulated
         self._applied = self._dropped = self._rejected = self._samples = 0
         self._staleness_sum = 0
         self._hist = [0] * STALENESS_BINS
@@ -191,29 +180,24 @@ class ParameterShard:
         count of updates a barrier step it completed averaged (0: none). ``step_at``: a
         following shard steps at shard 0's count, not on its own (see :meth:`push`)."""
         with self._changed:
-            self._absent.add(worker_id)
-            self._set_needed()
+            self._round.leave(worker_id)
             if step_at is not None:
                 if step_at:
-                    self._step_at = step_at
-                    return self._step_if_due()
+                    self._round.step_at = step_at
+                    return self._finish_barrier() if self._round.due else 0
                 return 0
-            if self._acc_count and self._acc_count >= self._needed:
-                count = self._acc_count
-                self._finish_barrier()
-                return count
-            return 0
+            return self._finish_barrier() if self._round.full else 0
 
     def join(self, worker_id: int) -> None:
         """A worker added mid-run (elastic): barriers count it from its first push (its
         process may take seconds to start; until then no barrier waits for it)."""
         with self._changed:
-            if worker_id in self._joined:  # told again (a restore): counted once
-                return
-            self._joined.add(worker_id)
-            self._num_workers += 1
-            self._absent.add(worker_id)
-            self._set_needed()
+            self._round.join(worker_id)  # told again (a restore): counted once
+
+    @property
+    def num_workers(self) -> int:
+        """N as a barrier counts it: the constructor's, plus the workers joined since."""
+        return self._round.num_workers
 
     def fence(self) -> None:
         """Refuse pushes and pulls until :meth:`load_state_dict` (a restarted shard)."""
@@ -228,10 +212,6 @@ class ParameterShard:
     def _check_fence(self) -> None:
         if self._fenced:
             raise ShardFenced(f"server shard {self.shard_id} restarted and awaits its restore")
-
-    def _set_needed(self) -> None:
-        live = self._num_workers - len(self._absent)
-        self._needed = aggregate_count(self.rule, self._num_workers, live)
 
     def reject(self, reason: str, num_samples: int = 0) -> PushResult:
         """Count an update that the client found invalid before splitting it into shards."""
@@ -263,7 +243,7 @@ class ParameterShard:
                 "param": self._param.detach().to("cpu", copy=True),
                 # a snapshot on the CPU: torch's state_dict shares its tensors with the live
                 # optimizer (and a checkpoint must load where there is no GPU)
-                "optimizer": _cpu_copy(self._opt.state_dict()),
+                "optimizer": cpu_copy(self._opt.state_dict()),
                 "version": self.version,
                 "counters": [self._applied, self._dropped, self._rejected, self._samples],
                 "staleness": [self._staleness_sum, *self._hist],
@@ -301,8 +281,7 @@ class ParameterShard:
             self._lr_factor = float(state.get("lr_factor", 1.0))
             self._bytes_pushed, self._bytes_pulled = map(int, state.get("bytes", (0, 0)))
             self._hist = list(hist)
-            self._acc, self._acc_count, self._step_at = None, 0, 0
-            self._acc_workers.clear()
+            self._round.clear()
             self._fenced = False
             self._generation += 1
             if epoch is not None:
@@ -322,14 +301,14 @@ class ParameterShard:
         if update.epoch < self._epoch:
             return self._drop(f"computed before the restore (epoch {update.epoch})", 0)
         if update.norm is not None:  # what the actors saw counts even if the step is dropped
-            if self.rule.rule == "async":
-                self._norm = merge_all([self._norm, update.norm])
-            else:
+            if self.update_rule.barrier:  # published with the round's step
                 self._norm_pending = merge_all([self._norm_pending, update.norm])
+            else:
+                self._norm = merge_all([self._norm, update.norm])
         staleness = self.version - update.version
-        if self.rule.rule == "async":
-            return self._push_async(update, staleness)
-        return self._push_barrier(update, staleness)
+        if self.update_rule.barrier:
+            return self._push_barrier(update, staleness)
+        return self._push_on_arrival(update, staleness)
 
     def _follow(self, update: GradUpdate, decided: PushResult) -> PushResult:
         """Do what shard 0 decided for this update (see :meth:`push`)."""
@@ -339,72 +318,56 @@ class ParameterShard:
             return self._reject(decided.reason)
         if decided.status == "dropped":
             return self._drop(decided.reason, decided.staleness)
-        if self.rule.rule == "async":
-            self._step(update.values, staleness_scale(self.rule, decided.staleness))
+        if not self.update_rule.barrier:
+            self._step(update.values, self.update_rule.lr_scale(self.rule, decided.staleness))
             self._count_applied(decided.staleness, 1)
             return PushResult("applied", self.version, decided.staleness)
         # a barrier: accumulate; step once shard 0's count of updates is here (the update that
         # completed the step there may arrive here before the others of its version)
-        self._acc_workers.add(update.worker_id)
-        values = update.values.to(torch.float32)
-        self._acc = values.clone() if self._acc is None else self._acc.add_(values)
-        self._acc_count += 1
+        self._round.add(update.worker_id, update.values)
         if decided.status == "applied":
-            self._step_at = decided.count
-        self._step_if_due()
+            self._round.step_at = decided.count
+        if self._round.due:
+            self._finish_barrier()
         return PushResult(decided.status, self.version, 0, count=decided.count)
 
-    def _step_if_due(self) -> int:
-        if self._step_at and self._acc_count >= self._step_at:
-            count, self._step_at = self._acc_count, 0
-            self._finish_barrier()
-            return count
-        return 0
-
-    def _push_async(self, update: GradUpdate, staleness: int) -> PushResult:
-        if self.rule.staleness == "drop" and staleness > self.rule.max_staleness:
-            return self._drop(
-                f"staleness {staleness} > max_staleness {self.rule.max_staleness}", staleness
-            )
-        self._step(update.values, staleness_scale(self.rule, staleness))
+    def _push_on_arrival(self, update: GradUpdate, staleness: int) -> PushResult:
+        reason = self.update_rule.drop_reason(self.rule, staleness)
+        if reason:
+            return self._drop(reason, staleness)
+        self._step(update.values, self.update_rule.lr_scale(self.rule, staleness))
         self._count_applied(staleness, 1)
         return PushResult("applied", self.version, staleness)
 
     def _push_barrier(self, update: GradUpdate, staleness: int) -> PushResult:
-        if update.worker_id in self._absent:  # a restarted (or warm-start) worker is back,
-            self._absent.discard(update.worker_id)  # even if this first push comes late:
-            self._set_needed()  # otherwise a fast peer could step past it every time
+        # a restarted (or warm-start) worker is back, even if this first push comes late:
+        # otherwise a fast peer could step past it every time
+        self._round.rejoin(update.worker_id)
         if staleness > 0:
             # A late update for a version that has already been stepped (a backup worker).
             return self._drop(f"late update for version {update.version}", staleness)
-        if update.worker_id in self._acc_workers:
+        if update.worker_id in self._round.workers:
             # N distinct workers make a synchronous step; one worker twice is not two. It
             # pushed again because its wait timed out: it waits again rather than spin
             why = f"second update from worker {update.worker_id} for this version"
             return dataclasses.replace(self._drop(why, 0), waits=True)
-        self._acc_workers.add(update.worker_id)
-        values = update.values.to(torch.float32)
-        self._acc = values.clone() if self._acc is None else self._acc.add_(values)
-        self._acc_count += 1
-        if self._acc_count < self._needed:
+        self._round.add(update.worker_id, update.values)
+        if not self._round.full:
             return PushResult("accumulated", self.version, 0, waits=True)
-        count = self._acc_count
-        self._finish_barrier()
+        count = self._finish_barrier()
         return PushResult("applied", self.version, 0, count=count)
 
-    def _finish_barrier(self) -> None:
-        """One step from the mean of this version's accumulated updates."""
-        assert self._acc is not None
-        mean = self._acc.div_(self._acc_count)
-        if self.rule.rule == "average":
+    def _finish_barrier(self) -> int:
+        """One step from the mean of this version's accumulated updates; returns their count."""
+        mean, count = self._round.take()
+        if self.update_rule.pushes_parameters:  # parameter averaging: the mean is the step
             self._param.data.copy_(mean)
             self.version += 1
         else:
             self._step(mean, 1.0)
         self._norm, self._norm_pending = self._all_norm(), None
-        self._count_applied(0, self._acc_count)
-        self._acc, self._acc_count = None, 0
-        self._acc_workers.clear()
+        self._count_applied(0, count)
+        return count
 
     def _all_norm(self) -> NormStats | None:
         """The published statistics with the current barrier round's."""
@@ -432,14 +395,3 @@ class ParameterShard:
         self._rejected += 1
         self._last_reject = reason
         return PushResult("rejected", self.version, 0, reason)
-
-
-def _cpu_copy(obj: object) -> object:
-    """``obj`` (an optimizer's state dict) with every tensor copied to the CPU."""
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu", copy=True)
-    if isinstance(obj, dict):
-        return {k: _cpu_copy(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_cpu_copy(v) for v in obj)
-    return copy.deepcopy(obj)

@@ -4,7 +4,8 @@ Everything that asks "which algorithm is this?" asks its :class:`AlgoSpec`: the 
 the config (the process layout, the barrier, what may be configured), the plans (which one
 drives the processes) and the learner (its targets and its loss). A new algorithm built from
 these parts is one :func:`register_algo` call; ``tests/test_extension_algo.py`` adds one in the
-test file alone and trains it.
+test file alone and trains it. Processes of the process and Ray runtimes import rltrain
+afresh: register in a module that ``env.imports`` names, so that they see it too.
 
 The targets are pure tensor functions of one batch (:class:`TargetInputs`); the losses live
 in :mod:`rltrain.rl.losses`.
@@ -22,7 +23,7 @@ from rltrain.config import ConfigError
 from rltrain.rl.losses import lambda_returns, vtrace
 
 if TYPE_CHECKING:
-    from rltrain.rl.config import AlgoConfig
+    from rltrain.rl.config import TrainConfig
 
 Layout = Literal["worker", "actor_learner", "replay"]
 
@@ -40,23 +41,24 @@ class TargetInputs:
     continues: torch.Tensor  # [T, B] 0 where an episode ended at t (no trace across it)
 
 
-TargetFn = Callable[[TargetInputs, "AlgoConfig"], tuple[torch.Tensor, torch.Tensor]]
-"""(inputs, cfg.algo) -> value targets [T, B], advantages [T, B]."""
+TargetFn = Callable[[TargetInputs, "TrainConfig"], tuple[torch.Tensor, torch.Tensor]]
+"""(inputs, the run's config) -> value targets [T, B], advantages [T, B]."""
 
 
-def returns_targets(x: TargetInputs, a: AlgoConfig) -> tuple[torch.Tensor, torch.Tensor]:
+def returns_targets(x: TargetInputs, cfg: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """lambda-returns and GAE(lambda) advantages (Schulman et al. 2016); lambda = 1 gives
     A3C's n-step returns (Mnih et al. 2016)."""
     args = (x.rewards, x.discounts, x.values, x.next_values, x.continues)
-    returns = lambda_returns(*args, a.gae_lambda)
+    returns = lambda_returns(*args, cfg.algo.gae_lambda)
     return returns, returns - x.values
 
 
-def vtrace_targets(x: TargetInputs, a: AlgoConfig) -> tuple[torch.Tensor, torch.Tensor]:
+def vtrace_targets(x: TargetInputs, cfg: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """V-trace targets and policy-gradient advantages (Espeholt et al. 2018, eq. 1 and 4), or
-    lambda-returns when ``algo.correction: none`` (the paper's no-correction baseline)."""
-    if a.correction != "vtrace":
-        return returns_targets(x, a)
+    lambda-returns when ``impala.correction: none`` (the paper's no-correction baseline)."""
+    v = cfg.impala
+    if v.correction != "vtrace":
+        return returns_targets(x, cfg)
     vt = vtrace(
         x.behaviour_log_prob,
         x.target_log_prob,
@@ -65,10 +67,10 @@ def vtrace_targets(x: TargetInputs, a: AlgoConfig) -> tuple[torch.Tensor, torch.
         x.values,
         x.next_values,
         x.continues,
-        rho_bar=a.rho_bar,
-        c_bar=a.c_bar,
-        pg_rho_bar=a.pg_rho_bar,
-        lam=a.gae_lambda,
+        rho_bar=v.rho_bar,
+        c_bar=v.c_bar,
+        pg_rho_bar=v.pg_rho_bar,
+        lam=cfg.algo.gae_lambda,
     )
     return vt.vs, vt.pg_advantages
 
@@ -86,14 +88,15 @@ class AlgoSpec:
     """The server runs a barrier rule (sync, or soft_sync when configured) whatever
     ``server.rule`` says: a2c and ppo are a3c and appo behind a barrier."""
     clipped: bool = False
-    """PPO's clipped surrogate over ``algo.epochs`` x ``algo.minibatches`` pushes per batch
+    """PPO's clipped surrogate over ``ppo.epochs`` x ``ppo.minibatches`` pushes per batch
     (Schulman et al. 2017); otherwise one policy-gradient push per batch."""
     targets: TargetFn | None = returns_targets
     """The batch's value targets and advantages (None: the algorithm has its own learner)."""
     normalizes: bool = True
     """Observation normalisation and reward scaling apply (dqn: no)."""
-    section: str = "algo"
-    """The config section of its own options (dqn: ``dqn``, with ``replay``)."""
+    sections: tuple[str, ...] = ("algo",)
+    """The config sections it reads: ``algo`` (every algorithm's), then its own (``ppo``,
+    ``impala``, ``dqn`` with ``replay``)."""
     summary: str = ""
 
     @property
@@ -139,17 +142,42 @@ def algo_spec(name: str) -> AlgoSpec:
 # In the order the options list them.
 register_algo(AlgoSpec("a3c", "worker", summary="A3C (Mnih et al. 2016)"))
 register_algo(
-    AlgoSpec("impala", "actor_learner", targets=vtrace_targets, summary="IMPALA, V-trace")
+    AlgoSpec(
+        "impala",
+        "actor_learner",
+        targets=vtrace_targets,
+        sections=("algo", "impala"),
+        summary="IMPALA, V-trace (Espeholt et al. 2018)",
+    )
 )
 register_algo(AlgoSpec("a2c", "worker", barrier=True, summary="A2C: a3c behind a barrier"))
 register_algo(
-    AlgoSpec("dqn", "replay", targets=None, normalizes=False, section="dqn", summary="Gorila DQN")
-)
-register_algo(
     AlgoSpec(
-        "appo", "actor_learner", clipped=True, targets=vtrace_targets, summary="asynchronous PPO"
+        "dqn",
+        "replay",
+        targets=None,
+        normalizes=False,
+        sections=("algo", "dqn", "replay"),
+        summary="Gorila DQN (Nair et al. 2015)",
     )
 )
 register_algo(
-    AlgoSpec("ppo", "worker", barrier=True, clipped=True, summary="PPO, DD-PPO's barrier")
+    AlgoSpec(
+        "appo",
+        "actor_learner",
+        clipped=True,
+        targets=vtrace_targets,
+        sections=("algo", "impala", "ppo"),
+        summary="asynchronous PPO: IMPALA's layout, PPO's loss",
+    )
+)
+register_algo(
+    AlgoSpec(
+        "ppo",
+        "worker",
+        barrier=True,
+        clipped=True,
+        sections=("algo", "ppo"),
+        summary="PPO behind a barrier (DD-PPO, Wijmans et al. 2020)",
+    )
 )

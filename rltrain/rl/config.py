@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from rltrain.config import spec
 from rltrain.envs import EnvConfig
 from rltrain.faults import FaultsConfig
 from rltrain.ps.config import OptimizerConfig, ServerConfig, check_momentum_correction
+from rltrain.ps.rules import SYNC
 from rltrain.rl.algos import AlgoSpec, algo_names, algo_spec
 from rltrain.rl.dqn_config import DQNConfig, ReplayConfig
 from rltrain.runtime.config import RuntimeConfig
@@ -53,6 +55,13 @@ class AlgoConfig:
     """How the per-step losses of a batch combine: mean (over every step of every env: PPO's
     and CleanRL's convention; learning rates then do not depend on rollout_length or batch
     size) or sum (over time and batch: scalable_agent's IMPALA and the A3C papers)."""
+
+
+@dataclass(frozen=True)
+class ImpalaConfig:
+    """impala and appo (section ``impala``): acting-only actors whose rollouts learners batch,
+    and how the learner corrects the actors' policy lag (Espeholt et al. 2018)."""
+
     rho_bar: float = field(default=1.0, metadata=spec(gt=0))
     """V-trace: truncation of the importance weights in the value targets (rho-bar)."""
     pg_rho_bar: float = field(default=1.0, metadata=spec(gt=0))
@@ -61,37 +70,50 @@ class AlgoConfig:
     c_bar: float = field(default=1.0, metadata=spec(gt=0))
     """V-trace: truncation of the trace-cutting weights (c-bar)."""
     correction: str = field(default="vtrace", metadata=spec(choices=CORRECTIONS))
-    """impala/appo only (the other algorithms act with the policy they learn, and ignore it):
-    how the learner treats the actors' policy lag. vtrace: V-trace targets and advantages
+    """How the learner treats the actors' policy lag. vtrace: V-trace targets and advantages
     (Espeholt et al. 2018). none: lambda-returns and GAE(lambda) as if the
     actors had acted with the learner's policy (the paper's "no correction" baseline).
     When each batch moves the policy far (many epochs of minibatches), the actors' data lag by
     a whole batch and V-trace's truncated weights cut most traces (docs/benchmarks.md: appo
     on Taxi). loss/lag_kl shows the lag."""
     learner_batch: int = field(default=2, metadata=spec(ge=1))
-    """impala/appo: rollouts each learner step batches together."""
+    """Rollouts each learner step batches together."""
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """ppo and appo (section ``ppo``): PPO's clipped surrogate over several epochs of
+    minibatches per batch (Schulman et al. 2017)."""
+
     epochs: int = field(default=4, metadata=spec(ge=1))
-    """ppo/appo: passes over each batch (a worker's rollout, a learner's batch)."""
+    """Passes over each batch (a worker's rollout, a learner's batch)."""
     minibatches: int = field(default=4, metadata=spec(ge=1))
-    """ppo/appo: minibatches per pass; each is one gradient push (one server step)."""
+    """Minibatches per pass; each is one gradient push (one server step)."""
     clip: float = field(default=0.2, metadata=spec(gt=0))
-    """ppo/appo: epsilon of the clipped surrogate, ratio clipped to [1 - eps, 1 + eps]."""
+    """Epsilon of the clipped surrogate, ratio clipped to [1 - eps, 1 + eps]."""
     dual_clip: float = field(default=3.0, metadata=spec(ge=0))
-    """ppo/appo: c of dual-clip PPO (Ye et al. 2020): with a negative advantage the surrogate
+    """c of dual-clip PPO (Ye et al. 2020): with a negative advantage the surrogate
     is bounded below by c A, so a sample far in the new policy's tail (a ratio of 1e3 when a
     Gaussian's std has shrunk) cannot blow the step up; 0 = off, else > 1."""
     value_clip: float = field(default=0.0, metadata=spec(ge=0))
-    """ppo/appo: clip the value's change from its batch-start value to +-this (0 = off)."""
+    """Clip the value's change from its batch-start value to +-this (0 = off)."""
     kl_coef: float = field(default=0.0, metadata=spec(ge=0))
-    """ppo/appo: weight of a KL(pi_old || pi) penalty, pi_old the policy at the batch's start
+    """Weight of a KL(pi_old || pi) penalty, pi_old the policy at the batch's start
     (0 = off)."""
     normalize_advantages: bool = True
-    """ppo/appo: standardise the advantages of each minibatch (zero mean, unit std)."""
+    """Standardise the advantages of each minibatch (zero mean, unit std)."""
     overlap_push: bool = False
-    """ppo/appo without a barrier: compute each minibatch's gradient while the previous push is
+    """Without a barrier: compute each minibatch's gradient while the previous push is
     in flight, at the parameters before it (one step of staleness). It hides the round trip,
     but the delay acts as momentum on top of Adam's (Mitliagkas et al. 2016, "Asynchrony
     begets momentum") and destabilised PPO's epochs on Pong (docs/pong.md). Off by default."""
+
+    def __post_init__(self) -> None:
+        if 0 < self.dual_clip <= 1:
+            raise ValueError(
+                f"dual_clip={self.dual_clip:g}: must be 0 (off) or above 1 (the bound c A "
+                "lies below the clipped surrogate's (1 - eps) A only for c > 1)"
+            )
 
 
 @dataclass(frozen=True)
@@ -198,14 +220,27 @@ class EvalConfig:
     """Seed of the evaluation environments (env i: seed + i), the same at every evaluation."""
 
 
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """`rltrain train`: actors, learners and the parameter server on one environment."""
+
+    MOVED: ClassVar[dict[str, str]] = {
+        **{f"algo.{k}": f"impala.{k}" for k in _field_names(ImpalaConfig)},
+        **{f"algo.{k}": f"ppo.{k}" for k in _field_names(PPOConfig)},
+    }
+    """Keys an older rltrain kept in the flat ``algo`` section: old configs, command lines and
+    checkpoints still load (:func:`rltrain.config.moved_keys`)."""
 
     seed: int = field(default=0, metadata=spec(ge=0, le=2**31 - 1))
     """Seed of the network initialisation; actor i seeds its environments with seed + 1000 i."""
     env: EnvConfig = EnvConfig()
     algo: AlgoConfig = AlgoConfig()
+    ppo: PPOConfig = PPOConfig()
+    impala: ImpalaConfig = ImpalaConfig()
     model: ModelConfig = ModelConfig()
     dqn: DQNConfig = DQNConfig()
     replay: ReplayConfig = ReplayConfig()
@@ -255,10 +290,10 @@ class TrainConfig:
         pushers = self.learners if self.algo_spec.split else self.actors
         if pushers and self.server.k > pushers:  # (0: actors auto, checked once sized)
             raise ValueError(f"server.k={self.server.k} exceeds the {pushers} pushing workers")
-        if self.server.rule == "average":
+        if self.server.update_rule.supervised_only:
             raise ValueError(
-                "server.rule=average: rltrain train's workers and learners push gradients, "
-                "which the average rule would copy into the weights; use sync, soft_sync or async"
+                f"server.rule={self.server.rule}: rltrain bench only (rltrain train's workers "
+                "and learners push gradients); use sync, soft_sync or async"
             )
         for key in BENCH_ONLY_SERVER:  # accepted silently, they would do nothing here
             value = getattr(self.server, key)
@@ -273,11 +308,6 @@ class TrainConfig:
                 f"{self.algo.name} workers get the parameters back with each push"
             )
         check_momentum_correction(self.optimizer, self.server)
-        if 0 < self.algo.dual_clip <= 1:
-            raise ValueError(
-                f"algo.dual_clip={self.algo.dual_clip:g}: must be 0 (off) or above 1 (the bound "
-                "c A lies below the clipped surrogate's (1 - eps) A only for c > 1)"
-            )
         if self.server.record:
             raise ValueError(
                 "server.record=true: only rltrain bench records and replays its updates (a "
@@ -353,8 +383,8 @@ def linear(start: float, end: float | None, progress: float) -> float:
 def server_rule(cfg: TrainConfig) -> ServerConfig:
     """The rule the server runs: a2c and ppo run behind a barrier (`sync`, or `soft_sync` when
     configured: K of N); the other algorithms use the configured rule."""
-    if cfg.algo_spec.barrier and cfg.server.rule not in ("sync", "soft_sync"):
-        return dataclasses.replace(cfg.server, rule="sync")
+    if cfg.algo_spec.barrier and not cfg.server.update_rule.barrier:
+        return dataclasses.replace(cfg.server, rule=SYNC.name)
     return cfg.server
 
 
@@ -363,4 +393,4 @@ def waits_at_barrier(cfg: TrainConfig) -> bool:
     for every algorithm. A worker or learner that pushed for version v waits until the server
     steps to v + 1 before it computes its next gradient, so it never pushes twice for one
     version (a3c under sync is a2c; impala/appo learners step together)."""
-    return server_rule(cfg).rule in ("sync", "soft_sync")
+    return server_rule(cfg).update_rule.barrier

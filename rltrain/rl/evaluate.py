@@ -15,9 +15,9 @@ and the first one after the reset), played at the game's speed (Atari: 60 / fram
 second). Objects a game draws only on every other emulator frame may therefore be missing from
 a game-view video, as from the agent's own frames between max-pools.
 
-The video is ``eval-v<version>.mp4`` (``-agent.mp4`` for the agent view) when an ``ffmpeg``
-with libx264 is on PATH (raw RGB frames piped in, H.264 out), else a GIF (Pillow;
-:mod:`rltrain.video`).
+The video is ``eval-v<version>.mp4`` (``-agent.mp4`` for the agent view; H.264 through
+imageio-ffmpeg), or a GIF (Pillow) when asked for (``video_format="gif"``) or when
+imageio-ffmpeg cannot be imported (``EvalResult.note`` says so; :mod:`rltrain.video`).
 """
 
 from __future__ import annotations
@@ -31,9 +31,6 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from rltrain.envs import ActionSpace, VectorEnv, make_env
-from rltrain.envs.base import EnvError
-from rltrain.envs.screen import RecordingEnv, make_recording_env
 from rltrain.checkpoint import (
     CKPT_DIR,
     CheckpointError,
@@ -41,13 +38,16 @@ from rltrain.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
 )
+from rltrain.envs import ActionSpace, VectorEnv, make_env
+from rltrain.envs.base import EnvError
+from rltrain.envs.screen import RecordingEnv, make_recording_env
 from rltrain.errors import RLTrainError
 from rltrain.normalize import NormStats
 from rltrain.rl.actor import policy_builder
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.distributions import CATEGORICAL, Distribution, distribution
 from rltrain.rl.models import build_qnet, load_flat
-from rltrain.video import open_video
+from rltrain.video import VideoFormat, open_video
 
 VideoView = Literal["game", "agent"]
 
@@ -161,7 +161,7 @@ def load_policy(
 ) -> Policy:
     """The run's network with the checkpoint's (path, values, norm) loaded into it."""
     path, values, norm = params
-    dqn = cfg.algo.name == "dqn"
+    dqn = cfg.algo_spec.layout == "replay"
     build = build_qnet if dqn else policy_builder(cfg)
     model = build(cfg.model.kind, obs_shape, actions, cfg.model.hidden)
     if sum(p.numel() for p in model.parameters()) != values.numel():
@@ -182,6 +182,7 @@ def evaluate(
     video_view: VideoView | None = None,
     deterministic: bool | None = None,
     checkpoint: str = "latest",
+    video_format: VideoFormat = "mp4",
 ) -> EvalResult:
     """Play ``episodes`` episodes in up to 8 parallel envs (env i seeded ``seed + i``); with
     ``video``, the first one alone in a recording env (seeded next), filmed into ``run_dir``.
@@ -191,7 +192,8 @@ def evaluate(
 
     ``video_view`` None: the game's screen, or the agent's view when the env cannot draw its
     screen (e.g. CartPole without pygame; ``EvalResult.note`` says why); given, that view or a
-    one-line error. ``checkpoint``: which one (:func:`checkpoint_params`)."""
+    one-line error. ``checkpoint``: which one (:func:`checkpoint_params`). ``video_format``:
+    mp4 (H.264; a GIF, with a note, when imageio-ffmpeg is missing) or gif."""
     episodes = cfg.eval.episodes if episodes is None else episodes
     seed = cfg.eval.seed if seed is None else seed
     deterministic = cfg.eval.deterministic if deterministic is None else deterministic
@@ -225,7 +227,7 @@ def evaluate(
             out = run_dir / f"eval-v{version}{'' if view == 'game' else '-agent'}"
             gen = torch.Generator().manual_seed(video_seed)
             video_path, ret, length, cut = record_episode(
-                rec, policy, view, out, gen, max_steps, deterministic
+                rec, policy, view, out, gen, max_steps, deterministic, video_format
             )
             note = "; ".join(x for x in (note, cut) if x)
             if ret is not None:
@@ -292,12 +294,14 @@ def record_episode(
     gen: torch.Generator,
     max_steps: int,
     deterministic: bool = False,
+    video_format: VideoFormat = "mp4",
 ) -> tuple[Path, float | None, int, str]:
     """Play one episode, writing a frame per agent step: (video path, raw score, length,
-    what the video leaves out); no score when the episode did not end in ``max_steps``."""
+    what the video leaves out or why it is a GIF); no score when the episode did not end in
+    ``max_steps``."""
     obs = env.reset()
     total, steps, done = 0.0, 0, False
-    with open_video(out, env.fps) as writer:
+    with open_video(out, env.fps, video_format) as writer:
         writer.add(env.screen() if view == "game" else frame_of(obs, env.channels))
         while not done and steps < max_steps:
             obs, reward, done = env.step(policy.act(obs[None], gen, deterministic)[0])

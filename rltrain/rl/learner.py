@@ -7,7 +7,7 @@ choice of targets and of loss (``algo.name``):
 * impala: V-trace targets and advantages on a batch of actors' rollouts, one push per batch.
 * ppo, appo: the clipped surrogate, ``epochs`` passes of ``minibatches`` pushes over each batch
   (ppo: GAE on the worker's own rollout; appo: V-trace on the learner's batch).
-* impala, appo with ``algo.correction: none``: GAE on the batch, the actors' lag ignored.
+* impala, appo with ``impala.correction: none``: GAE on the batch, the actors' lag ignored.
 
 A push is an exchange with the server, and every minibatch step of PPO is a server step: behind
 a barrier the next minibatch's gradient is computed at the parameters the last exchange
@@ -81,16 +81,16 @@ def warm_gpu() -> threading.Thread | None:
 
 def loss_spec(cfg: TrainConfig, progress: float = 0.0) -> LossSpec:
     """The loss coefficients of ``cfg.algo`` at ``progress`` of the schedules."""
-    a = cfg.algo
+    a, p = cfg.algo, cfg.ppo
     ppo = cfg.algo_spec.clipped
     return LossSpec(
         value_coef=a.value_coef,
         entropy_coef=linear(a.entropy_coef, cfg.schedule.entropy_end, progress),
-        clip=a.clip if ppo else 0.0,
-        dual_clip=a.dual_clip if ppo else 0.0,
-        value_clip=a.value_clip if ppo else 0.0,
-        kl_coef=a.kl_coef if ppo else 0.0,
-        normalize_advantages=a.normalize_advantages and ppo,
+        clip=p.clip if ppo else 0.0,
+        dual_clip=p.dual_clip if ppo else 0.0,
+        value_clip=p.value_clip if ppo else 0.0,
+        kl_coef=p.kl_coef if ppo else 0.0,
+        normalize_advantages=p.normalize_advantages and ppo,
         reduction=a.loss_reduction,
     )
 
@@ -172,7 +172,7 @@ class Learner:
         final_values: torch.Tensor,  # [K]
     ) -> tuple[torch.Tensor, torch.Tensor]:  # [T, B] value targets, [T, B] advantages
         """The algorithm's targets (its spec's: V-trace for impala/appo, lambda-returns / GAE
-        for a3c/a2c/ppo and for impala/appo with ``algo.correction: none``)."""
+        for a3c/a2c/ppo and for impala/appo with ``impala.correction: none``)."""
         a, d = self.cfg.algo, self.device
         T = r.actions.shape[0]
         actions = r.actions.to(d)
@@ -185,7 +185,7 @@ class Learner:
             next_values=next_state_values(values, final_values, r.final_at.to(d)),
             continues=r.continues().to(d),
         )
-        return self.cfg.algo_spec.targets(inputs, a)
+        return self.cfg.algo_spec.targets(inputs, self.cfg)
 
     # --- gradients -------------------------------------------------------------------------
 
@@ -227,7 +227,7 @@ class Learner:
         the advantages: the decoupled objective of Hilton et al. 2022 ("Batch size-invariance
         for policy optimization"), as RLlib's APPO does with its target network.
         """
-        a, d = self.cfg.algo, self.device
+        p, d = self.cfg.ppo, self.device
         T, B = r.actions.shape[:2]
         on_device = r.obs.to(d)  # [T+1, B, *obs], copied to a GPU once for all the passes
         with torch.no_grad():
@@ -239,8 +239,8 @@ class Learner:
         old = logits.flatten(0, 1)  # [N, A] pi_old
         old_values, targets, adv = values[:T].flatten(), targets.flatten(), adv.flatten()
         n = T * B
-        size = -(-n // a.minibatches)  # ceil: every sample is in one minibatch per epoch
-        for _ in range(a.epochs):
+        size = -(-n // p.minibatches)  # ceil: every sample is in one minibatch per epoch
+        for _ in range(p.epochs):
             for idx in torch.randperm(n, generator=self.generator).to(d).split(size):
                 lg, v = self.model(obs[idx])
                 loss = actor_critic_loss(
@@ -317,7 +317,7 @@ def push_gradients(
 
     ``barrier``: wait at the server for the next version after each push (a2c, ppo). Each
     gradient is computed at the parameters the previous exchange returned, unless
-    ``algo.overlap_push`` (and no barrier): then the next gradient is computed while the
+    ``ppo.overlap_push`` (and no barrier): then the next gradient is computed while the
     previous exchange is in flight, at the parameters before it (one step of staleness), so
     the round trip costs no learner time (measured on Pong, 2 cores: a quarter of it), but
     PPO's epochs became unstable (see the option).
@@ -328,7 +328,7 @@ def push_gradients(
     """
     norm = batch.norm
     timeout = learner.cfg.server.barrier_timeout_s
-    overlap = learner.cfg.algo.overlap_push and not barrier
+    overlap = learner.cfg.ppo.overlap_push and not barrier
     timer = learner.timer
     params: Params | None = None
     pending: Callable[[], tuple[PushResult, Params]] | None = None

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -35,6 +35,9 @@ from rltrain.rl.config import TrainConfig
 from rltrain.rl.evaluate import load_policy, play_episodes, state_params
 from rltrain.rl.setup import Counters
 from rltrain.rl.tblog import TrainLogger
+
+if TYPE_CHECKING:
+    from rltrain.runtime.contract import Runtime
 
 EVALS_FILE = "evals.jsonl"
 MAX_STEPS = 1_000_000  # vector steps of one evaluation (a policy that never ends an episode)
@@ -123,7 +126,7 @@ class PeriodicEval:
         self,
         cfg: TrainConfig,
         run_dir: Path,
-        runtime: Any,
+        runtime: Runtime,
         env_steps: int,
         log: TrainLogger,
         say: Callable[[str], None],

@@ -184,7 +184,7 @@ class ActorLearnerPlan(RLPlan):
         self.ready: collections.deque = collections.deque()  # (rollout future, actor)
         self.idle_learners = list(learners)
         self.idle_actors: list[Any] = []
-        self.cap = RolloutCap.of(cfg.learners, cfg.algo.learner_batch, len(actors))
+        self.cap = RolloutCap.of(cfg.learners, cfg.impala.learner_batch, len(actors))
         self.policy = None  # runtime.inference: one batched policy acts for every actor
         if host.inference is not None:
             device = host.inference
@@ -240,7 +240,7 @@ class ActorLearnerPlan(RLPlan):
                 for learner in self.idle_learners:  # left once and rejoined by pushing too
                     self.ctx.guard.leave(learner.index)
             return
-        n = cfg.algo.learner_batch
+        n = cfg.impala.learner_batch
         while self.idle_learners and len(self.ready) >= n:
             batch = [self.ready.popleft() for _ in range(n)]
             refs = [ref for ref, _ in batch]

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from rltrain.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
-from rltrain.config import ConfigError, dotted, to_dict
+from rltrain.config import ConfigError, dotted, moved_keys, to_dict
 from rltrain.envs import ActionSpace, EnvError, make_env
 from rltrain.envs.user import one_hot as one_hot_space
 from rltrain.faults import FaultCounters
@@ -170,7 +170,7 @@ def resume_changes(path: Path, saved: dict[str, Any] | None, cfg: TrainConfig) -
     of :data:`TOLD_ON_RESUME`; CheckpointError for a key of :data:`KEPT_ON_RESUME`."""
     if not saved:
         return []
-    old, new = dotted(saved), dotted(to_dict(cfg))
+    old, new = dotted(moved_keys(TrainConfig, saved)), dotted(to_dict(cfg))
     changed = [
         k
         for k, v in new.items()

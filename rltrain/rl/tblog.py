@@ -2,6 +2,10 @@
 
 ``perf/time/<role>/<phase>``: the share of the role's wall time (its processes summed) spent in
 each phase over the last interval (:mod:`rltrain.perf`); the live line names the biggest.
+``perf/env_fps``, ``perf/learner_updates_per_s`` and ``replay/sampled_per_s``: rates over the
+last :data:`RATE_WINDOW_S` seconds, so that steps arriving a rollout at a time give no 0 at a
+log point that fell between two rollouts. Each run's tb folder holds a custom-scalars layout
+(:data:`LAYOUT`, TensorBoard's CUSTOM SCALARS tab) of these tags.
 """
 
 from __future__ import annotations
@@ -18,6 +22,45 @@ from rltrain.config import dump_yaml
 from rltrain.rl.config import StopConfig, TrainConfig
 from rltrain.rl.rollout import LOSS_TERMS, LossStats, WorkStats
 from rltrain.rl.setup import Counters
+
+RATE_WINDOW_S = 10.0
+"""Seconds of wall time the logged rates average over (at least one log interval)."""
+
+_ROLES = ("actor", "learner", "worker")  # the RL roles that time phases (perf/time/<role>/*)
+LAYOUT: dict[str, dict[str, list[Any]]] = {
+    "returns": {
+        # training's episodes and the periodic evaluations' means (eval.every_steps) together
+        "raw score: episodes, evaluation mean": [
+            "Multiline",
+            ["^episode/return$", "^eval/mean_return$"],
+        ],
+        "episode length": ["Multiline", ["^episode/length$", "^eval/mean_length$"]],
+    },
+    "speed": {
+        "env frames/s": ["Multiline", ["^perf/env_fps$"]],
+        "learner updates/s": ["Multiline", ["^perf/learner_updates_per_s$"]],
+        "network bytes": ["Multiline", ["^net/bytes_.*"]],
+        "replay size": ["Multiline", ["^replay/size$"]],
+        "replay samples/s": ["Multiline", ["^replay/sampled_per_s$"]],
+        **{f"{r} time shares": ["Multiline", [f"^perf/time/{r}/.*"]] for r in _ROLES},
+    },
+    "staleness": {
+        "staleness of applied updates (versions)": ["Multiline", ["^ps/staleness_(mean|max)$"]],
+        "behaviour-policy lag KL": ["Multiline", ["^loss/lag_kl$"]],
+        "server version": ["Multiline", ["^ps/version$"]],
+    },
+    "losses": {
+        **{t: ["Multiline", [f"^loss/{t}$"]] for t in ("policy", "value", "entropy", "td")},
+        "kl, clip fraction": ["Multiline", ["^loss/(kl|clip_fraction)$"]],
+        "gradient norm": ["Multiline", ["^loss/grad_norm$"]],
+        "learning rate": ["Multiline", ["^optim/lr$"]],
+        "dqn Q mean, epsilon": ["Multiline", ["^dqn/.*"]],
+    },
+    "faults": {
+        "faults (cumulative counts)": ["Multiline", ["^faults/.*"]],
+    },
+}
+"""TensorBoard custom-scalars layout: category -> chart title -> [kind, tag regexes]."""
 
 
 class TrainLogger:
@@ -42,9 +85,12 @@ class TrainLogger:
         self.writer.add_text("config", "```\n" + dump_yaml(cfg) + "```")
         proto = "\n".join(f"| {k} | {v} |" for k, v in protocol.items())
         self.writer.add_text("env/protocol", "| key | value |\n|---|---|\n" + proto)
+        self.writer.add_custom_scalars(LAYOUT)
         self._last_t = time.time()
-        self._last_steps = start_steps
-        self._updates = 0
+        window = max(RATE_WINDOW_S, self.every)
+        self._step_rate = perf.RateWindow(window, start_steps, self._last_t)
+        self._update_rate = perf.RateWindow(window, 0, self._last_t)
+        self._all_updates = 0
         self._losses: list[LossStats] = []
         self._staleness: list[int] = []
         self._epsilon: list[float] = []
@@ -56,7 +102,11 @@ class TrainLogger:
         for ret, length in zip(stats.episode_returns, stats.episode_lengths, strict=False):
             self.writer.add_scalar("episode/return", ret, env_steps)
             self.writer.add_scalar("episode/length", length, env_steps)
-        self._updates += stats.updates
+        self._all_updates += stats.updates
+        if stats.env_steps:
+            self._step_rate.add(env_steps)
+        if stats.updates:
+            self._update_rate.add(self._all_updates)
         self._losses.extend(stats.losses)
         if stats.epsilon is not None:
             self._epsilon.append(stats.epsilon)
@@ -79,10 +129,11 @@ class TrainLogger:
         """Write the interval's scalars; ``net``: the shards' (bytes pushed, bytes pulled);
         ``lr``: the learning rate the shards step with now (schedule.lr_end moves it)."""
         now = time.time()
-        dt = max(1e-9, now - self._last_t)
-        fps = (env_steps - self._last_steps) * self.frames_per_step / dt
+        self._step_rate.add(env_steps, now)
+        fps = self._step_rate.rate(now) * self.frames_per_step
+        updates_per_s = self._update_rate.rate(now)
         self.writer.add_scalar("perf/env_fps", fps, env_steps)
-        self.writer.add_scalar("perf/learner_updates_per_s", self._updates / dt, env_steps)
+        self.writer.add_scalar("perf/learner_updates_per_s", updates_per_s, env_steps)
         self.writer.add_scalar("ps/version", version, env_steps)
         if lr is not None:
             self.writer.add_scalar("optim/lr", lr, env_steps)
@@ -91,10 +142,13 @@ class TrainLogger:
             self.writer.add_scalar("net/bytes_pulled", net[1], env_steps)
         if replay_size is not None:
             self.writer.add_scalar("replay/size", replay_size, env_steps)
-            sampled = self._updates * self.batch_size / dt  # every learner update samples a batch
+            sampled = updates_per_s * self.batch_size  # every learner update samples a batch
             self.writer.add_scalar("replay/sampled_per_s", sampled, env_steps)
         if self._staleness:
             self.writer.add_histogram("ps/staleness", _as_tensor(self._staleness), env_steps)
+            mean = sum(self._staleness) / len(self._staleness)
+            self.writer.add_scalar("ps/staleness_mean", mean, env_steps)
+            self.writer.add_scalar("ps/staleness_max", max(self._staleness), env_steps)
         for name in ("grad_norm", *LOSS_TERMS):
             values = [getattr(x, name) for x in self._losses if getattr(x, name) is not None]
             if values:
@@ -107,8 +161,8 @@ class TrainLogger:
             if values:
                 self.writer.add_scalar(tag, sum(values) / len(values), env_steps)
         self.writer.flush()
-        self._last_t, self._last_steps = now, env_steps
-        self._updates, self._losses, self._staleness = 0, [], []
+        self._last_t = now
+        self._losses, self._staleness = [], []
         self._epsilon, self._q_mean, self._phases = [], [], {}
 
     def faults(self, counters: Any, env_steps: int) -> None:

@@ -32,6 +32,7 @@ from rltrain.faults import (
     resume_all,
 )
 from rltrain.progress import Progress
+from rltrain.ps.rules import ASYNC
 from rltrain.records import Role
 from rltrain.rl.config import (
     TrainConfig,
@@ -162,7 +163,7 @@ class Trainer:
     def _start(self, runtime: Runtime) -> None:
         cfg, ctx = self.cfg, self.ctx
         modules = (*cfg.env.imports, *(w.partition(":")[0] for w in cfg.env.wrappers))
-        where = self.ray_where or runtime.init_ray(cfg.runtime, ship=modules)
+        where = self.ray_where or runtime.start(cfg.runtime, ship=modules)
         self.record.mark("ray")
         signals.install()  # again: ray.init replaces the SIGTERM handler
         name, why = chosen_backend(cfg.runtime)
@@ -172,7 +173,7 @@ class Trainer:
         self.shard_device, cfg, processes = placed.shard_device, placed.cfg, placed.processes
         fitted = runtime.fit_cpus(cfg.runtime, processes, cfg.server.shards)
         print(f"runtime: {where}, chosen by {why}; {placed.describe()}")
-        self.record.ray = runtime.ray_record()
+        self.record.ray = runtime.job_record()
         if fitted.worker_cpus < cfg.runtime.worker_cpus:
             self.progress.note(
                 f"{processes:g} processes on {cpus:.0f} CPUs: each reserves "
@@ -288,9 +289,11 @@ class Trainer:
 
         ``pushes``: the process pushes gradients, so a barrier rule may be waiting for it.
         """
-        rule = server_rule(self.cfg).rule if pushes else "async"
+        rule = server_rule(self.cfg).update_rule if pushes else ASYNC
         verdict = self.ctx.respond(d, rule, self.cfg.faults.on_worker_loss)
         self.log.faults(self.faults, self.counters.env_steps)
+        if verdict == "gone":
+            self.ctx.forget(d.remote)
         if self.stopped_by and pushes and verdict != "gone":
             self.ctx.guard.leave(d.remote.index)  # stopping: no barrier may wait for it now
             return False
@@ -374,11 +377,8 @@ class Trainer:
         return stop_fraction(self.cfg.stop, self.counters, self.wall_base + self._elapsed())
 
     def _status(self) -> str:
-        secs = self._elapsed()
-        c, top = self.counters, self.log.top
-        return status_line(
-            c, self.cfg.stop.window, self.spec.frames_per_step, secs, self.wall_base, top
-        )
+        c, fps, secs = self.counters, self.spec.frames_per_step, self._elapsed()
+        return status_line(c, self.cfg.stop.window, fps, secs, self.wall_base, self.log.top)
 
     def _checkpoint(self) -> tuple[Path, dict[str, Any]]:
         guard, server = self.ctx.guard, self.ctx.server

@@ -34,8 +34,8 @@ class Worker:
         self.timer = self.actor.timer = self.learner.timer = PhaseTimer("worker")
         self.learner.model = self.actor.model  # one network: acting and learning share it
         self.barrier = waits_at_barrier(cfg)
-        a = cfg.algo
-        self.steps_per_rollout = a.epochs * a.minibatches if cfg.algo_spec.clipped else 1
+        p = cfg.ppo
+        self.steps_per_rollout = p.epochs * p.minibatches if cfg.algo_spec.clipped else 1
         self.epoch = 0  # of the parameters held (GradUpdate.epoch)
 
     def work(self, server: Server, iterations: int, progress: float = 0.0) -> WorkStats:

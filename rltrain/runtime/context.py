@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rltrain.driver import Done
-from rltrain.faults import FaultAction, FaultCounters, RunFailed
+from rltrain.faults import FaultAction, FaultCounters, PusherRule, RunFailed
 from rltrain.records import Verdict
 from rltrain.runtime.contract import Guard, RemoteProcess, Runtime
 
@@ -45,19 +45,19 @@ class RunContext:
         """Whether every process has started (checked without waiting)."""
         return all(r.is_up() for r in self.everyone())
 
-    def respond(self, done: Done, rule: str, on_worker_loss: str) -> Verdict:
-        """Count and report a lost or revived process (``rule``: the server rule it pushes
-        under, "async" for one that does not push); a process that will not come back leaves
-        ``procs``, and a role left with none fails the run."""
-        verdict = self.runtime.respond(
+    def respond(self, done: Done, rule: PusherRule, on_worker_loss: str) -> Verdict:
+        """Count and report a lost or revived process (``rule``: the update rule it pushes
+        under; ASYNC for one that does not push): "work", "wait" or "gone" for good."""
+        return self.runtime.respond(
             done, rule, on_worker_loss, self.server, self.guard, self.faults, self.say
         )
-        if verdict == "gone":
-            r = done.remote
-            self.procs[r.role] = [x for x in self.procs.get(r.role, []) if x is not r]
-            if not self.procs[r.role]:
-                raise RunFailed(f"every {r.role} died and none will restart")
-        return verdict
+
+    def forget(self, remote: RemoteProcess) -> None:
+        """A process gone for good leaves ``procs``; a role left with none fails the run."""
+        left = [x for x in self.procs.get(remote.role, []) if x is not remote]
+        self.procs[remote.role] = left
+        if not left:
+            raise RunFailed(f"every {remote.role} died and none will restart")
 
     def inject(self, action: FaultAction) -> None:
         """Carry out one of ``faults.events`` (kill or pause a process)."""

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from rltrain.driver import Done
-from rltrain.faults import FaultAction
+from rltrain.faults import FaultAction, PusherRule
 from rltrain.records import Role, Verdict
 from rltrain.runtime.config import RuntimeConfig
 
@@ -99,7 +99,7 @@ class Runtime(Protocol):
     Pool: Callable[[], CallPool]
     ServerGuard: Callable[[Any, Any, Say], Guard]
 
-    def init_ray(self, cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
+    def start(self, cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
         """Start the runtime; a line saying what it is."""
 
     def shutdown(self) -> None: ...
@@ -112,7 +112,7 @@ class Runtime(Protocol):
 
     def fit_cpus(self, cfg: RuntimeConfig, workers: float, shards: int) -> RuntimeConfig: ...
 
-    def ray_record(self) -> dict[str, Any]:
+    def job_record(self) -> dict[str, Any]:
         """summary.json's "ray": the backend, the job, the nodes."""
 
     def start_server(
@@ -126,7 +126,7 @@ class Runtime(Protocol):
     def respond(
         self,
         d: Done,
-        rule: str,
+        rule: PusherRule,
         on_worker_loss: str,
         server: Any,
         guard: Any,

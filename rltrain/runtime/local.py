@@ -238,7 +238,7 @@ def server_processes(server: LocalServer) -> list[Remote]:
 _threads_before: list[int] = []  # torch's thread count, restored when the run ends
 
 
-def init_ray(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
+def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
     # actors and learners set torch's (process-wide) thread count as they are built
     _threads_before.append(torch.get_num_threads())
     return DESCRIPTION
@@ -260,7 +260,7 @@ def fit_cpus(cfg: RuntimeConfig, workers: float, shards: int) -> RuntimeConfig:
     return cfg  # threads reserve nothing
 
 
-def ray_record() -> dict[str, Any]:
+def job_record() -> dict[str, Any]:
     return {"backend": "local"}
 
 

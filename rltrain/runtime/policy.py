@@ -7,13 +7,13 @@ from collections.abc import Callable
 from typing import Any
 
 from rltrain.driver import Done
-from rltrain.faults import PeerLost, ProcessLost, on_pusher_loss
+from rltrain.faults import PeerLost, ProcessLost, PusherRule, on_pusher_loss
 from rltrain.records import Verdict
 
 
 def respond(
     d: Done,
-    rule: str,
+    rule: PusherRule,
     on_worker_loss: str,
     server: Any,
     guard: Any,
@@ -21,8 +21,8 @@ def respond(
     say: Callable[[str], None],
 ) -> Verdict:
     """What a driver does about a failed or revived process: count it, say it, and let the
-    server stop waiting for it when the rule allows. ``rule`` is the server rule the process
-    pushes under ("async" for processes that do not push).
+    server stop waiting for it when the rule allows. ``rule`` is the update rule the process
+    pushes under (:data:`rltrain.ps.rules.ASYNC` for processes that do not push).
 
     Returns "work" (give it work now), "wait" (it is being restarted) or "gone" (it will not
     come back).

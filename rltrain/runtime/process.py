@@ -31,24 +31,20 @@ import os
 import signal
 import sys
 import threading
-import time
-import types
-from collections.abc import Callable, Iterator, Sequence
-from multiprocessing.connection import Connection
+from collections.abc import Callable, Sequence
 from typing import Any
-
-import torch.multiprocessing as mp
 
 from rltrain.driver import Done
 from rltrain.faults import FaultAction, ProcessLost, pause
-from rltrain.ps.server import ShardedServer
 from rltrain.records import Role
-from rltrain.replay.local import LocalReplay
 from rltrain.runtime import child, local
 from rltrain.runtime.config import RuntimeConfig
+from rltrain.runtime.forkserver import context, no_main, serve, service_names
 from rltrain.runtime.local import Remote as ThreadRemote
 from rltrain.runtime.local import ServerGuard, cluster_gpus, start_replay, start_server
 from rltrain.runtime.policy import respond
+from rltrain.runtime.process_pool import Pool
+from rltrain.runtime.shm import shm_note
 
 __all__ = [
     "Done",
@@ -60,10 +56,10 @@ __all__ = [
     "fit_cpus",
     "free_cpus",
     "get",
-    "init_ray",
+    "start",
     "inject",
     "placement_note",
-    "ray_record",
+    "job_record",
     "respond",
     "server_processes",
     "shutdown",
@@ -76,99 +72,7 @@ __all__ = [
 DESCRIPTION = "processes on this machine (runtime.backend=process: a forkserver, shared memory)"
 IN_TRAINER: tuple[Role, ...] = ("learner",)
 """Roles that stay in the trainer's process, next to the shards (as threads)."""
-PRELOAD = [
-    "rltrain.runtime.child",
-    "rltrain.rl.actor",
-    "rltrain.rl.worker",
-    "rltrain.rl.dqn",
-    "rltrain.rl.periodic",
-    "rltrain.supervised.worker",
-]
-"""What the forkserver imports before it forks: every child starts with them imported."""
-
 _children: list[Remote] = []  # every process started (and restarted) in this session
-_context: Any = None
-
-
-def context() -> Any:
-    """The forkserver context, started at most once per process (its imports then run beside
-    the trainer's own start-up, on another core)."""
-    global _context
-    if _context is None:
-        _context = mp.get_context("forkserver")
-        _context.set_forkserver_preload(PRELOAD)
-        from multiprocessing import forkserver
-
-        forkserver.ensure_running()
-    return _context
-
-
-def service_names(args: Sequence[Any], services: dict[str, Any]) -> tuple:
-    """The call's arguments with the server, the replay memory and any object that names
-    itself a service (a ``service_name`` class attribute: the batched policy) replaced by
-    references (``services`` learns the objects they stand for)."""
-    out = []
-    for a in args:
-        name = getattr(type(a), "service_name", None)
-        name = "server" if isinstance(a, ShardedServer) else name
-        name = "replay" if isinstance(a, LocalReplay) else name
-        if name is not None:
-            services[name] = a
-            a = child.ServiceRef(name)
-        out.append(a)
-    return tuple(out)
-
-
-def serve(conn: Connection, services: dict[str, Any]) -> None:
-    """The trainer's side of one child's service pipe: run each request on the object it
-    names, answer it, until the pipe closes (the child died or ended)."""
-    channel = child.Channel(conn)
-    sent = None  # the parameters last sent to this child: a pull sends only newer ones
-    while True:
-        try:
-            msg = channel.read()
-        except (EOFError, OSError):
-            return
-        try:
-            name, method, args = channel.inbox.unpack(msg)
-            target = services[name]
-            if name == "server" and method == "pull":
-                have = sent if sent is not None and sent.version == args[0] else None
-                p = target.pull(have)
-                value, sent = (None, sent) if p is have else (p, p)
-            else:
-                value = getattr(target, method)(*args)
-                if name == "server" and method == "exchange":
-                    sent = value[1]
-            reply = ("ok", value, None)
-        except BaseException as e:
-            import traceback
-
-            reply = ("raised", *child.exception_message(e, traceback.format_exc()))
-        try:
-            channel.send(*reply)
-        except (BrokenPipeError, OSError):
-            return
-
-
-@contextlib.contextmanager
-def _no_main() -> Iterator[None]:
-    """Start a child without the parent's ``__main__``. multiprocessing's children import the
-    parent's main script (as ``__mp_main__``) so that its functions can be unpickled; ours
-    run only rltrain's classes and ``env.imports`` modules, and a user's script without an
-    ``if __name__ == "__main__":`` guard (``rltrain.train(...)`` at its top level) would run
-    its training again in every child. A stand-in module, for the start only, gives them
-    nothing to import."""
-    with _MAIN_LOCK:  # starts from several threads (restarts) must not interleave the swap
-        main = sys.modules["__main__"]
-        sys.modules["__main__"] = types.ModuleType("__main__")
-        try:
-            yield
-        finally:
-            sys.modules["__main__"] = main
-
-
-_MAIN_LOCK = threading.Lock()
 
 
 class Remote:
@@ -227,7 +131,7 @@ class Remote:
             name=f"rltrain-{self.role}{self.index}",
             daemon=False,  # an actor may start processes of its own (gymnasium's async envs)
         )
-        with _no_main():
+        with no_main():
             self.process.start()
         ctrl_child.close()
         svc_child.close()
@@ -369,67 +273,6 @@ class Remote:
             self.process.kill()
 
 
-class Pool:
-    """The calls in flight, one per :class:`Remote`, and the processes being restarted.
-
-    As :class:`rltrain.runtime.Pool` (Ray): a call whose process died gives a ``Done`` with
-    ``error=ProcessLost``; the pool then waits for the new process and reports it
-    ``revived`` (or ``ProcessLost(permanent=True)``). Any other exception is a bug and fails
-    the run with its own traceback. ``fetch=False`` calls give their value too (there are no
-    references to pass on: a rollout is copied out of shared memory as it arrives).
-    """
-
-    def __init__(self) -> None:
-        self.calls: dict[cf.Future, tuple[Any, Any, bool]] = {}
-        self.probes: dict[cf.Future, Any] = {}
-
-    def submit(
-        self, remote: Any, method: str, *args: Any, tag: Any = None, fetch: bool = True
-    ) -> cf.Future:
-        future = remote.call(method, *args)
-        self.calls[future] = (remote, tag, fetch)
-        return future
-
-    def __len__(self) -> int:
-        return len(self.calls) + len(self.probes)
-
-    def watch(self, remote: Any) -> None:
-        if isinstance(remote, Remote) and remote not in self.restarting():
-            self.probes[remote.probe()] = remote
-
-    def busy(self, remote: Any) -> bool:
-        return any(r is remote for r, _, _ in self.calls.values())
-
-    def restarting(self) -> list[Any]:
-        return list(self.probes.values())
-
-    def wait(self, timeout: float) -> list[Done]:
-        if not self.calls and not self.probes:
-            time.sleep(timeout)
-            return []
-        done, _ = cf.wait([*self.calls, *self.probes], timeout, return_when=cf.FIRST_COMPLETED)
-        out = []
-        for future in done:
-            if future in self.probes:
-                remote = self.probes.pop(future)
-                error = future.exception()
-                out.append(Done(remote, error=error) if error else Done(remote, revived=True))
-                if isinstance(error, ProcessLost) and not error.permanent:
-                    self.probes[remote.probe()] = remote  # it died again before it was up
-                continue
-            remote, tag, _ = self.calls.pop(future)
-            error = future.exception()
-            if isinstance(error, ProcessLost):
-                out.append(Done(remote, tag, error=error))
-                if not error.permanent:
-                    self.probes[remote.probe()] = remote
-            elif error is not None:
-                raise error
-            else:
-                out.append(Done(remote, tag, future.result()))
-        return out
-
-
 def wait_any(futures: Sequence[cf.Future], timeout: float) -> list[cf.Future]:
     done, _ = cf.wait(futures, timeout, return_when=cf.FIRST_COMPLETED)
     return list(done)
@@ -487,33 +330,11 @@ def server_processes(server: Any) -> list[Any]:
     return []  # the shards are objects of this process
 
 
-def init_ray(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
+def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
     """Start the forkserver (if not yet started); what this runtime is, for the log."""
     context()
-    local.init_ray(cfg)  # learner threads set the torch thread count of this process
+    local.start(cfg)  # learner threads set the torch thread count of this process
     return DESCRIPTION + ("" if hasattr(os, "memfd_create") else shm_note())
-
-
-SHM_LOW = 1 << 30
-"""Below this much free shared memory, say so: a Pong actor's slots take ~40 MB, and a
-container's default /dev/shm is 64 MB (Docker)."""
-
-
-def shm_note(path: str = "/dev/shm") -> str:
-    """A warning for the runtime line when ``path`` (where shared-memory slots live where
-    there is no ``memfd_create``) has little room: a slot written past the end of a full
-    /dev/shm kills its process (SIGBUS)."""
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return ""
-    free = st.f_bavail * st.f_frsize
-    if free >= SHM_LOW:
-        return ""
-    return (
-        f"; note: {path} has {free / 2**20:.0f} MB free, and rollouts and parameters pass "
-        "through it (docker: --shm-size=2g; or runtime.backend=local or ray)"
-    )
 
 
 def cluster_cpus() -> float:
@@ -531,7 +352,7 @@ def fit_cpus(cfg: RuntimeConfig, workers: float, shards: int) -> RuntimeConfig:
     return cfg  # processes reserve nothing: the OS shares the cores
 
 
-def ray_record() -> dict[str, Any]:
+def job_record() -> dict[str, Any]:
     return {"backend": "process"}
 
 

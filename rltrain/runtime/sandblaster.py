@@ -1,4 +1,8 @@
-"""Sandblaster's shards and workers as Ray processes (:mod:`rltrain.supervised.sandblaster`)."""
+"""Sandblaster's shards and workers as Ray processes (:mod:`rltrain.supervised.sandblaster`).
+
+This layer does not import the supervised bench above it: the bench hands in the worker
+class to place (its ``SandblasterWorker``), and portions and their results pass through as
+the bench's own objects."""
 
 from __future__ import annotations
 
@@ -11,7 +15,6 @@ from rltrain.ps.lbfgs import LbfgsShard, split_sizes
 from rltrain.runtime.errors import result
 from rltrain.runtime.pool import wait_any
 from rltrain.runtime.remote import Remote
-from rltrain.supervised.sandblaster import Portion, PortionResult, SandblasterWorker
 
 
 class RayStore:
@@ -51,9 +54,13 @@ def start_store(init: torch.Tensor, shards: int, cpus: float) -> tuple[RayStore,
 class RayExecutor:
     """:class:`~rltrain.supervised.sandblaster.Executor` over worker processes."""
 
-    def __init__(self, specs: list[Any], sources: list[Any], store: RayStore, cpus: float) -> None:
+    def __init__(
+        self, worker_cls: type, specs: list[Any], sources: list[Any], store: RayStore, cpus: float
+    ) -> None:
+        """One ``worker_cls(spec, source, store)`` process per spec (the bench's
+        ``SandblasterWorker``), each reserving ``cpus``."""
         self.procs = [
-            Remote(SandblasterWorker, s, d, store, role="worker", index=i, num_cpus=cpus)
+            Remote(worker_cls, s, d, store, role="worker", index=i, num_cpus=cpus)
             for i, (s, d) in enumerate(zip(specs, sources, strict=True))
         ]
         self.workers = len(self.procs)
@@ -63,10 +70,12 @@ class RayExecutor:
         for r in [p.call("start", t0) for p in self.procs]:
             result(r)
 
-    def submit(self, worker: int, portion: Portion) -> Any:
+    def submit(self, worker: int, portion: Any) -> Any:
+        """Start ``worker``'s ``compute(portion)``; returns its handle."""
         return self.procs[worker].call("compute", portion)
 
-    def wait(self, handles: list[Any], timeout: float) -> list[tuple[Any, PortionResult]]:
+    def wait(self, handles: list[Any], timeout: float) -> list[tuple[Any, Any]]:
+        """(handle, the worker's result) of the calls done within ``timeout`` seconds."""
         return [(h, result(h)) for h in wait_any(handles, timeout)]
 
     def kill(self) -> None:

@@ -181,3 +181,25 @@ def _walk(obj: Any, fn: Any) -> Any:
             object.__setattr__(out, f.name, fn(getattr(obj, f.name)))
         return out
     return obj
+
+
+SHM_LOW = 1 << 30
+"""Below this much free shared memory, say so: a Pong actor's slots take ~40 MB, and a
+container's default /dev/shm is 64 MB (Docker)."""
+
+
+def shm_note(path: str = "/dev/shm") -> str:
+    """A warning for the runtime line when ``path`` (where shared-memory slots live where
+    there is no ``memfd_create``) has little room: a slot written past the end of a full
+    /dev/shm kills its process (SIGBUS)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return ""
+    free = st.f_bavail * st.f_frsize
+    if free >= SHM_LOW:
+        return ""
+    return (
+        f"; note: {path} has {free / 2**20:.0f} MB free, and rollouts and parameters pass "
+        "through it (docker: --shm-size=2g; or runtime.backend=local or ray)"
+    )

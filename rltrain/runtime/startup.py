@@ -44,7 +44,7 @@ def user_code(modules: Sequence[str]) -> list[ModuleType]:
     return out
 
 
-def init_ray(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
+def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
     """Start a local Ray instance, or join the cluster at ``cfg.address``; returns a description.
 
     A local instance starts one worker process per CPU while the driver is still connecting,
@@ -76,7 +76,7 @@ def init_ray(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
                 "(start one with `ray start --head`, or leave --address out for a local Ray)"
             ) from None
         _started_here = False
-        r = ray_record()
+        r = job_record()
         return (
             f"ray cluster at {cfg.address} ({r['cpus']:.0f} CPUs on {r['nodes']} nodes; "
             f"job {r['job_id']})"
@@ -111,8 +111,8 @@ def init_ray(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
     return f"local ray ({cpus} CPUs)"
 
 
-_started_here = False  # init_ray started a local instance (rather than joining a cluster)
-_ours = False  # init_ray started or joined the Ray this process is connected to
+_started_here = False  # start started a local instance (rather than joining a cluster)
+_ours = False  # start started or joined the Ray this process is connected to
 
 
 def check_reachable(address: str) -> None:
@@ -139,7 +139,7 @@ def check_address(address: str) -> None:
 
 
 def shutdown() -> None:
-    """Stop the Ray instance :func:`init_ray` started (or leave the cluster it joined); a Ray
+    """Stop the Ray instance :func:`start` started (or leave the cluster it joined); a Ray
     the caller had started already (``ray.init`` in a notebook) is theirs, and goes on."""
     global _ours
     if ray.is_initialized() and _ours:
@@ -178,7 +178,7 @@ def node_cpus() -> list[float]:
     ]
 
 
-def ray_record() -> dict[str, Any]:
+def job_record() -> dict[str, Any]:
     """What summary.json keeps of the Ray side: the job's id (as Ray's own tables name it),
     the live nodes and their CPUs."""
     return {

@@ -21,9 +21,9 @@ from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.server import ShardedServer, ShardLayout
 from rltrain.ps.shard import ParameterShard
 from rltrain.records import GradUpdate, Params, PushResult
+from rltrain.runtime.config import RuntimeConfig
 from rltrain.runtime.errors import result
 from rltrain.runtime.remote import Remote
-from rltrain.runtime.config import RuntimeConfig
 
 FANOUT_MIN_BYTES = 1 << 20
 """Below this a pulled slice travels inline: measured on CartPole's 72 KB network, the object
@@ -194,7 +194,7 @@ def start_server(
             index=i,
             num_cpus=runtime.server_cpus,
             max_restarts=max_restarts,
-            max_concurrency=1 if rule.rule == "async" else num_workers + 8,
+            max_concurrency=rule.update_rule.max_concurrency(num_workers),
         )
         for i, piece in enumerate(pieces)
     ]

@@ -26,6 +26,8 @@ from rltrain.faults import (
     resume_all,
 )
 from rltrain.progress import Progress
+from rltrain.ps.rules import UpdateRule
+from rltrain.runtime.context import RunContext
 from rltrain.supervised.config import BenchConfig
 from rltrain.supervised.datasets import SplitDataset
 from rltrain.supervised.local_modes import run_baseline, run_hogwild_mode
@@ -39,7 +41,7 @@ from rltrain.supervised.modes import (
     worker_specs,
 )
 from rltrain.supervised.plots import plot_names
-from rltrain.supervised.replay import save_record
+from rltrain.supervised.update_log import save_record
 from rltrain.supervised.worker import SupervisedWorker, WorkerReport, WorkerSpec
 
 # ---------------------------------------------------------------------------------------------
@@ -58,9 +60,9 @@ def run_server_mode(
     """
     begin = time.time()
     specs = worker_specs(cfg, mode, data, cfg.workers)
-    rule = specs[0].rule.rule
+    rule = specs[0].update_rule
     restarts = cfg.faults.max_restarts
-    record = cfg.server.record and rule != "average"  # averaging replays no gradients
+    record = cfg.server.record and rule.records_gradients  # average: no gradients to reapply
     init = initial_params(cfg, data)
     server = runtime.start_server(
         init, cfg.optimizer, specs[0].rule, cfg.workers, cfg.runtime, restarts, record
@@ -83,12 +85,15 @@ def run_server_mode(
     faults = FaultCounters()
     guard = runtime.ServerGuard(server, faults, progress.note)
     guard.remember(RestorePoint(0, server.state_dicts(), "the initial parameters"))
-    procs = {"worker": workers, "shard": runtime.server_processes(server)}
+    ctx = RunContext(runtime, faults, progress.note, server, guard)
+    procs = ctx.procs
+    ctx.add("worker", workers)
+    ctx.add("shard", runtime.server_processes(server))
     try:
         # constructors (data loading) are start-up, not training time
         runtime.wait_up(workers, progress.note)
         snapper = Snapshotter(server, cfg.eval.every_seconds, cfg.budget.max_seconds, progress)
-        plan = BenchPlan(cfg, rule, runtime, server, guard, faults, procs, snapper, progress)
+        plan = BenchPlan(cfg, rule, ctx, snapper)
         need = cfg.runtime.worker_cpus
         plan.elastic = Elastic(specs, spawn, guard, procs, progress.note, runtime.free_cpus, need)
         drive(plan.pool, plan)
@@ -114,21 +119,11 @@ class BenchPlan:
     worker runs to the mode's deadline in one call; a worker Ray restarts gets the rest."""
 
     def __init__(
-        self,
-        cfg: BenchConfig,
-        rule: str,
-        runtime: Any,
-        server: Any,
-        guard: Any,
-        faults: FaultCounters,
-        procs: dict[str, list[Any]],
-        snapper: Snapshotter,
-        progress: Progress,
+        self, cfg: BenchConfig, rule: UpdateRule, ctx: RunContext, snapper: Snapshotter
     ) -> None:
-        self.cfg, self.rule, self.runtime, self.server = cfg, rule, runtime, server
-        self.guard, self.faults, self.procs = guard, faults, procs
-        self.snapper, self.progress = snapper, progress
-        self.pool = runtime.Pool()
+        self.cfg, self.rule, self.ctx, self.snapper = cfg, rule, ctx, snapper
+        self.server, self.guard, self.procs = ctx.server, ctx.guard, ctx.procs
+        self.pool = ctx.runtime.Pool()
         self.reports: dict[int, WorkerReport] = {}
         self.t0 = time.time()
         self.deadline: float | None = None
@@ -162,15 +157,7 @@ class BenchPlan:
             self.elastic.stopped(done.remote.index)
 
     def on_fault(self, done: Any) -> None:
-        verdict = self.runtime.respond(
-            done,
-            self.rule,
-            self.cfg.faults.on_worker_loss,
-            self.server,
-            self.guard,
-            self.faults,
-            self.progress.note,
-        )
+        verdict = self.ctx.respond(done, self.rule, self.cfg.faults.on_worker_loss)
         if verdict == "work":
             self._give(done.remote)
 
@@ -190,7 +177,7 @@ class BenchPlan:
     def tick(self) -> None:
         when, late = self.late
         if late and time.time() >= when:
-            self.progress.note(f"warm start over: {len(late)} more workers join")
+            self.ctx.say(f"warm start over: {len(late)} more workers join")
             for w in late:
                 self._give(w)
             self.late = (0.0, [])
@@ -200,7 +187,7 @@ class BenchPlan:
                 if joined is not None:
                     self._give(joined)
                 continue
-            self.runtime.inject(action, self.procs, self.faults, self.progress.note)
+            self.ctx.inject(action)
         if self.snapper.due_in() == 0:
             restorable = self.cfg.faults.max_restarts != 0
             _snapshot(self.snapper, self.server, self.guard, restorable)
@@ -251,7 +238,7 @@ def run_mode(
 def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
     """`rltrain bench`: every mode in turn, evaluated and reported into ``run_dir``."""
     from rltrain import runtime as runtimes  # Ray stays at the edge: imported only when used
-    from rltrain.supervised import report
+    from rltrain.supervised import evaluation, report
     from rltrain.supervised.config import bench_backend
 
     started = time.time()
@@ -260,14 +247,14 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
     name, why = bench_backend(cfg)
     runtime = runtimes.backend(dataclasses.replace(cfg.runtime, backend=name))
     if needs_ray:
-        where = f"{runtime.init_ray(cfg.runtime)}, chosen by {why}"
+        where = f"{runtime.start(cfg.runtime)}, chosen by {why}"
         stages = cfg.model.stages  # a process and a server shard per stage of each replica
         shards = stages if stages > 1 else cfg.server.shards
         fitted = runtime.fit_cpus(cfg.runtime, cfg.workers * stages, shards)
         cfg = dataclasses.replace(cfg, runtime=fitted)
         signals.install()  # again: ray.init replaces the SIGTERM handler
         print(f"runtime: {where}")
-        extra["ray"] = runtime.ray_record()
+        extra["ray"] = runtime.job_record()
     results, curves = [], {}
     try:
         for i, mode in enumerate(cfg.modes):
@@ -276,7 +263,7 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
             if trace.record is not None:
                 save_record(run_dir, trace)
             prog = Progress(label)
-            points = report.evaluate(
+            points = evaluation.evaluate(
                 cfg, data, trace, lambda k, n, p=prog: p.update(k / n, f"evaluating {k}/{n}")
             )
             prog.close()
@@ -318,7 +305,7 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
     plots = ", ".join(plot_names(cfg))
     print(f"  {plots}, summary.json; tensorboard --logdir {run_dir / 'tb'}")
     if cfg.server.record:
-        print(f"  record/ of the pushes: rltrain replay {run_dir}")
+        print(f"  record/ of the pushes: rltrain reapply {run_dir}")
     return 0
 
 

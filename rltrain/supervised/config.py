@@ -7,12 +7,14 @@ from dataclasses import dataclass, field
 from rltrain.config import spec
 from rltrain.faults import FaultsConfig
 from rltrain.ps.config import OptimizerConfig, ServerConfig, check_momentum_correction
+from rltrain.ps.rules import rule_named, rule_names
 from rltrain.runtime.config import RuntimeConfig
 from rltrain.supervised.datasets import DATASETS
 from rltrain.supervised.models import MODELS, PARAM_LAYERS
-from rltrain.supervised.toys import TOY_PROBLEMS
+from rltrain.supervised.toys import TOY_PROBLEMS, ToyConfig
 
 # Each mode is a server rule (plus a staleness policy), the single-process baseline, or Hogwild.
+# An update rule registered later (rltrain.ps.rules.register_rule) is a mode of its own name.
 MODES = (
     "baseline",
     "sync",
@@ -27,43 +29,31 @@ MODES = (
 )
 
 
-@dataclass(frozen=True)
-class ToyConfig:
-    """The generated problems with a known optimum (data.dataset toy_quadratic / toy_logistic).
-
-    Features have the second moment U diag(lambda) U^T: eigenvalues spaced geometrically from
-    curvature / condition up to curvature, in a random rotation U. toy_quadratic is least
-    squares, 1/2 mean (x.w - y)^2 with y = x.w_true + noise, so its Hessian is exactly that
-    matrix; toy_logistic labels each x by the sign of x.w_true (separable) and adds l2/2 |w|^2.
-    """
-
-    dim: int = field(default=100, metadata=spec(ge=1))
-    """Dimension D: the model is w in R^D (a linear map without bias)."""
-    samples: int = field(default=20_000, metadata=spec(ge=1))
-    """Training examples (the test set is a fifth of this many more)."""
-    curvature: float = field(default=1.0, metadata=spec(gt=0))
-    """The largest eigenvalue L of the feature second moment (toy_quadratic: of the Hessian).
-    Plain SGD is stable for lr < 2 / L; staleness lowers that bound."""
-    condition: float = field(default=100.0, metadata=spec(ge=1))
-    """L over the smallest eigenvalue."""
-    noise: float = field(default=0.1, metadata=spec(ge=0))
-    """toy_quadratic: standard deviation of the label noise. It is the gradient noise at the
-    optimum (0: every example's gradient vanishes there, and SGD converges linearly)."""
-    l2: float = field(default=0.01, metadata=spec(gt=0))
-    """toy_logistic: the L2 term that makes the optimum finite on separable data."""
-    seed: int = field(default=0, metadata=spec(ge=0, le=2**31 - 1))
-    """Seed of the generated data (the same in every process)."""
-
-    def __post_init__(self) -> None:
-        if self.samples < self.dim:
-            raise ValueError(
-                f"data.toy.samples={self.samples} is below data.toy.dim={self.dim}: "
-                "the least-squares optimum would not be unique"
-            )
+ASYNC_MODES = ("async", "async_scale", "async_drop", "hogwild")
+"""The built-in modes that run the async rule (staleness policies; Hogwild's lock-free twin)."""
 
 
-GRADIENT_MODES = ("sync", "soft_sync", "async", "async_scale", "async_drop")
-"""The modes whose workers push gradients to a parameter server."""
+def mode_names() -> tuple[str, ...]:
+    """Every mode ``modes`` accepts: the built-in ones, then the update rules registered later."""
+    return MODES + tuple(name for name in rule_names() if name not in MODES)
+
+
+def rule_modes(modes: tuple[str, ...]) -> list[str]:
+    """Those of ``modes`` named after an update rule (run on the server as that rule)."""
+    names = rule_names()
+    return [m for m in modes if m in names]
+
+
+def gradient_modes() -> tuple[str, ...]:
+    """The modes whose workers push gradients to a parameter server: the rules that do, and
+    async's staleness variants."""
+    pushing = tuple(n for n in rule_names() if rule_named(n).records_gradients)
+    return (*pushing, "async_scale", "async_drop")
+
+
+def server_modes() -> tuple[str, ...]:
+    """The modes with a parameter server and its workers: every rule's, and async's variants."""
+    return (*rule_names(), "async_scale", "async_drop")
 
 
 @dataclass(frozen=True)
@@ -131,10 +121,16 @@ class SandblasterConfig:
     """Mode sandblaster: L-BFGS run by the driver through commands to the shards, over large
     batches whose portions the workers compute (Dean et al. 2012, section 4.2)."""
 
-    batch_size: int = field(default=0, metadata=spec(ge=0))
-    """Samples per function evaluation; 0 = the whole training set, the same every iteration
-    (deterministic L-BFGS). Otherwise a fresh batch per iteration, with each (s, y) pair
-    measured on one batch."""
+    # Dean et al. (2012, section 4.2) run Sandblaster on large batches, not the whole data set:
+    # the coordinator's point is many cheap L-BFGS iterations, each batch's gradient spread
+    # over the workers. A full pass over Fashion-MNIST's 60,000 images took 25 s on 2 cores, so
+    # a 90 s bench made 3 iterations (accuracy 0.59); batches of 6,000 reached 0.81 in the
+    # DistBelief comparison (docs/supervised.md). A fixed size, not a share of the training
+    # set: what an evaluation costs is its samples, whatever the data set's size.
+    batch_size: int = field(default=6000, metadata=spec(ge=0))
+    """Samples per function evaluation: a fresh batch per iteration, with each (s, y) pair
+    measured on one batch. 0 (or at least the training set's size) = the whole training set,
+    the same every iteration (deterministic L-BFGS)."""
     portions: int = field(default=16, metadata=spec(ge=1))
     """Pieces each batch is cut into and handed out one at a time to free workers (load
     balancing: a fast worker takes more)."""
@@ -193,14 +189,15 @@ class BenchConfig:
     """Seed of the model initialisation; worker i shuffles its data with seed + i."""
     modes: tuple[str, ...] = field(
         default=("baseline", "sync", "soft_sync", "async", "async_scale", "average", "hogwild"),
-        metadata=spec(choices=MODES),
+        metadata=spec(choices=mode_names),
     )
     """Modes to run, in order. baseline: a plain single-process PyTorch loop; sync, soft_sync,
     async, average: the parameter-server rules; async_scale / async_drop: async with the
     staleness policy scale / drop; hogwild: shared-memory lock-free workers, no server;
     sandblaster: L-BFGS driven by a coordinator over the shards (the optimizer keys unused);
     allreduce: no server, workers average gradients with torch.distributed (gloo) and each
-    steps its own optimizer (DDP / Horovod)."""
+    steps its own optimizer (DDP / Horovod). An update rule registered since
+    (rltrain.ps.rules.register_rule) is a server mode of its own name."""
     workers: int = field(default=2, metadata=spec(ge=1))
     """Workers per mode (N); each trains on its own shard of the training set."""
     batch_size: int = field(default=64, metadata=spec(ge=1))
@@ -237,10 +234,11 @@ class BenchConfig:
         check_momentum_correction(self.optimizer, self.server)
         self._check_server_options()
         self._check_pipeline()
-        if self.server.compression != "none" and "average" in self.modes:
+        averaging = [m for m in rule_modes(self.modes) if rule_named(m).pushes_parameters]
+        if self.server.compression != "none" and averaging:
             raise ValueError(
-                f"server.compression={self.server.compression}: not with mode average, whose "
-                "workers push parameters (compression with error feedback is for gradients)"
+                f"server.compression={self.server.compression}: not with mode {averaging[0]}, "
+                "whose workers push parameters (compression with error feedback is for gradients)"
             )
         if self.data.dataset in TOY_PROBLEMS and self.model.name not in ("auto", "linear"):
             raise ValueError(
@@ -248,11 +246,11 @@ class BenchConfig:
                 "or linear"
             )
         self.faults.check_targets({"worker": self.workers, "shard": self.server.shards})
-        if "soft_sync" in self.modes and self.server.k > self.workers:
-            raise ValueError(f"server.k={self.server.k} exceeds workers={self.workers}")
+        for mode in rule_modes(self.modes):  # the count each barrier waits for (K of N)
+            rule_named(mode).aggregate_count(self.server, self.workers)
         if self.server.record and self.server.shards != 1:
             raise ValueError(
-                f"server.record=true needs server.shards=1, got {self.server.shards}: a replay "
+                f"server.record=true needs server.shards=1, got {self.server.shards}: reapplying "
                 "follows one shard's order of the updates, and each shard has its own"
             )
 
@@ -299,31 +297,27 @@ class BenchConfig:
             )
 
     def _check_server_options(self) -> None:
-        """Options that no mode in ``modes`` would use, or that a replay could not follow,
+        """Options that no mode in ``modes`` would use, or that reapplying could not follow,
         are refused rather than ignored."""
         srv, modes = self.server, set(self.modes)
         if srv.rule != ServerConfig.rule:
             raise ValueError(
                 f"server.rule={srv.rule}: each bench mode sets its own rule; choose them with "
-                f"modes (one or more of {', '.join(MODES)})"
+                f"modes (one or more of {', '.join(mode_names())})"
             )
-        pushing = modes & set(GRADIENT_MODES)
+        pushing = modes & set(gradient_modes())
         if srv.compression != "none" and not pushing:
             raise ValueError(
                 f"server.compression={srv.compression}: no mode in modes pushes gradients to "
-                f"a server (one of {', '.join(GRADIENT_MODES)})"
+                f"a server (one of {', '.join(gradient_modes())})"
             )
-        if srv.momentum_correction and not modes & {
-            "async",
-            "async_scale",
-            "async_drop",
-            "hogwild",
-        }:
+        on_arrival = {m for m in rule_modes(self.modes) if rule_named(m).corrects_momentum}
+        if srv.momentum_correction and not modes & {*ASYNC_MODES, *on_arrival}:
             raise ValueError(
                 "server.momentum_correction=true: applies to async modes, none is in modes"
             )
         warm = self.warm_start.seconds
-        if warm > 0 and not modes & {*GRADIENT_MODES, "average"}:
+        if warm > 0 and not modes & set(server_modes()):
             raise ValueError("warm_start.seconds: applies to the server modes, none is in modes")
         if warm > 0 and 0 < self.budget.max_seconds <= warm:
             raise ValueError(
@@ -334,5 +328,5 @@ class BenchConfig:
         if srv.record and (srv.compression != "none" or warm > 0 or elastic):
             raise ValueError(
                 "server.record=true: not with server.compression, warm_start or add/remove "
-                "events, which a replay does not follow"
+                "events, which reapplying does not follow"
             )

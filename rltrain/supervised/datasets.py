@@ -18,10 +18,7 @@ import shutil
 import tempfile
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-
-import torch
 
 from rltrain.rundir import umask
 from rltrain.supervised.formats import (
@@ -39,7 +36,7 @@ from rltrain.supervised.formats import (
     read_idx,
     read_idx_split,
 )
-from rltrain.supervised.toys import VectorDataset
+from rltrain.supervised.splits import SplitDataset
 
 __all__ = [
     "DATASETS",
@@ -51,28 +48,6 @@ __all__ = [
     "read_cifar10",
     "read_idx",
 ]
-
-
-@dataclass(frozen=True, eq=False)
-class SplitDataset:
-    """A named dataset with its train/test splits and the per-channel normalisation constants.
-
-    ``mean``/``std`` are the conventional per-channel statistics of the train images in [0, 1]
-    units, so models normalise exactly like the published baselines do.
-    """
-
-    name: str
-    train: ArrayDataset | VectorDataset
-    test: ArrayDataset | VectorDataset
-    num_classes: int
-    mean: tuple[float, ...]
-    std: tuple[float, ...]
-    objective: str = "cross_entropy"
-    """The loss trained: cross_entropy (images), squared or logistic (the toy problems)."""
-    l2: float = 0.0
-    """An L2 term l2/2 |w|^2 that is part of the objective (not of the optimizer)."""
-    optimum: torch.Tensor | None = None
-    """The parameters that minimise the training objective, where known (toy problems)."""
 
 
 DATASETS: tuple[str, ...] = ("mnist", "fashion_mnist", "cifar10")

@@ -14,12 +14,13 @@ from torch.nn.utils import parameters_to_vector
 from rltrain.faults import FaultCounters
 from rltrain.progress import Progress
 from rltrain.ps.config import ServerConfig
+from rltrain.ps.rules import ASYNC, rule_names
 from rltrain.ps.server import Server
 from rltrain.records import Params, PushRecord, ServerStats
 from rltrain.supervised.config import BenchConfig
 from rltrain.supervised.datasets import SplitDataset
 from rltrain.supervised.sharding import ShardSource
-from rltrain.supervised.toys import VectorDataset
+from rltrain.supervised.splits import VectorDataset
 from rltrain.supervised.worker import WorkerReport, WorkerSpec, make_model
 
 
@@ -34,7 +35,7 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class ModeRecord:
-    """What ``server.record`` keeps of a mode for ``rltrain replay``: the shard's log of the
+    """What ``server.record`` keeps of a mode for ``rltrain reapply``: the shard's log of the
     pushes, in arrival order, and the parameters the mode ended with."""
 
     log: tuple[PushRecord, ...]
@@ -58,18 +59,19 @@ class ModeTrace:
     record: ModeRecord | None = None  # server.record (modes with a server, but average)
 
 
+ASYNC_VARIANTS = {"async_scale": "scale", "async_drop": "drop", "hogwild": "none"}
+"""Modes that run the async rule with a staleness policy of their own (hogwild: none, its
+workers bypass the server)."""
+
+
 def mode_rule(mode: str, server: ServerConfig) -> ServerConfig:
-    """The server rule a bench mode runs."""
-    if mode in ("sync", "soft_sync", "average"):
+    """The server settings a bench mode runs: a mode named after a registered rule runs that
+    rule (with ``server.staleness``), an async variant async with its staleness policy."""
+    if mode in rule_names():
         return dataclasses.replace(server, rule=mode)
-    if mode in ("async", "hogwild"):
-        staleness = server.staleness if mode == "async" else "none"
-        return dataclasses.replace(server, rule="async", staleness=staleness)
-    if mode == "async_scale":
-        return dataclasses.replace(server, rule="async", staleness="scale")
-    if mode == "async_drop":
-        return dataclasses.replace(server, rule="async", staleness="drop")
-    return dataclasses.replace(server, rule="async")  # baseline: unused
+    if mode in ASYNC_VARIANTS:
+        return dataclasses.replace(server, rule=ASYNC.name, staleness=ASYNC_VARIANTS[mode])
+    return dataclasses.replace(server, rule=ASYNC.name)  # baseline, sandblaster...: unused
 
 
 def worker_specs(cfg: BenchConfig, mode: str, data: SplitDataset, workers: int) -> list[WorkerSpec]:
@@ -94,6 +96,7 @@ def worker_specs(cfg: BenchConfig, mode: str, data: SplitDataset, workers: int) 
             steps_per_epoch=(len(data.train) // workers) // cfg.batch_size,
             objective=data.objective,
             l2=data.l2,
+            update=rule.update_rule,
         )
         for i in range(workers)
     ]

@@ -11,7 +11,8 @@ shards are cut at the stage boundaries), so model parallelism combines with the 
 rules: W replicas of K stages each push to K shards, every shard seeing W pushers.
 
 Plain Python: :class:`PipelineStage` and :class:`PipelineWorker` run in this process in the
-tests, and as Ray processes in ``rltrain bench`` (:mod:`rltrain.runtime.pipeline`).
+tests, and as Ray processes in ``rltrain bench`` (:func:`run_pipeline_mode` places them with
+:class:`rltrain.runtime.stages.RayStages`).
 """
 
 from __future__ import annotations
@@ -191,7 +192,7 @@ class PipelineStage:
         assert self.server is not None, "connect first"
         g, loss = self.grad()
         update = GradUpdate(worker_id, self.version, g, samples, {"loss": loss}, epoch=self.epoch)
-        wait = self.version + 1 if self.spec.rule.rule != "async" else 0
+        wait = self.version + 1 if self.spec.update_rule.barrier else 0
         return self._load(self.server.exchange(update, wait, timeout)[1]), loss
 
     def values(self) -> torch.Tensor:
@@ -272,7 +273,7 @@ class PipelineWorker:
             deadline = start + spec.max_seconds if spec.max_seconds > 0 else float("inf")
         versions = st.get([st.call(s, "connect", srv) for s, srv in enumerate(servers)])
         # a barrier rule takes one step per version: a restarted replica goes on from there
-        skip = min(versions) if spec.rule.rule != "async" else 0
+        skip = min(versions) if spec.update_rule.barrier else 0
         samples = 0
         log: list[tuple[float, int, float]] = []
         for b in self.plan.batches(skip, lambda: deadline):

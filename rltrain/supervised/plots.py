@@ -11,7 +11,7 @@ from rltrain.supervised.config import BenchConfig
 from rltrain.supervised.toys import TOY_PROBLEMS
 
 if TYPE_CHECKING:
-    from rltrain.supervised.report import Point, Target
+    from rltrain.supervised.evaluation import Point, Target
 
 X_LABELS = {
     "t": "training time (s)",

@@ -8,8 +8,9 @@ the outstanding ones out again to idle workers, the first result winning (backup
 read the parameters from the shards and add their portion's gradient there, so only portion
 numbers, losses and sample counts pass through the coordinator.
 
-Every class here is plain Python: :func:`rltrain.runtime.start_sandblaster` puts the shards and
-workers in Ray processes; the tests run them as threads.
+Every class here is plain Python: :func:`rltrain.runtime.start_store` puts the shards, and
+:class:`rltrain.runtime.RayExecutor` the workers, in Ray processes
+(:func:`run_sandblaster_mode`); the tests run them as threads.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from rltrain.supervised.modes import (
     worker_specs,
 )
 from rltrain.supervised.sharding import ShardSource
-from rltrain.supervised.toys import VectorDataset
+from rltrain.supervised.splits import VectorDataset
 from rltrain.supervised.worker import (
     SupervisedWorker,
     WorkerReport,
@@ -227,6 +228,12 @@ class Sandblaster:
         self.stalled = False  # no step decreases the fixed batch's loss: nothing left to do
         self.batches: list[BatchStats] = []
 
+    @property
+    def fixed_batch(self) -> bool:
+        """Every evaluation is on the whole training set (batch_size 0, or at least its size):
+        deterministic L-BFGS."""
+        return self.cfg.batch_size == 0 or self.cfg.batch_size >= self.n
+
     def evaluate(self) -> float:
         """f and its gradient (into the shards' ``g``) at ``w``, on the current batch."""
         self.round += 1
@@ -263,13 +270,13 @@ class Sandblaster:
             st.each("copy", "w_old", W)
             st.each("copy", "g_old", G)
             # not even along -g: converged to the batch's precision (or a fresh batch helps)
-            self.stalled = not lb.pairs and self.cfg.batch_size in (0, self.n)
+            self.stalled = not lb.pairs and self.fixed_batch
             lb.reset()
             self.iterations += 1
             return f
         lb.add_pair("d", t, "g_old")  # s = t d, y = g(w_new) - g(w_old), on the same batch
         self.iterations += 1
-        if self.cfg.batch_size == 0 or self.cfg.batch_size >= self.n:
+        if self.fixed_batch:
             return f_new  # one fixed batch: the new point's value and gradient are known
         self.batch += 1
         return self.evaluate()
@@ -311,7 +318,7 @@ def run_sandblaster_mode(cfg: BenchConfig, data: SplitDataset, progress: Progres
     )
     executor = None
     try:
-        executor = runtime.RayExecutor(specs, sources, store, rt.worker_cpus)
+        executor = runtime.RayExecutor(SandblasterWorker, specs, sources, store, rt.worker_cpus)
         t0 = time.time()
         executor.start(t0)  # constructors (data loading) are start-up, not training time
         c = Sandblaster(

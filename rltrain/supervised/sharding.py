@@ -15,7 +15,8 @@ import torch
 
 from rltrain.supervised.config import DataConfig
 from rltrain.supervised.datasets import ArrayDataset, SplitDataset, load_dataset
-from rltrain.supervised.toys import TOY_PROBLEMS, VectorDataset, make_toy
+from rltrain.supervised.splits import VectorDataset
+from rltrain.supervised.toys import TOY_PROBLEMS, make_toy
 
 
 def shard_indices(n: int, num_shards: int, shard: int, seed: int) -> torch.Tensor:

@@ -13,15 +13,13 @@ parameter vector is ``w`` itself.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
-if TYPE_CHECKING:
-    from rltrain.supervised.config import ToyConfig
-    from rltrain.supervised.datasets import SplitDataset
+from rltrain.config import spec
+from rltrain.supervised.splits import SplitDataset, VectorDataset
 
 TOY_PROBLEMS: tuple[str, ...] = ("toy_quadratic", "toy_logistic")
 
@@ -29,21 +27,39 @@ TOY_PROBLEMS: tuple[str, ...] = ("toy_quadratic", "toy_logistic")
 OBJECTIVES: dict[str, str] = {"toy_quadratic": "squared", "toy_logistic": "logistic"}
 
 
-@dataclass(frozen=True, eq=False)
-class VectorDataset:
-    """Feature vectors and real targets: ``x`` float32 [N, D], ``y`` float32 [N]."""
+@dataclass(frozen=True)
+class ToyConfig:
+    """The generated problems with a known optimum (data.dataset toy_quadratic / toy_logistic).
 
-    x: torch.Tensor
-    y: torch.Tensor
+    Features have the second moment U diag(lambda) U^T: eigenvalues spaced geometrically from
+    curvature / condition up to curvature, in a random rotation U. toy_quadratic is least
+    squares, 1/2 mean (x.w - y)^2 with y = x.w_true + noise, so its Hessian is exactly that
+    matrix; toy_logistic labels each x by the sign of x.w_true (separable) and adds l2/2 |w|^2.
+    """
+
+    dim: int = field(default=100, metadata=spec(ge=1))
+    """Dimension D: the model is w in R^D (a linear map without bias)."""
+    samples: int = field(default=20_000, metadata=spec(ge=1))
+    """Training examples (the test set is a fifth of this many more)."""
+    curvature: float = field(default=1.0, metadata=spec(gt=0))
+    """The largest eigenvalue L of the feature second moment (toy_quadratic: of the Hessian).
+    Plain SGD is stable for lr < 2 / L; staleness lowers that bound."""
+    condition: float = field(default=100.0, metadata=spec(ge=1))
+    """L over the smallest eigenvalue."""
+    noise: float = field(default=0.1, metadata=spec(ge=0))
+    """toy_quadratic: standard deviation of the label noise. It is the gradient noise at the
+    optimum (0: every example's gradient vanishes there, and SGD converges linearly)."""
+    l2: float = field(default=0.01, metadata=spec(gt=0))
+    """toy_logistic: the L2 term that makes the optimum finite on separable data."""
+    seed: int = field(default=0, metadata=spec(ge=0, le=2**31 - 1))
+    """Seed of the generated data (the same in every process)."""
 
     def __post_init__(self) -> None:
-        if self.x.dtype != torch.float32 or self.x.dim() != 2:
-            raise ValueError(f"x must be float32 [N, D], got {self.x.dtype} {tuple(self.x.shape)}")
-        if self.y.dtype != torch.float32 or self.y.shape != self.x.shape[:1]:
-            raise ValueError(f"y must be float32 [{len(self.x)}], got {tuple(self.y.shape)}")
-
-    def __len__(self) -> int:
-        return int(self.y.shape[0])
+        if self.samples < self.dim:
+            raise ValueError(
+                f"data.toy.samples={self.samples} is below data.toy.dim={self.dim}: "
+                "the least-squares optimum would not be unique"
+            )
 
 
 def objective_loss(name: str, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -60,8 +76,6 @@ def objective_loss(name: str, out: torch.Tensor, y: torch.Tensor) -> torch.Tenso
 def make_toy(name: str, cfg: ToyConfig, solve: bool = True) -> SplitDataset:
     """Generate ``name`` (one of :data:`TOY_PROBLEMS`) with its optimum (float64 solve;
     ``solve=False``: without, for the workers, which never measure distances)."""
-    from rltrain.supervised.datasets import SplitDataset
-
     if name not in TOY_PROBLEMS:
         raise ValueError(f"unknown toy problem {name!r}; allowed: {', '.join(TOY_PROBLEMS)}")
     g = torch.Generator().manual_seed(cfg.seed)

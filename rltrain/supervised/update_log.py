@@ -1,11 +1,12 @@
-"""`rltrain replay RUN`: recompute a recorded bench run's gradients serially, in the order the
-server received them, and check that the parameters come out bit for bit the same.
+"""The log of pushed updates (``server.record``) and `rltrain reapply RUN`: recompute a recorded
+bench run's gradients serially, in the order the server received them, and check that the
+parameters come out bit for bit the same. (Not the DQN replay memory, :mod:`rltrain.replay`.)
 
 An asynchronous run is not repeatable: which worker's update arrives first, and how stale it
 is, depends on timing. With ``server.record`` the shard logs every push (worker, version,
 staleness, and the batches behind it: epoch, position and the parameter version each was
 computed on) and the bench saves the log with the final parameters to ``record/<mode>.pt``.
-Replay needs nothing else: the initial parameters and every worker's data follow from the
+Reapplying needs nothing else: the initial parameters and every worker's data follow from the
 config. Each gradient is recomputed by a :class:`SupervisedWorker` of the run's own spec (its
 model, objective, batches and torch threads) and pushed through a fresh
 :class:`ParameterShard` at its logged version, so staleness scaling, barriers and the
@@ -26,30 +27,42 @@ import torch
 from rltrain.config import ConfigError, load_config
 from rltrain.errors import RLTrainError
 from rltrain.faults import FaultCounters
+from rltrain.ps.rules import rule_named, rule_names
 from rltrain.ps.shard import ParameterShard
 from rltrain.records import BatchId, GradUpdate, PushRecord, PushStatus
 from rltrain.rundir import write_atomic_with
 from rltrain.supervised.config import BenchConfig
 from rltrain.supervised.datasets import SplitDataset
 from rltrain.supervised.modes import ModeTrace, initial_params, shards, worker_specs
+from rltrain.supervised.sharding import load_data
 from rltrain.supervised.worker import GradSum, SupervisedWorker
 
-NOT_REPLAYABLE = {
+NOT_REAPPLIED = {
     "baseline": "it has no parameter server (a single-process loop): nothing was recorded",
-    "average": "its workers push parameters after local optimizer steps, not gradients",
     "hogwild": "its workers update shared memory lock-free inside a step, so no order of "
     "the updates exists to follow",
     "sandblaster": "its coordinator runs L-BFGS over the shards; no pushes were recorded",
     "allreduce": "it has no parameter server: the workers all-reduce among themselves",
 }
-"""Modes that ``rltrain replay`` refuses, and why."""
+"""Modes that ``rltrain reapply`` refuses, and why (besides rules that push no gradients)."""
+
+
+def not_reapplied_why(mode: str) -> str:
+    """Why ``mode``'s log cannot be reapplied ("" = it can): a mode without a logged server,
+    or a rule whose workers push no gradients (average: parameters after local steps)."""
+    if mode in NOT_REAPPLIED:
+        return NOT_REAPPLIED[mode]
+    if mode in rule_names() and not rule_named(mode).records_gradients:
+        return "its workers push parameters after local optimizer steps, not gradients"
+    return ""
+
 
 _STATUSES: tuple[PushStatus, ...] = typing.get_args(PushStatus)
 _FORMAT = 1
 
 
-class NotReplayable(RLTrainError):
-    """A run folder or mode that cannot be replayed; the message says why, in one line."""
+class CannotReapply(RLTrainError):
+    """A run folder or mode that cannot be reapplied; the message says why, in one line."""
 
 
 @dataclass(frozen=True)
@@ -64,14 +77,14 @@ class SavedRecord:
 
 
 @dataclass(frozen=True)
-class ReplayResult:
-    """What replaying one mode gave."""
+class ReapplyResult:
+    """What reapplying one mode's log gave."""
 
     mode: str
     pushes: int
-    equal: bool  # torch.equal(replayed, recorded final parameters)
+    equal: bool  # torch.equal(reapplied, recorded final parameters)
     max_diff: float  # largest absolute difference (0.0 when equal)
-    mismatches: int  # pushes the replayed shard decided otherwise (status or staleness)
+    mismatches: int  # pushes the fresh shard decided otherwise (status or staleness)
 
 
 # --- the file ------------------------------------------------------------------------------
@@ -129,62 +142,80 @@ def load_record(path: Path) -> SavedRecord:
             state.get("start"),
         )
     except (OSError, RuntimeError, pickle.UnpicklingError, LookupError, TypeError, ValueError) as e:
-        raise NotReplayable(f"{path}: not a readable record ({type(e).__name__}: {e})") from None
+        raise CannotReapply(f"{path}: not a readable record ({type(e).__name__}: {e})") from None
 
 
 # --- planning ------------------------------------------------------------------------------
 
 
 def read_run(run_dir: Path, only: str | None = None) -> tuple[BenchConfig, list[str], list[str]]:
-    """The run's config, the modes to replay (``only``, or every recorded one) and a note for
-    each mode skipped. NotReplayable, with the reason, when nothing can be replayed."""
+    """The run's config, the modes to reapply (``only``, or every recorded one) and a note for
+    each mode skipped. CannotReapply, with the reason, when nothing can be reapplied."""
     try:
         cfg = load_config(BenchConfig, run_dir / "config.yaml")
     except ConfigError as e:
-        raise NotReplayable(f"{run_dir}: not an `rltrain bench` run (config.yaml: {e})") from None
+        raise CannotReapply(f"{run_dir}: not an `rltrain bench` run (config.yaml: {e})") from None
     if not cfg.server.record:
-        raise NotReplayable(
+        raise CannotReapply(
             f"{run_dir}: not recorded (server.record was false); run `rltrain bench` with "
             "--set server.record=true"
         )
     if only is not None:
         if only not in cfg.modes:
-            raise NotReplayable(
+            raise CannotReapply(
                 f"{run_dir}: mode {only} was not run (modes: {', '.join(cfg.modes)})"
             )
-        if only in NOT_REPLAYABLE:
-            raise NotReplayable(f"{only} cannot be replayed: {NOT_REPLAYABLE[only]}")
+        why_not = not_reapplied_why(only)
+        if why_not:
+            raise CannotReapply(f"{only} cannot be reapplied: {why_not}")
     todo: list[str] = []
     notes: list[str] = []
     for mode in [only] if only else cfg.modes:
-        why = NOT_REPLAYABLE.get(mode)
+        why = not_reapplied_why(mode) or None
         if why is None and not record_path(run_dir, mode).is_file():
             why = f"no {record_path(run_dir, mode)} (the mode did not finish)"
         if why is not None:
-            notes.append(f"{mode}: not replayed: {why}")
+            notes.append(f"{mode}: not reapplied: {why}")
         else:
             todo.append(mode)
     if not todo:
-        raise NotReplayable(f"{run_dir}: nothing to replay; {'; '.join(notes)}")
+        raise CannotReapply(f"{run_dir}: nothing to reapply; {'; '.join(notes)}")
     return cfg, todo, notes
 
 
-# --- replaying ----------------------------------------------------------------------------
+# --- reapplying ---------------------------------------------------------------------------
 
 
-def replay_mode(cfg: BenchConfig, data: SplitDataset, run_dir: Path, mode: str) -> ReplayResult:
-    """Replay ``record/<mode>.pt`` and compare with its final parameters."""
+def reapply_run(run_dir: Path, only: str | None = None) -> bool:
+    """`rltrain reapply RUN [--mode M]`: reapply every recorded mode (or ``only``), printing a
+    line for each; whether every one came out equal."""
+    cfg, modes, notes = read_run(run_dir, only)
+    for note in notes:
+        print(f"reapply {note}")
+    data = load_data(cfg.data)
+    equal = True
+    for mode in modes:
+        r = reapply_mode(cfg, data, run_dir, mode)
+        verdict = "equal" if r.equal else f"DIFFERENT (max |diff| {r.max_diff:.3g})"
+        off = f"; {r.mismatches} pushes decided otherwise than logged" if r.mismatches else ""
+        print(f"reapply {mode}: {r.pushes} pushes; final parameters {verdict} (torch.equal){off}")
+        equal = equal and r.equal
+    return equal
+
+
+def reapply_mode(cfg: BenchConfig, data: SplitDataset, run_dir: Path, mode: str) -> ReapplyResult:
+    """Reapply ``record/<mode>.pt`` and compare with its final parameters."""
     saved = load_record(record_path(run_dir, mode))
     # a restore is followed from the restore point the log begins at (a restarted shard's)
     lost = saved.faults.left_barrier + (saved.faults.shard_restores if saved.start is None else 0)
     if lost:
-        raise NotReplayable(
+        raise CannotReapply(
             f"{mode}: the run restored its shard or went on without a lost worker ({lost} "
             "times), which the log does not follow"
         )
-    params, mismatches = replay_log(cfg, data, mode, saved.log, saved.start)
+    params, mismatches = reapply_log(cfg, data, mode, saved.log, saved.start)
     equal = torch.equal(params, saved.final)  # False for another shape too
-    return ReplayResult(mode, len(saved.log), equal, _max_diff(params, saved.final), mismatches)
+    return ReapplyResult(mode, len(saved.log), equal, _max_diff(params, saved.final), mismatches)
 
 
 def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -193,7 +224,7 @@ def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
 
 
-def replay_log(
+def reapply_log(
     cfg: BenchConfig,
     data: SplitDataset,
     mode: str,
@@ -206,7 +237,7 @@ def replay_log(
     at: the parameters after a restore are the point's plus the updates logged after it).
 
     Returns the final parameters [P] and how many pushes the shard decided otherwise than
-    the log says (status or staleness; 0 when the replay followed the run).
+    the log says (status or staleness; 0 when the shard followed the run).
     """
     specs = worker_specs(cfg, mode, data, cfg.workers)
     specs = [dataclasses.replace(s, faults=()) for s in specs]  # no injected stragglers
@@ -224,7 +255,7 @@ def replay_log(
         mismatches = 0
         for i, rec in enumerate(log):
             if not rec.batches or not 0 <= rec.worker_id < len(workers):
-                raise NotReplayable(f"{mode}: push {i} names no batches or an unknown worker")
+                raise CannotReapply(f"{mode}: push {i} names no batches or an unknown worker")
             if rec.status == "dropped" and any(b.version not in held for b in rec.batches):
                 continue  # computed before the restore, and dropped for it: it changed nothing
             # torch threads as in each process: a float reduction's result depends on them
@@ -250,8 +281,8 @@ def _recompute(
     acc, loss = GradSum(), 0.0
     for b in rec.batches:
         if b.version not in held:
-            raise NotReplayable(
-                f"{mode}: push {i} used parameters of version {b.version}, which the replay "
+            raise CannotReapply(
+                f"{mode}: push {i} used parameters of version {b.version}, which reapplying "
                 "never reached"
             )
         grad, loss, samples = worker.gradient(held[b.version], b)

@@ -20,12 +20,14 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from rltrain.faults import FaultEvent, Slowdown
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.optim import make_optimizer
+from rltrain.ps.rules import UpdateRule
 from rltrain.ps.server import Server
 from rltrain.records import BatchId, GradUpdate, Params
 from rltrain.supervised.datasets import ArrayDataset
 from rltrain.supervised.models import build_model
 from rltrain.supervised.sharding import ShardSource
-from rltrain.supervised.toys import VectorDataset, objective_loss
+from rltrain.supervised.splits import VectorDataset
+from rltrain.supervised.toys import objective_loss
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,7 @@ class WorkerSpec:
     """Everything one worker needs besides its data shard and the server."""
 
     worker_id: int
-    rule: ServerConfig  # which loop to run: barrier (sync/soft_sync), async or average
+    rule: ServerConfig  # the server's settings; rule.rule names the update rule
     optimizer: OptimizerConfig  # the local optimizer of the `average` rule
     model: str
     num_classes: int
@@ -48,6 +50,15 @@ class WorkerSpec:
     steps_per_epoch: int = 0  # 0 = every full batch of the shard; else at most this many
     objective: str = "cross_entropy"  # or squared / logistic (the toy problems)
     l2: float = 0.0  # l2/2 |w|^2 added to the objective
+    update: UpdateRule | None = None
+    """The update rule object (None: the one registered as ``rule.rule``). It travels with the
+    spec, so a rule registered only in the driver's process also runs in a worker process."""
+
+    @property
+    def update_rule(self) -> UpdateRule:
+        """Which loop the worker runs: on arrival (async), barrier (sync/soft_sync) or
+        parameter averaging."""
+        return self.update if self.update is not None else self.rule.update_rule
 
 
 @dataclass(frozen=True)
@@ -118,7 +129,7 @@ class Batch(NamedTuple):
 
 class BatchPlan:
     """A worker's minibatches over its shard: epoch e in the order of a permutation seeded by
-    seed * 100_003 + e, so that a batch is known by its place alone (``rltrain replay``
+    seed * 100_003 + e, so that a batch is known by its place alone (``rltrain reapply``
     recomputes it), and every worker takes the same number of steps per epoch (barrier rules
     line up)."""
 
@@ -154,7 +165,7 @@ class BatchPlan:
 class GradSum:
     """The gradients summed into one push (Downpour's n_push) and the batches behind them.
 
-    The worker's loops and ``rltrain replay`` both go through it, so that a replayed update
+    The worker's loops and ``rltrain reapply`` both go through it, so that a reapplied update
     is the same float operations in the same order as the pushed one, bit for bit.
     """
 
@@ -217,13 +228,13 @@ class SupervisedWorker:
         server's version, so that every worker still takes the same number of steps.
         """
         start = self._start(t0, deadline)
-        rule = self.spec.rule.rule
-        if rule == "async":
-            self._run_async(server)
-        elif rule == "average":
+        rule = self.spec.update_rule
+        if rule.pushes_parameters:
             self._run_average(server)
-        else:
+        elif rule.barrier:
             self._run_barrier(server)
+        else:
+            self._run_async(server)
         return self._report(start)
 
     def run_standalone(self, on_step: Callable[[], None] = lambda: None) -> WorkerReport:
@@ -337,7 +348,7 @@ class SupervisedWorker:
     # --- pieces -----------------------------------------------------------------------------
 
     def gradient(self, params: torch.Tensor, batch: BatchId) -> tuple[torch.Tensor, float, int]:
-        """(flat gradient, loss, samples) of a logged batch on ``params`` (``rltrain replay``):
+        """(flat gradient, loss, samples) of a logged batch on ``params`` (``rltrain reapply``):
         the computation :meth:`run` made for it, with the same model, objective and data."""
         self._load(Params(batch.version, params))
         x, y = self.plan.batch(batch.epoch, batch.position)

@@ -1,5 +1,5 @@
 """Reproducible asynchronous runs: a recording shard logs every push (server.record), and
-`rltrain replay` recomputes the gradients serially in the logged order and reproduces the
+`rltrain reapply` recomputes the gradients serially in the logged order and reproduces the
 final parameters bit for bit; in one process (workers in threads) and through Ray."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from rltrain.records import GradUpdate, Params, PushRecord, PushResult
 from rltrain.rundir import write_config
 from rltrain.supervised.config import BenchConfig, BudgetConfig, DataConfig, ToyConfig
 from rltrain.supervised.modes import ModeRecord, ModeTrace, initial_params, shards, worker_specs
-from rltrain.supervised.replay import load_record, record_path, replay_log, save_record
 from rltrain.supervised.sharding import load_data
+from rltrain.supervised.update_log import load_record, reapply_log, record_path, save_record
 from rltrain.supervised.worker import SupervisedWorker
 
 TOY = DataConfig(dataset="toy_quadratic", toy=ToyConfig(dim=8, samples=600))
@@ -114,7 +114,7 @@ def run_in_threads(cfg: BenchConfig, mode: str, in_turn: bool) -> tuple[list[Pus
     ("staleness", "n_push", "pipeline"),
     [("none", 1, True), ("scale", 2, True), ("scale", 3, False), ("drop", 1, False)],
 )
-def test_an_interleaved_stale_async_run_replays_bit_for_bit(
+def test_an_interleaved_stale_async_run_reapplies_bit_for_bit(
     staleness: str, n_push: int, pipeline: bool
 ) -> None:
     rule = ServerConfig(staleness=staleness, n_push=n_push, pipeline=pipeline, max_staleness=1)
@@ -127,22 +127,22 @@ def test_an_interleaved_stale_async_run_replays_bit_for_bit(
     if staleness == "drop":
         assert any(p.status == "dropped" for p in log)
     data = load_data(cfg.data)
-    replayed, mismatches = replay_log(cfg, data, "async", log)
-    assert torch.equal(replayed, final) and mismatches == 0
-    assert not torch.equal(replayed, initial_params(cfg, data))  # it trained
+    reapplied, mismatches = reapply_log(cfg, data, "async", log)
+    assert torch.equal(reapplied, final) and mismatches == 0
+    assert not torch.equal(reapplied, initial_params(cfg, data))  # it trained
     # the order is the point: the same updates in another order give other parameters
     swapped = [log[1], log[0], *log[2:]]
-    assert not torch.equal(replay_log(cfg, data, "async", swapped)[0], final)
+    assert not torch.equal(reapply_log(cfg, data, "async", swapped)[0], final)
 
 
 @pytest.mark.parametrize("mode", ["sync", "soft_sync"])
-def test_barrier_runs_in_free_threads_replay_bit_for_bit(mode: str) -> None:
+def test_barrier_runs_in_free_threads_reapply_bit_for_bit(mode: str) -> None:
     # soft_sync's last update waits for a step that never comes: a short barrier timeout
     cfg = toy_config(ServerConfig(barrier_timeout_s=1.0), optimizer="momentum")
     log, final = run_in_threads(cfg, mode, in_turn=False)
     assert {p.status for p in log} >= {"accumulated", "applied"}
-    replayed, mismatches = replay_log(cfg, load_data(cfg.data), mode, log)
-    assert torch.equal(replayed, final) and mismatches == 0
+    reapplied, mismatches = reapply_log(cfg, load_data(cfg.data), mode, log)
+    assert torch.equal(reapplied, final) and mismatches == 0
 
 
 def recorded_run(tmp_path: Path) -> tuple[Path, BenchConfig]:
@@ -157,7 +157,7 @@ def recorded_run(tmp_path: Path) -> tuple[Path, BenchConfig]:
     return run, cfg
 
 
-def test_record_file_round_trip_and_the_replay_command(
+def test_record_file_round_trip_and_the_reapply_command(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run, _ = recorded_run(tmp_path)
@@ -165,14 +165,16 @@ def test_record_file_round_trip_and_the_replay_command(
     saved = load_record(path)
     state = torch.load(path, weights_only=True)
     assert saved.mode == "async" and saved.log and saved.final.equal(state["final"])
-    assert main(["replay", str(run)]) == 0
+    assert main(["reapply", str(run)]) == 0
     out = capsys.readouterr().out
-    assert "replay hogwild: not replayed: its workers update shared memory lock-free" in out
-    assert f"replay async: {len(saved.log)} pushes; final parameters equal (torch.equal)" in out
+    assert "reapply hogwild: not reapplied: its workers update shared memory lock-free" in out
+    assert f"reapply async: {len(saved.log)} pushes; final parameters equal (torch.equal)" in out
+    assert main(["replay", str(run)]) == 0  # the old name, an alias
+    assert "reapply async: " in capsys.readouterr().out
     # a final vector the log does not lead to: reported, exit code 1
     state["final"][0] += 1e-3
     torch.save(state, path)
-    assert main(["replay", str(run), "--mode", "async"]) == 1
+    assert main(["reapply", str(run), "--mode", "async"]) == 1
     assert "final parameters DIFFERENT (max |diff|" in capsys.readouterr().out
 
 
@@ -183,32 +185,33 @@ def one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
     return err
 
 
-def test_replay_refuses_with_one_line_errors(
+def test_reapply_refuses_with_one_line_errors(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     missing = str(tmp_path / "nope")
-    err = one_line_error(capsys, ["replay", missing])
+    err = one_line_error(capsys, ["reapply", missing])
     assert (
         "not a run directory (it does not exist); give a folder written by `rltrain bench`" in err
     )
     train = tmp_path / "train"
     train.mkdir()
     (train / "config.yaml").write_text("algo: {name: a3c}\nenv: {id: CartPole-v1}\n")
-    assert "not an `rltrain bench` run" in one_line_error(capsys, ["replay", str(train)])
+    assert "not an `rltrain bench` run" in one_line_error(capsys, ["reapply", str(train)])
     plain = tmp_path / "plain"
     plain.mkdir()
     write_config(plain, dataclasses.replace(toy_config(ServerConfig()), server=ServerConfig()))
-    err = one_line_error(capsys, ["replay", str(plain)])
+    err = one_line_error(capsys, ["reapply", str(plain)])
     assert "not recorded (server.record was false)" in err
     run, cfg = recorded_run(tmp_path)
-    err = one_line_error(capsys, ["replay", str(run), "--mode", "hogwild"])
-    assert "hogwild cannot be replayed: its workers update shared memory lock-free" in err
-    assert "mode sync was not run" in one_line_error(capsys, ["replay", str(run), "--mode", "sync"])
+    err = one_line_error(capsys, ["reapply", str(run), "--mode", "hogwild"])
+    assert "hogwild cannot be reapplied: its workers update shared memory lock-free" in err
+    err = one_line_error(capsys, ["reapply", str(run), "--mode", "sync"])
+    assert "mode sync was not run" in err
     record_path(run, "async").write_bytes(b"not a torch file")
-    assert "not a readable record" in one_line_error(capsys, ["replay", str(run)])
+    assert "not a readable record" in one_line_error(capsys, ["reapply", str(run)])
     record_path(run, "async").unlink()
-    err = one_line_error(capsys, ["replay", str(run)])
-    assert "nothing to replay" in err and "record/async.pt (the mode did not finish)" in err
+    err = one_line_error(capsys, ["reapply", str(run)])
+    assert "nothing to reapply" in err and "record/async.pt (the mode did not finish)" in err
 
 
 def test_recording_needs_one_shard(tmp_path: Path) -> None:
@@ -229,11 +232,11 @@ def test_rl_training_refuses_recording(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["ray", "process"])
-def test_a_recorded_bench_run_replays_bit_for_bit(
+def test_a_recorded_bench_run_reapplies_bit_for_bit(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], run_bench: Any, backend: str
 ) -> None:
     out, summary = run_bench(
-        # soft_sync replays in-process above; on Ray its last barrier would wait a timeout
+        # soft_sync reapplies in-process above; on Ray its last barrier would wait a timeout
         f"runtime: {{backend: {backend}}}\n"
         "modes: [async, sync]\nworkers: 3\nbatch_size: 16\n"
         "data: {dataset: toy_quadratic, toy: {dim: 8, samples: 600}}\n"
@@ -244,8 +247,8 @@ def test_a_recorded_bench_run_replays_bit_for_bit(
     log = load_record(record_path(out, "async")).log
     assert len({p.worker_id for p in log}) == 3 and max(p.staleness for p in log) >= 1
     capsys.readouterr()
-    assert main(["replay", str(out)]) == 0
+    assert main(["reapply", str(out)]) == 0
     text = capsys.readouterr().out
     for mode in ("async", "sync"):
-        assert f"replay {mode}: " in text
+        assert f"reapply {mode}: " in text
     assert text.count("final parameters equal (torch.equal)") == 2, text

@@ -1,0 +1,194 @@
+"""Update rules: what a shard does with a pushed update, and what everyone around it does.
+
+A rule is one object that answers every question the code asks about it: whether workers
+wait at a barrier, how many updates a barrier step averages, the learning-rate factor of an
+update applied on arrival, whether workers push gradients or parameters, what a lost worker
+means, how many calls a shard process must serve at once. The shard
+(:class:`~rltrain.ps.shard.ParameterShard`), the workers and the driver ask the object, never
+the rule's name, so that a new rule is a subclass and one :func:`register_rule` call::
+
+    class HalfAsync(Async):
+        name = "async_half"
+        def lr_scale(self, server, staleness):
+            return 0.5 * super().lr_scale(server, staleness)
+
+    register_rule(HalfAsync())  # now server.rule / bench modes accept async_half
+
+``server.rule`` stays a name in YAML, on the command line and in checkpoints; its allowed
+values are read from the registry when a config is checked (:func:`rule_names`). The object
+travels with the workers' specs (it pickles by class), so a rule registered in the driver's
+process also runs in worker processes; a shard resolves the name where it lives (the driver's
+process on the process runtime; on Ray, register the rule in a module the shards import).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Protocol
+
+
+class RuleSettings(Protocol):
+    """The server settings a rule reads (fields of :class:`rltrain.ps.config.ServerConfig`,
+    which names its rule and so imports this module)."""
+
+    @property
+    def k(self) -> int: ...
+    @property
+    def staleness(self) -> str: ...
+    @property
+    def max_staleness(self) -> int: ...
+
+
+class UpdateRule:
+    """The base of every rule: an on-arrival rule (each update applied as it comes) unless a
+    subclass says otherwise. Stateless: one object serves every shard and worker."""
+
+    name: ClassVar[str] = ""
+    """The name in ``server.rule`` and in bench ``modes``."""
+    barrier: ClassVar[bool] = False
+    """Workers wait at a barrier: the shard accumulates a version's updates and steps once with
+    their mean, and a worker that pushed for version v waits for v + 1 (False: the shard
+    applies each update on arrival, and workers never wait)."""
+    pushes_parameters: ClassVar[bool] = False
+    """Workers push their parameters after local optimizer steps, and the barrier's step
+    replaces the parameters with their mean (parameter averaging) instead of an optimizer
+    step on a mean gradient."""
+    supervised_only: ClassVar[bool] = False
+    """Only ``rltrain bench`` runs it (``rltrain train``'s workers push gradients)."""
+    waits_for_restart: ClassVar[bool] = True
+    """A barrier rule waits for a lost worker's restart (unless ``faults.on_worker_loss`` is
+    continue); False: it goes on with the live workers at once."""
+
+    @property
+    def records_gradients(self) -> bool:
+        """``server.record`` can log its pushes for ``rltrain reapply`` (gradients only: a
+        pushed parameter vector depends on local steps no log follows)."""
+        return not self.pushes_parameters
+
+    @property
+    def corrects_momentum(self) -> bool:
+        """``server.momentum_correction`` applies: asynchrony among N pushers adds momentum
+        (Mitliagkas et al. 2016) only where updates are applied on arrival."""
+        return not self.barrier
+
+    def aggregate_count(
+        self, server: RuleSettings, num_workers: int, live: int | None = None
+    ) -> int:
+        """Updates a barrier step waits for: the ``live`` workers (default all N; fewer when
+        some have left), at least 1."""
+        return max(1, num_workers if live is None else live)
+
+    def lr_scale(self, server: RuleSettings, staleness: int) -> float:
+        """The learning-rate factor of an update applied on arrival ``staleness`` versions
+        behind the shard (barrier steps use 1)."""
+        return 1.0
+
+    def drop_reason(self, server: RuleSettings, staleness: int) -> str:
+        """Why an on-arrival update is refused ("" = apply it)."""
+        return ""
+
+    def decides(self, server: RuleSettings) -> bool:
+        """Whether an update's fate depends on the shard's own version or arrival order (a
+        barrier, or a staleness policy): several shards then let shard 0 decide for all
+        (:meth:`~rltrain.ps.shard.ParameterShard.push`)."""
+        return self.barrier or server.staleness != "none"
+
+    def max_concurrency(self, num_workers: int) -> int:
+        """Calls a shard process serves at once: every waiter of a barrier, and a few more
+        for pulls and the driver; an on-arrival shard has no waiter and serves one at a time."""
+        return num_workers + 8 if self.barrier else 1
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+
+class Async(UpdateRule):
+    """Apply every update on arrival (Downpour SGD, Dean et al. 2012; Gorila; A3C), its
+    staleness handled by ``server.staleness``: scale lr by 1 / staleness (Zhang et al. 2016)
+    or drop updates staler than ``server.max_staleness``."""
+
+    name = "async"
+
+    def lr_scale(self, server: RuleSettings, staleness: int) -> float:
+        return 1.0 / max(1, staleness) if server.staleness == "scale" else 1.0
+
+    def drop_reason(self, server: RuleSettings, staleness: int) -> str:
+        if server.staleness == "drop" and staleness > server.max_staleness:
+            return f"staleness {staleness} > max_staleness {server.max_staleness}"
+        return ""
+
+
+class Sync(UpdateRule):
+    """Wait for every worker's update of a version, step once with their mean (DistBelief's
+    synchronous baseline; DD-PPO)."""
+
+    name = "sync"
+    barrier = True
+
+
+class SoftSync(UpdateRule):
+    """Step after the first K of N updates of a version and drop the late ones (TensorFlow's
+    SyncReplicasOptimizer with N - K backup workers); never waits for a straggler."""
+
+    name = "soft_sync"
+    barrier = True
+    waits_for_restart = False
+
+    def aggregate_count(
+        self, server: RuleSettings, num_workers: int, live: int | None = None
+    ) -> int:
+        """K of N (``server.k``, 0 = N - 1), and min(K, live) once workers have left."""
+        k = server.k or max(1, num_workers - 1)
+        if k > num_workers:
+            raise ValueError(f"server.k={k} is larger than the number of workers ({num_workers})")
+        return max(1, min(k, num_workers if live is None else live))
+
+
+class Average(UpdateRule):
+    """Parameter averaging: workers take ``server.average_every`` local optimizer steps, push
+    their parameters, and the shard replaces its own with the mean of the N."""
+
+    name = "average"
+    barrier = True
+    pushes_parameters = True
+    supervised_only = True
+
+
+ASYNC, SYNC, SOFT_SYNC, AVERAGE = Async(), Sync(), SoftSync(), Average()
+_RULES: dict[str, UpdateRule] = {}
+
+
+def register_rule(rule: UpdateRule) -> UpdateRule:
+    """Make ``rule`` known by its name (to configs, the shards, the bench's modes); returns it.
+    A name registered already is refused (ValueError), unless by the same object."""
+    if not rule.name or not rule.name.isidentifier():
+        raise ValueError(f"an update rule needs a name that is an identifier, got {rule.name!r}")
+    held = _RULES.get(rule.name)
+    if held is not None and held is not rule:
+        raise ValueError(f"update rule {rule.name!r} is registered already ({held!r})")
+    _RULES[rule.name] = rule
+    return rule
+
+
+def unregister_rule(name: str) -> None:
+    """Forget a rule registered with :func:`register_rule` (a test's own; built-ins stay)."""
+    if name in (r.name for r in BUILT_IN):
+        raise ValueError(f"update rule {name!r} is built in")
+    _RULES.pop(name, None)
+
+
+def rule_named(name: str) -> UpdateRule:
+    """The registered rule called ``name`` (ValueError naming the registered ones if none)."""
+    rule = _RULES.get(name)
+    if rule is None:
+        raise ValueError(f"unknown update rule {name!r}; registered: {', '.join(rule_names())}")
+    return rule
+
+
+def rule_names() -> tuple[str, ...]:
+    """The registered rules' names, built-in first, in registration order."""
+    return tuple(_RULES)
+
+
+BUILT_IN: tuple[UpdateRule, ...] = (SYNC, SOFT_SYNC, ASYNC, AVERAGE)
+for _rule in BUILT_IN:
+    register_rule(_rule)

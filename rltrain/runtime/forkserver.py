@@ -1,0 +1,116 @@
+"""How the process runtime starts its children and serves their requests.
+
+A forkserver imports torch, the envs and the algorithms once (:data:`PRELOAD`), then forks
+each child from that state; the trainer answers each child's server and replay requests in a
+thread of its own (:func:`serve`), where a pull sends only parameters newer than the child
+holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import types
+from collections.abc import Iterator, Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch.multiprocessing as mp
+
+from rltrain.ps.server import ShardedServer
+from rltrain.replay.local import LocalReplay
+from rltrain.runtime import child
+
+PRELOAD = [
+    "rltrain.runtime.child",
+    "rltrain.rl.actor",
+    "rltrain.rl.worker",
+    "rltrain.rl.dqn",
+    "rltrain.rl.periodic",
+    "rltrain.supervised.worker",
+]
+"""What the forkserver imports before it forks: every child starts with them imported."""
+
+_context: Any = None
+
+
+def context() -> Any:
+    """The forkserver context, started at most once per process (its imports then run beside
+    the trainer's own start-up, on another core)."""
+    global _context
+    if _context is None:
+        _context = mp.get_context("forkserver")
+        _context.set_forkserver_preload(PRELOAD)
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+    return _context
+
+
+def service_names(args: Sequence[Any], services: dict[str, Any]) -> tuple:
+    """The call's arguments with the server, the replay memory and any object that names
+    itself a service (a ``service_name`` class attribute: the batched policy) replaced by
+    references (``services`` learns the objects they stand for)."""
+    out = []
+    for a in args:
+        name = getattr(type(a), "service_name", None)
+        name = "server" if isinstance(a, ShardedServer) else name
+        name = "replay" if isinstance(a, LocalReplay) else name
+        if name is not None:
+            services[name] = a
+            a = child.ServiceRef(name)
+        out.append(a)
+    return tuple(out)
+
+
+def serve(conn: Connection, services: dict[str, Any]) -> None:
+    """The trainer's side of one child's service pipe: run each request on the object it
+    names, answer it, until the pipe closes (the child died or ended)."""
+    channel = child.Channel(conn)
+    sent = None  # the parameters last sent to this child: a pull sends only newer ones
+    while True:
+        try:
+            msg = channel.read()
+        except (EOFError, OSError):
+            return
+        try:
+            name, method, args = channel.inbox.unpack(msg)
+            target = services[name]
+            if name == "server" and method == "pull":
+                have = sent if sent is not None and sent.version == args[0] else None
+                p = target.pull(have)
+                value, sent = (None, sent) if p is have else (p, p)
+            else:
+                value = getattr(target, method)(*args)
+                if name == "server" and method == "exchange":
+                    sent = value[1]
+            reply = ("ok", value, None)
+        except BaseException as e:
+            import traceback
+
+            reply = ("raised", *child.exception_message(e, traceback.format_exc()))
+        try:
+            channel.send(*reply)
+        except (BrokenPipeError, OSError):
+            return
+
+
+@contextlib.contextmanager
+def no_main() -> Iterator[None]:
+    """Start a child without the parent's ``__main__``. multiprocessing's children import the
+    parent's main script (as ``__mp_main__``) so that its functions can be unpickled; ours
+    run only rltrain's classes and ``env.imports`` modules, and a user's script without an
+    ``if __name__ == "__main__":`` guard (``rltrain.train(...)`` at its top level) would run
+    its training again in every child. A stand-in module, for the start only, gives them
+    nothing to import."""
+    with MAIN_LOCK:  # starts from several threads (restarts) must not interleave the swap
+        main = sys.modules["__main__"]
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            yield
+        finally:
+            sys.modules["__main__"] = main
+
+
+MAIN_LOCK = threading.Lock()

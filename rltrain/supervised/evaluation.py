@@ -1,0 +1,125 @@
+"""Evaluating a bench's snapshots: test accuracy (or a toy problem's distance to its optimum)
+of every snapshot of a mode, and the targets whose time to reach the report gives."""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch.nn.utils import vector_to_parameters
+
+from rltrain.supervised.config import BenchConfig
+from rltrain.supervised.modes import ModeTrace, initial_params, worker_specs
+from rltrain.supervised.splits import SplitDataset
+from rltrain.supervised.toys import TOY_PROBLEMS, relative_distance
+from rltrain.supervised.worker import inputs, make_model, targets
+
+
+@dataclass(frozen=True)
+class Point:
+    """One evaluated snapshot."""
+
+    t: float
+    samples: int
+    accuracy: float  # nan where the problem has no classes (toy_quadratic)
+    train_loss: float
+    updates: int = 0  # the server's version: optimizer steps so far
+    distance: float = math.nan  # |w - w*| / |w0 - w*| (toy problems; nan elsewhere)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A level whose time, samples and updates to reach are reported: a test accuracy to
+    reach or exceed (eval.targets), or a relative distance to the optimum to reach or go
+    below (eval.distance_targets, the toy problems)."""
+
+    metric: str  # accuracy | distance
+    value: float
+
+    @property
+    def key(self) -> str:
+        return f"{100 * self.value:g}%" if self.metric == "accuracy" else f"dist {self.value:g}"
+
+    def reached(self, p: Point) -> bool:
+        if self.metric == "accuracy":
+            return p.accuracy >= self.value
+        return p.distance <= self.value
+
+
+def targets_of(cfg: BenchConfig) -> list[Target]:
+    if cfg.data.dataset in TOY_PROBLEMS:
+        return [Target("distance", v) for v in cfg.eval.distance_targets]
+    return [Target("accuracy", v) for v in cfg.eval.targets]
+
+
+@torch.no_grad()
+def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 1000) -> float:
+    """Top-1 accuracy of ``model`` on inputs ``x`` [N, ...] and labels ``y`` [N]: int64 class
+    labels (argmax of the outputs), or float 0/1 labels of a single logit (its sign)."""
+    model.eval()
+    correct = 0
+    for i in range(0, len(y), batch):
+        out, labels = model(x[i : i + batch]), y[i : i + batch]
+        guess = out.argmax(1) if labels.dtype == torch.int64 else (out.squeeze(1) > 0).float()
+        correct += int((guess == labels).sum())
+    return correct / max(1, len(y))
+
+
+def samples_at(trace: ModeTrace, t: float) -> int:
+    """Samples all workers had processed by time ``t`` (from their step logs)."""
+    total = 0
+    for r in trace.reports:
+        times = [row[0] for row in r.log]
+        i = bisect.bisect_right(times, t)
+        total += r.log[i - 1][1] if i else 0
+    return total
+
+
+def loss_between(trace: ModeTrace, t0: float, t1: float) -> float:
+    """Mean training-batch loss over all workers' steps in (t0, t1]."""
+    losses = [loss for r in trace.reports for t, _, loss in r.log if t0 < t <= t1]
+    return sum(losses) / len(losses) if losses else math.nan
+
+
+def eval_subset(
+    cfg: BenchConfig, x: torch.Tensor, y: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``eval.test_samples`` test samples every snapshot is scored on: a random subset
+    drawn under the run's seed, the same for every mode. Not the first N: MNIST's first 5,000
+    test images are the cleaner, easier half (LeCun's MNIST page), so a prefix scores high."""
+    n = cfg.eval.test_samples
+    if not n or n >= len(y):
+        return x, y
+    idx = torch.randperm(len(y), generator=torch.Generator().manual_seed(cfg.seed))[:n]
+    return x[idx], y[idx]
+
+
+def evaluate(
+    cfg: BenchConfig,
+    data: SplitDataset,
+    trace: ModeTrace,
+    on_progress: Callable[[int, int], None] = lambda i, n: None,
+) -> list[Point]:
+    """Test accuracy of every snapshot of a mode (nan for regression), and for the toy
+    problems its relative distance to the optimum."""
+    spec = worker_specs(cfg, "baseline", data, 1)[0]
+    x, y = eval_subset(cfg, inputs(data.test, spec), targets(data.test))
+    model = make_model(spec, x.shape[1:])
+    classes = data.objective != "squared"
+    start = initial_params(cfg, data)
+    points, prev_t = [], -1.0
+    for i, snap in enumerate(trace.snapshots):
+        vector_to_parameters(snap.params, model.parameters())
+        acc = accuracy(model, x, y) if classes else math.nan
+        dist = math.nan
+        if data.optimum is not None:
+            dist = relative_distance(snap.params, data.optimum, start)
+            dist = dist if math.isfinite(dist) else math.inf  # non-finite parameters: diverged
+        loss = loss_between(trace, prev_t, snap.t)
+        points.append(Point(snap.t, samples_at(trace, snap.t), acc, loss, snap.stats.version, dist))
+        prev_t = snap.t
+        on_progress(i + 1, len(trace.snapshots))
+    return points

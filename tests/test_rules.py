@@ -1,0 +1,88 @@
+"""The update rules as objects (rltrain.ps.rules): what each built-in rule answers, the
+registry, and the config's choices read from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rltrain.config import ConfigError, load_config
+from rltrain.faults import on_pusher_loss
+from rltrain.ps.config import ServerConfig, decides_per_update
+from rltrain.ps.rules import (
+    ASYNC,
+    AVERAGE,
+    SOFT_SYNC,
+    SYNC,
+    Sync,
+    register_rule,
+    rule_named,
+    rule_names,
+    unregister_rule,
+)
+from rltrain.supervised.config import BenchConfig
+
+
+def test_the_built_in_rules_answer_what_their_names_meant() -> None:
+    assert rule_names() == ("sync", "soft_sync", "async", "average")
+    assert [r.barrier for r in (SYNC, SOFT_SYNC, ASYNC, AVERAGE)] == [True, True, False, True]
+    assert [r.name for r in (SYNC, SOFT_SYNC, ASYNC, AVERAGE) if r.supervised_only] == ["average"]
+    assert [r.name for r in (SYNC, SOFT_SYNC, ASYNC, AVERAGE) if not r.records_gradients] == [
+        "average"
+    ]
+    assert ASYNC.corrects_momentum and not SYNC.corrects_momentum
+    assert ASYNC.max_concurrency(4) == 1 and SOFT_SYNC.max_concurrency(4) == 12
+    server = ServerConfig(k=2)
+    assert SYNC.aggregate_count(server, 4) == 4 and SYNC.aggregate_count(server, 4, live=3) == 3
+    assert (
+        SOFT_SYNC.aggregate_count(server, 4) == 2 and SOFT_SYNC.aggregate_count(server, 4, 1) == 1
+    )
+    assert SOFT_SYNC.aggregate_count(ServerConfig(), 4) == 3  # k 0: N - 1
+    with pytest.raises(ValueError, match="server.k=5 is larger than the number of workers"):
+        SOFT_SYNC.aggregate_count(ServerConfig(k=5), 4)
+    scale, drop = ServerConfig(staleness="scale"), ServerConfig(staleness="drop", max_staleness=1)
+    assert ASYNC.lr_scale(scale, 4) == 0.25 and ASYNC.lr_scale(ServerConfig(), 4) == 1.0
+    assert ASYNC.drop_reason(drop, 2) == "staleness 2 > max_staleness 1"
+    assert not ASYNC.drop_reason(drop, 1)
+    assert not decides_per_update(ServerConfig(shards=2))  # async, no staleness policy
+    assert decides_per_update(ServerConfig(shards=2, staleness="scale"))
+    assert decides_per_update(ServerConfig(shards=2, rule="sync"))
+
+
+def test_a_lost_pusher_is_answered_by_the_rule_given_by_object_or_name() -> None:
+    assert on_pusher_loss(ASYNC, "wait", False) == (False, "")
+    assert on_pusher_loss(SYNC, "wait", False) == (
+        False,
+        "; sync waits for it (faults.on_worker_loss=wait)",
+    )
+    assert on_pusher_loss(SYNC, "continue", False)[0]
+    assert on_pusher_loss(AVERAGE, "wait", True) == (
+        True,
+        "; average goes on with the live workers",
+    )
+    assert on_pusher_loss(SOFT_SYNC, "wait", False) == (
+        True,
+        "; soft_sync continues without it until it is back",
+    )
+
+
+def test_the_registry_refuses_clashes_and_unknown_names() -> None:
+    with pytest.raises(ValueError, match="'sync' is registered already"):
+        register_rule(Sync())
+    assert register_rule(SYNC) is SYNC  # the same object again: nothing to do
+    with pytest.raises(ValueError, match="is built in"):
+        unregister_rule("async")
+    with pytest.raises(ValueError, match="unknown update rule 'nope'; registered: sync, soft_sync"):
+        rule_named("nope")
+
+
+def test_a_bad_rule_is_one_line_that_lists_the_registered_names(tmp_path: Path) -> None:
+    path = tmp_path / "b.yaml"
+    path.write_text("server: {rule: asnyc}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(BenchConfig, path)
+    message = str(e.value)
+    assert "\n" not in message
+    assert "server.rule='asnyc': allowed values are sync, soft_sync, async, average" in message
+    assert "(did you mean async?)" in message

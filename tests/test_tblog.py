@@ -1,0 +1,106 @@
+"""TensorBoard logging of `rltrain train`: rates without a 0 between rollouts, and a
+custom-scalars layout in each run's tb folder whose charts cover the tags the logger writes."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.custom_scalar import layout_pb2
+
+from rltrain.faults import FaultCounters
+from rltrain.rl.config import StopConfig, TrainConfig
+from rltrain.rl.rollout import LossStats, WorkStats
+from rltrain.rl.tblog import LAYOUT, TrainLogger
+
+CFG = TrainConfig(stop=StopConfig(max_env_steps=100_000))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def events(tb: Path) -> EventAccumulator:
+    acc = EventAccumulator(str(tb), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    return acc
+
+
+def test_env_fps_is_a_windowed_rate_not_a_saw_tooth(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rollouts of 1,024 steps (4 frames each) land every 3 s, log points every 2 s: each
+    point after the first rollout shows ~1,365 frames/s, none shows 0."""
+    clock = Clock()
+    monkeypatch.setattr(time, "time", clock)
+    log = TrainLogger(tmp_path / "tb", CFG, {}, frames_per_step=4)
+    steps, start = 0, clock.t
+    for ms in range(100, 60_001, 100):  # the driver's loop: a turn every 0.1 s for 60 s
+        clock.t = start + ms / 1000
+        if ms % 3000 == 0:
+            steps += 1024
+            log.absorb(WorkStats(env_steps=1024, updates=2), steps)
+        if ms % 2000 == 0:
+            log.flush(steps, version=ms)
+    log.close()
+    fps = [e.value for e in events(tmp_path / "tb").Scalars("perf/env_fps")]
+    updates = [e.value for e in events(tmp_path / "tb").Scalars("perf/learner_updates_per_s")]
+    assert len(fps) == 30 and fps[0] == 0.0  # nothing arrived in the first 2 s
+    assert all(x > 0 for x in fps[1:])
+    assert all(x == pytest.approx(4096 / 3, rel=0.3) for x in fps[5:])
+    assert all(x == pytest.approx(2 / 3, rel=0.3) for x in updates[5:])
+
+
+def read_layout(tb: Path) -> layout_pb2.Layout:
+    acc = events(tb)
+    assert "custom_scalars__config__" in acc.PluginTagToContent("custom_scalars")
+    (event,) = acc.Tensors("custom_scalars__config__")
+    return layout_pb2.Layout.FromString(event.tensor_proto.string_val[0])
+
+
+def test_run_tb_folder_holds_a_custom_scalars_layout_of_the_real_tags(tmp_path: Path) -> None:
+    log = TrainLogger(tmp_path / "tb", CFG, {"frame_skip": 4}, frames_per_step=4)
+    loss = LossStats(1.0, policy=0.1, value=0.2, entropy=1.3, kl=0.01, clip_fraction=0.1)
+    stats = WorkStats(
+        env_steps=64,
+        episode_returns=[9.0],
+        episode_lengths=[9],
+        updates=1,
+        staleness=[0, 2],
+        losses=[loss, LossStats(2.0, td=0.5, lag_kl=0.02)],
+        epsilon=0.5,
+        q_mean=1.0,
+        phases={"actor/env": 1.0, "learner/learn": 2.0, "worker/wait": 1.0},
+    )
+    log.absorb(stats, 64)
+    log.flush(64, 3, replay_size=64, net=(10, 20), lr=1e-3)
+    log.faults(FaultCounters(), 64)
+    log.close()
+    layout = read_layout(tmp_path / "tb")
+    titles = [c.title for c in layout.category]
+    assert titles == ["returns", "speed", "staleness", "losses", "faults"]
+    patterns = {
+        c.title: [re.compile(r) for chart in c.chart for r in chart.multiline.tag]
+        for c in layout.category
+    }
+    written = set(events(tmp_path / "tb").Tags()["scalars"])
+    written |= {"eval/mean_return", "eval/mean_length"}  # rltrain.rl.periodic's
+    home = {t: [c for c, rs in patterns.items() if any(r.search(t) for r in rs)] for t in written}
+    assert all(home.values()), [t for t, c in home.items() if not c]  # every tag has a chart
+    assert {"perf/env_fps", "perf/time/actor/env", "net/bytes_pushed"} <= {
+        t for t, c in home.items() if "speed" in c
+    }
+    assert {"ps/staleness_mean", "ps/staleness_max", "loss/lag_kl"} <= {
+        t for t, c in home.items() if "staleness" in c
+    }
+    assert {t for t in written if t.startswith("faults/")} == {
+        t for t, c in home.items() if "faults" in c
+    }
+    assert set(LAYOUT) == set(titles)

@@ -69,7 +69,7 @@ TASKS: dict[str, dict[str, tuple[str, list[str]]]] = {
 # per update) in 32 minibatches, Adam 3e-4 (the one-hot cells are left raw by normalize.obs:
 # auto); appo the same, without V-trace (impala.correction=none): a batch of 320 minibatch steps
 # moves the policy so far that V-trace's truncated weights cut the actors' lagging traces and
-# the policy collapses before any delivery counts (README, "Benchmarks")
+# the policy collapses before any delivery counts (docs/benchmarks.md)
 TAXI = [
     "env.id=Taxi-v4",
     "stop.mean_return=7",

@@ -73,6 +73,8 @@ def from_dict(
         raise ConfigError(
             f"{prefix.rstrip('.') or 'config'}: expected a mapping of keys, got {data!r}"
         )
+    if hasattr(cls, "before_check"):  # e.g. import the modules that register choices
+        cls.before_check(data)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
     hints = typing.get_type_hints(cls)
     for key in data:
@@ -268,7 +270,11 @@ def merge(
 ) -> dict[str, Any]:
     """Recursive dict merge: ``over`` wins; sections merge key by key. With the config ``cls``,
     a section with a name written as its name merges as ``{name: ...}`` (``model: cnn`` and
-    ``--set model.stages=2`` give a cnn in 2 stages; ``--set optimizer=adam`` keeps the lr)."""
+    ``--set model.stages=2`` give a cnn in 2 stages; ``--set optimizer=adam`` keeps the lr).
+    Keys ``cls`` moved (:func:`moved_keys`) move on each side first: an old run's config.yaml
+    and a new ``--set`` of the same key merge as one key, the ``--set`` winning."""
+    if not at:
+        base, over = moved_keys(cls, base), moved_keys(cls, over)
     out = dict(base)
     for k, v in over.items():
         held = out.get(k)

@@ -63,7 +63,7 @@ class GradUpdate:
     norm: NormStats | None = None  # normalisation statistics seen since the last push (a delta)
     batches: tuple[BatchId, ...] = ()
     """The supervised batches averaged into ``values``, in order (empty for the RL learners):
-    what a recording server logs so that a run can be replayed."""
+    what a recording server logs so that a run can be reapplied."""
     epoch: int = 0
     """The epoch of the parameters ``values`` was computed from (:attr:`Params.epoch`). A
     restore from a restore point starts a new epoch on every shard, and a shard drops an

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,9 +12,10 @@ import torch
 
 import rltrain
 from rltrain.config import ConfigError
-from rltrain.rl.algos import AlgoSpec, TargetInputs, algo_spec, register_algo, unregister_algo
+from rltrain.rl.algos import AlgoSpec, algo_spec, register_algo, unregister_algo
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.losses import lambda_returns
+from rltrain.rl.targets import TargetInputs
 
 ROOT = Path(__file__).resolve().parents[1]
 CALLS: list[tuple[int, ...]] = []
@@ -69,3 +72,45 @@ def test_options_of_the_old_flat_algo_section_still_load() -> None:
     assert cfg.value.ppo.epochs == 3 and cfg.value.impala.correction == "none"
     assert cfg.value.algo.gamma == 0.9
     assert algo_spec("appo").sections == ("algo", "impala", "ppo")
+
+
+def test_a_new_key_set_over_an_old_run_config_wins(tmp_path: Path) -> None:
+    """A run's config.yaml from before the sections holds algo.epochs; --set ppo.epochs on
+    resume must win over it, and a resume names the change."""
+    from rltrain.config import load_config
+    from rltrain.rl.setup import resume_changes
+
+    old = tmp_path / "config.yaml"
+    old.write_text("algo: {name: appo, epochs: 4}\nstop: {max_env_steps: 100}\n")
+    cfg = load_config(TrainConfig, old, ["ppo.epochs=8"])
+    assert cfg.ppo.epochs == 8
+    saved = {"algo": {"name": "appo", "epochs": 4}, "stop": {"max_env_steps": 100}}
+    assert resume_changes(tmp_path / "ckpt.pt", saved, cfg) == ["ppo.epochs: 4 -> 8"]
+
+
+def test_a_module_of_env_imports_registers_before_the_config_is_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From the command line a user's algorithm lives in a module of ``env.imports``: it is
+    imported before ``algo.name`` is checked (and by every process that makes an env or
+    learns)."""
+    from rltrain.config import load_config
+
+    (tmp_path / "my_algos.py").write_text(
+        "from rltrain.rl.algos import AlgoSpec, register_algo\n"
+        'register_algo(AlgoSpec("mine", "worker"))\n'
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        argv = ["env.imports=[my_algos]", "algo.name=mine", "stop.max_env_steps=10"]
+        assert load_config(TrainConfig, None, argv).algo_spec.name == "mine"
+    finally:
+        unregister_algo("mine")
+        sys.modules.pop("my_algos", None)
+
+
+def test_reading_a_train_config_imports_no_torch() -> None:
+    """``rltrain train`` reads its config, then starts Ray while torch loads elsewhere: the
+    registries keep their tensor code out of the config's imports."""
+    code = "import sys, rltrain.rl.config; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -87,8 +87,9 @@ def test_impala_survives_losing_an_actor_a_learner_and_the_server_shard(
 @pytest.mark.parametrize(
     ("on_loss", "modes", "backend"),
     [
-        ("wait", "[sync, async]", "ray"),
-        ("continue", "[sync, soft_sync]", "ray"),
+        # one mode each on Ray (11 s a mode): the barrier rules, whose answer to a loss differs
+        ("wait", "[sync]", "ray"),
+        ("continue", "[soft_sync]", "ray"),
         ("wait", "[sync, async]", "process"),
         ("continue", "[sync, soft_sync]", "process"),
     ],
@@ -145,7 +146,8 @@ def test_bench_survives_losing_a_worker_and_the_server_shard(
         assert "sync waits for it" in err
         assert results["sync"]["faults"]["left_barrier"] == 0
     else:  # the barrier went on with the two live workers while worker 1 restarted
-        assert "sync continues without it" in err
-        assert results["sync"]["faults"]["left_barrier"] == 1
+        assert "sync continues without it" in err  # (soft_sync's line too)
+        if "sync" in results:
+            assert results["sync"]["faults"]["left_barrier"] == 1
     if "soft_sync" in results:  # never waits for a dead worker
         assert results["soft_sync"]["faults"]["left_barrier"] == 1

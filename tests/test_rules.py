@@ -73,7 +73,7 @@ def test_the_registry_refuses_clashes_and_unknown_names() -> None:
     assert register_rule(SYNC) is SYNC  # the same object again: nothing to do
     with pytest.raises(ValueError, match="is built in"):
         unregister_rule("async")
-    with pytest.raises(ValueError, match="unknown update rule 'nope'; registered: sync, soft_sync"):
+    with pytest.raises(ValueError, match="server.rule='nope': allowed values are sync, soft_sync"):
         rule_named("nope")
 
 

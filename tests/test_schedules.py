@@ -12,16 +12,9 @@ from rltrain.envs import EnvConfig
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.shard import ParameterShard
 from rltrain.records import GradUpdate
-from rltrain.rl.config import (
-    AlgoConfig,
-    ScheduleConfig,
-    StopConfig,
-    TrainConfig,
-    linear,
-    schedule_progress,
-)
+from rltrain.rl.config import AlgoConfig, ScheduleConfig, StopConfig, TrainConfig
 from rltrain.rl.learner import loss_spec
-from rltrain.rl.lr import LRSender
+from rltrain.rl.schedules import LRSender, linear, schedule_progress
 
 
 def test_linear_and_progress() -> None:

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import ClassVar, Protocol
 
+from rltrain.config import ConfigError
+
 
 class RuleSettings(Protocol):
     """The server settings a rule reads (fields of :class:`rltrain.ps.config.ServerConfig`,
@@ -177,10 +179,11 @@ def unregister_rule(name: str) -> None:
 
 
 def rule_named(name: str) -> UpdateRule:
-    """The registered rule called ``name`` (ValueError naming the registered ones if none)."""
+    """The registered rule called ``name`` (a one-line ConfigError naming the registered ones
+    if none, as :func:`rltrain.rl.algos.algo_spec`)."""
     rule = _RULES.get(name)
     if rule is None:
-        raise ValueError(f"unknown update rule {name!r}; registered: {', '.join(rule_names())}")
+        raise ConfigError(f"server.rule={name!r}: allowed values are {', '.join(rule_names())}")
     return rule
 
 

@@ -5,10 +5,11 @@ the config (the process layout, the barrier, what may be configured), the plans 
 drives the processes) and the learner (its targets and its loss). A new algorithm built from
 these parts is one :func:`register_algo` call; ``tests/test_extension_algo.py`` adds one in the
 test file alone and trains it. Processes of the process and Ray runtimes import rltrain
-afresh: register in a module that ``env.imports`` names, so that they see it too.
+afresh: register in a module that ``env.imports`` names (imported before a train config is
+checked, and by every process that makes an env or learns), so that they see it too.
 
-The targets are pure tensor functions of one batch (:class:`TargetInputs`); the losses live
-in :mod:`rltrain.rl.losses`.
+The targets are pure tensor functions of one batch (:mod:`rltrain.rl.targets`); the losses
+live in :mod:`rltrain.rl.losses`. This module imports no torch: configs are read first.
 """
 
 from __future__ import annotations
@@ -17,62 +18,36 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-import torch
-
 from rltrain.config import ConfigError
-from rltrain.rl.losses import lambda_returns, vtrace
 
 if TYPE_CHECKING:
+    import torch
+
     from rltrain.rl.config import TrainConfig
+    from rltrain.rl.targets import TargetInputs
 
 Layout = Literal["worker", "actor_learner", "replay"]
 
 
-@dataclass(frozen=True)
-class TargetInputs:
-    """What a batch's value targets and advantages are computed from; T steps, B envs."""
-
-    behaviour_log_prob: torch.Tensor  # [T, B] log mu(a|x) of the policy that acted
-    target_log_prob: torch.Tensor  # [T, B] log pi(a|x) of the learner's policy
-    rewards: torch.Tensor  # [T, B]
-    discounts: torch.Tensor  # [T, B] gamma, 0 where an episode terminated
-    values: torch.Tensor  # [T, B] V(x_t)
-    next_values: torch.Tensor  # [T, B] V(x_t+1), V(final obs) where an episode was cut
-    continues: torch.Tensor  # [T, B] 0 where an episode ended at t (no trace across it)
-
-
-TargetFn = Callable[[TargetInputs, "TrainConfig"], tuple[torch.Tensor, torch.Tensor]]
-"""(inputs, the run's config) -> value targets [T, B], advantages [T, B]."""
+TargetFn = Callable[["TargetInputs", "TrainConfig"], tuple["torch.Tensor", "torch.Tensor"]]
+"""(inputs, the run's config) -> value targets [T, B], advantages [T, B]
+(:mod:`rltrain.rl.targets`)."""
 
 
 def returns_targets(x: TargetInputs, cfg: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """lambda-returns and GAE(lambda) advantages (Schulman et al. 2016); lambda = 1 gives
-    A3C's n-step returns (Mnih et al. 2016)."""
-    args = (x.rewards, x.discounts, x.values, x.next_values, x.continues)
-    returns = lambda_returns(*args, cfg.algo.gae_lambda)
-    return returns, returns - x.values
+    """lambda-returns and GAE(lambda) (:func:`rltrain.rl.targets.returns_targets`; imported
+    when first used: a config is read before torch is imported)."""
+    from rltrain.rl import targets
+
+    return targets.returns_targets(x, cfg)
 
 
 def vtrace_targets(x: TargetInputs, cfg: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """V-trace targets and policy-gradient advantages (Espeholt et al. 2018, eq. 1 and 4), or
-    lambda-returns when ``impala.correction: none`` (the paper's no-correction baseline)."""
-    v = cfg.impala
-    if v.correction != "vtrace":
-        return returns_targets(x, cfg)
-    vt = vtrace(
-        x.behaviour_log_prob,
-        x.target_log_prob,
-        x.rewards,
-        x.discounts,
-        x.values,
-        x.next_values,
-        x.continues,
-        rho_bar=v.rho_bar,
-        c_bar=v.c_bar,
-        pg_rho_bar=v.pg_rho_bar,
-        lam=cfg.algo.gae_lambda,
-    )
-    return vt.vs, vt.pg_advantages
+    """V-trace, or lambda-returns with ``impala.correction: none``
+    (:func:`rltrain.rl.targets.vtrace_targets`)."""
+    from rltrain.rl import targets
+
+    return targets.vtrace_targets(x, cfg)
 
 
 @dataclass(frozen=True)
@@ -115,15 +90,29 @@ _ALGOS: dict[str, AlgoSpec] = {}
 
 
 def register_algo(spec: AlgoSpec) -> AlgoSpec:
-    """Add ``spec`` (its name then works in ``algo.name``); a name already taken is refused."""
+    """Add ``spec`` (its name then works in ``algo.name``); a name already taken, or a spec
+    whose parts do not fit together, is refused (ValueError)."""
     if spec.name in _ALGOS:
         raise ValueError(f"algorithm {spec.name!r} is registered already")
+    if spec.layout not in ("worker", "actor_learner", "replay"):
+        raise ValueError(
+            f"algorithm {spec.name!r}: layout {spec.layout!r} is not one of "
+            "worker, actor_learner, replay"
+        )
+    if (spec.targets is None) != (spec.layout == "replay"):
+        raise ValueError(
+            f"algorithm {spec.name!r}: an actor-critic layout needs targets; "
+            "the replay layout (dqn's learner) has its own"
+        )
     _ALGOS[spec.name] = spec
     return spec
 
 
 def unregister_algo(name: str) -> None:
-    """Remove a registered algorithm (a test's own, when it is done)."""
+    """Remove an algorithm registered with :func:`register_algo` (a test's own; built-ins
+    stay)."""
+    if name in BUILT_IN:
+        raise ValueError(f"algorithm {name!r} is built in")
     _ALGOS.pop(name, None)
 
 
@@ -181,3 +170,6 @@ register_algo(
         summary="PPO behind a barrier (DD-PPO, Wijmans et al. 2020)",
     )
 )
+
+BUILT_IN = algo_names()
+"""The algorithms rltrain ships (:func:`unregister_algo` keeps them)."""

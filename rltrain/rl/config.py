@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rltrain.config import spec
 from rltrain.envs import EnvConfig
+from rltrain.envs.user import import_env_modules
 from rltrain.faults import FaultsConfig
 from rltrain.ps.config import OptimizerConfig, ServerConfig, check_momentum_correction
 from rltrain.ps.rules import SYNC
@@ -143,7 +145,7 @@ class ScheduleConfig:
     start: int = field(default=0, metadata=spec(ge=0))
     """Env steps before the schedules begin: they hold their start values until then and go
     linearly to their end values from there to `steps` (a constant rate until the score
-    levels off, then the anneal: the better Pong schedule in the README)."""
+    levels off, then the anneal: the better Pong schedule of docs/pong.md)."""
     lr_end: float | None = field(default=None, metadata=spec(ge=0))
     """null: a constant learning rate; else the factor of optimizer.lr reached at `steps`
     (0 = anneal to zero)."""
@@ -270,6 +272,16 @@ class TrainConfig:
         """The registry's entry for ``algo.name`` (rltrain.rl.algos)."""
         return algo_spec(self.algo.name)
 
+    @staticmethod
+    def before_check(data: Mapping[str, Any]) -> None:
+        """Import ``env.imports`` before the keys are checked: a module there may register an
+        algorithm or an update rule (rltrain.rl.algos, rltrain.ps.rules) that the config
+        names."""
+        env = data.get("env")
+        imports = env.get("imports") if isinstance(env, Mapping) else None
+        if isinstance(imports, list | tuple) and all(isinstance(m, str) for m in imports):
+            import_env_modules(imports)
+
     def __post_init__(self) -> None:
         s = self.stop
         if s.eval_mean_return is not None and not self.eval.every_steps:
@@ -364,20 +376,6 @@ def check_local(cfg: TrainConfig) -> None:
 
 BENCH_ONLY_SERVER = ("n_push", "pipeline", "average_every")
 """ServerConfig keys the supervised workers use and rltrain train's do not."""
-
-
-def schedule_progress(cfg: TrainConfig, env_steps: int) -> float:
-    """Fraction of the schedules' span (schedule.start to their end) done, in [0, 1]."""
-    horizon = cfg.schedule.steps or cfg.stop.max_env_steps
-    start = cfg.schedule.start
-    if not horizon:
-        return 0.0
-    return min(1.0, max(0.0, (env_steps - start) / (horizon - start)))
-
-
-def linear(start: float, end: float | None, progress: float) -> float:
-    """start -> end linearly over progress in [0, 1]; a constant when end is None."""
-    return start if end is None else start + (end - start) * progress
 
 
 def server_rule(cfg: TrainConfig) -> ServerConfig:

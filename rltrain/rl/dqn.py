@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import torch
 
+from rltrain.envs.user import import_env_modules
 from rltrain.perf import PhaseTimer
 from rltrain.ps.server import Server
 from rltrain.records import GradUpdate, Params
@@ -176,6 +177,7 @@ class DQNLearner:
         gpu: bool = False,
         learner_id: int = 0,
     ) -> None:
+        import_env_modules(cfg.env.imports)  # a learner process makes no env: they may register
         torch.set_num_threads(cfg.runtime.learner_threads or cfg.runtime.threads_per_worker)
         self.cfg = cfg
         self.learner_id = learner_id

@@ -27,16 +27,18 @@ import torch
 
 from rltrain import perf
 from rltrain.envs import ActionSpace
+from rltrain.envs.user import import_env_modules
 from rltrain.perf import PhaseTimer
 from rltrain.ps.server import Server
 from rltrain.records import GradUpdate, Params, PushResult
 from rltrain.rl.actor import load_params, policy_builder
-from rltrain.rl.algos import TargetInputs
-from rltrain.rl.config import TrainConfig, linear, waits_at_barrier
+from rltrain.rl.config import TrainConfig, waits_at_barrier
 from rltrain.rl.distributions import distribution
 from rltrain.rl.losses import LossSpec, LossTerms, actor_critic_loss, next_state_values
 from rltrain.rl.models import to_device, train_layout
 from rltrain.rl.rollout import LossStats, Rollout, WorkStats, stack
+from rltrain.rl.schedules import linear
+from rltrain.rl.targets import TargetInputs
 
 
 def clipped_flat_grad(net: torch.nn.Module, max_norm: float) -> tuple[torch.Tensor, float]:
@@ -119,6 +121,7 @@ class Learner:
     ) -> None:
         """``actions``: the env's action space (an int n: Discrete(n)); ``threads``: torch
         threads (0: runtime.learner_threads, else threads_per_worker)."""
+        import_env_modules(cfg.env.imports)  # a learner process makes no env: they may register
         r = cfg.runtime
         torch.set_num_threads(threads or r.learner_threads or r.threads_per_worker)
         self.cfg = cfg
@@ -177,8 +180,10 @@ class Learner:
         T = r.actions.shape[0]
         actions = r.actions.to(d)
         inputs = TargetInputs(
-            behaviour_log_prob=self.dist.log_prob(r.behaviour_logits.to(d), actions),
-            target_log_prob=self.dist.log_prob(logits, actions),
+            log_probs=lambda: (
+                self.dist.log_prob(r.behaviour_logits.to(d), actions),
+                self.dist.log_prob(logits, actions),
+            ),
             rewards=r.rewards.to(d),
             discounts=r.discounts(a.gamma).to(d),
             values=values[:T],

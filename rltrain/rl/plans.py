@@ -44,12 +44,18 @@ class Host(Protocol):
     """What a plan asks of the session that runs it (:class:`rltrain.rl.train.Trainer`)."""
 
     cfg: TrainConfig
-    ctx: RunContext  # the processes, the guard, the fault counters, notes
     spec: EnvSpec
     counters: Counters
     gpu: bool  # the learners compute on a GPU
     inference: str | None  # runtime.inference: the batched policy's device, None: none
-    stopped_by: str  # why the run stops ("" while it runs)
+
+    @property
+    def ctx(self) -> RunContext:
+        """The session's processes, guard, fault counters and notes."""
+
+    @property
+    def stopped_by(self) -> str:
+        """Why the run stops ("" while it runs)."""
 
     def spawn(self, role: Role, cls: type, args_of: Callable[[int], tuple]) -> list[Any]:
         """Restartable processes of one role, process i built with ``args_of(i)``."""
@@ -294,7 +300,7 @@ class ReplayPlan(RLPlan):
         cfg, host, spec = self.cfg, self.host, self.host.spec
         args = [memory_args(cfg, spec, i) for i in range(cfg.replay.shards)]
         self.replay = self.runtime.start_replay(ReplayMemory, args, cfg.actors + cfg.learners + 4)
-        self.ctx.procs["replay"] = []  # replay shards are killed at the end, not restarted
+        self.ctx.add("replay", [])  # replay shards are killed at the end, not restarted
         self.replay_ids = {a: i for i, a in enumerate(self.replay.actor_ids())}
         per_env_steps = host.counters.env_steps // (cfg.actors * cfg.env.num_envs)
         actors = host.spawn("actor", DQNActor, lambda i: (cfg, i, per_env_steps))

@@ -155,7 +155,10 @@ KEPT_ON_RESUME = ("algo.name", "env.id", "optimizer.name", "normalize.obs")
 normalization statistics belong to them (an SGD run's state in Adam fails at its first step;
 an a3c network trained on as appo, or on another game, is another run)."""
 
-TOLD_ON_RESUME = ("algo", "env", "model", "optimizer", "normalize", "schedule", "server", "stop")
+TOLD_ON_RESUME = (
+    *("algo", "ppo", "impala", "env", "model", "optimizer", "normalize", "schedule", "server"),
+    "stop",
+)
 """Sections whose changes a resume names (actors, runtime and eval are sized or read anew)."""
 
 

@@ -14,7 +14,7 @@ def sized(cfg: TrainConfig, cpus: float, gpu: bool = False, batched: bool = Fals
     """``cfg`` with ``actors: auto`` and ``env.groups: auto`` resolved against the ``cpus``
     the runtime reports (Ray's, or this machine's cores). Actors: one process per CPU, the
     learners' first (a CPU each, half of one when it drives a GPU), at least one. Groups
-    (:func:`envs.env_groups`): Atari overlaps emulation and inference in two groups only
+    (:func:`rltrain.envs.env_groups`): Atari overlaps emulation and inference in two groups only
     where each actor has two cores or more, or where the policy acts elsewhere (``batched``:
     runtime.inference), so that an actor's games run while it waits for the actions of the
     other group."""

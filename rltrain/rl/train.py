@@ -36,14 +36,13 @@ from rltrain.ps.rules import ASYNC
 from rltrain.records import Role
 from rltrain.rl.config import (
     TrainConfig,
-    schedule_progress,
     server_rule,
 )
 from rltrain.rl.learner import warm_gpu
-from rltrain.rl.lr import LRSender
 from rltrain.rl.periodic import PeriodicEval
 from rltrain.rl.plans import PLANS, RLPlan
 from rltrain.rl.rollout import WorkStats
+from rltrain.rl.schedules import LRSender, schedule_progress
 from rltrain.rl.setup import (
     Counters,
     EnvSpec,

@@ -1,10 +1,25 @@
-"""The learning-rate schedule, as the trainer sends it to the server's shards."""
+"""Linear schedules over a run's env steps (``schedule``: PPO's annealing, SB3's lin_
+schedules), and the learning rate's, as the trainer sends it to the server's shards."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rltrain.rl.config import TrainConfig, linear
+from rltrain.rl.config import TrainConfig
+
+
+def schedule_progress(cfg: TrainConfig, env_steps: int) -> float:
+    """Fraction of the schedules' span (schedule.start to their end) done, in [0, 1]."""
+    horizon = cfg.schedule.steps or cfg.stop.max_env_steps
+    start = cfg.schedule.start
+    if not horizon:
+        return 0.0
+    return min(1.0, max(0.0, (env_steps - start) / (horizon - start)))
+
+
+def linear(start: float, end: float | None, progress: float) -> float:
+    """start -> end linearly over progress in [0, 1]; a constant when end is None."""
+    return start if end is None else start + (end - start) * progress
 
 
 class LRSender:

@@ -28,6 +28,7 @@ from rltrain.faults import (
 from rltrain.progress import Progress
 from rltrain.ps.rules import UpdateRule
 from rltrain.runtime.context import RunContext
+from rltrain.runtime.contract import Runtime
 from rltrain.supervised.config import BenchConfig
 from rltrain.supervised.datasets import SplitDataset
 from rltrain.supervised.local_modes import run_baseline, run_hogwild_mode
@@ -49,7 +50,7 @@ from rltrain.supervised.worker import SupervisedWorker, WorkerReport, WorkerSpec
 
 
 def run_server_mode(
-    cfg: BenchConfig, mode: str, data: SplitDataset, progress: Progress, runtime: Any
+    cfg: BenchConfig, mode: str, data: SplitDataset, progress: Progress, runtime: Runtime
 ) -> ModeTrace:
     """Workers as processes of ``runtime`` (Ray's, or the process runtime's) around the server's
     shards (Ray processes, or objects of this process): sync, soft_sync, async*, average.
@@ -209,7 +210,11 @@ def _snapshot(snapper: Snapshotter, server: Any, guard: Any, restorable: bool) -
 
 
 def run_mode(
-    cfg: BenchConfig, mode: str, data: SplitDataset, progress: Progress, runtime: Any = None
+    cfg: BenchConfig,
+    mode: str,
+    data: SplitDataset,
+    progress: Progress,
+    runtime: Runtime | None = None,
 ) -> ModeTrace:
     """One mode of the bench (``runtime``: the module that runs the server modes' workers)."""
     if mode == "baseline":

@@ -11,9 +11,16 @@ from rltrain.config import spec
 from rltrain.envs import EnvConfig
 from rltrain.envs.user import import_env_modules
 from rltrain.faults import FaultsConfig
-from rltrain.ps.config import OptimizerConfig, ServerConfig, check_momentum_correction
+from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.rules import SYNC
 from rltrain.rl.algos import AlgoSpec, algo_names, algo_spec
+from rltrain.rl.config_checks import (
+    check_algo,
+    check_local,
+    check_schedule,
+    check_server,
+    check_stop,
+)
 from rltrain.rl.dqn_config import DQNConfig, ReplayConfig
 from rltrain.runtime.config import RuntimeConfig
 
@@ -283,99 +290,9 @@ class TrainConfig:
             import_env_modules(imports)
 
     def __post_init__(self) -> None:
-        s = self.stop
-        if s.eval_mean_return is not None and not self.eval.every_steps:
-            raise ValueError(
-                "stop.eval_mean_return: needs evaluations during training; set eval.every_steps"
-            )
-        if (s.mean_return, s.eval_mean_return) == (None, None) and not (
-            s.max_seconds or s.max_env_steps
-        ):
-            raise ValueError(
-                "stop: set mean_return, eval_mean_return, max_seconds or max_env_steps"
-            )
-        if self.learner_gpus > 1:  # the learner computes on cuda:0; more would sit idle
-            raise ValueError(
-                f"learner_gpus={self.learner_gpus:g}: a learner computes on one GPU, so give "
-                "it a share of one (0 to 1); to use more GPUs, set learners to their number"
-            )
-        pushers = self.learners if self.algo_spec.split else self.actors
-        if pushers and self.server.k > pushers:  # (0: actors auto, checked once sized)
-            raise ValueError(f"server.k={self.server.k} exceeds the {pushers} pushing workers")
-        if self.server.update_rule.supervised_only:
-            raise ValueError(
-                f"server.rule={self.server.rule}: rltrain bench only (rltrain train's workers "
-                "and learners push gradients); use sync, soft_sync or async"
-            )
-        for key in BENCH_ONLY_SERVER:  # accepted silently, they would do nothing here
-            value = getattr(self.server, key)
-            if value != getattr(ServerConfig(), key):
-                raise ValueError(
-                    f"server.{key}={value}: rltrain bench only (rltrain train's workers and "
-                    "learners push every gradient as it is made)"
-                )
-        if self.server.n_fetch > 1 and not self.algo_spec.split:
-            raise ValueError(
-                f"server.n_fetch={self.server.n_fetch}: impala/appo/dqn actors only; "
-                f"{self.algo.name} workers get the parameters back with each push"
-            )
-        check_momentum_correction(self.optimizer, self.server)
-        if self.server.record:
-            raise ValueError(
-                "server.record=true: only rltrain bench records and replays its updates (a "
-                "training run's data comes from environments, which a replay cannot re-read)"
-            )
-        name = self.algo.name
-        if not self.algo_spec.normalizes and self.normalize.obs == "always":
-            raise ValueError(
-                f"normalize.obs=always: not supported with algo.name={name}; use auto or never"
-            )
-        if not self.algo_spec.normalizes and self.normalize.reward:
-            raise ValueError(f"normalize.reward=true: not supported with algo.name={name}")
-        sched = self.schedule
-        if (sched.lr_end is not None or sched.entropy_end is not None) and not (
-            sched.steps or s.max_env_steps
-        ):
-            raise ValueError(
-                "schedule: lr_end/entropy_end need a horizon: set schedule.steps or "
-                "stop.max_env_steps"
-            )
-        horizon = sched.steps or s.max_env_steps
-        if sched.start and horizon and sched.start >= horizon:
-            raise ValueError(
-                f"schedule.start={sched.start}: must be below the schedules' end "
-                f"({horizon}: schedule.steps, else stop.max_env_steps)"
-            )
-        if self.runtime.backend in ("local", "process"):
-            check_local(self)
-        split = self.algo_spec.split  # separate learner processes
-        self.faults.check_targets(
-            {
-                "actor": self.actors or None,  # auto: checked once sized
-                "learner": self.learners if split else 0,
-                "shard": self.server.shards,
-            }
-        )
-
-
-def check_local(cfg: TrainConfig) -> None:
-    """What ``runtime.backend: local`` (every process a thread of this one) and ``process``
-    (processes of this machine) cannot do."""
-    b = cfg.runtime.backend
-    if cfg.runtime.address:
-        raise ValueError(
-            f"runtime.backend={b} runs on this machine: it joins no Ray cluster "
-            f"(address {cfg.runtime.address!r}); use backend ray or auto with --address"
-        )
-    if cfg.faults.events and b == "local":
-        raise ValueError(
-            "runtime.backend=local: faults.events need processes to kill and pause; use backend "
-            "process or ray"
-        )
-
-
-BENCH_ONLY_SERVER = ("n_push", "pipeline", "average_every")
-"""ServerConfig keys the supervised workers use and rltrain train's do not."""
+        """The checks across sections, one concern each (a section checks its own keys)."""
+        for check in (check_stop, check_server, check_algo, check_schedule, check_local):
+            check(self)
 
 
 def server_rule(cfg: TrainConfig) -> ServerConfig:

@@ -17,6 +17,7 @@ from rltrain.errors import RLTrainError
 from rltrain.faults import FaultCounters, PeerLost, ProcessLost, RunFailed
 from rltrain.launch import UserError, prepare_train, run_bench_config, run_dir_arg
 from rltrain.options import describe
+from rltrain.rl.algos import algo_names
 
 if TYPE_CHECKING:
     pass
@@ -93,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser(
         "train",
-        help="train an agent (appo, ppo, a3c, impala, a2c, dqn) on a Gymnasium or Atari env",
+        help=f"train an agent ({', '.join(algo_names())}) on a Gymnasium or Atari env",
         description="Actors generate experience, learners push gradients to the parameter "
         "server; stops at the config's stop criteria.",
     )

@@ -13,7 +13,11 @@ Rows, each the median over ``--repeats`` blocks of ``--steps`` updates, interlea
 
 * ``optimizer.step()``: the config's optimizer over one flat parameter on ``--device``,
   the gradient assigned to ``.grad`` (what a single-process trainer does per minibatch);
-* ``push``: ``LocalServer.push`` of a ``GradUpdate`` to a shard on ``--device``;
+* ``push``: ``LocalServer.push`` of a ``GradUpdate`` to a shard on ``--device``, marked
+  finite as the learners mark theirs (their clipping's norm was finite:
+  ``GradUpdate.finite``);
+* ``push, the shard checks finiteness``: the same unmarked (a supervised worker's push, or
+  any sender that has not looked), so the shard makes its own pass over the values;
 * ``exchange``: ``LocalServer.exchange`` and loading the returned parameters into the model;
 * ``exchange, shard on cpu``: the same with the shard on the CPU (``server.device: cpu``; on
   a GPU, the layout before: the gradient to the host, Adam there, parameters back).
@@ -79,19 +83,28 @@ def cases(cfg: TrainConfig, device: torch.device) -> tuple[int, dict[str, Callab
     servers = {d: LocalServer(init, cfg.optimizer, rule, 1, device=d) for d in (device, "cpu")}
     versions = {d: 0 for d in servers}
 
-    def push(i: int) -> None:
-        s = servers[device]
-        versions[device] = s.push(GradUpdate(0, versions[device], grads[i % 8], 1)).version
+    def push_with(finite: bool) -> Callable[[int], None]:
+        def push(i: int) -> None:
+            u = GradUpdate(0, versions[device], grads[i % 8], 1, finite=finite)
+            versions[device] = servers[device].push(u).version
+
+        return push
 
     def exchange_on(d: torch.device | str) -> Callable[[int], None]:
         def exchange(i: int) -> None:
-            _, p = servers[d].exchange(GradUpdate(0, versions[d], grads[i % 8], 1))
+            u = GradUpdate(0, versions[d], grads[i % 8], 1, finite=True)
+            _, p = servers[d].exchange(u)
             versions[d] = p.version
             load_params(model, p, device)
 
         return exchange
 
-    out = {"optimizer.step()": step, "push": push, "exchange": exchange_on(device)}
+    out = {
+        "optimizer.step()": step,
+        "push": push_with(True),
+        "push, the shard checks finiteness": push_with(False),
+        "exchange": exchange_on(device),
+    }
     if device.type != "cpu":
         out["exchange, shard on cpu"] = exchange_on("cpu")
     return init.numel(), out

@@ -12,6 +12,7 @@ from rltrain.config import ConfigError, load_config
 from rltrain.ps.compression import ErrorFeedback, compress, decompress
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.server import LocalServer
+from rltrain.ps.shard import ParameterShard
 from rltrain.records import GradUpdate
 from rltrain.supervised.config import BenchConfig, BudgetConfig, DataConfig, ToyConfig
 from rltrain.supervised.modes import initial_params, worker_specs
@@ -130,3 +131,13 @@ def test_server_options_no_mode_uses_are_refused(tmp_path: Path) -> None:
         path.write_text(text)
         with pytest.raises(ConfigError, match=message):
             load_config(BenchConfig, path)
+
+
+def test_a_compressed_push_is_looked_at_again_though_marked_finite() -> None:
+    """fp16 overflows above 65,504: the values the shard steps with are the decompressed ones,
+    so a sender's GradUpdate.finite (about the values before compression) does not carry over."""
+    shard = ParameterShard(torch.zeros(3), OptimizerConfig(name="sgd", lr=1.0), ServerConfig(), 1)
+    big = compress("fp16", torch.tensor([1e6, 0.0, 0.0]))
+    r = shard.push(GradUpdate(0, 0, big, 1, finite=True))  # type: ignore[arg-type]
+    assert r.status == "rejected" and "non-finite" in r.reason
+    assert torch.equal(shard.pull().values, torch.zeros(3))

@@ -253,6 +253,30 @@ def test_pushes_carry_their_loss_terms_by_name() -> None:
     assert all("td" not in u.losses for u in pushed)
 
 
+def test_a_learner_marks_finite_pushes_and_a_nan_batch_is_still_refused() -> None:
+    """A learner marks a push whose clipping norm was finite (GradUpdate.finite), so the shard
+    skips its own pass over the values; a NaN batch gives a NaN norm, goes unmarked, and the
+    shard refuses it without touching the parameters."""
+    c = cfg("appo")
+    server = server_for(c)
+    pushed: list = []
+    exchange = server.exchange_begin
+    server.exchange_begin = lambda u, *a: (pushed.append(u), exchange(u, *a))[1]  # type: ignore[method-assign]
+    actor = Actor(c, 0)
+    learner = Learner(c, actor.env.obs_shape, actor.env.num_actions)
+    learner.learn(server, 0.0, actor.collect(server))
+    assert pushed and all(u.finite for u in pushed)
+    before, applied = server.pull(), server.stats().applied
+    r = actor.collect(server)
+    r = dataclasses.replace(r, rewards=torch.full_like(r.rewards, float("nan")))
+    pushed.clear()
+    learner.learn(server, 0.0, r)
+    assert pushed and not any(u.finite for u in pushed)
+    st = server.stats()
+    assert st.applied == applied and st.rejected == len(pushed)
+    assert torch.equal(server.pull().values, before.values)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a GPU that torch cannot see")
 def test_a_learner_given_a_gpu_torch_cannot_see_says_so_and_uses_the_cpu(
     capsys: pytest.CaptureFixture[str],

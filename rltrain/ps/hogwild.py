@@ -79,7 +79,7 @@ class HogwildServer:
     def push(self, update: GradUpdate) -> PushResult:
         """Apply one update, lock-free. One process pushes under each worker id."""
         version = self.version
-        reason = check_update(update.values, self.numel, update.version, version)
+        reason = check_update(update.values, self.numel, update.version, version, update.finite)
         row = self._rows[update.worker_id % MAX_WORKERS]
         row[_SAMPLES] += update.num_samples
         if reason:

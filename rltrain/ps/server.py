@@ -133,7 +133,7 @@ class ShardedServer(ABC):
         v = update.values
         if len(self.layout.sizes) == 1 and v.dim() == 1 and v.numel() == self.layout.numel:
             return ""
-        return check_update(update.values, self.layout.numel, update.version, update.version)
+        return check_update(v, self.layout.numel, update.version, update.version, update.finite)
 
     def push(self, update: GradUpdate) -> PushResult:
         reason = self._check(update)

@@ -102,7 +102,7 @@ class ParameterShard:
             self._check_fence()
             self._bytes_pushed += wire_bytes(update.values)
             if isinstance(update.values, Compressed):  # server.compression
-                update = dataclasses.replace(update, values=decompress(update.values))
+                update = dataclasses.replace(update, values=decompress(update.values), finite=False)
             if update.values.device != self.device:  # from an actor's or another device's
                 update = dataclasses.replace(update, values=update.values.to(self.device))
             result = self._decide(update) if decided is None else self._follow(update, decided)
@@ -293,7 +293,9 @@ class ParameterShard:
     def _decide(self, update: GradUpdate) -> PushResult:
         """What the rule does with ``update`` (:meth:`push`, lock held)."""
         self._samples += update.num_samples
-        reason = check_update(update.values, self.numel, update.version, self.version)
+        reason = check_update(
+            update.values, self.numel, update.version, self.version, update.finite
+        )
         if not reason and update.norm is not None and not update.norm.is_finite():
             reason = "non-finite normalisation statistics"
         if reason:

@@ -9,6 +9,7 @@ to the parameter server (``async`` by default, any rule works).
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
@@ -222,7 +223,13 @@ class DQNLearner:
             with timer.phase("learn"):
                 grad, loss, td, q_mean = self.gradient(batch)
             update = GradUpdate(
-                self.learner_id, params.version, grad, len(batch), loss.terms(), epoch=params.epoch
+                self.learner_id,
+                params.version,
+                grad,
+                len(batch),
+                loss.terms(),
+                epoch=params.epoch,
+                finite=math.isfinite(loss.grad_norm),
             )
             with timer.phase("exchange"):
                 if self.cfg.replay.prioritized:

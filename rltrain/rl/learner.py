@@ -18,6 +18,7 @@ workers that act and learn in one process (a3c, a2c, ppo) are in :mod:`rltrain.r
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import threading
 import time
@@ -358,7 +359,10 @@ def push_gradients(
         if g is None:
             break
         loss = g.loss.terms()
-        update = GradUpdate(worker_id, at, g.values, g.samples, loss, norm, epoch=at_epoch)
+        finite = math.isfinite(g.loss.grad_norm)  # the shard need not look again
+        update = GradUpdate(
+            worker_id, at, g.values, g.samples, loss, norm, epoch=at_epoch, finite=finite
+        )
         norm = None
         with timer.phase("exchange"):
             pending = server.exchange_begin(update, at + 1 if barrier else 0, timeout)

@@ -322,12 +322,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from rltrain.plot import plot_runs
+    from rltrain.charts import NO_MATPLOTLIB
+    from rltrain.plot import PlotError, plot_runs
 
     out = Path(args.out).expanduser() if args.out else None
     runs = [Path(r).expanduser() for r in args.runs]
     png, table = plot_runs(runs, out, args.title, args.smooth, args.marks)
-    print(png)
+    if png is None and not table:
+        raise PlotError(NO_MATPLOTLIB)
+    print(png if png is not None else f"rltrain: {NO_MATPLOTLIB}; the table:")
     if table:
         print(table)
     return 0

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from rltrain.charts import pyplot
 from rltrain.errors import RLTrainError
 
 RETURN_TAG = "episode/return"
@@ -233,13 +234,15 @@ def _time_axis(seconds_max: float) -> tuple[float, str]:
     return 1.0, "wall time (s)"
 
 
-def draw(curves: Sequence[Curve], out: Path, title: str | None = None, window: int = 20) -> Path:
+def draw(
+    curves: Sequence[Curve], out: Path, title: str | None = None, window: int = 20
+) -> Path | None:
     """Write a PNG with two panels, return vs frames and return vs wall time; per run the
-    raw returns faintly and their moving mean over ``window`` episodes as a line."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    raw returns faintly and their moving mean over ``window`` episodes as a line. None
+    without matplotlib."""
+    plt = pyplot()
+    if plt is None:
+        return None
     from matplotlib.ticker import EngFormatter
 
     fig, (by_frames, by_time) = plt.subplots(1, 2, figsize=(12, 4.5), dpi=110, sharey=True)
@@ -286,9 +289,10 @@ def plot_runs(
     title: str | None = None,
     window: int = 20,
     marks: Sequence[float] = (),
-) -> tuple[Path, str]:
-    """Read every run (all errors before anything is drawn) and write the PNG; its path, and
-    with ``marks`` the time-to-score table (:func:`marks_table`, else "")."""
+) -> tuple[Path | None, str]:
+    """Read every run (all errors before anything is drawn) and write the PNG; its path (None
+    without matplotlib), and with ``marks`` the time-to-score table (:func:`marks_table`, else
+    "")."""
     curves = [read_curve(d) for d in run_dirs]
     png = draw(curves, out if out is not None else default_output(run_dirs), title, window)
     return png, marks_table(curves, marks, window) if marks else ""

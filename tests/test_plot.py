@@ -178,3 +178,21 @@ def test_time_to_marks_counts_a_full_window_as_stop_does(
     assert out[3] == (
         "| pong | 6.67 | 3.0 min, 1.2k | 8.0 min, 3.2k | not reached | 9.0 at 10.0 min, 4k |"
     )
+
+
+def test_without_matplotlib_the_table_is_still_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bare box (PyTorch, no matplotlib): --marks still prints its table, with one line
+    that says why there is no chart; without --marks nothing could be made, one-line error."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
+    run = make_run(tmp_path / "pong", "pong_a3c.yaml", [(100, -21, 10), (250, -20, 20)])
+    assert main(["plot", str(run), "--smooth", "1", "--marks", "-20"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "matplotlib is not installed" in out[0] and out[1].startswith("| run |")
+    assert not (run / "returns.png").exists()
+    assert main(["plot", str(run)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "matplotlib is not installed (pip install matplotlib)" in err[0]

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rltrain.charts import pyplot
 from rltrain.supervised.config import BenchConfig
 from rltrain.supervised.toys import TOY_PROBLEMS
 
@@ -22,13 +23,12 @@ X_LABELS = {
 
 def plot_curves(
     path: Path, curves: dict[str, list[Point]], targets: Sequence[Target], x: str = "t"
-) -> None:
+) -> bool:
     """One line per mode against ``x`` (a key of :data:`X_LABELS`): test accuracy, or the
-    toy problems' distance to the optimum on a log scale."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    toy problems' distance to the optimum on a log scale. False without matplotlib."""
+    plt = pyplot()
+    if plt is None:
+        return False
 
     metric = targets[0].metric if targets else "accuracy"
     fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
@@ -50,6 +50,7 @@ def plot_curves(
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+    return True
 
 
 def plot_names(cfg: BenchConfig) -> list[str]:

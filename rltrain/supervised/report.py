@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 from torch.utils.tensorboard import SummaryWriter
 
+from rltrain.charts import NO_MATPLOTLIB
 from rltrain.config import to_dict
 from rltrain.records import STALENESS_BINS
 from rltrain.rundir import write_atomic, write_summary
@@ -266,7 +268,9 @@ def write_outputs(
     targets = targets_of(cfg)
     for name in plot_names(cfg):
         x = name.rsplit("_", 1)[1].removesuffix(".png")
-        plot_curves(run_dir / name, curves, targets, x="t" if x == "time" else x)
+        if not plot_curves(run_dir / name, curves, targets, x="t" if x == "time" else x):
+            print(f"rltrain: {NO_MATPLOTLIB}", file=sys.stderr)
+            break
     summary = {
         "command": "bench",
         "dataset": cfg.data.dataset,

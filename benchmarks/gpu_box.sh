@@ -4,24 +4,35 @@
 # For a bare GPU machine with PyTorch and CUDA but no Ray and no internet: gymnasium,
 # farama-notifications and ale-py come along as wheels (WHEELS, default .whl/; download them
 # elsewhere for the box's Python, as /work/.library/device/README.md shows), and the project
-# runs from PYTHONPATH. Prints, in about 7 minutes:
+# runs from PYTHONPATH. Prints, in about 9 minutes:
 #   * the box: GPU, CPU cores, torch;
 #   * raw AtariVectorEnv frames/s (random actions, the v5 protocol) with 16, 64 and 128 envs
 #     on every core;
+#   * on a GPU: benchmarks/exchange.py (a push to the shard beside the learner against
+#     optimizer.step()) and benchmarks/cnn_precision.py (fp32/TF32, bf16, channels-last);
 #   * configs/pong_appo.yaml trained for TRAIN_SECONDS (300) with its defaults (evaluation
 #     off, so the cores all train): frames/s over the run and after warm-up, seconds to the
 #     first env step, the `rltrain plot --marks -15 0 10 18` table, the last status line (its
-#     `time:` shares are perf/time), and GPU busy % and memory sampled by nvidia-smi.
+#     `time:` shares are perf/time), and GPU busy % and memory sampled by nvidia-smi;
+#   * the same for BEFORE_SECONDS (60; 0 skips it) with the layout before session 28 (each
+#     actor's own policy on its CPU, the shard on the CPU), for frames/s and GPU busy at the
+#     same commit and on the same box;
+#   * on a GPU, within COMPILE_SECONDS (80; 0 skips it): torch.compile and CUDA graphs
+#     (mode="reduce-overhead") against bf16 autocast for the CNN.
 #
 #   bash benchmarks/gpu_box.sh [extra --set for the run ...]
-#   WHEELS=.whl TRAIN_SECONDS=300 RAW_SECONDS=8 OUT_DIR=/tmp/gpu_box bash benchmarks/gpu_box.sh
+#   WHEELS=.whl TRAIN_SECONDS=300 BEFORE_SECONDS=60 COMPILE_SECONDS=80 RAW_SECONDS=5 \
+#       OUT_DIR=/tmp/gpu_box
+#       bash benchmarks/gpu_box.sh
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 WHEELS=${WHEELS:-$REPO/.whl}
 TRAIN_SECONDS=${TRAIN_SECONDS:-300}
-RAW_SECONDS=${RAW_SECONDS:-8}
+RAW_SECONDS=${RAW_SECONDS:-5}
 OUT_DIR=${OUT_DIR:-/tmp/gpu_box}
 CONFIG=${CONFIG:-$REPO/configs/pong_appo.yaml}
+BEFORE_SECONDS=${BEFORE_SECONDS:-60}
+COMPILE_SECONDS=${COMPILE_SECONDS:-80}
 rm -rf "$OUT_DIR" && mkdir -p "$OUT_DIR"
 export PYTHONUNBUFFERED=1
 
@@ -53,25 +64,39 @@ for n in (16, 64, 128):
     print(f"{n:4d} envs, {cores} threads: {raw_fps(n, cores, float(sys.argv[1])):9,.0f} frames/s")
 EOF
 
-echo
-echo "## $(basename "$CONFIG"), ${TRAIN_SECONDS}s, defaults $*"
-GPU_LOG=$OUT_DIR/gpu.csv
-if command -v nvidia-smi >/dev/null; then
-    nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits -l 5 \
-        >"$GPU_LOG" 2>/dev/null &
-    SMI=$!
+if python3 -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then
+    echo
+    echo "## a push to the shard beside the learner against optimizer.step(), on the GPU"
+    python3 "$REPO/benchmarks/exchange.py" --configs "$CONFIG" --steps 100 --repeats 3
+    echo
+    echo "## the Nature CNN on the GPU (learners: fp32 in TF32, or bf16 autocast)"
+    python3 "$REPO/benchmarks/cnn_precision.py" --device cuda --infer-batch 128 --seconds 1 \
+        --rounds 2
 fi
-RUN=$OUT_DIR/run
-START=$(date +%s.%N)
-rltrain train "$CONFIG" --run-dir "$RUN" --set "stop.max_seconds=$TRAIN_SECONDS" \
-    --set stop.mean_return=null --set eval.every_steps=0 "$@" >"$OUT_DIR/train.log" 2>&1
-CODE=$?
-END=$(date +%s.%N)
-[ -n "${SMI:-}" ] && kill "$SMI" 2>/dev/null
-grep -v '^\[train\]' "$OUT_DIR/train.log" | head -5
-echo "exit code $CODE, $(python3 -c "print(f'{$END - $START:.0f}')") s from the command to the end"
-echo "last status: $(grep '^\[train\]' "$OUT_DIR/train.log" | tail -1)"
-python3 - "$RUN" "$GPU_LOG" <<'EOF'
+
+# train NAME SECONDS [--set ...]: one run of $CONFIG, then its figures
+train() {
+    local name=$1 seconds=$2
+    shift 2
+    echo
+    echo "## $(basename "$CONFIG"), ${seconds}s, $name $*"
+    local run=$OUT_DIR/$name gpu_log=$OUT_DIR/$name.gpu.csv smi=""
+    if command -v nvidia-smi >/dev/null; then
+        nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits -l 5 \
+            >"$gpu_log" 2>/dev/null &
+        smi=$!
+    fi
+    local start end code
+    start=$(date +%s.%N)
+    rltrain train "$CONFIG" --run-dir "$run" --set "stop.max_seconds=$seconds" \
+        --set stop.mean_return=null --set eval.every_steps=0 "$@" >"$OUT_DIR/$name.log" 2>&1
+    code=$?
+    end=$(date +%s.%N)
+    [ -n "$smi" ] && kill "$smi" 2>/dev/null
+    grep -v '^\[train\]' "$OUT_DIR/$name.log" | head -5
+    echo "exit code $code, $(python3 -c "print(f'{$end - $start:.0f}')") s from the command to the end"
+    echo "last status: $(grep '^\[train\]' "$OUT_DIR/$name.log" | tail -1)"
+    python3 - "$run" "$gpu_log" <<'PY'
 import json, sys
 from pathlib import Path
 from pong_training_fps import steady_fps
@@ -94,6 +119,21 @@ if gpu.exists() and gpu.read_text().strip():
     busy = [r[0] for r in rows[2:]] or [r[0] for r in rows]  # from 10 s in: training
     print(f"GPU busy (nvidia-smi every 5 s, {len(busy)} samples): mean {sum(busy) / len(busy):.0f}%"
           f", max {max(busy):.0f}%; memory used up to {max(r[1] for r in rows):,.0f} MiB")
-EOF
+PY
+}
+
+train defaults "$TRAIN_SECONDS" "$@"
 echo
-rltrain plot "$RUN" --marks -15 0 10 18 --out "$OUT_DIR/curve.png" 2>&1 | tail -8
+rltrain plot "$OUT_DIR/defaults" --marks -15 0 10 18 --out "$OUT_DIR/curve.png" 2>&1 | tail -8
+if [ "$BEFORE_SECONDS" -gt 0 ]; then
+    # the layout before session 28: each actor its own copy of the policy on its CPU, the
+    # shard on the CPU (the learner's gradient to the host, Adam there, parameters back)
+    train before "$BEFORE_SECONDS" --set runtime.inference=actor --set server.device=cpu "$@"
+fi
+if [ "$COMPILE_SECONDS" -gt 0 ] && python3 -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then
+    echo
+    echo "## torch.compile and CUDA graphs on the GPU (at most ${COMPILE_SECONDS}s, compiling included)"
+    timeout "$COMPILE_SECONDS" python3 "$REPO/benchmarks/cnn_precision.py" --device cuda \
+        --infer-batch 128 --seconds 1 --rounds 1 --variants bf16 compile+bf16 graphs+bf16 \
+        || echo "(stopped at ${COMPILE_SECONDS}s)"
+fi

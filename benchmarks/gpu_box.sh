@@ -22,8 +22,7 @@
 #
 #   bash benchmarks/gpu_box.sh [extra --set for the run ...]
 #   WHEELS=.whl TRAIN_SECONDS=300 BEFORE_SECONDS=60 COMPILE_SECONDS=80 RAW_SECONDS=5 \
-#       OUT_DIR=/tmp/gpu_box
-#       bash benchmarks/gpu_box.sh
+#       OUT_DIR=/tmp/gpu_box bash benchmarks/gpu_box.sh
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 WHEELS=${WHEELS:-$REPO/.whl}

@@ -2,8 +2,8 @@
 
 Each run is a fresh `rltrain train CONFIG` process with a tiny budget; summary.json's
 ``startup`` marks say when each phase ended, counted from the process's own start time
-(``trainer``: imports, config, env probe, run folder; ``ray``: the runtime started;
-``server``: the shards up; ``first_step``: an actor's first env step). Runs alternate
+(``trainer``: imports, config, env probe, run folder; ``runtime``: Ray or the forkserver
+started; ``server``: the shards up; ``first_step``: an actor's first env step). Runs alternate
 between the settings, so machine noise hits them alike; the median over ``--repeats`` is
 reported.
 
@@ -58,7 +58,7 @@ def main() -> None:
     for b, a in settings:
         med = {k: statistics.median(m[k] for m in marks[(b, a)]) for k in marks[(b, a)][0]}
         print(
-            f"| {b} | {a} | {med['trainer']:.2f} | {med['ray']:.2f} | {med['server']:.2f} | "
+            f"| {b} | {a} | {med['trainer']:.2f} | {med['runtime']:.2f} | {med['server']:.2f} | "
             f"**{med['first_step']:.2f}** | {statistics.median(wholes[(b, a)]):.2f} |"
         )
 

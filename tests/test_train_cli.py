@@ -91,8 +91,8 @@ def test_short_runs_write_tensorboard_checkpoint_summary(tmp_path: Path, algo: s
         assert key in s
     assert s["env_steps"] >= 6000 and s["env_frames"] == s["env_steps"]
     marks = s["startup"]  # seconds from the command (Ray starts beside the env probe)
-    assert set(marks) == {"trainer", "ray", "server", "first_step", "first_result"}
-    assert max(marks["trainer"], marks["ray"]) <= marks["server"] <= marks["first_step"]
+    assert set(marks) == {"trainer", "runtime", "server", "first_step", "first_result"}
+    assert max(marks["trainer"], marks["runtime"]) <= marks["server"] <= marks["first_step"]
     assert marks["first_step"] <= marks["first_result"]
     assert s["startup_seconds"] == marks["first_result"]
     if algo in ("a2c", "ppo"):

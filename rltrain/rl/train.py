@@ -81,7 +81,7 @@ class Trainer:
         self.ray_where = ""
         if ray_up is not None:
             self.ray_where = ray_up[0]
-            self.record.startup["ray"] = round(ray_up[1] - self.record.started, 2)
+            self.record.startup["runtime"] = round(ray_up[1] - self.record.started, 2)
         self.cfg = cfg
         self.run_dir = run_dir
         gpu_here = cfg.learner_gpus > 0 and chosen_backend(cfg.runtime)[0] != "ray"
@@ -163,7 +163,7 @@ class Trainer:
         cfg, ctx = self.cfg, self.ctx
         modules = (*cfg.env.imports, *(w.partition(":")[0] for w in cfg.env.wrappers))
         where = self.ray_where or runtime.start(cfg.runtime, ship=modules)
-        self.record.mark("ray")
+        self.record.mark("runtime")  # Ray, the forkserver or threads up
         signals.install()  # again: ray.init replaces the SIGTERM handler
         name, why = chosen_backend(cfg.runtime)
         cpus = runtime.cluster_cpus()

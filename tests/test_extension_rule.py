@@ -1,6 +1,6 @@
 """A new update rule written in this file alone: registered, accepted by the config, run end to
-end by `rltrain bench` (workers in processes of the process runtime) and reapplied, with its
-effect checked against the rule it changes."""
+end by `rltrain bench` (workers in processes of the process runtime, and of Ray) and
+reapplied, with its effect checked against the rule it changes."""
 
 from __future__ import annotations
 
@@ -67,6 +67,22 @@ def test_a_rule_from_a_test_file_runs_through_rltrain_bench(
     capsys.readouterr()
     assert main(["reapply", str(out)]) == 0
     assert "reapply async_half: " in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_rule_from_a_test_file_reaches_rays_processes(
+    half_async: UpdateRule, run_bench: Any
+) -> None:
+    """Ray's shard and worker processes import rltrain afresh, and this file does not import
+    there: the run's setup hook registers the rule in each (rltrain.extensions), its class
+    pickled by value. Its effect is the same as on the process runtime."""
+    out, summary = run_bench(BENCH.replace("backend: process", "backend: ray"))
+    assert summary["results"][0]["updates_applied"] > 0
+    saved = load_record(record_path(out, "async_half"))
+    cfg = load_config(BenchConfig, out / "config.yaml")
+    half_lr = dataclasses.replace(cfg, optimizer=dataclasses.replace(cfg.optimizer, lr=0.05))
+    expected, mismatches = reapply_log(half_lr, load_data(cfg.data), "async", saved.log)
+    assert torch.equal(expected, saved.final) and mismatches == 0
 
 
 def test_the_config_accepts_a_rule_while_it_is_registered(

@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import ClassVar, Protocol
 
 from rltrain.config import ConfigError
+from rltrain.extensions import track
 
 
 class RuleSettings(Protocol):
@@ -192,6 +193,13 @@ def rule_names() -> tuple[str, ...]:
     return tuple(_RULES)
 
 
+def _add_unknown(rule: UpdateRule) -> None:
+    if rule.name not in _RULES:  # a worker that imported the user's module has it already
+        register_rule(rule)
+
+
 BUILT_IN: tuple[UpdateRule, ...] = (SYNC, SOFT_SYNC, ASYNC, AVERAGE)
 for _rule in BUILT_IN:
     register_rule(_rule)
+# what the user registers reaches Ray's processes too (rltrain.extensions)
+track(__name__, lambda: [r for r in _RULES.values() if r not in BUILT_IN], _add_unknown)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from rltrain.config import ConfigError
+from rltrain.extensions import track
 
 if TYPE_CHECKING:
     import torch
@@ -173,3 +174,12 @@ register_algo(
 
 BUILT_IN = algo_names()
 """The algorithms rltrain ships (:func:`unregister_algo` keeps them)."""
+
+
+def _add_unknown(spec: AlgoSpec) -> None:
+    if spec.name not in _ALGOS:  # a worker that imported the user's module has it already
+        register_algo(spec)
+
+
+# what the user registers reaches Ray's processes too (rltrain.extensions)
+track(__name__, lambda: [s for n, s in _ALGOS.items() if n not in BUILT_IN], _add_unknown)

@@ -6,17 +6,16 @@ import dataclasses
 import logging
 import math
 import os
-import site
 import socket
 import sys
-import sysconfig
 from collections.abc import Sequence
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import ray
 
+from rltrain import extensions
+from rltrain.extensions import installed
 from rltrain.runtime.config import RuntimeConfig
 from rltrain.runtime.errors import RayStartError
 
@@ -30,16 +29,13 @@ def user_code(modules: Sequence[str]) -> list[ModuleType]:
     imported here) that are not installed in site-packages: Ray ships them to every worker on
     every node (``runtime_env.py_modules``), so a module in the current directory imports
     there as it does in the driver."""
-    paths = sysconfig.get_paths()
-    installed = {Path(paths["purelib"]).resolve(), Path(paths["platlib"]).resolve()}
-    installed |= {Path(p).resolve() for p in (*site.getsitepackages(), site.getusersitepackages())}
     out: list[ModuleType] = []
     for name in modules:
         top = sys.modules.get(name.split(".")[0])
         where = getattr(top, "__file__", None) or next(iter(getattr(top, "__path__", [])), None)
         if top is None or where is None or top in out:
             continue
-        if not any(Path(where).resolve().is_relative_to(p) for p in installed):
+        if not installed(where):
             out.append(top)
     return out
 
@@ -50,7 +46,9 @@ def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
     A local instance starts one worker process per CPU while the driver is still connecting,
     and each imports :data:`PRELOAD` (torch, numpy, the parameter server) right away: the first
     actors created (the server shards) then start without waiting for torch to import.
-    ``ship``: the user's modules every worker must import (see :func:`user_code`).
+    ``ship``: the user's modules every worker must import (see :func:`user_code`). The
+    algorithms and update rules registered in this process are registered in every worker
+    as it starts (:mod:`rltrain.extensions`).
     """
     global _started_here, _ours
     if ray.is_initialized():
@@ -62,9 +60,16 @@ def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
         logging_level=logging.WARNING,
         log_to_driver=True,
     )
+    runtime_env: dict[str, Any] = {}
     code = user_code(ship)
     if code:
-        kwargs["runtime_env"] = {"py_modules": code}
+        runtime_env["py_modules"] = code
+    extended = extensions.snapshot()
+    if extended:  # the user's algorithms and rules, registered in every worker process
+        extensions.by_value(extensions.parts(extended))
+        runtime_env["worker_process_setup_hook"] = extensions.setup_hook(extended)
+    if runtime_env:
+        kwargs["runtime_env"] = runtime_env
     if cfg.address:
         check_reachable(cfg.address)
         try:

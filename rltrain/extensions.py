@@ -1,0 +1,98 @@
+"""The user's extensions (algorithms, update rules) carried to every process of a run.
+
+A registry (:mod:`rltrain.rl.algos`, :mod:`rltrain.ps.rules`) lives in the process that fills
+it. The process and local runtimes keep the shards in the driver's process and fork their
+children from it, so what the user registered is there; Ray's processes import rltrain
+afresh, on every node. Each registry tells this module how to list what the user added and
+how to add it again (:func:`track`); the Ray runtime takes a :func:`snapshot` when it starts
+and every one of its worker processes :func:`restore` s it before it runs anything
+(``runtime_env.worker_process_setup_hook``). The extensions travel pickled: by reference
+where their module imports on the workers (installed, or shipped with ``env.imports``), by
+value where it does not (a script's ``__main__``, a test file: :func:`by_value`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import site
+import sys
+import sysconfig
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+_REGISTRIES: dict[str, tuple[Callable[[], list[Any]], Callable[[Any], None]]] = {}
+
+
+def track(module: str, added: Callable[[], list[Any]], add: Callable[[Any], None]) -> None:
+    """Declare the registry of ``module``: ``added()`` lists what was registered beyond the
+    built-ins, ``add(item)`` registers one item (if its name is not known yet)."""
+    _REGISTRIES[module] = (added, add)
+
+
+def snapshot() -> dict[str, list[Any]]:
+    """What the user registered in this process, by registry module (empty: nothing)."""
+    return {m: items for m, (added, _) in _REGISTRIES.items() if (items := added())}
+
+
+def restore(snap: dict[str, list[Any]]) -> None:
+    """Register ``snap``'s items in this process (a Ray worker's setup hook)."""
+    for module, items in snap.items():
+        importlib.import_module(module)  # its built-ins first, and its add function
+        add = _REGISTRIES[module][1]
+        for item in items:
+            add(item)
+
+
+def setup_hook(snap: dict[str, list[Any]]) -> Callable[[], None]:
+    """A function that restores ``snap`` (a nested function: cloudpickle carries it by value,
+    ``snap`` with it)."""
+
+    def restore_extensions() -> None:
+        restore(snap)
+
+    return restore_extensions
+
+
+def parts(snap: dict[str, list[Any]]) -> list[Any]:
+    """The items of ``snap`` and, for dataclass items (an AlgoSpec), their callable fields
+    (its targets): what could be defined in the user's modules."""
+    out: list[Any] = []
+    for items in snap.values():
+        for item in items:
+            out.append(item)
+            if dataclasses.is_dataclass(item):
+                out += [v for f in dataclasses.fields(item) if callable(v := getattr(item, f.name))]
+    return out
+
+
+def by_value(objects: Iterable[Any]) -> list[str]:
+    """The modules that define ``objects`` (their classes, or themselves for functions) and
+    would not import on another machine: neither installed in site-packages nor part of
+    rltrain. Ray's cloudpickle is told to pickle their contents by value; returns their
+    names."""
+    from ray import cloudpickle
+
+    names: list[str] = []
+    for obj in objects:
+        name = getattr(obj, "__module__", None) or type(obj).__module__
+        module = sys.modules.get(name)
+        where = getattr(module, "__file__", None)
+        if module is None or name == "__main__" or name in names or where is None:
+            continue  # __main__ is pickled by value already
+        if name.split(".")[0] == "rltrain" or installed(where):
+            continue
+        cloudpickle.register_pickle_by_value(module)
+        names.append(name)
+    return names
+
+
+def installed(path: str | Path) -> bool:
+    """Whether ``path`` lies in site-packages (this interpreter's or the user's): a module
+    there imports on every machine of a cluster set up alike, one elsewhere travels."""
+    paths = sysconfig.get_paths()
+    places = {Path(paths["purelib"]), Path(paths["platlib"])}
+    places |= {Path(p) for p in (*site.getsitepackages(), site.getusersitepackages())}
+    where = Path(path).resolve()
+    return any(where.is_relative_to(p.resolve()) for p in places)

@@ -81,6 +81,12 @@ class AlgoSpec:
         return self.layout != "worker"
 
     @property
+    def q_network(self) -> bool:
+        """The network is a Q-network, one value per Discrete action, acting greedily (the
+        replay layout's learner: double DQN); otherwise a policy and a value head."""
+        return self.layout == "replay"
+
+    @property
     def lags(self) -> bool:
         """Its rollouts were made by actors a version or more behind the learner (off-policy:
         loss/lag_kl is measured)."""

@@ -161,7 +161,7 @@ def load_policy(
 ) -> Policy:
     """The run's network with the checkpoint's (path, values, norm) loaded into it."""
     path, values, norm = params
-    dqn = cfg.algo_spec.layout == "replay"
+    dqn = cfg.algo_spec.q_network
     build = build_qnet if dqn else policy_builder(cfg)
     model = build(cfg.model.kind, obs_shape, actions, cfg.model.hidden)
     if sum(p.numel() for p in model.parameters()) != values.numel():

@@ -17,6 +17,7 @@ from rltrain.envs.user import one_hot as one_hot_space
 from rltrain.faults import FaultCounters
 from rltrain.ps.server import ShardLayout
 from rltrain.rl.actor import policy_builder
+from rltrain.rl.algos import algo_names, algo_spec
 from rltrain.rl.config import StopConfig, TrainConfig
 from rltrain.rl.models import build_qnet, flat_params
 from rltrain.rl.rollout import WorkStats
@@ -53,10 +54,11 @@ def probe_env(cfg: TrainConfig) -> EnvSpec:
     or on an action space the algorithm cannot handle)."""
     env = make_env(cfg.env, seed=cfg.seed, num_envs=1)
     try:
-        if cfg.algo_spec.layout == "replay" and env.action_space.continuous:
+        if cfg.algo_spec.q_network and env.action_space.continuous:
+            others = ", ".join(n for n in algo_names() if not algo_spec(n).q_network)
             raise EnvError(
-                f"algo.name=dqn needs Discrete actions; {cfg.env.id} has "
-                f"{env.action_space.describe()} actions: use appo, ppo, a3c, a2c or impala"
+                f"algo.name={cfg.algo.name} needs Discrete actions; {cfg.env.id} has "
+                f"{env.action_space.describe()} actions: use one of {others}"
             )
         protocol = {**env.protocol, "num_envs": cfg.env.num_envs}  # per actor
         return EnvSpec(
@@ -75,7 +77,7 @@ def probe_env(cfg: TrainConfig) -> EnvSpec:
 
 def initial_params(cfg: TrainConfig, spec: EnvSpec) -> torch.Tensor:
     torch.manual_seed(cfg.seed)
-    build = build_qnet if cfg.algo_spec.layout == "replay" else policy_builder(cfg)
+    build = build_qnet if cfg.algo_spec.q_network else policy_builder(cfg)
     model = build(cfg.model.kind, spec.obs_shape, spec.actions, cfg.model.hidden)
     return flat_params(model)
 

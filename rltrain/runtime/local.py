@@ -30,7 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from rltrain.driver import Done
-from rltrain.faults import FaultAction, RestorePoint
+from rltrain.faults import FaultAction, ProcessLost, RestorePoint
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.server import LocalServer
 from rltrain.records import Role
@@ -114,40 +114,65 @@ class Remote:
 
 
 class Pool:
-    """The calls in flight, one per :class:`Remote`. A call that raises fails the run with its
-    own traceback (there is no process to lose: the error is in the code or the data)."""
+    """The calls in flight, one per remote (a thread's :class:`Remote`, or a child process of
+    :mod:`rltrain.runtime.process`), and the children being restarted.
+
+    As :class:`rltrain.runtime.Pool` (Ray): a call whose process died gives a ``Done`` with
+    ``error=ProcessLost``; the pool then waits for the new process (a remote with ``probe``)
+    and reports it ``revived`` (or ``ProcessLost(permanent=True)``). Any other exception is a
+    bug, or bad data, and fails the run with its own traceback: a thread has no process to
+    lose. ``fetch=False`` calls give their value too (there are no references to pass on: a
+    rollout is copied out of shared memory as it arrives).
+    """
 
     def __init__(self) -> None:
-        self.calls: dict[cf.Future, tuple[Remote, Any, bool]] = {}
+        self.calls: dict[cf.Future, tuple[Any, Any, bool]] = {}
+        self.probes: dict[cf.Future, Any] = {}
 
     def submit(
-        self, remote: Remote, method: str, *args: Any, tag: Any = None, fetch: bool = True
+        self, remote: Any, method: str, *args: Any, tag: Any = None, fetch: bool = True
     ) -> cf.Future:
         future = remote.call(method, *args)
         self.calls[future] = (remote, tag, fetch)
         return future
 
     def __len__(self) -> int:
-        return len(self.calls)
+        return len(self.calls) + len(self.probes)
 
-    def watch(self, remote: Remote) -> None:
-        """Nothing restarts here (see :meth:`rltrain.runtime.Pool.watch`)."""
+    def watch(self, remote: Any) -> None:
+        if hasattr(remote, "probe") and remote not in self.restarting():  # not a thread
+            self.probes[remote.probe()] = remote
 
-    def busy(self, remote: Remote) -> bool:
+    def busy(self, remote: Any) -> bool:
         return any(r is remote for r, _, _ in self.calls.values())
 
-    def restarting(self) -> list[Remote]:
-        return []
+    def restarting(self) -> list[Any]:
+        return list(self.probes.values())
 
     def wait(self, timeout: float) -> list[Done]:
-        if not self.calls:
+        if not self.calls and not self.probes:
             time.sleep(timeout)
             return []
-        done, _ = cf.wait(self.calls, timeout, return_when=cf.FIRST_COMPLETED)
+        done, _ = cf.wait([*self.calls, *self.probes], timeout, return_when=cf.FIRST_COMPLETED)
         out = []
         for future in done:
+            if future in self.probes:
+                remote = self.probes.pop(future)
+                error = future.exception()
+                out.append(Done(remote, error=error) if error else Done(remote, revived=True))
+                if isinstance(error, ProcessLost) and not error.permanent:
+                    self.probes[remote.probe()] = remote  # it died again before it was up
+                continue
             remote, tag, _ = self.calls.pop(future)
-            out.append(Done(remote, tag, future.result()))  # fetch=False: the value itself
+            error = future.exception()
+            if isinstance(error, ProcessLost):
+                out.append(Done(remote, tag, error=error))
+                if not error.permanent:
+                    self.probes[remote.probe()] = remote
+            elif error is not None:
+                raise error
+            else:
+                out.append(Done(remote, tag, future.result()))
         return out
 
 

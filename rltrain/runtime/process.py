@@ -40,10 +40,9 @@ from rltrain.records import Role
 from rltrain.runtime import child, local
 from rltrain.runtime.config import RuntimeConfig
 from rltrain.runtime.forkserver import context, no_main, serve, service_names
+from rltrain.runtime.local import Pool, ServerGuard, cluster_gpus, start_replay, start_server
 from rltrain.runtime.local import Remote as ThreadRemote
-from rltrain.runtime.local import ServerGuard, cluster_gpus, start_replay, start_server
 from rltrain.runtime.policy import respond
-from rltrain.runtime.process_pool import Pool
 from rltrain.runtime.shm import shm_note
 
 __all__ = [

@@ -140,7 +140,7 @@ def train(
     """Train as ``rltrain train`` does; ``overrides`` as ``--set`` (``env__id="Acrobot-v1"``
     or ``**{"env.id": "Acrobot-v1"}``). ``resume``: continue that run from its latest
     checkpoint (its own config, plus ``config`` or ``overrides`` if given)."""
-    from rltrain.launch import prepare_train
+    from rltrain.launch import run_train
 
     if resume is not None:
         from rltrain.launch import run_dir_arg
@@ -153,9 +153,8 @@ def train(
     else:
         cfg = _config(config, "train", **overrides)
     with signals.graceful():
-        trainer = prepare_train(cfg, run_dir, resume, started=time.time(), resume_flag="resume=")
-        trainer.run()
-    return RunResult.from_run_dir(trainer.run_dir)
+        out, _ = run_train(cfg, run_dir, resume, started=time.time(), resume_flag="resume=")
+    return RunResult.from_run_dir(out)
 
 
 def bench(

@@ -6,24 +6,23 @@ import argparse
 import contextlib
 import json
 import os
+import select
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from rltrain import signals
 from rltrain.config import load_config
 from rltrain.errors import RLTrainError
 from rltrain.faults import FaultCounters, PeerLost, ProcessLost, RunFailed
-from rltrain.launch import UserError, prepare_train, run_bench_config, run_dir_arg
+from rltrain.launch import UserError, run_bench_config, run_dir_arg, run_train
 from rltrain.options import describe
 from rltrain.rl.algos import algo_names
 
-if TYPE_CHECKING:
-    pass
-
 EXIT_USAGE = 2
 EXIT_FAILED = 1  # a run that a fault stopped (the summary says which)
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: as `cat`/`ls` when `| head` stops reading
 
 
 class _Parser(argparse.ArgumentParser):
@@ -266,22 +265,23 @@ def cmd_train(args: argparse.Namespace) -> int:
         if not args.config:
             raise UserError("train: give a CONFIG file (see configs/) or --resume RUN_DIR")
         cfg = load_config(TrainConfig, args.config, overrides)
-    trainer = prepare_train(cfg, args.run_dir, args.resume, args.config)
-    summary = trainer.run()
+    run, summary = run_train(cfg, args.run_dir, args.resume, args.config)
     faults = FaultCounters(**summary["faults"])
     mean = summary["mean_return"]
     shown = "none (no episode ended)" if mean is None else f"{mean:.2f}"
+    rejected = summary.get("rejected", 0)  # non-finite or malformed updates the server refused
+    refused = f" ({rejected:,} of {summary['updates']:,} updates refused)" if rejected else ""
     print(
         f"stopped by {summary['stopped_by']} after {summary['wall_seconds']:.0f}s: "
         f"{summary['env_steps']:,} steps, {summary['episodes']} episodes, "
-        f"mean return {shown}; faults: {faults.brief()}; summary.json, "
-        f"checkpoints/, tensorboard --logdir {trainer.run_dir / 'tb'}"
+        f"mean return {shown}; faults: {faults.brief()}{refused}; summary.json, "
+        f"checkpoints/, tensorboard --logdir {run / 'tb'}"
     )
-    if summary["stopped_by"] == "fault":
+    if summary["stopped_by"] in ("fault", "diverged"):
         print(f"rltrain: run failed: {summary.get('failure', '')}", file=sys.stderr)
         return EXIT_FAILED
     if summary["stopped_by"] == "interrupt":
-        print(f"continue with: rltrain train --resume {trainer.run_dir}", file=sys.stderr)
+        print(f"continue with: rltrain train --resume {run}", file=sys.stderr)
         return signals.EXIT_INTERRUPTED
     return 0
 
@@ -345,20 +345,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             sub.error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as e:  # --help (0), or a usage error already printed as one line (2)
         return e.code if isinstance(e.code, int) else EXIT_USAGE
+    commands = {"options": lambda a: cmd_options(a.kind), "bench": cmd_bench, "train": cmd_train}
+    commands |= {"eval": cmd_eval, "plot": cmd_plot, "reapply": cmd_reapply}
+    commands["replay"] = cmd_reapply  # the old name of reapply, an alias
     try:
         with signals.graceful():  # Ctrl-C / SIGTERM: a clean stop first, at once the second time
-            if args.command == "options":
-                return cmd_options(args.kind)
-            if args.command == "bench":
-                return cmd_bench(args)
-            if args.command == "train":
-                return cmd_train(args)
-            if args.command == "eval":
-                return cmd_eval(args)
-            if args.command == "plot":
-                return cmd_plot(args)
-            if args.command in ("reapply", "replay"):  # replay: the old name, an alias
-                return cmd_reapply(args)
+            code = commands[args.command](args)
+            sys.stdout.flush()  # a reader that went away fails here, not at exit
+            return code
+    except BrokenPipeError:  # stdout's reader closed it early (`rltrain options train | head`)
+        poll = select.poll()  # its end of the pipe polls POLLERR; else it is not stdout's error
+        with contextlib.suppress(OSError, ValueError):
+            poll.register(sys.stdout.fileno(), select.POLLOUT)
+        if not any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poll.poll(0)):
+            raise
+        with contextlib.suppress(OSError, ValueError):  # what is left goes nowhere, quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except (RunFailed, ProcessLost, PeerLost) as e:  # not bad input: a fault it could not survive
         print(f"rltrain: run failed: {' '.join(str(e).splitlines())}", file=sys.stderr)
         return EXIT_FAILED
@@ -368,7 +371,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("rltrain: interrupted", file=sys.stderr)
         return signals.EXIT_INTERRUPTED
-    return EXIT_USAGE
 
 
 def entry() -> NoReturn:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 import types
 import typing
@@ -36,15 +37,18 @@ def spec(
     gt: float | None = None,
     le: float | None = None,
     auto: bool = False,
+    infinite: bool = False,
 ) -> dict[str, Any]:
     """Metadata for ``field(metadata=spec(...))``: allowed choices (or a function returning a
-    registry's names, read at each check) and numeric bounds."""
+    registry's names, read at each check) and numeric bounds. ``infinite``: a float that also
+    takes .inf/-.inf (within its bounds); without it only finite numbers (NaN never)."""
     return {
         "choices": choices if callable(choices) or not choices else tuple(choices),
         "ge": ge,
         "gt": gt,
         "le": le,
         "auto": auto,  # an int that also takes "auto", read as 0
+        "infinite": infinite,
     }
 
 
@@ -135,7 +139,8 @@ def _convert(tp: Any, value: Any, key: str, meta: Mapping[str, Any], held: Any =
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
-        return _convert(inner[0], value, key, meta, held)
+        nullable = {**meta, "nullable": type(None) in args}  # said when a value is refused
+        return _convert(inner[0], value, key, nullable, held)
     if dataclasses.is_dataclass(tp):
         if isinstance(value, str) and "name" in {f.name for f in dataclasses.fields(tp)}:
             value = {"name": value}  # a section written as its name (`model: cnn`)
@@ -161,7 +166,7 @@ def _convert(tp: Any, value: Any, key: str, meta: Mapping[str, Any], held: Any =
     if choices and tp is str and not isinstance(value, str):
         # YAML reads on/off/yes/no as booleans: name what is allowed, not only the type
         raise ConfigError(f"{key}={value!r}: allowed values are {', '.join(map(str, choices))}")
-    return _check(_scalar(tp, value, key), key, meta)
+    return _check(_finite(_scalar(tp, value, key), key, meta), key, meta)
 
 
 _NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
@@ -189,6 +194,25 @@ def _scalar(tp: Any, value: Any, key: str) -> Any:
     raise ConfigError(f"{key}: unsupported config type {tp}")  # a bug in a config class
 
 
+_BOUNDS = (
+    ("ge", lambda v, b: v >= b, ">="),
+    ("gt", lambda v, b: v > b, ">"),
+    ("le", lambda v, b: v <= b, "<="),
+)
+
+
+def _finite(value: Any, key: str, meta: Mapping[str, Any]) -> Any:
+    """A float that is NaN, or infinite where its ``spec`` does not allow it, is refused:
+    ``--set optimizer.lr=.inf`` would pass a lower bound and fail deep in a run."""
+    if not isinstance(value, float) or math.isfinite(value):
+        return value
+    if meta.get("infinite") and not math.isnan(value):
+        return value
+    bounds = " and ".join(f"{w} {meta[b]}" for b, _, w in _BOUNDS if meta.get(b) is not None)
+    allowed = f"a finite number {bounds}".rstrip() + (", or null" if meta.get("nullable") else "")
+    raise ConfigError(f"{key}={value!r}: must be {allowed}")
+
+
 def _check(value: Any, key: str, meta: Mapping[str, Any]) -> Any:
     choices = choices_of(meta)
     if choices and value not in choices:
@@ -197,11 +221,7 @@ def _check(value: Any, key: str, meta: Mapping[str, Any]) -> Any:
         raise ConfigError(
             f"{key}={value!r}: allowed values are {', '.join(map(str, choices))}{hint}"
         )
-    for bound, ok, word in (
-        ("ge", lambda v, b: v >= b, ">="),
-        ("gt", lambda v, b: v > b, ">"),
-        ("le", lambda v, b: v <= b, "<="),
-    ):
+    for bound, ok, word in _BOUNDS:
         b = meta.get(bound)
         if b is not None and not ok(value, b):
             raise ConfigError(f"{key}={value!r}: must be {word} {b}")
@@ -210,6 +230,29 @@ def _check(value: Any, key: str, meta: Mapping[str, Any]) -> Any:
 
 # ---------------------------------------------------------------------------------------------
 # YAML files and --set overrides
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.safe_load``'s loader, except that a key written twice in one mapping is an error
+    (PyYAML keeps the last one silently: a second ``env:`` section replaced the first); the
+    keys a merge key (``<<: *base``) brings in may still be overridden."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self.checked: set[int] = set()
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        if id(node) not in self.checked:  # once, before merged keys join the node's own
+            self.checked.add(id(node))
+            lines: dict[Any, int] = {}
+            for k, _ in node.value:
+                if isinstance(k, yaml.ScalarNode) and k.tag != "tag:yaml.org,2002:merge":
+                    key, line = self.construct_object(k), k.start_mark.line + 1
+                    if key in lines:
+                        why = f"duplicate key '{key}', first at line {lines[key]}; keep one"
+                        raise yaml.constructor.ConstructorError(None, None, why, k.start_mark)
+                    lines[key] = line
+        super().flatten_mapping(node)
 
 
 def parse_overrides(items: Sequence[str], cls: type | None = None) -> dict[str, Any]:
@@ -221,7 +264,7 @@ def parse_overrides(items: Sequence[str], cls: type | None = None) -> dict[str, 
         if not sep or not key.strip():
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set optimizer.lr=0.01")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
+            value = yaml.load(raw, UniqueKeyLoader) if raw.strip() else ""
         except yaml.YAMLError:
             value = raw
         flat[key.strip()] = value
@@ -289,7 +332,8 @@ def merge(
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML mapping with ``yaml.safe_load``; a missing or malformed file is a ConfigError."""
+    """Read a YAML mapping as ``yaml.safe_load`` does (:class:`UniqueKeyLoader`: no key twice);
+    a missing or malformed file is a ConfigError."""
     p = Path(path)
     if p.is_dir():
         raise ConfigError(f"config file {p} is a folder; give a YAML file (see configs/)")
@@ -302,7 +346,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     except OSError as e:
         raise ConfigError(f"config file {p}: cannot read it ({e.strerror or e})") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, UniqueKeyLoader)  # safe_load's, no key twice
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""

@@ -177,6 +177,65 @@ def check_bench_sizes(cfg: Any, train_size: int, test_size: int) -> None:
         )
 
 
+def check_startup(cfg: Any, spec: Any) -> None:
+    """What a session would otherwise find only as it starts its processes, after the run
+    folder is made, checked once the env's shapes are known: ``env.groups`` against
+    ``env.num_envs``, ``runtime.inference`` against the runtime and the algorithm, and
+    ``server.shards`` against the parameter count. (Sizing by the machine's CPUs and GPUs
+    waits for the runtime.)"""
+    from rltrain.envs import env_groups
+    from rltrain.ps.server import ShardLayout
+    from rltrain.rl.setup import inference_device, initial_params
+    from rltrain.runtime.config import chosen_backend
+
+    env_groups(cfg.env)
+    inference_device(cfg, False, chosen_backend(cfg.runtime)[0])
+    if cfg.server.shards > 1:  # (one always fits)
+        ShardLayout(initial_params(cfg, spec).numel(), cfg.server.shards)
+
+
+KEPT_FIRST = "env.id"
+"""The kept key checked first: another env's network would otherwise be reported as a
+parameter count that does not fit (and its env made before that)."""
+
+
+def check_resume(path: Path, state: dict[str, Any], cfg: Any) -> list[str]:
+    """Before the env is made: ``cfg`` keeps the keys a resumed run keeps
+    (:data:`rltrain.rl.setup.KEPT_ON_RESUME`, ``env.id`` first) against the config the
+    checkpoint at ``path`` (``state``) was saved under; CheckpointError for one it changes.
+
+    Returns the changes, ``key: old -> new``, of every key outside the sections the trainer
+    names itself (:data:`~rltrain.rl.setup.TOLD_ON_RESUME`): top-level keys such as actors,
+    learners, seed, learner_gpus, and dqn, replay, checkpoint, eval, faults, runtime. These
+    are compared with the run's config.yaml (what its last session asked for), not with the
+    checkpoint's config, which holds what the trainer resolved (actors: auto, the session's
+    seed, the runtime fitted to the machine)."""
+    from rltrain.checkpoint import CheckpointError
+    from rltrain.config import dotted, moved_keys, read_yaml, to_dict
+    from rltrain.rl.config import TrainConfig
+    from rltrain.rl.setup import KEPT_ON_RESUME, TOLD_ON_RESUME
+
+    new = dotted(to_dict(cfg))
+    saved = state.get("config")
+    old = dotted(moved_keys(TrainConfig, saved)) if isinstance(saved, dict) else {}
+    for key in sorted(KEPT_ON_RESUME, key=lambda k: k != KEPT_FIRST):
+        was = old.get(key, new[key])
+        if was != new[key] and "auto" not in (was, new[key]):  # auto: decided later
+            raise CheckpointError(
+                f"{key}={new[key]}: the run at {path.parent.parent} has {key}={was}, "
+                "which a resumed run keeps; start a new run to change it"
+            )
+    try:
+        asked = dotted(moved_keys(TrainConfig, read_yaml(path.parent.parent / "config.yaml")))
+    except (RLTrainError, OSError):  # unreadable: the checkpoint's checks still hold
+        return []
+    return [
+        f"{k}: {asked[k]} -> {v}"
+        for k, v in new.items()
+        if k.split(".")[0] not in TOLD_ON_RESUME and k in asked and asked[k] != v
+    ]
+
+
 def prepare_train(
     cfg: Any,
     run_dir: str | Path | None,
@@ -190,11 +249,70 @@ def prepare_train(
     ``resume``: the run folder to continue (its latest checkpoint is checked first).
     ``started``: when start-up began (default: when this process started); ``resume_flag``:
     how errors name ``resume`` (the API's keyword, or the command line's flag)."""
+    return _prepare(cfg, run_dir, resume, config_path, started, resume_flag)[0]
+
+
+def run_train(
+    cfg: Any,
+    run_dir: str | Path | None,
+    resume: str | Path | None = None,
+    config_path: str | None = None,
+    started: float | None = None,
+    resume_flag: str = "--resume ",
+) -> tuple[Path, dict[str, Any]]:
+    """:func:`prepare_train`, then the run to its stop: the run folder and its summary.
+
+    A new run that a user error (an :class:`RLTrainError` other than a fault) stops before
+    its first checkpoint or episode leaves no folder behind (e.g. ``server.shards`` above the
+    parameter count, or a GPU share Ray cannot place, found once the runtime is up): the
+    same command runs again once the option is fixed. A resumed run's folder is kept."""
+    trainer, created = _prepare(cfg, run_dir, resume, config_path, started, resume_flag)
+    try:
+        return trainer.run_dir, trainer.run()
+    except BaseException as e:
+        if created is not None and _user_error(e) and not _trained(trainer):
+            from rltrain.rundir import remove_new_run_dir
+
+            remove_new_run_dir(trainer.run_dir, created)
+        raise
+
+
+def _user_error(error: BaseException) -> bool:
+    """A one-line error of what the user asked for, not a fault the run met."""
+    from rltrain.faults import RunFailed, ShardFenced
+
+    return isinstance(error, RLTrainError) and not isinstance(error, RunFailed | ShardFenced)
+
+
+def _trained(trainer: Any) -> bool:
+    """Whether the run wrote a checkpoint or finished an episode: it has results to keep."""
+    from rltrain.checkpoint import latest_checkpoint
+
+    return trainer.counters.episodes > 0 or latest_checkpoint(trainer.run_dir) is not None
+
+
+def _prepare(
+    cfg: Any,
+    run_dir: str | Path | None,
+    resume: str | Path | None,
+    config_path: str | None,
+    started: float | None,
+    resume_flag: str,
+) -> tuple[Any, list[Path] | None]:
+    """:func:`prepare_train`; also, for a new run, the folders it made (None on resume)."""
     # torch-free until the env is probed (see start_ray_then_probe)
     from rltrain.progress import process_start_time
-    from rltrain.rundir import check_run_dir, lock_run_dir, new_run_dir, unlock, write_config
+    from rltrain.rundir import (
+        check_run_dir,
+        lock_run_dir,
+        new_run_dir,
+        remove_new_run_dir,
+        unlock,
+        write_config,
+    )
 
     started = process_start_time() if started is None else started  # from the command
+    told: list[str] = []
     if resume is not None:
         from rltrain.checkpoint import latest_checkpoint, load_checkpoint
 
@@ -206,7 +324,8 @@ def prepare_train(
                 f"{flag}{out}: no checkpoints/ckpt-*.pt to resume from; "
                 "start a new run with `rltrain train CONFIG`"
             )
-        load_checkpoint(ckpt)  # a damaged checkpoint fails here, before anything starts
+        # a damaged checkpoint, or another env.id, fails here: before anything starts
+        told = check_resume(ckpt, load_checkpoint(ckpt), cfg)
         lock = lock_run_dir(out)
     else:
         check_run_dir(run_dir)
@@ -222,25 +341,34 @@ def prepare_train(
     except BaseException:
         unlock(lock)
         raise
+    created: list[Path] | None = None
     try:
         from rltrain.rl.inputs import resolve_obs_norm
         from rltrain.rl.train import Trainer
 
         # (also on resume: a CONFIG given with --resume says auto, as the run's first did)
         cfg = resolve_obs_norm(cfg, spec.obs_shape, spec.one_hot)
+        check_startup(cfg, spec)  # before the run dir is made, as far as the env tells
         if resume is None:
             name = config_path or f"{cfg.algo.name}_{cfg.env.id.replace('/', '_')}"
-            out = new_run_dir(name, run_dir)
+            made: list[Path] = []
+            out = new_run_dir(name, run_dir, created=made)
+            created = made
             lock = lock_run_dir(out)
         trainer = Trainer(cfg, out, resume is not None, spec, started, ray_up)
         trainer.run_lock = lock
+        changes = [*(trainer.resumed.changes if trainer.resumed else []), *told]
+        if changes:  # the checkpoint's sections, then the keys outside them
+            print(f"resumed with config changes: {'; '.join(changes)}")
         write_config(trainer.run_dir, cfg)
-    except BaseException:
+    except BaseException as e:
         unlock(lock)
+        if created is not None and _user_error(e):
+            remove_new_run_dir(out, created)
         if ray_up is not None:
             from rltrain import runtime
 
             runtime.shutdown()
         raise
     print(f"rltrain train: {cfg.algo.name} on {cfg.env.id}; writing {trainer.run_dir}")
-    return trainer
+    return trainer, created

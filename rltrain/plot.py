@@ -9,8 +9,9 @@ Frames are env steps x ``env.frame_skip`` for Atari ids (each agent step is that
 emulator frames) and env steps for every other id, as the run's ``summary.json`` counts
 ``env_frames``. Wall time is the time the run was running: each event's time since the run's
 first event, less the downtime between a stopped run and its ``--resume``, which writes on
-into the same ``tb/`` folder (:func:`running_seconds`); the episodes the stopped run logged
-after the checkpoint it resumed from are dropped (:func:`after_rewinds`).
+into the same ``tb/`` folder: the time from one session's last event to the next session's
+``session/start`` mark (:func:`running_seconds`); the episodes the stopped run logged after
+the checkpoint it resumed from are dropped (:func:`after_rewinds`).
 """
 
 from __future__ import annotations
@@ -30,8 +31,11 @@ RETURN_TAG = "episode/return"
 EVAL_TAG = "eval/mean_return"
 """The mean score of each evaluation during training (``eval.every_steps``), drawn as dots."""
 TB_DIR = "tb"
+SESSION_TAG = "session/start"
+"""Written first by each session of a run (:data:`rltrain.rl.tblog.SESSION_TAG`)."""
 HEARTBEAT_TAG = "perf/env_fps"
-"""A scalar a live run writes every ``log_every_seconds``: long silences in it are downtime."""
+"""A scalar a live run writes every ``log_every_seconds``: in a run written before sessions
+were marked, silences of more than ``DOWNTIME_S`` in it are taken for downtime."""
 DOWNTIME_S = 120.0
 
 
@@ -105,10 +109,15 @@ def read_curve(run_dir: Path) -> Curve:
         raise PlotError(f"{run_dir}: no {RETURN_TAG} in {tb} yet (no episode has ended)")
     start = acc.FirstEventTimestamp()
     tags = acc.Tags().get(ea.SCALARS, [])
-    beats = np.array(
-        [e.wall_time for e in acc.Scalars(HEARTBEAT_TAG)] if HEARTBEAT_TAG in tags else [],
-        dtype=np.float64,
-    )
+
+    def stamps(*names: str) -> np.ndarray:
+        """The wall times of every event of these scalar tags."""
+        found = [e.wall_time for t in names if t in tags for e in acc.Scalars(t)]
+        return np.array(found, dtype=np.float64)
+
+    sessions = stamps(SESSION_TAG)
+    # marked sessions: every event, so that each one's last is known; else the heartbeat
+    beats = stamps(*tags) if len(sessions) else stamps(HEARTBEAT_TAG)
 
     def series(tag: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(frames, running seconds, values) of one scalar tag, rewinds dropped."""
@@ -117,20 +126,29 @@ def read_curve(run_dir: Path) -> Curve:
         keep = after_rewinds(steps)
         times = np.array([e.wall_time for e in events], dtype=np.float64)
         values = np.array([e.value for e in events], dtype=np.float64)
-        return steps[keep] * skip, running_seconds(times, beats, start)[keep], values[keep]
+        seconds = running_seconds(times, beats, start, sessions)
+        return steps[keep] * skip, seconds[keep], values[keep]
 
     frames, seconds, returns = series(RETURN_TAG)
     return Curve(run_dir.resolve().name, frames, seconds, returns, series(EVAL_TAG))
 
 
-def running_seconds(times: np.ndarray, beats: np.ndarray, start: float) -> np.ndarray:
+def running_seconds(
+    times: np.ndarray, beats: np.ndarray, start: float, sessions: np.ndarray | None = None
+) -> np.ndarray:
     """Seconds the run was running up to each of ``times`` (wall-clock stamps): the time
-    since ``start`` less every stretch of more than ``DOWNTIME_S`` without an event, which is
-    time between a stopped run and its ``--resume`` (a live run writes ``perf/`` scalars every
-    ``log_every_seconds``)."""
-    stamps = np.sort(np.concatenate([beats, times, [start]]))
-    gaps = np.diff(stamps)
-    idle = np.where(gaps > DOWNTIME_S, gaps, 0.0)
+    since ``start`` less the downtime between its sessions. ``sessions``: the stamps of the
+    ``session/start`` marks; the time from each mark back to the event before it (among
+    ``beats``, ``times`` and the marks) is downtime, however short or long. Before the first
+    mark (a run begun by an older rltrain, which wrote none) every stretch of more than
+    ``DOWNTIME_S`` without an event is taken for downtime instead (a live run writes
+    ``perf/`` scalars, ``beats``, every ``log_every_seconds``)."""
+    marks = np.zeros(0) if sessions is None else np.asarray(sessions, dtype=np.float64)
+    stamps = np.sort(np.concatenate([beats, times, marks, [start]]))
+    gaps, after = np.diff(stamps), stamps[1:]
+    first = marks.min() if len(marks) else np.inf
+    unmarked = (gaps > DOWNTIME_S) & (after < first)
+    idle = np.where(np.isin(after, marks) | unmarked, gaps, 0.0)
     downtime = np.concatenate([[0.0], np.cumsum(idle)])  # [len(stamps)] before each stamp
     before = downtime[np.searchsorted(stamps, times, side="right") - 1]
     return times - start - before
@@ -204,11 +222,16 @@ def _duration(seconds: float, unit: float) -> str:
 def marks_table(curves: Sequence[Curve], marks: Sequence[float], window: int = 20) -> str:
     """A Markdown table, one row per run: its frames/s (frames of the last episode over the
     running time to it), the wall time and frames at which the mean of the last ``window``
-    episodes first reached each mark, and where it ended."""
+    episodes first reached each mark, and where it ended: the mean of its last ``window``
+    episodes, or of all of them when it has fewer (the header says how many; where the runs
+    differ, "up to" ``window``, and each run with fewer says its count)."""
     unit, _ = _time_axis(max(float(c.seconds.max()) for c in curves))
     head = [f"{m:+g}" for m in marks]
+    counts = {min(window, len(c.returns)) for c in curves}  # a run may have fewer episodes
+    mixed = len(counts) > 1
+    of = f"up to {window}" if mixed else f"{min(counts)}"
     lines = [
-        f"| run | frames/s | {' | '.join(head)} | last (mean of {window}) |",
+        f"| run | frames/s | {' | '.join(head)} | last (mean of {of}) |",
         "|---" * (len(marks) + 3) + "|",
     ]
     for c in curves:
@@ -219,8 +242,9 @@ def marks_table(curves: Sequence[Curve], marks: Sequence[float], window: int = 2
             else "not reached"
             for r in time_to_marks(c, marks, window)
         ]
-        last = moving_mean(c.returns, window)[-1]
-        end = f"{last:.1f} at {_duration(float(c.seconds[-1]), unit)}, {_count(c.frames[-1])}"
+        last, n = moving_mean(c.returns, window)[-1], min(window, len(c.returns))
+        end = f"{last:.1f}" + (f" (of {n})" if mixed and n < window else "")
+        end += f" at {_duration(float(c.seconds[-1]), unit)}, {_count(c.frames[-1])}"
         lines.append(f"| {c.label} | {_count(rate)} | {' | '.join(cells)} | {end} |")
     return "\n".join(lines)
 

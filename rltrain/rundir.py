@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
+import math
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -39,15 +42,24 @@ def check_run_dir(run_dir: str | Path | None, root: str | Path = "runs") -> None
 
 
 def new_run_dir(
-    config_path: str | Path, run_dir: str | Path | None, root: str | Path = "runs"
+    config_path: str | Path,
+    run_dir: str | Path | None,
+    root: str | Path = "runs",
+    created: list[Path] | None = None,
 ) -> Path:
     """Create the run's folder; an explicit ``--run-dir`` must be new or empty.
 
     Refusing a non-empty folder means a typo never overwrites an earlier run's results.
+    ``created`` gets the folders this call made, the run's own first (when it was new), then
+    the parents it made: what :func:`remove_new_run_dir` takes away again.
     """
     check_run_dir(run_dir, root)
 
     def made(path: Path, exist_ok: bool) -> bool:
+        missing, up = [], path
+        while not up.exists() and up != up.parent:
+            missing.append(up)
+            up = up.parent
         try:
             path.mkdir(parents=True, exist_ok=exist_ok)
         except FileExistsError:
@@ -55,6 +67,8 @@ def new_run_dir(
         except OSError as e:
             flag = "--run-dir " if run_dir is not None else "run folder "
             raise ConfigError(f"{flag}{path}: cannot create it ({e.strerror or e})") from None
+        if created is not None:
+            created.extend(missing)
         return True
 
     if run_dir is not None:
@@ -67,6 +81,24 @@ def new_run_dir(
     while not made(path, exist_ok=False):  # taken, maybe by a launch in the same second
         path, i = Path(f"{base}-{i}"), i + 1
     return path
+
+
+def remove_new_run_dir(path: Path, created: list[Path]) -> None:
+    """Take away a new run's folder that :func:`new_run_dir` made (``created``: what it said
+    it made) once the run failed before it trained: the folder and the parents it made, if
+    they are empty by then. A folder that was there before (new_run_dir took it only empty)
+    is emptied and kept. Either way the same command can run again."""
+    if path in created:
+        shutil.rmtree(path, ignore_errors=True)
+        for parent in created[created.index(path) + 1 :]:
+            with contextlib.suppress(OSError):  # not empty: another run's folder is in it
+                parent.rmdir()
+        return
+    for item in path.iterdir() if path.is_dir() else ():
+        if item.is_dir() and not item.is_symlink():
+            shutil.rmtree(item, ignore_errors=True)
+        else:
+            item.unlink(missing_ok=True)
 
 
 def lock_run_dir(run_dir: Path) -> int:
@@ -121,4 +153,17 @@ def write_config(run_dir: Path, cfg: Any) -> None:
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
-    write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")
+    """summary.json, strict JSON: a non-finite number (an env's NaN reward in a mean) is
+    written as null, which every JSON reader takes, where NaN is not JSON."""
+    text = json.dumps(_finite(summary), indent=2, allow_nan=False)
+    write_atomic(run_dir / "summary.json", text + "\n")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value

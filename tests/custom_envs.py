@@ -67,6 +67,13 @@ class AddOneReward(gymnasium.RewardWrapper):
         return reward + 1
 
 
+class NaNReward(gymnasium.RewardWrapper):
+    """Every reward NaN: every gradient is non-finite, and the server refuses every update."""
+
+    def reward(self, reward: float) -> float:
+        return float("nan")
+
+
 gymnasium.register(CORRIDOR_ID, entry_point=Corridor, max_episode_steps=50)
 gymnasium.register(DICT_ID, entry_point=DictObs, max_episode_steps=50)
 gymnasium.register(TEXT_ID, entry_point=TextObs, max_episode_steps=50)

@@ -25,3 +25,36 @@ def test_options_train_lists_env_and_stop_keys(capsys: pytest.CaptureFixture[str
     out = capsys.readouterr().out
     for key in ("env.id", "algo.name", "stop.mean_return", "checkpoint.keep", "runtime.address"):
         assert key in out
+
+
+@pytest.mark.parametrize("kind", ["train", "bench"])
+def test_a_reader_that_stops_early_ends_the_command_quietly(kind: str) -> None:
+    """`rltrain options train | head -1`: the reader closes the pipe before the listing is
+    written; no traceback, exit code 141 (128 + SIGPIPE, as `cat` or `ls` in that pipeline)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rltrain.cli", "options", kind],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before the interpreter has started: every write finds no reader
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141
+    assert err == ""
+
+
+def test_a_broken_pipe_that_is_not_stdouts_is_not_hidden(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only a closed stdout ends quietly: another BrokenPipeError (a bug) still raises."""
+    from rltrain import cli
+
+    def broken(kind: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli, "cmd_options", broken)
+    with pytest.raises(BrokenPipeError):
+        main(["options", "train"])

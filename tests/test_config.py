@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import yaml
 
-from rltrain.config import ConfigError, dump_yaml, from_dict, load_config, parse_overrides
+from rltrain.config import (
+    ConfigError,
+    dump_yaml,
+    from_dict,
+    load_config,
+    parse_overrides,
+    read_yaml,
+    spec,
+)
 from rltrain.options import describe
 from rltrain.supervised.config import BenchConfig
 
@@ -158,3 +167,116 @@ def test_a_name_and_the_sections_keys_set_in_any_order() -> None:
         load_config(BenchConfig, None, ["data.x=1"])
     with pytest.raises(ConfigError, match="data: expected a mapping of keys, got 'mnist'"):
         load_config(BenchConfig, None, ["data=mnist"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Defects QA found: each a one-line `rltrain: error: ...`, exit code 2, before any run folder
+
+
+def cli_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    """Run `rltrain` in-process; assert exit code 2 and one error line; return it."""
+    from rltrain.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("rltrain: error: ") and "\n" not in err, err
+    return err
+
+
+def train_argv(config: str, tmp_path: Path, *sets: str) -> list[str]:
+    argv = ["train", str(ROOT / "configs" / config), "--run-dir", str(tmp_path / "run")]
+    for s in sets:
+        argv += ["--set", s]
+    return argv
+
+
+def test_non_finite_numbers_are_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    for key, value, shown, allowed in (
+        ("optimizer.lr", ".inf", "inf", "must be a finite number > 0"),
+        ("algo.entropy_coef", ".inf", "inf", "must be a finite number >= 0"),
+        ("algo.entropy_coef", "-.inf", "-inf", "must be a finite number >= 0"),
+        ("optimizer.lr", "1e999", "inf", "must be a finite number > 0"),  # overflows to inf
+        ("stop.mean_return", ".inf", "inf", "must be a finite number, or null"),
+        ("stop.mean_return", ".nan", "nan", "must be a finite number, or null"),
+    ):
+        err = cli_error(capsys, train_argv("cartpole_a3c.yaml", tmp_path, f"{key}={value}"))
+        assert err == f"rltrain: error: {key}={shown}: {allowed}"
+        assert not (tmp_path / "run").exists()
+    # a field whose spec says infinite=True takes +-inf (within its bounds), never NaN
+    assert from_dict(Limit, {"seconds": float("inf")}).seconds == float("inf")
+    with pytest.raises(ConfigError, match="seconds=nan: must be a finite number >= 0"):
+        from_dict(Limit, {"seconds": float("nan")})
+
+
+@dataclass(frozen=True)
+class Limit:
+    seconds: float = field(default=0.0, metadata=spec(ge=0, infinite=True))
+    """A limit that takes .inf (no shipped field does)."""
+
+
+def test_a_key_written_twice_in_a_yaml_file_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("env:\n  id: CartPole-v1\nstop:\n  max_seconds: 5\nenv:\n  id: Acrobot-v1\n")
+    err = cli_error(capsys, ["train", str(twice), "--run-dir", str(tmp_path / "run")])
+    assert err == (
+        f"rltrain: error: {twice}: not valid YAML at line 5 (duplicate key 'env', first at "
+        "line 1; keep one)"
+    )
+    assert not (tmp_path / "run").exists()
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("workers: 2\nworkers: 3\n")
+    with pytest.raises(ConfigError, match="line 2 .duplicate key 'workers', first at line 1"):
+        load_config(BenchConfig, nested)
+    # otherwise yaml.safe_load's reading: a merge key's keys may still be overridden
+    merged = tmp_path / "merged.yaml"
+    merged.write_text("base: &b {lr: 0.5, name: sgd}\noptimizer: {<<: *b, lr: 0.1}\n")
+    assert read_yaml(merged) == yaml.safe_load(merged.read_text())
+    assert read_yaml(merged)["optimizer"] == {"lr": 0.1, "name": "sgd"}
+
+
+def test_more_minibatches_than_samples_in_a_batch_are_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    err = cli_error(capsys, train_argv("cartpole_appo.yaml", tmp_path, "ppo.minibatches=100000"))
+    assert err.endswith(
+        "ppo.minibatches=100000: exceeds the 256 samples of each batch (algo.rollout_length 32 "
+        "x env.num_envs 8 x impala.learner_batch 1); use at most 256"
+    )
+    assert not (tmp_path / "run").exists()
+    from rltrain.rl.config import TrainConfig
+
+    ppo = ROOT / "configs" / "cartpole_ppo.yaml"  # a worker's own rollout is its batch
+    with pytest.raises(ConfigError, match=r"exceeds the 256 samples .*env.num_envs 8\); use"):
+        load_config(TrainConfig, ppo, ["ppo.minibatches=257"])
+    assert load_config(TrainConfig, ppo, ["ppo.minibatches=256"]).ppo.minibatches == 256
+
+
+def test_a_model_the_observations_do_not_fit_is_a_one_line_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    argv = train_argv(
+        "cartpole_a3c.yaml", tmp_path, "model.kind=nature_cnn", "runtime.backend=local"
+    )
+    err = cli_error(capsys, argv)
+    assert err == (
+        "rltrain: error: model.kind=nature_cnn needs image observations [C, H, W] of at least "
+        "36 pixels a side, got (4,); use model.kind=mlp or auto"
+    )
+    from rltrain.rl.models import check_torso
+
+    with pytest.raises(ConfigError, match="got \\(3, 7, 7\\)"):
+        check_torso("nature_cnn", (3, 7, 7))
+    check_torso("nature_cnn", (4, 84, 84))
+
+
+def test_a_replay_memory_smaller_than_a_block_names_its_minimum(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    err = cli_error(capsys, train_argv("cartpole_gorila.yaml", tmp_path, "replay.capacity=10"))
+    assert err == (
+        "rltrain: error: replay.capacity=10: must be at least 32 (env.num_envs 4 x "
+        "algo.rollout_length 8: the transitions of one block an actor sends to a shard)"
+    )
+    assert not (tmp_path / "run").exists()

@@ -245,6 +245,39 @@ def test_cartpole_views(
     assert not (run / "eval-v0.gif").exists()
 
 
+def test_filming_a_pygame_env_prints_nothing_on_stderr(tmp_path: Path) -> None:
+    """CartPole draws with pygame: on a machine without a desktop session (no
+    XDG_RUNTIME_DIR) SDL's video driver used to print `error: XDG_RUNTIME_DIR is invalid or
+    not set in the environment.` on stderr (from C: the real process is run)."""
+    import os
+    import subprocess
+
+    pytest.importorskip("pygame")
+    run = write_run(tmp_path / "cartpole", "cartpole_appo.yaml")
+    names = ("XDG_RUNTIME_DIR", "SDL_VIDEODRIVER", "SDL_AUDIODRIVER", "PYGAME_HIDE_SUPPORT_PROMPT")
+    env = {k: v for k, v in os.environ.items() if k not in names}
+    argv = [sys.executable, "-m", "rltrain.cli", "eval", str(run), "--episodes", "1", "--video"]
+    proc = subprocess.run(
+        [*argv, "--video-format", "gif"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert (
+        proc.stdout.startswith("CartPole-v1, checkpoint") and "pygame community" not in proc.stdout
+    )
+    assert {f.shape for f in gif_frames(run / "eval-v0.gif")} == {(400, 600, 3)}
+
+
+def test_drivers_the_user_chose_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from rltrain.envs.screen import headless_sdl
+
+    monkeypatch.setenv("SDL_VIDEODRIVER", "x11")
+    monkeypatch.delenv("SDL_AUDIODRIVER", raising=False)
+    headless_sdl()
+    assert os.environ["SDL_VIDEODRIVER"] == "x11" and os.environ["SDL_AUDIODRIVER"] == "dummy"
+
+
 def test_chain_without_a_screen_films_the_agent_view(
     tmp_path: Path, no_ffmpeg: None, capsys: pytest.CaptureFixture[str]
 ) -> None:

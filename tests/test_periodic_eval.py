@@ -65,6 +65,10 @@ def test_evaluations_are_recorded_every_interval(run: Path) -> None:
     points = tb.Scalars("eval/mean_return")
     assert [p.step for p in points] == steps
     assert [p.value for p in points] == pytest.approx([r["mean_return"] for r in records])
+    # the run's end (max_env_steps) scored its final parameters too: the last checkpoint's
+    final = load_checkpoint(sorted((run / "checkpoints").glob("ckpt-*.pt"))[-1])
+    assert steps[-1] == s["env_steps"] == final["counters"]["env_steps"] >= 8000
+    assert records[-1]["version"] == final["shards"][0]["version"]
 
 
 def test_best_checkpoint_holds_the_best_scoring_parameters(run: Path) -> None:
@@ -214,6 +218,40 @@ def test_each_env_plays_its_share_of_the_episodes() -> None:
     assert lengths == [int(r) + 1 for r in returns]
     short, _ = play_episodes(Env(), Policy(), 10, 0, 4)  # type: ignore[arg-type]
     assert len(short) < 10  # the step budget ran out first
+
+
+def test_the_end_of_a_run_scores_the_final_parameters_once(run: Path, tmp_path: Path) -> None:
+    """finish with .final set: a run that stopped scores its final checkpoint unless the last
+    evaluation (this session's, or a resumed run's last in evals.jsonl) scored it; an
+    interrupted or failed run (wait=False) does not wait for one."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    cfg = load_config(TrainConfig, run / "config.yaml")
+    path = sorted((run / "checkpoints").glob("ckpt-*.pt"))[-1]
+    final = (path, load_checkpoint(path))
+    log = SimpleNamespace(writer=SummaryWriter(str(tmp_path / "tb")), frames_per_step=1)
+    said: list[str] = []
+    pe = PeriodicEval(cfg, tmp_path, local, 0, log, said.append)  # type: ignore[arg-type]
+    pe.final = final
+    pe.finish(wait=False)  # interrupted: no evaluation
+    assert not (tmp_path / EVALS_FILE).exists() and pe.remote is None
+    pe.final = final
+    pe.finish(wait=True)
+    (record,) = evals(tmp_path)
+    assert record["checkpoint"] == path.name
+    assert record["env_steps"] == final[1]["counters"]["env_steps"]
+    assert said[0].startswith(f"final evaluation of {path.name}")
+    assert (tmp_path / "checkpoints" / "best.pt").is_file() and pe.remote is None
+    again = PeriodicEval(cfg, tmp_path, local, 0, log, said.append)  # type: ignore[arg-type]
+    again.final = final
+    again.finish(wait=True)  # (a resumed run that stopped at once) scored: once
+    assert len(evals(tmp_path)) == 1
+    log.writer.close()
+    off = PeriodicEval(cfg, tmp_path / "off", local, 0, Log(), print)  # type: ignore[arg-type]
+    off.every = 0  # (eval.every_steps: 0)
+    off.final = final
+    off.finish(wait=True)
+    assert not (tmp_path / "off").exists()
 
 
 def test_resume_keeps_the_best_score(run: Path, tmp_path: Path) -> None:

@@ -153,6 +153,71 @@ def test_wall_time_leaves_out_the_downtime_before_a_resume() -> None:
     assert running_seconds(times, beats, start).tolist() == [3.0, 5.0, 7.0]
 
 
+def test_marked_sessions_leave_out_every_gap_before_a_resume() -> None:
+    """With session/start marks, the time from one session's last event to the next mark is
+    downtime however short (here 40 s, under DOWNTIME_S); silences inside a session count.
+    Before the first mark (sessions of an older rltrain) long silences are still downtime."""
+    from rltrain.plot import DOWNTIME_S, running_seconds
+
+    start = 1000.0
+    beats = np.array([1002.0, 1008.0, 1048.5, 1050.0, 1250.0])  # a 200 s silence in session 2
+    times = np.array([1004.0, 1049.0, 1251.0])
+    sessions = np.array([1000.0, 1048.0])
+    assert DOWNTIME_S > 40
+    assert running_seconds(times, beats, start, sessions).tolist() == [4.0, 9.0, 211.0]
+    old = np.array([1010.0, 1500.0, 1505.0, 1600.0])  # an old run, then a marked resume
+    got = running_seconds(np.array([1505.0, 1601.0]), old, start, np.array([1590.0]))
+    assert got.tolist() == [15.0, 26.0]  # 1010 -> 1500 and 1505 -> 1590 are left out
+
+
+def test_a_resumed_run_plots_its_running_time_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """QA's case: 8 s of training, 40 s stopped, a --resume for 8 s more: 16 s of wall time
+    (the trainer's own logger, on a fake clock)."""
+    from rltrain.rl.rollout import WorkStats
+    from rltrain.rl.tblog import TrainLogger
+
+    clock = [2_000_000.0]
+    monkeypatch.setattr(time, "time", lambda: clock[0])
+    run = tmp_path / "gap"
+    run.mkdir()
+    cfg = load_config(TrainConfig, ROOT / "configs" / "cartpole_appo.yaml")
+    write_config(run, cfg)
+    steps = 0
+    for _session in range(2):
+        log = TrainLogger(run / "tb", cfg, {}, 1, start_steps=steps)
+        for _ in range(8):
+            clock[0] += 1.0
+            steps += 100
+            log.absorb(WorkStats(env_steps=100, episode_returns=[10.0], episode_lengths=[9]), steps)
+            log.flush(steps, 1)
+        log.close()
+        clock[0] += 40.0  # stopped; `rltrain train --resume` 40 s later
+    curve = read_curve(run)
+    assert curve.seconds.tolist() == pytest.approx([float(s) for s in range(1, 17)])
+    assert main(["plot", str(run), "--smooth", "4", "--marks", "100"]) == 0
+    assert capsys.readouterr().out.splitlines()[3].endswith("| 10.0 at 16 s, 1.6k |")
+
+
+def test_the_last_mean_says_how_many_episodes_it_is_of(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    four = make_run(tmp_path / "four", "cartpole_appo.yaml", [(64 * i, 10.0, i) for i in range(4)])
+    assert main(["plot", str(four), "--smooth", "100", "--marks", "0"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == "| run | frames/s | +0 | last (mean of 4) |"
+    many = make_run(tmp_path / "many", "cartpole_appo.yaml", [(64 * i, 5.0, i) for i in range(30)])
+    assert (
+        main(["plot", str(four), str(many), "--marks", "0", "--out", str(tmp_path / "x.png")]) == 0
+    )
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == "| run | frames/s | +0 | last (mean of up to 20) |"
+    assert "| 10.0 (of 4) at " in out[3] and "| 5.0 at " in out[4]
+    assert main(["plot", str(many), "--marks", "0", "--out", str(tmp_path / "y.png")]) == 0
+    assert capsys.readouterr().out.splitlines()[1].endswith("| last (mean of 20) |")
+
+
 def test_time_to_marks_counts_a_full_window_as_stop_does(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -14,7 +14,7 @@ from tensorboard.plugins.custom_scalar import layout_pb2
 from rltrain.faults import FaultCounters
 from rltrain.rl.config import StopConfig, TrainConfig
 from rltrain.rl.rollout import LossStats, WorkStats
-from rltrain.rl.tblog import LAYOUT, TrainLogger
+from rltrain.rl.tblog import LAYOUT, SESSION_TAG, TrainLogger
 
 CFG = TrainConfig(stop=StopConfig(max_env_steps=100_000))
 
@@ -94,7 +94,7 @@ def test_run_tb_folder_holds_a_custom_scalars_layout_of_the_real_tags(tmp_path: 
     written |= {"eval/mean_return", "eval/mean_length"}  # rltrain.rl.periodic's
     home = {t: [c for c, rs in patterns.items() if any(r.search(t) for r in rs)] for t in written}
     assert all(home.values()), [t for t, c in home.items() if not c]  # every tag has a chart
-    assert {"perf/env_fps", "perf/time/actor/env", "net/bytes_pushed"} <= {
+    assert {"perf/env_fps", "perf/time/actor/env", "net/bytes_pushed", SESSION_TAG} <= {
         t for t, c in home.items() if "speed" in c
     }
     assert {"ps/staleness_mean", "ps/staleness_max", "loss/lag_kl"} <= {
@@ -104,3 +104,26 @@ def test_run_tb_folder_holds_a_custom_scalars_layout_of_the_real_tags(tmp_path: 
         t for t, c in home.items() if "faults" in c
     }
     assert set(LAYOUT) == set(titles)
+
+
+def test_each_session_marks_its_start_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """session/start: the first scalar of each session (a run, a --resume), at the env steps
+    it starts from, so that `rltrain plot` can leave out the downtime between sessions."""
+    clock = Clock()
+    monkeypatch.setattr(time, "time", clock)
+    for start_steps in (0, 640):
+        log = TrainLogger(tmp_path / "tb", CFG, {}, frames_per_step=1, start_steps=start_steps)
+        clock.t += 1
+        stats = WorkStats(env_steps=64, episode_returns=[1.0], episode_lengths=[1])
+        log.absorb(stats, start_steps + 64)
+        log.flush(start_steps + 64, version=1)
+        log.close()
+        clock.t += 30  # the next session: a new event file (names are by the second)
+    acc = events(tmp_path / "tb")
+    marks = acc.Scalars(SESSION_TAG)
+    assert [(m.step, m.value) for m in marks] == [(0, 1.0), (640, 1.0)]
+    first = min(e.wall_time for t in acc.Tags()["scalars"] for e in acc.Scalars(t))
+    assert marks[0].wall_time == first == 1_000_000.0
+    assert marks[1].wall_time == 1_000_031.0  # before that session's other events

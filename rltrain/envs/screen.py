@@ -15,6 +15,7 @@ not depend on, and orders the no-ops and FIRE differently.) Other ids run in
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -227,6 +228,8 @@ class GymScreenEnv:
                     f"{env_id} cannot draw its screen (render modes: {', '.join(modes) or 'none'}"
                     "); use --video-view agent"
                 )
+        if render:
+            headless_sdl()
         make_kwargs = {**(kwargs or {}), **({"render_mode": "rgb_array"} if render else {})}
         try:
             self.env = make_one(env_id, make_kwargs, wrappers, frame_stack)
@@ -265,6 +268,18 @@ class GymScreenEnv:
 
     def close(self) -> None:
         self.env.close()
+
+
+def headless_sdl() -> None:
+    """Draw off-screen: Gymnasium's pygame envs render ``rgb_array`` frames on surfaces, but
+    ``pygame.init()`` still opens SDL's video and audio drivers, and on a machine without a
+    desktop session SDL's probing prints ``error: XDG_RUNTIME_DIR is invalid or not set in
+    the environment.`` on stderr (and ALSA may complain of a missing sound card). Its dummy
+    drivers need neither; SDL reads these as it initialises, so they are set before the env
+    draws. ``setdefault``: drivers the user chose are kept; nothing is silenced."""
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")  # pygame's import banner
 
 
 def render_modes(env_id: str) -> list[str] | None:

@@ -16,7 +16,9 @@ from rltrain.ps.rules import SYNC
 from rltrain.rl.algos import AlgoSpec, algo_names, algo_spec
 from rltrain.rl.config_checks import (
     check_algo,
+    check_batches,
     check_local,
+    check_replay,
     check_schedule,
     check_server,
     check_stop,
@@ -291,7 +293,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         """The checks across sections, one concern each (a section checks its own keys)."""
-        for check in (check_stop, check_server, check_algo, check_schedule, check_local):
+        checks = (check_stop, check_server, check_algo, check_batches, check_replay)
+        for check in (*checks, check_schedule, check_local):
             check(self)
 
 

@@ -81,6 +81,41 @@ def check_algo(cfg: TrainConfig) -> None:
     )
 
 
+def check_batches(cfg: TrainConfig) -> None:
+    """ppo/appo: each minibatch holds one sample at least. A batch is a worker's rollout
+    (rollout_length x num_envs: every actor steps env.num_envs, known here), or a learner's
+    impala.learner_batch rollouts; more minibatches than samples would push fewer gradients
+    than ppo.minibatches says, one sample each."""
+    spec, p = cfg.algo_spec, cfg.ppo
+    if not spec.clipped:
+        return
+    parts = [("algo.rollout_length", cfg.algo.rollout_length), ("env.num_envs", cfg.env.num_envs)]
+    if spec.layout == "actor_learner":
+        parts.append(("impala.learner_batch", cfg.impala.learner_batch))
+    samples = 1
+    for _, n in parts:
+        samples *= n
+    if p.minibatches > samples:
+        how = " x ".join(f"{key} {n}" for key, n in parts)
+        raise ValueError(
+            f"ppo.minibatches={p.minibatches}: exceeds the {samples} samples of each batch "
+            f"({how}); use at most {samples}"
+        )
+
+
+def check_replay(cfg: TrainConfig) -> None:
+    """dqn: a replay shard holds at least the block of transitions an actor sends at once."""
+    if not cfg.algo_spec.q_network:
+        return
+    block = cfg.env.num_envs * cfg.algo.rollout_length
+    if cfg.replay.capacity < block:
+        raise ValueError(
+            f"replay.capacity={cfg.replay.capacity}: must be at least {block} (env.num_envs "
+            f"{cfg.env.num_envs} x algo.rollout_length {cfg.algo.rollout_length}: the "
+            "transitions of one block an actor sends to a shard)"
+        )
+
+
 def check_schedule(cfg: TrainConfig) -> None:
     sched, stop = cfg.schedule, cfg.stop
     if (sched.lr_end is not None or sched.entropy_end is not None) and not (
@@ -99,11 +134,11 @@ def check_schedule(cfg: TrainConfig) -> None:
 
 def check_local(cfg: TrainConfig) -> None:
     """What ``runtime.backend: local`` (every process a thread of this one) and ``process``
-    (processes of this machine) cannot do."""
+    (processes of this machine) cannot do. (A learner targeted by faults.events on the
+    process runtime is a thread of the trainer's: the event is skipped with a note, so that
+    one fault plan runs on every runtime.)"""
     b = cfg.runtime.backend
-    if b not in ("local", "process"):
-        return
-    if cfg.runtime.address:
+    if b in ("local", "process") and cfg.runtime.address:
         raise ValueError(
             f"runtime.backend={b} runs on this machine: it joins no Ray cluster "
             f"(address {cfg.runtime.address!r}); use backend ray or auto with --address"

@@ -16,6 +16,7 @@ import math
 import torch
 from torch import nn
 
+from rltrain.config import ConfigError
 from rltrain.envs.base import ActionSpace
 from rltrain.normalize import EPS, NormStats
 from rltrain.rl.config import MODELS, PRECISIONS
@@ -143,6 +144,16 @@ def load_flat(model: nn.Module, values: torch.Tensor) -> None:
         i += n
 
 
+def check_torso(kind: str, obs_shape: tuple[int, ...]) -> None:
+    """A one-line ConfigError where ``model.kind`` cannot take the env's observations (a
+    config check that needs the env: call it once the env is probed, before anything starts)."""
+    if kind == "nature_cnn" and (len(obs_shape) != 3 or min(obs_shape[1:]) < CNN_MIN_SIDE):
+        raise ConfigError(
+            f"model.kind=nature_cnn needs image observations [C, H, W] of at least "
+            f"{CNN_MIN_SIDE} pixels a side, got {tuple(obs_shape)}; use model.kind=mlp or auto"
+        )
+
+
 def build_torso(
     kind: str, obs_shape: tuple[int, ...], hidden: int, precision: str = "fp32"
 ) -> nn.Module:
@@ -152,12 +163,8 @@ def build_torso(
     bf16 = resolve_precision(precision, kind, obs_shape) == "bf16"
     if kind == "auto":
         kind = "nature_cnn" if uses_cnn(kind, obs_shape) else "mlp"
+    check_torso(kind, obs_shape)
     if kind == "nature_cnn":
-        if len(obs_shape) != 3 or min(obs_shape[1:]) < CNN_MIN_SIDE:
-            raise ValueError(
-                f"model.kind=nature_cnn needs image observations [C, H, W] of at least "
-                f"{CNN_MIN_SIDE} pixels a side, got {obs_shape}; use model.kind=mlp or auto"
-            )
         return NatureCNNTorso(obs_shape[0], (obs_shape[1], obs_shape[2]), bf16)
     if kind == "mlp":
         return MLPTorso(int(torch.tensor(obs_shape).prod()), hidden)

@@ -143,6 +143,10 @@ class PeriodicEval:
         self.best = best_score(run_dir, self.settings) if self.every else None
         self.failures = 0  # in a row
         self.records: list[dict[str, Any]] = []  # the evaluations of this session
+        # (env steps, version) of the parameters last scored (a resumed run: the last in
+        # evals.jsonl), so that the end of a run does not score them twice
+        self.scored: tuple[int, int] | None = last_scored(run_dir) if self.every else None
+        self.final: tuple[Path, dict[str, Any]] | None = None  # the trainer's last checkpoint
 
     def _after(self, env_steps: int) -> int:
         return (env_steps // self.every + 1) * self.every if self.every else 0
@@ -233,6 +237,7 @@ class PeriodicEval:
             write_state(best_checkpoint(self.run_dir), {**flight.state, "eval": record})
             self.best = mean
         self.records.append(record)
+        self.scored = (flight.env_steps, score.version)
         std = record["std_return"]
         self.say(
             f"eval of {flight.checkpoint} ({step:,} steps): {mean:.1f} +- {std:.1f}"
@@ -242,15 +247,31 @@ class PeriodicEval:
 
     def finish(self, wait: bool) -> None:
         """The run ends: record the evaluation in flight (``wait``: up to FINISH_WAIT_S for it;
-        Ctrl-C stops the wait), then stop the evaluator."""
-        flight = self.flight
-        if flight is not None and wait:
-            self.say(f"waiting for the evaluation of {flight.checkpoint} (Ctrl-C: do not wait)")
-            with contextlib.suppress(KeyboardInterrupt):
-                self.poll(self.FINISH_WAIT_S)
-            if self.flight is not None:
-                self.say(f"the evaluation of {flight.checkpoint} is left out: it did not end")
+        Ctrl-C stops the wait); then, for a run that stopped (``wait``: not an interrupt or a
+        fault), score its final checkpoint (:attr:`final`: (path, state), which the trainer
+        sets as it ends) unless the last evaluation scored those parameters already, so that
+        the final weights are evaluated and can become best.pt; then stop the evaluator."""
+        if wait:
+            self._wait()
+        if wait and self.final is not None and self.every and self.flight is None:
+            path, state = self.final
+            counters = Counters(**state["counters"])
+            if self.scored != (counters.env_steps, state_params(state)[0]):
+                self.say(f"final evaluation of {path.name} ({counters.env_steps:,} steps)")
+                self.submit(path, state, counters)
+                self._wait()
         self.close()
+
+    def _wait(self) -> None:
+        """Wait up to FINISH_WAIT_S for the evaluation in flight, if any, and record it."""
+        flight = self.flight
+        if flight is None:
+            return
+        self.say(f"waiting for the evaluation of {flight.checkpoint} (Ctrl-C: do not wait)")
+        with contextlib.suppress(KeyboardInterrupt):
+            self.poll(self.FINISH_WAIT_S)
+        if self.flight is not None:
+            self.say(f"the evaluation of {flight.checkpoint} is left out: it did not end")
 
     def close(self) -> None:
         if self.remote is not None:
@@ -265,6 +286,16 @@ class PeriodicEval:
         last = self.records[-1] if self.records else None
         evals = {"evaluations": len(self.records), "last": last, "best_mean_return": self.best}
         return {"eval": evals}
+
+
+def last_scored(run_dir: Path) -> tuple[int, int] | None:
+    """(env steps, version) of the last evaluation in the run's evals.jsonl; None: none, or
+    a file that cannot be read (the final parameters are then scored again)."""
+    try:
+        last = json.loads((run_dir / EVALS_FILE).read_text().splitlines()[-1])
+        return int(last["env_steps"]), int(last["version"])
+    except (OSError, IndexError, ValueError, KeyError, TypeError):
+        return None
 
 
 def best_score(run_dir: Path, settings: dict[str, Any] | None = None) -> float | None:

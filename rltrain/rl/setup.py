@@ -19,7 +19,7 @@ from rltrain.ps.server import ShardLayout
 from rltrain.rl.actor import policy_builder
 from rltrain.rl.algos import algo_names, algo_spec
 from rltrain.rl.config import StopConfig, TrainConfig
-from rltrain.rl.models import build_qnet, flat_params
+from rltrain.rl.models import build_qnet, check_torso, flat_params
 from rltrain.rl.rollout import WorkStats
 from rltrain.rl.sizing import describe_sizes, gpu_learners, learner_cpus, sized
 
@@ -60,6 +60,7 @@ def probe_env(cfg: TrainConfig) -> EnvSpec:
                 f"algo.name={cfg.algo.name} needs Discrete actions; {cfg.env.id} has "
                 f"{env.action_space.describe()} actions: use one of {others}"
             )
+        check_torso(cfg.model.kind, tuple(env.obs_shape))
         protocol = {**env.protocol, "num_envs": cfg.env.num_envs}  # per actor
         return EnvSpec(
             tuple(env.obs_shape),
@@ -93,6 +94,21 @@ def check_fits(path: Path, state: dict[str, Any], params: torch.Tensor, cfg: Tra
         )
 
 
+DIVERGED_AFTER = 100
+"""Updates refused in a row (non-finite gradients: NaN or inf) after which a run stops as
+``diverged``: a NaN batch now and then is refused and the run goes on, but a run whose every
+update is refused has frozen parameters and would only burn its budget."""
+
+
+def diverged_note(refused: int, reason: str) -> str:
+    """Why a run stopped as ``diverged`` (summary.json's failure, the CLI's last line)."""
+    return (
+        f"diverged: the server refused the last {refused} updates ({reason or 'non-finite'}); "
+        "the parameters are those of the last update it applied: lower optimizer.lr, or set "
+        "algo.max_grad_norm"
+    )
+
+
 @dataclass
 class Counters:
     """Everything the run has counted; saved in checkpoints so --resume continues them."""
@@ -107,14 +123,18 @@ class Counters:
     wall_seconds: float = 0.0
     best_mean_return: float | None = None
     recent_returns: list[float] = field(default_factory=list)
+    rejected_in_a_row: int = 0  # updates refused since the server last applied one
 
     def mean_return(self, window: int) -> float | None:
         r = self.recent_returns[-window:]
         return sum(r) / len(r) if r else None
 
     def stop_met(self, stop: StopConfig, seconds: float) -> str:
-        """The stop criterion these counts meet, '' for none: mean_return, max_env_steps or
-        max_seconds (``seconds``: the run's wall time; eval_mean_return is the evaluator's)."""
+        """The stop criterion these counts meet, '' for none: diverged, mean_return,
+        max_env_steps or max_seconds (``seconds``: the run's wall time; eval_mean_return is
+        the evaluator's)."""
+        if self.rejected_in_a_row >= DIVERGED_AFTER:
+            return "diverged"
         target, mean = stop.mean_return, self.mean_return(stop.window)
         if target is not None and len(self.recent_returns) >= stop.window and mean >= target:
             return "mean_return"
@@ -132,6 +152,7 @@ class Counters:
         self.applied += stats.applied
         self.dropped += stats.dropped
         self.rejected += stats.rejected
+        self.rejected_in_a_row = 0 if stats.applied else self.rejected_in_a_row + stats.rejected
         self.staleness_sum += sum(stats.staleness)
         self.recent_returns = (self.recent_returns + list(stats.episode_returns))[-1000:]
         mean = self.mean_return(window)

@@ -5,7 +5,8 @@ each phase over the last interval (:mod:`rltrain.perf`); the live line names the
 ``perf/env_fps``, ``perf/learner_updates_per_s`` and ``replay/sampled_per_s``: rates over the
 last :data:`RATE_WINDOW_S` seconds, so that steps arriving a rollout at a time give no 0 at a
 log point that fell between two rollouts. Each run's tb folder holds a custom-scalars layout
-(:data:`LAYOUT`, TensorBoard's CUSTOM SCALARS tab) of these tags.
+(:data:`LAYOUT`, TensorBoard's CUSTOM SCALARS tab) of these tags. ``session/start``
+(:data:`SESSION_TAG`) marks where each session (the run, each ``--resume``) began.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ from rltrain.rl.setup import Counters
 
 RATE_WINDOW_S = 10.0
 """Seconds of wall time the logged rates average over (at least one log interval)."""
+SESSION_TAG = "session/start"
+"""A scalar (1) written first as each session of a run starts, at the env steps it starts
+from: ``rltrain plot`` leaves out the time from the previous session's last event to it, the
+downtime before a ``--resume`` (:func:`rltrain.plot.running_seconds`)."""
 
 _ROLES = ("actor", "learner", "worker")  # the RL roles that time phases (perf/time/<role>/*)
 LAYOUT: dict[str, dict[str, list[Any]]] = {
@@ -43,6 +48,7 @@ LAYOUT: dict[str, dict[str, list[Any]]] = {
         "replay size": ["Multiline", ["^replay/size$"]],
         "replay samples/s": ["Multiline", ["^replay/sampled_per_s$"]],
         **{f"{r} time shares": ["Multiline", [f"^perf/time/{r}/.*"]] for r in _ROLES},
+        "session starts (the run, each --resume)": ["Multiline", [f"^{SESSION_TAG}$"]],
     },
     "staleness": {
         "staleness of applied updates (versions)": ["Multiline", ["^ps/staleness_(mean|max)$"]],
@@ -79,6 +85,7 @@ class TrainLogger:
         self.writer = SummaryWriter(
             str(tb_dir), purge_step=start_steps + 1 if start_steps else None
         )
+        self.writer.add_scalar(SESSION_TAG, 1.0, start_steps)  # the first event of a session
         self.every = cfg.log_every_seconds
         self.frames_per_step = frames_per_step
         self.batch_size = cfg.dqn.batch_size

@@ -34,10 +34,7 @@ from rltrain.faults import (
 from rltrain.progress import Progress
 from rltrain.ps.rules import ASYNC
 from rltrain.records import Role
-from rltrain.rl.config import (
-    TrainConfig,
-    server_rule,
-)
+from rltrain.rl.config import TrainConfig, server_rule
 from rltrain.rl.learner import warm_gpu
 from rltrain.rl.periodic import PeriodicEval
 from rltrain.rl.plans import PLANS, RLPlan
@@ -46,6 +43,7 @@ from rltrain.rl.schedules import LRSender, schedule_progress
 from rltrain.rl.setup import (
     Counters,
     EnvSpec,
+    diverged_note,
     initial_params,
     load_resume,
     place,
@@ -92,8 +90,6 @@ class Trainer:
         self.counters = resumed.counters if resumed else Counters()
         self.faults = resumed.faults if resumed else FaultCounters()
         self.resumed = resumed
-        if resumed and resumed.changes:
-            print(f"resumed with config changes: {'; '.join(resumed.changes)}")
         steps, spec = self.counters.env_steps, self.spec
         self.log = TrainLogger(run_dir / "tb", cfg, spec.protocol, spec.frames_per_step, steps)
         if resumed:  # (after the log's copy of the config: TensorBoard shows the run's seed)
@@ -211,30 +207,29 @@ class Trainer:
         the run ended."""
         self.counters.wall_seconds = self.wall_base + self._elapsed()
         resume_all()  # never leave a process stopped by an injected pause
+        try:
+            summary = self._wrap_up()
+        finally:  # whatever went wrong above, no process or Ray is left behind
+            self.progress.close(self._status())
+            self._release(runtime)
+        return summary
+
+    def _wrap_up(self) -> dict[str, Any]:
         if self.ctx.server is not None:
             try:
-                self._checkpoint()
+                self.evals.final = self._checkpoint()  # scored unless an eval saw it
             except (ProcessLost, PeerLost, RunFailed) as e:
                 self.progress.note(f"no final checkpoint (the server is not whole: {e})")
             else:  # the last point: a run shorter than log_every_seconds still has one
                 with contextlib.suppress(ProcessLost, PeerLost, RunFailed):
                     self.ctx.guard.poll()
                     self._log_point()
-        self.evals.finish(wait=self.stopped_by not in ("interrupt", "fault"))
+        self.evals.finish(wait=self.stopped_by not in ("interrupt", "fault", "diverged"))
         if self.plan is not None:
             self.record.replay_bytes = self.plan.replay_bytes
-        summary = train_summary(
-            self.cfg,
-            self.spec,
-            self.counters,
-            self.faults,
-            self.record,
-            self.ctx.procs,
-            self.evals.summary(),
-        )
+        args = (self.cfg, self.spec, self.counters, self.faults, self.record, self.ctx.procs)
+        summary = train_summary(*args, self.evals.summary())
         write_summary(self.run_dir, summary)
-        self.progress.close(self._status())
-        self._release(runtime)
         return summary
 
     def _release(self, runtime: Runtime) -> None:
@@ -322,6 +317,8 @@ class Trainer:
         target = s.eval_mean_return
         if not rec.stopped_by and target is not None and self.evals.reached(target):
             rec.stopped_by = "eval_mean_return"
+        if rec.stopped_by == "diverged":
+            rec.failure = diverged_note(c.rejected_in_a_row, self.ctx.server.stats().last_reject)
         if rec.stopped_by:  # what the stop saw; work in flight still lands after it
             rec.mean_at_stop = c.mean_return(s.window)
 

@@ -59,6 +59,11 @@ class Worker:
         target = (self.actor.version // per_call + 1) * per_call
         done = 0
         while (self.actor.version < target) if self.barrier else (done < iterations):
+            if self.barrier and done >= iterations and stats.rejected == stats.updates:
+                # every push of this call was refused (non-finite gradients): the version will
+                # not reach the target, and the driver must see the refusals to stop a run
+                # that diverged (the trainer's "diverged" stop), not wait here for good
+                break
             rollout = self.actor.rollout()
             until = target if self.barrier else None
             params = push_gradients(

@@ -1,0 +1,270 @@
+"""Start-up errors and resumes: a new run that a user error stops before it trained leaves no
+folder behind; a resume names every key it changes, and refuses another env.id before it
+makes the env."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rltrain.cli import main
+from rltrain.config import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+A3C = str(ROOT / "configs" / "cartpole_a3c.yaml")
+APPO = str(ROOT / "configs" / "cartpole_appo.yaml")
+PENDULUM = str(ROOT / "configs" / "pendulum_appo.yaml")
+# sized at start-up (actors: auto gives at most the CPUs): refused after the run folder is made
+FAR_ACTOR = ["--set", "actors=auto", "--set", "faults.events=[{target: actor, index: 99, at: 9}]"]
+
+
+def write_run(run: Path, config: str = A3C, overrides: tuple[str, ...] = ()) -> Any:
+    """A run folder as `rltrain train` leaves it (config.yaml, one checkpoint), untrained."""
+    from rltrain.checkpoint import save_checkpoint
+    from rltrain.config import load_config, to_dict
+    from rltrain.ps.server import make_shards
+    from rltrain.rl.config import TrainConfig, server_rule
+    from rltrain.rl.inputs import resolve_obs_norm
+    from rltrain.rl.setup import Counters, initial_params, probe_env
+    from rltrain.rundir import write_config
+
+    run.mkdir(parents=True)
+    cfg = load_config(TrainConfig, config, ["stop.max_seconds=11", *overrides])
+    spec = probe_env(cfg)
+    cfg = resolve_obs_norm(cfg, spec.obs_shape, spec.one_hot)
+    params = initial_params(cfg, spec)
+    _, shards = make_shards(params, cfg.optimizer, server_rule(cfg), 2)
+    state = {
+        "shards": [s.state_dict() for s in shards],
+        "counters": dataclasses.asdict(Counters()),
+        "config": to_dict(cfg),
+    }
+    save_checkpoint(run, 0, state, keep=3)
+    write_config(run, cfg)
+    return cfg
+
+
+def error_of(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("rltrain: error: ") and "\n" not in err, err
+    return err
+
+
+# ------------------------------------------------------------------------------------------
+# a new run: checked before its folder is made, or its folder taken away again
+
+
+@pytest.mark.parametrize(
+    ("sets", "words"),
+    [
+        pytest.param(
+            ["env.groups=5", "env.num_envs=2"],
+            "env.groups=5 is more than env.num_envs=2; allowed: 0 (auto) or 1 to num_envs",
+            id="groups",
+        ),
+        pytest.param(
+            ["server.shards=100000"],
+            "server.shards=100000: must be between 1 and the parameter count 9155",
+            id="shards",
+        ),
+        pytest.param(
+            ["algo.name=a3c", "runtime.inference=server", "actors=2"],
+            "runtime.inference=server cannot be used with algo a3c",
+            id="inference",
+        ),
+    ],
+)
+def test_what_the_env_tells_is_checked_before_the_run_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], sets: list[str], words: str
+) -> None:
+    run = tmp_path / "run"
+    argv = ["train", APPO, "--run-dir", str(run), *(a for s in sets for a in ("--set", s))]
+    assert words in error_of(capsys, argv)
+    assert not run.exists()
+    assert capsys.readouterr().out == ""  # no banner: nothing was started
+
+
+def test_a_new_run_refused_at_start_up_leaves_no_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found once the runtime says how many CPUs there are: after the banner and the folder.
+    The folder and the parents the command made go; the same --run-dir is free again."""
+    run = tmp_path / "new" / "deeper" / "run"
+    argv = ["train", A3C, "--run-dir", str(run), *FAR_ACTOR]
+    assert "faults.events[0]: actor index 99 out of range" in error_of(capsys, argv)
+    assert not (tmp_path / "new").exists()
+    assert "error" in error_of(capsys, argv)  # not "already exists and is not empty"
+    assert not (tmp_path / "new").exists()
+
+
+def test_an_empty_folder_given_is_kept_and_left_empty(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "given"
+    run.mkdir()
+    error_of(capsys, ["train", A3C, "--run-dir", str(run), *FAR_ACTOR])
+    assert run.is_dir() and not list(run.iterdir())
+
+
+def test_the_default_folder_goes_and_runs_stays(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "older").mkdir(parents=True)
+    error_of(capsys, ["train", A3C, *FAR_ACTOR])
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["older"]
+
+
+def test_a_resumed_run_refused_at_start_up_keeps_its_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    write_run(run)
+    before = {p.relative_to(run) for p in run.rglob("*")}
+    error_of(capsys, ["train", "--resume", str(run), *FAR_ACTOR])
+    assert before <= {p.relative_to(run) for p in run.rglob("*")}  # (and its session's tb/)
+
+
+class FakeTrainer:
+    """What run_train asks of a trainer; ``run`` fails as told, after ``episodes`` episodes."""
+
+    def __init__(self, run_dir: Path, error: BaseException, episodes: int = 0, ckpt: bool = False):
+        self.run_dir, self.error, self.ckpt = run_dir, error, ckpt
+        self.counters = type("C", (), {"episodes": episodes})()
+
+    def run(self) -> dict[str, Any]:
+        if self.ckpt:
+            (self.run_dir / "checkpoints").mkdir()
+            (self.run_dir / "checkpoints" / "ckpt-0000000001.pt").write_bytes(b"")
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    ("error", "episodes", "ckpt", "kept"),
+    [
+        pytest.param(ConfigError("bad"), 0, False, False, id="user-error"),
+        pytest.param(ConfigError("bad"), 1, False, True, id="after-an-episode"),
+        pytest.param(ConfigError("bad"), 0, True, True, id="after-a-checkpoint"),
+        pytest.param(RuntimeError("bug"), 0, False, True, id="a-bug"),
+        pytest.param(KeyboardInterrupt(), 0, False, True, id="interrupt"),
+    ],
+)
+def test_only_a_user_error_before_any_result_takes_the_folder(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    error: BaseException,
+    episodes: int,
+    ckpt: bool,
+    kept: bool,
+) -> None:
+    from rltrain import launch
+    from rltrain.faults import RunFailed
+    from rltrain.rundir import new_run_dir
+
+    def prepare(cfg: Any, run_dir: Path, *rest: Any) -> tuple[FakeTrainer, list[Path]]:
+        made: list[Path] = []
+        out = new_run_dir("x", run_dir, created=made)
+        (out / "config.yaml").write_text("seed: 0\n")
+        return FakeTrainer(out, error, episodes, ckpt), made
+
+    monkeypatch.setattr(launch, "_prepare", prepare)
+    with pytest.raises(type(error)):
+        launch.run_train(None, tmp_path / "run")
+    assert (tmp_path / "run").exists() == kept
+    assert not launch._user_error(RunFailed("a fault, not bad input"))
+
+
+def test_remove_new_run_dir_keeps_a_parent_another_run_uses(tmp_path: Path) -> None:
+    from rltrain.rundir import new_run_dir, remove_new_run_dir
+
+    made: list[Path] = []
+    run = new_run_dir("x", tmp_path / "a" / "b" / "run", created=made)
+    assert made == [run, tmp_path / "a" / "b", tmp_path / "a"]
+    (tmp_path / "a" / "other").mkdir()  # another launch's, made meanwhile
+    (run / "tb").mkdir()
+    remove_new_run_dir(run, made)
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["other"]
+
+
+# ------------------------------------------------------------------------------------------
+# resume: every changed key named; env.id (and the other kept keys) checked first
+
+
+def test_a_resume_names_every_changed_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rltrain.config import load_config
+    from rltrain.launch import prepare_train
+    from rltrain.rl.config import TrainConfig
+    from rltrain.rundir import unlock
+
+    run = tmp_path / "run"
+    write_run(run, APPO, ("actors=2",))
+    sets = ["actors=1", "learners=2", "seed=3", "learner_gpus=0.5", "stop.max_seconds=14"]
+    sets += ["eval.episodes=3", "runtime.backend=local"]
+    cfg = load_config(TrainConfig, run / "config.yaml", sets)
+    capsys.readouterr()
+    trainer = prepare_train(cfg, None, run)
+    unlock(trainer.run_lock)
+    trainer.log.close()
+    out = capsys.readouterr().out
+    assert out.count("resumed with config changes") == 1  # one line names them all
+    assert (
+        "resumed with config changes: stop.max_seconds: 11.0 -> 14.0; seed: 0 -> 3; actors: "
+        "2 -> 1; learners: 1 -> 2; learner_gpus: 1.0 -> 0.5; eval.episodes: 10 -> 3; "
+        "runtime.backend: auto -> local\n"
+    ) in out
+
+
+def test_a_resume_without_changes_says_none(tmp_path: Path) -> None:
+    """actors: auto and the session's seed are what the checkpoint holds resolved: no change."""
+    from rltrain.checkpoint import latest_checkpoint, load_checkpoint
+    from rltrain.config import load_config
+    from rltrain.launch import check_resume
+    from rltrain.rl.config import TrainConfig
+
+    run = tmp_path / "run"
+    cfg = write_run(run, A3C, ("actors=auto",))
+    path = latest_checkpoint(run)
+    state = load_checkpoint(path)
+    state["config"] = {**state["config"], "actors": 2, "seed": 123456}  # as a session saved it
+    assert check_resume(path, state, load_config(TrainConfig, run / "config.yaml")) == []
+    assert check_resume(path, state, dataclasses.replace(cfg, actors=3)) == ["actors: 0 -> 3"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param(["--set", "env.id=Acrobot-v1"], id="set-env-id"),
+        pytest.param(["--set", "env.id=Pendulum-v1", "--set", "algo.name=appo"], id="and-algo"),
+        pytest.param([PENDULUM], id="another-config"),
+    ],
+)
+def test_a_resume_under_another_env_says_so_before_making_it(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+) -> None:
+    import rltrain.rl.setup
+
+    run = tmp_path / "run"
+    write_run(run)
+
+    def no_env(*args: Any) -> None:
+        raise AssertionError("the env was made")
+
+    monkeypatch.setattr(rltrain.rl.setup, "probe_env", no_env)
+    monkeypatch.setattr(rltrain.rl.setup, "make_env", no_env)
+    config, sets = (argv, []) if argv[0] == PENDULUM else ([], argv)
+    err = error_of(capsys, ["train", *config, "--resume", str(run), *sets])
+    assert err.startswith("rltrain: error: env.id=")
+    assert err.endswith(
+        f"the run at {run} has env.id=CartPole-v1, which a resumed run keeps; start a new "
+        "run to change it"
+    )
+    assert "parameters" not in err

@@ -6,9 +6,11 @@ children from it, so what the user registered is there; Ray's processes import r
 afresh, on every node. Each registry tells this module how to list what the user added and
 how to add it again (:func:`track`); the Ray runtime takes a :func:`snapshot` when it starts
 and every one of its worker processes :func:`restore` s it before it runs anything
-(``runtime_env.worker_process_setup_hook``). The extensions travel pickled: by reference
-where their module imports on the workers (installed, or shipped with ``env.imports``), by
-value where it does not (a script's ``__main__``, a test file: :func:`by_value`).
+(``runtime_env.worker_process_setup_hook``); the process runtime's children, forked from a
+forkserver that started before the user's script registered anything, get it with their
+constructor's arguments (:func:`packed`). The extensions travel pickled: by reference where
+their module imports in the worker (installed, or shipped with ``env.imports``), by value
+where it does not (a script's ``__main__``, a test file on Ray).
 """
 
 from __future__ import annotations
@@ -16,9 +18,8 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import site
-import sys
 import sysconfig
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,25 @@ def setup_hook(snap: dict[str, list[Any]]) -> Callable[[], None]:
     return restore_extensions
 
 
+def packed() -> bytes | None:
+    """This process's :func:`snapshot` as bytes for a child process (None: nothing to carry).
+    cloudpickle (a dependency of gymnasium's) carries what a script's ``__main__`` defined by
+    value; the rest goes by reference to its module, which the child imports."""
+    snap = snapshot()
+    if not snap:
+        return None
+    import cloudpickle
+
+    return cloudpickle.dumps(snap)
+
+
+def unpack(data: bytes) -> None:
+    """Register in this process what :func:`packed` carried."""
+    import pickle
+
+    restore(pickle.loads(data))
+
+
 def parts(snap: dict[str, list[Any]]) -> list[Any]:
     """The items of ``snap`` and, for dataclass items (an AlgoSpec), their callable fields
     (its targets): what could be defined in the user's modules."""
@@ -65,27 +85,6 @@ def parts(snap: dict[str, list[Any]]) -> list[Any]:
             if dataclasses.is_dataclass(item):
                 out += [v for f in dataclasses.fields(item) if callable(v := getattr(item, f.name))]
     return out
-
-
-def by_value(objects: Iterable[Any]) -> list[str]:
-    """The modules that define ``objects`` (their classes, or themselves for functions) and
-    would not import on another machine: neither installed in site-packages nor part of
-    rltrain. Ray's cloudpickle is told to pickle their contents by value; returns their
-    names."""
-    from ray import cloudpickle
-
-    names: list[str] = []
-    for obj in objects:
-        name = getattr(obj, "__module__", None) or type(obj).__module__
-        module = sys.modules.get(name)
-        where = getattr(module, "__file__", None)
-        if module is None or name == "__main__" or name in names or where is None:
-            continue  # __main__ is pickled by value already
-        if name.split(".")[0] == "rltrain" or installed(where):
-            continue
-        cloudpickle.register_pickle_by_value(module)
-        names.append(name)
-    return names
 
 
 def installed(path: str | Path) -> bool:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from rltrain import extensions
 from rltrain.records import GradUpdate, Params, PushResult, ServerStats
 from rltrain.runtime.shm import Inbox, Outbox
 
@@ -208,15 +209,20 @@ def main(
     svc: Connection,
     path: list[str],
     concurrency: int = 1,
+    extended: bytes | None = None,
 ) -> None:
     """A child's life: build the instance, say "up", run calls until the pipe closes.
 
     ``concurrency`` > 1 runs calls in that many threads (a supervised worker's ``stop``
-    beside its ``run``); results then come back in the order they finish, by call id."""
+    beside its ``run``); results then come back in the order they finish, by call id.
+    ``extended``: the algorithms and rules the trainer registered (:mod:`rltrain.extensions`;
+    the forkserver forked before the user's script registered them)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the trainer, which stops us
     sys.path[:] = path  # the trainer's (env.imports, tests' modules) as it is now
     calls, requests, proxies = Channel(ctrl), Requester(Channel(svc)), {}
     try:
+        if extended is not None:
+            extensions.unpack(extended)
         instance = cls(*args)
     except BaseException as e:
         calls.send("failed", *exception_message(e, traceback.format_exc()), None)

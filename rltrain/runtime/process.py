@@ -34,6 +34,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from rltrain import extensions
 from rltrain.driver import Done
 from rltrain.faults import FaultAction, ProcessLost, pause
 from rltrain.records import Role
@@ -123,10 +124,10 @@ class Remote:
         ctrl, ctrl_child = ctx.Pipe()
         svc, svc_child = ctx.Pipe()
         self.up: cf.Future = cf.Future()
-        path = list(sys.path)
+        path, extended = list(sys.path), extensions.packed()  # as the trainer has them now
         self.process = ctx.Process(
             target=child.main,
-            args=(self.target, self.args, ctrl_child, svc_child, path, self.concurrency),
+            args=(self.target, self.args, ctrl_child, svc_child, path, self.concurrency, extended),
             name=f"rltrain-{self.role}{self.index}",
             daemon=False,  # an actor may start processes of its own (gymnasium's async envs)
         )

@@ -8,11 +8,12 @@ import math
 import os
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from types import ModuleType
 from typing import Any
 
 import ray
+from ray import cloudpickle
 
 from rltrain import extensions
 from rltrain.extensions import installed
@@ -38,6 +39,25 @@ def user_code(modules: Sequence[str]) -> list[ModuleType]:
         if not installed(where):
             out.append(top)
     return out
+
+
+def pickle_by_value(objects: Iterable[Any]) -> list[str]:
+    """The modules that define ``objects`` (their classes, or themselves for functions) and
+    would not import on another machine: neither installed in site-packages nor part of
+    rltrain. Ray's cloudpickle is told to pickle their contents by value; returns their
+    names."""
+    names: list[str] = []
+    for obj in objects:
+        name = getattr(obj, "__module__", None) or type(obj).__module__
+        module = sys.modules.get(name)
+        where = getattr(module, "__file__", None)
+        if module is None or name == "__main__" or name in names or where is None:
+            continue  # __main__ is pickled by value already
+        if name.split(".")[0] == "rltrain" or installed(where):
+            continue
+        cloudpickle.register_pickle_by_value(module)
+        names.append(name)
+    return names
 
 
 def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
@@ -66,7 +86,7 @@ def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
         runtime_env["py_modules"] = code
     extended = extensions.snapshot()
     if extended:  # the user's algorithms and rules, registered in every worker process
-        extensions.by_value(extensions.parts(extended))
+        pickle_by_value(extensions.parts(extended))
         runtime_env["worker_process_setup_hook"] = extensions.setup_hook(extended)
     if runtime_env:
         kwargs["runtime_env"] = runtime_env

@@ -104,8 +104,8 @@ def diverged_note(refused: int, reason: str) -> str:
     """Why a run stopped as ``diverged`` (summary.json's failure, the CLI's last line)."""
     return (
         f"diverged: the server refused the last {refused} updates ({reason or 'non-finite'}); "
-        "the parameters are those of the last update it applied: lower optimizer.lr, or set "
-        "algo.max_grad_norm"
+        "the parameters are those of the last update it applied: lower optimizer.lr or "
+        "algo.max_grad_norm, or look for NaN in the env's rewards and observations"
     )
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,11 +32,11 @@ import numpy as np
 import torch
 
 from rltrain import signals
-from rltrain.config import from_dict, merge, nested, read_yaml, to_dict
+from rltrain.config import ConfigError, from_dict, merge, nested, read_yaml, to_dict
 from rltrain.envs import ActionSpace
 from rltrain.envs.gym_vector import to_env_actions
 from rltrain.rl.config import TrainConfig
-from rltrain.rl.evaluate import EvalResult, Policy
+from rltrain.rl.evaluate import EPISODES, SEED, EvalResult, Policy, VideoView
 from rltrain.supervised.config import BenchConfig
 
 Kind = Literal["train", "bench"]
@@ -55,6 +56,11 @@ class Config(Generic[T]):
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"Config kind {self.kind!r}: allowed are train, bench")
+        if not isinstance(self.data, Mapping):
+            raise ConfigError(
+                f"Config: expected a mapping of config keys, got {type(self.data).__name__} "
+                "(Config.from_yaml(path) reads a YAML file)"
+            )
         object.__setattr__(self, "value", from_dict(KINDS[self.kind], dict(self.data)))
 
     @classmethod
@@ -66,6 +72,11 @@ class Config(Generic[T]):
         """Dotted keys as ``--set`` takes them, with Python values:
         ``{"env.id": "Acrobot-v1", "optimizer.lr": 3e-4}``."""
         cls = KINDS[self.kind]
+        if not isinstance(overrides, Mapping):
+            raise ConfigError(
+                "with_overrides: expected a mapping of dotted keys to values, got "
+                f"{type(overrides).__name__}"
+            )
         return Config(merge(dict(self.data), nested(overrides, cls=cls), cls), self.kind)
 
     def to_dict(self) -> dict[str, Any]:
@@ -118,12 +129,24 @@ class BenchResult:
         return {r["mode"]: r for r in self.results}
 
 
-def _config(config: Config | str | Path | TrainConfig | BenchConfig, kind: Kind, **kw: Any) -> Any:
+ConfigLike = Config | Mapping[str, Any] | str | Path
+"""What ``train`` and ``bench`` take as their config: a Config, a dict of config keys (as
+``Config(dict)``), a YAML file's path, or the typed config itself."""
+
+
+def _config(config: ConfigLike | TrainConfig | BenchConfig, kind: Kind, **kw: Any) -> Any:
     """The typed config of ``config`` plus ``kw`` overrides (dotted keys, or ``__`` for dots)."""
     if isinstance(config, TrainConfig | BenchConfig):
         config = Config(to_dict(config), "train" if isinstance(config, TrainConfig) else "bench")
-    elif not isinstance(config, Config):
+    elif isinstance(config, Mapping):
+        config = Config(config, kind)
+    elif isinstance(config, str | os.PathLike):
         config = Config.from_yaml(config, kind)
+    elif not isinstance(config, Config):
+        raise ConfigError(
+            f"config: expected a Config, a dict of config keys, a YAML file's path (str or Path) "
+            f"or a {KINDS[kind].__name__}; got {type(config).__name__}"
+        )
     if config.kind != kind:
         raise ValueError(f"a {config.kind} config given to rltrain.{kind}()")
     if kw:
@@ -131,8 +154,33 @@ def _config(config: Config | str | Path | TrainConfig | BenchConfig, kind: Kind,
     return config.value
 
 
+def _path(value: Any, arg: str) -> str:
+    """A path argument as a str; anything else is a one-line error naming ``arg``."""
+    if isinstance(value, str | os.PathLike):
+        return str(os.fspath(value))
+    raise ConfigError(f"{arg}={value!r}: expected a path (a str or a pathlib.Path)")
+
+
+def _run_dir(value: Any, arg: str = "run_dir") -> Path:
+    """An existing run folder (``run_dir=`` of evaluate, load_policy; ``resume=``), else the
+    one-line error ``rltrain train --resume`` gives, in the API's words."""
+    from rltrain.launch import run_dir_arg
+
+    return run_dir_arg(_path(value, arg), f"{arg}=")
+
+
+def _new_run_dir(run_dir: Any) -> str | None:
+    """``run_dir=`` of train and bench: new or empty, checked in the API's words (the run
+    checks it again as the command line does)."""
+    from rltrain.rundir import check_run_dir
+
+    path = None if run_dir is None else _path(run_dir, "run_dir")
+    check_run_dir(path, name="run_dir=")
+    return path
+
+
 def train(
-    config: Config | str | Path | TrainConfig | None = None,
+    config: ConfigLike | TrainConfig | None = None,
     run_dir: str | Path | None = None,
     resume: str | Path | None = None,
     **overrides: Any,
@@ -140,33 +188,61 @@ def train(
     """Train as ``rltrain train`` does; ``overrides`` as ``--set`` (``env__id="Acrobot-v1"``
     or ``**{"env.id": "Acrobot-v1"}``). ``resume``: continue that run from its latest
     checkpoint (its own config, plus ``config`` or ``overrides`` if given)."""
-    from rltrain.launch import run_train
+    from rltrain.launch import UserError, run_train
 
     if resume is not None:
-        from rltrain.launch import run_dir_arg
-
-        resume = run_dir_arg(str(resume), "resume=")  # a one-line error if it is no run
+        if run_dir is not None:
+            raise UserError(
+                "run_dir= does not go with resume=: a resumed run writes into its own folder"
+            )
+        resume = _run_dir(resume, "resume")  # a one-line error if it is no run
         base = Config(read_yaml(resume / "config.yaml")) if config is None else config
         cfg = _config(base, "train", **overrides)
     elif config is None:
         raise ValueError("rltrain.train: give a config (a Config, a YAML path) or resume=RUN_DIR")
     else:
         cfg = _config(config, "train", **overrides)
+        run_dir = _new_run_dir(run_dir)
     with signals.graceful():
         out, _ = run_train(cfg, run_dir, resume, started=time.time(), resume_flag="resume=")
     return RunResult.from_run_dir(out)
 
 
 def bench(
-    config: Config | str | Path | BenchConfig, run_dir: str | Path | None = None, **overrides: Any
+    config: ConfigLike | BenchConfig, run_dir: str | Path | None = None, **overrides: Any
 ) -> BenchResult:
     """Run the supervised benchmark as ``rltrain bench`` does."""
     from rltrain.launch import run_bench_config
 
     cfg = _config(config, "bench", **overrides)
+    run_dir = _new_run_dir(run_dir)
     with signals.graceful():
         out = run_bench_config(cfg, None if run_dir is None else Path(run_dir), None)
     return BenchResult.from_run_dir(out)
+
+
+def _whole(value: Any, arg: str, rule: Any) -> int | None:
+    """``episodes=`` or ``seed=`` checked by the rule ``rltrain eval`` checks its flag with."""
+    try:
+        return None if value is None else rule.check(value)
+    except ValueError as e:
+        raise ConfigError(f"{arg}={value!r}: {e}") from None
+
+
+def _choice(value: Any, arg: str, allowed: tuple[Any, ...]) -> Any:
+    """``value`` if it is one of ``allowed`` (True, False, None or strings), else one line."""
+    if isinstance(value, np.bool_):
+        value = bool(value)
+    if any(value is a or (isinstance(a, str) and value == a) for a in allowed):
+        return value
+    names = [f'"{a}"' if isinstance(a, str) else repr(a) for a in allowed]
+    raise ConfigError(f"{arg}={value!r}: allowed are {', '.join(names[:-1])} or {names[-1]}")
+
+
+def _checkpoint(value: Any) -> str:
+    if isinstance(value, str | os.PathLike):
+        return str(os.fspath(value))
+    raise ConfigError(f'checkpoint={value!r}: expected "latest", "best" or a checkpoint\'s path')
 
 
 def evaluate(
@@ -175,19 +251,38 @@ def evaluate(
     video: bool = False,
     seed: int | None = None,
     deterministic: bool | None = None,
-    checkpoint: str = "latest",
+    checkpoint: str | Path = "latest",
+    video_view: VideoView | None = None,
+    video_format: Literal["mp4", "gif"] = "mp4",
 ) -> EvalResult:
     """Play a run's checkpoint as ``rltrain eval`` does; ``.mean``, ``.std``, ``.returns``,
     ``.video``. ``deterministic``: the most likely actions, not samples. ``checkpoint``:
     ``latest``, ``best`` (kept by ``eval.every_steps``) or a checkpoint file's path.
-    ``episodes``, ``seed`` and ``deterministic`` default to the run's ``eval.*``."""
+    ``episodes``, ``seed`` and ``deterministic`` default to the run's ``eval.*``. With
+    ``video``: ``video_view`` ``"game"`` or ``"agent"`` (default: the game's screen if the env
+    can draw it) and ``video_format`` ``"mp4"`` or ``"gif"``, as ``rltrain eval``'s flags."""
     from rltrain.config import load_config
     from rltrain.rl.evaluate import evaluate as play
 
-    run_dir = Path(run_dir)
+    n, first_seed = _whole(episodes, "episodes", EPISODES), _whole(seed, "seed", SEED)
+    video = _choice(video, "video", (True, False))
+    deterministic = _choice(deterministic, "deterministic", (True, False, None))
+    view = _choice(video_view, "video_view", ("game", "agent", None))
+    fmt = _choice(video_format, "video_format", ("mp4", "gif"))
+    which = _checkpoint(checkpoint)
+    run_dir = _run_dir(run_dir)
     cfg = load_config(TrainConfig, run_dir / "config.yaml")
     return play(
-        cfg, run_dir, episodes, video, seed, deterministic=deterministic, checkpoint=checkpoint
+        cfg,
+        run_dir,
+        n,
+        video,
+        first_seed,
+        video_view=view,
+        deterministic=deterministic,
+        checkpoint=which,
+        video_format=fmt,
+        style="api",
     )
 
 
@@ -255,7 +350,7 @@ class LoadedPolicy:
         return int(acts[0]) if not self.actions.continuous else acts[0]
 
 
-def load_policy(run_dir: str | Path, checkpoint: str = "latest") -> LoadedPolicy:
+def load_policy(run_dir: str | Path, checkpoint: str | Path = "latest") -> LoadedPolicy:
     """A checkpoint of ``run_dir`` (``latest``, ``best`` or a path) as a callable
     ``obs -> action``."""
     from rltrain.config import load_config
@@ -263,10 +358,11 @@ def load_policy(run_dir: str | Path, checkpoint: str = "latest") -> LoadedPolicy
     from rltrain.rl.evaluate import load_policy as build
     from rltrain.rl.setup import probe_env
 
-    run_dir = Path(run_dir)
+    which = _checkpoint(checkpoint)
+    run_dir = _run_dir(run_dir)
     cfg = load_config(TrainConfig, run_dir / "config.yaml")
     spec = probe_env(cfg)
-    path, _, values, norm = checkpoint_params(run_dir, checkpoint)
+    path, _, values, norm = checkpoint_params(run_dir, which, "api")
     policy = build(cfg, run_dir, (path, values, norm), spec.obs_shape, spec.actions)
     return LoadedPolicy(
         policy, spec.obs_shape, spec.actions, spec.flattened_from, spec.transposed, spec.stacked

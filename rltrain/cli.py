@@ -50,16 +50,25 @@ def _count(text: str) -> int:
     return n
 
 
-def _seed(text: str) -> int:
-    """An argparse type: a seed in 0 .. 2**31 - 1, as the config's eval.seed (env i gets
-    seed + i, which must stay within the 2**32 that numpy and Gymnasium accept)."""
+def _episodes(text: str) -> int:
+    """An argparse type: eval's --episodes, by the rule rltrain.evaluate() checks (EPISODES)."""
+    from rltrain.rl.evaluate import EPISODES
+
     try:
-        n = int(text)
+        return EPISODES.check(int(text))
     except ValueError:
-        n = -1
-    if not 0 <= n < 2**31:
-        raise argparse.ArgumentTypeError(f"expected a whole number 0 .. 2147483647, got {text!r}")
-    return n
+        got = text.strip() if text.strip().lstrip("+-").isdigit() else repr(text)  # 0, 'ten'
+        raise argparse.ArgumentTypeError(f"expected {EPISODES}, got {got}") from None
+
+
+def _seed(text: str) -> int:
+    """An argparse type: eval's --seed, by the rule rltrain.evaluate() checks (SEED)."""
+    from rltrain.rl.evaluate import SEED
+
+    try:
+        return SEED.check(int(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {SEED}, got {text!r}") from None
 
 
 def _common(p: argparse.ArgumentParser, config_optional: bool = False) -> None:
@@ -105,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("run_dir", help="a run directory written by `rltrain train`")
     ev.add_argument(
         "--episodes",
-        type=_count,
+        type=_episodes,
         default=None,
         help="episodes to play (default: the run's eval.episodes, 10 unless it was set)",
     )
@@ -292,17 +301,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     run_dir = run_dir_arg(args.run_dir, "")
     cfg = load_config(TrainConfig, run_dir / "config.yaml")
-    res = evaluate(
-        cfg,
-        run_dir,
-        args.episodes,
-        args.video,
-        args.seed,
-        video_view=args.video_view,
-        video_format=args.video_format,
-        deterministic=args.deterministic,
-        checkpoint=args.checkpoint,
-    )
+    flags = ("video_view", "video_format", "deterministic", "checkpoint")
+    kwargs = {name: getattr(args, name) for name in flags}
+    res = evaluate(cfg, run_dir, args.episodes, args.video, args.seed, **kwargs)
     how = "most likely actions" if res.deterministic else "sampled actions, as in training"
     print(
         f"{cfg.env.id}, checkpoint {res.checkpoint.name} (version {res.version}, {how}, "

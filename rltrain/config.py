@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import numbers
 import re
 import types
 import typing
@@ -173,16 +174,17 @@ _NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
 def _scalar(tp: Any, value: Any, key: str) -> Any:
+    value = value.item() if getattr(value, "shape", None) == () else value  # np.float32(1.5)
     if tp is bool:
         if isinstance(value, bool):
             return value
         raise ConfigError(f"{key}={value!r}: expected true or false")
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
+    if tp is int:  # any Integral (not a bool); a float is refused, 2.0 too
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            return int(value)
         raise ConfigError(f"{key}={value!r}: expected an integer")
-    if tp is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
+    if tp is float:  # any Real: int, Fraction, ...
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
             return float(value)
         if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
             return float(value)  # YAML 1.1 reads 1e-3 (no dot, no exponent sign) as a string

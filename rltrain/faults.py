@@ -22,8 +22,9 @@ import signal
 import threading
 import time
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rltrain.config import spec
 from rltrain.errors import RLTrainError
@@ -148,6 +149,45 @@ class ShardFenced(RLTrainError):
 
 class RunFailed(RLTrainError):
     """A fault the run cannot survive (e.g. a shard whose restarts are spent)."""
+
+
+class EnvFailed(RunFailed):
+    """The user's environment raised (its constructor, ``reset``, ``step``, a wrapper), or
+    returned what its spaces forbid (a wrong shape, NaN or inf), during a run: the message
+    names the env and what it did, in one line; ``detail`` keeps the env's traceback.
+
+    A fault the run cannot survive, not a lost process: a restarted actor would run the same
+    code and fail again, so it ends the run (``stopped_by: fault``) at once."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
+
+    def __reduce__(self) -> tuple:  # crosses the process runtime's pipes and Ray
+        return type(self), (str(self), self.detail)
+
+
+FAILURE_LOG = "failure.log"
+"""Where a run keeps the traceback of what failed it (an env's, :class:`EnvFailed`)."""
+
+
+def failure_line(
+    error: BaseException,
+    run_dir: str | os.PathLike[str] | None = None,
+    say: Callable[[str], None] | None = None,
+) -> str:
+    """The one line summary.json keeps for ``error`` (Ray's task error: the line of the error
+    it wraps). An error with a ``detail`` (a traceback) leaves it in ``run_dir/failure.log``,
+    and ``say`` says where."""
+    error = getattr(error, "cause", None) or error  # RayTaskError(EnvFailed): the EnvFailed
+    detail = getattr(error, "detail", "")
+    if detail and run_dir is not None:
+        path = Path(run_dir) / FAILURE_LOG
+        with contextlib.suppress(OSError):
+            path.write_text(f"{error}\n\n{detail}")
+            if say is not None:
+                say(f"the traceback of what failed the run: {path}")
+    return " ".join(str(error).split("\n")).strip() or type(error).__name__
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,28 +17,30 @@ from typing import Any, BinaryIO
 from rltrain.config import ConfigError, dump_yaml
 
 
-def check_run_dir(run_dir: str | Path | None, root: str | Path = "runs") -> None:
+def check_run_dir(
+    run_dir: str | Path | None, root: str | Path = "runs", name: str = "--run-dir "
+) -> None:
     """Refuse, without creating anything, a run folder that :func:`new_run_dir` could not make.
 
     An explicit ``--run-dir`` must be new or an empty folder, and its nearest existing parent
-    a writable folder; the default goes under ``root``.
+    a writable folder; the default goes under ``root``. ``name``: how errors name the run
+    folder given (the command line's ``--run-dir ``, the Python API's ``run_dir=``).
     """
-    flag = "--run-dir " if run_dir is not None else "run folder under "
+    flag = name if run_dir is not None else "run folder under "
     path = Path(run_dir if run_dir is not None else root).expanduser()
     if run_dir is not None and path.exists():
         if not path.is_dir():
-            raise ConfigError(f"--run-dir {path}: is a file; give a new or empty folder")
+            raise ConfigError(f"{name}{path}: is a file; give a new or empty folder")
         if any(path.iterdir()):
-            raise ConfigError(
-                f"--run-dir {path}: already exists and is not empty; choose a new folder"
-            )
+            raise ConfigError(f"{name}{path}: already exists and is not empty; choose a new folder")
     parent = path
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if not parent.is_dir():
         raise ConfigError(f"{flag}{path}: {parent} is a file, not a folder; give another path")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError(f"{flag}{path}: {parent} is not writable; give another --run-dir")
+        other = name.strip(" =")
+        raise ConfigError(f"{flag}{path}: {parent} is not writable; give another {other}")
 
 
 def new_run_dir(

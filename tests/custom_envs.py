@@ -1,5 +1,6 @@
 """A user's own environments, registered on import (what `env.imports` names in the tests):
-the README's corridor again (``rltrain_test/Corridor-v0``), and envs rltrain must refuse."""
+the README's corridor again (``rltrain_test/Corridor-v0``), envs rltrain must refuse, and
+envs that fail during a run (tests/test_env_errors.py)."""
 
 from __future__ import annotations
 
@@ -57,6 +58,51 @@ class ImageCorridor(Corridor):
         return img
 
 
+class StepRaises(Corridor):
+    """Its fourth step raises (a bug in the user's step)."""
+
+    def step(self, action: int):  # noqa: ANN201
+        self.steps = getattr(self, "steps", 0) + 1
+        if self.steps > 3:
+            raise RuntimeError("boom in step")
+        return super().step(action)
+
+
+class WrongResetShape(Corridor):
+    """reset() returns 7 numbers where its observation_space says 5."""
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):  # noqa: ANN201
+        super().reset(seed=seed)
+        return np.zeros(7, np.float32), {}
+
+
+class WrongStepShape(Corridor):
+    def step(self, action: int):  # noqa: ANN201
+        _, *rest = super().step(action)
+        return (np.zeros(7, np.float32), *rest)
+
+
+class NaNStep(Corridor):
+    """Observations NaN from the third step on."""
+
+    def step(self, action: int):  # noqa: ANN201
+        obs, *rest = super().step(action)
+        self.steps = getattr(self, "steps", 0) + 1
+        if self.steps >= 3:
+            obs[0] = np.nan
+        return (obs, *rest)
+
+
+class ResetRaisesInActors(Corridor):
+    """reset() raises for the actors' seeds (1000 and up), not for the probe's: the run's
+    probe passes, its actors fail as they start."""
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):  # noqa: ANN201
+        if seed is not None and seed >= 1000:
+            raise OSError("no simulator for this seed")
+        return super().reset(seed=seed, options=options)
+
+
 class DoubleReward(gymnasium.RewardWrapper):
     def reward(self, reward: float) -> float:
         return 2 * reward
@@ -79,3 +125,7 @@ gymnasium.register(DICT_ID, entry_point=DictObs, max_episode_steps=50)
 gymnasium.register(TEXT_ID, entry_point=TextObs, max_episode_steps=50)
 gymnasium.register(IMAGE_ID, entry_point=ImageCorridor, max_episode_steps=20)
 gymnasium.register("rltrain_test/MultiDiscrete-v0", entry_point=MultiDiscreteActions)
+for failing in (StepRaises, WrongResetShape, WrongStepShape, NaNStep, ResetRaisesInActors):
+    gymnasium.register(
+        f"rltrain_test/{failing.__name__}-v0", entry_point=failing, max_episode_steps=50
+    )

@@ -12,6 +12,7 @@ import pytest
 
 import rltrain
 from rltrain.config import ConfigError
+from rltrain.errors import RLTrainError
 from rltrain.plot import PlotError, read_curve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,3 +72,148 @@ def test_a_ray_the_caller_started_is_left_running(tmp_path: Path) -> None:
         assert ray.is_initialized()
     finally:
         ray.shutdown()
+
+
+def untrained_run(run: Path, **env: object) -> Path:
+    """A run folder as `rltrain train` leaves it (config.yaml, one checkpoint), untrained."""
+    import dataclasses
+
+    from rltrain.checkpoint import save_checkpoint
+    from rltrain.config import load_config, to_dict
+    from rltrain.rl.config import TrainConfig
+    from rltrain.rl.setup import Counters, initial_params, probe_env
+    from rltrain.rundir import write_config
+
+    cfg = load_config(TrainConfig, ROOT / "configs" / "cartpole_appo.yaml")
+    cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, **env))
+    run.mkdir(parents=True)
+    shard = {"param": initial_params(cfg, probe_env(cfg)), "version": 0}
+    state = {"shards": [shard], "counters": dataclasses.asdict(Counters()), "config": to_dict(cfg)}
+    save_checkpoint(run, 0, state, keep=1)
+    write_config(run, cfg)
+    return run
+
+
+@pytest.fixture(scope="module")
+def cartpole_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return untrained_run(tmp_path_factory.mktemp("api") / "run")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"episodes": 0}, "episodes=0: expected a whole number >= 1"),
+        ({"episodes": -1}, "episodes=-1: expected a whole number >= 1"),
+        ({"episodes": 2.5}, "episodes=2.5: expected a whole number >= 1"),
+        ({"episodes": "3"}, "episodes='3': expected a whole number >= 1"),
+        ({"episodes": True}, "episodes=True: expected a whole number >= 1"),
+        ({"seed": -5}, "seed=-5: expected a whole number 0 .. 2147483647"),
+        ({"seed": 2**31}, "seed=2147483648: expected a whole number 0 .. 2147483647"),
+        ({"video": "yes"}, "video='yes': allowed are True or False"),
+        ({"deterministic": 1}, "deterministic=1: allowed are True, False or None"),
+        ({"video_view": "screen"}, 'video_view=\'screen\': allowed are "game", "agent" or None'),
+        ({"video_format": "avi"}, 'video_format=\'avi\': allowed are "mp4" or "gif"'),
+        ({"checkpoint": 3}, 'checkpoint=3: expected "latest", "best" or a checkpoint\'s path'),
+    ],
+)
+def test_evaluate_checks_its_arguments_as_the_cli(
+    cartpole_run: Path, kwargs: dict, message: str
+) -> None:
+    """As `rltrain eval`'s --episodes and --seed (the same rules, rltrain.rl.evaluate's
+    EPISODES and SEED), in one line naming the keyword; before anything is played."""
+    with pytest.raises(ConfigError) as info:
+        rltrain.evaluate(cartpole_run, **kwargs)
+    assert str(info.value) == message
+
+
+def test_evaluate_takes_numpy_integers(cartpole_run: Path) -> None:
+    import numpy as np
+
+    res = rltrain.evaluate(cartpole_run, episodes=np.int64(2), seed=np.int32(7))
+    assert len(res.returns) == 2 and res.seed == 7
+
+
+def test_numpy_scalars_and_other_numbers_are_override_values() -> None:
+    from fractions import Fraction
+
+    import numpy as np
+
+    base = rltrain.Config.from_yaml(CARTPOLE)
+    cfg = base.with_overrides(
+        {"optimizer.lr": np.float32(0.5), "actors": np.int64(2), "eval.deterministic": np.bool_(1)}
+    )
+    assert cfg.value.optimizer.lr == 0.5 and type(cfg.value.optimizer.lr) is float
+    assert cfg.value.actors == 2 and type(cfg.value.actors) is int
+    assert cfg.value.eval.deterministic is True
+    assert base.with_overrides({"optimizer.lr": Fraction(1, 4)}).value.optimizer.lr == 0.25
+    for value, shown in ((np.float64(2.5), "2.5"), (2.0, "2.0"), (True, "True")):
+        with pytest.raises(ConfigError, match=rf"^actors={shown}: expected an integer$"):
+            base.with_overrides({"actors": value})
+    with pytest.raises(ConfigError, match="optimizer.lr=nan: must be a finite number > 0"):
+        base.with_overrides({"optimizer.lr": np.float32("nan")})
+
+
+def test_a_dict_is_a_config(tmp_path: Path) -> None:
+    """train/bench take a dict of config keys as Config(dict) does; anything else that is no
+    config is one line naming the types allowed."""
+    data = {"env": {"id": "Acrobot-v1"}, "stop": {"max_env_steps": 100}}
+    assert rltrain.api._config(data, "train") == rltrain.Config(data).value
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "x").write_text("")
+    with pytest.raises(ConfigError, match="^run_dir=.*full: already exists and is not empty"):
+        rltrain.train(data, run_dir=full)  # the dict was read: the run folder is next
+    with pytest.raises(ConfigError) as info:
+        rltrain.train(["env.id=Acrobot-v1"])  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "config: expected a Config, a dict of config keys, a YAML file's path (str or Path) "
+        "or a TrainConfig; got list"
+    )
+    with pytest.raises(ConfigError, match=r"^Config: expected a mapping of config keys, got str"):
+        rltrain.Config("configs/cartpole_appo.yaml")  # type: ignore[arg-type]
+
+
+def test_a_missing_run_folder_is_named_as_resume_names_it(tmp_path: Path) -> None:
+    missing = tmp_path / "nonexistent"
+    why = f"{missing}: not a run directory (it does not exist); give a folder written by"
+    for call, arg in (
+        (lambda: rltrain.evaluate(missing), "run_dir="),
+        (lambda: rltrain.load_policy(missing), "run_dir="),
+        (lambda: rltrain.train(resume=missing), "resume="),
+    ):
+        with pytest.raises(RLTrainError) as info:
+            call()
+        assert str(info.value).startswith(arg + why)
+
+
+def test_api_errors_name_the_apis_arguments(cartpole_run: Path, tmp_path: Path) -> None:
+    """run_dir=, checkpoint="latest" and video_view="agent", not the command line's flags."""
+    from rltrain.checkpoint import CheckpointError
+    from rltrain.envs import EnvError
+
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "x").write_text("")
+    refused = f"run_dir={full}: already exists and is not empty; choose a new folder"
+    for call in (
+        lambda: rltrain.train(CARTPOLE, run_dir=full),
+        lambda: rltrain.bench(ROOT / "configs" / "bench_fashion_mnist.yaml", run_dir=full),
+    ):
+        with pytest.raises(ConfigError) as info:
+            call()
+        assert str(info.value) == refused
+    with pytest.raises(RLTrainError, match="^run_dir= does not go with resume="):
+        rltrain.train(resume=cartpole_run, run_dir=tmp_path / "elsewhere")
+    with pytest.raises(CheckpointError, match='use checkpoint="latest" or a checkpoint'):
+        rltrain.load_policy(cartpole_run, checkpoint="best")
+    with pytest.raises(CheckpointError) as info:
+        rltrain.evaluate(cartpole_run, checkpoint=tmp_path / "nope.pt")
+    assert str(info.value) == (
+        f'checkpoint="{tmp_path / "nope.pt"}": no such file; use "latest", "best" or a '
+        "checkpoint's path"
+    )
+    chain = untrained_run(tmp_path / "chain", id="rltrain/Chain-v0")  # it cannot draw
+    with pytest.raises(EnvError, match='cannot draw its screen.*; use video_view="agent"$'):
+        rltrain.evaluate(chain, episodes=1, video=True, video_view="game")
+    res = rltrain.evaluate(chain, episodes=1, video=True, video_format="gif")
+    assert res.view == "agent" and 'video_view="agent"' in res.note and "--" not in res.note

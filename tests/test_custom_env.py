@@ -39,6 +39,83 @@ def test_wrappers_apply_in_order() -> None:
     assert first_reward((add, double)) == pytest.approx(1.8)  # (-0.1 + 1) * 2
 
 
+def test_wrappers_take_keyword_arguments() -> None:
+    """module:Class(name=value, ...): Python literals, passed as Class(env, name=value)."""
+    limit = "gymnasium.wrappers:TimeLimit(max_episode_steps=3)"
+    env = make_env(EnvConfig(id="CartPole-v1", num_envs=1, wrappers=(limit,)), seed=0)
+    env.reset()
+    ends = [list(env.step(np.array([0])).episode_lengths) for _ in range(3)]
+    assert ends == [[], [], [3]]  # cut at 3 steps (the pole cannot fall that soon)
+    assert env.protocol["wrappers"] == ["TimeLimit(max_episode_steps=3)"]
+    env.close()
+    rescale = "gymnasium.wrappers:RescaleAction(min_action=-1, max_action=1)"
+    env = make_env(EnvConfig(id="Pendulum-v1", num_envs=1, wrappers=(rescale,)), seed=0)
+    assert env.action_space.high == (1.0,)  # Pendulum's own is 2.0
+    env.close()
+    dtype = 'gymnasium.wrappers:DtypeObservation(dtype="float64")'
+    env = make_env(EnvConfig(id="CartPole-v1", num_envs=1, wrappers=(dtype,)), seed=0)
+    assert env.obs_dtype == np.float64
+    env.close()
+
+
+def test_wrappers_with_arguments_from_yaml_and_set(tmp_path: Path) -> None:
+    from rltrain.config import load_config
+    from rltrain.rl.config import TrainConfig
+
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "env:\n  id: CartPole-v1\n  wrappers:\n"
+        '    - "gymnasium.wrappers:TimeLimit(max_episode_steps=50)"\n'
+        "stop:\n  max_env_steps: 10\n"
+    )
+    cfg = load_config(TrainConfig, path)
+    assert cfg.env.wrappers == ("gymnasium.wrappers:TimeLimit(max_episode_steps=50)",)
+    limit = '["gymnasium.wrappers:TimeLimit(max_episode_steps=9)", custom_envs:DoubleReward]'
+    cfg = load_config(TrainConfig, path, [f"env.wrappers={limit}"])
+    assert cfg.env.wrappers[0].endswith("(max_episode_steps=9)") and len(cfg.env.wrappers) == 2
+
+
+BARE = "missing 2 required positional arguments: 'min_action' and 'max_action'"
+
+
+@pytest.mark.parametrize(
+    ("wrapper", "message"),
+    [
+        (
+            "gymnasium.wrappers:RescaleAction",
+            f"env.wrappers: RescaleAction failed on Pendulum-v1: TypeError: .*{BARE}; give its "
+            r"arguments as module:Class\(name=value, ...\)$",
+        ),
+        (
+            "gymnasium.wrappers:RescaleAction(-1, 1)",
+            "env.wrappers: 'gymnasium.wrappers:RescaleAction.-1, 1.': give the arguments by name",
+        ),
+        (
+            "gymnasium.wrappers:RescaleAction(min_action=low, max_action=1)",
+            "min_action=low is not a Python literal",
+        ),
+        (
+            "gymnasium.wrappers:RescaleAction(min_action=-1",
+            r"is not module:Class or module:Class\(name=value, ...\)",
+        ),
+        (
+            "gymnasium.wrappers:RescaleAction(low=-1, high=1)",
+            r"env.wrappers: RescaleAction\(low=-1, high=1\) failed on Pendulum-v1: TypeError: "
+            ".*unexpected keyword argument 'low'$",
+        ),
+    ],
+)
+def test_wrapper_argument_errors_are_one_line(wrapper: str, message: str) -> None:
+    """In training's vector env and in eval's recording env alike."""
+    from rltrain.envs.screen import make_recording_env
+
+    cfg = EnvConfig(id="Pendulum-v1", num_envs=1, wrappers=(wrapper,))
+    for make in (lambda: make_env(cfg, seed=0), lambda: make_recording_env(cfg, 0, False)):
+        with pytest.raises(EnvError, match=message) as info:
+            make()
+        assert "\n" not in str(info.value) and "could not be made" not in str(info.value)
+
+
 @pytest.mark.parametrize(
     ("cfg", "message"),
     [

@@ -9,7 +9,13 @@ lengths of the episodes that just ended). Importing this package registers the t
 from rltrain.envs.base import ActionSpace, EnvError, StepBatch, VectorEnv
 from rltrain.envs.config import EnvConfig
 from rltrain.envs.toy import CHAIN_ID, ChainEnv, register_chain
-from rltrain.envs.vector import env_groups, make_env, make_env_groups, registered
+from rltrain.envs.vector import (
+    check_first_reset,
+    env_groups,
+    make_env,
+    make_env_groups,
+    registered,
+)
 
 register_chain()
 
@@ -21,6 +27,7 @@ __all__ = [
     "EnvError",
     "StepBatch",
     "VectorEnv",
+    "check_first_reset",
     "env_groups",
     "make_env",
     "make_env_groups",

@@ -33,8 +33,11 @@ class EnvConfig:
     its arguments are the protocol: the env.* fields)."""
     wrappers: tuple[str, ...] = ()
     """Gymnasium wrappers applied to each env in order, as module:Class (or any callable
-    env -> env), e.g. [gymnasium.wrappers:ClipAction]. Gymnasium ids only. Observations that
-    are not a Box after them are flattened into one float vector (discrete parts one-hot)."""
+    env -> env), e.g. [gymnasium.wrappers:ClipAction], or with keyword arguments (Python
+    literals) as module:Class(name=value, ...), quoted in YAML, e.g.
+    ["gymnasium.wrappers:RescaleAction(min_action=-1, max_action=1)"]. Gymnasium ids only.
+    Observations that are not a Box after them are flattened into one float vector (discrete
+    parts one-hot)."""
     num_envs: int = field(default=8, metadata=spec(ge=1))
     """Environments per actor, stepped together as one vector."""
     frame_skip: int = field(default=4, metadata=spec(ge=1))

@@ -18,7 +18,9 @@ from gymnasium.spaces import Box, Discrete
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from rltrain.envs.base import ActionSpace, EnvError, EpisodeTracker, StepBatch, VectorEnv
+from rltrain.envs.checks import check_finite, diagnose
 from rltrain.envs.user import Wrapper, flattened_from, make_failed, make_one, stacked, transposed
+from rltrain.faults import EnvFailed
 
 
 def action_space_of(env_id: str, space: gymnasium.Space) -> ActionSpace:
@@ -82,6 +84,7 @@ class GymVectorEnv(VectorEnv):
         """``kwargs``: of ``gymnasium.make``; ``wrappers``: applied to each env in order;
         ``frame_stack``: images stacked into each observation (vectors are left alone)."""
         self._seed = seed
+        self.env_id = env_id
         kwargs = dict(kwargs or {})
         try:
             self._env = SyncVectorEnv(
@@ -102,6 +105,10 @@ class GymVectorEnv(VectorEnv):
         self.num_envs = num_envs
         self.obs_shape = tuple(obs_space.shape)
         self.obs_dtype = np.dtype(obs_space.dtype)
+        floats = np.issubdtype(self.obs_dtype, np.floating)  # NaN and inf can occur
+        size = num_envs * int(np.prod(self.obs_shape)) if floats else 0
+        self._zeros = np.zeros(size, self.obs_dtype)  # for check_finite's dot product
+        self._floats = size > 0
         self.action_space = action_space_of(env_id, self._env.single_action_space)
         self.num_actions = self.action_space.n
         self._episodes = EpisodeTracker(num_envs)
@@ -134,27 +141,61 @@ class GymVectorEnv(VectorEnv):
             self.protocol["observations"] = "; ".join(layout)
 
     def reset(self, seed: int | None = None) -> np.ndarray:
-        """Reset every env; env i is seeded ``seed + i`` (gymnasium's own convention)."""
-        obs, _ = self._env.reset(seed=self._seed if seed is None else seed)
+        """Reset every env; env i is seeded ``seed + i`` (gymnasium's own convention).
+
+        What the user's env raises, or a wrong or non-finite observation, is an EnvFailed."""
+        try:
+            obs, _ = self._env.reset(seed=self._seed if seed is None else seed)
+        except EnvFailed:
+            raise
+        except Exception as e:  # noqa: BLE001 - the user's env (or a wrapper) failed
+            raise self._failed("reset()", e) from e
+        if self._floats:
+            check_finite(self.env_id, "reset()", obs, self._zeros)
         self._episodes.reset()
         return obs
 
     def step(self, actions: np.ndarray) -> StepBatch:
-        """One step of every env; ended envs are already reset (SAME_STEP)."""
-        obs, reward, terminated, truncated, info = self._env.step(
-            to_env_actions(actions, self.action_space)
-        )
+        """One step of every env; ended envs are already reset (SAME_STEP).
+
+        What the user's env raises, or a wrong or non-finite observation, is an EnvFailed
+        (one vectorised check of the batch the policy acts on next: floats only)."""
+        try:
+            obs, reward, terminated, truncated, info = self._env.step(
+                to_env_actions(actions, self.action_space)
+            )
+            final_obs = final_observations(obs, truncated, info)
+        except EnvFailed:
+            raise
+        except Exception as e:  # noqa: BLE001 - the user's env (or a wrapper) failed
+            raise self._failed("step()", e) from e
+        if self._floats:
+            check_finite(self.env_id, "step()", obs, self._zeros)
+        if len(final_obs):  # a time limit's last observations (they bootstrap the value)
+            self._check_final(final_obs)
         returns, lengths, ended_in = self._episodes.update(reward, terminated | truncated)
         return StepBatch(
             obs=obs,
             reward=reward.astype(np.float32),
             terminated=terminated,
             truncated=truncated,
-            final_obs=final_observations(obs, truncated, info),
+            final_obs=final_obs,
             episode_returns=returns,
             episode_lengths=lengths,
             episode_envs=ended_in,
         )
+
+    def _check_final(self, final_obs: np.ndarray) -> None:
+        """The last observations of truncated episodes skip gymnasium's concatenation."""
+        if final_obs.shape[1:] != self.obs_shape:
+            raise diagnose(self.env_id, "step()", None, list(final_obs), self.obs_shape)
+        if self._floats:
+            check_finite(self.env_id, "step()", final_obs)
+
+    def _failed(self, call: str, e: Exception) -> EnvFailed:
+        """What to raise for ``e`` from the vector's ``call`` (inside its ``except``)."""
+        returned = getattr(self._env, "_env_obs", None)  # each sub-env's, as gymnasium keeps them
+        return diagnose(self.env_id, call, e, returned, self.obs_shape)
 
     def close(self) -> None:
         """Close every sub-env."""

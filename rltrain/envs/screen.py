@@ -28,6 +28,7 @@ from gymnasium.envs.registration import load_env_creator
 
 from rltrain.envs.atari import is_atari_v5, rom_name
 from rltrain.envs.base import ActionSpace, EnvError
+from rltrain.envs.checks import check_finite, diagnose
 from rltrain.envs.config import EnvConfig
 from rltrain.envs.gym_vector import action_space_of, check_spaces, to_env_actions
 from rltrain.envs.user import (
@@ -244,17 +245,33 @@ class GymScreenEnv:
         self.num_actions = self.action_space.n
         self.fps = float(self.env.metadata.get("render_fps") or 30)
         if render:  # draw once now: an env that cannot (a missing pygame) fails before play
-            self.env.reset(seed=seed)
+            self.reset()
             self.screen()
 
     def reset(self) -> np.ndarray:
-        obs, _ = self.env.reset(seed=self._seed)
-        return np.asarray(obs, self.obs_dtype)
+        """The first observation; what the user's env raises, or a wrong shape, is an
+        EnvFailed (one line, as in training)."""
+        try:
+            obs, _ = self.env.reset(seed=self._seed)
+        except Exception as e:  # noqa: BLE001 - the user's env (or a wrapper) failed
+            raise diagnose(self.env_id, "reset()", e, None, self.obs_shape) from e
+        return self._checked("reset()", obs)
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool]:
         act = to_env_actions(np.asarray(action)[None], self.action_space)[0]
-        obs, reward, terminated, truncated, _ = self.env.step(act)
-        return np.asarray(obs, self.obs_dtype), float(reward), bool(terminated or truncated)
+        try:
+            obs, reward, terminated, truncated, _ = self.env.step(act)
+        except Exception as e:  # noqa: BLE001 - the user's env (or a wrapper) failed
+            raise diagnose(self.env_id, "step()", e, None, self.obs_shape) from e
+        return self._checked("step()", obs), float(reward), bool(terminated or truncated)
+
+    def _checked(self, call: str, obs: Any) -> np.ndarray:
+        out = np.asarray(obs, self.obs_dtype)
+        if out.shape != self.obs_shape:
+            raise diagnose(self.env_id, call, None, [out], self.obs_shape)
+        if np.issubdtype(out.dtype, np.floating):
+            check_finite(self.env_id, call, out[None])
+        return out
 
     def screen(self) -> np.ndarray:
         why = f"{self.env_id} cannot draw its screen"

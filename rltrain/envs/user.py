@@ -9,6 +9,7 @@ wrong (an :class:`~rltrain.envs.base.EnvError`).
 
 from __future__ import annotations
 
+import ast
 import importlib
 import os
 import sys
@@ -57,12 +58,60 @@ def import_env_modules(names: Sequence[str]) -> None:
             _import(name, "env.imports")
 
 
+WRAPPER_FORM = "module:Class or module:Class(name=value, ...)"
+EXAMPLE = "gymnasium.wrappers:TimeLimit(max_episode_steps=100)"
+
+
+def wrapper_arguments(ref: str) -> tuple[str, dict[str, Any]]:
+    """``module:Class(name=value, ...)`` of ``env.wrappers`` as (``module:Class``, keyword
+    arguments): the arguments are Python literals (numbers, strings, True/False/None, lists,
+    tuples, dicts), read with :func:`ast.literal_eval`; no parentheses, no arguments."""
+    head, paren, _ = ref.partition("(")
+    if not paren:
+        return ref.strip(), {}
+    bad = f"env.wrappers: {ref!r} is not {WRAPPER_FORM} (e.g. {EXAMPLE})"
+    try:
+        call = ast.parse("_" + ref[len(head) :].strip(), mode="eval").body
+    except SyntaxError:
+        raise EnvError(bad) from None
+    if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name):
+        raise EnvError(bad)
+    if call.args or any(k.arg is None for k in call.keywords):
+        raise EnvError(f"env.wrappers: {ref!r}: give the arguments by name (e.g. {EXAMPLE})")
+    kwargs = {}
+    for k in call.keywords:
+        try:
+            kwargs[k.arg] = ast.literal_eval(k.value)
+        except (ValueError, TypeError, SyntaxError):
+            raise EnvError(
+                f"env.wrappers: {ref!r}: {k.arg}={ast.unparse(k.value)} is not a Python literal "
+                "(a number, 'text', True, False, None, or a list, tuple or dict of them)"
+            ) from None
+    return head.strip(), kwargs
+
+
+class BoundWrapper:
+    """A wrapper of ``env.wrappers`` with the keyword arguments written after it: env ->
+    ``Class(env, **kwargs)``, named as written (``RescaleAction(min_action=-1, ...)``)."""
+
+    def __init__(self, wrapper: Wrapper, kwargs: Mapping[str, Any]) -> None:
+        self.wrapper, self.kwargs = wrapper, dict(kwargs)
+        args = ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
+        self.__name__ = f"{getattr(wrapper, '__name__', 'wrapper')}({args})"
+
+    def __call__(self, env: gymnasium.Env) -> gymnasium.Env:
+        return self.wrapper(env, **self.kwargs)
+
+
 def load_wrapper(ref: str) -> Wrapper:
-    """``module:Class`` (or ``module:function``) of ``env.wrappers`` as a callable env -> env."""
-    module, sep, attr = ref.partition(":")
+    """``module:Class`` (or ``module:function``) of ``env.wrappers`` as a callable env -> env;
+    ``module:Class(name=value, ...)`` with keyword arguments (:func:`wrapper_arguments`)."""
+    name, kwargs = wrapper_arguments(ref)
+    module, sep, attr = name.partition(":")
     if not (sep and module and attr):
         raise EnvError(
-            f"env.wrappers: {ref!r} is not module:Class (e.g. gymnasium.wrappers:ClipAction)"
+            f"env.wrappers: {ref!r} is not module:Class (e.g. gymnasium.wrappers:ClipAction, "
+            f"{EXAMPLE})"
         )
     obj: Any = _import(module, "env.wrappers")
     for part in attr.split("."):
@@ -70,8 +119,8 @@ def load_wrapper(ref: str) -> Wrapper:
             raise EnvError(f"env.wrappers: module {module!r} has no {attr!r}")
         obj = getattr(obj, part)
     if not callable(obj):
-        raise EnvError(f"env.wrappers: {ref!r} is a {type(obj).__name__}, not a wrapper class")
-    return obj
+        raise EnvError(f"env.wrappers: {name!r} is a {type(obj).__name__}, not a wrapper class")
+    return BoundWrapper(obj, kwargs) if kwargs else obj
 
 
 class FlatObservation(gymnasium.ObservationWrapper, gymnasium.utils.RecordConstructorArgs):
@@ -164,7 +213,14 @@ def make_one(
     ``frame_stack`` deep (:func:`stack_frames`)."""
     env = gymnasium.make(env_id, **kwargs)
     for wrap in wrappers:
-        env = wrap(env)
+        try:
+            env = wrap(env)
+        except Exception as e:  # noqa: BLE001 - the user's wrapper or its arguments
+            name = getattr(wrap, "__name__", repr(wrap))
+            bare = isinstance(e, TypeError) and not isinstance(wrap, BoundWrapper)
+            hint = "; give its arguments as module:Class(name=value, ...)" if bare else ""
+            why = f"{_first_line(e)}{hint}"
+            raise EnvError(f"env.wrappers: {name} failed on {env_id}: {why}") from None
     if not isinstance(env.observation_space, Box) and flattens(env.observation_space):
         env = FlatObservation(env)
     elif channels_last(env.observation_space):
@@ -216,6 +272,9 @@ def stacked(env: gymnasium.Env) -> int:
 
 
 def make_failed(env_id: str, kwargs: Mapping[str, Any], e: Exception) -> EnvError:
-    """The one-line error of an env that gymnasium (or a wrapper) could not make."""
+    """The one-line error of an env that gymnasium (or a wrapper) could not make; an EnvError
+    (a wrapper's, from :func:`make_one`) as it is."""
+    if isinstance(e, EnvError):
+        return e
     given = f" with env.kwargs {dict(kwargs)}" if kwargs else ""
     return EnvError(f"env {env_id!r} could not be made{given}: {_first_line(e)}")

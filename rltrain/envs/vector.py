@@ -18,11 +18,13 @@ from rltrain.envs.base import EnvError, StepBatch, VectorEnv
 from rltrain.envs.config import EnvConfig
 from rltrain.envs.gym_vector import GymVectorEnv
 from rltrain.envs.user import import_env_modules, load_wrapper
+from rltrain.faults import EnvFailed
 
 __all__ = [
     "EnvError",
     "StepBatch",
     "VectorEnv",
+    "check_first_reset",
     "env_groups",
     "make_env",
     "make_env_groups",
@@ -76,6 +78,19 @@ def make_env(
         return AtariEnv(cfg, seed, n, evaluation)
     wrappers = [load_wrapper(w) for w in cfg.wrappers]
     return GymVectorEnv(cfg.id, n, seed, cfg.kwargs, wrappers, cfg.frame_stack)
+
+
+def check_first_reset(env: VectorEnv) -> None:
+    """Reset a Gymnasium vector once (the run's probe: before the run folder is made), so that
+    an env whose reset raises, or returns an observation of the wrong shape or a NaN, is one
+    line of bad input (:class:`EnvError`), not a fault met mid-run. Atari vectors are left
+    alone: their protocol is rltrain's (ale-py's), not the user's code."""
+    if not isinstance(env, GymVectorEnv):
+        return
+    try:
+        env.reset()
+    except EnvFailed as e:
+        raise EnvError(str(e)) from e
 
 
 def env_groups(cfg: EnvConfig, cores_per_actor: float = 2.0) -> int:

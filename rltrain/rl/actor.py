@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
+import traceback
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 from torch import nn
 
-from rltrain.envs import ActionSpace, StepBatch, VectorEnv, make_env, make_env_groups
+from rltrain.envs import ActionSpace, EnvError, StepBatch, VectorEnv, make_env, make_env_groups
+from rltrain.faults import EnvFailed
 from rltrain.normalize import Moments, NormStats, RewardScaler
 from rltrain.perf import PhaseTimer
 from rltrain.ps.server import Server
@@ -60,6 +63,17 @@ def policy_builder(cfg: TrainConfig) -> Callable[..., ActorCritic]:
     return build
 
 
+@contextlib.contextmanager
+def env_faults() -> Iterator[None]:
+    """Around an actor's own envs being made: one that cannot be made here, although the
+    run's probe made one (its constructor failed this time), ends the run as a fault
+    (:class:`EnvFailed`), not as the user's bad input (nor a process to restart)."""
+    try:
+        yield
+    except EnvError as e:
+        raise EnvFailed(str(e), traceback.format_exc()) from e
+
+
 def acting_setup(
     cfg: TrainConfig, actor_id: int, build: Callable[..., nn.Module]
 ) -> tuple[VectorEnv, nn.Module, int]:
@@ -67,7 +81,8 @@ def acting_setup(
     a network built by ``build`` (policy or Q) in eval mode."""
     torch.set_num_threads(cfg.runtime.threads_per_worker)
     seed = actor_seed(cfg, actor_id)
-    env = make_env(cfg.env, seed=seed)
+    with env_faults():
+        env = make_env(cfg.env, seed=seed)
     model = build(cfg.model.kind, env.obs_shape, env.action_space, cfg.model.hidden)
     model.eval()
     return env, model, seed
@@ -152,7 +167,8 @@ class Actor:
         self.actor_id = actor_id
         torch.set_num_threads(cfg.runtime.threads_per_worker)
         seed = actor_seed(cfg, actor_id)
-        self.groups = make_env_groups(cfg.env, seed)
+        with env_faults():
+            self.groups = make_env_groups(cfg.env, seed)
         self.env = self.groups[0]  # shapes and action count (every group has the same)
         self.model: ActorCritic = policy_builder(cfg)(
             cfg.model.kind, self.env.obs_shape, self.env.action_space, cfg.model.hidden

@@ -22,6 +22,7 @@ imageio-ffmpeg cannot be imported (``EvalResult.note`` says so; :mod:`rltrain.vi
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -50,10 +51,44 @@ from rltrain.rl.models import build_qnet, load_flat
 from rltrain.video import VideoFormat, open_video
 
 VideoView = Literal["game", "agent"]
+Style = Literal["cli", "api"]
+"""How errors name the arguments: the command line's flags (``--checkpoint latest``) or the
+Python API's keywords (``checkpoint="latest"``)."""
 
 
 class EvalError(RLTrainError):
     """An evaluation that cannot give the score asked for (episodes that never end)."""
+
+
+def named(arg: str, value: str, style: Style) -> str:
+    """Argument ``arg`` set to ``value`` as an error names it in ``style``."""
+    return f"--{arg.replace('_', '-')} {value}" if style == "cli" else f'{arg}="{value}"'
+
+
+@dataclass(frozen=True)
+class Whole:
+    """A whole-number argument of ``rltrain eval`` and ``rltrain.evaluate()``, which both check
+    it with :meth:`check` (the bounds of the config's ``eval.episodes`` and ``eval.seed``)."""
+
+    least: int
+    most: int | None = None
+
+    def __str__(self) -> str:
+        top = f"{self.least} .. {self.most}" if self.most is not None else f">= {self.least}"
+        return f"a whole number {top}"
+
+    def check(self, value: object) -> int:
+        """``value`` (an int or a NumPy integer, not a bool) as an int; else a ValueError."""
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            n = int(value)
+            if n >= self.least and (self.most is None or n <= self.most):
+                return n
+        raise ValueError(f"expected {self}")
+
+
+EPISODES = Whole(1)
+SEED = Whole(0, 2**31 - 1)
+"""Env i is seeded seed + i, which must stay within the 2**32 numpy and Gymnasium take."""
 
 
 @dataclass(frozen=True)
@@ -84,18 +119,18 @@ class EvalResult:
 
 
 def checkpoint_params(
-    run_dir: Path, which: str = "latest"
+    run_dir: Path, which: str = "latest", style: Style = "cli"
 ) -> tuple[Path, int, torch.Tensor, NormStats | None]:
     """A checkpoint's parameters, joined from its shards, and the normalisation statistics
     they were trained with (shard 0 holds them; None when the run had none). ``which``:
     ``latest`` (the newest ``ckpt-*.pt``), ``best`` (``best.pt``, kept by ``eval.every_steps``)
     or the path of a checkpoint file."""
-    path = pick_checkpoint(run_dir, which)
+    path = pick_checkpoint(run_dir, which, style)
     version, values, stats = state_params(load_checkpoint(path))
     return path, version, values, stats
 
 
-def pick_checkpoint(run_dir: Path, which: str) -> Path:
+def pick_checkpoint(run_dir: Path, which: str, style: Style = "cli") -> Path:
     if which == "latest":
         path = latest_checkpoint(run_dir)
         if path is None:
@@ -106,13 +141,16 @@ def pick_checkpoint(run_dir: Path, which: str) -> Path:
         if not path.is_file():
             raise CheckpointError(
                 f"{run_dir} has no {CKPT_DIR}/{path.name}: it is written by runs with "
-                "eval.every_steps > 0; use --checkpoint latest or a checkpoint's path"
+                f"eval.every_steps > 0; use {named('checkpoint', 'latest', style)} or a "
+                "checkpoint's path"
             )
         return path
     path = Path(which).expanduser()
     if not path.is_file():
+        choices = "latest, best" if style == "cli" else '"latest", "best"'
         raise CheckpointError(
-            f"--checkpoint {which}: no such file; use latest, best or a checkpoint's path"
+            f"{named('checkpoint', which, style)}: no such file; use {choices} or a "
+            "checkpoint's path"
         )
     return path
 
@@ -183,6 +221,7 @@ def evaluate(
     deterministic: bool | None = None,
     checkpoint: str = "latest",
     video_format: VideoFormat = "mp4",
+    style: Style = "cli",
 ) -> EvalResult:
     """Play ``episodes`` episodes in up to 8 parallel envs (env i seeded ``seed + i``); with
     ``video``, the first one alone in a recording env (seeded next), filmed into ``run_dir``.
@@ -193,11 +232,12 @@ def evaluate(
     ``video_view`` None: the game's screen, or the agent's view when the env cannot draw its
     screen (e.g. CartPole without pygame; ``EvalResult.note`` says why); given, that view or a
     one-line error. ``checkpoint``: which one (:func:`checkpoint_params`). ``video_format``:
-    mp4 (H.264; a GIF, with a note, when imageio-ffmpeg is missing) or gif."""
+    mp4 (H.264; a GIF, with a note, when imageio-ffmpeg is missing) or gif. ``style``: how
+    errors name the arguments (the API's checks them first: :data:`EPISODES`, :data:`SEED`)."""
     episodes = cfg.eval.episodes if episodes is None else episodes
     seed = cfg.eval.seed if seed is None else seed
     deterministic = cfg.eval.deterministic if deterministic is None else deterministic
-    path, version, values, norm = checkpoint_params(run_dir, checkpoint)
+    path, version, values, norm = checkpoint_params(run_dir, checkpoint, style)
     n_vec = episodes - 1 if video else episodes
     envs = min(n_vec, 8)
     video_seed = (seed + envs) % 2**32  # after the vector's seeds: no two envs share one
@@ -213,8 +253,8 @@ def evaluate(
                 rec = make_recording_env(cfg.env, video_seed, render=view == "game")
             except EnvError as e:
                 if video_view is not None:
-                    raise
-                note, view = f"{e}; filmed the agent's view instead", "agent"
+                    raise _worded(e, style) from None
+                note, view = f"{_worded(e, style)}; filmed the agent's view instead", "agent"
                 rec = make_recording_env(cfg.env, video_seed, render=False)
             stack.callback(rec.close)
         vec = None
@@ -226,9 +266,12 @@ def evaluate(
         if rec is not None:
             out = run_dir / f"eval-v{version}{'' if view == 'game' else '-agent'}"
             gen = torch.Generator().manual_seed(video_seed)
-            video_path, ret, length, cut = record_episode(
-                rec, policy, view, out, gen, max_steps, deterministic, video_format
-            )
+            try:
+                video_path, ret, length, cut = record_episode(
+                    rec, policy, view, out, gen, max_steps, deterministic, video_format
+                )
+            except EnvError as e:  # a screen that fails mid-episode
+                raise _worded(e, style) from None
             note = "; ".join(x for x in (note, cut) if x)
             if ret is not None:
                 returns.append(ret)
@@ -247,6 +290,15 @@ def evaluate(
     return EvalResult(
         path, version, tuple(returns), tuple(lengths), seed, played, video_path, video_as, note
     )
+
+
+def _worded(error: EnvError, style: Style) -> EnvError:
+    """A recording env's error (:mod:`rltrain.envs.screen` names ``--video-view agent``) as
+    ``style`` names the argument."""
+    if style == "cli":
+        return error
+    cli, own = named("video_view", "agent", "cli"), named("video_view", "agent", style)
+    return EnvError(str(error).replace(cli, own))
 
 
 def play_episodes(

@@ -12,7 +12,7 @@ import torch
 
 from rltrain.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
 from rltrain.config import ConfigError, dotted, moved_keys, to_dict
-from rltrain.envs import ActionSpace, EnvError, make_env
+from rltrain.envs import ActionSpace, EnvError, check_first_reset, make_env
 from rltrain.envs.user import one_hot as one_hot_space
 from rltrain.faults import FaultCounters
 from rltrain.ps.server import ShardLayout
@@ -51,9 +51,11 @@ class EnvSpec:
 
 def probe_env(cfg: TrainConfig) -> EnvSpec:
     """Open one environment here to learn shapes and the protocol (and fail early on a bad id,
-    or on an action space the algorithm cannot handle)."""
+    an action space the algorithm cannot handle, or a first reset that raises or returns a
+    wrong shape or a NaN)."""
     env = make_env(cfg.env, seed=cfg.seed, num_envs=1)
     try:
+        check_first_reset(env)
         if cfg.algo_spec.q_network and env.action_space.continuous:
             others = ", ".join(n for n in algo_names() if not algo_spec(n).q_network)
             raise EnvError(

@@ -29,6 +29,7 @@ from rltrain.faults import (
     RestorePoint,
     RunFailed,
     describe_events,
+    failure_line,
     resume_all,
 )
 from rltrain.progress import Progress
@@ -148,8 +149,8 @@ class Trainer:
             self.progress.note("interrupted: writing a final checkpoint and summary.json")
         except (RunFailed, ProcessLost, PeerLost) as e:
             self.record.stopped_by = "fault"
-            self.record.failure = str(e)
-            self.progress.note(f"run failed: {e}")
+            self.record.failure = failure_line(e, self.run_dir, self.progress.note)
+            self.progress.note(f"run failed: {self.record.failure}")
         except BaseException:  # a bug: no summary, but no processes or Ray left behind
             self._release(runtime)
             raise

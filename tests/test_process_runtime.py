@@ -263,6 +263,108 @@ def test_a_restart_whose_constructor_raises_is_a_permanent_loss(tmp_path: Path) 
         process.shutdown()
 
 
+class NeverUp:
+    """A constructor that fails at once in the child: raises, exits, or raises while a thread
+    of its own keeps the process from ending; or one that never ends."""
+
+    def __init__(self, how: str) -> None:
+        import os
+        import time
+
+        if how == "exit":
+            os._exit(3)
+        if how == "linger":  # a non-daemon thread: the process ends only after it
+            threading.Thread(target=time.sleep, args=(60,)).start()
+        if how == "hang":
+            time.sleep(600)
+        raise ValueError(f"no env here ({how})")
+
+    def f(self) -> int:
+        return 1
+
+
+@pytest.mark.parametrize("how,restarts", [("raise", 0), ("exit", 0), ("exit", 1)])
+def test_a_call_submitted_after_the_constructor_failed_fails_too(how: str, restarts: int) -> None:
+    """The process's failure comes before the driver's first call (a driver slow to build its
+    learners, on a busy machine): that call fails at once, with the constructor's error, or
+    as a permanent loss once the restarts are spent, instead of waiting forever on a pipe
+    nobody reads."""
+    pool, r = process.Pool(), process.Remote(NeverUp, how, max_restarts=restarts)
+    try:
+        assert r.up.exception(timeout=60) is not None  # failed (after any restarts)
+        assert r.restarts == restarts
+        for _ in range(2):  # every later call, not only the first
+            pool.submit(r, "f")
+            if how == "raise":
+                with pytest.raises(ValueError, match=r"no env here \(raise\)"):
+                    pool.wait(5.0)
+            else:
+                done = pool.wait(5.0)
+                assert len(done) == 1, "the call waits on a process that is gone"
+                assert isinstance(done[0].error, ProcessLost) and done[0].error.permanent
+                assert "exit code 3" in str(done[0].error)
+    finally:
+        r.kill()
+        process.shutdown()
+
+
+def test_a_constructor_error_arrives_before_its_process_has_ended() -> None:
+    import time
+
+    pool, r = process.Pool(), process.Remote(NeverUp, "linger")
+    try:
+        pool.submit(r, "f")
+        start = time.time()
+        with pytest.raises(ValueError, match=r"no env here \(linger\)"):
+            while time.time() - start < 20:
+                pool.wait(1.0)
+        assert time.time() - start < 20  # not after the child's thread ended (60 s)
+    finally:
+        r.kill()
+        process.shutdown()
+
+
+def test_a_stop_does_not_wait_for_processes_that_never_came_up() -> None:
+    """stop.max_seconds, or a fault, ends a run whose processes are still starting: the
+    driver waits for the calls of the processes that are up, not for the others, and no
+    barrier waits for those either (a2c: the worker that is up waits at one for the other)."""
+    from types import SimpleNamespace
+
+    from rltrain.config import load_config
+    from rltrain.rl.config import TrainConfig
+    from rltrain.rl.plans import WorkerPlan
+
+    cfg = load_config(TrainConfig, str(CFG / "cartpole_a3c.yaml"), ["algo.name=a2c"])
+    notes: list[str] = []
+    left: list[int] = []
+    guard = SimpleNamespace(leave=left.append)
+    host = SimpleNamespace(ctx=SimpleNamespace(server=None, say=notes.append, guard=guard))
+    host.cfg, host.stopped_by = cfg, ""
+    plan = WorkerPlan(host, process)  # type: ignore[arg-type]
+    up, stuck = process.Remote(Counter, 0), process.Remote(NeverUp, "hang", index=1)
+    try:
+        up.pid()
+        plan.pool.submit(stuck, "f")
+        assert plan.keep_going()  # running: it may come up yet
+        plan.pool.submit(up, "add", 1)
+        host.stopped_by = "max_seconds"
+        assert plan.keep_going()  # the call of the process that is up is still awaited
+        assert left == [1]  # ... and no barrier waits for the one that is not
+        done = []
+        while not done:
+            done = plan.pool.wait(30.0)
+        assert done[0].value == 1 and not plan.keep_going()
+        assert notes == [
+            "the stop does not wait for processes not up (still starting: actor 1 "
+            "(their constructors: env and model set-up))"
+        ]
+        assert left == [1]  # once
+    finally:
+        up.kill()
+        stuck.kill()
+        process.shutdown()
+
+
 def test_learners_stay_in_the_trainers_process() -> None:
     r = process.Remote(Counter, 0, role="learner", index=0)
     assert isinstance(r, process.ThreadRemote)

@@ -84,10 +84,27 @@ class RLPlan:
         self.pool = runtime.Pool()
         self.replay: Any = None  # dqn: the replay shards
         self.replay_bytes: int | None = None  # dqn: their size at the end, for summary.json
+        self.left_starting = False  # stopped while processes were still starting: said once
 
     def keep_going(self) -> bool:
-        """Run until stopped; then until the calls in flight have returned."""
-        return bool(self.pool.calls) or (bool(self.pool) and not self.host.stopped_by)
+        """Run until stopped; then until the calls in flight have returned, but not those of
+        processes not up: a constructor that never ends, or a process Ray cannot place, has
+        nothing to return, and a stop (stop.max_seconds, a fault) must not wait for it."""
+        if not self.host.stopped_by:
+            return bool(self.pool)
+        starting = [r for r, _, _ in self.pool.calls.values() if not r.is_up()]
+        if starting and not self.left_starting:  # nor may a barrier the others wait at
+            self.left_starting = True
+            note = self.runtime.placement_note(starting)
+            self.ctx.say(f"the stop does not wait for processes not up ({note})")
+            for r in starting:
+                if self.pushes(r) and waits_at_barrier(self.cfg):
+                    self.ctx.guard.leave(r.index)
+        return len(starting) < len(self.pool.calls)
+
+    def pushes(self, remote: Any) -> bool:
+        """Whether ``remote`` pushes gradients (a barrier rule waits for its pushes)."""
+        return remote.role == "learner"
 
     def wait_s(self) -> float:
         return self.host.wait_s()
@@ -114,6 +131,9 @@ class WorkerPlan(RLPlan):
 
     def _give(self, worker: Any) -> None:
         self.pool.submit(worker, "work", self.server, self.chunk, self.host.schedule_at())
+
+    def pushes(self, remote: Any) -> bool:
+        return True  # a worker acts and learns
 
     def on_result(self, done: Any) -> None:
         self.host.absorb(done.value)

@@ -116,6 +116,7 @@ class Remote:
         self._noted = 0  # deaths counted by mark_lost
         self._deaths = 0
         self._unseen: ProcessLost | None = None  # a death while no call was in flight
+        self._gone: BaseException | None = None  # gone for good: what every later call raises
         self._start()
         _children.append(self)
 
@@ -155,6 +156,9 @@ class Remote:
                 future.set_exception(self._unseen)
                 self._unseen = None
                 return future
+            if self._gone is not None:  # no process reads the pipe: it would wait forever
+                future.set_exception(self._gone)
+                return future
             self._next_call += 1
             self._pending[self._next_call] = future
             with contextlib.suppress(BrokenPipeError, OSError):  # dead: the reader fails it
@@ -187,6 +191,8 @@ class Remote:
                     failure = ProcessLost(
                         self.actor_id, True, f"{self.name} could not restart: {first[0]}"
                     )
+                break  # its last word: a process still ending (threads, children of its
+                # own) must not hold the error back until it has ended
             else:
                 with self._lock:
                     future = self._pending.pop(call_id, None)
@@ -199,7 +205,7 @@ class Remote:
         self._died(failure)
 
     def _died(self, failure: BaseException | None) -> None:
-        self.process.join(timeout=5)
+        self.process.join(timeout=5 if failure is None else 0.5)  # (its exit code, if it died)
         code = self.process.exitcode
         with self._lock:
             pending, self._pending = list(self._pending.values()), {}
@@ -215,9 +221,13 @@ class Remote:
                 except Exception as e:  # noqa: BLE001 - no new process: this one is gone
                     again = False
                     failure = ProcessLost(self.actor_id, True, f"{self.name} not restarted: {e}")
-        if failure is None:
-            how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-            failure = ProcessLost(self.actor_id, not again, f"{self.name}'s process died ({how})")
+            if failure is None:
+                how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+                failure = ProcessLost(
+                    self.actor_id, not again, f"{self.name}'s process died ({how})"
+                )
+            if not again and not closing:  # under the lock: a call from now on fails at once
+                self._gone = failure  # (e.g. one first submitted after its constructor raised)
         was_up = up.done()
         if not was_up:  # whoever waits for it to come up hears of this death
             up.set_exception(failure)

@@ -73,3 +73,18 @@ class EnvConfig:
     go; more groups than num_envs are refused."""
     num_threads: int = field(default=0, metadata=spec(ge=0))
     """Atari: C++ threads of the vector env (0 = one per env, capped by the number of cores)."""
+
+    def __post_init__(self) -> None:
+        # numpy scalars (a sweep's np.arange) become plain values: config.yaml is plain YAML
+        plain = {k: _plain(v) for k, v in self.kwargs.items()}
+        object.__setattr__(self, "kwargs", plain)
+
+
+def _plain(value: Any) -> Any:
+    if getattr(value, "shape", None) == () and hasattr(value, "item"):
+        return value.item()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_plain(v) for v in value)
+    return value

@@ -138,10 +138,14 @@ class Remote:
         svc_child.close()
         self.calls = child.Channel(ctrl)
         name = f"rltrain-{self.role}{self.index}"
-        threading.Thread(target=self._read, args=(self.calls,), name=name, daemon=True).start()
-        threading.Thread(
-            target=serve, args=(svc, self.services), name=f"{name}-serve", daemon=True
-        ).start()
+        self.threads = [
+            threading.Thread(target=self._read, args=(self.calls,), name=name, daemon=True),
+            threading.Thread(
+                target=serve, args=(svc, self.services), name=f"{name}-serve", daemon=True
+            ),
+        ]
+        for t in self.threads:
+            t.start()
 
     # --- calls ------------------------------------------------------------------------------
 
@@ -372,4 +376,6 @@ def shutdown() -> None:
         r = _children.pop()
         r.kill()
         r.process.join(timeout=5)
+        for t in r.threads:  # they end at the pipes' EOF: not while Python is finalizing,
+            t.join(timeout=5)  # where a thread dropping a tensor aborts the process (C++)
     local.shutdown()

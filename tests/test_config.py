@@ -280,3 +280,9 @@ def test_a_replay_memory_smaller_than_a_block_names_its_minimum(
         "algo.rollout_length 8: the transitions of one block an actor sends to a shard)"
     )
     assert not (tmp_path / "run").exists()
+    # a memory the learners would wait on for good (cartpole_gorila: learning_starts 2000)
+    err = cli_error(capsys, train_argv("cartpole_gorila.yaml", tmp_path, "replay.capacity=500"))
+    assert err == (
+        "rltrain: error: dqn.learning_starts=2000: more than the replay memory holds (500: "
+        "replay.capacity 500 x replay.shards 1), so learning would never start"
+    )

@@ -23,7 +23,9 @@ def cfg(env: str = "CartPole-v1", **dqn: object) -> TrainConfig:
     return TrainConfig(
         env=EnvConfig(id=env, num_envs=2),
         algo=AlgoConfig(name="dqn", rollout_length=4),
-        dqn=dataclasses.replace(DQNConfig(batch_size=8, target_update=3), **dqn),  # type: ignore[arg-type]
+        dqn=dataclasses.replace(  # type: ignore[arg-type]
+            DQNConfig(batch_size=8, target_update=3, learning_starts=500), **dqn
+        ),
         replay=ReplayConfig(capacity=500),
         optimizer=OptimizerConfig(name="adam", lr=1e-3),
         stop=StopConfig(max_env_steps=1000),

@@ -104,7 +104,8 @@ def check_batches(cfg: TrainConfig) -> None:
 
 
 def check_replay(cfg: TrainConfig) -> None:
-    """dqn: a replay shard holds at least the block of transitions an actor sends at once."""
+    """dqn: a replay shard holds at least the block of transitions an actor sends at once,
+    and the memory at least the transitions the learners wait for."""
     if not cfg.algo_spec.q_network:
         return
     block = cfg.env.num_envs * cfg.algo.rollout_length
@@ -113,6 +114,13 @@ def check_replay(cfg: TrainConfig) -> None:
             f"replay.capacity={cfg.replay.capacity}: must be at least {block} (env.num_envs "
             f"{cfg.env.num_envs} x algo.rollout_length {cfg.algo.rollout_length}: the "
             "transitions of one block an actor sends to a shard)"
+        )
+    held = cfg.replay.capacity * cfg.replay.shards
+    if cfg.dqn.learning_starts > held:
+        raise ValueError(
+            f"dqn.learning_starts={cfg.dqn.learning_starts}: more than the replay memory holds "
+            f"({held}: replay.capacity {cfg.replay.capacity} x replay.shards "
+            f"{cfg.replay.shards}), so learning would never start"
         )
 
 

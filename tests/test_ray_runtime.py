@@ -126,3 +126,20 @@ def test_ray_sync_barrier_across_actors(ray_local: None) -> None:
         assert {result.status, first_result.status} == {"accumulated", "applied"}
     finally:
         server.kill()
+
+
+def test_a_constructor_error_is_named_by_its_own_line() -> None:
+    """Ray reports a process whose constructor raised as a dead actor, its message ending with
+    the exception's line: the run names that error (an env's, in one line), not "died"."""
+    from rltrain.runtime.errors import creation_error
+
+    text = (
+        "The actor died because of an error raised in its creation task, "
+        "ray::RemoteActor.__init__() (pid=1, ip=127.0.0.1)\n"
+        '  File "/x/gym_vector.py", line 150, in reset\n'
+        "rltrain.faults.EnvFailed: env 'qa/Raises-v0': reset() raised RuntimeError: boom"
+    )
+    assert creation_error(text) == "env 'qa/Raises-v0': reset() raised RuntimeError: boom"
+    other = "The actor died ...\n  File 'y'\nModuleNotFoundError: No module named 'mine'"
+    assert creation_error(other) == "ModuleNotFoundError: No module named 'mine'"
+    assert creation_error("") == "a process's constructor failed"

@@ -288,7 +288,7 @@ class Trainer:
         verdict = self.ctx.respond(d, rule, self.cfg.faults.on_worker_loss)
         self.log.faults(self.faults, self.counters.env_steps)
         if verdict == "gone":
-            self.ctx.forget(d.remote)
+            self.ctx.forget(d.remote, d.error)
         if self.stopped_by and pushes and verdict != "gone":
             self.ctx.guard.leave(d.remote.index)  # stopping: no barrier may wait for it now
             return False

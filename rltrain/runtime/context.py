@@ -52,12 +52,14 @@ class RunContext:
             done, rule, on_worker_loss, self.server, self.guard, self.faults, self.say
         )
 
-    def forget(self, remote: RemoteProcess) -> None:
-        """A process gone for good leaves ``procs``; a role left with none fails the run."""
+    def forget(self, remote: RemoteProcess, error: BaseException | None = None) -> None:
+        """A process gone for good leaves ``procs``; a role left with none fails the run,
+        saying what the last one died of (``error``: an env's error in its constructor, say)."""
         left = [x for x in self.procs.get(remote.role, []) if x is not remote]
         self.procs[remote.role] = left
         if not left:
-            raise RunFailed(f"every {remote.role} died and none will restart")
+            why = f": the last one, {error}" if error is not None and str(error) else ""
+            raise RunFailed(f"every {remote.role} died and none will restart{why}")
 
     def inject(self, action: FaultAction) -> None:
         """Carry out one of ``faults.events`` (kill or pause a process)."""

@@ -15,7 +15,7 @@ from ray.exceptions import (
 )
 
 from rltrain.errors import RLTrainError
-from rltrain.faults import PeerLost, ProcessLost, ShardFenced
+from rltrain.faults import PeerLost, ProcessLost, RunFailed, ShardFenced
 
 
 class RayStartError(RLTrainError, RuntimeError):
@@ -34,6 +34,10 @@ def result(ref: Any) -> Any:
             raise
         raise lost from None
     except RayActorError as e:
+        if getattr(e, "actor_init_failed", False):  # its constructor raised: bad input (an
+            # env that fails, a module that will not import) or a bug, which a restart would
+            # only repeat; not a lost process (as the process runtime's "failed")
+            raise RunFailed(creation_error(str(e))) from None
         raise ProcessLost(e.actor_id or "", isinstance(e, ActorDiedError), first_line(e)) from None
     except ObjectLostError as e:  # an object whose owner died: a shard's fanned-out parameters
         raise PeerLost("", first_line(e)) from None
@@ -55,6 +59,19 @@ def peer_lost(e: BaseException) -> PeerLost | None:
             return PeerLost(seen.actor_id, str(seen))
         seen = getattr(seen, "cause", None) or seen.__cause__
     return None
+
+
+def creation_error(text: str) -> str:
+    """The error a Ray process's constructor raised, from Ray's message (which ends with the
+    exception's own last line, ``module.Class: message``): rltrain's own errors (an env's
+    EnvFailed, a ConfigError) as their message, others with their class's name."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    last = lines[-1] if lines else "a process's constructor failed"
+    name, sep, message = last.partition(": ")
+    if not sep or " " in name:
+        return last
+    short = name.rsplit(".", 1)[-1]
+    return message if name.startswith("rltrain.") else f"{short}: {message}"
 
 
 def first_line(e: BaseException) -> str:

@@ -11,7 +11,7 @@ from ray.exceptions import ActorDiedError, RayActorError
 
 from rltrain.driver import Done
 from rltrain.faults import PeerLost, ProcessLost
-from rltrain.runtime.errors import first_line, result
+from rltrain.runtime.errors import creation_error, first_line, result
 from rltrain.runtime.remote import Remote
 
 __all__ = ["Done", "Pool", "get", "kill", "wait_all", "wait_any"]
@@ -84,8 +84,9 @@ class Pool:
     def _probed(self, ref: Any, remote: Remote) -> list[Done]:
         try:
             remote.came_back(ray.get(ref))
-        except ActorDiedError as e:
-            return [Done(remote, error=ProcessLost(remote.actor_id, True, first_line(e)))]
+        except ActorDiedError as e:  # for good; a constructor that raised says what it raised
+            why = creation_error(str(e)) if e.actor_init_failed else first_line(e)
+            return [Done(remote, error=ProcessLost(remote.actor_id, True, why))]
         except RayActorError:  # still restarting
             self.retry.append((time.time() + self.RETRY_S, remote))
             return []

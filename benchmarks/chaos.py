@@ -17,8 +17,9 @@ bench, the shard's log of every push (``record/<mode>.pt``):
 * ``time``: it ends within its budget plus 60 s;
 * ``steps``: the env steps (train) or samples (bench) add up across restarts: summary.json's
   equal the final checkpoint's, and frames = steps x frame skip;
-* ``counted``: every applied update is counted once: the shard's applied counter equals
-  its version (async: one step per update) or lies in [version, N x version] (barriers);
+* ``counted``: every applied update is counted once: the shard's applied counter, with the
+  steps of zero of updates refused on the device (``zero_steps``), equals its version (async:
+  one step per update) or lies in [version, N x version] (barriers);
 * ``once``: no update is applied twice: no worker's batches appear in two applied pushes of
   the log (bench);
 * ``reapplied``: the parameters equal the logged updates reapplied one by one (``rltrain
@@ -225,6 +226,7 @@ def check_train(s: dict, run_dir: Path, verdict: Any, out: Outcome) -> None:
     )
     shard = state["shards"][0]
     applied, version = shard["counters"][0], int(shard["version"])
+    applied += int(shard.get("zero_steps", 0))  # refused on the device: steps of zero
     verdict("counted", applied == version, f"shard applied {applied} != version {version}")
 
 

@@ -8,20 +8,28 @@
 #   * the box: GPU, CPU cores, torch;
 #   * raw AtariVectorEnv frames/s (random actions, the v5 protocol) with 16, 64 and 128 envs
 #     on every core;
+#   * the three limits apart (Sample Factory's way): sampling alone is the raw figure above;
+#     the learner alone, benchmarks/learner_step.py on the GPU (the learner's update on
+#     synthetic Pong rollouts against a plain PyTorch loop there, host syncs counted); the
+#     whole run below. And benchmarks/act_latency.py: an actor's act round trip through the
+#     batched policy (the process runtime's transport, on the CPU);
 #   * on a GPU: benchmarks/exchange.py (a push to the shard beside the learner against
 #     optimizer.step()) and benchmarks/cnn_precision.py (fp32/TF32, bf16, channels-last);
 #   * configs/pong_appo.yaml trained for TRAIN_SECONDS (300) with its defaults (evaluation
 #     off, so the cores all train): frames/s over the run and after warm-up, seconds to the
 #     first env step, the `rltrain plot --marks -15 0 10 18` table, the last status line (its
 #     `time:` shares are perf/time), and GPU busy % and memory sampled by nvidia-smi;
-#   * the same for BEFORE_SECONDS (60; 0 skips it) with the layout before session 28 (each
-#     actor's own policy on its CPU, the shard on the CPU), for frames/s and GPU busy at the
-#     same commit and on the same box;
+#   * the same for ANCHOR_SECONDS (60; 0 skips it) with the protocol of the published fast
+#     Pong results (--set env.sticky_actions=0, the v4 ids' protocol), for a comparison on
+#     equal terms;
+#   * the same for BEFORE_SECONDS (0 skips it, the default) with the layout before session 28
+#     (each actor's own policy on its CPU, the shard on the CPU);
 #   * on a GPU, within COMPILE_SECONDS (80; 0 skips it): torch.compile and CUDA graphs
 #     (mode="reduce-overhead") against bf16 autocast for the CNN.
 #
 #   bash benchmarks/gpu_box.sh [extra --set for the run ...]
-#   WHEELS=.whl TRAIN_SECONDS=300 BEFORE_SECONDS=60 COMPILE_SECONDS=80 RAW_SECONDS=5 \
+#   WHEELS=.whl TRAIN_SECONDS=300 ANCHOR_SECONDS=60 BEFORE_SECONDS=0 COMPILE_SECONDS=60 \
+#       RAW_SECONDS=5 \
 #       OUT_DIR=/tmp/gpu_box bash benchmarks/gpu_box.sh
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,8 +38,9 @@ TRAIN_SECONDS=${TRAIN_SECONDS:-300}
 RAW_SECONDS=${RAW_SECONDS:-5}
 OUT_DIR=${OUT_DIR:-/tmp/gpu_box}
 CONFIG=${CONFIG:-$REPO/configs/pong_appo.yaml}
-BEFORE_SECONDS=${BEFORE_SECONDS:-60}
-COMPILE_SECONDS=${COMPILE_SECONDS:-80}
+ANCHOR_SECONDS=${ANCHOR_SECONDS:-60}
+BEFORE_SECONDS=${BEFORE_SECONDS:-0}
+COMPILE_SECONDS=${COMPILE_SECONDS:-60}
 rm -rf "$OUT_DIR" && mkdir -p "$OUT_DIR"
 export PYTHONUNBUFFERED=1
 
@@ -62,6 +71,13 @@ cores = len(os.sched_getaffinity(0))
 for n in (16, 64, 128):
     print(f"{n:4d} envs, {cores} threads: {raw_fps(n, cores, float(sys.argv[1])):9,.0f} frames/s")
 EOF
+
+echo
+echo "## the learner alone: its update against a plain PyTorch loop, synthetic Pong rollouts"
+python3 "$REPO/benchmarks/learner_step.py" --config "$CONFIG" --rollouts 3 --repeats 3
+echo
+echo "## one actor's act round trip through the batched policy (process runtime, CPU)"
+python3 "$REPO/benchmarks/act_latency.py" --steps 1000 | tail -4
 
 if python3 -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then
     echo
@@ -124,6 +140,10 @@ PY
 train defaults "$TRAIN_SECONDS" "$@"
 echo
 rltrain plot "$OUT_DIR/defaults" --marks -15 0 10 18 --out "$OUT_DIR/curve.png" 2>&1 | tail -8
+if [ "$ANCHOR_SECONDS" -gt 0 ]; then
+    # the protocol of rl_games', CleanRL's envpool and most fast-Pong figures: no sticky actions
+    train anchors "$ANCHOR_SECONDS" --set env.sticky_actions=0 "$@"
+fi
 if [ "$BEFORE_SECONDS" -gt 0 ]; then
     # the layout before session 28: each actor its own copy of the policy on its CPU, the
     # shard on the CPU (the learner's gradient to the host, Adam there, parameters back)

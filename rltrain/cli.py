@@ -382,10 +382,10 @@ def entry() -> NoReturn:
     which a time-to-solve measurement of the whole process counts).
     """
     code = main()
-    if "ray" in sys.modules:  # a command that failed half-way may leave it up
+    if "ray" in sys.modules or "multiprocessing.util" in sys.modules:
         from rltrain import runtime
 
-        runtime.shutdown()
+        runtime.release()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe (`| head`) or stream
             stream.flush()

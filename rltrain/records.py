@@ -59,7 +59,8 @@ class GradUpdate:
     losses: dict[str, float] = field(default_factory=dict)
     """The loss terms of the batch behind ``values``, by name: policy, value, entropy (and
     kl, clip_fraction) for the actor-critics, td for DQN, cross_entropy for the supervised
-    workers. For logs and diagnosis; the server steps on ``values`` alone."""
+    workers. For logs and diagnosis; the server steps on ``values`` alone. Empty from the
+    actor-critic learners, which read theirs from the device once per batch."""
     norm: NormStats | None = None  # normalisation statistics seen since the last push (a delta)
     batches: tuple[BatchId, ...] = ()
     """The supervised batches averaged into ``values``, in order (empty for the RL learners):
@@ -70,12 +71,18 @@ class GradUpdate:
     update of an older one: computed on parameters the restore threw away, it would drift an
     async run, and a push split over shards could land on one before its restore and on
     another after it."""
-    finite: bool = False
+    finite: bool | torch.Tensor = False
     """The sender has seen that every value is finite: the gradient's global norm, which a
     learner's clipping computes anyway (Pascanu et al. 2013), was finite, and clipping only
     scales it down. A shard then skips its own pass over them, a quarter of an
     Adam step on a large model; False (not known) makes the shard look. A decompressed update
-    is looked at again (fp16 can overflow)."""
+    is looked at again (fp16 can overflow).
+
+    A tensor ([] bool, on the sender's device) is that verdict not yet read: reading it would
+    make the host wait for the GPU's backward pass before every push. A shard on the same
+    device whose optimizer can skip a step on the device (torch's fused kernels, as
+    ``torch.amp.GradScaler`` uses them) steps with it unread (:attr:`PushResult.deferred`);
+    any other shard reads it."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,11 @@ class PushResult:
     waits: bool = False
     """The pusher is in a barrier round that has not stepped yet (its update is accumulated, or
     it pushed again after its wait timed out): it waits for the round's step, not push again."""
+    deferred: bool = False
+    """Applied with the sender's finiteness verdict unread (:attr:`GradUpdate.finite` a
+    tensor): where the verdict says non-finite, the step left the parameters and the
+    optimizer's state as they were (a step of zero, which the version still counts), and the
+    shard and the sender count the update as rejected once they read the verdict."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +132,10 @@ class ServerStats:
     last_reject: str = ""
     bytes_pushed: int = 0  # update values received, as they travelled (server.compression)
     bytes_pulled: int = 0  # parameter values sent
+    zero_steps: int = 0
+    """Rejected updates that the version counts: non-finite, refused on the device as they
+    were stepped (:attr:`PushResult.deferred`). The version is ``applied + zero_steps`` under
+    an on-arrival rule."""
 
     @property
     def mean_staleness(self) -> float:
@@ -127,7 +143,11 @@ class ServerStats:
 
 
 def check_update(
-    values: torch.Tensor, numel: int, version: int, server_version: int, finite: bool = False
+    values: torch.Tensor,
+    numel: int,
+    version: int,
+    server_version: int,
+    finite: bool | torch.Tensor = False,
 ) -> str:
     """Why an update must be rejected, or ``""`` if it may be used.
 
@@ -141,7 +161,7 @@ def check_update(
         return f"wrong dtype {values.dtype}, expected a floating-point tensor"
     if version < 0 or version > server_version:
         return f"unknown version {version} (server is at {server_version})"
-    if not finite and not all_finite(values):
+    if not bool(finite) and not all_finite(values):  # a tensor verdict is read here
         return "non-finite values (NaN or inf)"
     return ""
 

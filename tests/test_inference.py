@@ -52,14 +52,20 @@ def test_concurrent_callers_each_get_their_own_rows_of_one_policy() -> None:
             torch.testing.assert_close(logits, policy.model(o)[0])  # its rows, not another's
 
 
-def test_a_new_version_acts_from_the_next_batch() -> None:
+def test_a_learner_batch_of_new_versions_acts_from_the_next_batch() -> None:
+    """The policy takes new parameters by version, once a learner's batch of updates is in
+    (ppo.epochs x ppo.minibatches versions), not at every version."""
     cfg, policy, server = setup()
+    stride = cfg.ppo.epochs * cfg.ppo.minibatches
+    assert policy.stride == stride > 1
     obs = torch.zeros(2, 4)
     _, before, v0 = policy.act(obs)
     numel = server.layout.numel
-    server.push(GradUpdate(0, 0, torch.ones(numel), 1))
+    for v in range(stride):
+        assert policy.act(obs)[2] == 0  # fewer than a batch's updates: the same parameters
+        server.push(GradUpdate(0, v, torch.ones(numel), 1))
     _, after, v1 = policy.act(obs)
-    assert (v0, v1) == (0, 1) and not torch.equal(before, after)
+    assert (v0, v1) == (0, stride) and not torch.equal(before, after)
 
 
 def test_a_failed_batch_reaches_each_caller_and_the_next_batch_runs() -> None:

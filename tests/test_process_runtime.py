@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 import threading
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from conftest import read_summary
 from rltrain.cli import main
 from rltrain.faults import ProcessLost
 from rltrain.runtime import process
-from rltrain.runtime.shm import Inbox, Outbox, SlotRef, shm_note
+from rltrain.runtime.shm import Inbox, Outbox, SlotRef, SmallTensor, shm_note
 
 ROOT = Path(__file__).resolve().parents[1]
 CFG = ROOT / "configs"
@@ -44,13 +45,26 @@ def test_slots_are_reused_across_100_rollouts_and_values_arrive_intact() -> None
         msg = {"obs": obs, "actions": np.arange(2048) + i, "small": torch.ones(3), "i": i}
         packed = carry(out, inbox, msg)
         assert isinstance(packed["obs"], SlotRef) and isinstance(packed["actions"], SlotRef)
-        assert isinstance(packed["small"], torch.Tensor)  # under MIN_BYTES: in the pickle
+        assert isinstance(packed["small"], SmallTensor)  # under MIN_BYTES: in the pickle
         got = inbox.unpack(packed)
         assert torch.equal(got["obs"], obs) and (got["actions"] == np.arange(2048) + i).all()
+        assert isinstance(got["small"], torch.Tensor) and torch.equal(got["small"], torch.ones(3))
         assert got["i"] == i
         if i == 0:
             held = out.nbytes()
     assert len(out.slots) == 2 and out.nbytes() == held  # no growth after the first message
+
+
+def test_small_tensors_cross_as_numpy_arrays_and_come_back_as_they_were() -> None:
+    """An act's reply (8 actions, their logits, a verdict) is pickled as numpy arrays, not
+    torch tensors (7x cheaper to pickle and unpickle); numpy's missing dtypes stay tensors."""
+    out, inbox = Outbox(), Inbox()
+    msg = (torch.arange(8), torch.randn(8, 6)[:, :3], torch.tensor(True), torch.ones(2).bfloat16())
+    packed = carry(out, inbox, msg)
+    assert [type(x) for x in packed] == [SmallTensor, SmallTensor, SmallTensor, torch.Tensor]
+    got = inbox.unpack(pickle.loads(pickle.dumps(packed)))
+    for a, b in zip(got, msg, strict=True):
+        assert isinstance(a, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
 
 
 def test_a_slot_not_yet_read_is_not_overwritten() -> None:
@@ -121,6 +135,18 @@ def test_calls_run_in_order_in_a_child_and_tensors_come_back() -> None:
         import os
 
         assert r.call("pid").result(timeout=60) != os.getpid()
+    finally:
+        r.kill()
+        process.shutdown()
+
+
+def test_a_child_process_says_what_it_is_in_ps_and_top() -> None:
+    r = process.Remote(Counter, 0, role="actor", index=3)
+    try:
+        pid = r.call("pid").result(timeout=60)
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        assert cmdline == "rltrain: actor 3" and comm.startswith("rltrain: actor")
     finally:
         r.kill()
         process.shutdown()

@@ -239,29 +239,31 @@ def test_sync_means_one_push_per_version_for_workers_and_learners(algo: str) -> 
     assert server.pull().version == (3 if algo == "a3c" else 4)
 
 
-def test_pushes_carry_their_loss_terms_by_name() -> None:
-    """GradUpdate.losses names each term: the actor-critic's policy/value/entropy, not one
-    unnamed float that means the policy loss here and the TD loss elsewhere (issue 11, bug 7)."""
+def test_a_learners_loss_terms_are_named() -> None:
+    """A learner's loss terms are named, read from the device once per batch: the
+    actor-critic's policy/value/entropy, not one unnamed float that means the policy loss here
+    and the TD loss elsewhere (issue 11, bug 7)."""
     c = cfg("appo")
-    server = server_for(c)
-    pushed: list = []
-    exchange = server.exchange_begin
-    server.exchange_begin = lambda u, *a: (pushed.append(u), exchange(u, *a))[1]  # type: ignore[method-assign]
     actor = Actor(c, 0)
-    Learner(c, actor.env.obs_shape, actor.env.num_actions).learn(server, 0.0, actor.collect(server))
-    assert pushed and all({"policy", "value", "entropy"} <= set(u.losses) for u in pushed)
-    assert all("td" not in u.losses for u in pushed)
+    server = server_for(c)
+    learner = Learner(c, actor.env.obs_shape, actor.env.num_actions)
+    stats = learner.learn(server, 0.0, actor.collect(server))
+    assert len(stats.losses) == stats.updates == c.ppo.epochs * c.ppo.minibatches
+    assert all({"policy", "value", "entropy", "lag_kl"} <= set(x.terms()) for x in stats.losses)
+    assert all("td" not in x.terms() for x in stats.losses)
 
 
 def test_a_learner_marks_finite_pushes_and_a_nan_batch_is_still_refused() -> None:
     """A learner marks a push whose clipping norm was finite (GradUpdate.finite), so the shard
-    skips its own pass over the values; a NaN batch gives a NaN norm, goes unmarked, and the
-    shard refuses it without touching the parameters."""
+    skips its own pass over the values; a NaN batch gives a NaN norm, and the shard beside the
+    learner refuses it on the device, the verdict unread (fused Adam's found_inf): the
+    parameters stay as they were, and the shard and the learner count it as rejected once
+    they read it."""
     c = cfg("appo")
     server = server_for(c)
     pushed: list = []
     exchange = server.exchange_begin
-    server.exchange_begin = lambda u, *a: (pushed.append(u), exchange(u, *a))[1]  # type: ignore[method-assign]
+    server.exchange_begin = lambda u, *a, **k: (pushed.append(u), exchange(u, *a, **k))[1]  # type: ignore[method-assign]
     actor = Actor(c, 0)
     learner = Learner(c, actor.env.obs_shape, actor.env.num_actions)
     learner.learn(server, 0.0, actor.collect(server))
@@ -270,10 +272,12 @@ def test_a_learner_marks_finite_pushes_and_a_nan_batch_is_still_refused() -> Non
     r = actor.collect(server)
     r = dataclasses.replace(r, rewards=torch.full_like(r.rewards, float("nan")))
     pushed.clear()
-    learner.learn(server, 0.0, r)
+    work = learner.learn(server, 0.0, r)
     assert pushed and not any(u.finite for u in pushed)
+    assert work.rejected == work.updates == len(pushed) and work.applied == 0
     st = server.stats()
-    assert st.applied == applied and st.rejected == len(pushed)
+    assert st.applied == applied and st.rejected == len(pushed) == st.zero_steps
+    assert st.version == st.applied + st.zero_steps  # steps of zero: the version counts them
     assert torch.equal(server.pull().values, before.values)
 
 
@@ -281,7 +285,7 @@ def test_a_learner_marks_finite_pushes_and_a_nan_batch_is_still_refused() -> Non
 def test_a_learner_given_a_gpu_torch_cannot_see_says_so_and_uses_the_cpu(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from rltrain.rl.learner import pick_device
+    from rltrain.rl.device import pick_device
 
     assert pick_device(True, "learner 3") == torch.device("cpu")
     err = capsys.readouterr().err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
@@ -204,3 +205,49 @@ def test_a_shard_made_from_its_size_takes_its_values_by_a_call() -> None:
     assert torch.equal(shard.pull().values, torch.tensor([1.0, 2.0, 3.0]))
     with pytest.raises(ValueError, match="2 values for 3"):
         shard.set_values(torch.ones(2))
+
+
+def _verdict(values: list[float], version: int) -> GradUpdate:
+    """An update whose sender's finiteness verdict travels unread (a tensor), as a learner's."""
+    v = torch.tensor(values)
+    return GradUpdate(0, version, v, 8, finite=torch.isfinite(v.norm()))
+
+
+@pytest.mark.parametrize("name", ["adam", "momentum", "adagrad"])
+def test_an_unread_non_finite_verdict_is_a_step_of_zero_then_a_rejection(name: str) -> None:
+    """A fused optimizer steps with the verdict unread (found_inf): a non-finite update leaves
+    the parameters and the optimizer's state as they were, the version counts a step of zero,
+    and reading the verdicts (stats) moves it from applied to rejected. The next steps equal
+    those of a shard that never saw it."""
+    opt = OptimizerConfig(name=name, lr=0.1)
+    a = ParameterShard(torch.ones(3), opt, ServerConfig(), 1)
+    b = ParameterShard(torch.ones(3), opt, ServerConfig(), 1)
+    assert a.push(_verdict([1.0, 2.0, 3.0], 0)).deferred
+    b.push(_verdict([1.0, 2.0, 3.0], 0))
+    before = a.pull()
+    bad = a.push(_verdict([1.0, float("nan"), 3.0], 1))
+    assert (bad.status, bad.deferred, bad.version) == ("applied", True, 2)
+    assert torch.equal(a.pull().values, before.values)
+    a.push(_verdict([0.5, -1.0, 2.0], 2))
+    b.push(_verdict([0.5, -1.0, 2.0], 1))
+    torch.testing.assert_close(a.pull().values, b.pull().values, rtol=0, atol=1e-7)
+    st = a.stats()
+    assert (st.version, st.applied, st.rejected, st.zero_steps) == (3, 2, 1, 1)
+    assert st.last_reject == "non-finite values (NaN or inf)" and sum(st.staleness_hist) == 2
+    restored = ParameterShard(torch.ones(3), opt, ServerConfig(), 1)
+    restored.load_state_dict(a.state_dict())
+    assert restored.stats() == dataclasses.replace(st, last_reject="")  # (not checkpointed)
+
+
+def test_a_verdict_is_read_where_the_step_cannot_skip_on_the_device() -> None:
+    """An optimizer without a fused kernel (rmsprop), a barrier rule or a push log: the shard
+    reads the verdict and refuses a non-finite update as before, at once."""
+    for opt, rule, record in [
+        (OptimizerConfig(name="rmsprop"), ServerConfig(), False),
+        (OptimizerConfig(name="adam"), ServerConfig(rule="sync"), False),
+        (OptimizerConfig(name="adam"), ServerConfig(), True),
+    ]:
+        s = ParameterShard(torch.ones(3), opt, rule, 1, record=record)
+        r = s.push(_verdict([float("inf"), 0.0, 0.0], 0))
+        assert (r.status, r.deferred, s.stats().version) == ("rejected", False, 0)
+        assert s.push(_verdict([1.0, 0.0, 0.0], 0)).status == "applied"

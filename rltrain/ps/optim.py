@@ -225,6 +225,27 @@ class ConjugateGradient(torch.optim.Optimizer):
         return loss
 
 
+def skips_on_device(opt: torch.optim.Optimizer) -> bool:
+    """Whether ``opt`` can skip a step on the device, told by a tensor (torch's fused Adam,
+    AdamW, SGD and Adagrad: the kernels ``torch.amp.GradScaler`` drives with ``found_inf``)."""
+    return bool(getattr(opt, "_step_supports_amp_scaling", False))
+
+
+def step_unless_nonfinite(opt: torch.optim.Optimizer, finite: torch.Tensor | None) -> None:
+    """``opt.step()``; where ``finite`` ([] bool on the device, unread) is False, a step that
+    leaves the parameters, the optimizer's state and its step count as they were
+    (:func:`skips_on_device` optimizers only), with no wait for the device to say which."""
+    if finite is None:
+        opt.step()
+        return
+    o: Any = opt  # GradScaler's protocol: attributes the fused step reads, removed after
+    o.grad_scale, o.found_inf = None, finite.logical_not().float()
+    try:
+        opt.step()
+    finally:
+        del o.grad_scale, o.found_inf
+
+
 def make_optimizer(
     params: Iterable[torch.nn.Parameter], cfg: OptimizerConfig
 ) -> torch.optim.Optimizer:

@@ -68,6 +68,8 @@ class ShardLayout:
         return list(torch.split(flat.reshape(-1), self.sizes))
 
     def join(self, pieces: Sequence[torch.Tensor]) -> torch.Tensor:
+        if len(pieces) == 1:  # (a cat would copy the one piece: 6.8 MB a pull for Pong)
+            return pieces[0].reshape(-1)
         return torch.cat([p.reshape(-1) for p in pieces])
 
 
@@ -176,11 +178,13 @@ class ShardedServer(ABC):
         return self.exchange_begin(update, wait_version, timeout)()
 
     def exchange_begin(
-        self, update: GradUpdate, wait_version: int = 0, timeout: float = 0.0
+        self, update: GradUpdate, wait_version: int = 0, timeout: float = 0.0, live: bool = False
     ) -> Callable[[], tuple[PushResult, Params]]:
         """Start an exchange; the returned function waits for and returns its result.
 
-        Lets a worker compute its next gradient while the round trip is in flight.
+        Lets a worker compute its next gradient while the round trip is in flight. ``live``:
+        the parameters that come back are the shard's own buffer, not a copy (a caller that
+        holds views of it: :meth:`LocalServer.live_values`).
         """
         reason = self._check(update)
         if reason:  # refused: it waits for nothing, as a shard's refused update does
@@ -192,7 +196,10 @@ class ShardedServer(ABC):
             args = [(None, wait_version, timeout, first)]
             args += [(u, wait_version, timeout, first) for u in parts[1:]]
         else:
-            args = [(u, wait_version, timeout) for u in parts]
+            args = [
+                (u, wait_version, timeout, None, True) if live else (u, wait_version, timeout)
+                for u in parts
+            ]
         handle = self._submit("exchange", args)
 
         def finish() -> tuple[PushResult, Params]:
@@ -203,10 +210,19 @@ class ShardedServer(ABC):
 
     def _split(self, update: GradUpdate) -> list[GradUpdate]:
         u = update  # the normalisation statistics live on shard 0 only
+        finite = self._verdict(u.finite)
         return [
-            dataclasses.replace(u, values=self._wire(u.worker_id, i, p), norm=None if i else u.norm)
+            dataclasses.replace(
+                u, values=self._wire(u.worker_id, i, p), norm=None if i else u.norm, finite=finite
+            )
             for i, p in enumerate(self.layout.split(u.values))
         ]
+
+    def _verdict(self, finite: bool | torch.Tensor) -> bool | torch.Tensor:
+        """A sender's finiteness verdict as it travels: read here, where it crosses to another
+        process (a GPU tensor would not unpickle where there is no GPU; the round trip waits
+        anyway). Shards of this process take it unread (:class:`LocalServer`)."""
+        return bool(finite)
 
     def _wire(self, worker: int, shard: int, values: torch.Tensor) -> Any:
         """A slice as it travels: compressed with error feedback (server.compression), or as
@@ -242,6 +258,7 @@ class ShardedServer(ABC):
             last_reject=next((s.last_reject for s in parts if s.last_reject), ""),
             bytes_pushed=sum(s.bytes_pushed for s in parts),
             bytes_pulled=sum(s.bytes_pulled for s in parts),
+            zero_steps=first.zero_steps,
         )
 
     def leave(self, worker_id: int) -> None:
@@ -323,6 +340,21 @@ class LocalServer(ShardedServer):
 
     def _keep(self, index: int) -> None:
         self.shards = [self.shards[index]]
+
+    def _verdict(self, finite: bool | torch.Tensor) -> bool | torch.Tensor:
+        return finite  # the shard beside the sender may step with it unread
+
+    def live_values(self, device: torch.device) -> torch.Tensor | None:
+        """The one shard's own parameter buffer, where a learner on ``device`` may make its
+        model's parameters views of it (:meth:`ParameterShard.live_values`): one shard, on
+        that device, with one pusher (a second would change the parameters under the first
+        one's forward pass). None where it may not."""
+        if len(self.shards) != 1 or self.coordinated:
+            return None
+        shard = self.shards[0]
+        if shard.device != device or shard.num_workers != 1:
+            return None
+        return shard.live_values()
 
     def kill(self) -> None:
         """Nothing to stop: the shards are objects of this process (as RayServer.kill)."""

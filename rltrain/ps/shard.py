@@ -19,16 +19,15 @@ from rltrain.normalize import NormStats, merge_all
 from rltrain.ps.barrier import BarrierRound
 from rltrain.ps.compression import Compressed, decompress, wire_bytes
 from rltrain.ps.config import OptimizerConfig, ServerConfig, corrected_optimizer
-from rltrain.ps.optim import cpu_copy, load_optimizer_state, make_optimizer
-from rltrain.records import (
-    STALENESS_BINS,
-    GradUpdate,
-    Params,
-    PushRecord,
-    PushResult,
-    ServerStats,
-    check_update,
+from rltrain.ps.counters import ShardCounters
+from rltrain.ps.optim import (
+    cpu_copy,
+    load_optimizer_state,
+    make_optimizer,
+    skips_on_device,
+    step_unless_nonfinite,
 )
+from rltrain.records import GradUpdate, Params, PushRecord, PushResult, ServerStats, check_update
 
 
 class ParameterShard:
@@ -80,12 +79,11 @@ class ParameterShard:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self.version = 0
-        self._applied = self._dropped = self._rejected = self._samples = 0
-        self._staleness_sum = 0
-        self._hist = [0] * STALENESS_BINS
-        self._last_reject = ""
-        self._bytes_pushed = self._bytes_pulled = 0
-        self._log: list[PushRecord] | None = [] if record else None
+        self._counts = ShardCounters()
+        self._counts.log = [] if record else None
+        # unread verdicts: where the optimizer skips_on_device, the rule steps on arrival, and
+        # no push log is kept (a logged push is reapplied as it was logged)
+        self._skips = skips_on_device(self._opt) and not (self.update_rule.barrier or record)
 
     # --- the worker-facing contract -------------------------------------------------------
 
@@ -100,23 +98,19 @@ class ParameterShard:
         """
         with self._lock:
             self._check_fence()
-            self._bytes_pushed += wire_bytes(update.values)
+            self._counts.bytes_pushed += wire_bytes(update.values)
             if isinstance(update.values, Compressed):  # server.compression
                 update = dataclasses.replace(update, values=decompress(update.values), finite=False)
             if update.values.device != self.device:  # from an actor's or another device's
                 update = dataclasses.replace(update, values=update.values.to(self.device))
             result = self._decide(update) if decided is None else self._follow(update, decided)
-            if self._log is not None:  # under the lock: the log is the order of the steps
-                u, r = update, result
-                self._log.append(
-                    PushRecord(u.worker_id, u.version, r.staleness, r.status, u.batches)
-                )
+            self._counts.note(update, result)  # under the lock: the order of the steps
             return result
 
     def push_log(self) -> list[PushRecord]:
         """Every push so far, in arrival order (empty unless constructed with ``record``)."""
         with self._lock:
-            return list(self._log or ())
+            return list(self._counts.log or ())
 
     def pull(self, newer_than: int | None = None) -> Params | None:
         """This shard's parameters, or None when ``newer_than`` is its version: the caller
@@ -125,8 +119,16 @@ class ParameterShard:
             self._check_fence()
             if newer_than is not None and self.version == newer_than:
                 return None
-            self._bytes_pulled += 4 * self.numel
-            return Params(self.version, self._param.detach().clone(), self._norm, self._epoch)
+            self._counts.bytes_pulled += 4 * self.numel
+            return self._params(self._param.detach().clone())
+
+    def _params(self, values: torch.Tensor) -> Params:
+        return Params(self.version, values, self._norm, self._epoch)
+
+    def live_values(self) -> torch.Tensor:
+        """The parameters' own buffer [numel], stepped in place: a learner beside this shard
+        views it, and its pulls copy nothing (:meth:`exchange` ``live``)."""
+        return self._param.detach()
 
     def set_lr_factor(self, factor: float) -> None:
         """Scale the base learning rate (a schedule); staleness scaling still applies on top."""
@@ -139,6 +141,7 @@ class ParameterShard:
         wait_version: int,
         timeout: float,
         decided: PushResult | None = None,
+        live: bool = False,
     ) -> tuple[PushResult, Params]:
         """Push, wait until the shard reaches ``wait_version`` (0: no wait), then pull.
 
@@ -157,6 +160,9 @@ class ParameterShard:
         # still open waits for it, even when it came again after its wait timed out
         if wait_version > 0 and (result.status in ("applied", "accumulated") or result.waits):
             self.wait_for_version(wait_version, timeout, generation)
+        if live:  # the caller views the buffer (live_values): nothing to copy
+            with self._lock:
+                return result, self._params(self._param.detach())
         params = ParameterShard.pull(self)  # this class's: a transport may change its own
         assert params is not None
         return result, params
@@ -216,23 +222,12 @@ class ParameterShard:
     def reject(self, reason: str, num_samples: int = 0) -> PushResult:
         """Count an update that the client found invalid before splitting it into shards."""
         with self._lock:
-            self._samples += num_samples
+            self._counts.samples += num_samples
             return self._reject(reason)
 
     def stats(self) -> ServerStats:
         with self._lock:
-            return ServerStats(
-                version=self.version,
-                applied=self._applied,
-                dropped=self._dropped,
-                rejected=self._rejected,
-                samples=self._samples,
-                staleness_sum=self._staleness_sum,
-                staleness_hist=tuple(self._hist),
-                last_reject=self._last_reject,
-                bytes_pushed=self._bytes_pushed,
-                bytes_pulled=self._bytes_pulled,
-            )
+            return self._counts.stats(self.version)
 
     # --- checkpoints -----------------------------------------------------------------------
 
@@ -245,11 +240,9 @@ class ParameterShard:
                 # optimizer (and a checkpoint must load where there is no GPU)
                 "optimizer": cpu_copy(self._opt.state_dict()),
                 "version": self.version,
-                "counters": [self._applied, self._dropped, self._rejected, self._samples],
-                "staleness": [self._staleness_sum, *self._hist],
                 "norm": norm.state() if (norm := self._all_norm()) is not None else {},
                 "lr_factor": self._lr_factor,
-                "bytes": [self._bytes_pushed, self._bytes_pulled],
+                **self._counts.state(),
             }
 
     def set_values(self, values: torch.Tensor) -> None:
@@ -271,16 +264,11 @@ class ParameterShard:
             self._param.data.copy_(state["param"].reshape(-1))
             load_optimizer_state(self._opt, state["optimizer"])  # torch moves it to our device
             self.version = int(state["version"])
-            self._applied, self._dropped, self._rejected, self._samples = map(
-                int, state["counters"]
-            )
-            self._staleness_sum, *hist = map(int, state["staleness"])
+            self._counts.load(state)
             norm = state.get("norm")
             self._norm = NormStats.from_state(norm) if norm else None
             self._norm_pending = None
             self._lr_factor = float(state.get("lr_factor", 1.0))
-            self._bytes_pushed, self._bytes_pulled = map(int, state.get("bytes", (0, 0)))
-            self._hist = list(hist)
             self._round.clear()
             self._fenced = False
             self._generation += 1
@@ -292,10 +280,10 @@ class ParameterShard:
 
     def _decide(self, update: GradUpdate) -> PushResult:
         """What the rule does with ``update`` (:meth:`push`, lock held)."""
-        self._samples += update.num_samples
-        reason = check_update(
-            update.values, self.numel, update.version, self.version, update.finite
-        )
+        self._counts.samples += update.num_samples
+        verdict = self._unread_verdict(update)
+        finite = True if verdict is not None else update.finite  # else read in the check
+        reason = check_update(update.values, self.numel, update.version, self.version, finite)
         if not reason and update.norm is not None and not update.norm.is_finite():
             reason = "non-finite normalisation statistics"
         if reason:
@@ -310,7 +298,14 @@ class ParameterShard:
         staleness = self.version - update.version
         if self.update_rule.barrier:
             return self._push_barrier(update, staleness)
-        return self._push_on_arrival(update, staleness)
+        return self._push_on_arrival(update, staleness, verdict)
+
+    def _unread_verdict(self, update: GradUpdate) -> torch.Tensor | None:
+        """The sender's finiteness verdict where this shard steps without reading it (see
+        ``_skips``, and on its device), else None: the check reads it."""
+        v = update.finite
+        ok = self._skips and isinstance(v, torch.Tensor) and v.device == self.device
+        return v if ok else None
 
     def _follow(self, update: GradUpdate, decided: PushResult) -> PushResult:
         """Do what shard 0 decided for this update (see :meth:`push`)."""
@@ -333,13 +328,19 @@ class ParameterShard:
             self._finish_barrier()
         return PushResult(decided.status, self.version, 0, count=decided.count)
 
-    def _push_on_arrival(self, update: GradUpdate, staleness: int) -> PushResult:
+    def _push_on_arrival(
+        self, update: GradUpdate, staleness: int, verdict: torch.Tensor | None = None
+    ) -> PushResult:
         reason = self.update_rule.drop_reason(self.rule, staleness)
         if reason:
             return self._drop(reason, staleness)
-        self._step(update.values, self.update_rule.lr_scale(self.rule, staleness))
-        self._count_applied(staleness, 1)
-        return PushResult("applied", self.version, staleness)
+        self._step(update.values, self.update_rule.lr_scale(self.rule, staleness), verdict)
+        if verdict is None:
+            self._count_applied(staleness, 1)
+            return PushResult("applied", self.version, staleness)
+        self._counts.count_unread(verdict, staleness)
+        self._changed.notify_all()  # as _count_applied
+        return PushResult("applied", self.version, staleness, deferred=True)
 
     def _push_barrier(self, update: GradUpdate, staleness: int) -> PushResult:
         # a restarted (or warm-start) worker is back, even if this first push comes late:
@@ -375,25 +376,25 @@ class ParameterShard:
         """The published statistics with the current barrier round's."""
         return merge_all([self._norm, self._norm_pending])
 
-    def _step(self, grad: torch.Tensor, lr_scale: float) -> None:
+    def _step(
+        self, grad: torch.Tensor, lr_scale: float, finite: torch.Tensor | None = None
+    ) -> None:
+        """One optimizer step; a False ``finite`` (unread) makes it a no-op on the device."""
         self._param.grad = grad.to(torch.float32).reshape(-1)
         for g, lr in zip(self._opt.param_groups, self._base_lr, strict=True):
             g["lr"] = lr * self._lr_factor * lr_scale
-        self._opt.step()
+        step_unless_nonfinite(self._opt, finite)
         self._param.grad = None
         self.version += 1
 
     def _count_applied(self, staleness: int, n: int) -> None:
-        self._applied += n
-        self._staleness_sum += staleness * n
-        self._hist[min(staleness, STALENESS_BINS - 1)] += n
+        self._counts.count_applied(staleness, n)
         self._changed.notify_all()
 
     def _drop(self, reason: str, staleness: int) -> PushResult:
-        self._dropped += 1
+        self._counts.dropped += 1
         return PushResult("dropped", self.version, staleness, reason)
 
     def _reject(self, reason: str) -> PushResult:
-        self._rejected += 1
-        self._last_reject = reason
+        self._counts.count_rejected(reason)
         return PushResult("rejected", self.version, 0, reason)

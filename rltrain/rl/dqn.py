@@ -24,7 +24,9 @@ from rltrain.records import GradUpdate, Params
 from rltrain.replay import SampledBatch, TransitionBlock
 from rltrain.rl.actor import acting_setup, frame_stack_of, load_params
 from rltrain.rl.config import TrainConfig
-from rltrain.rl.learner import clipped_flat_grad, pick_device, record_push
+from rltrain.rl.device import pick_device
+from rltrain.rl.exchange import record_push
+from rltrain.rl.learner import clipped_flat_grad
 from rltrain.rl.losses import double_dqn_targets, dqn_loss
 from rltrain.rl.models import build_qnet
 from rltrain.rl.rollout import LossStats, WorkStats
@@ -271,5 +273,5 @@ class DQNLearner:
         self.online.zero_grad(set_to_none=True)
         loss.backward()
         grad, norm = clipped_flat_grad(self.online, self.cfg.algo.max_grad_norm)
-        stats = LossStats(grad_norm=norm, td=float(loss.detach()))
+        stats = LossStats(grad_norm=float(norm), td=float(loss.detach()))
         return grad, stats, td.cpu().numpy(), float(q.detach().mean())

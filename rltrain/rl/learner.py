@@ -9,20 +9,14 @@ choice of targets and of loss (``algo.name``):
   (ppo: GAE on the worker's own rollout; appo: V-trace on the learner's batch).
 * impala, appo with ``impala.correction: none``: GAE on the batch, the actors' lag ignored.
 
-A push is an exchange with the server, and every minibatch step of PPO is a server step: behind
-a barrier the next minibatch's gradient is computed at the parameters the last exchange
-returned; without one, while that exchange is in flight (see :func:`push_gradients`). The
+Each gradient is exchanged with the server by :func:`rltrain.rl.exchange.push_gradients`. The
 workers that act and learn in one process (a3c, a2c, ppo) are in :mod:`rltrain.rl.worker`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
-import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import torch
 
@@ -30,56 +24,29 @@ from rltrain import perf
 from rltrain.envs import ActionSpace
 from rltrain.envs.user import import_env_modules
 from rltrain.perf import PhaseTimer
-from rltrain.ps.server import Server
-from rltrain.records import GradUpdate, Params, PushResult
+from rltrain.ps.server import LocalServer, Server
+from rltrain.records import Params
 from rltrain.rl.actor import load_params, policy_builder
 from rltrain.rl.config import TrainConfig, waits_at_barrier
+from rltrain.rl.device import pick_device
 from rltrain.rl.distributions import distribution
+from rltrain.rl.exchange import push_gradients
 from rltrain.rl.losses import LossSpec, LossTerms, actor_critic_loss, next_state_values
-from rltrain.rl.models import to_device, train_layout
-from rltrain.rl.rollout import LossStats, Rollout, WorkStats, stack
+from rltrain.rl.models import bind_flat, to_device, train_layout, unbind_flat
+from rltrain.rl.rollout import Gradient, Rollout, WorkStats, stack
 from rltrain.rl.schedules import linear
 from rltrain.rl.targets import TargetInputs
 
 
-def clipped_flat_grad(net: torch.nn.Module, max_norm: float) -> tuple[torch.Tensor, float]:
+def clipped_flat_grad(
+    net: torch.nn.Module, max_norm: float
+) -> tuple[torch.Tensor, torch.Tensor]:  # [P], []
     """Clip the global gradient norm (0 = no clipping); the flat gradient [P] on the model's
-    device (a shard on that device steps with it there; a transport copies it as it must)."""
+    device (a shard on that device steps with it there; a transport copies it as it must) and
+    the norm before clipping, a tensor there too (reading it would wait for the backward)."""
     params = list(net.parameters())
     norm = torch.nn.utils.clip_grad_norm_(params, max_norm or float("inf"))
-    return torch.cat([p.grad.reshape(-1) for p in params]), float(norm)
-
-
-def pick_device(want_gpu: bool, who: str = "learner") -> torch.device:
-    """CUDA when a GPU was reserved for this process and torch sees it; said in one line when
-    it does not (a CPU build of torch on the GPU node?), rather than training on the CPU
-    unseen (Ray forwards a process's stderr to the driver's)."""
-    if want_gpu and torch.cuda.is_available():
-        # fp32 matmuls in TF32 on Ampere and later, as cuDNN's convolutions by default
-        torch.set_float32_matmul_precision("high")
-        return torch.device("cuda")
-    if want_gpu:
-        print(
-            f"rltrain: {who} was given a GPU, but torch {torch.__version__} sees no CUDA device "
-            "in its process; it trains on the CPU",
-            file=sys.stderr,
-        )
-    return torch.device("cpu")
-
-
-def warm_gpu() -> threading.Thread | None:
-    """Set up the CUDA context in a thread, now, while the trainer probes the env and starts
-    its actors: the first use of CUDA in a process takes seconds (the driver, the context,
-    the libraries' handles), and a learner, the shards and the batched policy all wait for
-    it otherwise, in line, before the first actor's step (the GPU issue: 64.6 s to the first
-    env step on a 16-core box). None where there is no GPU."""
-    if not torch.cuda.is_available():
-        return None
-    thread = threading.Thread(
-        target=lambda: torch.zeros(1, device="cuda"), name="rltrain-cuda-init", daemon=True
-    )
-    thread.start()
-    return thread
+    return torch.cat([p.grad.reshape(-1) for p in params]), norm
 
 
 def loss_spec(cfg: TrainConfig, progress: float = 0.0) -> LossSpec:
@@ -96,16 +63,6 @@ def loss_spec(cfg: TrainConfig, progress: float = 0.0) -> LossSpec:
         normalize_advantages=p.normalize_advantages and ppo,
         reduction=a.loss_reduction,
     )
-
-
-@dataclasses.dataclass(frozen=True)
-class Gradient:
-    """One minibatch's flat gradient [P] (the learner's device), its loss terms and the
-    samples it covers."""
-
-    values: torch.Tensor
-    loss: LossStats
-    samples: int
 
 
 class Learner:
@@ -129,6 +86,7 @@ class Learner:
         self.device = pick_device(gpu, f"learner {learner_id}")
         self.learner_id = learner_id
         self.params: Params | None = None  # from the last exchange: the next step starts here
+        self.live: torch.Tensor | None = None  # the shard's buffer the parameters view (bind)
         build = policy_builder(cfg)
         self.model = build(cfg.model.kind, obs_shape, actions, cfg.model.hidden)
         self.dist = distribution(actions)
@@ -141,10 +99,30 @@ class Learner:
 
     def load(self, params: Params, norm: bool = True) -> None:
         """Take pulled parameters; ``norm``: also their normalisation statistics (held fixed
-        during the minibatches of one batch, so the inputs do not shift under PPO's ratio)."""
-        load_params(self.model, params, self.device)
+        during the minibatches of one batch, so the inputs do not shift under PPO's ratio).
+        A model bound to its shard's buffer has them already (:meth:`bind`)."""
+        if self.live is None:
+            load_params(self.model, params, self.device)
         if norm:
             self.model.set_norm(params.norm)
+
+    def bind(self, server: Server) -> None:
+        """Beside its shard, on its device, as its only pusher: make the model's parameters
+        views of the shard's own buffer (DESIGN.md, "Where the data lives"), so that a push
+        is the optimizer's step alone and a pull copies nothing (issue 36; on 2 cores a
+        push, pull and load into the model took 2.46x a plain ``optimizer.step()``).
+        Undone where that no longer holds (a second learner joined). Not under
+        ``ppo.overlap_push``, whose next gradient is computed at the parameters before the
+        push in flight, nor for channels-last weights (the flat vector's order differs)."""
+        ok = isinstance(server, LocalServer) and not self.cfg.ppo.overlap_push
+        live = server.live_values(self.device) if isinstance(server, LocalServer) and ok else None
+        if live is not None and self.live is not None and live.data_ptr() == self.live.data_ptr():
+            return
+        if self.live is not None:
+            unbind_flat(self.model)
+            self.live = None
+        if live is not None and bind_flat(self.model, live):
+            self.live = live
 
     def set_progress(self, progress: float) -> None:
         """Where the schedules stand (the entropy coefficient's)."""
@@ -198,6 +176,7 @@ class Learner:
     def gradients(self, r: Rollout) -> Iterator[Gradient]:
         """The gradients of one batch, one per minibatch, each at the parameters loaded when
         it is asked for: the caller pushes each one and loads what comes back in between."""
+        r = r.to(self.device)  # every copy queued at once, none waited for
         if not self.cfg.algo_spec.clipped:
             yield self._one_pass(r)
             return
@@ -246,8 +225,9 @@ class Learner:
         old_values, targets, adv = values[:T].flatten(), targets.flatten(), adv.flatten()
         n = T * B
         size = -(-n // p.minibatches)  # ceil: every sample is in one minibatch per epoch
-        for _ in range(p.epochs):
-            for idx in torch.randperm(n, generator=self.generator).to(d).split(size):
+        orders = [torch.randperm(n, generator=self.generator) for _ in range(p.epochs)]
+        for order in torch.stack(orders).to(d, non_blocking=True):  # [epochs, N]: one copy
+            for idx in order.split(size):
                 lg, v = self.model(obs[idx])
                 loss = actor_critic_loss(
                     lg,
@@ -263,23 +243,21 @@ class Learner:
                 yield self._gradient(loss, len(idx), lag)
 
     @torch.no_grad()
-    def lag_kl(self, r: Rollout, logits: torch.Tensor) -> float | None:
+    def lag_kl(self, r: Rollout, logits: torch.Tensor) -> torch.Tensor:  # []
         """impala/appo: mean KL(mu || pi) of the actors' policy mu against the learner's at the
         batch's start (``logits`` [T, B, P]): how far the actors lag, the gap V-trace corrects
-        (None for the workers of a3c/a2c/ppo, which act with the policy they learn)."""
+        (0, and not reported, for the workers of a3c/a2c/ppo: they act with the policy they
+        learn)."""
         if not self.cfg.algo_spec.lags:
-            return None
-        return float(self.dist.kl(r.behaviour_logits.to(self.device), logits).mean())
+            return torch.zeros((), device=self.device)
+        return self.dist.kl(r.behaviour_logits.to(self.device), logits).mean().float()
 
-    def _gradient(self, loss: LossTerms, samples: int, lag: float | None = None) -> Gradient:
+    def _gradient(self, loss: LossTerms, samples: int, lag: torch.Tensor) -> Gradient:
         self.model.zero_grad(set_to_none=True)
         loss.total.backward()
         grad, norm = clipped_flat_grad(self.model, self.cfg.algo.max_grad_norm)
-        policy, value, entropy, kl, clip_fraction = loss.floats()  # after the sync .cpu() made
-        stats = LossStats(
-            norm, policy, value, entropy, kl=kl, clip_fraction=clip_fraction, lag_kl=lag
-        )
-        return Gradient(grad, stats, samples)
+        stats = torch.cat([norm.float().reshape(1), loss.parts, lag.reshape(1)])  # [7]
+        return Gradient(grad, stats, samples, self.cfg.algo_spec.lags)
 
     # --- the IMPALA/APPO learner step -------------------------------------------------------
 
@@ -288,6 +266,7 @@ class Learner:
         (``progress``: where the schedules stand, in [0, 1])."""
         t = time.perf_counter()
         self.timer.begin()
+        self.bind(server)
         params = self.params
         if params is None:
             with self.timer.phase("pull"):
@@ -305,84 +284,3 @@ class Learner:
         perf.merge(stats.phases, self.timer.take())
         stats.seconds = time.perf_counter() - t
         return stats
-
-
-def push_gradients(
-    learner: Learner,
-    server: Server,
-    batch: Rollout,
-    version: int,
-    worker_id: int,
-    stats: WorkStats,
-    barrier: bool = False,
-    until: int | None = None,
-    epoch: int = 0,
-) -> Params:
-    """Push each gradient of ``batch`` (the first computed at parameters of ``version``) and
-    load the parameters each exchange returns; returns the last of them.
-
-    ``barrier``: wait at the server for the next version after each push (a2c, ppo). Each
-    gradient is computed at the parameters the previous exchange returned, unless
-    ``ppo.overlap_push`` (and no barrier): then the next gradient is computed while the
-    previous exchange is in flight, at the parameters before it (one step of staleness), so
-    the round trip costs no learner time (measured on Pong, 2 cores: a quarter of it), but
-    PPO's epochs became unstable (see the option).
-    ``until``: stop once the server reaches this version (a barrier round's end); ``epoch``:
-    that of the parameters at ``version`` (``GradUpdate.epoch``). The batch's
-    normalisation statistics travel with its first push; the model keeps the statistics it
-    started with until the batch is done, then takes the newest.
-    """
-    norm = batch.norm
-    timeout = learner.cfg.server.barrier_timeout_s
-    overlap = learner.cfg.ppo.overlap_push and not barrier
-    timer = learner.timer
-    params: Params | None = None
-    pending: Callable[[], tuple[PushResult, Params]] | None = None
-    gradients = learner.gradients(batch)
-
-    def finish() -> Params:
-        assert pending is not None
-        with timer.phase("exchange"):
-            result, p = pending()
-        record_push(stats, result)
-        with timer.phase("collate"):
-            learner.load(p, norm=False)
-        return p
-
-    while True:
-        at, at_epoch = version, epoch  # the parameters the next gradient is computed at
-        with timer.phase("learn"):
-            g = next(gradients, None)
-        if pending is not None:  # overlap_push: the exchange that overlapped it
-            params, pending = finish(), None
-            version, epoch = params.version, params.epoch
-        if g is None:
-            break
-        loss = g.loss.terms()
-        finite = math.isfinite(g.loss.grad_norm)  # the shard need not look again
-        update = GradUpdate(
-            worker_id, at, g.values, g.samples, loss, norm, epoch=at_epoch, finite=finite
-        )
-        norm = None
-        with timer.phase("exchange"):
-            pending = server.exchange_begin(update, at + 1 if barrier else 0, timeout)
-        stats.losses.append(g.loss)
-        if not overlap:
-            params, pending = finish(), None
-            version, epoch = params.version, params.epoch
-            if until is not None and params.version >= until:
-                break
-    assert params is not None, "a batch has at least one gradient"
-    learner.model.set_norm(params.norm)
-    return params
-
-
-def record_push(stats: WorkStats, result: PushResult) -> None:
-    stats.updates += 1
-    if result.status in ("applied", "accumulated"):
-        stats.applied += 1
-        stats.staleness.append(result.staleness)
-    elif result.status == "dropped":
-        stats.dropped += 1
-    else:
-        stats.rejected += 1

@@ -24,11 +24,13 @@ from rltrain.rl.inputs import CNN_MIN_SIDE, uses_cnn
 
 
 def bf16_native(device: torch.device | str = "cpu") -> bool:
-    """Whether bfloat16 convolutions run natively: CUDA (Ampere and later) or a CPU with the
-    AVX-512 BF16 / AMX instructions oneDNN uses."""
-    if torch.device(device).type == "cuda":
-        # not emulated: torch's default counts pre-Ampere GPUs (T4, V100), slower in bf16
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
+    """Whether bfloat16 convolutions run natively and pay: a CPU with the AVX-512 BF16 / AMX
+    instructions oneDNN uses. Not CUDA: on an H100 (issue 36, ``benchmarks/cnn_precision.py``)
+    bf16 autocast ran the Nature CNN's inference at 128 frames at 0.62x fp32's speed and its
+    forward + backward at 256 at 0.78x: the CNN is too small for bf16's tensor cores to win
+    back autocast's casts, and fp32 there runs its matmuls in TF32 (:func:`pick_device`)."""
+    if torch.device(device).type != "cpu":
+        return False
     return bool(
         torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
     )
@@ -37,11 +39,11 @@ def bf16_native(device: torch.device | str = "cpu") -> bool:
 def resolve_precision(
     precision: str, kind: str, obs_shape: tuple[int, ...], device: torch.device | str = "cpu"
 ) -> str:
-    """``auto``: bf16 for the Nature CNN where bf16 is native on ``device``, fp32 otherwise
-    (MLPs are too small to gain). Measured on a 2-core AVX-512 EPYC, one torch thread: bf16
-    autocast runs the CNN's forward + backward on 256 frames about 2x faster than fp32,
-    inference on 8 about 1.5x. Learners also keep a bf16 CNN channels-last
-    (:func:`train_layout`)."""
+    """``auto``: bf16 for the Nature CNN where it was measured faster (:func:`bf16_native`:
+    AVX-512 BF16 CPUs), fp32 otherwise (CUDA, other CPUs; MLPs are too small to gain).
+    Measured on a 2-core AVX-512 EPYC, one torch thread: bf16 autocast runs the CNN's forward
+    + backward on 256 frames about 2x faster than fp32, inference on 8 about 1.5x. Learners
+    also keep a bf16 CNN channels-last (:func:`train_layout`)."""
     if precision != "auto":
         return precision
     return "bf16" if uses_cnn(kind, obs_shape) and bf16_native(device) else "fp32"
@@ -142,6 +144,30 @@ def load_flat(model: nn.Module, values: torch.Tensor) -> None:
         n = p.numel()
         p.copy_(values[i : i + n].view_as(p))
         i += n
+
+
+def bind_flat(model: nn.Module, values: torch.Tensor) -> bool:
+    """Make every parameter of ``model`` a view of ``values`` [P] (the flat vector in their
+    logical order, on their device), so that whatever updates ``values`` in place updates the
+    model, with no copy. False, and nothing changed, where a parameter is not laid out in
+    that order (a channels-last weight: :func:`train_layout`) or the sizes differ."""
+    params = list(model.parameters())
+    if sum(p.numel() for p in params) != values.numel() or values.dtype != torch.float32:
+        return False
+    if any(not p.is_contiguous() or p.dtype != values.dtype for p in params):
+        return False
+    i = 0
+    for p in params:
+        n = p.numel()
+        p.data = values[i : i + n].view_as(p)
+        i += n
+    return True
+
+
+def unbind_flat(model: nn.Module) -> None:
+    """Give every parameter storage of its own again (:func:`bind_flat` undone)."""
+    for p in model.parameters():
+        p.data = p.data.clone()
 
 
 def check_torso(kind: str, obs_shape: tuple[int, ...]) -> None:

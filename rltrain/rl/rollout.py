@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -33,6 +34,27 @@ class Rollout:
     phases: dict[str, float] = field(default_factory=dict)  # the actor's seconds per phase
     first_step_at: float | None = None  # time.time() of the actor's first env step, on its
     # first rollout only: where start-up ends (summary.json's startup.first_step)
+
+    def to(self, device: torch.device) -> Rollout:
+        """The tensors on ``device``, copied without waiting (a host-to-device copy that
+        blocked would wait for the device's queue to drain first); itself when there."""
+        if self.obs.device == device:
+            return self
+
+        def move(x: torch.Tensor) -> torch.Tensor:
+            return x.to(device, non_blocking=True)
+
+        return dataclasses.replace(
+            self,
+            obs=move(self.obs),
+            actions=move(self.actions),
+            rewards=move(self.rewards),
+            terminated=move(self.terminated),
+            truncated=move(self.truncated),
+            behaviour_logits=move(self.behaviour_logits),
+            final_obs=move(self.final_obs),
+            final_at=move(self.final_at),
+        )
 
     @property
     def env_steps(self) -> int:
@@ -136,3 +158,39 @@ class WorkStats:
         self.episode_lengths.extend(r.episode_lengths)
         perf.merge(self.phases, r.phases)
         self.first_step_at = earliest((self.first_step_at, r.first_step_at))
+
+
+@dataclass(frozen=True)
+class Gradient:
+    """One minibatch's flat gradient [P], its statistics and the samples it covers, all on
+    the learner's device until :func:`read_losses` reads a batch's statistics at once: a read
+    per minibatch would make the host wait for each backward pass before queuing the next
+    (issue 36: two such waits per minibatch on an H100)."""
+
+    values: torch.Tensor  # [P]
+    stats: torch.Tensor  # [7] grad norm, LossParts' five, lag_kl
+    samples: int
+    lags: bool = False  # impala/appo: stats[6] is the actors' lag (else there is none)
+
+    @property
+    def finite(self) -> torch.Tensor:  # [] bool
+        """Whether every value is finite, as its global norm says (GradUpdate.finite)."""
+        return self.stats[0].isfinite()
+
+    @property
+    def loss(self) -> LossStats:
+        """This gradient's statistics, read now (tests, diagnosis: a host sync)."""
+        return read_losses([self])[0]
+
+
+def read_losses(gradients: Sequence[Gradient]) -> list[LossStats]:
+    """The statistics of ``gradients`` as numbers, read from the device in one transfer."""
+    if not gradients:
+        return []
+    rows = torch.stack([g.stats for g in gradients]).tolist()
+    return [
+        LossStats(
+            norm, policy, value, entropy, kl=kl, clip_fraction=clip, lag_kl=lag if g.lags else None
+        )
+        for g, (norm, policy, value, entropy, kl, clip, lag) in zip(gradients, rows, strict=True)
+    ]

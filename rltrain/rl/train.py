@@ -36,7 +36,7 @@ from rltrain.progress import Progress
 from rltrain.ps.rules import ASYNC
 from rltrain.records import Role
 from rltrain.rl.config import TrainConfig, server_rule
-from rltrain.rl.learner import warm_gpu
+from rltrain.rl.device import warm_gpu
 from rltrain.rl.periodic import PeriodicEval
 from rltrain.rl.plans import PLANS, RLPlan
 from rltrain.rl.rollout import WorkStats

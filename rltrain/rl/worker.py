@@ -13,7 +13,8 @@ from rltrain.perf import PhaseTimer
 from rltrain.ps.server import Server
 from rltrain.rl.actor import Actor
 from rltrain.rl.config import TrainConfig, waits_at_barrier
-from rltrain.rl.learner import Learner, push_gradients
+from rltrain.rl.exchange import push_gradients
+from rltrain.rl.learner import Learner
 from rltrain.rl.rollout import WorkStats
 
 

@@ -68,6 +68,21 @@ def backend(cfg: RuntimeConfig) -> Any:
     return sys.modules[__name__]
 
 
+def release() -> None:
+    """What the interpreter's exit does for this package's processes, for a command that ends
+    with ``os._exit`` (:func:`rltrain.cli.entry`): Ray shut down where it was started, and
+    multiprocessing's exit finalizers run. Among them is the removal of the ``/tmp/pymp-*``
+    directory that holds the forkserver's socket: skipped, one was left behind by every
+    command (42 after a day of runs, issue 36)."""
+    if "ray" in sys.modules:  # a command that failed half-way may leave it up
+        from rltrain.runtime.startup import shutdown
+
+        shutdown()
+    util = sys.modules.get("multiprocessing.util")
+    if util is not None:
+        util._run_finalizers()  # what multiprocessing's atexit hook runs last
+
+
 def __dir__() -> list[str]:
     return sorted([*globals(), *_HOME_OF])
 

@@ -45,6 +45,7 @@ from rltrain.runtime.local import Pool, ServerGuard, cluster_gpus, start_replay,
 from rltrain.runtime.local import Remote as ThreadRemote
 from rltrain.runtime.policy import respond
 from rltrain.runtime.shm import shm_note
+from rltrain.runtime.titles import title_of
 
 __all__ = [
     "Done",
@@ -128,7 +129,16 @@ class Remote:
         path, extended = list(sys.path), extensions.packed()  # as the trainer has them now
         self.process = ctx.Process(
             target=child.main,
-            args=(self.target, self.args, ctrl_child, svc_child, path, self.concurrency, extended),
+            args=(
+                self.target,
+                self.args,
+                ctrl_child,
+                svc_child,
+                path,
+                self.concurrency,
+                extended,
+                title_of(self.role, self.index),
+            ),
             name=f"rltrain-{self.role}{self.index}",
             daemon=False,  # an actor may start processes of its own (gymnasium's async envs)
         )

@@ -1,0 +1,303 @@
+"""The learner's update against a plain PyTorch loop: ms per minibatch, host syncs, aten ops.
+
+A learner's update is what a GPU box waits on (issue 36: 16 ms per minibatch on an H100 for
+1.9 ms of GPU work). This runs the learner's real path (``Learner.learn``: the rollout to the
+device, the targets, then epochs x minibatches of forward, loss, backward, clipping and a
+push to a parameter-server shard beside it on the same device, whose parameters come back
+into the model) and the plain loop a single-process trainer would write (CleanRL's
+``ppo_atari``: the same targets and loss, ``clip_grad_norm_``, a fused ``torch.optim.Adam``
+step) on identical synthetic Pong rollouts (uint8 [T+1, B, 4, 84, 84], ``configs/
+pong_appo.yaml``'s shapes), on the same device, with one torch thread.
+
+Two models: the Nature CNN (the config's, at its precision) and a tiny CNN (one strided
+convolution and a 32-unit layer), whose own work is small, so that its ratio shows the
+learner's fixed cost per update.
+
+Host syncs are counted as calls that read a tensor's value on the host (``.item()``,
+``.tolist()``, ``float()``, ``int()``, ``bool()``, ``.cpu()``, ``.numpy()``) during one
+``learn`` call; on CUDA also as torch's sync warnings (``torch.cuda.set_sync_debug_mode``).
+They are counted for two batches, of ``epochs x minibatches`` updates and of one epoch's,
+and split into a part per rollout and a part per minibatch (syncs = a + b x updates).
+aten ops are counted per update with a ``TorchDispatchMode``.
+
+    python benchmarks/learner_step.py [--device cpu|cuda] [--precision fp32|bf16]
+        [--rollouts 2] [--repeats 3] [--config configs/pong_appo.yaml]
+
+The last line reads, for scripts:
+``learner_step: nature 1.08x, tiny 1.41x, syncs/minibatch 0, syncs/rollout 1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from rltrain.config import load_config
+from rltrain.ps.server import LocalServer
+from rltrain.rl.actor import policy_builder
+from rltrain.rl.config import TrainConfig, server_rule
+from rltrain.rl.learner import Learner, loss_spec
+from rltrain.rl.losses import actor_critic_loss
+from rltrain.rl.models import ActorCritic, flat_params, to_device, train_layout
+from rltrain.rl.rollout import Rollout
+from rltrain.rl.targets import TargetInputs
+
+ROOT = Path(__file__).resolve().parents[1]
+OBS = (4, 84, 84)
+ACTIONS = 6
+READS = {
+    torch.Tensor.item,
+    torch.Tensor.tolist,
+    torch.Tensor.__float__,
+    torch.Tensor.__int__,
+    torch.Tensor.__bool__,
+    torch.Tensor.__index__,
+    torch.Tensor.cpu,
+    torch.Tensor.numpy,
+}
+
+
+class TinyTorso(nn.Module):
+    """Every 4th pixel, one 3x3 convolution of stride 2 and 32 units: the same inputs, little
+    work, so that what the learner adds per update shows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        conv = nn.Conv2d(OBS[0], 8, 3, stride=2)  # [N, 8, 10, 10]
+        self.net = nn.Sequential(conv, nn.ReLU(), nn.Flatten(), nn.Linear(800, 32), nn.ReLU())
+        self.out_dim = 32
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:  # [N, 4, 84, 84] uint8
+        return self.net(obs[..., ::4, ::4].float() * (1.0 / 255.0))  # [N, 4, 21, 21]
+
+
+class HostReads(TorchFunctionMode):
+    """Counts the calls that read a tensor's value on the host."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func in READS:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+class AtenOps(TorchDispatchMode):
+    """Counts the aten operations dispatched."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def rollout(cfg: TrainConfig, seed: int) -> Rollout:
+    """A synthetic Pong rollout of the config's shape: random frames, sparse +-1 rewards."""
+    g = torch.Generator().manual_seed(seed)
+    T, B = cfg.algo.rollout_length, cfg.env.num_envs
+    rewards = torch.randint(-1, 2, (T, B), generator=g).float()
+    rewards *= torch.rand(T, B, generator=g) < 0.05
+    return Rollout(
+        actor_id=0,
+        version=0,
+        obs=torch.randint(0, 256, (T + 1, B, *OBS), generator=g, dtype=torch.uint8),
+        actions=torch.randint(0, ACTIONS, (T, B), generator=g),
+        rewards=rewards,
+        terminated=torch.rand(T, B, generator=g) < 0.002,
+        truncated=torch.zeros(T, B, dtype=torch.bool),
+        behaviour_logits=torch.randn(T, B, ACTIONS, generator=g) * 0.01,
+        final_obs=torch.zeros(0, *OBS, dtype=torch.uint8),
+        final_at=torch.zeros(0, 2, dtype=torch.long),
+    )
+
+
+def model_for(cfg: TrainConfig, kind: str, device: torch.device) -> ActorCritic:
+    """The config's Nature CNN at its precision, in the learners' layout, or the tiny CNN."""
+    torch.manual_seed(cfg.seed)
+    if kind == "tiny":
+        return ActorCritic(TinyTorso(), ACTIONS).to(device)
+    model = policy_builder(cfg)(cfg.model.kind, OBS, ACTIONS, cfg.model.hidden)
+    to_device(model, device, cfg.model.precision)
+    train_layout(model)
+    return model
+
+
+def learner_path(cfg: TrainConfig, kind: str, device: torch.device) -> Callable[[Rollout], int]:
+    """``Learner.learn`` with a shard beside it on ``device``; returns updates per call."""
+    learner = Learner(cfg, OBS, ACTIONS, gpu=device.type == "cuda")
+    learner.model = model_for(cfg, kind, device)
+    rule = dataclasses.replace(server_rule(cfg), shards=1)
+    server = LocalServer(flat_params(learner.model), cfg.optimizer, rule, 1, device=device)
+
+    def learn(r: Rollout) -> int:
+        return learner.learn(server, 0.0, r).updates
+
+    return learn
+
+
+def plain_loop(cfg: TrainConfig, kind: str, device: torch.device) -> Callable[[Rollout], int]:
+    """A single-process trainer's loop on the same model, targets and loss: no server."""
+    model = model_for(cfg, kind, device)
+    o = cfg.optimizer
+    opt = torch.optim.Adam(model.parameters(), lr=o.lr, eps=o.eps, fused=True)
+    spec, p, gamma = loss_spec(cfg), cfg.ppo, cfg.algo.gamma
+    gen = torch.Generator().manual_seed(cfg.seed)
+
+    def learn(r: Rollout) -> int:
+        r = dataclasses.replace(
+            r, **{k: getattr(r, k).to(device) for k in ("obs", "actions", "rewards", "terminated")}
+        )
+        T, B = r.actions.shape
+        with torch.no_grad():
+            logits, values = model(r.obs.flatten(0, 1))
+        logits, values = logits.view(T + 1, B, -1)[:T], values.view(T + 1, B)
+        inputs = TargetInputs(
+            log_probs=lambda: (logits, logits),  # (correction: none never asks)
+            rewards=r.rewards,
+            discounts=r.discounts(gamma),
+            values=values[:T],
+            next_values=values[1:],
+            continues=r.continues(),
+        )
+        targets, adv = cfg.algo_spec.targets(inputs, cfg)
+        obs, actions = r.obs[:T].flatten(0, 1), r.actions.flatten()
+        old, old_v, targets, adv = (
+            logits.flatten(0, 1),
+            values[:T].flatten(),
+            *map(torch.flatten, (targets, adv)),
+        )
+        n = T * B
+        for _ in range(p.epochs):
+            for idx in torch.randperm(n, generator=gen).to(device).split(n // p.minibatches):
+                lg, v = model(obs[idx])
+                loss = actor_critic_loss(
+                    lg, actions[idx], v, targets[idx], adv[idx], spec, old[idx], old_v[idx]
+                )
+                opt.zero_grad(set_to_none=True)
+                loss.total.backward()
+                nn.utils.clip_grad_norm_(model.parameters(), cfg.algo.max_grad_norm)
+                opt.step()
+        return p.epochs * p.minibatches
+
+    return learn
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def ms_per_update(
+    fn: Callable[[Rollout], int], batches: list[Rollout], device: torch.device
+) -> float:
+    sync(device)
+    t, updates = time.perf_counter(), 0
+    for r in batches:
+        updates += fn(r)
+    sync(device)
+    return 1000 * (time.perf_counter() - t) / updates
+
+
+def syncs(fn: Callable[[Rollout], int], r: Rollout, device: torch.device) -> int:
+    """Host reads during one call, with CUDA's sync warnings where there is a GPU."""
+    reads = HostReads()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if device.type == "cuda":
+            torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with reads:
+                fn(r)
+        finally:
+            if device.type == "cuda":
+                torch.cuda.set_sync_debug_mode(0)
+    cuda = sum("synchronizing" in str(w.message) for w in caught)
+    return max(reads.count, cuda)
+
+
+def sync_split(cfg: TrainConfig, kind: str, device: torch.device) -> tuple[float, float]:
+    """(per rollout, per minibatch) from two batch sizes: syncs = a + b x updates."""
+    counts = []
+    for epochs in (cfg.ppo.epochs, 1):
+        c = dataclasses.replace(cfg, ppo=dataclasses.replace(cfg.ppo, epochs=epochs))
+        fn = learner_path(c, kind, device)
+        r = rollout(c, 99)
+        fn(r)  # warm: the optimizer's state, the first pull
+        counts.append((epochs * c.ppo.minibatches, syncs(fn, r, device)))
+    (u1, s1), (u2, s2) = counts
+    b = (s1 - s2) / (u1 - u2) if u1 != u2 else 0.0
+    return s1 - b * u1, b
+
+
+def aten_ops(fn: Callable[[Rollout], int], r: Rollout) -> float:
+    ops = AtenOps()
+    with ops:
+        updates = fn(r)
+    return ops.count / updates
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--config", default=str(ROOT / "configs" / "pong_appo.yaml"))
+    p.add_argument("--precision", help="model.precision (default: the config's)")
+    p.add_argument("--rollouts", type=int, default=2, help="rollouts per timed block")
+    p.add_argument("--repeats", type=int, default=3, help="timed blocks per row (median)")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    device = torch.device(args.device)
+    cfg = load_config(TrainConfig, args.config)
+    if args.precision:
+        cfg = dataclasses.replace(
+            cfg, model=dataclasses.replace(cfg.model, precision=args.precision)
+        )
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    P = cfg.ppo
+    print(
+        f"device {name}, 1 torch thread; {Path(args.config).name}: rollouts of "
+        f"{cfg.algo.rollout_length} x {cfg.env.num_envs}, {P.epochs} epochs x {P.minibatches} "
+        f"minibatches; median of {args.repeats} blocks of {args.rollouts} rollouts"
+    )
+    print("| model | path | ms per update | vs plain | aten ops per update |")
+    print("|---|---|---|---|---|")
+    ratios: dict[str, float] = {}
+    batches = [rollout(cfg, i) for i in range(args.rollouts)]
+    for kind in ("nature", "tiny"):
+        fns = {"plain loop": plain_loop(cfg, kind, device)}
+        fns["learner"] = learner_path(cfg, kind, device)
+        ops = {k: aten_ops(fn, batches[0]) for k, fn in fns.items()}  # (also the warm-up)
+        times: dict[str, list[float]] = {k: [] for k in fns}
+        for _ in range(args.repeats):  # interleaved: the machine's noise falls on both
+            for k, fn in fns.items():
+                times[k].append(ms_per_update(fn, batches, device))
+        base = statistics.median(times["plain loop"])
+        for k in fns:
+            ms = statistics.median(times[k])
+            print(f"| {kind} | {k} | {ms:.3f} | {ms / base:.2f}x | {ops[k]:.0f} |")
+        ratios[kind] = statistics.median(times["learner"]) / base
+    per_rollout, per_minibatch = sync_split(cfg, "tiny", device)
+    print(f"learner's host syncs: {per_minibatch:g} per minibatch, {per_rollout:g} per rollout")
+    print(
+        f"learner_step: nature {ratios['nature']:.2f}x, tiny {ratios['tiny']:.2f}x, "
+        f"syncs/minibatch {per_minibatch:g}, syncs/rollout {per_rollout:g}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -140,7 +140,7 @@ def model_for(cfg: TrainConfig, kind: str, device: torch.device) -> ActorCritic:
 
 def learner_path(cfg: TrainConfig, kind: str, device: torch.device) -> Callable[[Rollout], int]:
     """``Learner.learn`` with a shard beside it on ``device``; returns updates per call."""
-    learner = Learner(cfg, OBS, ACTIONS, gpu=device.type == "cuda")
+    learner = Learner(cfg, OBS, ACTIONS, gpu=device.type == "cuda", threads=1)
     learner.model = model_for(cfg, kind, device)
     rule = dataclasses.replace(server_rule(cfg), shards=1)
     server = LocalServer(flat_params(learner.model), cfg.optimizer, rule, 1, device=device)

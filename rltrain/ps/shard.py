@@ -304,7 +304,7 @@ class ParameterShard:
         """The sender's finiteness verdict where this shard steps without reading it (see
         ``_skips``, and on its device), else None: the check reads it."""
         v = update.finite
-        ok = self._skips and isinstance(v, torch.Tensor) and v.device == self.device
+        ok = self._skips and isinstance(v, torch.Tensor) and v.device == self._param.device
         return v if ok else None
 
     def _follow(self, update: GradUpdate, decided: PushResult) -> PushResult:

@@ -152,7 +152,7 @@ def main() -> None:
     )
     print("| small tensors | p50 ms | p99 ms | pickles/step | bytes pickled | bytes via shm |")
     print("|---|---|---|---|---|---|")
-    rows = {}
+    rows: dict[bool, list[dict[str, Any]]] = {}
     try:
         for torch_pickles in (True, False, True, False):  # interleaved: noise falls on both
             small_as_numpy(not torch_pickles)

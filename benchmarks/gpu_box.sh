@@ -19,7 +19,7 @@
 #     off, so the cores all train): frames/s over the run and after warm-up, seconds to the
 #     first env step, the `rltrain plot --marks -15 0 10 18` table, the last status line (its
 #     `time:` shares are perf/time), and GPU busy % and memory sampled by nvidia-smi;
-#   * the same for ANCHOR_SECONDS (60; 0 skips it) with the protocol of the published fast
+#   * the same for ANCHOR_SECONDS (45; 0 skips it) with the protocol of the published fast
 #     Pong results (--set env.sticky_actions=0, the v4 ids' protocol), for a comparison on
 #     equal terms;
 #   * the same for BEFORE_SECONDS (0 skips it, the default) with the layout before session 28
@@ -28,7 +28,7 @@
 #     (mode="reduce-overhead") against bf16 autocast for the CNN.
 #
 #   bash benchmarks/gpu_box.sh [extra --set for the run ...]
-#   WHEELS=.whl TRAIN_SECONDS=300 ANCHOR_SECONDS=60 BEFORE_SECONDS=0 COMPILE_SECONDS=60 \
+#   WHEELS=.whl TRAIN_SECONDS=300 ANCHOR_SECONDS=45 BEFORE_SECONDS=0 COMPILE_SECONDS=60 \
 #       RAW_SECONDS=5 \
 #       OUT_DIR=/tmp/gpu_box bash benchmarks/gpu_box.sh
 set -uo pipefail
@@ -38,7 +38,7 @@ TRAIN_SECONDS=${TRAIN_SECONDS:-300}
 RAW_SECONDS=${RAW_SECONDS:-5}
 OUT_DIR=${OUT_DIR:-/tmp/gpu_box}
 CONFIG=${CONFIG:-$REPO/configs/pong_appo.yaml}
-ANCHOR_SECONDS=${ANCHOR_SECONDS:-60}
+ANCHOR_SECONDS=${ANCHOR_SECONDS:-45}
 BEFORE_SECONDS=${BEFORE_SECONDS:-0}
 COMPILE_SECONDS=${COMPILE_SECONDS:-60}
 rm -rf "$OUT_DIR" && mkdir -p "$OUT_DIR"
@@ -77,7 +77,7 @@ echo "## the learner alone: its update against a plain PyTorch loop, synthetic P
 python3 "$REPO/benchmarks/learner_step.py" --config "$CONFIG" --rollouts 3 --repeats 3
 echo
 echo "## one actor's act round trip through the batched policy (process runtime, CPU)"
-python3 "$REPO/benchmarks/act_latency.py" --steps 1000 | tail -4
+python3 "$REPO/benchmarks/act_latency.py" --steps 500 | tail -4
 
 if python3 -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then
     echo

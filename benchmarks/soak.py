@@ -71,7 +71,7 @@ def main() -> None:
     seconds = args.minutes * 60
     argv = [sys.executable, "-m", "rltrain.cli", "train", args.config, "--run-dir", args.run_dir]
     argv += ["--set", f"stop.max_seconds={seconds:.0f}", "--set", "stop.mean_return=null"]
-    argv += ["--set", "eval.every_steps=0", "--set", "stop.max_env_steps=null"]
+    argv += ["--set", "eval.every_steps=0", "--set", "stop.max_env_steps=0"]
     for s in args.set:
         argv += ["--set", s]
     log = open(Path(args.run_dir + ".log"), "w")  # noqa: SIM115 - open for the run's life

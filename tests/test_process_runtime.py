@@ -14,7 +14,7 @@ from conftest import read_summary
 
 from rltrain.cli import main
 from rltrain.faults import ProcessLost
-from rltrain.runtime import process
+from rltrain.runtime import local, process
 from rltrain.runtime.shm import Inbox, Outbox, SlotRef, SmallTensor, shm_note
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,6 +150,22 @@ def test_a_child_process_says_what_it_is_in_ps_and_top() -> None:
     finally:
         r.kill()
         process.shutdown()
+
+
+class Where:
+    def comm(self) -> str:
+        """The kernel's name of the thread this call runs in."""
+        return Path(f"/proc/self/task/{threading.get_native_id()}/comm").read_text().strip()
+
+
+def test_a_thread_runtime_role_names_its_thread() -> None:
+    """On the thread runtime (and for the process runtime's learners, threads of the trainer)
+    each role names its thread for top -H and ps -L, in the kernel's 15 characters."""
+    r = local.Remote(Where, role="learner", index=0)
+    try:
+        assert r.call("comm").result(timeout=60) == "rl learner 0"
+    finally:
+        r.kill()
 
 
 def test_a_call_that_raises_fails_the_run_with_its_own_error() -> None:

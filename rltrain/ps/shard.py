@@ -301,11 +301,11 @@ class ParameterShard:
         return self._push_on_arrival(update, staleness, verdict)
 
     def _unread_verdict(self, update: GradUpdate) -> torch.Tensor | None:
-        """The sender's finiteness verdict where this shard steps without reading it (see
-        ``_skips``, and on its device), else None: the check reads it."""
+        """The sender's verdict where this shard steps without reading it, else None."""
         v = update.finite
-        ok = self._skips and isinstance(v, torch.Tensor) and v.device == self._param.device
-        return v if ok else None
+        if isinstance(v, torch.Tensor) and self._skips and v.device == self._param.device:
+            return v
+        return None
 
     def _follow(self, update: GradUpdate, decided: PushResult) -> PushResult:
         """Do what shard 0 decided for this update (see :meth:`push`)."""

@@ -114,8 +114,9 @@ class Learner:
         Undone where that no longer holds (a second learner joined). Not under
         ``ppo.overlap_push``, whose next gradient is computed at the parameters before the
         push in flight, nor for channels-last weights (the flat vector's order differs)."""
-        ok = isinstance(server, LocalServer) and not self.cfg.ppo.overlap_push
-        live = server.live_values(self.device) if isinstance(server, LocalServer) and ok else None
+        live = None
+        if isinstance(server, LocalServer) and not self.cfg.ppo.overlap_push:
+            live = server.live_values(self.device)
         if live is not None and self.live is not None and live.data_ptr() == self.live.data_ptr():
             return
         if self.live is not None:

@@ -211,17 +211,17 @@ def main(
     path: list[str],
     concurrency: int = 1,
     extended: bytes | None = None,
-    title: str = "",
+    title: tuple[str, int] | None = None,
 ) -> None:
     """A child's life: build the instance, say "up", run calls until the pipe closes.
 
     ``concurrency`` > 1 runs calls in that many threads (a supervised worker's ``stop``
     beside its ``run``); results then come back in the order they finish, by call id.
     ``extended``: the algorithms and rules the trainer registered (:mod:`rltrain.extensions`;
-    the forkserver forked before the user's script registered them). ``title``: what ``ps``
-    and ``top`` call this process (:mod:`rltrain.runtime.titles`)."""
-    if title:
-        set_title(title)
+    the forkserver forked before the user's script registered them). ``title``: the role and
+    index ``ps`` and ``top`` call this process by (:mod:`rltrain.runtime.titles`)."""
+    if title is not None:
+        set_title(*title)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the trainer, which stops us
     sys.path[:] = path  # the trainer's (env.imports, tests' modules) as it is now
     calls, requests, proxies = Channel(ctrl), Requester(Channel(svc)), {}

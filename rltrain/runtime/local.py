@@ -36,6 +36,7 @@ from rltrain.ps.server import LocalServer
 from rltrain.records import Role
 from rltrain.runtime.config import RuntimeConfig
 from rltrain.runtime.policy import respond
+from rltrain.runtime.titles import set_thread_name
 
 __all__ = ["Done", "respond"]  # the contract's names that live elsewhere
 
@@ -73,6 +74,7 @@ class Remote:
         threading.Thread(target=self._serve, name=name, daemon=True).start()
 
     def _serve(self) -> None:
+        set_thread_name(self.role, self.index)  # top -H, ps -L: rl actor 3
         while (item := self._queue.get()) is not None:
             future, fn, args = item
             if self._killed or not future.set_running_or_notify_cancel():

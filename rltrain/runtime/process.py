@@ -45,7 +45,6 @@ from rltrain.runtime.local import Pool, ServerGuard, cluster_gpus, start_replay,
 from rltrain.runtime.local import Remote as ThreadRemote
 from rltrain.runtime.policy import respond
 from rltrain.runtime.shm import shm_note
-from rltrain.runtime.titles import title_of
 
 __all__ = [
     "Done",
@@ -137,7 +136,7 @@ class Remote:
                 path,
                 self.concurrency,
                 extended,
-                title_of(self.role, self.index),
+                (self.role, self.index),  # its name in ps and top
             ),
             name=f"rltrain-{self.role}{self.index}",
             daemon=False,  # an actor may start processes of its own (gymnasium's async envs)

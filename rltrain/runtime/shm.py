@@ -115,7 +115,8 @@ class Outbox:
                 obj = obj.detach().cpu()
             if self._large(obj):
                 return self._put(obj, numpy=False)
-            return SmallTensor(obj.detach().numpy()) if obj.dtype in NUMPY_DTYPES else obj
+            numpy_able = obj.dtype in NUMPY_DTYPES and obj.layout == torch.strided
+            return SmallTensor(obj.detach().numpy()) if numpy_able else obj
         if isinstance(obj, np.ndarray):
             if obj.dtype == object or obj.nbytes < self.min_bytes:
                 return obj

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import torch
 from torch import nn
@@ -135,15 +136,23 @@ def flat_params(model: nn.Module) -> torch.Tensor:  # [P]
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
+def flat_slices(
+    model: nn.Module, values: torch.Tensor
+) -> Iterator[tuple[nn.Parameter, torch.Tensor]]:
+    """Each parameter with its slice of the flat vector ``values`` [P], shaped like it."""
+    i = 0
+    for p in model.parameters():
+        n = p.numel()
+        yield p, values[i : i + n].view_as(p)
+        i += n
+
+
 @torch.no_grad()
 def load_flat(model: nn.Module, values: torch.Tensor) -> None:
     """Copy a flat vector [P] into the parameters in place, so that each keeps its device and
     memory format (torch's vector_to_parameters would swap in contiguous views)."""
-    i = 0
-    for p in model.parameters():
-        n = p.numel()
-        p.copy_(values[i : i + n].view_as(p))
-        i += n
+    for p, piece in flat_slices(model, values):
+        p.copy_(piece)
 
 
 def bind_flat(model: nn.Module, values: torch.Tensor) -> bool:
@@ -156,11 +165,8 @@ def bind_flat(model: nn.Module, values: torch.Tensor) -> bool:
         return False
     if any(not p.is_contiguous() or p.dtype != values.dtype for p in params):
         return False
-    i = 0
-    for p in params:
-        n = p.numel()
-        p.data = values[i : i + n].view_as(p)
-        i += n
+    for p, piece in flat_slices(model, values):
+        p.data = piece
     return True
 
 

@@ -45,14 +45,16 @@ def test_impala_survives_losing_an_actor_a_learner_and_the_server_shard(
         "--set",
         "stop.mean_return=null",
         "--set",
-        "stop.max_seconds=28",
+        # Ray: the shard killed at 12 s is restarted and restored (seconds); the process
+        # runtime's learner and shard are part of the trainer: only the actor's kill happens
+        f"stop.max_seconds={28 if backend == 'ray' else 10}",
         "--set",
         "checkpoint.every_seconds=1",
         "--set",
         events(
             "{action: kill, target: actor, index: 0, at: 3}",
-            "{action: kill, target: learner, index: 0, at: 7}",
-            "{action: kill, target: shard, index: 0, at: 12}",
+            f"{{action: kill, target: learner, index: 0, at: {7 if backend == 'ray' else 5}}}",
+            f"{{action: kill, target: shard, index: 0, at: {12 if backend == 'ray' else 6}}}",
         ),
     ]
     assert main([*argv, "--set", f"runtime.backend={backend}"]) == 0
@@ -119,16 +121,17 @@ def test_bench_survives_losing_a_worker_and_the_server_shard(
         "--set",
         "batch_size=16",
         "--set",
-        # a shard of Ray's is restarted and restored (seconds); the process runtime's is not lost
-        f"budget.max_seconds={11 if backend == 'ray' else 7}",
+        # a worker or shard of Ray's is restarted in a new process (up to 8 s on a loaded 2-core
+        # box, torch imported); the process runtime's shard is not lost
+        f"budget.max_seconds={14 if backend == 'ray' else 7}",
         "--set",
         "eval.every_seconds=0.5",
         "--set",
         f"faults.on_worker_loss={on_loss}",
         "--set",
         events(
-            "{action: kill, target: worker, index: 1, at: 2}",
-            "{action: kill, target: shard, index: 0, at: 5}",
+            "{action: kill, target: worker, index: 1, at: 1}",
+            "{action: kill, target: shard, index: 0, at: 4}",
         ),
     ]
     assert main([*argv, "--set", f"runtime.backend={backend}"]) == 0
@@ -141,7 +144,7 @@ def test_bench_survives_losing_a_worker_and_the_server_shard(
         assert f["worker_restarts"] == 1, mode
         assert f["shard_restores"] == shard_kills, mode
         assert r["updates_applied"] > 0, mode
-    assert "worker 1 is back" in err
+    assert "worker 1 is back" in err, err
     if on_loss == "wait":
         assert "sync waits for it" in err
         assert results["sync"]["faults"]["left_barrier"] == 0

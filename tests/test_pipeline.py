@@ -134,7 +134,7 @@ def test_pipeline_options_are_checked() -> None:
 def test_bench_runs_stages_as_ray_processes(run_bench, tiny_root: Path) -> None:  # type: ignore[no-untyped-def]
     _, summary = run_bench(
         f"""
-modes: [baseline, sync, async]
+modes: [baseline, async]
 workers: 2
 batch_size: 32
 model: {{name: cnn, stages: 2, micro_batches: 4}}
@@ -145,6 +145,7 @@ optimizer: {{name: sgd, lr: 0.05}}
 """
     )
     rows = {r["mode"]: r for r in summary["results"]}
-    for mode in ("sync", "async"):  # 2 replicas x 2 stages: the samples of 3 epochs, learned
-        assert rows[mode]["samples"] == rows["baseline"]["samples"] // 32 * 32
-        assert rows[mode]["final_accuracy"] > 0.6, rows[mode]
+    # 2 replicas x 2 stages: the samples of 3 epochs, learned (one server mode: each starts
+    # its stage processes anew, 10 s on 2 cores; sync's barriers are tested in-process above)
+    assert rows["async"]["samples"] == rows["baseline"]["samples"] // 32 * 32
+    assert rows["async"]["final_accuracy"] > 0.6, rows["async"]

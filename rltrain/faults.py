@@ -47,7 +47,8 @@ class FaultEvent:
     worker `index`'s data shard (barriers count one more). add/remove: bench workers."""
     target: str = field(default="actor", metadata=spec(choices=TARGETS))
     """actor (train: an RL actor or a3c/a2c/ppo worker), learner (train: impala/appo/dqn),
-    worker (bench: a supervised worker) or shard (a parameter-server shard)."""
+    worker (bench: a supervised worker), shard (a parameter-server shard) or policy (train:
+    the policy worker of runtime.inference=server)."""
     index: int = field(default=0, metadata=spec(ge=0))
     """Which one: 0 .. count-1."""
     at: float = field(default=0.0, metadata=spec(ge=0))
@@ -201,6 +202,7 @@ class FaultCounters:
     actor_restarts: int = 0  # RL actors and a3c/a2c workers
     learner_restarts: int = 0
     worker_restarts: int = 0  # supervised workers
+    policy_restarts: int = 0  # the policy worker (runtime.inference: server)
     shard_restores: int = 0
     lost_updates: int = 0  # server versions rolled back by shard restores
     lost_calls: int = 0  # work in flight on a lost process (never counted anywhere else)
@@ -208,7 +210,7 @@ class FaultCounters:
     injected: int = 0  # injected kills and pauses
 
     def restart(self, role: Role) -> None:
-        """One more restart of an ``actor``, ``learner`` or ``worker``."""
+        """One more restart of an ``actor``, ``learner``, ``worker`` or ``policy``."""
         name = f"{role}_restarts"
         setattr(self, name, getattr(self, name) + 1)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Literal
 
 PushStatus = Literal["applied", "accumulated", "dropped", "rejected"]
-Role = Literal["actor", "learner", "worker", "shard"]
+Role = Literal["actor", "learner", "worker", "shard", "policy"]
 """What a process is: an RL actor (acts only), a learner, a worker (a3c/a2c/ppo: acts and
 learns; or a supervised worker) or a parameter-server shard. Also the fault-event targets."""
 Verdict = Literal["work", "wait", "gone"]

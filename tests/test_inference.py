@@ -15,65 +15,125 @@ from rltrain.config import ConfigError, load_config
 from rltrain.ps.server import LocalServer
 from rltrain.records import GradUpdate
 from rltrain.rl.config import TrainConfig, server_rule
-from rltrain.rl.inference import PolicyServer
+from rltrain.rl.inference import ActSlots, PolicyWorker
 from rltrain.rl.setup import inference_device, initial_params, probe_env
 
 CFG = Path(__file__).resolve().parents[1] / "configs"
 
 
-def setup() -> tuple[TrainConfig, PolicyServer, LocalServer]:
-    cfg = load_config(TrainConfig, CFG / "cartpole_appo.yaml")
-    spec = probe_env(cfg)
-    server = LocalServer(initial_params(cfg, spec), cfg.optimizer, server_rule(cfg), 1)
-    return cfg, PolicyServer(cfg, spec.obs_shape, spec.actions, server), server
+class Running:
+    """A policy worker serving its slots in a thread (as on the thread runtime)."""
+
+    def __init__(self, actors: int = 6, rows: int = 8) -> None:
+        cfg = load_config(TrainConfig, CFG / "cartpole_appo.yaml")
+        spec = probe_env(cfg)
+        self.cfg = cfg
+        self.server = LocalServer(initial_params(cfg, spec), cfg.optimizer, server_rule(cfg), 1)
+        self.slots = ActSlots(
+            actors, rows, spec.obs_shape, torch.float32, spec.actions, threading.Semaphore
+        )
+        self.worker = PolicyWorker(cfg, spec.obs_shape, spec.actions, self.slots)
+        self.result: dict = {}
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        try:
+            self.result["served"] = self.worker.serve(self.server)
+        except BaseException as e:  # noqa: BLE001 - the test reads it
+            self.result["error"] = e
+
+    def stop(self) -> dict:
+        self.slots.stop()
+        self.thread.join(timeout=10)
+        return self.result
 
 
-def test_concurrent_callers_each_get_their_own_rows_of_one_policy() -> None:
-    _, policy, server = setup()
+def test_concurrent_actors_each_get_their_own_rows_of_one_policy() -> None:
+    run = Running()
     gen = torch.Generator().manual_seed(0)
-    obs = [torch.randn(3 + i, 4, generator=gen) for i in range(6)]  # 6 actors, 3..8 envs each
+    obs = [torch.randn(3 + i % 6, 4, generator=gen) for i in range(6)]  # 3..8 envs each
     out: dict[int, tuple] = {}
     start = threading.Barrier(6)
 
     def actor(i: int) -> None:
+        client = run.slots.client(i)
         start.wait()
-        out[i] = policy.act(obs[i])
+        out[i] = client.act(obs[i])
 
     threads = [threading.Thread(target=actor, args=(i,)) for i in range(6)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=30)
-    assert policy.rows == sum(len(o) for o in obs) and 1 <= policy.batches <= 6
+    served = run.stop()["served"]
+    assert served["rows"] == sum(len(o) for o in obs) and 1 <= served["batches"] <= 6
     with torch.no_grad():
         for i, o in enumerate(obs):
             actions, logits, version = out[i]
             assert actions.shape == (len(o),) and version == 0
-            torch.testing.assert_close(logits, policy.model(o)[0])  # its rows, not another's
+            torch.testing.assert_close(logits, run.worker.policy.model(o)[0])  # its own rows
 
 
 def test_a_learner_batch_of_new_versions_acts_from_the_next_batch() -> None:
     """The policy takes new parameters by version, once a learner's batch of updates is in
     (ppo.epochs x ppo.minibatches versions), not at every version."""
-    cfg, policy, server = setup()
-    stride = cfg.ppo.epochs * cfg.ppo.minibatches
-    assert policy.stride == stride > 1
+    run = Running()
+    run.worker.policy.LOOK_S = 0.0  # it looks at every batch (else at most every 10 ms)
+    client, server = run.slots.client(0), run.server
+    stride = run.cfg.ppo.epochs * run.cfg.ppo.minibatches
+    assert run.worker.policy.stride == stride > 1
     obs = torch.zeros(2, 4)
-    _, before, v0 = policy.act(obs)
+    _, before, v0 = client.act(obs)
     numel = server.layout.numel
     for v in range(stride):
-        assert policy.act(obs)[2] == 0  # fewer than a batch's updates: the same parameters
+        assert client.act(obs)[2] == 0  # fewer than a batch's updates: the same parameters
         server.push(GradUpdate(0, v, torch.ones(numel), 1))
-    _, after, v1 = policy.act(obs)
+    _, after, v1 = client.act(obs)
+    run.stop()
     assert (v0, v1) == (0, stride) and not torch.equal(before, after)
 
 
-def test_a_failed_batch_reaches_each_caller_and_the_next_batch_runs() -> None:
-    _, policy, _ = setup()
-    with pytest.raises(RuntimeError):
-        policy.act(torch.zeros(2, 7))  # wrong observation size
-    actions, _, _ = policy.act(torch.zeros(2, 4))
-    assert actions.shape == (2,)
+def test_an_observation_that_does_not_fit_the_slot_is_refused_in_the_actor() -> None:
+    run = Running(actors=1, rows=4)
+    client = run.slots.client(0)
+    with pytest.raises(ValueError, match=r"actor 0: observations of shape \(2, 7\) do not fit"):
+        client.act(torch.zeros(2, 7))
+    with pytest.raises(ValueError, match="slot of 4"):
+        client.act(torch.zeros(5, 4))
+    assert client.act(torch.zeros(2, 4))[0].shape == (2,)  # the slot still works
+    assert "error" not in run.stop()
+
+
+def test_a_restarted_policy_worker_answers_what_was_left_unanswered() -> None:
+    """A request posted while no policy worker serves (it died) is answered by the next one,
+    once; an actor waiting meanwhile just waits."""
+    run = Running(actors=2)
+    run.stop()  # the first worker is gone
+    run.slots.control[1] = 0.0  # (a new one starts on the same slots)
+    got: dict[int, tuple] = {}
+    waiting = threading.Thread(
+        target=lambda: got.update({0: run.slots.client(0).act(torch.ones(3, 4))})
+    )
+    waiting.start()
+    waiting.join(timeout=0.3)
+    assert waiting.is_alive()  # nobody serves
+    again = Running.__new__(Running)
+    again.cfg, again.server, again.slots, again.result = run.cfg, run.server, run.slots, {}
+    again.worker = PolicyWorker(run.cfg, (4,), run.worker.policy.dist and 2, run.slots)
+    again.thread = threading.Thread(target=again._serve, daemon=True)
+    again.thread.start()
+    waiting.join(timeout=10)
+    assert got[0][0].shape == (3,)
+    assert again.stop()["served"]["rows"] == 3  # answered once
+
+
+def test_the_reward_scale_is_that_of_the_parameters_acting() -> None:
+    run = Running(actors=1)
+    client = run.slots.client(0)
+    client.act(torch.zeros(1, 4))
+    assert client.reward_scale() == run.worker.policy.reward_scale() == 1.0  # nothing seen yet
+    run.stop()
 
 
 def test_where_the_policy_acts(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -107,3 +167,22 @@ def test_actors_train_through_the_batched_policy(tmp_path: Path, backend: str) -
     s = read_summary(run_dir)
     assert s["stopped_by"] == "max_env_steps" and s["env_steps"] >= 6000
     assert s["updates"] > 0
+
+
+@pytest.mark.slow
+def test_a_killed_policy_worker_is_restarted_and_the_actors_go_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    argv = ["train", str(CFG / "cartpole_appo.yaml"), "--run-dir", str(run_dir)]
+    argv += ["--set", "runtime.backend=process", "--set", "runtime.inference=server"]
+    argv += ["--set", "stop.mean_return=null", "--set", "stop.max_seconds=9"]
+    argv += ["--set", "faults.events=[{action: kill, target: policy, index: 0, at: 2}]"]
+    assert main(argv) == 0
+    s = read_summary(run_dir)
+    assert s["stopped_by"] == "max_seconds"
+    assert s["faults"]["injected"] == 1 and s["faults"]["policy_restarts"] == 1
+    assert s["updates"] > 0 and s["episodes"] > 0
+    err = capsys.readouterr().err
+    assert "policy 0 lost: its process died; the trainer restarts it" in err
+    assert "policy 0 is back" in err, err

@@ -27,14 +27,14 @@ from rltrain.rl.rollout import Rollout, stack
 
 
 class Policy(Protocol):
-    """A policy that acts for an actor (:class:`rltrain.rl.inference.PolicyServer`)."""
+    """A policy that acts for an actor (:class:`rltrain.rl.inference.ActClient`)."""
 
     def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
         """Sampled actions, logits [B, A] and the parameters' version, for ``obs`` [B, *obs]."""
         ...
 
-    def norm(self) -> NormStats | None:
-        """The normalisation statistics of the parameters acting now."""
+    def reward_scale(self) -> float:
+        """1 / std of the discounted return, of the parameters acting now."""
         ...
 
 
@@ -162,9 +162,12 @@ class Actor:
     torch threads); tests run it in this process.
     """
 
-    def __init__(self, cfg: TrainConfig, actor_id: int) -> None:
+    def __init__(self, cfg: TrainConfig, actor_id: int, policy: Policy | None = None) -> None:
+        """``policy``: the batched policy that acts for this actor (``runtime.inference``),
+        which then pulls no parameters; None: its own copy acts."""
         self.cfg = cfg
         self.actor_id = actor_id
+        self.policy = policy
         torch.set_num_threads(cfg.runtime.threads_per_worker)
         seed = actor_seed(cfg, actor_id)
         with env_faults():
@@ -202,17 +205,13 @@ class Actor:
             self.stats = params.norm
             self.model.set_norm(params.norm)
 
-    def collect(self, server: Server, policy: Policy | None = None) -> Rollout:
+    def collect(self, server: Server) -> Rollout:
         """Pull every ``server.n_fetch`` rollouts, then act for one rollout; the rollout
-        carries this actor's time per phase since its last one. ``policy``: a batched
-        policy that acts instead of this actor's copy (:mod:`rltrain.rl.inference`), which
-        then pulls nothing."""
+        carries this actor's time per phase since its last one. An actor with a batched
+        policy (:mod:`rltrain.rl.inference`) pulls nothing: the policy acts."""
         self.timer.begin()
-        if policy is not None:
-            if self.cfg.normalize.reward:  # the rewards' scale: the merged statistics'
-                with self.timer.phase("pull"):
-                    self.stats = policy.norm() or self.stats
-            rollout = self.rollout(policy)
+        if self.policy is not None:
+            rollout = self.rollout(self.policy)
             return dataclasses.replace(rollout, phases=self.timer.take())
         if self.rollouts % self.cfg.server.n_fetch == 0 or self.version < 0:
             with self.timer.phase("pull"):
@@ -225,7 +224,7 @@ class Actor:
 
     def _act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
         """This actor's own policy: sampled actions, logits [B_g, A], its version."""
-        logits, _ = self.model(obs)  # [B_g, A]
+        logits = self.model.act_params(obs)  # [B_g, A]
         return self.dist.sample(logits, self.generator), logits, self.version
 
     @torch.no_grad()
@@ -240,7 +239,8 @@ class Actor:
         oldest = None
         T, timer = self.cfg.algo.rollout_length, self.timer
         first_step_at = time.time() if self.rollouts == 0 else None
-        scale = self.stats.reward_scale()
+        # the rewards' scale: that of the merged statistics acting (the batched policy's)
+        scale = self.stats.reward_scale() if policy is None else policy.reward_scale()
         traces = [Trace(obs, sc) for obs, sc in zip(self.obs, self.scalers, strict=True)]
         for t in range(T + 1):
             for g, (env, trace) in enumerate(zip(self.groups, traces, strict=True)):

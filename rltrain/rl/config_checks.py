@@ -77,6 +77,8 @@ def check_algo(cfg: TrainConfig) -> None:
             "actor": cfg.actors or None,  # auto: checked once sized
             "learner": cfg.learners if spec.split else 0,  # separate learner processes
             "shard": cfg.server.shards,
+            # the policy worker: with runtime.inference=server (auto: known once placed)
+            "policy": {"server": 1, "actor": 0}.get(cfg.runtime.inference),
         }
     )
 

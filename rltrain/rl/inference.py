@@ -1,33 +1,38 @@
 """One policy that acts for every actor: their observations batched into one forward pass.
 
 With ``runtime.inference: server`` (``auto`` on a GPU learner's machine), the actors of
-impala and appo step their environments only; each group of observations goes to this
-object in the trainer's process, which runs the policy on the learners' device for whatever
-observations are waiting, from every actor at once (IMPALA's dynamic batching, Espeholt et
-al. 2018; Sample Factory's policy workers, Petrenko et al. 2020). The policy takes the
-server's parameters by version: once a learner's batch of updates has been applied since
-those it holds (``ppo.epochs`` x ``ppo.minibatches`` versions for ppo/appo, one for
-impala), which is as far as an actor's own copy lags with ``server.n_fetch: 1``. Pulling
-at every version copied the 6.8 MB Nature CNN 61 times a second on an H100 (issue 36: 243 GB
-in 300 s). Its rollouts then carry the oldest version that acted in them; V-trace and PPO's
-ratio to the learner's batch-start policy correct for the lag as for an actor's own copy.
+impala and appo step their environments only. Each group of observations goes to the
+*policy worker*, a process of its own on the process runtime (a thread on the thread
+runtime), which runs the policy on its device for whatever observations are waiting, from
+every actor at once (IMPALA's dynamic batching, Espeholt et al. 2018; Sample Factory's policy
+workers, Petrenko et al. 2020).
 
-There is no batching thread: the first caller that finds no batch running takes every
-request waiting, runs it, and hands each caller its rows; callers that arrive meanwhile form
-the next batch. On the process runtime the callers are the trainer's serving threads, one
-per actor process; on the thread runtime, the actors themselves.
+Actors and the policy worker meet in :class:`ActSlots`: shared tensors allocated once, one
+slot per actor, and semaphores. An actor writes its observations into its slot and posts a
+request; the policy worker writes the actions, the behaviour logits and the version into the
+slot and posts the actor's reply. Nothing is pickled and each frame crosses processes once
+(issue 36: the pickled round trip took 0.86 ms at p50 on 2 cores, with two pickles a step).
+
+The policy takes the server's parameters by version: once a learner's batch of updates has
+been applied since those it holds (``ppo.epochs`` x ``ppo.minibatches`` versions for
+ppo/appo, one for impala), which is as far as an actor's own copy lags with
+``server.n_fetch: 1``. Pulling at every version copied the 6.8 MB Nature CNN 61 times a
+second on an H100 (issue 36: 243 GB in 300 s). Its rollouts then carry the oldest version
+that acted in them; V-trace and PPO's ratio to the learner's batch-start policy correct for
+the lag as for an actor's own copy.
 """
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass
+import math
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
 
+import numpy as np
 import torch
 
 from rltrain.envs import ActionSpace
-from rltrain.normalize import NormStats
-from rltrain.records import Params
 from rltrain.rl.actor import load_params, policy_builder
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.distributions import distribution
@@ -37,97 +42,241 @@ Acted = tuple[torch.Tensor, torch.Tensor, int]
 """Actions [B] (or [B, n]), the behaviour logits [B, A] (CPU) and the version that acted."""
 
 
-@dataclass
-class _Request:
-    obs: torch.Tensor  # [B, *obs]
-    result: Acted | BaseException | None = None
+class Semaphore(Protocol):
+    """``threading.Semaphore`` or a process runtime's (``multiprocessing``) semaphore."""
+
+    def acquire(self, block: bool = True, timeout: float | None = None) -> bool: ...
+    def release(self) -> None: ...
 
 
-class PolicyServer:
-    """The policy of every actor, on ``device``, batched across the callers of :meth:`act`."""
+# the columns of ActSlots.meta, one row per actor
+ROWS, ASKED, ANSWERED, VERSION = range(4)
 
-    service_name = "policy"  # what an actor process's proxy calls it (the process runtime)
+
+class ActSlots:
+    """The shared buffers between the actors and the policy worker, allocated once.
+
+    Slot ``i`` (actor ``i``) holds up to ``rows`` observations, their actions and logits, and
+    ``meta[i]``: the rows in use, the request's number (``asked``), the number of the last
+    request answered, and the version that acted. Requests are numbered rather than flagged,
+    so that a restarted policy worker answers exactly the requests left unanswered, and an
+    actor can tell a stale reply's wake-up from its own.
+
+    ``semaphore(0)`` makes a semaphore: the process runtime's cross the processes (they are
+    given to the processes when these start, with the buffers); ``threading.Semaphore`` on
+    the thread runtime and in tests.
+    """
+
+    def __init__(
+        self,
+        actors: int,
+        rows: int,
+        obs_shape: tuple[int, ...],
+        obs_dtype: torch.dtype,
+        actions: ActionSpace | int,
+        semaphore: Callable[[int], Semaphore],
+    ) -> None:
+        space = actions if isinstance(actions, ActionSpace) else ActionSpace(actions)
+        action_shape: tuple[int, ...] = (space.n,) if space.continuous else ()
+        action_dtype = torch.float32 if space.continuous else torch.int64
+        width = 2 * space.n if space.continuous else space.n  # the distribution's parameters
+        self.rows = rows
+        self.obs = torch.zeros(actors, rows, *obs_shape, dtype=obs_dtype).share_memory_()
+        self.actions = torch.zeros(actors, rows, *action_shape, dtype=action_dtype)
+        self.actions.share_memory_()
+        self.logits = torch.zeros(actors, rows, width).share_memory_()  # [N, rows, A]
+        self.meta = torch.zeros(actors, 4, dtype=torch.int64).share_memory_()
+        # [0]: the reward scale of the parameters acting; [1]: 1 once the run has stopped
+        self.control = torch.tensor([1.0, 0.0], dtype=torch.float64).share_memory_()
+        self.request = semaphore(0)  # one release per request (and one to wake it to stop)
+        self.reply = [semaphore(0) for _ in range(actors)]
+
+    def __len__(self) -> int:
+        return len(self.reply)
+
+    def client(self, actor: int) -> ActClient:
+        return ActClient(self, actor)
+
+    def stop(self) -> None:
+        """End the policy worker's :meth:`PolicyWorker.serve` (the run is over)."""
+        self.control[1] = 1.0
+        self.request.release()
+
+    @property
+    def stopped(self) -> bool:
+        return bool(self.control.numpy()[1] != 0)
+
+
+class ActClient:
+    """An actor's end of its slot: :meth:`act` as :class:`rltrain.rl.actor.Policy` wants it."""
+
+    PATIENCE_S = 1.0  # how often a waiting actor looks whether the run has stopped
+
+    def __init__(self, slots: ActSlots, actor: int) -> None:
+        self.slots, self.actor = slots, actor
+        self.obs, self.meta = slots.obs[actor], slots.meta[actor].numpy()  # views
+        self.actions, self.logits = slots.actions[actor], slots.logits[actor]
+        self.request, self.reply = slots.request, slots.reply[actor]
+
+    def __getstate__(self) -> tuple[ActSlots, int]:  # the slots travel; the views are remade
+        return self.slots, self.actor
+
+    def __setstate__(self, state: tuple[ActSlots, int]) -> None:
+        self.__init__(*state)  # type: ignore[misc]
+
+    def act(self, obs: torch.Tensor) -> Acted:
+        """Sampled actions, logits [B, A] and the version that acted, for ``obs`` [B, *obs]."""
+        n, slots, meta = len(obs), self.slots, self.meta
+        if n > slots.rows or obs.shape[1:] != self.obs.shape[1:]:
+            raise ValueError(
+                f"actor {self.actor}: observations of shape {tuple(obs.shape)} do not fit its "
+                f"slot of {slots.rows} x {tuple(self.obs.shape[1:])}"
+            )
+        self.obs[:n].copy_(obs)  # the one copy of these frames across processes
+        asked = int(meta[ASKED]) + 1
+        meta[ROWS] = n
+        meta[ASKED] = asked  # written before the release below, read after its acquire
+        self.request.release()
+        while True:
+            if self.reply.acquire(True, self.PATIENCE_S):
+                if meta[ANSWERED] == asked:
+                    break
+                continue  # the wake-up of a request a policy worker answered twice (restart)
+            if slots.stopped:
+                raise RuntimeError(f"actor {self.actor}: the policy worker has stopped")
+        return self.actions[:n].clone(), self.logits[:n].clone(), int(meta[VERSION])
+
+    def reward_scale(self) -> float:
+        """1 / std of the discounted return, of the parameters acting now (reward scaling)."""
+        return float(self.slots.control[0])
+
+
+class BatchedPolicy:
+    """The acting policy on ``device``: parameters taken from the server by version, one
+    forward pass for the rows of many actors."""
 
     def __init__(
         self,
         cfg: TrainConfig,
         obs_shape: tuple[int, ...],
         actions: ActionSpace | int,
-        server: object,
         device: str | torch.device = "cpu",
     ) -> None:
-        """``server``: the parameter server to pull from (``pull(have)``)."""
         self.device = torch.device(device)
         self.model = policy_builder(cfg)(cfg.model.kind, obs_shape, actions, cfg.model.hidden)
         to_device(self.model, self.device, cfg.model.precision)
         self.model.eval()
         self.dist = distribution(actions)
-        self.server = server
         self.stride = cfg.ppo.epochs * cfg.ppo.minibatches if cfg.algo_spec.clipped else 1
-        self.params: Params | None = None
+        self.params: Any = None  # Params of the version acting
         self.generator = torch.Generator().manual_seed(cfg.seed + 104729)
-        self._cond = threading.Condition()
-        self._pending: list[_Request] = []
-        self._busy = False
         self.batches = 0  # forward passes run
         self.rows = 0  # observations acted on (rows / batches: how well the actors coincide)
+        self._next_look = 0.0
 
-    def act(self, obs: torch.Tensor) -> Acted:
-        """Sampled actions and their logits for ``obs`` [B, *obs], and the version that acted.
-        Waits for the batch it joins (the one after any batch running now)."""
-        req = _Request(obs)
-        with self._cond:
-            self._pending.append(req)
-            while req.result is None:
-                if self._busy:
-                    self._cond.wait()
-                    continue
-                self._busy = True
-                batch, self._pending = self._pending, []
-                self._cond.release()
-                try:
-                    self._run(batch)
-                finally:
-                    self._cond.acquire()
-                    self._busy = False
-                    self._cond.notify_all()
-        if isinstance(req.result, BaseException):
-            raise req.result
-        return req.result
+    @torch.inference_mode()
+    def act(self, obs: list[torch.Tensor]) -> list[Acted]:
+        """Each caller's actions and logits, from one forward pass over their rows."""
+        sizes = [len(o) for o in obs]
+        x = torch.cat(obs).to(self.device, non_blocking=True)
+        logits = self.model.act_params(x)  # [sum B, A]
+        logits = logits.float().cpu()
+        actions = self.dist.sample(logits, self.generator)  # [sum B] or [sum B, n]
+        version = self.params.version if self.params is not None else -1
+        self.batches += 1
+        self.rows += sum(sizes)
+        return [
+            (a, lg, version)
+            for a, lg in zip(actions.split(sizes), logits.split(sizes), strict=True)
+        ]
 
-    def norm(self) -> NormStats | None:
-        """The normalisation statistics of the parameters acting now (an actor scales its
-        rewards by them)."""
-        return None if self.params is None else self.params.norm
+    LOOK_S = 0.01  # the server is asked its version at most this often: a request to
+    # another process costs about 0.3 ms, a forward pass for a few actors less
 
-    @torch.no_grad()
-    def _run(self, batch: list[_Request]) -> None:
-        try:
-            version = self._refresh()
-            sizes = [len(r.obs) for r in batch]
-            x = torch.cat([r.obs for r in batch]).to(self.device, non_blocking=True)
-            logits, _ = self.model(x)  # [sum B, A]
-            logits = logits.float().cpu()
-            actions = self.dist.sample(logits, self.generator)  # [sum B] or [sum B, n]
-            for r, a, lg in zip(batch, actions.split(sizes), logits.split(sizes), strict=True):
-                r.result = (a, lg, version)
-            self.batches += 1
-            self.rows += sum(sizes)
-        except BaseException as e:  # every caller of this batch hears of it, not just one
-            for r in batch:
-                r.result = e
-
-    def _refresh(self) -> int:
+    def refresh(self, server: Any) -> bool:
         """Take the server's newest parameters once ``stride`` versions newer than those held
-        (a version number first: a cheap look); the version acting."""
-        if self.params is not None and self.stride > 1:
-            health = self.server.health()  # type: ignore[attr-defined]
-            versions = [h[0] for h in health if h is not None]
-            if versions and min(versions) - self.params.version < self.stride:
-                return self.params.version
-        p = self.server.pull(self.params)  # type: ignore[attr-defined]
-        if p is not self.params:
-            load_params(self.model, p, self.device)
-            self.model.set_norm(p.norm)
-            self.params = p
-        return p.version
+        (a version number first: a cheap look, at most every ``LOOK_S``); True if they
+        changed."""
+        now = time.monotonic()
+        if self.params is not None:
+            if now < self._next_look:
+                return False
+            self._next_look = now + self.LOOK_S
+            if self.stride > 1:
+                health = server.health()
+                versions = [h[0] for h in health if h is not None]
+                if versions and min(versions) - self.params.version < self.stride:
+                    return False
+        p = server.pull(self.params)
+        if p is self.params:
+            return False
+        load_params(self.model, p, self.device)
+        self.model.set_norm(p.norm)
+        self.params = p
+        return True
+
+    def reward_scale(self) -> float:
+        norm = None if self.params is None else self.params.norm
+        return 1.0 if norm is None else norm.reward_scale()
+
+
+class PolicyWorker:
+    """Acts for every actor through :class:`ActSlots` (a process of its own on the process
+    runtime, ``rltrain: policy 0``; a thread on the thread runtime). Plain Python."""
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        obs_shape: tuple[int, ...],
+        actions: ActionSpace | int,
+        slots: ActSlots,
+        device: str = "cpu",
+    ) -> None:
+        torch.set_num_threads(cfg.runtime.threads_per_worker)
+        self.policy = BatchedPolicy(cfg, obs_shape, actions, device)
+        self.slots = slots
+        # numpy views of the shared buffers: an element read or a row written costs about a
+        # microsecond, a tensor's indexing ten
+        self.meta, self.control = slots.meta.numpy(), slots.control.numpy()
+        self.obs = list(slots.obs.unbind())  # slot i's observations [rows, *obs]
+        self.actions, self.logits = slots.actions.numpy(), slots.logits.numpy()
+
+    def serve(self, server: Any) -> dict[str, int]:
+        """Answer the actors' requests until the slots are stopped; returns how many forward
+        passes ran and the rows they acted on. Requests left unanswered by a policy worker
+        that died are answered first."""
+        slots, policy, meta, control = self.slots, self.policy, self.meta, self.control
+        policy.refresh(server)
+        control[0] = policy.reward_scale()
+        while control[1] == 0:  # not stopped
+            waiting = np.flatnonzero(meta[:, ASKED] != meta[:, ANSWERED])
+            if len(waiting) == 0:
+                slots.request.acquire(True, 0.5)
+                continue
+            while slots.request.acquire(False):
+                pass  # every request posted so far is seen by the look above or the next
+            if policy.refresh(server):
+                control[0] = policy.reward_scale()
+            self._answer(waiting.tolist())
+        return {"batches": policy.batches, "rows": policy.rows}
+
+    def interrupt(self) -> None:
+        """End :meth:`serve` from another thread (the thread runtime's stop)."""
+        self.slots.stop()
+
+    def _answer(self, waiting: list[int]) -> None:
+        meta, reply = self.meta, self.slots.reply
+        asked = meta[waiting, ASKED].tolist()
+        sizes = meta[waiting, ROWS].tolist()
+        acted = self.policy.act([self.obs[i][:n] for i, n in zip(waiting, sizes, strict=True)])
+        for i, n, a, (actions, logits, version) in zip(waiting, sizes, asked, acted, strict=True):
+            self.actions[i, :n] = actions.numpy()
+            self.logits[i, :n] = logits.numpy()
+            meta[i, VERSION] = version
+            meta[i, ANSWERED] = a  # after the outputs: the actor reads them once it sees this
+            reply[i].release()
+
+
+def slot_rows(num_envs: int, groups: int) -> int:
+    """The most observations an actor sends at once: its largest env group's."""
+    return math.ceil(num_envs / max(1, groups))

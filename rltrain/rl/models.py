@@ -262,14 +262,24 @@ class ActorCritic(nn.Module):
             self.obs_norm.set(stats)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.obs_norm is not None:
-            obs = self.obs_norm(obs)
+        obs = self._normed(obs)
         h = self.torso(obs)
         hv = h if self.value_torso is None else self.value_torso(obs)
+        return self._head(h), self.value(hv).squeeze(-1)  # [N, P] (rl.distributions), [N]
+
+    def act_params(self, obs: torch.Tensor) -> torch.Tensor:
+        """The action distribution's parameters [N, P] alone: what acting needs (the value
+        torso and head are not run; on a tiny MLP they are half the forward pass)."""
+        return self._head(self.torso(self._normed(obs)))
+
+    def _normed(self, obs: torch.Tensor) -> torch.Tensor:
+        return obs if self.obs_norm is None else self.obs_norm(obs)
+
+    def _head(self, h: torch.Tensor) -> torch.Tensor:
         params = self.policy(h)  # [N, A] logits, or [N, n] means
         if self.log_std is not None:
             params = torch.cat([params, self.log_std.expand_as(params)], -1)  # [N, 2n]
-        return params, self.value(hv).squeeze(-1)  # [N, P] (see rl.distributions), [N]
+        return params
 
 
 class QNetwork(nn.Module):

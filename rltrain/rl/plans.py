@@ -7,113 +7,33 @@
   references, never fetched by the driver; on the process runtime, copies out of shared
   memory) are batched to the next free learner; a bounded
   queue makes actors wait rather than memory grow.
-* :class:`ReplayPlan` (dqn, Gorila): actors fill the replay shards; learners start once the
-  memory holds ``dqn.learning_starts`` transitions, and actors pause while they are more than
-  ``dqn.env_steps_per_update`` ahead of the learners.
+* :class:`~rltrain.rl.replay_plan.ReplayPlan` (dqn, Gorila), in a module of its own.
 
-The trainer (:class:`rltrain.rl.train.Trainer`, a plan's :class:`Host`) owns the bookkeeping
-every plan shares: the counters, the stop criteria, logs, checkpoints and what a lost process means.
+The trainer (:class:`rltrain.rl.train.Trainer`, a plan's :class:`~rltrain.rl.plan_base.Host`)
+owns the bookkeeping every plan shares: the counters, the stop criteria, logs, checkpoints and
+what a lost process means.
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
-from rltrain.faults import PeerLost, RunFailed
-from rltrain.records import Role
+import numpy as np
+import torch
+
+from rltrain.envs.vector import env_groups
+from rltrain.faults import PeerLost, ProcessLost, RunFailed
 from rltrain.rl.actor import Actor
-from rltrain.rl.config import TrainConfig, waits_at_barrier
-from rltrain.rl.inference import PolicyServer
+from rltrain.rl.config import waits_at_barrier
+from rltrain.rl.inference import ActSlots, PolicyWorker, slot_rows
 from rltrain.rl.learner import Learner
+from rltrain.rl.plan_base import RLPlan
 from rltrain.rl.rollout import Rollout, WorkStats
-from rltrain.rl.setup import Counters, EnvSpec
 from rltrain.rl.worker import Worker
 
-if TYPE_CHECKING:
-    from rltrain.runtime.context import RunContext
-    from rltrain.runtime.contract import Runtime
-
 WORK_CHUNK = 5  # rollouts per a3c/a2c call: long enough to amortise the call, short to steer
-DQN_BLOCKS_PER_CALL = 4  # transition blocks per dqn actor call
-
-
-class Host(Protocol):
-    """What a plan asks of the session that runs it (:class:`rltrain.rl.train.Trainer`)."""
-
-    cfg: TrainConfig
-    spec: EnvSpec
-    counters: Counters
-    gpu: bool  # the learners compute on a GPU
-    inference: str | None  # runtime.inference: the batched policy's device, None: none
-
-    @property
-    def ctx(self) -> RunContext:
-        """The session's processes, guard, fault counters and notes."""
-
-    @property
-    def stopped_by(self) -> str:
-        """Why the run stops ("" while it runs)."""
-
-    def spawn(self, role: Role, cls: type, args_of: Callable[[int], tuple]) -> list[Any]:
-        """Restartable processes of one role, process i built with ``args_of(i)``."""
-
-    def absorb(self, stats: WorkStats) -> None: ...
-
-    def on_fault(self, done: Any, pushes: bool) -> bool:
-        """Count and report a lost or revived process; True when it should get work now."""
-
-    def wait_s(self) -> float: ...
-
-    def tick(self) -> None: ...
-
-    def schedule_at(self) -> float: ...
-
-
-class RLPlan:
-    """The hooks every RL plan shares with its host: when to stop, wait and tick."""
-
-    def __init__(self, host: Host, runtime: Runtime) -> None:
-        self.host = host
-        self.ctx = host.ctx
-        self.cfg = host.cfg
-        self.server = host.ctx.server
-        self.runtime = runtime
-        self.pool = runtime.Pool()
-        self.replay: Any = None  # dqn: the replay shards
-        self.replay_bytes: int | None = None  # dqn: their size at the end, for summary.json
-        self.left_starting = False  # stopped while processes were still starting: said once
-
-    def keep_going(self) -> bool:
-        """Run until stopped; then until the calls in flight have returned, but not those of
-        processes not up: a constructor that never ends, or a process Ray cannot place, has
-        nothing to return, and a stop (stop.max_seconds, a fault) must not wait for it."""
-        if not self.host.stopped_by:
-            return bool(self.pool)
-        starting = [r for r, _, _ in self.pool.calls.values() if not r.is_up()]
-        if starting and not self.left_starting:  # nor may a barrier the others wait at
-            self.left_starting = True
-            note = self.runtime.placement_note(starting)
-            self.ctx.say(f"the stop does not wait for processes not up ({note})")
-            for r in starting:
-                if self.pushes(r) and waits_at_barrier(self.cfg):
-                    self.ctx.guard.leave(r.index)
-        return len(starting) < len(self.pool.calls)
-
-    def pushes(self, remote: Any) -> bool:
-        """Whether ``remote`` pushes gradients (a barrier rule waits for its pushes)."""
-        return remote.role == "learner"
-
-    def wait_s(self) -> float:
-        return self.host.wait_s()
-
-    def tick(self) -> None:
-        self.host.tick()
-
-    def finish(self) -> None:
-        """After the loop (a normal end, not a failure)."""
 
 
 class WorkerPlan(RLPlan):
@@ -200,10 +120,19 @@ class RolloutCap:
 class ActorLearnerPlan(RLPlan):
     """impala, appo: acting-only actors and learners that batch their rollouts."""
 
+    slots: ActSlots | None = None  # runtime.inference: the policy worker's, shared with actors
+
     def start(self) -> None:
-        cfg, host = self.cfg, self.host
-        actors = host.spawn("actor", Actor, lambda i: (cfg, i))
-        spec = host.spec
+        cfg, host, spec = self.cfg, self.host, self.host.spec
+        # runtime.inference: one policy worker acts for every actor, through shared slots
+        self.slots = self._slots() if host.inference is not None else None
+        slots = self.slots
+        clients = [None if slots is None else slots.client(i) for i in range(cfg.actors)]
+        actors = host.spawn("actor", Actor, lambda i: (cfg, i, clients[i]))
+        if slots is not None:
+            args = (cfg, spec.obs_shape, spec.actions, slots, host.inference)
+            (self.policy,) = host.spawn("policy", PolicyWorker, lambda i: args)
+            self.pool.submit(self.policy, "serve", self.server)
         learners = host.spawn(
             "learner", Learner, lambda i: (cfg, spec.obs_shape, spec.actions, host.gpu, i)
         )
@@ -211,12 +140,16 @@ class ActorLearnerPlan(RLPlan):
         self.idle_learners = list(learners)
         self.idle_actors: list[Any] = []
         self.cap = RolloutCap.of(cfg.learners, cfg.impala.learner_batch, len(actors))
-        self.policy = None  # runtime.inference: one batched policy acts for every actor
-        if host.inference is not None:
-            device = host.inference
-            self.policy = PolicyServer(cfg, spec.obs_shape, spec.actions, self.server, device)
         for a in actors:
-            self.pool.submit(a, "collect", self.server, self.policy, fetch=False)
+            self.pool.submit(a, "collect", self.server, fetch=False)
+
+    def _slots(self) -> ActSlots:
+        cfg, spec = self.cfg, self.host.spec
+        dtype = torch.from_numpy(np.zeros(0, dtype=spec.obs_dtype)).dtype
+        rows = slot_rows(cfg.env.num_envs, env_groups(cfg.env))
+        return ActSlots(
+            cfg.actors, rows, spec.obs_shape, dtype, spec.actions, self.runtime.Semaphore
+        )
 
     def _usable(self, actor: Any) -> bool:  # not gone for good, not being restarted
         return actor in self.ctx.procs["actor"] and actor not in self.pool.restarting()
@@ -226,6 +159,8 @@ class ActorLearnerPlan(RLPlan):
             self.idle_actors.append(actor)
 
     def on_result(self, done: Any) -> None:
+        if done.remote.role == "policy":  # serve returned: the run has stopped
+            return
         if done.remote.role == "actor":
             self.ready.append((done.value, done.remote))
             self._idle(done.remote)
@@ -234,6 +169,9 @@ class ActorLearnerPlan(RLPlan):
         self.idle_learners.append(done.remote)
 
     def on_fault(self, done: Any) -> None:
+        if done.remote.role == "policy":
+            self._policy_fault(done)
+            return
         if done.remote.role == "actor":
             if self.host.on_fault(done, pushes=False):
                 self._idle(done.remote)
@@ -241,6 +179,19 @@ class ActorLearnerPlan(RLPlan):
         self.ready.extendleft(reversed(self._salvage(done)))
         if self.host.on_fault(done, pushes=True):
             self.idle_learners.append(done.remote)
+
+    def _policy_fault(self, done: Any) -> None:
+        """The policy worker died, or is back: the actors wait for it meanwhile (their
+        requests stay in the slots, answered by the next one), so it serves again even
+        after a stop, until the actors' calls have returned."""
+        self.host.on_fault(done, pushes=False)
+        if done.revived:
+            self.pool.submit(done.remote, "serve", self.server)
+        elif isinstance(done.error, ProcessLost) and done.error.permanent:
+            raise RunFailed(
+                "the policy worker died and will not restart (faults.max_restarts spent); "
+                "the actors cannot act without it (runtime.inference=server)"
+            )
 
     def finish(self) -> None:
         """The rollouts made and never learned from (queued at the stop, or in the batch of a
@@ -262,6 +213,9 @@ class ActorLearnerPlan(RLPlan):
     def refill(self) -> None:
         host, cfg, pool = self.host, self.cfg, self.pool
         if host.stopped_by:
+            acting = any(r.role == "actor" for r, _, _ in pool.calls.values())
+            if self.slots is not None and not acting:  # no actor waits for actions now
+                self.slots.stop()
             if waits_at_barrier(cfg):  # no barrier may wait for idle learners now, one that
                 for learner in self.idle_learners:  # left once and rejoined by pushing too
                     self.ctx.guard.leave(learner.index)
@@ -278,9 +232,9 @@ class ActorLearnerPlan(RLPlan):
         live = len(self.ctx.procs["learner"]) * n
         cap = self.cap.update(starving, queued=len(self.ready), batches=live)
         while self.idle_actors and len(self.ready) + acting < cap:
-            actor = self.idle_actors.pop()
+            actor = self.idle_actors.pop(0)  # the longest idle first: none starves
             if self._usable(actor) and not pool.busy(actor):
-                pool.submit(actor, "collect", self.server, self.policy, fetch=False)
+                pool.submit(actor, "collect", self.server, fetch=False)
                 acting += 1
 
     def _salvage(self, done: Any) -> list[Any]:
@@ -310,82 +264,10 @@ class ActorLearnerPlan(RLPlan):
         return [item for item, w in zip(batch, why, strict=True) if not w]
 
 
-class ReplayPlan(RLPlan):
-    """dqn (Gorila): actors fill the replay shards; learners start after learning_starts."""
+def plan_of(layout: str) -> type[RLPlan]:
+    """The plan of a process layout (:attr:`rltrain.rl.algos.AlgoSpec.layout`)."""
+    if layout == "replay":
+        from rltrain.rl.replay_plan import ReplayPlan  # (it builds on RLPlan, from here)
 
-    def start(self) -> None:
-        from rltrain.replay import ReplayMemory
-        from rltrain.rl.dqn import DQNActor, DQNLearner, memory_args
-
-        cfg, host, spec = self.cfg, self.host, self.host.spec
-        args = [memory_args(cfg, spec, i) for i in range(cfg.replay.shards)]
-        self.replay = self.runtime.start_replay(ReplayMemory, args, cfg.actors + cfg.learners + 4)
-        self.ctx.add("replay", [])  # replay shards are killed at the end, not restarted
-        self.replay_ids = {a: i for i, a in enumerate(self.replay.actor_ids())}
-        per_env_steps = host.counters.env_steps // (cfg.actors * cfg.env.num_envs)
-        actors = host.spawn("actor", DQNActor, lambda i: (cfg, i, per_env_steps))
-        host.spawn(
-            "learner", DQNLearner, lambda i: (cfg, spec.obs_shape, spec.num_actions, host.gpu, i)
-        )
-        self.idle: list[Any] = []  # actors paused by the replay ratio
-        self.learning = False
-        for a in actors:
-            self._give(a)
-
-    def _give(self, r: Any) -> None:
-        if r.role == "learner":
-            self.pool.submit(r, "learn", self.server, self.replay, self.cfg.dqn.updates_per_call)
-        else:
-            self.pool.submit(r, "collect", self.server, self.replay, DQN_BLOCKS_PER_CALL)
-
-    def _again(self, r: Any) -> None:
-        if r.role == "learner":
-            self._give(r)
-        else:
-            self.idle.append(r)
-
-    def on_result(self, done: Any) -> None:
-        self.host.absorb(done.value)
-        if not self.host.stopped_by:
-            self._again(done.remote)
-
-    def on_fault(self, done: Any) -> None:
-        if isinstance(done.error, PeerLost) and done.error.actor_id in self.replay_ids:
-            raise RunFailed(
-                f"replay shard {self.replay_ids[done.error.actor_id]} died; the replay memory "
-                "is not checkpointed: continue with `rltrain train --resume RUN_DIR`"
-            )
-        learner = done.remote.role == "learner"
-        if self.host.on_fault(done, pushes=learner) and (not learner or self.learning):
-            self._again(done.remote)
-
-    def refill(self) -> None:
-        host, d = self.host, self.cfg.dqn
-        if host.stopped_by:
-            return
-        c = host.counters
-        ahead = (
-            self.learning
-            and d.env_steps_per_update > 0
-            and c.env_steps - d.learning_starts > d.env_steps_per_update * c.updates
-        )
-        while self.idle and not ahead:
-            self._give(self.idle.pop())
-        if not self.learning and sum(self.replay.sizes()) >= d.learning_starts:
-            self.learning = True
-            for h in self.ctx.procs["learner"]:
-                self._give(h)
-
-    def finish(self) -> None:
-        """After the loop: the memory's size for summary.json, and the shards stopped."""
-        self.replay_bytes = self.replay.nbytes()
-        for h in self.replay.handles:
-            self.runtime.kill(h)
-
-
-PLANS: dict[str, type[RLPlan]] = {
-    "worker": WorkerPlan,
-    "actor_learner": ActorLearnerPlan,
-    "replay": ReplayPlan,
-}
-"""The plan of each process layout (:attr:`rltrain.rl.algos.AlgoSpec.layout`)."""
+        return ReplayPlan
+    return {"worker": WorkerPlan, "actor_learner": ActorLearnerPlan}[layout]

@@ -38,7 +38,7 @@ from rltrain.records import Role
 from rltrain.rl.config import TrainConfig, server_rule
 from rltrain.rl.device import warm_gpu
 from rltrain.rl.periodic import PeriodicEval
-from rltrain.rl.plans import PLANS, RLPlan
+from rltrain.rl.plans import RLPlan, plan_of
 from rltrain.rl.rollout import WorkStats
 from rltrain.rl.schedules import LRSender, schedule_progress
 from rltrain.rl.setup import (
@@ -62,7 +62,7 @@ from rltrain.runtime.contract import Runtime
 
 class Trainer:
     """Runs one training session (a fresh run or a resumed one) to a stop criterion: the
-    :class:`~rltrain.rl.plans.Host` of the algorithm's plan."""
+    :class:`~rltrain.rl.plan_base.Host` of the algorithm's plan."""
 
     def __init__(
         self,
@@ -141,7 +141,7 @@ class Trainer:
         self.record.mark("trainer")  # imports, config, the env probe, the run folder
         try:
             self._start(runtime)
-            self.plan = PLANS[self.cfg.algo_spec.layout](self, runtime)
+            self.plan = plan_of(self.cfg.algo_spec.layout)(self, runtime)
             drive(self.plan.pool, self.plan)
             self.plan.finish()
         except KeyboardInterrupt:
@@ -240,8 +240,9 @@ class Trainer:
         runtime.shutdown()
 
     def spawn(self, role: Role, cls: type, args_of: Callable[[int], tuple]) -> list[Any]:
-        """Restartable processes of one role (actor or learner; a3c/a2c/ppo workers count as
-        actors), process i built with ``args_of(i)``; learners take a GPU when there is one."""
+        """Restartable processes of one role (actor, learner or the one policy worker;
+        a3c/a2c/ppo workers count as actors), process i built with ``args_of(i)``; learners
+        take a GPU when there is one."""
         cfg = self.cfg
         learner = role == "learner"
         cpus = cfg.runtime.worker_cpus * (learner_cpus(self.gpu) if learner else 1)
@@ -256,7 +257,7 @@ class Trainer:
                 num_gpus=gpus,
                 max_restarts=cfg.faults.max_restarts,
             )
-            for i in range(cfg.learners if learner else cfg.actors)
+            for i in range({"learner": cfg.learners, "policy": 1}.get(role, cfg.actors))
         ]
         return self.ctx.add(role, remotes)
 

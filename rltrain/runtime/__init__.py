@@ -38,7 +38,7 @@ _HOMES = {
     "guard": ("ServerGuard",),
     "policy": ("respond",),
     "pool": ("Done", "Pool", "get", "kill", "wait_all", "wait_any"),
-    "remote": ("Remote", "inject", "placement_note", "wait_up"),
+    "remote": ("Remote", "Semaphore", "inject", "placement_note", "wait_up"),
     "sandblaster": ("RayExecutor", "RayStore", "start_store"),
     "stages": ("RayStages",),
     "startup": (

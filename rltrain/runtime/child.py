@@ -176,6 +176,10 @@ class ServerProxy:
     def stats(self) -> ServerStats:
         return self.requests.call("server", "stats")
 
+    def health(self) -> list[tuple[int, bool] | None]:
+        """Each shard's (version, fenced): a cheap look at how far the server has moved."""
+        return self.requests.call("server", "health")
+
 
 class ServiceProxy:
     """Any other service (the replay memory): each method a request."""

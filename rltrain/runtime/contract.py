@@ -98,6 +98,9 @@ class Runtime(Protocol):
     Remote: Callable[..., RemoteProcess]
     Pool: Callable[[], CallPool]
     ServerGuard: Callable[[Any, Any, Say], Guard]
+    Semaphore: Callable[[int], Any]
+    """A semaphore its processes share (given to them when they start): the batched policy's
+    slots (:class:`rltrain.rl.inference.ActSlots`)."""
 
     def start(self, cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
         """Start the runtime; a line saying what it is."""

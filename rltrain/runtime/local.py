@@ -41,6 +41,7 @@ from rltrain.runtime.titles import set_thread_name
 __all__ = ["Done", "respond"]  # the contract's names that live elsewhere
 
 DESCRIPTION = "in-process (runtime.backend=local: threads, no Ray)"
+Semaphore = threading.Semaphore  # the threads of one process share any object
 
 
 @runtime_checkable

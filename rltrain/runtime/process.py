@@ -50,6 +50,7 @@ __all__ = [
     "Done",
     "Pool",
     "Remote",
+    "Semaphore",
     "ServerGuard",
     "cluster_cpus",
     "cluster_gpus",
@@ -296,6 +297,12 @@ class Remote:
             self.process.kill()
 
 
+def Semaphore(value: int = 0) -> Any:  # noqa: N802 - a factory, named as the class it makes
+    """A semaphore of the forkserver's context: a child takes it as a constructor argument
+    (a POSIX semaphore; no pipe, no pickle when it is used)."""
+    return context().Semaphore(value)
+
+
 def wait_any(futures: Sequence[cf.Future], timeout: float) -> list[cf.Future]:
     done, _ = cf.wait(futures, timeout, return_when=cf.FIRST_COMPLETED)
     return list(done)
@@ -329,11 +336,12 @@ def inject(
     e = action.event
     target = next((r for r in procs.get(e.target, []) if r.index == e.index), None)
     if target is None:
-        if e.target == "shard":
-            say(
-                f"injected fault: skipped {action.signal} shard {e.index}: the shards are "
-                "objects of the trainer's process (runtime.backend=process)"
-            )
+        why = {
+            "shard": "the shards are objects of the trainer's process (runtime.backend=process)",
+            "policy": "the actors act with their own copies in this run (runtime.inference)",
+        }.get(e.target)
+        if why:
+            say(f"injected fault: skipped {action.signal} {e.target} {e.index}: {why}")
         return
     if not isinstance(target, Remote):
         say(

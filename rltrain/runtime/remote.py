@@ -172,6 +172,12 @@ def placement_note(waiting: Sequence[Remote]) -> str:
     )
 
 
+def Semaphore(value: int = 0) -> Any:  # noqa: N802 - the runtimes' name for the factory
+    """Refused: Ray's processes share no memory (``runtime.inference: server``, the one user,
+    is refused on Ray before a run starts: :func:`rltrain.rl.setup.inference_device`)."""
+    raise RuntimeError("Ray's processes share no semaphores: runtime.inference=server is local")
+
+
 def wait_up(remotes: Sequence[Remote], say: Callable[[str], None], patience: float = 20.0) -> None:
     """Wait until every process has started; after ``patience`` seconds, say once which have
     not (a process too large for any node waits for one silently in Ray)."""

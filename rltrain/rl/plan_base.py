@@ -1,0 +1,92 @@
+"""What every RL plan shares: the :class:`Host` it runs in (the trainer) and
+:class:`RLPlan`, the hooks of the driver loop (:func:`rltrain.driver.drive`) common to all."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from rltrain.records import Role
+from rltrain.rl.config import TrainConfig, waits_at_barrier
+from rltrain.rl.rollout import WorkStats
+from rltrain.rl.setup import Counters, EnvSpec
+
+if TYPE_CHECKING:
+    from rltrain.runtime.context import RunContext
+    from rltrain.runtime.contract import Runtime
+
+
+class Host(Protocol):
+    """What a plan asks of the session that runs it (:class:`rltrain.rl.train.Trainer`)."""
+
+    cfg: TrainConfig
+    spec: EnvSpec
+    counters: Counters
+    gpu: bool  # the learners compute on a GPU
+    inference: str | None  # runtime.inference: the batched policy's device, None: none
+
+    @property
+    def ctx(self) -> RunContext:
+        """The session's processes, guard, fault counters and notes."""
+
+    @property
+    def stopped_by(self) -> str:
+        """Why the run stops ("" while it runs)."""
+
+    def spawn(self, role: Role, cls: type, args_of: Callable[[int], tuple]) -> list[Any]:
+        """Restartable processes of one role, process i built with ``args_of(i)``."""
+
+    def absorb(self, stats: WorkStats) -> None: ...
+
+    def on_fault(self, done: Any, pushes: bool) -> bool:
+        """Count and report a lost or revived process; True when it should get work now."""
+
+    def wait_s(self) -> float: ...
+
+    def tick(self) -> None: ...
+
+    def schedule_at(self) -> float: ...
+
+
+class RLPlan:
+    """The hooks every RL plan shares with its host: when to stop, wait and tick."""
+
+    def __init__(self, host: Host, runtime: Runtime) -> None:
+        self.host = host
+        self.ctx = host.ctx
+        self.cfg = host.cfg
+        self.server = host.ctx.server
+        self.runtime = runtime
+        self.pool = runtime.Pool()
+        self.replay: Any = None  # dqn: the replay shards
+        self.replay_bytes: int | None = None  # dqn: their size at the end, for summary.json
+        self.left_starting = False  # stopped while processes were still starting: said once
+
+    def keep_going(self) -> bool:
+        """Run until stopped; then until the calls in flight have returned, but not those of
+        processes not up: a constructor that never ends, or a process Ray cannot place, has
+        nothing to return, and a stop (stop.max_seconds, a fault) must not wait for it."""
+        if not self.host.stopped_by:
+            return bool(self.pool)
+        starting = [r for r, _, _ in self.pool.calls.values() if not r.is_up()]
+        if starting and not self.left_starting:  # nor may a barrier the others wait at
+            self.left_starting = True
+            note = self.runtime.placement_note(starting)
+            self.ctx.say(f"the stop does not wait for processes not up ({note})")
+            for r in starting:
+                if self.pushes(r) and waits_at_barrier(self.cfg):
+                    self.ctx.guard.leave(r.index)
+        return len(starting) < len(self.pool.calls)
+
+    def pushes(self, remote: Any) -> bool:
+        """Whether ``remote`` pushes gradients (a barrier rule waits for its pushes)."""
+        return remote.role == "learner"
+
+    def wait_s(self) -> float:
+        return self.host.wait_s()
+
+    def tick(self) -> None:
+        self.host.tick()
+
+    def finish(self) -> None:
+        """After the loop (a normal end, not a failure)."""

@@ -1,0 +1,86 @@
+"""The plan of dqn (Gorila) in the driver loop (:func:`rltrain.driver.drive`): actors fill
+the replay shards; learners start once the memory holds ``dqn.learning_starts``
+transitions, and actors pause while they are more than ``dqn.env_steps_per_update`` ahead
+of the learners."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rltrain.faults import PeerLost, RunFailed
+from rltrain.rl.plan_base import RLPlan
+
+DQN_BLOCKS_PER_CALL = 4  # transition blocks per dqn actor call
+
+
+class ReplayPlan(RLPlan):
+    """dqn (Gorila): actors fill the replay shards; learners start after learning_starts."""
+
+    def start(self) -> None:
+        from rltrain.replay import ReplayMemory
+        from rltrain.rl.dqn import DQNActor, DQNLearner, memory_args
+
+        cfg, host, spec = self.cfg, self.host, self.host.spec
+        args = [memory_args(cfg, spec, i) for i in range(cfg.replay.shards)]
+        self.replay = self.runtime.start_replay(ReplayMemory, args, cfg.actors + cfg.learners + 4)
+        self.ctx.add("replay", [])  # replay shards are killed at the end, not restarted
+        self.replay_ids = {a: i for i, a in enumerate(self.replay.actor_ids())}
+        per_env_steps = host.counters.env_steps // (cfg.actors * cfg.env.num_envs)
+        actors = host.spawn("actor", DQNActor, lambda i: (cfg, i, per_env_steps))
+        host.spawn(
+            "learner", DQNLearner, lambda i: (cfg, spec.obs_shape, spec.num_actions, host.gpu, i)
+        )
+        self.idle: list[Any] = []  # actors paused by the replay ratio
+        self.learning = False
+        for a in actors:
+            self._give(a)
+
+    def _give(self, r: Any) -> None:
+        if r.role == "learner":
+            self.pool.submit(r, "learn", self.server, self.replay, self.cfg.dqn.updates_per_call)
+        else:
+            self.pool.submit(r, "collect", self.server, self.replay, DQN_BLOCKS_PER_CALL)
+
+    def _again(self, r: Any) -> None:
+        if r.role == "learner":
+            self._give(r)
+        else:
+            self.idle.append(r)
+
+    def on_result(self, done: Any) -> None:
+        self.host.absorb(done.value)
+        if not self.host.stopped_by:
+            self._again(done.remote)
+
+    def on_fault(self, done: Any) -> None:
+        if isinstance(done.error, PeerLost) and done.error.actor_id in self.replay_ids:
+            raise RunFailed(
+                f"replay shard {self.replay_ids[done.error.actor_id]} died; the replay memory "
+                "is not checkpointed: continue with `rltrain train --resume RUN_DIR`"
+            )
+        learner = done.remote.role == "learner"
+        if self.host.on_fault(done, pushes=learner) and (not learner or self.learning):
+            self._again(done.remote)
+
+    def refill(self) -> None:
+        host, d = self.host, self.cfg.dqn
+        if host.stopped_by:
+            return
+        c = host.counters
+        ahead = (
+            self.learning
+            and d.env_steps_per_update > 0
+            and c.env_steps - d.learning_starts > d.env_steps_per_update * c.updates
+        )
+        while self.idle and not ahead:
+            self._give(self.idle.pop())
+        if not self.learning and sum(self.replay.sizes()) >= d.learning_starts:
+            self.learning = True
+            for h in self.ctx.procs["learner"]:
+                self._give(h)
+
+    def finish(self) -> None:
+        """After the loop: the memory's size for summary.json, and the shards stopped."""
+        self.replay_bytes = self.replay.nbytes()
+        for h in self.replay.handles:
+            self.runtime.kill(h)

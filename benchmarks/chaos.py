@@ -75,17 +75,23 @@ class Plan:
 def draw(rng: random.Random) -> Plan:
     kind = rng.choice(["bench", "train"])
     what = rng.choice(
-        ["sync", "soft_sync", "async", "average"] if kind == "bench" else ["a3c", "appo", "dqn"]
+        ["sync", "soft_sync", "async", "average"]
+        if kind == "bench"
+        else ["a3c", "appo", "appo_server", "dqn"]
     )
     backend = "process" if rng.random() < 0.75 else "ray"
+    if what == "appo_server":  # appo with runtime.inference=server: the policy worker
+        backend = "process"  # (its slots are shared memory: one machine)
     shards = rng.choice([1, 2])
     if kind == "bench" and backend == "process":
         shards = 1  # the log (server.record) needs one shard; its shard cannot be lost here
     budget = BENCH_SECONDS if kind == "bench" else TRAIN_SECONDS
-    targets = {"bench": ["worker", "shard"], "a3c": ["actor", "shard"]}.get(
-        kind if kind == "bench" else what, ["actor", "learner", "shard"]
-    )
-    counts = {"worker": 3, "actor": 2, "learner": 1, "shard": shards}
+    targets = {
+        "bench": ["worker", "shard"],
+        "a3c": ["actor", "shard"],
+        "appo_server": ["policy", "actor", "learner", "shard"],
+    }.get(kind if kind == "bench" else what, ["actor", "learner", "shard"])
+    counts = {"worker": 3, "actor": 2, "learner": 1, "shard": shards, "policy": 1}
     events = []
     for _ in range(rng.randint(1, 3)):
         target = rng.choice(targets)
@@ -125,9 +131,11 @@ def command(p: Plan, run_dir: Path) -> list[str]:
     cfg = (
         ROOT
         / "configs"
-        / {"a3c": "cartpole_a3c.yaml", "appo": "cartpole_appo.yaml"}.get(
-            p.what, "cartpole_gorila.yaml"
-        )
+        / {
+            "a3c": "cartpole_a3c.yaml",
+            "appo": "cartpole_appo.yaml",
+            "appo_server": "cartpole_appo.yaml",
+        }.get(p.what, "cartpole_gorila.yaml")
     )
     args = [
         "--set",
@@ -138,6 +146,8 @@ def command(p: Plan, run_dir: Path) -> list[str]:
         f"stop.max_seconds={p.budget}",
     ]
     args += ["--set", "checkpoint.every_seconds=2", "--set", "server.barrier_timeout_s=5"]
+    if p.what == "appo_server":
+        args += ["--set", "runtime.inference=server"]
     return [*cli, "train", str(cfg), *common, *args]
 
 
@@ -153,8 +163,10 @@ class Outcome:
     recovery: float = 0.0  # the slowest, seconds
 
 
-LOST = re.compile(r"(actor|worker|learner) (\d+) (lost|died)|server shard\(s\)")
-BACK = re.compile(r"(actor|worker|learner) (\d+) (is back|died .*starting it again)|restored from")
+LOST = re.compile(r"(actor|worker|learner|policy) (\d+) (lost|died)|server shard\(s\)")
+BACK = re.compile(
+    r"(actor|worker|learner|policy) (\d+) (is back|died .*starting it again)|restored from"
+)
 
 
 def run(index: int, p: Plan, run_dir: Path) -> Outcome:

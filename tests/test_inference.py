@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -186,3 +189,25 @@ def test_a_killed_policy_worker_is_restarted_and_the_actors_go_on(
     err = capsys.readouterr().err
     assert "policy 0 lost: its process died; the trainer restarts it" in err
     assert "policy 0 is back" in err, err
+
+
+@pytest.mark.slow
+def test_sigint_stops_the_policy_worker_and_resume_goes_on(tmp_path: Path) -> None:
+    """Ctrl-C with actors waiting on the policy worker: a final checkpoint, exit code 130, and
+    --resume starts a new policy worker on new slots."""
+    from test_interrupt import wait_for_progress
+
+    run_dir = tmp_path / "run"
+    served = ["--set", "runtime.backend=process", "--set", "runtime.inference=server"]
+    argv = [sys.executable, "-m", "rltrain.cli", "train", str(CFG / "cartpole_appo.yaml")]
+    argv += ["--run-dir", str(run_dir), "--set", "stop.mean_return=null", *served]
+    argv += ["--set", "stop.max_seconds=120", "--set", "checkpoint.every_seconds=1"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_progress(proc, run_dir)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    steps = read_summary(run_dir)["env_steps"]
+    more = ["--set", f"stop.max_env_steps={steps + 3000}"]
+    assert main(["train", "--resume", str(run_dir), *served, *more]) == 0
+    assert read_summary(run_dir)["env_steps"] >= steps + 3000

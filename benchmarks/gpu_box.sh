@@ -12,7 +12,7 @@
 #     the learner alone, benchmarks/learner_step.py on the GPU (the learner's update on
 #     synthetic Pong rollouts against a plain PyTorch loop there, host syncs counted); the
 #     whole run below. And benchmarks/act_latency.py: an actor's act round trip through the
-#     batched policy (the process runtime's transport, on the CPU);
+#     policy worker's shared slots (the process runtime's transport, on the CPU);
 #   * on a GPU: benchmarks/exchange.py (a push to the shard beside the learner against
 #     optimizer.step()) and benchmarks/cnn_precision.py (fp32/TF32, bf16, channels-last);
 #   * configs/pong_appo.yaml trained for TRAIN_SECONDS (300) with its defaults (evaluation
@@ -76,8 +76,8 @@ echo
 echo "## the learner alone: its update against a plain PyTorch loop, synthetic Pong rollouts"
 python3 "$REPO/benchmarks/learner_step.py" --config "$CONFIG" --rollouts 3 --repeats 3
 echo
-echo "## one actor's act round trip through the batched policy (process runtime, CPU)"
-python3 "$REPO/benchmarks/act_latency.py" --steps 500 | tail -4
+echo "## one actor's act round trip through the policy worker (process runtime, CPU)"
+python3 "$REPO/benchmarks/act_latency.py" --steps 500 | tail -7
 
 if python3 -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then
     echo

@@ -123,7 +123,7 @@ def test_bench_survives_losing_a_worker_and_the_server_shard(
         "--set",
         # a worker or shard of Ray's is restarted in a new process (up to 8 s on a loaded 2-core
         # box, torch imported); the process runtime's shard is not lost
-        f"budget.max_seconds={14 if backend == 'ray' else 7}",
+        f"budget.max_seconds={14 if backend == 'ray' else 5}",
         "--set",
         "eval.every_seconds=0.5",
         "--set",

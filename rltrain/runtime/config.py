@@ -42,10 +42,11 @@ class RuntimeConfig:
     """CPUs Ray reserves for each parameter-server shard (0: shards are light; they share)."""
     inference: str = field(default="auto", metadata=spec(choices=("auto", "actor", "server")))
     """impala, appo: where the actors' policy runs. actor: each actor acts with its own copy on
-    its CPU. server: one policy in the trainer's process, on the learners' device, acts for
-    every actor, their observations batched into one forward pass (IMPALA's dynamic
-    batching; needs runtime.backend process or local). auto: server
-    where the learners are on a GPU and it may be used, else actor."""
+    its CPU. server: one policy worker (a process of its own; a thread on the local runtime),
+    on the learners' device, acts for every actor, their observations batched into one
+    forward pass (IMPALA's dynamic batching) through shared slots; needs runtime.backend
+    process or local. auto: server where the learners are on a GPU and it may be used, else
+    actor."""
     dashboard: bool = False
     """Start Ray's dashboard (bound to 127.0.0.1). Off by default: nothing listens publicly."""
 

@@ -182,6 +182,14 @@ def test_actors_whose_policy_acts_elsewhere_overlap_atari_on_any_core_count() ->
     assert sized(cartpole, 16, gpu=True, batched=True).env.groups == 1
 
 
+def test_the_policy_worker_takes_a_core_before_the_actors() -> None:
+    """Half a core beside a GPU, as a GPU learner; a whole one when it acts on the CPU."""
+    assert sized(cfg("appo"), 16, gpu=True, batched=True).actors == 15  # 16 - 0.5 - 0.5
+    assert sized(cfg("appo"), 16, gpu=True).actors == 15  # int(15.5)
+    assert sized(cfg("appo"), 4, batched=True).actors == 2  # 4 - 1 learner - 1 policy
+    assert sized(cfg("appo"), 2, batched=True).actors == 1  # at least one
+
+
 def test_the_process_runtime_counts_the_cores_this_process_may_use() -> None:
     import os
 

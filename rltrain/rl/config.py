@@ -261,7 +261,8 @@ class TrainConfig:
     actors: int = field(default=0, metadata=spec(ge=0, auto=True))
     """a3c/a2c/ppo: workers (each acts and learns); impala/appo/dqn: acting-only actors.
     auto (or 0): one per CPU Ray reports, after the learners' (impala/appo/dqn: a CPU each, half
-    of one for a GPU learner); at least one."""
+    of one for a GPU learner) and the policy worker's (runtime.inference=server: the same);
+    at least one."""
     learners: int = field(default=1, metadata=spec(ge=1))
     """impala, appo and dqn: learner processes (each asks Ray for a GPU when one exists)."""
     learner_gpus: float = field(default=1.0, metadata=spec(ge=0))

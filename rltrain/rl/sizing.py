@@ -13,7 +13,8 @@ from rltrain.rl.config import TrainConfig
 def sized(cfg: TrainConfig, cpus: float, gpu: bool = False, batched: bool = False) -> TrainConfig:
     """``cfg`` with ``actors: auto`` and ``env.groups: auto`` resolved against the ``cpus``
     the runtime reports (Ray's, or this machine's cores). Actors: one process per CPU, the
-    learners' first (a CPU each, half of one when it drives a GPU), at least one. Groups
+    learners' and the policy worker's first (a CPU each, half of one when it drives a GPU),
+    at least one. Groups
     (:func:`rltrain.envs.env_groups`): Atari overlaps emulation and inference in two groups only
     where each actor has two cores or more, or where the policy acts elsewhere (``batched``:
     runtime.inference), so that an actor's games run while it waits for the actions of the
@@ -21,7 +22,8 @@ def sized(cfg: TrainConfig, cpus: float, gpu: bool = False, batched: bool = Fals
     actors = cfg.actors
     if not actors:
         learners = cfg.learners * learner_cpus(gpu) if cfg.algo_spec.split else 0
-        actors = max(1, int(cpus - learners))
+        policy = learner_cpus(gpu) if batched else 0.0  # the policy worker, a process too
+        actors = max(1, int(cpus - learners - policy))
     try:
         cores = float("inf") if batched else cpus / actors
         groups = cfg.env.groups or env_groups(cfg.env, cores)

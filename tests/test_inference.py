@@ -170,6 +170,11 @@ def test_actors_train_through_the_batched_policy(tmp_path: Path, backend: str) -
     s = read_summary(run_dir)
     assert s["stopped_by"] == "max_env_steps" and s["env_steps"] >= 6000
     assert s["updates"] > 0
+    from test_interrupt import scalars  # the policy worker's time shares reach TensorBoard
+
+    (events,) = (run_dir / "tb").glob("events.*")
+    shares = scalars(events, "perf/time/policy/inference")
+    assert shares and all(0 < v <= 1 for _, v in shares)
 
 
 @pytest.mark.slow

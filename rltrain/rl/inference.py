@@ -51,6 +51,8 @@ class Semaphore(Protocol):
 
 # the columns of ActSlots.meta, one row per actor
 ROWS, ASKED, ANSWERED, VERSION = range(4)
+PHASES = ("wait", "inference", "pull")
+"""The policy worker's phases (:mod:`rltrain.perf`): ``ActSlots.seconds``, in this order."""
 
 
 class ActSlots:
@@ -88,6 +90,8 @@ class ActSlots:
         self.meta = torch.zeros(actors, 4, dtype=torch.int64).share_memory_()
         # [0]: the reward scale of the parameters acting; [1]: 1 once the run has stopped
         self.control = torch.tensor([1.0, 0.0], dtype=torch.float64).share_memory_()
+        # seconds the policy worker (all its incarnations) spent in each of PHASES
+        self.seconds = torch.zeros(len(PHASES), dtype=torch.float64).share_memory_()
         self.request = semaphore(0)  # one release per request (and one to wake it to stop)
         self.reply = [semaphore(0) for _ in range(actors)]
 
@@ -105,6 +109,10 @@ class ActSlots:
     @property
     def stopped(self) -> bool:
         return bool(self.control.numpy()[1] != 0)
+
+    def phases(self) -> dict[str, float]:
+        """``policy/<phase>`` -> seconds so far (the trainer logs the deltas: perf/time)."""
+        return {f"policy/{k}": float(v) for k, v in zip(PHASES, self.seconds.tolist(), strict=True)}
 
 
 class ActClient:
@@ -246,8 +254,10 @@ class PolicyWorker:
         passes ran and the rows they acted on. Requests left unanswered by a policy worker
         that died are answered first."""
         slots, policy, meta, control = self.slots, self.policy, self.meta, self.control
+        seconds = slots.seconds.numpy()  # [wait, inference, pull]: this process adds to it
         policy.refresh(server)
         control[0] = policy.reward_scale()
+        t = time.perf_counter()
         while control[1] == 0:  # not stopped
             waiting = np.flatnonzero(meta[:, ASKED] != meta[:, ANSWERED])
             if len(waiting) == 0:
@@ -255,9 +265,16 @@ class PolicyWorker:
                 continue
             while slots.request.acquire(False):
                 pass  # every request posted so far is seen by the look above or the next
+            now = time.perf_counter()
+            seconds[0] += now - t
             if policy.refresh(server):
                 control[0] = policy.reward_scale()
+            t, now = now, time.perf_counter()
+            seconds[2] += now - t
             self._answer(waiting.tolist())
+            t, now = now, time.perf_counter()
+            seconds[1] += now - t
+            t = now
         return {"batches": policy.batches, "rows": policy.rows}
 
     def interrupt(self) -> None:

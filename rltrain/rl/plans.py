@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rltrain import perf
 from rltrain.envs.vector import env_groups
 from rltrain.faults import PeerLost, ProcessLost, RunFailed
 from rltrain.rl.actor import Actor
@@ -126,6 +127,7 @@ class ActorLearnerPlan(RLPlan):
         cfg, host, spec = self.cfg, self.host, self.host.spec
         # runtime.inference: one policy worker acts for every actor, through shared slots
         self.slots = self._slots() if host.inference is not None else None
+        self._policy_seen: dict[str, float] = {}  # the policy worker's seconds, logged so far
         slots = self.slots
         clients = [None if slots is None else slots.client(i) for i in range(cfg.actors)]
         actors = host.spawn("actor", Actor, lambda i: (cfg, i, clients[i]))
@@ -165,6 +167,8 @@ class ActorLearnerPlan(RLPlan):
             self.ready.append((done.value, done.remote))
             self._idle(done.remote)
             return
+        if self.slots is not None:  # the policy worker's time since, with the learner's
+            perf.merge(done.value.phases, self._policy_seconds())
         self.host.absorb(done.value)
         self.idle_learners.append(done.remote)
 
@@ -179,6 +183,13 @@ class ActorLearnerPlan(RLPlan):
         self.ready.extendleft(reversed(self._salvage(done)))
         if self.host.on_fault(done, pushes=True):
             self.idle_learners.append(done.remote)
+
+    def _policy_seconds(self) -> dict[str, float]:
+        """The policy worker's seconds per phase since the last call (perf/time/policy/*)."""
+        assert self.slots is not None
+        now = self.slots.phases()
+        seen, self._policy_seen = self._policy_seen, now
+        return {k: v - seen.get(k, 0.0) for k, v in now.items()}
 
     def _policy_fault(self, done: Any) -> None:
         """The policy worker died, or is back: the actors wait for it meanwhile (their

@@ -31,7 +31,8 @@ SESSION_TAG = "session/start"
 from: ``rltrain plot`` leaves out the time from the previous session's last event to it, the
 downtime before a ``--resume`` (:func:`rltrain.plot.running_seconds`)."""
 
-_ROLES = ("actor", "learner", "worker")  # the RL roles that time phases (perf/time/<role>/*)
+# the RL roles that time phases (perf/time/<role>/*): policy is the policy worker's
+_ROLES = ("actor", "learner", "worker", "policy")
 LAYOUT: dict[str, dict[str, list[Any]]] = {
     "returns": {
         # training's episodes and the periodic evaluations' means (eval.every_steps) together

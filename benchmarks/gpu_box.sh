@@ -8,7 +8,9 @@
 #   * the box: GPU, CPU cores, torch;
 #   * raw AtariVectorEnv frames/s (random actions, the v5 protocol) with 16, 64 and 128 envs
 #     on every core;
-#   * the three limits apart (Sample Factory's way): sampling alone is the raw figure above;
+#   * the three limits apart (Sample Factory's way): sampling alone, the actors with no
+#     learner (benchmarks/pong_sampling.py: their own policies, then the policy worker on the
+#     GPU) against the raw figure above;
 #     the learner alone, benchmarks/learner_step.py on the GPU (the learner's update on
 #     synthetic Pong rollouts against a plain PyTorch loop there, host syncs counted); the
 #     whole run below. And benchmarks/act_latency.py: an actor's act round trip through the
@@ -71,6 +73,14 @@ cores = len(os.sched_getaffinity(0))
 for n in (16, 64, 128):
     print(f"{n:4d} envs, {cores} threads: {raw_fps(n, cores, float(sys.argv[1])):9,.0f} frames/s")
 EOF
+
+echo
+echo "## sampling alone: actors (16 envs each, one per core but one) and no learner; each"
+echo "## actor's own policy on its CPU, then the policy worker on the GPU (runtime.inference)"
+DEVICE=$(python3 -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')")
+ACTORS=$(python3 -c "import os; print(max(1, len(os.sched_getaffinity(0)) - 1))")
+python3 "$REPO/benchmarks/pong_sampling.py" --actors "$ACTORS" --envs-per-actor 16 \
+    --seconds "$RAW_SECONDS" --inference actor server --device "$DEVICE" | tail -3
 
 echo
 echo "## the learner alone: its update against a plain PyTorch loop, synthetic Pong rollouts"

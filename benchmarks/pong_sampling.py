@@ -8,8 +8,14 @@ acting with the Nature CNN policy on the CPU (1 torch thread), rollouts produced
 discarded. Several `--actors` counts are measured one after the other, and each is given as
 a multiple of the first (scaling).
 
+`--inference server` measures the sampling side of `runtime.inference: server` instead
+(issue 36's "sampling alone": actors and the policy worker, no learner): the actors step
+their envs only, and one policy worker process (`rltrain.rl.inference.PolicyWorker`, on
+`--device`) acts for all of them through the shared slots. Both given: one after the other.
+
     python benchmarks/pong_sampling.py [--actors 1 2] [--envs-per-actor 8] [--seconds 20]
-        [--groups 0] [--backend process|ray|local]
+        [--groups 0] [--backend process|ray|local] [--inference actor server]
+        [--device cpu|cuda]
 """
 
 from __future__ import annotations
@@ -56,12 +62,18 @@ class SamplingActor(Actor):
         self.load(params)
         steps, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < seconds:
-            steps += self.rollout().env_steps
+            steps += self.rollout(self.policy).env_steps  # (the policy worker's, if given)
         return steps
 
 
 def actor_fps(
-    actors: int, envs_per_actor: int, seconds: float, groups: int = 0, backend: str = "process"
+    actors: int,
+    envs_per_actor: int,
+    seconds: float,
+    groups: int = 0,
+    backend: str = "process",
+    inference: str = "actor",
+    device: str = "cpu",
 ) -> float:
     from pong_sampling import SamplingActor  # this file, as a module a child can import
 
@@ -81,15 +93,34 @@ def actor_fps(
             f"runtime.backend={backend}",
         ],
     )
-    params = Params(0, initial_params(cfg, probe_env(cfg)))
+    spec = probe_env(cfg)
+    params = Params(0, initial_params(cfg, spec))
     runtime = runtimes.backend(cfg.runtime)
     runtime.start(dataclasses.replace(cfg.runtime, num_cpus=os.cpu_count() or 2))
-    handles = [runtime.Remote(SamplingActor, cfg, i) for i in range(actors)]
+    clients: list = [None] * actors
+    worker = slots = None
+    if inference == "server":  # the policy worker, serving a server that never moves
+        from rltrain.envs import env_groups
+        from rltrain.ps.config import OptimizerConfig, ServerConfig
+        from rltrain.ps.server import LocalServer
+        from rltrain.rl.inference import ActSlots, PolicyWorker, slot_rows
+
+        rows = slot_rows(envs_per_actor, env_groups(cfg.env))
+        slots = ActSlots(actors, rows, spec.obs_shape, torch.uint8, spec.actions, runtime.Semaphore)
+        clients = [slots.client(i) for i in range(actors)]
+        server = LocalServer(params.values, OptimizerConfig(), ServerConfig(), 1)
+        args = (cfg, spec.obs_shape, spec.actions, slots, device)
+        worker = runtime.Remote(PolicyWorker, *args, role="policy")
+        serving = worker.call("serve", server)
+    handles = [runtime.Remote(SamplingActor, cfg, i, clients[i]) for i in range(actors)]
     runtime.get([h.call("sample", params, 3.0) for h in handles])  # warm-up: start, JIT, caches
     t0 = time.perf_counter()
     steps = sum(runtime.get([h.call("sample", params, seconds) for h in handles]))
     fps = steps * cfg.env.frame_skip / (time.perf_counter() - t0)
-    for h in handles:
+    if slots is not None:
+        slots.stop()
+        serving.result(timeout=30)
+    for h in [*handles, *([worker] if worker is not None else [])]:
         h.kill()
     runtime.shutdown()
     return fps
@@ -100,6 +131,8 @@ def main() -> None:
     p.add_argument("--actors", type=int, nargs="+", default=[1, 2])
     p.add_argument("--backend", choices=["process", "ray", "local"], default="process")
     p.add_argument("--envs-per-actor", type=int, default=8)
+    p.add_argument("--inference", choices=["actor", "server"], nargs="+", default=["actor"])
+    p.add_argument("--device", default="cpu", help="the policy worker's (--inference server)")
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument(
         "--groups",
@@ -115,17 +148,27 @@ def main() -> None:
     print(
         f"raw AtariVectorEnv: {n} envs, {os.cpu_count()} threads: {raw:,.0f} frames/s", flush=True
     )
-    for groups in args.groups:
-        first = None
-        for actors in args.actors:
-            act = actor_fps(actors, args.envs_per_actor, args.seconds, groups, args.backend)
-            first = first or act
-            print(
-                f"rltrain actors ({args.backend}; policy on, learning off), env.groups={groups}: "
-                f"{actors} x {args.envs_per_actor} envs: {act:,.0f} frames/s "
-                f"= {act / raw:.0%} of raw, {act / first:.2f}x {args.actors[0]} actor(s)",
-                flush=True,
-            )
+    first = None
+    for inference in args.inference:
+        for groups in args.groups:
+            for actors in args.actors:
+                act = actor_fps(
+                    actors,
+                    args.envs_per_actor,
+                    args.seconds,
+                    groups,
+                    args.backend,
+                    inference,
+                    args.device,
+                )
+                first = first or act
+                where = "each actor's own" if inference == "actor" else "the policy worker's"
+                print(
+                    f"rltrain actors ({args.backend}; {where} policy, learning off), "
+                    f"env.groups={groups}: {actors} x {args.envs_per_actor} envs: "
+                    f"{act:,.0f} frames/s = {act / raw:.0%} of raw, {act / first:.2f}x the first",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -100,13 +100,12 @@ def actor_fps(
     clients: list = [None] * actors
     worker = slots = None
     if inference == "server":  # the policy worker, serving a server that never moves
-        from rltrain.envs import env_groups
         from rltrain.ps.config import OptimizerConfig, ServerConfig
         from rltrain.ps.server import LocalServer
-        from rltrain.rl.inference import ActSlots, PolicyWorker, slot_rows
+        from rltrain.rl.inference import ActSlots, PolicyWorker
 
-        rows = slot_rows(envs_per_actor, env_groups(cfg.env))
-        slots = ActSlots(actors, rows, spec.obs_shape, torch.uint8, spec.actions, runtime.Semaphore)
+        semaphore = runtime.Semaphore
+        slots = ActSlots.for_run(cfg, spec.obs_shape, spec.obs_dtype, spec.actions, semaphore)
         clients = [slots.client(i) for i in range(actors)]
         server = LocalServer(params.values, OptimizerConfig(), ServerConfig(), 1)
         args = (cfg, spec.obs_shape, spec.actions, slots, device)

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from rltrain.envs import ActionSpace
+from rltrain.envs import ActionSpace, env_groups
 from rltrain.rl.actor import load_params, policy_builder
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.distributions import distribution
@@ -94,6 +94,20 @@ class ActSlots:
         self.seconds = torch.zeros(len(PHASES), dtype=torch.float64).share_memory_()
         self.request = semaphore(0)  # one release per request (and one to wake it to stop)
         self.reply = [semaphore(0) for _ in range(actors)]
+
+    @classmethod
+    def for_run(
+        cls,
+        cfg: TrainConfig,
+        obs_shape: tuple[int, ...],
+        obs_dtype: str,
+        actions: ActionSpace | int,
+        semaphore: Callable[[int], Semaphore],
+    ) -> ActSlots:
+        """A slot for each of ``cfg.actors``, as large as an actor's largest env group."""
+        rows = math.ceil(cfg.env.num_envs / env_groups(cfg.env))
+        dtype = torch.from_numpy(np.zeros(0, dtype=obs_dtype)).dtype
+        return cls(cfg.actors, rows, obs_shape, dtype, actions, semaphore)
 
     def __len__(self) -> int:
         return len(self.reply)
@@ -254,7 +268,14 @@ class PolicyWorker:
         passes ran and the rows they acted on. Requests left unanswered by a policy worker
         that died are answered first."""
         slots, policy, meta, control = self.slots, self.policy, self.meta, self.control
-        seconds = slots.seconds.numpy()  # [wait, inference, pull]: this process adds to it
+        seconds = slots.seconds.numpy()  # per PHASES: this process adds to it
+        WAIT, INFERENCE, PULL = range(len(PHASES))  # noqa: N806 - PHASES' indices
+
+        def lap(phase: int, start: float) -> float:  # the time since start is phase's
+            now = time.perf_counter()
+            seconds[phase] += now - start
+            return now
+
         policy.refresh(server)
         control[0] = policy.reward_scale()
         t = time.perf_counter()
@@ -265,16 +286,12 @@ class PolicyWorker:
                 continue
             while slots.request.acquire(False):
                 pass  # every request posted so far is seen by the look above or the next
-            now = time.perf_counter()
-            seconds[0] += now - t
+            t = lap(WAIT, t)
             if policy.refresh(server):
                 control[0] = policy.reward_scale()
-            t, now = now, time.perf_counter()
-            seconds[2] += now - t
+            t = lap(PULL, t)
             self._answer(waiting.tolist())
-            t, now = now, time.perf_counter()
-            seconds[1] += now - t
-            t = now
+            t = lap(INFERENCE, t)
         return {"batches": policy.batches, "rows": policy.rows}
 
     def interrupt(self) -> None:
@@ -292,8 +309,3 @@ class PolicyWorker:
             meta[i, VERSION] = version
             meta[i, ANSWERED] = a  # after the outputs: the actor reads them once it sees this
             reply[i].release()
-
-
-def slot_rows(num_envs: int, groups: int) -> int:
-    """The most observations an actor sends at once: its largest env group's."""
-    return math.ceil(num_envs / max(1, groups))

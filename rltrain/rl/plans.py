@@ -20,15 +20,11 @@ import collections
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import torch
-
 from rltrain import perf
-from rltrain.envs.vector import env_groups
 from rltrain.faults import PeerLost, ProcessLost, RunFailed
 from rltrain.rl.actor import Actor
 from rltrain.rl.config import waits_at_barrier
-from rltrain.rl.inference import ActSlots, PolicyWorker, slot_rows
+from rltrain.rl.inference import ActSlots, PolicyWorker
 from rltrain.rl.learner import Learner
 from rltrain.rl.plan_base import RLPlan
 from rltrain.rl.rollout import Rollout, WorkStats
@@ -126,15 +122,18 @@ class ActorLearnerPlan(RLPlan):
     def start(self) -> None:
         cfg, host, spec = self.cfg, self.host, self.host.spec
         # runtime.inference: one policy worker acts for every actor, through shared slots
-        self.slots = self._slots() if host.inference is not None else None
+        slots = None
+        if host.inference is not None:
+            semaphore = self.runtime.Semaphore
+            slots = ActSlots.for_run(cfg, spec.obs_shape, spec.obs_dtype, spec.actions, semaphore)
+        self.slots = slots
         self._policy_seen: dict[str, float] = {}  # the policy worker's seconds, logged so far
-        slots = self.slots
         clients = [None if slots is None else slots.client(i) for i in range(cfg.actors)]
         actors = host.spawn("actor", Actor, lambda i: (cfg, i, clients[i]))
         if slots is not None:
             args = (cfg, spec.obs_shape, spec.actions, slots, host.inference)
-            (self.policy,) = host.spawn("policy", PolicyWorker, lambda i: args)
-            self.pool.submit(self.policy, "serve", self.server)
+            (policy,) = host.spawn("policy", PolicyWorker, lambda i: args)
+            self.pool.submit(policy, "serve", self.server)
         learners = host.spawn(
             "learner", Learner, lambda i: (cfg, spec.obs_shape, spec.actions, host.gpu, i)
         )
@@ -144,14 +143,6 @@ class ActorLearnerPlan(RLPlan):
         self.cap = RolloutCap.of(cfg.learners, cfg.impala.learner_batch, len(actors))
         for a in actors:
             self.pool.submit(a, "collect", self.server, fetch=False)
-
-    def _slots(self) -> ActSlots:
-        cfg, spec = self.cfg, self.host.spec
-        dtype = torch.from_numpy(np.zeros(0, dtype=spec.obs_dtype)).dtype
-        rows = slot_rows(cfg.env.num_envs, env_groups(cfg.env))
-        return ActSlots(
-            cfg.actors, rows, spec.obs_shape, dtype, spec.actions, self.runtime.Semaphore
-        )
 
     def _usable(self, actor: Any) -> bool:  # not gone for good, not being restarted
         return actor in self.ctx.procs["actor"] and actor not in self.pool.restarting()

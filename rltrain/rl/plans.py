@@ -215,8 +215,8 @@ class ActorLearnerPlan(RLPlan):
     def refill(self) -> None:
         host, cfg, pool = self.host, self.cfg, self.pool
         if host.stopped_by:
-            acting = any(r.role == "actor" for r, _, _ in pool.calls.values())
-            if self.slots is not None and not acting:  # no actor waits for actions now
+            any_acting = any(r.role == "actor" for r, _, _ in pool.calls.values())
+            if self.slots is not None and not any_acting:  # no actor waits for actions now
                 self.slots.stop()
             if waits_at_barrier(cfg):  # no barrier may wait for idle learners now, one that
                 for learner in self.idle_learners:  # left once and rejoined by pushing too

@@ -7,8 +7,9 @@ Each run draws:
   average (3 workers, ``server.record``), or ``rltrain train`` with a3c, appo or dqn on
   CartPole (2 actors); 1 or 2 server shards; the process runtime (3 runs in 4) or Ray;
 * 1 to 3 faults at random times: kill (SIGKILL) or pause (SIGSTOP, then SIGCONT) an actor,
-  worker, learner or shard; slow a bench worker. On the process runtime a learner or shard
-  fault is skipped (they are part of the trainer's process) and said so.
+  worker, learner or shard; slow a bench worker. On the process runtime appo's learner is a
+  process that holds the shards (a shard fault hits it); other learner or shard faults there
+  are skipped (they are part of the trainer's process) and said so.
 
 After each run it checks, from the run's summary.json, its final checkpoint and, for the
 bench, the shard's log of every push (``record/<mode>.pt``):
@@ -95,7 +96,13 @@ def draw(rng: random.Random) -> Plan:
     events = []
     for _ in range(rng.randint(1, 3)):
         target = rng.choice(targets)
-        if backend == "process" and target in ("learner", "shard") and rng.random() < 0.75:
+        in_trainer = what not in ("appo", "appo_server")  # appo's learner: a process with
+        if (  # its shards; dqn's learner and a3c's shards: part of the trainer there
+            backend == "process"
+            and in_trainer
+            and target in ("learner", "shard")
+            and rng.random() < 0.75
+        ):
             target = targets[0]  # mostly what is a process there (the rest: said and skipped)
         action = rng.choice(["kill", "pause"] + (["slow"] if target == "worker" else []))
         e: dict[str, Any] = {

@@ -45,16 +45,16 @@ def test_impala_survives_losing_an_actor_a_learner_and_the_server_shard(
         "--set",
         "stop.mean_return=null",
         "--set",
-        # Ray: the shard killed at 12 s is restarted and restored (seconds); the process
-        # runtime's learner and shard are part of the trainer: only the actor's kill happens
-        f"stop.max_seconds={28 if backend == 'ray' else 10}",
+        # Ray: the shard killed at 12 s is restarted and restored (seconds); on the process
+        # runtime the learner's process holds the shard: both kills restart it and restore
+        f"stop.max_seconds={28 if backend == 'ray' else 14}",
         "--set",
         "checkpoint.every_seconds=1",
         "--set",
         events(
             "{action: kill, target: actor, index: 0, at: 3}",
             f"{{action: kill, target: learner, index: 0, at: {7 if backend == 'ray' else 5}}}",
-            f"{{action: kill, target: shard, index: 0, at: {12 if backend == 'ray' else 6}}}",
+            f"{{action: kill, target: shard, index: 0, at: {12 if backend == 'ray' else 8}}}",
         ),
     ]
     assert main([*argv, "--set", f"runtime.backend={backend}"]) == 0
@@ -62,27 +62,23 @@ def test_impala_survives_losing_an_actor_a_learner_and_the_server_shard(
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["stopped_by"] == "max_seconds"
     f = summary["faults"]
-    if backend == "process":
-        assert f["injected"] == 1 and f["actor_restarts"] == 1
-        assert "actor 0 lost: its process died; the trainer restarts it" in err
-        assert "actor 0 is back" in err
-        assert "skipped kill learner 0: it is a thread of the trainer's process" in err
-        assert "skipped kill shard 0: the shards are objects of the trainer's process" in err
-        assert summary["episodes"] > 0 and summary["updates"] > 0
-        return
-    assert f["injected"] == 3
+    assert f["injected"] == 3, err
     assert f["actor_restarts"] >= 1 and f["learner_restarts"] >= 1
-    assert f["shard_restores"] == 1
+    # the process runtime's learner dies with its shard each time: two restores
+    assert f["shard_restores"] == (1 if backend == "ray" else 2), err
     assert "actor 0 lost" in err and "learner 0 is back" in err
+    if backend == "process":
+        assert "shard 0, in the learner's process: kill learner 0" in err
 
     restored = RESTORED.search(err)
     assert restored, err
     ckpt_version, lost, seen = map(int, restored.groups())
     # the lost updates are exactly those since the checkpoint restored from, never more
-    assert lost == seen - ckpt_version == f["lost_updates"]
+    assert lost == seen - ckpt_version
+    assert f["lost_updates"] == (lost if backend == "ray" else f["lost_updates"]) >= lost
     final = torch.load(latest_checkpoint(run_dir), weights_only=True)
     assert final["shards"][0]["version"] > ckpt_version  # training went on after the restore
-    assert final["faults"]["shard_restores"] == 1  # the counters are checkpointed too
+    assert final["faults"]["shard_restores"] == f["shard_restores"]  # checkpointed too
     assert summary["episodes"] > 0 and summary["updates"] > 0
 
 

@@ -23,7 +23,7 @@ from rltrain.rl.config import TrainConfig
 from rltrain.rl.distributions import distribution
 from rltrain.rl.inputs import normalizes_obs
 from rltrain.rl.models import ActorCritic, build_policy, load_flat
-from rltrain.rl.rollout import Rollout, stack
+from rltrain.rl.rollout import EMPTY_OBS, ObsSlots, Rollout, stack
 
 
 class Policy(Protocol):
@@ -95,9 +95,19 @@ def actor_seed(cfg: TrainConfig, actor_id: int) -> int:
 
 class Trace:
     """What one env group did during a rollout, step by step; becomes that group's
-    :class:`Rollout` (the actor stacks its groups' along the batch)."""
+    :class:`Rollout` (the actor stacks its groups' along the batch).
 
-    def __init__(self, obs: torch.Tensor, scaler: RewardScaler | None) -> None:
+    ``out`` [T+1, B_g, *obs]: this group's columns of the actor's observation slot
+    (:class:`ObsSlots`), where each frame is written as it comes; None: they are kept in a
+    list and stacked at the end."""
+
+    def __init__(
+        self, obs: torch.Tensor, scaler: RewardScaler | None, out: torch.Tensor | None = None
+    ) -> None:
+        self.out = out
+        if out is not None:
+            out[0].copy_(obs)
+            obs = out[0]
         self.obs, self.actions, self.logits = [obs], [], []
         self.rewards, self.terms, self.truncs = [], [], []
         self.finals: list[np.ndarray] = []
@@ -115,6 +125,9 @@ class Trace:
         """Keep step t's outcome; returns the next observation."""
         t = len(self.rewards)
         obs = torch.from_numpy(np.asarray(step.obs))
+        if self.out is not None:  # the frame's one copy: into shared memory
+            self.out[t + 1].copy_(obs)
+            obs = self.out[t + 1]
         reward = np.asarray(step.reward, dtype=np.float32)
         if self.scaler is not None:
             reward, m = self.scaler(reward, step.terminated | step.truncated, scale)
@@ -130,13 +143,14 @@ class Trace:
         return obs
 
     def rollout(self, actor_id: int, version: int, norm_obs: bool) -> Rollout:
-        stacked = torch.stack(self.obs)
+        """This group's rollout (its ``obs`` empty when they are in a slot)."""
+        stacked = self.out if self.out is not None else torch.stack(self.obs)
         seen_obs = Moments.of(stacked[1:].flatten(0, 1)) if norm_obs else None
         seen = seen_obs is not None or self.seen_ret is not None
         return Rollout(
             actor_id=actor_id,
             version=version,
-            obs=stacked,
+            obs=EMPTY_OBS if self.out is not None else stacked,
             actions=torch.stack(self.actions),
             rewards=torch.stack(self.rewards),
             terminated=torch.stack(self.terms),
@@ -162,12 +176,20 @@ class Actor:
     torch threads); tests run it in this process.
     """
 
-    def __init__(self, cfg: TrainConfig, actor_id: int, policy: Policy | None = None) -> None:
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        actor_id: int,
+        policy: Policy | None = None,
+        obs_slots: ObsSlots | None = None,
+    ) -> None:
         """``policy``: the batched policy that acts for this actor (``runtime.inference``),
-        which then pulls no parameters; None: its own copy acts."""
+        which then pulls no parameters; None: its own copy acts. ``obs_slots``: the run's
+        shared observation buffers, where a collect call lent a slot writes its frames."""
         self.cfg = cfg
         self.actor_id = actor_id
         self.policy = policy
+        self.obs_slots = obs_slots
         torch.set_num_threads(cfg.runtime.threads_per_worker)
         seed = actor_seed(cfg, actor_id)
         with env_faults():
@@ -205,13 +227,14 @@ class Actor:
             self.stats = params.norm
             self.model.set_norm(params.norm)
 
-    def collect(self, server: Server) -> Rollout:
+    def collect(self, server: Server, slot: int | None = None) -> Rollout:
         """Pull every ``server.n_fetch`` rollouts, then act for one rollout; the rollout
         carries this actor's time per phase since its last one. An actor with a batched
-        policy (:mod:`rltrain.rl.inference`) pulls nothing: the policy acts."""
+        policy (:mod:`rltrain.rl.inference`) pulls nothing: the policy acts. ``slot``: the
+        observation slot lent for this rollout (its frames go there, see :class:`ObsSlots`)."""
         self.timer.begin()
         if self.policy is not None:
-            rollout = self.rollout(self.policy)
+            rollout = self.rollout(self.policy, slot)
             return dataclasses.replace(rollout, phases=self.timer.take())
         if self.rollouts % self.cfg.server.n_fetch == 0 or self.version < 0:
             with self.timer.phase("pull"):
@@ -219,7 +242,7 @@ class Actor:
             if params is not self.params:  # the server has moved on since
                 with self.timer.phase("collate"):
                     self.load(params)
-        rollout = self.rollout()
+        rollout = self.rollout(slot=slot)
         return dataclasses.replace(rollout, phases=self.timer.take())
 
     def _act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -228,9 +251,10 @@ class Actor:
         return self.dist.sample(logits, self.generator), logits, self.version
 
     @torch.no_grad()
-    def rollout(self, policy: Policy | None = None) -> Rollout:
+    def rollout(self, policy: Policy | None = None, slot: int | None = None) -> Rollout:
         """T steps of every environment with the current policy (sampled actions), this
-        actor's own or ``policy``'s (the rollout then carries the oldest version that acted).
+        actor's own or ``policy``'s (the rollout then carries the oldest version that acted);
+        ``slot``: the frames go into that slot of the run's :class:`ObsSlots`.
 
         Group g's step t is sent to its emulators right after the policy acts on it, and
         received just before the policy acts on it again, one round of the other groups later.
@@ -241,7 +265,10 @@ class Actor:
         first_step_at = time.time() if self.rollouts == 0 else None
         # the rewards' scale: that of the merged statistics acting (the batched policy's)
         scale = self.stats.reward_scale() if policy is None else policy.reward_scale()
-        traces = [Trace(obs, sc) for obs, sc in zip(self.obs, self.scalers, strict=True)]
+        outs = self._slot_columns(slot)
+        traces = [
+            Trace(obs, sc, out) for obs, sc, out in zip(self.obs, self.scalers, outs, strict=True)
+        ]
         for t in range(T + 1):
             for g, (env, trace) in enumerate(zip(self.groups, traces, strict=True)):
                 if t > 0:
@@ -261,9 +288,29 @@ class Actor:
         with timer.phase("collate"):
             parts = [tr.rollout(self.actor_id, version, self.norm_obs) for tr in traces]
             batch = stack(parts)
+            if slot is not None:  # the next rollout starts from these frames: its own copy,
+                self.obs = [o.clone() for o in self.obs]  # the slot goes back to the trainer
         return dataclasses.replace(
-            batch, actor_id=self.actor_id, version=version, first_step_at=first_step_at
+            batch,
+            actor_id=self.actor_id,
+            version=version,
+            first_step_at=first_step_at,
+            obs_slot=slot,
         )
+
+    def _slot_columns(self, slot: int | None) -> list[torch.Tensor | None]:
+        """Each group's columns [T+1, B_g, *obs] of observation slot ``slot`` (None each
+        without one)."""
+        if slot is None:
+            return [None] * len(self.groups)
+        if self.obs_slots is None:
+            raise ValueError(f"actor {self.actor_id} was lent slot {slot} but has no ObsSlots")
+        view, lo = self.obs_slots.view(slot), 0
+        out: list[torch.Tensor | None] = []
+        for g in self.groups:
+            out.append(view[:, lo : lo + g.num_envs])
+            lo += g.num_envs
+        return out
 
     def close(self) -> None:
         for env in self.groups:

@@ -145,8 +145,8 @@ def check_schedule(cfg: TrainConfig) -> None:
 def check_local(cfg: TrainConfig) -> None:
     """What ``runtime.backend: local`` (every process a thread of this one) and ``process``
     (processes of this machine) cannot do. (A learner targeted by faults.events on the
-    process runtime is a thread of the trainer's: the event is skipped with a note, so that
-    one fault plan runs on every runtime.)"""
+    process runtime that is a thread of the trainer's, several learners or dqn's, is skipped
+    with a note, so that one fault plan runs on every runtime.)"""
     b = cfg.runtime.backend
     if b in ("local", "process") and cfg.runtime.address:
         raise ValueError(

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from rltrain.envs import ActionSpace, env_groups
+from rltrain.faults import PeerLost
 from rltrain.rl.actor import load_params, policy_builder
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.distributions import distribution
@@ -224,11 +225,19 @@ class BatchedPolicy:
             if now < self._next_look:
                 return False
             self._next_look = now + self.LOOK_S
-            if self.stride > 1:
-                health = server.health()
-                versions = [h[0] for h in health if h is not None]
-                if versions and min(versions) - self.params.version < self.stride:
-                    return False
+            try:
+                return self._take(server)
+            except PeerLost:  # the shards are being restored: act with the weights held
+                return False
+        return self._take(server)
+
+    def _take(self, server: Any) -> bool:
+        if self.params is not None and self.stride > 1:
+            health = server.health()
+            versions = [h[0] for h in health if h is not None]
+            ahead = min(versions) - self.params.version if versions else 0
+            if 0 <= ahead < self.stride:  # (behind: the shards were restored, take theirs)
+                return False
         p = server.pull(self.params)
         if p is self.params:
             return False

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from rltrain.records import Role
 from rltrain.rl.config import TrainConfig, waits_at_barrier
-from rltrain.rl.rollout import WorkStats
+from rltrain.rl.rollout import ObsSlots, WorkStats
 from rltrain.rl.setup import Counters, EnvSpec
 
 if TYPE_CHECKING:
@@ -24,6 +24,8 @@ class Host(Protocol):
     counters: Counters
     gpu: bool  # the learners compute on a GPU
     inference: str | None  # runtime.inference: the batched policy's device, None: none
+    hosted: bool  # the one learner is a process that holds the shards (started with them)
+    obs_slots: ObsSlots | None  # the rollouts' shared observation buffers (hosted runs)
 
     @property
     def ctx(self) -> RunContext:

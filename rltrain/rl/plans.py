@@ -17,17 +17,23 @@ what a lost process means.
 from __future__ import annotations
 
 import collections
+import math
+import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
+import torch
 
 from rltrain import perf
 from rltrain.faults import PeerLost, ProcessLost, RunFailed
 from rltrain.rl.actor import Actor
-from rltrain.rl.config import waits_at_barrier
+from rltrain.rl.config import TrainConfig, waits_at_barrier
 from rltrain.rl.inference import ActSlots, PolicyWorker
 from rltrain.rl.learner import Learner
 from rltrain.rl.plan_base import RLPlan
-from rltrain.rl.rollout import Rollout, WorkStats
+from rltrain.rl.rollout import ObsSlots, Rollout, WorkStats
 from rltrain.rl.worker import Worker
 
 WORK_CHUNK = 5  # rollouts per a3c/a2c call: long enough to amortise the call, short to steer
@@ -114,6 +120,38 @@ class RolloutCap:
         return self.value
 
 
+def obs_slots_for(
+    cfg: TrainConfig, obs_shape: tuple[int, ...], obs_dtype: str, say: Callable[[str], None]
+) -> ObsSlots | None:
+    """The run's observation slots (:class:`ObsSlots`): one per rollout that can be in
+    flight at once (being made or queued: the rollout cap's ceiling; being learned: a batch
+    per learner). None, said, where /dev/shm (torch's shared memory) lacks the room: the
+    rollouts then travel as messages."""
+    cap = RolloutCap.of(cfg.learners, cfg.impala.learner_batch, cfg.actors)
+    count = cap.high + cap.batches
+    dtype = torch.from_numpy(np.zeros(0, dtype=obs_dtype)).dtype
+    T, B = cfg.algo.rollout_length, cfg.env.num_envs
+    need = count * (T + 1) * B * math.prod(obs_shape) * dtype.itemsize
+    free = shm_free()
+    if free is not None and free < 2 * need:
+        say(
+            f"the rollouts' frames travel as messages, not through shared slots: they need "
+            f"{need / 2**20:.0f} MB of /dev/shm and {free / 2**20:.0f} MB are free "
+            "(docker: --shm-size)"
+        )
+        return None
+    return ObsSlots(count, T, B, obs_shape, dtype)
+
+
+def shm_free(path: str = "/dev/shm") -> int | None:
+    """Bytes free where torch keeps shared memory (None: no such place to ask)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
 class ActorLearnerPlan(RLPlan):
     """impala, appo: acting-only actors and learners that batch their rollouts."""
 
@@ -129,20 +167,43 @@ class ActorLearnerPlan(RLPlan):
         self.slots = slots
         self._policy_seen: dict[str, float] = {}  # the policy worker's seconds, logged so far
         clients = [None if slots is None else slots.client(i) for i in range(cfg.actors)]
-        actors = host.spawn("actor", Actor, lambda i: (cfg, i, clients[i]))
+        # the observation slots (the learner process's, made with it): lent one per rollout
+        self.obs_slots = host.obs_slots
+        self.free_slots = list(range(len(host.obs_slots))) if host.obs_slots else []
+        actors = host.spawn("actor", Actor, lambda i: (cfg, i, clients[i], host.obs_slots))
         if slots is not None:
             args = (cfg, spec.obs_shape, spec.actions, slots, host.inference)
             (policy,) = host.spawn("policy", PolicyWorker, lambda i: args)
             self.pool.submit(policy, "serve", self.server)
-        learners = host.spawn(
-            "learner", Learner, lambda i: (cfg, spec.obs_shape, spec.actions, host.gpu, i)
-        )
+        self.learn_args: tuple[Any, ...] = ()  # before the batch: the server, if not hosted
+        if host.hosted:  # started with the server, whose shards it holds: it learns there
+            learners = self.ctx.procs["learner"]
+        else:
+            learners = host.spawn(
+                "learner", Learner, lambda i: (cfg, spec.obs_shape, spec.actions, host.gpu, i)
+            )
+            self.learn_args = (self.server,)
         self.ready: collections.deque = collections.deque()  # (rollout future, actor)
         self.idle_learners = list(learners)
         self.idle_actors: list[Any] = []
         self.cap = RolloutCap.of(cfg.learners, cfg.impala.learner_batch, len(actors))
         for a in actors:
-            self.pool.submit(a, "collect", self.server, fetch=False)
+            self._collect(a)
+
+    def _collect(self, actor: Any) -> None:
+        """A rollout of ``actor``'s, in a free observation slot where the run has them."""
+        slot = self.free_slots.pop(0) if self.obs_slots is not None else None
+        self.pool.submit(actor, "collect", self.server, slot, fetch=False, tag=slot)
+
+    def _can_collect(self) -> bool:
+        return self.obs_slots is None or bool(self.free_slots)
+
+    def _give_back(self, rollouts: list[Any]) -> None:
+        """Their observation slots are free again (learned from, or never to be)."""
+        for r in rollouts:
+            slot = getattr(r, "obs_slot", None)
+            if slot is not None:
+                self.free_slots.append(slot)
 
     def _usable(self, actor: Any) -> bool:  # not gone for good, not being restarted
         return actor in self.ctx.procs["actor"] and actor not in self.pool.restarting()
@@ -160,6 +221,7 @@ class ActorLearnerPlan(RLPlan):
             return
         if self.slots is not None:  # the policy worker's time since, with the learner's
             perf.merge(done.value.phases, self._policy_seconds())
+        self._give_back([ref for ref, _ in done.tag])
         self.host.absorb(done.value)
         self.idle_learners.append(done.remote)
 
@@ -168,10 +230,14 @@ class ActorLearnerPlan(RLPlan):
             self._policy_fault(done)
             return
         if done.remote.role == "actor":
+            if done.tag is not None:  # its slot, half written: free for another rollout
+                self.free_slots.append(done.tag)
             if self.host.on_fault(done, pushes=False):
                 self._idle(done.remote)
             return
-        self.ready.extendleft(reversed(self._salvage(done)))
+        kept = self._salvage(done)
+        self._give_back([ref for ref, _ in done.tag or [] if all(ref is not k for k, _ in kept)])
+        self.ready.extendleft(reversed(kept))
         if self.host.on_fault(done, pushes=True):
             self.idle_learners.append(done.remote)
 
@@ -187,8 +253,8 @@ class ActorLearnerPlan(RLPlan):
         requests stay in the slots, answered by the next one), so it serves again even
         after a stop, until the actors' calls have returned."""
         self.host.on_fault(done, pushes=False)
-        if done.revived:
-            self.pool.submit(done.remote, "serve", self.server)
+        if done.revived or isinstance(done.error, PeerLost):  # (its first pull: the shards
+            self.pool.submit(done.remote, "serve", self.server)  # were lost, now restored)
         elif isinstance(done.error, ProcessLost) and done.error.permanent:
             raise RunFailed(
                 "the policy worker died and will not restart (faults.max_restarts spent); "
@@ -227,16 +293,17 @@ class ActorLearnerPlan(RLPlan):
             batch = [self.ready.popleft() for _ in range(n)]
             refs = [ref for ref, _ in batch]
             learner = self.idle_learners.pop()
-            pool.submit(learner, "learn", self.server, host.schedule_at(), *refs, tag=batch)
+            args = (*self.learn_args, host.schedule_at(), *refs)
+            pool.submit(learner, "learn", *args, tag=batch)
         acting = sum(1 for r, _, _ in pool.calls.values() if r.role == "actor")
         restarting = pool.restarting()  # (a learner Ray restarts waits for itself, not data)
         starving = any(learner not in restarting for learner in self.idle_learners)
         live = len(self.ctx.procs["learner"]) * n
         cap = self.cap.update(starving, queued=len(self.ready), batches=live)
-        while self.idle_actors and len(self.ready) + acting < cap:
+        while self.idle_actors and len(self.ready) + acting < cap and self._can_collect():
             actor = self.idle_actors.pop(0)  # the longest idle first: none starves
             if self._usable(actor) and not pool.busy(actor):
-                pool.submit(actor, "collect", self.server, fetch=False)
+                self._collect(actor)
                 acting += 1
 
     def _salvage(self, done: Any) -> list[Any]:

@@ -34,6 +34,8 @@ class Rollout:
     phases: dict[str, float] = field(default_factory=dict)  # the actor's seconds per phase
     first_step_at: float | None = None  # time.time() of the actor's first env step, on its
     # first rollout only: where start-up ends (summary.json's startup.first_step)
+    obs_slot: int | None = None  # the observations wait in this slot of the run's ObsSlots
+    # (``obs`` is then empty: they travel as the slot's number, see ObsSlots.attach)
 
     def to(self, device: torch.device) -> Rollout:
         """The tensors on ``device``, copied without waiting (a host-to-device copy that
@@ -74,6 +76,49 @@ class Rollout:
         return ~(self.terminated | self.truncated)
 
 
+class ObsSlots:
+    """Shared buffers for the observations of the rollouts in flight, allocated once (issue
+    36: "rollouts are built where the frames already are").
+
+    An actor lent slot ``k`` writes each frame into it as its envs return it, and the learner
+    reads the frames there: a frame is copied once, from the emulator into shared memory.
+    Without slots a Pong rollout's 29 MB of frames were stacked by the actor, copied into a
+    message's shared memory, copied out by the trainer, and (the learner a process of its
+    own) copied in and out again. The trainer lends each slot to one actor's collect call,
+    then to the learn call of its rollout, and takes it back once the learner is done
+    (:class:`rltrain.rl.plans.ActorLearnerPlan`). The buffers cross to the processes as
+    their constructors' arguments (torch's shared memory), as :class:`rltrain.rl.inference.
+    ActSlots` do; Ray's actors and learners keep their rollouts whole.
+    """
+
+    def __init__(
+        self, slots: int, steps: int, envs: int, obs_shape: tuple[int, ...], dtype: torch.dtype
+    ) -> None:
+        """``slots`` rollouts of ``steps`` acting steps (T: each slot holds T+1 frames) of
+        ``envs`` envs."""
+        self.obs = torch.empty(slots, steps + 1, envs, *obs_shape, dtype=dtype).share_memory_()
+
+    def __len__(self) -> int:
+        return len(self.obs)
+
+    @property
+    def nbytes(self) -> int:
+        return self.obs.numel() * self.obs.element_size()
+
+    def view(self, slot: int) -> torch.Tensor:  # [T+1, B, *obs]
+        return self.obs[slot]
+
+    def attach(self, r: Rollout) -> Rollout:
+        """``r`` with its observations, a view of its slot (no copy); itself when whole."""
+        if r.obs_slot is None:
+            return r
+        return dataclasses.replace(r, obs=self.obs[r.obs_slot])
+
+
+EMPTY_OBS = torch.empty(0)
+"""A rollout's ``obs`` while they wait in a slot (:class:`ObsSlots`)."""
+
+
 def stack(rollouts: list[Rollout]) -> Rollout:
     """Concatenate rollouts along the batch dimension (IMPALA's learner batch)."""
     if len(rollouts) == 1:
@@ -90,7 +135,7 @@ def stack(rollouts: list[Rollout]) -> Rollout:
     return Rollout(
         actor_id=-1,
         version=min(r.version for r in rollouts),
-        obs=cat("obs"),
+        obs=cat("obs") if rollouts[0].obs.numel() else EMPTY_OBS,  # (or in a slot)
         actions=cat("actions"),
         rewards=cat("rewards"),
         terminated=cat("terminated"),

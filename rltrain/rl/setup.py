@@ -283,11 +283,13 @@ class Placement:
     inference: str | None  # the batched policy's device (runtime.inference), None: none
     shard_device: str  # where the shards keep their values
     processes: float  # CPUs the actors and learners reserve
+    hosted: bool = False  # the one learner is a process that holds the shards
 
     def describe(self) -> str:
         """``2 actors, 1 learner, 1 shard; learners on CPU`` and what is on a GPU."""
         where = f"{describe_sizes(self.cfg)}; learners on {'GPU' if self.gpu else 'CPU'}"
         where += ", shards on GPU" if self.shard_device != "cpu" else ""
+        where += ", the shards in the learner's process" if self.hosted else ""
         if self.inference is not None:
             on = "GPU" if self.inference != "cpu" else "CPU"
             where += f", the actors' policy batched on the {on} (runtime.inference)"
@@ -302,4 +304,12 @@ def place(cfg: TrainConfig, backend: str, cpus: float, gpus: float) -> Placement
     cfg = sized(cfg, cpus, gpu, batched=inference is not None)
     split = cfg.algo_spec.split
     processes = cfg.actors + (cfg.learners * learner_cpus(gpu) if split else 0)
-    return Placement(cfg, gpu, inference, shard_device(cfg, gpu, backend), processes)
+    where = shard_device(cfg, gpu, backend)
+    return Placement(cfg, gpu, inference, where, processes, hosts_shards(cfg, backend))
+
+
+def hosts_shards(cfg: TrainConfig, backend: str) -> bool:
+    """Whether the learner is a process that holds the server's shards
+    (:mod:`rltrain.rl.learner_host`): on the process runtime, with one learner (impala,
+    appo). Ray's shards are processes of their own; the thread runtime's, the trainer's."""
+    return backend == "process" and cfg.algo_spec.layout == "actor_learner" and cfg.learners == 1

@@ -37,14 +37,16 @@ from rltrain.ps.rules import ASYNC
 from rltrain.records import Role
 from rltrain.rl.config import TrainConfig, server_rule
 from rltrain.rl.device import warm_gpu
+from rltrain.rl.learner_host import LearnerHost, ServerArgs
 from rltrain.rl.periodic import PeriodicEval
-from rltrain.rl.plans import RLPlan, plan_of
-from rltrain.rl.rollout import WorkStats
+from rltrain.rl.plans import RLPlan, obs_slots_for, plan_of
+from rltrain.rl.rollout import ObsSlots, WorkStats
 from rltrain.rl.schedules import LRSender, schedule_progress
 from rltrain.rl.setup import (
     Counters,
     EnvSpec,
     diverged_note,
+    hosts_shards,
     initial_params,
     load_resume,
     place,
@@ -83,9 +85,10 @@ class Trainer:
             self.record.startup["runtime"] = round(ray_up[1] - self.record.started, 2)
         self.cfg = cfg
         self.run_dir = run_dir
-        gpu_here = cfg.learner_gpus > 0 and chosen_backend(cfg.runtime)[0] != "ray"
-        if cfg.algo_spec.split and gpu_here:  # (Ray's learners: processes of Ray's)
-            warm_gpu()
+        backend = chosen_backend(cfg.runtime)[0]
+        gpu_here = cfg.learner_gpus > 0 and backend != "ray" and not hosts_shards(cfg, backend)
+        if cfg.algo_spec.split and gpu_here:  # (Ray's learners, and a learner process with
+            warm_gpu()  # its shards, set up CUDA in their own processes)
         self.spec = spec or probe_env(cfg)
         resumed = load_resume(run_dir, cfg, self.spec) if resume else None
         self.counters = resumed.counters if resumed else Counters()
@@ -106,6 +109,8 @@ class Trainer:
         self.gpu = False  # the learners compute on a GPU
         self.inference: str | None = None  # the batched policy's device (runtime.inference)
         self.shard_device = "cpu"
+        self.hosted = False  # the learner is a process that holds the shards
+        self.obs_slots: ObsSlots | None = None  # where the rollouts' frames wait (hosted)
         self.lr = LRSender()
         self.schedule = FaultSchedule((), time.time())  # armed once every process is up
         self._arming = bool(cfg.faults.events)
@@ -180,6 +185,11 @@ class Trainer:
         if cfg.faults.events:
             print(f"faults to inject: {describe_events(cfg.faults.events)}")
         pushers = cfg.learners if cfg.algo_spec.split else cfg.actors  # a3c/a2c/ppo: workers
+        self.hosted = placed.hosted
+        host = {"host": self._learner_host} if placed.hosted else {}
+        if placed.hosted:  # the rollouts' frames: written once, where the learner reads them
+            shape, dtype = self.spec.obs_shape, self.spec.obs_dtype
+            self.obs_slots = obs_slots_for(cfg, shape, dtype, self.progress.note)
         ctx.server = runtime.start_server(
             initial_params(cfg, self.spec),
             cfg.optimizer,
@@ -188,6 +198,7 @@ class Trainer:
             cfg.runtime,
             cfg.faults.max_restarts,
             device=self.shard_device,
+            **host,
         )
         label = "the initial parameters"
         if self.resumed is not None:
@@ -239,10 +250,27 @@ class Trainer:
         self.ctx.kill_all()
         runtime.shutdown()
 
-    def spawn(self, role: Role, cls: type, args_of: Callable[[int], tuple]) -> list[Any]:
+    def _learner_host(self, server: ServerArgs) -> Any:
+        """The one learner as a process that holds the server's shards (``server``: their
+        arguments); its threads answer the shard calls beside its ``learn``."""
+        cfg, spec = self.cfg, self.spec
+        args = (server, cfg, spec.obs_shape, spec.actions, self.gpu)
+        concurrency = 4 + cfg.actors  # the trainer's calls and each actor's pull at once
+        (host,) = self.spawn(
+            "learner",
+            LearnerHost,
+            lambda i: (*args, i, self.obs_slots),
+            own_process=True,
+            max_concurrency=concurrency,
+        )
+        return host
+
+    def spawn(
+        self, role: Role, cls: type, args_of: Callable[[int], tuple], **options: Any
+    ) -> list[Any]:
         """Restartable processes of one role (actor, learner or the one policy worker;
         a3c/a2c/ppo workers count as actors), process i built with ``args_of(i)``; learners
-        take a GPU when there is one."""
+        take a GPU when there is one. ``options``: the runtime's ``Remote``'s own."""
         cfg = self.cfg
         learner = role == "learner"
         cpus = cfg.runtime.worker_cpus * (learner_cpus(self.gpu) if learner else 1)
@@ -256,6 +284,7 @@ class Trainer:
                 num_cpus=cpus,
                 num_gpus=gpus,
                 max_restarts=cfg.faults.max_restarts,
+                **options,
             )
             for i in range({"learner": cfg.learners, "policy": 1}.get(role, cfg.actors))
         ]

@@ -216,8 +216,13 @@ def main(
     concurrency: int = 1,
     extended: bytes | None = None,
     title: tuple[str, int] | None = None,
+    restarted: bool = False,
 ) -> None:
     """A child's life: build the instance, say "up", run calls until the pipe closes.
+
+    ``restarted``: this process replaces one that died; an instance with a ``restarted``
+    method hears it before it says it is up (Ray's ``was_current_actor_reconstructed``: a
+    learner's shards then refuse requests until they are restored).
 
     ``concurrency`` > 1 runs calls in that many threads (a supervised worker's ``stop``
     beside its ``run``); results then come back in the order they finish, by call id.
@@ -233,6 +238,8 @@ def main(
         if extended is not None:
             extensions.unpack(extended)
         instance = cls(*args)
+        if restarted and hasattr(instance, "restarted"):
+            instance.restarted()
     except BaseException as e:
         calls.send("failed", *exception_message(e, traceback.format_exc()), None)
         return

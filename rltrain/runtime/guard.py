@@ -1,16 +1,39 @@
-"""The shard guard: watch the server's shards and restore them all when one is lost."""
+"""The shard guard: watch the server's shards and restore them all when one is lost.
+
+Imports neither Ray nor multiprocessing: the server it watches says how to ask its shards
+(:class:`Watched`: Ray's shards, :class:`rltrain.runtime.wire.RayServer`; the process
+runtime's shards in their learner's process, :class:`rltrain.runtime.process.HostedServer`).
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
-
-import ray
+from typing import Any, Protocol
 
 from rltrain.faults import PeerLost, ProcessLost, RestorePoint, RunFailed
-from rltrain.runtime.errors import result
-from rltrain.runtime.wire import RayServer, shard_health
+
+Health = list[tuple[int, bool] | None]  # per shard (version, fenced); None: down
+
+
+class Watched(Protocol):
+    """What the guard asks of a server whose shards can be lost apart from the trainer."""
+
+    def health(self) -> Health:
+        """Blocking; raises :class:`RunFailed` for a shard that will not restart."""
+
+    def ask_health(self) -> Any:
+        """Send health requests; a handle for :meth:`answered`."""
+
+    def answered(self, asked: Any) -> Health | None:
+        """The health asked for, once every shard has answered (None before)."""
+
+    def join_shard(self, index: int, worker_id: int) -> None:
+        """Tell shard ``index`` alone that a worker joined."""
+
+    def leave(self, worker_id: int) -> None: ...
+    def join(self, worker_id: int) -> None: ...
+    def load_state_dicts(self, states: Sequence[dict], epoch: int | None = None) -> None: ...
 
 
 class ServerGuard:
@@ -26,13 +49,13 @@ class ServerGuard:
     POLL_S = 0.25  # the lost-update count is exact to within this many seconds of updates
     RESTART_TIMEOUT_S = 120.0
 
-    def __init__(self, server: RayServer, counters: Any, say: Callable[[str], None]) -> None:
+    def __init__(self, server: Watched, counters: Any, say: Callable[[str], None]) -> None:
         self.server, self.counters, self.say = server, counters, say
         self.point: RestorePoint | None = None
         self.last_seen = 0  # the highest version any shard reported
         self.left: set[int] = set()  # workers that left the barriers (they rejoin by pushing)
         self.joined: list[int] = []  # workers added mid-run (elastic): N grew by one each
-        self._asked: list[Any] = []
+        self._asked: Any = None  # health requests in flight (the server's handle)
         self._next = 0.0
         self.epoch = 0  # restores so far: each starts a new epoch on every shard
         self.restored_from: RestorePoint | None = None  # the last restore's point
@@ -60,15 +83,11 @@ class ServerGuard:
 
     def poll(self) -> bool:
         """Cheap: read answered health requests, send new ones; True if it restored."""
-        if self._asked:
-            ready, _ = ray.wait(self._asked, num_returns=len(self._asked), timeout=0)
-            if len(ready) < len(self._asked):
+        if self._asked is not None:
+            health = self.server.answered(self._asked)
+            if health is None:
                 return False  # a shard is busy (or paused): ask again later
-            health = [
-                shard_health(r, ref, 0)
-                for r, ref in zip(self.server.shards, self._asked, strict=True)
-            ]
-            self._asked = []
+            self._asked = None
             if self._observe(health):
                 return self.restore()
         if time.time() >= self._next:
@@ -78,7 +97,7 @@ class ServerGuard:
 
     def check(self) -> bool:
         """Blocking check (after a call failed because of a peer); True if it restored."""
-        self._asked = []
+        self._asked = None
         return self.restore() if self._observe(self.server.health()) else False
 
     def _observe(self, health: Sequence[tuple[int, bool] | None]) -> bool:
@@ -92,11 +111,11 @@ class ServerGuard:
         return bad
 
     def restore(self) -> bool:
-        self._asked = []
+        self._asked = None
         if self.point is None:
             raise RunFailed("a server shard was lost before any restore point existed")
         deadline = time.time() + self.RESTART_TIMEOUT_S
-        while True:  # Ray restarts dead shards; wait until every one answers
+        while True:  # the runtime restarts dead shards; wait until every one answers
             health = self.server.health()
             if all(h is not None and h[0] >= 0 for h in health):
                 break
@@ -113,7 +132,7 @@ class ServerGuard:
         lost = max(0, seen - self.point.version)
         for i in lost_shards:  # a restarted shard knows nothing of who joined (N is not state)
             for worker in self.joined:  # (told before it is unfenced, so it never steps short)
-                result(self.server.shards[i].call("join", worker))
+                self.server.join_shard(i, worker)
         # a new epoch: a push of parameters read before this restore is dropped by every shard,
         # whether it reaches one before its load (overwritten) or after (refused)
         self.epoch += 1

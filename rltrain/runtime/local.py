@@ -30,7 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from rltrain.driver import Done
-from rltrain.faults import FaultAction, ProcessLost, RestorePoint
+from rltrain.faults import FaultAction, PeerLost, ProcessLost, RestorePoint
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.server import LocalServer
 from rltrain.records import Role
@@ -172,6 +172,8 @@ class Pool:
                 out.append(Done(remote, tag, error=error))
                 if not error.permanent:
                     self.probes[remote.probe()] = remote
+            elif isinstance(error, PeerLost):  # a process it used died (a learner's shards)
+                out.append(Done(remote, tag, error=error))
             elif error is not None:
                 raise error
             else:

@@ -154,6 +154,16 @@ class RayServer(ShardedServer):
     def ask_health(self) -> list[Any]:
         return [h.health.remote() for h in self.handles]
 
+    def answered(self, asked: list[Any]) -> list[tuple[int, bool] | None] | None:
+        """The health asked for, once every shard has answered (None before)."""
+        ready, _ = ray.wait(asked, num_returns=len(asked), timeout=0)
+        if len(ready) < len(asked):
+            return None
+        return [shard_health(r, ref, 0) for r, ref in zip(self.shards, asked, strict=True)]
+
+    def join_shard(self, index: int, worker_id: int) -> None:
+        result(self.shards[index].call("join", worker_id))
+
     def kill(self) -> None:
         for r in self.shards:
             r.kill()

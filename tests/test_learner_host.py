@@ -1,0 +1,109 @@
+"""The learner beside the server's shards, as the process runtime runs it (``rltrain: learner
+0``, :mod:`rltrain.rl.learner_host`), built here in one process: it learns on its own shards,
+answers shard calls for the other processes with CPU parameters, and after a restart refuses
+them and waits for its restore."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import pytest
+import torch
+
+from rltrain.envs.config import EnvConfig
+from rltrain.faults import ShardFenced
+from rltrain.ps.config import OptimizerConfig, ServerConfig
+from rltrain.records import Params
+from rltrain.rl.actor import Actor
+from rltrain.rl.config import AlgoConfig, PPOConfig, StopConfig, TrainConfig
+from rltrain.rl.learner_host import LearnerHost
+from rltrain.rl.rollout import ObsSlots
+from rltrain.rl.setup import hosts_shards, initial_params, probe_env
+
+
+def _cfg() -> TrainConfig:
+    return TrainConfig(
+        env=EnvConfig(id="CartPole-v1", num_envs=4),
+        algo=AlgoConfig(name="appo", rollout_length=16),
+        ppo=PPOConfig(epochs=2, minibatches=2),
+        optimizer=OptimizerConfig(name="adam", lr=3e-3),
+        stop=StopConfig(max_env_steps=1000),
+    )
+
+
+def _host(c: TrainConfig) -> LearnerHost:
+    spec = probe_env(c)
+    init = initial_params(c, spec)
+    server = (init, c.optimizer, ServerConfig(), 1, False, None, "cpu")
+    return LearnerHost(server, c, spec.obs_shape, spec.actions)
+
+
+def test_the_learner_learns_on_the_shards_beside_it() -> None:
+    c = _cfg()
+    host = _host(c)
+    before = host.shard(0, "pull")
+    stats = host.learn(0.0, Actor(c, 0).rollout())
+    assert stats.updates == 2 * 2
+    assert host.learner.live is not None  # its parameters are the shard's buffer: no copies
+    after = host.shard(0, "pull", None)
+    assert isinstance(after, Params) and after.version == 4
+    assert after.values.device.type == "cpu"
+    assert not torch.equal(before.values, after.values)
+    assert host.shard(0, "pull", 4) is None  # nothing newer: nothing travels
+    assert host.health() == [(4, False)]
+
+
+def test_a_restarted_host_refuses_requests_and_learns_once_restored() -> None:
+    c = _cfg()
+    first = _host(c)
+    first.learn(0.0, Actor(c, 0).rollout())
+    state = first.shard(0, "state_dict")
+
+    host = _host(c)  # the process that replaces it: the initial parameters again
+    host.restarted()
+    assert host.health() == [(0, True)]
+    with pytest.raises(ShardFenced):
+        host.shard(0, "pull")
+    out: list = []
+    learning = threading.Thread(target=lambda: out.append(host.learn(0.0, Actor(c, 1).rollout())))
+    learning.start()
+    time.sleep(0.2)
+    assert learning.is_alive() and not out  # it waits for the guard's restore
+    host.shard(0, "load_state_dict", state, 1)
+    learning.join(timeout=30)
+    assert out and out[0].updates == 4
+    assert host.health() == [(8, False)]  # 4 restored + 4 of its own
+
+
+def test_the_process_runtime_hosts_one_learner_of_impala_and_appo() -> None:
+    c = _cfg()
+    assert hosts_shards(c, "process")
+    assert not hosts_shards(c, "local") and not hosts_shards(c, "ray")
+    two = dataclasses.replace(c, learners=2)
+    assert not hosts_shards(two, "process")  # several learners share the trainer's shards
+    a3c = dataclasses.replace(c, algo=AlgoConfig(name="a3c"))
+    assert not hosts_shards(a3c, "process")
+
+
+def test_frames_written_into_slots_equal_the_stacked_rollouts_and_the_slots_never_grow() -> None:
+    """An actor lent observation slots writes its frames there (one copy each) and the
+    learner reads them in place: the rollouts equal those of an actor that stacks its own,
+    over 100 rollouts through the same 3 slots, with no new memory."""
+    c = dataclasses.replace(_cfg(), env=EnvConfig(id="CartPole-v1", num_envs=4, groups=2))
+    spec = probe_env(c)
+    slots = ObsSlots(3, c.algo.rollout_length, c.env.num_envs, spec.obs_shape, torch.float32)
+    where = slots.obs.data_ptr()
+    lent, own = Actor(c, 0, obs_slots=slots), Actor(c, 0)
+    own.model.load_state_dict(lent.model.state_dict())  # (each drew its own initial weights)
+    for i in range(100):
+        k = i % len(slots)
+        r = lent.rollout(slot=k)
+        assert r.obs_slot == k and r.obs.numel() == 0  # the frames travel as the slot's number
+        whole = own.rollout()
+        seen = slots.attach(r)
+        assert seen.obs.data_ptr() == slots.view(k).data_ptr()  # a view: no copy
+        torch.testing.assert_close(seen.obs, whole.obs, rtol=0, atol=0)
+        torch.testing.assert_close(r.actions, whole.actions)
+    assert slots.obs.data_ptr() == where and len(slots) == 3

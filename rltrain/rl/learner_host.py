@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -33,6 +33,7 @@ from rltrain.records import Params
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.learner import Learner
 from rltrain.rl.rollout import ObsSlots, Rollout, WorkStats
+from rltrain.rl.setup import EnvSpec
 
 ServerArgs = tuple[
     torch.Tensor, OptimizerConfig, ServerConfig, int, bool, Sequence[int] | None, str
@@ -104,3 +105,29 @@ def _on_cpu(out: Any) -> Any:
     if isinstance(out, tuple):
         return tuple(_on_cpu(o) for o in out)
     return out
+
+
+def learner_process(
+    spawn: Callable[..., list[Any]],
+    cfg: TrainConfig,
+    spec: EnvSpec,
+    gpu: bool,
+    obs_slots: ObsSlots | None,
+) -> Callable[[ServerArgs], Any]:
+    """The process runtime's ``start_server(host=...)``: given the shards' arguments, start
+    the one learner as a process that holds them (``spawn``: the trainer's, which makes it
+    restartable), its threads answering the shard calls beside its ``learn``."""
+    learner = (cfg, spec.obs_shape, spec.actions, gpu)
+    concurrency = 4 + cfg.actors  # the trainer's calls and each actor's pull at once
+
+    def start(server: ServerArgs) -> Any:
+        (remote,) = spawn(
+            "learner",
+            LearnerHost,
+            lambda i: (server, *learner, i, obs_slots),
+            own_process=True,
+            max_concurrency=concurrency,
+        )
+        return remote
+
+    return start

@@ -34,6 +34,7 @@ from rltrain.rl.inference import ActSlots, PolicyWorker
 from rltrain.rl.learner import Learner
 from rltrain.rl.plan_base import RLPlan
 from rltrain.rl.rollout import ObsSlots, Rollout, WorkStats
+from rltrain.rl.setup import EnvSpec
 from rltrain.rl.worker import Worker
 
 WORK_CHUNK = 5  # rollouts per a3c/a2c call: long enough to amortise the call, short to steer
@@ -120,18 +121,16 @@ class RolloutCap:
         return self.value
 
 
-def obs_slots_for(
-    cfg: TrainConfig, obs_shape: tuple[int, ...], obs_dtype: str, say: Callable[[str], None]
-) -> ObsSlots | None:
+def obs_slots_for(cfg: TrainConfig, spec: EnvSpec, say: Callable[[str], None]) -> ObsSlots | None:
     """The run's observation slots (:class:`ObsSlots`): one per rollout that can be in
     flight at once (being made or queued: the rollout cap's ceiling; being learned: a batch
     per learner). None, said, where /dev/shm (torch's shared memory) lacks the room: the
     rollouts then travel as messages."""
     cap = RolloutCap.of(cfg.learners, cfg.impala.learner_batch, cfg.actors)
     count = cap.high + cap.batches
-    dtype = torch.from_numpy(np.zeros(0, dtype=obs_dtype)).dtype
+    dtype = torch.from_numpy(np.zeros(0, dtype=spec.obs_dtype)).dtype
     T, B = cfg.algo.rollout_length, cfg.env.num_envs
-    need = count * (T + 1) * B * math.prod(obs_shape) * dtype.itemsize
+    need = count * (T + 1) * B * math.prod(spec.obs_shape) * dtype.itemsize
     free = shm_free()
     if free is not None and free < 2 * need:
         say(
@@ -140,7 +139,7 @@ def obs_slots_for(
             "(docker: --shm-size)"
         )
         return None
-    return ObsSlots(count, T, B, obs_shape, dtype)
+    return ObsSlots(count, T, B, spec.obs_shape, dtype)
 
 
 def shm_free(path: str = "/dev/shm") -> int | None:

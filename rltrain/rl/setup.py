@@ -285,6 +285,13 @@ class Placement:
     processes: float  # CPUs the actors and learners reserve
     hosted: bool = False  # the one learner is a process that holds the shards
 
+    def sharing_note(self, cpus: float, each: float) -> str:
+        """When the processes reserve more CPUs than there are: each has ``each``."""
+        return (
+            f"{self.processes:g} processes on {cpus:.0f} CPUs: each reserves {each:.2f} CPU "
+            "and they share the cores (actors: auto sizes the run to the CPUs)"
+        )
+
     def describe(self) -> str:
         """``2 actors, 1 learner, 1 shard; learners on CPU`` and what is on a GPU."""
         where = f"{describe_sizes(self.cfg)}; learners on {'GPU' if self.gpu else 'CPU'}"
@@ -306,6 +313,14 @@ def place(cfg: TrainConfig, backend: str, cpus: float, gpus: float) -> Placement
     processes = cfg.actors + (cfg.learners * learner_cpus(gpu) if split else 0)
     where = shard_device(cfg, gpu, backend)
     return Placement(cfg, gpu, inference, where, processes, hosts_shards(cfg, backend))
+
+
+def computes_on_gpu_here(cfg: TrainConfig, backend: str) -> bool:
+    """Whether the trainer's own process computes on a GPU (its learner threads and their
+    shards), so that it sets CUDA up at once (Ray's learners, and a learner process with its
+    shards, set it up in their own processes)."""
+    on_gpu = cfg.algo_spec.split and cfg.learner_gpus > 0
+    return on_gpu and backend != "ray" and not hosts_shards(cfg, backend)
 
 
 def hosts_shards(cfg: TrainConfig, backend: str) -> bool:

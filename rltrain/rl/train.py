@@ -37,7 +37,7 @@ from rltrain.ps.rules import ASYNC
 from rltrain.records import Role
 from rltrain.rl.config import TrainConfig, server_rule
 from rltrain.rl.device import warm_gpu
-from rltrain.rl.learner_host import LearnerHost, ServerArgs
+from rltrain.rl.learner_host import learner_process
 from rltrain.rl.periodic import PeriodicEval
 from rltrain.rl.plans import RLPlan, obs_slots_for, plan_of
 from rltrain.rl.rollout import ObsSlots, WorkStats
@@ -45,8 +45,8 @@ from rltrain.rl.schedules import LRSender, schedule_progress
 from rltrain.rl.setup import (
     Counters,
     EnvSpec,
+    computes_on_gpu_here,
     diverged_note,
-    hosts_shards,
     initial_params,
     load_resume,
     place,
@@ -83,12 +83,9 @@ class Trainer:
         if ray_up is not None:
             self.ray_where = ray_up[0]
             self.record.startup["runtime"] = round(ray_up[1] - self.record.started, 2)
-        self.cfg = cfg
-        self.run_dir = run_dir
-        backend = chosen_backend(cfg.runtime)[0]
-        gpu_here = cfg.learner_gpus > 0 and backend != "ray" and not hosts_shards(cfg, backend)
-        if cfg.algo_spec.split and gpu_here:  # (Ray's learners, and a learner process with
-            warm_gpu()  # its shards, set up CUDA in their own processes)
+        self.cfg, self.run_dir = cfg, run_dir
+        if computes_on_gpu_here(cfg, chosen_backend(cfg.runtime)[0]):
+            warm_gpu()
         self.spec = spec or probe_env(cfg)
         resumed = load_resume(run_dir, cfg, self.spec) if resume else None
         self.counters = resumed.counters if resumed else Counters()
@@ -108,8 +105,7 @@ class Trainer:
         self.plan: RLPlan | None = None
         self.gpu = False  # the learners compute on a GPU
         self.inference: str | None = None  # the batched policy's device (runtime.inference)
-        self.shard_device = "cpu"
-        self.hosted = False  # the learner is a process that holds the shards
+        self.shard_device, self.hosted = "cpu", False  # hosted: the learner holds the shards
         self.obs_slots: ObsSlots | None = None  # where the rollouts' frames wait (hosted)
         self.lr = LRSender()
         self.schedule = FaultSchedule((), time.time())  # armed once every process is up
@@ -176,20 +172,15 @@ class Trainer:
         print(f"runtime: {where}, chosen by {why}; {placed.describe()}")
         self.record.ray = runtime.job_record()
         if fitted.worker_cpus < cfg.runtime.worker_cpus:
-            self.progress.note(
-                f"{processes:g} processes on {cpus:.0f} CPUs: each reserves "
-                f"{fitted.worker_cpus:.2f} CPU and they share the cores (actors: auto sizes "
-                "the run to the CPUs)"
-            )
+            self.progress.note(placed.sharing_note(cpus, fitted.worker_cpus))
         self.cfg = cfg = dataclasses.replace(cfg, runtime=fitted)
         if cfg.faults.events:
             print(f"faults to inject: {describe_events(cfg.faults.events)}")
         pushers = cfg.learners if cfg.algo_spec.split else cfg.actors  # a3c/a2c/ppo: workers
-        self.hosted = placed.hosted
-        host = {"host": self._learner_host} if placed.hosted else {}
-        if placed.hosted:  # the rollouts' frames: written once, where the learner reads them
-            shape, dtype = self.spec.obs_shape, self.spec.obs_dtype
-            self.obs_slots = obs_slots_for(cfg, shape, dtype, self.progress.note)
+        self.hosted, host = placed.hosted, {}
+        if placed.hosted:  # the learner's process holds the shards; the frames wait in slots
+            self.obs_slots = slots = obs_slots_for(cfg, self.spec, self.progress.note)
+            host["host"] = learner_process(self.spawn, cfg, self.spec, self.gpu, slots)
         ctx.server = runtime.start_server(
             initial_params(cfg, self.spec),
             cfg.optimizer,
@@ -205,9 +196,8 @@ class Trainer:
             ctx.server.load_state_dicts(self.resumed.state["shards"])
             label = f"checkpoint {self.resumed.path.name}"
         ctx.guard = runtime.ServerGuard(ctx.server, self.faults, self.progress.note)
-        ctx.guard.remember(
-            RestorePoint(ctx.server.stats().version, ctx.server.state_dicts(), label)
-        )
+        version = ctx.server.stats().version
+        ctx.guard.remember(RestorePoint(version, ctx.server.state_dicts(), label))
         ctx.add("shard", runtime.server_processes(ctx.server))
         self.record.mark("server")  # shard processes up, the initial state read back
         self.evals.start()
@@ -249,21 +239,6 @@ class Trainer:
         self.log.close()
         self.ctx.kill_all()
         runtime.shutdown()
-
-    def _learner_host(self, server: ServerArgs) -> Any:
-        """The one learner as a process that holds the server's shards (``server``: their
-        arguments); its threads answer the shard calls beside its ``learn``."""
-        cfg, spec = self.cfg, self.spec
-        args = (server, cfg, spec.obs_shape, spec.actions, self.gpu)
-        concurrency = 4 + cfg.actors  # the trainer's calls and each actor's pull at once
-        (host,) = self.spawn(
-            "learner",
-            LearnerHost,
-            lambda i: (*args, i, self.obs_slots),
-            own_process=True,
-            max_concurrency=concurrency,
-        )
-        return host
 
     def spawn(
         self, role: Role, cls: type, args_of: Callable[[int], tuple], **options: Any

@@ -1,30 +1,18 @@
 """The process runtime (``runtime.backend: process``, what ``auto`` picks on one machine).
 
-Actors, a3c/a2c/ppo workers, supervised workers, the policy worker and the evaluator run as
-OS processes, forked by a forkserver that has imported torch, the envs and the algorithms
-once, so they start in parallel in a fraction of a second each. One learner (impala, appo)
-is a process of its own too, and the server's shards live in it (:class:`HostedServer`,
-:mod:`rltrain.rl.learner_host`): a push is its optimizer step, a pull copies nothing, and it
-shares its interpreter and CUDA context with nothing else. Otherwise (several learners, dqn's)
-the shards, the replay memory and the learners stay in the trainer's process (learners as
-threads, :mod:`rltrain.runtime.local`). This is Sample Factory's layout for one machine
-(Petrenko et al. 2020): many sampler processes, policy workers, one learner.
+Actors, workers, the policy worker, the evaluator and the one learner of impala and appo run
+as OS processes, forked by a forkserver that has imported torch, the envs and the algorithms
+once. The shards live in that learner's process (:mod:`rltrain.runtime.hosted`); otherwise
+(several learners, dqn's) the shards, the replay and the learners (as threads,
+:mod:`rltrain.runtime.local`) stay in the trainer's. Sample Factory's layout for one machine
+(Petrenko et al. 2020). Calls, results and server requests are pickled small over two pipes
+per child; their tensors go through reused shared-memory slots (:mod:`rltrain.runtime.shm`).
 
-Between the processes, calls, results and server requests are pickled small; their tensors
-go through reused shared-memory slots (:mod:`rltrain.runtime.shm`). Each child has two pipes:
-its calls (driver -> child -> driver) and its requests to the server or the replay (child ->
-a thread of the trainer that serves them, so a worker waiting at a barrier holds only its own
-thread).
-
-Faults are those of Ray's runtime, with the same counters and messages: a child that dies is
-restarted with its constructor's arguments (up to ``faults.max_restarts``), its call in flight
+Faults are those of Ray's runtime, with the same counters and messages: a dead child is
+restarted with its constructor's arguments (``faults.max_restarts``), its call in flight
 fails with :class:`~rltrain.faults.ProcessLost`, and the pool reports it back once it is up;
-``faults.events`` kill (SIGKILL) and pause (SIGSTOP/SIGCONT) the children. A learner process
-takes its shards with it when it dies: the guard (:mod:`rltrain.runtime.guard`) restores
-them from the last restore point, as it restores Ray's. A learner that is a thread of the
-trainer, or a shard there, cannot be killed apart from it: such a fault is skipped and said so.
-
-Imports neither Ray nor anything that starts it.
+``faults.events`` kill and pause the children. A fault aimed at a learner thread, or at a
+shard of the trainer's, is skipped and said so. Imports neither Ray nor what starts it.
 """
 
 from __future__ import annotations
@@ -38,17 +26,14 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import torch
-
 from rltrain import extensions
 from rltrain.driver import Done
-from rltrain.faults import FaultAction, PeerLost, ProcessLost, RunFailed, ShardFenced, pause
-from rltrain.ps.config import OptimizerConfig, ServerConfig
-from rltrain.ps.server import LocalServer, ShardedServer, ShardLayout, make_shards
-from rltrain.records import Role, ServerStats
-from rltrain.runtime import child, guard, local
+from rltrain.faults import FaultAction, ProcessLost, pause
+from rltrain.records import Role
+from rltrain.runtime import child, local
 from rltrain.runtime.config import RuntimeConfig
 from rltrain.runtime.forkserver import context, no_main, serve, service_names
+from rltrain.runtime.hosted import HostedServer, ServerGuard, start_server
 from rltrain.runtime.local import Pool, cluster_gpus, start_replay
 from rltrain.runtime.local import Remote as ThreadRemote
 from rltrain.runtime.policy import respond
@@ -81,15 +66,14 @@ __all__ = [
 
 DESCRIPTION = "processes on this machine (runtime.backend=process: a forkserver, shared memory)"
 IN_TRAINER: tuple[Role, ...] = ("learner",)
-"""Roles that stay in the trainer's process, next to the shards (as threads), unless the
-shards live with them (``own_process``: :class:`HostedServer`)."""
+"""Roles that are threads of the trainer's process, beside its shards (unless ``own_process``)."""
 _children: list[Remote] = []  # every process started (and restarted) in this session
 
 
 class Remote:
     """A plain class in a process of its own (learners: in a thread of this one, see
-    :data:`IN_TRAINER`): ``call`` returns a future of the method's result; the process runs
-    its calls one at a time, in order.
+    :data:`IN_TRAINER`, unless ``own_process``): ``call`` returns a future of the method's
+    result; the process runs its calls one at a time, in order.
 
     ``max_restarts``: how often a dead process is started again (-1: always), its
     constructor re-run with the same arguments, as Ray does.
@@ -116,7 +100,6 @@ class Remote:
         max_concurrency: int = 1,
         own_process: bool = False,
     ) -> None:
-        """``own_process``: a process even for a role of :data:`IN_TRAINER`."""
         self.role, self.index, self.cpus, self.gpus = role, index, num_cpus, num_gpus
         self.actor_id = f"{role}-{index}"
         self.target, self.args = target, args
@@ -269,12 +252,6 @@ class Remote:
     def _may_restart(self) -> bool:
         return self.max_restarts < 0 or self.restarts < self.max_restarts
 
-    @property
-    def gone(self) -> BaseException | None:
-        """Why it will not come back (its restarts spent, or it could not restart), or None."""
-        with self._lock:
-            return self._gone
-
     # --- what the driver asks of a process --------------------------------------------------
 
     def probe(self) -> cf.Future:
@@ -324,125 +301,8 @@ def Semaphore(value: int = 0) -> Any:  # noqa: N802 - a factory, named as the cl
     return context().Semaphore(value)
 
 
-class HostedServer(ShardedServer):
-    """The server's shards in a learner's process (:class:`rltrain.rl.learner_host.
-    LearnerHost`), as the trainer and the other processes reach them: each shard call is a
-    call to that process, answered by one of its threads beside the learner's ``learn``.
-
-    When that process dies its shards die with it: a call then fails with
-    :class:`~rltrain.faults.PeerLost` (a call that used it, never the caller's own death), and
-    so does one to a shard that came back and awaits its restore; the guard restores them
-    (:class:`rltrain.runtime.guard.ServerGuard`)."""
-
-    def __init__(
-        self, layout: ShardLayout, host: Remote, rule: ServerConfig, initial: list[dict]
-    ) -> None:
-        super().__init__(layout, rule)
-        self.host = host
-        self.indices = list(range(len(layout.sizes)))
-        self.initial = initial  # the shards' state before the first push (no process asked)
-
-    def _keep(self, index: int) -> None:
-        self.indices = [index]
-
-    def _submit(self, method: str, args: Sequence[tuple[Any, ...]], start: int = 0) -> list[Any]:
-        indices = self.indices[start:]
-        return [self.host.call("shard", i, method, *a) for i, a in zip(indices, args, strict=True)]
-
-    def _call_first(self, method: str, *args: Any) -> Any:
-        return self._collect(self._submit(method, [args]))[0]
-
-    def _collect(self, handle: list[Any]) -> list[Any]:
-        return [self._answer(f) for f in handle]
-
-    def _answer(self, future: cf.Future) -> Any:
-        try:
-            return future.result()
-        except (ProcessLost, ShardFenced) as e:  # the shards are lost or not yet restored
-            raise PeerLost(self.host.actor_id, str(e).splitlines()[0]) from None
-
-    def _fresh(self) -> bool:
-        """Its first process is not up yet: the shards are the initial ones. Read here, the
-        trainer's restore point does not wait for the learner's process to start."""
-        return self.host.restarts == 0 and not self.host.up.done()
-
-    def state_dicts(self, tries: int = 200) -> list[dict]:
-        return self.initial if self._fresh() else super().state_dicts(tries)
-
-    def stats(self) -> ServerStats:
-        return ServerStats(0, 0, 0, 0, 0, 0) if self._fresh() else super().stats()
-
-    def health(self) -> list[tuple[int, bool] | None]:
-        """Per shard (version, fenced); None for each while the process is down. Raises
-        :class:`RunFailed` once it will not come back."""
-        return self._health(self.ask_health(), wait=True) or []
-
-    def ask_health(self) -> cf.Future:
-        return self.host.call("health")
-
-    def answered(self, asked: cf.Future) -> list[tuple[int, bool] | None] | None:
-        return self._health(asked, wait=False)
-
-    def _health(self, asked: cf.Future, wait: bool) -> list[tuple[int, bool] | None] | None:
-        if not wait and not asked.done():
-            return None
-        try:
-            every = asked.result()
-        except ProcessLost:
-            gone = self.host.gone
-            if gone is not None:
-                raise RunFailed(
-                    f"the learner process that holds the server's shards died and will not "
-                    f"restart ({gone}); the run stops at its last checkpoint"
-                ) from None
-            return [None] * len(self.indices)
-        return [every[i] for i in self.indices]
-
-    def join_shard(self, index: int, worker_id: int) -> None:
-        self._answer(self.host.call("shard", index, "join", worker_id))
-
-    def kill(self) -> None:
-        """Nothing to stop here: the learner's process is one of the run's (it stops them)."""
-
-
-def start_server(
-    init: torch.Tensor,
-    optimizer: OptimizerConfig,
-    rule: ServerConfig,
-    num_workers: int,
-    runtime: RuntimeConfig | None = None,
-    max_restarts: int = 0,
-    record: bool = False,
-    sizes: Sequence[int] | None = None,
-    device: str = "cpu",
-    host: Callable[[tuple], Remote] | None = None,
-) -> LocalServer | HostedServer:
-    """The shards as objects of this process, or (``host``) in the process that ``host``
-    starts with their arguments, a learner's (:mod:`rltrain.rl.learner_host`)."""
-    if host is None:
-        return local.start_server(
-            init, optimizer, rule, num_workers, runtime, max_restarts, record, sizes, device
-        )
-    layout, shards = make_shards(init, optimizer, rule, num_workers, record, sizes)
-    initial = [s.state_dict() for s in shards]  # read here, not from a process still starting
-    remote = host((init, optimizer, rule, num_workers, record, sizes, device))
-    return HostedServer(layout, remote, rule, initial)
-
-
-class ServerGuard(guard.ServerGuard):
-    """The shard guard: a real one where the shards live in a learner's process (they can be
-    lost apart from the trainer), the threads' bookkeeping (:class:`rltrain.runtime.local.
-    ServerGuard`) where they are the trainer's own objects."""
-
-    def __new__(cls, server: Any, counters: Any, say: Callable[[str], None]) -> Any:
-        if not isinstance(server, HostedServer):
-            return local.ServerGuard(server, counters, say)
-        return super().__new__(cls)
-
-
 def wait_any(futures: Sequence[cf.Future], timeout: float) -> list[cf.Future]:
-    done, _ = cf.wait(futures, timeout, return_when=cf.FIRST_COMPLETED)
-    return list(done)
+    return list(cf.wait(futures, timeout, return_when=cf.FIRST_COMPLETED)[0])
 
 
 def get(futures: Sequence[cf.Future]) -> list[Any]:

@@ -246,8 +246,9 @@ def load_resume(run_dir: Path, cfg: TrainConfig, spec: EnvSpec) -> Resumed | Non
 
 def shard_device(cfg: TrainConfig, gpu: bool, backend: str) -> str:
     """Where the server's shards keep their values (``server.device``): the learners' GPU when
-    they share the trainer's process with the shards (a push is then a GPU optimizer step),
-    else the CPU. Ray's shards are processes of their own."""
+    they share a process with the shards (the learner's own, or the trainer's with learner
+    threads; a push is then a GPU optimizer step), else the CPU. Ray's shards are processes
+    of their own."""
     if cfg.server.device == "auto" and gpu and backend != "ray" and torch.cuda.is_available():
         return "cuda"
     return "cpu"

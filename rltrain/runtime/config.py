@@ -15,8 +15,9 @@ class RuntimeConfig:
 
     backend: str = field(default="auto", metadata=spec(choices=BACKENDS))
     """auto: process on one machine, ray with an address (--address). process: actors and
-    workers are OS processes of this machine (a forkserver; tensors through shared memory),
-    the server's shards and the learners stay in the trainer's process; restarts and
+    workers are OS processes of this machine (a forkserver; tensors through shared memory);
+    the one learner of impala/appo is a process that holds the server's shards, several
+    learners (and dqn's) are threads of the trainer beside its shards; restarts and
     faults.events as on Ray. ray: every actor, learner and shard is a Ray process (a local Ray,
     or a cluster with --address). local (`rltrain train` only): threads of the one `rltrain`
     process: no processes at all, for debugging with breakpoints (Sample Factory's serial

@@ -5,7 +5,10 @@ Starts ``rltrain train CONFIG`` (Pong by default, ``--minutes`` 30) and, every
 named as ``ps`` shows them: ``rltrain: actor 0``): resident memory (``VmRSS``) and open
 file descriptors. At the end it prints, per process, both at ``--after`` minutes (5: start-up
 and the first allocations are over) and at the end, and the growth between them. A leak
-shows as growth that goes on; the goal is at most 5%.
+shows as growth that goes on; the goal is at most 5%. A process whose memory swings (the
+allocator keeps and returns the buffers of a learner's passes: +-20% from one minute to the
+next) would make two single samples say anything, so each end is the median of ``--span``
+samples (3), and the range of the window is printed beside them.
 
     python benchmarks/soak.py [configs/pong_appo.yaml] [--minutes 30] [--every 60]
         [--after 5] [--run-dir ~/soak] [--set key=value ...]
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -65,6 +69,7 @@ def main() -> None:
     p.add_argument("--minutes", type=float, default=30.0)
     p.add_argument("--every", type=float, default=60.0, help="seconds between samples")
     p.add_argument("--after", type=float, default=5.0, help="minutes before growth is counted")
+    p.add_argument("--span", type=int, default=3, help="samples in the median at each end")
     p.add_argument("--run-dir", default=str(Path.home() / "soak"))
     p.add_argument("--set", action="append", default=[], help="extra --set for the run")
     args = p.parse_args()
@@ -92,18 +97,28 @@ def main() -> None:
             time.sleep(1)
     log.close()
     print(f"run ended with exit code {run.returncode} after {(time.time() - start) / 60:.1f} min")
-    print(f"| process | RSS at {args.after:g} min (MB) | at end | growth | fds then | at end |")
-    print("|---|---|---|---|---|---|")
+    k = args.span
+    print(
+        f"| process | RSS from {args.after:g} min (MB, median of {k}) | at the end (median of "
+        f"{k}) | growth | range in the window | fds then | at end |"
+    )
+    print("|---|---|---|---|---|---|---|")
     rss_growth, fd_growth = [], []
     for name, points in sorted(series.items()):
         later = [x for x in points if x[0] >= args.after]
-        if len(later) < 2:
+        if len(later) < 2 * k:
             continue  # gone before the window (a start-up helper) or too short-lived to tell
-        (_, r0, f0), (_, r1, f1) = later[0], later[-1]
+        r0 = statistics.median(r for _, r, _ in later[:k])
+        r1 = statistics.median(r for _, r, _ in later[-k:])
+        f0, f1 = later[0][2], later[-1][2]
         g = 100 * (r1 - r0) / r0
         rss_growth.append(g)
         fd_growth.append(f1 - f0)
-        print(f"| {name} | {r0 / 1024:.0f} | {r1 / 1024:.0f} | {g:+.1f}% | {f0} | {f1} |")
+        low, high = min(r for _, r, _ in later) / 1024, max(r for _, r, _ in later) / 1024
+        print(
+            f"| {name} | {r0 / 1024:.0f} | {r1 / 1024:.0f} | {g:+.1f}% | {low:.0f}-{high:.0f} "
+            f"| {f0} | {f1} |"
+        )
     worst_rss = max(rss_growth, default=0.0)
     worst_fd = max(fd_growth, default=0)
     print(

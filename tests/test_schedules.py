@@ -9,6 +9,7 @@ import torch
 
 from rltrain.config import ConfigError, load_config
 from rltrain.envs import EnvConfig
+from rltrain.faults import PeerLost
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.shard import ParameterShard
 from rltrain.records import GradUpdate
@@ -69,6 +70,21 @@ def test_the_driver_sends_the_factor_each_time_the_shards_loaded_a_state() -> No
     assert sent == [1.0]
     lr.send(cfg, server, 1, 0.5)  # a shard restore
     assert sent == [1.0, 1.0]
+
+
+def test_a_factor_the_server_could_not_take_is_sent_again() -> None:
+    """A shard down when the factor moved (its process died): the factor is sent again at
+    the next look, not lost, and the run goes on (the guard restores the shard)."""
+    sent: list[float] = []
+
+    def down(factor: float) -> None:
+        raise PeerLost("learner-0", "learner 0's process died")
+
+    cfg = TrainConfig(stop=StopConfig(max_seconds=1))
+    lr = LRSender()
+    lr.send(cfg, SimpleNamespace(set_lr_factor=down), 0, 0.5)
+    lr.send(cfg, SimpleNamespace(set_lr_factor=sent.append), 0, 0.5)
+    assert sent == [1.0]
 
 
 def test_schedule_without_horizon_is_a_config_error() -> None:

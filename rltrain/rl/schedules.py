@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rltrain.faults import PeerLost, ProcessLost
 from rltrain.rl.config import TrainConfig
 
 
@@ -39,7 +40,10 @@ class LRSender:
         last = self.factor
         loaded = last is None or restores != self.restores
         if loaded or abs(factor - last) >= 0.01 or (factor == end and last != end):
-            server.set_lr_factor(factor)
+            try:
+                server.set_lr_factor(factor)
+            except (ProcessLost, PeerLost):  # a shard is down: sent again at a later look,
+                return  # and after its restore (the guard's, on the driver's next poll)
             self.factor, self.restores = factor, restores
 
     def lr(self, cfg: TrainConfig) -> float:

@@ -107,3 +107,14 @@ def test_frames_written_into_slots_equal_the_stacked_rollouts_and_the_slots_neve
         torch.testing.assert_close(seen.obs, whole.obs, rtol=0, atol=0)
         torch.testing.assert_close(r.actions, whole.actions)
     assert slots.obs.data_ptr() == where and len(slots) == 3
+
+
+def test_a_host_restarted_before_any_checkpoint_is_restored_to_its_built_state() -> None:
+    """The restore point of a run's start is the shards as a learner's process builds them
+    (the trainer reads it from no process): a restarted host goes back to it."""
+    c = _cfg()
+    host = _host(c)
+    host.restarted()
+    host.rebuilt(1)
+    assert host.health() == [(0, False)]
+    assert host.learn(0.0, Actor(c, 0).rollout()).updates == 4

@@ -61,6 +61,7 @@ class LearnerHost:
         self.learner = Learner(cfg, obs_shape, actions, gpu, learner_id)
         self.server = LocalServer(*server)
         self.obs_slots = obs_slots
+        self.built = [s.state_dict() for s in self.server.shards]  # a fresh run's restore point
 
     def learn(self, progress: float, *rollouts: Rollout) -> WorkStats:
         """:meth:`Learner.learn` on the shards beside it (after their restore, if this
@@ -85,6 +86,12 @@ class LearnerHost:
         the run's, and refuse pushes and pulls until the guard restores them."""
         for s in self.server.shards:
             s.fence()
+
+    def rebuilt(self, epoch: int | None = None) -> None:
+        """Restore the shards to the state they were built in (the restore point of a run's
+        start, which the trainer reads from no process), starting restore ``epoch``."""
+        for shard, state in zip(self.server.shards, self.built, strict=True):
+            shard.load_state_dict(state, epoch)
 
     def _await_restore(self) -> None:
         deadline = time.monotonic() + self.FENCE_WAIT_S

@@ -12,7 +12,7 @@ import torch
 
 from rltrain.faults import PeerLost, ProcessLost, RunFailed, ShardFenced
 from rltrain.ps.config import OptimizerConfig, ServerConfig
-from rltrain.ps.server import LocalServer, ShardedServer, ShardLayout, make_shards
+from rltrain.ps.server import LocalServer, ShardedServer, ShardLayout
 from rltrain.records import ServerStats
 from rltrain.runtime import guard, local
 from rltrain.runtime.config import RuntimeConfig
@@ -31,13 +31,10 @@ class HostedServer(ShardedServer):
     so does one to a shard that came back and awaits its restore; the guard restores them
     (:class:`rltrain.runtime.guard.ServerGuard`)."""
 
-    def __init__(
-        self, layout: ShardLayout, host: Remote, rule: ServerConfig, initial: list[dict]
-    ) -> None:
+    def __init__(self, layout: ShardLayout, host: Remote, rule: ServerConfig) -> None:
         super().__init__(layout, rule)
         self.host = host
         self.indices = list(range(len(layout.sizes)))
-        self.initial = initial  # the shards' state before the first push (no process asked)
 
     def _keep(self, index: int) -> None:
         self.indices = [index]
@@ -59,12 +56,26 @@ class HostedServer(ShardedServer):
             raise PeerLost(self.host.actor_id, str(e).splitlines()[0]) from None
 
     def _fresh(self) -> bool:
-        """Its first process is not up yet: the shards are the initial ones. Read here, the
-        trainer's restore point does not wait for the learner's process to start."""
+        """Its first process is not up yet: the shards are the initial ones, and the trainer
+        (its restore point, its first statistics) does not wait for the process to start."""
         return self.host.restarts == 0 and not self.host.up.done()
 
+    def set_lr_factor(self, factor: float) -> None:
+        """Sent, not waited for: the trainer's first is sent before the learner's process is
+        up, and the actors must not wait for that (its calls are taken in order; one lost
+        with the process is sent again after the restore, see ``LRSender``)."""
+        self._submit("set_lr_factor", [(factor,)] * len(self.indices))
+
     def state_dicts(self, tries: int = 200) -> list[dict]:
-        return self.initial if self._fresh() else super().state_dicts(tries)
+        """Every shard's state; none (``[]``: the state they are built in, which a restarted
+        process holds again) while the first process is not up."""
+        return [] if self._fresh() else super().state_dicts(tries)
+
+    def load_state_dicts(self, states: Sequence[dict], epoch: int | None = None) -> None:
+        if states:
+            super().load_state_dicts(states, epoch)
+        else:  # the restore point of a run's start: the shards as the process builds them
+            self._answer(self.host.call("rebuilt", epoch))
 
     def stats(self) -> ServerStats:
         return ServerStats(0, 0, 0, 0, 0, 0) if self._fresh() else super().stats()
@@ -119,10 +130,9 @@ def start_server(
         return local.start_server(
             init, optimizer, rule, num_workers, runtime, max_restarts, record, sizes, device
         )
-    layout, shards = make_shards(init, optimizer, rule, num_workers, record, sizes)
-    initial = [s.state_dict() for s in shards]  # read here, not from a process still starting
-    remote = host((init, optimizer, rule, num_workers, record, sizes, device))
-    return HostedServer(layout, remote, rule, initial)
+    layout = ShardLayout(init.numel(), rule.shards, sizes)  # (no optimizer built here: the
+    remote = host((init, optimizer, rule, num_workers, record, sizes, device))  # first costs
+    return HostedServer(layout, remote, rule)  # 1-3 s of imports, before the actors' start)
 
 
 class ServerGuard(guard.ServerGuard):

@@ -56,9 +56,9 @@ def test_a_run_leaves_no_process_and_no_pymp_directory(tmp_path: Path, how: str)
     extra = {
         "normal": ["--set", "stop.max_env_steps=2000"],
         "sigint": ["--set", "stop.max_seconds=120"],
-        "actor_killed": [
-            "--set",
-            "stop.max_seconds=5",
+        "actor_killed": [  # (the kill's clock starts once every process is up: seconds
+            "--set",  # on a loaded 2-core box)
+            "stop.max_seconds=8",
             "--set",
             "faults.events=[{action: kill, target: actor, index: 0, at: 1}]",
         ],

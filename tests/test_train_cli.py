@@ -45,7 +45,10 @@ def test_cartpole_appo_learns_to_475_and_eval_uses_its_normaliser(tmp_path: Path
     from rltrain.rl.evaluate import evaluate
 
     cfg = load_config(TrainConfig, run_dir / "config.yaml")
-    assert evaluate(cfg, run_dir, episodes=5).mean >= 400
+    # a policy scored without the run's normaliser falls to tens; with it, 5 sampled episodes
+    # of the final checkpoint scored 345-374 once in a few suites (the updates in flight at
+    # the stop land in it), and 500 mostly
+    assert evaluate(cfg, run_dir, episodes=5).mean >= 300
 
 
 def test_cartpole_gorila_learns(tmp_path: Path) -> None:

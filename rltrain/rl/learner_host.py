@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -62,6 +63,11 @@ class LearnerHost:
         self.server = LocalServer(*server)
         self.obs_slots = obs_slots
         self.built = [s.state_dict() for s in self.server.shards]  # a fresh run's restore point
+        # every learn on one thread: the process answers its calls on a pool of threads, and
+        # glibc gives each thread that allocates its own heap (arena), which keeps what the
+        # largest pass on that thread needed: learns on whichever thread was free made the
+        # process grow arena by arena (+15% over a 30-minute Pong soak)
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="rltrain-learn")
 
     def learn(self, progress: float, *rollouts: Rollout) -> WorkStats:
         """:meth:`Learner.learn` on the shards beside it (after their restore, if this
@@ -69,7 +75,7 @@ class LearnerHost:
         self._await_restore()
         if self.obs_slots is not None:  # the frames where the actors wrote them: no copy
             rollouts = tuple(self.obs_slots.attach(r) for r in rollouts)
-        return self.learner.learn(self.server, progress, *rollouts)
+        return self._thread.submit(self.learner.learn, self.server, progress, *rollouts).result()
 
     def shard(self, index: int, method: str, *args: Any) -> Any:
         """``method(*args)`` on shard ``index``, for another process: parameters come back on

@@ -4,35 +4,37 @@
 # For a bare GPU machine with PyTorch and CUDA but no Ray and no internet: gymnasium,
 # farama-notifications and ale-py come along as wheels (WHEELS, default .whl/; download them
 # elsewhere for the box's Python, as /work/.library/device/README.md shows), and the project
-# runs from PYTHONPATH. Prints, in about 9 minutes:
+# runs from PYTHONPATH. Prints, in about 9 minutes (the most telling first, so that a run
+# stopped early by a device lease still has them):
 #   * the box: GPU, CPU cores, torch;
 #   * raw AtariVectorEnv frames/s (random actions, the v5 protocol) with 16, 64 and 128 envs
 #     on every core;
-#   * the three limits apart (Sample Factory's way): sampling alone, the actors with no
-#     learner (benchmarks/pong_sampling.py: their own policies, then the policy worker on the
-#     GPU) against the raw figure above;
-#     the learner alone, benchmarks/learner_step.py on the GPU (the learner's update on
-#     synthetic Pong rollouts against a plain PyTorch loop there, host syncs counted); the
-#     whole run below. And benchmarks/act_latency.py: an actor's act round trip through the
-#     policy worker's shared slots (the process runtime's transport, on the CPU);
-#   * on a GPU: benchmarks/exchange.py (a push to the shard beside the learner against
-#     optimizer.step()) and benchmarks/cnn_precision.py (fp32/TF32, bf16, channels-last);
 #   * configs/pong_appo.yaml trained for TRAIN_SECONDS (300) with its defaults (evaluation
 #     off, so the cores all train): frames/s over the run and after warm-up, seconds to the
 #     first env step, the `rltrain plot --marks -15 0 10 18` table, the last status line (its
 #     `time:` shares are perf/time), and GPU busy % and memory sampled by nvidia-smi;
-#   * the same for ANCHOR_SECONDS (45; 0 skips it) with the protocol of the published fast
-#     Pong results (--set env.sticky_actions=0, the v4 ids' protocol), for a comparison on
-#     equal terms;
+#   * the three limits apart (Sample Factory's way), beside the whole run above: sampling
+#     alone, the actors with no learner (benchmarks/pong_sampling.py: their own policies,
+#     then the policy worker on the GPU) against raw; the learner alone,
+#     benchmarks/learner_step.py on the GPU (the learner's update on synthetic Pong rollouts
+#     against a plain PyTorch loop there, host syncs counted). And benchmarks/act_latency.py:
+#     an actor's act round trip through the policy worker's shared slots (on the CPU);
+#   * on a GPU, unless MICRO=0: benchmarks/exchange.py (a push to the shard beside the
+#     learner against optimizer.step()) and benchmarks/cnn_precision.py (fp32/TF32, bf16,
+#     channels-last);
+#   * the same run for ANCHOR_SECONDS (45; 0 skips it) with the protocol of the published
+#     fast Pong results (--set env.sticky_actions=0, the v4 ids' protocol), for a comparison
+#     on equal terms;
 #   * the same for BEFORE_SECONDS (0 skips it, the default) with the layout before session 28
 #     (each actor's own policy on its CPU, the shard on the CPU);
-#   * on a GPU, within COMPILE_SECONDS (80; 0 skips it): torch.compile and CUDA graphs
+#   * on a GPU, within COMPILE_SECONDS (60; 0 skips it): torch.compile and CUDA graphs
 #     (mode="reduce-overhead") against bf16 autocast for the CNN.
 #
 #   bash benchmarks/gpu_box.sh [extra --set for the run ...]
 #   WHEELS=.whl TRAIN_SECONDS=300 ANCHOR_SECONDS=45 BEFORE_SECONDS=0 COMPILE_SECONDS=60 \
-#       RAW_SECONDS=5 \
-#       OUT_DIR=/tmp/gpu_box bash benchmarks/gpu_box.sh
+#       RAW_SECONDS=5 MICRO=1 OUT_DIR=/tmp/gpu_box bash benchmarks/gpu_box.sh
+# In a 15-minute device lease (session 34, about 7 minutes with the machine's start):
+#   TRAIN_SECONDS=240 RAW_SECONDS=3 ANCHOR_SECONDS=0 COMPILE_SECONDS=0 MICRO=0
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 WHEELS=${WHEELS:-$REPO/.whl}
@@ -43,6 +45,7 @@ CONFIG=${CONFIG:-$REPO/configs/pong_appo.yaml}
 ANCHOR_SECONDS=${ANCHOR_SECONDS:-45}
 BEFORE_SECONDS=${BEFORE_SECONDS:-0}
 COMPILE_SECONDS=${COMPILE_SECONDS:-60}
+MICRO=${MICRO:-1}
 rm -rf "$OUT_DIR" && mkdir -p "$OUT_DIR"
 export PYTHONUNBUFFERED=1
 
@@ -73,31 +76,6 @@ cores = len(os.sched_getaffinity(0))
 for n in (16, 64, 128):
     print(f"{n:4d} envs, {cores} threads: {raw_fps(n, cores, float(sys.argv[1])):9,.0f} frames/s")
 EOF
-
-echo
-echo "## sampling alone: actors (16 envs each, one per core but one) and no learner; each"
-echo "## actor's own policy on its CPU, then the policy worker on the GPU (runtime.inference)"
-DEVICE=$(python3 -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')")
-ACTORS=$(python3 -c "import os; print(max(1, len(os.sched_getaffinity(0)) - 1))")
-python3 "$REPO/benchmarks/pong_sampling.py" --actors "$ACTORS" --envs-per-actor 16 \
-    --seconds "$RAW_SECONDS" --inference actor server --device "$DEVICE" | tail -3
-
-echo
-echo "## the learner alone: its update against a plain PyTorch loop, synthetic Pong rollouts"
-python3 "$REPO/benchmarks/learner_step.py" --config "$CONFIG" --rollouts 3 --repeats 3
-echo
-echo "## one actor's act round trip through the policy worker (process runtime, CPU)"
-python3 "$REPO/benchmarks/act_latency.py" --steps 500 | tail -7
-
-if python3 -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then
-    echo
-    echo "## a push to the shard beside the learner against optimizer.step(), on the GPU"
-    python3 "$REPO/benchmarks/exchange.py" --configs "$CONFIG" --steps 100 --repeats 3
-    echo
-    echo "## the Nature CNN on the GPU (learners: fp32 in TF32, or bf16 autocast)"
-    python3 "$REPO/benchmarks/cnn_precision.py" --device cuda --infer-batch 128 --seconds 1 \
-        --rounds 2
-fi
 
 # train NAME SECONDS [--set ...]: one run of $CONFIG, then its figures
 train() {
@@ -150,6 +128,31 @@ PY
 train defaults "$TRAIN_SECONDS" "$@"
 echo
 rltrain plot "$OUT_DIR/defaults" --marks -15 0 10 18 --out "$OUT_DIR/curve.png" 2>&1 | tail -8
+echo
+echo "## sampling alone: actors (16 envs each, one per core but one) and no learner; each"
+echo "## actor's own policy on its CPU, then the policy worker on the GPU (runtime.inference)"
+DEVICE=$(python3 -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')")
+ACTORS=$(python3 -c "import os; print(max(1, len(os.sched_getaffinity(0)) - 1))")
+python3 "$REPO/benchmarks/pong_sampling.py" --actors "$ACTORS" --envs-per-actor 16 \
+    --seconds "$RAW_SECONDS" --inference actor server --device "$DEVICE" | tail -3
+
+echo
+echo "## the learner alone: its update against a plain PyTorch loop, synthetic Pong rollouts"
+python3 "$REPO/benchmarks/learner_step.py" --config "$CONFIG" --rollouts 3 --repeats 3
+echo
+echo "## one actor's act round trip through the policy worker (process runtime, CPU)"
+python3 "$REPO/benchmarks/act_latency.py" --steps 500 | tail -7
+
+if [ "$MICRO" = 1 ] && python3 -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then
+    echo
+    echo "## a push to the shard beside the learner against optimizer.step(), on the GPU"
+    python3 "$REPO/benchmarks/exchange.py" --configs "$CONFIG" --steps 100 --repeats 3
+    echo
+    echo "## the Nature CNN on the GPU (learners: fp32 in TF32, or bf16 autocast)"
+    python3 "$REPO/benchmarks/cnn_precision.py" --device cuda --infer-batch 128 --seconds 1 \
+        --rounds 2
+fi
+
 if [ "$ANCHOR_SECONDS" -gt 0 ]; then
     # the protocol of rl_games', CleanRL's envpool and most fast-Pong figures: no sticky actions
     train anchors "$ANCHOR_SECONDS" --set env.sticky_actions=0 "$@"

@@ -160,9 +160,7 @@ def plain_loop(cfg: TrainConfig, kind: str, device: torch.device) -> Callable[[R
     gen = torch.Generator().manual_seed(cfg.seed)
 
     def learn(r: Rollout) -> int:
-        r = dataclasses.replace(
-            r, **{k: getattr(r, k).to(device) for k in ("obs", "actions", "rewards", "terminated")}
-        )
+        r = r.to(device)  # every tensor of it, as the learner moves a rollout
         T, B = r.actions.shape
         with torch.no_grad():
             logits, values = model(r.obs.flatten(0, 1))

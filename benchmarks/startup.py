@@ -5,16 +5,18 @@ Each run is a fresh `rltrain train CONFIG` process with a tiny budget; summary.j
 (``trainer``: imports, config, env probe, run folder; ``runtime``: Ray or the forkserver
 started; ``server``: the shards up; ``first_step``: an actor's first env step). Runs alternate
 between the settings, so machine noise hits them alike; the median over ``--repeats`` is
-reported.
+reported. ``--trees`` compares checkouts (git worktrees of two commits, say) in the same
+invocation: each run imports rltrain from its tree (``PYTHONPATH``).
 
     python benchmarks/startup.py [--config configs/cartpole_appo.yaml] [--actors 1 8]
-        [--backends auto] [--repeats 3]
+        [--backends auto] [--repeats 3] [--trees /tmp/before /tmp/after]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -25,13 +27,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def one(config: str, backend: str, actors: int, out: Path) -> tuple[dict, float]:
+def one(config: str, backend: str, actors: int, out: Path, tree: str | None) -> tuple[dict, float]:
     run_dir = out / f"{backend}-{actors}-{time.time_ns()}"
     cmd = [sys.executable, "-m", "rltrain.cli", "train", config, "--run-dir", str(run_dir)]
     cmd += ["--set", f"runtime.backend={backend}", "--set", f"actors={actors}"]
     cmd += ["--set", "stop.max_env_steps=2000", "--set", "stop.mean_return=null"]
+    cmd += ["--set", "eval.every_steps=0"]
+    env = os.environ if tree is None else dict(os.environ, PYTHONPATH=tree)
     t0 = time.time()
-    subprocess.run(cmd, check=True, capture_output=True)
+    subprocess.run(cmd, check=True, capture_output=True, env=env)
     whole = time.time() - t0
     return json.loads((run_dir / "summary.json").read_text())["startup"], whole
 
@@ -42,24 +46,29 @@ def main() -> None:
     p.add_argument("--actors", type=int, nargs="+", default=[1, 8])
     p.add_argument("--backends", nargs="+", default=["auto"])
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--trees", nargs="+", default=[None], help="checkouts to compare (PYTHONPATH)")
     args = p.parse_args()
-    settings = [(b, a) for b in args.backends for a in args.actors]
-    marks: dict[tuple[str, int], list[dict]] = {s: [] for s in settings}
-    wholes: dict[tuple[str, int], list[float]] = {s: [] for s in settings}
+    settings = [(t, b, a) for b in args.backends for a in args.actors for t in args.trees]
+    marks: dict[tuple, list[dict]] = {s: [] for s in settings}
+    wholes: dict[tuple, list[float]] = {s: [] for s in settings}
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(args.repeats):
-            for b, a in settings:
-                m, w = one(args.config, b, a, Path(tmp))
-                marks[(b, a)].append(m)
-                wholes[(b, a)].append(w)
+            for s in settings:
+                m, w = one(args.config, s[1], s[2], Path(tmp), s[0])
+                marks[s].append(m)
+                wholes[s].append(w)
     print(f"{Path(args.config).name}, median of {args.repeats} (seconds from the command)")
-    print("| runtime.backend | actors | trainer | runtime | server | first env step | whole |")
-    print("|---|---|---|---|---|---|---|")
-    for b, a in settings:
-        med = {k: statistics.median(m[k] for m in marks[(b, a)]) for k in marks[(b, a)][0]}
+    tree = "tree | " if args.trees != [None] else ""
+    head = "runtime.backend | actors | trainer | runtime | server | first env step | whole"
+    print(f"| {tree}{head} |")
+    print("|" + "---|" * (8 if tree else 7))
+    for s in settings:
+        med = {k: statistics.median(m[k] for m in marks[s]) for k in marks[s][0]}
+        where = f"{s[0]} | " if tree else ""
         print(
-            f"| {b} | {a} | {med['trainer']:.2f} | {med['runtime']:.2f} | {med['server']:.2f} | "
-            f"**{med['first_step']:.2f}** | {statistics.median(wholes[(b, a)]):.2f} |"
+            f"| {where}{s[1]} | {s[2]} | {med['trainer']:.2f} | {med['runtime']:.2f} | "
+            f"{med['server']:.2f} | **{med['first_step']:.2f}** | "
+            f"{statistics.median(wholes[s]):.2f} |"
         )
 
 

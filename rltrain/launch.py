@@ -130,6 +130,20 @@ def starts_ray_early(cfg: Any) -> bool:
     )
 
 
+def start_forkserver_early(cfg: Any) -> None:
+    """On the process runtime, start its forkserver before this process imports torch (the
+    checkpoint, the env probe): the forkserver's own imports then run beside these, on
+    another core, and the learner's and actors' processes can be forked sooner. (A run that
+    fails before it starts them leaves nothing behind: the forkserver ends with this
+    process, and :func:`rltrain.runtime.release` removes its socket's folder.)"""
+    from rltrain.runtime.config import chosen_backend
+
+    if chosen_backend(cfg.runtime)[0] == "process":
+        from rltrain.runtime.forkstart import context
+
+        context()
+
+
 def start_ray_then_probe(cfg: Any) -> tuple[Any, tuple[str, float]]:
     """Start Ray, then probe the env; returns the env's spec, Ray's description and when Ray
     was up.
@@ -313,6 +327,7 @@ def _prepare(
 
     started = process_start_time() if started is None else started  # from the command
     told: list[str] = []
+    start_forkserver_early(cfg)
     if resume is not None:
         from rltrain.checkpoint import latest_checkpoint, load_checkpoint
 

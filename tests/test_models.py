@@ -11,6 +11,7 @@ from rltrain.rl.models import (
     build_policy,
     flat_params,
     load_flat,
+    parameters_to_come,
     resolve_precision,
     to_device,
     train_layout,
@@ -115,3 +116,22 @@ def test_the_cnn_scales_uint8_frames_only() -> None:
     torso = NatureCNNTorso(3, (36, 36))
     pixels = torch.full((1, 3, 36, 36), 255, dtype=torch.uint8)
     torch.testing.assert_close(torso(pixels), torso(torch.ones(1, 3, 36, 36)))
+
+
+def test_policies_built_for_parameters_to_come_skip_only_the_orthogonal_init() -> None:
+    """Actors, the policy worker and learners load their parameters before they use them:
+    built inside ``parameters_to_come`` they skip the QR decompositions, and loading the
+    run's initial parameters makes them the model the trainer built."""
+    torch.manual_seed(0)
+    reference = build_policy("nature_cnn", (4, 84, 84), 6, 512)
+    w = reference.policy.weight  # [6, 512] orthogonal rows, gain 0.01
+    assert torch.allclose(w @ w.T, 1e-4 * torch.eye(6), atol=1e-6)
+    with parameters_to_come():
+        later = build_policy("nature_cnn", (4, 84, 84), 6, 512)
+    w = later.policy.weight
+    assert not torch.allclose(w @ w.T, 1e-4 * torch.eye(6), atol=1e-6)  # torch's default
+    load_flat(later, flat_params(reference))
+    assert torch.equal(flat_params(later), flat_params(reference))
+    again = build_policy("nature_cnn", (4, 84, 84), 6, 512)  # the context ended: initialised again
+    w = again.policy.weight
+    assert torch.allclose(w @ w.T, 1e-4 * torch.eye(6), atol=1e-6)

@@ -517,3 +517,25 @@ def test_replay_add_and_sample_from_many_threads_at_once() -> None:
         t.join(timeout=120)
     assert not errors, errors[0]
     assert 0 < replay.sizes()[0] <= 4096
+
+
+def test_the_forkserver_starts_before_the_command_imports_torch() -> None:
+    """``rltrain train`` on processes starts the forkserver first thing: torch-free, so that
+    its imports run beside the command's own (issue 36: the first env step sooner)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from multiprocessing import forkserver\n"
+        "from rltrain.config import load_config\n"
+        "from rltrain.launch import start_forkserver_early\n"
+        "from rltrain.rl.config import TrainConfig\n"
+        f"cfg = load_config(TrainConfig, {str(CFG / 'pong_appo.yaml')!r})\n"
+        "start_forkserver_early(cfg)\n"
+        "print('torch' in sys.modules, forkserver._forkserver._forkserver_pid is not None)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.split() == ["False", "True"]

@@ -22,7 +22,7 @@ from rltrain.records import Params
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.distributions import distribution
 from rltrain.rl.inputs import normalizes_obs
-from rltrain.rl.models import ActorCritic, build_policy, load_flat
+from rltrain.rl.models import ActorCritic, build_policy, load_flat, parameters_to_come
 from rltrain.rl.rollout import EMPTY_OBS, ObsSlots, Rollout, stack
 
 
@@ -195,9 +195,10 @@ class Actor:
         with env_faults():
             self.groups = make_env_groups(cfg.env, seed)
         self.env = self.groups[0]  # shapes and action count (every group has the same)
-        self.model: ActorCritic = policy_builder(cfg)(
-            cfg.model.kind, self.env.obs_shape, self.env.action_space, cfg.model.hidden
-        )
+        with parameters_to_come():  # pulled before it acts; unused with a batched policy
+            self.model: ActorCritic = policy_builder(cfg)(
+                cfg.model.kind, self.env.obs_shape, self.env.action_space, cfg.model.hidden
+            )
         self.dist = distribution(self.env.action_space)
         self.model.eval()
         self.generator = torch.Generator().manual_seed(seed)

@@ -37,7 +37,7 @@ from rltrain.faults import PeerLost
 from rltrain.rl.actor import load_params, policy_builder
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.distributions import distribution
-from rltrain.rl.models import to_device
+from rltrain.rl.models import parameters_to_come, to_device
 
 Acted = tuple[torch.Tensor, torch.Tensor, int]
 """Actions [B] (or [B, n]), the behaviour logits [B, A] (CPU) and the version that acted."""
@@ -186,7 +186,8 @@ class BatchedPolicy:
         device: str | torch.device = "cpu",
     ) -> None:
         self.device = torch.device(device)
-        self.model = policy_builder(cfg)(cfg.model.kind, obs_shape, actions, cfg.model.hidden)
+        with parameters_to_come():  # pulled before it acts
+            self.model = policy_builder(cfg)(cfg.model.kind, obs_shape, actions, cfg.model.hidden)
         to_device(self.model, self.device, cfg.model.precision)
         self.model.eval()
         self.dist = distribution(actions)

@@ -32,7 +32,7 @@ from rltrain.rl.device import pick_device
 from rltrain.rl.distributions import distribution
 from rltrain.rl.exchange import push_gradients
 from rltrain.rl.losses import LossSpec, LossTerms, actor_critic_loss, next_state_values
-from rltrain.rl.models import bind_flat, to_device, train_layout, unbind_flat
+from rltrain.rl.models import bind_flat, parameters_to_come, to_device, train_layout, unbind_flat
 from rltrain.rl.rollout import Gradient, Rollout, WorkStats, stack
 from rltrain.rl.schedules import linear
 from rltrain.rl.targets import TargetInputs
@@ -88,7 +88,8 @@ class Learner:
         self.params: Params | None = None  # from the last exchange: the next step starts here
         self.live: torch.Tensor | None = None  # the shard's buffer the parameters view (bind)
         build = policy_builder(cfg)
-        self.model = build(cfg.model.kind, obs_shape, actions, cfg.model.hidden)
+        with parameters_to_come():  # bound to a shard's buffer, or pulled, before it learns
+            self.model = build(cfg.model.kind, obs_shape, actions, cfg.model.hidden)
         self.dist = distribution(actions)
         to_device(self.model, self.device, cfg.model.precision)
         train_layout(self.model)

@@ -16,36 +16,12 @@ from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-import torch.multiprocessing as mp
-
 from rltrain.ps.server import ShardedServer
 from rltrain.replay.local import LocalReplay
 from rltrain.runtime import child
+from rltrain.runtime.forkstart import PRELOAD, context
 
-PRELOAD = [
-    "rltrain.runtime.child",
-    "rltrain.rl.actor",
-    "rltrain.rl.worker",
-    "rltrain.rl.dqn",
-    "rltrain.rl.periodic",
-    "rltrain.supervised.worker",
-]
-"""What the forkserver imports before it forks: every child starts with them imported."""
-
-_context: Any = None
-
-
-def context() -> Any:
-    """The forkserver context, started at most once per process (its imports then run beside
-    the trainer's own start-up, on another core)."""
-    global _context
-    if _context is None:
-        _context = mp.get_context("forkserver")
-        _context.set_forkserver_preload(PRELOAD)
-        from multiprocessing import forkserver
-
-        forkserver.ensure_running()
-    return _context
+__all__ = ["PRELOAD", "context", "no_main", "serve", "service_names"]
 
 
 def service_names(args: Sequence[Any], services: dict[str, Any]) -> tuple:

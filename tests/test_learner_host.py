@@ -109,6 +109,24 @@ def test_frames_written_into_slots_equal_the_stacked_rollouts_and_the_slots_neve
     assert slots.obs.data_ptr() == where and len(slots) == 3
 
 
+def test_a_slot_lent_to_another_actor_does_not_change_the_next_rollout() -> None:
+    """Once its rollout is learned, a slot goes to whichever actor asks next: the actor that
+    filled it must start its next rollout from its own last frames, not from whatever the
+    slot holds by then (with 15 actors waiting for slots, it was often another's)."""
+    c = _cfg()
+    spec = probe_env(c)
+    slots = ObsSlots(2, c.algo.rollout_length, c.env.num_envs, spec.obs_shape, torch.float32)
+    lent, own = Actor(c, 0, obs_slots=slots), Actor(c, 0)
+    own.model.load_state_dict(lent.model.state_dict())
+    for i in range(6):
+        k = i % len(slots)
+        r = slots.attach(lent.rollout(slot=k))
+        whole = own.rollout()
+        torch.testing.assert_close(r.obs, whole.obs, rtol=0, atol=0)
+        torch.testing.assert_close(r.actions, whole.actions)
+        slots.view(k).fill_(-7.0)  # learned, then lent to another actor who writes into it
+
+
 def test_a_host_restarted_before_any_checkpoint_is_restored_to_its_built_state() -> None:
     """The restore point of a run's start is the shards as a learner's process builds them
     (the trainer reads it from no process): a restarted host goes back to it."""

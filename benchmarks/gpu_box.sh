@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# The shipped Pong config on a GPU box: raw emulator speed, then 5 minutes of training.
+# The shipped Pong config on a GPU box: raw emulator speed, 4 minutes of training, the limits.
 #
 # For a bare GPU machine with PyTorch and CUDA but no Ray and no internet: gymnasium,
 # farama-notifications and ale-py come along as wheels (WHEELS, default .whl/; download them
 # elsewhere for the box's Python, as /work/.library/device/README.md shows), and the project
-# runs from PYTHONPATH. Prints, in about 9 minutes (the most telling first, so that a run
-# stopped early by a device lease still has them):
+# runs from PYTHONPATH. Prints, in about 11 minutes with the defaults (9 with
+# ANCHOR_SECONDS=0, what fits a 15-minute device lease beside the machine's start; session 34),
+# the most telling first, so that a run stopped early still has them:
 #   * the box: GPU, CPU cores, torch;
 #   * raw AtariVectorEnv frames/s (random actions, the v5 protocol) with 16, 64 and 128 envs
 #     on every core;
-#   * configs/pong_appo.yaml trained for TRAIN_SECONDS (300) with its defaults (evaluation
+#   * configs/pong_appo.yaml trained for TRAIN_SECONDS (240) with its defaults (evaluation
 #     off, so the cores all train): frames/s over the run and after warm-up, seconds to the
 #     first env step, the `rltrain plot --marks -15 0 10 18` table, the last status line (its
 #     `time:` shares are perf/time), and GPU busy % and memory sampled by nvidia-smi;
@@ -19,33 +20,35 @@
 #     benchmarks/learner_step.py on the GPU (the learner's update on synthetic Pong rollouts
 #     against a plain PyTorch loop there, host syncs counted). And benchmarks/act_latency.py:
 #     an actor's act round trip through the policy worker's shared slots (on the CPU);
-#   * on a GPU, unless MICRO=0: benchmarks/exchange.py (a push to the shard beside the
-#     learner against optimizer.step()) and benchmarks/cnn_precision.py (fp32/TF32, bf16,
-#     channels-last);
+#   * the learner alone and the whole run for WIDE_SECONDS (90; 0 skips it) with
+#     WIDE_ENVS (64) envs per actor: larger minibatches for the same kernel launches;
+#   * on a GPU, with MICRO=1 (0, the default, skips them): benchmarks/exchange.py (a push to
+#     the shard beside the learner against optimizer.step()) and benchmarks/cnn_precision.py
+#     (fp32/TF32, bf16, channels-last);
 #   * the same run for ANCHOR_SECONDS (45; 0 skips it) with the protocol of the published
 #     fast Pong results (--set env.sticky_actions=0, the v4 ids' protocol), for a comparison
 #     on equal terms;
 #   * the same for BEFORE_SECONDS (0 skips it, the default) with the layout before session 28
 #     (each actor's own policy on its CPU, the shard on the CPU);
-#   * on a GPU, within COMPILE_SECONDS (60; 0 skips it): torch.compile and CUDA graphs
-#     (mode="reduce-overhead") against bf16 autocast for the CNN.
+#   * on a GPU, within COMPILE_SECONDS (0, the default, skips it; 60 is enough): torch.compile
+#     and CUDA graphs (mode="reduce-overhead") against bf16 autocast for the CNN.
 #
 #   bash benchmarks/gpu_box.sh [extra --set for the run ...]
-#   WHEELS=.whl TRAIN_SECONDS=300 ANCHOR_SECONDS=45 BEFORE_SECONDS=0 COMPILE_SECONDS=60 \
-#       RAW_SECONDS=5 MICRO=1 OUT_DIR=/tmp/gpu_box bash benchmarks/gpu_box.sh
-# In a 15-minute device lease (session 34, about 7 minutes with the machine's start):
-#   TRAIN_SECONDS=240 RAW_SECONDS=3 ANCHOR_SECONDS=0 COMPILE_SECONDS=0 MICRO=0
+#   WHEELS=.whl TRAIN_SECONDS=240 RAW_SECONDS=3 WIDE_SECONDS=90 WIDE_ENVS=64 ANCHOR_SECONDS=45 \
+#       BEFORE_SECONDS=0 MICRO=0 COMPILE_SECONDS=0 OUT_DIR=/tmp/gpu_box bash benchmarks/gpu_box.sh
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 WHEELS=${WHEELS:-$REPO/.whl}
-TRAIN_SECONDS=${TRAIN_SECONDS:-300}
-RAW_SECONDS=${RAW_SECONDS:-5}
+TRAIN_SECONDS=${TRAIN_SECONDS:-240}
+RAW_SECONDS=${RAW_SECONDS:-3}
 OUT_DIR=${OUT_DIR:-/tmp/gpu_box}
 CONFIG=${CONFIG:-$REPO/configs/pong_appo.yaml}
 ANCHOR_SECONDS=${ANCHOR_SECONDS:-45}
 BEFORE_SECONDS=${BEFORE_SECONDS:-0}
-COMPILE_SECONDS=${COMPILE_SECONDS:-60}
-MICRO=${MICRO:-1}
+COMPILE_SECONDS=${COMPILE_SECONDS:-0}
+MICRO=${MICRO:-0}
+WIDE_SECONDS=${WIDE_SECONDS:-90}
+WIDE_ENVS=${WIDE_ENVS:-64}
 rm -rf "$OUT_DIR" && mkdir -p "$OUT_DIR"
 export PYTHONUNBUFFERED=1
 
@@ -142,6 +145,16 @@ python3 "$REPO/benchmarks/learner_step.py" --config "$CONFIG" --rollouts 3 --rep
 echo
 echo "## one actor's act round trip through the policy worker (process runtime, CPU)"
 python3 "$REPO/benchmarks/act_latency.py" --steps 500 | tail -7
+
+if [ "$WIDE_SECONDS" -gt 0 ]; then
+    # more envs per actor: minibatches of 4x the samples for about the same kernel launches
+    # (session 34's H200: 29.9k -> 68.9k frames/s after warm-up at 64 envs per actor)
+    echo
+    echo "## the learner alone with ${WIDE_ENVS} envs per rollout (larger minibatches)"
+    python3 "$REPO/benchmarks/learner_step.py" --config "$CONFIG" --rollouts 2 --repeats 3 \
+        --set "env.num_envs=$WIDE_ENVS" | tail -1
+    train wide "$WIDE_SECONDS" --set "env.num_envs=$WIDE_ENVS" "$@"
+fi
 
 if [ "$MICRO" = 1 ] && python3 -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then
     echo

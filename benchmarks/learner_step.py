@@ -21,7 +21,7 @@ and split into a part per rollout and a part per minibatch (syncs = a + b x upda
 aten ops are counted per update with a ``TorchDispatchMode``.
 
     python benchmarks/learner_step.py [--device cpu|cuda] [--precision fp32|bf16]
-        [--rollouts 2] [--repeats 3] [--config configs/pong_appo.yaml]
+        [--rollouts 2] [--repeats 3] [--config configs/pong_appo.yaml] [--set KEY=VALUE ...]
 
 The last line reads, for scripts:
 ``learner_step: nature 1.08x, tiny 1.41x, syncs/minibatch 0, syncs/rollout 1``.
@@ -255,12 +255,20 @@ def main() -> None:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--config", default=str(ROOT / "configs" / "pong_appo.yaml"))
     p.add_argument("--precision", help="model.precision (default: the config's)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override, as rltrain train's (env.num_envs=64: minibatches of 1,024)",
+    )
     p.add_argument("--rollouts", type=int, default=2, help="rollouts per timed block")
     p.add_argument("--repeats", type=int, default=3, help="timed blocks per row (median)")
     args = p.parse_args()
     torch.set_num_threads(1)
     device = torch.device(args.device)
-    cfg = load_config(TrainConfig, args.config)
+    cfg = load_config(TrainConfig, args.config, args.overrides)
     if args.precision:
         cfg = dataclasses.replace(
             cfg, model=dataclasses.replace(cfg.model, precision=args.precision)

@@ -97,6 +97,47 @@ def test_a_learner_batch_of_new_versions_acts_from_the_next_batch() -> None:
     assert (v0, v1) == (0, stride) and not torch.equal(before, after)
 
 
+class Asked:
+    """A server that counts the version requests (health) made of it."""
+
+    def __init__(self, server: LocalServer) -> None:
+        self.server, self.health_calls, self.pulls = server, 0, 0
+
+    def health(self) -> list:
+        self.health_calls += 1
+        return self.server.health()
+
+    def pull(self, *args: object) -> object:
+        self.pulls += 1
+        return self.server.pull(*args)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.server, name)
+
+
+def test_the_version_posted_after_each_learn_spares_the_server_the_policy_workers_asks() -> None:
+    """Where the trainer posts the server's version as each learn returns
+    (``ActSlots.learned``), the policy worker takes new parameters by it without asking the
+    server: one request per pull instead of one per look (100 a second). A version that
+    went back (the shards restored) makes it pull at once."""
+    run = Running()
+    run.stop()  # the worker's policy is driven by hand below
+    policy, slots = run.worker.policy, run.slots
+    policy.LOOK_S = 0.0
+    server = Asked(run.server)
+    stride, numel = policy.stride, run.server.layout.numel
+    assert policy.params.version == 0  # (the worker took the first ones as it started)
+    for v in range(stride):
+        run.server.push(GradUpdate(0, v, torch.ones(numel), 1))
+        slots.learned(v + 1)
+        assert policy.refresh(server) == (v + 1 == stride)  # a learner's batch: new ones
+    assert policy.params.version == stride
+    assert (server.health_calls, server.pulls) == (0, 1)
+    slots.learned(stride - 1)  # as after a restore to an older point: behind, so it pulls
+    policy.refresh(server)
+    assert (server.health_calls, server.pulls) == (0, 2)
+
+
 def test_an_observation_that_does_not_fit_the_slot_is_refused_in_the_actor() -> None:
     run = Running(actors=1, rows=4)
     client = run.slots.client(0)

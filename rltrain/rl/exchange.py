@@ -99,6 +99,7 @@ def push_gradients(
         if result.deferred and not math.isfinite(loss.grad_norm):
             refused_on_device(stats, result)
     learner.model.set_norm(params.norm)
+    stats.version = params.version
     return params
 
 

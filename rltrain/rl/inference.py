@@ -93,6 +93,9 @@ class ActSlots:
         self.control = torch.tensor([1.0, 0.0], dtype=torch.float64).share_memory_()
         # seconds the policy worker (all its incarnations) spent in each of PHASES
         self.seconds = torch.zeros(len(PHASES), dtype=torch.float64).share_memory_()
+        # the server's version after the last learn the trainer saw (-1: none yet), so that
+        # the policy worker learns of new weights without asking the server (:meth:`learned`)
+        self.versions = torch.full((1,), -1, dtype=torch.int64).share_memory_()
         self.request = semaphore(0)  # one release per request (and one to wake it to stop)
         self.reply = [semaphore(0) for _ in range(actors)]
 
@@ -124,6 +127,13 @@ class ActSlots:
     @property
     def stopped(self) -> bool:
         return bool(self.control.numpy()[1] != 0)
+
+    def learned(self, version: int) -> None:
+        """A learner's learn returned with the server at ``version`` (the trainer tells, as
+        each learn returns): the policy worker reads it here instead of asking the server's
+        version every ``LOOK_S`` (100 requests a second, each through the trainer to the
+        learner's process, whose interpreter lock its learning shares)."""
+        self.versions[0] = version
 
     def phases(self) -> dict[str, float]:
         """``policy/<phase>`` -> seconds so far (the trainer logs the deltas: perf/time)."""
@@ -184,8 +194,12 @@ class BatchedPolicy:
         obs_shape: tuple[int, ...],
         actions: ActionSpace | int,
         device: str | torch.device = "cpu",
+        versions: torch.Tensor | None = None,
     ) -> None:
+        """``versions``: where the trainer posts the server's version after each learn
+        (:attr:`ActSlots.versions`); None: the server is asked."""
         self.device = torch.device(device)
+        self.versions = None if versions is None else versions.numpy()
         with parameters_to_come():  # pulled before it acts
             self.model = policy_builder(cfg)(cfg.model.kind, obs_shape, actions, cfg.model.hidden)
         to_device(self.model, self.device, cfg.model.precision)
@@ -234,9 +248,7 @@ class BatchedPolicy:
 
     def _take(self, server: Any) -> bool:
         if self.params is not None and self.stride > 1:
-            health = server.health()
-            versions = [h[0] for h in health if h is not None]
-            ahead = min(versions) - self.params.version if versions else 0
+            ahead = self._newest(server) - self.params.version
             if 0 <= ahead < self.stride:  # (behind: the shards were restored, take theirs)
                 return False
         p = server.pull(self.params)
@@ -246,6 +258,14 @@ class BatchedPolicy:
         self.model.set_norm(p.norm)
         self.params = p
         return True
+
+    def _newest(self, server: Any) -> int:
+        """The server's version: as posted after the last learn, else as the server says."""
+        if self.versions is not None and self.versions[0] >= 0:
+            return int(self.versions[0])
+        health = server.health()
+        versions = [h[0] for h in health if h is not None]
+        return min(versions) if versions else self.params.version
 
     def reward_scale(self) -> float:
         norm = None if self.params is None else self.params.norm
@@ -265,7 +285,7 @@ class PolicyWorker:
         device: str = "cpu",
     ) -> None:
         torch.set_num_threads(cfg.runtime.threads_per_worker)
-        self.policy = BatchedPolicy(cfg, obs_shape, actions, device)
+        self.policy = BatchedPolicy(cfg, obs_shape, actions, device, slots.versions)
         self.slots = slots
         # numpy views of the shared buffers: an element read or a row written costs about a
         # microsecond, a tensor's indexing ten

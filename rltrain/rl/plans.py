@@ -220,6 +220,8 @@ class ActorLearnerPlan(RLPlan):
             return
         if self.slots is not None:  # the policy worker's time since, with the learner's
             perf.merge(done.value.phases, self._policy_seconds())
+            if done.value.version is not None:  # new weights: the policy worker reads it
+                self.slots.learned(done.value.version)
         self._give_back([ref for ref, _ in done.tag])
         self.host.absorb(done.value)
         self.idle_learners.append(done.remote)

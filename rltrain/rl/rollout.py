@@ -196,6 +196,7 @@ class WorkStats:
     q_mean: float | None = None  # dqn learners: mean Q(s, a) of the sampled batches
     phases: dict[str, float] = field(default_factory=dict)  # seconds per role/phase (perf.py)
     first_step_at: float | None = None  # time.time() of a process's first env step, if here
+    version: int | None = None  # the server's version after a learner's last exchange
 
     def add_rollout(self, r: Rollout) -> None:
         self.env_steps += r.env_steps

@@ -255,20 +255,13 @@ def main() -> None:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--config", default=str(ROOT / "configs" / "pong_appo.yaml"))
     p.add_argument("--precision", help="model.precision (default: the config's)")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a config override, as rltrain train's (env.num_envs=64: minibatches of 1,024)",
-    )
+    p.add_argument("--set", action="append", default=[], help="a config override (KEY=VALUE)")
     p.add_argument("--rollouts", type=int, default=2, help="rollouts per timed block")
     p.add_argument("--repeats", type=int, default=3, help="timed blocks per row (median)")
     args = p.parse_args()
     torch.set_num_threads(1)
     device = torch.device(args.device)
-    cfg = load_config(TrainConfig, args.config, args.overrides)
+    cfg = load_config(TrainConfig, args.config, args.set)  # env.num_envs=64: minibatches of 1,024
     if args.precision:
         cfg = dataclasses.replace(
             cfg, model=dataclasses.replace(cfg.model, precision=args.precision)

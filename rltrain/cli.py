@@ -280,9 +280,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     shown = "none (no episode ended)" if mean is None else f"{mean:.2f}"
     rejected = summary.get("rejected", 0)  # non-finite or malformed updates the server refused
     refused = f" ({rejected:,} of {summary['updates']:,} updates refused)" if rejected else ""
+    episodes = summary["episodes"]
+    late = episodes - summary.get("episodes_at_stop", episodes)  # (an older summary: 0)
+    late_note = f" ({late} of them ended in the work in flight after the stop)" if late else ""
     print(
         f"stopped by {summary['stopped_by']} after {summary['wall_seconds']:.0f}s: "
-        f"{summary['env_steps']:,} steps, {summary['episodes']} episodes, "
+        f"{summary['env_steps']:,} steps, {episodes} episodes{late_note}, "
         f"mean return {shown}; faults: {faults.brief()}{refused}; summary.json, "
         f"checkpoints/, tensorboard --logdir {run / 'tb'}"
     )

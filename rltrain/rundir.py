@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from rltrain.config import ConfigError, dump_yaml
+from rltrain.faults import FAILURE_LOG
 
 
 def check_run_dir(
@@ -156,9 +157,14 @@ def write_config(run_dir: Path, cfg: Any) -> None:
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     """summary.json, strict JSON: a non-finite number (an env's NaN reward in a mean) is
-    written as null, which every JSON reader takes, where NaN is not JSON."""
+    written as null, which every JSON reader takes, where NaN is not JSON. A session that did
+    not fail removes the failure.log an earlier one left (a run resumed after a failure):
+    the folder then says what its summary says."""
     text = json.dumps(_finite(summary), indent=2, allow_nan=False)
     write_atomic(run_dir / "summary.json", text + "\n")
+    if not summary.get("failure"):
+        with contextlib.suppress(OSError):
+            (run_dir / FAILURE_LOG).unlink(missing_ok=True)
 
 
 def _finite(value: Any) -> Any:

@@ -121,3 +121,16 @@ def test_an_env_error_stops_the_run_as_a_fault_in_one_line(
     assert summary["faults"]["actor_restarts"] == 0  # not a lost process: nothing restarted
     assert list((run / "checkpoints").glob("ckpt-*.pt"))  # a final checkpoint: the server is whole
     assert (run / "failure.log").read_text().startswith(line)
+
+
+def test_a_session_that_does_not_fail_removes_an_earlier_failure_log(tmp_path: Path) -> None:
+    """A run resumed after a failure and then finished: its folder no longer holds the old
+    traceback that its summary.json no longer mentions; a failed session keeps its own."""
+    from rltrain.rundir import write_summary
+
+    (tmp_path / "failure.log").write_text("env 'x': step() raised\n\nTraceback ...")
+    write_summary(tmp_path, {"stopped_by": "fault", "failure": "env 'x': step() raised"})
+    assert (tmp_path / "failure.log").exists()
+    write_summary(tmp_path, {"stopped_by": "max_env_steps"})
+    assert not (tmp_path / "failure.log").exists()
+    write_summary(tmp_path, {"stopped_by": "max_env_steps"})  # none to remove: no error

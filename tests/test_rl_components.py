@@ -107,6 +107,18 @@ def test_ppo_worker_pushes_every_minibatch_of_every_epoch() -> None:
     assert all(x.clip_fraction is not None for x in stats.losses)
 
 
+def test_minibatches_that_do_not_divide_the_batch_are_all_pushed() -> None:
+    """15 samples in 6 minibatches: 6 pushes (3, 3, 3, 2, 2, 2), not the 5 chunks of
+    ceil(15 / 6) = 3 samples that fell short of ppo.minibatches."""
+    c = dataclasses.replace(
+        cfg("ppo"),
+        algo=AlgoConfig(name="ppo", rollout_length=5),
+        ppo=PPOConfig(epochs=2, minibatches=6),
+    )
+    stats = Worker(c, 0).work(server_for(c, rule="sync"), 1)
+    assert stats.env_steps == 15 and stats.updates == stats.applied == 12
+
+
 def test_appo_learner_steps_epochs_x_minibatches_per_batch() -> None:
     c = dataclasses.replace(
         cfg("appo"),

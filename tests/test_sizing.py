@@ -196,3 +196,47 @@ def test_the_process_runtime_counts_the_cores_this_process_may_use() -> None:
     from rltrain.runtime import process
 
     assert process.cluster_cpus() == len(os.sched_getaffinity(0))
+
+
+def test_pong_on_a_16_core_1_gpu_box_gets_the_documented_layout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """docs/training.md, "Sizing a run to the box": configs/pong_appo.yaml (actors: auto) on
+    16 cores and one GPU (faked: counts as the process runtime reports them) is 15 actors of
+    16 games in two groups, the learner and the policy worker on the GPU, and each learn the
+    1024 samples the curves in docs/pong.md were measured with."""
+    import torch
+
+    from rltrain.rl.setup import place
+    from rltrain.rl.sizing import describe_batch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    pong = load_config(TrainConfig, "configs/pong_appo.yaml", [])
+    placed = place(pong, "process", 16, 1)
+    assert (placed.gpu, placed.inference, placed.hosted) == (True, "cuda", True)
+    assert (placed.cfg.actors, placed.cfg.env.num_envs, placed.cfg.env.groups) == (15, 16, 2)
+    assert describe_batch(placed.cfg) == (
+        "batch: 15 actors x 16 envs x 64 steps (240 envs); each learn 1024 samples, "
+        "4 epochs x 4 minibatches of 256; adam lr 0.00025"
+    )
+    two_cores = place(pong, "process", 2, 0)  # this repository's CI box: one actor
+    assert (two_cores.gpu, two_cores.inference, two_cores.cfg.actors) == (False, None, 1)
+
+
+def test_what_auto_chose_is_said_and_noted_in_config_yaml(
+    tmp_path,
+    capsys: pytest.CaptureFixture[str],  # noqa: ANN001
+) -> None:
+    """The run's first lines and config.yaml's tail say the session's sizes; the keys still
+    say auto, so a --resume on another box sizes the run to that one."""
+    from rltrain.rl.setup import note_sizes, place
+    from rltrain.rundir import write_config
+
+    pong = load_config(TrainConfig, "configs/pong_appo.yaml", [])
+    write_config(tmp_path, pong)
+    note_sizes(tmp_path, place(pong, "process", 4, 0), 4, 0)
+    assert capsys.readouterr().out.startswith("batch: 3 actors x 16 envs x 64 steps (48 envs)")
+    text = (tmp_path / "config.yaml").read_text()
+    assert "# sized at this session's start (4 CPUs, 0 GPUs" in text
+    assert "# actors: 3\n# env.groups: 1\n# batch: 3 actors" in text  # 1.3 cores each
+    assert load_config(TrainConfig, tmp_path / "config.yaml", []).actors == 0  # still auto

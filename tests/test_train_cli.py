@@ -86,6 +86,7 @@ def test_short_runs_write_tensorboard_checkpoint_summary(tmp_path: Path, algo: s
         "env_steps",
         "env_frames",
         "episodes",
+        "episodes_at_stop",
         "mean_return",
         "best_mean_return",
         "updates",
@@ -211,3 +212,30 @@ def test_bad_input_is_one_line_exit_2(
     for w in words:
         assert w in err
     assert not run_dir.exists()
+
+
+def test_the_final_line_separates_the_stops_episodes_from_those_in_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The mean is the one the stop saw; episodes that the work in flight then finished are
+    counted too, and the line says how many of them there were."""
+    from rltrain import cli
+
+    fake = {
+        "stopped_by": "mean_return",
+        "wall_seconds": 12.0,
+        "env_steps": 4096,
+        "episodes": 31,
+        "episodes_at_stop": 28,
+        "mean_return": 476.25,
+        "updates": 10,
+        "faults": {},
+    }
+    monkeypatch.setattr(cli, "run_train", lambda *a: (tmp_path, fake))
+    assert main(["train", str(CFG / "cartpole_a3c.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "31 episodes (3 of them ended in the work in flight after the stop), mean" in out
+    assert "mean return 476.25;" in out
+    fake["episodes_at_stop"] = 31
+    assert main(["train", str(CFG / "cartpole_a3c.yaml")]) == 0
+    assert "4,096 steps, 31 episodes, mean return 476.25;" in capsys.readouterr().out

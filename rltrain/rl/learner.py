@@ -226,10 +226,11 @@ class Learner:
         old = logits.flatten(0, 1)  # [N, A] pi_old
         old_values, targets, adv = values[:T].flatten(), targets.flatten(), adv.flatten()
         n = T * B
-        size = -(-n // p.minibatches)  # ceil: every sample is in one minibatch per epoch
         orders = [torch.randperm(n, generator=self.generator) for _ in range(p.epochs)]
         for order in torch.stack(orders).to(d, non_blocking=True):  # [epochs, N]: one copy
-            for idx in order.split(size):
+            # exactly ppo.minibatches per epoch, sizes within one of each other, every sample
+            # in one (15 samples in 6: 3, 3, 3, 2, 2, 2; ceil-sized chunks made 5)
+            for idx in order.tensor_split(p.minibatches):
                 lg, v = self.model(obs[idx])
                 loss = actor_critic_loss(
                     lg,

@@ -3,6 +3,7 @@ whether a checkpoint fits, and the counters a checkpoint carries."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,8 @@ from rltrain.rl.algos import algo_names, algo_spec
 from rltrain.rl.config import StopConfig, TrainConfig
 from rltrain.rl.models import build_qnet, check_torso, flat_params
 from rltrain.rl.rollout import WorkStats
-from rltrain.rl.sizing import describe_sizes, gpu_learners, learner_cpus, sized
+from rltrain.rl.sizing import describe_batch, describe_sizes, gpu_learners, learner_cpus, sized
+from rltrain.rundir import write_atomic
 
 
 @dataclass(frozen=True)
@@ -314,6 +316,21 @@ def place(cfg: TrainConfig, backend: str, cpus: float, gpus: float) -> Placement
     processes = cfg.actors + (cfg.learners * learner_cpus(gpu) if split else 0)
     where = shard_device(cfg, gpu, backend)
     return Placement(cfg, gpu, inference, where, processes, hosts_shards(cfg, backend))
+
+
+def note_sizes(run_dir: Path, placed: Placement, cpus: float, gpus: float) -> None:
+    """Say what a learn takes (the run's first lines), and add what ``auto`` chose for this
+    session to config.yaml as comments: the keys keep saying auto, so that a --resume on
+    another machine sizes the run to that one."""
+    cfg, batch = placed.cfg, describe_batch(placed.cfg)
+    print(batch)
+    path = run_dir / "config.yaml"
+    with contextlib.suppress(OSError):  # a note only: the run goes on without it
+        text = path.read_text() + (
+            f"# sized at this session's start ({cpus:g} CPUs, {gpus:g} GPUs; --resume sizes "
+            f"again):\n# actors: {cfg.actors}\n# env.groups: {cfg.env.groups}\n# {batch}\n"
+        )
+        write_atomic(path, text)
 
 
 def computes_on_gpu_here(cfg: TrainConfig, backend: str) -> bool:

@@ -76,3 +76,24 @@ def describe_sizes(cfg: TrainConfig) -> str:
     else:
         parts = [n(cfg.actors, "worker")]
     return ", ".join([*parts, n(cfg.server.shards, "shard")])
+
+
+def describe_batch(cfg: TrainConfig) -> str:
+    """What a learn takes, for the run's first lines: ``batch: 15 actors x 16 envs x 64
+    steps; each learn 1024 samples, 4 epochs x 4 minibatches of 256; adam lr 0.00025`` and
+    the envs in all (the training mean's delay: an episode of L steps spans L x envs steps of
+    the run); dqn's minibatches from the replay."""
+    spec, steps, envs = cfg.algo_spec, cfg.algo.rollout_length, cfg.env.num_envs
+    if spec.layout == "replay":
+        return (
+            f"batch: {cfg.actors} actors x {envs} envs ({cfg.actors * envs} envs); learners "
+            f"sample minibatches of {cfg.dqn.batch_size} from the replay; lr {cfg.optimizer.lr:g}"
+        )
+    who = "actor" if spec.split else "worker"
+    samples = steps * envs * (cfg.impala.learner_batch if spec.split else 1)
+    text = f"batch: {cfg.actors} {who}s x {envs} envs x {steps} steps ({cfg.actors * envs} envs)"
+    text += f"; each learn {samples} samples"
+    if spec.clipped:
+        mb = samples // cfg.ppo.minibatches
+        text += f", {cfg.ppo.epochs} epochs x {cfg.ppo.minibatches} minibatches of {mb}"
+    return text + f"; {cfg.optimizer.name} lr {cfg.optimizer.lr:g}"

@@ -27,6 +27,7 @@ class SessionRecord:
     stopped_by: str = ""  # "" while the session runs
     failure: str = ""  # why a session stopped_by "fault"
     mean_at_stop: float | None = None  # the stop's mean return (work in flight lands after)
+    episodes_at_stop: int | None = None  # the episodes counted when the stop came
     net_bytes: tuple[int, int] = (0, 0)  # bytes pushed to and pulled from the shards
     ray: dict[str, Any] = field(default_factory=dict)  # the runtime's record: job, nodes
     replay_bytes: int | None = None  # dqn: the replay memory's size at the end
@@ -49,6 +50,7 @@ def train_summary(
     c = counters
     final = c.mean_return(cfg.stop.window)
     mean = record.mean_at_stop if record.mean_at_stop is not None else final
+    rec_eps = record.episodes_at_stop
     return {
         "command": "train",
         "env": cfg.env.id,
@@ -61,7 +63,8 @@ def train_summary(
         "startup": record.startup,
         "env_steps": c.env_steps,
         "env_frames": c.env_steps * spec.frames_per_step,
-        "episodes": c.episodes,
+        "episodes": c.episodes,  # with those the work in flight at the stop finished
+        "episodes_at_stop": c.episodes if rec_eps is None else rec_eps,
         "mean_return": mean,  # over the last stop.window episodes when the run stopped
         "final_mean_return": final,  # the same, with the episodes of work then in flight
         "best_mean_return": c.best_mean_return,

@@ -49,6 +49,7 @@ from rltrain.rl.setup import (
     diverged_note,
     initial_params,
     load_resume,
+    note_sizes,
     place,
     probe_env,
     session_seed,
@@ -133,10 +134,8 @@ class Trainer:
 
         runtime: Runtime = runtimes.backend(self.cfg.runtime)  # processes, threads or Ray
         self.ctx = RunContext(runtime, self.faults, self.progress.note)
-        steps = self.counters.env_steps
-        self.evals = PeriodicEval(
-            self.cfg, self.run_dir, runtime, steps, self.log, self.progress.note
-        )
+        steps, say = self.counters.env_steps, self.progress.note
+        self.evals = PeriodicEval(self.cfg, self.run_dir, runtime, steps, self.log, say)
         self.session_start = time.time()
         self.schedule = FaultSchedule((), self.session_start)
         self.record.mark("trainer")  # imports, config, the env probe, the run folder
@@ -170,6 +169,7 @@ class Trainer:
         self.shard_device, cfg, processes = placed.shard_device, placed.cfg, placed.processes
         fitted = runtime.fit_cpus(cfg.runtime, processes, cfg.server.shards)
         print(f"runtime: {where}, chosen by {why}; {placed.describe()}")
+        note_sizes(self.run_dir, placed, cpus, runtime.cluster_gpus())
         self.record.ray = runtime.job_record()
         if fitted.worker_cpus < cfg.runtime.worker_cpus:
             self.progress.note(placed.sharing_note(cpus, fitted.worker_cpus))
@@ -326,7 +326,7 @@ class Trainer:
         if rec.stopped_by == "diverged":
             rec.failure = diverged_note(c.rejected_in_a_row, self.ctx.server.stats().last_reject)
         if rec.stopped_by:  # what the stop saw; work in flight still lands after it
-            rec.mean_at_stop = c.mean_return(s.window)
+            rec.mean_at_stop, rec.episodes_at_stop = c.mean_return(s.window), c.episodes
 
     def _elapsed(self) -> float:
         return time.time() - self.session_start

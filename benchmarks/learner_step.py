@@ -9,6 +9,11 @@ into the model) and the plain loop a single-process trainer would write (CleanRL
 step) on identical synthetic Pong rollouts (uint8 [T+1, B, 4, 84, 84], ``configs/
 pong_appo.yaml``'s shapes), on the same device, with one torch thread.
 
+On CUDA a third row, "plain loop, one CUDA graph per update", replays each update
+(forward, loss, backward, clipping, Adam) as one captured CUDA graph: the bound on what
+removing the per-op launches from Python would give the learner (issue 36 found it
+launch-bound at minibatches of 256).
+
 Two models: the Nature CNN (the config's, at its precision) and a tiny CNN (one strided
 convolution and a 32-unit layer), whose own work is small, so that its ratio shows the
 learner's fixed cost per update.
@@ -151,36 +156,45 @@ def learner_path(cfg: TrainConfig, kind: str, device: torch.device) -> Callable[
     return learn
 
 
+def batch_inputs(cfg: TrainConfig, model: ActorCritic, r: Rollout) -> tuple[torch.Tensor, ...]:
+    """A single-process trainer's batch: obs [N, *obs], actions [N], pi_old's logits [N, A],
+    old values, targets and advantages [N] (N = T x B), from one no-grad pass over ``r``."""
+    T, B = r.actions.shape
+    with torch.no_grad():
+        logits, values = model(r.obs.flatten(0, 1))
+    logits, values = logits.view(T + 1, B, -1)[:T], values.view(T + 1, B)
+    inputs = TargetInputs(
+        log_probs=lambda: (logits, logits),  # (correction: none never asks)
+        rewards=r.rewards,
+        discounts=r.discounts(cfg.algo.gamma),
+        values=values[:T],
+        next_values=values[1:],
+        continues=r.continues(),
+    )
+    targets, adv = cfg.algo_spec.targets(inputs, cfg)
+    obs, actions = r.obs[:T].flatten(0, 1), r.actions.flatten()
+    return (
+        obs,
+        actions,
+        logits.flatten(0, 1),
+        values[:T].flatten(),
+        targets.flatten(),
+        adv.flatten(),
+    )
+
+
 def plain_loop(cfg: TrainConfig, kind: str, device: torch.device) -> Callable[[Rollout], int]:
     """A single-process trainer's loop on the same model, targets and loss: no server."""
     model = model_for(cfg, kind, device)
     o = cfg.optimizer
     opt = torch.optim.Adam(model.parameters(), lr=o.lr, eps=o.eps, fused=True)
-    spec, p, gamma = loss_spec(cfg), cfg.ppo, cfg.algo.gamma
+    spec, p = loss_spec(cfg), cfg.ppo
     gen = torch.Generator().manual_seed(cfg.seed)
 
     def learn(r: Rollout) -> int:
         r = r.to(device)  # every tensor of it, as the learner moves a rollout
-        T, B = r.actions.shape
-        with torch.no_grad():
-            logits, values = model(r.obs.flatten(0, 1))
-        logits, values = logits.view(T + 1, B, -1)[:T], values.view(T + 1, B)
-        inputs = TargetInputs(
-            log_probs=lambda: (logits, logits),  # (correction: none never asks)
-            rewards=r.rewards,
-            discounts=r.discounts(gamma),
-            values=values[:T],
-            next_values=values[1:],
-            continues=r.continues(),
-        )
-        targets, adv = cfg.algo_spec.targets(inputs, cfg)
-        obs, actions = r.obs[:T].flatten(0, 1), r.actions.flatten()
-        old, old_v, targets, adv = (
-            logits.flatten(0, 1),
-            values[:T].flatten(),
-            *map(torch.flatten, (targets, adv)),
-        )
-        n = T * B
+        obs, actions, old, old_v, targets, adv = batch_inputs(cfg, model, r)
+        n = len(actions)
         for _ in range(p.epochs):
             for idx in torch.randperm(n, generator=gen).to(device).split(n // p.minibatches):
                 lg, v = model(obs[idx])
@@ -191,6 +205,67 @@ def plain_loop(cfg: TrainConfig, kind: str, device: torch.device) -> Callable[[R
                 loss.total.backward()
                 nn.utils.clip_grad_norm_(model.parameters(), cfg.algo.max_grad_norm)
                 opt.step()
+        return p.epochs * p.minibatches
+
+    return learn
+
+
+def graphed_loop(cfg: TrainConfig, kind: str, device: torch.device) -> Callable[[Rollout], int]:
+    """The plain loop with each update (forward, loss, backward, clipping, Adam's step) one
+    CUDA graph, replayed on a minibatch gathered into static buffers (PyTorch's whole-network
+    capture, "CUDA Graphs" in its CUDA semantics notes): no op is launched from Python per
+    update, so this is what a learner could reach where launching ~280 ops is the cost
+    (issue 36: 6.2 ms per update for ~1.9 ms of GPU work at 256). CUDA only."""
+    model = model_for(cfg, kind, device)
+    o = cfg.optimizer
+    opt = torch.optim.Adam(model.parameters(), lr=o.lr, eps=o.eps, capturable=True)
+    spec, p = loss_spec(cfg), cfg.ppo
+    gen = torch.Generator().manual_seed(cfg.seed)
+    mb = cfg.algo.rollout_length * cfg.env.num_envs // p.minibatches
+    static = {
+        "obs": torch.zeros(mb, *OBS, dtype=torch.uint8, device=device),
+        "actions": torch.zeros(mb, dtype=torch.long, device=device),
+        "old": torch.zeros(mb, ACTIONS, device=device),
+        **{k: torch.zeros(mb, device=device) for k in ("old_v", "targets", "adv")},
+    }
+
+    def update() -> None:
+        s = static
+        lg, v = model(s["obs"])
+        loss = actor_critic_loss(
+            lg, s["actions"], v, s["targets"], s["adv"], spec, s["old"], s["old_v"]
+        )
+        loss.total.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), cfg.algo.max_grad_norm)
+        opt.step()
+
+    side = torch.cuda.Stream(device)  # warm-up on a side stream, as capture requires
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            update()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)  # the captured backward then writes the gradients anew
+    with torch.cuda.graph(graph):
+        update()
+
+    def learn(r: Rollout) -> int:
+        r = r.to(device)
+        batch = dict(
+            zip(
+                ("obs", "actions", "old", "old_v", "targets", "adv"),
+                batch_inputs(cfg, model, r),
+                strict=True,
+            )
+        )
+        n = len(batch["actions"])
+        for _ in range(p.epochs):
+            for idx in torch.randperm(n, generator=gen).to(device).split(mb):
+                for k, dst in static.items():
+                    torch.index_select(batch[k], 0, idx, out=dst)
+                graph.replay()
         return p.epochs * p.minibatches
 
     return learn
@@ -280,6 +355,11 @@ def main() -> None:
     for kind in ("nature", "tiny"):
         fns = {"plain loop": plain_loop(cfg, kind, device)}
         fns["learner"] = learner_path(cfg, kind, device)
+        if device.type == "cuda":  # what removing the launches would give: one graph each
+            try:
+                fns["plain loop, one CUDA graph per update"] = graphed_loop(cfg, kind, device)
+            except Exception as e:  # noqa: BLE001 - a benchmark row, not the run
+                print(f"(the CUDA graph row failed: {type(e).__name__}: {e})")
         ops = {k: aten_ops(fn, batches[0]) for k, fn in fns.items()}  # (also the warm-up)
         times: dict[str, list[float]] = {k: [] for k in fns}
         for _ in range(args.repeats):  # interleaved: the machine's noise falls on both

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import collections
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +35,7 @@ from rltrain.rl.plan_base import RLPlan
 from rltrain.rl.rollout import ObsSlots, Rollout, WorkStats
 from rltrain.rl.setup import EnvSpec
 from rltrain.rl.worker import Worker
+from rltrain.runtime.shm import shm_free
 
 WORK_CHUNK = 5  # rollouts per a3c/a2c call: long enough to amortise the call, short to steer
 
@@ -140,15 +140,6 @@ def obs_slots_for(cfg: TrainConfig, spec: EnvSpec, say: Callable[[str], None]) -
         )
         return None
     return ObsSlots(count, T, B, spec.obs_shape, dtype)
-
-
-def shm_free(path: str = "/dev/shm") -> int | None:
-    """Bytes free where torch keeps shared memory (None: no such place to ask)."""
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return None
-    return st.f_bavail * st.f_frsize
 
 
 class ActorLearnerPlan(RLPlan):

@@ -214,16 +214,21 @@ SHM_LOW = 1 << 30
 container's default /dev/shm is 64 MB (Docker)."""
 
 
+def shm_free(path: str = "/dev/shm") -> int | None:
+    """Bytes free where torch keeps shared memory (None: no such place to ask)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
 def shm_note(path: str = "/dev/shm") -> str:
     """A warning for the runtime line when ``path`` (where shared-memory slots live where
     there is no ``memfd_create``) has little room: a slot written past the end of a full
     /dev/shm kills its process (SIGBUS)."""
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return ""
-    free = st.f_bavail * st.f_frsize
-    if free >= SHM_LOW:
+    free = shm_free(path)
+    if free is None or free >= SHM_LOW:
         return ""
     return (
         f"; note: {path} has {free / 2**20:.0f} MB free, and rollouts and parameters pass "

@@ -11,7 +11,16 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-API = ("Config", "RunResult", "BenchResult", "train", "bench", "evaluate", "load_policy")
+API = (
+    "Config",
+    "RunResult",
+    "BenchResult",
+    "train",
+    "bench",
+    "evaluate",
+    "load_policy",
+    "make_env",
+)
 __all__ = ["__version__", *API]
 
 

@@ -9,7 +9,8 @@
     print(run.stopped_by, run.mean_return, run.env_steps)
     print(rltrain.evaluate(run.run_dir, episodes=10).mean)
     policy = rltrain.load_policy(run.run_dir)             # obs -> action, outside rltrain
-    action = policy(obs)
+    env = rltrain.make_env(run.run_dir)                   # the env as the run made it
+    action = policy(env.reset(seed=0)[0])
 
 Each call does what the command line does (``rltrain train`` / ``bench`` / ``eval``), with the
 same validation and the same one-line errors (raised as :class:`~rltrain.errors.RLTrainError`
@@ -367,3 +368,18 @@ def load_policy(run_dir: str | Path, checkpoint: str | Path = "latest") -> Loade
     return LoadedPolicy(
         policy, spec.obs_shape, spec.actions, spec.flattened_from, spec.transposed, spec.stacked
     )
+
+
+def make_env(run_dir: str | Path, seed: int = 0) -> gymnasium.Env:
+    """The run's environment as one Gymnasium env, with the run's protocol and wrappers (the
+    Atari frames, the frame stack, channels first, ``env.wrappers``, flattened spaces), so
+    that ``load_policy(run_dir)(obs)`` acts on its observations. Rewards are the raw score
+    (no clipping, a lost life not an end), and ``env.reset(seed=s)`` plays the game that
+    ``rltrain eval --episodes 1 --seed s`` plays first (:class:`rltrain.envs.single.
+    SingleEnv`)."""
+    from rltrain.config import load_config
+    from rltrain.envs.single import SingleEnv
+
+    first_seed = _whole(seed, "seed", SEED)
+    cfg = load_config(TrainConfig, _run_dir(run_dir) / "config.yaml")
+    return SingleEnv(cfg.env, 0 if first_seed is None else first_seed)

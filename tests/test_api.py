@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import torch
 
 import rltrain
 from rltrain.config import ConfigError
@@ -217,3 +218,42 @@ def test_api_errors_name_the_apis_arguments(cartpole_run: Path, tmp_path: Path) 
         rltrain.evaluate(chain, episodes=1, video=True, video_view="game")
     res = rltrain.evaluate(chain, episodes=1, video=True, video_format="gif")
     assert res.view == "agent" and 'video_view="agent"' in res.note and "--" not in res.note
+
+
+def test_the_readme_loop_plays_pong_as_rltrain_eval_does(tmp_path: Path) -> None:
+    """rltrain.make_env(run) is the run's env (the Atari protocol's frame stack, raw scores):
+    the README's loop plays one Pong game with load_policy(run) and scores what
+    rltrain.evaluate(run, episodes=1) scores with the same seed and checkpoint."""
+    # games cut at 1,600 frames (400 steps; a truncation is an episode's end as any other)
+    pong = untrained_run(tmp_path / "pong", id="ALE/Pong-v5", max_episode_frames=1600)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one observation a step: a second thread only waits (x5 under load)
+    try:
+        play_readme_loop(pong)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def play_readme_loop(pong: Path) -> None:
+    policy = rltrain.load_policy(pong)
+    env = rltrain.make_env(pong)
+    assert env.observation_space.shape == (4, 84, 84) and env.action_space.n == 6
+    obs, _ = env.reset(seed=0)
+    done, score, steps = False, 0.0, 0
+    while not done:
+        obs, reward, terminated, truncated, _ = env.step(policy(obs))
+        score, done, steps = score + reward, terminated or truncated, steps + 1
+    env.close()
+    played = rltrain.evaluate(pong, episodes=1, seed=0)
+    assert (score, steps) == (played.returns[0], played.lengths[0])
+    assert -21 <= score <= 21
+
+
+def test_make_env_checks_its_arguments(cartpole_run: Path, tmp_path: Path) -> None:
+    env = rltrain.make_env(cartpole_run, seed=3)
+    obs, _ = env.reset()
+    assert env.observation_space.contains(obs) and env.action_space.n == 2
+    with pytest.raises(ConfigError, match="seed=-1: expected a whole number"):
+        rltrain.make_env(cartpole_run, seed=-1)
+    with pytest.raises(RLTrainError, match="run_dir"):
+        rltrain.make_env(tmp_path / "missing")

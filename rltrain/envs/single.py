@@ -1,0 +1,71 @@
+"""A run's environment as one Gymnasium env, made as the run made it (``rltrain.make_env``).
+
+A policy loaded from a run (``rltrain.load_policy``) acts on what the run's actors saw: for
+Atari the protocol's uint8 [4, 84, 84] frame stack, for an image env its stacked,
+channels-first images, for a Dict or Tuple space the flattened vector. :class:`SingleEnv`
+gives those observations from a plain Gymnasium loop, because it *is* the run's env: the
+vector an actor or ``rltrain eval`` steps (:func:`rltrain.envs.make_env`), with one env, in
+evaluation mode (raw scores, a lost life not an episode's end). The same seed therefore
+plays the same game as ``rltrain eval`` with one episode.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium
+import numpy as np
+
+from rltrain.envs.base import ActionSpace, VectorEnv
+from rltrain.envs.config import EnvConfig
+from rltrain.envs.vector import make_env
+
+
+def gym_action_space(space: ActionSpace) -> gymnasium.Space:
+    """The Gymnasium space of an :class:`ActionSpace` (Discrete, or the Box it clips to)."""
+    if not space.continuous:
+        return gymnasium.spaces.Discrete(space.n)
+    low = np.array(space.low or [-np.inf] * space.n, dtype=np.float32)
+    high = np.array(space.high or [np.inf] * space.n, dtype=np.float32)
+    return gymnasium.spaces.Box(low, high, dtype=np.float32)
+
+
+class SingleEnv(gymnasium.Env):
+    """One env of a run's kind, with the run's wrappers and protocol, as a Gymnasium env.
+
+    ``observation_space``: what the policy takes (uint8 images in [0, 255], or float32
+    vectors). The reward is the raw score. The env resets itself when an episode ends (the
+    observation then returned is the next episode's first); ``reset(seed=s)`` starts a fresh
+    one, seeded as ``rltrain eval --seed s`` seeds its first env."""
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, cfg: EnvConfig, seed: int = 0) -> None:
+        self._vec: VectorEnv = make_env(cfg, seed=seed, num_envs=1, evaluation=True)
+        self._seed = seed
+        shape, dtype = self._vec.obs_shape, np.dtype(self._vec.obs_dtype)
+        if dtype == np.uint8:
+            self.observation_space = gymnasium.spaces.Box(0, 255, shape, np.uint8)
+        else:
+            self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, shape, dtype)
+        self.action_space = gym_action_space(self._vec.action_space)
+        self.protocol = self._vec.protocol
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        obs = self._vec.reset(seed=self._seed if seed is None else seed)
+        return obs[0], {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        dtype = np.float32 if self._vec.action_space.continuous else np.int64
+        step = self._vec.step(np.asarray([action], dtype=dtype))
+        info: dict[str, Any] = {}
+        if step.episode_returns:  # the game's score and length, as the run logs them
+            info["episode"] = {"r": step.episode_returns[0], "l": step.episode_lengths[0]}
+        terminated, truncated = bool(step.terminated[0]), bool(step.truncated[0])
+        return step.obs[0], float(step.reward[0]), terminated, truncated, info
+
+    def close(self) -> None:
+        self._vec.close()

@@ -36,7 +36,7 @@ from rltrain import signals
 from rltrain.config import ConfigError, from_dict, merge, nested, read_yaml, to_dict
 from rltrain.envs import ActionSpace
 from rltrain.envs.gym_vector import to_env_actions
-from rltrain.rl.config import TrainConfig
+from rltrain.rl.config import TrainConfig, load_run_config, run_yaml
 from rltrain.rl.evaluate import EPISODES, SEED, EvalResult, Policy, VideoView
 from rltrain.supervised.config import BenchConfig
 
@@ -197,7 +197,7 @@ def train(
                 "run_dir= does not go with resume=: a resumed run writes into its own folder"
             )
         resume = _run_dir(resume, "resume")  # a one-line error if it is no run
-        base = Config(read_yaml(resume / "config.yaml")) if config is None else config
+        base = Config(run_yaml(resume / "config.yaml")) if config is None else config
         cfg = _config(base, "train", **overrides)
     elif config is None:
         raise ValueError("rltrain.train: give a config (a Config, a YAML path) or resume=RUN_DIR")
@@ -262,7 +262,6 @@ def evaluate(
     ``episodes``, ``seed`` and ``deterministic`` default to the run's ``eval.*``. With
     ``video``: ``video_view`` ``"game"`` or ``"agent"`` (default: the game's screen if the env
     can draw it) and ``video_format`` ``"mp4"`` or ``"gif"``, as ``rltrain eval``'s flags."""
-    from rltrain.config import load_config
     from rltrain.rl.evaluate import evaluate as play
 
     n, first_seed = _whole(episodes, "episodes", EPISODES), _whole(seed, "seed", SEED)
@@ -272,7 +271,7 @@ def evaluate(
     fmt = _choice(video_format, "video_format", ("mp4", "gif"))
     which = _checkpoint(checkpoint)
     run_dir = _run_dir(run_dir)
-    cfg = load_config(TrainConfig, run_dir / "config.yaml")
+    cfg = load_run_config(TrainConfig, run_dir / "config.yaml")
     return play(
         cfg,
         run_dir,
@@ -354,14 +353,13 @@ class LoadedPolicy:
 def load_policy(run_dir: str | Path, checkpoint: str | Path = "latest") -> LoadedPolicy:
     """A checkpoint of ``run_dir`` (``latest``, ``best`` or a path) as a callable
     ``obs -> action``."""
-    from rltrain.config import load_config
     from rltrain.rl.evaluate import checkpoint_params
     from rltrain.rl.evaluate import load_policy as build
     from rltrain.rl.setup import probe_env
 
     which = _checkpoint(checkpoint)
     run_dir = _run_dir(run_dir)
-    cfg = load_config(TrainConfig, run_dir / "config.yaml")
+    cfg = load_run_config(TrainConfig, run_dir / "config.yaml")
     spec = probe_env(cfg)
     path, _, values, norm = checkpoint_params(run_dir, which, "api")
     policy = build(cfg, run_dir, (path, values, norm), spec.obs_shape, spec.actions)
@@ -377,9 +375,8 @@ def make_env(run_dir: str | Path, seed: int = 0) -> gymnasium.Env:
     (no clipping, a lost life not an end), and ``env.reset(seed=s)`` plays the game that
     ``rltrain eval --episodes 1 --seed s`` plays first (:class:`rltrain.envs.single.
     SingleEnv`)."""
-    from rltrain.config import load_config
     from rltrain.envs.single import SingleEnv
 
     first_seed = _whole(seed, "seed", SEED)
-    cfg = load_config(TrainConfig, _run_dir(run_dir) / "config.yaml")
+    cfg = load_run_config(TrainConfig, _run_dir(run_dir) / "config.yaml")
     return SingleEnv(cfg.env, 0 if first_seed is None else first_seed)

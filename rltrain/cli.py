@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 from rltrain import signals
 from rltrain.config import load_config
 from rltrain.errors import RLTrainError
-from rltrain.faults import FaultCounters, PeerLost, ProcessLost, RunFailed
+from rltrain.faults import PeerLost, ProcessLost, RunFailed
 from rltrain.launch import UserError, run_bench_config, run_dir_arg, run_train
 from rltrain.options import describe
 from rltrain.rl.algos import algo_names
@@ -260,7 +260,8 @@ def cmd_reapply(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from rltrain.rl.config import TrainConfig
+    from rltrain.rl.config import TrainConfig, load_run_config
+    from rltrain.rl.summary import final_line
 
     overrides = _overrides(args)
     if args.resume is not None:
@@ -269,26 +270,14 @@ def cmd_train(args: argparse.Namespace) -> int:
                 "--run-dir does not go with --resume: a resumed run writes into its RUN_DIR"
             )
         run_dir = run_dir_arg(args.resume, "--resume ")
-        cfg = load_config(TrainConfig, args.config or run_dir / "config.yaml", overrides)
+        path = args.config or run_dir / "config.yaml"  # a run folder's: as its rltrain meant
+        cfg = (load_config if args.config else load_run_config)(TrainConfig, path, overrides)
     else:
         if not args.config:
             raise UserError("train: give a CONFIG file (see configs/) or --resume RUN_DIR")
         cfg = load_config(TrainConfig, args.config, overrides)
     run, summary = run_train(cfg, args.run_dir, args.resume, args.config)
-    faults = FaultCounters(**summary["faults"])
-    mean = summary["mean_return"]
-    shown = "none (no episode ended)" if mean is None else f"{mean:.2f}"
-    rejected = summary.get("rejected", 0)  # non-finite or malformed updates the server refused
-    refused = f" ({rejected:,} of {summary['updates']:,} updates refused)" if rejected else ""
-    episodes = summary["episodes"]
-    late = episodes - summary.get("episodes_at_stop", episodes)  # (an older summary: 0)
-    late_note = f" ({late} of them ended in the work in flight after the stop)" if late else ""
-    print(
-        f"stopped by {summary['stopped_by']} after {summary['wall_seconds']:.0f}s: "
-        f"{summary['env_steps']:,} steps, {episodes} episodes{late_note}, "
-        f"mean return {shown}; faults: {faults.brief()}{refused}; summary.json, "
-        f"checkpoints/, tensorboard --logdir {run / 'tb'}"
-    )
+    print(final_line(summary, run))
     if summary["stopped_by"] in ("fault", "diverged"):
         print(f"rltrain: run failed: {summary.get('failure', '')}", file=sys.stderr)
         return EXIT_FAILED
@@ -299,11 +288,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from rltrain.rl.config import TrainConfig
+    from rltrain.rl.config import TrainConfig, load_run_config
     from rltrain.rl.evaluate import evaluate
 
     run_dir = run_dir_arg(args.run_dir, "")
-    cfg = load_config(TrainConfig, run_dir / "config.yaml")
+    cfg = load_run_config(TrainConfig, run_dir / "config.yaml")
     flags = ("video_view", "video_format", "deterministic", "checkpoint")
     kwargs = {name: getattr(args, name) for name in flags}
     res = evaluate(cfg, run_dir, args.episodes, args.video, args.seed, **kwargs)

@@ -225,8 +225,8 @@ def check_resume(path: Path, state: dict[str, Any], cfg: Any) -> list[str]:
     checkpoint's config, which holds what the trainer resolved (actors: auto, the session's
     seed, the runtime fitted to the machine)."""
     from rltrain.checkpoint import CheckpointError
-    from rltrain.config import dotted, moved_keys, read_yaml, to_dict
-    from rltrain.rl.config import TrainConfig
+    from rltrain.config import dotted, moved_keys, to_dict
+    from rltrain.rl.config import TrainConfig, run_yaml
     from rltrain.rl.setup import KEPT_ON_RESUME, TOLD_ON_RESUME
 
     new = dotted(to_dict(cfg))
@@ -240,7 +240,7 @@ def check_resume(path: Path, state: dict[str, Any], cfg: Any) -> list[str]:
                 "which a resumed run keeps; start a new run to change it"
             )
     try:
-        asked = dotted(moved_keys(TrainConfig, read_yaml(path.parent.parent / "config.yaml")))
+        asked = dotted(run_yaml(path.parent.parent / "config.yaml"))
     except (RLTrainError, OSError):  # unreadable: the checkpoint's checks still hold
         return []
     return [

@@ -120,6 +120,32 @@ class NaNReward(gymnasium.RewardWrapper):
         return float("nan")
 
 
+class AsymmetricBox(gymnasium.Env):
+    """One-step episodes: actions in Box([0, -5], [1, 10]), the reward highest (0) at the
+    interior point OPTIMUM, falling quadratically with the distance measured in each
+    dimension's width. A policy must reach [0.3, 7] from its start near the Box's middle
+    (affine, tanh) or near 0 (clip, which never leaves [0, 1] in the second dimension)."""
+
+    OPTIMUM = np.array([0.3, 7.0], np.float32)
+    WIDTH = np.array([1.0, 15.0], np.float32)
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.action_space = spaces.Box(
+            np.array([0.0, -5.0], np.float32), np.array([1.0, 10.0], np.float32)
+        )
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple:
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: np.ndarray) -> tuple:
+        gap = (np.asarray(action, np.float32) - self.OPTIMUM) / self.WIDTH
+        return np.zeros(1, np.float32), -10.0 * float(np.sum(gap**2)), True, False, {}
+
+
+ASYMMETRIC_ID = "rltrain_test/AsymmetricBox-v0"
+gymnasium.register(ASYMMETRIC_ID, entry_point=AsymmetricBox)
 gymnasium.register(CORRIDOR_ID, entry_point=Corridor, max_episode_steps=50)
 gymnasium.register(DICT_ID, entry_point=DictObs, max_episode_steps=50)
 gymnasium.register(TEXT_ID, entry_point=TextObs, max_episode_steps=50)

@@ -142,17 +142,37 @@ def test_atari_kwargs_that_change_the_protocol_are_refused_in_one_line(kwargs: d
 
 
 def test_box_actions_are_continuous_and_clipped_to_their_bounds() -> None:
+    """env.action_map: clip, the samples clipped to the Box (what runs before the key did)."""
     from rltrain.envs.gym_vector import to_env_actions
 
-    env = make_env(EnvConfig(id="Pendulum-v1", num_envs=2), seed=0)
+    env = make_env(EnvConfig(id="Pendulum-v1", num_envs=2, action_map="clip"), seed=0)
     space = env.action_space
-    assert space == ActionSpace(1, True, (-2.0,), (2.0,)) and env.num_actions == 1
+    assert space == ActionSpace(1, True, (-2.0,), (2.0,), "clip") and env.num_actions == 1
+    assert env.protocol["action_map"] == "clip"
     env.reset()
     step = env.step(np.array([[5.0], [-0.5]], np.float32))  # 5 is stepped as 2
     assert step.reward.shape == (2,)
     env.close()
     clipped = to_env_actions(np.array([[5.0], [-0.5]]), space)
     assert clipped.dtype == np.float32 and clipped.tolist() == [[2.0], [-0.5]]
+
+
+@pytest.mark.parametrize(
+    ("mapping", "expected"),
+    [  # Box([0, -5, -inf], [1, 10, inf]) at u = (-2, 0, 3) and (0.5, -0.5, -7)
+        ("affine", [[0.0, 2.5, 3.0], [0.75, -1.25, -7.0]]),
+        ("tanh", [[0.0179862, 2.5, 3.0], [0.7310586, -0.9658790, -7.0]]),
+        ("clip", [[0.0, 0.0, 3.0], [0.5, -0.5, -7.0]]),
+    ],
+)
+def test_box_actions_reach_the_env_by_the_action_map(mapping: str, expected: list) -> None:
+    """affine: [-1, 1] onto [low, high]; tanh: squashed onto it; unbounded dimensions as drawn."""
+    space = ActionSpace(3, True, (0.0, -5.0, -np.inf), (1.0, 10.0, np.inf), mapping)
+    got = space.to_env(np.array([[-2.0, 0.0, 3.0], [0.5, -0.5, -7.0]]))
+    assert got.dtype == np.float32 and np.allclose(got, expected, atol=1e-6)
+    assert make_env(EnvConfig(id="Pendulum-v1", num_envs=1), seed=0).action_space.mapping == (
+        "affine"  # the default
+    )
 
 
 def test_other_action_spaces_are_rejected_naming_what_is_supported() -> None:

@@ -56,9 +56,31 @@ class ActionSpace:
     continuous: bool = False
     low: tuple[float, ...] = ()
     high: tuple[float, ...] = ()
+    mapping: str = "clip"
+    """A Box's ``env.action_map``: how a sample reaches the env (:meth:`to_env`)."""
 
     def describe(self) -> str:
         return f"Box({self.n},)" if self.continuous else f"Discrete({self.n})"
+
+    def bounded(self) -> np.ndarray:
+        """[n] bool: the Box's dimensions with finite bounds on both sides."""
+        return np.isfinite(self.low) & np.isfinite(self.high)
+
+    def to_env(self, u: np.ndarray) -> np.ndarray:
+        """The env's actions [B, n] for the policy's samples ``u`` [B, n] (``env.action_map``).
+        On the dimensions with finite bounds: ``affine``, u clipped to [-1, 1] and mapped
+        linearly onto [low, high] (RLlib's normalize_actions); ``tanh``, low + (tanh(u) + 1)
+        (high - low) / 2 (SAC's squashing, Haarnoja et al. 2018, appendix C); ``clip``, u
+        clipped to [low, high]. Unbounded dimensions take u as it is (clipped to a half-bound).
+        The learner keeps u, whose log-probability is the policy's."""
+        u = np.asarray(u, np.float32)
+        low, high = np.asarray(self.low, np.float32), np.asarray(self.high, np.float32)
+        if self.mapping != "clip":
+            bounded = self.bounded()
+            lo, width = np.where(bounded, low, 0.0), np.where(bounded, high - low, 0.0)
+            unit = np.clip(u, -1.0, 1.0) if self.mapping == "affine" else np.tanh(u)
+            u = np.where(bounded, lo + (unit + 1.0) * 0.5 * width, u)
+        return np.clip(u, low, high).astype(np.float32)
 
 
 class VectorEnv(abc.ABC):

@@ -13,6 +13,9 @@ from typing import Any
 
 from rltrain.config import spec
 
+ACTION_MAPS = ("affine", "tanh", "clip")
+"""``env.action_map``'s values (:meth:`rltrain.envs.base.ActionSpace.to_env`)."""
+
 
 @dataclass(frozen=True)
 class EnvConfig:
@@ -54,6 +57,13 @@ class EnvConfig:
     sticky_actions: float = field(default=0.25, metadata=spec(ge=0, le=1))
     """Atari: probability that the emulator repeats the previous action instead of the chosen
     one (repeat_action_probability; 0.25 is the v5 default, Machado et al. 2018)."""
+    action_map: str = field(default="affine", metadata=spec(choices=ACTION_MAPS))
+    """Box actions: how the policy's Gaussian sample u reaches the env, on the dimensions with
+    finite bounds. affine: the policy acts in [-1, 1], mapped linearly onto [low, high] (u
+    clipped to [-1, 1] first; RLlib's normalize_actions); tanh: low + (tanh(u) + 1) (high -
+    low) / 2 (SAC's squashing, its log-probability with the change of variables); clip: u
+    clipped to [low, high] (what runs made before this key existed do: their config.yaml
+    lacks it and reads as clip). Unbounded dimensions take u. Discrete actions: unused."""
     clip_rewards: bool = True
     """Atari, training only: reward = sign(game reward). Evaluation and the reported episode
     returns always use the raw game score."""

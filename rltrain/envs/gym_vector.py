@@ -23,13 +23,17 @@ from rltrain.envs.user import Wrapper, flattened_from, make_failed, make_one, st
 from rltrain.faults import EnvFailed
 
 
-def action_space_of(env_id: str, space: gymnasium.Space) -> ActionSpace:
-    """Discrete(n), or a 1-D Box (continuous actions); anything else is a one-line EnvError."""
+def action_space_of(env_id: str, space: gymnasium.Space, mapping: str = "clip") -> ActionSpace:
+    """Discrete(n), or a 1-D Box (continuous actions, reaching the env by ``mapping``:
+    ``env.action_map``); anything else is a one-line EnvError."""
     if isinstance(space, Discrete):
         return ActionSpace(int(space.n))
     if isinstance(space, Box) and len(space.shape) == 1 and np.issubdtype(space.dtype, np.floating):
-        low, high = space.low.astype(float), space.high.astype(float)
-        return ActionSpace(int(space.shape[0]), True, tuple(low.tolist()), tuple(high.tolist()))
+        low, high = (
+            tuple(space.low.astype(float).tolist()),
+            tuple(space.high.astype(float).tolist()),
+        )
+        return ActionSpace(int(space.shape[0]), True, low, high, mapping)
     what = (
         f"Box{tuple(space.shape)} of {space.dtype}"
         if isinstance(space, Box)
@@ -52,11 +56,12 @@ def check_spaces(env_id: str, action_space: gymnasium.Space, obs_space: gymnasiu
 
 
 def to_env_actions(actions: np.ndarray, space: ActionSpace) -> np.ndarray:
-    """What the env steps: int64 indices, or the sampled reals clipped to the Box's bounds
-    (the learner keeps the unclipped sample: its log-probability is the policy's)."""
+    """What the env steps: int64 indices, or the sampled reals mapped into the Box
+    (:meth:`ActionSpace.to_env`; the learner keeps the sample: its log-probability is the
+    policy's)."""
     if not space.continuous:
         return np.asarray(actions, np.int64)
-    return np.clip(np.asarray(actions, np.float32), space.low, space.high).astype(np.float32)
+    return space.to_env(actions)
 
 
 def final_observations(obs: np.ndarray, truncated: np.ndarray, info: dict) -> np.ndarray:
@@ -80,9 +85,11 @@ class GymVectorEnv(VectorEnv):
         kwargs: Mapping[str, Any] | None = None,
         wrappers: Sequence[Wrapper] = (),
         frame_stack: int = 1,
+        action_map: str = "clip",
     ) -> None:
         """``kwargs``: of ``gymnasium.make``; ``wrappers``: applied to each env in order;
-        ``frame_stack``: images stacked into each observation (vectors are left alone)."""
+        ``frame_stack``: images stacked into each observation (vectors are left alone);
+        ``action_map``: how a Box's samples reach the env (:meth:`ActionSpace.to_env`)."""
         self._seed = seed
         self.env_id = env_id
         kwargs = dict(kwargs or {})
@@ -109,7 +116,7 @@ class GymVectorEnv(VectorEnv):
         size = num_envs * int(np.prod(self.obs_shape)) if floats else 0
         self._zeros = np.zeros(size, self.obs_dtype)  # for check_finite's dot product
         self._floats = size > 0
-        self.action_space = action_space_of(env_id, self._env.single_action_space)
+        self.action_space = action_space_of(env_id, self._env.single_action_space, action_map)
         self.num_actions = self.action_space.n
         self._episodes = EpisodeTracker(num_envs)
         spec = gymnasium.spec(env_id)
@@ -125,6 +132,7 @@ class GymVectorEnv(VectorEnv):
             "episodic_life": False,
             "num_actions": self.num_actions,
             "action_space": self.action_space.describe(),
+            **({"action_map": action_map} if self.action_space.continuous else {}),
             **({"kwargs": kwargs} if kwargs else {}),
             "wrappers": [getattr(w, "__name__", str(w)) for w in wrappers],
         }

@@ -79,7 +79,7 @@ def make_recording_env(cfg: EnvConfig, seed: int, render: bool) -> RecordingEnv:
     if is_atari_v5(cfg.id):
         return AtariScreenEnv(cfg, seed)
     wrappers = [load_wrapper(w) for w in cfg.wrappers]
-    return GymScreenEnv(cfg.id, seed, render, cfg.kwargs, wrappers, cfg.frame_stack)
+    return GymScreenEnv(cfg.id, seed, render, cfg.kwargs, wrappers, cfg.frame_stack, cfg.action_map)
 
 
 @dataclass(frozen=True)
@@ -219,6 +219,7 @@ class GymScreenEnv:
         kwargs: Mapping[str, Any] | None = None,
         wrappers: Sequence[Wrapper] = (),
         frame_stack: int = 1,
+        action_map: str = "clip",
     ) -> None:
         self.env_id = env_id
         self._seed = seed
@@ -241,7 +242,7 @@ class GymScreenEnv:
         self.obs_shape = tuple(space.shape or ())
         self.obs_dtype = np.dtype(space.dtype)
         self.channels = self.obs_shape[0] // stacked(self.env) if image(space) else 0
-        self.action_space = action_space_of(env_id, self.env.action_space)
+        self.action_space = action_space_of(env_id, self.env.action_space, action_map)
         self.num_actions = self.action_space.n
         self.fps = float(self.env.metadata.get("render_fps") or 30)
         if render:  # draw once now: an env that cannot (a missing pygame) fails before play

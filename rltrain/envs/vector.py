@@ -77,7 +77,7 @@ def make_env(
             )
         return AtariEnv(cfg, seed, n, evaluation)
     wrappers = [load_wrapper(w) for w in cfg.wrappers]
-    return GymVectorEnv(cfg.id, n, seed, cfg.kwargs, wrappers, cfg.frame_stack)
+    return GymVectorEnv(cfg.id, n, seed, cfg.kwargs, wrappers, cfg.frame_stack, cfg.action_map)
 
 
 def check_first_reset(env: VectorEnv) -> None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
-from rltrain.config import spec
+from rltrain.config import from_dict, merge, moved_keys, parse_overrides, read_yaml, spec
 from rltrain.envs import EnvConfig
 from rltrain.envs.user import import_env_modules
 from rltrain.faults import FaultsConfig
@@ -246,6 +247,9 @@ class TrainConfig:
     }
     """Keys an older rltrain kept in the flat ``algo`` section: old configs, command lines and
     checkpoints still load (:func:`rltrain.config.moved_keys`)."""
+    OLDER_RUNS: ClassVar[dict[str, object]] = {"env.action_map": "clip"}
+    """What a run folder's config.yaml means by a key an older rltrain did not write
+    (:func:`run_yaml`): Box samples were clipped to the bounds."""
 
     seed: int = field(default=0, metadata=spec(ge=0, le=2**31 - 1))
     """Seed of the network initialisation; actor i seeds its environments with seed + 1000 i."""
@@ -314,3 +318,26 @@ def waits_at_barrier(cfg: TrainConfig) -> bool:
     steps to v + 1 before it computes its next gradient, so it never pushes twice for one
     version (a3c under sync is a2c; impala/appo learners step together)."""
     return server_rule(cfg).update_rule.barrier
+
+
+def run_yaml(path: str | Path) -> dict[str, Any]:
+    """A run folder's config.yaml as a dict, its keys as this rltrain names them, each key of
+    :attr:`TrainConfig.OLDER_RUNS` it lacks set to what the older rltrain that wrote it acted
+    by. Every config.yaml rltrain writes into a run folder holds every key, so a missing one
+    means an older rltrain: the run then resumes and plays as it was trained."""
+    data = moved_keys(TrainConfig, read_yaml(path))
+    for dotted_key, value in TrainConfig.OLDER_RUNS.items():
+        section, key = dotted_key.split(".")
+        part = data.get(section)
+        if isinstance(part, Mapping) and key not in part:
+            data[section] = {**part, key: value}
+    return data
+
+
+def load_run_config(
+    cls: type[TrainConfig], path: str | Path, overrides: Sequence[str] = ()
+) -> TrainConfig:
+    """A run folder's config.yaml (:func:`run_yaml`) plus ``--set`` overrides, validated (as
+    :func:`rltrain.config.load_config`'s signature, ``cls`` TrainConfig)."""
+    over = parse_overrides(overrides, TrainConfig)
+    return from_dict(TrainConfig, merge(run_yaml(path), over, TrainConfig))

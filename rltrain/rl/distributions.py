@@ -4,9 +4,10 @@ output (its *parameters*) for the losses, the learners and the actors.
 * :class:`Categorical` for Discrete(n): parameters are the n logits.
 * :class:`DiagGaussian` for a Box of n reals: parameters are the n means and n log standard
   deviations, [..., 2n] (the log-std is state-independent, as CleanRL's and SB3's PPO for
-  continuous control; :class:`~rltrain.rl.models.ActorCritic` broadcasts it). The env clips a
-  sample to the Box's bounds; log-probabilities, V-trace ratios and the PPO ratio are those of
-  the unclipped sample, which is what the policy drew.
+  continuous control; :class:`~rltrain.rl.models.ActorCritic` broadcasts it). A sample
+  reaches the env mapped into the Box (``env.action_map``: affine, tanh or clip); the
+  log-probabilities, V-trace ratios and the PPO ratio are those of the sample, which is what
+  the policy drew (with tanh, :class:`TanhDiagGaussian` adds the change of variables).
 
 Shapes: parameters [..., P], actions [...] (int64) or [..., n] (float32); log_prob, entropy
 and kl return [...].
@@ -17,6 +18,7 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -88,11 +90,34 @@ class DiagGaussian:
         return self.split(params)[0]
 
 
+class TanhDiagGaussian(DiagGaussian):
+    """A :class:`DiagGaussian` whose sample u reaches the env as low + (tanh(u) + 1) (high -
+    low) / 2 on the Box's bounded dimensions (``env.action_map: tanh``). ``log_prob`` is the
+    density of that env action: the Gaussian's minus log |da/du| = log(1 - tanh(u)^2) +
+    log((high - low) / 2) on those dimensions (the change of variables of SAC, Haarnoja et
+    al. 2018, eq. 21). The term depends on u alone, so it cancels in every ratio of two
+    policies at one sample (PPO's, V-trace's); an invertible map keeps the KL of two
+    policies, so ``kl`` is their Gaussians'; the entropy bonus stays the Gaussian's."""
+
+    def __init__(self, space: ActionSpace) -> None:
+        bounded = space.bounded()
+        width = np.where(bounded, np.asarray(space.high) - np.asarray(space.low), 2.0)
+        self.bounded = torch.tensor(bounded, dtype=torch.float32)  # [n] 1: bounded
+        self.log_half = torch.tensor(np.log(width / 2), dtype=torch.float32) * self.bounded
+
+    def log_prob(self, params: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        # log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), finite for any u
+        squash = 2 * (math.log(2.0) - actions - F.softplus(-2 * actions))  # [..., n]
+        bounded, log_half = self.bounded.to(actions), self.log_half.to(actions)
+        return super().log_prob(params, actions) - (squash * bounded + log_half).sum(-1)
+
+
 CATEGORICAL = Categorical()
 DIAG_GAUSSIAN = DiagGaussian()
 
 
 def distribution(actions: ActionSpace | int) -> Distribution:
     """The distribution of an action space (an int n: Discrete(n))."""
-    continuous = isinstance(actions, ActionSpace) and actions.continuous
-    return DIAG_GAUSSIAN if continuous else CATEGORICAL
+    if not (isinstance(actions, ActionSpace) and actions.continuous):
+        return CATEGORICAL
+    return TanhDiagGaussian(actions) if actions.mapping == "tanh" else DIAG_GAUSSIAN

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rltrain.faults import FaultCounters
@@ -88,3 +89,22 @@ def train_summary(
 def placement(procs: dict[str, list[Any]]) -> dict[str, list[str | None]]:
     """Role -> the Ray node id of each process (None: not known, e.g. restarting)."""
     return {role: [r.node() for r in remotes] for role, remotes in procs.items()}
+
+
+def final_line(summary: dict[str, Any], run: Path) -> str:
+    """``rltrain train``'s last line: the stop, the counts and the mean return the stop saw
+    (the episodes that the work in flight at the stop finished are counted, and said)."""
+    faults = FaultCounters(**summary["faults"])
+    mean = summary["mean_return"]
+    shown = "none (no episode ended)" if mean is None else f"{mean:.2f}"
+    rejected = summary.get("rejected", 0)  # non-finite or malformed updates the server refused
+    refused = f" ({rejected:,} of {summary['updates']:,} updates refused)" if rejected else ""
+    episodes = summary["episodes"]
+    late = episodes - summary.get("episodes_at_stop", episodes)  # (an older summary: 0)
+    late_note = f" ({late} of them ended in the work in flight after the stop)" if late else ""
+    return (
+        f"stopped by {summary['stopped_by']} after {summary['wall_seconds']:.0f}s: "
+        f"{summary['env_steps']:,} steps, {episodes} episodes{late_note}, "
+        f"mean return {shown}; faults: {faults.brief()}{refused}; summary.json, "
+        f"checkpoints/, tensorboard --logdir {run / 'tb'}"
+    )

@@ -200,10 +200,9 @@ def test_a_run_before_action_map_still_clips_and_a_new_one_says_its_map(tmp_path
 def test_bounds_far_from_minus_one_to_one_are_learned(tmp_path: Path) -> None:
     """Box([0, -5], [1, 10]) with its best action at [0.3, 7]: with the default map (affine)
     the trained deterministic action is within 2% of each dimension's width of it. (Measured
-    at 30k steps, seed 0: gaps 0.0018 and 0.0009 of the widths; tanh 0.0026 and 0.0012, clip
-    0.013 and 0.004. Reward scaling is off: on one-step episodes the return's spread shrinks
-    toward 0 as the policy nears the best action, and its scale drove the policy to the
-    Box's corners by 60k steps with both maps.)"""
+    with reward scaling off, at 30k steps, seed 0: gaps 0.0018 and 0.0009 of the widths; tanh
+    0.0026 and 0.0012, clip 0.013 and 0.004. At 3x the learning rate both maps drifted to
+    the Box's corners by 60k steps.)"""
     import rltrain
 
     run = rltrain.train(
@@ -214,7 +213,6 @@ def test_bounds_far_from_minus_one_to_one_are_learned(tmp_path: Path) -> None:
         env__num_envs=16,
         algo__rollout_length=16,
         impala__learner_batch=1,
-        normalize__reward=False,
         actors=1,
         stop__mean_return=None,
         stop__max_env_steps=30_000,

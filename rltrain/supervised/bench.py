@@ -230,7 +230,7 @@ def run_mode(
 
         return run_sandblaster_mode(cfg, data, progress)
     if cfg.model.stages > 1:
-        from rltrain.supervised.pipeline import run_pipeline_mode
+        from rltrain.supervised.pipeline_mode import run_pipeline_mode
 
         return run_pipeline_mode(cfg, mode, data, progress)
     if runtime is None:

@@ -143,6 +143,11 @@ class SandblasterConfig:
     """Backtracking halvings tried before the history is dropped and the step skipped."""
 
 
+SYNTHETIC = ("none", "dni", "cdni")
+"""``model.synthetic``: GPipe's exact backward, or synthetic gradients (unconditioned or
+conditioned on the labels): :mod:`rltrain.supervised.synthetic`."""
+
+
 @dataclass(frozen=True)
 class SupervisedModelConfig:
     """The supervised model, and its split over stage processes (model parallelism: GPipe,
@@ -159,6 +164,14 @@ class SupervisedModelConfig:
     micro_batches: int = field(default=4, metadata=spec(ge=1))
     """Pieces each minibatch is cut into, so that stage s works on one while stage s+1 works
     on the one before; their gradients add up to the minibatch's exactly."""
+    synthetic: str = field(default="none", metadata=spec(choices=SYNTHETIC))
+    """With model.stages >= 2. none: each stage waits for the gradient from the stages after
+    it (GPipe). dni, cdni: every stage but the last steps at once on the gradient a small
+    model of its output predicts (cdni: from the labels too), and that model learns from the
+    true gradient when it comes (synthetic gradients, Jaderberg et al. 2017; Ray runtime)."""
+    synthetic_hidden: int = field(default=0, metadata=spec(ge=0))
+    """Hidden units of each gradient predictor (0: a linear map, its output layer starting at
+    zero either way, as in the paper)."""
 
 
 PIPELINE_MODES = ("sync", "async")
@@ -257,6 +270,11 @@ class BenchConfig:
     def _check_pipeline(self) -> None:
         """What model parallelism runs with; the rest is refused, not ignored."""
         pipe, srv = self.model, self.server
+        if pipe.synthetic != "none" and pipe.stages == 1:
+            raise ValueError(
+                f"model.synthetic={pipe.synthetic}: needs model.stages >= 2 (it decouples the "
+                "stages of a split model); set model.stages, or model.synthetic=none"
+            )
         if pipe.stages == 1:
             return
         head = f"model.stages={pipe.stages}"

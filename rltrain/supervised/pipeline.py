@@ -11,13 +11,13 @@ shards are cut at the stage boundaries), so model parallelism combines with the 
 rules: W replicas of K stages each push to K shards, every shard seeing W pushers.
 
 Plain Python: :class:`PipelineStage` and :class:`PipelineWorker` run in this process in the
-tests, and as Ray processes in ``rltrain bench`` (:func:`run_pipeline_mode` places them with
+tests, and as Ray processes in ``rltrain bench`` (:func:`rltrain.supervised.pipeline_mode.
+run_pipeline_mode` places them with
 :class:`rltrain.runtime.stages.RayStages`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -27,21 +27,9 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from rltrain.config import ConfigError
-from rltrain.progress import Progress
 from rltrain.ps.server import Server
 from rltrain.records import GradUpdate, Params
-from rltrain.supervised.config import BenchConfig
-from rltrain.supervised.datasets import SplitDataset
 from rltrain.supervised.models import Linear, SmallCNN, SmallResNet
-from rltrain.supervised.modes import (
-    ModeTrace,
-    Snapshotter,
-    finish_trace,
-    initial_params,
-    input_shape,
-    shards,
-    worker_specs,
-)
 from rltrain.supervised.sharding import ShardSource
 from rltrain.supervised.toys import objective_loss
 from rltrain.supervised.worker import (
@@ -248,16 +236,41 @@ def gpipe(stages: Stages, x: torch.Tensor, y: torch.Tensor, micro: int) -> None:
     stages.get(done)  # every backward has run
 
 
+class Schedule(Protocol):
+    """How a replica takes a minibatch through its stages: :class:`GPipe`, or
+    :class:`rltrain.supervised.synthetic.Decoupled` (synthetic gradients)."""
+
+    def step(self, stages: Stages, x: torch.Tensor, y: torch.Tensor, micro: int) -> None: ...
+
+    def finish(self, stages: Stages) -> None: ...
+
+
+class GPipe:
+    """:func:`gpipe` for every batch: the stages then hold the minibatch's exact gradient."""
+
+    def step(self, stages: Stages, x: torch.Tensor, y: torch.Tensor, micro: int) -> None:
+        gpipe(stages, x, y, micro)
+
+    def finish(self, stages: Stages) -> None:
+        pass
+
+
 class PipelineWorker:
     """One data-parallel replica of the pipelined model: its data shard in the order a
     :class:`SupervisedWorker` takes it, each batch through the stages, then each stage's
     exchange with its shard (every stage steps once per batch)."""
 
     def __init__(
-        self, spec: WorkerSpec, data: ShardSource | Any, stages: Stages, micro: int
+        self,
+        spec: WorkerSpec,
+        data: ShardSource | Any,
+        stages: Stages,
+        micro: int,
+        schedule: Schedule | None = None,
     ) -> None:
         torch.set_num_threads(spec.threads)
         self.spec, self.stages, self.micro = spec, stages, micro
+        self.schedule = schedule or GPipe()
         if isinstance(data, ShardSource):
             data = data.load()
         self.plan = BatchPlan(inputs(data, spec), targets(data), spec)
@@ -277,7 +290,7 @@ class PipelineWorker:
         samples = 0
         log: list[tuple[float, int, float]] = []
         for b in self.plan.batches(skip, lambda: deadline):
-            gpipe(st, b.x, b.y, self.micro)
+            self.schedule.step(st, b.x, b.y, self.micro)
             # a barrier waits no longer than the budget (a replica that stopped never comes)
             left = deadline - time.time() + 0.5
             timeout = max(0.0, min(spec.rule.barrier_timeout_s, left))
@@ -286,79 +299,6 @@ class PipelineWorker:
             )
             samples += len(b.y)
             log.append((time.time(), samples, done[-1][1]))  # the last stage has the loss
+        self.schedule.finish(st)
         steps = len(log)
         return WorkerReport(spec.worker_id, start, time.time(), steps, samples, steps, tuple(log))
-
-
-def run_pipeline_mode(
-    cfg: BenchConfig, mode: str, data: SplitDataset, progress: Progress
-) -> ModeTrace:
-    """``workers`` replicas of ``model.stages`` stage processes each, over a server whose
-    shards are cut at the stage boundaries; snapshots of the whole model as the other modes."""
-    from rltrain import runtime  # Ray stays at the edge: imported only when used
-
-    begin = time.time()
-    k, micro = cfg.model.stages, cfg.model.micro_batches
-    specs = worker_specs(cfg, mode, data, cfg.workers)
-    shape = input_shape(data)
-    cuts = plan_stages(specs[0], shape, k)
-    sizes = stage_sizes(specs[0], shape, cuts)
-    rule = dataclasses.replace(specs[0].rule, shards=k)
-    server = runtime.start_server(
-        initial_params(cfg, data), cfg.optimizer, rule, cfg.workers, cfg.runtime, sizes=sizes
-    )
-    procs: list[Any] = list(server.shards)
-    try:
-        replicas = []
-        for spec, source in zip(specs, shards(cfg, cfg.workers), strict=True):
-            stages = [
-                runtime.Remote(
-                    PipelineStage,
-                    spec,
-                    shape,
-                    cuts,
-                    s,
-                    role="worker",
-                    index=spec.worker_id,
-                    num_cpus=cfg.runtime.worker_cpus,
-                )
-                for s in range(k)
-            ]
-            handles = runtime.RayStages([r.handle for r in stages])
-            # the replica's own process only cuts batches and issues calls: no CPU reserved
-            lead = runtime.Remote(
-                PipelineWorker,
-                spec,
-                source,
-                handles,
-                micro,
-                role="worker",
-                index=spec.worker_id,
-                num_cpus=0,
-            )
-            procs += [*stages, lead]
-            replicas.append(lead)
-        runtime.wait_up(procs, progress.note)  # data loaded, models built: start-up
-        progress.note(
-            f"{cfg.workers} replica(s) x {k} stages (parameters {', '.join(map(str, sizes))}), "
-            f"{micro} micro-batches per batch"
-        )
-        parts = [server.part(s) for s in range(k)]
-        t0 = time.time()
-        deadline = t0 + cfg.budget.max_seconds if cfg.budget.max_seconds else None
-        snapper = Snapshotter(server, cfg.eval.every_seconds, cfg.budget.max_seconds, progress)
-        pending = [lead.call("run", parts, t0, deadline) for lead in replicas]
-        calls = list(pending)
-        while pending:
-            done = runtime.wait_any(pending, snapper.due_in())
-            for c in done:  # a lost stage fails its replica's call: stop the mode at once
-                runtime.result(c)
-            pending = [c for c in pending if c not in done]
-            if snapper.due_in() == 0:
-                snapper.take()
-        reports = [runtime.result(c) for c in calls]
-        snapper.take()  # the final parameters
-    finally:
-        for r in procs:
-            r.kill()
-    return finish_trace(mode, begin, snapper, reports)

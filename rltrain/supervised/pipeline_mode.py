@@ -1,0 +1,116 @@
+"""The pipeline mode of ``rltrain bench`` (``model.stages`` > 1): each data-parallel replica a
+lead process and K stage processes, placed by Ray, over a server whose shards are cut at the
+stage boundaries. The stages are :class:`~rltrain.supervised.pipeline.PipelineStage` (GPipe's
+exact backward) or, with ``model.synthetic``, :class:`~rltrain.supervised.synthetic.
+SyntheticStage` before the last (synthetic gradients)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from rltrain.progress import Progress
+from rltrain.supervised.config import BenchConfig
+from rltrain.supervised.datasets import SplitDataset
+from rltrain.supervised.modes import (
+    ModeTrace,
+    Snapshotter,
+    finish_trace,
+    initial_params,
+    input_shape,
+    shards,
+    worker_specs,
+)
+from rltrain.supervised.pipeline import (
+    GPipe,
+    PipelineStage,
+    PipelineWorker,
+    plan_stages,
+    stage_sizes,
+)
+from rltrain.supervised.synthetic import Decoupled, SyntheticStage
+from rltrain.supervised.worker import WorkerSpec
+
+
+def stage_args(
+    cfg: BenchConfig, spec: WorkerSpec, shape: tuple[int, ...], cuts: list[int], s: int
+) -> tuple[Any, ...]:
+    """The class and arguments of stage ``s``: a synthetic-gradient stage before the last
+    with ``model.synthetic`` dni or cdni, else GPipe's."""
+    if cfg.model.synthetic == "none" or s == len(cuts) - 2:
+        return (PipelineStage, spec, shape, cuts, s)
+    conditioned, hidden = cfg.model.synthetic == "cdni", cfg.model.synthetic_hidden
+    return (SyntheticStage, spec, shape, cuts, s, conditioned, hidden)
+
+
+def run_pipeline_mode(
+    cfg: BenchConfig, mode: str, data: SplitDataset, progress: Progress
+) -> ModeTrace:
+    """``workers`` replicas of ``model.stages`` stage processes each, over a server whose
+    shards are cut at the stage boundaries; snapshots of the whole model as the other modes."""
+    from rltrain import runtime  # Ray stays at the edge: imported only when used
+
+    begin = time.time()
+    k, micro = cfg.model.stages, cfg.model.micro_batches
+    specs = worker_specs(cfg, mode, data, cfg.workers)
+    shape = input_shape(data)
+    cuts = plan_stages(specs[0], shape, k)
+    sizes = stage_sizes(specs[0], shape, cuts)
+    rule = dataclasses.replace(specs[0].rule, shards=k)
+    server = runtime.start_server(
+        initial_params(cfg, data), cfg.optimizer, rule, cfg.workers, cfg.runtime, sizes=sizes
+    )
+    procs: list[Any] = list(server.shards)
+    try:
+        replicas = []
+        for spec, source in zip(specs, shards(cfg, cfg.workers), strict=True):
+            stages = [
+                runtime.Remote(
+                    *stage_args(cfg, spec, shape, cuts, s),
+                    role="worker",
+                    index=spec.worker_id,
+                    num_cpus=cfg.runtime.worker_cpus,
+                )
+                for s in range(k)
+            ]
+            handles = runtime.RayStages([r.handle for r in stages])
+            # the replica's own process only cuts batches and issues calls: no CPU reserved
+            lead = runtime.Remote(
+                PipelineWorker,
+                spec,
+                source,
+                handles,
+                micro,
+                Decoupled() if cfg.model.synthetic != "none" else GPipe(),
+                role="worker",
+                index=spec.worker_id,
+                num_cpus=0,
+            )
+            procs += [*stages, lead]
+            replicas.append(lead)
+        runtime.wait_up(procs, progress.note)  # data loaded, models built: start-up
+        how = "" if cfg.model.synthetic == "none" else f", {cfg.model.synthetic} gradients"
+        progress.note(
+            f"{cfg.workers} replica(s) x {k} stages (parameters {', '.join(map(str, sizes))}), "
+            f"{micro} micro-batches per batch{how}"
+        )
+        parts = [server.part(s) for s in range(k)]
+        t0 = time.time()
+        deadline = t0 + cfg.budget.max_seconds if cfg.budget.max_seconds else None
+        snapper = Snapshotter(server, cfg.eval.every_seconds, cfg.budget.max_seconds, progress)
+        pending = [lead.call("run", parts, t0, deadline) for lead in replicas]
+        calls = list(pending)
+        while pending:
+            done = runtime.wait_any(pending, snapper.due_in())
+            for c in done:  # a lost stage fails its replica's call: stop the mode at once
+                runtime.result(c)
+            pending = [c for c in pending if c not in done]
+            if snapper.due_in() == 0:
+                snapper.take()
+        reports = [runtime.result(c) for c in calls]
+        snapper.take()  # the final parameters
+    finally:
+        for r in procs:
+            r.kill()
+    return finish_trace(mode, begin, snapper, reports)

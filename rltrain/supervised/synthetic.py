@@ -1,0 +1,222 @@
+"""Synthetic gradients: pipeline stages that update without waiting for the backward pass.
+
+Decoupled Neural Interfaces (Jaderberg et al. 2017, "Decoupled Neural Interfaces using
+Synthetic Gradients", ICML): stage s of a model cut into K stages (:mod:`rltrain.supervised.
+pipeline`) steps as soon as its forward pass is done, with a gradient that a small model
+M_s predicts from its output h_s (DNI), or from h_s and the one-hot label (cDNI, the paper's
+conditional variant). When the true gradient dL/dh_s arrives from stage s+1, it trains M_s
+by L2 regression (the paper's eq. 1, section 2). Stage s+1 sends back the gradient of its
+input as it computed it, which for s+1 < K-1 is itself made from M_{s+1}'s prediction: the
+paper's bootstrapping; the last stage sends the true loss's.
+
+The stages are then *update-unlocked* (the paper's term): what the rest of rltrain studies
+between workers (a gradient computed at other parameters than those it is applied to), here
+between the layers of one model. :func:`decoupled` issues each stage's calls so that no stage
+waits for a later one: stage s trains M_s on the true gradients of the previous batch, which
+the later stages made while it went on (``staleness``: its updates since the prediction).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rltrain.supervised.pipeline import PipelineStage, Stages, layers
+from rltrain.supervised.worker import WorkerSpec, make_model
+
+
+class SyntheticGradient(nn.Module):
+    """M: activations h [B, *shape] (and, for cDNI, one-hot labels [B, classes]) -> the
+    predicted dL/dh [B, *shape]. Linear (``hidden`` 0) or one hidden ReLU layer; the output
+    layer starts at zero, as in the paper, so the first updates are null, not noise."""
+
+    def __init__(self, shape: Sequence[int], classes: int = 0, hidden: int = 0) -> None:
+        super().__init__()
+        self.shape, self.classes = tuple(shape), classes
+        width = math.prod(self.shape)
+        inputs = width + classes
+        body: list[nn.Module] = [nn.Linear(inputs, hidden), nn.ReLU()] if hidden else []
+        out = nn.Linear(hidden or inputs, width)
+        nn.init.zeros_(out.weight)
+        nn.init.zeros_(out.bias)
+        self.net = nn.Sequential(*body, out)
+
+    def forward(self, h: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        x = h.flatten(1)  # [B, width]
+        if self.classes:
+            assert y is not None, "cDNI predicts from the labels too"
+            x = torch.cat([x, F.one_hot(y, self.classes).to(x.dtype)], 1)  # [B, width + C]
+        return self.net(x).view(len(h), *self.shape)
+
+
+def gradient_error(predicted: torch.Tensor, true: torch.Tensor) -> tuple[float, float]:
+    """(cosine, relative L2 |pred - true| / |true|) of a synthetic gradient, over the batch."""
+    p, t = predicted.flatten().double(), true.flatten().double()
+    norm = float(t.norm())
+    cosine = float(F.cosine_similarity(p, t, dim=0)) if norm > 0 and float(p.norm()) > 0 else 0.0
+    return cosine, float((p - t).norm()) / norm if norm > 0 else float(p.norm())
+
+
+def regress(
+    module: SyntheticGradient,
+    opt: torch.optim.Optimizer,
+    h: torch.Tensor,
+    y: torch.Tensor | None,
+    true_grad: torch.Tensor,
+) -> float:
+    """One step of M toward the true gradient: the squared error summed over a sample's
+    elements, averaged over the batch (the paper's L2 loss); returns it."""
+    loss = (module(h, y) - true_grad).pow(2).flatten(1).sum(1).mean()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return float(loss.detach())
+
+
+class SyntheticStage(PipelineStage):
+    """A stage that is not the last: each micro-batch's forward is followed at once by the
+    backward of M's prediction through its layers (its parameter gradient, and its input's
+    for the stage before), then M learns from the true gradient when :meth:`learn` brings it.
+
+    ``oracle`` (tests): the prediction is replaced by the true gradient, so the stage steps
+    exactly as backprop (the update waits for :meth:`learn`)."""
+
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        in_shape: tuple[int, ...],
+        cuts: Sequence[int],
+        index: int,
+        conditioned: bool = False,
+        hidden: int = 0,
+        lr: float = 1e-3,
+        oracle: bool = False,
+    ) -> None:
+        """``in_shape``: the model's input (one sample); ``conditioned``: cDNI; ``hidden``: M's
+        hidden units (0: linear); ``lr``: M's Adam rate."""
+        if index >= len(cuts) - 2:
+            raise ValueError(
+                f"stage {index} of {len(cuts) - 1}: the last stage computes the true loss; "
+                "a synthetic stage predicts its output's gradient for the stages after it"
+            )
+        super().__init__(spec, in_shape, cuts, index)
+        with torch.no_grad():  # this stage's output shape: the model's layers up to its cut
+            h = torch.zeros(2, *in_shape)
+            for m in layers(make_model(spec, in_shape))[: cuts[index + 1]]:
+                h = m(h)
+        classes = spec.num_classes if conditioned else 0
+        self.module = SyntheticGradient(tuple(h.shape[1:]), classes, hidden)
+        self.module_opt = torch.optim.Adam(self.module.parameters(), lr=lr)
+        self.oracle = oracle
+        self.updates = 0  # this stage's exchanges: the clock of staleness
+        self._made: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]] = {}
+        self._input_grads: dict[int, torch.Tensor | None] = {}
+        self.staleness: list[int] = []  # per true gradient: updates since its prediction
+        self.errors: list[tuple[float, float]] = []  # per true gradient: gradient_error
+
+    def forward_synthetic(self, mb: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Micro-batch ``mb``'s output; its parameter gradient from M's prediction (kept for
+        the stage's next exchange) and its input's gradient (:meth:`input_grad`)."""
+        if self.oracle:
+            return self.forward(mb, x)
+        x = x.detach().requires_grad_(self.index > 0)
+        out = self.layers(x)
+        with torch.no_grad():
+            predicted = self.module(out, y)
+        out.backward(predicted)
+        self._input_grads[mb] = x.grad if self.index > 0 else None
+        self._made[mb] = (out.detach(), y, predicted, self.updates)
+        return out.detach()
+
+    def input_grad(self, mb: int) -> torch.Tensor | None:
+        """d loss / d input of micro-batch ``mb`` as this stage computed it (from M's
+        prediction: the stage before learns from it, the paper's bootstrapping)."""
+        return self._input_grads.pop(mb)
+
+    def learn(self, mb: int, true_grad: torch.Tensor) -> torch.Tensor | None:
+        """The true d loss / d output of micro-batch ``mb``: one regression step of M toward
+        it (counted: staleness, error). Oracle: the backward itself; its input's gradient."""
+        if self.oracle:
+            return self.backward(mb, true_grad)
+        out, y, predicted, made_at = self._made.pop(mb)
+        self.staleness.append(self.updates - made_at)
+        self.errors.append(gradient_error(predicted, true_grad))
+        regress(self.module, self.module_opt, out, y, true_grad)
+        return None
+
+    def exchange(self, worker_id: int, samples: int, timeout: float) -> tuple[int, float]:
+        self.updates += 1
+        return super().exchange(worker_id, samples, timeout)
+
+    def counters(self) -> dict[str, float]:
+        """Mean staleness and gradient error of the true gradients seen so far."""
+        n = len(self.errors)
+        if not n:
+            return {}
+        return {
+            "staleness": sum(self.staleness) / n,
+            "cosine": sum(c for c, _ in self.errors) / n,
+            "relative_l2": sum(r for _, r in self.errors) / n,
+        }
+
+
+def decoupled(
+    stages: Stages,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    micro: int,
+    owed: Sequence[tuple[int, int, Any]],
+    batch: int,
+    oracle: bool = False,
+) -> list[tuple[int, int, Any]]:
+    """One minibatch through stages that update on synthetic gradients (all but the last).
+
+    Each micro-batch goes forward through every stage; the last computes the loss and its
+    backward. The true gradients this makes are owed to the stages before: ``owed`` (from the
+    previous call) is paid first, so that no stage's queue holds a call that waits for a
+    later stage's work on this batch. Returns what this batch owes: (stage, micro-batch key,
+    the gradient's handle). ``oracle`` (stages built with it): each true gradient goes back
+    at once, stage by stage, as backprop (GPipe's backward); nothing is owed."""
+    xs, ys = [c.clone() for c in x.chunk(micro)], [c.clone() for c in y.chunk(micro)]
+    k = stages.count
+    done = [stages.call(s, "learn", key, g) for s, key, g in owed]
+    new: list[tuple[int, int, Any]] = []
+    for i, (xi, yi) in enumerate(zip(xs, ys, strict=True)):
+        key, h = batch * micro + i, xi
+        for s in range(k - 1):
+            h = stages.call(s, "forward_synthetic", key, h, yi)
+        h = stages.call(k - 1, "forward", key, h)
+        g = stages.call(k - 1, "loss", key, yi, len(yi) / len(y))
+        if oracle:
+            for s in reversed(range(k - 1)):
+                g = stages.call(s, "learn", key, g)
+            done.append(g)
+            continue
+        new.append((k - 2, key, g))  # the true gradient of stage k-2's output
+        for s in range(k - 2):  # stage s+1's input gradient, made from its own M
+            new.append((s, key, stages.call(s + 1, "input_grad", key)))
+    stages.get(done)
+    return new
+
+
+class Decoupled:
+    """The :class:`~rltrain.supervised.pipeline.Schedule` of synthetic-gradient stages:
+    :func:`decoupled` batch after batch, what a batch owes paid at the next, the last batch's
+    at the end (so the counters cover every true gradient)."""
+
+    def __init__(self, oracle: bool = False) -> None:
+        self.oracle, self.batch = oracle, 0
+        self.owed: list[tuple[int, int, Any]] = []
+
+    def step(self, stages: Stages, x: torch.Tensor, y: torch.Tensor, micro: int) -> None:
+        self.owed = decoupled(stages, x, y, micro, self.owed, self.batch, self.oracle)
+        self.batch += 1
+
+    def finish(self, stages: Stages) -> None:
+        stages.get([stages.call(s, "learn", key, g) for s, key, g in self.owed])
+        self.owed = []

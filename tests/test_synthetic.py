@@ -1,0 +1,160 @@
+"""Synthetic gradients (DNI): stages that step on a predicted gradient, and the predictor's
+training on the true one (Jaderberg et al. 2017)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from test_pipeline import spec_for
+
+from rltrain.ps.config import OptimizerConfig, ServerConfig
+from rltrain.ps.server import LocalServer
+from rltrain.supervised.pipeline import LocalStages, PipelineStage, plan_stages, stage_sizes
+from rltrain.supervised.synthetic import (
+    SyntheticGradient,
+    SyntheticStage,
+    decoupled,
+    gradient_error,
+    regress,
+)
+from rltrain.supervised.worker import flat_grad, make_model, objective
+
+
+def stages_for(spec, shape: tuple[int, ...], k: int, cuts=None, **kw: object) -> list:  # noqa: ANN001
+    """k stages cut at ``cuts`` (plan_stages times the layers: cut once per test)."""
+    cuts = cuts or plan_stages(spec, shape, k)
+    return [SyntheticStage(spec, shape, cuts, s, **kw) for s in range(k - 1)] + [
+        PipelineStage(spec, shape, cuts, k - 1)
+    ]
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_oracle_stages_equal_backprop(k: int) -> None:
+    """With the true gradient in place of the prediction, the stages' gradients are the
+    unsplit model's to 1e-6: the decoupled schedule adds nothing of its own."""
+    spec = spec_for("cnn")
+    shape = (1, 28, 28)
+    torch.manual_seed(0)
+    x, y = torch.randn(16, *shape), torch.randint(0, 10, (16,))
+    whole = make_model(spec, shape)
+    objective(spec, whole, x, y).backward()
+    stages = stages_for(spec, shape, k, oracle=True)
+    assert decoupled(LocalStages(stages), x, y, 4, [], 0, oracle=True) == []
+    grads = torch.cat([st.grad()[0] for st in stages])
+    torch.testing.assert_close(grads, flat_grad(whole), atol=1e-6, rtol=0)
+
+
+def test_the_module_learns_a_linear_gradient_field() -> None:
+    """dL/dh = A h + b, a field M can represent: the regression drives M's error to ~0."""
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(6, 6, generator=gen) * 0.3, torch.randn(6, generator=gen)
+    module = SyntheticGradient((6,))
+    assert torch.equal(module(torch.randn(3, 6)), torch.zeros(3, 6))  # zero at the start
+    opt = torch.optim.Adam(module.parameters(), lr=1e-2)
+    for _ in range(1500):
+        h = torch.randn(64, 6, generator=gen)
+        regress(module, opt, h, None, h @ a.T + b)
+    h = torch.randn(256, 6, generator=gen)
+    cosine, relative = gradient_error(module(h).detach(), h @ a.T + b)
+    assert cosine > 0.999 and relative < 0.02
+
+
+def test_cdni_conditions_on_the_labels() -> None:
+    """A field that depends on the label alone: cDNI learns it, DNI cannot."""
+    gen = torch.Generator().manual_seed(1)
+    table = torch.randn(4, 5, generator=gen)  # dL/dh for each of 4 classes
+    errors = {}
+    for classes in (0, 4):
+        module = SyntheticGradient((5,), classes, hidden=16)
+        opt = torch.optim.Adam(module.parameters(), lr=1e-2)
+        for _ in range(800):
+            y = torch.randint(0, 4, (64,), generator=gen)
+            h = torch.randn(64, 5, generator=gen)
+            regress(module, opt, h, y if classes else None, table[y])
+        y = torch.randint(0, 4, (256,), generator=gen)
+        h = torch.randn(256, 5, generator=gen)
+        errors[classes] = gradient_error(module(h, y if classes else None).detach(), table[y])[1]
+    assert errors[4] < 0.05 < 0.5 < errors[0]
+
+
+def test_staleness_is_one_update_under_the_decoupled_schedule() -> None:
+    """Each batch: every stage forward, then every stage's exchange; a stage learns from the
+    previous batch's true gradients at the start of the next, one update after it predicted
+    them. Exact: every true gradient of 3 batches of 4 micro-batches counts 1."""
+    spec = spec_for("cnn")
+    shape = (1, 28, 28)
+    cuts = plan_stages(spec, shape, 3)
+    init = torch.nn.utils.parameters_to_vector(make_model(spec, shape).parameters()).detach()
+    rule = ServerConfig(rule="async", shards=3)
+    server = LocalServer(
+        init, OptimizerConfig(name="sgd", lr=0.1), rule, 1, sizes=stage_sizes(spec, shape, cuts)
+    )
+    stages = stages_for(spec, shape, 3, cuts)
+    local = LocalStages(stages)
+    for s, st in enumerate(stages):
+        st.connect(server.part(s))
+    torch.manual_seed(0)
+    owed: list = []
+    for batch in range(3):
+        x, y = torch.randn(16, *shape), torch.randint(0, 10, (16,))
+        owed = decoupled(local, x, y, 4, owed, batch)
+        assert len(owed) == 4 * 2  # the true gradients of stages 0 and 1, per micro-batch
+        for st in stages:
+            st.exchange(0, 16, 1.0)
+    assert stages[0].staleness == stages[1].staleness == [1] * 8  # batches 0 and 1, paid
+    decoupled(local, x, y, 4, owed, 3)  # batch 2's paid
+    counters = stages[1].counters()
+    assert counters["staleness"] == 1 and -1 <= counters["cosine"] <= 1
+    assert server.stats().version == 3  # each stage's shard stepped once per batch
+
+
+def test_a_synthetic_stage_needs_a_later_stage() -> None:
+    spec = dataclasses.replace(spec_for("cnn"))
+    with pytest.raises(ValueError, match="the last stage"):
+        SyntheticStage(spec, (1, 28, 28), plan_stages(spec, (1, 28, 28), 2), 1)
+
+
+def test_a_replica_of_cdni_stages_learns_in_process() -> None:
+    """A PipelineWorker with the decoupled schedule over 2 stages (cDNI before the last):
+    every batch steps both shards, the loss falls, and every true gradient was learned from."""
+    from rltrain.supervised.pipeline import PipelineWorker
+    from rltrain.supervised.synthetic import Decoupled
+    from tests.conftest import tiny_dataset
+
+    data = tiny_dataset(256, seed=1)
+    shape = tuple(data.images.shape[1:])
+    spec = spec_for("cnn", classes=int(data.labels.max()) + 1, max_epochs=4, steps_per_epoch=0)
+    spec = dataclasses.replace(spec, rule=ServerConfig(rule="async"))
+    cuts = plan_stages(spec, shape, 2)
+    init = torch.nn.utils.parameters_to_vector(make_model(spec, shape).parameters()).detach()
+    server = LocalServer(
+        init,
+        OptimizerConfig(name="sgd", lr=0.1),
+        ServerConfig(rule="async", shards=2),
+        1,
+        sizes=stage_sizes(spec, shape, cuts),
+    )
+    first = SyntheticStage(spec, shape, cuts, 0, conditioned=True, hidden=32)
+    stages = LocalStages([first, PipelineStage(spec, shape, cuts, 1)])
+    worker = PipelineWorker(spec, data, stages, 4, Decoupled())
+    report = worker.run([server.part(0), server.part(1)])
+    losses = [loss for _, _, loss in report.log]
+    assert report.steps == 4 * 256 // 16 and server.part(0).stats().version == report.steps
+    assert sum(losses[-8:]) < sum(losses[:8])
+    assert len(first.staleness) == report.steps * 4  # every micro-batch's, the last paid too
+
+
+def test_synthetic_options_are_checked() -> None:
+    from rltrain.supervised.config import BenchConfig, SupervisedModelConfig
+    from rltrain.supervised.pipeline_mode import stage_args
+
+    with pytest.raises(ValueError, match=r"model.synthetic=dni: needs model.stages >= 2"):
+        BenchConfig(modes=("sync",), model=SupervisedModelConfig(synthetic="dni"))
+    cfg = BenchConfig(modes=("async",), model=SupervisedModelConfig(stages=3, synthetic="cdni"))
+    spec = spec_for("cnn")
+    cuts = plan_stages(spec, (1, 28, 28), 3)
+    kinds = [stage_args(cfg, spec, (1, 28, 28), cuts, s)[0] for s in range(3)]
+    assert kinds == [SyntheticStage, SyntheticStage, PipelineStage]
+    assert stage_args(cfg, spec, (1, 28, 28), cuts, 0)[5:] == (True, 0)  # conditioned, linear

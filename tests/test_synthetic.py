@@ -157,4 +157,29 @@ def test_synthetic_options_are_checked() -> None:
     cuts = plan_stages(spec, (1, 28, 28), 3)
     kinds = [stage_args(cfg, spec, (1, 28, 28), cuts, s)[0] for s in range(3)]
     assert kinds == [SyntheticStage, SyntheticStage, PipelineStage]
-    assert stage_args(cfg, spec, (1, 28, 28), cuts, 0)[5:] == (True, 0)  # conditioned, linear
+    assert stage_args(cfg, spec, (1, 28, 28), cuts, 0)[5:] == (0.0, True, 0)  # link, cDNI, linear
+
+
+def test_a_slow_link_delays_what_a_stage_sends_to_another() -> None:
+    """model.link_ms: the sending stage waits; nothing waits for what stays in a stage."""
+    import time
+
+    from rltrain.supervised.config import BenchConfig, SupervisedModelConfig
+
+    spec = spec_for("cnn")
+    shape = (1, 28, 28)
+    cuts = plan_stages(spec, shape, 2)
+    first = PipelineStage(spec, shape, cuts, 0, link_s=0.05)
+    last = PipelineStage(spec, shape, cuts, 1, link_s=0.05)
+    x, y = torch.randn(4, *shape), torch.randint(0, 10, (4,))
+    t = time.perf_counter()
+    h = first.forward(0, x)  # to stage 1: delayed
+    sent = time.perf_counter() - t
+    last.forward(0, h)  # the last stage's output stays: not delayed
+    t = time.perf_counter()
+    g = last.loss(0, y, 1.0)  # back to stage 0: delayed
+    back = time.perf_counter() - t
+    assert first.backward(0, g) is None  # stage 0 sends nothing back
+    assert sent >= 0.05 and back >= 0.05
+    with pytest.raises(ValueError, match=r"model.link_ms=5: needs model.stages >= 2"):
+        BenchConfig(modes=("sync",), model=SupervisedModelConfig(link_ms=5))

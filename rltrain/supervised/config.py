@@ -169,6 +169,10 @@ class SupervisedModelConfig:
     it (GPipe). dni, cdni: every stage but the last steps at once on the gradient a small
     model of its output predicts (cdni: from the labels too), and that model learns from the
     true gradient when it comes (synthetic gradients, Jaderberg et al. 2017; Ray runtime)."""
+    link_ms: float = field(default=0.0, metadata=spec(ge=0))
+    """With model.stages >= 2: milliseconds each activation or gradient takes from one stage
+    to another (a slow link between machines, simulated by the sending stage waiting; 0: as
+    fast as the runtime passes them)."""
     synthetic_hidden: int = field(default=0, metadata=spec(ge=0))
     """Hidden units of each gradient predictor (0: a linear map, its output layer starting at
     zero either way, as in the paper)."""
@@ -274,6 +278,11 @@ class BenchConfig:
             raise ValueError(
                 f"model.synthetic={pipe.synthetic}: needs model.stages >= 2 (it decouples the "
                 "stages of a split model); set model.stages, or model.synthetic=none"
+            )
+        if pipe.link_ms and pipe.stages == 1:
+            raise ValueError(
+                f"model.link_ms={pipe.link_ms:g}: needs model.stages >= 2 (the link is between "
+                "stages); set model.stages, or model.link_ms=0"
             )
         if pipe.stages == 1:
             return

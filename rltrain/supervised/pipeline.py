@@ -124,10 +124,18 @@ class PipelineStage:
     also computes the loss."""
 
     def __init__(
-        self, spec: WorkerSpec, in_shape: tuple[int, ...], cuts: Sequence[int], index: int
+        self,
+        spec: WorkerSpec,
+        in_shape: tuple[int, ...],
+        cuts: Sequence[int],
+        index: int,
+        link_s: float = 0.0,
     ) -> None:
+        """``link_s``: seconds each activation or gradient this stage sends to another stage
+        takes (``model.link_ms``: a slow link, simulated by the sender waiting)."""
         torch.set_num_threads(spec.threads)
-        self.spec, self.index = spec, index
+        self.spec, self.index, self.link_s = spec, index, link_s
+        self.has_next = index < len(cuts) - 2
         seq = layers(make_model(spec, in_shape))
         self.layers = nn.Sequential(*seq[cuts[index] : cuts[index + 1]])
         self.server: Server | None = None
@@ -146,14 +154,20 @@ class PipelineStage:
         x = x.detach().requires_grad_(self.index > 0)
         out = self.layers(x)
         self._saved[mb] = (x, out)
-        return out.detach()
+        return self.send(out.detach(), self.has_next)
+
+    def send(self, t: Any, to_another: bool = True) -> Any:
+        """``t`` as it leaves for another stage, after the link's delay (``link_s``)."""
+        if self.link_s and to_another and t is not None:
+            time.sleep(self.link_s)
+        return t
 
     def backward(self, mb: int, grad_out: torch.Tensor) -> torch.Tensor | None:
         """d loss / d output of micro-batch ``mb`` -> d loss / d input (None on stage 0);
         the parameter gradients add up over the micro-batches."""
         x, out = self._saved.pop(mb)
         out.backward(grad_out)
-        return x.grad if self.index > 0 else None
+        return self.send(x.grad) if self.index > 0 else None
 
     def loss(self, mb: int, y: torch.Tensor, weight: float) -> Any:
         """Last stage, after its forward of micro-batch ``mb``: the loss times the micro-batch's
@@ -162,7 +176,7 @@ class PipelineStage:
         loss = objective_loss(self.spec.objective, out, y) * weight
         loss.backward()
         self._loss += float(loss.detach())
-        return inp.grad if self.index > 0 else None
+        return self.send(inp.grad) if self.index > 0 else None
 
     def grad(self) -> tuple[torch.Tensor, float]:
         """(the flat gradient summed since the last call, the loss) and zero them; with the

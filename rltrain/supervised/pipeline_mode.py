@@ -38,10 +38,11 @@ def stage_args(
 ) -> tuple[Any, ...]:
     """The class and arguments of stage ``s``: a synthetic-gradient stage before the last
     with ``model.synthetic`` dni or cdni, else GPipe's."""
+    link = cfg.model.link_ms / 1000
     if cfg.model.synthetic == "none" or s == len(cuts) - 2:
-        return (PipelineStage, spec, shape, cuts, s)
+        return (PipelineStage, spec, shape, cuts, s, link)
     conditioned, hidden = cfg.model.synthetic == "cdni", cfg.model.synthetic_hidden
-    return (SyntheticStage, spec, shape, cuts, s, conditioned, hidden)
+    return (SyntheticStage, spec, shape, cuts, s, link, conditioned, hidden)
 
 
 def run_pipeline_mode(

@@ -32,25 +32,36 @@ from rltrain.supervised.worker import WorkerSpec, make_model
 
 class SyntheticGradient(nn.Module):
     """M: activations h [B, *shape] (and, for cDNI, one-hot labels [B, classes]) -> the
-    predicted dL/dh [B, *shape]. Linear (``hidden`` 0) or one hidden ReLU layer; the output
-    layer starts at zero, as in the paper, so the first updates are null, not noise."""
+    predicted dL/dh [B, *shape]. For vectors a linear map (``hidden`` 0) or one hidden ReLU
+    layer; for feature maps [C, H, W] the same with 5x5 convolutions that keep the map's size
+    (the labels as constant extra channels), as the paper uses convolutional predictors for
+    its CNNs: a linear map of a 10k-element map would hold 10^8 weights. The output layer
+    starts at zero, as in the paper, so the first updates are null, not noise."""
 
     def __init__(self, shape: Sequence[int], classes: int = 0, hidden: int = 0) -> None:
         super().__init__()
         self.shape, self.classes = tuple(shape), classes
-        width = math.prod(self.shape)
-        inputs = width + classes
-        body: list[nn.Module] = [nn.Linear(inputs, hidden), nn.ReLU()] if hidden else []
-        out = nn.Linear(hidden or inputs, width)
+        self.spatial = len(self.shape) == 3
+        c = self.shape[0] if self.spatial else math.prod(self.shape)
+
+        def layer(a: int, b: int) -> nn.Conv2d | nn.Linear:
+            return nn.Conv2d(a, b, 5, padding=2) if self.spatial else nn.Linear(a, b)
+
+        body: list[nn.Module] = [layer(c + classes, hidden), nn.ReLU()] if hidden else []
+        out = layer(hidden or c + classes, c)
         nn.init.zeros_(out.weight)
-        nn.init.zeros_(out.bias)
+        if out.bias is not None:
+            nn.init.zeros_(out.bias)
         self.net = nn.Sequential(*body, out)
 
     def forward(self, h: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
-        x = h.flatten(1)  # [B, width]
+        x = h if self.spatial else h.flatten(1)  # [B, C, H, W] or [B, width]
         if self.classes:
             assert y is not None, "cDNI predicts from the labels too"
-            x = torch.cat([x, F.one_hot(y, self.classes).to(x.dtype)], 1)  # [B, width + C]
+            onehot = F.one_hot(y, self.classes).to(x.dtype)  # [B, classes]
+            if self.spatial:
+                onehot = onehot[:, :, None, None].expand(-1, -1, *x.shape[2:])
+            x = torch.cat([x, onehot], 1)
         return self.net(x).view(len(h), *self.shape)
 
 
@@ -92,19 +103,21 @@ class SyntheticStage(PipelineStage):
         in_shape: tuple[int, ...],
         cuts: Sequence[int],
         index: int,
+        link_s: float = 0.0,
         conditioned: bool = False,
         hidden: int = 0,
         lr: float = 1e-3,
         oracle: bool = False,
     ) -> None:
-        """``in_shape``: the model's input (one sample); ``conditioned``: cDNI; ``hidden``: M's
-        hidden units (0: linear); ``lr``: M's Adam rate."""
+        """``in_shape``: the model's input (one sample); ``link_s``: as PipelineStage's;
+        ``conditioned``: cDNI; ``hidden``: M's hidden units (0: linear); ``lr``: M's Adam
+        rate."""
         if index >= len(cuts) - 2:
             raise ValueError(
                 f"stage {index} of {len(cuts) - 1}: the last stage computes the true loss; "
                 "a synthetic stage predicts its output's gradient for the stages after it"
             )
-        super().__init__(spec, in_shape, cuts, index)
+        super().__init__(spec, in_shape, cuts, index, link_s)
         with torch.no_grad():  # this stage's output shape: the model's layers up to its cut
             h = torch.zeros(2, *in_shape)
             for m in layers(make_model(spec, in_shape))[: cuts[index + 1]]:
@@ -131,12 +144,12 @@ class SyntheticStage(PipelineStage):
         out.backward(predicted)
         self._input_grads[mb] = x.grad if self.index > 0 else None
         self._made[mb] = (out.detach(), y, predicted, self.updates)
-        return out.detach()
+        return self.send(out.detach())
 
     def input_grad(self, mb: int) -> torch.Tensor | None:
         """d loss / d input of micro-batch ``mb`` as this stage computed it (from M's
         prediction: the stage before learns from it, the paper's bootstrapping)."""
-        return self._input_grads.pop(mb)
+        return self.send(self._input_grads.pop(mb))
 
     def learn(self, mb: int, true_grad: torch.Tensor) -> torch.Tensor | None:
         """The true d loss / d output of micro-batch ``mb``: one regression step of M toward

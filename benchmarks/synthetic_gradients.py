@@ -1,0 +1,85 @@
+"""Synthetic gradients against GPipe and one process: issue 39's table, from one command.
+
+Each row is one ``rltrain bench`` run (a fresh process, Ray started in it) of the config
+(``configs/bench_fashion_mnist.yaml`` by default, its ``data.root`` given with ``--root``),
+one worker, ``--seconds`` of training: one process (mode ``baseline``), GPipe stages
+(``model.stages`` K, mode ``async``), DNI and cDNI stages (``model.synthetic``), and GPipe and
+cDNI with a slow link between stages (``model.link_ms``). It prints a Markdown table: samples
+per second, training seconds to each ``eval.targets`` accuracy, and the final test accuracy
+(all rows train for the same time).
+
+    python benchmarks/synthetic_gradients.py [--root /usr/share/datasets/fashion-mnist]
+        [--seconds 60] [--stages 2 3] [--link-ms 5] [--hidden 0] [--out table.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def variants(stages: list[int], link_ms: float) -> list[tuple[str, list[str]]]:
+    """(row name, --set overrides) of every run."""
+    rows: list[tuple[str, list[str]]] = [("one process", ["modes=[baseline]"])]
+    for k in stages:
+        base = ["modes=[async]", f"model.stages={k}"]
+        rows.append((f"GPipe, {k} stages", base))
+        for kind in ("dni", "cdni"):
+            rows.append((f"{kind.upper()}, {k} stages", [*base, f"model.synthetic={kind}"]))
+    if link_ms:
+        slow = ["modes=[async]", f"model.stages={stages[0]}", f"model.link_ms={link_ms:g}"]
+        name = f"{stages[0]} stages, {link_ms:g} ms links"
+        rows.append((f"GPipe, {name}", slow))
+        rows.append((f"CDNI, {name}", [*slow, "model.synthetic=cdni"]))
+    return rows
+
+
+def run(config: str, sets: list[str], out: Path) -> dict:
+    """One ``rltrain bench``; its results row."""
+    argv = [sys.executable, "-m", "rltrain.cli", "bench", config, "--run-dir", str(out)]
+    for s in sets:
+        argv += ["--set", s]
+    subprocess.run(argv, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    summary = json.loads((out / "summary.json").read_text())
+    (row,) = summary["results"]
+    return row
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--config", default=str(ROOT / "configs" / "bench_fashion_mnist.yaml"))
+    p.add_argument("--root", help="data.root (the dataset's folder)")
+    p.add_argument("--seconds", type=float, default=60.0, help="training seconds per row")
+    p.add_argument("--stages", type=int, nargs="+", default=[2, 3])
+    p.add_argument("--link-ms", type=float, default=5.0, help="the slow link's rows (0: none)")
+    p.add_argument("--hidden", type=int, default=0, help="model.synthetic_hidden")
+    p.add_argument("--out", help="also write the table to this file")
+    args = p.parse_args()
+    common = ["workers=1", f"budget.max_seconds={args.seconds:g}", "budget.epochs=0"]
+    common += [f"model.synthetic_hidden={args.hidden}"]
+    common += [f"data.root={args.root}"] if args.root else []
+    lines = ["| run | samples/s | s to targets | final accuracy |", "|---|---|---|---|"]
+    print("\n".join(lines), flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (name, sets) in enumerate(variants(args.stages, args.link_ms)):
+            row = run(args.config, [*common, *sets], Path(tmp) / f"run{i}")
+            reach = ", ".join(
+                f"{k}: {'-' if v is None else f'{v:.1f}'}" for k, v in row["seconds_to"].items()
+            )
+            line = (
+                f"| {name} | {row['samples_per_s']:,.0f} | {reach} | {row['final_accuracy']:.4f} |"
+            )
+            lines.append(line)
+            print(line, flush=True)
+    if args.out:
+        Path(args.out).write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

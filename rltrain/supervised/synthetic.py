@@ -126,6 +126,11 @@ class SyntheticStage(PipelineStage):
         self.module = SyntheticGradient(tuple(h.shape[1:]), classes, hidden)
         self.module_opt = torch.optim.Adam(self.module.parameters(), lr=lr)
         self.oracle = oracle
+        # M predicts the gradient in units of the true gradients' RMS (a running mean of it;
+        # 0 until the first comes): Adam's steps are of a fixed size whatever the target's
+        # scale, and at ~1e-4 per element a first step of M overshot it 26-fold, and the
+        # stage's SGD step on that blew the model up
+        self.scale = 0.0
         self.updates = 0  # this stage's exchanges: the clock of staleness
         self._made: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]] = {}
         self._input_grads: dict[int, torch.Tensor | None] = {}
@@ -140,7 +145,7 @@ class SyntheticStage(PipelineStage):
         x = x.detach().requires_grad_(self.index > 0)
         out = self.layers(x)
         with torch.no_grad():
-            predicted = self.module(out, y)
+            predicted = self.module(out, y) * self.scale
         out.backward(predicted)
         self._input_grads[mb] = x.grad if self.index > 0 else None
         self._made[mb] = (out.detach(), y, predicted, self.updates)
@@ -159,7 +164,10 @@ class SyntheticStage(PipelineStage):
         out, y, predicted, made_at = self._made.pop(mb)
         self.staleness.append(self.updates - made_at)
         self.errors.append(gradient_error(predicted, true_grad))
-        regress(self.module, self.module_opt, out, y, true_grad)
+        rms = float(true_grad.pow(2).mean().sqrt())
+        self.scale = rms if not self.scale else 0.99 * self.scale + 0.01 * rms
+        if self.scale > 0:
+            regress(self.module, self.module_opt, out, y, true_grad / self.scale)
         return None
 
     def exchange(self, worker_id: int, samples: int, timeout: float) -> tuple[int, float]:

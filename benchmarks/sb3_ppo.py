@@ -2,17 +2,20 @@
 
 The reference run of `time_to_solve.py`, which starts this script as a subprocess and times
 it from launch to exit. Hyper-parameters: rl-baselines3-zoo's tuned entry for the task
-(hyperparams/ppo.yml: CartPole-v1, Pendulum-v1 with its VecNormalize and gSDE, or
-LunarLander-v3 as the zoo's LunarLander-v2: 16 envs, 1M steps; Taxi-v4, which the zoo lacks:
-SB3's defaults, 8 envs), with SB3's defaults for everything else (torch threads and device
-included, as a user would run it).
+(hyperparams/ppo.yml at 208b6fd: CartPole-v1; Pendulum-v1 with gSDE; MountainCarContinuous-v0
+with VecNormalize and gSDE; LunarLander-v3 and LunarLanderContinuous-v3: 16 envs, 1M steps;
+Taxi-v4, which the zoo lacks: SB3's defaults, 8 envs), with SB3's defaults for everything
+else (torch threads and device included, as a user would run it).
 The stop criterion is rltrain's: the mean raw return of the last `--window` finished training
-episodes, across all envs, reaches `--target`; also `--max-seconds` and `--max-steps`. The zoo
-trains for n_timesteps 1e5 (for CartPole its linear learning rate and clip range decay to 0
-over it), so that budget ends a run first unless `--max-steps` is lower. Prints one JSON line.
+episodes, across all envs, reaches `--target`; also `--max-seconds` and `--max-steps`. Where a
+zoo schedule decays over its n_timesteps (CartPole's linear learning rate and clip range), that
+budget ends a run first unless `--max-steps` is lower; where every setting is constant
+(Pendulum, MountainCarContinuous, LunarLanderContinuous) a run may go on past it, so SB3 is not
+cut short of the target. Prints one JSON line.
 
     pip install -e '.[bench]'
-    python benchmarks/sb3_ppo.py [--task cartpole|pendulum|lunarlander|taxi] [--seed 0]
+    python benchmarks/sb3_ppo.py [--task TASK] (TASK: cartpole, pendulum, mountaincar_continuous,
+        lunarlander, lunarlander_continuous, taxi) [--seed 0]
 """
 
 from __future__ import annotations
@@ -47,6 +50,13 @@ class Task:
     hyper: dict[str, Any]
     normalize: bool = False  # the zoo's `normalize: true`: VecNormalize (obs and reward)
     max_seconds: float = 300.0  # the default cap on the learning clock
+    # the steps a run may take: the zoo's n_timesteps where a lin_ schedule decays over it;
+    # where every setting is constant, more than the zoo trains (so SB3 is not cut short)
+    budget: int | None = None
+
+    @property
+    def max_steps(self) -> int:
+        return self.n_timesteps if self.budget is None else self.budget
 
 
 # rl-baselines3-zoo hyperparams/ppo.yml
@@ -83,7 +93,7 @@ TASKS: dict[str, Task] = {
             "use_sde": True,
             "sde_sample_freq": 4,
         },
-        normalize=True,
+        budget=1_000_000,  # (earlier rounds cut it at the zoo's 1e5 and added VecNormalize)
     ),
     "lunarlander": Task(
         "LunarLander-v3",
@@ -99,6 +109,45 @@ TASKS: dict[str, Task] = {
             "ent_coef": 0.01,
         },
         max_seconds=1200.0,
+    ),
+    "mountaincar_continuous": Task(
+        "MountainCarContinuous-v0",
+        90.0,  # gymnasium's reward_threshold
+        1,
+        20_000,
+        {
+            "batch_size": 256,  # more than the 8-step rollout: SB3 takes the whole rollout
+            "n_steps": 8,
+            "gamma": 0.9999,
+            "learning_rate": 7.77e-05,
+            "ent_coef": 0.00429,
+            "clip_range": 0.1,
+            "n_epochs": 10,
+            "gae_lambda": 0.9,
+            "max_grad_norm": 5.0,
+            "vf_coef": 0.19,
+            "use_sde": True,
+            "policy_kwargs": {"log_std_init": -3.29, "ortho_init": False},
+        },
+        normalize=True,
+        budget=200_000,
+    ),
+    # the zoo's LunarLanderContinuous-v2 entry (gymnasium 1.x names the env v3)
+    "lunarlander_continuous": Task(
+        "LunarLanderContinuous-v3",
+        200.0,
+        16,
+        1_000_000,
+        {
+            "n_steps": 1024,
+            "batch_size": 64,
+            "gae_lambda": 0.98,
+            "gamma": 0.999,
+            "n_epochs": 4,
+            "ent_coef": 0.01,
+        },
+        max_seconds=1200.0,
+        budget=3_000_000,
     ),
     # the zoo has no Taxi entry: SB3's own defaults (n_steps 2048, batch 64, 10 epochs, lr 3e-4,
     # entropy 0), as a user would start; 7 of gymnasium's reward_threshold 8 (the optimum's mean)
@@ -150,11 +199,11 @@ def main() -> None:
     model = PPO("MlpPolicy", env, seed=args.seed, verbose=0, **task.hyper)
     max_seconds = task.max_seconds if args.max_seconds is None else args.max_seconds
     stop = StopRule(target, args.window, max_seconds, start)
-    max_steps = task.n_timesteps if args.max_steps is None else args.max_steps
-    budget = min(task.n_timesteps, max_steps)
+    max_steps = task.max_steps if args.max_steps is None else args.max_steps
+    budget = min(task.max_steps, max_steps)
     model.learn(total_timesteps=budget, callback=stop)
     seconds = time.perf_counter() - start
-    budget_end = "max_env_steps" if max_steps < task.n_timesteps else "n_timesteps"
+    budget_end = "max_env_steps" if max_steps < task.max_steps else "n_timesteps"
     stopped_by = stop.stopped_by or budget_end
     result = {
         "stopped_by": stopped_by,

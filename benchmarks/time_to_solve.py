@@ -1,9 +1,12 @@
 """Seconds to solve a task per rltrain algorithm and seed, next to Stable-Baselines3 PPO.
 
 "Solved": the mean raw return of the last 20 finished training episodes (across all envs)
-reaches the task's target (CartPole-v1: 475; Pendulum-v1: -200; LunarLander-v3: 200, with
-the CartPole configs and only env.id and the stop changed; Taxi-v4: 7, with the CartPole
-ppo/appo configs and SB3's batch size: tasks no config was tuned on).
+reaches the task's target (CartPole-v1: 475; Pendulum-v1: -200; MountainCarContinuous-v0: 90
+and LunarLanderContinuous-v3: 200, with pendulum_appo.yaml and only env.id and the stop
+changed; LunarLander-v3: 200, with the CartPole configs and only env.id and the stop changed;
+Taxi-v4: 7, with the CartPole ppo/appo configs and SB3's batch size: tasks no config was
+tuned on). Several tasks in one invocation run one after the other, each task's seeds
+interleaved with its SB3 runs.
 Each run is a fresh process timed from launch to exit, so imports and start-up (Ray, actor
 processes) count.
 rltrain runs are `rltrain train` with the algorithm's config for the task (its stop: section
@@ -12,10 +15,11 @@ also runs SB3 PPO with rl-baselines3-zoo's hyper-parameters for the task and the
 rule (benchmarks/sb3_ppo.py), interleaved with the rltrain runs so machine noise hits both
 alike; the order alternates per seed.
 
-Prints a markdown table of every run, the median whole-process seconds per algorithm (an
-unsolved run counts as infinite) and each rltrain median divided by SB3 PPO's median.
+Prints a markdown table of every run, the median whole-process seconds and env steps to the
+target per algorithm (an unsolved run counts as infinite) and each rltrain median divided by
+SB3 PPO's.
 
-    python benchmarks/time_to_solve.py [--task cartpole|pendulum|lunarlander|taxi] [--seeds 0 1 2]
+    python benchmarks/time_to_solve.py [--task TASK [TASK ...]] [--seeds 0 1 2]
         [--algos appo ppo a3c impala a2c] [--backends auto ray local] [--no-sb3]
         [--out results.csv|results.json]
 
@@ -53,6 +57,19 @@ TASKS: dict[str, dict[str, tuple[str, list[str]]]] = {
         "ppo": ("cartpole_ppo.yaml", []),
     },
     "pendulum": {"appo": ("pendulum_appo.yaml", [])},
+    # continuous tasks no config was tuned on: pendulum_appo.yaml with only env.id and stop changed
+    "mountaincar_continuous": {
+        "appo": (
+            "pendulum_appo.yaml",
+            ["env.id=MountainCarContinuous-v0", "stop.mean_return=90", "stop.max_seconds=300"],
+        )
+    },
+    "lunarlander_continuous": {
+        "appo": (
+            "pendulum_appo.yaml",
+            ["env.id=LunarLanderContinuous-v3", "stop.mean_return=200", "stop.max_seconds=1200"],
+        )
+    },
     # a task no config was tuned on: the CartPole configs with only env.id and stop changed
     "lunarlander": {
         algo: (config, ["env.id=LunarLander-v3", "stop.mean_return=200", "stop.max_seconds=1200"])
@@ -82,7 +99,14 @@ TASKS["taxi"] = {
     "ppo": ("cartpole_ppo.yaml", TAXI),
     "appo": ("cartpole_appo.yaml", [*TAXI, "impala.correction=none"]),
 }
-TARGETS = {"cartpole": 475, "pendulum": -200, "lunarlander": 200, "taxi": 7}
+TARGETS = {
+    "cartpole": 475,
+    "pendulum": -200,
+    "mountaincar_continuous": 90,
+    "lunarlander": 200,
+    "lunarlander_continuous": 200,
+    "taxi": 7,
+}
 SB3 = "sb3"  # the job name of an SB3 PPO run
 
 
@@ -100,6 +124,7 @@ class Row:
     torch_threads: int | None = None
     error: str = ""
     backend: str = "auto"  # rltrain's runtime.backend
+    task: str = ""
 
     @property
     def label(self) -> str:
@@ -187,27 +212,27 @@ def print_row(r: Row) -> None:
 
 
 def summarize(rows: list[Row], target: float) -> None:
-    medians: dict[str, float] = {}
+    medians: dict[str, tuple[float, float]] = {}  # label -> (seconds, env steps) to the target
     for label in dict.fromkeys(r.label for r in rows):
         runs = [r for r in rows if r.label == label]
         times = [r.process_seconds if r.solved else math.inf for r in runs]
-        medians[label] = statistics.median(times)
+        steps = [float(r.env_steps or 0) if r.solved else math.inf for r in runs]
+        medians[label] = statistics.median(times), statistics.median(steps)
         solved = sum(r.solved for r in runs)
-        m = "unsolved" if math.isinf(medians[label]) else f"{medians[label]:.1f} s"
-        print(
-            f"{label}: median whole-process seconds to {target:g} = {m} "
-            f"({solved}/{len(runs)} solved)"
-        )
+        t, n = medians[label]
+        m = "unsolved" if math.isinf(t) else f"{t:.1f} s, {n:,.0f} steps"
+        print(f"{label}: median to {target:g} = {m} ({solved}/{len(runs)} solved)")
     base = medians.get(f"{SB3} ppo")
     if base is None:
         return
-    print()
-    for label, m in medians.items():
+    for label, (t, n) in medians.items():
         if label.startswith("rltrain"):
-            if math.isinf(base):
+            if math.isinf(base[0]):
                 ratio = "n/a (SB3 PPO unsolved)"
+            elif math.isinf(t):
+                ratio = "inf (unsolved)"
             else:
-                ratio = "inf (unsolved)" if math.isinf(m) else f"{m / base:.2f}x"
+                ratio = f"{t / base[0]:.2f}x in seconds, {n / base[1]:.2f}x in env steps"
             print(f"{label} / SB3 PPO median: {ratio}")
 
 
@@ -225,7 +250,9 @@ def write(rows: list[Row], path: Path) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--task", choices=list(TASKS), default="cartpole")
+    p.add_argument(
+        "--task", "--tasks", dest="tasks", nargs="+", choices=list(TASKS), default=["cartpole"]
+    )
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument(
         "--algos",
@@ -244,38 +271,28 @@ def main() -> None:
     p.add_argument("--out", type=Path, help="also write the rows to FILE (.csv, else JSON)")
     args = p.parse_args()
 
-    configs = TASKS[args.task]
-    algos = []
-    for algo in dict.fromkeys(args.algos or [a for a in configs if a != "dqn"]):
-        if algo not in configs:
-            print(f"skip {algo}: no config for {args.task}")
-            continue
-        config = ROOT / "configs" / configs[algo][0]
-        if config.exists():
-            algos.append(algo)
-        else:
-            print(f"skip {algo}: {config.relative_to(ROOT)} does not exist (yet)")
     sb3 = not args.no_sb3 and importlib.util.find_spec("stable_baselines3") is not None
     if not args.no_sb3 and not sb3:
         print("skip SB3 PPO: stable-baselines3 is not installed (pip install -e '.[bench]')")
-    runs = [(a, b) for a in algos for b in dict.fromkeys(args.backends)]
-    jobs: list[Any] = [SB3, *runs] if sb3 else runs
-    if not jobs:
+    plan = {task: jobs_for(task, args.algos, args.backends, sb3) for task in args.tasks}
+    if not any(plan.values()):
         sys.exit("nothing to run")
-
-    out = Path(tempfile.mkdtemp(prefix=f"{args.task}-bench-"))
-    print(f"{os.cpu_count()} CPUs; rltrain run dirs under {out}\n")
-    print("| run | seed | solved | whole-process s | learn s | env steps | mean return |")
-    print("|---|---|---|---|---|---|---|", flush=True)
+    out = Path(tempfile.mkdtemp(prefix="time-to-solve-"))
+    print(f"{os.cpu_count()} CPUs; rltrain run dirs under {out}")
     rows: list[Row] = []
-    for i, seed in enumerate(args.seeds):
-        for job in jobs if i % 2 == 0 else jobs[::-1]:
-            if job == SB3:
-                row = run_sb3(args.task, seed)
-            else:
-                row = run_rltrain(args.task, job[0], seed, out, job[1])
-            rows.append(row)
-            print_row(row)
+    for task, jobs in plan.items():
+        print(f"\n## {task}\n")
+        print("| run | seed | solved | whole-process s | learn s | env steps | mean return |")
+        print("|---|---|---|---|---|---|---|", flush=True)
+        for i, seed in enumerate(args.seeds):
+            for job in jobs if i % 2 == 0 else jobs[::-1]:
+                if job == SB3:
+                    row = run_sb3(task, seed)
+                else:
+                    row = run_rltrain(task, job[0], seed, out / task, job[1])
+                row.task = task
+                rows.append(row)
+                print_row(row)
     print(
         "\nlearn s: rltrain's summary.json wall_seconds (Trainer.run to stop: Ray start-up in, "
         "imports out); SB3: env + model construction + learn()."
@@ -286,10 +303,27 @@ def main() -> None:
             f"SB3 PPO used torch's default thread count: {', '.join(map(str, threads))}; rltrain "
             "processes use runtime.threads_per_worker from their config."
         )
-    print()
-    summarize(rows, TARGETS[args.task])
+    for task in plan:
+        print(f"\n{task}:")
+        summarize([r for r in rows if r.task == task], TARGETS[task])
     if args.out:
         write(rows, args.out)
+
+
+def jobs_for(task: str, algos: list[str] | None, backends: list[str], sb3: bool) -> list[Any]:
+    """SB3 (when installed) and each (algorithm, backend) of ``task`` with a config."""
+    configs = TASKS[task]
+    runs = []
+    for algo in dict.fromkeys(algos or [a for a in configs if a != "dqn"]):
+        if algo not in configs:
+            print(f"skip {task} {algo}: no config for {task}")
+            continue
+        config = ROOT / "configs" / configs[algo][0]
+        if not config.exists():
+            print(f"skip {task} {algo}: {config.relative_to(ROOT)} does not exist (yet)")
+            continue
+        runs += [(algo, b) for b in dict.fromkeys(backends)]
+    return [SB3, *runs] if sb3 and runs else runs
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import pickle
 import threading
@@ -343,8 +344,63 @@ def test_a_call_submitted_after_the_constructor_failed_fails_too(how: str, resta
             else:
                 done = pool.wait(5.0)
                 assert len(done) == 1, "the call waits on a process that is gone"
+                if restarts and not done[0].error.permanent:  # the death it restarted from,
+                    done = pool.wait(5.0)  # reported first; then the probe of the new one
                 assert isinstance(done[0].error, ProcessLost) and done[0].error.permanent
                 assert "exit code 3" in str(done[0].error)
+    finally:
+        r.kill()
+        process.shutdown()
+
+
+class SlowUp:
+    """A constructor that takes a while (an env being built), then a process that answers."""
+
+    def __init__(self, seconds: float) -> None:
+        import time
+
+        time.sleep(seconds)
+
+    def f(self) -> int:
+        return 1
+
+
+def test_a_death_before_the_first_call_is_reported_and_counted_once() -> None:
+    """Killed while its constructor runs, before the driver's first call: the process is
+    restarted, and that first call reports the death (as Ray's would), so the driver counts
+    the restart; the pool then waits for the new process, and the next call runs."""
+    import signal
+    import time
+
+    pool, r = process.Pool(), process.Remote(SlowUp, 3.0, max_restarts=1)
+    try:
+        os.kill(r.process.pid, signal.SIGKILL)
+        start = time.time()
+        while r.restarts == 0 and time.time() - start < 30:
+            time.sleep(0.05)
+        assert r.restarts == 1
+        pool.submit(r, "f")
+        (done,) = pool.wait(30.0)
+        assert isinstance(done.error, ProcessLost) and not done.error.permanent
+        assert r.mark_lost() and not r.mark_lost()  # one death, counted once
+        (back,) = pool.wait(60.0)
+        assert back.revived
+        pool.submit(r, "f")
+        (ok,) = pool.wait(30.0)
+        assert ok.value == 1
+    finally:
+        r.kill()
+        process.shutdown()
+
+
+def test_wait_up_waits_out_a_death_it_restarts_from() -> None:
+    import signal
+
+    r = process.Remote(SlowUp, 3.0, max_restarts=1)
+    try:
+        os.kill(r.process.pid, signal.SIGKILL)
+        process.wait_up([r], print, patience=60.0)
+        assert r.is_up() and r.restarts == 1
     finally:
         r.kill()
         process.shutdown()
@@ -403,6 +459,35 @@ def test_a_stop_does_not_wait_for_processes_that_never_came_up() -> None:
         assert left == [1]  # once
     finally:
         up.kill()
+        stuck.kill()
+        process.shutdown()
+
+
+def test_a_stop_ends_the_policy_workers_serving_while_actors_are_still_starting() -> None:
+    """appo with runtime.inference=server, stopped before any actor is up (a loaded machine
+    still building their envs): the policy worker's serve call is the one call of a process
+    that is up, so the stop waits for it; it must be told to end now, not once the actors
+    have come up and returned their first rollouts."""
+    from types import SimpleNamespace
+
+    from rltrain.config import load_config
+    from rltrain.rl.config import TrainConfig
+    from rltrain.rl.plans import ActorLearnerPlan
+
+    cfg = load_config(TrainConfig, str(CFG / "cartpole_appo.yaml"), [])
+    host = SimpleNamespace(ctx=SimpleNamespace(server=None, say=print), cfg=cfg, stopped_by="")
+    plan = ActorLearnerPlan(host, process)  # type: ignore[arg-type]
+    stopped: list[bool] = []
+    plan.slots = SimpleNamespace(stop=lambda: stopped.append(True))  # type: ignore[assignment]
+    plan.idle_learners, plan.idle_actors, plan.ready = [], [], collections.deque()
+    stuck = process.Remote(NeverUp, "hang", role="actor", index=0)
+    try:
+        plan.pool.submit(stuck, "f")
+        host.stopped_by = "max_seconds"
+        plan.refill()
+        assert stopped == [True]
+        assert not plan.keep_going()  # nothing else to wait for
+    finally:
         stuck.kill()
         process.shutdown()
 

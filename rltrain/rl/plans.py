@@ -273,7 +273,9 @@ class ActorLearnerPlan(RLPlan):
     def refill(self) -> None:
         host, cfg, pool = self.host, self.cfg, self.pool
         if host.stopped_by:
-            any_acting = any(r.role == "actor" for r, _, _ in pool.calls.values())
+            # an actor not up yet (still building its envs) has no rollout to finish: the stop
+            # does not wait for it (keep_going), nor may the policy worker serve on for it
+            any_acting = any(r.role == "actor" and r.is_up() for r, _, _ in pool.calls.values())
             if self.slots is not None and not any_acting:  # no actor waits for actions now
                 self.slots.stop()
             if waits_at_barrier(cfg):  # no barrier may wait for idle learners now, one that

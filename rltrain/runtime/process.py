@@ -164,9 +164,9 @@ class Remote:
             if self._closing:
                 future.set_exception(ProcessLost(self.actor_id, True, f"{self.name} was stopped"))
                 return future
-            if self._unseen is not None:  # the death is this call's to report (nothing sent)
-                future.set_exception(self._unseen)
-                self._unseen = None
+            unseen, self._unseen = self._unseen, None
+            if unseen is not None and self._noted < self._deaths:  # (not seen through a probe)
+                future.set_exception(unseen)  # the death is this call's to report: nothing sent
                 return future
             if self._gone is not None:  # no process reads the pipe: it would wait forever
                 future.set_exception(self._gone)
@@ -240,14 +240,15 @@ class Remote:
                 )
             if not again and not closing:  # under the lock: a call from now on fails at once
                 self._gone = failure  # (e.g. one first submitted after its constructor raised)
+                self._unseen = None  # (that it is gone is what the next call must hear)
+            elif again and not pending:  # died idle, or before its first call (killed while
+                self._unseen = failure  # building its envs): the next call says so, as Ray's
+                # would, and the driver counts the restart then
         was_up = up.done()
         if not was_up:  # whoever waits for it to come up hears of this death
             up.set_exception(failure)
         for f in pending:
             f.set_exception(failure)
-        if was_up and not pending and not closing and isinstance(failure, ProcessLost):
-            with self._lock:  # died idle: the next call says so, as Ray's would
-                self._unseen = failure
 
     def _may_restart(self) -> bool:
         return self.max_restarts < 0 or self.restarts < self.max_restarts
@@ -315,8 +316,21 @@ def wait_up(remotes: Sequence[Any], say: Callable[[str], None], patience: float 
     _, late = cf.wait(ups, patience)
     if late:
         say(placement_note([r for r in remotes if isinstance(r, Remote) and r.up in late]))
-    for f in ups:
-        f.result()
+    for r in remotes:
+        if isinstance(r, Remote):
+            up_or_gone(r)
+
+
+def up_or_gone(r: Remote) -> int:
+    """Its pid once it is up; a death before that which it restarts from is waited out (the
+    restart counts at its next call); one it does not restart from raises."""
+    while True:
+        up = r.up
+        try:
+            return int(up.result())
+        except ProcessLost as e:
+            if e.permanent or r.up is up:
+                raise
 
 
 def placement_note(waiting: Sequence[Any]) -> str:

@@ -1,15 +1,17 @@
 """Synthetic gradients against GPipe and one process: issue 39's table, from one command.
 
-Each row is one ``rltrain bench`` run (a fresh process, Ray started in it) of the config
+Each row is one ``rltrain bench`` run (a fresh process; ``--backend``: its runtime) of the config
 (``configs/bench_fashion_mnist.yaml`` by default, its ``data.root`` given with ``--root``),
 one worker, ``--seconds`` of training: one process (mode ``baseline``), GPipe stages
 (``model.stages`` K, mode ``async``), DNI and cDNI stages (``model.synthetic``), and GPipe and
 cDNI with a slow link between stages (``model.link_ms``). It prints a Markdown table: samples
 per second, training seconds to each ``eval.targets`` accuracy, and the final test accuracy
-(all rows train for the same time).
+(all rows train for the same time), and for DNI and cDNI the synthetic gradients' mean
+cosine and relative L2 error against the true ones and their staleness.
 
     python benchmarks/synthetic_gradients.py [--root /usr/share/datasets/fashion-mnist]
-        [--seconds 60] [--stages 2 3] [--link-ms 5] [--hidden 0] [--out table.md]
+        [--seconds 60] [--stages 2 3] [--link-ms 5] [--hidden 0] [--backend auto|process|ray]
+        [--out table.md]
 """
 
 from __future__ import annotations
@@ -59,12 +61,23 @@ def main() -> None:
     p.add_argument("--stages", type=int, nargs="+", default=[2, 3])
     p.add_argument("--link-ms", type=float, default=5.0, help="the slow link's rows (0: none)")
     p.add_argument("--hidden", type=int, default=0, help="model.synthetic_hidden")
+    p.add_argument(
+        "--backend",
+        choices=["auto", "process", "ray"],
+        default="auto",
+        help="runtime.backend (auto: the process runtime on one machine)",
+    )
     p.add_argument("--out", help="also write the table to this file")
     args = p.parse_args()
     common = ["workers=1", f"budget.max_seconds={args.seconds:g}", "budget.epochs=0"]
     common += [f"model.synthetic_hidden={args.hidden}"]
     common += [f"data.root={args.root}"] if args.root else []
-    lines = ["| run | samples/s | s to targets | final accuracy |", "|---|---|---|---|"]
+    common += [f"runtime.backend={args.backend}"]
+    lines = [
+        "| run | samples/s | s to targets | final accuracy | synthetic gradient: cosine, "
+        "relative L2, staleness |",
+        "|---|---|---|---|---|",
+    ]
     print("\n".join(lines), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for i, (name, sets) in enumerate(variants(args.stages, args.link_ms)):
@@ -72,8 +85,15 @@ def main() -> None:
             reach = ", ".join(
                 f"{k}: {'-' if v is None else f'{v:.1f}'}" for k, v in row["seconds_to"].items()
             )
+            syn = row.get("synthetic") or {}
+            counters = (
+                f"{syn['cosine']:.3f}, {syn['relative_l2']:.3f}, {syn['staleness']:.2f}"
+                if syn
+                else "-"
+            )
             line = (
-                f"| {name} | {row['samples_per_s']:,.0f} | {reach} | {row['final_accuracy']:.4f} |"
+                f"| {name} | {row['samples_per_s']:,.0f} | {reach} | {row['final_accuracy']:.4f} "
+                f"| {counters} |"
             )
             lines.append(line)
             print(line, flush=True)

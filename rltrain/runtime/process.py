@@ -37,6 +37,8 @@ from rltrain.runtime.hosted import HostedServer, ServerGuard, start_server
 from rltrain.runtime.local import Pool, cluster_gpus, start_replay
 from rltrain.runtime.local import Remote as ThreadRemote
 from rltrain.runtime.policy import respond
+from rltrain.runtime.process_faults import inject
+from rltrain.runtime.process_stages import stage_lead, stages_of
 from rltrain.runtime.shm import shm_note
 
 __all__ = [
@@ -56,10 +58,13 @@ __all__ = [
     "placement_note",
     "job_record",
     "respond",
+    "result",
     "server_processes",
     "shutdown",
     "start_replay",
     "start_server",
+    "stage_lead",
+    "stages_of",
     "wait_any",
     "wait_up",
 ]
@@ -310,6 +315,11 @@ def get(futures: Sequence[cf.Future]) -> list[Any]:
     return [f.result() for f in futures]
 
 
+def result(future: cf.Future) -> Any:
+    """The value of a finished call (its process's loss raises :class:`ProcessLost`)."""
+    return future.result()
+
+
 def wait_up(remotes: Sequence[Any], say: Callable[[str], None], patience: float = 20.0) -> None:
     """Wait until every process is up (a constructor that raised raises here)."""
     ups = [r.up for r in remotes if isinstance(r, Remote)]
@@ -338,39 +348,6 @@ def placement_note(waiting: Sequence[Any]) -> str:
         return ""
     names = ", ".join(f"{r.role} {r.index}" for r in waiting[:4])
     return f"still starting: {names} (their constructors: env and model set-up)"
-
-
-def inject(
-    action: FaultAction, procs: dict[str, list[Any]], counters: Any, say: Callable[[str], None]
-) -> None:
-    """Carry out one injected fault on the process it names (if the run has it)."""
-    e = action.event
-    target = next((r for r in procs.get(e.target, []) if r.index == e.index), None)
-    learners = [r for r in procs.get("learner", []) if isinstance(r, Remote)]
-    host = ""
-    if target is None and e.target == "shard" and learners:
-        target = learners[0]  # the shards live in the learner's process: it dies with them
-        host = f"shard {e.index}, in the learner's process: "
-    if target is None:
-        why = {
-            "shard": "the shards are objects of the trainer's process (runtime.backend=process)",
-            "policy": "the actors act with their own copies in this run (runtime.inference)",
-        }.get(e.target)
-        if why:
-            say(f"injected fault: skipped {action.signal} {e.target} {e.index}: {why}")
-        return
-    if not isinstance(target, Remote):
-        say(
-            f"injected fault: skipped {action.signal} {e.target} {e.index}: it is a thread of "
-            "the trainer's process (runtime.backend=process)"
-        )
-        return
-    try:
-        done = target.signal(action)
-    except ProcessLookupError as err:
-        done = f"could not {action.signal} {e.target} {e.index}: {err}"
-    counters.injected += int(not done.startswith(("skipped", "could not")))
-    say(f"injected fault: {host}{done}")
 
 
 def server_processes(server: Any) -> list[Any]:

@@ -1,4 +1,5 @@
-"""A replica's pipeline stages as Ray processes (:mod:`rltrain.supervised.pipeline`)."""
+"""A replica's pipeline stages as Ray processes (:mod:`rltrain.supervised.pipeline`);
+:mod:`rltrain.runtime.process_stages` is the same on the process runtime."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rltrain.runtime.errors import result
+from rltrain.runtime.remote import Remote
 
 
 class RayStages:
@@ -22,3 +24,15 @@ class RayStages:
 
     def get(self, handles: Sequence[Any]) -> list[Any]:
         return [result(h) for h in handles]
+
+
+def stages_of(remotes: Sequence[Remote]) -> RayStages:
+    """The :class:`~rltrain.supervised.pipeline.Stages` of one replica's stage processes (their
+    handles: the lead, a Ray process of its own, holds them)."""
+    return RayStages([r.handle for r in remotes])
+
+
+def stage_lead(target: type, *args: Any, index: int) -> Remote:
+    """A replica's lead (:class:`~rltrain.supervised.pipeline.PipelineWorker`): a Ray process
+    that only cuts batches and issues calls, so no CPU is reserved for it."""
+    return Remote(target, *args, role="worker", index=index, num_cpus=0)

@@ -229,14 +229,14 @@ def run_mode(
         from rltrain.supervised.sandblaster import run_sandblaster_mode
 
         return run_sandblaster_mode(cfg, data, progress)
-    if cfg.model.stages > 1:
-        from rltrain.supervised.pipeline_mode import run_pipeline_mode
-
-        return run_pipeline_mode(cfg, mode, data, progress)
     if runtime is None:
         from rltrain import runtime as runtimes
 
         runtime = runtimes.backend(cfg.runtime)
+    if cfg.model.stages > 1:
+        from rltrain.supervised.pipeline_mode import run_pipeline_mode
+
+        return run_pipeline_mode(cfg, mode, data, progress, runtime)
     return run_server_mode(cfg, mode, data, progress, runtime)
 
 
@@ -289,6 +289,13 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
                 f"{label} {score} ({reached}); "
                 f"{res.samples_per_s:,.0f} samples/s, {res.updates_applied:,} updates, "
                 f"{res.dropped} dropped, staleness {res.mean_staleness:.2f}"
+                + (
+                    f"; synthetic gradients: cosine {res.synthetic['cosine']:.3f}, relative "
+                    f"L2 {res.synthetic['relative_l2']:.3f}, staleness "
+                    f"{res.synthetic['staleness']:.2f}"
+                    if res.synthetic
+                    else ""
+                )
                 + (
                     f"; faults: {FaultCounters(**res.faults).brief()}"
                     if any(res.faults.values())

@@ -182,7 +182,7 @@ PIPELINE_MODES = ("sync", "async")
 
 
 RAY_MODES = ("sandblaster", "allreduce")
-"""Modes whose processes only Ray places (with pipelined models: model.stages > 1)."""
+"""Modes whose processes only Ray places."""
 
 
 def bench_backend(cfg: BenchConfig) -> tuple[str, str]:
@@ -192,7 +192,6 @@ def bench_backend(cfg: BenchConfig) -> tuple[str, str]:
 
     name, why = chosen_backend(cfg.runtime)
     ray_only = [m for m in cfg.modes if m in RAY_MODES]
-    ray_only += ["pipeline"] if cfg.model.stages > 1 else []
     if cfg.runtime.backend == "auto" and ray_only:
         return "ray", f"runtime.backend=auto with mode {ray_only[0]}, which runs on Ray only"
     return name, why
@@ -240,9 +239,7 @@ class BenchConfig:
                 "runtime.backend=local: rltrain bench runs its workers as processes; use backend "
                 "auto, process or ray (backend local is for rltrain train)"
             )
-        ray_only = [m for m in self.modes if m in RAY_MODES] + (
-            ["pipeline (model.stages > 1)"] if self.model.stages > 1 else []
-        )
+        ray_only = [m for m in self.modes if m in RAY_MODES]
         if self.runtime.backend == "process" and ray_only:
             raise ValueError(
                 f"runtime.backend=process: mode {ray_only[0]} runs on Ray only; use backend "

@@ -27,6 +27,7 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from rltrain.config import ConfigError
+from rltrain.faults import ProcessLost
 from rltrain.ps.server import Server
 from rltrain.records import GradUpdate, Params
 from rltrain.supervised.models import Linear, SmallCNN, SmallResNet
@@ -149,6 +150,13 @@ class PipelineStage:
         self.server = server
         return self._load(server.pull())
 
+    def reset(self) -> None:
+        """Forget the batch in flight (a stage of the replica was lost mid-batch): its saved
+        activations and its gradient so far."""
+        self._saved.clear()
+        self.layers.zero_grad(set_to_none=True)
+        self._loss = 0.0
+
     def forward(self, mb: int, x: torch.Tensor) -> torch.Tensor:
         """Micro-batch ``mb``'s activations [b, ...] -> this stage's output (kept for backward)."""
         x = x.detach().requires_grad_(self.index > 0)
@@ -258,6 +266,12 @@ class Schedule(Protocol):
 
     def finish(self, stages: Stages) -> None: ...
 
+    def counters(self, stages: Stages) -> tuple[tuple[int, int, float, float], ...]:
+        """What the schedule measured (:attr:`WorkerReport.synthetic`)."""
+
+    def reset(self) -> None:
+        """Forget the batches in flight (a stage was lost)."""
+
 
 class GPipe:
     """:func:`gpipe` for every batch: the stages then hold the minibatch's exact gradient."""
@@ -267,6 +281,12 @@ class GPipe:
 
     def finish(self, stages: Stages) -> None:
         pass
+
+    def counters(self, stages: Stages) -> tuple[tuple[int, int, float, float], ...]:
+        return ()  # every gradient is the true one
+
+    def reset(self) -> None:
+        pass  # nothing outlives a batch
 
 
 class PipelineWorker:
@@ -282,7 +302,8 @@ class PipelineWorker:
         micro: int,
         schedule: Schedule | None = None,
     ) -> None:
-        torch.set_num_threads(spec.threads)
+        # (no torch thread count set: the lead does no math, and on the process runtime it
+        # is a thread of the bench's process, whose count is the bench's)
         self.spec, self.stages, self.micro = spec, stages, micro
         self.schedule = schedule or GPipe()
         if isinstance(data, ShardSource):
@@ -298,21 +319,52 @@ class PipelineWorker:
         spec, st = self.spec, self.stages
         if deadline is None:
             deadline = start + spec.max_seconds if spec.max_seconds > 0 else float("inf")
-        versions = st.get([st.call(s, "connect", srv) for s, srv in enumerate(servers)])
+        versions = self._connect(servers)
         # a barrier rule takes one step per version: a restarted replica goes on from there
         skip = min(versions) if spec.update_rule.barrier else 0
-        samples = 0
+        samples, restarts = 0, 0
         log: list[tuple[float, int, float]] = []
         for b in self.plan.batches(skip, lambda: deadline):
-            self.schedule.step(st, b.x, b.y, self.micro)
-            # a barrier waits no longer than the budget (a replica that stopped never comes)
-            left = deadline - time.time() + 0.5
-            timeout = max(0.0, min(spec.rule.barrier_timeout_s, left))
-            done = st.get(
-                [st.call(s, "exchange", spec.worker_id, len(b.y), timeout) for s in range(st.count)]
-            )
+            try:
+                self.schedule.step(st, b.x, b.y, self.micro)
+                # a barrier waits no longer than the budget (a replica that stopped never comes)
+                left = deadline - time.time() + 0.5
+                timeout = max(0.0, min(spec.rule.barrier_timeout_s, left))
+                calls = [
+                    st.call(s, "exchange", spec.worker_id, len(b.y), timeout)
+                    for s in range(st.count)
+                ]
+                done = st.get(calls)
+            except ProcessLost as e:  # a stage died: restarted, it pulls its slice again
+                if e.permanent:
+                    raise
+                restarts += 1
+                self._recover(servers)
+                continue  # the batch in flight is lost (and the gradients it owed)
             samples += len(b.y)
             log.append((time.time(), samples, done[-1][1]))  # the last stage has the loss
         self.schedule.finish(st)
-        steps = len(log)
-        return WorkerReport(spec.worker_id, start, time.time(), steps, samples, steps, tuple(log))
+        steps, end = len(log), time.time()
+        synthetic = self.schedule.counters(st)
+        return WorkerReport(
+            spec.worker_id, start, end, steps, samples, steps, tuple(log), synthetic, restarts
+        )
+
+    def _connect(self, servers: Sequence[Server]) -> list[int]:
+        st = self.stages
+        return st.get([st.call(s, "connect", srv) for s, srv in enumerate(servers)])
+
+    def _recover(self, servers: Sequence[Server], tries: int = 5) -> None:
+        """After a stage's loss: every stage forgets the batch in flight and pulls its slice
+        from its shard (the restarted one too, once its constructor has run). The first call
+        to a process that died idle may report that death: tried again."""
+        st = self.stages
+        self.schedule.reset()
+        for attempt in range(tries):
+            try:
+                st.get([st.call(s, "reset") for s in range(st.count)])
+                self._connect(servers)
+                return
+            except ProcessLost as e:
+                if e.permanent or attempt == tries - 1:
+                    raise

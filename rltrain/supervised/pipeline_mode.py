@@ -1,8 +1,11 @@
 """The pipeline mode of ``rltrain bench`` (``model.stages`` > 1): each data-parallel replica a
-lead process and K stage processes, placed by Ray, over a server whose shards are cut at the
-stage boundaries. The stages are :class:`~rltrain.supervised.pipeline.PipelineStage` (GPipe's
-exact backward) or, with ``model.synthetic``, :class:`~rltrain.supervised.synthetic.
-SyntheticStage` before the last (synthetic gradients)."""
+lead and K stage processes, over a server whose shards are cut at the stage boundaries. On
+Ray the lead is a process of its own and Ray passes activations and gradients between the
+stages; on the process runtime the lead is a thread of the bench's process, which relays them
+(:mod:`rltrain.runtime.process_stages`). The stages are
+:class:`~rltrain.supervised.pipeline.PipelineStage` (GPipe's exact backward) or, with
+``model.synthetic``, :class:`~rltrain.supervised.synthetic.SyntheticStage` before the last
+(synthetic gradients)."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import dataclasses
 import time
 from typing import Any
 
+from rltrain.faults import FaultCounters
 from rltrain.progress import Progress
 from rltrain.supervised.config import BenchConfig
 from rltrain.supervised.datasets import SplitDataset
@@ -46,12 +50,11 @@ def stage_args(
 
 
 def run_pipeline_mode(
-    cfg: BenchConfig, mode: str, data: SplitDataset, progress: Progress
+    cfg: BenchConfig, mode: str, data: SplitDataset, progress: Progress, runtime: Any
 ) -> ModeTrace:
     """``workers`` replicas of ``model.stages`` stage processes each, over a server whose
-    shards are cut at the stage boundaries; snapshots of the whole model as the other modes."""
-    from rltrain import runtime  # Ray stays at the edge: imported only when used
-
+    shards are cut at the stage boundaries; snapshots of the whole model as the other modes.
+    ``runtime``: the backend's module (:func:`rltrain.runtime.backend`)."""
     begin = time.time()
     k, micro = cfg.model.stages, cfg.model.micro_batches
     specs = worker_specs(cfg, mode, data, cfg.workers)
@@ -62,7 +65,7 @@ def run_pipeline_mode(
     server = runtime.start_server(
         initial_params(cfg, data), cfg.optimizer, rule, cfg.workers, cfg.runtime, sizes=sizes
     )
-    procs: list[Any] = list(server.shards)
+    procs: list[Any] = list(runtime.server_processes(server))
     try:
         replicas = []
         for spec, source in zip(specs, shards(cfg, cfg.workers), strict=True):
@@ -72,21 +75,19 @@ def run_pipeline_mode(
                     role="worker",
                     index=spec.worker_id,
                     num_cpus=cfg.runtime.worker_cpus,
+                    max_restarts=cfg.faults.max_restarts,  # the lead reconnects it
                 )
                 for s in range(k)
             ]
-            handles = runtime.RayStages([r.handle for r in stages])
-            # the replica's own process only cuts batches and issues calls: no CPU reserved
-            lead = runtime.Remote(
+            # the replica's lead only cuts batches and issues calls: no CPU reserved
+            lead = runtime.stage_lead(
                 PipelineWorker,
                 spec,
                 source,
-                handles,
+                runtime.stages_of(stages),
                 micro,
                 Decoupled() if cfg.model.synthetic != "none" else GPipe(),
-                role="worker",
                 index=spec.worker_id,
-                num_cpus=0,
             )
             procs += [*stages, lead]
             replicas.append(lead)
@@ -114,4 +115,6 @@ def run_pipeline_mode(
     finally:
         for r in procs:
             r.kill()
-    return finish_trace(mode, begin, snapper, reports)
+    lost = sum(r.restarts for r in reports)  # a batch in flight each
+    faults = FaultCounters(worker_restarts=lost, lost_calls=lost)
+    return finish_trace(mode, begin, snapper, reports, faults)

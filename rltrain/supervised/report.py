@@ -59,6 +59,10 @@ class ModeResult:
     final_distance: float | None = None  # toy problems: |w - w*| / |w0 - w*| at the end
     diverged: bool = False  # toy problems: the distance ended above DIVERGED (or non-finite)
     faults: dict[str, int] = field(default_factory=dict)  # FaultCounters of the mode
+    synthetic: dict[str, float | None] = field(default_factory=dict)
+    """Synthetic-gradient stages (model.synthetic): the means over every true gradient of
+    every replica's synthetic stages (staleness in the stage's updates; cosine and relative
+    L2 of the prediction against it) and their count; empty for other modes."""
 
 
 def summarize(cfg: BenchConfig, trace: ModeTrace, points: Sequence[Point]) -> ModeResult:
@@ -98,7 +102,21 @@ def summarize(cfg: BenchConfig, trace: ModeTrace, points: Sequence[Point]) -> Mo
         final_distance=None if math.isnan(final_distance) else final_distance,
         diverged=final_distance > DIVERGED,
         faults=asdict(trace.faults),
+        synthetic=synthetic_means([row for r in trace.reports for row in r.synthetic]),
     )
+
+
+def synthetic_means(rows: Sequence[tuple[int, int, float, float]]) -> dict[str, float | None]:
+    """Means of (stage, staleness, cosine, relative L2) rows (WorkerReport.synthetic)."""
+    if not rows:
+        return {}
+    n = len(rows)
+    return {
+        "true_gradients": n,
+        "staleness": round(sum(r[1] for r in rows) / n, 3),
+        "cosine": round(sum(r[2] for r in rows) / n, 4),
+        "relative_l2": round(sum(r[3] for r in rows) / n, 4),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,7 +156,22 @@ def write_tensorboard(
     if trace.faults.total() and points:
         for tag, value in trace.faults.tags().items():
             writer.add_scalar(tag, value, points[-1].samples, walltime=base + points[-1].t)
+    _synthetic_curves(writer, cfg, trace)
     writer.close()
+
+
+def _synthetic_curves(writer: SummaryWriter, cfg: BenchConfig, trace: ModeTrace) -> None:
+    """synthetic/stage<s>/{cosine,relative_l2,staleness}: the first replica's, as means over
+    windows of its true gradients; step = the samples all replicas had taken by then."""
+    per_mb = cfg.batch_size / cfg.model.micro_batches * cfg.workers
+    for stage in sorted({row[0] for r in trace.reports for row in r.synthetic}):
+        rows = [row for row in trace.reports[0].synthetic if row[0] == stage]
+        window = max(1, len(rows) // 200)  # about 200 points a curve
+        for i in range(0, len(rows) - window + 1, window):
+            part, step = rows[i : i + window], int((i + window) * per_mb)
+            for tag, col in (("staleness", 1), ("cosine", 2), ("relative_l2", 3)):
+                value = sum(r[col] for r in part) / len(part)
+                writer.add_scalar(f"synthetic/stage{stage}/{tag}", value, step)
 
 
 def _staleness_histogram(writer: SummaryWriter, counts: list[int], step: int, wall: float) -> None:
@@ -163,7 +196,7 @@ def _staleness_histogram(writer: SummaryWriter, counts: list[int], step: int, wa
 
 
 def _flat_row(r: ModeResult) -> dict[str, Any]:
-    nested = ("seconds_to", "samples_to", "us_per_sample_to", "updates_to", "faults")
+    nested = ("seconds_to", "samples_to", "us_per_sample_to", "updates_to", "faults", "synthetic")
     row = {k: v for k, v in asdict(r).items() if k not in nested}
     for name in nested:
         for key, v in getattr(r, name).items():
@@ -174,7 +207,8 @@ def _flat_row(r: ModeResult) -> dict[str, Any]:
 def write_csv(path: Path, results: Sequence[ModeResult]) -> None:
     rows = [_flat_row(r) for r in results]
     with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        # every row's columns (a synthetic-gradient mode has columns of its own)
+        w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for row in rows for k in row)))
         w.writeheader()
         w.writerows({k: ("" if v is None else v) for k, v in row.items()} for row in rows)
 

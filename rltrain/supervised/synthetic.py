@@ -174,6 +174,15 @@ class SyntheticStage(PipelineStage):
         self.updates += 1
         return super().exchange(worker_id, samples, timeout)
 
+    def reset(self) -> None:
+        super().reset()
+        self._made.clear()
+        self._input_grads.clear()
+
+    def trace(self) -> list[tuple[int, float, float]]:
+        """Per true gradient so far: (staleness, cosine, relative L2)."""
+        return [(s, c, r) for s, (c, r) in zip(self.staleness, self.errors, strict=True)]
+
     def counters(self) -> dict[str, float]:
         """Mean staleness and gradient error of the true gradients seen so far."""
         n = len(self.errors)
@@ -241,3 +250,12 @@ class Decoupled:
     def finish(self, stages: Stages) -> None:
         stages.get([stages.call(s, "learn", key, g) for s, key, g in self.owed])
         self.owed = []
+
+    def reset(self) -> None:
+        self.owed = []  # the true gradients of a lost batch: never to come
+
+    def counters(self, stages: Stages) -> tuple[tuple[int, int, float, float], ...]:
+        """(stage, staleness, cosine, relative L2) of every true gradient each synthetic
+        stage has learned from (:attr:`rltrain.supervised.worker.WorkerReport.synthetic`)."""
+        traces = stages.get([stages.call(s, "trace") for s in range(stages.count - 1)])
+        return tuple((s, n, c, r) for s, rows in enumerate(traces) for n, c, r in rows)

@@ -72,6 +72,10 @@ class WorkerReport:
     samples: int
     pushes: int
     log: tuple[tuple[float, int, float], ...]
+    synthetic: tuple[tuple[int, int, float, float], ...] = ()
+    """Synthetic-gradient stages: per true gradient, in arrival order, (stage, staleness in
+    the stage's updates, cosine and relative L2 error of the prediction it trained)."""
+    restarts: int = 0  # pipeline replicas: stage processes lost and restarted (a batch each)
 
 
 def normalize(

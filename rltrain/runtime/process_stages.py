@@ -1,0 +1,94 @@
+"""A replica's pipeline stages as processes of this machine (:mod:`rltrain.supervised.pipeline`
+on the process runtime); :mod:`rltrain.runtime.stages` is the same on Ray.
+
+On Ray a call's arguments may be the futures of other calls, and Ray hands each result from
+stage to stage. Here the replica's lead is a thread of the bench's process (it only cuts
+batches and issues calls), and :class:`FutureStages` sends a call to its stage once the
+futures among its arguments have resolved. As Ray does for one caller's calls to one actor,
+the calls to a stage run in the order they were issued, whatever order their arguments
+resolve in (the last stage's loss of micro-batch i must not run before its forward of i).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import threading
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+from rltrain.runtime.local import Remote as ThreadRemote
+
+__all__ = ["FutureStages", "stage_lead", "stages_of"]
+
+
+class FutureStages:
+    """:class:`~rltrain.supervised.pipeline.Stages` over process-runtime remotes: ``call``
+    returns a future at once; a call waits (in its stage's queue, not in the caller) for the
+    futures among its arguments and for the calls issued to its stage before it."""
+
+    def __init__(self, remotes: Sequence[Any]) -> None:
+        self.remotes, self.count = list(remotes), len(remotes)
+        self._queues: list[deque[tuple[str, tuple[Any, ...], cf.Future]]] = [
+            deque() for _ in remotes
+        ]
+        self._locks = [threading.Lock() for _ in remotes]  # one a stage: a send that
+        # blocks (a busy stage's pipe) holds up that stage's calls only
+
+    def call(self, stage: int, method: str, *args: Any) -> cf.Future:
+        out: cf.Future = cf.Future()
+        out.set_running_or_notify_cancel()
+        with self._locks[stage]:
+            self._queues[stage].append((method, args, out))
+        for a in args:  # (a callback runs at once on a future that is done already)
+            if isinstance(a, cf.Future):
+                a.add_done_callback(lambda _, s=stage: self._pump(s))
+        self._pump(stage)
+        return out
+
+    def get(self, handles: Sequence[Any]) -> list[Any]:
+        return [h.result() for h in handles]
+
+    def _pump(self, stage: int) -> None:
+        """Send the stage's calls from the front of its queue while their arguments are in."""
+        while True:
+            with self._locks[stage]:
+                q = self._queues[stage]
+                if not q or not all(done(a) for a in q[0][1]):
+                    return
+                method, args, out = q.popleft()
+                failed = next((a for a in args if failed_future(a)), None)
+                if failed is None:  # sent under the lock: the stage sees the queue's order
+                    values = [a.result() if isinstance(a, cf.Future) else a for a in args]
+                    inner = self.remotes[stage].call(method, *values)
+            if failed is not None:  # the stage that made it died, or raised: so does this call
+                out.set_exception(failed.exception())
+                continue
+            inner.add_done_callback(lambda f, o=out: relay(f, o))
+
+
+def done(a: Any) -> bool:
+    return not isinstance(a, cf.Future) or a.done()
+
+
+def failed_future(a: Any) -> bool:
+    return isinstance(a, cf.Future) and a.exception() is not None
+
+
+def relay(inner: cf.Future, out: cf.Future) -> None:
+    error = inner.exception()
+    if error is not None:
+        out.set_exception(error)
+    else:
+        out.set_result(inner.result())
+
+
+def stages_of(remotes: Sequence[Any]) -> FutureStages:
+    """The :class:`~rltrain.supervised.pipeline.Stages` of one replica's stage processes."""
+    return FutureStages(remotes)
+
+
+def stage_lead(target: type, *args: Any, index: int) -> ThreadRemote:
+    """A replica's lead (:class:`~rltrain.supervised.pipeline.PipelineWorker`): a thread of
+    this process, which holds the stages' remotes and only cuts batches and issues calls."""
+    return ThreadRemote(target, *args, role="worker", index=index)

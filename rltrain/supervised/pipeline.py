@@ -18,6 +18,7 @@ run_pipeline_mode` places them with
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -119,6 +120,16 @@ def stage_sizes(spec: WorkerSpec, in_shape: tuple[int, ...], cuts: Sequence[int]
     ]
 
 
+def out_shape(seq: Sequence[nn.Module], in_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of one sample's activations after the layers ``seq`` (run on copies: a
+    batch-norm layer's running statistics must not see the probe)."""
+    with torch.no_grad():
+        h = torch.zeros(2, *in_shape)  # (2: a batch-norm layer needs more than one)
+        for m in copy.deepcopy(list(seq)):
+            h = m(h)
+    return tuple(h.shape[1:])
+
+
 class PipelineStage:
     """Stage ``index``, layers ``cuts[index]`` to ``cuts[index + 1]``: forward and backward of
     its layers per micro-batch, and its slice's exchange with its server shard. The last stage
@@ -139,6 +150,7 @@ class PipelineStage:
         self.has_next = index < len(cuts) - 2
         seq = layers(make_model(spec, in_shape))
         self.layers = nn.Sequential(*seq[cuts[index] : cuts[index + 1]])
+        self.out_shape = out_shape(seq[: cuts[index + 1]], in_shape)  # one sample's output
         self.server: Server | None = None
         self.version = 0
         self.epoch = 0  # of the parameters held (GradUpdate.epoch)

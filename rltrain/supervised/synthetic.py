@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rltrain.supervised.pipeline import PipelineStage, Stages, layers
-from rltrain.supervised.worker import WorkerSpec, make_model
+from rltrain.supervised.pipeline import PipelineStage, Stages
+from rltrain.supervised.worker import WorkerSpec
 
 
 class SyntheticGradient(nn.Module):
@@ -118,12 +118,8 @@ class SyntheticStage(PipelineStage):
                 "a synthetic stage predicts its output's gradient for the stages after it"
             )
         super().__init__(spec, in_shape, cuts, index, link_s)
-        with torch.no_grad():  # this stage's output shape: the model's layers up to its cut
-            h = torch.zeros(2, *in_shape)
-            for m in layers(make_model(spec, in_shape))[: cuts[index + 1]]:
-                h = m(h)
         classes = spec.num_classes if conditioned else 0
-        self.module = SyntheticGradient(tuple(h.shape[1:]), classes, hidden)
+        self.module = SyntheticGradient(self.out_shape, classes, hidden)
         self.module_opt = torch.optim.Adam(self.module.parameters(), lr=lr)
         self.oracle = oracle
         # M predicts the gradient in units of the true gradients' RMS (a running mean of it;

@@ -6,10 +6,12 @@ one worker, ``--seconds`` of training: one process (mode ``baseline``), GPipe st
 (``model.stages`` K, mode ``async``), DNI and cDNI stages (``model.synthetic``), and GPipe and
 cDNI with a slow link between stages (``model.link_ms``). It prints a Markdown table: samples
 per second, training seconds to each ``eval.targets`` accuracy, and the final test accuracy
-(all rows train for the same time), and for DNI and cDNI the synthetic gradients' mean
+(all rows train for the same time; ``--problem toy``: the least-squares toy problem with
+model deep_linear, its distance to the optimum), and for DNI and cDNI the synthetic gradients' mean
 cosine and relative L2 error against the true ones and their staleness.
 
-    python benchmarks/synthetic_gradients.py [--root /usr/share/datasets/fashion-mnist]
+    python benchmarks/synthetic_gradients.py [--problem fashion_mnist|toy]
+        [--root /usr/share/datasets/fashion-mnist]
         [--seconds 60] [--stages 2 3] [--link-ms 5] [--hidden 0] [--backend auto|process|ray]
         [--out table.md]
 """
@@ -55,7 +57,13 @@ def run(config: str, sets: list[str], out: Path) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--config", default=str(ROOT / "configs" / "bench_fashion_mnist.yaml"))
+    p.add_argument(
+        "--problem",
+        choices=["fashion_mnist", "toy"],
+        default="fashion_mnist",
+        help="toy: configs/bench_toy.yaml with model deep_linear (a known optimum)",
+    )
+    p.add_argument("--config", help="the bench config (default: the problem's)")
     p.add_argument("--root", help="data.root (the dataset's folder)")
     p.add_argument("--seconds", type=float, default=60.0, help="training seconds per row")
     p.add_argument("--stages", type=int, nargs="+", default=[2, 3])
@@ -69,32 +77,34 @@ def main() -> None:
     )
     p.add_argument("--out", help="also write the table to this file")
     args = p.parse_args()
+    toy = args.problem == "toy"
+    config = args.config or str(ROOT / "configs" / f"bench_{args.problem}.yaml")
     common = ["workers=1", f"budget.max_seconds={args.seconds:g}", "budget.epochs=0"]
+    common += ["model.name=deep_linear"] if toy else []
     common += [f"model.synthetic_hidden={args.hidden}"]
     common += [f"data.root={args.root}"] if args.root else []
     common += [f"runtime.backend={args.backend}"]
     lines = [
-        "| run | samples/s | s to targets | final accuracy | synthetic gradient: cosine, "
+        f"| run | samples/s | s to targets | final {'distance' if toy else 'accuracy'} | "
+        "synthetic gradient: cosine, "
         "relative L2, staleness |",
         "|---|---|---|---|---|",
     ]
     print("\n".join(lines), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for i, (name, sets) in enumerate(variants(args.stages, args.link_ms)):
-            row = run(args.config, [*common, *sets], Path(tmp) / f"run{i}")
+            row = run(config, [*common, *sets], Path(tmp) / f"run{i}")
             reach = ", ".join(
                 f"{k}: {'-' if v is None else f'{v:.1f}'}" for k, v in row["seconds_to"].items()
             )
+            final = f"{row['final_distance']:.2e}" if toy else f"{row['final_accuracy']:.4f}"
             syn = row.get("synthetic") or {}
             counters = (
                 f"{syn['cosine']:.3f}, {syn['relative_l2']:.3f}, {syn['staleness']:.2f}"
                 if syn
                 else "-"
             )
-            line = (
-                f"| {name} | {row['samples_per_s']:,.0f} | {reach} | {row['final_accuracy']:.4f} "
-                f"| {counters} |"
-            )
+            line = f"| {name} | {row['samples_per_s']:,.0f} | {reach} | {final} | {counters} |"
             lines.append(line)
             print(line, flush=True)
     if args.out:

@@ -379,8 +379,13 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
         ),
         pytest.param(
             ["bench", BENCH, "--set", "data.dataset=toy_quadratic", "--set", "model=cnn"],
-            ["model=cnn needs images", "toy_quadratic takes model auto or linear"],
+            ["model=cnn needs images", "toy_quadratic takes model auto, linear, deep_linear"],
             id="b-toy-model",
+        ),
+        pytest.param(
+            ["bench", BENCH, "--set", "data.dataset=toy_logistic", "--set", "model=deep_linear"],
+            ["model=deep_linear: toy_logistic's known optimum is under an L2 term"],
+            id="b-toy-deep-logistic",
         ),
         pytest.param(
             ["train", CARTPOLE, "--set", "faults.events=[{{action: add, target: actor}}]"],

@@ -193,3 +193,39 @@ def test_a_slow_link_delays_what_a_stage_sends_to_another() -> None:
     assert sent >= 0.05 and back >= 0.05
     with pytest.raises(ValueError, match=r"model.link_ms=5: needs model.stages >= 2"):
         BenchConfig(modes=("sync",), model=SupervisedModelConfig(link_ms=5))
+
+
+def test_a_factored_linear_model_has_the_toy_problems_optimum() -> None:
+    """deep_linear: W3 W2 W1, the first two at the identity, so its map starts as the linear
+    model's; its forward is that map, and the pipeline cuts it into its three layers."""
+    from rltrain.supervised.models import DeepLinear, Linear, linear_map
+
+    torch.manual_seed(0)
+    model = DeepLinear(6, 1)
+    x = torch.randn(5, 6)
+    torch.testing.assert_close(model(x), x @ linear_map(model).view(1, 6).T)
+    torch.testing.assert_close(linear_map(model), model.layers[2].weight.flatten())
+    assert len([m for m in layers(model) if any(True for _ in m.parameters())]) == 3
+    assert linear_map(Linear(6, 1)) is not None and linear_map(torch.nn.ReLU()) is None
+
+
+@pytest.mark.slow
+def test_cdni_stages_approach_the_toy_problems_optimum(run_bench) -> None:  # type: ignore[no-untyped-def]
+    """The toy problem cut into 2 cDNI stages (the predictor conditioned on the real-valued
+    target): the end-to-end map's distance to w* falls from 1 toward the unsplit model's."""
+    _, summary = run_bench(
+        """
+modes: [baseline, async]
+workers: 1
+batch_size: 32
+model: {name: deep_linear, stages: 2, synthetic: cdni}
+data: {dataset: toy_quadratic, toy: {dim: 20, samples: 4000}}
+budget: {max_seconds: 0, epochs: 3}
+eval: {every_seconds: 0.5, distance_targets: [0.5]}
+optimizer: {name: sgd, lr: 0.05}
+"""
+    )
+    rows = {r["mode"]: r for r in summary["results"]}
+    assert rows["baseline"]["final_distance"] < 0.2, rows["baseline"]
+    assert rows["async"]["final_distance"] < 0.3, rows["async"]
+    assert rows["async"]["synthetic"]["true_gradients"] > 0

@@ -12,6 +12,7 @@ import torch
 from torch.nn.utils import vector_to_parameters
 
 from rltrain.supervised.config import BenchConfig
+from rltrain.supervised.models import linear_map
 from rltrain.supervised.modes import ModeTrace, initial_params, worker_specs
 from rltrain.supervised.splits import SplitDataset
 from rltrain.supervised.toys import TOY_PROBLEMS, relative_distance
@@ -97,6 +98,13 @@ def eval_subset(
     return x[idx], y[idx]
 
 
+def end_to_end(model: torch.nn.Module) -> torch.Tensor:
+    """A toy problem's w: the model's linear map (:func:`rltrain.supervised.models.linear_map`)."""
+    w = linear_map(model)
+    assert w is not None, "a toy problem's model is linear"
+    return w
+
+
 def evaluate(
     cfg: BenchConfig,
     data: SplitDataset,
@@ -110,13 +118,15 @@ def evaluate(
     model = make_model(spec, x.shape[1:])
     classes = data.objective != "squared"
     start = initial_params(cfg, data)
+    vector_to_parameters(start, model.parameters())
+    start_map = end_to_end(model)
     points, prev_t = [], -1.0
     for i, snap in enumerate(trace.snapshots):
         vector_to_parameters(snap.params, model.parameters())
         acc = accuracy(model, x, y) if classes else math.nan
         dist = math.nan
-        if data.optimum is not None:
-            dist = relative_distance(snap.params, data.optimum, start)
+        if data.optimum is not None:  # of the end-to-end map (a factored one's product)
+            dist = relative_distance(end_to_end(model), data.optimum, start_map)
             dist = dist if math.isfinite(dist) else math.inf  # non-finite parameters: diverged
         loss = loss_between(trace, prev_t, snap.t)
         points.append(Point(snap.t, samples_at(trace, snap.t), acc, loss, snap.stats.version, dist))

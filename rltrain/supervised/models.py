@@ -1,5 +1,6 @@
 """Models of the supervised benchmark: a small CNN (MNIST-like), a small ResNet (CIFAR-10),
-and a linear map (the toy problems, or softmax regression on images)."""
+a linear map (the toy problems, or softmax regression on images), and the same linear map
+factored into layers (a toy problem's model that can be cut into pipeline stages)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import math
 import torch
 from torch import nn
 
-MODELS = ("auto", "cnn", "resnet", "linear")
-PARAM_LAYERS = {"cnn": 4, "resnet": 5, "linear": 1}
+MODELS = ("auto", "cnn", "resnet", "linear", "deep_linear")
+PARAM_LAYERS = {"cnn": 4, "resnet": 5, "linear": 1, "deep_linear": 3}
 """Layers holding parameters, the most stages a model can be cut into (``model.stages``)."""
 
 
@@ -101,6 +102,41 @@ class Linear(nn.Module):
         return self.fc(x.flatten(1))
 
 
+class DeepLinear(nn.Module):
+    """y = W3 W2 W1 flatten(x), no biases: a linear map factored into three layers, the first
+    two D x D (D the input's size). Its end-to-end map :func:`linear_map` has the toy
+    problem's known optimum, and its layers can be cut into stages (synthetic gradients on a
+    problem with a known answer). W1 and W2 start at the identity and W3 as :class:`Linear`'s
+    weight, so the end-to-end map starts as the linear model's does; a deep linear network's
+    learning from there is well understood (Saxe et al. 2014, "Exact solutions to the
+    nonlinear dynamics of learning in deep linear neural networks")."""
+
+    def __init__(self, in_features: int, outputs: int) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(
+            nn.Linear(in_features, in_features, bias=False),
+            nn.Linear(in_features, in_features, bias=False),
+            nn.Linear(in_features, outputs, bias=False),
+        )
+        with torch.no_grad():
+            for hidden in self.layers[:2]:
+                hidden.weight.copy_(torch.eye(in_features))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, ...] -> [B, outputs]
+        return self.layers(x.flatten(1))
+
+
+def linear_map(model: nn.Module) -> torch.Tensor | None:
+    """The end-to-end weights of a linear model, flat [outputs * inputs] (the toy problems'
+    w); None for a model that is not linear."""
+    if isinstance(model, Linear):
+        return model.fc.weight.detach().flatten()
+    if isinstance(model, DeepLinear):
+        w1, w2, w3 = (m.weight.detach() for m in model.layers)
+        return (w3 @ w2 @ w1).flatten()
+    return None
+
+
 def build_model(name: str, in_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     """``in_shape``: one example's shape, [C, H, W] images or [D] vectors. ``auto`` picks the
     CNN for 1-channel (MNIST-like) images, the ResNet for colour images, linear for vectors."""
@@ -108,6 +144,8 @@ def build_model(name: str, in_shape: tuple[int, ...], num_classes: int) -> nn.Mo
         name = "linear" if len(in_shape) == 1 else "cnn" if in_shape[0] == 1 else "resnet"
     if name == "linear":
         return Linear(math.prod(in_shape), num_classes)
+    if name == "deep_linear":
+        return DeepLinear(math.prod(in_shape), num_classes)
     if len(in_shape) != 3:
         raise ValueError(f"model {name!r} needs images [C, H, W], got inputs {list(in_shape)}")
     if name == "cnn":

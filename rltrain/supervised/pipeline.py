@@ -31,7 +31,7 @@ from rltrain.config import ConfigError
 from rltrain.faults import ProcessLost
 from rltrain.ps.server import Server
 from rltrain.records import GradUpdate, Params
-from rltrain.supervised.models import Linear, SmallCNN, SmallResNet
+from rltrain.supervised.models import DeepLinear, Linear, SmallCNN, SmallResNet
 from rltrain.supervised.sharding import ShardSource
 from rltrain.supervised.toys import objective_loss
 from rltrain.supervised.worker import (
@@ -54,6 +54,8 @@ def layers(model: nn.Module) -> list[nn.Module]:
         return [model.stem, *model.blocks, model.head]
     if isinstance(model, Linear):
         return [model]
+    if isinstance(model, DeepLinear):
+        return [nn.Flatten(), *model.layers]
     raise ConfigError(f"model.stages: model {type(model).__name__} has no layer sequence")
 
 

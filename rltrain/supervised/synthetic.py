@@ -58,7 +58,10 @@ class SyntheticGradient(nn.Module):
         x = h if self.spatial else h.flatten(1)  # [B, C, H, W] or [B, width]
         if self.classes:
             assert y is not None, "cDNI predicts from the labels too"
-            onehot = F.one_hot(y, self.classes).to(x.dtype)  # [B, classes]
+            # class labels one-hot; a toy problem's real-valued targets as they are
+            real = y.is_floating_point()
+            onehot = y.view(len(y), -1).to(x.dtype) if real else F.one_hot(y, self.classes)
+            onehot = onehot.to(x.dtype)  # [B, classes]
             if self.spatial:
                 onehot = onehot[:, :, None, None].expand(-1, -1, *x.shape[2:])
             x = torch.cat([x, onehot], 1)

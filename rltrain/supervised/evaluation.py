@@ -118,14 +118,16 @@ def evaluate(
     model = make_model(spec, x.shape[1:])
     classes = data.objective != "squared"
     start = initial_params(cfg, data)
-    vector_to_parameters(start, model.parameters())
-    start_map = end_to_end(model)
+    start_map = None
+    if data.optimum is not None:  # a toy problem: distances of the end-to-end map
+        vector_to_parameters(start, model.parameters())
+        start_map = end_to_end(model)
     points, prev_t = [], -1.0
     for i, snap in enumerate(trace.snapshots):
         vector_to_parameters(snap.params, model.parameters())
         acc = accuracy(model, x, y) if classes else math.nan
         dist = math.nan
-        if data.optimum is not None:  # of the end-to-end map (a factored one's product)
+        if data.optimum is not None and start_map is not None:  # (a factored map's product)
             dist = relative_distance(end_to_end(model), data.optimum, start_map)
             dist = dist if math.isfinite(dist) else math.inf  # non-finite parameters: diverged
         loss = loss_between(trace, prev_t, snap.t)

@@ -240,3 +240,38 @@ class OnceDyingStage(PipelineStage):
             self.marker.touch()
             os.kill(os.getpid(), signal.SIGKILL)
         return super().loss(mb, y, weight)
+
+
+def test_future_stages_relay_results_in_each_stages_order_over_a_slow_link() -> None:
+    """FutureStages (the process runtime's) on thread remotes: a call waits for the futures
+    among its arguments, and the calls to one stage run in the order issued even when a later
+    one's arguments are ready first; a link delays hops between stages, not the math."""
+    import threading
+
+    from rltrain.runtime.local import Remote as ThreadRemote
+    from rltrain.runtime.process_stages import FutureStages
+
+    class Log:
+        def __init__(self) -> None:
+            self.seen: list[str] = []
+
+        def slow(self, v: int) -> int:
+            threading.Event().wait(0.2)
+            return v + 1
+
+        def add(self, tag: str, v: int) -> int:
+            self.seen.append(tag)
+            return v * 10
+
+        def log(self) -> list[str]:
+            return self.seen
+
+    for link in (0.0, 0.05):
+        a, b = ThreadRemote(Log), ThreadRemote(Log)
+        st = FutureStages([a, b], link)
+        first = st.call(1, "add", "first", st.call(0, "slow", 1))  # waits on stage 0
+        second = st.call(1, "add", "second", 5)  # ready at once, but issued after
+        assert st.get([first, second]) == [20, 50]
+        assert st.get([st.call(1, "log")]) == [["first", "second"]]
+        a.kill()
+        b.kill()

@@ -40,7 +40,7 @@ _HOMES = {
     "pool": ("Done", "Pool", "get", "kill", "wait_all", "wait_any"),
     "remote": ("Remote", "Semaphore", "inject", "placement_note", "wait_up"),
     "sandblaster": ("RayExecutor", "RayStore", "start_store"),
-    "stages": ("RayStages", "stage_lead", "stages_of"),
+    "stages": ("RayStages", "stage_lead", "stage_link", "stages_of"),
     "startup": (
         "check_address",
         "cluster_cpus",
@@ -104,7 +104,7 @@ if TYPE_CHECKING:
     from rltrain.runtime.pool import Done, Pool, get, kill, wait_all, wait_any
     from rltrain.runtime.remote import Remote, inject, placement_note, wait_up
     from rltrain.runtime.sandblaster import RayExecutor, RayStore, start_store
-    from rltrain.runtime.stages import RayStages, stage_lead, stages_of
+    from rltrain.runtime.stages import RayStages, stage_lead, stage_link, stages_of
     from rltrain.runtime.startup import (
         check_address,
         cluster_cpus,
@@ -131,6 +131,7 @@ __all__ = [
     "RayServer",
     "RayStages",
     "stage_lead",
+    "stage_link",
     "stages_of",
     "RayStore",
     "Remote",

@@ -38,7 +38,7 @@ from rltrain.runtime.local import Pool, cluster_gpus, start_replay
 from rltrain.runtime.local import Remote as ThreadRemote
 from rltrain.runtime.policy import respond
 from rltrain.runtime.process_faults import inject
-from rltrain.runtime.process_stages import stage_lead, stages_of
+from rltrain.runtime.process_stages import stage_lead, stage_link, stages_of
 from rltrain.runtime.shm import shm_note
 
 __all__ = [
@@ -64,6 +64,7 @@ __all__ = [
     "start_replay",
     "start_server",
     "stage_lead",
+    "stage_link",
     "stages_of",
     "wait_any",
     "wait_up",

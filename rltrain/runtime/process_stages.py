@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import threading
+import time
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
 from rltrain.runtime.local import Remote as ThreadRemote
 
-__all__ = ["FutureStages", "stage_lead", "stages_of"]
+__all__ = ["FutureStages", "stage_lead", "stage_link", "stages_of"]
 
 
 class FutureStages:
@@ -27,8 +28,11 @@ class FutureStages:
     returns a future at once; a call waits (in its stage's queue, not in the caller) for the
     futures among its arguments and for the calls issued to its stage before it."""
 
-    def __init__(self, remotes: Sequence[Any]) -> None:
-        self.remotes, self.count = list(remotes), len(remotes)
+    def __init__(self, remotes: Sequence[Any], link_s: float = 0.0) -> None:
+        """``link_s``: the latency of each hop between stages (``model.link_ms``): a result
+        of stage j goes to stage i != j no sooner than ``link_s`` after it came, and neither
+        stage waits meanwhile, as over a slow network link."""
+        self.remotes, self.count, self.link_s = list(remotes), len(remotes), link_s
         self._queues: list[deque[tuple[str, tuple[Any, ...], cf.Future]]] = [
             deque() for _ in remotes
         ]
@@ -38,6 +42,8 @@ class FutureStages:
     def call(self, stage: int, method: str, *args: Any) -> cf.Future:
         out: cf.Future = cf.Future()
         out.set_running_or_notify_cancel()
+        out.stage = stage  # type: ignore[attr-defined]  # (where a hop starts: its link)
+        out.add_done_callback(arrived)  # first: it stamps the time before any pump runs
         with self._locks[stage]:
             self._queues[stage].append((method, args, out))
         for a in args:  # (a callback runs at once on a future that is done already)
@@ -56,6 +62,12 @@ class FutureStages:
                 q = self._queues[stage]
                 if not q or not all(done(a) for a in q[0][1]):
                     return
+                wait = self._in_flight(stage, q[0][1])
+                if wait > 0:  # on the link still: pumped again when it arrives
+                    timer = threading.Timer(wait, self._pump, (stage,))
+                    timer.daemon = True
+                    timer.start()
+                    return
                 method, args, out = q.popleft()
                 failed = next((a for a in args if failed_future(a)), None)
                 if failed is None:  # sent under the lock: the stage sees the queue's order
@@ -65,6 +77,18 @@ class FutureStages:
                 out.set_exception(failed.exception())
                 continue
             inner.add_done_callback(lambda f, o=out: relay(f, o))
+
+    def _in_flight(self, stage: int, args: Sequence[Any]) -> float:
+        """Seconds until the last of ``args`` made by another stage has crossed the link."""
+        if not self.link_s:
+            return 0.0
+        hops = [a for a in args if isinstance(a, cf.Future) and getattr(a, "stage", stage) != stage]
+        now = time.monotonic()
+        return max((a.arrived + self.link_s - now for a in hops), default=0.0)
+
+
+def arrived(f: cf.Future) -> None:
+    f.arrived = time.monotonic()  # type: ignore[attr-defined]
 
 
 def done(a: Any) -> bool:
@@ -83,12 +107,18 @@ def relay(inner: cf.Future, out: cf.Future) -> None:
         out.set_result(inner.result())
 
 
-def stages_of(remotes: Sequence[Any]) -> FutureStages:
-    """The :class:`~rltrain.supervised.pipeline.Stages` of one replica's stage processes."""
-    return FutureStages(remotes)
+def stages_of(remotes: Sequence[Any], link_s: float = 0.0) -> FutureStages:
+    """The :class:`~rltrain.supervised.pipeline.Stages` of one replica's stage processes, with
+    ``link_s`` of latency on each hop between them."""
+    return FutureStages(remotes, link_s)
 
 
 def stage_lead(target: type, *args: Any, index: int) -> ThreadRemote:
     """A replica's lead (:class:`~rltrain.supervised.pipeline.PipelineWorker`): a thread of
     this process, which holds the stages' remotes and only cuts batches and issues calls."""
     return ThreadRemote(target, *args, role="worker", index=index)
+
+
+def stage_link(link_s: float) -> float:
+    """The wait each stage adds to what it sends: none, the relay delays each hop instead."""
+    return 0.0

@@ -26,10 +26,16 @@ class RayStages:
         return [result(h) for h in handles]
 
 
-def stages_of(remotes: Sequence[Remote]) -> RayStages:
+def stages_of(remotes: Sequence[Remote], link_s: float = 0.0) -> RayStages:
     """The :class:`~rltrain.supervised.pipeline.Stages` of one replica's stage processes (their
-    handles: the lead, a Ray process of its own, holds them)."""
+    handles: the lead, a Ray process of its own, holds them). Ray hands results from stage to
+    stage itself, so a slow link (``link_s``) is the sending stage's wait (``stage_link``)."""
     return RayStages([r.handle for r in remotes])
+
+
+def stage_link(link_s: float) -> float:
+    """The wait each stage adds to what it sends: the whole link's latency on Ray."""
+    return link_s
 
 
 def stage_lead(target: type, *args: Any, index: int) -> Remote:

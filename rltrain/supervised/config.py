@@ -170,11 +170,12 @@ class SupervisedModelConfig:
     """With model.stages >= 2. none: each stage waits for the gradient from the stages after
     it (GPipe). dni, cdni: every stage but the last steps at once on the gradient a small
     model of its output predicts (cdni: from the labels too), and that model learns from the
-    true gradient when it comes (synthetic gradients, Jaderberg et al. 2017; Ray runtime)."""
+    true gradient when it comes (synthetic gradients, Jaderberg et al. 2017)."""
     link_ms: float = field(default=0.0, metadata=spec(ge=0))
     """With model.stages >= 2: milliseconds each activation or gradient takes from one stage
-    to another (a slow link between machines, simulated by the sending stage waiting; 0: as
-    fast as the runtime passes them)."""
+    to another (a slow link between machines: on the process runtime each hop is delayed
+    in the relay, neither stage waiting; on Ray the sending stage waits; 0: as fast as the
+    runtime passes them)."""
     synthetic_hidden: int = field(default=0, metadata=spec(ge=0))
     """Hidden units of each gradient predictor (0: a linear map, its output layer starting at
     zero either way, as in the paper)."""

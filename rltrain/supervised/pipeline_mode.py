@@ -38,11 +38,16 @@ from rltrain.supervised.worker import WorkerSpec
 
 
 def stage_args(
-    cfg: BenchConfig, spec: WorkerSpec, shape: tuple[int, ...], cuts: list[int], s: int
+    cfg: BenchConfig,
+    spec: WorkerSpec,
+    shape: tuple[int, ...],
+    cuts: list[int],
+    s: int,
+    link: float = 0.0,
 ) -> tuple[Any, ...]:
     """The class and arguments of stage ``s``: a synthetic-gradient stage before the last
-    with ``model.synthetic`` dni or cdni, else GPipe's."""
-    link = cfg.model.link_ms / 1000
+    with ``model.synthetic`` dni or cdni, else GPipe's; ``link``: the seconds it waits
+    before each send (the runtime's :func:`stage_link`)."""
     if cfg.model.synthetic == "none" or s == len(cuts) - 2:
         return (PipelineStage, spec, shape, cuts, s, link)
     conditioned, hidden = cfg.model.synthetic == "cdni", cfg.model.synthetic_hidden
@@ -57,6 +62,7 @@ def run_pipeline_mode(
     ``runtime``: the backend's module (:func:`rltrain.runtime.backend`)."""
     begin = time.time()
     k, micro = cfg.model.stages, cfg.model.micro_batches
+    link = cfg.model.link_ms / 1000  # each hop's latency between stages
     specs = worker_specs(cfg, mode, data, cfg.workers)
     shape = input_shape(data)
     cuts = plan_stages(specs[0], shape, k)
@@ -71,7 +77,7 @@ def run_pipeline_mode(
         for spec, source in zip(specs, shards(cfg, cfg.workers), strict=True):
             stages = [
                 runtime.Remote(
-                    *stage_args(cfg, spec, shape, cuts, s),
+                    *stage_args(cfg, spec, shape, cuts, s, runtime.stage_link(link)),
                     role="worker",
                     index=spec.worker_id,
                     num_cpus=cfg.runtime.worker_cpus,
@@ -84,7 +90,7 @@ def run_pipeline_mode(
                 PipelineWorker,
                 spec,
                 source,
-                runtime.stages_of(stages),
+                runtime.stages_of(stages, link),
                 micro,
                 Decoupled() if cfg.model.synthetic != "none" else GPipe(),
                 index=spec.worker_id,

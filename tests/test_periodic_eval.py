@@ -247,6 +247,16 @@ def test_the_end_of_a_run_scores_the_final_parameters_once(run: Path, tmp_path: 
     again.finish(wait=True)  # (a resumed run that stopped at once) scored: once
     assert len(evals(tmp_path)) == 1
     log.writer.close()
+    import copy
+
+    untrained = copy.deepcopy(final[1])
+    for shard in untrained["shards"]:
+        shard["version"] = 0  # (a run stopped before its first update)
+    fresh = PeriodicEval(cfg, tmp_path / "fresh", local, 0, log, said.append)  # type: ignore[arg-type]
+    fresh.final = (path, untrained)
+    fresh.finish(wait=True)
+    assert said[-1] == f"no final evaluation: {path.name} holds the initial parameters"
+    assert not (tmp_path / "fresh" / EVALS_FILE).exists()
     off = PeriodicEval(cfg, tmp_path / "off", local, 0, Log(), print)  # type: ignore[arg-type]
     off.every = 0  # (eval.every_steps: 0)
     off.final = final

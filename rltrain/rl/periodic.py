@@ -249,14 +249,18 @@ class PeriodicEval:
         """The run ends: record the evaluation in flight (``wait``: up to FINISH_WAIT_S for it;
         Ctrl-C stops the wait); then, for a run that stopped (``wait``: not an interrupt or a
         fault), score its final checkpoint (:attr:`final`: (path, state), which the trainer
-        sets as it ends) unless the last evaluation scored those parameters already, so that
-        the final weights are evaluated and can become best.pt; then stop the evaluator."""
+        sets as it ends) unless the last evaluation scored those parameters already, or no
+        update was applied (a run stopped during its start-up), so that the final weights
+        are evaluated and can become best.pt; then stop the evaluator."""
         if wait:
             self._wait()
         if wait and self.final is not None and self.every and self.flight is None:
             path, state = self.final
             counters = Counters(**state["counters"])
-            if self.scored != (counters.env_steps, state_params(state)[0]):
+            version = state_params(state)[0]
+            if version == 0:  # no update applied: the initial parameters, not worth the wait
+                self.say(f"no final evaluation: {path.name} holds the initial parameters")
+            elif self.scored != (counters.env_steps, version):
                 self.say(f"final evaluation of {path.name} ({counters.env_steps:,} steps)")
                 self.submit(path, state, counters)
                 self._wait()

@@ -85,9 +85,9 @@ def test_impala_survives_losing_an_actor_a_learner_and_the_server_shard(
 @pytest.mark.parametrize(
     ("on_loss", "modes", "backend"),
     [
-        # one mode each on Ray (11 s a mode): the barrier rules, whose answer to a loss differs
+        # one mode on Ray (25 s with its start-up): the process runtime's cases cover the
+        # other answer to a loss (continue) and the other rules
         ("wait", "[sync]", "ray"),
-        ("continue", "[soft_sync]", "ray"),
         ("wait", "[sync, async]", "process"),
         ("continue", "[sync, soft_sync]", "process"),
     ],

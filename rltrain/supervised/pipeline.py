@@ -333,7 +333,7 @@ class PipelineWorker:
         spec, st = self.spec, self.stages
         if deadline is None:
             deadline = start + spec.max_seconds if spec.max_seconds > 0 else float("inf")
-        versions = self._connect(servers)
+        versions = self._recover(servers)  # (a stage lost while starting: restarted)
         # a barrier rule takes one step per version: a restarted replica goes on from there
         skip = min(versions) if spec.update_rule.barrier else 0
         samples, restarts = 0, 0
@@ -368,17 +368,18 @@ class PipelineWorker:
         st = self.stages
         return st.get([st.call(s, "connect", srv) for s, srv in enumerate(servers)])
 
-    def _recover(self, servers: Sequence[Server], tries: int = 5) -> None:
-        """After a stage's loss: every stage forgets the batch in flight and pulls its slice
-        from its shard (the restarted one too, once its constructor has run). The first call
-        to a process that died idle may report that death: tried again."""
+    def _recover(self, servers: Sequence[Server], tries: int = 5) -> list[int]:
+        """At the start, and after a stage's loss: every stage forgets the batch in flight and
+        pulls its slice from its shard (a restarted one too, once its constructor has run);
+        their versions. The first call to a process that died before it may report that
+        death: tried again."""
         st = self.stages
         self.schedule.reset()
         for attempt in range(tries):
             try:
                 st.get([st.call(s, "reset") for s in range(st.count)])
-                self._connect(servers)
-                return
+                return self._connect(servers)
             except ProcessLost as e:
                 if e.permanent or attempt == tries - 1:
                     raise
+        raise AssertionError("unreachable")

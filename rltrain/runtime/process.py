@@ -232,6 +232,7 @@ class Remote:
             if not closing:
                 self._deaths += 1
             up = self.up
+            was_up = up.done() and up.exception() is None  # (this incarnation came up)
             if again:
                 self.restarts += 1
                 try:
@@ -247,12 +248,12 @@ class Remote:
             if not again and not closing:  # under the lock: a call from now on fails at once
                 self._gone = failure  # (e.g. one first submitted after its constructor raised)
                 self._unseen = None  # (that it is gone is what the next call must hear)
-            elif again and not self._next_call:  # died before its first call (killed while
-                self._unseen = failure  # building its envs): that call says so, as Ray's
-                # would, and the driver counts the restart then (a later death with no call in
-                # flight reaches whoever probes the process: its `up`)
-        was_up = up.done()
-        if not was_up:  # whoever waits for it to come up hears of this death
+            elif again and not pending and (was_up or not self._next_call):
+                # died idle, or before its first call (killed while building its envs): the
+                # next call says so, as Ray's would, and the driver counts the restart then (a
+                # death while restarting reaches whoever probes the process: its `up`)
+                self._unseen = failure
+        if not up.done():  # whoever waits for it to come up hears of this death
             up.set_exception(failure)
         for f in pending:
             f.set_exception(failure)

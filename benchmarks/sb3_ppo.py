@@ -59,6 +59,16 @@ class Task:
         return self.n_timesteps if self.budget is None else self.budget
 
 
+# the zoo's settings for both LunarLander envs, discrete and continuous
+LUNAR = {
+    "n_steps": 1024,
+    "batch_size": 64,
+    "gae_lambda": 0.98,
+    "gamma": 0.999,
+    "n_epochs": 4,
+    "ent_coef": 0.01,
+}
+
 # rl-baselines3-zoo hyperparams/ppo.yml
 TASKS: dict[str, Task] = {
     "cartpole": Task(
@@ -100,14 +110,7 @@ TASKS: dict[str, Task] = {
         200.0,
         16,
         1_000_000,
-        {
-            "n_steps": 1024,
-            "batch_size": 64,
-            "gae_lambda": 0.98,
-            "gamma": 0.999,
-            "n_epochs": 4,
-            "ent_coef": 0.01,
-        },
+        LUNAR,
         max_seconds=1200.0,
     ),
     "mountaincar_continuous": Task(
@@ -138,14 +141,7 @@ TASKS: dict[str, Task] = {
         200.0,
         16,
         1_000_000,
-        {
-            "n_steps": 1024,
-            "batch_size": 64,
-            "gae_lambda": 0.98,
-            "gamma": 0.999,
-            "n_epochs": 4,
-            "ent_coef": 0.01,
-        },
+        LUNAR,
         max_seconds=1200.0,
         budget=3_000_000,
     ),

@@ -25,6 +25,7 @@ from rltrain.supervised.config import BenchConfig
 from rltrain.supervised.evaluation import Point, targets_of
 from rltrain.supervised.modes import ModeTrace
 from rltrain.supervised.plots import plot_curves, plot_names
+from rltrain.supervised.synthetic import synthetic_means
 from rltrain.supervised.toys import TOY_PROBLEMS
 
 DIVERGED = 1e3
@@ -104,19 +105,6 @@ def summarize(cfg: BenchConfig, trace: ModeTrace, points: Sequence[Point]) -> Mo
         faults=asdict(trace.faults),
         synthetic=synthetic_means([row for r in trace.reports for row in r.synthetic]),
     )
-
-
-def synthetic_means(rows: Sequence[tuple[int, int, float, float]]) -> dict[str, float | None]:
-    """Means of (stage, staleness, cosine, relative L2) rows (WorkerReport.synthetic)."""
-    if not rows:
-        return {}
-    n = len(rows)
-    return {
-        "true_gradients": n,
-        "staleness": round(sum(r[1] for r in rows) / n, 3),
-        "cosine": round(sum(r[2] for r in rows) / n, 4),
-        "relative_l2": round(sum(r[3] for r in rows) / n, 4),
-    }
 
 
 # ---------------------------------------------------------------------------------------------

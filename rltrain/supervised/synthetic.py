@@ -182,16 +182,22 @@ class SyntheticStage(PipelineStage):
         """Per true gradient so far: (staleness, cosine, relative L2)."""
         return [(s, c, r) for s, (c, r) in zip(self.staleness, self.errors, strict=True)]
 
-    def counters(self) -> dict[str, float]:
+    def counters(self) -> dict[str, float | None]:
         """Mean staleness and gradient error of the true gradients seen so far."""
-        n = len(self.errors)
-        if not n:
-            return {}
-        return {
-            "staleness": sum(self.staleness) / n,
-            "cosine": sum(c for c, _ in self.errors) / n,
-            "relative_l2": sum(r for _, r in self.errors) / n,
-        }
+        return synthetic_means([(self.index, *row) for row in self.trace()])
+
+
+def synthetic_means(rows: Sequence[tuple[int, int, float, float]]) -> dict[str, float | None]:
+    """Means of (stage, staleness, cosine, relative L2) rows (WorkerReport.synthetic)."""
+    if not rows:
+        return {}
+    n = len(rows)
+    return {
+        "true_gradients": n,
+        "staleness": round(sum(r[1] for r in rows) / n, 3),
+        "cosine": round(sum(r[2] for r in rows) / n, 4),
+        "relative_l2": round(sum(r[3] for r in rows) / n, 4),
+    }
 
 
 def decoupled(

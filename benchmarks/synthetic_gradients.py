@@ -4,15 +4,18 @@ Each row is one ``rltrain bench`` run (a fresh process; ``--backend``: its runti
 (``configs/bench_fashion_mnist.yaml`` by default, its ``data.root`` given with ``--root``),
 one worker, ``--seconds`` of training: one process (mode ``baseline``), GPipe stages
 (``model.stages`` K, mode ``async``), DNI and cDNI stages (``model.synthetic``), and GPipe and
-cDNI with a slow link between stages (``model.link_ms``). It prints a Markdown table: samples
-per second, training seconds to each ``eval.targets`` accuracy, and the final test accuracy
-(all rows train for the same time; ``--problem toy``: the least-squares toy problem with
-model deep_linear, its distance to the optimum), and for DNI and cDNI the synthetic gradients' mean
-cosine and relative L2 error against the true ones and their staleness.
+cDNI with a slow link between stages (``model.link_ms``; cDNI also with
+``model.synthetic_delay=1``, its true gradients taken at the next batch). It prints a
+Markdown table: samples per second, training seconds to each ``eval.targets`` accuracy, and
+the final test accuracy (all rows train for the same time; ``--problem toy``: the
+least-squares toy problem with model deep_linear, its distance to the optimum), and for DNI
+and cDNI the synthetic gradients' mean cosine and relative L2 error against the true ones
+and their staleness.
 
     python benchmarks/synthetic_gradients.py [--problem fashion_mnist|toy]
         [--root /usr/share/datasets/fashion-mnist]
-        [--seconds 60] [--stages 2 3] [--link-ms 5] [--hidden 0] [--backend auto|process|ray]
+        [--seconds 60] [--stages 2 3] [--link-ms 5 20] [--hidden 0]
+        [--backend auto|process|ray]
         [--out table.md]
 """
 
@@ -28,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def variants(stages: list[int], link_ms: float) -> list[tuple[str, list[str]]]:
+def variants(stages: list[int], links_ms: list[float]) -> list[tuple[str, list[str]]]:
     """(row name, --set overrides) of every run."""
     rows: list[tuple[str, list[str]]] = [("one process", ["modes=[baseline]"])]
     for k in stages:
@@ -36,11 +39,14 @@ def variants(stages: list[int], link_ms: float) -> list[tuple[str, list[str]]]:
         rows.append((f"GPipe, {k} stages", base))
         for kind in ("dni", "cdni"):
             rows.append((f"{kind.upper()}, {k} stages", [*base, f"model.synthetic={kind}"]))
-    if link_ms:
+    for link_ms in [ms for ms in links_ms if ms]:
         slow = ["modes=[async]", f"model.stages={stages[0]}", f"model.link_ms={link_ms:g}"]
         name = f"{stages[0]} stages, {link_ms:g} ms links"
         rows.append((f"GPipe, {name}", slow))
         rows.append((f"CDNI, {name}", [*slow, "model.synthetic=cdni"]))
+        # the true gradients at the next batch: each batch waits for the link's round trip
+        late = [*slow, "model.synthetic=cdni", "model.synthetic_delay=1"]
+        rows.append((f"CDNI, {name}, delay 1", late))
     return rows
 
 
@@ -67,7 +73,13 @@ def main() -> None:
     p.add_argument("--root", help="data.root (the dataset's folder)")
     p.add_argument("--seconds", type=float, default=60.0, help="training seconds per row")
     p.add_argument("--stages", type=int, nargs="+", default=[2, 3])
-    p.add_argument("--link-ms", type=float, default=5.0, help="the slow link's rows (0: none)")
+    p.add_argument(
+        "--link-ms",
+        type=float,
+        nargs="+",
+        default=[5.0, 20.0],
+        help="the slow links' rows (0: none): GPipe, cDNI, and cDNI with model.synthetic_delay=1",
+    )
     p.add_argument("--hidden", type=int, default=0, help="model.synthetic_hidden")
     p.add_argument(
         "--backend",

@@ -21,12 +21,12 @@ from rltrain.supervised.config import BenchConfig, DataConfig, SupervisedModelCo
 from rltrain.supervised.pipeline import (
     LocalStages,
     PipelineStage,
-    PipelineWorker,
     gpipe,
     plan_stages,
     split_points,
     stage_sizes,
 )
+from rltrain.supervised.replica import PipelineWorker
 from rltrain.supervised.worker import SupervisedWorker, WorkerSpec, flat_grad, make_model, objective
 from tests.conftest import tiny_dataset
 
@@ -160,9 +160,12 @@ optimizer: {{name: sgd, lr: 0.05}}
     if synthetic == "none":
         assert counted == {}
         return
-    # every micro-batch's true gradient reached stage 0's predictor, once, a batch later
-    assert counted["true_gradients"] == rows["async"]["samples"] // 32 * 4
-    assert counted["staleness"] == 1.0 and -1 <= counted["cosine"] <= 1
+    # every micro-batch's true gradient reached stage 0's predictor, once, 2 batches later
+    # (model.synthetic_delay), but each replica's last batch's, paid at the end after one
+    batches = rows["async"]["samples"] // 32  # 30 a replica
+    assert counted["true_gradients"] == batches * 4
+    assert counted["staleness"] == pytest.approx(2 - 2 / batches, abs=1e-3)
+    assert -1 <= counted["cosine"] <= 1
     acc = EventAccumulator(str(run_dir / "tb" / "async"), size_guidance={"scalars": 0})
     acc.Reload()
     assert {"synthetic/stage0/cosine", "synthetic/stage0/staleness"} <= set(acc.Tags()["scalars"])
@@ -211,14 +214,48 @@ def test_a_stage_killed_mid_run_is_restarted_from_its_shard(
         report = lead.run([server.part(0), server.part(1)])
         assert (tmp_path / "died").exists() and report.restarts == 1
         assert stages[1].restarts == 1
-        assert report.steps == 2 * 4 - 1  # 2 epochs of 4 batches, the one in flight lost
-        # GPipe: the lost batch pushed nothing; a decoupled stage 0 may have pushed its slice
+        # 2 epochs of 4 batches, those in flight lost: GPipe's one; the decoupled lead's up
+        # to model.synthetic_delay + 1 (it runs that far ahead of the exchanges)
+        assert report.lost_batches == 1 if not synthetic else 1 <= report.lost_batches <= 3
+        assert report.steps == 2 * 4 - report.lost_batches
+        # GPipe: a lost batch pushed nothing; a decoupled stage 0 may have pushed its slice
         version = server.stats().version  # (shard 0's)
-        assert version == report.steps if not synthetic else version in (7, 8)
+        assert version == report.steps if not synthetic else report.steps <= version <= 8
     finally:
         for r in stages:
             r.kill()
         process.shutdown()
+
+
+def stage_server(spec: WorkerSpec, shape: tuple[int, ...], cuts: list[int]) -> LocalServer:
+    """An async server (SGD 0.1) over the model's initial parameters, a shard per stage."""
+    init = torch.nn.utils.parameters_to_vector(make_model(spec, shape).parameters()).detach()
+    rule = ServerConfig(rule="async", shards=len(cuts) - 1)
+    sizes = stage_sizes(spec, shape, cuts)
+    return LocalServer(init, OptimizerConfig(name="sgd", lr=0.1), rule, 1, sizes=sizes)
+
+
+def test_a_stage_refuses_to_push_a_broken_batch() -> None:
+    """A micro-batch forward without its backward (a later stage was lost), or a restarted
+    stage not connected yet: the exchange is refused and the shard does not step."""
+    from rltrain.supervised.pipeline import BatchLost
+
+    spec = spec_for("cnn")
+    shape = (1, 28, 28)
+    cuts = plan_stages(spec, shape, 2)
+    server = stage_server(spec, shape, cuts)
+    stage = PipelineStage(spec, shape, cuts, 0)
+    with pytest.raises(BatchLost, match="not connected"):
+        stage.exchange(0, 4, 1.0)
+    stage.connect(server.part(0))
+    stage.forward(0, torch.randn(4, *shape))
+    with pytest.raises(BatchLost, match="1 micro-batch"):
+        stage.exchange(0, 4, 1.0)
+    assert server.part(0).stats().version == 0
+    stage.reset()  # the lead's recovery: the next batch goes through
+    out = stage.forward(1, torch.randn(4, *shape))
+    stage.backward(1, torch.ones_like(out))
+    assert stage.exchange(0, 4, 1.0)[0] == 1
 
 
 class OnceDyingStage(PipelineStage):
@@ -275,3 +312,30 @@ def test_future_stages_relay_results_in_each_stages_order_over_a_slow_link() -> 
         assert st.get([st.call(1, "log")]) == [["first", "second"]]
         a.kill()
         b.kill()
+
+
+def test_a_slow_link_keeps_one_timer_a_stage() -> None:
+    """Calls waiting for a result still on the link (model.link_ms on the process runtime)
+    are pumped again by one timer a stage, not by a thread per waiting pump, and run in
+    order once it has crossed."""
+    import concurrent.futures as cf
+    import threading
+    import time
+
+    from rltrain.runtime.process_stages import FutureStages
+
+    class Echo:
+        def call(self, method: str, *args: object) -> cf.Future:
+            f: cf.Future = cf.Future()
+            f.set_result((method, args))
+            return f
+
+    stages = FutureStages([Echo(), Echo()], link_s=0.2)
+    start = time.monotonic()
+    made = stages.call(0, "forward", 1)
+    calls = [stages.call(1, "loss", made, i) for i in range(20)]
+    timers = [t for t in threading.enumerate() if isinstance(t, threading.Timer) and t.is_alive()]
+    assert len(timers) == 1
+    results = stages.get(calls)
+    assert time.monotonic() - start >= 0.2
+    assert [r[1][1] for r in results] == list(range(20))

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 import torch
-from test_pipeline import spec_for
+from test_pipeline import spec_for, stage_server
 
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.server import LocalServer
@@ -20,6 +20,7 @@ from rltrain.supervised.pipeline import (
     stage_sizes,
 )
 from rltrain.supervised.synthetic import (
+    Decoupled,
     SyntheticGradient,
     SyntheticStage,
     decoupled,
@@ -48,7 +49,7 @@ def test_oracle_stages_equal_backprop(k: int) -> None:
     whole = make_model(spec, shape)
     objective(spec, whole, x, y).backward()
     stages = stages_for(spec, shape, k, oracle=True)
-    assert decoupled(LocalStages(stages), x, y, 4, [], 0, oracle=True) == []
+    assert decoupled(LocalStages(stages), x, y, 4, [], 0, oracle=True)[0] == []
     grads = torch.cat([st.grad()[0] for st in stages])
     torch.testing.assert_close(grads, flat_grad(whole), atol=1e-6, rtol=0)
 
@@ -86,10 +87,12 @@ def test_cdni_conditions_on_the_labels() -> None:
     assert errors[4] < 0.05 < 0.5 < errors[0]
 
 
-def test_staleness_is_one_update_under_the_decoupled_schedule() -> None:
-    """Each batch: every stage forward, then every stage's exchange; a stage learns from the
-    previous batch's true gradients at the start of the next, one update after it predicted
-    them. Exact: every true gradient of 3 batches of 4 micro-batches counts 1."""
+@pytest.mark.parametrize("delay", [1, 2])
+def test_staleness_is_the_delay_under_the_decoupled_schedule(delay: int) -> None:
+    """Each batch: every stage forward, then every stage's exchange; a stage learns from a
+    batch's true gradients at the start of the batch ``delay`` later, ``delay`` updates after
+    it predicted them. Exact: every true gradient of 4 batches of 4 micro-batches counts
+    ``delay``, but the last batches', paid at the end after fewer updates."""
     spec = spec_for("cnn")
     shape = (1, 28, 28)
     cuts = plan_stages(spec, shape, 3)
@@ -103,18 +106,20 @@ def test_staleness_is_one_update_under_the_decoupled_schedule() -> None:
     for s, st in enumerate(stages):
         st.connect(server.part(s))
     torch.manual_seed(0)
-    owed: list = []
-    for batch in range(3):
+    schedule = Decoupled(delay=delay)
+    for batch in range(4):
         x, y = torch.randn(16, *shape), torch.randint(0, 10, (16,))
-        owed = decoupled(local, x, y, 4, owed, batch)
-        assert len(owed) == 4 * 2  # the true gradients of stages 0 and 1, per micro-batch
+        schedule.step(local, x, y, 4)
+        assert [len(owes) for owes in schedule.owed][-1] == 4 * 2  # stages 0 and 1, per mb
+        assert len(stages[0].staleness) == 4 * max(0, batch + 1 - delay)
         for st in stages:
             st.exchange(0, 16, 1.0)
-    assert stages[0].staleness == stages[1].staleness == [1] * 8  # batches 0 and 1, paid
-    decoupled(local, x, y, 4, owed, 3)  # batch 2's paid
+    schedule.finish(local)  # after the last exchange: batch b's is 4 - b updates old
+    exact = [min(delay, 4 - b) for b in range(4) for _ in range(4)]
+    assert stages[0].staleness == stages[1].staleness == exact
     counters = stages[1].counters()
-    assert counters["staleness"] == 1 and -1 <= counters["cosine"] <= 1
-    assert server.stats().version == 3  # each stage's shard stepped once per batch
+    assert counters["staleness"] == sum(exact) / 16 and -1 <= counters["cosine"] <= 1
+    assert server.stats().version == 4  # each stage's shard stepped once per batch
 
 
 def test_a_synthetic_stage_needs_a_later_stage() -> None:
@@ -126,7 +131,7 @@ def test_a_synthetic_stage_needs_a_later_stage() -> None:
 def test_a_replica_of_cdni_stages_learns_in_process() -> None:
     """A PipelineWorker with the decoupled schedule over 2 stages (cDNI before the last):
     every batch steps both shards, the loss falls, and every true gradient was learned from."""
-    from rltrain.supervised.pipeline import PipelineWorker
+    from rltrain.supervised.replica import PipelineWorker
     from rltrain.supervised.synthetic import Decoupled
     from tests.conftest import tiny_dataset
 
@@ -138,14 +143,7 @@ def test_a_replica_of_cdni_stages_learns_in_process() -> None:
     sizes = [sum(p.numel() for p in m.parameters()) for m in seq]
     cuts = split_points([1.0] * len(seq), sizes, 2)  # not timed: the same cut on every run
     torch.manual_seed(0)
-    init = torch.nn.utils.parameters_to_vector(make_model(spec, shape).parameters()).detach()
-    server = LocalServer(
-        init,
-        OptimizerConfig(name="sgd", lr=0.1),
-        ServerConfig(rule="async", shards=2),
-        1,
-        sizes=stage_sizes(spec, shape, cuts),
-    )
+    server = stage_server(spec, shape, cuts)
     first = SyntheticStage(spec, shape, cuts, 0, conditioned=True, hidden=32)
     stages = LocalStages([first, PipelineStage(spec, shape, cuts, 1)])
     worker = PipelineWorker(spec, data, stages, 4, Decoupled())
@@ -158,7 +156,7 @@ def test_a_replica_of_cdni_stages_learns_in_process() -> None:
 
 def test_synthetic_options_are_checked() -> None:
     from rltrain.supervised.config import BenchConfig, SupervisedModelConfig
-    from rltrain.supervised.pipeline_mode import stage_args
+    from rltrain.supervised.pipeline_mode import schedule, stage_args
 
     with pytest.raises(ValueError, match=r"model.synthetic=dni: needs model.stages >= 2"):
         BenchConfig(modes=("sync",), model=SupervisedModelConfig(synthetic="dni"))
@@ -168,6 +166,11 @@ def test_synthetic_options_are_checked() -> None:
     kinds = [stage_args(cfg, spec, (1, 28, 28), cuts, s)[0] for s in range(3)]
     assert kinds == [SyntheticStage, SyntheticStage, PipelineStage]
     assert stage_args(cfg, spec, (1, 28, 28), cuts, 0)[5:] == (0.0, True, 0)  # link, cDNI, linear
+    assert schedule(cfg).ahead == 2 and schedule(cfg).delay == 2  # the default delay
+    with pytest.raises(ValueError, match=r"model.synthetic_delay=3: needs model.synthetic"):
+        BenchConfig(modes=("async",), model=SupervisedModelConfig(stages=2, synthetic_delay=3))
+    with pytest.raises(ValueError, match="synthetic_delay"):
+        BenchConfig(modes=("async",), model=SupervisedModelConfig(stages=2, synthetic_delay=0))
 
 
 def test_a_slow_link_delays_what_a_stage_sends_to_another() -> None:

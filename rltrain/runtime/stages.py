@@ -39,6 +39,6 @@ def stage_link(link_s: float) -> float:
 
 
 def stage_lead(target: type, *args: Any, index: int) -> Remote:
-    """A replica's lead (:class:`~rltrain.supervised.pipeline.PipelineWorker`): a Ray process
+    """A replica's lead (:class:`~rltrain.supervised.replica.PipelineWorker`): a Ray process
     that only cuts batches and issues calls, so no CPU is reserved for it."""
     return Remote(target, *args, role="worker", index=index, num_cpus=0)

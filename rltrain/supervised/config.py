@@ -179,6 +179,12 @@ class SupervisedModelConfig:
     synthetic_hidden: int = field(default=0, metadata=spec(ge=0))
     """Hidden units of each gradient predictor (0: a linear map, its output layer starting at
     zero either way, as in the paper)."""
+    synthetic_delay: int = field(default=2, metadata=spec(ge=1))
+    """With model.synthetic dni or cdni: batches after its own that a minibatch's true
+    gradients reach the stages before the last (and the replica's lead waits for a batch's
+    exchanges). 1: each batch's at the start of the next, so stage 0 waits for the last
+    stage's previous batch; 2 or more: every stage works at its own pace, the predictors
+    learning from gradients that many updates old (the counters' staleness)."""
 
 
 PIPELINE_MODES = ("sync", "async")
@@ -287,6 +293,12 @@ class BenchConfig:
             raise ValueError(
                 f"model.synthetic={pipe.synthetic}: needs model.stages >= 2 (it decouples the "
                 "stages of a split model); set model.stages, or model.synthetic=none"
+            )
+        if pipe.synthetic_delay != 2 and pipe.synthetic == "none":
+            raise ValueError(
+                f"model.synthetic_delay={pipe.synthetic_delay}: needs model.synthetic dni or "
+                "cdni (GPipe's stages wait for the true gradient); set model.synthetic, or "
+                "leave model.synthetic_delay at 2"
             )
         if pipe.link_ms and pipe.stages == 1:
             raise ValueError(

@@ -10,7 +10,8 @@ Each stage holds its slice of the parameters and exchanges it with its own serve
 shards are cut at the stage boundaries), so model parallelism combines with the data-parallel
 rules: W replicas of K stages each push to K shards, every shard seeing W pushers.
 
-Plain Python: :class:`PipelineStage` and :class:`PipelineWorker` run in this process in the
+Plain Python: :class:`PipelineStage` and the replica's lead
+(:class:`rltrain.supervised.replica.PipelineWorker`) run in this process in the
 tests, and as Ray processes in ``rltrain bench`` (:func:`rltrain.supervised.pipeline_mode.
 run_pipeline_mode` places them with
 :class:`rltrain.runtime.stages.RayStages`).
@@ -28,21 +29,20 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from rltrain.config import ConfigError
-from rltrain.faults import ProcessLost
 from rltrain.ps.server import Server
 from rltrain.records import GradUpdate, Params
 from rltrain.supervised.models import DeepLinear, Linear, SmallCNN, SmallResNet
-from rltrain.supervised.sharding import ShardSource
 from rltrain.supervised.toys import objective_loss
 from rltrain.supervised.worker import (
-    BatchPlan,
-    WorkerReport,
     WorkerSpec,
     flat_grad,
-    inputs,
     make_model,
-    targets,
 )
+
+
+class BatchLost(Exception):
+    """A stage's exchange refused: its batch is incomplete because a stage of the replica was
+    lost during it (the lead then recovers the replica, as from the loss itself)."""
 
 
 def layers(model: nn.Module) -> list[nn.Module]:
@@ -212,8 +212,17 @@ class PipelineStage:
 
     def exchange(self, worker_id: int, samples: int, timeout: float) -> tuple[int, float]:
         """Push this step's gradient slice to the shard and load what it returns: (version,
-        loss). Barrier rules wait (up to ``timeout`` s) for the shard to step past it."""
-        assert self.server is not None, "connect first"
+        loss). Barrier rules wait (up to ``timeout`` s) for the shard to step past it.
+        Refused (:class:`BatchLost`) for a batch that a lost stage left incomplete: a micro-
+        batch forward without its backward, or a restarted stage's calls before it connected
+        (on the process runtime, calls that waited for another stage's output reach the new
+        process), so that the shard never gets a part of a batch's gradient."""
+        if self.server is None:
+            raise BatchLost(f"stage {self.index}: restarted in the batch, not connected yet")
+        if self._saved:
+            raise BatchLost(
+                f"stage {self.index}: {len(self._saved)} micro-batch(es) without their backward"
+            )
         g, loss = self.grad()
         update = GradUpdate(worker_id, self.version, g, samples, {"loss": loss}, epoch=self.epoch)
         wait = self.version + 1 if self.spec.update_rule.barrier else 0
@@ -252,10 +261,11 @@ class LocalStages:
         return list(handles)
 
 
-def gpipe(stages: Stages, x: torch.Tensor, y: torch.Tensor, micro: int) -> None:
+def gpipe(stages: Stages, x: torch.Tensor, y: torch.Tensor, micro: int) -> list[Any]:
     """One minibatch through the pipeline: every micro-batch forward, then every one backward
     (GPipe's schedule). Calls are issued without waiting, so with stage processes stage s runs
-    micro-batch i while stage s+1 runs i-1; the stages then hold the minibatch's gradient."""
+    micro-batch i while stage s+1 runs i-1. Returns the last backward calls: once they are
+    done, the stages hold the minibatch's gradient (a stage's later calls run after them)."""
     # copies: a view would carry the whole batch's storage to each stage process
     xs, ys = [c.clone() for c in x.chunk(micro)], [c.clone() for c in y.chunk(micro)]
     k = stages.count
@@ -269,117 +279,4 @@ def gpipe(stages: Stages, x: torch.Tensor, y: torch.Tensor, micro: int) -> None:
         for s in reversed(range(k - 1)):
             g = stages.call(s, "backward", i, g)
         done.append(g)
-    stages.get(done)  # every backward has run
-
-
-class Schedule(Protocol):
-    """How a replica takes a minibatch through its stages: :class:`GPipe`, or
-    :class:`rltrain.supervised.synthetic.Decoupled` (synthetic gradients)."""
-
-    def step(self, stages: Stages, x: torch.Tensor, y: torch.Tensor, micro: int) -> None: ...
-
-    def finish(self, stages: Stages) -> None: ...
-
-    def counters(self, stages: Stages) -> tuple[tuple[int, int, float, float], ...]:
-        """What the schedule measured (:attr:`WorkerReport.synthetic`)."""
-
-    def reset(self) -> None:
-        """Forget the batches in flight (a stage was lost)."""
-
-
-class GPipe:
-    """:func:`gpipe` for every batch: the stages then hold the minibatch's exact gradient."""
-
-    def step(self, stages: Stages, x: torch.Tensor, y: torch.Tensor, micro: int) -> None:
-        gpipe(stages, x, y, micro)
-
-    def finish(self, stages: Stages) -> None:
-        pass
-
-    def counters(self, stages: Stages) -> tuple[tuple[int, int, float, float], ...]:
-        return ()  # every gradient is the true one
-
-    def reset(self) -> None:
-        pass  # nothing outlives a batch
-
-
-class PipelineWorker:
-    """One data-parallel replica of the pipelined model: its data shard in the order a
-    :class:`SupervisedWorker` takes it, each batch through the stages, then each stage's
-    exchange with its shard (every stage steps once per batch)."""
-
-    def __init__(
-        self,
-        spec: WorkerSpec,
-        data: ShardSource | Any,
-        stages: Stages,
-        micro: int,
-        schedule: Schedule | None = None,
-    ) -> None:
-        # (no torch thread count set: the lead does no math, and on the process runtime it
-        # is a thread of the bench's process, whose count is the bench's)
-        self.spec, self.stages, self.micro = spec, stages, micro
-        self.schedule = schedule or GPipe()
-        if isinstance(data, ShardSource):
-            data = data.load()
-        self.plan = BatchPlan(inputs(data, spec), targets(data), spec)
-
-    def run(
-        self, servers: Sequence[Server], t0: float | None = None, deadline: float | None = None
-    ) -> WorkerReport:
-        """Train until the epoch or time budget is spent; ``servers[s]``: stage s's shard.
-        (``t0``: when the mode started, as :meth:`SupervisedWorker.run` takes it.)"""
-        start = time.time()
-        spec, st = self.spec, self.stages
-        if deadline is None:
-            deadline = start + spec.max_seconds if spec.max_seconds > 0 else float("inf")
-        versions = self._recover(servers)  # (a stage lost while starting: restarted)
-        # a barrier rule takes one step per version: a restarted replica goes on from there
-        skip = min(versions) if spec.update_rule.barrier else 0
-        samples, restarts = 0, 0
-        log: list[tuple[float, int, float]] = []
-        for b in self.plan.batches(skip, lambda: deadline):
-            try:
-                self.schedule.step(st, b.x, b.y, self.micro)
-                # a barrier waits no longer than the budget (a replica that stopped never comes)
-                left = deadline - time.time() + 0.5
-                timeout = max(0.0, min(spec.rule.barrier_timeout_s, left))
-                calls = [
-                    st.call(s, "exchange", spec.worker_id, len(b.y), timeout)
-                    for s in range(st.count)
-                ]
-                done = st.get(calls)
-            except ProcessLost as e:  # a stage died: restarted, it pulls its slice again
-                if e.permanent:
-                    raise
-                restarts += 1
-                self._recover(servers)
-                continue  # the batch in flight is lost (and the gradients it owed)
-            samples += len(b.y)
-            log.append((time.time(), samples, done[-1][1]))  # the last stage has the loss
-        self.schedule.finish(st)
-        steps, end = len(log), time.time()
-        synthetic = self.schedule.counters(st)
-        return WorkerReport(
-            spec.worker_id, start, end, steps, samples, steps, tuple(log), synthetic, restarts
-        )
-
-    def _connect(self, servers: Sequence[Server]) -> list[int]:
-        st = self.stages
-        return st.get([st.call(s, "connect", srv) for s, srv in enumerate(servers)])
-
-    def _recover(self, servers: Sequence[Server], tries: int = 5) -> list[int]:
-        """At the start, and after a stage's loss: every stage forgets the batch in flight and
-        pulls its slice from its shard (a restarted one too, once its constructor has run);
-        their versions. The first call to a process that died before it may report that
-        death: tried again."""
-        st = self.stages
-        self.schedule.reset()
-        for attempt in range(tries):
-            try:
-                st.get([st.call(s, "reset") for s in range(st.count)])
-                return self._connect(servers)
-            except ProcessLost as e:
-                if e.permanent or attempt == tries - 1:
-                    raise
-        raise AssertionError("unreachable")
+    return done

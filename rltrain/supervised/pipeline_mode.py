@@ -26,13 +26,8 @@ from rltrain.supervised.modes import (
     shards,
     worker_specs,
 )
-from rltrain.supervised.pipeline import (
-    GPipe,
-    PipelineStage,
-    PipelineWorker,
-    plan_stages,
-    stage_sizes,
-)
+from rltrain.supervised.pipeline import PipelineStage, plan_stages, stage_sizes
+from rltrain.supervised.replica import GPipe, PipelineWorker
 from rltrain.supervised.synthetic import Decoupled, SyntheticStage
 from rltrain.supervised.worker import WorkerSpec
 
@@ -52,6 +47,14 @@ def stage_args(
         return (PipelineStage, spec, shape, cuts, s, link)
     conditioned, hidden = cfg.model.synthetic == "cdni", cfg.model.synthetic_hidden
     return (SyntheticStage, spec, shape, cuts, s, link, conditioned, hidden)
+
+
+def schedule(cfg: BenchConfig) -> Decoupled | GPipe:
+    """A replica's schedule: GPipe's, or synthetic gradients paid ``model.synthetic_delay``
+    batches late."""
+    if cfg.model.synthetic == "none":
+        return GPipe()
+    return Decoupled(delay=cfg.model.synthetic_delay)
 
 
 def run_pipeline_mode(
@@ -92,7 +95,7 @@ def run_pipeline_mode(
                 source,
                 runtime.stages_of(stages, link),
                 micro,
-                Decoupled() if cfg.model.synthetic != "none" else GPipe(),
+                schedule(cfg),
                 index=spec.worker_id,
             )
             procs += [*stages, lead]
@@ -121,6 +124,6 @@ def run_pipeline_mode(
     finally:
         for r in procs:
             r.kill()
-    lost = sum(r.restarts for r in reports)  # a batch in flight each
-    faults = FaultCounters(worker_restarts=lost, lost_calls=lost)
+    restarts, lost = sum(r.restarts for r in reports), sum(r.lost_batches for r in reports)
+    faults = FaultCounters(worker_restarts=restarts, lost_calls=lost)
     return finish_trace(mode, begin, snapper, reports, faults)

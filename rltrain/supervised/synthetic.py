@@ -12,13 +12,15 @@ paper's bootstrapping; the last stage sends the true loss's.
 The stages are then *update-unlocked* (the paper's term): what the rest of rltrain studies
 between workers (a gradient computed at other parameters than those it is applied to), here
 between the layers of one model. :func:`decoupled` issues each stage's calls so that no stage
-waits for a later one: stage s trains M_s on the true gradients of the previous batch, which
-the later stages made while it went on (``staleness``: its updates since the prediction).
+waits for a later one: stage s trains M_s on the true gradients of batch b - delay
+(:class:`Decoupled`), which the later stages made while it went on (``staleness``: its
+updates since the prediction).
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,7 +37,9 @@ class SyntheticGradient(nn.Module):
     predicted dL/dh [B, *shape]. For vectors a linear map (``hidden`` 0) or one hidden ReLU
     layer; for feature maps [C, H, W] the same with 5x5 convolutions that keep the map's size
     (the labels as constant extra channels), as the paper uses convolutional predictors for
-    its CNNs: a linear map of a 10k-element map would hold 10^8 weights. The output layer
+    its CNNs: a linear map of a 10k-element map would hold 10^8 weights. (3x3, the next
+    layer's reach in rltrain's CNNs and a ninth of the cost, blew the replica of
+    tests/test_synthetic.py up to non-finite updates with one hidden layer.) The output layer
     starts at zero, as in the paper, so the first updates are null, not noise."""
 
     def __init__(self, shape: Sequence[int], classes: int = 0, hidden: int = 0) -> None:
@@ -208,15 +212,16 @@ def decoupled(
     owed: Sequence[tuple[int, int, Any]],
     batch: int,
     oracle: bool = False,
-) -> list[tuple[int, int, Any]]:
+) -> tuple[list[tuple[int, int, Any]], list[Any]]:
     """One minibatch through stages that update on synthetic gradients (all but the last).
 
     Each micro-batch goes forward through every stage; the last computes the loss and its
     backward. The true gradients this makes are owed to the stages before: ``owed`` (from the
-    previous call) is paid first, so that no stage's queue holds a call that waits for a
-    later stage's work on this batch. Returns what this batch owes: (stage, micro-batch key,
-    the gradient's handle). ``oracle`` (stages built with it): each true gradient goes back
-    at once, stage by stage, as backprop (GPipe's backward); nothing is owed."""
+    an earlier call) is paid first, so that no stage's queue holds a call that waits for a
+    later stage's work on this batch. Returns what this batch owes, (stage, micro-batch key,
+    the gradient's handle) each, and the handles of the calls that paid ``owed`` (nothing
+    waits for them here). ``oracle`` (stages built with it): each true gradient goes back at
+    once, stage by stage, as backprop (GPipe's backward); nothing is owed."""
     xs, ys = [c.clone() for c in x.chunk(micro)], [c.clone() for c in y.chunk(micro)]
     k = stages.count
     done = [stages.call(s, "learn", key, g) for s, key, g in owed]
@@ -235,29 +240,43 @@ def decoupled(
         new.append((k - 2, key, g))  # the true gradient of stage k-2's output
         for s in range(k - 2):  # stage s+1's input gradient, made from its own M
             new.append((s, key, stages.call(s + 1, "input_grad", key)))
-    stages.get(done)
-    return new
+    return new, done
 
 
 class Decoupled:
-    """The :class:`~rltrain.supervised.pipeline.Schedule` of synthetic-gradient stages:
-    :func:`decoupled` batch after batch, what a batch owes paid at the next, the last batch's
-    at the end (so the counters cover every true gradient)."""
+    """The :class:`~rltrain.supervised.replica.Schedule` of synthetic-gradient stages:
+    :func:`decoupled` batch after batch, the true gradients a batch owes paid ``delay``
+    batches later (``model.synthetic_delay``), the last batches' at the end (so the counters
+    cover every true gradient).
 
-    def __init__(self, oracle: bool = False) -> None:
-        self.oracle, self.batch = oracle, 0
-        self.owed: list[tuple[int, int, Any]] = []
+    Why later than the next batch: stage s's queue runs in order, so a call that learns from
+    batch b's true gradient waits until the last stage has computed it. Paid at the next
+    batch, it holds stage 0 back to the last stage's pace every batch, with a link's round
+    trip on top: measured, that cost the decoupling all it gained. Paid ``delay`` >= 2 batches
+    later, each stage runs at its own pace, as the paper's update-unlocked stages (section
+    2); the predictors then learn from gradients ``delay`` updates stale."""
 
-    def step(self, stages: Stages, x: torch.Tensor, y: torch.Tensor, micro: int) -> None:
-        self.owed = decoupled(stages, x, y, micro, self.owed, self.batch, self.oracle)
+    def __init__(self, oracle: bool = False, delay: int = 2) -> None:
+        if delay < 1:
+            raise ValueError(f"delay={delay}: the true gradient comes one batch later at least")
+        self.oracle, self.delay, self.batch = oracle, delay, 0
+        self.ahead = delay  # the lead runs as far ahead as the payments allow
+        self.owed: deque[list[tuple[int, int, Any]]] = deque()  # per batch, oldest first
+
+    def step(self, stages: Stages, x: torch.Tensor, y: torch.Tensor, micro: int) -> list[Any]:
+        due = self.owed.popleft() if len(self.owed) >= self.delay else []
+        owes, paid = decoupled(stages, x, y, micro, due, self.batch, self.oracle)
+        self.owed.append(owes)
         self.batch += 1
+        return paid
 
     def finish(self, stages: Stages) -> None:
-        stages.get([stages.call(s, "learn", key, g) for s, key, g in self.owed])
-        self.owed = []
+        owed = [g for batch in self.owed for g in batch]
+        stages.get([stages.call(s, "learn", key, g) for s, key, g in owed])
+        self.owed.clear()
 
     def reset(self) -> None:
-        self.owed = []  # the true gradients of a lost batch: never to come
+        self.owed.clear()  # the true gradients of lost batches: never to come
 
     def counters(self, stages: Stages) -> tuple[tuple[int, int, float, float], ...]:
         """(stage, staleness, cosine, relative L2) of every true gradient each synthetic

@@ -75,7 +75,8 @@ class WorkerReport:
     synthetic: tuple[tuple[int, int, float, float], ...] = ()
     """Synthetic-gradient stages: per true gradient, in arrival order, (stage, staleness in
     the stage's updates, cosine and relative L2 error of the prediction it trained)."""
-    restarts: int = 0  # pipeline replicas: stage processes lost and restarted (a batch each)
+    restarts: int = 0  # pipeline replicas: stage processes lost and restarted
+    lost_batches: int = 0  # pipeline replicas: batches in flight when a stage was lost
 
 
 def normalize(

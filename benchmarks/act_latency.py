@@ -74,7 +74,7 @@ class ActLoop:
         self.obs, self.policy = observations(obs, batch), policy
 
     def run(self, steps: int) -> dict[str, Any]:
-        from rltrain.runtime import child
+        from rltrain.runtime.process import child
 
         counted = Counted()
         child.pickle = counted  # type: ignore[attr-defined]

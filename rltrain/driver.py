@@ -18,7 +18,7 @@ from typing import Any, Protocol
 @dataclass
 class Done:
     """A finished call, a lost process or a revived one (``Pool.wait`` of either backend:
-    ``rltrain.runtime.pool`` over Ray processes, ``rltrain.runtime.local`` over threads)."""
+    ``rltrain.runtime.ray.pool`` over Ray processes, ``rltrain.runtime.local`` over threads)."""
 
     remote: Any
     tag: Any = None  # what the driver attached when it submitted the call

@@ -1,6 +1,6 @@
 """Faults: losing processes, surviving it, and causing it on purpose.
 
-Plain Python, no Ray. :mod:`rltrain.runtime` turns Ray's errors into :class:`ProcessLost` and
+Plain Python, no Ray. :mod:`rltrain.runtime.ray` turns Ray's errors into :class:`ProcessLost` and
 :class:`PeerLost` (:mod:`rltrain.runtime.process`, a dead child into :class:`ProcessLost`);
 the drivers (``rl/train.py``, ``supervised/bench.py``) count them in
 :class:`FaultCounters`, and :class:`FaultSchedule` fires the configured ``faults.events`` (kills

@@ -27,11 +27,11 @@ def check_address(address: str | None) -> None:
     """
     if address is None:
         return
-    from rltrain import runtime
+    from rltrain.runtime import ray as ray_runtime
 
     if address != "auto":
         _check_address_form(address)
-        runtime.check_address(address)
+        ray_runtime.check_address(address)
         return
     found, source = _auto_address()
     if found is None:
@@ -42,7 +42,7 @@ def check_address(address: str | None) -> None:
         )
     try:
         _check_address_form(found)
-        runtime.check_address(found)
+        ray_runtime.check_address(found)
     except RLTrainError as e:
         raise UserError(f"--address auto: {source} names {found}: {e}") from None
 
@@ -139,7 +139,7 @@ def start_forkserver_early(cfg: Any) -> None:
     from rltrain.runtime.config import chosen_backend
 
     if chosen_backend(cfg.runtime)[0] == "process":
-        from rltrain.runtime.forkstart import context
+        from rltrain.runtime.process.forkstart import context
 
         context()
 
@@ -154,9 +154,10 @@ def start_ray_then_probe(cfg: Any) -> tuple[Any, tuple[str, float]]:
     saved nothing, the two contend for this process's interpreter lock.) A probe that fails
     shuts Ray down again and raises its one-line error.
     """
-    from rltrain import runtime, signals
+    from rltrain import signals
+    from rltrain.runtime import ray as ray_runtime
 
-    where = runtime.start(cfg.runtime)
+    where = ray_runtime.start(cfg.runtime)
     up = time.time()
     signals.install()  # again: ray.init replaces the SIGTERM handler
     try:
@@ -164,7 +165,7 @@ def start_ray_then_probe(cfg: Any) -> tuple[Any, tuple[str, float]]:
 
         return probe_env(cfg), (where, up)
     except BaseException:
-        runtime.shutdown()
+        ray_runtime.shutdown()
         raise
 
 
@@ -381,9 +382,9 @@ def _prepare(
         if created is not None and _user_error(e):
             remove_new_run_dir(out, created)
         if ray_up is not None:
-            from rltrain import runtime
+            from rltrain.runtime import ray as ray_runtime
 
-            runtime.shutdown()
+            ray_runtime.shutdown()
         raise
     print(f"rltrain train: {cfg.algo.name} on {cfg.env.id}; writing {trainer.run_dir}")
     return trainer, created

@@ -89,7 +89,7 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
 def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
     """Ray must not start: the Ray runtime's start-up raises if anything reaches it (the
     thread and process runtimes never import it)."""
-    from rltrain import runtime
+    from rltrain.runtime import ray as runtime
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a run without Ray started Ray")

@@ -99,7 +99,7 @@ def build_template(root: Path) -> Path:
 def ws(template: Path, tmp_path: Path, tiny_root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The working folder of one case: the template's files, the tiny data, cwd set here,
     no Ray cluster to be found, and Ray never started."""
-    from rltrain import runtime
+    from rltrain.runtime import ray as runtime
 
     shutil.copytree(template, tmp_path, dirs_exist_ok=True)
     monkeypatch.chdir(tmp_path)
@@ -451,7 +451,7 @@ def test_an_env_refused_by_the_probe_shuts_ray_down_again(
 ) -> None:
     """A registered id starts Ray beside the env probe; what only the probe can see (dqn on a
     Box action space) is still one line, with Ray shut down again and nothing written."""
-    from rltrain import runtime
+    from rltrain.runtime import ray as runtime
 
     calls: list[str] = []
     monkeypatch.setattr(runtime, "start", lambda *a, **k: calls.append("init") or "stub")

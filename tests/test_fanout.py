@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rltrain import runtime
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.server import LocalServer
 from rltrain.records import GradUpdate
+from rltrain.runtime import ray as runtime
 from rltrain.runtime.config import RuntimeConfig
 
 P = 1000  # in-process tests: any size

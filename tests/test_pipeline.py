@@ -286,7 +286,7 @@ def test_future_stages_relay_results_in_each_stages_order_over_a_slow_link() -> 
     import threading
 
     from rltrain.runtime.local import Remote as ThreadRemote
-    from rltrain.runtime.process_stages import FutureStages
+    from rltrain.runtime.process.stages import FutureStages
 
     class Log:
         def __init__(self) -> None:
@@ -322,7 +322,7 @@ def test_a_slow_link_keeps_one_timer_a_stage() -> None:
     import threading
     import time
 
-    from rltrain.runtime.process_stages import FutureStages
+    from rltrain.runtime.process.stages import FutureStages
 
     class Echo:
         def call(self, method: str, *args: object) -> cf.Future:

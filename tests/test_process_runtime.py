@@ -16,7 +16,7 @@ from conftest import read_summary
 from rltrain.cli import main
 from rltrain.faults import ProcessLost
 from rltrain.runtime import local, process
-from rltrain.runtime.shm import Inbox, Outbox, SlotRef, SmallTensor, shm_note
+from rltrain.runtime.process.shm import Inbox, Outbox, SlotRef, SmallTensor, shm_note
 
 ROOT = Path(__file__).resolve().parents[1]
 CFG = ROOT / "configs"

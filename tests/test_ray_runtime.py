@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from rltrain import runtime
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.records import GradUpdate
+from rltrain.runtime import ray as runtime
 from rltrain.runtime.config import RuntimeConfig
 
 pytestmark = pytest.mark.slow
@@ -131,7 +131,7 @@ def test_ray_sync_barrier_across_actors(ray_local: None) -> None:
 def test_a_constructor_error_is_named_by_its_own_line() -> None:
     """Ray reports a process whose constructor raised as a dead actor, its message ending with
     the exception's line: the run names that error (an env's, in one line), not "died"."""
-    from rltrain.runtime.errors import creation_error
+    from rltrain.runtime.ray.errors import creation_error
 
     text = (
         "The actor died because of an error raised in its creation task, "

@@ -1,5 +1,6 @@
-"""The runtime contract (rltrain.runtime.contract): Ray's runtime, the process runtime and the
-thread runtime have the same names, with the same parameters, as the trainer uses them."""
+"""The runtime contract (rltrain.runtime.contract): every registered runtime (Ray's, the process
+runtime, the thread runtime, and one a user adds) has the same names, with the same
+parameters, as the trainer uses them."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ from typing import Any
 
 import pytest
 
+from rltrain import runtime
+from rltrain.config import ConfigError, from_dict
 from rltrain.runtime import contract
+from rltrain.runtime.config import RuntimeConfig
+from rltrain.runtime.registry import RuntimeEntry, runtime_entry
 
-RUNTIMES = ["rltrain.runtime", "rltrain.runtime.process", "rltrain.runtime.local"]
+RUNTIMES = [runtime_entry(name).module for name in runtime.runtime_names()]
 
 
 def protocol_members(proto: type) -> dict[str, Any]:
@@ -84,3 +89,32 @@ def test_instances_carry_the_attributes_the_driver_reads() -> None:
         finally:
             r.kill()
     process.shutdown()
+
+
+def test_the_built_in_runtimes_are_registered() -> None:
+    assert set(RUNTIMES) >= {
+        "rltrain.runtime.ray",
+        "rltrain.runtime.process",
+        "rltrain.runtime.local",
+    }
+
+
+def test_a_runtime_is_one_package_plus_its_registration() -> None:
+    """A user's runtime (here the thread runtime under another name): registered, it is a value
+    of runtime.backend, backend() returns its module, and the contract's checks accept it;
+    unregistered, the name is refused in one line naming the others."""
+    mine = RuntimeEntry("mythreads", "rltrain.runtime.local", "a user's runtime")
+    runtime.register_runtime(mine)
+    try:
+        cfg = from_dict(RuntimeConfig, {"backend": "mythreads"})
+        rt = runtime.backend(cfg)
+        assert rt is importlib.import_module("rltrain.runtime.local")
+        test_each_runtime_module_has_every_member_of_the_contract(mine.module)
+        with pytest.raises(ValueError, match="registered already"):
+            runtime.register_runtime(RuntimeEntry("mythreads", "elsewhere", "another"))
+    finally:
+        runtime.unregister_runtime("mythreads")
+    with pytest.raises(ConfigError, match="backend='mythreads': allowed values are auto, process"):
+        from_dict(RuntimeConfig, {"backend": "mythreads"})
+    with pytest.raises(ValueError, match="built in"):
+        runtime.unregister_runtime("process")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from rltrain import runtime
 from rltrain.config import ConfigError, load_config
 from rltrain.rl.config import AlgoConfig, StopConfig, TrainConfig
 from rltrain.rl.plans import RolloutCap
 from rltrain.rl.sizing import describe_sizes, gpu_learners, sized
+from rltrain.runtime import ray as runtime
 from rltrain.runtime.config import RuntimeConfig
 
 
@@ -78,7 +78,7 @@ def test_processes_are_fitted_node_by_node() -> None:
     """Ray places a process whole on one node: three 1-CPU workers on two 1-CPU nodes take
     0.5 CPU each (a share of the total, 2/3, fits one per node and leaves the third waiting
     for a node forever)."""
-    from rltrain.runtime.startup import packs
+    from rltrain.runtime.ray.startup import packs
 
     assert packs([0.5, 0.5, 0.5], [1.0, 1.0]) and not packs([0.67] * 3, [1.0, 1.0])
     fit = runtime.fit_cpus

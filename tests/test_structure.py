@@ -158,7 +158,7 @@ def test_no_module_imports_from_a_layer_above_its_own() -> None:
 def test_the_walker_sees_a_cycle_and_a_back_arrow() -> None:
     """The checks themselves: a made-up graph with a cycle is caught, and so is an arrow up."""
     assert cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
-    assert layer_of("rltrain.ps.shard")[0] < layer_of("rltrain.runtime.wire")[0]
+    assert layer_of("rltrain.ps.shard")[0] < layer_of("rltrain.runtime.ray.wire")[0]
     assert layer_of("rltrain.records") == (0, "rltrain")
 
 

@@ -1,7 +1,7 @@
 """One parameter-server shard: a slice of the flat parameters, its optimizer and update rule.
 
 A plain, thread-safe Python class. The Ray runtime wraps it as a threaded Ray process
-(``rltrain.runtime``); tests drive it in one process. A shard beside a GPU learner lives on
+(``rltrain.runtime.ray``); tests drive it in one process. A shard beside a GPU learner lives on
 that GPU (``device``): its parameters, optimizer state and barrier sums stay there, so the
 learner's push is a device-side optimizer step and its pull a device-side copy; updates from
 elsewhere are moved there on arrival, and checkpoints hold CPU tensors.

@@ -35,7 +35,7 @@ from rltrain.rl.plan_base import RLPlan
 from rltrain.rl.rollout import ObsSlots, Rollout, WorkStats
 from rltrain.rl.setup import EnvSpec
 from rltrain.rl.worker import Worker
-from rltrain.runtime.shm import shm_free
+from rltrain.runtime.process.shm import shm_free
 
 WORK_CHUNK = 5  # rollouts per a3c/a2c call: long enough to amortise the call, short to steer
 

@@ -5,15 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rltrain.config import spec
+from rltrain.runtime.registry import runtime_names
 
-BACKENDS = ("auto", "process", "ray", "local")
+
+def backends() -> tuple[str, ...]:
+    """``runtime.backend``'s values: auto and the registered runtimes."""
+    return ("auto", *runtime_names())
 
 
 @dataclass(frozen=True)
 class RuntimeConfig:
-    """Ray and process placement (docs/architecture.md, "Where Ray is")."""
+    """Ray and process placement (docs/architecture.md, "Runtimes")."""
 
-    backend: str = field(default="auto", metadata=spec(choices=BACKENDS))
+    backend: str = field(default="auto", metadata=spec(choices=backends))
     """auto: process on one machine, ray with an address (--address). process: actors and
     workers are OS processes of this machine (a forkserver; tensors through shared memory);
     the one learner of impala/appo is a process that holds the server's shards, several
@@ -22,7 +26,8 @@ class RuntimeConfig:
     or a cluster with --address). local (`rltrain train` only): threads of the one `rltrain`
     process: no processes at all, for debugging with breakpoints (Sample Factory's serial
     mode); Python runs one thread at a time, so it uses about one core; no fault injection
-    or restarts."""
+    or restarts. Or the name of a runtime registered with
+    rltrain.runtime.register_runtime, in a module of env.imports."""
     address: str | None = None
     """Ray cluster to join: null runs on this machine (the process runtime under backend auto,
     a local Ray instance under backend ray); 'auto' joins the cluster started on this machine

@@ -1,11 +1,12 @@
 """The runtime contract: what the trainer, the plans and the bench ask of a runtime.
 
-Three modules satisfy it: :mod:`rltrain.runtime` (Ray processes, a cluster or one machine),
+Every registered runtime satisfies it (:mod:`rltrain.runtime.registry`): the built-ins are
+:mod:`rltrain.runtime.ray` (Ray processes, a cluster or one machine),
 :mod:`rltrain.runtime.process` (OS processes of one machine) and :mod:`rltrain.runtime.local`
 (threads of one process). :func:`rltrain.runtime.backend` returns one of them; callers hold it
-as a :class:`Runtime`. ``tests/test_runtime_contract.py`` checks each module against these
-Protocols, names and signatures, so a member added to one runtime and not the others fails
-there, not in a user's run.
+as a :class:`Runtime`. ``tests/test_runtime_contract.py`` checks each registered runtime
+against these Protocols, names and signatures, so a member added to one runtime and not the
+others fails there, not in a user's run.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The shard guard: watch the server's shards and restore them all when one is lost.
 
 Imports neither Ray nor multiprocessing: the server it watches says how to ask its shards
-(:class:`Watched`: Ray's shards, :class:`rltrain.runtime.wire.RayServer`; the process
+(:class:`Watched`: Ray's shards, :class:`rltrain.runtime.ray.wire.RayServer`; the process
 runtime's shards in their learner's process, :class:`rltrain.runtime.process.HostedServer`).
 """
 

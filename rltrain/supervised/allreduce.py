@@ -114,12 +114,12 @@ class _Snaps:
 
 def run_allreduce_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -> ModeTrace:
     """Workers as Ray processes in one gloo process group; no server."""
-    from rltrain import runtime  # Ray stays at the edge: imported only when used
+    from rltrain.runtime import ray as ray_runtime  # imported only when used
 
     begin = time.time()
     specs = worker_specs(cfg, "allreduce", data, cfg.workers)
     workers = [
-        runtime.Remote(
+        ray_runtime.Remote(
             AllreduceWorker,
             s,
             d,
@@ -133,7 +133,7 @@ def run_allreduce_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress)
         for w in workers:  # constructors (data loading) are start-up, not training time
             w.pid()
         # rank 0's node serves the rendezvous, at the address Ray's nodes reach each other by
-        address = (workers[0].node_ip(), runtime.result(workers[0].call("port")))
+        address = (workers[0].node_ip(), ray_runtime.result(workers[0].call("port")))
         t0 = time.time()
         budget = cfg.budget.max_seconds
         deadline = t0 + budget if budget else None
@@ -143,7 +143,7 @@ def run_allreduce_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress)
             for i, w in enumerate(workers)
         ]
         try:
-            out = [runtime.result(c) for c in calls]
+            out = [ray_runtime.result(c) for c in calls]
         except Exception as e:  # a lost peer: the collective fails (or times out) everywhere
             why = (str(e).strip().splitlines() or [type(e).__name__])[0]
             raise RunFailed(f"allreduce: {why} (all-reduce has no fault tolerance)") from None

@@ -14,7 +14,7 @@ Plain Python: :class:`PipelineStage` and the replica's lead
 (:class:`rltrain.supervised.replica.PipelineWorker`) run in this process in the
 tests, and as Ray processes in ``rltrain bench`` (:func:`rltrain.supervised.pipeline_mode.
 run_pipeline_mode` places them with
-:class:`rltrain.runtime.stages.RayStages`).
+:class:`rltrain.runtime.ray.stages.RayStages`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 lead and K stage processes, over a server whose shards are cut at the stage boundaries. On
 Ray the lead is a process of its own and Ray passes activations and gradients between the
 stages; on the process runtime the lead is a thread of the bench's process, which relays them
-(:mod:`rltrain.runtime.process_stages`). The stages are
+(:mod:`rltrain.runtime.process.stages`). The stages are
 :class:`~rltrain.supervised.pipeline.PipelineStage` (GPipe's exact backward) or, with
 ``model.synthetic``, :class:`~rltrain.supervised.synthetic.SyntheticStage` before the last
 (synthetic gradients)."""

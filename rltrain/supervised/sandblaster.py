@@ -307,18 +307,18 @@ class _View:
 def run_sandblaster_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -> ModeTrace:
     """Mode ``sandblaster``: shards and workers as Ray processes, the coordinator here. Every
     worker loads the whole training set, since any worker may be handed any portion."""
-    from rltrain import runtime  # Ray stays at the edge: imported only when used
+    from rltrain.runtime import ray as ray_runtime  # imported only when used
 
     begin = time.time()
     specs = worker_specs(cfg, "sandblaster", data, cfg.workers)
     sources = [ShardSource(cfg.data, 1, 0, cfg.seed) for _ in specs]
     rt = cfg.runtime
-    store, shard_procs = runtime.start_store(
+    store, shard_procs = ray_runtime.start_store(
         initial_params(cfg, data), cfg.server.shards, rt.server_cpus
     )
     executor = None
     try:
-        executor = runtime.RayExecutor(SandblasterWorker, specs, sources, store, rt.worker_cpus)
+        executor = ray_runtime.RayExecutor(SandblasterWorker, specs, sources, store, rt.worker_cpus)
         t0 = time.time()
         executor.start(t0)  # constructors (data loading) are start-up, not training time
         c = Sandblaster(

@@ -1,5 +1,5 @@
 """A replica's pipeline stages as processes of this machine (:mod:`rltrain.supervised.pipeline`
-on the process runtime); :mod:`rltrain.runtime.stages` is the same on Ray.
+on the process runtime); :mod:`rltrain.runtime.ray.stages` is the same on Ray.
 
 On Ray a call's arguments may be the futures of other calls, and Ray hands each result from
 stage to stage. Here the replica's lead is a thread of the bench's process (it only cuts

@@ -22,8 +22,8 @@ from rltrain.ps.server import ShardedServer, ShardLayout
 from rltrain.ps.shard import ParameterShard
 from rltrain.records import GradUpdate, Params, PushResult
 from rltrain.runtime.config import RuntimeConfig
-from rltrain.runtime.errors import result
-from rltrain.runtime.remote import Remote
+from rltrain.runtime.ray.errors import result
+from rltrain.runtime.ray.remote import Remote
 
 FANOUT_MIN_BYTES = 1 << 20
 """Below this a pulled slice travels inline: measured on CartPole's 72 KB network, the object

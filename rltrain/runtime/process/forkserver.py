@@ -18,8 +18,8 @@ from typing import Any
 
 from rltrain.ps.server import ShardedServer
 from rltrain.replay.local import LocalReplay
-from rltrain.runtime import child
-from rltrain.runtime.forkstart import PRELOAD, context
+from rltrain.runtime.process import child
+from rltrain.runtime.process.forkstart import PRELOAD, context
 
 __all__ = ["PRELOAD", "context", "no_main", "serve", "service_names"]
 

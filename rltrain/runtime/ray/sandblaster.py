@@ -12,9 +12,9 @@ import ray
 import torch
 
 from rltrain.ps.lbfgs import LbfgsShard, split_sizes
-from rltrain.runtime.errors import result
-from rltrain.runtime.pool import wait_any
-from rltrain.runtime.remote import Remote
+from rltrain.runtime.ray.errors import result
+from rltrain.runtime.ray.pool import wait_any
+from rltrain.runtime.ray.remote import Remote
 
 
 class RayStore:

@@ -11,8 +11,8 @@ from ray.exceptions import ActorDiedError, RayActorError
 
 from rltrain.driver import Done
 from rltrain.faults import PeerLost, ProcessLost
-from rltrain.runtime.errors import creation_error, first_line, result
-from rltrain.runtime.remote import Remote
+from rltrain.runtime.ray.errors import creation_error, first_line, result
+from rltrain.runtime.ray.remote import Remote
 
 __all__ = ["Done", "Pool", "get", "kill", "wait_all", "wait_any"]
 

@@ -35,7 +35,7 @@ from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.server import LocalServer
 from rltrain.records import Role
 from rltrain.runtime.config import RuntimeConfig
-from rltrain.runtime.policy import respond
+from rltrain.runtime.fault_policy import respond
 from rltrain.runtime.titles import set_thread_name
 
 __all__ = ["Done", "respond"]  # the contract's names that live elsewhere

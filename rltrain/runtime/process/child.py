@@ -6,7 +6,7 @@ runs the calls the driver sends, one at a time and in order, as a Ray actor of c
 1 does. The parameter server and the replay memory stay in the trainer's process: an
 argument that names one (:class:`ServiceRef`) becomes a proxy here, whose every method is a
 request over the child's service pipe. Tensors cross both pipes through reused shared-memory
-slots (:mod:`rltrain.runtime.shm`).
+slots (:mod:`rltrain.runtime.process.shm`).
 
 Imported by the forkserver before it forks the children, so each child starts with torch,
 the envs and the algorithms already imported.
@@ -30,7 +30,7 @@ from typing import Any
 
 from rltrain import extensions
 from rltrain.records import GradUpdate, Params, PushResult, ServerStats
-from rltrain.runtime.shm import Inbox, Outbox
+from rltrain.runtime.process.shm import Inbox, Outbox
 from rltrain.runtime.titles import set_title
 
 

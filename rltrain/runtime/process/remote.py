@@ -1,19 +1,6 @@
-"""The process runtime (``runtime.backend: process``, what ``auto`` picks on one machine).
-
-Actors, workers, the policy worker, the evaluator and the one learner of impala and appo run
-as OS processes, forked by a forkserver that has imported torch, the envs and the algorithms
-once. The shards live in that learner's process (:mod:`rltrain.runtime.hosted`); otherwise
-(several learners, dqn's) the shards, the replay and the learners (as threads,
-:mod:`rltrain.runtime.local`) stay in the trainer's. Sample Factory's layout for one machine
-(Petrenko et al. 2020). Calls, results and server requests are pickled small over two pipes
-per child; their tensors go through reused shared-memory slots (:mod:`rltrain.runtime.shm`).
-
-Faults are those of Ray's runtime, with the same counters and messages: a dead child is
-restarted with its constructor's arguments (``faults.max_restarts``), its call in flight
-fails with :class:`~rltrain.faults.ProcessLost`, and the pool reports it back once it is up;
-``faults.events`` kill and pause the children. A fault aimed at a learner thread, or at a
-shard of the trainer's, is skipped and said so. Imports neither Ray nor what starts it.
-"""
+"""The process runtime's names, on the trainer's side (the package :mod:`rltrain.runtime.process`
+says what the runtime is): a child process as a :class:`Remote`, its calls in a pool, and the
+runtime's start, sizing and shutdown."""
 
 from __future__ import annotations
 
@@ -30,16 +17,17 @@ from rltrain import extensions
 from rltrain.driver import Done
 from rltrain.faults import FaultAction, ProcessLost, pause
 from rltrain.records import Role
-from rltrain.runtime import child, local
+from rltrain.runtime import local
 from rltrain.runtime.config import RuntimeConfig
-from rltrain.runtime.forkserver import context, no_main, serve, service_names
-from rltrain.runtime.hosted import HostedServer, ServerGuard, start_server
+from rltrain.runtime.fault_policy import respond
 from rltrain.runtime.local import Pool, cluster_gpus, start_replay
 from rltrain.runtime.local import Remote as ThreadRemote
-from rltrain.runtime.policy import respond
-from rltrain.runtime.process_faults import inject
-from rltrain.runtime.process_stages import stage_lead, stage_link, stages_of
-from rltrain.runtime.shm import shm_note
+from rltrain.runtime.process import child
+from rltrain.runtime.process.faults import inject
+from rltrain.runtime.process.forkserver import context, no_main, serve, service_names
+from rltrain.runtime.process.hosted import HostedServer, ServerGuard, start_server
+from rltrain.runtime.process.shm import shm_note
+from rltrain.runtime.process.stages import stage_lead, stage_link, stages_of
 
 __all__ = [
     "Done",

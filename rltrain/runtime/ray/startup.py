@@ -18,9 +18,9 @@ from ray import cloudpickle
 from rltrain import extensions
 from rltrain.extensions import installed
 from rltrain.runtime.config import RuntimeConfig
-from rltrain.runtime.errors import RayStartError
+from rltrain.runtime.ray.errors import RayStartError
 
-PRELOAD = "rltrain.runtime.wire"
+PRELOAD = "rltrain.runtime.ray.wire"
 """What Ray's worker processes import as they start, before any class is placed on them
 (torch, numpy and the parameter server)."""
 

@@ -1,13 +1,13 @@
 """A replica's pipeline stages as Ray processes (:mod:`rltrain.supervised.pipeline`);
-:mod:`rltrain.runtime.process_stages` is the same on the process runtime."""
+:mod:`rltrain.runtime.process.stages` is the same on the process runtime."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from rltrain.runtime.errors import result
-from rltrain.runtime.remote import Remote
+from rltrain.runtime.ray.errors import result
+from rltrain.runtime.ray.remote import Remote
 
 
 class RayStages:

@@ -12,8 +12,8 @@ from ray.exceptions import RayActorError
 
 from rltrain.faults import FaultAction, pause
 from rltrain.records import Role
-from rltrain.runtime.errors import first_line
-from rltrain.runtime.startup import free_cpus, node_cpus
+from rltrain.runtime.ray.errors import first_line
+from rltrain.runtime.ray.startup import free_cpus, node_cpus
 
 
 def is_ray_worker(pid: int) -> bool:

@@ -7,7 +7,7 @@ sends the slot's number; the receiving :class:`Inbox` copies the values out and 
 slot, so the next message reuses it. A slot is an anonymous shared file (``memfd_create``;
 an unlinked temporary file where there is none), mapped by both sides: its file descriptor
 crosses the pipe once, beside the message that first uses it (``SCM_RIGHTS``, see
-:class:`rltrain.runtime.child.Channel`), and a process that dies leaves nothing behind. A
+:class:`rltrain.runtime.process.child.Channel`), and a process that dies leaves nothing behind. A
 run's steady state allocates nothing and pickles only the small fields (Sample Factory's
 preallocated trajectory buffers, Petrenko et al. 2020, without their fixed layout: the
 slots follow whatever the messages hold).

@@ -14,7 +14,7 @@ from multiprocessing import forkserver
 from typing import Any
 
 PRELOAD = [
-    "rltrain.runtime.child",
+    "rltrain.runtime.process.child",
     "rltrain.rl.actor",
     "rltrain.rl.worker",
     "rltrain.rl.dqn",

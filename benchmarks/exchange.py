@@ -42,7 +42,7 @@ from rltrain.ps.optim import make_optimizer
 from rltrain.ps.server import LocalServer
 from rltrain.records import GradUpdate
 from rltrain.rl.actor import load_params, policy_builder
-from rltrain.rl.config import TrainConfig, server_rule
+from rltrain.rl.config import TrainConfig, server_settings
 from rltrain.rl.setup import probe_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +71,7 @@ def cases(cfg: TrainConfig, device: torch.device) -> tuple[int, dict[str, Callab
     model.to(device)
     init = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     grads = [torch.randn(init.numel(), device=device) * 1e-3 for _ in range(8)]
-    rule = dataclasses.replace(server_rule(cfg), shards=1)
+    settings = dataclasses.replace(server_settings(cfg), shards=1)
 
     flat = torch.nn.Parameter(init.clone())
     opt = make_optimizer([flat], cfg.optimizer)
@@ -80,7 +80,7 @@ def cases(cfg: TrainConfig, device: torch.device) -> tuple[int, dict[str, Callab
         flat.grad = grads[i % 8]
         opt.step()
 
-    servers = {d: LocalServer(init, cfg.optimizer, rule, 1, device=d) for d in (device, "cpu")}
+    servers = {d: LocalServer(init, cfg.optimizer, settings, 1, device=d) for d in (device, "cpu")}
     versions = {d: 0 for d in servers}
 
     def push_with(finite: bool) -> Callable[[int], None]:

@@ -51,7 +51,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from rltrain.config import load_config
 from rltrain.ps.server import LocalServer
 from rltrain.rl.actor import policy_builder
-from rltrain.rl.config import TrainConfig, server_rule
+from rltrain.rl.config import TrainConfig, server_settings
 from rltrain.rl.learner import Learner, loss_spec
 from rltrain.rl.losses import actor_critic_loss
 from rltrain.rl.models import ActorCritic, flat_params, to_device, train_layout
@@ -147,8 +147,8 @@ def learner_path(cfg: TrainConfig, kind: str, device: torch.device) -> Callable[
     """``Learner.learn`` with a shard beside it on ``device``; returns updates per call."""
     learner = Learner(cfg, OBS, ACTIONS, gpu=device.type == "cuda", threads=1)
     learner.model = model_for(cfg, kind, device)
-    rule = dataclasses.replace(server_rule(cfg), shards=1)
-    server = LocalServer(flat_params(learner.model), cfg.optimizer, rule, 1, device=device)
+    settings = dataclasses.replace(server_settings(cfg), shards=1)
+    server = LocalServer(flat_params(learner.model), cfg.optimizer, settings, 1, device=device)
 
     def learn(r: Rollout) -> int:
         return learner.learn(server, 0.0, r).updates

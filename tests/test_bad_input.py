@@ -33,14 +33,14 @@ def write_run(run: Path, hidden: int = 64) -> None:
     from rltrain.checkpoint import save_checkpoint
     from rltrain.config import load_config, to_dict
     from rltrain.ps.server import make_shards
-    from rltrain.rl.config import TrainConfig, server_rule
+    from rltrain.rl.config import TrainConfig, server_settings
     from rltrain.rl.setup import Counters, initial_params, probe_env
     from rltrain.rundir import write_config
 
     run.mkdir(parents=True)
     cfg = load_config(TrainConfig, CARTPOLE)
     _, shards = make_shards(
-        initial_params(cfg, probe_env(cfg)), cfg.optimizer, server_rule(cfg), cfg.actors
+        initial_params(cfg, probe_env(cfg)), cfg.optimizer, server_settings(cfg), cfg.actors
     )
     state = {
         "shards": [s.state_dict() for s in shards],

@@ -87,7 +87,7 @@ def test_async_sgd_learns_through_every_compression(kind: str) -> None:
     data = load_data(cfg.data)
     spec = worker_specs(cfg, "async", data, 1)[0]
     start = initial_params(cfg, data)
-    server = LocalServer(start, cfg.optimizer, spec.rule, 1)
+    server = LocalServer(start, cfg.optimizer, spec.server, 1)
     SupervisedWorker(spec, data.train).run(server)
     dist = relative_distance(server.pull().values, data.optimum, start)
     assert dist < 0.02, (kind, dist)

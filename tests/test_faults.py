@@ -194,7 +194,7 @@ def test_a_barrier_call_rolled_back_by_a_restore_ends_with_the_restarted_calls()
     its call (aiming at 8) must end at 4 too, or it would wait at the barrier for them."""
     from rltrain.config import load_config
     from rltrain.ps.server import LocalServer
-    from rltrain.rl.config import TrainConfig, server_rule
+    from rltrain.rl.config import TrainConfig, server_settings
     from rltrain.rl.setup import initial_params, probe_env
     from rltrain.rl.worker import Worker
 
@@ -202,7 +202,9 @@ def test_a_barrier_call_rolled_back_by_a_restore_ends_with_the_restarted_calls()
     cfg = load_config(
         TrainConfig, root / "configs" / "cartpole_a3c.yaml", ["algo.name=a2c", "actors=1"]
     )
-    server = LocalServer(initial_params(cfg, probe_env(cfg)), cfg.optimizer, server_rule(cfg), 1)
+    server = LocalServer(
+        initial_params(cfg, probe_env(cfg)), cfg.optimizer, server_settings(cfg), 1
+    )
     saved: list = []
 
     class Restoring:  # the shard guard's restore, from the point saved at version 1

@@ -17,7 +17,7 @@ from rltrain.cli import main
 from rltrain.config import ConfigError, load_config
 from rltrain.ps.server import LocalServer
 from rltrain.records import GradUpdate
-from rltrain.rl.config import TrainConfig, server_rule
+from rltrain.rl.config import TrainConfig, server_settings
 from rltrain.rl.inference import ActSlots, PolicyWorker
 from rltrain.rl.setup import inference_device, initial_params, probe_env
 
@@ -31,7 +31,7 @@ class Running:
         cfg = load_config(TrainConfig, CFG / "cartpole_appo.yaml")
         spec = probe_env(cfg)
         self.cfg = cfg
-        self.server = LocalServer(initial_params(cfg, spec), cfg.optimizer, server_rule(cfg), 1)
+        self.server = LocalServer(initial_params(cfg, spec), cfg.optimizer, server_settings(cfg), 1)
         self.slots = ActSlots(
             actors, rows, spec.obs_shape, torch.float32, spec.actions, threading.Semaphore
         )

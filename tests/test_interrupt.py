@@ -156,7 +156,7 @@ def test_a_resumed_session_draws_new_seeds_and_keeps_the_runs(tmp_path: Path) ->
     from rltrain.checkpoint import save_checkpoint
     from rltrain.config import load_config, to_dict
     from rltrain.ps.server import make_shards
-    from rltrain.rl.config import TrainConfig, server_rule
+    from rltrain.rl.config import TrainConfig, server_settings
     from rltrain.rl.setup import Counters, initial_params, probe_env
     from rltrain.rl.train import Trainer
     from rltrain.rundir import write_config
@@ -165,7 +165,7 @@ def test_a_resumed_session_draws_new_seeds_and_keeps_the_runs(tmp_path: Path) ->
     run.mkdir()
     cfg = load_config(TrainConfig, ROOT / "configs" / "cartpole_a3c.yaml")
     spec = probe_env(cfg)
-    _, shards = make_shards(initial_params(cfg, spec), cfg.optimizer, server_rule(cfg), 2)
+    _, shards = make_shards(initial_params(cfg, spec), cfg.optimizer, server_settings(cfg), 2)
     counters = dataclasses.asdict(Counters(env_steps=5000))
     state = {"shards": [s.state_dict() for s in shards], "counters": counters}
     save_checkpoint(run, 7, {**state, "config": to_dict(cfg)}, keep=1)

@@ -34,7 +34,7 @@ from tests.conftest import tiny_dataset
 def spec_for(model: str, classes: int = 10, **kw: object) -> WorkerSpec:
     base = WorkerSpec(
         worker_id=0,
-        rule=ServerConfig(rule="sync"),
+        server=ServerConfig(rule="sync"),
         optimizer=OptimizerConfig(name="sgd", lr=0.1),
         model=model,
         num_classes=classes,

@@ -217,12 +217,14 @@ def test_100_rollouts_of_a_real_actor_process_reuse_the_same_shared_memory() -> 
     and its pulls through the same parameter slot."""
     from rltrain.config import load_config
     from rltrain.rl.actor import Actor
-    from rltrain.rl.config import TrainConfig, server_rule
+    from rltrain.rl.config import TrainConfig, server_settings
     from rltrain.rl.setup import initial_params, probe_env
     from rltrain.runtime.local import start_server
 
     cfg = load_config(TrainConfig, str(CFG / "cartpole_appo.yaml"), ["env.num_envs=16"])
-    server = start_server(initial_params(cfg, probe_env(cfg)), cfg.optimizer, server_rule(cfg), 1)
+    server = start_server(
+        initial_params(cfg, probe_env(cfg)), cfg.optimizer, server_settings(cfg), 1
+    )
     r = process.Remote(Actor, cfg, 0)
     try:
         first = r.call("collect", server).result(timeout=120)

@@ -26,7 +26,7 @@ def write_run(run: Path, config: str = A3C, overrides: tuple[str, ...] = ()) -> 
     from rltrain.checkpoint import save_checkpoint
     from rltrain.config import load_config, to_dict
     from rltrain.ps.server import make_shards
-    from rltrain.rl.config import TrainConfig, server_rule
+    from rltrain.rl.config import TrainConfig, server_settings
     from rltrain.rl.inputs import resolve_obs_norm
     from rltrain.rl.setup import Counters, initial_params, probe_env
     from rltrain.rundir import write_config
@@ -36,7 +36,7 @@ def write_run(run: Path, config: str = A3C, overrides: tuple[str, ...] = ()) -> 
     spec = probe_env(cfg)
     cfg = resolve_obs_norm(cfg, spec.obs_shape, spec.one_hot)
     params = initial_params(cfg, spec)
-    _, shards = make_shards(params, cfg.optimizer, server_rule(cfg), 2)
+    _, shards = make_shards(params, cfg.optimizer, server_settings(cfg), 2)
     state = {
         "shards": [s.state_dict() for s in shards],
         "counters": dataclasses.asdict(Counters()),

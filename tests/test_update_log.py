@@ -89,7 +89,7 @@ def run_in_threads(cfg: BenchConfig, mode: str, in_turn: bool) -> tuple[list[Pus
     """The mode's three workers in threads on one recording LocalServer: (log, final)."""
     data = load_data(cfg.data)
     specs = worker_specs(cfg, mode, data, cfg.workers)
-    server = LocalServer(initial_params(cfg, data), cfg.optimizer, specs[0].rule, 3, record=True)
+    server = LocalServer(initial_params(cfg, data), cfg.optimizer, specs[0].server, 3, record=True)
     workers = [SupervisedWorker(s, d) for s, d in zip(specs, shards(cfg, 3), strict=True)]
     turns, errors = Turns(server, 3), []
 

@@ -15,10 +15,10 @@ from rltrain.ps.server import LocalServer
 from rltrain.supervised.worker import SupervisedWorker, WorkerReport, WorkerSpec, make_model
 
 
-def spec(rule: ServerConfig, worker_id: int = 0, epochs: int = 1) -> WorkerSpec:
+def spec(settings: ServerConfig, worker_id: int = 0, epochs: int = 1) -> WorkerSpec:
     return WorkerSpec(
         worker_id=worker_id,
-        rule=rule,
+        server=settings,
         optimizer=OptimizerConfig(name="adam", lr=0.003),
         model="cnn",
         num_classes=10,
@@ -32,12 +32,14 @@ def spec(rule: ServerConfig, worker_id: int = 0, epochs: int = 1) -> WorkerSpec:
 
 
 def run_workers(
-    rule: ServerConfig, n: int, epochs: int = 1
+    settings: ServerConfig, n: int, epochs: int = 1
 ) -> tuple[LocalServer, list[WorkerReport]]:
-    s0 = spec(rule)
+    s0 = spec(settings)
     init = parameters_to_vector(make_model(s0, (1, 28, 28)).parameters()).detach()
-    server = LocalServer(init, s0.optimizer, rule, n)
-    workers = [SupervisedWorker(spec(rule, i, epochs), tiny_dataset(128, seed=i)) for i in range(n)]
+    server = LocalServer(init, s0.optimizer, settings, n)
+    workers = [
+        SupervisedWorker(spec(settings, i, epochs), tiny_dataset(128, seed=i)) for i in range(n)
+    ]
     reports: list[WorkerReport] = [None] * n  # type: ignore[list-item]
 
     def go(i: int) -> None:

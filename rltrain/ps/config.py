@@ -125,12 +125,12 @@ class ServerConfig:
         return rule_named(self.rule)
 
 
-def decides_per_update(rule: ServerConfig) -> bool:
+def decides_per_update(server: ServerConfig) -> bool:
     """Whether shards could decide an update differently, by their own versions and arrival
     orders: several shards under a barrier rule or a staleness policy. Shard 0 then decides
     for all (:meth:`~rltrain.ps.shard.ParameterShard.push`); async without a staleness policy
     applies every update everywhere and needs no coordination (one round trip, not two)."""
-    return rule.shards > 1 and rule.update_rule.decides(rule)
+    return server.shards > 1 and server.update_rule.decides(server)
 
 
 def implicit_momentum(workers: int) -> float:
@@ -140,9 +140,9 @@ def implicit_momentum(workers: int) -> float:
     return 1.0 - 1.0 / max(1, workers)
 
 
-def check_momentum_correction(optimizer: OptimizerConfig, rule: ServerConfig) -> None:
+def check_momentum_correction(optimizer: OptimizerConfig, server: ServerConfig) -> None:
     """ValueError when ``server.momentum_correction`` has no momentum to correct."""
-    if rule.momentum_correction and optimizer.name not in ("momentum", "nesterov"):
+    if server.momentum_correction and optimizer.name not in ("momentum", "nesterov"):
         raise ValueError(
             f"server.momentum_correction=true needs optimizer.name momentum or nesterov, "
             f"got {optimizer.name}"
@@ -150,11 +150,11 @@ def check_momentum_correction(optimizer: OptimizerConfig, rule: ServerConfig) ->
 
 
 def corrected_optimizer(
-    optimizer: OptimizerConfig, rule: ServerConfig, workers: int
+    optimizer: OptimizerConfig, server: ServerConfig, workers: int
 ) -> OptimizerConfig:
     """The optimizer a shard runs: ``optimizer``, with ``server.momentum_correction``'s lower
     explicit momentum under a rule that applies updates on arrival (unchanged otherwise)."""
-    if not (rule.momentum_correction and rule.update_rule.corrects_momentum):
+    if not (server.momentum_correction and server.update_rule.corrects_momentum):
         return optimizer
     if optimizer.name not in ("momentum", "nesterov"):
         return optimizer
@@ -162,16 +162,3 @@ def corrected_optimizer(
     # torch's Nesterov needs a momentum above 0; at 0 both are plain SGD
     name = optimizer.name if explicit > 0 else "momentum"
     return dataclasses.replace(optimizer, name=name, momentum=explicit)
-
-
-def aggregate_count(rule: ServerConfig, num_workers: int, live: int | None = None) -> int:
-    """Updates a barrier rule waits for (:meth:`~rltrain.ps.rules.UpdateRule.aggregate_count`):
-    N for sync/average, K of N for soft_sync; with ``live`` < N (workers left), the live ones."""
-    return rule.update_rule.aggregate_count(rule, num_workers, live)
-
-
-def staleness_scale(rule: ServerConfig, staleness: int) -> float:
-    """The learning-rate factor of an update applied on arrival
-    (:meth:`~rltrain.ps.rules.UpdateRule.lr_scale`): async's lr / max(1, staleness) under
-    ``staleness: scale`` (staleness-aware SGD, Zhang et al. 2016), else 1."""
-    return rule.update_rule.lr_scale(rule, staleness)

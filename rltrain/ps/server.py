@@ -80,14 +80,14 @@ class ShardedServer(ABC):
     update is validated here and, if bad, every shard only counts the rejection.
     """
 
-    def __init__(self, layout: ShardLayout, rule: ServerConfig | None = None) -> None:
+    def __init__(self, layout: ShardLayout, server: ServerConfig | None = None) -> None:
         self.layout = layout
-        kind = "none" if rule is None else rule.compression
+        kind = "none" if server is None else server.compression
         # one per process: each Ray worker holds its own copy of the client, so the residuals
         # are per pusher (and keyed by worker id where pushers share one, in-process)
-        self._feedback = None if kind == "none" else ErrorFeedback(kind, rule.topk_fraction)  # type: ignore[union-attr]
+        self._feedback = None if kind == "none" else ErrorFeedback(kind, server.topk_fraction)  # type: ignore[union-attr]
         # shard 0 decides each update once for every shard (see ParameterShard.push)
-        self.coordinated = rule is not None and decides_per_update(rule)
+        self.coordinated = server is not None and decides_per_update(server)
 
     def part(self, index: int) -> ShardedServer:
         """A client of shard ``index`` alone, as if it were the whole server (a pipeline
@@ -306,7 +306,7 @@ class ShardedServer(ABC):
 def make_shards(
     init: torch.Tensor,
     optimizer: OptimizerConfig,
-    rule: ServerConfig,
+    server: ServerConfig,
     num_workers: int,
     record: bool = False,
     sizes: Sequence[int] | None = None,
@@ -314,9 +314,9 @@ def make_shards(
 ) -> tuple[ShardLayout, list[ParameterShard]]:
     """Split ``init`` by size (or into ``sizes``) and build one plain shard per piece
     (``record``: logging pushes) on ``device``."""
-    layout = ShardLayout(init.numel(), rule.shards, sizes)
+    layout = ShardLayout(init.numel(), server.shards, sizes)
     shards = [
-        ParameterShard(piece, optimizer, rule, num_workers, i, record, device)
+        ParameterShard(piece, optimizer, server, num_workers, i, record, device)
         for i, piece in enumerate(layout.split(init))
     ]
     return layout, shards
@@ -329,14 +329,16 @@ class LocalServer(ShardedServer):
         self,
         init: torch.Tensor,
         optimizer: OptimizerConfig,
-        rule: ServerConfig,
+        server: ServerConfig,
         num_workers: int,
         record: bool = False,
         sizes: Sequence[int] | None = None,
         device: str | torch.device = "cpu",
     ) -> None:
-        layout, self.shards = make_shards(init, optimizer, rule, num_workers, record, sizes, device)
-        super().__init__(layout, rule)
+        layout, self.shards = make_shards(
+            init, optimizer, server, num_workers, record, sizes, device
+        )
+        super().__init__(layout, server)
 
     def _keep(self, index: int) -> None:
         self.shards = [self.shards[index]]

@@ -33,7 +33,7 @@ from rltrain.records import GradUpdate, Params, PushRecord, PushResult, ServerSt
 class ParameterShard:
     """A slice of the parameters with a ``torch.optim`` optimizer, versioned.
 
-    The update rule (:mod:`rltrain.ps.rules`, named by ``rule.rule``) says what a push does:
+    The update rule (:mod:`rltrain.ps.rules`, named by ``server.rule``) says what a push does:
     an on-arrival rule (``async``) applies each update at once, at the rule's learning-rate
     factor for its staleness (server version minus the update's version), or drops it; a
     barrier rule (``sync``/``soft_sync``) averages the first N/K updates of the current
@@ -45,7 +45,7 @@ class ParameterShard:
         self,
         init: torch.Tensor | int,
         optimizer: OptimizerConfig,
-        rule: ServerConfig,
+        server: ServerConfig,
         num_workers: int,
         shard_id: int = 0,
         record: bool = False,
@@ -56,15 +56,17 @@ class ParameterShard:
         ``record``: log every push (:meth:`push_log`; ``server.record``). ``device``: where
         the parameters and the optimizer's state live (a co-located GPU learner's)."""
         self.shard_id = shard_id
-        self.rule = rule
-        self.update_rule = rule.update_rule
+        self.server = server
+        self.update_rule = server.update_rule
         self.device = torch.device(device)
         if isinstance(init, int):
             init = torch.zeros(init)
         self.numel = int(init.numel())
         values = init.detach().reshape(-1).to(self.device, torch.float32, copy=True)
         self._param = torch.nn.Parameter(values)
-        self._opt = make_optimizer([self._param], corrected_optimizer(optimizer, rule, num_workers))
+        self._opt = make_optimizer(
+            [self._param], corrected_optimizer(optimizer, server, num_workers)
+        )
         self._base_lr = [g["lr"] for g in self._opt.param_groups]
         self._lr_factor = 1.0  # a learning-rate schedule's value, set by the driver
         self._norm: NormStats | None = None  # merged normalisation statistics (shard 0)
@@ -72,7 +74,7 @@ class ParameterShard:
         # version v returns the statistics of version v whenever it comes (a peer's push that
         # waits at the barrier does not change what a late puller acts with)
         self._norm_pending: NormStats | None = None
-        self._round = BarrierRound(rule, num_workers)  # a barrier rule's updates of a version
+        self._round = BarrierRound(server, num_workers)  # a barrier rule's updates of a version
         self._fenced = False
         self._generation = 0  # bumped by every restore: barrier waiters wake and re-pull
         self._epoch = 0  # restores from a restore point (the guard numbers them): see push
@@ -316,7 +318,7 @@ class ParameterShard:
         if decided.status == "dropped":
             return self._drop(decided.reason, decided.staleness)
         if not self.update_rule.barrier:
-            self._step(update.values, self.update_rule.lr_scale(self.rule, decided.staleness))
+            self._step(update.values, self.update_rule.lr_scale(self.server, decided.staleness))
             self._count_applied(decided.staleness, 1)
             return PushResult("applied", self.version, decided.staleness)
         # a barrier: accumulate; step once shard 0's count of updates is here (the update that
@@ -331,10 +333,10 @@ class ParameterShard:
     def _push_on_arrival(
         self, update: GradUpdate, staleness: int, verdict: torch.Tensor | None = None
     ) -> PushResult:
-        reason = self.update_rule.drop_reason(self.rule, staleness)
+        reason = self.update_rule.drop_reason(self.server, staleness)
         if reason:
             return self._drop(reason, staleness)
-        self._step(update.values, self.update_rule.lr_scale(self.rule, staleness), verdict)
+        self._step(update.values, self.update_rule.lr_scale(self.server, staleness), verdict)
         if verdict is None:
             self._count_applied(staleness, 1)
             return PushResult("applied", self.version, staleness)

@@ -304,7 +304,7 @@ class TrainConfig:
             check(self)
 
 
-def server_rule(cfg: TrainConfig) -> ServerConfig:
+def server_settings(cfg: TrainConfig) -> ServerConfig:
     """The rule the server runs: a2c and ppo run behind a barrier (`sync`, or `soft_sync` when
     configured: K of N); the other algorithms use the configured rule."""
     if cfg.algo_spec.barrier and not cfg.server.update_rule.barrier:
@@ -317,7 +317,7 @@ def waits_at_barrier(cfg: TrainConfig) -> bool:
     for every algorithm. A worker or learner that pushed for version v waits until the server
     steps to v + 1 before it computes its next gradient, so it never pushes twice for one
     version (a3c under sync is a2c; impala/appo learners step together)."""
-    return server_rule(cfg).update_rule.barrier
+    return server_settings(cfg).update_rule.barrier
 
 
 def run_yaml(path: str | Path) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from rltrain.faults import (
 from rltrain.progress import Progress
 from rltrain.ps.rules import ASYNC
 from rltrain.records import Role
-from rltrain.rl.config import TrainConfig, server_rule
+from rltrain.rl.config import TrainConfig, server_settings
 from rltrain.rl.device import warm_gpu
 from rltrain.rl.learner_host import learner_process
 from rltrain.rl.periodic import PeriodicEval
@@ -184,7 +184,7 @@ class Trainer:
         ctx.server = runtime.start_server(
             initial_params(cfg, self.spec),
             cfg.optimizer,
-            server_rule(cfg),
+            server_settings(cfg),
             pushers,
             cfg.runtime,
             cfg.faults.max_restarts,
@@ -289,7 +289,7 @@ class Trainer:
 
         ``pushes``: the process pushes gradients, so a barrier rule may be waiting for it.
         """
-        rule = server_rule(self.cfg).update_rule if pushes else ASYNC
+        rule = server_settings(self.cfg).update_rule if pushes else ASYNC
         verdict = self.ctx.respond(d, rule, self.cfg.faults.on_worker_loss)
         self.log.faults(self.faults, self.counters.env_steps)
         if verdict == "gone":

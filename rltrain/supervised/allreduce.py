@@ -52,7 +52,7 @@ class AllreduceWorker(SupervisedWorker):
     ) -> tuple[WorkerReport, list[tuple[float, torch.Tensor, int]]]:
         """Train in lock step with ``world - 1`` peers; rank 0 also keeps a copy of the
         parameters every ``every_s`` seconds (the bench's snapshots)."""
-        timeout = datetime.timedelta(seconds=self.spec.rule.barrier_timeout_s)
+        timeout = datetime.timedelta(seconds=self.spec.server.barrier_timeout_s)
         dist.init_process_group(
             "gloo",
             init_method=f"tcp://{address[0]}:{address[1]}",

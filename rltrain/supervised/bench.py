@@ -66,7 +66,7 @@ def run_server_mode(
     record = cfg.server.record and rule.records_gradients  # average: no gradients to reapply
     init = initial_params(cfg, data)
     server = runtime.start_server(
-        init, cfg.optimizer, specs[0].rule, cfg.workers, cfg.runtime, restarts, record
+        init, cfg.optimizer, specs[0].server, cfg.workers, cfg.runtime, restarts, record
     )
     sources = shards(cfg, cfg.workers)
 

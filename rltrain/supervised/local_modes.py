@@ -53,7 +53,7 @@ def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -
     begin = time.time()
     ctx = mp.get_context("spawn")
     specs = worker_specs(cfg, "hogwild", data, cfg.workers)
-    optimizer = corrected_optimizer(cfg.optimizer, specs[0].rule, cfg.workers)
+    optimizer = corrected_optimizer(cfg.optimizer, specs[0].server, cfg.workers)
     server = HogwildServer(initial_params(cfg, data), optimizer)
     sources = shards(cfg, cfg.workers)
     out: mp.Queue = ctx.Queue()

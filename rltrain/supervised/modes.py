@@ -64,7 +64,7 @@ ASYNC_VARIANTS = {"async_scale": "scale", "async_drop": "drop", "hogwild": "none
 workers bypass the server)."""
 
 
-def mode_rule(mode: str, server: ServerConfig) -> ServerConfig:
+def mode_server(mode: str, server: ServerConfig) -> ServerConfig:
     """The server settings a bench mode runs: a mode named after a registered rule runs that
     rule (with ``server.staleness``), an async variant async with its staleness policy."""
     if mode in rule_names():
@@ -75,12 +75,12 @@ def mode_rule(mode: str, server: ServerConfig) -> ServerConfig:
 
 
 def worker_specs(cfg: BenchConfig, mode: str, data: SplitDataset, workers: int) -> list[WorkerSpec]:
-    rule = mode_rule(mode, cfg.server)
+    server = mode_server(mode, cfg.server)
     epochs = cfg.budget.epochs
     return [
         WorkerSpec(
             worker_id=i,
-            rule=rule,
+            server=server,
             optimizer=cfg.optimizer,
             model=cfg.model.name,
             num_classes=data.num_classes,
@@ -96,7 +96,7 @@ def worker_specs(cfg: BenchConfig, mode: str, data: SplitDataset, workers: int) 
             steps_per_epoch=(len(data.train) // workers) // cfg.batch_size,
             objective=data.objective,
             l2=data.l2,
-            update=rule.update_rule,
+            update=server.update_rule,
         )
         for i in range(workers)
     ]

@@ -70,9 +70,9 @@ def run_pipeline_mode(
     shape = input_shape(data)
     cuts = plan_stages(specs[0], shape, k)
     sizes = stage_sizes(specs[0], shape, cuts)
-    rule = dataclasses.replace(specs[0].rule, shards=k)
+    server = dataclasses.replace(specs[0].server, shards=k)
     server = runtime.start_server(
-        initial_params(cfg, data), cfg.optimizer, rule, cfg.workers, cfg.runtime, sizes=sizes
+        initial_params(cfg, data), cfg.optimizer, server, cfg.workers, cfg.runtime, sizes=sizes
     )
     procs: list[Any] = list(runtime.server_processes(server))
     try:

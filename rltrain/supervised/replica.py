@@ -106,7 +106,7 @@ class PipelineWorker:
                 issued = self.schedule.step(st, b.x, b.y, self.micro)
                 # a barrier waits no longer than the budget (a replica that stopped never comes)
                 left = deadline - time.time() + 0.5
-                timeout = max(0.0, min(spec.rule.barrier_timeout_s, left))
+                timeout = max(0.0, min(spec.server.barrier_timeout_s, left))
                 calls = [
                     st.call(s, "exchange", spec.worker_id, len(b.y), timeout)
                     for s in range(st.count)

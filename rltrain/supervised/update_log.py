@@ -241,13 +241,13 @@ def reapply_log(
     """
     specs = worker_specs(cfg, mode, data, cfg.workers)
     specs = [dataclasses.replace(s, faults=()) for s in specs]  # no injected stragglers
-    rule = dataclasses.replace(specs[0].rule, record=False)
+    server = dataclasses.replace(specs[0].server, record=False)
     last_use = {b.version: i for i, p in enumerate(log) for b in p.batches}
     saved_threads = torch.get_num_threads()
     try:
         sources = shards(cfg, cfg.workers)
         workers = [SupervisedWorker(s, src) for s, src in zip(specs, sources, strict=True)]
-        shard = ParameterShard(initial_params(cfg, data), cfg.optimizer, rule, cfg.workers)
+        shard = ParameterShard(initial_params(cfg, data), cfg.optimizer, server, cfg.workers)
         if start is not None:
             shard.load_state_dict(start)
         # parameters by version, while a later push needs them

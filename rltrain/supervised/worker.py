@@ -35,7 +35,7 @@ class WorkerSpec:
     """Everything one worker needs besides its data shard and the server."""
 
     worker_id: int
-    rule: ServerConfig  # the server's settings; rule.rule names the update rule
+    server: ServerConfig  # the server's settings; server.rule names the update rule
     optimizer: OptimizerConfig  # the local optimizer of the `average` rule
     model: str
     num_classes: int
@@ -51,14 +51,14 @@ class WorkerSpec:
     objective: str = "cross_entropy"  # or squared / logistic (the toy problems)
     l2: float = 0.0  # l2/2 |w|^2 added to the objective
     update: UpdateRule | None = None
-    """The update rule object (None: the one registered as ``rule.rule``). It travels with the
+    """The update rule object (None: the one registered as ``server.rule``). It travels with the
     spec, so a rule registered only in the driver's process also runs in a worker process."""
 
     @property
     def update_rule(self) -> UpdateRule:
         """Which loop the worker runs: on arrival (async), barrier (sync/soft_sync) or
         parameter averaging."""
-        return self.update if self.update is not None else self.rule.update_rule
+        return self.update if self.update is not None else self.server.update_rule
 
 
 @dataclass(frozen=True)
@@ -284,14 +284,14 @@ class SupervisedWorker:
         Between pushes the gradients are averaged, as one larger batch computed from the
         parameters of the last pull, whose version the update carries.
         """
-        rule = self.spec.rule
+        settings = self.spec.server
         version = self._load(server.pull())
         acc = GradSum()
-        pending = None  # an exchange in flight (rule.pipeline): its parameters come next
+        pending = None  # an exchange in flight (settings.pipeline): its parameters come next
         for b in self._batches():
             loss = self._backward(b.x, b.y)
             acc.add(flat_grad(self.model), len(b.y), BatchId(b.epoch, b.position, version))
-            push, fetch = self.steps % rule.n_push == 0, self.steps % rule.n_fetch == 0
+            push, fetch = self.steps % settings.n_push == 0, self.steps % settings.n_fetch == 0
             if not (push or fetch):
                 continue
             update = None
@@ -304,7 +304,7 @@ class SupervisedWorker:
                 version = self._load(server.pull())
             elif not fetch:
                 server.push(update)
-            elif rule.pipeline:
+            elif settings.pipeline:
                 pending = server.exchange_begin(update)
             else:
                 version = self._load(server.exchange(update)[1])
@@ -327,7 +327,7 @@ class SupervisedWorker:
     def _run_average(self, server: Server) -> None:
         """Parameter averaging: local optimizer steps, then push parameters every k steps."""
         opt = self._local_opt
-        k = self.spec.rule.average_every
+        k = self.spec.server.average_every
         version = self._load(server.pull())
         self._skip = version * k  # k local steps per version
         since, loss = 0, math.nan
@@ -390,4 +390,4 @@ class SupervisedWorker:
 
     def _barrier_timeout(self) -> float:
         left = self._deadline - time.time()
-        return max(0.0, min(self.spec.rule.barrier_timeout_s, left + 0.5))
+        return max(0.0, min(self.spec.server.barrier_timeout_s, left + 0.5))

@@ -239,7 +239,7 @@ class ServerGuard:
 def start_server(
     init: torch.Tensor,
     optimizer: OptimizerConfig,
-    rule: ServerConfig,
+    server: ServerConfig,
     num_workers: int,
     runtime: RuntimeConfig | None = None,
     max_restarts: int = 0,
@@ -250,7 +250,7 @@ def start_server(
     """The shards as objects of this process (``runtime`` and ``max_restarts``, Ray's placement
     and restarts, unused; ``record``: each logs the pushes it receives), on ``device`` (a GPU
     learner's, see ``server.device``)."""
-    return LocalServer(init, optimizer, rule, num_workers, record, sizes, device)
+    return LocalServer(init, optimizer, server, num_workers, record, sizes, device)
 
 
 def start_replay(cls: type, args: Sequence[tuple[Any, ...]], *_: Any) -> Any:

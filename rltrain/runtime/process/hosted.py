@@ -31,8 +31,8 @@ class HostedServer(ShardedServer):
     so does one to a shard that came back and awaits its restore; the guard restores them
     (:class:`rltrain.runtime.guard.ServerGuard`)."""
 
-    def __init__(self, layout: ShardLayout, host: Remote, rule: ServerConfig) -> None:
-        super().__init__(layout, rule)
+    def __init__(self, layout: ShardLayout, host: Remote, server: ServerConfig) -> None:
+        super().__init__(layout, server)
         self.host = host
         self.indices = list(range(len(layout.sizes)))
 
@@ -115,7 +115,7 @@ class HostedServer(ShardedServer):
 def start_server(
     init: torch.Tensor,
     optimizer: OptimizerConfig,
-    rule: ServerConfig,
+    server: ServerConfig,
     num_workers: int,
     runtime: RuntimeConfig | None = None,
     max_restarts: int = 0,
@@ -128,11 +128,11 @@ def start_server(
     starts with their arguments, a learner's (:mod:`rltrain.rl.learner_host`)."""
     if host is None:
         return local.start_server(
-            init, optimizer, rule, num_workers, runtime, max_restarts, record, sizes, device
+            init, optimizer, server, num_workers, runtime, max_restarts, record, sizes, device
         )
-    layout = ShardLayout(init.numel(), rule.shards, sizes)  # (no optimizer built here: the
-    remote = host((init, optimizer, rule, num_workers, record, sizes, device))  # first costs
-    return HostedServer(layout, remote, rule)  # 1-3 s of imports, before the actors' start)
+    layout = ShardLayout(init.numel(), server.shards, sizes)  # (no optimizer built here: the
+    remote = host((init, optimizer, server, num_workers, record, sizes, device))  # first costs
+    return HostedServer(layout, remote, server)  # 1-3 s of imports, before the actors' start)
 
 
 class ServerGuard(guard.ServerGuard):

@@ -113,9 +113,9 @@ class RayServer(ShardedServer):
     """
 
     def __init__(
-        self, layout: ShardLayout, shards: Sequence[Remote], rule: ServerConfig | None = None
+        self, layout: ShardLayout, shards: Sequence[Remote], server: ServerConfig | None = None
     ) -> None:
-        super().__init__(layout, rule)
+        super().__init__(layout, server)
         self.shards = list(shards)
         self.handles = [r.handle for r in shards]
 
@@ -172,7 +172,7 @@ class RayServer(ShardedServer):
 def start_server(
     init: torch.Tensor,
     optimizer: OptimizerConfig,
-    rule: ServerConfig,
+    server: ServerConfig,
     num_workers: int,
     runtime: RuntimeConfig,
     max_restarts: int = 0,
@@ -189,14 +189,14 @@ def start_server(
     100 KB would live in the object store, lost with the node that holds them (ray#53727). A
     restarted shard starts fenced and is restored from the last restore point anyway.
     """
-    layout = ShardLayout(init.numel(), rule.shards, sizes)
+    layout = ShardLayout(init.numel(), server.shards, sizes)
     pieces = layout.split(init)
     shards = [
         Remote(
             WireShard,
             int(piece.numel()),
             optimizer,
-            rule,
+            server,
             num_workers,
             i,
             record,
@@ -204,13 +204,13 @@ def start_server(
             index=i,
             num_cpus=runtime.server_cpus,
             max_restarts=max_restarts,
-            max_concurrency=rule.update_rule.max_concurrency(num_workers),
+            max_concurrency=server.update_rule.max_concurrency(num_workers),
         )
         for i, piece in enumerate(pieces)
     ]
     for shard, piece in zip(shards, pieces, strict=True):
         result(shard.handle.set_values.remote(piece.numpy()))
-    return RayServer(layout, shards, rule)
+    return RayServer(layout, shards, server)
 
 
 def server_processes(server: RayServer) -> list[Remote]:

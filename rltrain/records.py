@@ -28,8 +28,9 @@ class Params:
     version: int
     values: torch.Tensor  # [P] float32
     norm: NormStats | None = None  # merged normalisation statistics (shard 0 holds them)
-    epoch: int = 0
-    """The server's restores so far when these were read (see :attr:`GradUpdate.epoch`)."""
+    restore_epoch: int = 0
+    """The server's restores so far when these were read (see
+    :attr:`GradUpdate.restore_epoch`)."""
 
 
 class BatchId(NamedTuple):
@@ -65,12 +66,12 @@ class GradUpdate:
     batches: tuple[BatchId, ...] = ()
     """The supervised batches averaged into ``values``, in order (empty for the RL learners):
     what a recording server logs so that a run can be reapplied."""
-    epoch: int = 0
-    """The epoch of the parameters ``values`` was computed from (:attr:`Params.epoch`). A
-    restore from a restore point starts a new epoch on every shard, and a shard drops an
-    update of an older one: computed on parameters the restore threw away, it would drift an
-    async run, and a push split over shards could land on one before its restore and on
-    another after it."""
+    restore_epoch: int = 0
+    """The restore epoch of the parameters ``values`` was computed from
+    (:attr:`Params.restore_epoch`). A restore from a restore point starts a new restore epoch
+    on every shard, and a shard drops an update of an older one: computed on parameters the
+    restore threw away, it would drift an async run, and a push split over shards could land
+    on one before its restore and on another after it."""
     finite: bool | torch.Tensor = False
     """The sender has seen that every value is finite: the gradient's global norm, which a
     learner's clipping computes anyway (Pascanu et al. 2013), was finite, and clipping only

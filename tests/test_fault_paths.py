@@ -26,8 +26,8 @@ from rltrain.runtime import process
 SGD = OptimizerConfig(name="sgd", lr=0.1)
 
 
-def update(version: int, n: int, worker: int = 0, epoch: int = 0) -> GradUpdate:
-    return GradUpdate(worker, version, torch.ones(n), 1, epoch=epoch)
+def update(version: int, n: int, worker: int = 0, restore_epoch: int = 0) -> GradUpdate:
+    return GradUpdate(worker, version, torch.ones(n), 1, restore_epoch=restore_epoch)
 
 
 # --- 1. a restore starts an epoch: a push from before it lands nowhere after it ----------------
@@ -45,7 +45,7 @@ def test_a_push_split_around_a_restore_lands_on_no_shard_after_it() -> None:
         server.push(update(v, 6))
     first, second = server._split(update(2, 6))  # computed at version 2, before the restore
     server.shards[0].push(first)
-    server.load_state_dicts(point, epoch=1)  # the guard's restore
+    server.load_state_dicts(point, restore_epoch=1)  # the guard's restore
     assert server.shards[1].push(second).status == "dropped"
     assert [s.version for s in server.shards] == [2, 2]
     assert torch.equal(server.pull().values, at_point)
@@ -55,12 +55,14 @@ def test_after_a_restore_only_pushes_of_fresh_parameters_apply() -> None:
     server = LocalServer(torch.zeros(4), SGD, ServerConfig(shards=2, rule="async"), 1)
     point = server.state_dicts()
     server.push(update(0, 4))
-    server.load_state_dicts(point, epoch=1)
+    server.load_state_dicts(point, restore_epoch=1)
     stale = server.push(update(0, 4))  # version 0 exists again, but of the old epoch
     assert stale.status == "dropped" and "before the restore" in stale.reason
     fresh = server.pull()
-    assert fresh.epoch == 1
-    assert server.push(update(fresh.version, 4, epoch=fresh.epoch)).status == "applied"
+    assert fresh.restore_epoch == 1
+    assert (
+        server.push(update(fresh.version, 4, restore_epoch=fresh.restore_epoch)).status == "applied"
+    )
 
 
 def test_a_coordinated_follower_drops_what_shard_0_decided_before_its_restore() -> None:
@@ -69,7 +71,7 @@ def test_a_coordinated_follower_drops_what_shard_0_decided_before_its_restore() 
     first, second = server._split(update(0, 4))
     decided = server.shards[0].push(first)
     assert decided.status == "applied"
-    server.load_state_dicts(point, epoch=1)
+    server.load_state_dicts(point, restore_epoch=1)
     assert server.shards[1].push(second, decided).status == "dropped"
     assert [s.version for s in server.shards] == [0, 0]
 

@@ -166,7 +166,7 @@ class ShardedServer(ABC):
         held = self.layout.split(have.values)
         return self._join(
             [
-                p if p is not None else Params(have.version, held[i], have.norm, have.epoch)
+                p if p is not None else Params(have.version, held[i], have.norm, have.restore_epoch)
                 for i, p in enumerate(parts)
             ]
         )
@@ -233,8 +233,10 @@ class ShardedServer(ABC):
 
     def _join(self, parts: Sequence[Params]) -> Params:
         values = self.layout.join([self._decode(p.values) for p in parts])
-        epoch = min(p.epoch for p in parts)  # read mid-restore: its pushes are dropped
-        return Params(min(p.version for p in parts), values, parts[0].norm, epoch)
+        restore_epoch = min(
+            p.restore_epoch for p in parts
+        )  # read mid-restore: its pushes are dropped
+        return Params(min(p.version for p in parts), values, parts[0].norm, restore_epoch)
 
     def set_lr_factor(self, factor: float) -> None:
         """Multiply every shard's base learning rate by ``factor`` (a schedule's value now)."""
@@ -294,13 +296,14 @@ class ShardedServer(ABC):
         """Shard 0's log of the pushes (``server.record``; every shard sees every push)."""
         return self._call_first("push_log")
 
-    def load_state_dicts(self, states: Sequence[dict], epoch: int | None = None) -> None:
-        """Every shard's state; ``epoch``: a restore's number (see ``GradUpdate.epoch``)."""
+    def load_state_dicts(self, states: Sequence[dict], restore_epoch: int | None = None) -> None:
+        """Every shard's state; ``restore_epoch``: a restore's number (see
+        ``GradUpdate.restore_epoch``)."""
         if len(states) != len(self.layout.sizes):
             raise ValueError(
                 f"checkpoint has {len(states)} shards, server has {len(self.layout.sizes)}"
             )
-        self._call("load_state_dict", [(s, epoch) for s in states])
+        self._call("load_state_dict", [(s, restore_epoch) for s in states])
 
 
 def make_shards(

@@ -77,7 +77,7 @@ class ParameterShard:
         self._round = BarrierRound(server, num_workers)  # a barrier rule's updates of a version
         self._fenced = False
         self._generation = 0  # bumped by every restore: barrier waiters wake and re-pull
-        self._epoch = 0  # restores from a restore point (the guard numbers them): see push
+        self._restore_epoch = 0  # restores from a restore point (the guard numbers them): see push
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self.version = 0
@@ -125,7 +125,7 @@ class ParameterShard:
             return self._params(self._param.detach().clone())
 
     def _params(self, values: torch.Tensor) -> Params:
-        return Params(self.version, values, self._norm, self._epoch)
+        return Params(self.version, values, self._norm, self._restore_epoch)
 
     def live_values(self) -> torch.Tensor:
         """The parameters' own buffer [numel], stepped in place: a learner beside this shard
@@ -254,8 +254,8 @@ class ParameterShard:
                 raise ValueError(f"shard {self.shard_id}: {values.numel()} values for {self.numel}")
             self._param.data.copy_(values.reshape(-1))  # from any device
 
-    def load_state_dict(self, state: dict, epoch: int | None = None) -> None:
-        """Load a checkpoint's or a restore point's state; ``epoch``: the restore's number,
+    def load_state_dict(self, state: dict, restore_epoch: int | None = None) -> None:
+        """Load a checkpoint's or a restore point's state; ``restore_epoch``: the restore's number,
         from which updates of parameters read before it are dropped (None: keep it)."""
         with self._changed:
             if state["param"].numel() != self.numel:
@@ -274,8 +274,8 @@ class ParameterShard:
             self._round.clear()
             self._fenced = False
             self._generation += 1
-            if epoch is not None:
-                self._epoch = epoch
+            if restore_epoch is not None:
+                self._restore_epoch = restore_epoch
             self._changed.notify_all()
 
     # --- rules (called with the lock held) -------------------------------------------------
@@ -290,8 +290,10 @@ class ParameterShard:
             reason = "non-finite normalisation statistics"
         if reason:
             return self._reject(reason)
-        if update.epoch < self._epoch:
-            return self._drop(f"computed before the restore (epoch {update.epoch})", 0)
+        if update.restore_epoch < self._restore_epoch:
+            return self._drop(
+                f"computed before the restore (restore epoch {update.restore_epoch})", 0
+            )
         if update.norm is not None:  # what the actors saw counts even if the step is dropped
             if self.update_rule.barrier:  # published with the round's step
                 self._norm_pending = merge_all([self._norm_pending, update.norm])
@@ -311,8 +313,12 @@ class ParameterShard:
 
     def _follow(self, update: GradUpdate, decided: PushResult) -> PushResult:
         """Do what shard 0 decided for this update (see :meth:`push`)."""
-        if update.epoch < self._epoch:  # shard 0 decided before its restore, we after ours
-            return self._drop(f"computed before the restore (epoch {update.epoch})", 0)
+        if (
+            update.restore_epoch < self._restore_epoch
+        ):  # shard 0 decided before its restore, we after ours
+            return self._drop(
+                f"computed before the restore (restore epoch {update.restore_epoch})", 0
+            )
         if decided.status == "rejected":
             return self._reject(decided.reason)
         if decided.status == "dropped":

@@ -230,7 +230,7 @@ class DQNLearner:
                 grad,
                 len(batch),
                 loss.terms(),
-                epoch=params.epoch,
+                restore_epoch=params.restore_epoch,
                 finite=math.isfinite(loss.grad_norm),
             )
             with timer.phase("exchange"):

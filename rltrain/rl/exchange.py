@@ -30,7 +30,7 @@ def push_gradients(
     stats: WorkStats,
     barrier: bool = False,
     until: int | None = None,
-    epoch: int = 0,
+    restore_epoch: int = 0,
 ) -> Params:
     """Push each gradient of ``batch`` (the first computed at parameters of ``version``) and
     load the parameters each exchange returns; returns the last of them.
@@ -41,8 +41,8 @@ def push_gradients(
     previous exchange is in flight, at the parameters before it (one step of staleness), so
     the round trip costs no learner time (measured on Pong, 2 cores: a quarter of it), but
     PPO's epochs became unstable (see the option).
-    ``until``: stop once the server reaches this version (a barrier round's end); ``epoch``:
-    that of the parameters at ``version`` (``GradUpdate.epoch``). The batch's
+    ``until``: stop once the server reaches this version (a barrier round's end); ``restore_epoch``:
+    that of the parameters at ``version`` (``GradUpdate.restore_epoch``). The batch's
     normalisation statistics travel with its first push; the model keeps the statistics it
     started with until the batch is done, then takes the newest.
     """
@@ -70,17 +70,17 @@ def push_gradients(
         return p
 
     while True:
-        at, at_epoch = version, epoch  # the parameters the next gradient is computed at
+        at, at_restore = version, restore_epoch  # the parameters the next gradient is computed at
         with timer.phase("learn"):
             g = next(gradients, None)
         if pending is not None:  # overlap_push: the exchange that overlapped it
             params, pending = finish(), None
-            version, epoch = params.version, params.epoch
+            version, restore_epoch = params.version, params.restore_epoch
         if g is None:
             break
         # the verdict travels unread: a shard beside the learner steps with it on the device
         update = GradUpdate(
-            worker_id, at, g.values, g.samples, {}, norm, epoch=at_epoch, finite=g.finite
+            worker_id, at, g.values, g.samples, {}, norm, restore_epoch=at_restore, finite=g.finite
         )
         norm = None
         with timer.phase("exchange"):
@@ -88,7 +88,7 @@ def push_gradients(
         pushed.append(g)
         if not overlap:
             params, pending = finish(), None
-            version, epoch = params.version, params.epoch
+            version, restore_epoch = params.version, params.restore_epoch
             if until is not None and params.version >= until:
                 break
     assert params is not None, "a batch has at least one gradient"

@@ -282,7 +282,14 @@ class Learner:
         stats.add_rollout(batch)  # with the actors' phases
         barrier = waits_at_barrier(self.cfg)
         self.params = push_gradients(
-            self, server, batch, params.version, self.learner_id, stats, barrier, epoch=params.epoch
+            self,
+            server,
+            batch,
+            params.version,
+            self.learner_id,
+            stats,
+            barrier,
+            restore_epoch=params.restore_epoch,
         )
         perf.merge(stats.phases, self.timer.take())
         stats.seconds = time.perf_counter() - t

@@ -93,11 +93,11 @@ class LearnerHost:
         for s in self.server.shards:
             s.fence()
 
-    def rebuilt(self, epoch: int | None = None) -> None:
+    def rebuilt(self, restore_epoch: int | None = None) -> None:
         """Restore the shards to the state they were built in (the restore point of a run's
-        start, which the trainer reads from no process), starting restore ``epoch``."""
+        start, which the trainer reads from no process), starting ``restore_epoch``."""
         for shard, state in zip(self.server.shards, self.built, strict=True):
-            shard.load_state_dict(state, epoch)
+            shard.load_state_dict(state, restore_epoch)
 
     def _await_restore(self) -> None:
         deadline = time.monotonic() + self.FENCE_WAIT_S

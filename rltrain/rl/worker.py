@@ -37,7 +37,7 @@ class Worker:
         self.barrier = waits_at_barrier(cfg)
         p = cfg.ppo
         self.steps_per_rollout = p.epochs * p.minibatches if cfg.algo_spec.clipped else 1
-        self.epoch = 0  # of the parameters held (GradUpdate.epoch)
+        self.restore_epoch = 0  # of the parameters held (GradUpdate.restore_epoch)
 
     def work(self, server: Server, iterations: int, progress: float = 0.0) -> WorkStats:
         """``iterations`` x (rollout, its gradients, push + pull each); returns what happened.
@@ -54,7 +54,7 @@ class Worker:
             with self.timer.phase("pull"):
                 pulled = server.pull()
                 self.actor.load(pulled)
-                self.epoch = pulled.epoch
+                self.restore_epoch = pulled.restore_epoch
         self.learner.set_progress(progress)
         per_call = iterations * self.steps_per_rollout
         target = (self.actor.version // per_call + 1) * per_call
@@ -76,9 +76,9 @@ class Worker:
                 stats,
                 self.barrier,
                 until,
-                self.epoch,
+                self.restore_epoch,
             )
-            self.epoch = params.epoch
+            self.restore_epoch = params.restore_epoch
             if params.version < self.actor.version:  # the shards were restored: the workers
                 # whose calls failed were given new ones, aiming at the next multiple after
                 # the restored version; this call ends there too, or it would wait for them

@@ -33,7 +33,9 @@ class Watched(Protocol):
 
     def leave(self, worker_id: int) -> None: ...
     def join(self, worker_id: int) -> None: ...
-    def load_state_dicts(self, states: Sequence[dict], epoch: int | None = None) -> None: ...
+    def load_state_dicts(
+        self, states: Sequence[dict], restore_epoch: int | None = None
+    ) -> None: ...
 
 
 class ServerGuard:
@@ -57,7 +59,7 @@ class ServerGuard:
         self.joined: list[int] = []  # workers added mid-run (elastic): N grew by one each
         self._asked: Any = None  # health requests in flight (the server's handle)
         self._next = 0.0
-        self.epoch = 0  # restores so far: each starts a new epoch on every shard
+        self.restore_epoch = 0  # restores so far: each starts a new one on every shard
         self.restored_from: RestorePoint | None = None  # the last restore's point
 
     def leave(self, worker_id: int) -> None:
@@ -133,10 +135,10 @@ class ServerGuard:
         for i in lost_shards:  # a restarted shard knows nothing of who joined (N is not state)
             for worker in self.joined:  # (told before it is unfenced, so it never steps short)
                 self.server.join_shard(i, worker)
-        # a new epoch: a push of parameters read before this restore is dropped by every shard,
-        # whether it reaches one before its load (overwritten) or after (refused)
-        self.epoch += 1
-        self.server.load_state_dicts(self.point.states, self.epoch)
+        # a new restore epoch: a push of parameters read before this restore is dropped by every
+        # shard, whether it reaches one before its load (overwritten) or after (refused)
+        self.restore_epoch += 1
+        self.server.load_state_dicts(self.point.states, self.restore_epoch)
         self.restored_from = self.point
         for worker in self.left:  # nor of who left
             self.server.leave(worker)

@@ -155,7 +155,7 @@ class PipelineStage:
         self.out_shape = out_shape(seq[: cuts[index + 1]], in_shape)  # one sample's output
         self.server: Server | None = None
         self.version = 0
-        self.epoch = 0  # of the parameters held (GradUpdate.epoch)
+        self.restore_epoch = 0  # of the parameters held (GradUpdate.restore_epoch)
         self._saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._loss = 0.0
 
@@ -224,7 +224,9 @@ class PipelineStage:
                 f"stage {self.index}: {len(self._saved)} micro-batch(es) without their backward"
             )
         g, loss = self.grad()
-        update = GradUpdate(worker_id, self.version, g, samples, {"loss": loss}, epoch=self.epoch)
+        update = GradUpdate(
+            worker_id, self.version, g, samples, {"loss": loss}, restore_epoch=self.restore_epoch
+        )
         wait = self.version + 1 if self.spec.update_rule.barrier else 0
         return self._load(self.server.exchange(update, wait, timeout)[1]), loss
 
@@ -233,7 +235,7 @@ class PipelineStage:
 
     def _load(self, params: Params) -> int:
         vector_to_parameters(params.values, self.layers.parameters())
-        self.version, self.epoch = params.version, params.epoch
+        self.version, self.restore_epoch = params.version, params.restore_epoch
         return params.version
 
 

@@ -184,14 +184,22 @@ class GradSum:
         self.samples += samples
         self.batches.append(batch)
 
-    def to_update(self, worker_id: int, version: int, loss: float, epoch: int = 0) -> GradUpdate:
-        """The mean gradient, as an update computed from ``version`` of ``epoch`` (divides in
-        place)."""
+    def to_update(
+        self, worker_id: int, version: int, loss: float, restore_epoch: int = 0
+    ) -> GradUpdate:
+        """The mean gradient, as an update computed from ``version`` of ``restore_epoch``
+        (divides in place)."""
         assert self.values is not None, "no gradient to push"
         mean = self.values.div_(len(self.batches))
         batches = tuple(self.batches)
         return GradUpdate(
-            worker_id, version, mean, self.samples, {"loss": loss}, batches=batches, epoch=epoch
+            worker_id,
+            version,
+            mean,
+            self.samples,
+            {"loss": loss},
+            batches=batches,
+            restore_epoch=restore_epoch,
         )
 
 
@@ -214,7 +222,7 @@ class SupervisedWorker:
         self.samples = 0
         self.steps = 0
         self.pushes = 0
-        self.epoch = 0  # of the parameters held (GradUpdate.epoch)
+        self.restore_epoch = 0  # of the parameters held (GradUpdate.restore_epoch)
         self._log: list[tuple[float, int, float]] = []
         self._deadline = float("inf")
         self._slow = Slowdown(spec.faults, spec.worker_id)
@@ -336,7 +344,12 @@ class SupervisedWorker:
             params = parameters_to_vector(self.model.parameters()).detach()
             self.pushes += 1
             update = GradUpdate(
-                self.spec.worker_id, version, params, since, {"loss": loss}, epoch=self.epoch
+                self.spec.worker_id,
+                version,
+                params,
+                since,
+                {"loss": loss},
+                restore_epoch=self.restore_epoch,
             )
             return self._load(server.exchange(update, version + 1, self._barrier_timeout())[1])
 
@@ -381,12 +394,14 @@ class SupervisedWorker:
         """Copy pulled parameters into the local model; returns their version."""
         with torch.no_grad():
             vector_to_parameters(params.values, self.model.parameters())
-        self.epoch = params.epoch  # of the parameters held (GradUpdate.epoch)
+        self.restore_epoch = (
+            params.restore_epoch
+        )  # of the parameters held (GradUpdate.restore_epoch)
         return params.version
 
     def _update(self, version: int, acc: GradSum, loss: float) -> GradUpdate:
         self.pushes += 1
-        return acc.to_update(self.spec.worker_id, version, loss, self.epoch)
+        return acc.to_update(self.spec.worker_id, version, loss, self.restore_epoch)
 
     def _barrier_timeout(self) -> float:
         left = self._deadline - time.time()

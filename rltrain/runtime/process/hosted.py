@@ -71,11 +71,11 @@ class HostedServer(ShardedServer):
         process holds again) while the first process is not up."""
         return [] if self._fresh() else super().state_dicts(tries)
 
-    def load_state_dicts(self, states: Sequence[dict], epoch: int | None = None) -> None:
+    def load_state_dicts(self, states: Sequence[dict], restore_epoch: int | None = None) -> None:
         if states:
-            super().load_state_dicts(states, epoch)
+            super().load_state_dicts(states, restore_epoch)
         else:  # the restore point of a run's start: the shards as the process builds them
-            self._answer(self.host.call("rebuilt", epoch))
+            self._answer(self.host.call("rebuilt", restore_epoch))
 
     def stats(self) -> ServerStats:
         return ServerStats(0, 0, 0, 0, 0, 0) if self._fresh() else super().stats()

@@ -43,7 +43,7 @@ from rltrain.ps.server import LocalServer
 from rltrain.records import GradUpdate
 from rltrain.rl.actor import load_params, policy_builder
 from rltrain.rl.config import TrainConfig, server_settings
-from rltrain.rl.setup import probe_env
+from rltrain.rl.env_spec import probe_env
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -80,7 +80,7 @@ def actor_fps(
     from rltrain import runtime as runtimes
     from rltrain.config import load_config
     from rltrain.rl.config import TrainConfig
-    from rltrain.rl.setup import initial_params, probe_env
+    from rltrain.rl.env_spec import initial_params, probe_env
 
     cfg = load_config(
         TrainConfig,

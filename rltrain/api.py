@@ -26,7 +26,7 @@ import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar, cast
 
 import gymnasium
 import numpy as np
@@ -326,7 +326,8 @@ class LoadedPolicy:
         if space.contains(obs):
             return gymnasium.spaces.flatten(space, obs)
         if isinstance(obs, list | tuple) and obs and all(space.contains(o) for o in obs):
-            return np.stack([gymnasium.spaces.flatten(space, o) for o in obs])
+            # a flattenable space (FlatObservation's) flattens to an array
+            return np.stack([cast(np.ndarray, gymnasium.spaces.flatten(space, o)) for o in obs])
         return obs  # already flattened
 
     def __call__(self, obs: Any, deterministic: bool = False) -> Any:
@@ -353,9 +354,9 @@ class LoadedPolicy:
 def load_policy(run_dir: str | Path, checkpoint: str | Path = "latest") -> LoadedPolicy:
     """A checkpoint of ``run_dir`` (``latest``, ``best`` or a path) as a callable
     ``obs -> action``."""
+    from rltrain.rl.env_spec import probe_env
     from rltrain.rl.evaluate import checkpoint_params
     from rltrain.rl.evaluate import load_policy as build
-    from rltrain.rl.setup import probe_env
 
     which = _checkpoint(checkpoint)
     run_dir = _run_dir(run_dir)

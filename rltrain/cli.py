@@ -94,7 +94,7 @@ def _common(p: argparse.ArgumentParser, config_optional: bool = False) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> _Parser:
     parser = _Parser(
         prog="rltrain",
         description="Distributed RL and supervised training through a sharded parameter server.",

@@ -18,7 +18,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import yaml
 
@@ -79,7 +79,7 @@ def from_dict(
             f"{prefix.rstrip('.') or 'config'}: expected a mapping of keys, got {data!r}"
         )
     if hasattr(cls, "before_check"):  # e.g. import the modules that register choices
-        cls.before_check(data)
+        cast(Any, cls).before_check(data)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
     hints = typing.get_type_hints(cls)
     for key in data:
@@ -102,7 +102,7 @@ def from_dict(
     return obj
 
 
-def moved_keys(cls: type, data: Any) -> Any:
+def moved_keys(cls: type | None, data: Any) -> Any:
     """``data`` with the keys ``cls.MOVED`` names (old ``section.key`` -> new) in their new
     places, so that configs and checkpoints of an older rltrain still load."""
     moved = getattr(cls, "MOVED", None)
@@ -142,7 +142,7 @@ def _convert(tp: Any, value: Any, key: str, meta: Mapping[str, Any], held: Any =
         inner = [a for a in args if a is not type(None)]
         nullable = {**meta, "nullable": type(None) in args}  # said when a value is refused
         return _convert(inner[0], value, key, nullable, held)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if isinstance(value, str) and "name" in {f.name for f in dataclasses.fields(tp)}:
             value = {"name": value}  # a section written as its name (`model: cnn`)
         # another name (optimizer: adam): that class's defaults, not RMSProp's eps 0.1

@@ -9,9 +9,15 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rltrain.errors import RLTrainError
+
+if TYPE_CHECKING:  # for annotations: this module imports the run's parts only as they are used
+    from rltrain.rl.config import TrainConfig
+    from rltrain.rl.env_spec import EnvSpec
+    from rltrain.rl.train import Trainer
+    from rltrain.supervised.config import BenchConfig
 
 
 class UserError(RLTrainError):
@@ -95,7 +101,7 @@ def run_dir_arg(text: str, flag: str, command: str = "rltrain train") -> Path:
     )
 
 
-def run_bench_config(cfg: Any, run_dir: str | Path | None, config_path: str | None) -> Path:
+def run_bench_config(cfg: BenchConfig, run_dir: str | Path | None, config_path: str | None) -> Path:
     """``rltrain bench`` after its config is read (also :func:`rltrain.api.bench`); returns
     the run folder. ``config_path`` names the default folder (runs/<name>-<time>)."""
     from rltrain.rundir import check_run_dir, new_run_dir, write_config
@@ -113,7 +119,7 @@ def run_bench_config(cfg: Any, run_dir: str | Path | None, config_path: str | No
     return out
 
 
-def starts_ray_early(cfg: Any) -> bool:
+def starts_ray_early(cfg: TrainConfig) -> bool:
     """Whether :func:`start_ray_then_probe` may start Ray before the env is probed: from the
     main thread (``ray.init`` needs it), for an id gymnasium knows (an unknown one fails
     before anything starts) and without user modules (they are imported first, to ship
@@ -130,7 +136,7 @@ def starts_ray_early(cfg: Any) -> bool:
     )
 
 
-def start_forkserver_early(cfg: Any) -> None:
+def start_forkserver_early(cfg: TrainConfig) -> None:
     """On the process runtime, start its forkserver before this process imports torch (the
     checkpoint, the env probe): the forkserver's own imports then run beside these, on
     another core, and the learner's and actors' processes can be forked sooner. (A run that
@@ -144,7 +150,7 @@ def start_forkserver_early(cfg: Any) -> None:
         context()
 
 
-def start_ray_then_probe(cfg: Any) -> tuple[Any, tuple[str, float]]:
+def start_ray_then_probe(cfg: TrainConfig) -> tuple[EnvSpec, tuple[str, float]]:
     """Start Ray, then probe the env; returns the env's spec, Ray's description and when Ray
     was up.
 
@@ -161,7 +167,7 @@ def start_ray_then_probe(cfg: Any) -> tuple[Any, tuple[str, float]]:
     up = time.time()
     signals.install()  # again: ray.init replaces the SIGTERM handler
     try:
-        from rltrain.rl.setup import probe_env
+        from rltrain.rl.env_spec import probe_env
 
         return probe_env(cfg), (where, up)
     except BaseException:
@@ -169,7 +175,7 @@ def start_ray_then_probe(cfg: Any) -> tuple[Any, tuple[str, float]]:
         raise
 
 
-def check_bench_sizes(cfg: Any, train_size: int, test_size: int) -> None:
+def check_bench_sizes(cfg: BenchConfig, train_size: int, test_size: int) -> None:
     """UserError when a worker's shard has no full batch, a Sandblaster batch has fewer
     samples than portions (nothing could train), or ``eval.test_samples`` asks for more test
     samples than there are (checked once the data's size is known)."""
@@ -192,7 +198,7 @@ def check_bench_sizes(cfg: Any, train_size: int, test_size: int) -> None:
         )
 
 
-def check_startup(cfg: Any, spec: Any) -> None:
+def check_startup(cfg: TrainConfig, spec: EnvSpec) -> None:
     """What a session would otherwise find only as it starts its processes, after the run
     folder is made, checked once the env's shapes are known: ``env.groups`` against
     ``env.num_envs``, ``runtime.inference`` against the runtime and the algorithm, and
@@ -200,7 +206,8 @@ def check_startup(cfg: Any, spec: Any) -> None:
     waits for the runtime.)"""
     from rltrain.envs import env_groups
     from rltrain.ps.server import ShardLayout
-    from rltrain.rl.setup import inference_device, initial_params
+    from rltrain.rl.env_spec import initial_params
+    from rltrain.rl.placement import inference_device
     from rltrain.runtime.config import chosen_backend
 
     env_groups(cfg.env)
@@ -214,13 +221,13 @@ KEPT_FIRST = "env.id"
 parameter count that does not fit (and its env made before that)."""
 
 
-def check_resume(path: Path, state: dict[str, Any], cfg: Any) -> list[str]:
+def check_resume(path: Path, state: dict[str, Any], cfg: TrainConfig) -> list[str]:
     """Before the env is made: ``cfg`` keeps the keys a resumed run keeps
-    (:data:`rltrain.rl.setup.KEPT_ON_RESUME`, ``env.id`` first) against the config the
+    (:data:`rltrain.rl.resume.KEPT_ON_RESUME`, ``env.id`` first) against the config the
     checkpoint at ``path`` (``state``) was saved under; CheckpointError for one it changes.
 
     Returns the changes, ``key: old -> new``, of every key outside the sections the trainer
-    names itself (:data:`~rltrain.rl.setup.TOLD_ON_RESUME`): top-level keys such as actors,
+    names itself (:data:`~rltrain.rl.resume.TOLD_ON_RESUME`): top-level keys such as actors,
     learners, seed, learner_gpus, and dqn, replay, checkpoint, eval, faults, runtime. These
     are compared with the run's config.yaml (what its last session asked for), not with the
     checkpoint's config, which holds what the trainer resolved (actors: auto, the session's
@@ -228,7 +235,7 @@ def check_resume(path: Path, state: dict[str, Any], cfg: Any) -> list[str]:
     from rltrain.checkpoint import CheckpointError
     from rltrain.config import dotted, moved_keys, to_dict
     from rltrain.rl.config import TrainConfig, run_yaml
-    from rltrain.rl.setup import KEPT_ON_RESUME, TOLD_ON_RESUME
+    from rltrain.rl.resume import KEPT_ON_RESUME, TOLD_ON_RESUME
 
     new = dotted(to_dict(cfg))
     saved = state.get("config")
@@ -252,13 +259,13 @@ def check_resume(path: Path, state: dict[str, Any], cfg: Any) -> list[str]:
 
 
 def prepare_train(
-    cfg: Any,
+    cfg: TrainConfig,
     run_dir: str | Path | None,
     resume: str | Path | None = None,
     config_path: str | None = None,
     started: float | None = None,
     resume_flag: str = "--resume ",
-) -> Any:
+) -> Trainer:
     """Everything ``rltrain train`` checks and makes before the run starts (also
     :func:`rltrain.api.train`): the trainer, with the run folder and its config.yaml written.
     ``resume``: the run folder to continue (its latest checkpoint is checked first).
@@ -268,7 +275,7 @@ def prepare_train(
 
 
 def run_train(
-    cfg: Any,
+    cfg: TrainConfig,
     run_dir: str | Path | None,
     resume: str | Path | None = None,
     config_path: str | None = None,
@@ -299,7 +306,7 @@ def _user_error(error: BaseException) -> bool:
     return isinstance(error, RLTrainError) and not isinstance(error, RunFailed | ShardFenced)
 
 
-def _trained(trainer: Any) -> bool:
+def _trained(trainer: Trainer) -> bool:
     """Whether the run wrote a checkpoint or finished an episode: it has results to keep."""
     from rltrain.checkpoint import latest_checkpoint
 
@@ -307,13 +314,13 @@ def _trained(trainer: Any) -> bool:
 
 
 def _prepare(
-    cfg: Any,
+    cfg: TrainConfig,
     run_dir: str | Path | None,
     resume: str | Path | None,
     config_path: str | None,
     started: float | None,
     resume_flag: str,
-) -> tuple[Any, list[Path] | None]:
+) -> tuple[Trainer, list[Path] | None]:
     """:func:`prepare_train`; also, for a new run, the folders it made (None on resume)."""
     # torch-free until the env is probed (see start_ray_then_probe)
     from rltrain.progress import process_start_time
@@ -351,7 +358,7 @@ def _prepare(
         if resume is None and starts_ray_early(cfg):
             spec, ray_up = start_ray_then_probe(cfg)
         else:  # an unknown env id fails here, before any folder is made or Ray starts
-            from rltrain.rl.setup import probe_env
+            from rltrain.rl.env_spec import probe_env
 
             spec, ray_up = probe_env(cfg), None
     except BaseException:

@@ -50,12 +50,12 @@ def describe(cls: type, prefix: str = "", defaults: Any = None) -> list[tuple[st
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
         default = field_default(f) if defaults is None else getattr(defaults, f.name)
-        if dataclasses.is_dataclass(tp):
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             rows.extend(describe(tp, prefix + f.name + ".", default))
             continue
         item = typing.get_args(tp)[0] if typing.get_origin(tp) is tuple else None
-        if dataclasses.is_dataclass(item):  # a list of sections: its keys, then the list
-            rows.extend(describe(item, prefix + f.name + "[].", None))  # type: ignore[arg-type]
+        if isinstance(item, type) and dataclasses.is_dataclass(item):  # a list of sections
+            rows.extend(describe(item, prefix + f.name + "[].", None))  # its keys, then the list
         choices = choices_of(f.metadata)
         kind = " | ".join(map(str, choices)) if choices else _type_name(tp)
         rows.append((prefix + f.name, kind, repr(default), docs.get(f.name, "")))

@@ -34,7 +34,8 @@ def write_run(run: Path, hidden: int = 64) -> None:
     from rltrain.config import load_config, to_dict
     from rltrain.ps.server import make_shards
     from rltrain.rl.config import TrainConfig, server_settings
-    from rltrain.rl.setup import Counters, initial_params, probe_env
+    from rltrain.rl.counters import Counters
+    from rltrain.rl.env_spec import initial_params, probe_env
     from rltrain.rundir import write_config
 
     run.mkdir(parents=True)

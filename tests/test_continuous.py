@@ -17,9 +17,9 @@ from rltrain.ps.config import OptimizerConfig
 from rltrain.rl.actor import Actor
 from rltrain.rl.config import AlgoConfig, PPOConfig, StopConfig, TrainConfig
 from rltrain.rl.distributions import CATEGORICAL, DIAG_GAUSSIAN, distribution
+from rltrain.rl.env_spec import probe_env
 from rltrain.rl.learner import Learner
 from rltrain.rl.models import build_policy
-from rltrain.rl.setup import probe_env
 
 
 def test_diag_gaussian_matches_torch_distributions() -> None:

@@ -16,7 +16,7 @@ from rltrain.replay import ReplayMemory, TransitionBlock
 from rltrain.replay.local import LocalReplay
 from rltrain.rl.config import AlgoConfig, DQNConfig, ReplayConfig, StopConfig, TrainConfig
 from rltrain.rl.dqn import DQNActor, DQNLearner, apex_epsilon, memory_args
-from rltrain.rl.setup import initial_params, probe_env
+from rltrain.rl.env_spec import initial_params, probe_env
 
 
 def cfg(env: str = "CartPole-v1", **dqn: object) -> TrainConfig:

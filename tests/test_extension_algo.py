@@ -84,7 +84,7 @@ def test_a_new_key_set_over_an_old_run_config_wins(tmp_path: Path) -> None:
     """A run's config.yaml from before the sections holds algo.epochs; --set ppo.epochs on
     resume must win over it, and a resume names the change."""
     from rltrain.config import load_config
-    from rltrain.rl.setup import resume_changes
+    from rltrain.rl.resume import resume_changes
 
     old = tmp_path / "config.yaml"
     old.write_text("algo: {name: appo, epochs: 4}\nstop: {max_env_steps: 100}\n")

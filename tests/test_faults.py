@@ -195,7 +195,7 @@ def test_a_barrier_call_rolled_back_by_a_restore_ends_with_the_restarted_calls()
     from rltrain.config import load_config
     from rltrain.ps.server import LocalServer
     from rltrain.rl.config import TrainConfig, server_settings
-    from rltrain.rl.setup import initial_params, probe_env
+    from rltrain.rl.env_spec import initial_params, probe_env
     from rltrain.rl.worker import Worker
 
     root = Path(__file__).resolve().parents[1]

@@ -18,8 +18,9 @@ from rltrain.config import ConfigError, load_config
 from rltrain.ps.server import LocalServer
 from rltrain.records import GradUpdate
 from rltrain.rl.config import TrainConfig, server_settings
+from rltrain.rl.env_spec import initial_params, probe_env
 from rltrain.rl.inference import ActSlots, PolicyWorker
-from rltrain.rl.setup import inference_device, initial_params, probe_env
+from rltrain.rl.placement import inference_device
 
 CFG = Path(__file__).resolve().parents[1] / "configs"
 

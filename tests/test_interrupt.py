@@ -157,7 +157,8 @@ def test_a_resumed_session_draws_new_seeds_and_keeps_the_runs(tmp_path: Path) ->
     from rltrain.config import load_config, to_dict
     from rltrain.ps.server import make_shards
     from rltrain.rl.config import TrainConfig, server_settings
-    from rltrain.rl.setup import Counters, initial_params, probe_env
+    from rltrain.rl.counters import Counters
+    from rltrain.rl.env_spec import initial_params, probe_env
     from rltrain.rl.train import Trainer
     from rltrain.rundir import write_config
 

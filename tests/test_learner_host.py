@@ -18,9 +18,10 @@ from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.records import Params
 from rltrain.rl.actor import Actor
 from rltrain.rl.config import AlgoConfig, PPOConfig, StopConfig, TrainConfig
+from rltrain.rl.env_spec import initial_params, probe_env
 from rltrain.rl.learner_host import LearnerHost
+from rltrain.rl.placement import hosts_shards
 from rltrain.rl.rollout import ObsSlots
-from rltrain.rl.setup import hosts_shards, initial_params, probe_env
 
 
 def _cfg() -> TrainConfig:

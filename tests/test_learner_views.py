@@ -14,8 +14,8 @@ from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.server import LocalServer
 from rltrain.rl.actor import Actor
 from rltrain.rl.config import AlgoConfig, PPOConfig, StopConfig, TrainConfig
+from rltrain.rl.env_spec import initial_params, probe_env
 from rltrain.rl.learner import Learner
-from rltrain.rl.setup import initial_params, probe_env
 
 
 class Copies:

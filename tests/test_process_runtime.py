@@ -218,7 +218,7 @@ def test_100_rollouts_of_a_real_actor_process_reuse_the_same_shared_memory() -> 
     from rltrain.config import load_config
     from rltrain.rl.actor import Actor
     from rltrain.rl.config import TrainConfig, server_settings
-    from rltrain.rl.setup import initial_params, probe_env
+    from rltrain.rl.env_spec import initial_params, probe_env
     from rltrain.runtime.local import start_server
 
     cfg = load_config(TrainConfig, str(CFG / "cartpole_appo.yaml"), ["env.num_envs=16"])

@@ -27,8 +27,9 @@ def write_run(run: Path, config: str = A3C, overrides: tuple[str, ...] = ()) -> 
     from rltrain.config import load_config, to_dict
     from rltrain.ps.server import make_shards
     from rltrain.rl.config import TrainConfig, server_settings
+    from rltrain.rl.counters import Counters
+    from rltrain.rl.env_spec import initial_params, probe_env
     from rltrain.rl.inputs import resolve_obs_norm
-    from rltrain.rl.setup import Counters, initial_params, probe_env
     from rltrain.rundir import write_config
 
     run.mkdir(parents=True)
@@ -250,7 +251,7 @@ def test_a_resume_under_another_env_says_so_before_making_it(
     monkeypatch: pytest.MonkeyPatch,
     argv: list[str],
 ) -> None:
-    import rltrain.rl.setup
+    import rltrain.rl.env_spec
 
     run = tmp_path / "run"
     write_run(run)
@@ -258,8 +259,8 @@ def test_a_resume_under_another_env_says_so_before_making_it(
     def no_env(*args: Any) -> None:
         raise AssertionError("the env was made")
 
-    monkeypatch.setattr(rltrain.rl.setup, "probe_env", no_env)
-    monkeypatch.setattr(rltrain.rl.setup, "make_env", no_env)
+    monkeypatch.setattr(rltrain.rl.env_spec, "probe_env", no_env)
+    monkeypatch.setattr(rltrain.rl.env_spec, "make_env", no_env)
     config, sets = (argv, []) if argv[0] == PENDULUM else ([], argv)
     err = error_of(capsys, ["train", *config, "--resume", str(run), *sets])
     assert err.startswith("rltrain: error: env.id=")

@@ -14,9 +14,9 @@ from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.server import LocalServer
 from rltrain.rl.actor import Actor
 from rltrain.rl.config import AlgoConfig, ImpalaConfig, PPOConfig, StopConfig, TrainConfig
+from rltrain.rl.env_spec import initial_params, probe_env
 from rltrain.rl.learner import Learner
 from rltrain.rl.rollout import stack
-from rltrain.rl.setup import initial_params, probe_env
 from rltrain.rl.worker import Worker
 
 

@@ -207,7 +207,7 @@ def test_pong_on_a_16_core_1_gpu_box_gets_the_documented_layout(
     1024 samples the curves in docs/pong.md were measured with."""
     import torch
 
-    from rltrain.rl.setup import place
+    from rltrain.rl.placement import place
     from rltrain.rl.sizing import describe_batch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -229,7 +229,7 @@ def test_what_auto_chose_is_said_and_noted_in_config_yaml(
 ) -> None:
     """The run's first lines and config.yaml's tail say the session's sizes; the keys still
     say auto, so a --resume on another box sizes the run to that one."""
-    from rltrain.rl.setup import note_sizes, place
+    from rltrain.rl.placement import note_sizes, place
     from rltrain.rundir import write_config
 
     pong = load_config(TrainConfig, "configs/pong_appo.yaml", [])

@@ -138,7 +138,7 @@ def test_a_replica_of_cdni_stages_learns_in_process() -> None:
     data = tiny_dataset(256, seed=1)
     shape = tuple(data.images.shape[1:])
     spec = spec_for("cnn", classes=int(data.labels.max()) + 1, max_epochs=4, steps_per_epoch=0)
-    spec = dataclasses.replace(spec, rule=ServerConfig(rule="async"))
+    spec = dataclasses.replace(spec, server=ServerConfig(rule="async"))
     seq = layers(make_model(spec, shape))
     sizes = [sum(p.numel() for p in m.parameters()) for m in seq]
     cuts = split_points([1.0] * len(seq), sizes, 2)  # not timed: the same cut on every run

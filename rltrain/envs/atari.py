@@ -18,10 +18,13 @@ Two parts of the protocol are done here rather than in C++, on purpose:
 
 from __future__ import annotations
 
+from typing import Any
+
 import ale_py
 import gymnasium
 import numpy as np
 from ale_py.vector_env import AtariVectorEnv
+from gymnasium.spaces import Discrete
 from gymnasium.vector import AutoresetMode
 
 from rltrain.envs.base import ActionSpace, EnvError, EpisodeTracker, StepBatch, VectorEnv
@@ -89,7 +92,7 @@ class AtariEnv(VectorEnv):
         self._clip = bool(self.protocol["clip_rewards"])
         self._episodic_life = bool(self.protocol["episodic_life"])
         self._seed = seed
-        protocol_args = dict(
+        protocol_args: dict[str, Any] = dict(
             num_threads=cfg.num_threads,
             max_num_frames_per_episode=cfg.max_episode_frames,
             repeat_action_probability=cfg.sticky_actions,
@@ -120,9 +123,11 @@ class AtariEnv(VectorEnv):
             raise make_failed(cfg.id, cfg.kwargs, e) from None
         self.protocol["kwargs"] = dict(cfg.kwargs)
         self.num_envs = num_envs
-        self.obs_shape = tuple(self._env.single_observation_space.shape)
+        obs_space, action_space = self._env.single_observation_space, self._env.single_action_space
+        assert obs_space.shape is not None and isinstance(action_space, Discrete)  # ALE's spaces
+        self.obs_shape = tuple(obs_space.shape)
         self.obs_dtype = np.dtype(np.uint8)
-        self.num_actions = int(self._env.single_action_space.n)
+        self.num_actions = int(action_space.n)
         self.action_space = ActionSpace(self.num_actions)
         self.protocol["num_actions"] = self.num_actions
         self._episodes = EpisodeTracker(num_envs)

@@ -145,7 +145,9 @@ class AtariScreenEnv:
         self.ale.setLoggerMode(ale_py.LoggerMode.Error)
         self.ale.setFloat("repeat_action_probability", cfg.sticky_actions)
         self.ale.setInt("random_seed", int(ale_seed) & 0x7FFFFFFF)
-        self.ale.loadROM(roms.get_rom_path(rom_name(cfg.id)))
+        rom = roms.get_rom_path(rom_name(cfg.id))
+        assert rom is not None  # ale-py registers its ALE/ ids for the ROMs it ships
+        self.ale.loadROM(rom)
         self.actions = self.ale.getMinimalActionSet()
         self.fire = ale_py.Action.FIRE in self.actions  # AtariVectorEnv(use_fire_reset=True)
         self.rng = np.random.default_rng(noop_seed)
@@ -154,7 +156,7 @@ class AtariScreenEnv:
         if size > min(height, width):
             raise EnvError(f"env.image_size={size}: the recording env shrinks frames only")
         self.resize = AreaResize.of((height, width), (size, size))
-        self.obs_shape = (cfg.frame_stack, size, size)
+        self.obs_shape: tuple[int, ...] = (cfg.frame_stack, size, size)
         self.channels = 1
         self.num_actions = len(self.actions)
         self.action_space = ActionSpace(self.num_actions)

@@ -14,7 +14,7 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import gymnasium
 import numpy as np
@@ -78,8 +78,9 @@ def wrapper_arguments(ref: str) -> tuple[str, dict[str, Any]]:
         raise EnvError(bad)
     if call.args or any(k.arg is None for k in call.keywords):
         raise EnvError(f"env.wrappers: {ref!r}: give the arguments by name (e.g. {EXAMPLE})")
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     for k in call.keywords:
+        assert k.arg is not None  # **mapping refused above
         try:
             kwargs[k.arg] = ast.literal_eval(k.value)
         except (ValueError, TypeError, SyntaxError):
@@ -134,6 +135,7 @@ class FlatObservation(gymnasium.ObservationWrapper, gymnasium.utils.RecordConstr
         gymnasium.ObservationWrapper.__init__(self, env)
         self.flattened_from = env.observation_space
         flat = flatten_space(env.observation_space)
+        assert isinstance(flat, Box)  # what flattens() said
         self.observation_space = Box(flat.low, flat.high, flat.shape, np.float32)
 
     def observation(self, observation: Any) -> np.ndarray:
@@ -170,7 +172,7 @@ def channels_last(space: Space) -> bool:
     )
 
 
-def gray_image(space: Space) -> bool:
+def gray_image(space: Space) -> TypeGuard[Box]:
     """Whether ``space`` is a gray image without a channel axis, [H, W] uint8 of more than 4
     pixels a side (GrayscaleObservation without keep_dim, AtariPreprocessing)."""
     return (
@@ -181,7 +183,7 @@ def gray_image(space: Space) -> bool:
     )
 
 
-def image(space: Space) -> bool:
+def image(space: Space) -> TypeGuard[Box]:
     """Whether ``space`` is an image with its channels first, [C, H, W] uint8 (what
     :class:`ChannelsFirst` makes, or an env's own)."""
     return isinstance(space, Box) and len(space.shape) == 3 and space.dtype == np.uint8
@@ -198,7 +200,9 @@ def stack_frames(env: gymnasium.Env, k: int) -> gymnasium.Env:
     """The last ``k`` images [C, H, W] of ``env`` as one [k C, H, W], oldest first: motion a
     single frame cannot show, as Atari's stack of 4 (Mnih et al. 2015). Gymnasium's
     FrameStackObservation (a reset repeats the first image) and ReshapeObservation."""
-    c, h, w = env.observation_space.shape
+    shape = env.observation_space.shape
+    assert shape is not None  # an image: stackable() said
+    c, h, w = shape
     return ReshapeObservation(FrameStackObservation(env, k), (k * c, h, w))
 
 

@@ -171,8 +171,10 @@ class ConjugateGradient(torch.optim.Optimizer):
 
     @staticmethod
     def _grad(p: torch.Tensor, group: dict[str, Any]) -> torch.Tensor:
+        grad = p.grad
+        assert grad is not None  # callers pass only parameters with a gradient
         wd = group["weight_decay"]
-        return p.grad if not wd else p.grad + wd * p
+        return grad if not wd else grad + wd * p
 
     def _beta(self, group: dict[str, Any]) -> float:
         params = [p for p in group["params"] if p.grad is not None]

@@ -193,7 +193,7 @@ class ShardedServer(ABC):
         parts = self._split(update)
         if self.coordinated:  # shard 0 decides first; then all wait and pull together
             first: PushResult = self._call_first("push", parts[0])
-            args = [(None, wait_version, timeout, first)]
+            args: list[tuple[Any, ...]] = [(None, wait_version, timeout, first)]
             args += [(u, wait_version, timeout, first) for u in parts[1:]]
         else:
             args = [

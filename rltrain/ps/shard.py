@@ -59,20 +59,17 @@ class ParameterShard:
         self.server = server
         self.update_rule = server.update_rule
         self.device = torch.device(device)
-        if isinstance(init, int):
-            init = torch.zeros(init)
+        init = torch.zeros(init) if isinstance(init, int) else init
         self.numel = int(init.numel())
         values = init.detach().reshape(-1).to(self.device, torch.float32, copy=True)
         self._param = torch.nn.Parameter(values)
-        self._opt = make_optimizer(
-            [self._param], corrected_optimizer(optimizer, server, num_workers)
-        )
+        optimizer = corrected_optimizer(optimizer, server, num_workers)
+        self._opt = make_optimizer([self._param], optimizer)
         self._base_lr = [g["lr"] for g in self._opt.param_groups]
         self._lr_factor = 1.0  # a learning-rate schedule's value, set by the driver
         self._norm: NormStats | None = None  # merged normalisation statistics (shard 0)
-        # a barrier round's statistics, published with the step that ends it, so a pull at
-        # version v returns the statistics of version v whenever it comes (a peer's push that
-        # waits at the barrier does not change what a late puller acts with)
+        # a barrier round's statistics, published with the step that ends it: a pull at version
+        # v returns those of v whenever it comes (not those of a peer waiting at the barrier)
         self._norm_pending: NormStats | None = None
         self._round = BarrierRound(server, num_workers)  # a barrier rule's updates of a version
         self._fenced = False
@@ -255,8 +252,8 @@ class ParameterShard:
             self._param.data.copy_(values.reshape(-1))  # from any device
 
     def load_state_dict(self, state: dict, restore_epoch: int | None = None) -> None:
-        """Load a checkpoint's or a restore point's state; ``restore_epoch``: the restore's number,
-        from which updates of parameters read before it are dropped (None: keep it)."""
+        """Load a checkpoint's or a restore point's state; ``restore_epoch``: the restore's
+        number, from which updates of parameters read before it are dropped (None: keep it)."""
         with self._changed:
             if state["param"].numel() != self.numel:
                 raise ValueError(
@@ -291,9 +288,7 @@ class ParameterShard:
         if reason:
             return self._reject(reason)
         if update.restore_epoch < self._restore_epoch:
-            return self._drop(
-                f"computed before the restore (restore epoch {update.restore_epoch})", 0
-            )
+            return self._drop_older(update)
         if update.norm is not None:  # what the actors saw counts even if the step is dropped
             if self.update_rule.barrier:  # published with the round's step
                 self._norm_pending = merge_all([self._norm_pending, update.norm])
@@ -313,12 +308,8 @@ class ParameterShard:
 
     def _follow(self, update: GradUpdate, decided: PushResult) -> PushResult:
         """Do what shard 0 decided for this update (see :meth:`push`)."""
-        if (
-            update.restore_epoch < self._restore_epoch
-        ):  # shard 0 decided before its restore, we after ours
-            return self._drop(
-                f"computed before the restore (restore epoch {update.restore_epoch})", 0
-            )
+        if update.restore_epoch < self._restore_epoch:  # shard 0 decided before its restore
+            return self._drop_older(update)  # and we after ours
         if decided.status == "rejected":
             return self._reject(decided.reason)
         if decided.status == "dropped":
@@ -354,12 +345,10 @@ class ParameterShard:
         # a restarted (or warm-start) worker is back, even if this first push comes late:
         # otherwise a fast peer could step past it every time
         self._round.rejoin(update.worker_id)
-        if staleness > 0:
-            # A late update for a version that has already been stepped (a backup worker).
+        if staleness > 0:  # for a version stepped already (a backup worker's)
             return self._drop(f"late update for version {update.version}", staleness)
-        if update.worker_id in self._round.workers:
-            # N distinct workers make a synchronous step; one worker twice is not two. It
-            # pushed again because its wait timed out: it waits again rather than spin
+        if update.worker_id in self._round.workers:  # N distinct workers make a step: one
+            # worker twice is not two. It pushed again as its wait timed out: it waits again
             why = f"second update from worker {update.worker_id} for this version"
             return dataclasses.replace(self._drop(why, 0), waits=True)
         self._round.add(update.worker_id, update.values)
@@ -402,6 +391,9 @@ class ParameterShard:
     def _drop(self, reason: str, staleness: int) -> PushResult:
         self._counts.dropped += 1
         return PushResult("dropped", self.version, staleness, reason)
+
+    def _drop_older(self, update: GradUpdate) -> PushResult:
+        return self._drop(f"computed before the restore (epoch {update.restore_epoch})", 0)
 
     def _reject(self, reason: str) -> PushResult:
         self._counts.count_rejected(reason)

@@ -32,8 +32,9 @@ class SumTree:
         """Masses of ``slots``."""
         return self._tree[self._leaves + np.asarray(slots, dtype=np.int64)]
 
-    def set(self, slots: np.ndarray, masses: np.ndarray) -> None:
-        """Set the masses of ``slots`` (the last one wins for repeated slots) and re-sum.
+    def set(self, slots: np.ndarray, masses: np.ndarray | float) -> None:
+        """Set the masses of ``slots`` (one mass for all, or one each; the last one wins for
+        repeated slots) and re-sum.
 
         Parents are recomputed from their children, never incremented, so rounding errors do
         not accumulate however many updates the tree sees.

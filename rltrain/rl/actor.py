@@ -108,8 +108,12 @@ class Trace:
         if out is not None:
             out[0].copy_(obs)
             obs = out[0]
-        self.obs, self.actions, self.logits = [obs], [], []
-        self.rewards, self.terms, self.truncs = [], [], []
+        self.obs: list[torch.Tensor] = [obs]
+        self.actions: list[torch.Tensor] = []
+        self.logits: list[torch.Tensor] = []
+        self.rewards: list[torch.Tensor] = []  # [B_g] float32 each
+        self.terms: list[torch.Tensor] = []  # [B_g] bool each
+        self.truncs: list[torch.Tensor] = []
         self.finals: list[np.ndarray] = []
         self.final_at: list[tuple[int, int]] = []
         self.returns: list[float] = []

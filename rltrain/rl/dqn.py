@@ -32,7 +32,7 @@ from rltrain.rl.models import build_qnet
 from rltrain.rl.rollout import LossStats, WorkStats
 
 if TYPE_CHECKING:
-    from rltrain.rl.setup import EnvSpec
+    from rltrain.rl.env_spec import EnvSpec
 
 
 class Replay(Protocol):

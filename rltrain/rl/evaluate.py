@@ -27,7 +27,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
@@ -47,7 +47,7 @@ from rltrain.normalize import NormStats
 from rltrain.rl.actor import policy_builder
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.distributions import CATEGORICAL, Distribution, distribution
-from rltrain.rl.models import build_qnet, load_flat
+from rltrain.rl.models import ActorCritic, build_qnet, load_flat
 from rltrain.video import VideoFormat, open_video
 
 VideoView = Literal["game", "agent"]
@@ -206,7 +206,7 @@ def load_policy(
         raise CheckpointError(f"{path} does not fit the model of {run_dir}/config.yaml")
     load_flat(model, values)
     if not dqn:
-        model.set_norm(norm)  # the observation statistics the policy was trained with
+        cast(ActorCritic, model).set_norm(norm)  # the statistics the policy was trained with
     return Policy(model, greedy=dqn, dist=distribution(actions))
 
 

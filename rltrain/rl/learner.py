@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import cast
 
 import torch
 
@@ -46,7 +47,7 @@ def clipped_flat_grad(
     the norm before clipping, a tensor there too (reading it would wait for the backward)."""
     params = list(net.parameters())
     norm = torch.nn.utils.clip_grad_norm_(params, max_norm or float("inf"))
-    return torch.cat([p.grad.reshape(-1) for p in params]), norm
+    return torch.cat([cast(torch.Tensor, p.grad).reshape(-1) for p in params]), norm
 
 
 def loss_spec(cfg: TrainConfig, progress: float = 0.0) -> LossSpec:
@@ -171,7 +172,9 @@ class Learner:
             next_values=next_state_values(values, final_values, r.final_at.to(d)),
             continues=r.continues().to(d),
         )
-        return self.cfg.algo_spec.targets(inputs, self.cfg)
+        targets = self.cfg.algo_spec.targets
+        assert targets is not None, "an actor-critic algorithm has a target estimator"
+        return targets(inputs, self.cfg)
 
     # --- gradients -------------------------------------------------------------------------
 

@@ -32,9 +32,9 @@ from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.server import LocalServer
 from rltrain.records import Params
 from rltrain.rl.config import TrainConfig
+from rltrain.rl.env_spec import EnvSpec
 from rltrain.rl.learner import Learner
 from rltrain.rl.rollout import ObsSlots, Rollout, WorkStats
-from rltrain.rl.setup import EnvSpec
 
 ServerArgs = tuple[
     torch.Tensor, OptimizerConfig, ServerConfig, int, bool, Sequence[int] | None, str

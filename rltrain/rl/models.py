@@ -15,6 +15,7 @@ import contextlib
 import contextvars
 import math
 from collections.abc import Iterator
+from typing import cast
 
 import torch
 from torch import nn
@@ -62,7 +63,7 @@ def parameters_to_come() -> Iterator[None]:
     decompositions cost 0.7 s on 2 cores for the Nature CNN's 3136 x 512 layer, on every
     actor's, the policy worker's and the learner's way to the run's first step. The values
     such a model starts with are torch's default initialisation, never acted or learned on:
-    the run's initial parameters are built once (:func:`rltrain.rl.setup.initial_params`)."""
+    the run's initial parameters are built once (:func:`rltrain.rl.env_spec.initial_params`)."""
     token = _INITIALISE.set(False)
     try:
         yield
@@ -78,7 +79,8 @@ def orthogonal_init(module: nn.Module, gain: float) -> None:
     for m in module.modules():
         if isinstance(m, nn.Linear | nn.Conv2d):
             nn.init.orthogonal_(m.weight, gain)
-            nn.init.zeros_(m.bias)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
 
 
 class MLPTorso(nn.Module):
@@ -150,7 +152,7 @@ def train_layout(model: nn.Module) -> None:
     learners use it and actors do not. Parameters stay where :func:`load_flat` puts them."""
     for m in model.modules():
         if isinstance(m, NatureCNNTorso) and m.bf16:
-            m.to(memory_format=torch.channels_last)
+            m.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (stubs lack it)
             m.channels_last = True
 
 
@@ -236,6 +238,8 @@ class ObsNorm(nn.Module):
     def __init__(self, obs_shape: tuple[int, ...], clip: float) -> None:
         super().__init__()
         self.clip = clip
+        self.mean: torch.Tensor
+        self.inv_std: torch.Tensor
         self.register_buffer("mean", torch.zeros(obs_shape))
         self.register_buffer("inv_std", torch.ones(obs_shape))
 
@@ -270,8 +274,9 @@ class ActorCritic(nn.Module):
         self.torso = torso
         self.value_torso = value_torso
         self.obs_norm = obs_norm
-        self.policy = nn.Linear(torso.out_dim, space.n)
-        self.value = nn.Linear(torso.out_dim, 1)
+        width = cast(int, torso.out_dim)
+        self.policy = nn.Linear(width, space.n)
+        self.value = nn.Linear(width, 1)
         self.log_std = nn.Parameter(torch.zeros(space.n)) if space.continuous else None
         for part in (torso, value_torso):
             if part is not None:
@@ -311,7 +316,7 @@ class QNetwork(nn.Module):
     def __init__(self, torso: nn.Module, num_actions: int) -> None:
         super().__init__()
         self.torso = torso
-        self.q = nn.Linear(torso.out_dim, num_actions)
+        self.q = nn.Linear(cast(int, torso.out_dim), num_actions)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:  # [N, *obs] -> [N, A]
         return self.q(self.torso(obs))

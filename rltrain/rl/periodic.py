@@ -32,8 +32,8 @@ from rltrain.errors import RLTrainError
 from rltrain.faults import RunFailed
 from rltrain.normalize import NormStats
 from rltrain.rl.config import TrainConfig
+from rltrain.rl.counters import Counters
 from rltrain.rl.evaluate import load_policy, play_episodes, state_params
-from rltrain.rl.setup import Counters
 from rltrain.rl.tblog import TrainLogger
 
 if TYPE_CHECKING:

@@ -3,17 +3,20 @@
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rltrain.records import Role
 from rltrain.rl.config import TrainConfig, waits_at_barrier
+from rltrain.rl.counters import Counters
+from rltrain.rl.env_spec import EnvSpec
 from rltrain.rl.rollout import ObsSlots, WorkStats
-from rltrain.rl.setup import Counters, EnvSpec
 
 if TYPE_CHECKING:
+    from rltrain.driver import Done
     from rltrain.runtime.context import RunContext
-    from rltrain.runtime.contract import Runtime
+    from rltrain.runtime.contract import Guard, RemoteProcess, Runtime
 
 
 class Host(Protocol):
@@ -35,12 +38,12 @@ class Host(Protocol):
     def stopped_by(self) -> str:
         """Why the run stops ("" while it runs)."""
 
-    def spawn(self, role: Role, cls: type, args_of: Callable[[int], tuple]) -> list[Any]:
+    def spawn(self, role: Role, cls: type, args_of: Callable[[int], tuple[Any, ...]]) -> list[Any]:
         """Restartable processes of one role, process i built with ``args_of(i)``."""
 
     def absorb(self, stats: WorkStats) -> None: ...
 
-    def on_fault(self, done: Any, pushes: bool) -> bool:
+    def on_fault(self, done: Done, pushes: bool) -> bool:
         """Count and report a lost or revived process; True when it should get work now."""
 
     def wait_s(self) -> float: ...
@@ -50,8 +53,10 @@ class Host(Protocol):
     def schedule_at(self) -> float: ...
 
 
-class RLPlan:
-    """The hooks every RL plan shares with its host: when to stop, wait and tick."""
+class RLPlan(abc.ABC):
+    """The hooks every RL plan shares with its host: when to stop, wait and tick; a plan of
+    :mod:`rltrain.rl.plans` adds what to submit and what a result or a fault means (the rest
+    of :class:`rltrain.driver.Plan`)."""
 
     def __init__(self, host: Host, runtime: Runtime) -> None:
         self.host = host
@@ -77,10 +82,33 @@ class RLPlan:
             self.ctx.say(f"the stop does not wait for processes not up ({note})")
             for r in starting:
                 if self.pushes(r) and waits_at_barrier(self.cfg):
-                    self.ctx.guard.leave(r.index)
+                    self.guard.leave(r.index)
         return len(starting) < len(self.pool.calls)
 
-    def pushes(self, remote: Any) -> bool:
+    @property
+    def guard(self) -> Guard:
+        """The server's guard (it starts with the server, before any plan)."""
+        guard = self.ctx.guard
+        assert guard is not None, "the guard starts with the server"
+        return guard
+
+    @abc.abstractmethod
+    def start(self) -> None:
+        """Submit the first calls."""
+
+    @abc.abstractmethod
+    def on_result(self, done: Done) -> None:
+        """A call returned its value (``done.value``)."""
+
+    @abc.abstractmethod
+    def on_fault(self, done: Done) -> None:
+        """A call failed (its process died, or one it used did) or a process came back."""
+
+    @abc.abstractmethod
+    def refill(self) -> None:
+        """Give idle processes their next call, as far as the run's state allows."""
+
+    def pushes(self, remote: RemoteProcess) -> bool:
         """Whether ``remote`` pushes gradients (a barrier rule waits for its pushes)."""
         return remote.role == "learner"
 
@@ -90,5 +118,5 @@ class RLPlan:
     def tick(self) -> None:
         self.host.tick()
 
-    def finish(self) -> None:
+    def finish(self) -> None:  # noqa: B027 - an optional hook: most plans have nothing to do
         """After the loop (a normal end, not a failure)."""

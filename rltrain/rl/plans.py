@@ -26,14 +26,15 @@ import numpy as np
 import torch
 
 from rltrain import perf
+from rltrain.driver import Done
 from rltrain.faults import PeerLost, ProcessLost, RunFailed
 from rltrain.rl.actor import Actor
 from rltrain.rl.config import TrainConfig, waits_at_barrier
+from rltrain.rl.env_spec import EnvSpec
 from rltrain.rl.inference import ActSlots, PolicyWorker
 from rltrain.rl.learner import Learner
 from rltrain.rl.plan_base import RLPlan
 from rltrain.rl.rollout import ObsSlots, Rollout, WorkStats
-from rltrain.rl.setup import EnvSpec
 from rltrain.rl.worker import Worker
 from rltrain.runtime.process.shm import shm_free
 
@@ -59,11 +60,11 @@ class WorkerPlan(RLPlan):
     def pushes(self, remote: Any) -> bool:
         return True  # a worker acts and learns
 
-    def on_result(self, done: Any) -> None:
+    def on_result(self, done: Done) -> None:
         self.host.absorb(done.value)
         self.idle.append(done.remote)
 
-    def on_fault(self, done: Any) -> None:
+    def on_fault(self, done: Done) -> None:
         if not self.host.on_fault(done, pushes=True):
             return
         if self.lockstep and not self.pool.calls:
@@ -173,7 +174,7 @@ class ActorLearnerPlan(RLPlan):
                 "learner", Learner, lambda i: (cfg, spec.obs_shape, spec.actions, host.gpu, i)
             )
             self.learn_args = (self.server,)
-        self.ready: collections.deque = collections.deque()  # (rollout future, actor)
+        self.ready: collections.deque[tuple[Any, Any]] = collections.deque()  # (rollout, actor)
         self.idle_learners = list(learners)
         self.idle_actors: list[Any] = []
         self.cap = RolloutCap.of(cfg.learners, cfg.impala.learner_batch, len(actors))
@@ -202,7 +203,7 @@ class ActorLearnerPlan(RLPlan):
         if self._usable(actor) and actor not in self.idle_actors:
             self.idle_actors.append(actor)
 
-    def on_result(self, done: Any) -> None:
+    def on_result(self, done: Done) -> None:
         if done.remote.role == "policy":  # serve returned: the run has stopped
             return
         if done.remote.role == "actor":
@@ -217,7 +218,7 @@ class ActorLearnerPlan(RLPlan):
         self.host.absorb(done.value)
         self.idle_learners.append(done.remote)
 
-    def on_fault(self, done: Any) -> None:
+    def on_fault(self, done: Done) -> None:
         if done.remote.role == "policy":
             self._policy_fault(done)
             return
@@ -280,7 +281,7 @@ class ActorLearnerPlan(RLPlan):
                 self.slots.stop()
             if waits_at_barrier(cfg):  # no barrier may wait for idle learners now, one that
                 for learner in self.idle_learners:  # left once and rejoined by pushing too
-                    self.ctx.guard.leave(learner.index)
+                    self.guard.leave(learner.index)
             return
         n = cfg.impala.learner_batch
         while self.idle_learners and len(self.ready) >= n:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rltrain.driver import Done
 from rltrain.faults import PeerLost, RunFailed
 from rltrain.rl.plan_base import RLPlan
 
@@ -47,12 +48,12 @@ class ReplayPlan(RLPlan):
         else:
             self.idle.append(r)
 
-    def on_result(self, done: Any) -> None:
+    def on_result(self, done: Done) -> None:
         self.host.absorb(done.value)
         if not self.host.stopped_by:
             self._again(done.remote)
 
-    def on_fault(self, done: Any) -> None:
+    def on_fault(self, done: Done) -> None:
         if isinstance(done.error, PeerLost) and done.error.actor_id in self.replay_ids:
             raise RunFailed(
                 f"replay shard {self.replay_ids[done.error.actor_id]} died; the replay memory "

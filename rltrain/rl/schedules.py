@@ -39,7 +39,7 @@ class LRSender:
         factor = 1.0 if end is None else linear(1.0, end, progress)
         last = self.factor
         loaded = last is None or restores != self.restores
-        if loaded or abs(factor - last) >= 0.01 or (factor == end and last != end):
+        if loaded or last is None or abs(factor - last) >= 0.01 or (factor == end and last != end):
             try:
                 server.set_lr_factor(factor)
             except (ProcessLost, PeerLost):  # a shard is down: sent again at a later look,

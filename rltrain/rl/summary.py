@@ -10,7 +10,8 @@ from typing import Any
 
 from rltrain.faults import FaultCounters
 from rltrain.rl.config import TrainConfig
-from rltrain.rl.setup import Counters, EnvSpec
+from rltrain.rl.counters import Counters
+from rltrain.rl.env_spec import EnvSpec
 
 
 @dataclass

@@ -4,8 +4,7 @@ The driver only orchestrates. The one loop of :func:`rltrain.driver.drive` keeps
 process busy with one call in flight, with the algorithm's plan (:mod:`rltrain.rl.plans`)
 saying what to submit; the :class:`Trainer` gathers the statistics the calls return, logs
 them, checks the stop criteria, writes checkpoints and decides what a lost process means.
-Rollouts go from actors to learners as Ray object references, never through the driver (the
-process runtime copies them out of shared memory as they arrive; its learners are threads).
+Rollouts go from actors to learners without passing through the driver (:mod:`rltrain.runtime`).
 """
 
 from __future__ import annotations
@@ -36,31 +35,23 @@ from rltrain.progress import Progress
 from rltrain.ps.rules import ASYNC
 from rltrain.records import Role
 from rltrain.rl.config import TrainConfig, server_settings
+from rltrain.rl.counters import Counters, diverged_note
 from rltrain.rl.device import warm_gpu
+from rltrain.rl.env_spec import EnvSpec, initial_params, probe_env
 from rltrain.rl.learner_host import learner_process
 from rltrain.rl.periodic import PeriodicEval
-from rltrain.rl.plans import RLPlan, obs_slots_for, plan_of
+from rltrain.rl.placement import computes_on_gpu_here, note_sizes, place, spawn_role
+from rltrain.rl.plan_base import RLPlan
+from rltrain.rl.plans import obs_slots_for, plan_of
+from rltrain.rl.resume import load_resume, session_seed
 from rltrain.rl.rollout import ObsSlots, WorkStats
 from rltrain.rl.schedules import LRSender, schedule_progress
-from rltrain.rl.setup import (
-    Counters,
-    EnvSpec,
-    computes_on_gpu_here,
-    diverged_note,
-    initial_params,
-    load_resume,
-    note_sizes,
-    place,
-    probe_env,
-    session_seed,
-)
-from rltrain.rl.sizing import learner_cpus
 from rltrain.rl.summary import SessionRecord, train_summary
 from rltrain.rl.tblog import TrainLogger, status_line, stop_fraction
 from rltrain.rundir import unlock, write_summary
 from rltrain.runtime.config import chosen_backend
 from rltrain.runtime.context import RunContext
-from rltrain.runtime.contract import Runtime
+from rltrain.runtime.contract import Guard, Runtime
 
 
 class Trainer:
@@ -101,8 +92,8 @@ class Trainer:
         self.progress = Progress("[train]")
         self.run_lock: int | None = None  # the run folder's (launch.prepare_train takes it)
         # set as the session starts (_run, _start)
-        self.ctx: RunContext | None = None
-        self.evals: PeriodicEval | None = None
+        self._ctx: RunContext | None = None
+        self._evals: PeriodicEval | None = None
         self.plan: RLPlan | None = None
         self.gpu = False  # the learners compute on a GPU
         self.inference: str | None = None  # the batched policy's device (runtime.inference)
@@ -120,6 +111,23 @@ class Trainer:
     def stopped_by(self) -> str:
         return self.record.stopped_by
 
+    @property
+    def ctx(self) -> RunContext:
+        """The session's processes, guard and fault handling (set as the session starts)."""
+        assert self._ctx is not None, "the session has not started"
+        return self._ctx
+
+    @property
+    def evals(self) -> PeriodicEval:
+        """The evaluations during training (set as the session starts)."""
+        assert self._evals is not None, "the session has not started"
+        return self._evals
+
+    def _guard(self) -> Guard:
+        guard = self.ctx.guard
+        assert guard is not None, "the guard starts with the server"
+        return guard
+
     # --- the run ----------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
@@ -133,9 +141,9 @@ class Trainer:
         from rltrain import runtime as runtimes
 
         runtime: Runtime = runtimes.backend(self.cfg.runtime)  # processes, threads or Ray
-        self.ctx = RunContext(runtime, self.faults, self.progress.note)
+        self._ctx = RunContext(runtime, self.faults, self.progress.note)
         steps, say = self.counters.env_steps, self.progress.note
-        self.evals = PeriodicEval(self.cfg, self.run_dir, runtime, steps, self.log, say)
+        self._evals = PeriodicEval(self.cfg, self.run_dir, runtime, steps, self.log, say)
         self.session_start = time.time()
         self.schedule = FaultSchedule((), self.session_start)
         self.record.mark("trainer")  # imports, config, the env probe, the run folder
@@ -195,9 +203,9 @@ class Trainer:
         if self.resumed is not None:
             ctx.server.load_state_dicts(self.resumed.state["shards"])
             label = f"checkpoint {self.resumed.path.name}"
-        ctx.guard = runtime.ServerGuard(ctx.server, self.faults, self.progress.note)
+        guard = ctx.guard = runtime.ServerGuard(ctx.server, self.faults, self.progress.note)
         version = ctx.server.stats().version
-        ctx.guard.remember(RestorePoint(version, ctx.server.state_dicts(), label))
+        guard.remember(RestorePoint(version, ctx.server.state_dicts(), label))
         ctx.add("shard", runtime.server_processes(ctx.server))
         self.record.mark("server")  # shard processes up, the initial state read back
         self.evals.start()
@@ -224,7 +232,7 @@ class Trainer:
                 self.progress.note(f"no final checkpoint (the server is not whole: {e})")
             else:  # the last point: a run shorter than log_every_seconds still has one
                 with contextlib.suppress(ProcessLost, PeerLost, RunFailed):
-                    self.ctx.guard.poll()
+                    self._guard().poll()
                     self._log_point()
         self.evals.finish(wait=self.stopped_by not in ("interrupt", "fault", "diverged"))
         if self.plan is not None:
@@ -241,29 +249,10 @@ class Trainer:
         runtime.shutdown()
 
     def spawn(
-        self, role: Role, cls: type, args_of: Callable[[int], tuple], **options: Any
+        self, role: Role, cls: type, args_of: Callable[[int], tuple[Any, ...]], **options: Any
     ) -> list[Any]:
-        """Restartable processes of one role (actor, learner or the one policy worker;
-        a3c/a2c/ppo workers count as actors), process i built with ``args_of(i)``; learners
-        take a GPU when there is one. ``options``: the runtime's ``Remote``'s own."""
-        cfg = self.cfg
-        learner = role == "learner"
-        cpus = cfg.runtime.worker_cpus * (learner_cpus(self.gpu) if learner else 1)
-        gpus = cfg.learner_gpus if learner and self.gpu else 0.0
-        remotes = [
-            self.ctx.runtime.Remote(
-                cls,
-                *args_of(i),
-                role=role,
-                index=i,
-                num_cpus=cpus,
-                num_gpus=gpus,
-                max_restarts=cfg.faults.max_restarts,
-                **options,
-            )
-            for i in range({"learner": cfg.learners, "policy": 1}.get(role, cfg.actors))
-        ]
-        return self.ctx.add(role, remotes)
+        """Restartable processes of one role (:func:`~rltrain.rl.placement.spawn_role`)."""
+        return spawn_role(self.ctx, self.cfg, self.gpu, role, cls, args_of, **options)
 
     def _arm_faults(self) -> None:
         """Start the clock of ``faults.events`` once every process is up (start-up is not
@@ -295,7 +284,7 @@ class Trainer:
         if verdict == "gone":
             self.ctx.forget(d.remote, d.error)
         if self.stopped_by and pushes and verdict != "gone":
-            self.ctx.guard.leave(d.remote.index)  # stopping: no barrier may wait for it now
+            self._guard().leave(d.remote.index)  # stopping: no barrier may wait for it now
             return False
         return verdict == "work" and not self.stopped_by
 
@@ -345,7 +334,7 @@ class Trainer:
         self._watch_placement()
         for action in self.schedule.due():
             self.ctx.inject(action)
-        self.ctx.guard.poll()
+        self._guard().poll()
         if self.log.due():
             self._log_point()
         self.progress.update(self._fraction(), self._status())
@@ -355,7 +344,7 @@ class Trainer:
             try:
                 path, state = self._checkpoint()
             except (ProcessLost, PeerLost):  # a shard went down just now: restore, then retry
-                self.ctx.guard.check()
+                self._guard().check()
             else:
                 if evaluate:
                     self.evals.submit(path, state, self.counters)
@@ -369,7 +358,7 @@ class Trainer:
         with contextlib.suppress(ProcessLost, PeerLost):  # a lost shard: next time
             st = self.ctx.server.stats()
             self.record.net_bytes = (st.bytes_pushed, st.bytes_pulled)
-        seen = self.ctx.guard.last_seen
+        seen = self._guard().last_seen
         self.log.flush(
             self.counters.env_steps, seen, size, self.record.net_bytes, self.lr.lr(self.cfg)
         )

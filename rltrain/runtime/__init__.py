@@ -42,7 +42,7 @@ def backend(cfg: RuntimeConfig) -> Runtime:
     :func:`~rltrain.runtime.config.chosen_backend` picks, imported now."""
     from rltrain.runtime.config import chosen_backend
 
-    module: Runtime = load_runtime(chosen_backend(cfg)[0])  # type: ignore[assignment]
+    module: Runtime = load_runtime(chosen_backend(cfg)[0])
     return module
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from rltrain.driver import Done
-from rltrain.faults import FaultAction, PusherRule
+from rltrain.faults import FaultAction, PusherRule, RestorePoint
 from rltrain.records import Role, Verdict
 from rltrain.runtime.config import RuntimeConfig
 
@@ -81,6 +81,8 @@ class Guard(Protocol):
     POLL_S: float
     last_seen: int
     left: set[int]
+    restored_from: RestorePoint | None
+    """The restore point of the last restore of the shards (None: none restored them)."""
 
     def leave(self, worker_id: int) -> None: ...
 
@@ -120,8 +122,10 @@ class Runtime(Protocol):
         """summary.json's "ray": the backend, the job, the nodes."""
 
     def start_server(
-        self, init: Any, optimizer: Any, rule: Any, num_workers: int, *args: Any
-    ) -> Any: ...
+        self, init: Any, optimizer: Any, server: Any, num_workers: int, *args: Any, **kwargs: Any
+    ) -> Any:
+        """The parameter server's shards, started; the rest is each runtime's own (its config,
+        ``max_restarts``, ``record``, ``sizes``, ``device``; the process runtime's ``host``)."""
 
     def start_replay(self, cls: type, args: Sequence[tuple[Any, ...]], *rest: Any) -> Any: ...
 
@@ -149,6 +153,13 @@ class Runtime(Protocol):
     def wait_any(self, futures: Sequence[Any], timeout: float) -> list[Any]: ...
 
     def get(self, futures: Sequence[Any]) -> list[Any]: ...
+
+    def failed(self, refs: Sequence[Any]) -> list[str]:
+        """Per finished future: "" (a value), "died" (the process that ran it died) or
+        "error" (it raised); for the rare failure path only."""
+
+    def kill(self, handle: Any) -> None:
+        """Stop a process of the runtime's for good (a replay shard's, at the run's end)."""
 
 
 MEMBERS: dict[str, type] = {"Remote": RemoteProcess, "Pool": CallPool, "ServerGuard": Guard}

@@ -100,7 +100,7 @@ class AllreduceWorker(SupervisedWorker):
 
     def _set_grads(self, flat: torch.Tensor) -> None:
         grads = [torch.empty_like(p) for p in self.model.parameters()]
-        vector_to_parameters(flat, grads)  # type: ignore[arg-type]
+        vector_to_parameters(flat, grads)
         for p, g in zip(self.model.parameters(), grads, strict=True):
             p.grad = g
 

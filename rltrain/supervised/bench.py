@@ -123,6 +123,7 @@ class BenchPlan:
         self, cfg: BenchConfig, rule: UpdateRule, ctx: RunContext, snapper: Snapshotter
     ) -> None:
         self.cfg, self.rule, self.ctx, self.snapper = cfg, rule, ctx, snapper
+        assert ctx.guard is not None  # run_mode's context has the server's guard
         self.server, self.guard, self.procs = ctx.server, ctx.guard, ctx.procs
         self.pool = ctx.runtime.Pool()
         self.reports: dict[int, WorkerReport] = {}
@@ -193,6 +194,11 @@ class BenchPlan:
             restorable = self.cfg.faults.max_restarts != 0
             _snapshot(self.snapper, self.server, self.guard, restorable)
         self.guard.poll()
+
+
+def _evaluating(prog: Progress) -> Callable[[int, int], None]:
+    """The progress line's updates while a mode's snapshots are evaluated (``k`` of ``n``)."""
+    return lambda k, n: prog.update(k / n, f"evaluating {k}/{n}")
 
 
 def _snapshot(snapper: Snapshotter, server: Any, guard: Any, restorable: bool) -> None:
@@ -268,9 +274,7 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
             if trace.record is not None:
                 save_record(run_dir, trace)
             prog = Progress(label)
-            points = evaluation.evaluate(
-                cfg, data, trace, lambda k, n, p=prog: p.update(k / n, f"evaluating {k}/{n}")
-            )
+            points = evaluation.evaluate(cfg, data, trace, _evaluating(prog))
             prog.close()
             res = report.summarize(cfg, trace, points)
             report.write_tensorboard(run_dir / "tb", cfg, trace, points)

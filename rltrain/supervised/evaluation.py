@@ -127,7 +127,8 @@ def evaluate(
         vector_to_parameters(snap.params, model.parameters())
         acc = accuracy(model, x, y) if classes else math.nan
         dist = math.nan
-        if start_map is not None:  # a toy problem (a factored map's product)
+        # a toy problem (a factored map's product)
+        if start_map is not None and data.optimum is not None:
             dist = relative_distance(end_to_end(model), data.optimum, start_map)
             dist = dist if math.isfinite(dist) else math.inf  # non-finite parameters: diverged
         loss = loss_between(trace, prev_t, snap.t)

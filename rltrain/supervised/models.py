@@ -5,6 +5,7 @@ factored into layers (a toy problem's model that can be cut into pipeline stages
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from torch import nn
@@ -113,14 +114,11 @@ class DeepLinear(nn.Module):
 
     def __init__(self, in_features: int, outputs: int) -> None:
         super().__init__()
-        self.layers = nn.Sequential(
-            nn.Linear(in_features, in_features, bias=False),
-            nn.Linear(in_features, in_features, bias=False),
-            nn.Linear(in_features, outputs, bias=False),
-        )
+        hidden = [nn.Linear(in_features, in_features, bias=False) for _ in range(2)]
+        self.layers = nn.Sequential(*hidden, nn.Linear(in_features, outputs, bias=False))
         with torch.no_grad():
-            for hidden in self.layers[:2]:
-                hidden.weight.copy_(torch.eye(in_features))
+            for layer in hidden:
+                layer.weight.copy_(torch.eye(in_features))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, ...] -> [B, outputs]
         return self.layers(x.flatten(1))
@@ -132,7 +130,7 @@ def linear_map(model: nn.Module) -> torch.Tensor | None:
     if isinstance(model, Linear):
         return model.fc.weight.detach().flatten()
     if isinstance(model, DeepLinear):
-        w1, w2, w3 = (m.weight.detach() for m in model.layers)
+        w1, w2, w3 = (cast(nn.Linear, m).weight.detach() for m in model.layers)
         return (w3 @ w2 @ w1).flatten()
     return None
 

@@ -45,7 +45,7 @@ def _check_int(label: str, value: object, minimum: int | None) -> None:
         raise ValueError(f"{label} must be >= {minimum}, got {value}")
 
 
-Examples = TypeVar("Examples", ArrayDataset, VectorDataset)
+Examples = TypeVar("Examples", bound=ArrayDataset | VectorDataset)
 
 
 def take(ds: Examples, idx: torch.Tensor) -> Examples:

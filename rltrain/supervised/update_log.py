@@ -251,7 +251,7 @@ def reapply_log(
         if start is not None:
             shard.load_state_dict(start)
         # parameters by version, while a later push needs them
-        held = {shard.version: shard.pull().values}
+        held = {shard.version: _pulled(shard)}
         mismatches = 0
         for i, rec in enumerate(log):
             if not rec.batches or not 0 <= rec.worker_id < len(workers):
@@ -268,10 +268,17 @@ def reapply_log(
                 if last_use[b.version] == i:
                     held.pop(b.version, None)
             if last_use.get(shard.version, -1) > i and shard.version not in held:
-                held[shard.version] = shard.pull().values
-        return shard.pull().values, mismatches
+                held[shard.version] = _pulled(shard)
+        return _pulled(shard), mismatches
     finally:
         torch.set_num_threads(saved_threads)
+
+
+def _pulled(shard: ParameterShard) -> torch.Tensor:
+    """The shard's parameters (a pull without ``newer_than`` always returns them)."""
+    params = shard.pull()
+    assert params is not None
+    return params.values
 
 
 def _recompute(

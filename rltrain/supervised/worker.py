@@ -184,23 +184,13 @@ class GradSum:
         self.samples += samples
         self.batches.append(batch)
 
-    def to_update(
-        self, worker_id: int, version: int, loss: float, restore_epoch: int = 0
-    ) -> GradUpdate:
-        """The mean gradient, as an update computed from ``version`` of ``restore_epoch``
-        (divides in place)."""
+    def to_update(self, worker_id: int, version: int, loss: float, restore: int = 0) -> GradUpdate:
+        """The mean gradient, as an update computed from ``version`` of restore epoch
+        ``restore`` (divides in place)."""
         assert self.values is not None, "no gradient to push"
         mean = self.values.div_(len(self.batches))
-        batches = tuple(self.batches)
-        return GradUpdate(
-            worker_id,
-            version,
-            mean,
-            self.samples,
-            {"loss": loss},
-            batches=batches,
-            restore_epoch=restore_epoch,
-        )
+        losses, batches = {"loss": loss}, tuple(self.batches)
+        return GradUpdate(worker_id, version, mean, self.samples, losses, None, batches, restore)
 
 
 class SupervisedWorker:

@@ -206,6 +206,29 @@ def get(futures: Sequence[cf.Future]) -> list[Any]:
     return [f.result() for f in futures]
 
 
+def failed(refs: Sequence[Any]) -> list[str]:
+    """Per finished future: "" (a value), "died" (the process that ran it died:
+    :class:`~rltrain.faults.ProcessLost`) or "error" (it raised); a value that is no future (a
+    rollout handed over as itself) is "", one not finished (or cancelled) "died", as on Ray."""
+    out = []
+    for ref in refs:
+        if not isinstance(ref, cf.Future):
+            out.append("")
+        elif not ref.done() or ref.cancelled():
+            out.append("died")
+        else:
+            error = ref.exception()
+            lost = isinstance(error, ProcessLost)
+            out.append("" if error is None else "died" if lost else "error")
+    return out
+
+
+def kill(handle: Any) -> None:
+    """Stop a process for good: here a :class:`Remote` (the replay's shards are objects of
+    this process, with no handles to stop)."""
+    handle.kill()
+
+
 class ServerGuard:
     """Nothing to guard: the shards live in this process and cannot be lost apart from it.
     Keeps the barrier bookkeeping the trainer asks of :class:`rltrain.runtime.ServerGuard`."""
@@ -216,7 +239,8 @@ class ServerGuard:
         self.server = server
         self.last_seen = 0
         self.left: set[int] = set()
-        self.restored_from = None  # never: the shards cannot be lost apart from this process
+        # never restored: the shards cannot be lost apart from this process
+        self.restored_from: RestorePoint | None = None
 
     def leave(self, worker_id: int) -> None:
         self.left.add(worker_id)

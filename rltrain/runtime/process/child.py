@@ -158,7 +158,10 @@ class ServerProxy:
         """Parameters travel only when newer than ``have`` (the trainer's side remembers what
         it last sent this process)."""
         p = self.requests.call("server", "pull", None if have is None else have.version)
-        return have if p is None else p
+        if p is not None:
+            return p
+        assert have is not None  # None comes back only for the version ``have`` holds
+        return have
 
     def exchange(
         self, update: GradUpdate, wait_version: int = 0, timeout: float = 0.0
@@ -233,7 +236,8 @@ def main(
         set_title(*title)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the trainer, which stops us
     sys.path[:] = path  # the trainer's (env.imports, tests' modules) as it is now
-    calls, requests, proxies = Channel(ctrl), Requester(Channel(svc)), {}
+    calls, requests = Channel(ctrl), Requester(Channel(svc))
+    proxies: dict[str, Any] = {}
     try:
         if extended is not None:
             extensions.unpack(extended)

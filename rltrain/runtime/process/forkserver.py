@@ -61,7 +61,7 @@ def serve(conn: Connection, services: dict[str, Any]) -> None:
                 value = getattr(target, method)(*args)
                 if name == "server" and method == "exchange":
                     sent = value[1]
-            reply = ("ok", value, None)
+            reply: tuple[str, Any, str | None] = ("ok", value, None)  # kind, value, traceback
         except BaseException as e:
             import traceback
 

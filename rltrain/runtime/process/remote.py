@@ -20,7 +20,7 @@ from rltrain.records import Role
 from rltrain.runtime import local
 from rltrain.runtime.config import RuntimeConfig
 from rltrain.runtime.fault_policy import respond
-from rltrain.runtime.local import Pool, cluster_gpus, start_replay
+from rltrain.runtime.local import Pool, cluster_gpus, failed, kill, start_replay
 from rltrain.runtime.local import Remote as ThreadRemote
 from rltrain.runtime.process import child
 from rltrain.runtime.process.faults import inject
@@ -38,11 +38,13 @@ __all__ = [
     "ServerGuard",
     "cluster_cpus",
     "cluster_gpus",
+    "failed",
     "fit_cpus",
     "free_cpus",
     "get",
     "start",
     "inject",
+    "kill",
     "placement_note",
     "job_record",
     "respond",
@@ -240,6 +242,7 @@ class Remote:
                 # died idle, or before its first call (killed while building its envs): the
                 # next call says so, as Ray's would, and the driver counts the restart then (a
                 # death while restarting reaches whoever probes the process: its `up`)
+                assert isinstance(failure, ProcessLost)  # (restarted: the death named above)
                 self._unseen = failure
         if not up.done():  # whoever waits for it to come up hears of this death
             up.set_exception(failure)

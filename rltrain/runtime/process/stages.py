@@ -44,15 +44,13 @@ class FutureStages:
         self._due = [0.0 for _ in remotes]
 
     def call(self, stage: int, method: str, *args: Any) -> cf.Future:
-        out: cf.Future = cf.Future()
+        out = StageFuture(stage)
         out.set_running_or_notify_cancel()
-        out.stage = stage  # type: ignore[attr-defined]  # (where a hop starts: its link)
-        out.add_done_callback(arrived)  # first: it stamps the time before any pump runs
         with self._locks[stage]:
             self._queues[stage].append((method, args, out))
         for a in args:  # (a callback runs at once on a future that is done already)
             if isinstance(a, cf.Future):
-                a.add_done_callback(lambda _, s=stage: self._pump(s))
+                a.add_done_callback(lambda _: self._pump(stage))
         self._pump(stage)
         return out
 
@@ -97,12 +95,30 @@ class FutureStages:
         the link; 0 without a link or such an argument."""
         if not self.link_s:
             return 0.0
-        hops = [a for a in args if isinstance(a, cf.Future) and getattr(a, "stage", stage) != stage]
+        hops = [a for a in args if isinstance(a, StageFuture) and a.stage != stage]
         return max((a.arrived + self.link_s for a in hops), default=0.0)
 
 
-def arrived(f: cf.Future) -> None:
-    f.arrived = time.monotonic()  # type: ignore[attr-defined]
+class StageFuture(cf.Future[Any]):
+    """The future of a call to a stage: the stage (where a hop starts: its link) and, once
+    done, when its result arrived (``time.monotonic``)."""
+
+    stage: int
+    arrived: float
+
+    def __init__(self, stage: int) -> None:
+        super().__init__()
+        self.stage = stage
+
+    # stamped before the future is done: a thread that sees it done reads the time (a done
+    # callback runs only after done() is already true elsewhere)
+    def set_result(self, result: Any) -> None:
+        self.arrived = time.monotonic()
+        super().set_result(result)
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        self.arrived = time.monotonic()
+        super().set_exception(exception)
 
 
 def done(a: Any) -> bool:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import ray
+from ray.actor import ActorHandle
 from ray.exceptions import RayActorError
 
 from rltrain.faults import FaultAction, pause
@@ -54,7 +55,9 @@ class Remote:
         max_concurrency: int = 1,
     ) -> None:
         self.role, self.index, self.cpus, self.gpus = role, index, num_cpus, num_gpus
-        self.handle = (
+        # (Ray's annotation, a handle or the class itself, is looser than the value: a handle)
+        self.handle = cast(
+            "ActorHandle[Any]",
             ray.remote(cls)
             .options(
                 num_cpus=num_cpus,
@@ -63,7 +66,7 @@ class Remote:
                 max_task_retries=0,
                 max_concurrency=max_concurrency,
             )
-            .remote(*args)
+            .remote(*args),
         )
         self.actor_id = self.handle._actor_id.hex()
         self._where: Any = self.probe()
@@ -174,7 +177,7 @@ def placement_note(waiting: Sequence[Remote]) -> str:
 
 def Semaphore(value: int = 0) -> Any:  # noqa: N802 - the runtimes' name for the factory
     """Refused: Ray's processes share no memory (``runtime.inference: server``, the one user,
-    is refused on Ray before a run starts: :func:`rltrain.rl.setup.inference_device`)."""
+    is refused on Ray before a run starts: :func:`rltrain.rl.placement.inference_device`)."""
     raise RuntimeError("Ray's processes share no semaphores: runtime.inference=server is local")
 
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import ray
 import torch
+from ray.actor import ActorClass
 from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError
 
 from rltrain.faults import RunFailed
@@ -66,10 +67,11 @@ class WireShard(ParameterShard):
         wait_version: int,
         timeout: float,
         decided: PushResult | None = None,
+        live: bool = False,
     ) -> tuple[PushResult, Params]:
         update = None if update is None else _decoded(update)
-        result, p = super().exchange(update, wait_version, timeout, decided)
-        return result, dataclasses.replace(p, values=p.values.numpy())
+        result, p = super().exchange(update, wait_version, timeout, decided, live)
+        return result, _on_wire(p, p.values.numpy())
 
     def pull(self, newer_than: int | None = None) -> Params | None:
         """Fan-out: the values of a version go into Ray's object store once (``ray.put``), and
@@ -81,16 +83,22 @@ class WireShard(ParameterShard):
             return None
         values = p.values.numpy()
         if values.nbytes < FANOUT_MIN_BYTES:
-            return dataclasses.replace(p, values=values)
+            return _on_wire(p, values)
         key = (p.version, self._generation)  # a restore may repeat a version number
         if self._shared is None or self._shared[0] != key:
             self._shared = (key, ray.put(values))
             self.puts += 1
-        return dataclasses.replace(p, values=self._shared[1])
+        return _on_wire(p, self._shared[1])
 
     def fanout_puts(self) -> int:
         """How many parameter objects this shard has put in the object store (tests)."""
         return self.puts
+
+
+def _on_wire(p: Params, values: Any) -> Params:
+    """``p`` with its values as they cross Ray: a numpy array, or the object store's reference
+    to one, where :class:`Params` declares the tensor the puller makes of them."""
+    return dataclasses.replace(p, values=cast(torch.Tensor, values))
 
 
 def _decoded(update: GradUpdate) -> GradUpdate:
@@ -255,7 +263,7 @@ def start_replay(
 
     A replay shard that Ray restarts comes back empty (the memory is not checkpointed).
     """
-    process = ray.remote(cls).options(
+    process: ActorClass[Any] = ray.remote(cls).options(
         num_cpus=0,
         max_concurrency=max_concurrency,
         max_restarts=max_restarts,

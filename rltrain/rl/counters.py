@@ -1,0 +1,76 @@
+"""What a run counts (env steps, episodes, updates, returns): saved in checkpoints, so that
+``--resume`` continues them, and read for the stop criteria."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rltrain.rl.config import StopConfig
+from rltrain.rl.rollout import WorkStats
+
+DIVERGED_AFTER = 100
+"""Updates refused in a row (non-finite gradients: NaN or inf) after which a run stops as
+``diverged``: a NaN batch now and then is refused and the run goes on, but a run whose every
+update is refused has frozen parameters and would only burn its budget."""
+
+
+def diverged_note(refused: int, reason: str) -> str:
+    """Why a run stopped as ``diverged`` (summary.json's failure, the CLI's last line)."""
+    return (
+        f"diverged: the server refused the last {refused} updates ({reason or 'non-finite'}); "
+        "the parameters are those of the last update it applied: lower optimizer.lr or "
+        "algo.max_grad_norm, or look for NaN in the env's rewards and observations"
+    )
+
+
+@dataclass
+class Counters:
+    """Everything the run has counted; saved in checkpoints so --resume continues them."""
+
+    env_steps: int = 0
+    episodes: int = 0
+    updates: int = 0
+    applied: int = 0
+    dropped: int = 0
+    rejected: int = 0
+    staleness_sum: int = 0
+    wall_seconds: float = 0.0
+    best_mean_return: float | None = None
+    recent_returns: list[float] = field(default_factory=list)
+    rejected_in_a_row: int = 0  # updates refused since the server last applied one
+
+    def mean_return(self, window: int) -> float | None:
+        r = self.recent_returns[-window:]
+        return sum(r) / len(r) if r else None
+
+    def stop_met(self, stop: StopConfig, seconds: float) -> str:
+        """The stop criterion these counts meet, '' for none: diverged, mean_return,
+        max_env_steps or max_seconds (``seconds``: the run's wall time; eval_mean_return is
+        the evaluator's)."""
+        if self.rejected_in_a_row >= DIVERGED_AFTER:
+            return "diverged"
+        target, mean = stop.mean_return, self.mean_return(stop.window)
+        full = len(self.recent_returns) >= stop.window
+        if target is not None and mean is not None and full and mean >= target:
+            return "mean_return"
+        if stop.max_env_steps and self.env_steps >= stop.max_env_steps:
+            return "max_env_steps"
+        if stop.max_seconds and seconds >= stop.max_seconds:
+            return "max_seconds"
+        return ""
+
+    def add(self, stats: WorkStats, window: int) -> None:
+        """Count one result of an actor, learner or worker; ``window``: stop.window."""
+        self.env_steps += stats.env_steps
+        self.episodes += len(stats.episode_returns)
+        self.updates += stats.updates
+        self.applied += stats.applied
+        self.dropped += stats.dropped
+        self.rejected += stats.rejected
+        self.rejected_in_a_row = 0 if stats.applied else self.rejected_in_a_row + stats.rejected
+        self.staleness_sum += sum(stats.staleness)
+        self.recent_returns = (self.recent_returns + list(stats.episode_returns))[-1000:]
+        mean = self.mean_return(window)
+        if mean is not None and len(self.recent_returns) >= window:
+            best = self.best_mean_return
+            self.best_mean_return = mean if best is None else max(best, mean)

@@ -1,0 +1,92 @@
+"""What a run starts from: the environment's shapes and protocol (one env opened here), the
+initial parameters, and whether a checkpoint fits them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import torch
+
+from rltrain.checkpoint import CheckpointError
+from rltrain.envs import ActionSpace, EnvError, check_first_reset, make_env
+from rltrain.envs.user import one_hot as one_hot_space
+from rltrain.ps.server import ShardLayout
+from rltrain.rl.actor import policy_builder
+from rltrain.rl.algos import algo_names, algo_spec
+from rltrain.rl.config import TrainConfig
+from rltrain.rl.models import build_qnet, check_torso, flat_params
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    obs_shape: tuple[int, ...]
+    obs_dtype: str
+    actions: ActionSpace
+    frames_per_step: int
+    protocol: dict[str, Any]
+    flattened_from: Any = None
+    """The env's own observation space, when its observations are flattened (VectorEnv)."""
+    transposed: bool = False
+    """Whether the env's own [H, W, C] images are moved to [C, H, W] (VectorEnv)."""
+    stacked: int = 1
+    """Images stacked into each observation of a Gymnasium image env (VectorEnv)."""
+
+    @property
+    def one_hot(self) -> bool:
+        """Whether the observations are one-hot cells (a flattened Discrete, MultiDiscrete, ...)."""
+        return one_hot_space(self.flattened_from)
+
+    @property
+    def num_actions(self) -> int:
+        """Discrete: how many actions; a Box: its dimension."""
+        return self.actions.n
+
+
+def probe_env(cfg: TrainConfig) -> EnvSpec:
+    """Open one environment here to learn shapes and the protocol (and fail early on a bad id,
+    an action space the algorithm cannot handle, or a first reset that raises or returns a
+    wrong shape or a NaN)."""
+    env = make_env(cfg.env, seed=cfg.seed, num_envs=1)
+    try:
+        check_first_reset(env)
+        if cfg.algo_spec.q_network and env.action_space.continuous:
+            others = ", ".join(n for n in algo_names() if not algo_spec(n).q_network)
+            raise EnvError(
+                f"algo.name={cfg.algo.name} needs Discrete actions; {cfg.env.id} has "
+                f"{env.action_space.describe()} actions: use one of {others}"
+            )
+        check_torso(cfg.model.kind, tuple(env.obs_shape))
+        protocol = {**env.protocol, "num_envs": cfg.env.num_envs}  # per actor
+        return EnvSpec(
+            tuple(env.obs_shape),
+            str(np.dtype(env.obs_dtype)),
+            env.action_space,
+            int(cast(int, protocol.get("frame_skip", 1))),
+            protocol,
+            env.flattened_from,
+            env.transposed,
+            env.stacked,
+        )
+    finally:
+        env.close()
+
+
+def initial_params(cfg: TrainConfig, spec: EnvSpec) -> torch.Tensor:
+    torch.manual_seed(cfg.seed)
+    build = build_qnet if cfg.algo_spec.q_network else policy_builder(cfg)
+    model = build(cfg.model.kind, spec.obs_shape, spec.actions, cfg.model.hidden)
+    return flat_params(model)
+
+
+def check_fits(path: Path, state: dict[str, Any], params: torch.Tensor, cfg: TrainConfig) -> None:
+    """A checkpoint must match the server layout and model of the config it resumes under."""
+    sizes = [int(s["param"].numel()) for s in state["shards"]]
+    expected = ShardLayout(params.numel(), cfg.server.shards).sizes
+    if sizes != expected:
+        raise CheckpointError(
+            f"{path} holds {len(sizes)} shard(s) of {sum(sizes)} parameters; this config needs "
+            f"{len(expected)} of {sum(expected)} (keep server.shards and the model as they were)"
+        )

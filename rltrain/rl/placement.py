@@ -1,0 +1,154 @@
+"""Where a session's parts run (the learners', the batched policy's and the shards' devices)
+and how big it is, decided once the runtime says what the machine has."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from rltrain.config import ConfigError
+from rltrain.rl.config import TrainConfig
+from rltrain.rl.sizing import describe_batch, describe_sizes, gpu_learners, learner_cpus, sized
+from rltrain.rundir import write_atomic
+
+if TYPE_CHECKING:
+    from rltrain.records import Role
+    from rltrain.runtime.context import RunContext
+
+
+def shard_device(cfg: TrainConfig, gpu: bool, backend: str) -> str:
+    """Where the server's shards keep their values (``server.device``): the learners' GPU when
+    they share a process with the shards (the learner's own, or the trainer's with learner
+    threads; a push is then a GPU optimizer step), else the CPU. Ray's shards are processes
+    of their own."""
+    if cfg.server.device == "auto" and gpu and backend != "ray" and torch.cuda.is_available():
+        return "cuda"
+    return "cpu"
+
+
+def inference_device(cfg: TrainConfig, gpu: bool, backend: str) -> str | None:
+    """Where the batched policy acts for the actors (``runtime.inference``), or None: each
+    actor acts with its own copy. A choice that cannot be is refused in one line."""
+    want = cfg.runtime.inference
+    if want == "actor":
+        return None
+    why = ""
+    if cfg.algo_spec.layout != "actor_learner":
+        why = f"algo {cfg.algo.name} (its workers or actors act themselves; impala, appo only)"
+    elif backend == "ray":
+        why = "runtime.backend ray (the policy lives in the trainer's process: process or local)"
+    if want == "server" and why:
+        raise ConfigError(f"runtime.inference=server cannot be used with {why}")
+    if why:
+        return None
+    on_gpu = gpu and torch.cuda.is_available()
+    if want == "server":
+        return "cuda" if on_gpu else "cpu"
+    return "cuda" if on_gpu else None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a session's parts run, decided once the runtime says what the machine has."""
+
+    cfg: TrainConfig  # sized: actors and env.groups auto resolved
+    gpu: bool  # the learners compute on a GPU
+    inference: str | None  # the batched policy's device (runtime.inference), None: none
+    shard_device: str  # where the shards keep their values
+    processes: float  # CPUs the actors and learners reserve
+    hosted: bool = False  # the one learner is a process that holds the shards
+
+    def sharing_note(self, cpus: float, each: float) -> str:
+        """When the processes reserve more CPUs than there are: each has ``each``."""
+        return (
+            f"{self.processes:g} processes on {cpus:.0f} CPUs: each reserves {each:.2f} CPU "
+            "and they share the cores (actors: auto sizes the run to the CPUs)"
+        )
+
+    def describe(self) -> str:
+        """``2 actors, 1 learner, 1 shard; learners on CPU`` and what is on a GPU."""
+        where = f"{describe_sizes(self.cfg)}; learners on {'GPU' if self.gpu else 'CPU'}"
+        where += ", shards on GPU" if self.shard_device != "cpu" else ""
+        where += ", the shards in the learner's process" if self.hosted else ""
+        if self.inference is not None:
+            on = "GPU" if self.inference != "cpu" else "CPU"
+            where += f", the actors' policy batched on the {on} (runtime.inference)"
+        return where
+
+
+def place(cfg: TrainConfig, backend: str, cpus: float, gpus: float) -> Placement:
+    """The learners' device, the batched policy's, the shards', and ``cfg`` sized to the
+    ``cpus`` and ``gpus`` the runtime ``backend`` reports."""
+    gpu = gpu_learners(cfg, gpus, backend == "ray")
+    inference = inference_device(cfg, gpu, backend)
+    cfg = sized(cfg, cpus, gpu, batched=inference is not None)
+    split = cfg.algo_spec.split
+    processes = cfg.actors + (cfg.learners * learner_cpus(gpu) if split else 0)
+    where = shard_device(cfg, gpu, backend)
+    return Placement(cfg, gpu, inference, where, processes, hosts_shards(cfg, backend))
+
+
+def note_sizes(run_dir: Path, placed: Placement, cpus: float, gpus: float) -> None:
+    """Say what a learn takes (the run's first lines), and add what ``auto`` chose for this
+    session to config.yaml as comments: the keys keep saying auto, so that a --resume on
+    another machine sizes the run to that one."""
+    cfg, batch = placed.cfg, describe_batch(placed.cfg)
+    print(batch)
+    path = run_dir / "config.yaml"
+    with contextlib.suppress(OSError):  # a note only: the run goes on without it
+        text = path.read_text() + (
+            f"# sized at this session's start ({cpus:g} CPUs, {gpus:g} GPUs; --resume sizes "
+            f"again):\n# actors: {cfg.actors}\n# env.groups: {cfg.env.groups}\n# {batch}\n"
+        )
+        write_atomic(path, text)
+
+
+def computes_on_gpu_here(cfg: TrainConfig, backend: str) -> bool:
+    """Whether the trainer's own process computes on a GPU (its learner threads and their
+    shards), so that it sets CUDA up at once (Ray's learners, and a learner process with its
+    shards, set it up in their own processes)."""
+    on_gpu = cfg.algo_spec.split and cfg.learner_gpus > 0
+    return on_gpu and backend != "ray" and not hosts_shards(cfg, backend)
+
+
+def hosts_shards(cfg: TrainConfig, backend: str) -> bool:
+    """Whether the learner is a process that holds the server's shards
+    (:mod:`rltrain.rl.learner_host`): on the process runtime, with one learner (impala,
+    appo). Ray's shards are processes of their own; the thread runtime's, the trainer's."""
+    return backend == "process" and cfg.algo_spec.layout == "actor_learner" and cfg.learners == 1
+
+
+def spawn_role(
+    ctx: RunContext,
+    cfg: TrainConfig,
+    gpu: bool,
+    role: Role,
+    cls: type,
+    args_of: Callable[[int], tuple[Any, ...]],
+    **options: Any,
+) -> list[Any]:
+    """Restartable processes of one role (actor, learner or the one policy worker;
+    a3c/a2c/ppo workers count as actors), process i built with ``args_of(i)``; learners take
+    a GPU when ``gpu``. ``options``: the runtime's ``Remote``'s own."""
+    learner = role == "learner"
+    cpus = cfg.runtime.worker_cpus * (learner_cpus(gpu) if learner else 1)
+    gpus = cfg.learner_gpus if learner and gpu else 0.0
+    remotes = [
+        ctx.runtime.Remote(
+            cls,
+            *args_of(i),
+            role=role,
+            index=i,
+            num_cpus=cpus,
+            num_gpus=gpus,
+            max_restarts=cfg.faults.max_restarts,
+            **options,
+        )
+        for i in range({"learner": cfg.learners, "policy": 1}.get(role, cfg.actors))
+    ]
+    return ctx.add(role, remotes)

@@ -1,0 +1,99 @@
+"""``--resume``: the newest checkpoint of a run, checked against the config it continues
+under, and what that config changes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rltrain.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
+from rltrain.config import dotted, moved_keys, to_dict
+from rltrain.faults import FaultCounters
+from rltrain.rl.config import TrainConfig
+from rltrain.rl.counters import Counters
+from rltrain.rl.env_spec import EnvSpec, check_fits, initial_params
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """What ``--resume`` continues from: the newest checkpoint and the counters it carries."""
+
+    path: Path
+    state: dict[str, Any]
+    counters: Counters
+    faults: FaultCounters
+    changes: list[str] = field(default_factory=list)
+    """The config keys this session changes, ``key: old -> new``: what a user is told."""
+
+
+KEPT_ON_RESUME = ("algo.name", "env.id", "optimizer.name", "normalize.obs")
+"""Keys a resumed run keeps as they were: the checkpoint's parameters, optimizer state and
+normalization statistics belong to them (an SGD run's state in Adam fails at its first step;
+an a3c network trained on as appo, or on another game, is another run)."""
+
+
+TOLD_ON_RESUME = (
+    *("algo", "ppo", "impala", "env", "model", "optimizer", "normalize", "schedule", "server"),
+    "stop",
+)
+"""Sections whose changes a resume names (actors, runtime and eval are sized or read anew)."""
+
+
+SIZED_KEYS = ("env.groups",)
+"""Keys whose auto (0) the trainer resolves for the machine (:func:`rltrain.rl.sizing.sized`):
+a checkpoint holds what auto chose there."""
+
+
+def resume_changes(path: Path, saved: dict[str, Any] | None, cfg: TrainConfig) -> list[str]:
+    """What ``cfg`` changes against the config the checkpoint at ``path`` was saved under
+    (``saved``; None for checkpoints that carry none): ``key: old -> new`` for the sections
+    of :data:`TOLD_ON_RESUME`; CheckpointError for a key of :data:`KEPT_ON_RESUME`."""
+    if not saved:
+        return []
+    old, new = dotted(moved_keys(TrainConfig, saved)), dotted(to_dict(cfg))
+    changed = [
+        k
+        for k, v in new.items()
+        if k.split(".")[0] in TOLD_ON_RESUME
+        and old.get(k, v) != v
+        and not (k in SIZED_KEYS and v == 0)  # auto, which the checkpoint holds resolved
+    ]
+    for key in KEPT_ON_RESUME:
+        if key in changed and old[key] != "auto":  # auto: left to this rltrain to decide
+            raise CheckpointError(
+                f"{key}={new[key]}: the run at {path.parent.parent} has {key}={old[key]}, "
+                "which a resumed run keeps; start a new run to change it"
+            )
+    return [f"{k}: {old[k]} -> {new[k]}" for k in changed]
+
+
+def session_seed(seed: int, env_steps: int) -> int:
+    """The seed of a session resumed at ``env_steps``: its actors' env seeds, samples and
+    minibatch orders are new draws, not the first session's again (``seed`` stays the
+    run's, in config.yaml)."""
+    return int(np.random.SeedSequence([seed, env_steps]).generate_state(1)[0] % 2**31)
+
+
+def load_resume(run_dir: Path, cfg: TrainConfig, spec: EnvSpec) -> Resumed | None:
+    """The run's newest checkpoint, checked against ``cfg``; None when it has none yet."""
+    path = latest_checkpoint(run_dir)
+    if path is None:
+        return None
+    state = load_checkpoint(path)
+    check_fits(path, state, initial_params(cfg, spec), cfg)
+    try:
+        counters = Counters(**state["counters"])
+        faults = FaultCounters(**state.get("faults", {}))
+    except TypeError:
+        raise CheckpointError(f"{path}: its counters are not those this rltrain writes") from None
+    changes = resume_changes(path, state.get("config"), cfg)
+    met = counters.stop_met(cfg.stop, counters.wall_seconds)
+    if met:  # a session would start every process only to stop at once
+        raise CheckpointError(
+            f"the run at {path.parent.parent} already met stop.{met}="
+            f"{getattr(cfg.stop, met)}; raise it (or null mean_return) with --set to train on"
+        )
+    return Resumed(path, state, counters, faults, changes)

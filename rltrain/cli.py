@@ -370,8 +370,8 @@ def entry() -> NoReturn:
     """The `rltrain` command: :func:`main`, then exit without tearing the interpreter down.
 
     By then every command has closed what it wrote (run files, TensorBoard events) and shut
-    Ray down; unloading torch, Ray and the emulators only costs time (about 0.7 s on 2 cores,
-    which a time-to-solve measurement of the whole process counts).
+    Ray down; unloading torch, Ray and the emulators only costs time, which a whole-process
+    time-to-solve counts.
     """
     code = main()
     if "ray" in sys.modules or "multiprocessing.util" in sys.modules:

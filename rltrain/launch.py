@@ -156,8 +156,8 @@ def start_ray_then_probe(cfg: TrainConfig) -> tuple[EnvSpec, tuple[str, float]]:
 
     In this order the slow parts overlap across processes: Ray's worker processes import
     torch as they start (``PRELOAD``) while this one imports torch and the emulators for
-    the probe, on other cores. (Measured on 2 cores: a probe in a thread beside ``ray.init``
-    saved nothing, the two contend for this process's interpreter lock.) A probe that fails
+    the probe, on other cores. (Not a probe in a thread beside ``ray.init``: the two contend
+    for this process's interpreter lock.) A probe that fails
     shuts Ray down again and raises its one-line error.
     """
     from rltrain import signals

@@ -169,7 +169,7 @@ def check_update(
 
 def all_finite(values: torch.Tensor) -> bool:
     """Whether every value is finite. A NaN or an infinity makes the sum NaN or infinite, so
-    a finite sum settles it in one vectorised pass with no allocation (measured on 1.7M
-    values, one core: 0.06 ms against 2.8 ms for ``isfinite(values).all()``, which a push
-    paid twice, four times the optimizer's step); a sum that overflows looks value by value."""
+    a finite sum settles it in one vectorised pass with no allocation, where
+    ``isfinite(values).all()`` writes a mask as large as the values and costs a push more than
+    the optimizer's step; a sum that overflows looks value by value."""
     return bool(torch.isfinite(values.sum())) or bool(torch.isfinite(values).all())

@@ -2,8 +2,8 @@
 the env and the call (``reset()``, ``step()``), with the env's traceback as its ``detail``.
 
 Nothing here runs on the happy path but :func:`check_finite`, one vectorised test of the
-batch the policy acts on next (floating observations only: about 0.5 us for CartPole's 8 x 4,
-0.2% of an actor's step). A wrong shape is found after the fact: gymnasium's vector fails to
+batch the policy acts on next (floating observations only; a negligible share of an actor's
+step). A wrong shape is found after the fact: gymnasium's vector fails to
 concatenate it, and :func:`diagnose` then looks at what each sub-env returned.
 """
 
@@ -61,7 +61,7 @@ def check_finite(env_id: str, call: str, obs: np.ndarray, zeros: np.ndarray | No
 
     One dot product with ``zeros`` (``obs.size`` of them, of its dtype; made here if not
     given): 0 x NaN and 0 x inf are NaN, 0 x any finite value is 0 and never overflows.
-    About 0.5 us for CartPole's 8 x 4 float32, half of ``np.isfinite(obs).all()``."""
+    Cheaper than ``np.isfinite(obs).all()``, which writes a mask as large as ``obs``."""
     flat = obs.reshape(-1)
     if zeros is None:
         zeros = np.zeros(flat.size, flat.dtype)

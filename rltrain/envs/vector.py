@@ -97,9 +97,8 @@ def env_groups(cfg: EnvConfig, cores_per_actor: float = 2.0) -> int:
     """How many groups an actor steps its envs in: ``cfg.groups``, or for 0 (auto) two for
     Atari (whose emulators run in C++ threads, so one group steps while the policy acts on the
     other) when each actor has two cores or more (``cores_per_actor``), else one: actors that
-    already hold every core gain nothing by overlapping (measured on 2 cores, 2 actors x 8
-    Pong games: 14.0k frames/s in two groups, 18.9k in one), and one for Gymnasium vectors
-    (which step in the caller's thread)."""
+    already hold every core gain nothing by overlapping and step slower in two groups than in
+    one; and one for Gymnasium vectors (which step in the caller's thread)."""
     overlap = is_atari_v5(cfg.id) and cores_per_actor >= 2.0
     groups = cfg.groups or (2 if overlap else 1)
     if cfg.groups > cfg.num_envs:

@@ -254,9 +254,8 @@ def make_optimizer(
     """The optimizer named by ``cfg.name`` with its hyper-parameters."""
     p = list(params)
     wd = cfg.weight_decay
-    # torch's fused CPU kernels: measured on one core for a Nature CNN's 1.7M parameters, an
-    # Adam step takes 1.3 ms against 13-15 ms (foreach or not), SGD+momentum 0.8 against 1.1,
-    # Adagrad 1.8 against 3.0; results equal to 1e-7. A shard steps once per push.
+    # torch's fused CPU kernels: one pass over the parameters per step instead of one per
+    # operation, with results equal to 1e-7; Adam's step gains most. A shard steps once per push.
     # On a GPU the fused kernel is one launch per step (foreach: one per operation), for the
     # optimizers that have one there (Adam, SGD); Adagrad's fused kernel is the CPU's alone.
     kinds = {x.device.type for x in p}

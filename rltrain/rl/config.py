@@ -181,9 +181,9 @@ class ModelConfig:
     learner runs in TF32 on Ampere and later: torch.set_float32_matmul_precision("high")):
     bf16 (autocast; parameters, gradients, heads and losses stay float32),
     fp32, or auto: bf16 for the Nature CNN where the device it runs on (each actor's, each
-    learner's) was measured faster with it (AVX-512 BF16 CPUs: about 2x faster learning on
-    this project's 2-core benchmark machine), fp32 elsewhere: on CUDA (TF32 matmuls) bf16
-    ran the CNN at 0.62-0.78x fp32's speed on an H100, and MLPs are too small to gain."""
+    learner's) runs it faster (CPUs with AVX-512 BF16 / AMX), fp32 elsewhere: on CUDA (TF32
+    matmuls) the CNN is too small for bf16 to win back autocast's casts, and MLPs are too
+    small to gain."""
 
 
 @dataclass(frozen=True)

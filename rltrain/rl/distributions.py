@@ -51,7 +51,7 @@ class Categorical:
     def sample(self, params: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
         """The Gumbel-max trick: argmax(logits + G), G = -log(E) with E ~ Exp(1), is a draw
         from softmax(logits) (Gumbel 1954; Maddison et al. 2014). Three element-wise ops and an
-        argmax, against softmax + multinomial's 70 us for 8 rows on one core."""
+        argmax, cheaper than softmax + multinomial on an actor's few rows."""
         e = torch.empty_like(params, dtype=torch.float32).exponential_(generator=gen)
         return (params - e.log()).argmax(-1)
 

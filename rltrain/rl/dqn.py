@@ -49,7 +49,7 @@ class Replay(Protocol):
 def pick_shard(sizes: Sequence[int], rng: np.random.Generator) -> int:
     """A replay shard drawn in proportion to what it holds: uniform sampling over the whole
     memory, as Ape-X's one replay (Horgan et al. 2018), and never an empty shard (fewer
-    actors than shards leave some empty: 1 actor and 2 shards on 2 cores)."""
+    actors than shards leave some empty, as 1 actor and 2 shards do)."""
     held = np.asarray(sizes, dtype=np.float64)
     if held.sum() <= 0:
         return int(rng.integers(0, len(held)))  # (the learners start after learning_starts)

@@ -39,8 +39,8 @@ def push_gradients(
     gradient is computed at the parameters the previous exchange returned, unless
     ``ppo.overlap_push`` (and no barrier): then the next gradient is computed while the
     previous exchange is in flight, at the parameters before it (one step of staleness), so
-    the round trip costs no learner time (measured on Pong, 2 cores: a quarter of it), but
-    PPO's epochs became unstable (see the option).
+    the round trip costs no learner time, but PPO's epochs become unstable (see the
+    option).
     ``until``: stop once the server reaches this version (a barrier round's end); ``restore_epoch``:
     that of the parameters at ``version`` (``GradUpdate.restore_epoch``). The batch's
     normalisation statistics travel with its first push; the model keeps the statistics it

@@ -10,14 +10,14 @@ workers, Petrenko et al. 2020).
 Actors and the policy worker meet in :class:`ActSlots`: shared tensors allocated once, one
 slot per actor, and semaphores. An actor writes its observations into its slot and posts a
 request; the policy worker writes the actions, the behaviour logits and the version into the
-slot and posts the actor's reply. Nothing is pickled and each frame crosses processes once
-(issue 36: the pickled round trip took 0.86 ms at p50 on 2 cores, with two pickles a step).
+slot and posts the actor's reply. Nothing is pickled and each frame crosses processes once,
+so an actor's step waits for the forward pass, not for pickling its request and the reply.
 
 The policy takes the server's parameters by version: once a learner's batch of updates has
 been applied since those it holds (``ppo.epochs`` x ``ppo.minibatches`` versions for
 ppo/appo, one for impala), which is as far as an actor's own copy lags with
-``server.n_fetch: 1``. Pulling at every version copied the 6.8 MB Nature CNN 61 times a
-second on an H100 (issue 36: 243 GB in 300 s). Its rollouts then carry the oldest version
+``server.n_fetch: 1``. Pulling at every version would copy the 6.8 MB Nature CNN as often
+as the learner steps. Its rollouts then carry the oldest version
 that acted in them; V-trace and PPO's ratio to the learner's batch-start policy correct for
 the lag as for an actor's own copy.
 """

@@ -22,8 +22,8 @@ def normalizes_obs(cfg: TrainConfig, obs_shape: tuple[int, ...], one_hot: bool =
     """Whether observations are normalised: normalize.obs, with auto = the MLP's inputs of the
     actor-critic algorithms, unless they are ``one_hot`` (images are already in [0, 255] and
     scaled by the CNN; a one-hot cell is 0 or 1 already, and its running mean/std would blow a
-    rarely visited cell's indicator up to the clip, shifting as visits change: measured on
-    Taxi-v4, docs/benchmarks.md)."""
+    rarely visited cell's indicator up to the clip, shifting as visits change;
+    docs/benchmarks.md, Taxi-v4)."""
     n = cfg.normalize.obs
     if n == "auto":
         cnn = uses_cnn(cfg.model.kind, obs_shape)

@@ -110,9 +110,9 @@ class Learner:
 
     def bind(self, server: Server) -> None:
         """Beside its shard, on its device, as its only pusher: make the model's parameters
-        views of the shard's own buffer (DESIGN.md, "Where the data lives"), so that a push
-        is the optimizer's step alone and a pull copies nothing (issue 36; on 2 cores a
-        push, pull and load into the model took 2.46x a plain ``optimizer.step()``).
+        views of the shard's own buffer (docs/architecture.md, "Runtimes"), so that a push
+        is the optimizer's step alone and a pull copies nothing, where otherwise every push
+        is followed by a pull's copy and a load into the model.
         Undone where that no longer holds (a second learner joined). Not under
         ``ppo.overlap_push``, whose next gradient is computed at the parameters before the
         push in flight, nor for channels-last weights (the flat vector's order differs)."""
@@ -211,8 +211,8 @@ class Learner:
         The clipped ratio is pi / pi_old, with pi_old the learner's policy at the batch's
         start (PPO's "old" policy, Schulman et al. 2017), not the actors' mu: under appo mu
         lags the learner by a batch or two, and a trust region around mu starts most samples
-        outside it (their gradient zero, or unbounded for a negative advantage: measured on
-        Pong, 4 epochs, the value loss and gradient norm blew up and the entropy fell to 0).
+        outside it (their gradient zero, or unbounded for a negative advantage), and the
+        value loss and gradient norm blow up while the entropy collapses.
         The gap between mu and pi_old is V-trace's truncated weight min(1, pi_old / mu) in
         the advantages: the decoupled objective of Hilton et al. 2022 ("Batch size-invariance
         for policy optimization"), as RLlib's APPO does with its target network.

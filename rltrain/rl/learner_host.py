@@ -1,4 +1,4 @@
-"""A learner and the server's shards in one process (issue 36, DESIGN.md "One GPU box").
+"""A learner and the server's shards in one process (docs/architecture.md, "Runtimes").
 
 On one machine with one learner (impala, appo), the process runtime runs the learner as a
 process of its own, ``rltrain: learner 0``, and the shards live there with it: the model's
@@ -66,7 +66,7 @@ class LearnerHost:
         # every learn on one thread: the process answers its calls on a pool of threads, and
         # glibc gives each thread that allocates its own heap (arena), which keeps what the
         # largest pass on that thread needed: learns on whichever thread was free made the
-        # process grow arena by arena (+15% over a 30-minute Pong soak)
+        # process grow arena by arena over a long run
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="rltrain-learn")
 
     def learn(self, progress: float, *rollouts: Rollout) -> WorkStats:

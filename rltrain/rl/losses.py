@@ -67,9 +67,9 @@ def _backward(deltas: torch.Tensor, coefs: torch.Tensor) -> torch.Tensor:  # [T,
     applications"; the Hillis-Steele form): after the round with stride s, (c_t, d_t) stand for
     the s steps from t on, acc_t = d_t + c_t acc_{t+s}, and two such spans compose as
     (c, d) o (c', d') = (c c', d + c d'). log2(T) rounds of whole-tensor operations: 66 for a
-    64-step rollout where a loop over the steps launched 387 (each a kernel on a GPU), and
-    5x faster on one CPU core (issue 36). Equal to the loop up to float rounding
-    (tests/test_losses.py's slow references)."""
+    64-step rollout where a loop over the steps launches 387 (each a kernel on a GPU), and
+    faster on a CPU too. Equal to the loop up to float rounding (tests/test_losses.py's
+    slow references)."""
     d, c, s, T = deltas, coefs, 1, deltas.shape[0]
     while s < T:  # spans reaching past T - 1 are complete already: acc_T = 0
         d = torch.cat([torch.addcmul(d[:-s], c[:-s], d[s:]), d[-s:]])

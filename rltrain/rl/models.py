@@ -29,10 +29,9 @@ from rltrain.rl.inputs import CNN_MIN_SIDE, uses_cnn
 
 def bf16_native(device: torch.device | str = "cpu") -> bool:
     """Whether bfloat16 convolutions run natively and pay: a CPU with the AVX-512 BF16 / AMX
-    instructions oneDNN uses. Not CUDA: on an H100 (issue 36, ``benchmarks/cnn_precision.py``)
-    bf16 autocast ran the Nature CNN's inference at 128 frames at 0.62x fp32's speed and its
-    forward + backward at 256 at 0.78x: the CNN is too small for bf16's tensor cores to win
-    back autocast's casts, and fp32 there runs its matmuls in TF32 (:func:`pick_device`)."""
+    instructions oneDNN uses. Not CUDA: the Nature CNN is too small for bf16's tensor cores
+    to win back autocast's casts, and fp32 there runs its matmuls in TF32
+    (:func:`pick_device`; ``benchmarks/cnn_precision.py`` compares the two)."""
     if torch.device(device).type != "cpu":
         return False
     return bool(
@@ -43,11 +42,10 @@ def bf16_native(device: torch.device | str = "cpu") -> bool:
 def resolve_precision(
     precision: str, kind: str, obs_shape: tuple[int, ...], device: torch.device | str = "cpu"
 ) -> str:
-    """``auto``: bf16 for the Nature CNN where it was measured faster (:func:`bf16_native`:
-    AVX-512 BF16 CPUs), fp32 otherwise (CUDA, other CPUs; MLPs are too small to gain).
-    Measured on a 2-core AVX-512 EPYC, one torch thread: bf16 autocast runs the CNN's forward
-    + backward on 256 frames about 2x faster than fp32, inference on 8 about 1.5x. Learners
-    also keep a bf16 CNN channels-last (:func:`train_layout`)."""
+    """``auto``: bf16 for the Nature CNN where it runs faster (:func:`bf16_native`: AVX-512
+    BF16 CPUs, whose bf16 autocast speeds up both a learner's forward + backward and an
+    actor's inference), fp32 otherwise (CUDA, other CPUs; MLPs are too small to gain).
+    Learners also keep a bf16 CNN channels-last (:func:`train_layout`)."""
     if precision != "auto":
         return precision
     return "bf16" if uses_cnn(kind, obs_shape) and bf16_native(device) else "fp32"
@@ -60,8 +58,8 @@ _INITIALISE = contextvars.ContextVar("initialise", default=True)
 def parameters_to_come() -> Iterator[None]:
     """Build policies whose parameters are overwritten before they are used (a pull, or the
     views of a shard's buffer) without their orthogonal initialisation: the QR
-    decompositions cost 0.7 s on 2 cores for the Nature CNN's 3136 x 512 layer, on every
-    actor's, the policy worker's and the learner's way to the run's first step. The values
+    decompositions for the Nature CNN's 3136 x 512 layer would delay every actor's, the
+    policy worker's and the learner's way to the run's first step. The values
     such a model starts with are torch's default initialisation, never acted or learned on:
     the run's initial parameters are built once (:func:`rltrain.rl.env_spec.initial_params`)."""
     token = _INITIALISE.set(False)
@@ -147,9 +145,9 @@ def to_device(model: nn.Module, device: torch.device, precision: str) -> nn.Modu
 
 def train_layout(model: nn.Module) -> None:
     """Channels-last (NHWC) weights and inputs for the bf16 Nature CNNs of a model that is
-    trained. Measured (one thread, AVX-512 BF16 EPYC, under load): forward + backward of a
-    256-frame minibatch 1.34x bf16 alone, but inference at an actor's batch of 8 0.76x, so
-    learners use it and actors do not. Parameters stay where :func:`load_flat` puts them."""
+    trained: it speeds up bf16's forward + backward on a learner's minibatch but slows down
+    inference on an actor's few frames, so learners use it and actors do not. Parameters
+    stay where :func:`load_flat` puts them."""
     for m in model.modules():
         if isinstance(m, NatureCNNTorso) and m.bf16:
             m.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (stubs lack it)

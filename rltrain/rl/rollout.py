@@ -210,8 +210,8 @@ class WorkStats:
 class Gradient:
     """One minibatch's flat gradient [P], its statistics and the samples it covers, all on
     the learner's device until :func:`read_losses` reads a batch's statistics at once: a read
-    per minibatch would make the host wait for each backward pass before queuing the next
-    (issue 36: two such waits per minibatch on an H100)."""
+    per minibatch would make the host wait for each backward pass before queuing the next,
+    leaving a GPU idle between minibatches."""
 
     values: torch.Tensor  # [P]
     stats: torch.Tensor  # [7] grad norm, LossParts' five, lag_kl

@@ -50,8 +50,8 @@ def release() -> None:
     """What the interpreter's exit does for the runtimes' processes, for a command that ends
     with ``os._exit`` (:func:`rltrain.cli.entry`): Ray shut down where it was started, and
     multiprocessing's exit finalizers run. Among them is the removal of the ``/tmp/pymp-*``
-    directory that holds the forkserver's socket: skipped, one was left behind by every
-    command (42 after a day of runs, issue 36)."""
+    directory that holds the forkserver's socket: skipped, every command would leave one
+    behind in /tmp."""
     if "ray" in sys.modules:  # a command that failed half-way may leave it up
         from rltrain.runtime.ray.startup import shutdown
 

@@ -1,7 +1,7 @@
 """Processes that say what they are: ``ps`` and ``top`` show ``rltrain: actor 3``.
 
 A GPU box runs a trainer and a dozen or more children that all started as the same Python
-command line; named, a slow or leaking one can be told apart (issue 36). ``setproctitle``
+command line; named, a slow or leaking one can be told apart. ``setproctitle``
 rewrites the command line that ``ps`` shows (and the name ``top`` shows); where it is not
 installed, the kernel's 15-character name is set instead (``rl actor 3``), which ``top``
 and ``ps -e`` show. The thread runtime's roles are threads: each names its thread so

@@ -123,10 +123,10 @@ class SandblasterConfig:
 
     # Dean et al. (2012, section 4.2) run Sandblaster on large batches, not the whole data set:
     # the coordinator's point is many cheap L-BFGS iterations, each batch's gradient spread
-    # over the workers. A full pass over Fashion-MNIST's 60,000 images took 25 s on 2 cores, so
-    # a 90 s bench made 3 iterations (accuracy 0.59); batches of 6,000 reached 0.81 in the
-    # DistBelief comparison (docs/supervised.md). A fixed size, not a share of the training
-    # set: what an evaluation costs is its samples, whatever the data set's size.
+    # over the workers. A full pass over the training set per iteration leaves a time-boxed
+    # bench only a few iterations; a tenth of Fashion-MNIST buys ten times as many
+    # (docs/supervised.md). A fixed size, not a share of the training set: what an
+    # evaluation costs is its samples, whatever the data set's size.
     batch_size: int = field(default=6000, metadata=spec(ge=0))
     """Samples per function evaluation: a fresh batch per iteration, with each (s, y) pair
     measured on one batch. 0 (or at least the training set's size) = the whole training set,

@@ -252,9 +252,9 @@ class Decoupled:
     Why later than the next batch: stage s's queue runs in order, so a call that learns from
     batch b's true gradient waits until the last stage has computed it. Paid at the next
     batch, it holds stage 0 back to the last stage's pace every batch, with a link's round
-    trip on top: measured, that cost the decoupling all it gained. Paid ``delay`` >= 2 batches
-    later, each stage runs at its own pace, as the paper's update-unlocked stages (section
-    2); the predictors then learn from gradients ``delay`` updates stale."""
+    trip on top, which costs the decoupling all it gains (docs/supervised.md). Paid ``delay``
+    >= 2 batches later, each stage runs at its own pace, as the paper's update-unlocked stages
+    (section 2); the predictors then learn from gradients ``delay`` updates stale."""
 
     def __init__(self, oracle: bool = False, delay: int = 2) -> None:
         if delay < 1:

@@ -7,8 +7,8 @@ does; the server is :class:`~rltrain.ps.server.LocalServer`, whose shards lock t
 state (a barrier waits on the shard's condition, as in a Ray shard); a rollout goes from
 actor to learner as the object itself.
 
-What it saves is Ray's share of a small run: starting Ray and its worker processes (about 4 s
-on 2 cores), shutting it down (about 1.3 s), and a serialised round trip per push and pull.
+What it saves is Ray's share of a small run: starting Ray and its worker processes, shutting
+it down, and a serialised round trip per push and pull.
 What it costs: Python runs one thread at a time (torch's kernels release the lock), so a run
 uses about one core, and there are no processes to lose, restart or place on other machines.
 Sample Factory's serial mode and RLlib's old local mode are the same idea: for small tasks

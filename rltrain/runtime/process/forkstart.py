@@ -2,9 +2,10 @@
 
 Torch-free on purpose: ``rltrain train`` starts the forkserver first thing
 (:func:`rltrain.launch.run_train`), so that its imports of :data:`PRELOAD` (torch, the envs
-and the algorithms: 2-4 s) run beside the command's own, on another core, instead of after
-them. (``torch.multiprocessing``'s context is this one: it re-exports multiprocessing's;
-importing it registers the tensor reductions, which every sender of tensors does.)
+and the algorithms, the bulk of a start) run beside the command's own, on another core,
+instead of after them. (``torch.multiprocessing``'s context is this one: it re-exports
+multiprocessing's; importing it registers the tensor reductions, which every sender of
+tensors does.)
 """
 
 from __future__ import annotations

@@ -61,8 +61,8 @@ class SlotRef:
 @dataclasses.dataclass(frozen=True)
 class SmallTensor:
     """A tensor under :data:`MIN_BYTES`, in the pickle as a numpy array: pickling a torch
-    tensor costs its storage's bookkeeping (issue 36: an actor's action reply, 8 actions and
-    their logits, took 133 + 166 us to pickle and unpickle as tensors, 13 + 8 as arrays)."""
+    tensor costs its storage's bookkeeping, an order of magnitude more than the values of an
+    actor's action reply (a few actions and their logits) as an array."""
 
     values: np.ndarray
 

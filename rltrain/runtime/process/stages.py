@@ -38,9 +38,9 @@ class FutureStages:
         ]
         self._locks = [threading.Lock() for _ in remotes]  # one a stage: a send that
         # blocks (a busy stage's pipe) holds up that stage's calls only
-        # when each stage's timer (one at a time) pumps it again: every callback that finds
-        # the queue's head still on the link started a thread of its own before, and with
-        # batches in flight those timers took the relay's time (cDNI at 5 ms: 527 samples/s)
+        # when each stage's timer (one at a time) pumps it again: a thread per callback that
+        # finds the queue's head still on the link would, with batches in flight, take the
+        # relay's time
         self._due = [0.0 for _ in remotes]
 
     def call(self, stage: int, method: str, *args: Any) -> cf.Future:

@@ -27,25 +27,24 @@ from rltrain.runtime.ray.errors import result
 from rltrain.runtime.ray.remote import Remote
 
 FANOUT_MIN_BYTES = 1 << 20
-"""Below this a pulled slice travels inline: measured on CartPole's 72 KB network, the object
-store's put and get made an actor's pull 40% of its time and the Gorila learning test 2.4x
-slower (191 s against 78 s); a Nature CNN's 6.7 MB go through the store once per version."""
+"""Below this a pulled slice travels inline: for a small network the object store's put and
+get cost more than the values' copy, and an actor pulls often; above it (a Nature CNN's
+6.7 MB) a version goes through the store once and every actor that pulls it shares it."""
 
 
 class WireShard(ParameterShard):
     """A shard whose tensors cross Ray as numpy arrays.
 
-    Ray serialises numpy arrays as zero-copy pickle-5 buffers; measured here, a 106k-float
-    pull costs 1.0 ms as numpy against 2.6 ms as a torch tensor.
+    Ray serialises numpy arrays as zero-copy pickle-5 buffers, where a torch tensor goes
+    through torch's own reduction and its storage's bookkeeping.
 
     When Ray restarts a shard whose process died, the constructor runs again with the initial
     parameters: the shard then fences itself until the driver restores it from a checkpoint.
     """
 
     def __init__(self, *args: Any) -> None:
-        # One torch thread: a shard's optimizer steps are small, and under contention an
-        # OpenMP team costs more than the work (measured: Adam on 9k values, 6.6 ms a step
-        # with 2 threads on 2 busy cores, 0.2 ms with one).
+        # One torch thread: a shard's optimizer steps are small, and on cores the actors
+        # keep busy an OpenMP team waits for its threads far longer than the work takes.
         torch.set_num_threads(1)
         super().__init__(*args)
         self._shared: tuple[tuple[int, int], Any] | None = None  # (version, generation), ref

@@ -26,7 +26,8 @@ class Schedule(Protocol):
     the lead issues before it waits for the oldest one's exchanges (each stage runs its calls
     in order, so this changes no step, only how far a stage may run before the lead)."""
 
-    ahead: int
+    @property
+    def ahead(self) -> int: ...
 
     def step(self, stages: Stages, x: torch.Tensor, y: torch.Tensor, micro: int) -> list[Any]:
         """Issue one minibatch's calls; the handles the lead confirms with its exchanges."""
@@ -81,6 +82,10 @@ class PipelineWorker:
         if isinstance(data, ShardSource):
             data = data.load()
         self.plan = BatchPlan(inputs(data, spec), targets(data), spec)
+        self._begin()
+
+    def _begin(self) -> None:
+        """The state of one run: counters, the log, the batches in flight."""
         self.samples, self.restarts, self.lost_batches = 0, 0, 0  # of the run so far
         self.log: list[tuple[float, int, float]] = []  # per batch: (time, samples, loss)
         # the batches issued and not confirmed: (samples, the exchanges, the schedule's calls)
@@ -98,8 +103,7 @@ class PipelineWorker:
         versions = self._recover(servers)  # (a stage lost while starting: restarted)
         # a barrier rule takes one step per version: a restarted replica goes on from there
         skip = min(versions) if spec.update_rule.barrier else 0
-        self.samples, self.restarts, self.lost_batches, self.log = 0, 0, 0, []
-        self.inflight.clear()
+        self._begin()
         for b in self.plan.batches(skip, lambda: deadline):
             issuing = 1  # this batch, until it is in flight
             try:

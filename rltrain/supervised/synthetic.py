@@ -260,8 +260,12 @@ class Decoupled:
         if delay < 1:
             raise ValueError(f"delay={delay}: the true gradient comes one batch later at least")
         self.oracle, self.delay, self.batch = oracle, delay, 0
-        self.ahead = delay  # the lead runs as far ahead as the payments allow
         self.owed: deque[list[tuple[int, int, Any]]] = deque()  # per batch, oldest first
+
+    @property
+    def ahead(self) -> int:
+        """The lead runs as far ahead as the payments allow."""
+        return self.delay
 
     def step(self, stages: Stages, x: torch.Tensor, y: torch.Tensor, micro: int) -> list[Any]:
         due = self.owed.popleft() if len(self.owed) >= self.delay else []

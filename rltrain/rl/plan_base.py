@@ -88,9 +88,7 @@ class RLPlan(abc.ABC):
     @property
     def guard(self) -> Guard:
         """The server's guard (it starts with the server, before any plan)."""
-        guard = self.ctx.guard
-        assert guard is not None, "the guard starts with the server"
-        return guard
+        return self.ctx.shard_guard()
 
     @abc.abstractmethod
     def start(self) -> None:

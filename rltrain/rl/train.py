@@ -51,7 +51,7 @@ from rltrain.rl.tblog import TrainLogger, status_line, stop_fraction
 from rltrain.rundir import unlock, write_summary
 from rltrain.runtime.config import chosen_backend
 from rltrain.runtime.context import RunContext
-from rltrain.runtime.contract import Guard, Runtime
+from rltrain.runtime.contract import Runtime
 
 
 class Trainer:
@@ -122,11 +122,6 @@ class Trainer:
         """The evaluations during training (set as the session starts)."""
         assert self._evals is not None, "the session has not started"
         return self._evals
-
-    def _guard(self) -> Guard:
-        guard = self.ctx.guard
-        assert guard is not None, "the guard starts with the server"
-        return guard
 
     # --- the run ----------------------------------------------------------------------------
 
@@ -232,7 +227,7 @@ class Trainer:
                 self.progress.note(f"no final checkpoint (the server is not whole: {e})")
             else:  # the last point: a run shorter than log_every_seconds still has one
                 with contextlib.suppress(ProcessLost, PeerLost, RunFailed):
-                    self._guard().poll()
+                    self.ctx.shard_guard().poll()
                     self._log_point()
         self.evals.finish(wait=self.stopped_by not in ("interrupt", "fault", "diverged"))
         if self.plan is not None:
@@ -284,7 +279,7 @@ class Trainer:
         if verdict == "gone":
             self.ctx.forget(d.remote, d.error)
         if self.stopped_by and pushes and verdict != "gone":
-            self._guard().leave(d.remote.index)  # stopping: no barrier may wait for it now
+            self.ctx.shard_guard().leave(d.remote.index)  # stopping: no barrier may wait for it now
             return False
         return verdict == "work" and not self.stopped_by
 
@@ -334,7 +329,7 @@ class Trainer:
         self._watch_placement()
         for action in self.schedule.due():
             self.ctx.inject(action)
-        self._guard().poll()
+        self.ctx.shard_guard().poll()
         if self.log.due():
             self._log_point()
         self.progress.update(self._fraction(), self._status())
@@ -344,7 +339,7 @@ class Trainer:
             try:
                 path, state = self._checkpoint()
             except (ProcessLost, PeerLost):  # a shard went down just now: restore, then retry
-                self._guard().check()
+                self.ctx.shard_guard().check()
             else:
                 if evaluate:
                     self.evals.submit(path, state, self.counters)
@@ -358,7 +353,7 @@ class Trainer:
         with contextlib.suppress(ProcessLost, PeerLost):  # a lost shard: next time
             st = self.ctx.server.stats()
             self.record.net_bytes = (st.bytes_pushed, st.bytes_pulled)
-        seen = self._guard().last_seen
+        seen = self.ctx.shard_guard().last_seen
         self.log.flush(
             self.counters.env_steps, seen, size, self.record.net_bytes, self.lr.lr(self.cfg)
         )

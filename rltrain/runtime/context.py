@@ -34,6 +34,11 @@ class RunContext:
     procs: dict[str, list[RemoteProcess]] = field(default_factory=dict)
     """The live processes by role ("actor", "learner", "worker", "shard", "replay")."""
 
+    def shard_guard(self) -> Guard:
+        """The server's guard, which every session sets as it starts the server."""
+        assert self.guard is not None, "the guard starts with the server"
+        return self.guard
+
     def add(self, role: str, remotes: list[RemoteProcess]) -> list[RemoteProcess]:
         self.procs[role] = remotes
         return remotes

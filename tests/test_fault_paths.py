@@ -125,6 +125,7 @@ class Stub:
             procs={"actor": [], "learner": []},
             say=print,
         )
+        self.ctx.shard_guard = lambda: self.guard
 
     def absorb(self, stats: WorkStats) -> None:
         self.absorbed.append(stats)

@@ -438,7 +438,8 @@ def test_a_stop_does_not_wait_for_processes_that_never_came_up() -> None:
     notes: list[str] = []
     left: list[int] = []
     guard = SimpleNamespace(leave=left.append)
-    host = SimpleNamespace(ctx=SimpleNamespace(server=None, say=notes.append, guard=guard))
+    ctx = SimpleNamespace(server=None, say=notes.append, guard=guard, shard_guard=lambda: guard)
+    host = SimpleNamespace(ctx=ctx)
     host.cfg, host.stopped_by = cfg, ""
     plan = WorkerPlan(host, process)  # type: ignore[arg-type]
     up, stuck = process.Remote(Counter, 0), process.Remote(NeverUp, "hang", index=1)

@@ -124,10 +124,11 @@ def main() -> None:
 
     from rltrain.ps.config import OptimizerConfig, ServerConfig
     from rltrain.ps.server import LocalServer
-    from rltrain.rl.config import ModelConfig, RuntimeConfig, StopConfig, TrainConfig
+    from rltrain.rl.algos.models import flat_params
+    from rltrain.rl.config import ModelConfig, StopConfig, TrainConfig
     from rltrain.rl.inference import ActSlots, BatchedPolicy, PolicyWorker
-    from rltrain.rl.models import flat_params
     from rltrain.runtime import process
+    from rltrain.runtime.config import RuntimeConfig
 
     shape, dtype = OBS[args.obs]
     cfg = TrainConfig(

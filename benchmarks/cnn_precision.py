@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import torch
 
-from rltrain.rl.models import bf16_native, build_policy, to_device
+from rltrain.rl.algos.models import bf16_native, build_policy, to_device
 
 VARIANTS = ("fp32", "bf16", "channels_last", "channels_last+bf16")
 

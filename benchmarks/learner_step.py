@@ -51,12 +51,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from rltrain.config import load_config
 from rltrain.ps.server import LocalServer
 from rltrain.rl.actor import policy_builder
+from rltrain.rl.algos.estimators import TargetInputs
+from rltrain.rl.algos.losses import actor_critic_loss
+from rltrain.rl.algos.models import ActorCritic, flat_params, to_device, train_layout
+from rltrain.rl.algos.ppo import PPOLoss
 from rltrain.rl.config import TrainConfig, server_settings
-from rltrain.rl.learner import Learner, loss_spec
-from rltrain.rl.losses import actor_critic_loss
-from rltrain.rl.models import ActorCritic, flat_params, to_device, train_layout
+from rltrain.rl.learner import Learner
 from rltrain.rl.rollout import Rollout
-from rltrain.rl.targets import TargetInputs
 
 ROOT = Path(__file__).resolve().parents[1]
 OBS = (4, 84, 84)
@@ -188,7 +189,7 @@ def plain_loop(cfg: TrainConfig, kind: str, device: torch.device) -> Callable[[R
     model = model_for(cfg, kind, device)
     o = cfg.optimizer
     opt = torch.optim.Adam(model.parameters(), lr=o.lr, eps=o.eps, fused=True)
-    spec, p = loss_spec(cfg), cfg.ppo
+    spec, p = PPOLoss(cfg).spec(), cfg.ppo
     gen = torch.Generator().manual_seed(cfg.seed)
 
     def learn(r: Rollout) -> int:
@@ -219,7 +220,7 @@ def graphed_loop(cfg: TrainConfig, kind: str, device: torch.device) -> Callable[
     model = model_for(cfg, kind, device)
     o = cfg.optimizer
     opt = torch.optim.Adam(model.parameters(), lr=o.lr, eps=o.eps, capturable=True)
-    spec, p = loss_spec(cfg), cfg.ppo
+    spec, p = PPOLoss(cfg).spec(), cfg.ppo
     gen = torch.Generator().manual_seed(cfg.seed)
     mb = cfg.algo.rollout_length * cfg.env.num_envs // p.minibatches
     static = {

@@ -1,4 +1,4 @@
-"""A user's own environment, registered on import: what `env.imports: [examples.corridor]`
+"""A user's own environment, registered on import: what `imports: [examples.corridor]`
 names in the README's "Your own environment" example.
 
 ``examples/Corridor-v0``: walk right along a corridor of ``length`` cells (a one-hot position);

@@ -261,7 +261,7 @@ def cmd_reapply(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from rltrain.rl.config import TrainConfig, load_run_config
-    from rltrain.rl.summary import final_line
+    from rltrain.rl.run.summary import final_line
 
     overrides = _overrides(args)
     if args.resume is not None:

@@ -22,13 +22,10 @@ from typing import Any, TypeVar, cast
 
 import yaml
 
-from rltrain.errors import RLTrainError
+from rltrain.errors import ConfigError
+from rltrain.yaml_files import UniqueKeyLoader, read_yaml
 
 T = TypeVar("T")
-
-
-class ConfigError(RLTrainError, ValueError):
-    """A config key, type or value that is not allowed; the message is one line."""
 
 
 def spec(
@@ -80,18 +77,25 @@ def from_dict(
         )
     if hasattr(cls, "before_check"):  # e.g. import the modules that register choices
         cast(Any, cls).before_check(data)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    fields = {f.name: f for f in dataclasses.fields(cls) if keyed(f)}  # type: ignore[arg-type]
+    holder, extra = _extra_sections(cls)
+    fields.pop(holder, None)
     hints = typing.get_type_hints(cls)
     for key in data:
-        if key not in fields:
-            raise ConfigError(_unknown_key(prefix + str(key), str(key), list(fields)))
-    kwargs = {}
+        if key not in fields and key not in extra:
+            raise ConfigError(_unknown_key(prefix + str(key), str(key), [*fields, *extra]))
+    kwargs: dict[str, Any] = {}
     for name, f in fields.items():
         held = getattr(base, name) if base is not None else field_default(f)
         if name in data:
             kwargs[name] = _convert(hints[name], data[name], prefix + name, f.metadata, held)
         elif base is not None:
             kwargs[name] = held
+    if holder:  # the sections a registry adds, each as a section of its own
+        have = getattr(base, holder, {})
+        kwargs[holder] = {
+            n: from_dict(tp, data.get(n), f"{prefix}{n}.", have.get(n)) for n, tp in extra.items()
+        }
     try:
         obj = cls(**kwargs)
     except ConfigError:
@@ -102,6 +106,19 @@ def from_dict(
     return obj
 
 
+def keyed(f: dataclasses.Field) -> bool:
+    """Whether a dataclass field is a config key: not one derived from another key (metadata
+    ``derived``, e.g. ``env.imports``, set from the run's ``imports``)."""
+    return f.init and not f.metadata.get("derived")
+
+
+def _extra_sections(cls: type) -> tuple[str, dict[str, type]]:
+    """A config class's sections from a registry: the field that holds them (``cls.SECTIONS``)
+    and their classes by name (``cls.extra_sections()``); ("", {}) for most classes."""
+    holder = getattr(cls, "SECTIONS", "")
+    return (holder, cast(Any, cls).extra_sections()) if holder else ("", {})
+
+
 def moved_keys(cls: type | None, data: Any) -> Any:
     """``data`` with the keys ``cls.MOVED`` names (old ``section.key`` -> new) in their new
     places, so that configs and checkpoints of an older rltrain still load."""
@@ -110,11 +127,15 @@ def moved_keys(cls: type | None, data: Any) -> Any:
         return data
     data = dict(data)
     for old, new in moved.items():
-        (osec, okey), (nsec, nkey) = old.split("."), new.split(".")
+        osec, okey = old.split(".")
         section = data.get(osec)
         if isinstance(section, Mapping) and okey in section:
             data[osec] = {k: v for k, v in section.items() if k != okey}
-            data[nsec] = {**(data.get(nsec) or {}), nkey: section[okey]}
+            nsec, _, nkey = new.rpartition(".")  # no section: a top-level key
+            if not nsec:
+                data.setdefault(nkey, section[okey])  # the new key, if given too, wins
+            else:
+                data[nsec] = {**(data.get(nsec) or {}), nkey: section[okey]}
     return data
 
 
@@ -234,29 +255,6 @@ def _check(value: Any, key: str, meta: Mapping[str, Any]) -> Any:
 # YAML files and --set overrides
 
 
-class UniqueKeyLoader(yaml.SafeLoader):
-    """``yaml.safe_load``'s loader, except that a key written twice in one mapping is an error
-    (PyYAML keeps the last one silently: a second ``env:`` section replaced the first); the
-    keys a merge key (``<<: *base``) brings in may still be overridden."""
-
-    def __init__(self, stream: Any) -> None:
-        super().__init__(stream)
-        self.checked: set[int] = set()
-
-    def flatten_mapping(self, node: yaml.MappingNode) -> None:
-        if id(node) not in self.checked:  # once, before merged keys join the node's own
-            self.checked.add(id(node))
-            lines: dict[Any, int] = {}
-            for k, _ in node.value:
-                if isinstance(k, yaml.ScalarNode) and k.tag != "tag:yaml.org,2002:merge":
-                    key, line = self.construct_object(k), k.start_mark.line + 1
-                    if key in lines:
-                        why = f"duplicate key '{key}', first at line {lines[key]}; keep one"
-                        raise yaml.constructor.ConstructorError(None, None, why, k.start_mark)
-                    lines[key] = line
-        super().flatten_mapping(node)
-
-
 def parse_overrides(items: Sequence[str], cls: type | None = None) -> dict[str, Any]:
     """Turn ``["a.b=3", "c=[1, 2]"]`` into a nested dict; values are parsed as YAML scalars.
     ``cls``: the config they apply to (see :func:`nested`)."""
@@ -333,38 +331,6 @@ def merge(
     return out
 
 
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML mapping as ``yaml.safe_load`` does (:class:`UniqueKeyLoader`: no key twice);
-    a missing or malformed file is a ConfigError."""
-    p = Path(path)
-    if p.is_dir():
-        raise ConfigError(f"config file {p} is a folder; give a YAML file (see configs/)")
-    if not p.is_file():
-        raise ConfigError(f"config file not found: {p}; give a YAML file (see configs/)")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(f"{p}: not a YAML text file (not UTF-8); give a YAML config") from None
-    except OSError as e:
-        raise ConfigError(f"config file {p}: cannot read it ({e.strerror or e})") from None
-    try:
-        data = yaml.load(text, UniqueKeyLoader)  # safe_load's, no key twice
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        problem = " ".join(str(getattr(e, "problem", None) or "").split())
-        why = f" ({problem})" if problem else ""
-        raise ConfigError(f"{p}: not valid YAML{where}{why}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(
-            f"{p}: expected a mapping of config keys (key: value lines) at the top level, "
-            f"got a {type(data).__name__}"
-        )
-    return data
-
-
 def load_config(cls: type[T], path: str | Path | None, overrides: Sequence[str] = ()) -> T:
     """Load ``cls`` from a YAML file plus ``--set`` overrides, fully validated."""
     data = read_yaml(path) if path is not None else {}
@@ -372,16 +338,23 @@ def load_config(cls: type[T], path: str | Path | None, overrides: Sequence[str] 
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
-    """A plain, YAML-safe dict of a config (tuples become lists)."""
+    """A plain, YAML-safe dict of a config's keys (tuples become lists)."""
+    out: dict[str, Any] = _keys_of(cfg)
+    holder = getattr(cfg, "SECTIONS", "")
+    if holder:  # a registry's sections as top-level ones, where the holder stands
+        out = {k2: v2 for k, v in out.items() for k2, v2 in (v if k == holder else {k: v}).items()}
+    return out
 
-    def plain(v: Any) -> Any:
-        if isinstance(v, tuple | list):
-            return [plain(x) for x in v]
-        if isinstance(v, dict):
-            return {k: plain(x) for k, x in v.items()}
-        return v
 
-    return plain(dataclasses.asdict(cfg))
+def _keys_of(cfg: Any) -> Any:
+    """``dataclasses.asdict`` of a config without its derived fields (:func:`keyed`)."""
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+        return {f.name: _keys_of(getattr(cfg, f.name)) for f in dataclasses.fields(cfg) if keyed(f)}
+    if isinstance(cfg, dict):
+        return {k: _keys_of(v) for k, v in cfg.items()}
+    if isinstance(cfg, tuple | list):
+        return [_keys_of(v) for v in cfg]
+    return cfg
 
 
 def dotted(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -9,7 +9,7 @@ and every one of its worker processes :func:`restore` s it before it runs anythi
 (``runtime_env.worker_process_setup_hook``); the process runtime's children, forked from a
 forkserver that started before the user's script registered anything, get it with their
 constructor's arguments (:func:`packed`). The extensions travel pickled: by reference where
-their module imports in the worker (installed, or shipped with ``env.imports``), by value
+their module imports in the worker (installed, or shipped with ``imports``), by value
 where it does not (a script's ``__main__``, a test file on Ray).
 """
 

@@ -2,7 +2,7 @@
 
 Plain Python, no Ray. :mod:`rltrain.runtime.ray` turns Ray's errors into :class:`ProcessLost` and
 :class:`PeerLost` (:mod:`rltrain.runtime.process`, a dead child into :class:`ProcessLost`);
-the drivers (``rl/train.py``, ``supervised/bench.py``) count them in
+the drivers (``rl/run/train.py``, ``supervised/bench.py``) count them in
 :class:`FaultCounters`, and :class:`FaultSchedule` fires the configured ``faults.events`` (kills
 and pauses of chosen processes at chosen times; ``slow`` events are applied by the workers
 themselves through :class:`Slowdown`).

@@ -16,7 +16,7 @@ from rltrain.errors import RLTrainError
 if TYPE_CHECKING:  # for annotations: this module imports the run's parts only as they are used
     from rltrain.rl.config import TrainConfig
     from rltrain.rl.env_spec import EnvSpec
-    from rltrain.rl.train import Trainer
+    from rltrain.rl.run.train import Trainer
     from rltrain.supervised.config import BenchConfig
 
 
@@ -131,7 +131,7 @@ def starts_ray_early(cfg: TrainConfig) -> bool:
         chosen_backend(cfg.runtime)[0] == "ray"
         and threading.current_thread() is threading.main_thread()
         and registered(cfg.env.id)
-        and not cfg.env.imports
+        and not cfg.imports
         and not cfg.env.wrappers
     )
 
@@ -207,7 +207,7 @@ def check_startup(cfg: TrainConfig, spec: EnvSpec) -> None:
     from rltrain.envs import env_groups
     from rltrain.ps.server import ShardLayout
     from rltrain.rl.env_spec import initial_params
-    from rltrain.rl.placement import inference_device
+    from rltrain.rl.run.placement import inference_device
     from rltrain.runtime.config import chosen_backend
 
     env_groups(cfg.env)
@@ -223,11 +223,11 @@ parameter count that does not fit (and its env made before that)."""
 
 def check_resume(path: Path, state: dict[str, Any], cfg: TrainConfig) -> list[str]:
     """Before the env is made: ``cfg`` keeps the keys a resumed run keeps
-    (:data:`rltrain.rl.resume.KEPT_ON_RESUME`, ``env.id`` first) against the config the
+    (:data:`rltrain.rl.run.resume.KEPT_ON_RESUME`, ``env.id`` first) against the config the
     checkpoint at ``path`` (``state``) was saved under; CheckpointError for one it changes.
 
     Returns the changes, ``key: old -> new``, of every key outside the sections the trainer
-    names itself (:data:`~rltrain.rl.resume.TOLD_ON_RESUME`): top-level keys such as actors,
+    names itself (:data:`~rltrain.rl.run.resume.TOLD_ON_RESUME`): top-level keys such as actors,
     learners, seed, learner_gpus, and dqn, replay, checkpoint, eval, faults, runtime. These
     are compared with the run's config.yaml (what its last session asked for), not with the
     checkpoint's config, which holds what the trainer resolved (actors: auto, the session's
@@ -235,7 +235,7 @@ def check_resume(path: Path, state: dict[str, Any], cfg: TrainConfig) -> list[st
     from rltrain.checkpoint import CheckpointError
     from rltrain.config import dotted, moved_keys, to_dict
     from rltrain.rl.config import TrainConfig, run_yaml
-    from rltrain.rl.resume import KEPT_ON_RESUME, TOLD_ON_RESUME
+    from rltrain.rl.run.resume import KEPT_ON_RESUME, TOLD_ON_RESUME
 
     new = dotted(to_dict(cfg))
     saved = state.get("config")
@@ -367,7 +367,7 @@ def _prepare(
     created: list[Path] | None = None
     try:
         from rltrain.rl.inputs import resolve_obs_norm
-        from rltrain.rl.train import Trainer
+        from rltrain.rl.run.train import Trainer
 
         # (also on resume: a CONFIG given with --resume says auto, as the run's first did)
         cfg = resolve_obs_norm(cfg, spec.obs_shape, spec.one_hot)

@@ -8,7 +8,7 @@ versioned with them, checkpointed with them and used by ``rltrain eval``. This i
 MeanStdFilter sync and SB3's VecNormalize do, in one process or many.
 
 * Observations: ``clip((x - mean) / sqrt(var + eps), -clip, clip)``, inside the network
-  (:class:`rltrain.rl.models.ActorCritic`), so a rollout stores raw observations.
+  (:class:`rltrain.rl.algos.models.ActorCritic`), so a rollout stores raw observations.
 * Rewards: divided by the standard deviation of the discounted return (no mean subtracted),
   as VecNormalize does; episode returns stay raw.
 """

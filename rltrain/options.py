@@ -12,7 +12,7 @@ import inspect
 import textwrap
 import types
 import typing
-from typing import Any
+from typing import Any, cast
 
 from rltrain.config import choices_of, field_default
 
@@ -47,7 +47,14 @@ def describe(cls: type, prefix: str = "", defaults: Any = None) -> list[tuple[st
     rows: list[tuple[str, str, str, str]] = []
     docs = field_docs(cls)
     hints = typing.get_type_hints(cls)
+    holder = getattr(cls, "SECTIONS", "")
     for f in dataclasses.fields(cls):
+        if f.name == holder:  # a registry's sections, each a top-level one
+            for name, section in cast(Any, cls).extra_sections().items():
+                rows.extend(describe(section, f"{prefix}{name}."))
+            continue
+        if f.metadata.get("derived"):
+            continue
         tp = hints[f.name]
         default = field_default(f) if defaults is None else getattr(defaults, f.name)
         if isinstance(tp, type) and dataclasses.is_dataclass(tp):

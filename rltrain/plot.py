@@ -1,6 +1,6 @@
 """`rltrain plot`: learning curves of RL runs, read from their TensorBoard event files.
 
-A run's trainer (:mod:`rltrain.rl.tblog`) writes every finished episode's raw score as the
+A run's trainer (:mod:`rltrain.rl.run.tblog`) writes every finished episode's raw score as the
 scalar ``episode/return`` with the run's env-step count as its step. This module reads those
 scalars back (:func:`read_curve`) and draws episode return against frames and against wall
 time, one line per run (:func:`draw`), so runs can be compared by sample cost and by time.
@@ -27,12 +27,12 @@ from rltrain.charts import pyplot
 from rltrain.errors import RLTrainError
 
 RETURN_TAG = "episode/return"
-"""The scalar tag of episode scores, as :class:`rltrain.rl.tblog.TrainLogger` writes it."""
+"""The scalar tag of episode scores, as :class:`rltrain.rl.run.tblog.TrainLogger` writes it."""
 EVAL_TAG = "eval/mean_return"
 """The mean score of each evaluation during training (``eval.every_steps``), drawn as dots."""
 TB_DIR = "tb"
 SESSION_TAG = "session/start"
-"""Written first by each session of a run (:data:`rltrain.rl.tblog.SESSION_TAG`)."""
+"""Written first by each session of a run (:data:`rltrain.rl.run.tblog.SESSION_TAG`)."""
 HEARTBEAT_TAG = "perf/env_fps"
 """A scalar a live run writes every ``log_every_seconds``: in a run written before sessions
 were marked, silences of more than ``DOWNTIME_S`` in it are taken for downtime."""

@@ -1,3 +1,3 @@
-"""A user's module that fails on import (what the env.imports error must name)."""
+"""A user's module that fails on import (what the imports error must name)."""
 
 raise ImportError("no module named 'mujoco_thing'")

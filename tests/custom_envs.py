@@ -1,4 +1,4 @@
-"""A user's own environments, registered on import (what `env.imports` names in the tests):
+"""A user's own environments, registered on import (what `imports` names in the tests):
 the README's corridor again (``rltrain_test/Corridor-v0``), envs rltrain must refuse, and
 envs that fail during a run (tests/test_env_errors.py)."""
 

@@ -34,8 +34,8 @@ def write_run(run: Path, hidden: int = 64) -> None:
     from rltrain.config import load_config, to_dict
     from rltrain.ps.server import make_shards
     from rltrain.rl.config import TrainConfig, server_settings
-    from rltrain.rl.counters import Counters
     from rltrain.rl.env_spec import initial_params, probe_env
+    from rltrain.rl.run.counters import Counters
     from rltrain.rundir import write_config
 
     run.mkdir(parents=True)
@@ -322,7 +322,7 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
         ),
         pytest.param(
             ["train", CARTPOLE, "--set", "algo.name=trpo"],
-            ["algo.name='trpo'", "a3c, impala, a2c, dqn, appo, ppo"],
+            ["algo.name='trpo'", "a3c, a2c, dqn, impala, ppo, appo"],
             id="t-algo",
         ),
         pytest.param(["bench", BENCH, "--set", "modes=[fast]"], ["modes[0]='fast'"], id="b-mode"),

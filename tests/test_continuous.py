@@ -15,11 +15,11 @@ from torch.distributions import Normal, kl_divergence
 from rltrain.envs import ActionSpace, EnvConfig, EnvError
 from rltrain.ps.config import OptimizerConfig
 from rltrain.rl.actor import Actor
+from rltrain.rl.algos.distributions import CATEGORICAL, DIAG_GAUSSIAN, distribution
+from rltrain.rl.algos.models import build_policy
 from rltrain.rl.config import AlgoConfig, PPOConfig, StopConfig, TrainConfig
-from rltrain.rl.distributions import CATEGORICAL, DIAG_GAUSSIAN, distribution
 from rltrain.rl.env_spec import probe_env
 from rltrain.rl.learner import Learner
-from rltrain.rl.models import build_policy
 
 
 def test_diag_gaussian_matches_torch_distributions() -> None:
@@ -123,7 +123,7 @@ def test_workers_act_and_learn_on_box_actions(algo: str) -> None:
 def test_vtrace_ratios_with_a_gaussian_behaviour_policy() -> None:
     """The learner's V-trace uses log pi(a) - log mu(a) of the diagonal Gaussians at the
     unclipped sampled actions: the same targets as V-trace fed torch's Normal log-probs."""
-    from rltrain.rl.losses import next_state_values, vtrace
+    from rltrain.rl.algos.losses import next_state_values, vtrace
 
     c = pendulum("impala")
     spec = probe_env(c)

@@ -1,4 +1,4 @@
-"""Users' own environments: env.imports, env.kwargs, env.wrappers and their one-line errors."""
+"""Users' own environments: imports, env.kwargs, env.wrappers and their one-line errors."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def test_wrapper_argument_errors_are_one_line(wrapper: str, message: str) -> Non
     [
         (
             EnvConfig(id=CORRIDOR, imports=("no_such_module_xyz",)),
-            "env.imports: cannot import module 'no_such_module_xyz': ModuleNotFoundError",
+            "imports: cannot import module 'no_such_module_xyz': ModuleNotFoundError",
         ),
         (
             EnvConfig(id=CORRIDOR, imports=("custom_broken_env",)),
@@ -129,7 +129,7 @@ def test_wrapper_argument_errors_are_one_line(wrapper: str, message: str) -> Non
         ),
         (
             EnvConfig(id="rltrain_test/Nope-v0", imports=("custom_envs",)),
-            r"unknown env id 'rltrain_test/Nope-v0' \(after importing env.imports",
+            r"unknown env id 'rltrain_test/Nope-v0' \(after importing imports",
         ),
         (corridor(wrappers=("custom_envs.DoubleReward",)), "is not module:Class"),
         (corridor(wrappers=("custom_envs:Nope",)), "module 'custom_envs' has no 'Nope'"),
@@ -260,14 +260,14 @@ def test_a_run_on_gymnasium_images_trains_the_cnn(config: str, stack: int, tmp_p
     run stacked it."""
     import rltrain
     from rltrain.cli import main
-    from rltrain.rl.models import NatureCNNTorso
+    from rltrain.rl.algos.models import NatureCNNTorso
 
     run = tmp_path / "img"
     path = Path(__file__).resolve().parents[1] / "configs" / config
     argv = ["train", str(path), "--run-dir", str(run)]
     for kv in (
         f"env.id={IMAGE}",
-        "env.imports=[custom_envs]",
+        "imports=[custom_envs]",
         "env.num_envs=2",
         f"env.frame_stack={stack}",
         "runtime.backend=local",
@@ -296,7 +296,8 @@ def test_env_kwargs_from_yaml_and_set(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("env:\n  id: x\n  kwargs: {length: 4}\nstop:\n  max_env_steps: 10\n")
     cfg = load_config(TrainConfig, path, ["env.kwargs.length=6", "env.imports=[custom_envs]"])
-    assert cfg.env.kwargs == {"length": 6} and cfg.env.imports == ("custom_envs",)
+    assert cfg.env.kwargs == {"length": 6}  # and an older config's env.imports is imports:
+    assert cfg.imports == cfg.env.imports == ("custom_envs",)
     with pytest.raises(ConfigError, match="env.kwargs=3: expected a mapping"):
         load_config(TrainConfig, path, ["env.kwargs=3"])
 

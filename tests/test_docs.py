@@ -32,7 +32,7 @@ PENDING_FILES = {ROOT / "docs" / "tensorboard.png"}
 FENCE = re.compile(r"^```.*?^```[^\n]*$", re.S | re.M)
 FENCED_BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 CODE_SPAN = re.compile(r"(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.S)
-# a dotted name such as env.num_envs or faults.events[].at, not part of a path (rl/config.py),
+# a dotted name such as env.num_envs or faults.events[].at, not part of a path (rl/config/train.py),
 # of a longer dotted name (rltrain.envs.user) or a call (runtime.backend(cfg))
 DOTTED = re.compile(r"(?<![\w./\-])([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*(?:\[\])?)+)(?![\w(/\-])")
 SET_KEY = re.compile(r"--set\s+[\"']?([a-z_][\w.\[\]]*)=")
@@ -149,7 +149,7 @@ def test_the_option_collection_sees_the_sections_and_keys() -> None:
     assert {"env", "algo", "server", "runtime", "stop", "data", "budget"} <= sections()
     assert {"env.num_envs", "server.rule", "runtime.backend", "ppo.overlap_push"} <= set(options())
     assert not {"torch", "ray", "rl", "rltrain"} & sections()
-    assert named_options("`torch.optim`, `ray.init`, `rl/config.py`, `env.render()`") == set()
+    assert named_options("`torch.optim`, `ray.init`, `rl/config/train.py`, `env.render()`") == set()
     assert named_options("`rltrain.envs.user`, `replay.py`, `eval.every_steps`") == {
         "eval.every_steps"
     }

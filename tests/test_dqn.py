@@ -15,8 +15,8 @@ from rltrain.ps.server import LocalServer
 from rltrain.replay import ReplayMemory, TransitionBlock
 from rltrain.replay.local import LocalReplay
 from rltrain.rl.config import AlgoConfig, DQNConfig, ReplayConfig, StopConfig, TrainConfig
-from rltrain.rl.dqn import DQNActor, DQNLearner, apex_epsilon, memory_args
 from rltrain.rl.env_spec import initial_params, probe_env
+from rltrain.rl.gorila import DQNActor, DQNLearner, apex_epsilon, memory_args
 
 
 def cfg(env: str = "CartPole-v1", **dqn: object) -> TrainConfig:
@@ -161,7 +161,7 @@ def test_double_dqn_target_of_a_cut_bootstraps_from_the_final_obs() -> None:
 def test_learners_sample_shards_in_proportion_to_what_they_hold() -> None:
     """One actor, two replay shards (pong_gorila.yaml on 2 cores): the empty shard is never
     drawn; otherwise shards are drawn as uniform sampling over the whole memory would."""
-    from rltrain.rl.dqn import pick_shard
+    from rltrain.rl.gorila import pick_shard
 
     rng = np.random.default_rng(0)
     assert {pick_shard([500, 0], rng) for _ in range(200)} == {0}

@@ -74,7 +74,7 @@ def test_results_and_faults_reach_their_hooks_in_rounds() -> None:
 
 def test_every_rl_algorithm_and_the_bench_have_a_plan() -> None:
     from rltrain.rl.algos import algo_names, algo_spec
-    from rltrain.rl.plans import plan_of
+    from rltrain.rl.run.plans import plan_of
     from rltrain.supervised.bench import BenchPlan
 
     layouts = {algo_spec(name).layout for name in algo_names()}

@@ -61,7 +61,7 @@ def train(tmp_path: Path, config: str, name: str, *sets: str) -> tuple[int, Path
     argv = ["train", str(ROOT / "configs" / config), "--run-dir", str(run)]
     for kv in (
         f"env.id=rltrain_test/{name}-v0",
-        "env.imports=[custom_envs]",
+        "imports=[custom_envs]",
         "actors=1",
         "env.num_envs=2",
         "stop.mean_return=null",

@@ -60,8 +60,8 @@ def write_run(run: Path, config: str, **env: Any) -> Path:
     from rltrain.checkpoint import save_checkpoint
     from rltrain.config import load_config, to_dict
     from rltrain.rl.config import TrainConfig
-    from rltrain.rl.counters import Counters
     from rltrain.rl.env_spec import initial_params, probe_env
+    from rltrain.rl.run.counters import Counters
     from rltrain.rundir import write_config
 
     cfg = load_config(TrainConfig, ROOT / "configs" / config)

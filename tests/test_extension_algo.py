@@ -1,72 +1,157 @@
-"""A new algorithm is one registry entry: a toy one, defined here alone, trains end to end."""
+"""A new algorithm is one registry entry: REINFORCE with a learned baseline, its loss and its
+own config section defined in this file alone, trains CartPole through the trainer."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import torch
 
 import rltrain
-from rltrain.config import ConfigError
-from rltrain.rl.algos import AlgoSpec, algo_spec, register_algo, unregister_algo
+from rltrain.config import ConfigError, spec
+from rltrain.rl.algos import (
+    AlgoSpec,
+    LossBatch,
+    PolicyLoss,
+    RunSettings,
+    algo_spec,
+    register_algo,
+    unregister_algo,
+)
+from rltrain.rl.algos.estimators import NStep
+from rltrain.rl.algos.losses import LossTerms
 from rltrain.rl.config import TrainConfig
-from rltrain.rl.losses import lambda_returns
-from rltrain.rl.targets import TargetInputs
 
 ROOT = Path(__file__).resolve().parents[1]
-CALLS: list[tuple[int, ...]] = []
+SEEN: list[tuple[float, tuple[int, ...]]] = []
 
 
-def monte_carlo_targets(x: TargetInputs, cfg: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """Whole-rollout returns whatever ``algo.gae_lambda`` says (lambda = 1), and advantages
-    against the value baseline: REINFORCE with a baseline over each rollout."""
-    CALLS.append(tuple(x.rewards.shape))
-    returns = lambda_returns(x.rewards, x.discounts, x.values, x.next_values, x.continues, lam=1.0)
-    return returns, returns - x.values
+@dataclass(frozen=True)
+class ReinforceConfig:
+    """reinforce (section ``reinforce``): the learned baseline's weight."""
+
+    baseline_coef: float = field(default=0.5, metadata=spec(ge=0))
+    """Weight of the baseline's squared error beside the policy term."""
+
+
+class ReinforceLoss(PolicyLoss):
+    """-log pi(a|x) (G - b(x)) + c_b (b(x) - G)^2 - c_e H(pi) (Williams 1992, with a learned
+    baseline b = V): G is the return to the end of the rollout (:class:`NStep`)."""
+
+    def __init__(self, cfg: RunSettings) -> None:
+        super().__init__(cfg)
+        self.baseline_coef = cfg.section("reinforce").baseline_coef
+
+    def __call__(self, b: LossBatch) -> LossTerms:
+        SEEN.append((self.baseline_coef, tuple(b.logits.shape)))
+        logp = b.dist.log_prob(b.logits, b.actions)  # [N]
+        policy = -(logp * b.advantages.detach()).mean()
+        baseline = ((b.values - b.value_targets.detach()) ** 2).mean()
+        entropy = b.dist.entropy(b.logits).mean()
+        total = policy + self.baseline_coef * baseline - self.entropy_coef * entropy
+        zero = torch.zeros(())
+        parts = torch.stack([policy, baseline, entropy, zero, zero]).detach()
+        return LossTerms(total, parts)
+
+
+def returns_to_go(cfg: RunSettings) -> NStep:
+    """Each step's return to the end of the rollout, bootstrapped from its last value."""
+    return NStep()
+
+
+REINFORCE = AlgoSpec(
+    "reinforce",
+    "worker",
+    ReinforceLoss,
+    returns_to_go,
+    sections=("algo", "reinforce"),
+    options={"reinforce": ReinforceConfig},
+    summary="REINFORCE with a learned baseline (Williams 1992)",
+)
 
 
 @pytest.fixture
-def toy_algo() -> Iterator[AlgoSpec]:
-    CALLS.clear()
-    spec = register_algo(AlgoSpec("toy_mc", "worker", targets=monte_carlo_targets))
-    yield spec
-    unregister_algo("toy_mc")
+def reinforce() -> Iterator[AlgoSpec]:
+    SEEN.clear()
+    yield register_algo(REINFORCE)
+    unregister_algo("reinforce")
 
 
 @pytest.mark.parametrize("backend", ["local", "process"])
-def test_a_registered_algorithm_trains_through_the_trainer(
-    toy_algo: AlgoSpec, tmp_path: Path, backend: str
+def test_a_registered_algorithm_with_its_own_loss_and_option_trains(
+    reinforce: AlgoSpec, tmp_path: Path, backend: str
 ) -> None:
     """On threads the workers see the registration made here; the process runtime's children
-    (forks of a forkserver that started earlier) get it with their arguments."""
+    (forks of a forkserver that started earlier) get it with their arguments. Its option is a
+    section of the run's config.yaml, as a built-in algorithm's."""
     run = rltrain.train(
         ROOT / "configs" / "cartpole_a3c.yaml",
         run_dir=tmp_path / "run",
-        algo__name="toy_mc",
-        algo__gae_lambda=0.5,  # ignored by the toy's targets
+        algo__name="reinforce",
+        reinforce__baseline_coef=0.25,
         actors=1,
         runtime__backend=backend,
         stop__mean_return=None,
         stop__max_env_steps=2_000,
     )
     assert run.stopped_by == "max_env_steps"
-    assert run.summary["algo"] == "toy_mc" and run.summary["updates"] > 0
-    if backend == "local":  # the targets ran in this process
-        assert CALLS and CALLS[0] == (16, 8)  # [T, B]: algo.rollout_length x env.num_envs
+    assert run.summary["algo"] == "reinforce" and run.summary["updates"] > 0
+    saved = (tmp_path / "run" / "config.yaml").read_text()
+    assert "reinforce:\n  baseline_coef: 0.25" in saved
+    if backend == "local":  # the loss ran in this process, on [T B, A] logits
+        assert SEEN and SEEN[0] == (0.25, (16 * 8, 2))
 
 
-def test_the_registry_names_every_algorithm_in_a_bad_name_error(toy_algo: AlgoSpec) -> None:
-    assert algo_spec("toy_mc") is toy_algo
-    with pytest.raises(ConfigError, match=r"algo.name='toy': allowed values are a3c, .*toy_mc"):
+def test_its_section_is_checked_listed_and_gone_with_it(reinforce: AlgoSpec) -> None:
+    from rltrain.config import load_config
+    from rltrain.options import describe
+
+    over = ["algo.name=reinforce", "stop.max_env_steps=10"]
+    cfg = load_config(TrainConfig, None, [*over, "reinforce.baseline_coef=2"])
+    assert cfg.section("reinforce") == ReinforceConfig(2.0)
+    with pytest.raises(ConfigError, match=r"reinforce.baseline_coef=-1.0: must be >= 0"):
+        load_config(TrainConfig, None, [*over, "reinforce.baseline_coef=-1"])
+    with pytest.raises(ConfigError, match=r"unknown config key 'reinforce.basline_coef'"):
+        load_config(TrainConfig, None, [*over, "reinforce.basline_coef=1"])
+    assert "reinforce.baseline_coef" in [row[0] for row in describe(TrainConfig)]
+    unregister_algo("reinforce")
+    with pytest.raises(ConfigError, match=r"unknown config key 'reinforce'"):
+        load_config(TrainConfig, None, ["reinforce.baseline_coef=1", "stop.max_env_steps=10"])
+    register_algo(REINFORCE)  # for the fixture's unregister
+
+
+def test_estimators_are_swappable_objects() -> None:
+    """A spec's estimator is an object built from the config: impala's is V-trace, or GAE
+    with impala.correction: none; a3c's is GAE(lambda)."""
+    from rltrain.config import load_config
+    from rltrain.rl.algos.estimators import GAE, VTrace
+
+    cfg = load_config(TrainConfig, None, ["algo.name=impala", "stop.max_env_steps=10"])
+    assert isinstance(cfg.algo_spec.make_estimator(cfg), VTrace)
+    cfg = load_config(
+        TrainConfig,
+        None,
+        ["algo.name=impala", "impala.correction=none"]
+        + ["algo.gae_lambda=0.9", "stop.max_env_steps=10"],
+    )
+    assert cfg.algo_spec.make_estimator(cfg) == GAE(0.9)
+
+
+def test_the_registry_names_every_algorithm_in_a_bad_name_error(reinforce: AlgoSpec) -> None:
+    assert algo_spec("reinforce") is reinforce
+    with pytest.raises(ConfigError, match=r"algo.name='toy': allowed values are a3c, .*reinforce"):
         rltrain.Config.from_yaml(ROOT / "configs" / "cartpole_a3c.yaml").with_overrides(
             {"algo.name": "toy"}
         )
     with pytest.raises(ValueError, match="registered already"):
-        register_algo(AlgoSpec("toy_mc", "worker"))
+        register_algo(REINFORCE)
+    with pytest.raises(ValueError, match="config section 'ppo' is taken"):
+        register_algo(AlgoSpec("mine", "worker", ReinforceLoss, NStep, options={"ppo": dict}))
 
 
 def test_options_of_the_old_flat_algo_section_still_load() -> None:
@@ -84,7 +169,7 @@ def test_a_new_key_set_over_an_old_run_config_wins(tmp_path: Path) -> None:
     """A run's config.yaml from before the sections holds algo.epochs; --set ppo.epochs on
     resume must win over it, and a resume names the change."""
     from rltrain.config import load_config
-    from rltrain.rl.resume import resume_changes
+    from rltrain.rl.run.resume import resume_changes
 
     old = tmp_path / "config.yaml"
     old.write_text("algo: {name: appo, epochs: 4}\nstop: {max_env_steps: 100}\n")
@@ -94,21 +179,22 @@ def test_a_new_key_set_over_an_old_run_config_wins(tmp_path: Path) -> None:
     assert resume_changes(tmp_path / "ckpt.pt", saved, cfg) == ["ppo.epochs: 4 -> 8"]
 
 
-def test_a_module_of_env_imports_registers_before_the_config_is_checked(
+def test_a_module_of_imports_registers_before_the_config_is_checked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """From the command line a user's algorithm lives in a module of ``env.imports``: it is
+    """From the command line a user's algorithm lives in a module of ``imports``: it is
     imported before ``algo.name`` is checked (and by every process that makes an env or
     learns)."""
     from rltrain.config import load_config
 
     (tmp_path / "my_algos.py").write_text(
         "from rltrain.rl.algos import AlgoSpec, register_algo\n"
-        'register_algo(AlgoSpec("mine", "worker"))\n'
+        "from rltrain.rl.algos.a3c import ActorCriticLoss, gae\n"
+        'register_algo(AlgoSpec("mine", "worker", ActorCriticLoss, gae))\n'
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
-        argv = ["env.imports=[my_algos]", "algo.name=mine", "stop.max_env_steps=10"]
+        argv = ["imports=[my_algos]", "algo.name=mine", "stop.max_env_steps=10"]
         assert load_config(TrainConfig, None, argv).algo_spec.name == "mine"
     finally:
         unregister_algo("mine")

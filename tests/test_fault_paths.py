@@ -19,8 +19,8 @@ from rltrain.ps.server import LocalServer
 from rltrain.records import GradUpdate
 from rltrain.rl.actor import Actor
 from rltrain.rl.config import AlgoConfig, StopConfig, TrainConfig
-from rltrain.rl.plans import ActorLearnerPlan
 from rltrain.rl.rollout import WorkStats
+from rltrain.rl.run.plans import ActorLearnerPlan
 from rltrain.runtime import process
 
 SGD = OptimizerConfig(name="sgd", lr=0.1)

@@ -20,7 +20,7 @@ from rltrain.records import GradUpdate
 from rltrain.rl.config import TrainConfig, server_settings
 from rltrain.rl.env_spec import initial_params, probe_env
 from rltrain.rl.inference import ActSlots, PolicyWorker
-from rltrain.rl.placement import inference_device
+from rltrain.rl.run.placement import inference_device
 
 CFG = Path(__file__).resolve().parents[1] / "configs"
 

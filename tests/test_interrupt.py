@@ -134,7 +134,7 @@ def test_a_resumed_log_hides_what_the_stopped_session_logged_after_its_checkpoin
     on from the checkpoint's steps, and TensorBoard shows its episodes, not the orphans."""
     from rltrain.rl.config import StopConfig, TrainConfig
     from rltrain.rl.rollout import WorkStats
-    from rltrain.rl.tblog import TrainLogger
+    from rltrain.rl.run.tblog import TrainLogger
 
     cfg = TrainConfig(stop=StopConfig(max_seconds=1))
     first = TrainLogger(tmp_path, cfg, {}, 1)
@@ -157,9 +157,9 @@ def test_a_resumed_session_draws_new_seeds_and_keeps_the_runs(tmp_path: Path) ->
     from rltrain.config import load_config, to_dict
     from rltrain.ps.server import make_shards
     from rltrain.rl.config import TrainConfig, server_settings
-    from rltrain.rl.counters import Counters
     from rltrain.rl.env_spec import initial_params, probe_env
-    from rltrain.rl.train import Trainer
+    from rltrain.rl.run.counters import Counters
+    from rltrain.rl.run.train import Trainer
     from rltrain.rundir import write_config
 
     run = tmp_path / "run"

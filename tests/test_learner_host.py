@@ -20,8 +20,8 @@ from rltrain.rl.actor import Actor
 from rltrain.rl.config import AlgoConfig, PPOConfig, StopConfig, TrainConfig
 from rltrain.rl.env_spec import initial_params, probe_env
 from rltrain.rl.learner_host import LearnerHost
-from rltrain.rl.placement import hosts_shards
 from rltrain.rl.rollout import ObsSlots
+from rltrain.rl.run.placement import hosts_shards
 
 
 def _cfg() -> TrainConfig:

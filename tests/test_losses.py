@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from rltrain.rl.losses import (
+from rltrain.rl.algos.losses import (
     LossSpec,
     actor_critic_loss,
     lambda_returns,
@@ -181,7 +181,7 @@ def test_dual_clip_bounds_a_negative_advantage_hand_computed() -> None:
 def test_a_ratio_beyond_exp_20_gives_no_nan() -> None:
     """An action 300 stds out in the behaviour policy's tail but likely under the new one:
     the ratio is cut at e^20 instead of overflowing to inf (and to NaN in the gradient)."""
-    from rltrain.rl.distributions import DIAG_GAUSSIAN as dist
+    from rltrain.rl.algos.distributions import DIAG_GAUSSIAN as dist
 
     mu = torch.tensor([[3.0, -4.6]])  # mean 3, std 0.01
     pi = torch.tensor([[0.0, 0.0]], requires_grad=True)  # mean 0, std 1
@@ -224,7 +224,7 @@ def test_policy_gradient_points_the_right_way() -> None:
 
 def test_double_dqn_target_hand_computed() -> None:
     """Online net picks the action at s', target net evaluates it; terminal cuts the bootstrap."""
-    from rltrain.rl.losses import double_dqn_targets, dqn_loss
+    from rltrain.rl.algos.losses import double_dqn_targets, dqn_loss
 
     rewards = torch.tensor([1.0, 0.5, -1.0])
     done = torch.tensor([False, False, True])

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rltrain.rl.learner import clipped_flat_grad
-from rltrain.rl.models import (
+from rltrain.rl.algos.models import (
     NatureCNNTorso,
     build_policy,
     flat_params,
@@ -16,6 +15,7 @@ from rltrain.rl.models import (
     to_device,
     train_layout,
 )
+from rltrain.rl.learner import clipped_flat_grad
 
 
 def test_auto_precision_is_fp32_for_vectors() -> None:

@@ -13,7 +13,7 @@ from rltrain.normalize import Moments, NormStats, RewardScaler, merge_all
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.shard import ParameterShard
 from rltrain.records import GradUpdate
-from rltrain.rl.models import build_policy
+from rltrain.rl.algos.models import build_policy
 
 
 def test_merged_moments_equal_one_stream() -> None:

@@ -17,10 +17,10 @@ from rltrain.checkpoint import CheckpointError, load_checkpoint
 from rltrain.cli import main
 from rltrain.config import load_config
 from rltrain.faults import RunFailed
-from rltrain.rl import periodic
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.evaluate import checkpoint_params, play_episodes
-from rltrain.rl.periodic import (
+from rltrain.rl.run import periodic
+from rltrain.rl.run.periodic import (
     EVALS_FILE,
     EvalFailed,
     Evaluator,

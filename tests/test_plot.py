@@ -27,7 +27,7 @@ def make_run(
     run.mkdir(parents=True)
     write_config(run, load_config(TrainConfig, ROOT / "configs" / config))
     start = time.time()
-    writer = SummaryWriter(str(run / "tb"))  # as rltrain.rl.tblog.TrainLogger
+    writer = SummaryWriter(str(run / "tb"))  # as rltrain.rl.run.tblog.TrainLogger
     for steps, ret, seconds in points:
         writer.add_scalar(tag, ret, steps, walltime=start + seconds)
     writer.close()
@@ -176,7 +176,7 @@ def test_a_resumed_run_plots_its_running_time_exactly(
     """QA's case: 8 s of training, 40 s stopped, a --resume for 8 s more: 16 s of wall time
     (the trainer's own logger, on a fake clock)."""
     from rltrain.rl.rollout import WorkStats
-    from rltrain.rl.tblog import TrainLogger
+    from rltrain.rl.run.tblog import TrainLogger
 
     clock = [2_000_000.0]
     monkeypatch.setattr(time, "time", lambda: clock[0])

@@ -432,7 +432,7 @@ def test_a_stop_does_not_wait_for_processes_that_never_came_up() -> None:
 
     from rltrain.config import load_config
     from rltrain.rl.config import TrainConfig
-    from rltrain.rl.plans import WorkerPlan
+    from rltrain.rl.run.plans import WorkerPlan
 
     cfg = load_config(TrainConfig, str(CFG / "cartpole_a3c.yaml"), ["algo.name=a2c"])
     notes: list[str] = []
@@ -475,7 +475,7 @@ def test_a_stop_ends_the_policy_workers_serving_while_actors_are_still_starting(
 
     from rltrain.config import load_config
     from rltrain.rl.config import TrainConfig
-    from rltrain.rl.plans import ActorLearnerPlan
+    from rltrain.rl.run.plans import ActorLearnerPlan
 
     cfg = load_config(TrainConfig, str(CFG / "cartpole_appo.yaml"), [])
     host = SimpleNamespace(ctx=SimpleNamespace(server=None, say=print), cfg=cfg, stopped_by="")

@@ -27,9 +27,9 @@ def write_run(run: Path, config: str = A3C, overrides: tuple[str, ...] = ()) -> 
     from rltrain.config import load_config, to_dict
     from rltrain.ps.server import make_shards
     from rltrain.rl.config import TrainConfig, server_settings
-    from rltrain.rl.counters import Counters
     from rltrain.rl.env_spec import initial_params, probe_env
     from rltrain.rl.inputs import resolve_obs_norm
+    from rltrain.rl.run.counters import Counters
     from rltrain.rundir import write_config
 
     run.mkdir(parents=True)

@@ -14,7 +14,6 @@ from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.shard import ParameterShard
 from rltrain.records import GradUpdate
 from rltrain.rl.config import AlgoConfig, ScheduleConfig, StopConfig, TrainConfig
-from rltrain.rl.learner import loss_spec
 from rltrain.rl.schedules import LRSender, linear, schedule_progress
 
 
@@ -38,9 +37,12 @@ def test_entropy_schedule_reaches_the_loss() -> None:
         schedule=ScheduleConfig(steps=100, entropy_end=0.0),
         stop=StopConfig(max_seconds=1),
     )
-    assert loss_spec(c, 0.0).entropy_coef == 0.02
-    assert loss_spec(c, 0.5).entropy_coef == pytest.approx(0.01)
-    assert loss_spec(c, 1.0).entropy_coef == 0.0
+    loss = c.algo_spec.make_loss(c)
+    assert loss.entropy_coef == 0.02
+    loss.set_progress(0.5)
+    assert loss.entropy_coef == pytest.approx(0.01)
+    loss.set_progress(1.0)
+    assert loss.entropy_coef == 0.0
 
 
 def test_lr_factor_scales_the_server_step() -> None:

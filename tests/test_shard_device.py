@@ -16,7 +16,7 @@ from rltrain.ps.server import LocalServer
 from rltrain.ps.shard import ParameterShard
 from rltrain.records import GradUpdate
 from rltrain.rl.config import TrainConfig
-from rltrain.rl.placement import shard_device
+from rltrain.rl.run.placement import shard_device
 
 CARTPOLE = Path(__file__).resolve().parents[1] / "configs" / "cartpole_appo.yaml"
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

@@ -6,8 +6,8 @@ import pytest
 
 from rltrain.config import ConfigError, load_config
 from rltrain.rl.config import AlgoConfig, StopConfig, TrainConfig
-from rltrain.rl.plans import RolloutCap
-from rltrain.rl.sizing import describe_sizes, gpu_learners, sized
+from rltrain.rl.run.plans import RolloutCap
+from rltrain.rl.run.sizing import describe_sizes, gpu_learners, sized
 from rltrain.runtime import ray as runtime
 from rltrain.runtime.config import RuntimeConfig
 
@@ -207,8 +207,8 @@ def test_pong_on_a_16_core_1_gpu_box_gets_the_documented_layout(
     1024 samples the curves in docs/pong.md were measured with."""
     import torch
 
-    from rltrain.rl.placement import place
-    from rltrain.rl.sizing import describe_batch
+    from rltrain.rl.run.placement import place
+    from rltrain.rl.run.sizing import describe_batch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     pong = load_config(TrainConfig, "configs/pong_appo.yaml", [])
@@ -229,7 +229,7 @@ def test_what_auto_chose_is_said_and_noted_in_config_yaml(
 ) -> None:
     """The run's first lines and config.yaml's tail say the session's sizes; the keys still
     say auto, so a --resume on another box sizes the run to that one."""
-    from rltrain.rl.placement import note_sizes, place
+    from rltrain.rl.run.placement import note_sizes, place
     from rltrain.rundir import write_config
 
     pong = load_config(TrainConfig, "configs/pong_appo.yaml", [])

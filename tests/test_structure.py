@@ -2,9 +2,11 @@
 
 The layers follow the data flow (docs/architecture.md): base modules, then environments, then
 the parameter server and the replay memory, then the runtimes that place them, then the two
-applications (RL training and the supervised benchmark), then the entry points. A module may
-import from its own layer or below; ``rl`` and ``supervised`` never import each other.
-Imports under ``if TYPE_CHECKING:`` are for annotations only and are not counted.
+applications (RL training and the supervised benchmark), then the entry points. Inside ``rl``
+the mathematics (``rl.algos``) comes first, then the run's config (``rl.config``), then the
+processes (actors, learners), then the run that drives them (``rl.run``). A module may import
+from its own layer or below; ``rl`` and ``supervised`` never import each other. Imports under
+``if TYPE_CHECKING:`` count too: a reader, and a tool that draws the imports, sees them.
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("rltrain.envs",),
     ("rltrain.ps", "rltrain.replay"),
     ("rltrain.runtime",),
+    ("rltrain.rl.algos",),
+    ("rltrain.rl.config",),
     ("rltrain.rl", "rltrain.supervised"),
+    ("rltrain.rl.run",),
     ("rltrain.launch", "rltrain.api", "rltrain.cli", "rltrain.plot", "rltrain.__init__"),
 ]
 APART = {"rltrain.rl": "rltrain.supervised", "rltrain.supervised": "rltrain.rl"}
@@ -47,15 +52,11 @@ def _resolve(name: str) -> str | None:
     return name or None
 
 
-def _runtime_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
-    """Every import statement, at any depth, except those under ``if TYPE_CHECKING:``."""
+def _imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement, at any depth, those under ``if TYPE_CHECKING:`` included."""
     found: list[ast.Import | ast.ImportFrom] = []
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for child in node.orelse:
-                visit(child)
-            return
         if isinstance(node, ast.Import | ast.ImportFrom):
             found.append(node)
         for child in ast.iter_child_nodes(node):
@@ -69,7 +70,7 @@ def imports_of(module: str) -> set[str]:
     path = MODULES[module]
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     targets = set()
-    for node in _runtime_imports(ast.parse(path.read_text())):
+    for node in _imports(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         else:
@@ -88,6 +89,11 @@ def imports_of(module: str) -> set[str]:
 
 
 GRAPH = {m: imports_of(m) for m in MODULES}
+
+
+def _app(package: str) -> str:
+    """``rltrain.rl`` for every package under it (``rltrain.rl.algos``), and so on."""
+    return ".".join(package.split(".")[:2])
 
 
 def layer_of(module: str) -> tuple[int, str]:
@@ -150,7 +156,7 @@ def test_no_module_imports_from_a_layer_above_its_own() -> None:
         mine, package = layer_of(module)
         for target in targets:
             theirs, other = layer_of(target)
-            if theirs > mine or APART.get(package) == other:
+            if theirs > mine or APART.get(_app(package)) == _app(other):
                 back.append(f"{module} -> {target}")
     assert back == []
 
@@ -162,6 +168,6 @@ def test_the_walker_sees_a_cycle_and_a_back_arrow() -> None:
     assert layer_of("rltrain.records") == (0, "rltrain")
 
 
-@pytest.mark.parametrize("name", ["rltrain.rl.plans", "rltrain.rl.train"])
+@pytest.mark.parametrize("name", ["rltrain.rl.run.plans", "rltrain.rl.run.train"])
 def test_the_graph_holds_the_modules_it_names(name: str) -> None:
     assert name in GRAPH and GRAPH[name]

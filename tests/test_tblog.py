@@ -14,7 +14,7 @@ from tensorboard.plugins.custom_scalar import layout_pb2
 from rltrain.faults import FaultCounters
 from rltrain.rl.config import StopConfig, TrainConfig
 from rltrain.rl.rollout import LossStats, WorkStats
-from rltrain.rl.tblog import LAYOUT, SESSION_TAG, TrainLogger
+from rltrain.rl.run.tblog import LAYOUT, SESSION_TAG, TrainLogger
 
 CFG = TrainConfig(stop=StopConfig(max_env_steps=100_000))
 
@@ -91,7 +91,7 @@ def test_run_tb_folder_holds_a_custom_scalars_layout_of_the_real_tags(tmp_path: 
         for c in layout.category
     }
     written = set(events(tmp_path / "tb").Tags()["scalars"])
-    written |= {"eval/mean_return", "eval/mean_length"}  # rltrain.rl.periodic's
+    written |= {"eval/mean_return", "eval/mean_length"}  # rltrain.rl.run.periodic's
     home = {t: [c for c, rs in patterns.items() if any(r.search(t) for r in rs)] for t in written}
     assert all(home.values()), [t for t, c in home.items() if not c]  # every tag has a chart
     assert {"perf/env_fps", "perf/time/actor/env", "net/bytes_pushed", SESSION_TAG} <= {

@@ -24,12 +24,9 @@ class EnvConfig:
     id: str = "CartPole-v1"
     """Gymnasium id (e.g. CartPole-v1, rltrain/Chain-v0), or ALE/<Game>-v5 for Atari (e.g.
     ALE/Pong-v5), which runs in ale-py's C++ vector env with the protocol below."""
-    imports: tuple[str, ...] = ()
-    """Modules imported in every process (the driver, each actor, on every node) before an env
-    is made, e.g. [mypkg.envs]: a module that registers its envs with gymnasium.register. The
-    current directory is searched too, as `python -m` does; Ray ships a module that is not
-    installed to every node (runtime_env.py_modules), an installed one must be installed on
-    each node (as rltrain itself)."""
+    imports: tuple[str, ...] = field(default=(), metadata={"derived": True})
+    """The run's top-level ``imports`` (a train config sets it; ``env.imports`` in a config or
+    ``--set`` is read as ``imports``): imported before an env is made."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of gymnasium.make(id, ...) for each env, e.g. {max_episode_steps: 200};
     for ALE/<Game>-v5 ids only thread_affinity_offset of ale-py's AtariVectorEnv (the rest of

@@ -1,10 +1,10 @@
 """Users' own environments: the modules that register them, make() arguments and wrappers.
 
-``env.imports`` names modules to import before an env is made; such a module registers its
-envs with ``gymnasium.register`` (as a package's ``__init__`` usually does). :func:`make_env`
-imports them first, and every process that steps an env calls it, so each actor on each node
-imports them itself, not only the driver. Every failure here is one line naming what was
-wrong (an :class:`~rltrain.envs.base.EnvError`).
+``imports`` (a run's top-level key) names modules to import before an env is made; such a
+module registers its envs with ``gymnasium.register`` (as a package's ``__init__`` usually
+does). :func:`make_env` imports them first, and every process that steps an env calls it,
+so each actor on each node imports them itself, not only the driver. Every failure here is
+one line naming what was wrong (an :class:`~rltrain.envs.base.EnvError`).
 """
 
 from __future__ import annotations
@@ -52,10 +52,10 @@ def _import(name: str, what: str) -> Any:
 
 
 def import_env_modules(names: Sequence[str]) -> None:
-    """Import each module of ``env.imports`` (once per process)."""
+    """Import each module of ``imports`` (once per process)."""
     for name in names:
         if name not in sys.modules:
-            _import(name, "env.imports")
+            _import(name, "imports")
 
 
 WRAPPER_FORM = "module:Class or module:Class(name=value, ...)"

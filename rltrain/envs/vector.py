@@ -43,9 +43,9 @@ def unknown_id_message(env_id: str, imports: tuple[str, ...] = ()) -> str:
     close = difflib.get_close_matches(env_id, list(gymnasium.registry), n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else "; see gymnasium.pprint_registry()"
     after = (
-        f" (after importing env.imports {list(imports)})"
+        f" (after importing imports {list(imports)})"
         if imports
-        else " (your own env? name the module that registers it in env.imports)"
+        else " (your own env? name the module that registers it in imports)"
     )
     return f"unknown env id {env_id!r}{after}{hint}"
 

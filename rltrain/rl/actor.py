@@ -19,10 +19,10 @@ from rltrain.normalize import Moments, NormStats, RewardScaler
 from rltrain.perf import PhaseTimer
 from rltrain.ps.server import Server
 from rltrain.records import Params
+from rltrain.rl.algos.distributions import distribution
+from rltrain.rl.algos.models import ActorCritic, build_policy, load_flat, parameters_to_come
 from rltrain.rl.config import TrainConfig
-from rltrain.rl.distributions import distribution
 from rltrain.rl.inputs import normalizes_obs
-from rltrain.rl.models import ActorCritic, build_policy, load_flat, parameters_to_come
 from rltrain.rl.rollout import EMPTY_OBS, ObsSlots, Rollout, stack
 
 

@@ -45,9 +45,9 @@ from rltrain.envs.screen import RecordingEnv, make_recording_env
 from rltrain.errors import RLTrainError
 from rltrain.normalize import NormStats
 from rltrain.rl.actor import policy_builder
+from rltrain.rl.algos.distributions import CATEGORICAL, Distribution, distribution
+from rltrain.rl.algos.models import ActorCritic, build_qnet, load_flat
 from rltrain.rl.config import TrainConfig
-from rltrain.rl.distributions import CATEGORICAL, Distribution, distribution
-from rltrain.rl.models import ActorCritic, build_qnet, load_flat
 from rltrain.video import VideoFormat, open_video
 
 VideoView = Literal["game", "agent"]

@@ -10,19 +10,37 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Protocol, cast
 
 from rltrain.ps.server import LocalServer, Server
 from rltrain.records import GradUpdate, Params, PushResult
 from rltrain.rl.rollout import Gradient, Rollout, WorkStats, read_losses
 
 if TYPE_CHECKING:
-    from rltrain.rl.learner import Learner
+    import torch
+
+    from rltrain.perf import PhaseTimer
+    from rltrain.rl.algos.models import ActorCritic
+    from rltrain.rl.config import TrainConfig
+
+
+class Pusher(Protocol):
+    """What the exchange needs of a learner (:class:`rltrain.rl.learner.Learner` is one)."""
+
+    cfg: TrainConfig
+    timer: PhaseTimer
+    model: ActorCritic
+    live: torch.Tensor | None
+    """The shard's buffer the model's parameters view (None: a copy of its own)."""
+
+    def gradients(self, r: Rollout) -> Iterator[Gradient]: ...
+
+    def load(self, params: Params, norm: bool = True) -> None: ...
 
 
 def push_gradients(
-    learner: Learner,
+    learner: Pusher,
     server: Server,
     batch: Rollout,
     version: int,

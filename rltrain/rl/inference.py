@@ -35,9 +35,9 @@ import torch
 from rltrain.envs import ActionSpace, env_groups
 from rltrain.faults import PeerLost
 from rltrain.rl.actor import load_params, policy_builder
+from rltrain.rl.algos.distributions import distribution
+from rltrain.rl.algos.models import parameters_to_come, to_device
 from rltrain.rl.config import TrainConfig
-from rltrain.rl.distributions import distribution
-from rltrain.rl.models import parameters_to_come, to_device
 
 Acted = tuple[torch.Tensor, torch.Tensor, int]
 """Actions [B] (or [B, n]), the behaviour logits [B, A] (CPU) and the version that acted."""
@@ -205,7 +205,7 @@ class BatchedPolicy:
         to_device(self.model, self.device, cfg.model.precision)
         self.model.eval()
         self.dist = distribution(actions)
-        self.stride = cfg.ppo.epochs * cfg.ppo.minibatches if cfg.algo_spec.clipped else 1
+        self.stride = cfg.algo_spec.pushes(cfg)
         self.params: Any = None  # Params of the version acting
         self.generator = torch.Generator().manual_seed(cfg.seed + 104729)
         self.batches = 0  # forward passes run

@@ -4,18 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from rltrain.rl.algos.model_kinds import uses_cnn
 from rltrain.rl.config import TrainConfig
-
-CNN_MIN_SIDE = 36
-"""The smallest image side the Nature CNN takes (8x8 stride 4, 4x4 stride 2, then 3x3)."""
-
-
-def uses_cnn(kind: str, obs_shape: tuple[int, ...]) -> bool:
-    """Whether ``model.kind`` on these observations is the Nature CNN: nature_cnn, or auto on
-    images [C, H, W] it fits (smaller ones, MiniGrid's 7x7 views, go to the MLP)."""
-    if kind != "auto":
-        return kind == "nature_cnn"
-    return len(obs_shape) == 3 and min(obs_shape[1:]) >= CNN_MIN_SIDE
 
 
 def normalizes_obs(cfg: TrainConfig, obs_shape: tuple[int, ...], one_hot: bool = False) -> bool:

@@ -1,13 +1,9 @@
 """Learners: turn rollouts into gradients and push them to the parameter server.
 
-One :class:`Learner` computes every actor-critic algorithm's gradients; what differs is a
-choice of targets and of loss (``algo.name``):
-
-* a3c, a2c: lambda-returns / GAE on the worker's own rollout, one push per rollout.
-* impala: V-trace targets and advantages on a batch of actors' rollouts, one push per batch.
-* ppo, appo: the clipped surrogate, ``epochs`` passes of ``minibatches`` pushes over each batch
-  (ppo: GAE on the worker's own rollout; appo: V-trace on the learner's batch).
-* impala, appo with ``impala.correction: none``: GAE on the batch, the actors' lag ignored.
+One :class:`Learner` computes every actor-critic algorithm's gradients: it calls the
+algorithm's value estimator and loss (:mod:`rltrain.rl.algos`; ``algo.name``), in one pass
+over each batch (a3c, a2c, impala: one push per batch) or, for a minibatched loss (ppo, appo),
+``epochs`` passes of ``minibatches`` pushes.
 
 Each gradient is exchanged with the server by :func:`rltrain.rl.exchange.push_gradients`. The
 workers that act and learn in one process (a3c, a2c, ppo) are in :mod:`rltrain.rl.worker`.
@@ -28,15 +24,21 @@ from rltrain.perf import PhaseTimer
 from rltrain.ps.server import LocalServer, Server
 from rltrain.records import Params
 from rltrain.rl.actor import load_params, policy_builder
+from rltrain.rl.algos import LossBatch
+from rltrain.rl.algos.distributions import distribution
+from rltrain.rl.algos.estimators import TargetInputs
+from rltrain.rl.algos.losses import LossTerms, next_state_values
+from rltrain.rl.algos.models import (
+    bind_flat,
+    parameters_to_come,
+    to_device,
+    train_layout,
+    unbind_flat,
+)
 from rltrain.rl.config import TrainConfig, waits_at_barrier
 from rltrain.rl.device import pick_device
-from rltrain.rl.distributions import distribution
 from rltrain.rl.exchange import push_gradients
-from rltrain.rl.losses import LossSpec, LossTerms, actor_critic_loss, next_state_values
-from rltrain.rl.models import bind_flat, parameters_to_come, to_device, train_layout, unbind_flat
 from rltrain.rl.rollout import Gradient, Rollout, WorkStats, stack
-from rltrain.rl.schedules import linear
-from rltrain.rl.targets import TargetInputs
 
 
 def clipped_flat_grad(
@@ -48,22 +50,6 @@ def clipped_flat_grad(
     params = list(net.parameters())
     norm = torch.nn.utils.clip_grad_norm_(params, max_norm or float("inf"))
     return torch.cat([cast(torch.Tensor, p.grad).reshape(-1) for p in params]), norm
-
-
-def loss_spec(cfg: TrainConfig, progress: float = 0.0) -> LossSpec:
-    """The loss coefficients of ``cfg.algo`` at ``progress`` of the schedules."""
-    a, p = cfg.algo, cfg.ppo
-    ppo = cfg.algo_spec.clipped
-    return LossSpec(
-        value_coef=a.value_coef,
-        entropy_coef=linear(a.entropy_coef, cfg.schedule.entropy_end, progress),
-        clip=p.clip if ppo else 0.0,
-        dual_clip=p.dual_clip if ppo else 0.0,
-        value_clip=p.value_clip if ppo else 0.0,
-        kl_coef=p.kl_coef if ppo else 0.0,
-        normalize_advantages=p.normalize_advantages and ppo,
-        reduction=a.loss_reduction,
-    )
 
 
 class Learner:
@@ -80,7 +66,7 @@ class Learner:
     ) -> None:
         """``actions``: the env's action space (an int n: Discrete(n)); ``threads``: torch
         threads (0: runtime.learner_threads, else threads_per_worker)."""
-        import_env_modules(cfg.env.imports)  # a learner process makes no env: they may register
+        import_env_modules(cfg.imports)  # a learner process makes no env: they may register
         r = cfg.runtime
         torch.set_num_threads(threads or r.learner_threads or r.threads_per_worker)
         self.cfg = cfg
@@ -94,7 +80,8 @@ class Learner:
         self.dist = distribution(actions)
         to_device(self.model, self.device, cfg.model.precision)
         train_layout(self.model)
-        self.spec = loss_spec(cfg)
+        self.loss = cfg.algo_spec.make_loss(cfg)
+        self.estimator = cfg.algo_spec.make_estimator(cfg)
         self.timer = PhaseTimer("learner")  # a worker replaces it with its own
         # minibatch shuffles: seeded per learner (worker i uses seed + i)
         self.generator = torch.Generator().manual_seed(cfg.seed + 7919 * (learner_id + 1))
@@ -129,7 +116,7 @@ class Learner:
 
     def set_progress(self, progress: float) -> None:
         """Where the schedules stand (the entropy coefficient's)."""
-        self.spec = loss_spec(self.cfg, progress)
+        self.loss.set_progress(progress)
 
     # --- targets ---------------------------------------------------------------------------
 
@@ -156,8 +143,8 @@ class Learner:
         values: torch.Tensor,  # [T+1, B]
         final_values: torch.Tensor,  # [K]
     ) -> tuple[torch.Tensor, torch.Tensor]:  # [T, B] value targets, [T, B] advantages
-        """The algorithm's targets (its spec's: V-trace for impala/appo, lambda-returns / GAE
-        for a3c/a2c/ppo and for impala/appo with ``impala.correction: none``)."""
+        """The algorithm's value estimator's targets and advantages (V-trace for impala/appo,
+        GAE for a3c/a2c/ppo and for impala/appo with ``impala.correction: none``)."""
         a, d = self.cfg.algo, self.device
         T = r.actions.shape[0]
         actions = r.actions.to(d)
@@ -172,9 +159,7 @@ class Learner:
             next_values=next_state_values(values, final_values, r.final_at.to(d)),
             continues=r.continues().to(d),
         )
-        targets = self.cfg.algo_spec.targets
-        assert targets is not None, "an actor-critic algorithm has a target estimator"
-        return targets(inputs, self.cfg)
+        return self.estimator(inputs)
 
     # --- gradients -------------------------------------------------------------------------
 
@@ -182,31 +167,35 @@ class Learner:
         """The gradients of one batch, one per minibatch, each at the parameters loaded when
         it is asked for: the caller pushes each one and loads what comes back in between."""
         r = r.to(self.device)  # every copy queued at once, none waited for
-        if not self.cfg.algo_spec.clipped:
+        if not self.loss.minibatched:
             yield self._one_pass(r)
             return
         yield from self._minibatches(r)
 
     def _one_pass(self, r: Rollout) -> Gradient:
-        """a3c/a2c/impala: targets from the same forward pass (detached), one gradient."""
+        """One pass (a3c/a2c/impala): targets from the same forward pass (detached), one
+        gradient; the reference policy is the actors'."""
         d = self.device
         logits, values, final_values = self.forward_rollout(r)
         targets, adv = self.targets(r, logits.detach(), values.detach(), final_values.detach())
         lag = self.lag_kl(r, logits.detach())
-        loss = actor_critic_loss(
-            logits.flatten(0, 1),
-            r.actions.to(d).flatten(0, 1),
-            values[:-1].flatten(),
-            targets.flatten(),
-            adv.flatten(),
-            self.spec,
-            behaviour_logits=r.behaviour_logits.to(d).flatten(0, 1),
-            dist=self.dist,
+        loss = self.loss(
+            LossBatch(
+                logits.flatten(0, 1),
+                r.actions.to(d).flatten(0, 1),
+                values[:-1].flatten(),
+                targets.flatten(),
+                adv.flatten(),
+                r.behaviour_logits.to(d).flatten(0, 1),
+                values[:-1].detach().flatten(),
+                self.dist,
+            )
         )
         return self._gradient(loss, r.env_steps, lag)
 
     def _minibatches(self, r: Rollout) -> Iterator[Gradient]:
-        """ppo/appo: targets once at the batch's start, then epochs x shuffled minibatches.
+        """Minibatched (ppo/appo): targets once at the batch's start, then epochs x shuffled
+        minibatches.
 
         The clipped ratio is pi / pi_old, with pi_old the learner's policy at the batch's
         start (PPO's "old" policy, Schulman et al. 2017), not the actors' mu: under appo mu
@@ -217,7 +206,7 @@ class Learner:
         the advantages: the decoupled objective of Hilton et al. 2022 ("Batch size-invariance
         for policy optimization"), as RLlib's APPO does with its target network.
         """
-        p, d = self.cfg.ppo, self.device
+        epochs, minibatches, d = self.loss.epochs, self.loss.minibatches, self.device
         T, B = r.actions.shape[:2]
         on_device = r.obs.to(d)  # [T+1, B, *obs], copied to a GPU once for all the passes
         with torch.no_grad():
@@ -229,23 +218,23 @@ class Learner:
         old = logits.flatten(0, 1)  # [N, A] pi_old
         old_values, targets, adv = values[:T].flatten(), targets.flatten(), adv.flatten()
         n = T * B
-        orders = [torch.randperm(n, generator=self.generator) for _ in range(p.epochs)]
+        orders = [torch.randperm(n, generator=self.generator) for _ in range(epochs)]
         for order in torch.stack(orders).to(d, non_blocking=True):  # [epochs, N]: one copy
             # exactly ppo.minibatches per epoch, sizes within one of each other, every sample
             # in one (15 samples in 6: 3, 3, 3, 2, 2, 2; ceil-sized chunks made 5)
-            for idx in order.tensor_split(p.minibatches):
+            for idx in order.tensor_split(minibatches):
                 lg, v = self.model(obs[idx])
-                loss = actor_critic_loss(
+                batch = LossBatch(
                     lg,
                     actions[idx],
                     v,
                     targets[idx],
                     adv[idx],
-                    self.spec,
-                    behaviour_logits=old[idx],
-                    old_values=old_values[idx],
-                    dist=self.dist,
+                    old[idx],
+                    old_values[idx],
+                    self.dist,
                 )
+                loss = self.loss(batch)
                 yield self._gradient(loss, len(idx), lag)
 
     @torch.no_grad()

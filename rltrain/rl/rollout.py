@@ -86,7 +86,7 @@ class ObsSlots:
     message's shared memory, copied out by the trainer, and (the learner a process of its
     own) copied in and out again. The trainer lends each slot to one actor's collect call,
     then to the learn call of its rollout, and takes it back once the learner is done
-    (:class:`rltrain.rl.plans.ActorLearnerPlan`). The buffers cross to the processes as
+    (:class:`rltrain.rl.run.plans.ActorLearnerPlan`). The buffers cross to the processes as
     their constructors' arguments (torch's shared memory), as :class:`rltrain.rl.inference.
     ActSlots` do; Ray's actors and learners keep their rollouts whole.
     """

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rltrain.faults import PeerLost, ProcessLost
+from rltrain.rl.algos.base import linear
 from rltrain.rl.config import TrainConfig
 
 
@@ -16,11 +17,6 @@ def schedule_progress(cfg: TrainConfig, env_steps: int) -> float:
     if not horizon:
         return 0.0
     return min(1.0, max(0.0, (env_steps - start) / (horizon - start)))
-
-
-def linear(start: float, end: float | None, progress: float) -> float:
-    """start -> end linearly over progress in [0, 1]; a constant when end is None."""
-    return start if end is None else start + (end - start) * progress
 
 
 class LRSender:

@@ -35,8 +35,7 @@ class Worker:
         self.timer = self.actor.timer = self.learner.timer = PhaseTimer("worker")
         self.learner.model = self.actor.model  # one network: acting and learning share it
         self.barrier = waits_at_barrier(cfg)
-        p = cfg.ppo
-        self.steps_per_rollout = p.epochs * p.minibatches if cfg.algo_spec.clipped else 1
+        self.steps_per_rollout = cfg.algo_spec.pushes(cfg)
         self.restore_epoch = 0  # of the parameters held (GradUpdate.restore_epoch)
 
     def work(self, server: Server, iterations: int, progress: float = 0.0) -> WorkStats:

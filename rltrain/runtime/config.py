@@ -27,7 +27,7 @@ class RuntimeConfig:
     process: no processes at all, for debugging with breakpoints (Sample Factory's serial
     mode); Python runs one thread at a time, so it uses about one core; no fault injection
     or restarts. Or the name of a runtime registered with
-    rltrain.runtime.register_runtime, in a module of env.imports."""
+    rltrain.runtime.register_runtime, in a module of imports."""
     address: str | None = None
     """Ray cluster to join: null runs on this machine (the process runtime under backend auto,
     a local Ray instance under backend ray); 'auto' joins the cluster started on this machine

@@ -235,7 +235,7 @@ def main(
     if title is not None:
         set_title(*title)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the trainer, which stops us
-    sys.path[:] = path  # the trainer's (env.imports, tests' modules) as it is now
+    sys.path[:] = path  # the trainer's (imports, tests' modules) as it is now
     calls, requests = Channel(ctrl), Requester(Channel(svc))
     proxies: dict[str, Any] = {}
     try:

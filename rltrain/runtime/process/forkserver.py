@@ -76,7 +76,7 @@ def serve(conn: Connection, services: dict[str, Any]) -> None:
 def no_main() -> Iterator[None]:
     """Start a child without the parent's ``__main__``. multiprocessing's children import the
     parent's main script (as ``__mp_main__``) so that its functions can be unpickled; ours
-    run only rltrain's classes and ``env.imports`` modules, and a user's script without an
+    run only rltrain's classes and ``imports`` modules, and a user's script without an
     ``if __name__ == "__main__":`` guard (``rltrain.train(...)`` at its top level) would run
     its training again in every child. A stand-in module, for the start only, gives them
     nothing to import."""

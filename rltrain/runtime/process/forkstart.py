@@ -18,8 +18,8 @@ PRELOAD = [
     "rltrain.runtime.process.child",
     "rltrain.rl.actor",
     "rltrain.rl.worker",
-    "rltrain.rl.dqn",
-    "rltrain.rl.periodic",
+    "rltrain.rl.gorila",
+    "rltrain.rl.run.periodic",
     "rltrain.supervised.worker",
 ]
 """What the forkserver imports before it forks: every child starts with them imported."""

@@ -177,7 +177,7 @@ def placement_note(waiting: Sequence[Remote]) -> str:
 
 def Semaphore(value: int = 0) -> Any:  # noqa: N802 - the runtimes' name for the factory
     """Refused: Ray's processes share no memory (``runtime.inference: server``, the one user,
-    is refused on Ray before a run starts: :func:`rltrain.rl.placement.inference_device`)."""
+    is refused on Ray before a run starts: :func:`rltrain.rl.run.placement.inference_device`)."""
     raise RuntimeError("Ray's processes share no semaphores: runtime.inference=server is local")
 
 

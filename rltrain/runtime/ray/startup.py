@@ -26,7 +26,7 @@ PRELOAD = "rltrain.runtime.ray.wire"
 
 
 def user_code(modules: Sequence[str]) -> list[ModuleType]:
-    """The top-level packages of ``modules`` (env.imports and env.wrappers' modules, already
+    """The top-level packages of ``modules`` (imports and env.wrappers' modules, already
     imported here) that are not installed in site-packages: Ray ships them to every worker on
     every node (``runtime_env.py_modules``), so a module in the current directory imports
     there as it does in the driver."""

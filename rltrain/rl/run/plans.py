@@ -7,11 +7,11 @@
   references, never fetched by the driver; on the process runtime, copies out of shared
   memory) are batched to the next free learner; a bounded
   queue makes actors wait rather than memory grow.
-* :class:`~rltrain.rl.replay_plan.ReplayPlan` (dqn, Gorila), in a module of its own.
+* :class:`~rltrain.rl.run.replay_plan.ReplayPlan` (dqn, Gorila), in a module of its own.
 
-The trainer (:class:`rltrain.rl.train.Trainer`, a plan's :class:`~rltrain.rl.plan_base.Host`)
-owns the bookkeeping every plan shares: the counters, the stop criteria, logs, checkpoints and
-what a lost process means.
+The trainer (:class:`rltrain.rl.run.train.Trainer`, a plan's
+:class:`~rltrain.rl.run.plan_base.Host`) owns the bookkeeping every plan shares: the
+counters, the stop criteria, logs, checkpoints and what a lost process means.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from rltrain.rl.config import TrainConfig, waits_at_barrier
 from rltrain.rl.env_spec import EnvSpec
 from rltrain.rl.inference import ActSlots, PolicyWorker
 from rltrain.rl.learner import Learner
-from rltrain.rl.plan_base import RLPlan
 from rltrain.rl.rollout import ObsSlots, Rollout, WorkStats
+from rltrain.rl.run.plan_base import RLPlan
 from rltrain.rl.worker import Worker
 from rltrain.runtime.process.shm import shm_free
 
@@ -49,7 +49,7 @@ class WorkerPlan(RLPlan):
         workers = self.host.spawn("actor", Worker, lambda i: (cfg, i))
         self.lockstep = waits_at_barrier(cfg)
         # a ppo rollout is epochs x minibatches server steps already: one per call
-        self.chunk = 1 if cfg.algo_spec.clipped else WORK_CHUNK
+        self.chunk = 1 if cfg.algo_spec.minibatched(cfg) else WORK_CHUNK
         self.idle: list[Any] = []
         for w in workers:
             self._give(w)
@@ -331,7 +331,7 @@ class ActorLearnerPlan(RLPlan):
 def plan_of(layout: str) -> type[RLPlan]:
     """The plan of a process layout (:attr:`rltrain.rl.algos.AlgoSpec.layout`)."""
     if layout == "replay":
-        from rltrain.rl.replay_plan import ReplayPlan  # (it builds on RLPlan, from here)
+        from rltrain.rl.run.replay_plan import ReplayPlan  # (it builds on RLPlan, from here)
 
         return ReplayPlan
     return {"worker": WorkerPlan, "actor_learner": ActorLearnerPlan}[layout]

@@ -32,9 +32,9 @@ from rltrain.errors import RLTrainError
 from rltrain.faults import RunFailed
 from rltrain.normalize import NormStats
 from rltrain.rl.config import TrainConfig
-from rltrain.rl.counters import Counters
 from rltrain.rl.evaluate import load_policy, play_episodes, state_params
-from rltrain.rl.tblog import TrainLogger
+from rltrain.rl.run.counters import Counters
+from rltrain.rl.run.tblog import TrainLogger
 
 if TYPE_CHECKING:
     from rltrain.runtime.contract import Runtime

@@ -10,8 +10,8 @@ from typing import Any
 
 from rltrain.faults import FaultCounters
 from rltrain.rl.config import TrainConfig
-from rltrain.rl.counters import Counters
 from rltrain.rl.env_spec import EnvSpec
+from rltrain.rl.run.counters import Counters
 
 
 @dataclass

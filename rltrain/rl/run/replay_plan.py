@@ -9,7 +9,7 @@ from typing import Any
 
 from rltrain.driver import Done
 from rltrain.faults import PeerLost, RunFailed
-from rltrain.rl.plan_base import RLPlan
+from rltrain.rl.run.plan_base import RLPlan
 
 DQN_BLOCKS_PER_CALL = 4  # transition blocks per dqn actor call
 
@@ -19,7 +19,7 @@ class ReplayPlan(RLPlan):
 
     def start(self) -> None:
         from rltrain.replay import ReplayMemory
-        from rltrain.rl.dqn import DQNActor, DQNLearner, memory_args
+        from rltrain.rl.gorila import DQNActor, DQNLearner, memory_args
 
         cfg, host, spec = self.cfg, self.host, self.host.spec
         args = [memory_args(cfg, spec, i) for i in range(cfg.replay.shards)]

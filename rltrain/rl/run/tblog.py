@@ -21,8 +21,8 @@ from torch.utils.tensorboard import SummaryWriter
 from rltrain import perf
 from rltrain.config import dump_yaml
 from rltrain.rl.config import StopConfig, TrainConfig
-from rltrain.rl.counters import Counters
 from rltrain.rl.rollout import LOSS_TERMS, LossStats, WorkStats
+from rltrain.rl.run.counters import Counters
 
 RATE_WINDOW_S = 10.0
 """Seconds of wall time the logged rates average over (at least one log interval)."""

@@ -13,7 +13,7 @@ import torch
 
 from rltrain.config import ConfigError
 from rltrain.rl.config import TrainConfig
-from rltrain.rl.sizing import describe_batch, describe_sizes, gpu_learners, learner_cpus, sized
+from rltrain.rl.run.sizing import describe_batch, describe_sizes, gpu_learners, learner_cpus, sized
 from rltrain.rundir import write_atomic
 
 if TYPE_CHECKING:

@@ -23,8 +23,7 @@ from torch import nn
 from rltrain.config import ConfigError
 from rltrain.envs.base import ActionSpace
 from rltrain.normalize import EPS, NormStats
-from rltrain.rl.config import MODELS, PRECISIONS
-from rltrain.rl.inputs import CNN_MIN_SIDE, uses_cnn
+from rltrain.rl.algos.model_kinds import CNN_MIN_SIDE, MODELS, PRECISIONS, uses_cnn
 
 
 def bf16_native(device: torch.device | str = "cpu") -> bool:

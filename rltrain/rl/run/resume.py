@@ -13,8 +13,8 @@ from rltrain.checkpoint import CheckpointError, latest_checkpoint, load_checkpoi
 from rltrain.config import dotted, moved_keys, to_dict
 from rltrain.faults import FaultCounters
 from rltrain.rl.config import TrainConfig
-from rltrain.rl.counters import Counters
 from rltrain.rl.env_spec import EnvSpec, check_fits, initial_params
+from rltrain.rl.run.counters import Counters
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ TOLD_ON_RESUME = (
 
 
 SIZED_KEYS = ("env.groups",)
-"""Keys whose auto (0) the trainer resolves for the machine (:func:`rltrain.rl.sizing.sized`):
+"""Keys whose auto (0) the trainer resolves for the machine (:func:`rltrain.rl.run.sizing.sized`):
 a checkpoint holds what auto chose there."""
 
 

@@ -23,12 +23,12 @@ from rltrain.ps.server import Server
 from rltrain.records import GradUpdate, Params
 from rltrain.replay import SampledBatch, TransitionBlock
 from rltrain.rl.actor import acting_setup, frame_stack_of, load_params
+from rltrain.rl.algos.dqn import DoubleDQNLoss
+from rltrain.rl.algos.models import build_qnet
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.device import pick_device
 from rltrain.rl.exchange import record_push
 from rltrain.rl.learner import clipped_flat_grad
-from rltrain.rl.losses import double_dqn_targets, dqn_loss
-from rltrain.rl.models import build_qnet
 from rltrain.rl.rollout import LossStats, WorkStats
 
 if TYPE_CHECKING:
@@ -180,7 +180,7 @@ class DQNLearner:
         gpu: bool = False,
         learner_id: int = 0,
     ) -> None:
-        import_env_modules(cfg.env.imports)  # a learner process makes no env: they may register
+        import_env_modules(cfg.imports)  # a learner process makes no env: they may register
         torch.set_num_threads(cfg.runtime.learner_threads or cfg.runtime.threads_per_worker)
         self.cfg = cfg
         self.learner_id = learner_id
@@ -189,6 +189,7 @@ class DQNLearner:
             self.device
         )
         self.target = copy.deepcopy(self.online)
+        self.loss = DoubleDQNLoss(cfg)
         self.target_version = -(10**9)
         self.params: Params | None = None
         self.rng = np.random.default_rng(cfg.seed + 7919 * (learner_id + 1))
@@ -259,17 +260,19 @@ class DQNLearner:
         next_obs = torch.from_numpy(batch.next_obs).to(dev)
         actions = torch.from_numpy(batch.actions).to(dev)
         with torch.no_grad():
-            # done is terminated only: a time-limit cut is no terminal and bootstraps from its
-            # final observation, which the replay returns as its next_obs (Pardo et al. 2018)
-            targets = double_dqn_targets(
-                torch.from_numpy(batch.rewards).to(dev),
-                torch.from_numpy(batch.done).to(dev),
-                self.online(next_obs),
-                self.target(next_obs),
-                self.cfg.algo.gamma,
-            )
+            next_online, next_target = self.online(next_obs), self.target(next_obs)
         q = self.online(obs)
-        loss, td = dqn_loss(q, actions, targets, torch.from_numpy(batch.weights).to(dev))
+        # done is terminated only: a time-limit cut is no terminal and bootstraps from its
+        # final observation, which the replay returns as its next_obs (Pardo et al. 2018)
+        loss, td = self.loss(
+            q,
+            actions,
+            torch.from_numpy(batch.rewards).to(dev),
+            torch.from_numpy(batch.done).to(dev),
+            next_online,
+            next_target,
+            torch.from_numpy(batch.weights).to(dev),
+        )
         self.online.zero_grad(set_to_none=True)
         loss.backward()
         grad, norm = clipped_flat_grad(self.online, self.cfg.algo.max_grad_norm)

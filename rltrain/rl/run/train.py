@@ -1,7 +1,7 @@
 """`rltrain train`: the driver of actors, learners and the parameter server.
 
 The driver only orchestrates. The one loop of :func:`rltrain.driver.drive` keeps every
-process busy with one call in flight, with the algorithm's plan (:mod:`rltrain.rl.plans`)
+process busy with one call in flight, with the algorithm's plan (:mod:`rltrain.rl.run.plans`)
 saying what to submit; the :class:`Trainer` gathers the statistics the calls return, logs
 them, checks the stop criteria, writes checkpoints and decides what a lost process means.
 Rollouts go from actors to learners without passing through the driver (:mod:`rltrain.runtime`).
@@ -35,19 +35,19 @@ from rltrain.progress import Progress
 from rltrain.ps.rules import ASYNC
 from rltrain.records import Role
 from rltrain.rl.config import TrainConfig, server_settings
-from rltrain.rl.counters import Counters, diverged_note
 from rltrain.rl.device import warm_gpu
 from rltrain.rl.env_spec import EnvSpec, initial_params, probe_env
 from rltrain.rl.learner_host import learner_process
-from rltrain.rl.periodic import PeriodicEval
-from rltrain.rl.placement import computes_on_gpu_here, note_sizes, place, spawn_role
-from rltrain.rl.plan_base import RLPlan
-from rltrain.rl.plans import obs_slots_for, plan_of
-from rltrain.rl.resume import load_resume, session_seed
 from rltrain.rl.rollout import ObsSlots, WorkStats
+from rltrain.rl.run.counters import Counters, diverged_note
+from rltrain.rl.run.periodic import PeriodicEval
+from rltrain.rl.run.placement import computes_on_gpu_here, note_sizes, place, spawn_role
+from rltrain.rl.run.plan_base import RLPlan
+from rltrain.rl.run.plans import obs_slots_for, plan_of
+from rltrain.rl.run.resume import load_resume, session_seed
+from rltrain.rl.run.summary import SessionRecord, train_summary
+from rltrain.rl.run.tblog import TrainLogger, status_line, stop_fraction
 from rltrain.rl.schedules import LRSender, schedule_progress
-from rltrain.rl.summary import SessionRecord, train_summary
-from rltrain.rl.tblog import TrainLogger, status_line, stop_fraction
 from rltrain.rundir import unlock, write_summary
 from rltrain.runtime.config import chosen_backend
 from rltrain.runtime.context import RunContext
@@ -56,7 +56,7 @@ from rltrain.runtime.contract import Runtime
 
 class Trainer:
     """Runs one training session (a fresh run or a resumed one) to a stop criterion: the
-    :class:`~rltrain.rl.plan_base.Host` of the algorithm's plan."""
+    :class:`~rltrain.rl.run.plan_base.Host` of the algorithm's plan."""
 
     def __init__(
         self,
@@ -161,7 +161,7 @@ class Trainer:
 
     def _start(self, runtime: Runtime) -> None:
         cfg, ctx = self.cfg, self.ctx
-        modules = (*cfg.env.imports, *(w.partition(":")[0] for w in cfg.env.wrappers))
+        modules = (*cfg.imports, *(w.partition(":")[0] for w in cfg.env.wrappers))
         where = self.ray_where or runtime.start(cfg.runtime, ship=modules)
         self.record.mark("runtime")  # Ray, the forkserver or threads up
         signals.install()  # again: ray.init replaces the SIGTERM handler
@@ -246,7 +246,7 @@ class Trainer:
     def spawn(
         self, role: Role, cls: type, args_of: Callable[[int], tuple[Any, ...]], **options: Any
     ) -> list[Any]:
-        """Restartable processes of one role (:func:`~rltrain.rl.placement.spawn_role`)."""
+        """Restartable processes of one role (:func:`~rltrain.rl.run.placement.spawn_role`)."""
         return spawn_role(self.ctx, self.cfg, self.gpu, role, cls, args_of, **options)
 
     def _arm_faults(self) -> None:

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from rltrain.records import Role
 from rltrain.rl.config import TrainConfig, waits_at_barrier
-from rltrain.rl.counters import Counters
 from rltrain.rl.env_spec import EnvSpec
 from rltrain.rl.rollout import ObsSlots, WorkStats
+from rltrain.rl.run.counters import Counters
 
 if TYPE_CHECKING:
     from rltrain.driver import Done
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 class Host(Protocol):
-    """What a plan asks of the session that runs it (:class:`rltrain.rl.train.Trainer`)."""
+    """What a plan asks of the session that runs it (:class:`rltrain.rl.run.train.Trainer`)."""
 
     cfg: TrainConfig
     spec: EnvSpec
@@ -55,7 +55,7 @@ class Host(Protocol):
 
 class RLPlan(abc.ABC):
     """The hooks every RL plan shares with its host: when to stop, wait and tick; a plan of
-    :mod:`rltrain.rl.plans` adds what to submit and what a result or a fault means (the rest
+    :mod:`rltrain.rl.run.plans` adds what to submit and what a result or a fault means (the rest
     of :class:`rltrain.driver.Plan`)."""
 
     def __init__(self, host: Host, runtime: Runtime) -> None:

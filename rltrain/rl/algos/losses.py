@@ -21,7 +21,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from rltrain.rl.distributions import CATEGORICAL, Distribution
+from rltrain.rl.algos.distributions import CATEGORICAL, Distribution
 
 
 class LossParts(NamedTuple):
@@ -166,7 +166,7 @@ def actor_critic_loss(
     -min(r A, clip(r, 1 - eps, 1 + eps) A), r = pi(a|x) / mu(a|x), and with ``spec.dual_clip``
     c that minimum bounded below by c A where A < 0 (Ye et al. 2020). Each term is the mean (or
     the sum, ``spec.reduction``) over the N samples. ``dist``: the policy's distribution
-    (:mod:`rltrain.rl.distributions`; categorical for discrete actions).
+    (:mod:`rltrain.rl.algos.distributions`; categorical for discrete actions).
     """
     reduce = torch.mean if spec.reduction == "mean" else torch.sum
     adv = advantages.detach()

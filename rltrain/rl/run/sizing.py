@@ -93,7 +93,8 @@ def describe_batch(cfg: TrainConfig) -> str:
     samples = steps * envs * (cfg.impala.learner_batch if spec.split else 1)
     text = f"batch: {cfg.actors} {who}s x {envs} envs x {steps} steps ({cfg.actors * envs} envs)"
     text += f"; each learn {samples} samples"
-    if spec.clipped:
-        mb = samples // cfg.ppo.minibatches
-        text += f", {cfg.ppo.epochs} epochs x {cfg.ppo.minibatches} minibatches of {mb}"
+    loss = spec.make_loss(cfg)
+    if loss.minibatched:
+        mb = samples // loss.minibatches
+        text += f", {loss.epochs} epochs x {loss.minibatches} minibatches of {mb}"
     return text + f"; {cfg.optimizer.name} lr {cfg.optimizer.lr:g}"

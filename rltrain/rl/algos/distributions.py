@@ -4,7 +4,7 @@ output (its *parameters*) for the losses, the learners and the actors.
 * :class:`Categorical` for Discrete(n): parameters are the n logits.
 * :class:`DiagGaussian` for a Box of n reals: parameters are the n means and n log standard
   deviations, [..., 2n] (the log-std is state-independent, as CleanRL's and SB3's PPO for
-  continuous control; :class:`~rltrain.rl.models.ActorCritic` broadcasts it). A sample
+  continuous control; :class:`~rltrain.rl.algos.models.ActorCritic` broadcasts it). A sample
   reaches the env mapped into the Box (``env.action_map``: affine, tanh or clip); the
   log-probabilities, V-trace ratios and the PPO ratio are those of the sample, which is what
   the policy drew (with tanh, :class:`TanhDiagGaussian` adds the change of variables).

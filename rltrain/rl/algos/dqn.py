@@ -1,0 +1,122 @@
+"""Gorila DQN (Nair et al. 2015): epsilon-greedy actors fill a replay memory that learners
+sample, each pushing the gradient of the double-DQN loss (van Hasselt et al. 2016) on its
+minibatch: the Huber loss on the TD error (Mnih et al. 2015), importance-weighted under
+prioritised replay (Schaul et al. 2016). Its sections: ``dqn`` and ``replay``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rltrain.config import spec
+from rltrain.rl.algos.base import AlgoSpec, RunSettings, register_algo
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class DQNConfig:
+    """Gorila DQN: exploration, target network and learner settings (algo.name=dqn)."""
+
+    epsilon: str = field(default="apex", metadata=spec(choices=("apex", "decay")))
+    """apex: a fixed epsilon per actor, eps_i = base^(1 + alpha i / (N - 1)) (Horgan et al.
+    2018); decay: every actor decays linearly from epsilon_start to epsilon_final."""
+    epsilon_base: float = field(default=0.4, metadata=spec(ge=0, le=1))
+    """apex: the base epsilon."""
+    epsilon_alpha: float = field(default=7.0, metadata=spec(ge=0))
+    """apex: the exponent spread across actors."""
+    epsilon_start: float = field(default=1.0, metadata=spec(ge=0, le=1))
+    """decay: epsilon at the first step."""
+    epsilon_final: float = field(default=0.05, metadata=spec(ge=0, le=1))
+    """decay: epsilon after epsilon_decay_steps."""
+    epsilon_decay_steps: int = field(default=50_000, metadata=spec(ge=1))
+    """decay: steps (per actor) over which epsilon falls."""
+    target_update: int = field(default=500, metadata=spec(ge=1))
+    """Learners refresh their target network every this many server versions."""
+    learning_starts: int = field(default=5_000, metadata=spec(ge=0))
+    """Transitions in replay before learners start."""
+    batch_size: int = field(default=64, metadata=spec(ge=1))
+    """Transitions per learner step."""
+    env_steps_per_update: float = field(default=0.0, metadata=spec(ge=0))
+    """Once learning has started, actors pause while they are more than this many env steps
+    per learner update ahead (a replay ratio: on few cores it keeps CPU for the learners).
+    0 = never pause (Gorila's fully asynchronous actors)."""
+    updates_per_call: int = field(default=20, metadata=spec(ge=1))
+    """Learner steps per driver call (how often the driver hears from a learner)."""
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """The replay memory: one or more Ray processes (shards), each with its own capacity."""
+
+    shards: int = field(default=1, metadata=spec(ge=1))
+    """Replay shards; actor i sends its transitions to shard i mod shards."""
+    capacity: int = field(default=100_000, metadata=spec(ge=1))
+    """Transitions per shard (FIFO). Atari stores each 84x84 frame once (~7 KB/transition)."""
+    prioritized: bool = False
+    """Proportional prioritised replay (Schaul et al. 2016) instead of uniform sampling."""
+    alpha: float = field(default=0.6, metadata=spec(ge=0))
+    """Prioritised replay: priority exponent."""
+    beta: float = field(default=0.4, metadata=spec(ge=0, le=1))
+    """Prioritised replay: importance-weight exponent."""
+
+
+class DoubleDQNLoss:
+    """The double-DQN loss of one sampled minibatch: targets y = r + gamma Q_target(s',
+    argmax_a Q_online(s', a)) (no bootstrap past a terminal; a time-limit cut bootstraps from
+    its final observation, Pardo et al. 2018), then the weighted Huber loss."""
+
+    def __init__(self, cfg: RunSettings) -> None:
+        self.gamma = cfg.algo.gamma
+
+    def __call__(
+        self,
+        q: torch.Tensor,  # [N, A] online network at s
+        actions: torch.Tensor,  # [N] int64
+        rewards: torch.Tensor,  # [N]
+        done: torch.Tensor,  # [N] bool: terminated
+        next_q_online: torch.Tensor,  # [N, A] (no grad)
+        next_q_target: torch.Tensor,  # [N, A] (no grad)
+        weights: torch.Tensor,  # [N] importance weights (1 for uniform replay)
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # [] loss, [N] TD errors (detached)
+        from rltrain.rl.algos.losses import double_dqn_targets, dqn_loss
+
+        targets = double_dqn_targets(rewards, done, next_q_online, next_q_target, self.gamma)
+        return dqn_loss(q, actions, targets, weights)
+
+
+def check_replay(cfg: Any) -> None:
+    """A replay shard holds at least the block of transitions an actor sends at once, and the
+    memory at least the transitions the learners wait for."""
+    replay, dqn = cfg.section("replay"), cfg.section("dqn")
+    block = cfg.env.num_envs * cfg.algo.rollout_length
+    if replay.capacity < block:
+        raise ValueError(
+            f"replay.capacity={replay.capacity}: must be at least {block} (env.num_envs "
+            f"{cfg.env.num_envs} x algo.rollout_length {cfg.algo.rollout_length}: the "
+            "transitions of one block an actor sends to a shard)"
+        )
+    held = replay.capacity * replay.shards
+    if dqn.learning_starts > held:
+        raise ValueError(
+            f"dqn.learning_starts={dqn.learning_starts}: more than the replay memory holds "
+            f"({held}: replay.capacity {replay.capacity} x replay.shards "
+            f"{replay.shards}), so learning would never start"
+        )
+
+
+DQN = register_algo(
+    AlgoSpec(
+        "dqn",
+        "replay",
+        q_network=True,
+        normalizes=False,
+        sections=("algo", "dqn", "replay"),
+        options={"dqn": DQNConfig, "replay": ReplayConfig},
+        checks=(check_replay,),
+        summary="Gorila DQN (Nair et al. 2015)",
+    ),
+    built_in=True,
+)

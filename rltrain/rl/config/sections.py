@@ -1,0 +1,114 @@
+"""The sections of a run's config that are neither an algorithm's nor a runtime's: the
+network, normalisation, schedules, the stop, checkpoints and evaluations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rltrain.config import spec
+from rltrain.rl.algos.model_kinds import MODELS, PRECISIONS, VALUE_NETS
+
+
+@dataclass(frozen=True)
+class NormalizeConfig:
+    """Observation normalisation and reward scaling, merged from every actor (VecNormalize /
+    RLlib's MeanStdFilter, distributed); not for dqn."""
+
+    obs: str = field(default="auto", metadata=spec(choices=("auto", "always", "never")))
+    """Normalise observations by the running mean/std of every actor's observations. auto: on
+    for vector observations of a3c/a2c/impala/appo/ppo; off for images, for one-hot ones
+    (flattened Discrete spaces: Taxi, FrozenLake) and for dqn. A new run writes what auto
+    chose (always or never) into its config.yaml."""
+    reward: bool = False
+    """Divide rewards by the running std of the discounted return (training reward only;
+    episode returns stay raw)."""
+    clip: float = field(default=10.0, metadata=spec(gt=0))
+    """Clip normalised observations and scaled rewards to +-this."""
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    """Linear schedules over the run's env steps (PPO's annealing; SB3's lin_ schedules)."""
+
+    steps: int = field(default=0, metadata=spec(ge=0))
+    """Env steps at which the schedules reach their end values; 0 = stop.max_env_steps. After
+    it they hold."""
+    start: int = field(default=0, metadata=spec(ge=0))
+    """Env steps before the schedules begin: they hold their start values until then and go
+    linearly to their end values from there to `steps` (a constant rate until the score
+    levels off, then the anneal: the better Pong schedule of docs/pong.md)."""
+    lr_end: float | None = field(default=None, metadata=spec(ge=0))
+    """null: a constant learning rate; else the factor of optimizer.lr reached at `steps`
+    (0 = anneal to zero)."""
+    entropy_end: float | None = field(default=None, metadata=spec(ge=0))
+    """null: a constant algo.entropy_coef; else the coefficient reached at `steps`."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The actor-critic network."""
+
+    kind: str = field(default="auto", metadata=spec(choices=MODELS))
+    """auto: the Nature CNN for image observations [C, H, W] of at least 36 pixels a side
+    (Atari's frame stacks; a gymnasium env's [H, W, C] uint8 images are moved channels first),
+    an MLP for vectors and smaller images."""
+    hidden: int = field(default=64, metadata=spec(ge=1))
+    """MLP hidden units per layer."""
+    value_net: str = field(default="auto", metadata=spec(choices=VALUE_NETS))
+    """The value function's torso. auto: its own MLP for vector observations (as CleanRL and
+    SB3), the policy's CNN for images. shared or separate force either."""
+    precision: str = field(default="auto", metadata=spec(choices=PRECISIONS))
+    """Arithmetic of the actor-critic's CNN torso (dqn's Q-network stays fp32, which a GPU
+    learner runs in TF32 on Ampere and later: torch.set_float32_matmul_precision("high")):
+    bf16 (autocast; parameters, gradients, heads and losses stay float32),
+    fp32, or auto: bf16 for the Nature CNN where the device it runs on (each actor's, each
+    learner's) runs it faster (CPUs with AVX-512 BF16 / AMX), fp32 elsewhere: on CUDA (TF32
+    matmuls) the CNN is too small for bf16 to win back autocast's casts, and MLPs are too
+    small to gain."""
+
+
+@dataclass(frozen=True)
+class StopConfig:
+    """When training stops: whichever criterion is met first."""
+
+    mean_return: float | None = None
+    """Stop once the mean raw return of the last `window` episodes reaches this (null: never)."""
+    window: int = field(default=20, metadata=spec(ge=1))
+    """Episodes in the mean_return window (and in summary.json's mean_return)."""
+    max_seconds: float = field(default=0.0, metadata=spec(ge=0))
+    """Wall-clock limit over the whole run, start-up and resumed sessions included (0 = none)."""
+    max_env_steps: int = field(default=0, metadata=spec(ge=0))
+    """Limit on agent steps summed over all environments (0 = none)."""
+    eval_mean_return: float | None = None
+    """Stop once an evaluation during training (eval.every_steps) scores this mean raw return
+    or more (null: never); its checkpoint is checkpoints/best.pt."""
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """Checkpoints under runs/<run>/checkpoints/."""
+
+    every_seconds: float = field(default=600.0, metadata=spec(gt=0))
+    """Seconds between checkpoints; one is always written at the end."""
+    keep: int = field(default=3, metadata=spec(ge=1))
+    """How many recent checkpoints to keep."""
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Evaluation during training, as SB3's EvalCallback: every ``every_steps`` agent steps the
+    trainer writes a checkpoint and a process beside training plays ``episodes`` episodes
+    with it, under the evaluation protocol (raw scores: no reward clipping, no episodic life;
+    the same seeds each time, so that the scores compare). The scores go to TensorBoard
+    (``eval/mean_return``) and to ``evals.jsonl``; the best-scoring checkpoint is kept as
+    ``checkpoints/best.pt`` (``rltrain eval RUN --checkpoint best``). It shares the CPUs."""
+
+    every_steps: int = field(default=0, metadata=spec(ge=0))
+    """Agent steps (summed over every environment) between evaluations (0 = none)."""
+    episodes: int = field(default=10, metadata=spec(ge=1))
+    """Episodes per evaluation, played in up to 8 environments at once."""
+    deterministic: bool = False
+    """Play the policy's most likely action (a Box: its mean) instead of sampling (dqn:
+    always greedy)."""
+    seed: int = field(default=12345, metadata=spec(ge=0, le=2**31 - 1))
+    """Seed of the evaluation environments (env i: seed + i), the same at every evaluation."""

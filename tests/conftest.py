@@ -6,7 +6,7 @@ import gzip
 import json
 import struct
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +110,63 @@ def _ray_only_in_slow_tests(
         raise AssertionError("a test not marked slow started Ray: mark it slow")
 
     monkeypatch.setattr(ray, "init", refuse)
+
+
+# --- one Ray for the in-process tests that need no Ray of their own ---------------------------
+
+_shared_ray_up = False
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "shared_ray: runs on the one local Ray these tests share (see _shared_ray in conftest)",
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The shared_ray tests run one after another, where the first of them was: their Ray
+    starts once, and no other test runs beside it."""
+    users = [item for item in items if item.get_closest_marker("shared_ray") is not None]
+    if len(users) < 2:
+        return
+    first = items.index(users[0])
+    marked = set(users)
+    rest = [item for item in items if item not in marked]
+    items[:] = rest[:first] + users + rest[first:]
+
+
+def _stop_shared_ray() -> None:
+    global _shared_ray_up
+    if _shared_ray_up:
+        import ray
+
+        ray.shutdown()
+        _shared_ray_up = False
+
+
+@pytest.fixture(autouse=True)
+def _shared_ray(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test marked shared_ray runs on a local Ray that the session started as a notebook's
+    ``ray.init`` does: rltrain leaves a Ray it did not start running (the caller's), so one Ray
+    serves them all instead of a start-up and a shutdown (seconds) each. Every other test runs
+    without it: it is stopped before them, so that the tests that start their own Ray (its
+    start-up, --address, a setup hook, killed processes) still do."""
+    global _shared_ray_up
+    if request.node.get_closest_marker("shared_ray") is None:
+        _stop_shared_ray()
+        yield
+        return
+    assert request.node.get_closest_marker("slow") is not None, "a shared_ray test starts Ray"
+    import ray
+
+    if not _shared_ray_up:
+        assert not ray.is_initialized(), "a Ray left running by an earlier test"
+        ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+        _shared_ray_up = True
+    yield
+    assert ray.is_initialized(), "the test stopped the caller's Ray"
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _stop_shared_ray()

@@ -9,6 +9,7 @@ import pytest
 
 
 @pytest.mark.slow
+@pytest.mark.shared_ray
 def test_allreduce_takes_the_same_steps_as_sync_without_a_server(
     tmp_path: Path, run_bench: Any
 ) -> None:

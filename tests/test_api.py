@@ -59,20 +59,25 @@ def test_ctrl_c_stops_a_python_run_gracefully(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_ray_the_caller_started_is_left_running(tmp_path: Path) -> None:
+@pytest.mark.shared_ray  # started as a notebook's ray.init (conftest), and checked after
+def test_a_ray_the_caller_started_is_left_running(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A notebook that called ray.init itself keeps its Ray after a run (rltrain stops only
-    the Ray it started)."""
+    the Ray it started); the run's processes were Ray's."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
-    try:
-        run = rltrain.train(
-            CARTPOLE, run_dir=tmp_path / "run", stop__max_env_steps=2000, stop__mean_return=None
-        )
-        assert run.stopped_by == "max_env_steps"
-        assert ray.is_initialized()
-    finally:
-        ray.shutdown()
+    assert ray.is_initialized()
+    run = rltrain.train(
+        CARTPOLE,
+        run_dir=tmp_path / "run",
+        stop__max_env_steps=2000,
+        stop__mean_return=None,
+        runtime__backend="ray",
+    )
+    assert run.stopped_by == "max_env_steps"
+    assert "runtime: ray (already running: the caller's, left running" in capsys.readouterr().out
+    assert ray.is_initialized()
 
 
 def untrained_run(run: Path, **env: object) -> Path:

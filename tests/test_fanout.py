@@ -45,15 +45,9 @@ def test_a_shard_that_has_not_moved_keeps_the_held_slice() -> None:
     assert torch.allclose(new.values[server.layout.sizes[0] :], torch.full((half,), -0.1))
 
 
-@pytest.fixture(scope="module")
-def ray_local():  # noqa: ANN201
-    runtime.start(RuntimeConfig(num_cpus=2))
-    yield
-    runtime.shutdown()
-
-
-@pytest.mark.slow  # starts Ray
-def test_ray_server_puts_one_object_per_version_for_every_puller(ray_local: None) -> None:
+@pytest.mark.slow  # on Ray
+@pytest.mark.shared_ray
+def test_ray_server_puts_one_object_per_version_for_every_puller() -> None:
     server = runtime.start_server(
         torch.zeros(2 * BIG),
         OptimizerConfig(name="sgd", lr=0.1),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -19,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_unreachable_cluster_is_a_clear_error() -> None:
-    """Runs first, before this module starts its local Ray: nothing is listening at port 1."""
+    """Without a Ray running (start() joins none then): nothing is listening at port 1."""
     for address in ("ray://127.0.0.1:1", "127.0.0.1:1"):
         with pytest.raises(runtime.RayStartError, match="cannot join the Ray cluster"):
             runtime.start(RuntimeConfig(address=address))
@@ -27,18 +26,12 @@ def test_unreachable_cluster_is_a_clear_error() -> None:
         runtime.start(RuntimeConfig(address="nonsense"))
 
 
-@pytest.fixture(scope="module")
-def ray_local() -> Iterator[None]:
-    runtime.start(RuntimeConfig(num_cpus=2))
-    yield
-    runtime.shutdown()
-
-
 class Idle:
     """A process that is never placed."""
 
 
-def test_a_process_no_node_can_hold_is_named(ray_local: None) -> None:
+@pytest.mark.shared_ray
+def test_a_process_no_node_can_hold_is_named() -> None:
     """Ray waits in silence for a node with room; rltrain says which process waits and why."""
     r = runtime.Remote(Idle, role="worker", index=7, num_cpus=64)
     try:
@@ -58,7 +51,8 @@ def _workers_counted(server: runtime.RayServer) -> list[int]:
     ]
 
 
-def test_a_restored_shard_is_told_the_workers_that_joined(ray_local: None) -> None:
+@pytest.mark.shared_ray
+def test_a_restored_shard_is_told_the_workers_that_joined() -> None:
     """Elastic add, then a shard lost: Ray rebuilds it with the first N, and the guard tells
     it of the join again, so that every shard's barrier counts the same workers."""
     from rltrain.faults import FaultCounters, RestorePoint
@@ -83,7 +77,8 @@ def test_a_restored_shard_is_told_the_workers_that_joined(ray_local: None) -> No
         server.kill()
 
 
-def test_ray_server_contract(ray_local: None) -> None:
+@pytest.mark.shared_ray
+def test_ray_server_contract() -> None:
     server = runtime.start_server(
         torch.zeros(10),
         OptimizerConfig(name="sgd", lr=1.0),
@@ -105,7 +100,8 @@ def test_ray_server_contract(ray_local: None) -> None:
         server.kill()
 
 
-def test_ray_sync_barrier_across_actors(ray_local: None) -> None:
+@pytest.mark.shared_ray
+def test_ray_sync_barrier_across_actors() -> None:
     server = runtime.start_server(
         torch.zeros(4),
         OptimizerConfig(name="sgd", lr=1.0),

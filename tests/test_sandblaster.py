@@ -196,6 +196,7 @@ def test_config_errors(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.shared_ray
 def test_bench_mode_sandblaster_through_ray(tmp_path: Path, run_bench: Any) -> None:
     out, summary = run_bench(
         "modes: [sandblaster]\nworkers: 2\n"

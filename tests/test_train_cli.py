@@ -71,7 +71,10 @@ def test_cartpole_gorila_learns(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("algo", ["impala", "a2c", "ppo"])
-def test_short_runs_write_tensorboard_checkpoint_summary(tmp_path: Path, algo: str) -> None:
+def test_short_runs_write_tensorboard_checkpoint_summary(
+    tmp_path: Path, no_ray: None, algo: str
+) -> None:
+    """On the process runtime (auto, on one machine), without Ray."""
     run_dir = tmp_path / algo
     config = CFG / {"impala": "cartpole_impala.yaml", "ppo": "cartpole_ppo.yaml"}.get(
         algo, "cartpole_a3c.yaml"
@@ -95,6 +98,8 @@ def test_short_runs_write_tensorboard_checkpoint_summary(tmp_path: Path, algo: s
     ):
         assert key in s
     assert s["env_steps"] >= 6000 and s["env_frames"] == s["env_steps"]
+    assert s["ray"]["backend"] == "process"
+    assert s["updates_applied"] > 0 and s["episodes"] > 0
     marks = s["startup"]  # seconds from the command (Ray starts beside the env probe)
     assert set(marks) == {"trainer", "runtime", "server", "first_step", "first_result"}
     assert max(marks["trainer"], marks["runtime"]) <= marks["server"] <= marks["first_step"]

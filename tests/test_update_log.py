@@ -1,6 +1,7 @@
 """Reproducible asynchronous runs: a recording shard logs every push (server.record), and
 `rltrain reapply` recomputes the gradients serially in the logged order and reproduces the
-final parameters bit for bit; in one process (workers in threads) and through Ray."""
+final parameters bit for bit; in one process (workers in threads) and in the process runtime's
+processes (through Ray: test_extension_rule's Ray run records and reapplies)."""
 
 from __future__ import annotations
 
@@ -231,15 +232,14 @@ def test_rl_training_refuses_recording(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["ray", "process"])
 def test_a_recorded_bench_run_reapplies_bit_for_bit(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], run_bench: Any, backend: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], run_bench: Any
 ) -> None:
-    # soft_sync reapplies in-process above; on Ray its last barrier would wait a timeout.
-    # Ray runs async only: each mode starts its processes anew (10 s on 2 cores)
-    modes = ("async", "sync") if backend == "process" else ("async",)
+    # soft_sync reapplies in-process above; a shard recording on Ray, reapplied bit for
+    # bit, is test_extension_rule's Ray run (the same shard code)
+    modes = ("async", "sync")
     out, summary = run_bench(
-        f"runtime: {{backend: {backend}}}\n"
+        "runtime: {backend: process}\n"
         f"modes: [{', '.join(modes)}]\nworkers: 3\nbatch_size: 16\n"
         "data: {dataset: toy_quadratic, toy: {dim: 8, samples: 600}}\n"
         "budget: {max_seconds: 0, epochs: 3}\neval: {every_seconds: 0.5}\n"

@@ -231,6 +231,51 @@ def test_a_stage_killed_mid_run_is_restarted_from_its_shard(
         process.shutdown()
 
 
+@pytest.mark.slow
+@pytest.mark.shared_ray
+def test_a_ray_stage_killed_mid_run_is_restarted_from_its_shard(tmp_path: Path) -> None:
+    """On Ray the calls that took a dead stage's results fail as PeerLost (Ray hands results
+    from stage to stage itself; GPipe's lead waits on stage 0's backward, fed by the killed
+    last stage): the lead recovers from them as from the death itself, and Ray's restarted
+    stage pulls its slice from its shard; one restart, one batch lost, the replica trains on."""
+    import sys
+
+    import ray
+
+    from rltrain.runtime import ray as runtime
+    from rltrain.runtime.config import RuntimeConfig
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # (OnceDyingStage)
+    data = tiny_dataset(128, seed=1)
+    shape = tuple(data.images.shape[1:])
+    spec = spec_for("cnn", classes=int(data.labels.max()) + 1, max_epochs=2)
+    init = torch.nn.utils.parameters_to_vector(make_model(spec, shape).parameters()).detach()
+    cuts = plan_stages(spec, shape, 2)
+    server = runtime.start_server(
+        init,
+        OptimizerConfig(name="sgd", lr=0.1),
+        ServerConfig(rule="async", shards=2),
+        1,
+        RuntimeConfig(),
+        sizes=stage_sizes(spec, shape, cuts),
+    )
+    marker = str(tmp_path / "died")
+    stages = [
+        runtime.Remote(PipelineStage, spec, shape, cuts, 0, role="worker", max_restarts=1),
+        runtime.Remote(OnceDyingStage, spec, shape, cuts, 1, marker, max_restarts=1),
+    ]
+    try:
+        lead = PipelineWorker(spec, data, runtime.stages_of(stages), 4)  # GPipe's schedule
+        report = lead.run([server.part(0), server.part(1)])
+        assert (tmp_path / "died").exists() and report.restarts == 1
+        assert report.lost_batches == 1 and report.steps == 2 * 4 - 1
+    finally:
+        for r in stages:
+            r.kill()
+        server.kill()
+        ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+
+
 def stage_server(spec: WorkerSpec, shape: tuple[int, ...], cuts: list[int]) -> LocalServer:
     """An async server (SGD 0.1) over the model's initial parameters, a shard per stage."""
     init = torch.nn.utils.parameters_to_vector(make_model(spec, shape).parameters()).detach()

@@ -124,6 +124,47 @@ def test_ray_sync_barrier_across_actors() -> None:
         server.kill()
 
 
+@pytest.mark.shared_ray
+def test_a_death_before_the_first_call_is_reported_and_counted_once(tmp_path) -> None:  # noqa: ANN001
+    """Killed while its constructor runs: Ray restarts it and runs the first call on the new
+    process, so that call would succeed and the death go uncounted. The pool reports it as
+    the process runtime does: the first call says the process died, the driver counts one
+    restart, the pool sees it back, and the next call runs."""
+    from rltrain.faults import ProcessLost
+
+    class SlowUp:  # (defined here: Ray's processes pickle it by value, not import this file)
+        """A constructor that takes a while (an env being built) and writes its pid."""
+
+        def __init__(self, path: str, seconds: float) -> None:
+            with open(path, "a") as f:
+                f.write(f"{os.getpid()}\n")
+            time.sleep(seconds)
+
+        def f(self) -> int:
+            return 1
+
+    pids = tmp_path / "pids"
+    pool, r = runtime.Pool(), runtime.Remote(SlowUp, str(pids), 3.0, max_restarts=1)
+    try:
+        deadline = time.time() + 60
+        while not pids.exists():
+            assert time.time() < deadline
+            time.sleep(0.05)
+        os.kill(int(pids.read_text().split()[0]), signal.SIGKILL)
+        pool.submit(r, "f")
+        (done,) = pool.wait(60.0)
+        assert isinstance(done.error, ProcessLost) and not done.error.permanent
+        assert "before its first call" in str(done.error)
+        assert r.mark_lost() and not r.mark_lost()  # one death, counted once
+        (back,) = pool.wait(60.0)
+        assert back.revived
+        pool.submit(r, "f")
+        (ok,) = pool.wait(30.0)
+        assert ok.value == 1 and len(pids.read_text().split()) == 2
+    finally:
+        r.kill()
+
+
 def test_a_constructor_error_is_named_by_its_own_line() -> None:
     """Ray reports a process whose constructor raised as a dead actor, its message ending with
     the exception's line: the run names that error (an env's, in one line), not "died"."""

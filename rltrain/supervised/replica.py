@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import torch
 
-from rltrain.faults import ProcessLost
+from rltrain.faults import PeerLost, ProcessLost
 from rltrain.ps.server import Server
 from rltrain.supervised.pipeline import BatchLost, Stages, gpipe
 from rltrain.supervised.sharding import ShardSource
@@ -118,12 +118,16 @@ class PipelineWorker:
                 self.inflight.append((len(b.y), calls, issued))
                 issuing = 0
                 self._confirm(self.schedule.ahead)
-            except (ProcessLost, BatchLost) as e:
+            except (ProcessLost, BatchLost, PeerLost) as e:
                 self._lost(e, servers, issuing)
         try:
             self._confirm(0)
             self.schedule.finish(st)
-        except (ProcessLost, BatchLost) as e:  # at the end: the batches in flight are lost
+        except (
+            ProcessLost,
+            BatchLost,
+            PeerLost,
+        ) as e:  # at the end: the batches in flight are lost
             self._lost(e, servers, 0)
         steps = len(self.log)
         return WorkerReport(
@@ -150,23 +154,27 @@ class PipelineWorker:
 
     def _settle(self, handles: Sequence[Any]) -> list[Any]:
         """The calls' results. Of their failures, a stage's death (:class:`ProcessLost`) is
-        raised before the refusals it caused (:class:`BatchLost`), whatever their order."""
+        raised before the refusals it caused (:class:`BatchLost`; on Ray :class:`PeerLost`,
+        a call whose inputs were the dead stage's results), whatever their order."""
         out: list[Any] = []
-        refused: BatchLost | None = None
+        refused: BatchLost | PeerLost | None = None
         for h in handles:
             try:
                 out.extend(self.stages.get([h]))
-            except BatchLost as e:
+            except (BatchLost, PeerLost) as e:
                 refused = refused or e
                 out.append(None)
         if refused is not None:
             raise refused
         return out
 
-    def _lost(self, e: ProcessLost | BatchLost, servers: Sequence[Server], issuing: int) -> None:
+    def _lost(
+        self, e: ProcessLost | BatchLost | PeerLost, servers: Sequence[Server], issuing: int
+    ) -> None:
         """A stage died: restarted, every stage pulls its slice again. The batches in flight
         are lost (and the gradients they owed); ``e`` raised if it cannot come back. (A
-        :class:`BatchLost` alone: the death itself was reported by a call not waited for.)
+        :class:`BatchLost` or :class:`PeerLost` alone: the death itself was reported by a
+        call not waited for.)
         ``issuing``: 1 if the batch being issued was not in flight yet."""
         if isinstance(e, ProcessLost) and e.permanent:
             raise e

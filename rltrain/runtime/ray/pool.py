@@ -66,6 +66,11 @@ class Pool:
                 out.extend(self._probed(ref, self.probes.pop(ref)))
                 continue
             remote, tag, fetch = self.calls.pop(ref)
+            if remote.restarted_unseen():  # as the process runtime does: the call reports it
+                why = f"{remote.role} {remote.index}'s process died before its first call"
+                out.append(Done(remote, tag, error=ProcessLost(remote.actor_id, False, why)))
+                self.probes[remote.probe()] = remote
+                continue
             if not fetch:
                 out.append(Done(remote, tag, ref))
                 continue

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -26,9 +27,14 @@ def is_ray_worker(pid: int) -> bool:
         return os.path.exists(f"/proc/{pid}") or not os.path.isdir("/proc")
 
 
-def whereabouts(_instance: Any) -> tuple[int, str]:
-    """Run inside a Ray process (``__ray_call__``): its process id and node."""
-    return os.getpid(), ray.get_runtime_context().get_node_id()
+def whereabouts(_instance: Any) -> tuple[int, str, bool]:
+    """Run inside a Ray process (``__ray_call__``): its process id, its node, and whether Ray
+    restarted it (this is not the process the constructor first ran in)."""
+    context = ray.get_runtime_context()
+    with warnings.catch_warnings():  # deprecated in Ray 2.x, with no replacement yet
+        warnings.simplefilter("ignore")
+        restarted = bool(context.was_current_actor_reconstructed)
+    return os.getpid(), context.get_node_id(), restarted
 
 
 class Remote:
@@ -71,6 +77,7 @@ class Remote:
         self.actor_id = self.handle._actor_id.hex()
         self._where: Any = self.probe()
         self._noted = False  # this incarnation's death has been counted
+        self._answered = False  # a call of this process has finished
 
     def call(self, method: str, *args: Any) -> Any:
         return getattr(self.handle, method).remote(*args)
@@ -80,7 +87,24 @@ class Remote:
         self._where = self.handle.__ray_call__.remote(whereabouts)
         return self._where
 
-    def came_back(self, where: tuple[int, str]) -> None:
+    def restarted_unseen(self) -> bool:
+        """Whether the first call to finish ran in a process Ray had restarted before it (killed
+        while its constructor ran): Ray queues the calls and runs them on the new process, so
+        no call fails and the death would go uncounted. True once, for that first call."""
+        if self._answered:
+            return False
+        self._answered = True
+        if not isinstance(self._where, tuple):
+            ready, _ = ray.wait([self._where], timeout=0)  # (sent before any call: answered)
+            if not ready:
+                return False
+            try:
+                self._where = ray.get(self._where)
+            except RayActorError:
+                return False
+        return bool(self._where[2])
+
+    def came_back(self, where: tuple[int, str, bool]) -> None:
         """A probe answered after a restart: the new process's (pid, node). Its next death is
         a new one."""
         self._where = where

@@ -253,6 +253,22 @@ def test_more_minibatches_than_samples_in_a_batch_are_refused(
     assert load_config(TrainConfig, ppo, ["ppo.minibatches=256"]).ppo.minibatches == 256
 
 
+def test_target_kl_behind_a_barrier_is_refused(tmp_path: Path) -> None:
+    """An early stop pushes a varying number of gradients: a barrier would wait for the rest."""
+    from rltrain.rl.config import TrainConfig
+
+    for name, sets in (
+        ("cartpole_ppo.yaml", ["ppo.target_kl=0.02"]),
+        ("cartpole_appo.yaml", ["ppo.target_kl=0.02", "server.rule=sync"]),
+    ):
+        with pytest.raises(ConfigError, match=r"ppo.target_kl=0.02: an early stop needs an "):
+            load_config(TrainConfig, ROOT / "configs" / name, sets)
+    appo = ROOT / "configs" / "cartpole_appo.yaml"
+    assert load_config(TrainConfig, appo, ["ppo.target_kl=0.02"]).ppo.target_kl == 0.02
+    with pytest.raises(ConfigError, match=r"ppo.target_kl.*-1"):
+        load_config(TrainConfig, appo, ["ppo.target_kl=-1"])
+
+
 def test_a_model_the_observations_do_not_fit_is_a_one_line_error(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

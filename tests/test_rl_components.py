@@ -137,6 +137,26 @@ def test_appo_learner_steps_epochs_x_minibatches_per_batch() -> None:
     assert norm is not None and norm.obs is not None and norm.obs.count == 30
 
 
+def test_target_kl_ends_a_batchs_epochs_once_the_policy_moved_enough() -> None:
+    """ppo.target_kl: after each epoch the mean KL(pi_old || pi) of its minibatches is read;
+    past 1.5x the target the batch's remaining epochs are skipped. A tiny target stops after
+    the first epoch (its first minibatch has KL 0, the next have moved); 0 runs them all."""
+    c = dataclasses.replace(
+        cfg("appo"),
+        algo=AlgoConfig(name="appo", rollout_length=5),
+        optimizer=OptimizerConfig(name="adam", lr=0.05),
+        ppo=PPOConfig(epochs=4, minibatches=3, target_kl=1e-9),
+    )
+    spec = probe_env(c)
+    for target_kl, updates, epochs in ((1e-9, 3, 1), (0.0, 12, 4)):
+        c = dataclasses.replace(c, ppo=dataclasses.replace(c.ppo, target_kl=target_kl))
+        server = server_for(c)
+        rollout = Actor(c, 0).collect(server)
+        learner = Learner(c, spec.obs_shape, spec.num_actions)
+        stats = learner.learn(server, 0.0, rollout)
+        assert (stats.updates, stats.epochs) == (updates, epochs)
+
+
 def _lagging_batch(correction: str):  # noqa: ANN202
     """An appo learner and a rollout whose actors' policy mu is far from the learner's."""
     c = dataclasses.replace(

@@ -85,6 +85,7 @@ class Learner:
         self.timer = PhaseTimer("learner")  # a worker replaces it with its own
         # minibatch shuffles: seeded per learner (worker i uses seed + i)
         self.generator = torch.Generator().manual_seed(cfg.seed + 7919 * (learner_id + 1))
+        self.epochs_run = 0  # of the last batch (ppo.target_kl may end its epochs early)
 
     def load(self, params: Params, norm: bool = True) -> None:
         """Take pulled parameters; ``norm``: also their normalisation statistics (held fixed
@@ -219,7 +220,10 @@ class Learner:
         old_values, targets, adv = values[:T].flatten(), targets.flatten(), adv.flatten()
         n = T * B
         orders = [torch.randperm(n, generator=self.generator) for _ in range(epochs)]
+        stop_kl = 1.5 * self.loss.target_kl * minibatches  # (summed over an epoch's minibatches)
+        self.epochs_run = 0
         for order in torch.stack(orders).to(d, non_blocking=True):  # [epochs, N]: one copy
+            kl = torch.zeros((), device=d)
             # exactly ppo.minibatches per epoch, sizes within one of each other, every sample
             # in one (15 samples in 6: 3, 3, 3, 2, 2, 2; ceil-sized chunks made 5)
             for idx in order.tensor_split(minibatches):
@@ -235,7 +239,11 @@ class Learner:
                     self.dist,
                 )
                 loss = self.loss(batch)
+                kl += loss.parts[3]  # KL(pi_old || pi) at this minibatch's parameters
                 yield self._gradient(loss, len(idx), lag)
+            self.epochs_run += 1
+            if stop_kl > 0 and float(kl) > stop_kl:  # ppo.target_kl: the batch moved it enough
+                return
 
     @torch.no_grad()
     def lag_kl(self, r: Rollout, logits: torch.Tensor) -> torch.Tensor:  # []
@@ -283,6 +291,8 @@ class Learner:
             barrier,
             restore_epoch=params.restore_epoch,
         )
+        if self.loss.minibatched:
+            stats.epochs = self.epochs_run
         perf.merge(stats.phases, self.timer.take())
         stats.seconds = time.perf_counter() - t
         return stats

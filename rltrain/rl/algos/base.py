@@ -112,6 +112,7 @@ class PolicyLoss(abc.ABC):
     minibatched: bool = False
     epochs: int = 1
     minibatches: int = 1
+    target_kl: float = 0.0  # minibatched: end a batch's epochs once one's mean KL passes 1.5x
 
     def __init__(self, cfg: RunSettings) -> None:
         self.algo = cfg.algo

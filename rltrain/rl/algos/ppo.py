@@ -42,6 +42,12 @@ class PPOConfig:
     kl_coef: float = field(default=0.0, metadata=spec(ge=0))
     """Weight of a KL(pi_old || pi) penalty, pi_old the policy at the batch's start
     (0 = off)."""
+    target_kl: float = field(default=0.0, metadata=spec(ge=0))
+    """Stop a batch's epochs early once an epoch's mean KL(pi_old || pi) over its minibatches
+    exceeds 1.5x this (the early stop of Spinning Up's PPO and SB3's ``target_kl``): a
+    bound on how far one batch moves the policy, which the ratio's clip does not give a
+    Gaussian policy (0 = off; 0.01-0.05 usual). Checked once an epoch, not per minibatch:
+    one wait for the device per epoch."""
     normalize_advantages: bool = True
     """Standardise the advantages of each minibatch (zero mean, unit std)."""
     overlap_push: bool = False
@@ -67,6 +73,7 @@ class PPOLoss(ActorCriticLoss):
         super().__init__(cfg)
         self.ppo: PPOConfig = cfg.section("ppo")
         self.epochs, self.minibatches = self.ppo.epochs, self.ppo.minibatches
+        self.target_kl = self.ppo.target_kl
 
     def spec(self) -> LossSpec:
         from rltrain.rl.algos.losses import LossSpec
@@ -104,6 +111,20 @@ def check_batches(cfg: Any) -> None:
         )
 
 
+def check_target_kl(cfg: Any) -> None:
+    """``ppo.target_kl`` ends a batch's epochs when its policy moved enough, so a learner
+    pushes a varying number of gradients: behind a barrier every pusher must push for each
+    version, and a round would wait for pushes that never come."""
+    p = cfg.section("ppo")
+    if p.target_kl > 0 and (cfg.algo_spec.barrier or cfg.server.update_rule.barrier):
+        rule = "sync (ppo's)" if cfg.algo_spec.barrier else cfg.server.rule
+        raise ValueError(
+            f"ppo.target_kl={p.target_kl:g}: an early stop needs an asynchronous server, and "
+            f"this run's rule is {rule}; use algo.name=appo with server.rule=async, or "
+            "ppo.target_kl=0"
+        )
+
+
 PPO = register_algo(
     AlgoSpec(
         "ppo",
@@ -113,7 +134,7 @@ PPO = register_algo(
         barrier=True,
         sections=("algo", "ppo"),
         options={"ppo": PPOConfig},
-        checks=(check_batches,),
+        checks=(check_batches, check_target_kl),
         summary="PPO behind a barrier (DD-PPO, Wijmans et al. 2020)",
     ),
     built_in=True,
@@ -126,7 +147,7 @@ APPO = register_algo(
         vtrace,
         sections=("algo", "impala", "ppo"),
         options={"impala": ImpalaConfig, "ppo": PPOConfig},
-        checks=(check_batches,),
+        checks=(check_batches, check_target_kl),
         summary="asynchronous PPO: IMPALA's layout, PPO's loss",
     ),
     built_in=True,

@@ -103,6 +103,7 @@ class TrainLogger:
         self._staleness: list[int] = []
         self._epsilon: list[float] = []
         self._q_mean: list[float] = []
+        self._epochs: list[float] = []
         self._phases: dict[str, float] = {}
         self.top = ""  # the biggest phase of each role over the last interval (the live line)
 
@@ -120,6 +121,8 @@ class TrainLogger:
             self._epsilon.append(stats.epsilon)
         if stats.q_mean is not None:
             self._q_mean.append(stats.q_mean)
+        if stats.epochs is not None:
+            self._epochs.append(stats.epochs)
         self._staleness.extend(stats.staleness)
         perf.merge(self._phases, stats.phases)
 
@@ -165,13 +168,17 @@ class TrainLogger:
             self.writer.add_scalar(f"perf/time/{key}", share, env_steps)
         if self._phases:
             self.top = perf.biggest(self._phases)
-        for tag, values in (("dqn/epsilon", self._epsilon), ("dqn/q_mean", self._q_mean)):
+        for tag, values in (
+            ("dqn/epsilon", self._epsilon),
+            ("dqn/q_mean", self._q_mean),
+            ("ppo/epochs", self._epochs),  # below ppo.epochs where ppo.target_kl ended some
+        ):
             if values:
                 self.writer.add_scalar(tag, sum(values) / len(values), env_steps)
         self.writer.flush()
         self._last_t = now
         self._losses, self._staleness = [], []
-        self._epsilon, self._q_mean, self._phases = [], [], {}
+        self._epsilon, self._q_mean, self._epochs, self._phases = [], [], [], {}
 
     def faults(self, counters: Any, env_steps: int) -> None:
         """``faults/*`` counters (restarts, restores, lost updates, ...)."""

@@ -239,7 +239,8 @@ class Learner:
                     self.dist,
                 )
                 loss = self.loss(batch)
-                kl += loss.parts[3]  # KL(pi_old || pi) at this minibatch's parameters
+                if stop_kl > 0:  # KL(pi_old || pi) at this minibatch's parameters
+                    kl += loss.parts[3]
                 yield self._gradient(loss, len(idx), lag)
             self.epochs_run += 1
             if stop_kl > 0 and float(kl) > stop_kl:  # ppo.target_kl: the batch moved it enough

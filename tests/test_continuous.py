@@ -91,8 +91,9 @@ def test_dqn_refuses_box_actions() -> None:
 
 
 @pytest.mark.slow
-def test_box_actions_train_and_evaluate_through_ray(tmp_path: Path) -> None:
-    """A short appo run on Pendulum-v1 through real Ray actors, then eval and load_policy."""
+def test_box_actions_train_and_evaluate_through_the_api(tmp_path: Path) -> None:
+    """A short appo run on Pendulum-v1 through the Python API (actor processes, the default
+    runtime), then eval and load_policy."""
 
     import rltrain
 

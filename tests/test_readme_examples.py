@@ -79,11 +79,12 @@ def test_from_python_bench(
     assert res.results == summary["results"] and set(res.by_mode()) == {"sync", "async"}
 
 
-def test_your_own_environment_trains_through_ray(
+def test_your_own_environment_trains_in_actor_processes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The YAML of "Your own environment" on top of cartpole_appo.yaml, through Ray actors
-    that import the user's module themselves (Ray ships it: it is not installed)."""
+    """The YAML of "Your own environment" on top of cartpole_appo.yaml, through actor
+    processes (the default runtime) that import the user's module themselves (it is not
+    installed: the key `imports` names it)."""
     monkeypatch.chdir(ROOT)  # where `examples` is found, as the README's command runs
     env = yaml.safe_load(blocks("Your own environment", "yaml")[0])
     data = merge(read_yaml(ROOT / "configs" / "cartpole_appo.yaml"), env)

@@ -74,6 +74,7 @@ def test_a_ray_the_caller_started_is_left_running(
         stop__max_env_steps=2000,
         stop__mean_return=None,
         runtime__backend="ray",
+        actors=1,  # one actor process of Ray's to start, not two (seconds on 2 cores)
     )
     assert run.stopped_by == "max_env_steps"
     assert "runtime: ray (already running: the caller's, left running" in capsys.readouterr().out

@@ -27,14 +27,18 @@ def is_ray_worker(pid: int) -> bool:
         return os.path.exists(f"/proc/{pid}") or not os.path.isdir("/proc")
 
 
-def whereabouts(_instance: Any) -> tuple[int, str, bool]:
-    """Run inside a Ray process (``__ray_call__``): its process id, its node, and whether Ray
-    restarted it (this is not the process the constructor first ran in)."""
-    context = ray.get_runtime_context()
+def reconstructed() -> bool:
+    """Inside a Ray process: whether Ray restarted it (this is not the process its
+    constructor first ran in)."""
     with warnings.catch_warnings():  # deprecated in Ray 2.x, with no replacement yet
         warnings.simplefilter("ignore")
-        restarted = bool(context.was_current_actor_reconstructed)
-    return os.getpid(), context.get_node_id(), restarted
+        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+
+
+def whereabouts(_instance: Any) -> tuple[int, str, bool]:
+    """Run inside a Ray process (``__ray_call__``): its process id, its node, and whether Ray
+    restarted it."""
+    return os.getpid(), ray.get_runtime_context().get_node_id(), reconstructed()
 
 
 class Remote:
@@ -94,15 +98,7 @@ class Remote:
         if self._answered:
             return False
         self._answered = True
-        if not isinstance(self._where, tuple):
-            ready, _ = ray.wait([self._where], timeout=0)  # (sent before any call: answered)
-            if not ready:
-                return False
-            try:
-                self._where = ray.get(self._where)
-            except RayActorError:
-                return False
-        return bool(self._where[2])
+        return self.is_up() and bool(self._where[2])  # (its probe went before any call)
 
     def came_back(self, where: tuple[int, str, bool]) -> None:
         """A probe answered after a restart: the new process's (pid, node). Its next death is

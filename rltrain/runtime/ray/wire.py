@@ -7,7 +7,6 @@ the object store once per version (the fan-out).
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -24,7 +23,7 @@ from rltrain.ps.shard import ParameterShard
 from rltrain.records import GradUpdate, Params, PushResult
 from rltrain.runtime.config import RuntimeConfig
 from rltrain.runtime.ray.errors import result
-from rltrain.runtime.ray.remote import Remote
+from rltrain.runtime.ray.remote import Remote, reconstructed
 
 FANOUT_MIN_BYTES = 1 << 20
 """Below this a pulled slice travels inline: for a small network the object store's put and
@@ -49,10 +48,8 @@ class WireShard(ParameterShard):
         super().__init__(*args)
         self._shared: tuple[tuple[int, int], Any] | None = None  # (version, generation), ref
         self.puts = 0
-        with warnings.catch_warnings():  # deprecated in Ray 2.x, with no replacement yet
-            warnings.simplefilter("ignore")
-            if ray.get_runtime_context().was_current_actor_reconstructed:
-                self.fence()
+        if reconstructed():
+            self.fence()
 
     def push(self, update: GradUpdate, decided: PushResult | None = None) -> PushResult:
         return super().push(_decoded(update), decided)

@@ -24,6 +24,10 @@ def test_unreachable_cluster_is_a_clear_error() -> None:
             runtime.start(RuntimeConfig(address=address))
     with pytest.raises(runtime.RayStartError, match="expected 'auto'"):
         runtime.start(RuntimeConfig(address="nonsense"))
+    # nothing joined, nothing to stop: a Ray the caller starts afterwards is theirs
+    from rltrain.runtime.ray import startup
+
+    assert not startup._ours
 
 
 class Idle:

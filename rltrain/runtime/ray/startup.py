@@ -73,7 +73,6 @@ def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
     global _started_here, _ours
     if ray.is_initialized():
         return "ray (already running: the caller's, left running at the end)"
-    _ours = True
     kwargs: dict[str, Any] = dict(
         include_dashboard=cfg.dashboard,
         dashboard_host="127.0.0.1",
@@ -100,8 +99,8 @@ def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
                 f"cannot join the Ray cluster at --address {cfg.address}: {first} "
                 "(start one with `ray start --head`, or leave --address out for a local Ray)"
             ) from None
-        _started_here = False
-        r = job_record()
+        _started_here, _ours = False, True  # (only once joined: a Ray the caller starts
+        r = job_record()  # after a failed join is theirs, and shutdown leaves it running)
         return (
             f"ray cluster at {cfg.address} ({r['cpus']:.0f} CPUs on {r['nodes']} nodes; "
             f"job {r['job_id']})"
@@ -132,7 +131,7 @@ def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
     finally:
         if added:
             del os.environ["OMP_NUM_THREADS"]
-    _started_here = True
+    _started_here = _ours = True
     return f"local ray ({cpus} CPUs)"
 
 

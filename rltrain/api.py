@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from rltrain import signals
-from rltrain.config import ConfigError, from_dict, merge, nested, read_yaml, to_dict
+from rltrain.config import ConfigError, from_dict, merge, nested, read_config, to_dict
 from rltrain.envs import ActionSpace
 from rltrain.envs.gym_vector import to_env_actions
 from rltrain.rl.config import TrainConfig, load_run_config, run_yaml
@@ -67,7 +67,7 @@ class Config(Generic[T]):
     @classmethod
     def from_yaml(cls, path: str | Path, kind: Kind = "train") -> Config:
         """A YAML config file (as ``rltrain train PATH``); ``kind="bench"`` for ``bench``."""
-        return cls(read_yaml(path), kind)
+        return cls(read_config(path, KINDS.get(kind)), kind)
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Config:
         """Dotted keys as ``--set`` takes them, with Python values:

@@ -23,7 +23,8 @@ from typing import Any, TypeVar, cast
 import yaml
 
 from rltrain.errors import ConfigError
-from rltrain.yaml_files import UniqueKeyLoader, read_yaml
+from rltrain.yaml_files import UniqueKeyLoader, read_layered
+from rltrain.yaml_files import read_yaml as read_yaml  # re-exported: one reader of YAML
 
 T = TypeVar("T")
 
@@ -331,9 +332,14 @@ def merge(
     return out
 
 
+def read_config(path: str | Path, cls: type | None = None) -> dict[str, Any]:
+    """A config file's keys, its ``base:`` file's beneath them (:func:`read_layered`)."""
+    return read_layered(path, lambda under, over: merge(under, over, cls))
+
+
 def load_config(cls: type[T], path: str | Path | None, overrides: Sequence[str] = ()) -> T:
     """Load ``cls`` from a YAML file plus ``--set`` overrides, fully validated."""
-    data = read_yaml(path) if path is not None else {}
+    data = read_config(path, cls) if path is not None else {}
     return from_dict(cls, merge(data, parse_overrides(overrides, cls), cls))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,3 +64,43 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
             f"got a {type(data).__name__}"
         )
     return data
+
+
+BASE_KEY = "base"
+"""A config file's top-level key naming the file it builds on (a path relative to it)."""
+
+
+def read_layered(
+    path: str | Path, merge: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
+) -> dict[str, Any]:
+    """A config file's keys, ``base: FILE`` resolved: FILE's keys (its own ``base`` first, and
+    so on) with this file's merged over them by ``merge``, as ``--set`` merges over a file
+    (Hydra's defaults list and the RL zoo's hyperparameter files layer configs the same way):
+    ``pong_appo.yaml`` is ``atari_appo.yaml`` with Pong's id and stop. A FILE missing, not a
+    string, or a chain that comes back to a file is a ConfigError naming the file."""
+    chain: list[Path] = []
+    layers: list[dict[str, Any]] = []
+    p = Path(path)
+    while True:
+        if p.resolve() in chain:
+            loop = " -> ".join(q.name for q in [*chain, p.resolve()])
+            raise ConfigError(f"{path}: base files go round in a loop ({loop}); remove one base")
+        chain.append(p.resolve())
+        data = read_yaml(p)
+        base = data.pop(BASE_KEY, None)
+        layers.append(data)
+        if base is None:
+            break
+        if not isinstance(base, str) or not base.strip():
+            raise ConfigError(
+                f"{p}: base must be the path of the YAML config this one builds on, relative "
+                f"to {p.parent}; got {base!r}"
+            )
+        under = p.parent / base
+        if not under.is_file():
+            raise ConfigError(f"{p}: base file not found: {under}; give a YAML config file")
+        p = under
+    out = layers.pop()
+    while layers:
+        out = merge(out, layers.pop())
+    return out

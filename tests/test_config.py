@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
 import yaml
 
+import rltrain
 from rltrain.config import (
     ConfigError,
     dump_yaml,
@@ -18,6 +19,7 @@ from rltrain.config import (
     spec,
 )
 from rltrain.options import describe
+from rltrain.rl.config import TrainConfig
 from rltrain.supervised.config import BenchConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -141,7 +143,6 @@ def test_a_partial_section_keeps_the_fields_own_default() -> None:
     """train's optimizer defaults to RMSProp (lr 7e-4, eps 0.1), not OptimizerConfig's Adam:
     setting one key of it, with no optimizer section in the file, keeps the rest."""
     from rltrain.ps.config import OptimizerConfig
-    from rltrain.rl.config import TrainConfig
 
     base = ["env.id=CartPole-v1", "stop.max_env_steps=1"]
     default = load_config(TrainConfig, None, base).optimizer
@@ -245,7 +246,6 @@ def test_more_minibatches_than_samples_in_a_batch_are_refused(
         "x env.num_envs 8 x impala.learner_batch 1); use at most 256"
     )
     assert not (tmp_path / "run").exists()
-    from rltrain.rl.config import TrainConfig
 
     ppo = ROOT / "configs" / "cartpole_ppo.yaml"  # a worker's own rollout is its batch
     with pytest.raises(ConfigError, match=r"exceeds the 256 samples .*env.num_envs 8\); use"):
@@ -255,7 +255,6 @@ def test_more_minibatches_than_samples_in_a_batch_are_refused(
 
 def test_target_kl_behind_a_barrier_is_refused(tmp_path: Path) -> None:
     """An early stop pushes a varying number of gradients: a barrier would wait for the rest."""
-    from rltrain.rl.config import TrainConfig
 
     for name, sets in (
         ("cartpole_ppo.yaml", ["ppo.target_kl=0.02"]),
@@ -302,3 +301,42 @@ def test_a_replay_memory_smaller_than_a_block_names_its_minimum(
         "rltrain: error: dqn.learning_starts=2000: more than the replay memory holds (500: "
         "replay.capacity 500 x replay.shards 1), so learning would never start"
     )
+
+
+def test_pong_appo_is_atari_appo_with_pongs_id_and_stop() -> None:
+    """configs/pong_appo.yaml builds on atari_appo.yaml (``base:``) and changes two keys."""
+    atari = load_config(TrainConfig, ROOT / "configs" / "atari_appo.yaml")
+    pong = load_config(TrainConfig, ROOT / "configs" / "pong_appo.yaml")
+    assert atari.stop.mean_return is None and pong.stop.mean_return == 18
+    assert pong.env.id == atari.env.id == "ALE/Pong-v5"
+    assert pong == replace(atari, stop=replace(atari.stop, mean_return=18.0))  # the rest equal
+    breakout = rltrain.Config.from_yaml(ROOT / "configs" / "atari_appo.yaml")
+    assert breakout.with_overrides({"env.id": "ALE/Breakout-v5"}).value.stop.mean_return is None
+
+
+def test_a_base_file_lies_beneath_a_config_and_set_wins(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "root.yaml").write_text(
+        "workers: 3\noptimizer: {name: sgd, lr: 0.5}\nmodel: cnn\nmodes: [sync]\n"
+    )
+    (tmp_path / "sub" / "mid.yaml").write_text("base: ../root.yaml\noptimizer: {lr: 0.2}\n")
+    (tmp_path / "top.yaml").write_text("base: sub/mid.yaml\nmodel: {stages: 2}\n")
+    cfg = load_config(BenchConfig, tmp_path / "top.yaml", ["workers=2"])
+    assert cfg.workers == 2  # --set over the files
+    assert (cfg.optimizer.name, cfg.optimizer.lr) == ("sgd", 0.2)  # a section merges key by key
+    assert (cfg.model.name, cfg.model.stages) == ("cnn", 2)  # a section named by a string too
+    assert cfg.modes == ("sync",)
+
+
+def test_a_bad_base_is_a_one_line_error(tmp_path: Path) -> None:
+    cases = {
+        "base: missing.yaml\n": "base file not found: .*missing.yaml; give a YAML config file",
+        "base: 3\n": "base must be the path of the YAML config this one builds on.*got 3",
+        "base: b.yaml\n": r"base files go round in a loop \(a.yaml -> b.yaml -> a.yaml\)",
+    }
+    (tmp_path / "b.yaml").write_text("base: a.yaml\nworkers: 2\n")
+    for text, message in cases.items():
+        (tmp_path / "a.yaml").write_text(text)
+        with pytest.raises(ConfigError, match=message) as e:
+            load_config(BenchConfig, tmp_path / "a.yaml")
+        assert "\n" not in str(e.value)

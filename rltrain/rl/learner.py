@@ -223,7 +223,7 @@ class Learner:
         stop_kl = 1.5 * self.loss.target_kl * minibatches  # (summed over an epoch's minibatches)
         self.epochs_run = 0
         for order in torch.stack(orders).to(d, non_blocking=True):  # [epochs, N]: one copy
-            kl = torch.zeros((), device=d)
+            kl = torch.zeros((), device=d) if stop_kl > 0 else None  # none made when off
             # exactly ppo.minibatches per epoch, sizes within one of each other, every sample
             # in one (15 samples in 6: 3, 3, 3, 2, 2, 2; ceil-sized chunks made 5)
             for idx in order.tensor_split(minibatches):
@@ -239,11 +239,11 @@ class Learner:
                     self.dist,
                 )
                 loss = self.loss(batch)
-                if stop_kl > 0:  # KL(pi_old || pi) at this minibatch's parameters
+                if kl is not None:  # KL(pi_old || pi) at this minibatch's parameters
                     kl += loss.parts[3]
                 yield self._gradient(loss, len(idx), lag)
             self.epochs_run += 1
-            if stop_kl > 0 and float(kl) > stop_kl:  # ppo.target_kl: the batch moved it enough
+            if kl is not None and float(kl) > stop_kl:  # ppo.target_kl: the batch moved it enough
                 return
 
     @torch.no_grad()

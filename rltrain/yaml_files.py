@@ -82,10 +82,11 @@ def read_layered(
     layers: list[dict[str, Any]] = []
     p = Path(path)
     while True:
-        if p.resolve() in chain:
-            loop = " -> ".join(q.name for q in [*chain, p.resolve()])
+        here = p.resolve()
+        if here in chain:
+            loop = " -> ".join(q.name for q in [*chain, here])
             raise ConfigError(f"{path}: base files go round in a loop ({loop}); remove one base")
-        chain.append(p.resolve())
+        chain.append(here)
         data = read_yaml(p)
         base = data.pop(BASE_KEY, None)
         layers.append(data)

@@ -184,3 +184,17 @@ def test_a_constructor_error_is_named_by_its_own_line() -> None:
     other = "The actor died ...\n  File 'y'\nModuleNotFoundError: No module named 'mine'"
     assert creation_error(other) == "ModuleNotFoundError: No module named 'mine'"
     assert creation_error("") == "a process's constructor failed"
+
+
+def test_the_users_own_modules_are_shipped_and_installed_ones_are_not() -> None:
+    """``imports`` that live beside the user's script (here the tests' ``custom_envs``) go to
+    every Ray worker with ``runtime_env.py_modules``; an installed package (numpy) and a
+    module that was never imported are left to each node."""
+    import custom_envs
+    import numpy
+
+    from rltrain.runtime.ray.startup import user_code
+
+    shipped = user_code(["custom_envs", "custom_envs", "numpy.linalg", "never_imported_xyz"])
+    assert shipped == [custom_envs]
+    assert numpy not in shipped

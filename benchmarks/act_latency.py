@@ -77,7 +77,7 @@ class ActLoop:
         from rltrain.runtime.process import child
 
         counted = Counted()
-        child.pickle = counted  # type: ignore[attr-defined]
+        child.pickle = counted  # type: ignore[assignment]
         for _ in range(50):  # warm
             self.policy.act(self.obs)
         counted.count = counted.bytes = 0

@@ -56,7 +56,7 @@ def variant(
     to_device(net, device, "bf16" if bf16 else "fp32")
     fmt = torch.channels_last if cl else torch.contiguous_format
     if cl:
-        net = net.to(memory_format=torch.channels_last)
+        net = net.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     if name.startswith("compile+"):
         run = torch.compile(net)
     elif name.startswith("graphs+"):  # CUDA graphs: one launch replays the whole pass
@@ -117,13 +117,13 @@ def main() -> None:
             i, f = variant(name, args.seconds, device, args.infer_batch)
             b = best.get(name, (0.0, 0.0))
             best[name] = (max(b[0], i), max(b[1], f))
-    base = best["fp32"]
+    ref = best["fp32"]
     head = f"inference, batch {args.infer_batch} | vs fp32 | fwd+bwd, batch 256 | vs fp32"
     print(f"| variant | {head} |")
     print("|---|---|---|---|---|")
     for name in names:
         i, f = best[name]
-        ratios = f"{i / base[0]:.2f}x | {f:,.0f} obs/s | {f / base[1]:.2f}x"
+        ratios = f"{i / ref[0]:.2f}x | {f:,.0f} obs/s | {f / ref[1]:.2f}x"
         print(f"| {name} | {i:,.0f} obs/s | {ratios} |")
 
 

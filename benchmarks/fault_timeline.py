@@ -40,11 +40,13 @@ def main() -> int:
         now = time.time() - t0
         sys.stdout.write(f"{now:7.2f}s  {line}")
         if m := KILLED.search(line):
-            kills[m.groups()] = now
+            kills[(m[1], m[2])] = now
             continue
         for pattern, what in ((LOST, "noticed"), (BACK, "back")):
-            if (m := pattern.search(line)) and m.groups() in kills:
-                rows.append(f"{m[1]} {m[2]}: {what} {now - kills[m.groups()]:.2f}s after the kill")
+            if (m := pattern.search(line)) and (m[1], m[2]) in kills:
+                rows.append(
+                    f"{m[1]} {m[2]}: {what} {now - kills[(m[1], m[2])]:.2f}s after the kill"
+                )
         if m := RESTORED.search(line):
             for shard in m[1].split(","):
                 key = ("shard", shard.strip())

@@ -172,7 +172,7 @@ def batch_inputs(cfg: TrainConfig, model: ActorCritic, r: Rollout) -> tuple[torc
         next_values=values[1:],
         continues=r.continues(),
     )
-    targets, adv = cfg.algo_spec.targets(inputs, cfg)
+    targets, adv = cfg.algo_spec.make_estimator(cfg)(inputs)
     obs, actions = r.obs[:T].flatten(0, 1), r.actions.flatten()
     return (
         obs,

@@ -44,10 +44,11 @@ def raw_fps(num_envs: int, threads: int, seconds: float) -> float:
         autoreset_mode="SameStep",
     )
     env.reset(seed=0)
+    n_actions = int(env.single_action_space.n)  # type: ignore[attr-defined]  # Discrete
     rng = np.random.default_rng(0)
     steps, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
-        env.step(rng.integers(0, env.single_action_space.n, num_envs))
+        env.step(rng.integers(0, n_actions, num_envs))
         steps += num_envs
     fps = steps * 4 / (time.perf_counter() - t0)
     env.close()

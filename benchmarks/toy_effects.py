@@ -140,10 +140,11 @@ def momentum(workers: tuple[int, ...], lr: float, epochs: int) -> str:
         lines.append(f"| {name} | {mu_best} | {stale:.2f} | {1 - 1 / n:.2f} |")
     ref = best[names[0]]
     for n, name in zip(workers, names[1 : 1 + len(workers)], strict=True):
-        if ref is not None and best[name] is not None:
+        mu_n = best[name]
+        if ref is not None and mu_n is not None:
             lines.append(
                 f"\nEffective momentum of async with N={n}: best mu(1) - best mu({n}) = "
-                f"{ref - best[name]:.2f} (Mitliagkas et al.: 1 - 1/N = {1 - 1 / n:.2f})"
+                f"{ref - mu_n:.2f} (Mitliagkas et al.: 1 - 1/N = {1 - 1 / n:.2f})"
             )
     return "\n".join(lines) + "\n"
 

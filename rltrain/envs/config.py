@@ -53,7 +53,9 @@ class EnvConfig:
     """Atari: a random number (up to this) of no-op actions at each episode start (0 = none)."""
     sticky_actions: float = field(default=0.25, metadata=spec(ge=0, le=1))
     """Atari: probability that the emulator repeats the previous action instead of the chosen
-    one (repeat_action_probability; 0.25 is the v5 default, Machado et al. 2018)."""
+    one (repeat_action_probability; 0.25 is ale-py's v5 default, Machado et al. 2018). 0: the
+    v4 ids' protocol, and EnvPool's default even for its "-v5" ids, so of most published
+    fast-Pong results (rl_games, CleanRL's EnvPool runs)."""
     action_map: str = field(default="affine", metadata=spec(choices=ACTION_MAPS))
     """Box actions: how the policy's Gaussian sample u reaches the env, on the dimensions with
     finite bounds. affine: the policy acts in [-1, 1], mapped linearly onto [low, high] (u

@@ -43,10 +43,8 @@ def main() -> int:
             kills[(m[1], m[2])] = now
             continue
         for pattern, what in ((LOST, "noticed"), (BACK, "back")):
-            if (m := pattern.search(line)) and (m[1], m[2]) in kills:
-                rows.append(
-                    f"{m[1]} {m[2]}: {what} {now - kills[(m[1], m[2])]:.2f}s after the kill"
-                )
+            if (m := pattern.search(line)) and (who := (m[1], m[2])) in kills:
+                rows.append(f"{m[1]} {m[2]}: {what} {now - kills[who]:.2f}s after the kill")
         if m := RESTORED.search(line):
             for shard in m[1].split(","):
                 key = ("shard", shard.strip())

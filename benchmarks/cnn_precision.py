@@ -1,16 +1,19 @@
-"""Does bf16, channels-last or torch.compile pay for the Nature CNN? (`model.precision`)
+"""Does bf16, channels-last or torch.compile pay for the CNNs? (`model.precision`)
 
-Times the actor-critic's Nature CNN (84x84x4 Atari stacks, 6 actions) on ``--device`` (the
+Times the actor-critic's CNN (``--models``: nature_cnn, impala_cnn or both; 84x84x4 Atari
+stacks, 6 actions) on ``--device`` (the
 CPU on one torch thread by default): inference on a batch of ``--infer-batch`` (8, an actor's
 env group; a batched policy serving many actors sees more) and forward + backward on 256 (a
 learner minibatch), in fp32 (TF32 matmuls on a GPU, as learners run), bf16 autocast,
 channels-last, and both; ``--variants`` picks among those and the same with a ``compile+``
 prefix (through ``torch.compile``) or ``graphs+`` (``torch.compile(mode="reduce-overhead")``:
 CUDA graphs, GPU only); ``--compile`` adds every ``compile+`` variant.
-Each variant's rate is reported against fp32 measured in the same run (rounds interleaved,
-the best of them kept). On a GPU the queue is drained before the clock is read.
+Each variant's rate is reported against the first model's fp32 measured in the same run
+(rounds interleaved, the best of them kept). On a GPU the queue is drained before the clock
+is read.
 
     python benchmarks/cnn_precision.py [--seconds 2] [--rounds 3] [--threads 1]
+        [--models nature_cnn impala_cnn]
         [--device cpu|cuda] [--infer-batch 8] [--compile] [--variants fp32 bf16 graphs+bf16]
 """
 
@@ -22,7 +25,9 @@ from collections.abc import Callable
 
 import torch
 
-from rltrain.rl.algos.models import bf16_native, build_policy, to_device
+from rltrain.rl.algos.model_kinds import MODELS
+from rltrain.rl.algos.models import build_policy
+from rltrain.rl.algos.torsos import CNNTorso, bf16_native, to_device
 
 VARIANTS = ("fp32", "bf16", "channels_last", "channels_last+bf16")
 
@@ -46,17 +51,19 @@ def sync(device: torch.device) -> None:
 
 
 def variant(
-    name: str, seconds: float, device: torch.device, infer_batch: int
+    model: str, name: str, seconds: float, device: torch.device, infer_batch: int
 ) -> tuple[float, float]:
     """(inference obs/s at ``infer_batch``, forward+backward obs/s at batch 256)."""
     torch.manual_seed(0)
     bf16 = "bf16" in name
     cl = "channels_last" in name
-    net = build_policy("nature_cnn", (4, 84, 84), 6, 512, precision="bf16" if bf16 else "fp32")
+    net = build_policy(model, (4, 84, 84), 6, 512, precision="bf16" if bf16 else "fp32")
     to_device(net, device, "bf16" if bf16 else "fp32")
     fmt = torch.channels_last if cl else torch.contiguous_format
-    if cl:
-        net = net.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    net = net.to(memory_format=fmt)  # type: ignore[call-overload]  # the variant's, not the torso's own
+    for m in net.modules():
+        if isinstance(m, CNNTorso):
+            m.channels_last = cl
     if name.startswith("compile+"):
         run = torch.compile(net)
     elif name.startswith("graphs+"):  # CUDA graphs: one launch replays the whole pass
@@ -90,6 +97,8 @@ def main() -> None:
     p.add_argument("--infer-batch", type=int, default=8)
     p.add_argument("--compile", action="store_true", help="also each variant via torch.compile")
     p.add_argument("--variants", nargs="+", help="these variants alone (fp32 first)")
+    cnns = [m for m in MODELS if m.endswith("_cnn")]
+    p.add_argument("--models", nargs="+", default=["nature_cnn"], choices=cnns)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -111,20 +120,22 @@ def main() -> None:
                 f"variant {name!r}: allowed {', '.join(VARIANTS)}, each with compile+ "
                 "or (on cuda) graphs+ before it"
             )
-    best: dict[str, tuple[float, float]] = {}
+    rows = [(model, name) for model in args.models for name in names]
+    best: dict[tuple[str, str], tuple[float, float]] = {}
     for _ in range(args.rounds):
-        for name in names:
-            i, f = variant(name, args.seconds, device, args.infer_batch)
-            b = best.get(name, (0.0, 0.0))
-            best[name] = (max(b[0], i), max(b[1], f))
-    ref = best["fp32"]
-    head = f"inference, batch {args.infer_batch} | vs fp32 | fwd+bwd, batch 256 | vs fp32"
-    print(f"| variant | {head} |")
-    print("|---|---|---|---|---|")
-    for name in names:
-        i, f = best[name]
+        for row in rows:
+            i, f = variant(*row, args.seconds, device, args.infer_batch)
+            b = best.get(row, (0.0, 0.0))
+            best[row] = (max(b[0], i), max(b[1], f))
+    ref = best[(args.models[0], "fp32")]
+    vs = f"vs {args.models[0]} fp32"
+    head = f"inference, batch {args.infer_batch} | {vs} | fwd+bwd, batch 256 | {vs}"
+    print(f"| model | variant | {head} |")
+    print("|---|---|---|---|---|---|")
+    for model, name in rows:
+        i, f = best[(model, name)]
         ratios = f"{i / ref[0]:.2f}x | {f:,.0f} obs/s | {f / ref[1]:.2f}x"
-        print(f"| {name} | {i:,.0f} obs/s | {ratios} |")
+        print(f"| {model} | {name} | {i:,.0f} obs/s | {ratios} |")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@
 #     WIDE_ENVS (64) envs per actor: larger minibatches for the same kernel launches;
 #   * on a GPU, with MICRO=1 (0, the default, skips them): benchmarks/exchange.py (a push to
 #     the shard beside the learner against optimizer.step()) and benchmarks/cnn_precision.py
-#     (fp32/TF32, bf16, channels-last);
+#     (fp32/TF32, bf16, channels-last; the Nature CNN and IMPALA's, model.kind=impala_cnn);
 #   * the same run for ANCHOR_SECONDS (45; 0 skips it) with the protocol of the published
 #     fast Pong results (--set env.sticky_actions=0, the v4 ids' protocol), for a comparison
 #     on equal terms;
@@ -161,9 +161,9 @@ if [ "$MICRO" = 1 ] && python3 -c "import sys, torch; sys.exit(not torch.cuda.is
     echo "## a push to the shard beside the learner against optimizer.step(), on the GPU"
     python3 "$REPO/benchmarks/exchange.py" --configs "$CONFIG" --steps 100 --repeats 3
     echo
-    echo "## the Nature CNN on the GPU (learners: fp32 in TF32, or bf16 autocast)"
+    echo "## the Nature and IMPALA CNNs on the GPU (learners: fp32 in TF32, or bf16 autocast)"
     python3 "$REPO/benchmarks/cnn_precision.py" --device cuda --infer-batch 128 --seconds 1 \
-        --rounds 2
+        --rounds 2 --models nature_cnn impala_cnn
 fi
 
 if [ "$ANCHOR_SECONDS" -gt 0 ]; then

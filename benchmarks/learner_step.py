@@ -53,8 +53,9 @@ from rltrain.ps.server import LocalServer
 from rltrain.rl.actor import policy_builder
 from rltrain.rl.algos.estimators import TargetInputs
 from rltrain.rl.algos.losses import actor_critic_loss
-from rltrain.rl.algos.models import ActorCritic, flat_params, to_device, train_layout
+from rltrain.rl.algos.models import ActorCritic, flat_params
 from rltrain.rl.algos.ppo import PPOLoss
+from rltrain.rl.algos.torsos import to_device, train_layout
 from rltrain.rl.config import TrainConfig, server_settings
 from rltrain.rl.learner import Learner
 from rltrain.rl.rollout import Rollout

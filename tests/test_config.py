@@ -279,7 +279,7 @@ def test_a_model_the_observations_do_not_fit_is_a_one_line_error(
         "rltrain: error: model.kind=nature_cnn needs image observations [C, H, W] of at least "
         "36 pixels a side, got (4,); use model.kind=mlp or auto"
     )
-    from rltrain.rl.algos.models import check_torso
+    from rltrain.rl.algos.torsos import check_torso
 
     with pytest.raises(ConfigError, match="got \\(3, 7, 7\\)"):
         check_torso("nature_cnn", (3, 7, 7))

@@ -251,16 +251,23 @@ def test_an_env_that_stacks_its_own_frames_is_not_stacked_again() -> None:
 
 
 @pytest.mark.parametrize(
-    ("config", "stack"), [("cartpole_appo.yaml", 1), ("cartpole_gorila.yaml", 2)]
+    ("config", "stack", "kind"),
+    [
+        ("cartpole_appo.yaml", 1, "auto"),
+        ("cartpole_gorila.yaml", 2, "auto"),
+        ("cartpole_appo.yaml", 1, "impala_cnn"),
+    ],
 )
-def test_a_run_on_gymnasium_images_trains_the_cnn(config: str, stack: int, tmp_path: Path) -> None:
-    """appo (the CNN actor-critic) and dqn (its replay keeps whole observations: the colours
-    of each frame are no Atari stack) train on an image env, one image or two stacked, and
-    the checkpoint plays it: one image in the env's own layout or [C, H, W], a stack as the
-    run stacked it."""
+def test_a_run_on_gymnasium_images_trains_the_cnn(
+    config: str, stack: int, kind: str, tmp_path: Path
+) -> None:
+    """appo (the CNN actor-critic, auto's Nature CNN or IMPALA's) and dqn (its replay keeps
+    whole observations: the colours of each frame are no Atari stack) train on an image env,
+    one image or two stacked, and the checkpoint plays it: one image in the env's own layout
+    or [C, H, W], a stack as the run stacked it."""
     import rltrain
     from rltrain.cli import main
-    from rltrain.rl.algos.models import NatureCNNTorso
+    from rltrain.rl.algos.torsos import ImpalaCNNTorso, NatureCNNTorso
 
     run = tmp_path / "img"
     path = Path(__file__).resolve().parents[1] / "configs" / config
@@ -273,11 +280,13 @@ def test_a_run_on_gymnasium_images_trains_the_cnn(config: str, stack: int, tmp_p
         "runtime.backend=local",
         "stop.mean_return=null",
         "stop.max_env_steps=300",
+        f"model.kind={kind}",
     ):
         argv += ["--set", kv]
     assert main(argv) == 0
     policy = rltrain.load_policy(run)
-    assert any(isinstance(m, NatureCNNTorso) for m in policy.policy.model.modules())
+    torso = ImpalaCNNTorso if kind == "impala_cnn" else NatureCNNTorso
+    assert any(isinstance(m, torso) for m in policy.policy.model.modules())
     image = np.zeros((40, 48, 3), np.uint8)  # as the env gives it: [H, W, C]
     if stack == 1:
         assert policy(image) in range(2) and policy(np.moveaxis(image, -1, 0)) in range(2)

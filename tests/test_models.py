@@ -5,12 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rltrain.rl.algos.models import (
+from rltrain.rl.algos.models import build_policy, flat_params, load_flat, parameters_to_come
+from rltrain.rl.algos.torsos import (
+    ImpalaCNNTorso,
     NatureCNNTorso,
-    build_policy,
-    flat_params,
-    load_flat,
-    parameters_to_come,
     resolve_precision,
     to_device,
     train_layout,
@@ -135,3 +133,48 @@ def test_policies_built_for_parameters_to_come_skip_only_the_orthogonal_init() -
     again = build_policy("nature_cnn", (4, 84, 84), 6, 512)  # the context ended: initialised again
     w = again.policy.weight
     assert torch.allclose(w @ w.T, 1e-4 * torch.eye(6), atol=1e-6)
+
+
+def test_impala_cnn_takes_any_image_and_keeps_default_conv_init() -> None:
+    """IMPALA's deep CNN (Espeholt et al. 2018): 256 features for Atari stacks and other
+    image sizes; its convolutions keep torch's default initialisation (as CleanRL's), its
+    last layer the torso's orthogonal one; a vector is a one-line error."""
+    torch.manual_seed(0)
+    net = build_policy("impala_cnn", (4, 84, 84), 6, 64, precision="fp32")
+    torso = net.torso
+    assert isinstance(torso, ImpalaCNNTorso) and torso.out_dim == 256
+    for shape in [(4, 84, 84), (3, 64, 64), (3, 7, 7)]:
+        small = build_policy("impala_cnn", shape, 5, 64, precision="fp32")
+        logits, values = small(torch.zeros(2, *shape, dtype=torch.uint8))
+        assert logits.shape == (2, 5) and values.shape == (2,)
+    fc = torso.net[1]  # [256, 32 * 11 * 11]
+    assert torch.allclose(fc.weight @ fc.weight.T, 2 * torch.eye(256), atol=1e-4)
+    first = torso.net[0][0].weight  # [16, 4, 3, 3]: torch's kaiming-uniform bound 1/sqrt(36)
+    assert first.abs().max() <= 1 / 6 and first.flatten(1).norm(dim=1).std() > 0
+    with pytest.raises(ValueError, match="impala_cnn needs image observations"):
+        build_policy("impala_cnn", (8,), 5, 64)
+
+
+def test_impala_cnn_on_a_cpu_acts_and_learns_channels_last() -> None:
+    """oneDNN's 3x3 convolutions ran faster NHWC: on a CPU the IMPALA CNN runs channels-last
+    for acting as well as learning, in bf16 and fp32 (the Nature CNN only for learning in
+    bf16), with the same flat parameters and outputs as an NCHW twin."""
+    torch.manual_seed(0)
+    a = build_policy("impala_cnn", (4, 84, 84), 6, 64, precision="bf16")
+    assert isinstance(a.torso, ImpalaCNNTorso) and a.torso.channels_last
+    torch.manual_seed(0)
+    b = build_policy("impala_cnn", (4, 84, 84), 6, 64, precision="fp32")
+    assert isinstance(b.torso, ImpalaCNNTorso) and b.torso.channels_last
+    b.torso.to(memory_format=torch.contiguous_format)  # type: ignore[call-overload]
+    b.torso.channels_last = False  # the NCHW twin
+    assert b.torso.net[0][0].weight.is_contiguous()
+    assert torch.equal(flat_params(a), flat_params(b))
+    nature = build_policy("nature_cnn", (4, 84, 84), 6, 64, precision="bf16")
+    assert not nature.torso.channels_last
+    train_layout(nature)
+    assert nature.torso.channels_last
+    obs = torch.randint(0, 255, (3, 4, 84, 84), dtype=torch.uint8)
+    b.torso.bf16 = True  # the same arithmetic in NCHW
+    torch.testing.assert_close(a(obs)[0], b(obs)[0], atol=2e-3, rtol=0)
+    load_flat(a, flat_params(a) * 0.5)
+    assert torch.equal(flat_params(a), flat_params(b) * 0.5)

@@ -16,7 +16,8 @@ from rltrain.envs.user import one_hot as one_hot_space
 from rltrain.ps.server import ShardLayout
 from rltrain.rl.actor import policy_builder
 from rltrain.rl.algos import algo_names, algo_spec
-from rltrain.rl.algos.models import build_qnet, check_torso, flat_params
+from rltrain.rl.algos.models import build_qnet, flat_params
+from rltrain.rl.algos.torsos import check_torso
 from rltrain.rl.config import TrainConfig
 
 

@@ -36,7 +36,8 @@ from rltrain.envs import ActionSpace, env_groups
 from rltrain.faults import PeerLost
 from rltrain.rl.actor import load_params, policy_builder
 from rltrain.rl.algos.distributions import distribution
-from rltrain.rl.algos.models import parameters_to_come, to_device
+from rltrain.rl.algos.models import parameters_to_come
+from rltrain.rl.algos.torsos import to_device
 from rltrain.rl.config import TrainConfig
 
 Acted = tuple[torch.Tensor, torch.Tensor, int]

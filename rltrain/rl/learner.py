@@ -28,13 +28,8 @@ from rltrain.rl.algos import LossBatch
 from rltrain.rl.algos.distributions import distribution
 from rltrain.rl.algos.estimators import TargetInputs
 from rltrain.rl.algos.losses import LossTerms, next_state_values
-from rltrain.rl.algos.models import (
-    bind_flat,
-    parameters_to_come,
-    to_device,
-    train_layout,
-    unbind_flat,
-)
+from rltrain.rl.algos.models import bind_flat, parameters_to_come, unbind_flat
+from rltrain.rl.algos.torsos import to_device, train_layout
 from rltrain.rl.config import TrainConfig, waits_at_barrier
 from rltrain.rl.device import pick_device
 from rltrain.rl.exchange import push_gradients

@@ -1,10 +1,10 @@
 """Which network a config asks for: the model kinds, value torsos and precisions, and where
-the Nature CNN applies. Torch-free: the config checks its keys against them before torch is
+a CNN applies. Torch-free: the config checks its keys against them before torch is
 imported; :mod:`rltrain.rl.algos.models` builds the networks."""
 
 from __future__ import annotations
 
-MODELS = ("auto", "mlp", "nature_cnn")
+MODELS = ("auto", "mlp", "nature_cnn", "impala_cnn")
 VALUE_NETS = ("auto", "shared", "separate")
 PRECISIONS = ("auto", "fp32", "bf16")
 
@@ -13,8 +13,9 @@ CNN_MIN_SIDE = 36
 
 
 def uses_cnn(kind: str, obs_shape: tuple[int, ...]) -> bool:
-    """Whether ``model.kind`` on these observations is the Nature CNN: nature_cnn, or auto on
-    images [C, H, W] it fits (smaller ones, MiniGrid's 7x7 views, go to the MLP)."""
+    """Whether ``model.kind`` on these observations is a CNN: nature_cnn or impala_cnn, or
+    auto on images [C, H, W] the Nature CNN fits (smaller ones, MiniGrid's 7x7 views, go to
+    the MLP)."""
     if kind != "auto":
-        return kind == "nature_cnn"
+        return kind in ("nature_cnn", "impala_cnn")
     return len(obs_shape) == 3 and min(obs_shape[1:]) >= CNN_MIN_SIDE

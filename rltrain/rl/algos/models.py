@@ -1,7 +1,6 @@
-"""Networks of the RL half: one torso per observation kind, with actor-critic or Q heads.
+"""Networks of the RL half: actor-critic or Q heads on the torsos of
+:mod:`rltrain.rl.algos.torsos` (an MLP, the Nature CNN, IMPALA's CNN).
 
-* MLP torso for vector observations (two tanh layers).
-* Nature CNN torso for Atari frame stacks (Mnih et al. 2015), as in A3C and Gorila.
 * Orthogonal initialisation (Saxe et al. 2014) with the gains of the PPO implementations
   (sqrt 2 in the torso, 0.01 for the policy head, 1 for the value head; Andrychowicz et al.
   2021, "What matters in on-policy RL", found both to matter).
@@ -20,35 +19,10 @@ from typing import cast
 import torch
 from torch import nn
 
-from rltrain.config import ConfigError
 from rltrain.envs.base import ActionSpace
 from rltrain.normalize import EPS, NormStats
-from rltrain.rl.algos.model_kinds import CNN_MIN_SIDE, MODELS, PRECISIONS, uses_cnn
-
-
-def bf16_native(device: torch.device | str = "cpu") -> bool:
-    """Whether bfloat16 convolutions run natively and pay: a CPU with the AVX-512 BF16 / AMX
-    instructions oneDNN uses. Not CUDA: the Nature CNN is too small for bf16's tensor cores
-    to win back autocast's casts, and fp32 there runs its matmuls in TF32
-    (:func:`pick_device`; ``benchmarks/cnn_precision.py`` compares the two)."""
-    if torch.device(device).type != "cpu":
-        return False
-    return bool(
-        torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    )
-
-
-def resolve_precision(
-    precision: str, kind: str, obs_shape: tuple[int, ...], device: torch.device | str = "cpu"
-) -> str:
-    """``auto``: bf16 for the Nature CNN where it runs faster (:func:`bf16_native`: AVX-512
-    BF16 CPUs, whose bf16 autocast speeds up both a learner's forward + backward and an
-    actor's inference), fp32 otherwise (CUDA, other CPUs; MLPs are too small to gain).
-    Learners also keep a bf16 CNN channels-last (:func:`train_layout`)."""
-    if precision != "auto":
-        return precision
-    return "bf16" if uses_cnn(kind, obs_shape) and bf16_native(device) else "fp32"
-
+from rltrain.rl.algos.model_kinds import uses_cnn
+from rltrain.rl.algos.torsos import build_torso
 
 _INITIALISE = contextvars.ContextVar("initialise", default=True)
 
@@ -68,89 +42,18 @@ def parameters_to_come() -> Iterator[None]:
         _INITIALISE.reset(token)
 
 
-def orthogonal_init(module: nn.Module, gain: float) -> None:
-    """Orthogonal weights with ``gain`` and zero biases for every Linear/Conv2d in ``module``
-    (none inside :func:`parameters_to_come`)."""
+def orthogonal_init(
+    module: nn.Module, gain: float, kinds: tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv2d)
+) -> None:
+    """Orthogonal weights with ``gain`` and zero biases for every layer of ``kinds`` in
+    ``module`` (none inside :func:`parameters_to_come`)."""
     if not _INITIALISE.get():
         return
     for m in module.modules():
-        if isinstance(m, nn.Linear | nn.Conv2d):
+        if isinstance(m, kinds) and isinstance(m.weight, torch.Tensor):
             nn.init.orthogonal_(m.weight, gain)
-            if m.bias is not None:
+            if isinstance(m.bias, torch.Tensor):
                 nn.init.zeros_(m.bias)
-
-
-class MLPTorso(nn.Module):
-    """Two tanh hidden layers over the flattened observation."""
-
-    def __init__(self, obs_dim: int, hidden: int) -> None:
-        super().__init__()
-        self.net = nn.Sequential(
-            nn.Linear(obs_dim, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh()
-        )
-        self.out_dim = hidden
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:  # [N, *obs] -> [N, hidden]
-        return self.net(obs.flatten(1).float())
-
-
-class NatureCNNTorso(nn.Module):
-    """The DQN Nature network's convolutions and 512-unit layer.
-
-    Input: uint8 frames [N, C, H, W]; scaled to [0, 1] here so that rollouts and replay stay
-    uint8 (4x smaller); other dtypes are taken as they are. ``bf16``: the convolutions and the
-    512-unit layer run under bfloat16 autocast (parameters and their gradients stay float32,
-    the output is float32), so the heads, losses and the server see float32 only.
-    """
-
-    def __init__(self, in_channels: int, size: tuple[int, int] = (84, 84), bf16: bool = False):
-        super().__init__()
-        self.bf16 = bf16
-        self.channels_last = False  # see train_layout
-        convs = nn.Sequential(
-            nn.Conv2d(in_channels, 32, 8, stride=4),
-            nn.ReLU(),
-            nn.Conv2d(32, 64, 4, stride=2),
-            nn.ReLU(),
-            nn.Conv2d(64, 64, 3, stride=1),
-            nn.ReLU(),
-            nn.Flatten(),
-        )
-        with torch.no_grad():
-            n = convs(torch.zeros(1, in_channels, *size)).shape[1]
-        self.net = nn.Sequential(convs, nn.Linear(n, 512), nn.ReLU())
-        self.out_dim = 512
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:  # [N, C, H, W] -> [N, 512]
-        if self.channels_last:  # reorder the uint8 frames, the cheapest copy
-            obs = obs.contiguous(memory_format=torch.channels_last)
-        # bf16: scale straight into bf16 (a float32 copy of a uint8 batch is 4x its size)
-        x = obs.to(torch.bfloat16 if self.bf16 else torch.float32)
-        if obs.dtype == torch.uint8:
-            x = x * (1.0 / 255.0)
-        with torch.autocast(obs.device.type, torch.bfloat16, enabled=self.bf16):
-            return self.net(x).float()
-
-
-def to_device(model: nn.Module, device: torch.device, precision: str) -> nn.Module:
-    """``model`` moved to ``device``, with ``precision: auto`` resolved there: a model is built
-    on the CPU, whose bf16 support says nothing of the GPU a learner moves it to."""
-    model.to(device)
-    for m in model.modules():
-        if isinstance(m, NatureCNNTorso):
-            m.bf16 = resolve_precision(precision, "nature_cnn", (), device) == "bf16"
-    return model
-
-
-def train_layout(model: nn.Module) -> None:
-    """Channels-last (NHWC) weights and inputs for the bf16 Nature CNNs of a model that is
-    trained: it speeds up bf16's forward + backward on a learner's minibatch but slows down
-    inference on an actor's few frames, so learners use it and actors do not. Parameters
-    stay where :func:`load_flat` puts them."""
-    for m in model.modules():
-        if isinstance(m, NatureCNNTorso) and m.bf16:
-            m.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (stubs lack it)
-            m.channels_last = True
 
 
 def flat_params(model: nn.Module) -> torch.Tensor:  # [P]
@@ -196,33 +99,6 @@ def unbind_flat(model: nn.Module) -> None:
     """Give every parameter storage of its own again (:func:`bind_flat` undone)."""
     for p in model.parameters():
         p.data = p.data.clone()
-
-
-def check_torso(kind: str, obs_shape: tuple[int, ...]) -> None:
-    """A one-line ConfigError where ``model.kind`` cannot take the env's observations (a
-    config check that needs the env: call it once the env is probed, before anything starts)."""
-    if kind == "nature_cnn" and (len(obs_shape) != 3 or min(obs_shape[1:]) < CNN_MIN_SIDE):
-        raise ConfigError(
-            f"model.kind=nature_cnn needs image observations [C, H, W] of at least "
-            f"{CNN_MIN_SIDE} pixels a side, got {tuple(obs_shape)}; use model.kind=mlp or auto"
-        )
-
-
-def build_torso(
-    kind: str, obs_shape: tuple[int, ...], hidden: int, precision: str = "fp32"
-) -> nn.Module:
-    """``auto``: the Nature CNN for image stacks [C, H, W], the MLP for vectors."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}; allowed: {', '.join(PRECISIONS)}")
-    bf16 = resolve_precision(precision, kind, obs_shape) == "bf16"
-    if kind == "auto":
-        kind = "nature_cnn" if uses_cnn(kind, obs_shape) else "mlp"
-    check_torso(kind, obs_shape)
-    if kind == "nature_cnn":
-        return NatureCNNTorso(obs_shape[0], (obs_shape[1], obs_shape[2]), bf16)
-    if kind == "mlp":
-        return MLPTorso(int(torch.tensor(obs_shape).prod()), hidden)
-    raise ValueError(f"unknown model {kind!r}; allowed: {', '.join(MODELS)}")
 
 
 class ObsNorm(nn.Module):
@@ -276,8 +152,9 @@ class ActorCritic(nn.Module):
         self.value = nn.Linear(width, 1)
         self.log_std = nn.Parameter(torch.zeros(space.n)) if space.continuous else None
         for part in (torso, value_torso):
-            if part is not None:
-                orthogonal_init(part, math.sqrt(2))
+            if part is not None:  # the torso's own choice of layers (ImpalaCNNTorso: not convs)
+                kinds = getattr(part, "orthogonal", (nn.Linear, nn.Conv2d))
+                orthogonal_init(part, math.sqrt(2), kinds)
         orthogonal_init(self.policy, 0.01)
         orthogonal_init(self.value, 1.0)
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import torch
 
-from rltrain.rl.algos.model_kinds import MODELS
+from rltrain.rl.algos.model_kinds import CNN_KINDS
 from rltrain.rl.algos.models import build_policy
 from rltrain.rl.algos.torsos import CNNTorso, bf16_native, to_device
 
@@ -97,8 +97,7 @@ def main() -> None:
     p.add_argument("--infer-batch", type=int, default=8)
     p.add_argument("--compile", action="store_true", help="also each variant via torch.compile")
     p.add_argument("--variants", nargs="+", help="these variants alone (fp32 first)")
-    cnns = [m for m in MODELS if m.endswith("_cnn")]
-    p.add_argument("--models", nargs="+", default=["nature_cnn"], choices=cnns)
+    p.add_argument("--models", nargs="+", default=["nature_cnn"], choices=CNN_KINDS)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)

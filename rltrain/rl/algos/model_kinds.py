@@ -4,7 +4,8 @@ imported; :mod:`rltrain.rl.algos.models` builds the networks."""
 
 from __future__ import annotations
 
-MODELS = ("auto", "mlp", "nature_cnn", "impala_cnn")
+CNN_KINDS = ("nature_cnn", "impala_cnn")
+MODELS = ("auto", "mlp", *CNN_KINDS)
 VALUE_NETS = ("auto", "shared", "separate")
 PRECISIONS = ("auto", "fp32", "bf16")
 
@@ -17,5 +18,5 @@ def uses_cnn(kind: str, obs_shape: tuple[int, ...]) -> bool:
     auto on images [C, H, W] the Nature CNN fits (smaller ones, MiniGrid's 7x7 views, go to
     the MLP)."""
     if kind != "auto":
-        return kind in ("nature_cnn", "impala_cnn")
+        return kind in CNN_KINDS
     return len(obs_shape) == 3 and min(obs_shape[1:]) >= CNN_MIN_SIDE

@@ -191,7 +191,8 @@ def to_device(model: nn.Module, device: torch.device, precision: str) -> nn.Modu
     model.to(device)
     for m in model.modules():
         if isinstance(m, CNNTorso):
-            m.bf16 = resolve_precision(precision, "nature_cnn", (), device) == "bf16"
+            # a CNN torso already: ``auto`` is bf16 where the device runs it natively
+            m.bf16 = precision == "bf16" or (precision == "auto" and bf16_native(device))
             m.use_layout(training=False)
     return model
 

@@ -51,6 +51,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from rltrain.config import load_config
 from rltrain.ps.server import LocalServer
 from rltrain.rl.actor import policy_builder
+from rltrain.rl.algos.base import ValueEstimator
 from rltrain.rl.algos.estimators import TargetInputs
 from rltrain.rl.algos.losses import actor_critic_loss
 from rltrain.rl.algos.models import ActorCritic, flat_params
@@ -158,9 +159,12 @@ def learner_path(cfg: TrainConfig, kind: str, device: torch.device) -> Callable[
     return learn
 
 
-def batch_inputs(cfg: TrainConfig, model: ActorCritic, r: Rollout) -> tuple[torch.Tensor, ...]:
+def batch_inputs(
+    cfg: TrainConfig, model: ActorCritic, estimate: ValueEstimator, r: Rollout
+) -> tuple[torch.Tensor, ...]:
     """A single-process trainer's batch: obs [N, *obs], actions [N], pi_old's logits [N, A],
-    old values, targets and advantages [N] (N = T x B), from one no-grad pass over ``r``."""
+    old values, targets and advantages [N] (N = T x B), from one no-grad pass over ``r``;
+    ``estimate`` is built once per loop, as the learner builds its own."""
     T, B = r.actions.shape
     with torch.no_grad():
         logits, values = model(r.obs.flatten(0, 1))
@@ -173,7 +177,7 @@ def batch_inputs(cfg: TrainConfig, model: ActorCritic, r: Rollout) -> tuple[torc
         next_values=values[1:],
         continues=r.continues(),
     )
-    targets, adv = cfg.algo_spec.make_estimator(cfg)(inputs)
+    targets, adv = estimate(inputs)
     obs, actions = r.obs[:T].flatten(0, 1), r.actions.flatten()
     return (
         obs,
@@ -192,10 +196,11 @@ def plain_loop(cfg: TrainConfig, kind: str, device: torch.device) -> Callable[[R
     opt = torch.optim.Adam(model.parameters(), lr=o.lr, eps=o.eps, fused=True)
     spec, p = PPOLoss(cfg).spec(), cfg.ppo
     gen = torch.Generator().manual_seed(cfg.seed)
+    estimate = cfg.algo_spec.make_estimator(cfg)
 
     def learn(r: Rollout) -> int:
         r = r.to(device)  # every tensor of it, as the learner moves a rollout
-        obs, actions, old, old_v, targets, adv = batch_inputs(cfg, model, r)
+        obs, actions, old, old_v, targets, adv = batch_inputs(cfg, model, estimate, r)
         n = len(actions)
         for _ in range(p.epochs):
             for idx in torch.randperm(n, generator=gen).to(device).split(n // p.minibatches):
@@ -223,6 +228,7 @@ def graphed_loop(cfg: TrainConfig, kind: str, device: torch.device) -> Callable[
     opt = torch.optim.Adam(model.parameters(), lr=o.lr, eps=o.eps, capturable=True)
     spec, p = PPOLoss(cfg).spec(), cfg.ppo
     gen = torch.Generator().manual_seed(cfg.seed)
+    estimate = cfg.algo_spec.make_estimator(cfg)
     mb = cfg.algo.rollout_length * cfg.env.num_envs // p.minibatches
     static = {
         "obs": torch.zeros(mb, *OBS, dtype=torch.uint8, device=device),
@@ -258,7 +264,7 @@ def graphed_loop(cfg: TrainConfig, kind: str, device: torch.device) -> Callable[
         batch = dict(
             zip(
                 ("obs", "actions", "old", "old_v", "targets", "adv"),
-                batch_inputs(cfg, model, r),
+                batch_inputs(cfg, model, estimate, r),
                 strict=True,
             )
         )

@@ -33,16 +33,24 @@ def bf16_native(device: torch.device | str = "cpu") -> bool:
     )
 
 
+def cnn_precision(precision: str, device: torch.device | str = "cpu") -> str:
+    """A CNN's precision on ``device``: ``auto`` is bf16 where it runs faster
+    (:func:`bf16_native`: AVX-512 BF16 CPUs, whose bf16 autocast speeds up both a learner's
+    forward + backward and an actor's inference), fp32 otherwise (CUDA, other CPUs)."""
+    if precision != "auto":
+        return precision
+    return "bf16" if bf16_native(device) else "fp32"
+
+
 def resolve_precision(
     precision: str, kind: str, obs_shape: tuple[int, ...], device: torch.device | str = "cpu"
 ) -> str:
-    """``auto``: bf16 for a CNN where it runs faster (:func:`bf16_native`: AVX-512 BF16 CPUs,
-    whose bf16 autocast speeds up both a learner's forward + backward and an actor's
-    inference), fp32 otherwise (CUDA, other CPUs; MLPs are too small to gain). The memory
-    layout follows the precision (:meth:`CNNTorso.use_layout`)."""
-    if precision != "auto":
-        return precision
-    return "bf16" if uses_cnn(kind, obs_shape) and bf16_native(device) else "fp32"
+    """``model.precision`` for this model: :func:`cnn_precision` for a CNN, fp32 for an MLP
+    under ``auto`` (too small to gain). The memory layout follows the precision
+    (:meth:`CNNTorso.use_layout`)."""
+    if precision == "auto" and not uses_cnn(kind, obs_shape):
+        return "fp32"
+    return cnn_precision(precision, device)
 
 
 class MLPTorso(nn.Module):
@@ -191,8 +199,7 @@ def to_device(model: nn.Module, device: torch.device, precision: str) -> nn.Modu
     model.to(device)
     for m in model.modules():
         if isinstance(m, CNNTorso):
-            # a CNN torso already: ``auto`` is bf16 where the device runs it natively
-            m.bf16 = precision == "bf16" or (precision == "auto" and bf16_native(device))
+            m.bf16 = cnn_precision(precision, device) == "bf16"
             m.use_layout(training=False)
     return model
 

@@ -190,6 +190,13 @@ def build_parser() -> _Parser:
         help="also print a Markdown table of the wall time and frames at which each run's "
         "mean of the last N episodes first reached each score (e.g. --marks 0 10 18)",
     )
+    plot.add_argument(
+        "--evals",
+        action="store_true",
+        help="also print a Markdown table of each run's evaluations during training "
+        "(eval/mean_return by frames; eval.every_steps) and, for several runs (seeds of one "
+        "setting), their mean and standard deviation",
+    )
     bench = sub.add_parser(
         "bench",
         help="compare the update rules on MNIST / Fashion-MNIST / CIFAR-10",
@@ -320,7 +327,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
     out = Path(args.out).expanduser() if args.out else None
     runs = [Path(r).expanduser() for r in args.runs]
-    png, table = plot_runs(runs, out, args.title, args.smooth, args.marks)
+    png, table = plot_runs(runs, out, args.title, args.smooth, args.marks, args.evals)
     if png is None and not table:
         raise PlotError(NO_MATPLOTLIB)
     print(png if png is not None else f"rltrain: {NO_MATPLOTLIB}; the table:")

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import yaml
@@ -57,14 +58,13 @@ class Curve:
     """[N] raw episode scores."""
     evals: tuple[np.ndarray, np.ndarray, np.ndarray] = (np.zeros(0), np.zeros(0), np.zeros(0))
     """The evaluations during training, if any: ([E] frames, [E] seconds, [E] mean scores)."""
+    eval_every: int = 0
+    """Frames between evaluations (``eval.every_steps`` x frame skip; 0: not known)."""
 
 
-def frames_per_step(run_dir: Path) -> int:
-    """Emulator frames per env step of a run: its ``env.frame_skip`` for Atari ids, else 1.
-
-    Read from the run's ``config.yaml`` with plain YAML, not the typed config, so that runs
-    written by an older rltrain (other options) still plot.
-    """
+def run_config(run_dir: Path) -> dict[str, Any]:
+    """A run's ``config.yaml`` as plain YAML, not the typed config, so that runs written by an
+    older rltrain (other options) still plot."""
     path = run_dir / "config.yaml"
     try:
         cfg = yaml.safe_load(path.read_text())
@@ -75,16 +75,36 @@ def frames_per_step(run_dir: Path) -> int:
         ) from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise PlotError(f"{path}: cannot read it ({' '.join(str(e).split())})") from None
-    env = cfg.get("env") if isinstance(cfg, dict) else None
-    env = env if isinstance(env, dict) else {}
+    return cfg if isinstance(cfg, dict) else {}
+
+
+def _section(cfg: dict[str, Any], key: str) -> dict[str, Any]:
+    value = cfg.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def frames_per_step(run_dir: Path) -> int:
+    """Emulator frames per env step of a run: its ``env.frame_skip`` for Atari ids, else 1."""
+    env = _section(run_config(run_dir), "env")
     from rltrain.envs.atari import is_atari_v5  # imports ale-py: only when a run is read
 
     if not is_atari_v5(str(env.get("id", ""))):
         return 1
     skip = env.get("frame_skip", 4)  # EnvConfig's default
     if not isinstance(skip, int) or isinstance(skip, bool) or skip < 1:
-        raise PlotError(f"{path}: env.frame_skip={skip!r} is not a whole number >= 1")
+        raise PlotError(
+            f"{run_dir / 'config.yaml'}: env.frame_skip={skip!r} is not a whole number >= 1"
+        )
     return skip
+
+
+def eval_every_frames(run_dir: Path) -> int:
+    """Frames between a run's evaluations during training (``eval.every_steps``; 0: none or
+    unknown)."""
+    every = _section(run_config(run_dir), "eval").get("every_steps", 0)
+    if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+        return 0
+    return every * frames_per_step(run_dir)
 
 
 def read_curve(run_dir: Path) -> Curve:
@@ -130,7 +150,10 @@ def read_curve(run_dir: Path) -> Curve:
         return steps[keep] * skip, seconds[keep], values[keep]
 
     frames, seconds, returns = series(RETURN_TAG)
-    return Curve(run_dir.resolve().name, frames, seconds, returns, series(EVAL_TAG))
+    evals = series(EVAL_TAG)
+    return Curve(
+        run_dir.resolve().name, frames, seconds, returns, evals, eval_every_frames(run_dir)
+    )
 
 
 def running_seconds(
@@ -249,6 +272,37 @@ def marks_table(curves: Sequence[Curve], marks: Sequence[float], window: int = 2
     return "\n".join(lines)
 
 
+def evals_table(curves: Sequence[Curve]) -> str:
+    """A Markdown table of the evaluations during training (``eval/mean_return``): one row
+    per evaluation (its frames, rounded down to the run's ``eval.every_steps``: an evaluation
+    runs at the first batch past each multiple), one column per run (the mean score of its
+    games) and, for several runs, their mean and standard deviation where every run was
+    evaluated: seeds of one setting give that setting's curve and its spread."""
+    rows: dict[int, dict[int, float]] = {}
+    for i, c in enumerate(curves):
+        frames, _, means = c.evals
+        for f, m in zip(frames.tolist(), means.tolist(), strict=True):
+            at = int(f) // c.eval_every * c.eval_every if c.eval_every else int(f)
+            rows.setdefault(at, {})[i] = float(m)  # a resume's re-evaluation: the last
+    if not rows:
+        raise PlotError(
+            "--evals: no evaluations during training in "
+            f"{', '.join(c.label for c in curves)} (eval/mean_return; set eval.every_steps)"
+        )
+    several = len(curves) > 1
+    head = [c.label for c in curves] + ([f"mean +- sd of {len(curves)}"] if several else [])
+    lines = [f"| frames | {' | '.join(head)} |", "|---" * (len(head) + 1) + "|"]
+    for at in sorted(rows):
+        got = rows[at]
+        cells = [f"{got[i]:.1f}" if i in got else "-" for i in range(len(curves))]
+        if several:
+            every = [got[i] for i in range(len(curves)) if i in got]
+            full = len(every) == len(curves)
+            cells.append(f"{np.mean(every):.1f} +- {np.std(every, ddof=1):.1f}" if full else "-")
+        lines.append(f"| {_count(at)} | {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
 def _time_axis(seconds_max: float) -> tuple[float, str]:
     """(divisor, label) of the wall-time axis: seconds, minutes or hours."""
     if seconds_max >= 3 * 3600:
@@ -313,10 +367,14 @@ def plot_runs(
     title: str | None = None,
     window: int = 20,
     marks: Sequence[float] = (),
+    evals: bool = False,
 ) -> tuple[Path | None, str]:
     """Read every run (all errors before anything is drawn) and write the PNG; its path (None
-    without matplotlib), and with ``marks`` the time-to-score table (:func:`marks_table`, else
-    "")."""
+    without matplotlib), and the tables asked for ("" for none): with ``marks`` the
+    time-to-score table (:func:`marks_table`), with ``evals`` the evaluations'
+    (:func:`evals_table`)."""
     curves = [read_curve(d) for d in run_dirs]
+    tables = [marks_table(curves, marks, window)] if marks else []
+    tables += [evals_table(curves)] if evals else []
     png = draw(curves, out if out is not None else default_output(run_dirs), title, window)
-    return png, marks_table(curves, marks, window) if marks else ""
+    return png, "\n\n".join(tables)

@@ -261,3 +261,51 @@ def test_without_matplotlib_the_table_is_still_printed(
     assert main(["plot", str(run)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "matplotlib is not installed (pip install matplotlib)" in err[0]
+
+
+def test_evals_table_rows_are_the_runs_evaluations_with_the_seeds_mean(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--evals: one row per evaluation, its frames rounded down to eval.every_steps (each run
+    evaluates at the first batch past each multiple: 100,352 steps is the 100k point); one
+    column per run; the mean and sample standard deviation only where every run has a value."""
+    runs = []
+    for name, evals in (
+        ("seed0", [(100_352, -20.0), (200_704, -10.0), (300_032, 5.0)]),
+        ("seed1", [(101_000, -21.0), (201_536, -14.0)]),
+    ):
+        run = make_run(tmp_path / name, "pong_appo.yaml", [(50_000, -21.0, 1)])
+        writer = SummaryWriter(str(run / "tb"))
+        for steps, mean in evals:
+            writer.add_scalar(EVAL_TAG, mean, steps)
+        writer.close()
+        runs.append(str(run))
+    # pong_appo.yaml evaluates every 500,000 steps; these runs every 100,000
+    for run in runs:
+        text = (Path(run) / "config.yaml").read_text()
+        (Path(run) / "config.yaml").write_text(
+            text.replace("every_steps: 500000", "every_steps: 100000")
+        )
+    assert main(["plot", *runs, "--evals", "--out", str(tmp_path / "x.png")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1:] == [
+        "| frames | seed0 | seed1 | mean +- sd of 2 |",
+        "|---|---|---|---|",
+        "| 400k | -20.0 | -21.0 | -20.5 +- 0.7 |",  # 4 frames per step
+        "| 800k | -10.0 | -14.0 | -12.0 +- 2.8 |",
+        "| 1.2M | 5.0 | - | - |",
+    ]
+    assert main(["plot", runs[0], "--evals", "--marks", "0"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith("| run | frames/s | +0 |") and out[4] == ""
+    assert out[5:7] == ["| frames | seed0 |", "|---|---|"] and out[-1] == "| 1.2M | 5.0 |"
+
+
+def test_evals_table_without_evaluations_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = make_run(tmp_path / "cp", "cartpole_appo.yaml", [(64, 12, 1)])
+    assert main(["plot", str(run), "--evals"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--evals: no evaluations during training in cp" in err[0]
+    assert "eval.every_steps" in err[0] and not (run / "returns.png").exists()

@@ -83,9 +83,10 @@ def _section(cfg: dict[str, Any], key: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def frames_per_step(run_dir: Path) -> int:
-    """Emulator frames per env step of a run: its ``env.frame_skip`` for Atari ids, else 1."""
-    env = _section(run_config(run_dir), "env")
+def frames_per_step(run_dir: Path, cfg: dict[str, Any] | None = None) -> int:
+    """Emulator frames per env step of a run: its ``env.frame_skip`` for Atari ids, else 1
+    (``cfg``: its :func:`run_config`, if already read)."""
+    env = _section(run_config(run_dir) if cfg is None else cfg, "env")
     from rltrain.envs.atari import is_atari_v5  # imports ale-py: only when a run is read
 
     if not is_atari_v5(str(env.get("id", ""))):
@@ -98,13 +99,13 @@ def frames_per_step(run_dir: Path) -> int:
     return skip
 
 
-def eval_every_frames(run_dir: Path) -> int:
-    """Frames between a run's evaluations during training (``eval.every_steps``; 0: none or
-    unknown)."""
-    every = _section(run_config(run_dir), "eval").get("every_steps", 0)
+def eval_every_steps(cfg: dict[str, Any]) -> int:
+    """Env steps between a run's evaluations during training (its :func:`run_config`'s
+    ``eval.every_steps``; 0: none or unknown)."""
+    every = _section(cfg, "eval").get("every_steps", 0)
     if not isinstance(every, int) or isinstance(every, bool) or every < 1:
         return 0
-    return every * frames_per_step(run_dir)
+    return every
 
 
 def read_curve(run_dir: Path) -> Curve:
@@ -114,7 +115,8 @@ def read_curve(run_dir: Path) -> Curve:
     if not run_dir.is_dir():
         why = "it is a file" if run_dir.exists() else "it does not exist"
         raise PlotError(f"{run_dir}: not a run directory ({why})")
-    skip = frames_per_step(run_dir)
+    cfg = run_config(run_dir)  # read once
+    skip = frames_per_step(run_dir, cfg)
     tb = run_dir / TB_DIR
     if not any(tb.glob("*tfevents*")):
         raise PlotError(
@@ -152,7 +154,7 @@ def read_curve(run_dir: Path) -> Curve:
     frames, seconds, returns = series(RETURN_TAG)
     evals = series(EVAL_TAG)
     return Curve(
-        run_dir.resolve().name, frames, seconds, returns, evals, eval_every_frames(run_dir)
+        run_dir.resolve().name, frames, seconds, returns, evals, eval_every_steps(cfg) * skip
     )
 
 

@@ -77,8 +77,10 @@ class EnvConfig:
     groups: int = field(default=0, metadata=spec(ge=0))
     """Groups an actor steps its num_envs in, in turn: while one group's games run in ale-py's
     C++ threads the policy acts on the next (double-buffered sampling, as Sample Factory).
-    0 = auto: 2 for Atari, 1 for Gymnasium ids (they step in the actor's own thread, so there
-    is nothing to overlap; auto is capped at num_envs). The envs are split as evenly as they
+    0 = auto: 2 for Atari when each actor has 2 cores or more or its policy runs in the policy
+    worker (runtime.inference=server), else 1 (an actor that holds every core gains nothing by
+    overlapping); 1 for Gymnasium ids (they step in the actor's own thread, so there is
+    nothing to overlap). Auto is capped at num_envs. The envs are split as evenly as they
     go; more groups than num_envs are refused."""
     num_threads: int = field(default=0, metadata=spec(ge=0))
     """Atari: C++ threads of the vector env (0 = one per env, capped by the number of cores)."""

@@ -74,7 +74,8 @@ class ServerConfig:
     steps and the server averages them."""
     shards: int = field(default=1, metadata=spec(ge=1))
     """Number of parameter-server shards; the flat parameter vector is split across them by
-    size, each shard a Ray process with its own optimizer (DistBelief)."""
+    size, each shard with its own optimizer (DistBelief): a process of its own on Ray; on the
+    process runtime in the learner's process (impala/appo, one learner) or the trainer's."""
     k: int = field(default=0, metadata=spec(ge=0))
     """soft_sync: updates to aggregate per step (K of N); 0 means N-1, one backup worker."""
     n_fetch: int = field(default=1, metadata=spec(ge=1))

@@ -4,8 +4,9 @@
 # For a bare GPU machine with PyTorch and CUDA but no Ray and no internet: gymnasium,
 # farama-notifications and ale-py come along as wheels (WHEELS, default .whl/; download them
 # elsewhere for the box's Python, as /work/.library/device/README.md shows), and the project
-# runs from PYTHONPATH. Prints, in about 11 minutes with the defaults (9 with
-# ANCHOR_SECONDS=0, what fits a 15-minute device lease beside the machine's start; session 34),
+# runs from PYTHONPATH. Prints, in about 12.5 minutes with the defaults (about 9 with
+# TRAIN_SECONDS=180 WIDE_SECONDS=60 ANCHOR_SECONDS=0, what fits a 15-minute device lease beside
+# the machine's start; estimated from session 34's call),
 # the most telling first, so that a run stopped early still has them:
 #   * the box: GPU, CPU cores, torch;
 #   * raw AtariVectorEnv frames/s (random actions, the v5 protocol) with 16, 64 and 128 envs
@@ -22,6 +23,10 @@
 #     an actor's act round trip through the policy worker's shared slots (on the CPU);
 #   * the learner alone and the whole run for WIDE_SECONDS (90; 0 skips it) with
 #     WIDE_ENVS (64) envs per actor: larger minibatches for the same kernel launches;
+#   * the learner alone and the whole run for MB8_SECONDS (60; 0 skips it) with 8 minibatches
+#     of 128 (--set ppo.minibatches=8): twice the learner's updates per frame, the setting
+#     that learned faster per frame over three seeds (docs/pong.md, "Three seeds"); its
+#     frames/s here decides the shipped default;
 #   * on a GPU, with MICRO=1 (0, the default, skips them): benchmarks/exchange.py (a push to
 #     the shard beside the learner against optimizer.step()) and benchmarks/cnn_precision.py
 #     (fp32/TF32, bf16, channels-last; the Nature CNN and IMPALA's, model.kind=impala_cnn);
@@ -34,8 +39,8 @@
 #     and CUDA graphs (mode="reduce-overhead") against bf16 autocast for the CNN.
 #
 #   bash benchmarks/gpu_box.sh [extra --set for the run ...]
-#   WHEELS=.whl TRAIN_SECONDS=240 RAW_SECONDS=3 WIDE_SECONDS=90 WIDE_ENVS=64 ANCHOR_SECONDS=45 \
-#       BEFORE_SECONDS=0 MICRO=0 COMPILE_SECONDS=0 OUT_DIR=/tmp/gpu_box bash benchmarks/gpu_box.sh
+#   WHEELS=.whl TRAIN_SECONDS=240 RAW_SECONDS=3 WIDE_SECONDS=90 WIDE_ENVS=64 MB8_SECONDS=60 \
+#       ANCHOR_SECONDS=45 BEFORE_SECONDS=0 MICRO=0 COMPILE_SECONDS=0 OUT_DIR=/tmp/gpu_box bash benchmarks/gpu_box.sh
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 WHEELS=${WHEELS:-$REPO/.whl}
@@ -49,6 +54,7 @@ COMPILE_SECONDS=${COMPILE_SECONDS:-0}
 MICRO=${MICRO:-0}
 WIDE_SECONDS=${WIDE_SECONDS:-90}
 WIDE_ENVS=${WIDE_ENVS:-64}
+MB8_SECONDS=${MB8_SECONDS:-60}
 rm -rf "$OUT_DIR" && mkdir -p "$OUT_DIR"
 export PYTHONUNBUFFERED=1
 
@@ -154,6 +160,16 @@ if [ "$WIDE_SECONDS" -gt 0 ]; then
     python3 "$REPO/benchmarks/learner_step.py" --config "$CONFIG" --rollouts 2 --repeats 3 \
         --set "env.num_envs=$WIDE_ENVS" | tail -1
     train wide "$WIDE_SECONDS" --set "env.num_envs=$WIDE_ENVS" "$@"
+fi
+
+if [ "$MB8_SECONDS" -gt 0 ]; then
+    # 8 minibatches of 128: twice the updates per frame, more points per frame on Pong-v5
+    # (docs/pong.md): what they cost where the learner's update is bound by kernel launches
+    echo
+    echo "## the learner alone with 8 minibatches of 128"
+    python3 "$REPO/benchmarks/learner_step.py" --config "$CONFIG" --rollouts 2 --repeats 3 \
+        --set ppo.minibatches=8 | tail -1
+    train minibatches8 "$MB8_SECONDS" --set ppo.minibatches=8 "$@"
 fi
 
 if [ "$MICRO" = 1 ] && python3 -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then

@@ -289,7 +289,16 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"rltrain: run failed: {summary.get('failure', '')}", file=sys.stderr)
         return EXIT_FAILED
     if summary["stopped_by"] == "interrupt":
-        print(f"continue with: rltrain train --resume {run}", file=sys.stderr)
+        from rltrain.checkpoint import latest_checkpoint
+
+        if latest_checkpoint(run) is None:  # stopped in its start-up, before the server was up
+            print(
+                f"no checkpoint was written (stopped during start-up): nothing to resume; "
+                f"start again with a new --run-dir (or remove {run})",
+                file=sys.stderr,
+            )
+        else:
+            print(f"continue with: rltrain train --resume {run}", file=sys.stderr)
         return signals.EXIT_INTERRUPTED
     return 0
 

@@ -140,6 +140,30 @@ def test_sigterm_stops_a_ray_run_gracefully(tmp_path: Path) -> None:
     assert int(ckpt.stem.split("-")[1]) == int(state["shards"][0]["version"]) > 0
 
 
+@pytest.mark.parametrize("after", [0.8, 2.0])
+def test_ctrl_c_in_start_up_stops_cleanly_and_says_what_is_left(
+    tmp_path: Path, after: float
+) -> None:
+    """A terminal's Ctrl-C reaches the whole process group, the forkserver and the children
+    still being built included: no traceback from any of them, and ``--resume`` is offered
+    only where a checkpoint was written (a stop before the server was up writes none)."""
+    run_dir = tmp_path / "run"
+    argv = [sys.executable, "-m", "rltrain.cli", "train", CONFIG, "--run-dir", str(run_dir)]
+    argv += ["--set", "stop.mean_return=null", "--set", "stop.max_seconds=300"]
+    pipe = subprocess.PIPE
+    proc = subprocess.Popen(argv, stdout=pipe, stderr=pipe, text=True, start_new_session=True)
+    time.sleep(after)  # the forkserver imports torch; the trainer probes, starts the server
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err + out
+    if latest_checkpoint(run_dir) is None:
+        assert "continue with" not in err and "checkpoints/" not in out
+        assert "no checkpoint was written" in err or not run_dir.exists()
+    else:
+        assert f"continue with: rltrain train --resume {run_dir}" in err
+
+
 def test_a_second_signal_stops_at_once(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     proc = start_training(run_dir, "--set", "checkpoint.every_seconds=1")

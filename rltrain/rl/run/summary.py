@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rltrain.checkpoint import latest_checkpoint
 from rltrain.faults import FaultCounters
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.env_spec import EnvSpec
@@ -107,5 +108,5 @@ def final_line(summary: dict[str, Any], run: Path) -> str:
         f"stopped by {summary['stopped_by']} after {summary['wall_seconds']:.0f}s: "
         f"{summary['env_steps']:,} steps, {episodes} episodes{late_note}, "
         f"mean return {shown}; faults: {faults.brief()}{refused}; summary.json, "
-        f"checkpoints/, tensorboard --logdir {run / 'tb'}"
+        f"{'checkpoints/, ' if latest_checkpoint(run) else ''}tensorboard --logdir {run / 'tb'}"
     )

@@ -245,9 +245,9 @@ def main(
         if restarted and hasattr(instance, "restarted"):
             instance.restarted()
     except BaseException as e:
-        calls.send("failed", *exception_message(e, traceback.format_exc()), None)
+        _tell(calls, "failed", *exception_message(e, traceback.format_exc()), None)
         return
-    calls.send("up", os.getpid(), None, None)
+    _tell(calls, "up", os.getpid(), None, None)
 
     def run(call_id: int, method: str, call_args: tuple) -> None:
         try:
@@ -255,10 +255,7 @@ def main(
             reply: tuple = ("ok", value, None, call_id)
         except BaseException as e:
             reply = ("raised", *exception_message(e, traceback.format_exc()), call_id)
-        try:
-            calls.send(*reply)
-        except (BrokenPipeError, OSError):  # the trainer is gone: so are we, quietly
-            os._exit(0)
+        _tell(calls, *reply)
 
     pool = ThreadPoolExecutor(concurrency) if concurrency > 1 else None
     while True:
@@ -277,3 +274,12 @@ def main(
     close = getattr(instance, "close", None)
     if close is not None:
         close()
+
+
+def _tell(calls: Channel, *message: Any) -> None:
+    """Send one message to the trainer; if it is gone (stopped while this process was still
+    being built, or since), go too, quietly: nobody is left to read a traceback."""
+    try:
+        calls.send(*message)
+    except (BrokenPipeError, OSError):
+        os._exit(0)

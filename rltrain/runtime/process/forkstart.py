@@ -10,7 +10,11 @@ tensors does.)
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import signal
+import threading
+from collections.abc import Iterator
 from multiprocessing import forkserver
 from typing import Any
 
@@ -33,6 +37,24 @@ def context() -> Any:
     if _context is None:
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(PRELOAD)
-        forkserver.ensure_running()
+        with _sigint_ignored():
+            forkserver.ensure_running()
         _context = ctx
     return _context
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """Start the forkserver with Ctrl-C ignored, as its children are (``child.main``): a
+    terminal's Ctrl-C reaches the whole process group, and the forkserver ignores SIGINT only
+    once its preloads are imported (multiprocessing's ``forkserver.main``), so a Ctrl-C in the
+    first seconds printed a traceback from inside torch's import. Python leaves an ignored
+    SIGINT ignored across the exec; the trainer stops the forkserver itself."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, saved)

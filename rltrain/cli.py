@@ -8,13 +8,13 @@ import json
 import os
 import select
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from rltrain import signals
 from rltrain.config import load_config
-from rltrain.errors import RLTrainError
+from rltrain.errors import ConfigError, RLTrainError
 from rltrain.faults import PeerLost, ProcessLost, RunFailed
 from rltrain.launch import UserError, run_bench_config, run_dir_arg, run_train
 from rltrain.options import describe
@@ -254,9 +254,54 @@ def cmd_options(kind: str) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from rltrain.supervised.config import BenchConfig
 
-    cfg = load_config(BenchConfig, args.config, _overrides(args))  # all checks first
+    with _meant_for(args.config, "bench"):
+        cfg = load_config(BenchConfig, args.config, _overrides(args))  # all checks first
     run_bench_config(cfg, args.run_dir, args.config)
     return 0
+
+
+@contextlib.contextmanager
+def _meant_for(path: str | Path, command: str) -> Iterator[None]:
+    """A config of the other command (a bench config given to ``train`` or ``eval``, a train
+    config to ``bench``) fails on its first foreign key: say which command it is for."""
+    try:
+        yield
+    except ConfigError as e:
+        foreign = _foreign_keys(path, command) if "unknown config key" in str(e) else []
+        if not foreign:
+            raise
+        keys = ", ".join(foreign[:3])
+        if command == "bench":
+            raise UserError(
+                f"{path} is a `rltrain train` config (it has {keys}); run: rltrain train {path}"
+            ) from None
+        if command == "eval":
+            run = Path(path).parent
+            raise UserError(
+                f"{run} is a `rltrain bench` run (its config.yaml has {keys}): its results are "
+                f"in {run / 'results.md'}, its curves in tensorboard --logdir {run / 'tb'}"
+            ) from None
+        raise UserError(
+            f"{path} is a `rltrain bench` config (it has {keys}); run: rltrain bench {path}"
+        ) from None
+
+
+def _foreign_keys(path: str | Path, command: str) -> list[str]:
+    """The top-level keys of the YAML at ``path`` that only the other command's config has."""
+    import dataclasses
+
+    from rltrain.rl.config import TrainConfig
+    from rltrain.supervised.config import BenchConfig
+    from rltrain.yaml_files import read_yaml
+
+    try:
+        keys = read_yaml(path)
+    except RLTrainError:
+        return []
+    train = {f.name for f in dataclasses.fields(TrainConfig)}
+    bench = {f.name for f in dataclasses.fields(BenchConfig)}
+    theirs = train - bench if command == "bench" else bench - train
+    return [k for k in keys if k in theirs]
 
 
 def cmd_reapply(args: argparse.Namespace) -> int:
@@ -278,11 +323,13 @@ def cmd_train(args: argparse.Namespace) -> int:
             )
         run_dir = run_dir_arg(args.resume, "--resume ")
         path = args.config or run_dir / "config.yaml"  # a run folder's: as its rltrain meant
-        cfg = (load_config if args.config else load_run_config)(TrainConfig, path, overrides)
+        with _meant_for(path, "train"):
+            cfg = (load_config if args.config else load_run_config)(TrainConfig, path, overrides)
     else:
         if not args.config:
             raise UserError("train: give a CONFIG file (see configs/) or --resume RUN_DIR")
-        cfg = load_config(TrainConfig, args.config, overrides)
+        with _meant_for(args.config, "train"):
+            cfg = load_config(TrainConfig, args.config, overrides)
     run, summary = run_train(cfg, args.run_dir, args.resume, args.config)
     print(final_line(summary, run))
     if summary["stopped_by"] in ("fault", "diverged"):
@@ -308,7 +355,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from rltrain.rl.evaluate import evaluate
 
     run_dir = run_dir_arg(args.run_dir, "")
-    cfg = load_run_config(TrainConfig, run_dir / "config.yaml")
+    with _meant_for(run_dir / "config.yaml", "eval"):
+        cfg = load_run_config(TrainConfig, run_dir / "config.yaml")
     flags = ("video_view", "video_format", "deterministic", "checkpoint")
     kwargs = {name: getattr(args, name) for name in flags}
     res = evaluate(cfg, run_dir, args.episodes, args.video, args.seed, **kwargs)

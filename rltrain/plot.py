@@ -119,8 +119,12 @@ def read_curve(run_dir: Path) -> Curve:
     skip = frames_per_step(run_dir, cfg)
     tb = run_dir / TB_DIR
     if not any(tb.glob("*tfevents*")):
+        bench = any(tb.glob("*/*tfevents*")) and (run_dir / "results.md").is_file()
         raise PlotError(
-            f"{run_dir}: no TensorBoard events in {tb}; has `rltrain train` started there?"
+            f"{run_dir}: a `rltrain bench` run (one TensorBoard run per mode in {tb}): its "
+            f"results are in {run_dir / 'results.md'}; tensorboard --logdir {tb} shows them"
+            if bench
+            else f"{run_dir}: no TensorBoard events in {tb}; has `rltrain train` started there?"
         )
     # size_guidance 0 keeps every scalar (the default samples 10,000 of them); the rest is
     # not needed

@@ -399,6 +399,19 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             id="b-dataset",
         ),
         pytest.param(
+            ["train", BENCH],
+            [
+                "bench_fashion_mnist.yaml is a `rltrain bench` config (it has modes",
+                "run: rltrain bench",
+            ],
+            id="t-a-bench-config",
+        ),
+        pytest.param(
+            ["bench", CARTPOLE],
+            ["cartpole_a3c.yaml is a `rltrain train` config (it has", "run: rltrain train"],
+            id="b-a-train-config",
+        ),
+        pytest.param(
             ["train", CARTPOLE, "--set", "server.n_push=4"],
             ["server.n_push=4: rltrain bench only"],
             id="t-bench-only-server-key",

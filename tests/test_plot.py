@@ -121,6 +121,11 @@ def test_moving_mean_is_the_mean_of_the_last_window() -> None:
         pytest.param(
             "early", ["early: no episode/return in", "(no episode has ended)"], id="no-returns"
         ),
+        pytest.param(
+            "bench",
+            ["bench: a `rltrain bench` run", "results.md", "tensorboard --logdir"],
+            id="bench",
+        ),
     ],
 )
 def test_errors_are_one_line(
@@ -131,6 +136,11 @@ def test_errors_are_one_line(
     (tmp_path / "fresh").mkdir()
     write_config(tmp_path / "fresh", load_config(TrainConfig, ROOT / "configs/cartpole_appo.yaml"))
     make_run(tmp_path / "early", "cartpole_appo.yaml", [(64, 100.0, 1)], tag="perf/env_fps")
+    bench = tmp_path / "bench"  # as `rltrain bench` leaves it: a TensorBoard run per mode
+    (bench / "tb" / "sync").mkdir(parents=True)
+    (bench / "tb" / "sync" / "events.out.tfevents.0.host").write_bytes(b"")
+    (bench / "config.yaml").write_text((ROOT / "configs/bench_toy.yaml").read_text())
+    (bench / "results.md").write_text("| mode |\n")
     good = make_run(tmp_path / "good", "cartpole_appo.yaml", [(64, 12, 1)])
     # a bad run among good ones fails the whole command, before anything is drawn
     assert main(["plot", str(good), str(tmp_path / name), "--out", str(tmp_path / "x.png")]) == 2

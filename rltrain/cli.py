@@ -406,7 +406,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands |= {"eval": cmd_eval, "plot": cmd_plot, "reapply": cmd_reapply}
     commands["replay"] = cmd_reapply  # the old name of reapply, an alias
     try:
-        with signals.graceful():  # Ctrl-C / SIGTERM: a clean stop first, at once the second time
+        stopping = (  # a bench has no checkpoints: its finished modes keep their results
+            "stopping; the modes that finished keep their results"
+            if args.command == "bench"
+            else signals.FINAL_CHECKPOINT
+        )
+        with signals.graceful(stopping):  # Ctrl-C / SIGTERM: a clean stop, at once the second
             code = commands[args.command](args)
             sys.stdout.flush()  # a reader that went away fails here, not at exit
             return code

@@ -20,7 +20,9 @@ from types import FrameType
 from rltrain.faults import resume_all
 
 EXIT_INTERRUPTED = 130
+FINAL_CHECKPOINT = "stopping after a final checkpoint"
 _received = 0
+_stopping = FINAL_CHECKPOINT  # what the first signal starts (graceful's ``stopping``)
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
@@ -30,8 +32,7 @@ def _handler(signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
         os.write(
             2,
-            f"\nrltrain: {name}: stopping after a final checkpoint "
-            "(press Ctrl-C again to quit at once)\n".encode(),
+            f"\nrltrain: {name}: {_stopping} (press Ctrl-C again to quit at once)\n".encode(),
         )
         raise KeyboardInterrupt
     os.write(2, b"rltrain: stopped at once (no final checkpoint)\n")
@@ -48,17 +49,19 @@ def install() -> None:
 
 
 @contextlib.contextmanager
-def graceful() -> Iterator[None]:
-    """Install the handler for one command; restore the previous handlers afterwards."""
-    global _received
+def graceful(stopping: str = FINAL_CHECKPOINT) -> Iterator[None]:
+    """Install the handler for one command; restore the previous handlers afterwards.
+    ``stopping``: what the first signal's line says the command does now."""
+    global _received, _stopping
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    _received = 0
+    _received, _stopping = 0, stopping
     install()
     try:
         yield
     finally:
+        _stopping = FINAL_CHECKPOINT
         for sig, handler in saved.items():
             signal.signal(sig, handler)

@@ -399,6 +399,11 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             id="b-dataset",
         ),
         pytest.param(
+            ["bench", BENCH, "--set", "modes=[async, sync, async]"],
+            ["modes: async listed twice; list each mode once"],
+            id="b-mode-twice",
+        ),
+        pytest.param(
             ["train", BENCH],
             [
                 "bench_fashion_mnist.yaml is a `rltrain bench` config (it has modes",

@@ -221,6 +221,19 @@ def test_pong_on_a_16_core_1_gpu_box_gets_the_documented_layout(
     )
     two_cores = place(pong, "process", 2, 0)  # this repository's CI box: one actor
     assert (two_cores.gpu, two_cores.inference, two_cores.cfg.actors) == (False, None, 1)
+    assert describe_batch(two_cores.cfg).startswith("batch: 1 actor x 16 envs x 64 steps")
+
+
+def test_the_batch_line_says_when_the_rule_given_is_not_the_rule_run() -> None:
+    """ppo and a2c step behind a barrier: an async rule runs as sync, and config.yaml keeps
+    the rule as given, so the run's first lines say so."""
+    from rltrain.rl.run.sizing import describe_batch
+
+    ppo = load_config(TrainConfig, "configs/cartpole_appo.yaml", ["algo.name=ppo"])
+    assert ppo.server.rule == "async"
+    assert describe_batch(ppo).endswith("; server.rule=async runs as sync for ppo")
+    appo = load_config(TrainConfig, "configs/cartpole_appo.yaml", [])
+    assert "runs as" not in describe_batch(appo)
 
 
 def test_what_auto_chose_is_said_and_noted_in_config_yaml(

@@ -81,11 +81,12 @@ class ServerConfig:
     n_fetch: int = field(default=1, metadata=spec(ge=1))
     """async: workers pull fresh parameters every n_fetch steps (Downpour's n_fetch)."""
     n_push: int = field(default=1, metadata=spec(ge=1))
-    """async: workers push accumulated gradients every n_push steps (Downpour's n_push)."""
+    """rltrain bench, async: workers push accumulated gradients every n_push steps (Downpour's
+    n_push; rltrain train pushes every gradient as it is made)."""
     pipeline: bool = True
-    """async: send each push/pull round trip in the background and compute the next gradient
-    meanwhile, on the parameters already held (hides the network latency; each update is then
-    at least one version stale)."""
+    """rltrain bench, async: send each push/pull round trip in the background and compute the
+    next gradient meanwhile, on the parameters already held (hides the network latency; each
+    update is then at least one version stale)."""
     staleness: str = field(default="none", metadata=spec(choices=STALENESS_POLICIES))
     """async staleness policy: none; scale (lr / max(1, staleness)); drop (refuse updates with
     staleness > max_staleness)."""

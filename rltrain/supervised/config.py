@@ -246,6 +246,9 @@ class BenchConfig:
     def __post_init__(self) -> None:
         if not self.modes:
             raise ValueError("modes: list at least one mode")
+        twice = sorted({m for m in self.modes if self.modes.count(m) > 1})
+        if twice:  # one row, one tb/<mode> folder and one results column per mode
+            raise ValueError(f"modes: {', '.join(twice)} listed twice; list each mode once")
         if self.runtime.backend == "local":
             raise ValueError(
                 "runtime.backend=local: rltrain bench runs its workers as processes; use backend "

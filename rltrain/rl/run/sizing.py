@@ -7,7 +7,7 @@ import math
 
 from rltrain.config import ConfigError
 from rltrain.envs import env_groups
-from rltrain.rl.config import TrainConfig
+from rltrain.rl.config import TrainConfig, server_settings
 
 
 def sized(cfg: TrainConfig, cpus: float, gpu: bool = False, batched: bool = False) -> TrainConfig:
@@ -86,15 +86,20 @@ def describe_batch(cfg: TrainConfig) -> str:
     spec, steps, envs = cfg.algo_spec, cfg.algo.rollout_length, cfg.env.num_envs
     if spec.layout == "replay":
         return (
-            f"batch: {cfg.actors} actors x {envs} envs ({cfg.actors * envs} envs); learners "
+            f"batch: {cfg.actors} actor{'s' if cfg.actors != 1 else ''} x {envs} envs "
+            f"({cfg.actors * envs} envs); learners "
             f"sample minibatches of {cfg.dqn.batch_size} from the replay; lr {cfg.optimizer.lr:g}"
         )
     who = "actor" if spec.split else "worker"
     samples = steps * envs * (cfg.impala.learner_batch if spec.split else 1)
-    text = f"batch: {cfg.actors} {who}s x {envs} envs x {steps} steps ({cfg.actors * envs} envs)"
-    text += f"; each learn {samples} samples"
+    text = f"batch: {cfg.actors} {who}{'s' if cfg.actors != 1 else ''} x {envs} envs x {steps} "
+    text += f"steps ({cfg.actors * envs} envs); each learn {samples} samples"
     loss = spec.make_loss(cfg)
     if loss.minibatched:
         mb = samples // loss.minibatches
         text += f", {loss.epochs} epochs x {loss.minibatches} minibatches of {mb}"
-    return text + f"; {cfg.optimizer.name} lr {cfg.optimizer.lr:g}"
+    text += f"; {cfg.optimizer.name} lr {cfg.optimizer.lr:g}"
+    run = server_settings(cfg).rule
+    if run != cfg.server.rule:  # a2c/ppo: config.yaml keeps the rule as given
+        text += f"; server.rule={cfg.server.rule} runs as {run} for {cfg.algo.name}"
+    return text

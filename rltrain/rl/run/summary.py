@@ -106,7 +106,8 @@ def final_line(summary: dict[str, Any], run: Path) -> str:
     late_note = f" ({late} of them ended in the work in flight after the stop)" if late else ""
     return (
         f"stopped by {summary['stopped_by']} after {summary['wall_seconds']:.0f}s: "
-        f"{summary['env_steps']:,} steps, {episodes} episodes{late_note}, "
+        f"{summary['env_steps']:,} steps, {episodes:,} episode{'s' if episodes != 1 else ''}"
+        f"{late_note}, "
         f"mean return {shown}; faults: {faults.brief()}{refused}; summary.json, "
         f"{'checkpoints/, ' if latest_checkpoint(run) else ''}tensorboard --logdir {run / 'tb'}"
     )

@@ -218,7 +218,7 @@ def status_line(
     stale = c.staleness_sum / c.applied if c.applied else 0.0
     return (
         f"{secs:5.0f}s  steps {c.env_steps:,}  {fps:,.0f} frames/s  return {ret} "
-        f"({c.episodes} ep)  updates {c.updates:,}"
+        f"({c.episodes:,} ep)  updates {c.updates:,}"
         + (f" ({c.rejected:,} refused)" if c.rejected else "")  # non-finite: nothing learned
         + f"  staleness {stale:.2f}"
         + (f"  time: {top}" if top else "")

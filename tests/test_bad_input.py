@@ -417,6 +417,11 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             id="b-a-train-config",
         ),
         pytest.param(
+            ["train", CARTPOLE, "--set", "algo.rollout_length=10000000000"],
+            ["algo.rollout_length=10000000000 x env.num_envs=", "GiB of memory; lower one"],
+            id="t-rollout-beyond-memory",
+        ),
+        pytest.param(
             ["train", CARTPOLE, "--set", "server.n_push=4"],
             ["server.n_push=4: rltrain bench only"],
             id="t-bench-only-server-key",

@@ -90,7 +90,7 @@ def _common(p: argparse.ArgumentParser, config_optional: bool = False) -> None:
     p.add_argument(
         "--address",
         help="join a Ray cluster: 'auto' (started with `ray start`) or ray://host:port; "
-        "default: a local Ray instance",
+        "default: this machine (processes; a local Ray with runtime.backend=ray)",
     )
 
 

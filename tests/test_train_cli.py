@@ -242,6 +242,10 @@ def test_the_final_line_separates_the_stops_episodes_from_those_in_flight(
     out = capsys.readouterr().out
     assert "31 episodes (3 of them ended in the work in flight after the stop), mean" in out
     assert "mean return 476.25;" in out
+    fake["final_mean_return"] = 470.5  # with the 3 late ones: what the last status line showed
+    assert main(["train", str(CFG / "cartpole_a3c.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "mean return 476.25 at the stop, 470.50 with the 3 after it (the last status" in out
     fake["episodes_at_stop"] = 31
     assert main(["train", str(CFG / "cartpole_a3c.yaml")]) == 0
     assert "4,096 steps, 31 episodes, mean return 476.25;" in capsys.readouterr().out

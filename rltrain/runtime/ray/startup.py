@@ -97,7 +97,7 @@ def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise RayStartError(
                 f"cannot join the Ray cluster at --address {cfg.address}: {first} "
-                "(start one with `ray start --head`, or leave --address out for a local Ray)"
+                "(start one with `ray start --head`, or leave --address out to run on this machine)"
             ) from None
         _started_here, _ours = False, True  # (only once joined: a Ray the caller starts
         r = job_record()  # after a failed join is theirs, and shutdown leaves it running)
@@ -153,7 +153,7 @@ def check_reachable(address: str) -> None:
         raise RayStartError(
             f"cannot join the Ray cluster at --address {address}: nothing answers at "
             f"{host}:{port} ({e.strerror or e}); start one with `ray start --head`, "
-            "or leave --address out for a local Ray"
+            "or leave --address out to run on this machine"
         ) from None
 
 

@@ -311,17 +311,25 @@ def test_agent_view_of_an_image_env_is_its_newest_image_in_colour() -> None:
 
 
 @pytest.mark.parametrize(
-    ("game", "env_id"), [("pong", "ALE/Pong-v5"), ("breakout", "ALE/Breakout-v5")]
+    ("game", "env_id", "full"),
+    [
+        ("pong", "ALE/Pong-v5", False),
+        ("breakout", "ALE/Breakout-v5", False),
+        ("breakout", "ALE/Breakout-v5", True),  # env.full_action_space: 18 actions, same order
+    ],
 )
-def test_recording_env_sees_what_training_sees(game: str, env_id: str) -> None:
+def test_recording_env_sees_what_training_sees(game: str, env_id: str, full: bool) -> None:
     """Same actions, deterministic emulation (no sticky actions, no random no-ops): the
     recording env's observations, rewards and episode end equal ale-py's AtariVectorEnv's
     (the C++ pipeline training uses), bit for bit, through a truncation."""
-    cfg = EnvConfig(id=env_id, noop_max=1, sticky_actions=0.0, max_episode_frames=1200)
+    cfg = EnvConfig(
+        id=env_id, noop_max=1, sticky_actions=0.0, max_episode_frames=1200, full_action_space=full
+    )
     vec = AtariVectorEnv(
         game,
         1,
         num_threads=1,
+        full_action_space=full,
         max_num_frames_per_episode=cfg.max_episode_frames,
         repeat_action_probability=0.0,
         autoreset_mode=AutoresetMode.SAME_STEP,
@@ -329,6 +337,7 @@ def test_recording_env_sees_what_training_sees(game: str, env_id: str) -> None:
         reward_clipping=False,
     )
     rec = AtariScreenEnv(cfg, seed=3)
+    assert rec.num_actions == (18 if full else vec.single_action_space.n)
     expected, _ = vec.reset(seed=3)
     assert (rec.reset() == expected[0]).all()
     actions = np.random.default_rng(0).integers(0, rec.num_actions, 400)

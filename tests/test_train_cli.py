@@ -174,6 +174,9 @@ def test_resume_continues_counters_and_eval_plays_checkpoint(
     assert err.startswith("rltrain: error: optimizer.name=sgd: the run at ") and err.endswith(
         "has optimizer.name=adam, which a resumed run keeps; start a new run to change it"
     )
+    # and another action set (its policy head has another size)
+    assert main(["train", "--resume", str(run_dir), "--set", "env.full_action_space=true"]) == 2
+    assert "which a resumed run keeps" in capsys.readouterr().err
 
     capsys.readouterr()
     assert main(["eval", str(run_dir), "--episodes", "3", "--video"]) == 0

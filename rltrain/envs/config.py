@@ -56,6 +56,10 @@ class EnvConfig:
     one (repeat_action_probability; 0.25 is ale-py's v5 default, Machado et al. 2018). 0: the
     v4 ids' protocol, and EnvPool's default even for its "-v5" ids, so of most published
     fast-Pong results (rl_games, CleanRL's EnvPool runs)."""
+    full_action_space: bool = False
+    """Atari: all 18 joystick actions in every game (Machado et al. 2018's recommendation for
+    comparisons across games) instead of the game's minimal set (Pong: 6, Breakout: 4, the v5
+    ids' default). Kept on resume: it sizes the policy's head."""
     action_map: str = field(default="affine", metadata=spec(choices=ACTION_MAPS))
     """Box actions: how the policy's Gaussian sample u reaches the env, on the dimensions with
     finite bounds. affine: the policy acts in [-1, 1], mapped linearly onto [low, high] (u

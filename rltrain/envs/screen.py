@@ -148,7 +148,8 @@ class AtariScreenEnv:
         rom = roms.get_rom_path(rom_name(cfg.id))
         assert rom is not None  # ale-py registers its ALE/ ids for the ROMs it ships
         self.ale.loadROM(rom)
-        self.actions = self.ale.getMinimalActionSet()
+        full = cfg.full_action_space  # as AtariVectorEnv(full_action_space=...)
+        self.actions = self.ale.getLegalActionSet() if full else self.ale.getMinimalActionSet()
         self.fire = ale_py.Action.FIRE in self.actions  # AtariVectorEnv(use_fire_reset=True)
         self.rng = np.random.default_rng(noop_seed)
         height, width = self.ale.getScreenDims()

@@ -8,13 +8,14 @@ import json
 import os
 import select
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from rltrain import signals
+from rltrain.cli_checks import count_arg, episodes_arg, meant_for, seed_arg
 from rltrain.config import load_config
-from rltrain.errors import ConfigError, RLTrainError
+from rltrain.errors import RLTrainError
 from rltrain.faults import PeerLost, ProcessLost, RunFailed
 from rltrain.launch import UserError, run_bench_config, run_dir_arg, run_train
 from rltrain.options import describe
@@ -37,38 +38,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(
             EXIT_USAGE, f"rltrain: error: {' '.join(message.split())} (see {self.prog} --help)\n"
         )
-
-
-def _count(text: str) -> int:
-    """An argparse type: a whole number >= 1."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {n}")
-    return n
-
-
-def _episodes(text: str) -> int:
-    """An argparse type: eval's --episodes, by the rule rltrain.evaluate() checks (EPISODES)."""
-    from rltrain.rl.evaluate import EPISODES
-
-    try:
-        return EPISODES.check(int(text))
-    except ValueError:
-        got = text.strip() if text.strip().lstrip("+-").isdigit() else repr(text)  # 0, 'ten'
-        raise argparse.ArgumentTypeError(f"expected {EPISODES}, got {got}") from None
-
-
-def _seed(text: str) -> int:
-    """An argparse type: eval's --seed, by the rule rltrain.evaluate() checks (SEED)."""
-    from rltrain.rl.evaluate import SEED
-
-    try:
-        return SEED.check(int(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {SEED}, got {text!r}") from None
 
 
 def _common(p: argparse.ArgumentParser, config_optional: bool = False) -> None:
@@ -114,7 +83,7 @@ def build_parser() -> _Parser:
     ev.add_argument("run_dir", help="a run directory written by `rltrain train`")
     ev.add_argument(
         "--episodes",
-        type=_episodes,
+        type=episodes_arg,
         default=None,
         help="episodes to play (default: the run's eval.episodes, 10 unless it was set)",
     )
@@ -141,7 +110,7 @@ def build_parser() -> _Parser:
     )
     ev.add_argument(
         "--seed",
-        type=_seed,
+        type=seed_arg,
         default=None,
         help="seed of the evaluation envs (default: the run's eval.seed, so that `--checkpoint "
         "best --episodes N` replays the evaluation that chose it)",
@@ -176,7 +145,7 @@ def build_parser() -> _Parser:
     plot.add_argument("--title", help="title above the two panels")
     plot.add_argument(
         "--smooth",
-        type=_count,
+        type=count_arg,
         default=20,
         metavar="N",
         help="draw the mean of the last N episodes (default 20, as stop.window; 1: raw returns)",
@@ -254,54 +223,10 @@ def cmd_options(kind: str) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from rltrain.supervised.config import BenchConfig
 
-    with _meant_for(args.config, "bench"):
+    with meant_for(args.config, "bench"):
         cfg = load_config(BenchConfig, args.config, _overrides(args))  # all checks first
     run_bench_config(cfg, args.run_dir, args.config)
     return 0
-
-
-@contextlib.contextmanager
-def _meant_for(path: str | Path, command: str) -> Iterator[None]:
-    """A config of the other command (a bench config given to ``train`` or ``eval``, a train
-    config to ``bench``) fails on its first foreign key: say which command it is for."""
-    try:
-        yield
-    except ConfigError as e:
-        foreign = _foreign_keys(path, command) if "unknown config key" in str(e) else []
-        if not foreign:
-            raise
-        keys = ", ".join(foreign[:3])
-        if command == "bench":
-            raise UserError(
-                f"{path} is a `rltrain train` config (it has {keys}); run: rltrain train {path}"
-            ) from None
-        if command == "eval":
-            run = Path(path).parent
-            raise UserError(
-                f"{run} is a `rltrain bench` run (its config.yaml has {keys}): its results are "
-                f"in {run / 'results.md'}, its curves in tensorboard --logdir {run / 'tb'}"
-            ) from None
-        raise UserError(
-            f"{path} is a `rltrain bench` config (it has {keys}); run: rltrain bench {path}"
-        ) from None
-
-
-def _foreign_keys(path: str | Path, command: str) -> list[str]:
-    """The top-level keys of the YAML at ``path`` that only the other command's config has."""
-    import dataclasses
-
-    from rltrain.rl.config import TrainConfig
-    from rltrain.supervised.config import BenchConfig
-    from rltrain.yaml_files import read_yaml
-
-    try:
-        keys = read_yaml(path)
-    except RLTrainError:
-        return []
-    train = {f.name for f in dataclasses.fields(TrainConfig)}
-    bench = {f.name for f in dataclasses.fields(BenchConfig)}
-    theirs = train - bench if command == "bench" else bench - train
-    return [k for k in keys if k in theirs]
 
 
 def cmd_reapply(args: argparse.Namespace) -> int:
@@ -323,12 +248,12 @@ def cmd_train(args: argparse.Namespace) -> int:
             )
         run_dir = run_dir_arg(args.resume, "--resume ")
         path = args.config or run_dir / "config.yaml"  # a run folder's: as its rltrain meant
-        with _meant_for(path, "train"):
+        with meant_for(path, "train"):
             cfg = (load_config if args.config else load_run_config)(TrainConfig, path, overrides)
     else:
         if not args.config:
             raise UserError("train: give a CONFIG file (see configs/) or --resume RUN_DIR")
-        with _meant_for(args.config, "train"):
+        with meant_for(args.config, "train"):
             cfg = load_config(TrainConfig, args.config, overrides)
     run, summary = run_train(cfg, args.run_dir, args.resume, args.config)
     print(final_line(summary, run))
@@ -355,7 +280,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from rltrain.rl.evaluate import evaluate
 
     run_dir = run_dir_arg(args.run_dir, "")
-    with _meant_for(run_dir / "config.yaml", "eval"):
+    with meant_for(run_dir / "config.yaml", "eval"):
         cfg = load_run_config(TrainConfig, run_dir / "config.yaml")
     flags = ("video_view", "video_format", "deterministic", "checkpoint")
     kwargs = {name: getattr(args, name) for name in flags}

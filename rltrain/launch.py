@@ -208,34 +208,14 @@ def check_startup(cfg: TrainConfig, spec: EnvSpec) -> None:
     from rltrain.ps.server import ShardLayout
     from rltrain.rl.env_spec import initial_params
     from rltrain.rl.run.placement import inference_device
+    from rltrain.rl.run.sizing import check_rollout_memory
     from rltrain.runtime.config import chosen_backend
 
     env_groups(cfg.env)
     inference_device(cfg, False, chosen_backend(cfg.runtime)[0])
     if cfg.server.shards > 1:  # (one always fits)
         ShardLayout(initial_params(cfg, spec).numel(), cfg.server.shards)
-    check_rollout_memory(cfg, spec)
-
-
-def check_rollout_memory(cfg: TrainConfig, spec: EnvSpec) -> None:
-    """A rollout whose observations take more than half this machine's memory is refused:
-    an actor builds it and a learner takes a copy, so it could never be learned from (the run
-    sat at 0 steps, swapping). dqn's transitions go to the replay, checked by its capacity."""
-    import math
-
-    import numpy as np
-
-    if cfg.algo_spec.layout == "replay" or cfg.runtime.address:  # (a cluster's nodes differ)
-        return
-    T, B = cfg.algo.rollout_length, cfg.env.num_envs
-    one = (T + 1) * B * math.prod(spec.obs_shape) * np.dtype(spec.obs_dtype).itemsize
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    if 2 * one > total:
-        raise UserError(
-            f"algo.rollout_length={T} x env.num_envs={B}: one rollout's observations take "
-            f"{one / 2**30:.1f} GiB, more than half of this machine's {total / 2**30:.1f} GiB "
-            "of memory; lower one of them"
-        )
+    check_rollout_memory(cfg, spec)  # (rl.run.sizing)
 
 
 KEPT_FIRST = "env.id"

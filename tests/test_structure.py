@@ -28,7 +28,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("rltrain.rl.config",),
     ("rltrain.rl", "rltrain.supervised"),
     ("rltrain.rl.run",),
-    ("rltrain.launch", "rltrain.api", "rltrain.cli", "rltrain.plot", "rltrain.__init__"),
+    (
+        *("rltrain.launch", "rltrain.api", "rltrain.cli", "rltrain.cli_checks"),
+        *("rltrain.plot", "rltrain.__init__"),
+    ),
 ]
 APART = {"rltrain.rl": "rltrain.supervised", "rltrain.supervised": "rltrain.rl"}
 

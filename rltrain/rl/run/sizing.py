@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 
 from rltrain.config import ConfigError
 from rltrain.envs import env_groups
 from rltrain.rl.config import TrainConfig, server_settings
+from rltrain.rl.env_spec import EnvSpec
 
 
 def sized(cfg: TrainConfig, cpus: float, gpu: bool = False, batched: bool = False) -> TrainConfig:
@@ -103,3 +105,22 @@ def describe_batch(cfg: TrainConfig) -> str:
     if run != cfg.server.rule:  # a2c/ppo: config.yaml keeps the rule as given
         text += f"; server.rule={cfg.server.rule} runs as {run} for {cfg.algo.name}"
     return text
+
+
+def check_rollout_memory(cfg: TrainConfig, spec: EnvSpec) -> None:
+    """A rollout whose observations take more than half this machine's memory is refused:
+    an actor builds it and a learner takes a copy, so it could never be learned from (the run
+    sat at 0 steps, swapping). dqn's transitions go to the replay, checked by its capacity."""
+    import numpy as np
+
+    if cfg.algo_spec.layout == "replay" or cfg.runtime.address:  # (a cluster's nodes differ)
+        return
+    T, B = cfg.algo.rollout_length, cfg.env.num_envs
+    one = (T + 1) * B * math.prod(spec.obs_shape) * np.dtype(spec.obs_dtype).itemsize
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if 2 * one > total:
+        raise ConfigError(
+            f"algo.rollout_length={T} x env.num_envs={B}: one rollout's observations take "
+            f"{one / 2**30:.1f} GiB, more than half of this machine's {total / 2**30:.1f} GiB "
+            "of memory; lower one of them"
+        )

@@ -1,0 +1,89 @@
+"""The command line's checks of its arguments: argparse types for numbers, and a config of
+the other command (a bench config given to ``train``) named as such instead of failing on its
+first foreign key."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from rltrain.errors import ConfigError, RLTrainError
+from rltrain.launch import UserError
+
+
+def count_arg(text: str) -> int:
+    """An argparse type: a whole number >= 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {n}")
+    return n
+
+
+def episodes_arg(text: str) -> int:
+    """An argparse type: eval's --episodes, by the rule rltrain.evaluate() checks (EPISODES)."""
+    from rltrain.rl.evaluate import EPISODES
+
+    try:
+        return EPISODES.check(int(text))
+    except ValueError:
+        got = text.strip() if text.strip().lstrip("+-").isdigit() else repr(text)  # 0, 'ten'
+        raise argparse.ArgumentTypeError(f"expected {EPISODES}, got {got}") from None
+
+
+def seed_arg(text: str) -> int:
+    """An argparse type: eval's --seed, by the rule rltrain.evaluate() checks (SEED)."""
+    from rltrain.rl.evaluate import SEED
+
+    try:
+        return SEED.check(int(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {SEED}, got {text!r}") from None
+
+
+@contextlib.contextmanager
+def meant_for(path: str | Path, command: str) -> Iterator[None]:
+    """A config of the other command (a bench config given to ``train`` or ``eval``, a train
+    config to ``bench``) fails on its first foreign key: say which command it is for."""
+    try:
+        yield
+    except ConfigError as e:
+        foreign = foreign_keys(path, command) if "unknown config key" in str(e) else []
+        if not foreign:
+            raise
+        keys = ", ".join(foreign[:3])
+        if command == "bench":
+            raise UserError(
+                f"{path} is a `rltrain train` config (it has {keys}); run: rltrain train {path}"
+            ) from None
+        if command == "eval":
+            run = Path(path).parent
+            raise UserError(
+                f"{run} is a `rltrain bench` run (its config.yaml has {keys}): its results are "
+                f"in {run / 'results.md'}, its curves in tensorboard --logdir {run / 'tb'}"
+            ) from None
+        raise UserError(
+            f"{path} is a `rltrain bench` config (it has {keys}); run: rltrain bench {path}"
+        ) from None
+
+
+def foreign_keys(path: str | Path, command: str) -> list[str]:
+    """The top-level keys of the YAML at ``path`` that only the other command's config has."""
+    import dataclasses
+
+    from rltrain.rl.config import TrainConfig
+    from rltrain.supervised.config import BenchConfig
+    from rltrain.yaml_files import read_yaml
+
+    try:
+        keys = read_yaml(path)
+    except RLTrainError:
+        return []
+    train = {f.name for f in dataclasses.fields(TrainConfig)}
+    bench = {f.name for f in dataclasses.fields(BenchConfig)}
+    theirs = train - bench if command == "bench" else bench - train
+    return [k for k in keys if k in theirs]

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 
 W, G = "w", "g"  # the parameters and the gradient accumulator
@@ -42,13 +43,15 @@ class LbfgsShard:
         self._seen = set()
         self.vectors[G] = torch.zeros_like(self.vectors[W])
 
-    def accumulate(self, round_id: int, portion: int, grad: torch.Tensor) -> bool:
+    def accumulate(self, round_id: int, portion: int, grad: torch.Tensor | np.ndarray) -> bool:
         """Add one portion's gradient slice, once: a backup copy of a portion that already
         arrived, or a late one from a finished round, is ignored (the first result wins)."""
         with self._lock:
             if round_id != self.round or portion in self._seen:
                 return False
             self._seen.add(portion)
+            if isinstance(grad, np.ndarray) and not grad.flags.writeable:  # Ray's object store
+                grad = grad.copy()  # (torch warns of, and would share, a read-only array)
             self.vectors[G].add_(torch.as_tensor(grad).reshape(-1))
             return True
 

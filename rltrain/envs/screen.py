@@ -141,8 +141,9 @@ class AtariScreenEnv:
     def __init__(self, cfg: EnvConfig, seed: int) -> None:
         ale_seed, noop_seed = np.random.SeedSequence(seed).generate_state(2)
         self.cfg = cfg
+        # (a static setting: before the constructor, which prints ALE's banner otherwise)
+        ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
         self.ale = ale_py.ALEInterface()
-        self.ale.setLoggerMode(ale_py.LoggerMode.Error)
         self.ale.setFloat("repeat_action_probability", cfg.sticky_actions)
         self.ale.setInt("random_seed", int(ale_seed) & 0x7FFFFFFF)
         rom = roms.get_rom_path(rom_name(cfg.id))

@@ -146,3 +146,19 @@ def test_bench_survives_losing_a_worker_and_the_server_shard(
     if "soft_sync" in results:  # never waits for a dead worker, even under wait
         assert "; soft_sync continues without it" in err
         assert results["soft_sync"]["faults"]["left_barrier"] == 1
+
+
+def test_planned_faults_the_run_ended_before_are_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fault test that stopped before its fault would otherwise pass on none injected."""
+    argv = ["train", str(ROOT / "configs" / "cartpole_appo.yaml"), "--run-dir", str(tmp_path)]
+    argv += ["--set", "stop.mean_return=null", "--set", "stop.max_env_steps=2000"]
+    argv += ["--set", events("{action: kill, target: learner, index: 0, at: 600}")]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert (
+        "not injected, the run ended first: kill learner 0 at 600s" in captured.err + captured.out
+    )
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["faults"]["injected"] == 0

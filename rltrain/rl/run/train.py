@@ -212,6 +212,11 @@ class Trainer:
         the run ended."""
         self.counters.wall_seconds = self.wall_base + self._elapsed()
         resume_all()  # never leave a process stopped by an injected pause
+        # planned faults the run ended before: said, lest a fault test pass on none injected
+        left = [e for e in self.cfg.faults.events if e.action != "slow"] if self._arming else []
+        left = left or [a.event for _, a in self.schedule.plan]
+        if left:
+            self.progress.note(f"not injected, the run ended first: {describe_events(left)}")
         try:
             summary = self._wrap_up()
         finally:  # whatever went wrong above, no process or Ray is left behind

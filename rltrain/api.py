@@ -217,7 +217,7 @@ def bench(
 
     cfg = _config(config, "bench", **overrides)
     run_dir = _new_run_dir(run_dir)
-    with signals.graceful():
+    with signals.graceful(signals.BENCH_RESULTS):
         out = run_bench_config(cfg, None if run_dir is None else Path(run_dir), None)
     return BenchResult.from_run_dir(out)
 

@@ -248,7 +248,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             )
         run_dir = run_dir_arg(args.resume, "--resume ")
         path = args.config or run_dir / "config.yaml"  # a run folder's: as its rltrain meant
-        with meant_for(path, "train"):
+        with meant_for(path, "train" if args.config else "resume"):
             cfg = (load_config if args.config else load_run_config)(TrainConfig, path, overrides)
     else:
         if not args.config:
@@ -264,9 +264,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         from rltrain.checkpoint import latest_checkpoint
 
         if latest_checkpoint(run) is None:  # stopped in its start-up, before the server was up
+            again = f"with a new --run-dir (or remove {run})" if args.run_dir else "the same way"
             print(
-                f"no checkpoint was written (stopped during start-up): nothing to resume; "
-                f"start again with a new --run-dir (or remove {run})",
+                f"no checkpoint was written: nothing to resume; start again {again}",
                 file=sys.stderr,
             )
         else:
@@ -331,11 +331,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands |= {"eval": cmd_eval, "plot": cmd_plot, "reapply": cmd_reapply}
     commands["replay"] = cmd_reapply  # the old name of reapply, an alias
     try:
-        stopping = (  # a bench has no checkpoints: its finished modes keep their results
-            "stopping; the modes that finished keep their results"
-            if args.command == "bench"
-            else signals.FINAL_CHECKPOINT
-        )
+        bench = args.command == "bench"
+        stopping = signals.BENCH_RESULTS if bench else signals.FINAL_CHECKPOINT
         with signals.graceful(stopping):  # Ctrl-C / SIGTERM: a clean stop, at once the second
             code = commands[args.command](args)
             sys.stdout.flush()  # a reader that went away fails here, not at exit

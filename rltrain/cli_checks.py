@@ -60,7 +60,7 @@ def meant_for(path: str | Path, command: str) -> Iterator[None]:
             raise UserError(
                 f"{path} is a `rltrain train` config (it has {keys}); run: rltrain train {path}"
             ) from None
-        if command == "eval":
+        if command in ("eval", "resume"):  # a run folder's config.yaml
             run = Path(path).parent
             raise UserError(
                 f"{run} is a `rltrain bench` run (its config.yaml has {keys}): its results are "
@@ -85,5 +85,9 @@ def foreign_keys(path: str | Path, command: str) -> list[str]:
         return []
     train = {f.name for f in dataclasses.fields(TrainConfig)}
     bench = {f.name for f in dataclasses.fields(BenchConfig)}
-    theirs = train - bench if command == "bench" else bench - train
+    mine, theirs = (
+        (bench - train, train - bench) if command == "bench" else (train - bench, bench - train)
+    )
+    if any(k in mine for k in keys):  # this command's config with a typo: its own error says
+        return []
     return [k for k in keys if k in theirs]

@@ -237,13 +237,13 @@ def check_resume(path: Path, state: dict[str, Any], cfg: TrainConfig) -> list[st
     from rltrain.checkpoint import CheckpointError
     from rltrain.config import dotted, moved_keys, to_dict
     from rltrain.rl.config import TrainConfig, run_yaml
-    from rltrain.rl.run.resume import KEPT_ON_RESUME, TOLD_ON_RESUME
+    from rltrain.rl.run.resume import KEPT_ON_RESUME, KEPT_SINCE, TOLD_ON_RESUME
 
     new = dotted(to_dict(cfg))
     saved = state.get("config")
     old = dotted(moved_keys(TrainConfig, saved)) if isinstance(saved, dict) else {}
     for key in sorted(KEPT_ON_RESUME, key=lambda k: k != KEPT_FIRST):
-        was = old.get(key, new[key])
+        was = old.get(key, KEPT_SINCE.get(key, new[key]) if old else new[key])
         if was != new[key] and "auto" not in (was, new[key]):  # auto: decided later
             raise CheckpointError(
                 f"{key}={new[key]}: the run at {path.parent.parent} has {key}={was}, "

@@ -21,6 +21,7 @@ from rltrain.faults import resume_all
 
 EXIT_INTERRUPTED = 130
 FINAL_CHECKPOINT = "stopping after a final checkpoint"
+BENCH_RESULTS = "stopping; the modes that finished keep their results"  # a bench: no checkpoint
 _received = 0
 _stopping = FINAL_CHECKPOINT  # what the first signal starts (graceful's ``stopping``)
 

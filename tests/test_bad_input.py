@@ -416,6 +416,11 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             ["cartpole_a3c.yaml is a `rltrain train` config (it has", "run: rltrain train"],
             id="b-a-train-config",
         ),
+        pytest.param(  # a bench key in a train config is a typo there, not a bench config
+            ["train", CARTPOLE, "--set", "workers=2"],
+            ["unknown config key 'workers'"],
+            id="t-a-bench-key",
+        ),
         pytest.param(
             ["train", CARTPOLE, "--set", "algo.rollout_length=10000000000"],
             ["algo.rollout_length=10000000000 x env.num_envs=", "GiB of memory; lower one"],

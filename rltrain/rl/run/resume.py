@@ -30,6 +30,8 @@ class Resumed:
 
 
 KEPT_ON_RESUME = ("algo.name", "env.id", "env.full_action_space", "optimizer.name", "normalize.obs")
+KEPT_SINCE = {"env.full_action_space": False}
+"""Kept keys newer than some checkpoints: the value those checkpoints' runs had."""
 """Keys a resumed run keeps as they were: the checkpoint's parameters, optimizer state and
 normalization statistics belong to them (an SGD run's state in Adam fails at its first step;
 an a3c network trained on as appo, or on another game, is another run)."""

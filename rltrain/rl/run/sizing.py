@@ -5,11 +5,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from typing import TYPE_CHECKING
 
 from rltrain.config import ConfigError
 from rltrain.envs import env_groups
 from rltrain.rl.config import TrainConfig, server_settings
-from rltrain.rl.env_spec import EnvSpec
+
+if TYPE_CHECKING:
+    from rltrain.rl.env_spec import EnvSpec
 
 
 def sized(cfg: TrainConfig, cpus: float, gpu: bool = False, batched: bool = False) -> TrainConfig:
@@ -108,9 +111,10 @@ def describe_batch(cfg: TrainConfig) -> str:
 
 
 def check_rollout_memory(cfg: TrainConfig, spec: EnvSpec) -> None:
-    """A rollout whose observations take more than half this machine's memory is refused:
-    an actor builds it and a learner takes a copy, so it could never be learned from (the run
-    sat at 0 steps, swapping). dqn's transitions go to the replay, checked by its capacity."""
+    """Rollouts that could never be learned from are refused: an actor builds one and the
+    learner holds a batch of them (``impala.learner_batch``; a worker its own), and where
+    those observations alone exceed this machine's memory the run sat at 0 steps, swapping.
+    dqn's transitions go to the replay, checked by its capacity."""
     import numpy as np
 
     if cfg.algo_spec.layout == "replay" or cfg.runtime.address:  # (a cluster's nodes differ)
@@ -118,9 +122,10 @@ def check_rollout_memory(cfg: TrainConfig, spec: EnvSpec) -> None:
     T, B = cfg.algo.rollout_length, cfg.env.num_envs
     one = (T + 1) * B * math.prod(spec.obs_shape) * np.dtype(spec.obs_dtype).itemsize
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    if 2 * one > total:
+    copies = 1 + (cfg.impala.learner_batch if cfg.algo_spec.split else 1)
+    if copies * one > total:
         raise ConfigError(
             f"algo.rollout_length={T} x env.num_envs={B}: one rollout's observations take "
-            f"{one / 2**30:.1f} GiB, more than half of this machine's {total / 2**30:.1f} GiB "
-            "of memory; lower one of them"
+            f"{one / 2**30:.1f} GiB, and an actor and its learner hold {copies}: more than this "
+            f"machine's {total / 2**30:.1f} GiB of memory; lower one of them"
         )

@@ -103,10 +103,11 @@ def final_line(summary: dict[str, Any], run: Path) -> str:
     refused = f" ({rejected:,} of {summary['updates']:,} updates refused)" if rejected else ""
     episodes = summary["episodes"]
     late = episodes - summary.get("episodes_at_stop", episodes)  # (an older summary: 0)
-    late_note = f" ({late} of them ended in the work in flight after the stop)" if late else ""
+    late_note = f" ({late:,} of them ended in the work in flight after the stop)" if late else ""
     final = summary.get("final_mean_return")
-    if late and mean is not None and final is not None and f"{final:.2f}" != shown:
-        shown += f" at the stop, {final:.2f} with the {late} after it (the last status line's)"
+    if late and final is not None and f"{final:.2f}" != shown:
+        shown = "none" if mean is None else shown
+        shown += f" at the stop, {final:.2f} with the {late:,} after it (the last status line's)"
     return (
         f"stopped by {summary['stopped_by']} after {summary['wall_seconds']:.0f}s: "
         f"{summary['env_steps']:,} steps, {episodes:,} episode{'s' if episodes != 1 else ''}"

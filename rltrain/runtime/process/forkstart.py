@@ -56,5 +56,5 @@ def _sigint_ignored() -> Iterator[None]:
     saved = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         yield
-    finally:
-        signal.signal(signal.SIGINT, saved)
+    finally:  # (None: a handler set from C, which Python cannot put back: the default then)
+        signal.signal(signal.SIGINT, signal.SIG_DFL if saved is None else saved)

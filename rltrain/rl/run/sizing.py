@@ -70,12 +70,13 @@ def gpu_learners(cfg: TrainConfig, cluster_gpus: float, reserved: bool = True) -
     return True
 
 
+def n(count: int, what: str) -> str:
+    """``1 actor``, ``2 actors``."""
+    return f"{count} {what}{'s' if count != 1 else ''}"
+
+
 def describe_sizes(cfg: TrainConfig) -> str:
     """``2 actors, 1 learner, 1 shard`` (a3c/a2c/ppo: workers)."""
-
-    def n(count: int, what: str) -> str:
-        return f"{count} {what}{'s' if count != 1 else ''}"
-
     if cfg.algo_spec.split:
         parts = [n(cfg.actors, "actor"), n(cfg.learners, "learner")]
     else:
@@ -91,13 +92,13 @@ def describe_batch(cfg: TrainConfig) -> str:
     spec, steps, envs = cfg.algo_spec, cfg.algo.rollout_length, cfg.env.num_envs
     if spec.layout == "replay":
         return (
-            f"batch: {cfg.actors} actor{'s' if cfg.actors != 1 else ''} x {envs} envs "
+            f"batch: {n(cfg.actors, 'actor')} x {envs} envs "
             f"({cfg.actors * envs} envs); learners "
             f"sample minibatches of {cfg.dqn.batch_size} from the replay; lr {cfg.optimizer.lr:g}"
         )
     who = "actor" if spec.split else "worker"
     samples = steps * envs * (cfg.impala.learner_batch if spec.split else 1)
-    text = f"batch: {cfg.actors} {who}{'s' if cfg.actors != 1 else ''} x {envs} envs x {steps} "
+    text = f"batch: {n(cfg.actors, who)} x {envs} envs x {steps} "
     text += f"steps ({cfg.actors * envs} envs); each learn {samples} samples"
     loss = spec.make_loss(cfg)
     if loss.minibatched:

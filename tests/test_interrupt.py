@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from test_leftovers import wait_for_checkpoint
 
 from rltrain.checkpoint import latest_checkpoint
 from rltrain.cli import main
@@ -34,19 +35,6 @@ def start_training(run_dir: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
-
-
-def wait_for_progress(proc: subprocess.Popen, run_dir: Path, timeout: float = 120) -> None:
-    """Until a checkpoint past version 0 exists: the workers have trained for a while."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        ckpt = latest_checkpoint(run_dir)
-        if ckpt is not None and int(ckpt.stem.split("-")[1]) > 0:
-            return
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.5)
-    proc.kill()
-    raise AssertionError("no training progress")
 
 
 def scalars(event_file: Path, tag: str) -> list[tuple[int, float]]:
@@ -66,17 +54,17 @@ def test_sigint_then_resume_continues_every_counter(tmp_path: Path) -> None:
     from test_leftovers import train as train_marked
 
     run_dir = tmp_path / "run"
-    proc, mark = train_marked(
+    proc, session = train_marked(
         tmp_path, "--set", "stop.max_seconds=300", "--set", "checkpoint.every_seconds=2"
     )
-    wait_for_progress(proc, run_dir)
+    wait_for_checkpoint(proc, run_dir)
     time.sleep(2)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     assert "final checkpoint" in err
-    assert_nothing_left(tmp_path, mark)
+    assert_nothing_left(tmp_path, session)
 
     first = json.loads((run_dir / "summary.json").read_text())
     assert first["stopped_by"] == "interrupt"
@@ -126,7 +114,7 @@ def test_sigterm_stops_a_ray_run_gracefully(tmp_path: Path) -> None:
         "--set",
         "actors=1",  # one process of Ray's to start, not two (seconds on 2 cores)
     )
-    wait_for_progress(proc, run_dir)  # mid-training: a checkpoint past version 0 is written
+    wait_for_checkpoint(proc, run_dir)  # mid-training: a checkpoint past version 0 is written
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
@@ -170,9 +158,15 @@ def test_ctrl_c_in_start_up_stops_cleanly_and_says_what_is_left(
 
 
 def test_a_second_signal_stops_at_once(tmp_path: Path) -> None:
+    """At once, and still with nothing left behind: the children see the trainer gone."""
+    from test_leftovers import assert_nothing_left
+    from test_leftovers import train as train_marked
+
     run_dir = tmp_path / "run"
-    proc = start_training(run_dir, "--set", "checkpoint.every_seconds=1")
-    wait_for_progress(proc, run_dir)
+    proc, session = train_marked(
+        tmp_path, "--set", "stop.max_seconds=300", "--set", "checkpoint.every_seconds=1"
+    )
+    wait_for_checkpoint(proc, run_dir)
     proc.send_signal(signal.SIGINT)
     time.sleep(0.3)  # while the final checkpoint and the processes' shutdown are under way
     proc.send_signal(signal.SIGINT)
@@ -182,6 +176,7 @@ def test_a_second_signal_stops_at_once(tmp_path: Path) -> None:
     assert "Traceback" not in err
     assert "stopped at once" in err or (run_dir / "summary.json").is_file()
     assert time.time() - t < 30
+    assert_nothing_left(tmp_path, session)
 
 
 def test_a_resumed_log_hides_what_the_stopped_session_logged_after_its_checkpoint(

@@ -1,60 +1,82 @@
 """Nothing is left behind: `rltrain train` on the process runtime, as a real subprocess,
 leaves no process and no ``pymp-*`` directory (the forkserver's socket) in its temporary
-directory: a run that ends normally after one of its actors was killed and restarted, and (in
+directory: a run that ends normally after one of its actors was killed and restarted, a run
+whose trainer was killed (SIGKILL), one stopped by SIGTERM to its whole process group, and (in
 test_interrupt, with ``train`` and ``assert_nothing_left`` from here) a run stopped by SIGINT."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
+import torch
+
+from rltrain.checkpoint import latest_checkpoint
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "configs" / "cartpole_a3c.yaml")
+APPO = str(ROOT / "configs" / "cartpole_appo.yaml")  # a learner process holds the shards
+UNTIL_STOPPED = ("--set", "checkpoint.every_seconds=1", "--set", "stop.max_seconds=300")
 
 
-def marked_processes(mark: str) -> list[int]:
-    """The processes whose environment holds ``mark`` (the run's, and any child's)."""
+def session_processes(session: int) -> list[int]:
+    """The processes of the session ``session`` (the run's own: children do not leave it).
+    Not by a mark in their environment: a child's title (setproctitle) overwrites it."""
     found = []
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            if mark.encode() in (proc / "environ").read_bytes():
-                found.append(int(proc.name))
-        except OSError:  # gone, or not ours to read
-            continue
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):  # gone, or not ours to ask
+                if os.getsid(int(proc.name)) == session:
+                    found.append(int(proc.name))
     return found
 
 
-def train(tmp: Path, *extra: str) -> tuple[subprocess.Popen, str]:
-    mark = f"RLTRAIN_TEST_MARK={uuid.uuid4().hex}"
-    argv = [sys.executable, "-m", "rltrain.cli", "train", CONFIG, "--run-dir", str(tmp / "run")]
+def train(tmp: Path, *extra: str, config: str = CONFIG) -> tuple[subprocess.Popen, int]:
+    """``rltrain train`` in its own temporary directory and its own session (as a
+    scheduler's job step is), and that session's id."""
+    argv = [sys.executable, "-m", "rltrain.cli", "train", config, "--run-dir", str(tmp / "run")]
     argv += ["--set", "stop.mean_return=null", *extra]
-    env = {**os.environ, "TMPDIR": str(tmp), mark.split("=")[0]: mark.split("=")[1]}
+    env = {**os.environ, "TMPDIR": str(tmp)}
     pipe = subprocess.PIPE
-    proc = subprocess.Popen(argv, stdout=pipe, stderr=pipe, text=True, env=env)
-    return proc, mark
+    proc = subprocess.Popen(
+        argv, stdout=pipe, stderr=pipe, text=True, env=env, start_new_session=True
+    )
+    return proc, proc.pid
 
 
-def assert_nothing_left(tmp: Path, mark: str) -> None:
-    deadline = time.time() + 10  # children see their parent gone and end by themselves
-    while marked_processes(mark) and time.time() < deadline:
+def wait_for_checkpoint(proc: subprocess.Popen, run: Path, timeout: float = 120) -> None:
+    """Until a checkpoint past version 0 exists: every process is up and training."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        ckpt = latest_checkpoint(run)
+        if ckpt is not None and int(ckpt.stem.split("-")[1]) > 0:
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.5)
+    proc.kill()
+    raise AssertionError("no training progress")
+
+
+def assert_nothing_left(tmp: Path, session: int) -> None:
+    deadline = time.time() + 10  # children see the trainer gone and end by themselves
+    while session_processes(session) and time.time() < deadline:
         time.sleep(0.2)
-    assert marked_processes(mark) == []
+    assert session_processes(session) == []
     assert sorted(p.name for p in tmp.glob("pymp-*")) == []
 
 
 def test_a_run_leaves_no_process_and_no_pymp_directory(tmp_path: Path) -> None:
     """A normal end (max_seconds, exit code 0), by the same teardown as one without a fault,
     after an actor's process was killed and a new one started in its place."""
-    proc, mark = train(
+    proc, session = train(
         tmp_path,
         "--set",
         "runtime.backend=process",
@@ -66,4 +88,42 @@ def test_a_run_leaves_no_process_and_no_pymp_directory(tmp_path: Path) -> None:
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert "actor 0 lost" in err
-    assert_nothing_left(tmp_path, mark)
+    assert_nothing_left(tmp_path, session)
+
+
+def test_a_killed_trainer_takes_its_processes_and_pymp_directory_with_it(tmp_path: Path) -> None:
+    """SIGKILL (or the OOM killer) leaves the trainer no time to stop anything: its children
+    end by themselves, the policy worker and the actors in the middle of their long calls
+    included, and the first to see it gone removes its ``pymp-*`` directory."""
+    server = ("--set", "runtime.inference=server")  # a policy worker: it reads no pipe
+    proc, session = train(tmp_path, *server, *UNTIL_STOPPED, config=APPO)  # while it serves
+    try:
+        wait_for_checkpoint(proc, tmp_path / "run")
+        assert len(session_processes(session)) >= 5  # trainer, forkserver, learner, policy, actor
+        proc.kill()
+        proc.communicate(timeout=60)
+        assert_nothing_left(tmp_path, session)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(session, signal.SIGKILL)
+
+
+def test_sigterm_to_the_whole_group_keeps_the_final_checkpoint(tmp_path: Path) -> None:
+    """A scheduler's SIGTERM (Slurm's scancel, systemd's stop) reaches every process of the
+    job: the children ignore it and the trainer stops as on Ctrl-C, so the learner process
+    that holds the shards is there for the final checkpoint."""
+    proc, session = train(tmp_path, *UNTIL_STOPPED, config=APPO)
+    try:
+        wait_for_checkpoint(proc, tmp_path / "run")
+        os.killpg(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130, err
+        assert "Traceback" not in err and "lost" not in err and "final checkpoint" in err
+        summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+        assert summary["stopped_by"] == "interrupt"
+        state = torch.load(latest_checkpoint(tmp_path / "run"), weights_only=True)
+        assert state["counters"]["env_steps"] == summary["env_steps"] > 0
+        assert_nothing_left(tmp_path, session)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)

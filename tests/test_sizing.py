@@ -253,3 +253,16 @@ def test_what_auto_chose_is_said_and_noted_in_config_yaml(
     assert "# sized at this session's start (4 CPUs, 0 GPUs" in text
     assert "# actors: 3\n# env.groups: 1\n# batch: 3 actors" in text  # 1.3 cores each
     assert load_config(TrainConfig, tmp_path / "config.yaml", []).actors == 0  # still auto
+
+
+def test_the_sharing_note_points_at_auto_only_where_the_actors_were_set() -> None:
+    """Processes that reserve more CPUs than the cluster has share the cores: the note says
+    so, and names ``actors: auto`` as the fix only where the user chose the count."""
+    from rltrain.rl.run.placement import place
+
+    cartpole = load_config(TrainConfig, "configs/cartpole_appo.yaml", ["actors=8"])
+    placed = place(cartpole, "ray", 2, 0)
+    assert placed.sharing_note(2, 0.25, actors_set=True).endswith(
+        "share the cores (actors: auto sizes the run to the CPUs)"
+    )
+    assert placed.sharing_note(2, 0.25, actors_set=False).endswith("and they share the cores")

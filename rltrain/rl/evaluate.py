@@ -134,7 +134,10 @@ def pick_checkpoint(run_dir: Path, which: str, style: Style = "cli") -> Path:
     if which == "latest":
         path = latest_checkpoint(run_dir)
         if path is None:
-            raise CheckpointError(f"{run_dir} has no checkpoints/ckpt-*.pt to evaluate")
+            raise CheckpointError(
+                f"{run_dir} has no checkpoints/ckpt-*.pt to evaluate yet: a run writes one "
+                "every checkpoint.every_seconds and one as it stops"
+            )
         return path
     if which == "best":
         path = best_checkpoint(run_dir)

@@ -80,7 +80,10 @@ class StopConfig:
     max_seconds: float = field(default=0.0, metadata=spec(ge=0))
     """Wall-clock limit over the whole run, start-up and resumed sessions included (0 = none)."""
     max_env_steps: int = field(default=0, metadata=spec(ge=0))
-    """Limit on agent steps summed over all environments (0 = none)."""
+    """Limit on agent steps summed over all environments (0 = none; Atari: 1/frame_skip of
+    the frames). Counted per rollout: the run stops at the rollout that reaches it, and the
+    rollouts in flight then count too, so it ends a few rollouts past it (each env.num_envs x
+    algo.rollout_length steps)."""
     eval_mean_return: float | None = None
     """Stop once an evaluation during training (eval.every_steps) scores this mean raw return
     or more (null: never); its checkpoint is checkpoints/best.pt."""

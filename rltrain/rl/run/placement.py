@@ -63,12 +63,13 @@ class Placement:
     processes: float  # CPUs the actors and learners reserve
     hosted: bool = False  # the one learner is a process that holds the shards
 
-    def sharing_note(self, cpus: float, each: float) -> str:
-        """When the processes reserve more CPUs than there are: each has ``each``."""
-        return (
-            f"{self.processes:g} processes on {cpus:.0f} CPUs: each reserves {each:.2f} CPU "
-            "and they share the cores (actors: auto sizes the run to the CPUs)"
-        )
+    def sharing_note(self, cpus: float, each: float, actors_set: bool) -> str:
+        """When the processes reserve more CPUs than there are: each has ``each``. The hint
+        at ``actors: auto`` only where the actors were set (auto already sized them; one
+        actor at the least can still overfill a small machine)."""
+        note = f"{self.processes:g} processes on {cpus:.0f} CPUs: each reserves {each:.2f} CPU "
+        note += "and they share the cores"
+        return note + (" (actors: auto sizes the run to the CPUs)" if actors_set else "")
 
     def describe(self) -> str:
         """``2 actors, 1 learner, 1 shard; learners on CPU`` and what is on a GPU."""

@@ -175,7 +175,7 @@ class Trainer:
         note_sizes(self.run_dir, placed, cpus, runtime.cluster_gpus())
         self.record.ray = runtime.job_record()
         if fitted.worker_cpus < cfg.runtime.worker_cpus:
-            self.progress.note(placed.sharing_note(cpus, fitted.worker_cpus))
+            self.progress.note(placed.sharing_note(cpus, fitted.worker_cpus, self.cfg.actors != 0))
         self.cfg = cfg = dataclasses.replace(cfg, runtime=fitted)
         if cfg.faults.events:
             print(f"faults to inject: {describe_events(cfg.faults.events)}")

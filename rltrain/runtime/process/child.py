@@ -17,10 +17,13 @@ from __future__ import annotations
 import array
 import os
 import pickle
+import select
+import shutil
 import signal
 import socket
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -220,6 +223,7 @@ def main(
     extended: bytes | None = None,
     title: tuple[str, int] | None = None,
     restarted: bool = False,
+    trainer: tuple[int, str] | None = None,
 ) -> None:
     """A child's life: build the instance, say "up", run calls until the pipe closes.
 
@@ -231,10 +235,19 @@ def main(
     beside its ``run``); results then come back in the order they finish, by call id.
     ``extended``: the algorithms and rules the trainer registered (:mod:`rltrain.extensions`;
     the forkserver forked before the user's script registered them). ``title``: the role and
-    index ``ps`` and ``top`` call this process by (:mod:`rltrain.runtime.titles`)."""
+    index ``ps`` and ``top`` call this process by (:mod:`rltrain.runtime.titles`).
+    ``trainer``: the pid of the process that started this one and its ``pymp-*`` directory
+    (:func:`watch_trainer`)."""
     if title is not None:
         set_title(*title)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the trainer, which stops us
+    # Ctrl-C and a scheduler's SIGTERM (Slurm's and systemd's reach the whole group) stop the
+    # trainer, which writes its final checkpoint (the shards may live here) and then stops us
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    if trainer is not None:
+        watch = threading.Thread(target=watch_trainer, args=trainer, name="rltrain-watch")
+        watch.daemon = True
+        watch.start()
     sys.path[:] = path  # the trainer's (imports, tests' modules) as it is now
     calls, requests = Channel(ctrl), Requester(Channel(svc))
     proxies: dict[str, Any] = {}
@@ -274,6 +287,41 @@ def main(
     close = getattr(instance, "close", None)
     if close is not None:
         close()
+
+
+def watch_trainer(pid: int, tempdir: str) -> None:
+    """End this process once the trainer ``pid`` has ended, and remove its ``tempdir``.
+
+    A trainer that exits without stopping its children (SIGKILL, the OOM killer, a second
+    Ctrl-C's ``os._exit``) would otherwise leave them running for good: a policy worker or an
+    actor inside a long call reads no pipe, so sees no EOF. The forkserver is their parent,
+    not the trainer (``getppid`` says nothing), and its ``parent_sentinel`` is at EOF from the
+    start (CPython passes the read end of the pipe the parent has already closed). A pidfd
+    (Linux 5.3) becomes readable when the process ends; elsewhere a poll each second. The
+    trainer's ``pymp-*`` directory (the forkserver's socket) is removed by its finalizers,
+    which such an exit skips: whichever child sees it first removes it."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:  # already gone
+        fd = -1
+    except (AttributeError, OSError):  # no pidfd here: poll
+        fd = -1
+        while _alive(pid):
+            time.sleep(1.0)
+    if fd >= 0:
+        select.select([fd], [], [])
+    shutil.rmtree(tempdir, ignore_errors=True)
+    os._exit(1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's: a reused pid, so ours is gone
+        return False
+    return True
 
 
 def _tell(calls: Channel, *message: Any) -> None:

@@ -37,24 +37,29 @@ def context() -> Any:
     if _context is None:
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(PRELOAD)
-        with _sigint_ignored():
+        with _stops_ignored():
             forkserver.ensure_running()
         _context = ctx
     return _context
 
 
 @contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    """Start the forkserver with Ctrl-C ignored, as its children are (``child.main``): a
-    terminal's Ctrl-C reaches the whole process group, and the forkserver ignores SIGINT only
-    once its preloads are imported (multiprocessing's ``forkserver.main``), so a Ctrl-C in the
-    first seconds printed a traceback from inside torch's import. Python leaves an ignored
-    SIGINT ignored across the exec; the trainer stops the forkserver itself."""
+def _stops_ignored() -> Iterator[None]:
+    """Start the forkserver with Ctrl-C and SIGTERM ignored, as its children are
+    (``child.main``): a terminal's Ctrl-C, and a scheduler's SIGTERM, reach the whole process
+    group. The forkserver ignores SIGINT only once its preloads are imported
+    (multiprocessing's ``forkserver.main``), so a Ctrl-C in the first seconds printed a
+    traceback from inside torch's import; and a SIGTERM killed it, so a child that died in the
+    trainer's graceful stop could not be started again. Python leaves an ignored signal
+    ignored across the exec, and the forkserver's children start with it ignored; the
+    forkserver ends when the trainer does (its ``alive`` pipe)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    saved = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    stops = (signal.SIGINT, signal.SIGTERM)
+    saved = {sig: signal.signal(sig, signal.SIG_IGN) for sig in stops}
     try:
         yield
     finally:  # (None: a handler set from C, which Python cannot put back: the default then)
-        signal.signal(signal.SIGINT, signal.SIG_DFL if saved is None else saved)
+        for sig, handler in saved.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)

@@ -11,6 +11,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from multiprocessing import util
 from typing import Any
 
 from rltrain import extensions
@@ -132,6 +133,7 @@ class Remote:
                 extended,
                 (self.role, self.index),  # its name in ps and top
                 self.restarts > 0,
+                (os.getpid(), util.get_temp_dir()),  # watched: it ends when we do
             ),
             name=f"rltrain-{self.role}{self.index}",
             daemon=False,  # an actor may start processes of its own (gymnasium's async envs)

@@ -297,6 +297,10 @@ def pause(pid: int, seconds: float) -> None:
 def _resume(pid: int) -> None:
     with _STOPPED_LOCK:
         timer = _STOPPED.pop(pid, None)
+    _continue(pid, timer)
+
+
+def _continue(pid: int, timer: threading.Timer | None) -> None:
     if timer is not None:
         timer.cancel()
         with contextlib.suppress(ProcessLookupError):
@@ -304,9 +308,12 @@ def _resume(pid: int) -> None:
 
 
 def resume_all() -> None:
-    """Continue every process an injected pause has stopped (safe from a signal handler)."""
+    """Continue every process an injected pause has stopped. Safe from a signal handler: it
+    takes no lock (the handler may have interrupted the main thread inside :func:`pause`,
+    holding it; one dict operation at a time is atomic), and a SIGCONT to a process that runs
+    already does nothing."""
     for pid in list(_STOPPED):
-        _resume(pid)
+        _continue(pid, _STOPPED.pop(pid, None))
 
 
 class Slowdown:

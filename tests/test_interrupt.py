@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from test_leftovers import wait_for_checkpoint
+from test_leftovers import assert_nothing_left, wait_for_checkpoint
+from test_leftovers import train as train_marked
 
 from rltrain.checkpoint import latest_checkpoint
 from rltrain.cli import main
@@ -50,8 +51,6 @@ def test_sigint_then_resume_continues_every_counter(tmp_path: Path) -> None:
     terminal's SIGINT, the trainer stops them after its final checkpoint, and nothing is left
     behind (no process, no pymp-* directory: test_leftovers). On Ray: the SIGTERM test below
     (the trainer's handling of the interrupt and --resume are the runtimes' shared code)."""
-    from test_leftovers import assert_nothing_left
-    from test_leftovers import train as train_marked
 
     run_dir = tmp_path / "run"
     proc, session = train_marked(
@@ -137,31 +136,26 @@ def test_ctrl_c_in_start_up_stops_cleanly_and_says_what_is_left(
     still being built included: no traceback from any of them, and ``--resume`` is offered
     only where a checkpoint was written (a stop before the server was up writes none)."""
     run_dir = tmp_path / "run"
-    argv = [sys.executable, "-m", "rltrain.cli", "train", CONFIG, "--run-dir", str(run_dir)]
-    argv += ["--set", "stop.mean_return=null", "--set", "stop.max_seconds=300"]
-    pipe = subprocess.PIPE
-    proc = subprocess.Popen(argv, stdout=pipe, stderr=pipe, text=True, start_new_session=True)
+    proc, session = train_marked(tmp_path, "--set", "stop.max_seconds=300")  # its own group
     try:
         time.sleep(after)  # the forkserver imports torch; the trainer probes, starts the server
-        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(session, signal.SIGINT)
         out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130, err
+        assert "Traceback" not in err + out
+        if latest_checkpoint(run_dir) is None:  # stopped before the server was up, or before
+            assert "continue with" not in err and "checkpoints/" not in out  # the trainer's
+            assert "no checkpoint was written" in err or "rltrain: interrupted" in err  # start
+        else:
+            assert f"continue with: rltrain train --resume {run_dir}" in err
+        assert_nothing_left(tmp_path, session)  # no child being built, no pymp-* directory
     finally:  # whatever happened, nothing of it outlives the test
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130, err
-    assert "Traceback" not in err + out
-    if latest_checkpoint(run_dir) is None:  # stopped before the server was up, or before
-        assert "continue with" not in err and "checkpoints/" not in out  # the trainer's start
-        assert "no checkpoint was written" in err or "rltrain: interrupted" in err
-    else:
-        assert f"continue with: rltrain train --resume {run_dir}" in err
+            os.killpg(session, signal.SIGKILL)
 
 
 def test_a_second_signal_stops_at_once(tmp_path: Path) -> None:
     """At once, and still with nothing left behind: the children see the trainer gone."""
-    from test_leftovers import assert_nothing_left
-    from test_leftovers import train as train_marked
-
     run_dir = tmp_path / "run"
     proc, session = train_marked(
         tmp_path, "--set", "stop.max_seconds=300", "--set", "checkpoint.every_seconds=1"

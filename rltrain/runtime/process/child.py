@@ -92,9 +92,13 @@ class Channel:
         with self.lock:
             packed = self.outbox.pack(msg)
             slots, fds = self.outbox.take_fresh()
-            self.conn.send_bytes(pickle.dumps((slots, packed), protocol=pickle.HIGHEST_PROTOCOL))
-            if fds:
-                self.sock.sendmsg([b"F"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _ints(fds))])
+            try:
+                data = pickle.dumps((slots, packed), protocol=pickle.HIGHEST_PROTOCOL)
+                self.conn.send_bytes(data)
+                if fds:
+                    rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _ints(fds))]
+                    self.sock.sendmsg([b"F"], rights)
+            finally:  # sent, or the peer is gone (died, restarted): ours are not needed
                 self.outbox.sent(slots)
 
     def read(self) -> Any:
@@ -115,6 +119,8 @@ class Channel:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
         if len(fds) != n:
+            for fd in fds:
+                os.close(fd)
             raise OSError(f"expected {n} shared-memory descriptors, got {len(fds)}")
         return list(fds)
 

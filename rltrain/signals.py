@@ -24,10 +24,12 @@ FINAL_CHECKPOINT = "stopping after a final checkpoint"
 BENCH_RESULTS = "stopping; the modes that finished keep their results"  # a bench: no checkpoint
 _received = 0
 _stopping = FINAL_CHECKPOINT  # what the first signal starts (graceful's ``stopping``)
+_deferring = 0  # depth of deferred() blocks in the main thread
+_deferred = False  # the first signal came inside one: raise as the block ends
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
-    global _received
+    global _received, _deferred
     _received += 1
     if _received == 1:
         name = signal.Signals(signum).name
@@ -35,6 +37,9 @@ def _handler(signum: int, frame: FrameType | None) -> None:
             2,
             f"\nrltrain: {name}: {_stopping} (press Ctrl-C again to quit at once)\n".encode(),
         )
+        if _deferring:
+            _deferred = True
+            return
         raise KeyboardInterrupt
     os.write(2, b"rltrain: stopped at once (no final checkpoint)\n")
     resume_all()  # processes paused by an injected fault must not outlive us stopped
@@ -50,15 +55,36 @@ def install() -> None:
 
 
 @contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Hold the first signal's ``KeyboardInterrupt`` until the block ends: a message half
+    written to a child's pipe (a rollout's, then its slots' descriptors) would leave the
+    child reading out of step, and the graceful stop's calls to it (the learner process's
+    final checkpoint) would fail. Signals reach the main thread only; elsewhere a no-op.
+    A second signal still stops at once."""
+    global _deferring, _deferred
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
+        if not _deferring and _deferred:
+            _deferred = False
+            raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
 def graceful(stopping: str = FINAL_CHECKPOINT) -> Iterator[None]:
     """Install the handler for one command; restore the previous handlers afterwards.
     ``stopping``: what the first signal's line says the command does now."""
-    global _received, _stopping
+    global _received, _stopping, _deferred
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    _received, _stopping = 0, stopping
+    _received, _stopping, _deferred = 0, stopping, False
     install()
     try:
         yield

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from rltrain import extensions
+from rltrain import extensions, signals
 from rltrain.records import GradUpdate, Params, PushResult, ServerStats
 from rltrain.runtime.process.shm import Inbox, Outbox
 from rltrain.runtime.titles import set_title
@@ -89,7 +89,7 @@ class Channel:
         return self._sock
 
     def send(self, *msg: Any) -> None:
-        with self.lock:
+        with self.lock, signals.deferred():  # whole, or not at all
             packed = self.outbox.pack(msg)
             slots, fds = self.outbox.take_fresh()
             try:

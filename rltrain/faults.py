@@ -285,12 +285,18 @@ _STOPPED_LOCK = threading.Lock()
 
 
 def pause(pid: int, seconds: float) -> None:
-    """SIGSTOP ``pid`` now and SIGCONT it after ``seconds``."""
-    os.kill(pid, signal.SIGSTOP)
+    """SIGSTOP ``pid`` now and SIGCONT it after ``seconds``. Noted before it stops, so that a
+    second Ctrl-C in between (:func:`resume_all`) continues it."""
     timer = threading.Timer(seconds, _resume, args=(pid,))
     timer.daemon = True
     with _STOPPED_LOCK:
         _STOPPED[pid] = timer
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except OSError:  # gone already
+        with _STOPPED_LOCK:
+            _STOPPED.pop(pid, None)
+        raise
     timer.start()
 
 

@@ -14,7 +14,7 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 
 from rltrain.faults import resume_all
@@ -26,6 +26,7 @@ _received = 0
 _stopping = FINAL_CHECKPOINT  # what the first signal starts (graceful's ``stopping``)
 _deferring = 0  # depth of deferred() blocks in the main thread
 _deferred = False  # the first signal came inside one: raise as the block ends
+_on_quit: list[Callable[[], None]] = []  # on_quit's hooks
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
@@ -43,7 +44,17 @@ def _handler(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
     os.write(2, b"rltrain: stopped at once (no final checkpoint)\n")
     resume_all()  # processes paused by an injected fault must not outlive us stopped
+    for hook in _on_quit:
+        with contextlib.suppress(Exception):
+            hook()
     os._exit(EXIT_INTERRUPTED)
+
+
+def on_quit(hook: Callable[[], None]) -> None:
+    """Run ``hook`` (quick, no locks) when a second signal quits at once, skipping the exit's
+    finalizers: the process runtime removes its forkserver's socket so."""
+    if hook not in _on_quit:
+        _on_quit.append(hook)
 
 
 def install() -> None:

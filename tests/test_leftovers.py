@@ -34,8 +34,9 @@ def session_processes(session: int) -> list[int]:
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             with contextlib.suppress(OSError):  # gone, or not ours to ask
-                if os.getsid(int(proc.name)) == session:
-                    found.append(int(proc.name))
+                ended = (proc / "stat").read_text().rpartition(")")[2].split()[0] == "Z"
+                if os.getsid(int(proc.name)) == session and not ended:  # (a zombie has ended:
+                    found.append(int(proc.name))  # a container's pid 1 may never reap it)
     return found
 
 
@@ -66,7 +67,8 @@ def wait_for_checkpoint(proc: subprocess.Popen, run: Path, timeout: float = 120)
 
 
 def assert_nothing_left(tmp: Path, session: int) -> None:
-    deadline = time.time() + 10  # children see the trainer gone and end by themselves
+    deadline = time.time() + 60  # children see the trainer gone and end by themselves (the
+    # forkserver once its imports are done: seconds on a loaded 2-core box)
     while session_processes(session) and time.time() < deadline:
         time.sleep(0.2)
     assert session_processes(session) == []
@@ -127,3 +129,52 @@ def test_sigterm_to_the_whole_group_keeps_the_final_checkpoint(tmp_path: Path) -
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "polled"])
+def test_a_child_ends_with_its_trainer_and_removes_its_socket(tmp_path: Path, pidfd: bool) -> None:
+    """watch_trainer, in a forked process, on a stand-in trainer: by a pidfd, and by polling
+    where there is none. Only the socket and its then empty directory go."""
+    from rltrain.runtime.process.child import watch_trainer
+
+    folder = tmp_path / "pymp-test"
+    folder.mkdir()
+    (folder / "listener-test").write_text("")
+    trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1)"])
+    pid = os.fork()
+    if pid == 0:  # the child: never back into pytest
+        try:
+            if not pidfd:
+                del os.pidfd_open
+            watch_trainer(trainer.pid, str(folder / "listener-test"))
+        finally:
+            os._exit(2)
+    trainer.wait()  # reaped, as the trainer's shell does
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 1
+    assert not folder.exists()
+
+
+def test_a_child_drops_stop_signals_and_what_it_starts_does_not() -> None:
+    """A child outlives a group's SIGTERM (the trainer stops it), but what it forks or execs
+    (an env's workers) keeps the default: their terminate() works."""
+    from rltrain.runtime.process.child import hold_stops
+
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            hold_stops()
+            os.kill(os.getpid(), signal.SIGTERM)  # dropped
+            forked = os.fork()
+            if forked == 0:
+                os._exit(0 if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL else 4)
+            _, status = os.waitpid(forked, 0)
+            execd = subprocess.Popen(["sleep", "30"])
+            execd.terminate()
+            ended = execd.wait(timeout=10) == -signal.SIGTERM
+            code = os.waitstatus_to_exitcode(status) if ended else 5
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -18,7 +18,6 @@ import array
 import os
 import pickle
 import select
-import shutil
 import signal
 import socket
 import sys
@@ -33,6 +32,7 @@ from typing import Any
 
 from rltrain import extensions, signals
 from rltrain.records import GradUpdate, Params, PushResult, ServerStats
+from rltrain.runtime.process.forkstart import remove_socket
 from rltrain.runtime.process.shm import Inbox, Outbox
 from rltrain.runtime.titles import set_title
 
@@ -242,14 +242,11 @@ def main(
     ``extended``: the algorithms and rules the trainer registered (:mod:`rltrain.extensions`;
     the forkserver forked before the user's script registered them). ``title``: the role and
     index ``ps`` and ``top`` call this process by (:mod:`rltrain.runtime.titles`).
-    ``trainer``: the pid of the process that started this one and its ``pymp-*`` directory
+    ``trainer``: the pid of the process that started this one and its forkserver's socket
     (:func:`watch_trainer`)."""
     if title is not None:
         set_title(*title)
-    # Ctrl-C and a scheduler's SIGTERM (Slurm's and systemd's reach the whole group) stop the
-    # trainer, which writes its final checkpoint (the shards may live here) and then stops us
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)
+    hold_stops()
     if trainer is not None:
         watch = threading.Thread(target=watch_trainer, args=trainer, name="rltrain-watch")
         watch.daemon = True
@@ -295,8 +292,34 @@ def main(
         close()
 
 
-def watch_trainer(pid: int, tempdir: str) -> None:
-    """End this process once the trainer ``pid`` has ended, and remove its ``tempdir``.
+STOPS = (signal.SIGINT, signal.SIGTERM)
+
+
+def hold_stops() -> None:
+    """Ctrl-C and a scheduler's SIGTERM (Slurm's ``scancel``, systemd's stop) reach the whole
+    process group; they stop the trainer, which writes its final checkpoint (the shards may
+    live in this process) and then stops us. Caught and dropped, not ignored: an ignored
+    signal stays ignored in whatever this process starts (an env's worker processes, whose
+    ``terminate()`` would then do nothing), where a caught one is reset by an exec, and by a
+    fork here. Restarted system calls (``siginterrupt``): a C library's read is not cut."""
+    for sig in STOPS:
+        signal.signal(sig, _dropped)
+        signal.siginterrupt(sig, False)
+    os.register_at_fork(after_in_child=_default_stops)
+
+
+def _dropped(signum: int, frame: object) -> None:
+    pass
+
+
+def _default_stops() -> None:
+    for sig in STOPS:
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def watch_trainer(pid: int, socket_path: str | None) -> None:
+    """End this process once the trainer ``pid`` has ended, and remove its forkserver's
+    socket ``socket_path`` (:func:`~rltrain.runtime.process.forkstart.remove_socket`).
 
     A trainer that exits without stopping its children (SIGKILL, the OOM killer, a second
     Ctrl-C's ``os._exit``) would otherwise leave them running for good: a policy worker or an
@@ -310,13 +333,16 @@ def watch_trainer(pid: int, tempdir: str) -> None:
         fd = os.pidfd_open(pid)
     except ProcessLookupError:  # already gone
         fd = -1
-    except (AttributeError, OSError):  # no pidfd here: poll
+    except (AttributeError, OSError):  # no pidfd here (not Linux, or refused): poll
         fd = -1
         while _alive(pid):
             time.sleep(1.0)
     if fd >= 0:
-        select.select([fd], [], [])
-    shutil.rmtree(tempdir, ignore_errors=True)
+        ended = select.poll()
+        ended.register(fd, select.POLLIN)
+        while not ended.poll():
+            pass
+    remove_socket(socket_path)
     os._exit(1)
 
 

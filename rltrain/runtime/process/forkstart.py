@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
 import signal
 import threading
 from collections.abc import Iterator
 from multiprocessing import forkserver
 from typing import Any
+
+from rltrain import signals
 
 PRELOAD = [
     "rltrain.runtime.process.child",
@@ -40,7 +43,26 @@ def context() -> Any:
         with _stops_ignored():
             forkserver.ensure_running()
         _context = ctx
+        signals.on_quit(remove_socket)  # a second Ctrl-C skips the finalizers that would
     return _context
+
+
+def socket_path() -> str | None:
+    """The forkserver's socket, in this process's ``pymp-*`` directory (None: not started)."""
+    return getattr(forkserver._forkserver, "_forkserver_address", None)
+
+
+def remove_socket(path: str | None = None) -> None:
+    """Remove the forkserver's socket ``path`` (default: this process's), then its directory
+    if nothing else is in it: what multiprocessing's finalizers do at exit, for an exit that
+    skips them. Only the socket: the directory may be a parent process's (multiprocessing
+    hands its ``tempdir`` down), holding sockets of its own."""
+    path = path or socket_path()
+    if path:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        with contextlib.suppress(OSError):  # not empty, or gone
+            os.rmdir(os.path.dirname(path))
 
 
 @contextlib.contextmanager

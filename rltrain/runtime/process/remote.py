@@ -11,7 +11,6 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from multiprocessing import util
 from typing import Any
 
 from rltrain import extensions
@@ -26,6 +25,7 @@ from rltrain.runtime.local import Remote as ThreadRemote
 from rltrain.runtime.process import child
 from rltrain.runtime.process.faults import inject
 from rltrain.runtime.process.forkserver import context, no_main, serve, service_names
+from rltrain.runtime.process.forkstart import socket_path
 from rltrain.runtime.process.hosted import HostedServer, ServerGuard, start_server
 from rltrain.runtime.process.shm import shm_note
 from rltrain.runtime.process.stages import stage_lead, stage_link, stages_of
@@ -133,7 +133,7 @@ class Remote:
                 extended,
                 (self.role, self.index),  # its name in ps and top
                 self.restarts > 0,
-                (os.getpid(), util.get_temp_dir()),  # watched: it ends when we do
+                (os.getpid(), socket_path()),  # watched: it ends when we do
             ),
             name=f"rltrain-{self.role}{self.index}",
             daemon=False,  # an actor may start processes of its own (gymnasium's async envs)

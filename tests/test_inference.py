@@ -242,7 +242,7 @@ def test_a_killed_policy_worker_is_restarted_and_the_actors_go_on(
 def test_sigint_stops_the_policy_worker_and_resume_goes_on(tmp_path: Path) -> None:
     """Ctrl-C with actors waiting on the policy worker: a final checkpoint, exit code 130, and
     --resume starts a new policy worker on new slots."""
-    from test_interrupt import wait_for_progress
+    from test_leftovers import wait_for_checkpoint
 
     run_dir = tmp_path / "run"
     served = ["--set", "runtime.backend=process", "--set", "runtime.inference=server"]
@@ -250,7 +250,7 @@ def test_sigint_stops_the_policy_worker_and_resume_goes_on(tmp_path: Path) -> No
     argv += ["--run-dir", str(run_dir), "--set", "stop.mean_return=null", *served]
     argv += ["--set", "stop.max_seconds=120", "--set", "checkpoint.every_seconds=1"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for_progress(proc, run_dir)
+    wait_for_checkpoint(proc, run_dir)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "Traceback" not in err, err

@@ -349,9 +349,7 @@ def watch_trainer(pid: int, socket_path: str | None) -> None:
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's: a reused pid, so ours is gone
+    except (ProcessLookupError, PermissionError):  # gone, or someone else's reused pid
         return False
     return True
 

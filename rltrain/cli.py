@@ -146,9 +146,10 @@ def build_parser() -> _Parser:
     plot.add_argument(
         "--smooth",
         type=count_arg,
-        default=20,
+        default=None,
         metavar="N",
-        help="draw the mean of the last N episodes (default 20, as stop.window; 1: raw returns)",
+        help="draw the mean of the last N episodes (default: each run's, as its stop counts "
+        "them: stop.window, at least one per env; 1: raw returns)",
     )
     plot.add_argument(
         "--marks",
@@ -305,7 +306,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_plot(args: argparse.Namespace) -> int:
     from rltrain.charts import NO_MATPLOTLIB
-    from rltrain.plot import PlotError, plot_runs
+    from rltrain.curves import PlotError
+    from rltrain.plot import plot_runs
 
     out = Path(args.out).expanduser() if args.out else None
     runs = [Path(r).expanduser() for r in args.runs]

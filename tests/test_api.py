@@ -13,8 +13,8 @@ import torch
 
 import rltrain
 from rltrain.config import ConfigError
+from rltrain.curves import PlotError, read_curve
 from rltrain.errors import RLTrainError
-from rltrain.plot import PlotError, read_curve
 
 ROOT = Path(__file__).resolve().parents[1]
 CARTPOLE = ROOT / "configs" / "cartpole_a3c.yaml"

@@ -193,7 +193,7 @@ def job_actors(records: dict[str, Any], job: str) -> list[dict[str, Any]]:
 
 def training(run: Path) -> bool:
     """An episode's return is in the run's TensorBoard: its processes are up and working."""
-    from rltrain.plot import PlotError, read_curve
+    from rltrain.curves import PlotError, read_curve
 
     try:
         read_curve(run)

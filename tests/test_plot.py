@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
 from pathlib import Path
 
@@ -11,7 +13,8 @@ from torch.utils.tensorboard import SummaryWriter
 
 from rltrain.cli import main
 from rltrain.config import load_config
-from rltrain.plot import EVAL_TAG, RETURN_TAG, after_rewinds, moving_mean, read_curve
+from rltrain.curves import EVAL_TAG, RETURN_TAG, after_rewinds, read_curve
+from rltrain.plot import moving_mean
 from rltrain.rl.config import TrainConfig
 from rltrain.rundir import write_config
 
@@ -20,12 +23,16 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def make_run(
-    run: Path, config: str, points: list[tuple[int, float, float]], tag: str = RETURN_TAG
+    run: Path,
+    config: str,
+    points: list[tuple[int, float, float]],
+    tag: str = RETURN_TAG,
+    overrides: tuple[str, ...] = (),
 ) -> Path:
     """A run directory as `rltrain train` leaves it: config.yaml and tb/ with one scalar
     ``tag`` per (env steps, return, seconds after the writer started)."""
     run.mkdir(parents=True)
-    write_config(run, load_config(TrainConfig, ROOT / "configs" / config))
+    write_config(run, load_config(TrainConfig, ROOT / "configs" / config, list(overrides)))
     start = time.time()
     writer = SummaryWriter(str(run / "tb"))  # as rltrain.rl.run.tblog.TrainLogger
     for steps, ret, seconds in points:
@@ -155,7 +162,7 @@ def test_errors_are_one_line(
 def test_wall_time_leaves_out_the_downtime_before_a_resume() -> None:
     import numpy as np
 
-    from rltrain.plot import running_seconds
+    from rltrain.curves import running_seconds
 
     start = 1000.0
     beats = np.array([1002.0, 1004.0, 1006.0, 5006.0, 5008.0])  # stopped at 1006, resumed 5006
@@ -167,7 +174,7 @@ def test_marked_sessions_leave_out_every_gap_before_a_resume() -> None:
     """With session/start marks, the time from one session's last event to the next mark is
     downtime however short (here 40 s, under DOWNTIME_S); silences inside a session count.
     Before the first mark (sessions of an older rltrain) long silences are still downtime."""
-    from rltrain.plot import DOWNTIME_S, running_seconds
+    from rltrain.curves import DOWNTIME_S, running_seconds
 
     start = 1000.0
     beats = np.array([1002.0, 1008.0, 1048.5, 1050.0, 1250.0])  # a 200 s silence in session 2
@@ -238,7 +245,7 @@ def test_time_to_marks_counts_a_full_window_as_stop_does(
 
     points = [(100, 10.0, 10)] + [(100 * i, float(i), 60 * i) for i in range(2, 11)]
     run = make_run(tmp_path / "pong", "pong_a3c.yaml", points)
-    reached = time_to_marks(read_curve(run), [5, 7, 100], window=3)
+    reached = time_to_marks(dataclasses.replace(read_curve(run), window=3), [5, 7, 100])
     # means of 3 from the third episode: (10+2+3)/3=5 at episode 3; 7 = (6+7+8)/3 at episode 8
     got = [(r.seconds, r.frames) for r in reached]
     assert got == [
@@ -319,3 +326,27 @@ def test_evals_table_without_evaluations_is_a_one_line_error(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--evals: no evaluations during training in cp" in err[0]
     assert "eval.every_steps" in err[0] and not (run / "returns.png").exists()
+
+
+def test_each_run_is_smoothed_over_its_own_window_as_its_stop_counts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """By default a run's mean is over its stop.window, at least one episode per env: the
+    last 20 of 240 envs that started together are the shortest games of a round (the
+    biggest wins in Pong), which once stopped a run "at 18.6" that played at 15. actors:
+    auto is sized by the session: summary.json says how. --smooth N sets every run's."""
+    returns = [(i, 14.0, i) for i in range(1, 224)] + [(300 + i, 21.0, 300) for i in range(17)]
+    wide = make_run(tmp_path / "wide", "pong_appo.yaml", returns, overrides=("actors=15",))
+    auto = make_run(tmp_path / "auto", "pong_appo.yaml", returns, overrides=("actors=auto",))
+    (auto / "summary.json").write_text(json.dumps({"actors": 15}))
+    one = make_run(tmp_path / "one", "pong_appo.yaml", returns, overrides=("actors=1",))
+    assert [read_curve(r).window for r in (wide, auto, one)] == [240, 240, 20]
+    out = str(tmp_path / "x.png")
+    assert main(["plot", str(wide), str(one), "--marks", "18", "--out", out]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[1] == "| run | frames/s | +18 | last (mean of up to 240) |"
+    assert table[3].startswith("| wide |") and "| not reached | 14.5 at" in table[3]
+    assert table[4].startswith("| one |") and "| 19.9 (of 20) at" in table[4]
+    assert "| not reached |" not in table[4]  # the last 20 alone reach 18
+    assert main(["plot", str(wide), "--smooth", "20", "--marks", "18", "--out", out]) == 0
+    assert capsys.readouterr().out.splitlines()[1].endswith("| last (mean of 20) |")

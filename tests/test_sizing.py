@@ -248,7 +248,13 @@ def test_what_auto_chose_is_said_and_noted_in_config_yaml(
     pong = load_config(TrainConfig, "configs/pong_appo.yaml", [])
     write_config(tmp_path, pong)
     note_sizes(tmp_path, place(pong, "process", 4, 0), 4, 0)
-    assert capsys.readouterr().out.startswith("batch: 3 actors x 16 envs x 64 steps (48 envs)")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("batch: 3 actors x 16 envs x 64 steps (48 envs)")
+    # the live line's return, the score stop and summary.json: one episode per env at least
+    assert out[1] == (
+        "return: the mean of the last 48 episodes, one per env (stop.window=20 is fewer: envs "
+        "that start together end their shortest games first)"
+    )
     text = (tmp_path / "config.yaml").read_text()
     assert "# sized at this session's start (4 CPUs, 0 GPUs" in text
     assert "# actors: 3\n# env.groups: 1\n# batch: 3 actors" in text  # 1.3 cores each

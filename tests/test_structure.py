@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("rltrain.rl.run",),
     (
         *("rltrain.launch", "rltrain.api", "rltrain.cli", "rltrain.cli_checks"),
-        *("rltrain.plot", "rltrain.__init__"),
+        *("rltrain.plot", "rltrain.curves", "rltrain.__init__"),
     ),
 ]
 APART = {"rltrain.rl": "rltrain.supervised", "rltrain.supervised": "rltrain.rl"}

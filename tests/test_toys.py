@@ -120,7 +120,7 @@ def test_bench_on_a_toy_problem_reports_the_distance_to_the_optimum(
     tmp_path: Path, run_bench: Any
 ) -> None:
     out, summary = run_bench(
-        "modes: [baseline, async]\nworkers: 2\nbatch_size: 16\n"
+        "modes: [baseline, async, hogwild]\nworkers: 2\nbatch_size: 16\n"
         "data: {dataset: toy_quadratic, toy: {dim: 8, samples: 400, noise: 0.0}}\n"
         "budget: {max_seconds: 0, epochs: 60}\neval: {every_seconds: 0.5}\n"
         "optimizer: {name: sgd, lr: 0.3}\n"
@@ -134,7 +134,9 @@ def test_bench_on_a_toy_problem_reports_the_distance_to_the_optimum(
     for row in summary["results"]:
         assert row["final_distance"] < 0.01, row  # noise 0: both go to the optimum
         curve = summary["curves"][row["mode"]]
-        assert curve[0]["distance"] == pytest.approx(1.0)  # the first snapshot is w0
+        # the first snapshot is w0, taken before any worker runs (it was racy: a worker on
+        # this small problem could push before the driver's first look)
+        assert curve[0]["distance"] == pytest.approx(1.0)
 
 
 def test_a_batch_larger_than_a_workers_shard_is_a_one_line_error(

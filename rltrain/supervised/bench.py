@@ -134,6 +134,9 @@ class BenchPlan:
         self.elastic: Elastic | None = None  # add/remove events
 
     def start(self) -> None:
+        # the curve's first point is w0: taken before any worker is given work, as a worker
+        # on a small problem can push within the driver's first wait (a flaky first point)
+        _snapshot(self.snapper, self.server, self.guard, self.cfg.faults.max_restarts != 0)
         self.t0 = time.time()
         budget = self.cfg.budget.max_seconds
         self.deadline = self.t0 + budget if budget else None

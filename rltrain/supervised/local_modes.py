@@ -65,10 +65,11 @@ def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -
         p.start()
         return p
 
-    procs = [spawn(i) for i in range(cfg.workers)]
     snapper = Snapshotter(
         server, cfg.eval.every_seconds, cfg.budget.max_seconds, progress, server.snapshot
     )
+    snapper.take()  # w0, before any worker runs
+    procs = [spawn(i) for i in range(cfg.workers)]
     # a restarted worker only gets the rest of the mode's time
     deadline = snapper.t0 + cfg.budget.max_seconds if cfg.budget.max_seconds else None
     reports: dict[int, WorkerReport] = {}

@@ -110,6 +110,7 @@ def run_pipeline_mode(
         t0 = time.time()
         deadline = t0 + cfg.budget.max_seconds if cfg.budget.max_seconds else None
         snapper = Snapshotter(server, cfg.eval.every_seconds, cfg.budget.max_seconds, progress)
+        snapper.take()  # w0, before any replica runs
         pending = [lead.call("run", parts, t0, deadline) for lead in replicas]
         calls = list(pending)
         while pending:

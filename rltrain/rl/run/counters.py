@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from rltrain.rl.config import StopConfig
 from rltrain.rl.rollout import WorkStats
 
+KEEP_RETURNS = 1000
+"""Recent episode returns a checkpoint keeps (more where the window is larger)."""
+
 DIVERGED_AFTER = 100
 """Updates refused in a row (non-finite gradients: NaN or inf) after which a run stops as
 ``diverged``: a NaN batch now and then is refused and the run goes on, but a run whose every
@@ -43,14 +46,15 @@ class Counters:
         r = self.recent_returns[-window:]
         return sum(r) / len(r) if r else None
 
-    def stop_met(self, stop: StopConfig, seconds: float) -> str:
+    def stop_met(self, stop: StopConfig, seconds: float, window: int) -> str:
         """The stop criterion these counts meet, '' for none: diverged, mean_return,
-        max_env_steps or max_seconds (``seconds``: the run's wall time; eval_mean_return is
-        the evaluator's)."""
+        max_env_steps or max_seconds (``seconds``: the run's wall time; ``window``: the
+        episodes of the mean, ``TrainConfig.episode_window``; eval_mean_return is the
+        evaluator's)."""
         if self.rejected_in_a_row >= DIVERGED_AFTER:
             return "diverged"
-        target, mean = stop.mean_return, self.mean_return(stop.window)
-        full = len(self.recent_returns) >= stop.window
+        target, mean = stop.mean_return, self.mean_return(window)
+        full = len(self.recent_returns) >= window
         if target is not None and mean is not None and full and mean >= target:
             return "mean_return"
         if stop.max_env_steps and self.env_steps >= stop.max_env_steps:
@@ -60,7 +64,8 @@ class Counters:
         return ""
 
     def add(self, stats: WorkStats, window: int) -> None:
-        """Count one result of an actor, learner or worker; ``window``: stop.window."""
+        """Count one result of an actor, learner or worker; ``window``: the episodes of the
+        mean (``TrainConfig.episode_window``)."""
         self.env_steps += stats.env_steps
         self.episodes += len(stats.episode_returns)
         self.updates += stats.updates
@@ -69,7 +74,8 @@ class Counters:
         self.rejected += stats.rejected
         self.rejected_in_a_row = 0 if stats.applied else self.rejected_in_a_row + stats.rejected
         self.staleness_sum += sum(stats.staleness)
-        self.recent_returns = (self.recent_returns + list(stats.episode_returns))[-1000:]
+        keep = max(KEEP_RETURNS, window)
+        self.recent_returns = (self.recent_returns + list(stats.episode_returns))[-keep:]
         mean = self.mean_return(window)
         if mean is not None and len(self.recent_returns) >= window:
             best = self.best_mean_return

@@ -100,6 +100,12 @@ def note_sizes(run_dir: Path, placed: Placement, cpus: float, gpus: float) -> No
     another machine sizes the run to that one."""
     cfg, batch = placed.cfg, describe_batch(placed.cfg)
     print(batch)
+    if cfg.episode_window > cfg.stop.window:  # (rltrain.rl.config.train.episode_window)
+        print(
+            f"return: the mean of the last {cfg.episode_window} episodes, one per env "
+            f"(stop.window={cfg.stop.window} is fewer: envs that start together end their "
+            "shortest games first)"
+        )
     path = run_dir / "config.yaml"
     with contextlib.suppress(OSError):  # a note only: the run goes on without it
         text = path.read_text() + (

@@ -13,6 +13,7 @@ from rltrain.checkpoint import CheckpointError, latest_checkpoint, load_checkpoi
 from rltrain.config import dotted, moved_keys, to_dict
 from rltrain.faults import FaultCounters
 from rltrain.rl.config import TrainConfig
+from rltrain.rl.config.train import episode_window
 from rltrain.rl.env_spec import EnvSpec, check_fits, initial_params
 from rltrain.rl.run.counters import Counters
 
@@ -92,7 +93,11 @@ def load_resume(run_dir: Path, cfg: TrainConfig, spec: EnvSpec) -> Resumed | Non
     except TypeError:
         raise CheckpointError(f"{path}: its counters are not those this rltrain writes") from None
     changes = resume_changes(path, state.get("config"), cfg)
-    met = counters.stop_met(cfg.stop, counters.wall_seconds)
+    saved = state.get("config")
+    last = saved.get("actors") if isinstance(saved, dict) else None  # as that session sized it
+    actors = cfg.actors or (last if isinstance(last, int) else 0)
+    window = episode_window(cfg.stop.window, actors * cfg.env.num_envs)
+    met = counters.stop_met(cfg.stop, counters.wall_seconds, window)
     if met:  # a session would start every process only to stop at once
         raise CheckpointError(
             f"the run at {path.parent.parent} already met stop.{met}="

@@ -51,7 +51,7 @@ def train_summary(
 ) -> dict[str, Any]:
     """summary.json's figures (``evals``: this session's evaluations, ``PeriodicEval.summary``)."""
     c = counters
-    final = c.mean_return(cfg.stop.window)
+    final = c.mean_return(cfg.episode_window)
     mean = record.mean_at_stop if record.mean_at_stop is not None else final
     rec_eps = record.episodes_at_stop
     return {
@@ -68,7 +68,8 @@ def train_summary(
         "env_frames": c.env_steps * spec.frames_per_step,
         "episodes": c.episodes,  # with those the work in flight at the stop finished
         "episodes_at_stop": c.episodes if rec_eps is None else rec_eps,
-        "mean_return": mean,  # over the last stop.window episodes when the run stopped
+        "mean_return": mean,  # over the last episode_window episodes when the run stopped
+        "mean_window": cfg.episode_window,  # stop.window, at least one episode per env
         "final_mean_return": final,  # the same, with the episodes of work then in flight
         "best_mean_return": c.best_mean_return,
         "updates": c.updates,

@@ -29,7 +29,7 @@ RATE_WINDOW_S = 10.0
 SESSION_TAG = "session/start"
 """A scalar (1) written first as each session of a run starts, at the env steps it starts
 from: ``rltrain plot`` leaves out the time from the previous session's last event to it, the
-downtime before a ``--resume`` (:func:`rltrain.plot.running_seconds`)."""
+downtime before a ``--resume`` (:func:`rltrain.curves.running_seconds`)."""
 
 # the RL roles that time phases (perf/time/<role>/*): policy is the policy worker's
 _ROLES = ("actor", "learner", "worker", "policy")
@@ -193,15 +193,16 @@ def _as_tensor(values: list[int]) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float32)
 
 
-def stop_fraction(stop: StopConfig, counters: Counters, wall_seconds: float) -> float:
-    """How far the run is towards its first stop criterion, in [0, 1] (the progress bar)."""
+def stop_fraction(stop: StopConfig, counters: Counters, wall_seconds: float, window: int) -> float:
+    """How far the run is towards its first stop criterion, in [0, 1] (the progress bar;
+    ``window``: the episodes of the mean)."""
     s, c = stop, counters
     parts = []
     if s.max_seconds:
         parts.append(wall_seconds / s.max_seconds)
     if s.max_env_steps:
         parts.append(c.env_steps / s.max_env_steps)
-    mean = c.mean_return(s.window)
+    mean = c.mean_return(window)
     if s.mean_return is not None and mean is not None:
         parts.append(max(0.0, mean / s.mean_return) if s.mean_return > 0 else 0)
     return max(parts, default=0.0)

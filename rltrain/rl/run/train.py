@@ -300,7 +300,7 @@ class Trainer:
             rec.startup["first_step"] = round(stats.first_step_at - rec.started, 2)
         if rec.startup_seconds is None:
             rec.startup_seconds = rec.mark("first_result")
-        self.counters.add(stats, self.cfg.stop.window)
+        self.counters.add(stats, self.cfg.episode_window)
         self.log.absorb(stats, self.counters.env_steps)
         self._check_stop()
 
@@ -308,14 +308,15 @@ class Trainer:
         if self.stopped_by:
             return
         s, c, rec = self.cfg.stop, self.counters, self.record
-        rec.stopped_by = c.stop_met(s, self.wall_base + self._elapsed())
+        rec.stopped_by = c.stop_met(s, self.wall_base + self._elapsed(), self.cfg.episode_window)
         target = s.eval_mean_return
         if not rec.stopped_by and target is not None and self.evals.reached(target):
             rec.stopped_by = "eval_mean_return"
         if rec.stopped_by == "diverged":
             rec.failure = diverged_note(c.rejected_in_a_row, self.ctx.server.stats().last_reject)
         if rec.stopped_by:  # what the stop saw; work in flight still lands after it
-            rec.mean_at_stop, rec.episodes_at_stop = c.mean_return(s.window), c.episodes
+            rec.mean_at_stop = c.mean_return(self.cfg.episode_window)
+            rec.episodes_at_stop = c.episodes
 
     def _elapsed(self) -> float:
         return time.time() - self.session_start
@@ -365,11 +366,12 @@ class Trainer:
         self.log.faults(self.faults, self.counters.env_steps)
 
     def _fraction(self) -> float:
-        return stop_fraction(self.cfg.stop, self.counters, self.wall_base + self._elapsed())
+        seconds, window = self.wall_base + self._elapsed(), self.cfg.episode_window
+        return stop_fraction(self.cfg.stop, self.counters, seconds, window)
 
     def _status(self) -> str:
         c, fps, secs = self.counters, self.spec.frames_per_step, self._elapsed()
-        return status_line(c, self.cfg.stop.window, fps, secs, self.wall_base, self.log.top)
+        return status_line(c, self.cfg.episode_window, fps, secs, self.wall_base, self.log.top)
 
     def _checkpoint(self) -> tuple[Path, dict[str, Any]]:
         guard, server = self.ctx.guard, self.ctx.server

@@ -1,0 +1,215 @@
+"""A run's learning curve, read back from its TensorBoard event files (``rltrain plot``).
+
+A run's trainer (:mod:`rltrain.rl.run.tblog`) writes every finished episode's raw score as the
+scalar ``episode/return`` with the run's env-step count as its step. :func:`read_curve` reads
+those scalars back, with the evaluations during training, as one :class:`Curve`.
+
+Frames are env steps x ``env.frame_skip`` for Atari ids (each agent step is that many
+emulator frames) and env steps for every other id, as the run's ``summary.json`` counts
+``env_frames``. Wall time is the time the run was running: each event's time since the run's
+first event, less the downtime between a stopped run and its ``--resume``, which writes on
+into the same ``tb/`` folder: the time from one session's last event to the next session's
+``session/start`` mark (:func:`running_seconds`); the episodes the stopped run logged after
+the checkpoint it resumed from are dropped (:func:`after_rewinds`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from rltrain.errors import RLTrainError
+
+RETURN_TAG = "episode/return"
+"""The scalar tag of episode scores, as :class:`rltrain.rl.run.tblog.TrainLogger` writes it."""
+EVAL_TAG = "eval/mean_return"
+"""The mean score of each evaluation during training (``eval.every_steps``), drawn as dots."""
+TB_DIR = "tb"
+SESSION_TAG = "session/start"
+"""Written first by each session of a run (:data:`rltrain.rl.run.tblog.SESSION_TAG`)."""
+HEARTBEAT_TAG = "perf/env_fps"
+"""A scalar a live run writes every ``log_every_seconds``: in a run written before sessions
+were marked, silences of more than ``DOWNTIME_S`` in it are taken for downtime."""
+DOWNTIME_S = 120.0
+
+
+class PlotError(RLTrainError):
+    """A run that cannot be plotted (not a run directory, no events, no episodes yet)."""
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One run's episode returns, in the order they were logged."""
+
+    label: str
+    """The run directory's name."""
+    frames: np.ndarray
+    """[N] emulator frames (env steps x frame skip; env steps for non-Atari ids)."""
+    seconds: np.ndarray
+    """[N] wall-clock seconds since the run's first TensorBoard event."""
+    returns: np.ndarray
+    """[N] raw episode scores."""
+    evals: tuple[np.ndarray, np.ndarray, np.ndarray] = (np.zeros(0), np.zeros(0), np.zeros(0))
+    """The evaluations during training, if any: ([E] frames, [E] seconds, [E] mean scores)."""
+    eval_every: int = 0
+    """Frames between evaluations (``eval.every_steps`` x frame skip; 0: not known)."""
+    window: int = 20
+    """Episodes in the training mean, as the run's stop counts them (:func:`run_window`)."""
+
+
+def run_config(run_dir: Path) -> dict[str, Any]:
+    """A run's ``config.yaml`` as plain YAML, not the typed config, so that runs written by an
+    older rltrain (other options) still plot."""
+    path = run_dir / "config.yaml"
+    try:
+        cfg = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise PlotError(
+            f"{run_dir}: not a run directory (no config.yaml in it); give a folder written by "
+            "`rltrain train`"
+        ) from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise PlotError(f"{path}: cannot read it ({' '.join(str(e).split())})") from None
+    return cfg if isinstance(cfg, dict) else {}
+
+
+def _section(cfg: dict[str, Any], key: str) -> dict[str, Any]:
+    value = cfg.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def frames_per_step(run_dir: Path, cfg: dict[str, Any] | None = None) -> int:
+    """Emulator frames per env step of a run: its ``env.frame_skip`` for Atari ids, else 1
+    (``cfg``: its :func:`run_config`, if already read)."""
+    env = _section(run_config(run_dir) if cfg is None else cfg, "env")
+    from rltrain.envs.atari import is_atari_v5  # imports ale-py: only when a run is read
+
+    if not is_atari_v5(str(env.get("id", ""))):
+        return 1
+    skip = env.get("frame_skip", 4)  # EnvConfig's default
+    if not isinstance(skip, int) or isinstance(skip, bool) or skip < 1:
+        raise PlotError(
+            f"{run_dir / 'config.yaml'}: env.frame_skip={skip!r} is not a whole number >= 1"
+        )
+    return skip
+
+
+def eval_every_steps(cfg: dict[str, Any]) -> int:
+    """Env steps between a run's evaluations during training (its :func:`run_config`'s
+    ``eval.every_steps``; 0: none or unknown)."""
+    every = _section(cfg, "eval").get("every_steps", 0)
+    if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+        return 0
+    return every
+
+
+def run_window(run_dir: Path, cfg: dict[str, Any]) -> int:
+    """The episodes of a run's training mean as its stop counts them: ``stop.window``, at
+    least one per env (:func:`rltrain.rl.config.train.episode_window`), with ``actors: auto``
+    as summary.json says the last session sized it."""
+    from rltrain.rl.config.train import episode_window
+
+    def whole(value: Any, default: int) -> int:
+        ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+        return value if ok else default
+
+    actors = whole(cfg.get("actors"), 0)
+    if not actors:
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # none, or no summary
+            actors = whole(json.loads((run_dir / "summary.json").read_text()).get("actors"), 0)
+    envs = actors * whole(_section(cfg, "env").get("num_envs"), 1)
+    return episode_window(whole(_section(cfg, "stop").get("window"), 20), envs)
+
+
+def read_curve(run_dir: Path) -> Curve:
+    """A run's ``episode/return`` scalars from every event file in ``run_dir/tb``."""
+    from tensorboard.backend.event_processing import event_accumulator as ea
+
+    if not run_dir.is_dir():
+        why = "it is a file" if run_dir.exists() else "it does not exist"
+        raise PlotError(f"{run_dir}: not a run directory ({why})")
+    cfg = run_config(run_dir)  # read once
+    skip = frames_per_step(run_dir, cfg)
+    tb = run_dir / TB_DIR
+    if not any(tb.glob("*tfevents*")):
+        bench = any(tb.glob("*/*tfevents*")) and (run_dir / "results.md").is_file()
+        raise PlotError(
+            f"{run_dir}: a `rltrain bench` run (one TensorBoard run per mode in {tb}): its "
+            f"results are in {run_dir / 'results.md'}; tensorboard --logdir {tb} shows them"
+            if bench
+            else f"{run_dir}: no TensorBoard events in {tb}; has `rltrain train` started there?"
+        )
+    # size_guidance 0 keeps every scalar (the default samples 10,000 of them); the rest is
+    # not needed
+    keep = {ea.SCALARS: 0, ea.TENSORS: 1, ea.HISTOGRAMS: 1, ea.IMAGES: 1, ea.AUDIO: 1}
+    acc = ea.EventAccumulator(str(tb), size_guidance=keep)
+    acc.Reload()
+    if RETURN_TAG not in acc.Tags().get(ea.SCALARS, []):
+        raise PlotError(f"{run_dir}: no {RETURN_TAG} in {tb} yet (no episode has ended)")
+    start = acc.FirstEventTimestamp()
+    tags = acc.Tags().get(ea.SCALARS, [])
+
+    def stamps(*names: str) -> np.ndarray:
+        """The wall times of every event of these scalar tags."""
+        found = [e.wall_time for t in names if t in tags for e in acc.Scalars(t)]
+        return np.array(found, dtype=np.float64)
+
+    sessions = stamps(SESSION_TAG)
+    # marked sessions: every event, so that each one's last is known; else the heartbeat
+    beats = stamps(*tags) if len(sessions) else stamps(HEARTBEAT_TAG)
+
+    def series(tag: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(frames, running seconds, values) of one scalar tag, rewinds dropped."""
+        events = acc.Scalars(tag) if tag in tags else []
+        steps = np.array([e.step for e in events], dtype=np.int64)
+        keep = after_rewinds(steps)
+        times = np.array([e.wall_time for e in events], dtype=np.float64)
+        values = np.array([e.value for e in events], dtype=np.float64)
+        seconds = running_seconds(times, beats, start, sessions)
+        return steps[keep] * skip, seconds[keep], values[keep]
+
+    frames, seconds, returns = series(RETURN_TAG)
+    evals = series(EVAL_TAG)
+    every, window = eval_every_steps(cfg) * skip, run_window(run_dir, cfg)
+    return Curve(run_dir.resolve().name, frames, seconds, returns, evals, every, window)
+
+
+def running_seconds(
+    times: np.ndarray, beats: np.ndarray, start: float, sessions: np.ndarray | None = None
+) -> np.ndarray:
+    """Seconds the run was running up to each of ``times`` (wall-clock stamps): the time
+    since ``start`` less the downtime between its sessions. ``sessions``: the stamps of the
+    ``session/start`` marks; the time from each mark back to the event before it (among
+    ``beats``, ``times`` and the marks) is downtime, however short or long. Before the first
+    mark (a run begun by an older rltrain, which wrote none) every stretch of more than
+    ``DOWNTIME_S`` without an event is taken for downtime instead (a live run writes
+    ``perf/`` scalars, ``beats``, every ``log_every_seconds``)."""
+    marks = np.zeros(0) if sessions is None else np.asarray(sessions, dtype=np.float64)
+    stamps = np.sort(np.concatenate([beats, times, marks, [start]]))
+    gaps, after = np.diff(stamps), stamps[1:]
+    first = marks.min() if len(marks) else np.inf
+    unmarked = (gaps > DOWNTIME_S) & (after < first)
+    idle = np.where(np.isin(after, marks) | unmarked, gaps, 0.0)
+    downtime = np.concatenate([[0.0], np.cumsum(idle)])  # [len(stamps)] before each stamp
+    before = downtime[np.searchsorted(stamps, times, side="right") - 1]
+    return times - start - before
+
+
+def after_rewinds(steps: np.ndarray) -> np.ndarray:
+    """Indices of the points to keep when the step count goes back: a run resumed from a
+    checkpoint counts on from the checkpoint's env steps, so the episodes its stopped
+    predecessor logged after that checkpoint were never counted and are dropped (as
+    TensorBoard does: a resumed run's writer purges the steps after its checkpoint's). Equal
+    steps are kept: the episodes that end in one batch are logged at one step."""
+    kept: list[int] = []
+    for i, step in enumerate(steps):
+        while kept and steps[kept[-1]] > step:
+            kept.pop()
+        kept.append(i)
+    return np.array(kept, dtype=np.int64)

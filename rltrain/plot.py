@@ -100,14 +100,18 @@ def marks_table(curves: Sequence[Curve], marks: Sequence[float]) -> str:
 def evals_table(curves: Sequence[Curve]) -> str:
     """A Markdown table of the evaluations during training (``eval/mean_return``): one row
     per evaluation (its frames, rounded down to the run's ``eval.every_steps``: an evaluation
-    runs at the first batch past each multiple), one column per run (the mean score of its
-    games) and, for several runs, their mean and standard deviation where every run was
-    evaluated: seeds of one setting give that setting's curve and its spread."""
+    runs at the first batch past each multiple; the final one at a stop between two
+    multiples, at its own frames), one column per run (the mean score of its games) and, for
+    several runs, their mean and standard deviation where every run was evaluated: seeds of
+    one setting give that setting's curve and its spread."""
     rows: dict[int, dict[int, float]] = {}
     for i, c in enumerate(curves):
         frames, _, means = c.evals
+        seen: dict[int, int] = {}  # row -> the frames of the evaluation in it
         for f, m in zip(frames.tolist(), means.tolist(), strict=True):
             at = int(f) // c.eval_every * c.eval_every if c.eval_every else int(f)
+            if seen.setdefault(at, int(f)) != int(f):  # a stop's, after that multiple's
+                at = int(f)
             rows.setdefault(at, {})[i] = float(m)  # a resume's re-evaluation: the last
     if not rows:
         raise PlotError(

@@ -288,7 +288,8 @@ def test_evals_table_rows_are_the_runs_evaluations_with_the_seeds_mean(
     column per run; the mean and sample standard deviation only where every run has a value."""
     runs = []
     for name, evals in (
-        ("seed0", [(100_352, -20.0), (200_704, -10.0), (300_032, 5.0)]),
+        # a stop's evaluation at 250,000 (after the 200k one), the 300k one again on resume
+        ("seed0", [(100_352, -20), (200_704, -10), (250_000, 7), (300_032, 5), (300_032, 6)]),
         ("seed1", [(101_000, -21.0), (201_536, -14.0)]),
     ):
         run = make_run(tmp_path / name, "pong_appo.yaml", [(50_000, -21.0, 1)])
@@ -310,12 +311,13 @@ def test_evals_table_rows_are_the_runs_evaluations_with_the_seeds_mean(
         "|---|---|---|---|",
         "| 400k | -20.0 | -21.0 | -20.5 +- 0.7 |",  # 4 frames per step
         "| 800k | -10.0 | -14.0 | -12.0 +- 2.8 |",
-        "| 1.2M | 5.0 | - | - |",
+        "| 1M | 7.0 | - | - |",  # at its own frames: the 800k row is the 200k evaluation's
+        "| 1.2M | 6.0 | - | - |",  # a resume's re-evaluation: the last
     ]
     assert main(["plot", runs[0], "--evals", "--marks", "0"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[1].startswith("| run | frames/s | +0 |") and out[4] == ""
-    assert out[5:7] == ["| frames | seed0 |", "|---|---|"] and out[-1] == "| 1.2M | 5.0 |"
+    assert out[5:7] == ["| frames | seed0 |", "|---|---|"] and out[-1] == "| 1.2M | 6.0 |"
 
 
 def test_evals_table_without_evaluations_is_a_one_line_error(

@@ -105,7 +105,8 @@ train() {
     code=$?
     end=$(date +%s.%N)
     [ -n "$smi" ] && kill "$smi" 2>/dev/null
-    grep -v '^\[train\]' "$OUT_DIR/$name.log" | head -5
+    grep -v '^\[train\]' "$OUT_DIR/$name.log" | head -4
+    grep '^stopped by' "$OUT_DIR/$name.log" | tail -1
     echo "exit code $code, $(python3 -c "print(f'{$end - $start:.0f}')") s from the command to the end"
     echo "last status: $(grep '^\[train\]' "$OUT_DIR/$name.log" | tail -1)"
     python3 - "$run" "$gpu_log" <<'PY'

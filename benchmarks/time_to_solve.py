@@ -1,6 +1,7 @@
 """Seconds to solve a task per rltrain algorithm and seed, next to Stable-Baselines3 PPO.
 
-"Solved": the mean raw return of the last 20 finished training episodes (across all envs)
+"Solved": the mean raw return of the last 20 finished training episodes (across all envs;
+rltrain's window is at least as many as the envs, 16 in these configs, so 20)
 reaches the task's target (CartPole-v1: 475; Pendulum-v1: -200; MountainCarContinuous-v0: 90
 and LunarLanderContinuous-v3: 200, with pendulum_appo.yaml and only env.id and the stop
 changed; LunarLander-v3: 200, with the CartPole configs and only env.id and the stop changed;

@@ -149,7 +149,7 @@ def build_parser() -> _Parser:
         default=None,
         metavar="N",
         help="draw the mean of the last N episodes (default: each run's, as its stop counts "
-        "them: stop.window, at least one per env; 1: raw returns)",
+        "them: stop.window, at least as many as the envs; 1: raw returns)",
     )
     plot.add_argument(
         "--marks",

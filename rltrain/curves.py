@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -109,22 +110,31 @@ def eval_every_steps(cfg: dict[str, Any]) -> int:
     return every
 
 
+def _whole(value: Any, default: int) -> int:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return value if ok else default
+
+
 def run_window(run_dir: Path, cfg: dict[str, Any]) -> int:
-    """The episodes of a run's training mean as its stop counts them: ``stop.window``, at
-    least one per env (:func:`rltrain.rl.config.train.episode_window`), with ``actors: auto``
-    as summary.json says the last session sized it."""
+    """The episodes of a run's training mean as its stop counts them: summary.json's
+    ``mean_window``, else ``stop.window``, at least as many as the envs
+    (:func:`rltrain.rl.config.train.episode_window`), ``actors: auto`` as the last session
+    sized it (summary.json, or the note a live session adds to config.yaml)."""
     from rltrain.rl.config.train import episode_window
 
-    def whole(value: Any, default: int) -> int:
-        ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
-        return value if ok else default
-
-    actors = whole(cfg.get("actors"), 0)
-    if not actors:
-        with contextlib.suppress(OSError, ValueError, AttributeError):  # none, or no summary
-            actors = whole(json.loads((run_dir / "summary.json").read_text()).get("actors"), 0)
-    envs = actors * whole(_section(cfg, "env").get("num_envs"), 1)
-    return episode_window(whole(_section(cfg, "stop").get("window"), 20), envs)
+    summary: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):  # none yet (a live or killed first session)
+        loaded = json.loads((run_dir / "summary.json").read_text())
+        summary = loaded if isinstance(loaded, dict) else {}
+    if window := _whole(summary.get("mean_window"), 0):
+        return window
+    actors = _whole(cfg.get("actors"), 0) or _whole(summary.get("actors"), 0)
+    if not actors:  # rltrain.rl.run.placement.note_sizes: "# actors: N", the latest last
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            sized = re.findall(r"^# actors: (\d+)$", (run_dir / "config.yaml").read_text(), re.M)
+            actors = int(sized[-1]) if sized else 0
+    envs = actors * _whole(_section(cfg, "env").get("num_envs"), 8)  # (EnvConfig's default)
+    return episode_window(_whole(_section(cfg, "stop").get("window"), 20), envs)
 
 
 def read_curve(run_dir: Path) -> Curve:

@@ -52,12 +52,12 @@ def time_to_marks(c: Curve, marks: Sequence[float]) -> list[Reached]:
     return out
 
 
-def _count(n: float) -> str:
+def _count(n: float, digits: int = 3) -> str:
     """1234567 as 1.23M, 45600 as 45.6k: frames as the tables write them."""
     for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
         if n >= div:
-            return f"{n / div:.3g}{unit}"
-    return f"{n:.3g}"
+            return f"{n / div:.{digits}g}{unit}"
+    return f"{n:.{digits}g}"
 
 
 def _duration(seconds: float, unit: float) -> str:
@@ -105,6 +105,7 @@ def evals_table(curves: Sequence[Curve]) -> str:
     several runs, their mean and standard deviation where every run was evaluated: seeds of
     one setting give that setting's curve and its spread."""
     rows: dict[int, dict[int, float]] = {}
+    stops: set[int] = set()  # rows at a stop's own frames
     for i, c in enumerate(curves):
         frames, _, means = c.evals
         seen: dict[int, int] = {}  # row -> the frames of the evaluation in it
@@ -112,6 +113,7 @@ def evals_table(curves: Sequence[Curve]) -> str:
             at = int(f) // c.eval_every * c.eval_every if c.eval_every else int(f)
             if seen.setdefault(at, int(f)) != int(f):  # a stop's, after that multiple's
                 at = int(f)
+                stops.add(at)
             rows.setdefault(at, {})[i] = float(m)  # a resume's re-evaluation: the last
     if not rows:
         raise PlotError(
@@ -128,7 +130,8 @@ def evals_table(curves: Sequence[Curve]) -> str:
             every = [got[i] for i in range(len(curves)) if i in got]
             full = len(every) == len(curves)
             cells.append(f"{np.mean(every):.1f} +- {np.std(every, ddof=1):.1f}" if full else "-")
-        lines.append(f"| {_count(at)} | {' | '.join(cells)} |")
+        label = f"{_count(at, 4)} (stop)" if at in stops else _count(at)
+        lines.append(f"| {label} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
 

@@ -1,4 +1,4 @@
-"""The training mean's window: stop.window, but at least one episode per env.
+"""The training mean's window: stop.window, but at least as many episodes as envs.
 
 Envs that start their games together (a run's start, every --resume) end the short ones first,
 so with more envs than the window the last ``stop.window`` episodes are the shortest of a round:
@@ -80,7 +80,8 @@ def test_a_resume_judges_the_stop_with_the_window_of_the_run(
     }
     save_checkpoint(tmp_path, 0, state, keep=3)
     if refused:
-        with pytest.raises(CheckpointError, match="already met stop.mean_return=18"):
+        said = r"already met stop.mean_return=18.0 \(the mean of its last 20 episodes: 19.95\)"
+        with pytest.raises(CheckpointError, match=said):
             load_resume(tmp_path, cfg, spec)
     else:
         resumed = load_resume(tmp_path, cfg, spec)
@@ -92,3 +93,27 @@ def test_a_resume_judges_the_stop_with_the_window_of_the_run(
             load_resume(tmp_path, auto, spec)
     else:
         assert load_resume(tmp_path, auto, spec) is not None
+
+
+def test_a_diverged_run_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A run the server stopped as diverged (every update refused as non-finite) says so on
+    --resume, where it raised AttributeError (stop has no key 'diverged')."""
+    from rltrain.checkpoint import CheckpointError, save_checkpoint
+    from rltrain.ps.server import make_shards
+    from rltrain.rl.config import server_settings
+    from rltrain.rl.env_spec import initial_params, probe_env
+    from rltrain.rl.run.counters import DIVERGED_AFTER
+    from rltrain.rl.run.resume import load_resume
+
+    cfg = config("actors=1")
+    spec = probe_env(cfg)
+    _, shards = make_shards(initial_params(cfg, spec), cfg.optimizer, server_settings(cfg), 1)
+    counters = Counters(rejected_in_a_row=DIVERGED_AFTER)
+    state = {
+        "shards": [s.state_dict() for s in shards],
+        "counters": dataclasses.asdict(counters),
+        "config": to_dict(cfg),
+    }
+    save_checkpoint(tmp_path, 0, state, keep=3)
+    with pytest.raises(CheckpointError, match="diverged .* last 100 updates as non-finite"):
+        load_resume(tmp_path, cfg, spec)

@@ -311,7 +311,7 @@ def test_evals_table_rows_are_the_runs_evaluations_with_the_seeds_mean(
         "|---|---|---|---|",
         "| 400k | -20.0 | -21.0 | -20.5 +- 0.7 |",  # 4 frames per step
         "| 800k | -10.0 | -14.0 | -12.0 +- 2.8 |",
-        "| 1M | 7.0 | - | - |",  # at its own frames: the 800k row is the 200k evaluation's
+        "| 1M (stop) | 7.0 | - | - |",  # its own row: the 800k row is the 200k evaluation's
         "| 1.2M | 6.0 | - | - |",  # a resume's re-evaluation: the last
     ]
     assert main(["plot", runs[0], "--evals", "--marks", "0"]) == 0
@@ -333,7 +333,7 @@ def test_evals_table_without_evaluations_is_a_one_line_error(
 def test_each_run_is_smoothed_over_its_own_window_as_its_stop_counts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """By default a run's mean is over its stop.window, at least one episode per env: the
+    """By default a run's mean is over its stop.window, at least as many episodes as envs: the
     last 20 of 240 envs that started together are the shortest games of a round (the
     biggest wins in Pong), which once stopped a run "at 18.6" that played at 15. actors:
     auto is sized by the session: summary.json says how. --smooth N sets every run's."""
@@ -343,6 +343,13 @@ def test_each_run_is_smoothed_over_its_own_window_as_its_stop_counts(
     (auto / "summary.json").write_text(json.dumps({"actors": 15}))
     one = make_run(tmp_path / "one", "pong_appo.yaml", returns, overrides=("actors=1",))
     assert [read_curve(r).window for r in (wide, auto, one)] == [240, 240, 20]
+    # a live first session of actors: auto has no summary.json yet: the sizes' note says
+    live = make_run(tmp_path / "live", "pong_appo.yaml", returns, overrides=("actors=auto",))
+    with (live / "config.yaml").open("a") as f:
+        f.write("# sized at this session's start (16 CPUs, 1 GPUs; ...):\n# actors: 15\n")
+    assert read_curve(live).window == 240
+    (live / "summary.json").write_text(json.dumps({"actors": 15, "mean_window": 100}))
+    assert read_curve(live).window == 100  # what the run's stop used, as it says
     out = str(tmp_path / "x.png")
     assert main(["plot", str(wide), str(one), "--marks", "18", "--out", out]) == 0
     table = capsys.readouterr().out.splitlines()

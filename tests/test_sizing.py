@@ -252,8 +252,9 @@ def test_what_auto_chose_is_said_and_noted_in_config_yaml(
     assert out[0].startswith("batch: 3 actors x 16 envs x 64 steps (48 envs)")
     # the live line's return, the score stop and summary.json: one episode per env at least
     assert out[1] == (
-        "return: the mean of the last 48 episodes, one per env (stop.window=20 is fewer: envs "
-        "that start together end their shortest games first)"
+        "return (the live line, stop.mean_return, summary.json): the mean of the last 48 "
+        "episodes, as many as the envs; stop.window=20 would see only each round's shortest "
+        "games (envs that start together end their short games first)"
     )
     text = (tmp_path / "config.yaml").read_text()
     assert "# sized at this session's start (4 CPUs, 0 GPUs" in text

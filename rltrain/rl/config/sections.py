@@ -74,11 +74,13 @@ class StopConfig:
     """When training stops: whichever criterion is met first."""
 
     mean_return: float | None = None
-    """Stop once the mean raw return of the last `window` episodes reaches this (null: never)."""
+    """Stop once the mean raw return of the last `window` episodes (at least as many as the
+    envs) reaches this (null: never)."""
     window: int = field(default=20, metadata=spec(ge=1))
-    """Episodes in the mean_return window (and in summary.json's mean_return), at least one
-    per env (actors x env.num_envs): envs that start their games together end the short ones
-    first, so a window smaller than the envs would judge the run by its shortest games."""
+    """Episodes in the mean_return window (and in summary.json's mean_return), at least as
+    many as the envs (actors x env.num_envs): envs that start their games together end the
+    short ones first, so a window smaller than the envs would judge the run by its shortest
+    games."""
     max_seconds: float = field(default=0.0, metadata=spec(ge=0))
     """Wall-clock limit over the whole run, start-up and resumed sessions included (0 = none)."""
     max_env_steps: int = field(default=0, metadata=spec(ge=0))

@@ -105,8 +105,8 @@ class TrainConfig:
     @property
     def episode_window(self) -> int:
         """Episodes in the training mean (the score stop, the live line, summary.json):
-        ``stop.window``, but at least one per env once ``actors`` is sized
-        (:func:`episode_window`)."""
+        ``stop.window``, but at least as many as the envs (:func:`episode_window`). Read it
+        from the sized config: with ``actors: auto`` unsized (0) it is ``stop.window``."""
         return episode_window(self.stop.window, self.actors * self.env.num_envs)
 
     SECTIONS: ClassVar[str] = "sections"
@@ -146,7 +146,7 @@ class TrainConfig:
 
 
 def episode_window(window: int, envs: int) -> int:
-    """The last ``window`` episodes, but at least one per env (``envs`` in all).
+    """The last ``window`` episodes, but at least as many as the envs (``envs`` in all).
 
     Every env starts its first game at once, at a run's start and at each ``--resume``, and
     240 envs play about 6 games each in 12M frames of Pong: too few for them to drift apart.
@@ -154,7 +154,7 @@ def episode_window(window: int, envs: int) -> int:
     shortest or the longest of a round: in Pong the most lopsided wins, or the closest games.
     A window of 20 at 240 envs stopped a resumed run "at 18.6" on its first 17 games, 18-21
     wins, where its evaluations said 16.1-16.9 and the mean of its last 240 games 14.8
-    (docs/pong.md). A window of at least one episode per env takes a whole round.
+    (docs/pong.md). A window of at least as many episodes as envs takes a whole round.
     """
     return max(window, envs)
 

@@ -102,9 +102,10 @@ def note_sizes(run_dir: Path, placed: Placement, cpus: float, gpus: float) -> No
     print(batch)
     if cfg.episode_window > cfg.stop.window:  # (rltrain.rl.config.train.episode_window)
         print(
-            f"return: the mean of the last {cfg.episode_window} episodes, one per env "
-            f"(stop.window={cfg.stop.window} is fewer: envs that start together end their "
-            "shortest games first)"
+            f"return (the live line, stop.mean_return, summary.json): the mean of the last "
+            f"{cfg.episode_window} episodes, as many as the envs; stop.window="
+            f"{cfg.stop.window} would see only each round's shortest games (envs that start "
+            "together end their short games first)"
         )
     path = run_dir / "config.yaml"
     with contextlib.suppress(OSError):  # a note only: the run goes on without it

@@ -98,9 +98,18 @@ def load_resume(run_dir: Path, cfg: TrainConfig, spec: EnvSpec) -> Resumed | Non
     actors = cfg.actors or (last if isinstance(last, int) else 0)
     window = episode_window(cfg.stop.window, actors * cfg.env.num_envs)
     met = counters.stop_met(cfg.stop, counters.wall_seconds, window)
-    if met:  # a session would start every process only to stop at once
+    run = path.parent.parent
+    if met == "diverged":  # its parameters are those of the last update the server took
         raise CheckpointError(
-            f"the run at {path.parent.parent} already met stop.{met}="
-            f"{getattr(cfg.stop, met)}; raise it (or null mean_return) with --set to train on"
+            f"the run at {run} diverged (the server refused its last "
+            f"{counters.rejected_in_a_row} updates as non-finite); start a new run with a "
+            "lower optimizer.lr or algo.max_grad_norm"
+        )
+    if met:  # a session would start every process only to stop at once
+        mean = counters.mean_return(window) if met == "mean_return" else None
+        seen = "" if mean is None else f" (the mean of its last {window} episodes: {mean:.2f})"
+        raise CheckpointError(
+            f"the run at {run} already met stop.{met}={getattr(cfg.stop, met)}{seen}; raise "
+            "it (or null mean_return) with --set to train on"
         )
     return Resumed(path, state, counters, faults, changes)

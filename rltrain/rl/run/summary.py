@@ -69,7 +69,7 @@ def train_summary(
         "episodes": c.episodes,  # with those the work in flight at the stop finished
         "episodes_at_stop": c.episodes if rec_eps is None else rec_eps,
         "mean_return": mean,  # over the last episode_window episodes when the run stopped
-        "mean_window": cfg.episode_window,  # stop.window, at least one episode per env
+        "mean_window": cfg.episode_window,  # stop.window, at least as many episodes as envs
         "final_mean_return": final,  # the same, with the episodes of work then in flight
         "best_mean_return": c.best_mean_return,
         "updates": c.updates,

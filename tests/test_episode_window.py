@@ -117,3 +117,28 @@ def test_a_diverged_run_is_refused_in_one_line(tmp_path: Path) -> None:
     save_checkpoint(tmp_path, 0, state, keep=3)
     with pytest.raises(CheckpointError, match="diverged .* last 100 updates as non-finite"):
         load_resume(tmp_path, cfg, spec)
+
+
+def test_a_run_logs_the_mean_the_stop_judges(tmp_path: Path) -> None:
+    """TensorBoard's episode/mean_return is the live line's and the stop's mean, with the
+    window summary.json names (6 actors x 8 envs: 48, more than stop.window=20)."""
+    import json
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from rltrain.cli import main
+
+    run = tmp_path / "run"
+    argv = ["train", str(ROOT / "configs" / "cartpole_appo.yaml"), "--run-dir", str(run)]
+    for kv in ("runtime.backend=local", "actors=6", "stop.mean_return=null"):
+        argv += ["--set", kv]
+    assert main([*argv, "--set", "stop.max_env_steps=12000"]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["mean_window"] == 48 and summary["episodes"] >= 48
+    tb = EventAccumulator(str(run / "tb"), size_guidance={"scalars": 0})
+    tb.Reload()
+    returns = [p.value for p in tb.Scalars("episode/return")]
+    means = tb.Scalars("episode/mean_return")
+    assert len(returns) >= 48 and means
+    assert means[-1].value == pytest.approx(sum(returns[-48:]) / 48, rel=1e-5)
+    assert means[-1].value == pytest.approx(summary["final_mean_return"], rel=1e-5)

@@ -79,7 +79,7 @@ def test_run_tb_folder_holds_a_custom_scalars_layout_of_the_real_tags(tmp_path: 
         q_mean=1.0,
         phases={"actor/env": 1.0, "learner/learn": 2.0, "worker/wait": 1.0},
     )
-    log.absorb(stats, 64)
+    log.absorb(stats, 64, mean=9.0)  # the training mean, once its window is full
     log.flush(64, 3, replay_size=64, net=(10, 20), lr=1e-3)
     log.faults(FaultCounters(), 64)
     log.close()
@@ -99,6 +99,9 @@ def test_run_tb_folder_holds_a_custom_scalars_layout_of_the_real_tags(tmp_path: 
     }
     assert {"ps/staleness_mean", "ps/staleness_max", "loss/lag_kl"} <= {
         t for t, c in home.items() if "staleness" in c
+    }
+    assert {"episode/return", "episode/mean_return"} <= {
+        t for t, c in home.items() if "returns" in c
     }
     assert {t for t in written if t.startswith("faults/")} == {
         t for t, c in home.items() if "faults" in c

@@ -38,7 +38,7 @@ LAYOUT: dict[str, dict[str, list[Any]]] = {
         # training's episodes and the periodic evaluations' means (eval.every_steps) together
         "raw score: episodes, evaluation mean": [
             "Multiline",
-            ["^episode/return$", "^eval/mean_return$"],
+            ["^episode/return$", "^episode/mean_return$", "^eval/mean_return$"],
         ],
         "episode length": ["Multiline", ["^episode/length$", "^eval/mean_length$"]],
     },
@@ -107,10 +107,15 @@ class TrainLogger:
         self._phases: dict[str, float] = {}
         self.top = ""  # the biggest phase of each role over the last interval (the live line)
 
-    def absorb(self, stats: WorkStats, env_steps: int) -> None:
+    def absorb(self, stats: WorkStats, env_steps: int, mean: float | None = None) -> None:
+        """Log one result; ``mean``: the training mean after it (a full window: the stop's
+        ``TrainConfig.episode_window``), written as ``episode/mean_return`` when episodes
+        ended in it."""
         for ret, length in zip(stats.episode_returns, stats.episode_lengths, strict=False):
             self.writer.add_scalar("episode/return", ret, env_steps)
             self.writer.add_scalar("episode/length", length, env_steps)
+        if mean is not None and stats.episode_returns:
+            self.writer.add_scalar("episode/mean_return", mean, env_steps)
         self._all_updates += stats.updates
         if stats.env_steps:
             self._step_rate.add(env_steps)

@@ -300,8 +300,10 @@ class Trainer:
             rec.startup["first_step"] = round(stats.first_step_at - rec.started, 2)
         if rec.startup_seconds is None:
             rec.startup_seconds = rec.mark("first_result")
-        self.counters.add(stats, self.cfg.episode_window)
-        self.log.absorb(stats, self.counters.env_steps)
+        c, window = self.counters, self.cfg.episode_window
+        c.add(stats, window)
+        full = len(c.recent_returns) >= window  # as the stop judges it
+        self.log.absorb(stats, c.env_steps, c.mean_return(window) if full else None)
         self._check_stop()
 
     def _check_stop(self) -> None:

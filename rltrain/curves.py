@@ -101,18 +101,16 @@ def frames_per_step(run_dir: Path, cfg: dict[str, Any] | None = None) -> int:
     return skip
 
 
+def _whole(value: Any, default: int) -> int:
+    """``value`` if a YAML whole number >= 1, else ``default``."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return value if ok else default
+
+
 def eval_every_steps(cfg: dict[str, Any]) -> int:
     """Env steps between a run's evaluations during training (its :func:`run_config`'s
     ``eval.every_steps``; 0: none or unknown)."""
-    every = _section(cfg, "eval").get("every_steps", 0)
-    if not isinstance(every, int) or isinstance(every, bool) or every < 1:
-        return 0
-    return every
-
-
-def _whole(value: Any, default: int) -> int:
-    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
-    return value if ok else default
+    return _whole(_section(cfg, "eval").get("every_steps"), 0)
 
 
 def run_window(run_dir: Path, cfg: dict[str, Any]) -> int:

@@ -46,6 +46,11 @@ class Counters:
         r = self.recent_returns[-window:]
         return sum(r) / len(r) if r else None
 
+    def full_mean(self, window: int) -> float | None:
+        """The mean of the last ``window`` returns once that many have ended (None before):
+        what the score stop judges, an early lucky episode being no mean."""
+        return self.mean_return(window) if len(self.recent_returns) >= window else None
+
     def stop_met(self, stop: StopConfig, seconds: float, window: int) -> str:
         """The stop criterion these counts meet, '' for none: diverged, mean_return,
         max_env_steps or max_seconds (``seconds``: the run's wall time; ``window``: the
@@ -53,9 +58,8 @@ class Counters:
         evaluator's)."""
         if self.rejected_in_a_row >= DIVERGED_AFTER:
             return "diverged"
-        target, mean = stop.mean_return, self.mean_return(window)
-        full = len(self.recent_returns) >= window
-        if target is not None and mean is not None and full and mean >= target:
+        target, mean = stop.mean_return, self.full_mean(window)
+        if target is not None and mean is not None and mean >= target:
             return "mean_return"
         if stop.max_env_steps and self.env_steps >= stop.max_env_steps:
             return "max_env_steps"
@@ -76,7 +80,7 @@ class Counters:
         self.staleness_sum += sum(stats.staleness)
         keep = max(KEEP_RETURNS, window)
         self.recent_returns = (self.recent_returns + list(stats.episode_returns))[-keep:]
-        mean = self.mean_return(window)
-        if mean is not None and len(self.recent_returns) >= window:
+        mean = self.full_mean(window)
+        if mean is not None:
             best = self.best_mean_return
             self.best_mean_return = mean if best is None else max(best, mean)

@@ -302,8 +302,7 @@ class Trainer:
             rec.startup_seconds = rec.mark("first_result")
         c, window = self.counters, self.cfg.episode_window
         c.add(stats, window)
-        full = len(c.recent_returns) >= window  # as the stop judges it
-        self.log.absorb(stats, c.env_steps, c.mean_return(window) if full else None)
+        self.log.absorb(stats, c.env_steps, c.full_mean(window))  # as the stop judges it
         self._check_stop()
 
     def _check_stop(self) -> None:

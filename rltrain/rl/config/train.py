@@ -107,7 +107,12 @@ class TrainConfig:
         """Episodes in the training mean (the score stop, the live line, summary.json):
         ``stop.window``, but at least as many as the envs (:func:`episode_window`). Read it
         from the sized config: with ``actors: auto`` unsized (0) it is ``stop.window``."""
-        return episode_window(self.stop.window, self.actors * self.env.num_envs)
+        return self.episode_window_at(self.actors)
+
+    def episode_window_at(self, actors: int) -> int:
+        """:attr:`episode_window` with ``actors`` actors: the resume check sizes an
+        ``actors: auto`` config by the last session's count, before this session sizes it."""
+        return episode_window(self.stop.window, actors * self.env.num_envs)
 
     SECTIONS: ClassVar[str] = "sections"
     """The field holding the registry's other sections (:func:`rltrain.config.from_dict`)."""

@@ -13,7 +13,6 @@ from rltrain.checkpoint import CheckpointError, latest_checkpoint, load_checkpoi
 from rltrain.config import dotted, moved_keys, to_dict
 from rltrain.faults import FaultCounters
 from rltrain.rl.config import TrainConfig
-from rltrain.rl.config.train import episode_window
 from rltrain.rl.env_spec import EnvSpec, check_fits, initial_params
 from rltrain.rl.run.counters import Counters
 
@@ -96,7 +95,7 @@ def load_resume(run_dir: Path, cfg: TrainConfig, spec: EnvSpec) -> Resumed | Non
     saved = state.get("config")
     last = saved.get("actors") if isinstance(saved, dict) else None  # as that session sized it
     actors = cfg.actors or (last if isinstance(last, int) else 0)
-    window = episode_window(cfg.stop.window, actors * cfg.env.num_envs)
+    window = cfg.episode_window_at(actors)
     met = counters.stop_met(cfg.stop, counters.wall_seconds, window)
     run = path.parent.parent
     if met == "diverged":  # its parameters are those of the last update the server took

@@ -67,9 +67,9 @@ class Counters:
             return "max_seconds"
         return ""
 
-    def add(self, stats: WorkStats, window: int) -> None:
+    def add(self, stats: WorkStats, window: int) -> float | None:
         """Count one result of an actor, learner or worker; ``window``: the episodes of the
-        mean (``TrainConfig.episode_window``)."""
+        mean (``TrainConfig.episode_window``). Returns :meth:`full_mean` after it."""
         self.env_steps += stats.env_steps
         self.episodes += len(stats.episode_returns)
         self.updates += stats.updates
@@ -84,3 +84,4 @@ class Counters:
         if mean is not None:
             best = self.best_mean_return
             self.best_mean_return = mean if best is None else max(best, mean)
+        return mean

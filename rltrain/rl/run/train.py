@@ -300,9 +300,8 @@ class Trainer:
             rec.startup["first_step"] = round(stats.first_step_at - rec.started, 2)
         if rec.startup_seconds is None:
             rec.startup_seconds = rec.mark("first_result")
-        c, window = self.counters, self.cfg.episode_window
-        c.add(stats, window)
-        self.log.absorb(stats, c.env_steps, c.full_mean(window))  # as the stop judges it
+        mean = self.counters.add(stats, self.cfg.episode_window)  # as the stop judges it
+        self.log.absorb(stats, self.counters.env_steps, mean)
         self._check_stop()
 
     def _check_stop(self) -> None:

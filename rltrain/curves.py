@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ import numpy as np
 import yaml
 
 from rltrain.errors import RLTrainError
+from rltrain.rundir import sized_actors
 
 RETURN_TAG = "episode/return"
 """The scalar tag of episode scores, as :class:`rltrain.rl.run.tblog.TrainLogger` writes it."""
@@ -127,10 +127,7 @@ def run_window(run_dir: Path, cfg: dict[str, Any]) -> int:
     if window := _whole(summary.get("mean_window"), 0):
         return window
     actors = _whole(cfg.get("actors"), 0) or _whole(summary.get("actors"), 0)
-    if not actors:  # rltrain.rl.run.placement.note_sizes: "# actors: N", the latest last
-        with contextlib.suppress(OSError, UnicodeDecodeError):
-            sized = re.findall(r"^# actors: (\d+)$", (run_dir / "config.yaml").read_text(), re.M)
-            actors = int(sized[-1]) if sized else 0
+    actors = actors or sized_actors(run_dir)
     envs = actors * _whole(_section(cfg, "env").get("num_envs"), 8)  # (EnvConfig's default)
     return episode_window(_whole(_section(cfg, "stop").get("window"), 20), envs)
 

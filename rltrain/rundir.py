@@ -7,6 +7,7 @@ import fcntl
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -153,6 +154,24 @@ def umask() -> int:
 
 def write_config(run_dir: Path, cfg: Any) -> None:
     write_atomic(run_dir / "config.yaml", dump_yaml(cfg))
+
+
+def size_note(sizes: str, actors: int, groups: int, batch: str) -> str:
+    """The comment lines a session appends to config.yaml to say what ``auto`` chose for it
+    (the keys keep saying auto, so that a --resume on another machine sizes the run to that
+    one); :func:`sized_actors` reads them back. ``sizes``: what it was sized against."""
+    return f"# sized at {sizes}:\n# actors: {actors}\n# env.groups: {groups}\n# {batch}\n"
+
+
+def sized_actors(run_dir: Path) -> int:
+    """The actors the latest session sized, from the last :func:`size_note` in the run's
+    config.yaml; 0 where there is none (the actors were set, or no session has sized it)."""
+    try:
+        text = (run_dir / "config.yaml").read_text()
+    except (OSError, UnicodeDecodeError):
+        return 0
+    found = re.findall(r"^# actors: (\d+)$", text, re.M)
+    return int(found[-1]) if found else 0
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:

@@ -16,7 +16,7 @@ from rltrain.config import load_config
 from rltrain.curves import EVAL_TAG, RETURN_TAG, after_rewinds, read_curve
 from rltrain.plot import moving_mean
 from rltrain.rl.config import TrainConfig
-from rltrain.rundir import write_config
+from rltrain.rundir import size_note, write_config
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -345,8 +345,8 @@ def test_each_run_is_smoothed_over_its_own_window_as_its_stop_counts(
     assert [read_curve(r).window for r in (wide, auto, one)] == [240, 240, 20]
     # a live first session of actors: auto has no summary.json yet: the sizes' note says
     live = make_run(tmp_path / "live", "pong_appo.yaml", returns, overrides=("actors=auto",))
-    with (live / "config.yaml").open("a") as f:
-        f.write("# sized at this session's start (16 CPUs, 1 GPUs; ...):\n# actors: 15\n")
+    with (live / "config.yaml").open("a") as f:  # what rltrain.rl.run.placement writes
+        f.write(size_note("16 CPUs", 3, 1, "batch: ...") + size_note("16 CPUs", 15, 1, "..."))
     assert read_curve(live).window == 240
     (live / "summary.json").write_text(json.dumps({"actors": 15, "mean_window": 100}))
     assert read_curve(live).window == 100  # what the run's stop used, as it says

@@ -14,7 +14,7 @@ import torch
 from rltrain.config import ConfigError
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.run.sizing import describe_batch, describe_sizes, gpu_learners, learner_cpus, sized
-from rltrain.rundir import write_atomic
+from rltrain.rundir import size_note, write_atomic
 
 if TYPE_CHECKING:
     from rltrain.records import Role
@@ -109,10 +109,8 @@ def note_sizes(run_dir: Path, placed: Placement, cpus: float, gpus: float) -> No
         )
     path = run_dir / "config.yaml"
     with contextlib.suppress(OSError):  # a note only: the run goes on without it
-        text = path.read_text() + (
-            f"# sized at this session's start ({cpus:g} CPUs, {gpus:g} GPUs; --resume sizes "
-            f"again):\n# actors: {cfg.actors}\n# env.groups: {cfg.env.groups}\n# {batch}\n"
-        )
+        sizes = f"this session's start ({cpus:g} CPUs, {gpus:g} GPUs; --resume sizes again)"
+        text = path.read_text() + size_note(sizes, cfg.actors, cfg.env.groups, batch)
         write_atomic(path, text)
 
 

@@ -3,6 +3,7 @@ shards and restores (the Ray runs that kill real processes are in test_fault_run
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from rltrain import faults
 from rltrain.config import ConfigError, from_dict
 from rltrain.faults import (
     FaultCounters,
@@ -75,6 +77,29 @@ def test_a_pause_ends_by_itself_and_every_exit_path_can_end_it() -> None:
         child.wait()
 
 
+def test_a_pause_ends_even_if_the_process_that_paused_is_gone() -> None:
+    """A trainer SIGKILLed during a pause takes its timer with it, and the stopped child
+    cannot see the trainer end: a process of the pause's own continues it a second late.
+    A pause ended on time leaves that process behind neither running nor a zombie."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        pause(child.pid, 0.5)
+        stopped = faults._STOPPED[child.pid]
+        stopped.timer.cancel()  # the trainer's thread, gone with the trainer
+        assert stopped.backstop is not None
+        assert _until(lambda: _state(child.pid) == "T")
+        assert _until(lambda: _state(child.pid) != "T")  # after 1.5 s, from the backstop
+        pause(child.pid, 0.2)
+        backstop = faults._STOPPED[child.pid].backstop
+        assert backstop is not None
+        assert _until(lambda: child.pid not in faults._STOPPED)  # its timer continued it
+        assert backstop.poll() is not None  # and ended the backstop, its sleep included
+        assert _until(lambda: not _in_group(backstop.pid))  # sh and its sleep
+    finally:
+        child.kill()
+        child.wait()
+
+
 def _until(condition: Callable[[], bool], seconds: float = 20.0) -> bool:
     """Wait for ``condition`` (a process's state: signals are delivered asynchronously)."""
     deadline = time.time() + seconds
@@ -83,6 +108,17 @@ def _until(condition: Callable[[], bool], seconds: float = 20.0) -> bool:
             return False
         time.sleep(0.02)
     return True
+
+
+def _in_group(pgid: int) -> list[int]:
+    """The live processes of process group ``pgid`` (zombies are not alive)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                found.append(int(stat.parent.name))
+    return found
 
 
 def _state(pid: int) -> str:

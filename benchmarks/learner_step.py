@@ -38,7 +38,9 @@ import argparse
 import dataclasses
 import statistics
 import time
+import traceback
 import warnings
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -91,16 +93,30 @@ class TinyTorso(nn.Module):
 
 
 class HostReads(TorchFunctionMode):
-    """Counts the calls that read a tensor's value on the host."""
+    """Counts the calls that read a tensor's value on the host, and where they are made."""
 
     def __init__(self) -> None:
         super().__init__()
         self.count = 0
+        self.sites: Counter[str] = Counter()
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         if func in READS:
             self.count += 1
+            self.sites[call_site()] += 1
         return func(*args, **(kwargs or {}))
+
+
+def call_site() -> str:
+    """``file:line`` of the innermost rltrain frame on the stack (else this script's): where
+    a host sync is made, for the next one to find it (session 34's H200 counted two per
+    learn that the CPU count does not see)."""
+    frames = traceback.extract_stack()[:-2]
+    for f in reversed(frames):
+        if "/rltrain/" in f.filename:
+            return f"{Path(f.filename).name}:{f.lineno}"
+    inner = next((f for f in reversed(frames) if f.filename == __file__), frames[-1])
+    return f"{Path(inner.filename).name}:{inner.lineno}"
 
 
 class AtenOps(TorchDispatchMode):
@@ -295,11 +311,18 @@ def ms_per_update(
     return 1000 * (time.perf_counter() - t) / updates
 
 
-def syncs(fn: Callable[[Rollout], int], r: Rollout, device: torch.device) -> int:
-    """Host reads during one call, with CUDA's sync warnings where there is a GPU."""
-    reads = HostReads()
-    with warnings.catch_warnings(record=True) as caught:
+def syncs(fn: Callable[[Rollout], int], r: Rollout, device: torch.device) -> Counter[str]:
+    """Host reads during one call by where they were made, or CUDA's sync warnings by where
+    they were raised where there is a GPU and they are more (``.total()``: the count)."""
+    reads, cuda = HostReads(), Counter[str]()
+
+    def note(message: Warning | str, *args: Any, **kwargs: Any) -> None:
+        if "synchronizing" in str(message):
+            cuda[call_site()] += 1
+
+    with warnings.catch_warnings():
         warnings.simplefilter("always")
+        warnings.showwarning = note  # (catch_warnings puts the original back)
         if device.type == "cuda":
             torch.cuda.set_sync_debug_mode("warn")
         try:
@@ -308,22 +331,26 @@ def syncs(fn: Callable[[Rollout], int], r: Rollout, device: torch.device) -> int
         finally:
             if device.type == "cuda":
                 torch.cuda.set_sync_debug_mode(0)
-    cuda = sum("synchronizing" in str(w.message) for w in caught)
-    return max(reads.count, cuda)
+    return cuda if cuda.total() > reads.count else reads.sites
 
 
-def sync_split(cfg: TrainConfig, kind: str, device: torch.device) -> tuple[float, float]:
-    """(per rollout, per minibatch) from two batch sizes: syncs = a + b x updates."""
-    counts = []
+def sync_split(
+    cfg: TrainConfig, kind: str, device: torch.device
+) -> tuple[float, float, Counter[str]]:
+    """(per rollout, per minibatch, where a learn's syncs are made) from two batch sizes:
+    syncs = a + b x updates."""
+    counts, sites = [], Counter[str]()
     for epochs in (cfg.ppo.epochs, 1):
         c = dataclasses.replace(cfg, ppo=dataclasses.replace(cfg.ppo, epochs=epochs))
         fn = learner_path(c, kind, device)
         r = rollout(c, 99)
         fn(r)  # warm: the optimizer's state, the first pull
-        counts.append((epochs * c.ppo.minibatches, syncs(fn, r, device)))
+        found = syncs(fn, r, device)
+        sites = sites or found  # the config's own epochs
+        counts.append((epochs * c.ppo.minibatches, found.total()))
     (u1, s1), (u2, s2) = counts
     b = (s1 - s2) / (u1 - u2) if u1 != u2 else 0.0
-    return s1 - b * u1, b
+    return s1 - b * u1, b, sites
 
 
 def aten_ops(fn: Callable[[Rollout], int], r: Rollout) -> float:
@@ -378,8 +405,10 @@ def main() -> None:
             ms = statistics.median(times[k])
             print(f"| {kind} | {k} | {ms:.3f} | {ms / base:.2f}x | {ops[k]:.0f} |")
         ratios[kind] = statistics.median(times["learner"]) / base
-    per_rollout, per_minibatch = sync_split(cfg, "tiny", device)
+    per_rollout, per_minibatch, sites = sync_split(cfg, "tiny", device)
+    where = ", ".join(f"{site} x{n}" for site, n in sites.most_common()) or "none"
     print(f"learner's host syncs: {per_minibatch:g} per minibatch, {per_rollout:g} per rollout")
+    print(f"a learn's host syncs, where they are made: {where}")
     print(
         f"learner_step: nature {ratios['nature']:.2f}x, tiny {ratios['tiny']:.2f}x, "
         f"syncs/minibatch {per_minibatch:g}, syncs/rollout {per_rollout:g}"

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
 
-from rltrain.faults import resume_all
+from rltrain.pauses import resume_all
 
 EXIT_INTERRUPTED = 130
 FINAL_CHECKPOINT = "stopping after a final checkpoint"

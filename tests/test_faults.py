@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rltrain import faults
+from rltrain import pauses
 from rltrain.config import ConfigError, from_dict
 from rltrain.faults import (
     FaultCounters,
@@ -25,9 +25,8 @@ from rltrain.faults import (
     ProcessLost,
     ShardFenced,
     Slowdown,
-    pause,
-    resume_all,
 )
+from rltrain.pauses import pause, resume_all
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.shard import ParameterShard
 from rltrain.records import GradUpdate
@@ -84,15 +83,15 @@ def test_a_pause_ends_even_if_the_process_that_paused_is_gone() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         pause(child.pid, 0.5)
-        stopped = faults._STOPPED[child.pid]
+        stopped = pauses._STOPPED[child.pid]
         stopped.timer.cancel()  # the trainer's thread, gone with the trainer
         assert stopped.backstop is not None
         assert _until(lambda: _state(child.pid) == "T")
         assert _until(lambda: _state(child.pid) != "T")  # after 1.5 s, from the backstop
         pause(child.pid, 0.2)
-        backstop = faults._STOPPED[child.pid].backstop
+        backstop = pauses._STOPPED[child.pid].backstop
         assert backstop is not None
-        assert _until(lambda: child.pid not in faults._STOPPED)  # its timer continued it
+        assert _until(lambda: child.pid not in pauses._STOPPED)  # its timer continued it
         assert backstop.poll() is not None  # and ended the backstop, its sleep included
         assert _until(lambda: not _in_group(backstop.pid))  # sh and its sleep
     finally:

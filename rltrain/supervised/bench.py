@@ -23,8 +23,8 @@ from rltrain.faults import (
     ProcessLost,
     RestorePoint,
     RunFailed,
-    resume_all,
 )
+from rltrain.pauses import resume_all
 from rltrain.progress import Progress
 from rltrain.ps.rules import UpdateRule
 from rltrain.runtime.context import RunContext

@@ -29,8 +29,8 @@ from rltrain.faults import (
     RunFailed,
     describe_events,
     failure_line,
-    resume_all,
 )
+from rltrain.pauses import resume_all
 from rltrain.progress import Progress
 from rltrain.ps.rules import ASYNC
 from rltrain.records import Role

@@ -15,7 +15,8 @@ from typing import Any
 
 from rltrain import extensions
 from rltrain.driver import Done
-from rltrain.faults import FaultAction, ProcessLost, pause
+from rltrain.faults import FaultAction, ProcessLost
+from rltrain.pauses import pause
 from rltrain.records import Role
 from rltrain.runtime import local
 from rltrain.runtime.config import RuntimeConfig

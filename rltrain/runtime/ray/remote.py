@@ -12,7 +12,8 @@ import ray
 from ray.actor import ActorHandle
 from ray.exceptions import RayActorError
 
-from rltrain.faults import FaultAction, pause
+from rltrain.faults import FaultAction
+from rltrain.pauses import pause
 from rltrain.records import Role
 from rltrain.runtime.ray.errors import first_line
 from rltrain.runtime.ray.startup import free_cpus, node_cpus

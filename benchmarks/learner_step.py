@@ -97,12 +97,10 @@ class HostReads(TorchFunctionMode):
 
     def __init__(self) -> None:
         super().__init__()
-        self.count = 0
-        self.sites: Counter[str] = Counter()
+        self.sites: Counter[str] = Counter()  # its total is the count
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         if func in READS:
-            self.count += 1
             self.sites[call_site()] += 1
         return func(*args, **(kwargs or {}))
 
@@ -331,7 +329,7 @@ def syncs(fn: Callable[[Rollout], int], r: Rollout, device: torch.device) -> Cou
         finally:
             if device.type == "cuda":
                 torch.cuda.set_sync_debug_mode(0)
-    return cuda if cuda.total() > reads.count else reads.sites
+    return cuda if cuda.total() > reads.sites.total() else reads.sites
 
 
 def sync_split(

@@ -34,6 +34,9 @@ EVAL_TAG = "eval/mean_return"
 TB_DIR = "tb"
 SESSION_TAG = "session/start"
 """Written first by each session of a run (:data:`rltrain.rl.run.tblog.SESSION_TAG`)."""
+SETTLED_TAG = "session/settled"
+"""Written once a session's every env has ended a game
+(:data:`rltrain.rl.run.tblog.SETTLED_TAG`)."""
 HEARTBEAT_TAG = "perf/env_fps"
 """A scalar a live run writes every ``log_every_seconds``: in a run written before sessions
 were marked, silences of more than ``DOWNTIME_S`` in it are taken for downtime."""
@@ -62,6 +65,9 @@ class Curve:
     """Frames between evaluations (``eval.every_steps`` x frame skip; 0: not known)."""
     window: int = 20
     """Episodes in the training mean, as the run's stop counts them (:func:`run_window`)."""
+    judged: np.ndarray | None = None
+    """[N] whether the score stop judged the mean at each episode: its session's every env
+    had ended a game (:func:`settled_episodes`); None: at every one."""
 
 
 def run_config(run_dir: Path) -> dict[str, Any]:
@@ -169,20 +175,52 @@ def read_curve(run_dir: Path) -> Curve:
     # marked sessions: every event, so that each one's last is known; else the heartbeat
     beats = stamps(*tags) if len(sessions) else stamps(HEARTBEAT_TAG)
 
-    def series(tag: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(frames, running seconds, values) of one scalar tag, rewinds dropped."""
-        events = acc.Scalars(tag) if tag in tags else []
-        steps = np.array([e.step for e in events], dtype=np.int64)
-        keep = after_rewinds(steps)
-        times = np.array([e.wall_time for e in events], dtype=np.float64)
-        values = np.array([e.value for e in events], dtype=np.float64)
-        seconds = running_seconds(times, beats, start, sessions)
-        return steps[keep] * skip, seconds[keep], values[keep]
+    def events(tag: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(steps, wall times, values) of one scalar tag's every event."""
+        found = acc.Scalars(tag) if tag in tags else []
+        steps = np.array([e.step for e in found], dtype=np.int64)
+        times = np.array([e.wall_time for e in found], dtype=np.float64)
+        return steps, times, np.array([e.value for e in found], dtype=np.float64)
 
-    frames, seconds, returns = series(RETURN_TAG)
-    evals = series(EVAL_TAG)
+    def series(tag: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(frames, running seconds, values, wall times) of one scalar tag, rewinds dropped."""
+        steps, times, values = events(tag)
+        keep = after_rewinds(steps)
+        seconds = running_seconds(times, beats, start, sessions)
+        return steps[keep] * skip, seconds[keep], values[keep], times[keep]
+
+    frames, seconds, returns, walls = series(RETURN_TAG)
+    settles, settled_at, _ = events(SETTLED_TAG)
+    judged = settled_episodes(frames // skip, walls, sessions, settles, settled_at)
+    evals = series(EVAL_TAG)[:3]
     every, window = eval_every_steps(cfg) * skip, run_window(run_dir, cfg)
-    return Curve(run_dir.resolve().name, frames, seconds, returns, evals, every, window)
+    name = run_dir.resolve().name
+    return Curve(name, frames, seconds, returns, evals, every, window, judged)
+
+
+def settled_episodes(
+    steps: np.ndarray,
+    walls: np.ndarray,
+    sessions: np.ndarray,
+    settles: np.ndarray,
+    settled_at: np.ndarray,
+) -> np.ndarray | None:
+    """[N] whether each episode (``steps``, ``walls``: its env steps and wall time) ended once
+    its session's every env had ended a game: the session is the last to start (``sessions``,
+    wall times) before it, and it is settled from the env steps ``settles`` of the first
+    ``session/settled`` event (at wall times ``settled_at``) in that session. None for a run
+    written before sessions were settled (no such events): every episode is judged."""
+    if not len(settles) or not len(sessions):
+        return None
+    starts = np.sort(sessions)
+    ends = np.append(starts[1:], np.inf)
+    first = np.full(len(starts), np.iinfo(np.int64).max, dtype=np.int64)  # never settled
+    for k, (a, b) in enumerate(zip(starts, ends, strict=True)):
+        inside = np.flatnonzero((settled_at >= a) & (settled_at < b))
+        if len(inside):
+            first[k] = settles[inside].min()
+    session = np.searchsorted(starts, walls, side="right") - 1  # -1: before the first mark
+    return steps >= first[np.maximum(session, 0)]
 
 
 def running_seconds(

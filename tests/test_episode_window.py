@@ -18,6 +18,7 @@ from rltrain.rl.config import StopConfig, TrainConfig
 from rltrain.rl.config.train import episode_window
 from rltrain.rl.rollout import WorkStats
 from rltrain.rl.run.counters import KEEP_RETURNS, Counters
+from rltrain.rl.run.tblog import status_line
 
 ROOT = Path(__file__).resolve().parents[1]
 A3C = ROOT / "configs" / "cartpole_a3c.yaml"
@@ -142,3 +143,83 @@ def test_a_run_logs_the_mean_the_stop_judges(tmp_path: Path) -> None:
     assert len(returns) >= 48 and means
     assert means[-1].value == pytest.approx(sum(returns[-48:]) / 48, rel=1e-5)
     assert means[-1].value == pytest.approx(summary["final_mean_return"], rel=1e-5)
+    # the mean is judged once every env has ended a game, in each session: a resume's too
+    assert main(["train", "--resume", str(run), "--set", "stop.max_env_steps=48000"]) == 0
+    tb.Reload()
+    starts = [e.step for e in tb.Scalars("session/start")]
+    settled = [e.step for e in tb.Scalars("session/settled")]
+    assert len(starts) == 2 and len(settled) == 2
+    for begin, end, first in zip(starts, [*starts[1:], 10**9], settled, strict=True):
+        assert begin < first < end
+
+        def between(tag: str, a: int = begin, b: int = first) -> list[int]:
+            return [e.step for e in tb.Scalars(tag) if a < e.step < b]
+
+        assert between("episode/return") and not between("episode/mean_return")
+
+
+def test_the_score_stop_waits_until_every_env_has_ended_a_game_since_the_start() -> None:
+    """After a start or a --resume every env starts a game at once: the first 239 games of
+    240 envs are the round's shortest (in Pong the most lopsided wins) and its closest game is
+    still being played. The stop judges once every actor says all of its envs ended one."""
+    stop = StopConfig(mean_return=18, window=20)
+    c = Counters(recent_returns=[10.0] * 240)
+    c.new_session()
+    assert not c.settled  # no actor has said yet
+    c.add(WorkStats(episode_returns=[21.0] * 239, unsettled={0: 1, 1: 0}), 240)
+    assert c.mean_return(240) > 18 and c.full_mean(240) is None
+    assert c.stop_met(stop, 0.0, window=240) == "" and c.best_mean_return is None
+    line = status_line(c, 240, 4, 10.0, 0.0, "")
+    assert "return 21.0 (239 ep, 1 env in its first game)" in line
+    c.add(WorkStats(episode_returns=[-5.0], unsettled={0: 0}), 240)  # the long, close game
+    assert c.settled and c.full_mean(240) == pytest.approx((239 * 21 - 5) / 240)
+    assert c.stop_met(stop, 0.0, window=240) == "mean_return"
+    c.add(WorkStats(unsettled={1: 16}), 240)  # a restarted actor: its envs start together
+    assert not c.settled and c.stop_met(stop, 0.0, window=240) == ""
+
+
+def test_counters_of_an_older_checkpoint_count_as_settled() -> None:
+    """Checkpoints written before rounds were counted have no ``unsettled``: their stop
+    judges as it did (the resume check), and a new session counts from {}."""
+    c = Counters(recent_returns=[19.0] * 240)
+    assert c.unsettled is None and c.settled and c.full_mean(240) == pytest.approx(19.0)
+    c.add(WorkStats(unsettled={0: 3}), 240)  # not counted before a session starts
+    assert c.settled
+
+
+def test_first_round_counts_the_envs_still_in_their_first_game() -> None:
+    from rltrain.rl.rollout import FirstRound
+
+    r = FirstRound(4)
+    assert r.pending == 4
+    r.saw([])
+    r.saw([1, 3, 1])
+    assert r.pending == 2
+    r.saw([0, 2, 3])
+    assert r.pending == 0
+
+
+def test_an_actors_rollouts_say_how_many_of_its_envs_are_in_their_first_game() -> None:
+    """CartPole's games end within 500 steps: the rollouts of actor 3 count its 4 envs down
+    to 0 (no CartPole game ends within 5 steps), and a learner batch of two actors' rollouts
+    carries both counts."""
+    from test_rl_components import server_for
+
+    from rltrain.rl.actor import Actor
+    from rltrain.rl.rollout import stack
+
+    cfg = config("actors=1", "env.num_envs=4", "algo.rollout_length=5")
+    server = server_for(cfg)
+    actor = Actor(cfg, 3)
+    first = actor.collect(server)
+    assert first.unsettled == ((3, 4),)
+    seen = [4]
+    while seen[-1] and len(seen) < 100:
+        seen.append(actor.collect(server).unsettled[0][1])
+    assert seen == sorted(seen, reverse=True) and seen[-1] == 0
+    other = dataclasses.replace(first, actor_id=5, unsettled=((5, 4),))
+    both = stack([actor.collect(server), other])
+    assert both.unsettled == ((3, 0), (5, 4))
+    stats = WorkStats()
+    stats.add_rollout(both)
+    assert stats.unsettled == {3: 0, 5: 4}

@@ -359,3 +359,31 @@ def test_each_run_is_smoothed_over_its_own_window_as_its_stop_counts(
     assert "| not reached |" not in table[4]  # the last 20 alone reach 18
     assert main(["plot", str(wide), "--smooth", "20", "--marks", "18", "--out", out]) == 0
     assert capsys.readouterr().out.splitlines()[1].endswith("| last (mean of 20) |")
+
+
+def test_marks_wait_until_each_sessions_every_env_has_ended_a_game(tmp_path: Path) -> None:
+    """A session's first games to end are its shortest (every env starts one at once): the
+    marks, as the score stop, judge a session's mean from its ``session/settled`` event on.
+    Runs written before the event judge every episode."""
+    from rltrain.curves import SESSION_TAG, SETTLED_TAG
+    from rltrain.plot import time_to_marks
+
+    run = tmp_path / "pong"
+    run.mkdir()
+    write_config(run, load_config(TrainConfig, ROOT / "configs" / "pong_a3c.yaml", []))
+    start = time.time()
+    writer = SummaryWriter(str(run / "tb"))
+    events = [(SESSION_TAG, 0, 1.0, 0), (RETURN_TAG, 100, 20.0, 10), (RETURN_TAG, 200, 1.0, 20)]
+    events += [(SETTLED_TAG, 200, 1.0, 20), (RETURN_TAG, 300, 2.0, 30)]
+    events += [(SESSION_TAG, 300, 1.0, 100), (RETURN_TAG, 400, 20.0, 110)]
+    events += [(RETURN_TAG, 500, 20.0, 120), (SETTLED_TAG, 600, 1.0, 130)]
+    events += [(RETURN_TAG, 600, 3.0, 130), (RETURN_TAG, 700, 20.0, 140)]
+    for tag, steps, value, seconds in events:
+        writer.add_scalar(tag, value, steps, walltime=start + seconds)
+    writer.close()
+    curve = dataclasses.replace(read_curve(run), window=1)
+    assert curve.judged is not None
+    assert curve.judged.tolist() == [False, True, True, False, False, True, True]
+    got = [r.frames for r in time_to_marks(curve, [2, 20])]
+    assert got == [1200, 2800]  # (steps x 4): not the 20 at 100 steps, nor those at 400, 500
+    assert time_to_marks(dataclasses.replace(curve, judged=None), [20])[0].frames == 400

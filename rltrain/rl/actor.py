@@ -23,7 +23,7 @@ from rltrain.rl.algos.distributions import distribution
 from rltrain.rl.algos.models import ActorCritic, build_policy, load_flat, parameters_to_come
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.inputs import normalizes_obs
-from rltrain.rl.rollout import EMPTY_OBS, ObsSlots, Rollout, stack
+from rltrain.rl.rollout import EMPTY_OBS, FirstRound, ObsSlots, Rollout, stack
 
 
 class Policy(Protocol):
@@ -208,6 +208,7 @@ class Actor:
         self.generator = torch.Generator().manual_seed(seed)
         # each group resets with the seeds make_env_groups gave it (env i of the actor: seed + i)
         self.obs = [torch.from_numpy(np.asarray(g.reset())) for g in self.groups]
+        self.first_round = [FirstRound(g.num_envs) for g in self.groups]
         self.version = -1
         self.params: Params | None = None  # the last pulled: a pull sends only what is newer
         self.rollouts = 0
@@ -281,6 +282,7 @@ class Actor:
                         step = env.recv()
                     with timer.phase("collate"):
                         self.obs[g] = trace.record(step, scale)
+                        self.first_round[g].saw(step.episode_envs)
                 if t == T:
                     continue
                 with timer.phase("inference"):
@@ -301,6 +303,7 @@ class Actor:
             version=version,
             first_step_at=first_step_at,
             obs_slot=slot,
+            unsettled=((self.actor_id, sum(r.pending for r in self.first_round)),),
         )
 
     def _slot_columns(self, slot: int | None) -> list[torch.Tensor | None]:

@@ -29,7 +29,7 @@ from rltrain.rl.config import TrainConfig
 from rltrain.rl.device import pick_device
 from rltrain.rl.exchange import record_push
 from rltrain.rl.learner import clipped_flat_grad
-from rltrain.rl.rollout import LossStats, WorkStats
+from rltrain.rl.rollout import FirstRound, LossStats, WorkStats
 
 if TYPE_CHECKING:
     from rltrain.rl.env_spec import EnvSpec
@@ -88,6 +88,7 @@ class DQNActor:
         self.env, self.model, seed = acting_setup(cfg, actor_id, build_qnet)
         self.rng = np.random.default_rng(seed)
         self.obs = np.asarray(self.env.reset(seed=seed))
+        self.first_round = FirstRound(self.env.num_envs)
         self.version = -1
         self.steps = start_steps  # per env; a resumed run continues its epsilon schedule
         self.blocks = 0
@@ -147,6 +148,7 @@ class DQNActor:
                 finals.append(np.asarray(step.final_obs, dtype=self.obs.dtype))
                 stats.episode_returns.extend(float(x) for x in step.episode_returns)
                 stats.episode_lengths.extend(int(x) for x in step.episode_lengths)
+                self.first_round.saw(step.episode_envs)
             with timer.phase("collate"):
                 block = TransitionBlock.from_steps(
                     self.actor_id,
@@ -164,6 +166,7 @@ class DQNActor:
             self.blocks += 1
             stats.env_steps += T * self.env.num_envs
         stats.epsilon = self.epsilon()
+        stats.unsettled[self.actor_id] = self.first_round.pending
         stats.phases = timer.take()
         stats.seconds = time.perf_counter() - t
         return stats

@@ -7,6 +7,7 @@ import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from rltrain import perf
@@ -36,6 +37,8 @@ class Rollout:
     # first rollout only: where start-up ends (summary.json's startup.first_step)
     obs_slot: int | None = None  # the observations wait in this slot of the run's ObsSlots
     # (``obs`` is then empty: they travel as the slot's number, see ObsSlots.attach)
+    unsettled: tuple[tuple[int, int], ...] = ()  # (actor id, its envs yet to end a game since
+    # it started: FirstRound.pending) for each actor in it, at the rollout's end
 
     def to(self, device: torch.device) -> Rollout:
         """The tensors on ``device``, copied without waiting (a host-to-device copy that
@@ -148,6 +151,7 @@ def stack(rollouts: list[Rollout]) -> Rollout:
         norm=merge_all([r.norm for r in rollouts]),
         phases=functools.reduce(perf.merge, (r.phases for r in rollouts), {}),
         first_step_at=earliest(r.first_step_at for r in rollouts),
+        unsettled=tuple(x for r in rollouts for x in r.unsettled),
     )
 
 
@@ -155,6 +159,31 @@ def earliest(times: Iterable[float | None]) -> float | None:
     """The first of the times that are known (None when none is)."""
     known = [t for t in times if t is not None]
     return min(known) if known else None
+
+
+class FirstRound:
+    """Which of an actor's envs have not yet ended a game since the actor started.
+
+    Every env starts its first game at once (a run's start, each ``--resume``, a restarted
+    actor), so the first games to end are the shortest: in Pong the most lopsided scores.
+    Until every env has ended one, the last episodes are not a sample of the policy's play,
+    however many there are (a mean of 240 at 240 envs read 18.02 after a resume, 239 games of
+    a round whose longest, closest games were still being played: docs/pong.md); the score
+    stop waits for the round (:meth:`rltrain.rl.run.counters.Counters.settled`).
+    """
+
+    def __init__(self, envs: int) -> None:
+        self.waiting = np.ones(envs, dtype=bool)  # [B]
+
+    def saw(self, ended_in: Sequence[int]) -> None:
+        """Games ended in these envs (their indices, ``StepBatch.episode_envs``)."""
+        if len(ended_in):
+            self.waiting[np.asarray(ended_in, dtype=np.int64)] = False
+
+    @property
+    def pending(self) -> int:
+        """Envs still in their first game."""
+        return int(self.waiting.sum())
 
 
 LOSS_TERMS = ("policy", "value", "entropy", "td", "kl", "clip_fraction", "lag_kl")
@@ -198,9 +227,12 @@ class WorkStats:
     phases: dict[str, float] = field(default_factory=dict)  # seconds per role/phase (perf.py)
     first_step_at: float | None = None  # time.time() of a process's first env step, if here
     version: int | None = None  # the server's version after a learner's last exchange
+    unsettled: dict[int, int] = field(default_factory=dict)  # actor id -> its envs yet to end
+    # a game since it started (FirstRound.pending), as its newest rollout here said
 
     def add_rollout(self, r: Rollout) -> None:
         self.env_steps += r.env_steps
+        self.unsettled.update(r.unsettled)
         self.episode_returns.extend(r.episode_returns)
         self.episode_lengths.extend(r.episode_lengths)
         perf.merge(self.phases, r.phases)

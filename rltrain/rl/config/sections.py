@@ -75,7 +75,8 @@ class StopConfig:
 
     mean_return: float | None = None
     """Stop once the mean raw return of the last `window` episodes (at least as many as the
-    envs) reaches this (null: never)."""
+    envs) reaches this, judged once every env has ended a game since the session (the run, a
+    --resume) started (null: never)."""
     window: int = field(default=20, metadata=spec(ge=1))
     """Episodes in the mean_return window (and in summary.json's mean_return), at least as
     many as the envs (actors x env.num_envs): envs that start their games together end the

@@ -41,15 +41,31 @@ class Counters:
     best_mean_return: float | None = None
     recent_returns: list[float] = field(default_factory=list)
     rejected_in_a_row: int = 0  # updates refused since the server last applied one
+    unsettled: dict[int, int] | None = None  # actor id -> its envs yet to end a game since
+    # it (re)started, as its newest result said (rltrain.rl.rollout.FirstRound); {} at a
+    # session's start, before any actor has said; None: not counted (older checkpoints)
+
+    def new_session(self) -> None:
+        """A session (the run, a ``--resume``) starts: every env starts a game at once."""
+        self.unsettled = {}
+
+    @property
+    def settled(self) -> bool:
+        """Every env has ended a game since the session (or its actor) started, so the last
+        episodes are no longer a round's shortest games (:class:`rltrain.rl.rollout.FirstRound`)."""
+        u = self.unsettled
+        return u is None or (bool(u) and not any(u.values()))
 
     def mean_return(self, window: int) -> float | None:
         r = self.recent_returns[-window:]
         return sum(r) / len(r) if r else None
 
     def full_mean(self, window: int) -> float | None:
-        """The mean of the last ``window`` returns once that many have ended (None before):
-        what the score stop judges, an early lucky episode being no mean."""
-        return self.mean_return(window) if len(self.recent_returns) >= window else None
+        """The mean of the last ``window`` returns once that many have ended and every env
+        has ended a game since it started (None before): what the score stop judges, an early
+        lucky episode, or a round's first and shortest games, being no mean."""
+        full = len(self.recent_returns) >= window and self.settled
+        return self.mean_return(window) if full else None
 
     def stop_met(self, stop: StopConfig, seconds: float, window: int) -> str:
         """The stop criterion these counts meet, '' for none: diverged, mean_return,
@@ -78,6 +94,8 @@ class Counters:
         self.rejected += stats.rejected
         self.rejected_in_a_row = 0 if stats.applied else self.rejected_in_a_row + stats.rejected
         self.staleness_sum += sum(stats.staleness)
+        if stats.unsettled and self.unsettled is not None:
+            self.unsettled.update(stats.unsettled)
         keep = max(KEEP_RETURNS, window)
         self.recent_returns = (self.recent_returns + list(stats.episode_returns))[-keep:]
         mean = self.full_mean(window)

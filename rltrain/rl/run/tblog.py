@@ -30,6 +30,10 @@ SESSION_TAG = "session/start"
 """A scalar (1) written first as each session of a run starts, at the env steps it starts
 from: ``rltrain plot`` leaves out the time from the previous session's last event to it, the
 downtime before a ``--resume`` (:func:`rltrain.curves.running_seconds`)."""
+SETTLED_TAG = "session/settled"
+"""A scalar (1) written once a session's every env has ended a game, at the env steps then:
+the score stop and ``rltrain plot``'s marks judge the mean of the last episodes from there
+(:attr:`rltrain.rl.run.counters.Counters.settled`)."""
 
 # the RL roles that time phases (perf/time/<role>/*): policy is the policy worker's
 _ROLES = ("actor", "learner", "worker", "policy")
@@ -49,7 +53,10 @@ LAYOUT: dict[str, dict[str, list[Any]]] = {
         "replay size": ["Multiline", ["^replay/size$"]],
         "replay samples/s": ["Multiline", ["^replay/sampled_per_s$"]],
         **{f"{r} time shares": ["Multiline", [f"^perf/time/{r}/.*"]] for r in _ROLES},
-        "session starts (the run, each --resume)": ["Multiline", [f"^{SESSION_TAG}$"]],
+        "session starts (the run, each --resume), and their first games all ended": [
+            "Multiline",
+            [f"^{SESSION_TAG}$", f"^{SETTLED_TAG}$"],
+        ],
     },
     "staleness": {
         "staleness of applied updates (versions)": ["Multiline", ["^ps/staleness_(mean|max)$"]],
@@ -106,6 +113,10 @@ class TrainLogger:
         self._epochs: list[float] = []
         self._phases: dict[str, float] = {}
         self.top = ""  # the biggest phase of each role over the last interval (the live line)
+
+    def settled(self, env_steps: int) -> None:
+        """Every env has ended a game since the session began (:data:`SETTLED_TAG`)."""
+        self.writer.add_scalar(SETTLED_TAG, 1.0, env_steps)
 
     def absorb(self, stats: WorkStats, env_steps: int, mean: float | None = None) -> None:
         """Log one result; ``mean``: the training mean after it (a full window: the stop's
@@ -222,9 +233,12 @@ def status_line(
     fps = c.env_steps * frames_per_step / max(1e-9, secs + wall_base) if secs else 0
     ret = f"{mean:.1f}" if mean is not None else "-"
     stale = c.staleness_sum / c.applied if c.applied else 0.0
+    first = sum(c.unsettled.values()) if c.unsettled else 0  # the stop waits for them
+    games = f", {first:,} envs in their first game" if first > 1 else ""
+    games = ", 1 env in its first game" if first == 1 else games
     return (
         f"{secs:5.0f}s  steps {c.env_steps:,}  {fps:,.0f} frames/s  return {ret} "
-        f"({c.episodes:,} ep)  updates {c.updates:,}"
+        f"({c.episodes:,} ep{games})  updates {c.updates:,}"
         + (f" ({c.rejected:,} refused)" if c.rejected else "")  # non-finite: nothing learned
         + f"  staleness {stale:.2f}"
         + (f"  time: {top}" if top else "")

@@ -81,6 +81,7 @@ class Trainer:
         self.spec = spec or probe_env(cfg)
         resumed = load_resume(run_dir, cfg, self.spec) if resume else None
         self.counters = resumed.counters if resumed else Counters()
+        self.counters.new_session()  # (after the resume check: it judges the stopped run)
         self.faults = resumed.faults if resumed else FaultCounters()
         self.resumed = resumed
         steps, spec = self.counters.env_steps, self.spec
@@ -283,6 +284,8 @@ class Trainer:
         self.log.faults(self.faults, self.counters.env_steps)
         if verdict == "gone":
             self.ctx.forget(d.remote, d.error)
+            if self.counters.unsettled is not None:  # its envs' first games will never end
+                self.counters.unsettled.pop(d.remote.index, None)
         if self.stopped_by and pushes and verdict != "gone":
             self.ctx.shard_guard().leave(d.remote.index)  # stopping: no barrier may wait for it now
             return False
@@ -300,8 +303,11 @@ class Trainer:
             rec.startup["first_step"] = round(stats.first_step_at - rec.started, 2)
         if rec.startup_seconds is None:
             rec.startup_seconds = rec.mark("first_result")
+        settled = self.counters.settled
         mean = self.counters.add(stats, self.cfg.episode_window)  # as the stop judges it
         self.log.absorb(stats, self.counters.env_steps, mean)
+        if self.counters.settled and not settled:
+            self.log.settled(self.counters.env_steps)
         self._check_stop()
 
     def _check_stop(self) -> None:

@@ -208,8 +208,9 @@ def settled_episodes(
     """[N] whether each episode (``steps``, ``walls``: its env steps and wall time) ended once
     its session's every env had ended a game: the session is the last to start (``sessions``,
     wall times) before it, and it is settled from the env steps ``settles`` of the first
-    ``session/settled`` event (at wall times ``settled_at``) in that session. None for a run
-    written before sessions were settled (no such events): every episode is judged."""
+    ``session/settled`` event (at wall times ``settled_at``) in that session (a later one
+    follows an actor's restart, whose envs the stop waits for again: the marks do not). None
+    for a run written before sessions were settled (no such events): every episode is judged."""
     if not len(settles) or not len(sessions):
         return None
     starts = np.sort(sessions)

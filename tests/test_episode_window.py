@@ -149,6 +149,7 @@ def test_a_run_logs_the_mean_the_stop_judges(tmp_path: Path) -> None:
     starts = [e.step for e in tb.Scalars("session/start")]
     settled = [e.step for e in tb.Scalars("session/settled")]
     assert len(starts) == 2 and len(settled) == 2
+    assert json.loads((run / "summary.json").read_text())["envs_in_first_game"] == 0
     for begin, end, first in zip(starts, [*starts[1:], 10**9], settled, strict=True):
         assert begin < first < end
 

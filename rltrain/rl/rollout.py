@@ -165,11 +165,11 @@ class FirstRound:
     """Which of an actor's envs have not yet ended a game since the actor started.
 
     Every env starts its first game at once (a run's start, each ``--resume``, a restarted
-    actor), so the first games to end are the shortest: in Pong the most lopsided scores.
-    Until every env has ended one, the last episodes are not a sample of the policy's play,
-    however many there are (a mean of 240 at 240 envs read 18.02 after a resume, 239 games of
-    a round whose longest, closest games were still being played: docs/pong.md); the score
-    stop waits for the round (:meth:`rltrain.rl.run.counters.Counters.settled`).
+    actor), so the first games to end are the shortest: in Pong the most lopsided scores, in
+    CartPole the failures. Until every env has ended one, the last episodes are not a sample
+    of the policy's play, however many there are (48 envs' last 48 games after a resume came
+    from the 7 envs whose pole fell early: docs/training.md); the score stop waits for the
+    round (:attr:`rltrain.rl.run.counters.Counters.settled`).
     """
 
     def __init__(self, envs: int) -> None:

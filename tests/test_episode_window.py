@@ -166,7 +166,6 @@ def test_the_score_stop_waits_until_every_env_has_ended_a_game_since_the_start()
     stop = StopConfig(mean_return=18, window=20)
     c = Counters(recent_returns=[10.0] * 240)
     c.new_session()
-    assert not c.settled  # no actor has said yet
     c.add(WorkStats(episode_returns=[21.0] * 239, unsettled={0: 1, 1: 0}), 240)
     assert c.mean_return(240) > 18 and c.full_mean(240) is None
     assert c.stop_met(stop, 0.0, window=240) == "" and c.best_mean_return is None
@@ -181,11 +180,17 @@ def test_the_score_stop_waits_until_every_env_has_ended_a_game_since_the_start()
 
 def test_counters_of_an_older_checkpoint_count_as_settled() -> None:
     """Checkpoints written before rounds were counted have no ``unsettled``: their stop
-    judges as it did (the resume check), and a new session counts from {}."""
+    judges as it did (the resume check), and a new session counts from {}. So does a run whose
+    actors never say (an extension algorithm's own actors)."""
     c = Counters(recent_returns=[19.0] * 240)
     assert c.unsettled is None and c.settled and c.full_mean(240) == pytest.approx(19.0)
     c.add(WorkStats(unsettled={0: 3}), 240)  # not counted before a session starts
     assert c.settled
+    c.new_session()
+    c.add(WorkStats(episode_returns=[19.0]), 240)
+    assert c.settled and c.full_mean(240) == pytest.approx(19.0)
+    c.add(WorkStats(unsettled={0: 3}), 240)
+    assert not c.settled and c.full_mean(240) is None
 
 
 def test_first_round_counts_the_envs_still_in_their_first_game() -> None:

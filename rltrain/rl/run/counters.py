@@ -43,7 +43,8 @@ class Counters:
     rejected_in_a_row: int = 0  # updates refused since the server last applied one
     unsettled: dict[int, int] | None = None  # actor id -> its envs yet to end a game since
     # it (re)started, as its newest result said (rltrain.rl.rollout.FirstRound); {} at a
-    # session's start, before any actor has said; None: not counted (older checkpoints)
+    # session's start (an actor's first result says how many with its first episodes; an
+    # algorithm whose actors never say is judged as before); None: older checkpoints
 
     def new_session(self) -> None:
         """A session (the run, a ``--resume``) starts: every env starts a game at once."""
@@ -53,8 +54,7 @@ class Counters:
     def settled(self) -> bool:
         """Every env has ended a game since the session (or its actor) started, so the last
         episodes are no longer a round's shortest games (:class:`rltrain.rl.rollout.FirstRound`)."""
-        u = self.unsettled
-        return u is None or (bool(u) and not any(u.values()))
+        return not any((self.unsettled or {}).values())
 
     def mean_return(self, window: int) -> float | None:
         r = self.recent_returns[-window:]

@@ -303,11 +303,12 @@ class Trainer:
             rec.startup["first_step"] = round(stats.first_step_at - rec.started, 2)
         if rec.startup_seconds is None:
             rec.startup_seconds = rec.mark("first_result")
-        settled = self.counters.settled
-        mean = self.counters.add(stats, self.cfg.episode_window)  # as the stop judges it
-        self.log.absorb(stats, self.counters.env_steps, mean)
-        if self.counters.settled and not settled:
-            self.log.settled(self.counters.env_steps)
+        c = self.counters
+        said = c.settled and bool(c.unsettled)  # every actor that has counted says none left
+        mean = c.add(stats, self.cfg.episode_window)  # as the stop judges it
+        self.log.absorb(stats, c.env_steps, mean)
+        if c.settled and c.unsettled and not said:
+            self.log.settled(c.env_steps)
         self._check_stop()
 
     def _check_stop(self) -> None:

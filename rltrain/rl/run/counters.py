@@ -50,6 +50,11 @@ class Counters:
         """A session (the run, a ``--resume``) starts: every env starts a game at once."""
         self.unsettled = {}
 
+    def actor_gone(self, actor_id: int) -> None:
+        """An actor gone for good: its envs' first games will never end, so none is waited for."""
+        if self.unsettled is not None:
+            self.unsettled.pop(actor_id, None)
+
     @property
     def settled(self) -> bool:
         """Every env has ended a game since the session (or its actor) started, so the last

@@ -284,8 +284,8 @@ class Trainer:
         self.log.faults(self.faults, self.counters.env_steps)
         if verdict == "gone":
             self.ctx.forget(d.remote, d.error)
-            if d.remote.role == "actor" and self.counters.unsettled is not None:
-                self.counters.unsettled.pop(d.remote.index, None)  # its envs' games are over
+            if d.remote.role == "actor":
+                self.counters.actor_gone(d.remote.index)
         if self.stopped_by and pushes and verdict != "gone":
             self.ctx.shard_guard().leave(d.remote.index)  # stopping: no barrier may wait for it now
             return False

@@ -56,10 +56,15 @@ class Counters:
             self.unsettled.pop(actor_id, None)
 
     @property
+    def in_first_game(self) -> int:
+        """Envs still in their first game of the session, as the actors last said."""
+        return sum((self.unsettled or {}).values())
+
+    @property
     def settled(self) -> bool:
         """Every env has ended a game since the session (or its actor) started, so the last
         episodes are no longer a round's shortest games (:class:`rltrain.rl.rollout.FirstRound`)."""
-        return not any((self.unsettled or {}).values())
+        return self.in_first_game == 0
 
     def mean_return(self, window: int) -> float | None:
         r = self.recent_returns[-window:]

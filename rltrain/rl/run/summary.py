@@ -72,7 +72,7 @@ def train_summary(
         "mean_window": cfg.episode_window,  # stop.window, at least as many episodes as envs
         "final_mean_return": final,  # the same, with the episodes of work then in flight
         "best_mean_return": c.best_mean_return,
-        "envs_in_first_game": sum(c.unsettled.values()) if c.unsettled else 0,  # at the end:
+        "envs_in_first_game": c.in_first_game,  # at the end:
         # the stop judges none of the mean while an env is in its first game of the session
         "updates": c.updates,
         "updates_applied": c.applied,

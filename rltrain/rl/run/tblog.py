@@ -233,7 +233,7 @@ def status_line(
     fps = c.env_steps * frames_per_step / max(1e-9, secs + wall_base) if secs else 0
     ret = f"{mean:.1f}" if mean is not None else "-"
     stale = c.staleness_sum / c.applied if c.applied else 0.0
-    first = sum(c.unsettled.values()) if c.unsettled else 0  # the stop waits for them
+    first = c.in_first_game  # the stop waits for them
     games = f", {first:,} envs in their first game" if first > 1 else ""
     games = ", 1 env in its first game" if first == 1 else games
     return (

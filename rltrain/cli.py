@@ -58,7 +58,8 @@ def _common(p: argparse.ArgumentParser, config_optional: bool = False) -> None:
     p.add_argument("--run-dir", help="output folder (default: runs/<config-name>-<timestamp>)")
     p.add_argument(
         "--address",
-        help="join a Ray cluster: 'auto' (started with `ray start`) or ray://host:port; "
+        help="join a Ray cluster: 'auto' (started here with `ray start`), HOST:PORT (the head's "
+        "GCS, as `ray start --address`) or ray://HOST:PORT (Ray Client); "
         "default: this machine (processes; a local Ray with runtime.backend=ray)",
     )
 

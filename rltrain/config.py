@@ -141,7 +141,8 @@ def moved_keys(cls: type | None, data: Any) -> Any:
 
 
 def _unknown_key(path: str, key: str, allowed: list[str]) -> str:
-    close = difflib.get_close_matches(key, allowed, n=3)
+    same_case = [a for a in allowed if a.lower() == key.lower()]  # keys are lower case
+    close = same_case or difflib.get_close_matches(key, allowed, n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     return f"unknown config key '{path}'{hint} (allowed here: {', '.join(sorted(allowed))})"
 
@@ -248,7 +249,8 @@ def _check(value: Any, key: str, meta: Mapping[str, Any]) -> Any:
     for bound, ok, word in _BOUNDS:
         b = meta.get(bound)
         if b is not None and not ok(value, b):
-            raise ConfigError(f"{key}={value!r}: must be {word} {b}")
+            also = " (or auto)" if meta.get("auto") else ""
+            raise ConfigError(f"{key}={value!r}: must be {word} {b}{also}")
     return value
 
 
@@ -266,7 +268,14 @@ def parse_overrides(items: Sequence[str], cls: type | None = None) -> dict[str, 
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set optimizer.lr=0.01")
         try:
             value = yaml.load(raw, UniqueKeyLoader) if raw.strip() else ""
-        except yaml.YAMLError:
+        except yaml.YAMLError as e:
+            if raw.lstrip()[:1] in ("[", "{"):  # meant as a list or mapping: never a plain word
+                mark = getattr(e, "problem", None) or "not valid YAML"
+                raise ConfigError(
+                    f"--set {item!r}: the value is not a valid YAML "
+                    f"{'list' if raw.lstrip()[0] == '[' else 'mapping'} ({mark}); write it as "
+                    f"{key.strip()}=[a, b] or {key.strip()}={{k: v}}, quoted for the shell"
+                ) from None
             value = raw
         flat[key.strip()] = value
     return nested(flat, "--set ", cls)

@@ -251,9 +251,25 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
         ),
         pytest.param(
             ["train", CARTPOLE, "--set", "server.rule=soft_sync", "--set", "server.k=5"],
-            ["server.k=5", "exceeds"],
+            ["server.k=5", "exceeds the 2 that push gradients (a3c: actors=2)", "to 2"],
             id="t-cross",
         ),
+        pytest.param(
+            ["bench", BENCH, "--set", "modes=[sync,"],
+            ["--set 'modes=[sync,'", "not a valid YAML list", "modes=[a, b]"],
+            id="b-bad-list",
+        ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "ALGO.name=a2c"],
+            ["unknown config key 'ALGO'; did you mean algo?"],
+            id="t-key-case",
+        ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "actors=-3"],
+            ["actors=-3: must be >= 0 (or auto)"],
+            id="t-auto",
+        ),
+        pytest.param(["train", CARTPOLE, "--set", "env.id="], ["env.id is empty"], id="t-empty-id"),
         pytest.param(
             ["train", CARTPOLE, "--set", "oops"], ["--set 'oops'", "KEY=VALUE"], id="t-noeq"
         ),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from rltrain.config import ConfigError, load_config
@@ -168,6 +170,12 @@ def test_auto_groups_overlap_only_where_an_actor_has_two_cores(
     assert sized(c, cpus).env.groups == groups
     explicit = cfg("appo", actors=actors, env=EnvConfig(id=env_id, num_envs=8, groups=3))
     assert sized(explicit, cpus).env.groups == 3  # a number given is kept
+
+
+def test_env_groups_and_threads_take_auto_as_the_docs_write_it() -> None:
+    pong = Path(__file__).resolve().parents[1] / "configs" / "pong_appo.yaml"
+    c = load_config(TrainConfig, pong, ["env.groups=auto", "env.num_threads=auto"])
+    assert (c.env.groups, c.env.num_threads) == (0, 0)
 
 
 def test_actors_whose_policy_acts_elsewhere_overlap_atari_on_any_core_count() -> None:

@@ -78,16 +78,17 @@ class EnvConfig:
     max_episode_frames: int = field(default=108000, metadata=spec(ge=1))
     """Atari: emulator frames after which an episode is truncated (108000 = 30 minutes of play,
     27000 agent steps at frame_skip 4). Gymnasium ids keep their own registered time limit."""
-    groups: int = field(default=0, metadata=spec(ge=0))
+    groups: int = field(default=0, metadata=spec(ge=0, auto=True))
     """Groups an actor steps its num_envs in, in turn: while one group's games run in ale-py's
     C++ threads the policy acts on the next (double-buffered sampling, as Sample Factory).
-    0 = auto: 2 for Atari when each actor has 2 cores or more or its policy runs in the policy
+    0 or auto: 2 for Atari when each actor has 2 cores or more or its policy runs in the policy
     worker (runtime.inference=server), else 1 (an actor that holds every core gains nothing by
     overlapping); 1 for Gymnasium ids (they step in the actor's own thread, so there is
     nothing to overlap). Auto is capped at num_envs. The envs are split as evenly as they
     go; more groups than num_envs are refused."""
-    num_threads: int = field(default=0, metadata=spec(ge=0))
-    """Atari: C++ threads of the vector env (0 = one per env, capped by the number of cores)."""
+    num_threads: int = field(default=0, metadata=spec(ge=0, auto=True))
+    """Atari: C++ threads of the vector env (0 or auto: one per env, capped by the number of
+    cores)."""
 
     def __post_init__(self) -> None:
         # numpy scalars (a sweep's np.arange) become plain values: config.yaml is plain YAML

@@ -40,6 +40,8 @@ def registered(env_id: str) -> bool:
 
 def unknown_id_message(env_id: str, imports: tuple[str, ...] = ()) -> str:
     """One line naming the closest registered ids (ALE ids included, ale_py is imported)."""
+    if not env_id.strip():
+        return "env.id is empty: name a Gymnasium id (CartPole-v1) or an Atari one (ALE/Pong-v5)"
     close = difflib.get_close_matches(env_id, list(gymnasium.registry), n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else "; see gymnasium.pprint_registry()"
     after = (

@@ -35,7 +35,9 @@ class OptimizerConfig:
     rltrain.ps.optim.RMSpropTF); or cg_fr / cg_hs: nonlinear conjugate gradients with
     Fletcher-Reeves or Hestenes-Stiefel beta and the fixed step lr (ConjugateGradient)."""
     lr: float = field(default=1e-3, metadata=spec(gt=0))
-    """Learning rate (before any staleness scaling)."""
+    """Learning rate (before any staleness scaling). The defaults shown hold for the default
+    optimizer (train: rmsprop with A3C's lr 7e-4, eps 0.1, alpha 0.99; bench: adam); a section
+    naming another optimizer starts from generic values (lr 1e-3, eps 1e-8)."""
     momentum: float = field(default=0.9, metadata=spec(ge=0, le=1))
     """Momentum of momentum/nesterov (rmsprop and rmsprop_tf use rmsprop_momentum)."""
     rmsprop_momentum: float = field(default=0.0, metadata=spec(ge=0, le=1))
@@ -54,7 +56,8 @@ class OptimizerConfig:
     """Denominator epsilon of adagrad/rmsprop/rmsprop_tf/adadelta/adam. rmsprop adds it outside
     the root, lr g / (sqrt(ms) + eps); rmsprop_tf inside, lr g / sqrt(ms + eps), as A3C (0.1) and
     IMPALA (0.01) did. For small gradients the same eps then gives rmsprop_tf a step sqrt(eps)
-    times rmsprop's (eps 0.1: ~3x smaller)."""
+    times rmsprop's (eps 0.1: ~3x smaller). The default shown is the default optimizer's (see
+    lr)."""
     cg_restart: int = field(default=0, metadata=spec(ge=0))
     """cg_fr/cg_hs: restart (beta = 0, a plain gradient step) every this many steps; 0 = only
     when beta comes out negative (it is clipped at 0)."""

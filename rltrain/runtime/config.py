@@ -31,8 +31,9 @@ class RuntimeConfig:
     address: str | None = None
     """Ray cluster to join: null runs on this machine (the process runtime under backend auto,
     a local Ray instance under backend ray); 'auto' joins the cluster started on this machine
-    with `ray start`; 'ray://host:10001' joins a remote one. --address sets it (and then auto
-    means Ray)."""
+    with `ray start`; 'HEAD_IP:6379' joins the cluster whose head is there (as `ray start
+    --address`); 'ray://host:10001' joins a remote one through Ray Client. --address sets it
+    (and then auto means Ray)."""
     num_cpus: int = field(default=0, metadata=spec(ge=0))
     """Local Ray only: CPUs Ray may schedule on; 0 = all cores (never raised to what the
     processes ask: more processes than CPUs share them)."""

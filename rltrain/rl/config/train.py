@@ -187,7 +187,11 @@ def check_server(cfg: TrainConfig) -> None:
     server = cfg.server
     pushers = cfg.learners if cfg.algo_spec.split else cfg.actors
     if pushers and server.k > pushers:  # (0: actors auto, checked once sized)
-        raise ValueError(f"server.k={server.k} exceeds the {pushers} pushing workers")
+        who = f"learners={pushers}" if cfg.algo_spec.split else f"actors={pushers}"
+        raise ValueError(
+            f"server.k={server.k}: exceeds the {pushers} that push gradients "
+            f"({cfg.algo.name}: {who}); allowed 0 (all but one) to {pushers}"
+        )
     if server.update_rule.supervised_only:
         raise ValueError(
             f"server.rule={server.rule}: rltrain bench only (rltrain train's workers "

@@ -231,3 +231,38 @@ def test_an_actors_rollouts_say_how_many_of_its_envs_are_in_their_first_game() -
     stats = WorkStats()
     stats.add_rollout(both)
     assert stats.unsettled == {3: 0, 5: 4}
+
+
+@pytest.mark.slow
+def test_a_run_that_loses_an_actor_for_good_still_judges_its_mean(tmp_path: Path) -> None:
+    """Pendulum's games last exactly ``max_episode_steps``: actor 1 is killed (no restarts,
+    the run goes on) long before its 4 envs end their first game, so only the trainer's
+    ``Counters.actor_gone`` lets the run's mean (of 8 games, one per env) be judged once actor
+    0's envs have ended two rounds."""
+    import json
+
+    from rltrain.cli import main
+
+    run = tmp_path / "run"
+    argv = ["train", str(ROOT / "configs" / "pendulum_appo.yaml"), "--run-dir", str(run)]
+    for kv in (
+        "runtime.backend=process",
+        "stop.mean_return=null",
+        "stop.window=1",
+        "env.num_envs=4",
+        "env.kwargs={max_episode_steps: 8000}",
+        "algo.rollout_length=50",
+        "ppo.epochs=1",
+        "faults.max_restarts=0",
+        "faults.on_worker_loss=continue",
+        "faults.events=[{at: 0.3, target: actor, index: 1, action: kill}]",
+        # actor 0's 4 envs end games at 32,000 and 64,000 of its steps; actor 1 makes a few
+        # thousand of the 32,000 its first games need before the kill
+        "stop.max_env_steps=100000",
+    ):
+        argv += ["--set", kv]
+    assert main(argv) == 0
+    s = json.loads((run / "summary.json").read_text())
+    assert s["faults"]["injected"] == 1 and s["stopped_by"] == "max_env_steps"
+    assert s["episodes"] >= 8 and s["mean_window"] == 8
+    assert s["envs_in_first_game"] == 0 and s["best_mean_return"] is not None

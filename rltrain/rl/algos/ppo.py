@@ -32,7 +32,7 @@ class PPOConfig:
     minibatches: int = field(default=4, metadata=spec(ge=1))
     """Minibatches per pass; each is one gradient push (one server step). More of them is
     more updates per frame: on Atari Pong at 240 envs 8 learned faster per frame than 4 and
-    16 faster still under sticky actions 0 (18 by 6.9M frames on two seeds of three; 2 slower;
+    16 faster still under sticky actions 0 (18 by 6.9M frames on four seeds of five; 2 slower;
     on v5 16 no better than 8), at 2x and 4x the learner's work per frame (docs/pong.md)."""
     clip: float = field(default=0.2, metadata=spec(gt=0))
     """Epsilon of the clipped surrogate, ratio clipped to [1 - eps, 1 + eps]."""

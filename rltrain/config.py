@@ -269,11 +269,12 @@ def parse_overrides(items: Sequence[str], cls: type | None = None) -> dict[str, 
         try:
             value = yaml.load(raw, UniqueKeyLoader) if raw.strip() else ""
         except yaml.YAMLError as e:
-            if raw.lstrip()[:1] in ("[", "{"):  # meant as a list or mapping: never a plain word
+            opener = raw.lstrip()[:1]
+            if opener in ("[", "{"):  # meant as a list or mapping: never a plain word
                 mark = getattr(e, "problem", None) or "not valid YAML"
                 raise ConfigError(
                     f"--set {item!r}: the value is not a valid YAML "
-                    f"{'list' if raw.lstrip()[0] == '[' else 'mapping'} ({mark}); write it as "
+                    f"{'list' if opener == '[' else 'mapping'} ({mark}); write it as "
                     f"{key.strip()}=[a, b] or {key.strip()}={{k: v}}, quoted for the shell"
                 ) from None
             value = raw

@@ -185,12 +185,11 @@ def check_stop(cfg: TrainConfig) -> None:
 def check_server(cfg: TrainConfig) -> None:
     """What the server's rule and keys can do for rltrain train's pushers."""
     server = cfg.server
-    pushers = cfg.learners if cfg.algo_spec.split else cfg.actors
+    who, pushers = ("learners", cfg.learners) if cfg.algo_spec.split else ("actors", cfg.actors)
     if pushers and server.k > pushers:  # (0: actors auto, checked once sized)
-        who = f"learners={pushers}" if cfg.algo_spec.split else f"actors={pushers}"
         raise ValueError(
             f"server.k={server.k}: exceeds the {pushers} that push gradients "
-            f"({cfg.algo.name}: {who}); allowed 0 (all but one) to {pushers}"
+            f"({cfg.algo.name}: {who}={pushers}); allowed 0 (all but one) to {pushers}"
         )
     if server.update_rule.supervised_only:
         raise ValueError(

@@ -69,6 +69,11 @@ class MLPTorso(nn.Module):
         return self.net(obs.flatten(1).float())
 
 
+def on_cpu(module: nn.Module) -> bool:
+    """Whether every parameter of ``module`` is on the CPU."""
+    return all(p.device.type == "cpu" for p in module.parameters())
+
+
 class CNNTorso(nn.Module):
     """What every image torso shares: uint8 frames [N, C, H, W] scaled to [0, 1] here (so that
     rollouts and replay stay uint8, 4x smaller; other dtypes are taken as they are), and
@@ -94,10 +99,12 @@ class CNNTorso(nn.Module):
         self.channels_last = last
 
     def wants_channels_last(self, training: bool) -> bool:
-        """bf16's forward + backward on a learner's minibatch (oneDNN's bf16 kernels are NHWC;
-        1.34x, docs/design-notes.md); not acting, where the Nature CNN's few frames ran
-        slower channels-last."""
-        return self.bf16 and training
+        """A learner's forward + backward in bf16 (oneDNN's bf16 kernels are NHWC; 1.34x on an
+        AVX-512 BF16 EPYC) and on a CPU in fp32 too (1.2-1.6x on an AVX2 EPYC, where
+        ``precision: auto`` is fp32; docs/design-notes.md); not acting, where the Nature CNN's
+        few frames ran as fast or slower channels-last. fp32 on a GPU stays NCHW: not
+        measured there."""
+        return training and (self.bf16 or on_cpu(self))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:  # [N, C, H, W] -> [N, out_dim]
         if self.channels_last:  # reorder the uint8 frames, the cheapest copy
@@ -183,8 +190,7 @@ class ImpalaCNNTorso(CNNTorso):
         core of an AVX-512 BF16 EPYC, NHWC acted on 16 frames 3.5x faster in bf16 and 2.6x
         in fp32, and learned on 256 2.0x and 1.55x (``benchmarks/cnn_precision.py --models
         impala_cnn``). fp32 on a GPU stays NCHW: not measured there."""
-        on_cpu = all(p.device.type == "cpu" for p in self.parameters())
-        return self.bf16 or on_cpu
+        return self.bf16 or on_cpu(self)
 
 
 CNNS: dict[str, type[NatureCNNTorso] | type[ImpalaCNNTorso]] = {

@@ -190,8 +190,7 @@ def read_curve(run_dir: Path) -> Curve:
         return steps[keep] * skip, seconds[keep], values[keep], times[keep]
 
     frames, seconds, returns, walls = series(RETURN_TAG)
-    settles, settled_at, _ = events(SETTLED_TAG)
-    judged = settled_episodes(frames // skip, walls, sessions, settles, settled_at)
+    judged = settled_episodes(frames // skip, walls, sessions, *events(SETTLED_TAG))
     evals = series(EVAL_TAG)[:3]
     every, window = eval_every_steps(cfg) * skip, run_window(run_dir, cfg)
     name = run_dir.resolve().name
@@ -202,26 +201,31 @@ def settled_episodes(
     steps: np.ndarray,
     walls: np.ndarray,
     sessions: np.ndarray,
-    settles: np.ndarray,
-    settled_at: np.ndarray,
+    marks: np.ndarray,
+    marked_at: np.ndarray,
+    states: np.ndarray,
 ) -> np.ndarray | None:
-    """[N] whether each episode (``steps``, ``walls``: its env steps and wall time) ended once
-    its session's every env had ended a game: the session is the last to start (``sessions``,
-    wall times) before it, and it is settled from the env steps ``settles`` of the first
-    ``session/settled`` event (at wall times ``settled_at``) in that session (a later one
-    follows an actor's restart, whose envs the stop waits for again: the marks do not). None
-    for a run written before sessions were settled (no such events): every episode is judged."""
-    if not len(settles) or not len(sessions):
+    """[N] whether each episode (``steps``, ``walls``: its env steps and wall time) ended while
+    its session's round was settled, as the score stop judges: the session is the last to
+    start (``sessions``, wall times) before it; its ``session/settled`` events (env steps
+    ``marks``, wall times ``marked_at``, ``states``) say 1 where every env had ended a game
+    and 0 where a restarted actor's envs began theirs (a session is unsettled until its first
+    1). None for a run written before sessions were settled (no such events): every episode
+    is judged."""
+    if not len(marks) or not len(sessions):
         return None
     starts = np.sort(sessions)
-    ends = np.append(starts[1:], np.inf)
-    first = np.full(len(starts), np.iinfo(np.int64).max, dtype=np.int64)  # never settled
-    for k, (a, b) in enumerate(zip(starts, ends, strict=True)):
-        inside = np.flatnonzero((settled_at >= a) & (settled_at < b))
-        if len(inside):
-            first[k] = settles[inside].min()
-    session = np.searchsorted(starts, walls, side="right") - 1  # -1: before the first mark
-    return steps >= first[np.maximum(session, 0)]
+    order = np.lexsort((marked_at, marks))  # by env steps, then as written
+    of_mark = np.searchsorted(starts, marked_at[order], side="right") - 1
+    session = np.maximum(np.searchsorted(starts, walls, side="right") - 1, 0)
+    judged = np.zeros(len(steps), dtype=bool)
+    for k in range(len(starts)):
+        mine, these = np.flatnonzero(session == k), order[of_mark == k]
+        if not len(these):  # never settled
+            continue
+        last = np.searchsorted(marks[these], steps[mine], side="right") - 1  # -1: none yet
+        judged[mine] = (last >= 0) & (states[these][np.maximum(last, 0)] > 0.5)
+    return judged
 
 
 def running_seconds(

@@ -361,6 +361,19 @@ def test_each_run_is_smoothed_over_its_own_window_as_its_stop_counts(
     assert capsys.readouterr().out.splitlines()[1].endswith("| last (mean of 20) |")
 
 
+def pong_run_of(tmp_path: Path, events: list[tuple[str, int, float, int]]) -> Path:
+    """A Pong run whose TensorBoard holds these (tag, env steps, value, seconds in) scalars."""
+    run = tmp_path / "pong"
+    run.mkdir()
+    write_config(run, load_config(TrainConfig, ROOT / "configs" / "pong_a3c.yaml", []))
+    start = time.time()
+    writer = SummaryWriter(str(run / "tb"))
+    for tag, steps, value, seconds in events:
+        writer.add_scalar(tag, value, steps, walltime=start + seconds)
+    writer.close()
+    return run
+
+
 def test_marks_wait_until_each_sessions_every_env_has_ended_a_game(tmp_path: Path) -> None:
     """A session's first games to end are its shortest (every env starts one at once): the
     marks, as the score stop, judge a session's mean from its ``session/settled`` event on.
@@ -368,22 +381,33 @@ def test_marks_wait_until_each_sessions_every_env_has_ended_a_game(tmp_path: Pat
     from rltrain.curves import SESSION_TAG, SETTLED_TAG
     from rltrain.plot import time_to_marks
 
-    run = tmp_path / "pong"
-    run.mkdir()
-    write_config(run, load_config(TrainConfig, ROOT / "configs" / "pong_a3c.yaml", []))
-    start = time.time()
-    writer = SummaryWriter(str(run / "tb"))
     events = [(SESSION_TAG, 0, 1.0, 0), (RETURN_TAG, 100, 20.0, 10), (RETURN_TAG, 200, 1.0, 20)]
     events += [(SETTLED_TAG, 200, 1.0, 20), (RETURN_TAG, 300, 2.0, 30)]
     events += [(SESSION_TAG, 300, 1.0, 100), (RETURN_TAG, 400, 20.0, 110)]
     events += [(RETURN_TAG, 500, 20.0, 120), (SETTLED_TAG, 600, 1.0, 130)]
     events += [(RETURN_TAG, 600, 3.0, 130), (RETURN_TAG, 700, 20.0, 140)]
-    for tag, steps, value, seconds in events:
-        writer.add_scalar(tag, value, steps, walltime=start + seconds)
-    writer.close()
+    run = pong_run_of(tmp_path, events)
     curve = dataclasses.replace(read_curve(run), window=1)
     assert curve.judged is not None
     assert curve.judged.tolist() == [False, True, True, False, False, True, True]
     got = [r.frames for r in time_to_marks(curve, [2, 20])]
     assert got == [1200, 2800]  # (steps x 4): not the 20 at 100 steps, nor those at 400, 500
     assert time_to_marks(dataclasses.replace(curve, judged=None), [20])[0].frames == 400
+
+
+def test_marks_wait_again_after_an_actors_restart(tmp_path: Path) -> None:
+    """A restarted actor's envs start their games at once, so the score stop waits for them
+    again: ``session/settled`` 0 (the restarted actor's first result) to 1 (its every env has
+    ended a game); the marks judge none of the episodes between, as the stop."""
+    from rltrain.curves import SESSION_TAG, SETTLED_TAG
+
+    events = [(SESSION_TAG, 0, 1.0, 0), (SETTLED_TAG, 100, 1.0, 10), (RETURN_TAG, 200, 1.0, 20)]
+    events += [(RETURN_TAG, 300, 20.0, 30), (SETTLED_TAG, 300, 0.0, 30)]  # same result
+    events += [(RETURN_TAG, 400, 20.0, 40), (SETTLED_TAG, 500, 1.0, 50)]
+    events += [(RETURN_TAG, 500, 3.0, 50), (SETTLED_TAG, 600, 0.0, 60)]
+    events += [(RETURN_TAG, 700, 4.0, 70)]
+    events += [(SESSION_TAG, 700, 1.0, 100), (RETURN_TAG, 800, 5.0, 110)]  # never settled
+    run = pong_run_of(tmp_path, events)
+    curve = read_curve(run)
+    assert curve.judged is not None
+    assert curve.judged.tolist() == [True, False, False, True, False, False]

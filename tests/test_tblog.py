@@ -130,3 +130,26 @@ def test_each_session_marks_its_start_first(
     first = min(e.wall_time for t in acc.Tags()["scalars"] for e in acc.Scalars(t))
     assert marks[0].wall_time == first == 1_000_000.0
     assert marks[1].wall_time == 1_000_031.0  # before that session's other events
+
+
+def test_the_round_is_marked_settled_and_unsettled_as_the_stop_sees_it(tmp_path: Path) -> None:
+    """session/settled 1 once every counting actor says its envs have ended a game; 0 when a
+    restarted actor's envs start theirs together (the stop waits again); nothing while no
+    actor has counted, or for a repeat of the same state."""
+    from rltrain.rl.run.counters import Counters
+    from rltrain.rl.run.tblog import SETTLED_TAG
+
+    log = TrainLogger(tmp_path / "tb", CFG, {}, frames_per_step=1)
+    c = Counters()
+    c.new_session()
+    steps = 0
+    for said in ({}, {0: 2, 1: 4}, {0: 0}, {1: 0}, {0: 0}, {1: 4}, {1: 1}, {1: 0}):
+        steps += 100
+        c.add(WorkStats(env_steps=100, unsettled=said), 240)
+        log.round(c.round_settled, steps)
+    c.actor_gone(0)
+    c.actor_gone(1)  # none counts any more: the state stands
+    log.round(c.round_settled, steps + 100)
+    log.close()
+    marks = events(tmp_path / "tb").Scalars(SETTLED_TAG)
+    assert [(m.step, m.value) for m in marks] == [(400, 1.0), (600, 0.0), (800, 1.0)]

@@ -66,6 +66,12 @@ class Counters:
         episodes are no longer a round's shortest games (:class:`rltrain.rl.rollout.FirstRound`)."""
         return self.in_first_game == 0
 
+    @property
+    def round_settled(self) -> bool | None:
+        """:attr:`settled` once an actor has counted its envs this session (None before, and
+        once none counts any more: an older checkpoint, actors that never say, all gone)."""
+        return self.settled if self.unsettled else None
+
     def mean_return(self, window: int) -> float | None:
         r = self.recent_returns[-window:]
         return sum(r) / len(r) if r else None

@@ -31,8 +31,9 @@ SESSION_TAG = "session/start"
 from: ``rltrain plot`` leaves out the time from the previous session's last event to it, the
 downtime before a ``--resume`` (:func:`rltrain.curves.running_seconds`)."""
 SETTLED_TAG = "session/settled"
-"""A scalar (1) written once a session's every env has ended a game, at the env steps then:
-the score stop and ``rltrain plot``'s marks judge the mean of the last episodes from there
+"""A scalar written at the env steps where the round's state changes: 1 once a session's
+every env has ended a game, 0 when a restarted actor's envs start theirs together. The score
+stop and ``rltrain plot``'s marks judge the mean of the last episodes from a 1 to the next 0
 (:attr:`rltrain.rl.run.counters.Counters.settled`)."""
 
 # the RL roles that time phases (perf/time/<role>/*): policy is the policy worker's
@@ -113,10 +114,15 @@ class TrainLogger:
         self._epochs: list[float] = []
         self._phases: dict[str, float] = {}
         self.top = ""  # the biggest phase of each role over the last interval (the live line)
+        self._settled = False  # the round's state as last marked: a session starts unsettled
 
-    def settled(self, env_steps: int) -> None:
-        """Every env has ended a game since the session began (:data:`SETTLED_TAG`)."""
-        self.writer.add_scalar(SETTLED_TAG, 1.0, env_steps)
+    def round(self, settled: bool | None, env_steps: int) -> None:
+        """Mark where the round settles and where it unsettles again (:data:`SETTLED_TAG`);
+        ``settled``: :attr:`rltrain.rl.run.counters.Counters.round_settled` after a result."""
+        if settled is None or settled == self._settled:
+            return
+        self.writer.add_scalar(SETTLED_TAG, float(settled), env_steps)
+        self._settled = settled
 
     def absorb(self, stats: WorkStats, env_steps: int, mean: float | None = None) -> None:
         """Log one result; ``mean``: the training mean after it (a full window: the stop's

@@ -304,11 +304,9 @@ class Trainer:
         if rec.startup_seconds is None:
             rec.startup_seconds = rec.mark("first_result")
         c = self.counters
-        said = c.settled and bool(c.unsettled)  # every actor that has counted says none left
         mean = c.add(stats, self.cfg.episode_window)  # as the stop judges it
         self.log.absorb(stats, c.env_steps, mean)
-        if c.settled and c.unsettled and not said:
-            self.log.settled(c.env_steps)
+        self.log.round(c.round_settled, c.env_steps)
         self._check_stop()
 
     def _check_stop(self) -> None:

@@ -1,5 +1,6 @@
 """The README and docs/ stay true: a manual of 400 lines or less, every option they name is a
-real one (as `rltrain options` lists them), every relative link resolves, the pages the README
+real one (as `rltrain options` lists them), every `rltrain train|bench` command they show
+passes the config checks, every relative link resolves, the pages the README
 points to exist, and its test command is the one CI runs.
 
 Fast: reads text and the config dataclasses only (no Ray, no torch work, no training).
@@ -8,12 +9,15 @@ Fast: reads text and the config dataclasses only (no Ray, no torch work, no trai
 from __future__ import annotations
 
 import functools
+import itertools
 import re
+import shlex
 from pathlib import Path
 
 import pytest
 import yaml
 
+from rltrain.config import load_config
 from rltrain.options import describe
 from rltrain.rl.config import TrainConfig
 from rltrain.supervised.config import BenchConfig
@@ -41,6 +45,10 @@ FILE_SUFFIXES = {"py", "yaml", "yml", "md", "png", "pt", "csv", "json", "jsonl",
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 # a page may show a wrong key on purpose, next to the error that refuses it (docs/bad_input.md)
 REFUSED = re.compile(r"unknown config key '([^']+)'")
+SHELL = ("bash", "sh", "")  # fenced blocks whose lines are commands
+RUN_COMMAND = re.compile(r"\brltrain (train|bench) (\S+\.ya?ml)")
+PLACEHOLDER = re.compile(r"=[A-Z][A-Z_]*$")  # seed=S, env.id=ID: the reader's to fill in
+SHOWN_REFUSED = ("bad_input.md",)  # its commands are refused on purpose (test_bad_input.py)
 
 
 @functools.cache
@@ -84,6 +92,25 @@ def named_options(text: str) -> set[str]:
         if lang == "yaml":
             found.update(flat_keys(yaml.safe_load(body)))
     return {name for name in found if name.split(".")[0].removesuffix("[]") in sections()}
+
+
+def run_commands(text: str) -> list[tuple[str, str, list[str]]]:
+    """Every ``rltrain train|bench CONFIG ...`` in a page's shell blocks and code spans:
+    (the command, its config, the values of its ``--set``s), as the shell would split them."""
+    snippets = [
+        body.replace("\\\n", " ") for lang, body in FENCED_BLOCK.findall(text) if lang in SHELL
+    ]
+    snippets += [span.group(2).replace("\n", " ") for span in CODE_SPAN.finditer(prose(text))]
+    found = []
+    for snippet in snippets:
+        for command in RUN_COMMAND.finditer(snippet):
+            lex = shlex.shlex(snippet[command.end() :], posix=True, punctuation_chars=";&|\n")
+            lex.whitespace, lex.whitespace_split = " \t\r", True  # a line ends a command
+            lex.commenters = ""  # a comment's "#" ends the words (a commenter eats the line)
+            words = list(itertools.takewhile(lambda w: w.strip(";&|\n") and w[0] != "#", lex))
+            sets = [value for flag, value in itertools.pairwise(words) if flag == "--set"]
+            found.append((command.group(1), command.group(2), sets))
+    return found
 
 
 def flat_keys(data: object, prefix: str = "") -> set[str]:
@@ -166,6 +193,46 @@ def test_every_option_named_is_a_real_one(page: Path) -> None:
         if not is_option(name.replace("[]", "")) and not is_option(name)
     )
     assert not wrong, f"{page_id(page)} names options that `rltrain options` lacks: {wrong}"
+
+
+def refusal(command: str, config: str, sets: list[str]) -> str | None:
+    """Why the config checks refuse a command a page shows (None: they take it)."""
+    path = ROOT / config
+    if not path.is_file():
+        return "no such file"
+    cls = TrainConfig if command == "train" else BenchConfig
+    try:
+        load_config(cls, path, [value for value in sets if not PLACEHOLDER.search(value)])
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_every_command_shown_loads_its_config(page: Path) -> None:
+    """Each ``rltrain train|bench`` a page shows passes the config checks with its ``--set``s
+    (keys, types, ranges, combinations), so a value the code stopped taking is caught here,
+    not by a reader; placeholders (``seed=S``) are left out."""
+    if page.name in SHOWN_REFUSED:
+        pytest.skip("shows refused input on purpose (much of it refused past the config checks)")
+    shown = run_commands(page.read_text())
+    wrong = [
+        f"{c} {path} {sets}: {why}" for c, path, sets in shown if (why := refusal(c, path, sets))
+    ]
+    assert not wrong, f"{page_id(page)} shows commands that are refused: {wrong}"
+
+
+def test_run_commands_are_split_as_the_shell_splits_them() -> None:
+    text = (
+        '```bash\nrltrain train configs/a.yaml --set "x=[\n  1, 2]" \\\n  --set y=3  # z\n'
+        "rltrain bench b.yml --set w=1 && echo --set q=2\n```\nthen `rltrain train c.yaml\n"
+        "--set v=1`."
+    )
+    assert run_commands(text) == [
+        ("train", "configs/a.yaml", ["x=[\n  1, 2]", "y=3"]),
+        ("bench", "b.yml", ["w=1"]),
+        ("train", "c.yaml", ["v=1"]),
+    ]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=page_id)

@@ -35,7 +35,9 @@ def one(config: str, backend: str, actors: int, out: Path, tree: str | None) -> 
     cmd += ["--set", "eval.every_steps=0"]
     env = os.environ if tree is None else dict(os.environ, PYTHONPATH=tree)
     t0 = time.time()
-    subprocess.run(cmd, check=True, capture_output=True, env=env)
+    # in the tree too: `python -m` puts the working directory first on sys.path, before
+    # PYTHONPATH, so a run from another checkout would import that one's rltrain
+    subprocess.run(cmd, check=True, capture_output=True, env=env, cwd=tree)
     whole = time.time() - t0
     return json.loads((run_dir / "summary.json").read_text())["startup"], whole
 
@@ -48,6 +50,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--trees", nargs="+", default=[None], help="checkouts to compare (PYTHONPATH)")
     args = p.parse_args()
+    args.config = str(Path(args.config).resolve())  # the same file, whichever tree runs it
     settings = [(t, b, a) for b in args.backends for a in args.actors for t in args.trees]
     marks: dict[tuple, list[dict]] = {s: [] for s in settings}
     wholes: dict[tuple, list[float]] = {s: [] for s in settings}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import read_summary
@@ -32,7 +33,27 @@ def test_cartpole_ppo_learns_to_475_in_process(tmp_path: Path, no_ray: None) -> 
 
 
 @pytest.mark.parametrize("algo", ["a3c", "a2c", "impala", "appo", "dqn"])
-def test_every_algorithm_runs_in_process(tmp_path: Path, no_ray: None, algo: str) -> None:
+def test_every_algorithm_runs_in_process(
+    tmp_path: Path, no_ray: None, algo: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each plan's actors (or workers) are spawned before the server starts, so that they
+    build their envs while the shards start (Ray's shard processes; a resumed hosted
+    learner); then the run trains, checkpoints and, for appo, resumes."""
+    from rltrain.rl.run import train
+
+    order: list[str] = []
+    spawn, start_server = train.spawn_role, local.start_server
+
+    def spawning(ctx: Any, cfg: Any, gpu: bool, role: str, *args: Any, **kw: Any) -> Any:
+        order.append(role)
+        return spawn(ctx, cfg, gpu, role, *args, **kw)  # type: ignore[arg-type]
+
+    def starting(*args: Any, **kw: Any) -> Any:
+        order.append("server")
+        return start_server(*args, **kw)
+
+    monkeypatch.setattr(train, "spawn_role", spawning)
+    monkeypatch.setattr(local, "start_server", starting)
     config = {
         "impala": "cartpole_impala.yaml",
         "appo": "cartpole_appo.yaml",
@@ -47,6 +68,7 @@ def test_every_algorithm_runs_in_process(tmp_path: Path, no_ray: None, algo: str
     assert s["stopped_by"] == "max_env_steps" and s["env_steps"] >= 3000
     assert s["updates_applied"] > 0 and s["episodes"] > 0
     assert list((run_dir / "checkpoints").glob("ckpt-*.pt"))
+    assert order.index("actor") < order.index("server")
     if algo == "appo":  # a local run resumes from its checkpoint as a Ray run does
         more = s["env_steps"] + 1000  # (the rollouts queued at the stop counted too)
         assert main(["train", "--resume", str(run_dir), "--set", f"stop.max_env_steps={more}"]) == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rltrain.records import Role
@@ -19,6 +20,18 @@ if TYPE_CHECKING:
     from rltrain.runtime.contract import Guard, RemoteProcess, Runtime
 
 
+@dataclass
+class Early:
+    """The processes slowest to start, spawned before the server (:meth:`RLPlan.spawn_early`)
+    so that they start while the learner and the shards do: the actors, which build and reset
+    their envs in their constructors (ale-py loads each game's ROM twice, 0.2 s each on a
+    2-core EPYC), and the policy worker. The plan gives them their first calls."""
+
+    actors: list[Any] = field(default_factory=list)
+    policy: Any = None  # runtime.inference's policy worker
+    slots: Any = None  # ... and the slots it acts through (rltrain.rl.inference.ActSlots)
+
+
 class Host(Protocol):
     """What a plan asks of the session that runs it (:class:`rltrain.rl.run.train.Trainer`)."""
 
@@ -29,6 +42,7 @@ class Host(Protocol):
     inference: str | None  # runtime.inference: the batched policy's device, None: none
     hosted: bool  # the one learner is a process that holds the shards (started with them)
     obs_slots: ObsSlots | None  # the rollouts' shared observation buffers (hosted runs)
+    early: Early | None  # spawned before the server (None: the plan spawns them)
 
     @property
     def ctx(self) -> RunContext:
@@ -84,6 +98,16 @@ class RLPlan(abc.ABC):
                 if self.pushes(r) and waits_at_barrier(self.cfg):
                     self.guard.leave(r.index)
         return len(starting) < len(self.pool.calls)
+
+    @classmethod
+    @abc.abstractmethod
+    def spawn_early(cls, host: Host, runtime: Runtime) -> Early:
+        """Spawn the plan's actors (and policy worker) before the server is up: their
+        constructors need no server (:class:`Early`)."""
+
+    def early_processes(self) -> Early:
+        """What :meth:`spawn_early` spawned for this session, spawned now if nothing was."""
+        return self.host.early or self.spawn_early(self.host, self.runtime)
 
     @property
     def guard(self) -> Guard:

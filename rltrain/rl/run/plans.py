@@ -20,7 +20,7 @@ import collections
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -34,9 +34,12 @@ from rltrain.rl.env_spec import EnvSpec
 from rltrain.rl.inference import ActSlots, PolicyWorker
 from rltrain.rl.learner import Learner
 from rltrain.rl.rollout import ObsSlots, Rollout, WorkStats
-from rltrain.rl.run.plan_base import RLPlan
+from rltrain.rl.run.plan_base import Early, Host, RLPlan
 from rltrain.rl.worker import Worker
 from rltrain.runtime.process.shm import shm_free
+
+if TYPE_CHECKING:
+    from rltrain.runtime.contract import Runtime
 
 WORK_CHUNK = 5  # rollouts per a3c/a2c call: long enough to amortise the call, short to steer
 
@@ -44,9 +47,13 @@ WORK_CHUNK = 5  # rollouts per a3c/a2c call: long enough to amortise the call, s
 class WorkerPlan(RLPlan):
     """a3c, a2c, ppo: one kind of process, which acts and learns."""
 
+    @classmethod
+    def spawn_early(cls, host: Host, runtime: Runtime) -> Early:
+        return Early(host.spawn("actor", Worker, lambda i: (host.cfg, i)))
+
     def start(self) -> None:
         cfg = self.cfg
-        workers = self.host.spawn("actor", Worker, lambda i: (cfg, i))
+        workers = self.early_processes().actors
         self.lockstep = waits_at_barrier(cfg)
         # a ppo rollout is epochs x minibatches server steps already: one per call
         self.chunk = 1 if cfg.algo_spec.minibatched(cfg) else WORK_CHUNK
@@ -148,24 +155,31 @@ class ActorLearnerPlan(RLPlan):
 
     slots: ActSlots | None = None  # runtime.inference: the policy worker's, shared with actors
 
-    def start(self) -> None:
-        cfg, host, spec = self.cfg, self.host, self.host.spec
+    @classmethod
+    def spawn_early(cls, host: Host, runtime: Runtime) -> Early:
+        cfg, spec = host.cfg, host.spec
         # runtime.inference: one policy worker acts for every actor, through shared slots
-        slots = None
+        slots, policy = None, None
         if host.inference is not None:
-            semaphore = self.runtime.Semaphore
+            semaphore = runtime.Semaphore
             slots = ActSlots.for_run(cfg, spec.obs_shape, spec.obs_dtype, spec.actions, semaphore)
-        self.slots = slots
-        self._policy_seen: dict[str, float] = {}  # the policy worker's seconds, logged so far
         clients = [None if slots is None else slots.client(i) for i in range(cfg.actors)]
-        # the observation slots (the learner process's, made with it): lent one per rollout
-        self.obs_slots = host.obs_slots
-        self.free_slots = list(range(len(host.obs_slots))) if host.obs_slots else []
         actors = host.spawn("actor", Actor, lambda i: (cfg, i, clients[i], host.obs_slots))
         if slots is not None:
             args = (cfg, spec.obs_shape, spec.actions, slots, host.inference)
             (policy,) = host.spawn("policy", PolicyWorker, lambda i: args)
-            self.pool.submit(policy, "serve", self.server)
+        return Early(actors, policy, slots)
+
+    def start(self) -> None:
+        cfg, host, spec = self.cfg, self.host, self.host.spec
+        early = self.early_processes()
+        actors, self.slots = early.actors, early.slots
+        self._policy_seen: dict[str, float] = {}  # the policy worker's seconds, logged so far
+        # the observation slots (the learner process's, made with it): lent one per rollout
+        self.obs_slots = host.obs_slots
+        self.free_slots = list(range(len(host.obs_slots))) if host.obs_slots else []
+        if early.policy is not None:
+            self.pool.submit(early.policy, "serve", self.server)
         self.learn_args: tuple[Any, ...] = ()  # before the batch: the server, if not hosted
         if host.hosted:  # started with the server, whose shards it holds: it learns there
             learners = self.ctx.procs["learner"]

@@ -5,11 +5,14 @@ of the learners."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rltrain.driver import Done
 from rltrain.faults import PeerLost, RunFailed
-from rltrain.rl.run.plan_base import RLPlan
+from rltrain.rl.run.plan_base import Early, Host, RLPlan
+
+if TYPE_CHECKING:
+    from rltrain.runtime.contract import Runtime
 
 DQN_BLOCKS_PER_CALL = 4  # transition blocks per dqn actor call
 
@@ -17,17 +20,24 @@ DQN_BLOCKS_PER_CALL = 4  # transition blocks per dqn actor call
 class ReplayPlan(RLPlan):
     """dqn (Gorila): actors fill the replay shards; learners start after learning_starts."""
 
+    @classmethod
+    def spawn_early(cls, host: Host, runtime: Runtime) -> Early:
+        from rltrain.rl.gorila import DQNActor
+
+        cfg = host.cfg
+        per_env_steps = host.counters.env_steps // (cfg.actors * cfg.env.num_envs)
+        return Early(host.spawn("actor", DQNActor, lambda i: (cfg, i, per_env_steps)))
+
     def start(self) -> None:
         from rltrain.replay import ReplayMemory
-        from rltrain.rl.gorila import DQNActor, DQNLearner, memory_args
+        from rltrain.rl.gorila import DQNLearner, memory_args
 
         cfg, host, spec = self.cfg, self.host, self.host.spec
         args = [memory_args(cfg, spec, i) for i in range(cfg.replay.shards)]
         self.replay = self.runtime.start_replay(ReplayMemory, args, cfg.actors + cfg.learners + 4)
         self.ctx.add("replay", [])  # replay shards are killed at the end, not restarted
         self.replay_ids = {a: i for i, a in enumerate(self.replay.actor_ids())}
-        per_env_steps = host.counters.env_steps // (cfg.actors * cfg.env.num_envs)
-        actors = host.spawn("actor", DQNActor, lambda i: (cfg, i, per_env_steps))
+        actors = self.early_processes().actors
         host.spawn(
             "learner", DQNLearner, lambda i: (cfg, spec.obs_shape, spec.num_actions, host.gpu, i)
         )

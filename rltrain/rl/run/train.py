@@ -42,7 +42,7 @@ from rltrain.rl.rollout import ObsSlots, WorkStats
 from rltrain.rl.run.counters import Counters, diverged_note
 from rltrain.rl.run.periodic import PeriodicEval
 from rltrain.rl.run.placement import computes_on_gpu_here, note_sizes, place, spawn_role
-from rltrain.rl.run.plan_base import RLPlan
+from rltrain.rl.run.plan_base import Early, RLPlan
 from rltrain.rl.run.plans import obs_slots_for, plan_of
 from rltrain.rl.run.resume import load_resume, session_seed
 from rltrain.rl.run.summary import SessionRecord, train_summary
@@ -100,6 +100,7 @@ class Trainer:
         self.inference: str | None = None  # the batched policy's device (runtime.inference)
         self.shard_device, self.hosted = "cpu", False  # hosted: the learner holds the shards
         self.obs_slots: ObsSlots | None = None  # where the rollouts' frames wait (hosted)
+        self.early: Early | None = None  # the actors, spawned before the server (_start)
         self.lr = LRSender()
         self.schedule = FaultSchedule((), time.time())  # armed once every process is up
         self._arming = bool(cfg.faults.events)
@@ -185,6 +186,8 @@ class Trainer:
         if placed.hosted:  # the learner's process holds the shards; the frames wait in slots
             self.obs_slots = slots = obs_slots_for(cfg, self.spec, self.progress.note)
             host["host"] = learner_process(self.spawn, cfg, self.spec, self.gpu, slots)
+        # the actors build their envs (their slowest part: ale-py's) while the shards start
+        self.early = plan_of(cfg.algo_spec.layout).spawn_early(self, runtime)
         ctx.server = runtime.start_server(
             initial_params(cfg, self.spec),
             cfg.optimizer,

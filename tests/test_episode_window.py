@@ -178,6 +178,8 @@ def test_the_score_stop_waits_until_every_env_has_ended_a_game_since_the_start()
     assert not c.settled and c.stop_met(stop, 0.0, window=240) == ""
     c.actor_gone(1)  # ... that died for good: its games will never end
     assert c.settled and c.stop_met(stop, 0.0, window=240) == "mean_return"
+    c.add(WorkStats(unsettled={1: 16}), 240)  # its rollouts a learner batched after the death
+    assert c.settled and c.stop_met(stop, 0.0, window=240) == "mean_return"
 
 
 def test_counters_of_an_older_checkpoint_count_as_settled() -> None:

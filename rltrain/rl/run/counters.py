@@ -45,13 +45,16 @@ class Counters:
     # it (re)started, as its newest result said (rltrain.rl.rollout.FirstRound); {} at a
     # session's start (an actor's first result says how many with its first episodes; an
     # algorithm whose actors never say is judged as before); None: older checkpoints
+    gone: set[int] = field(default_factory=set)  # actors gone for good this session
 
     def new_session(self) -> None:
         """A session (the run, a ``--resume``) starts: every env starts a game at once."""
-        self.unsettled = {}
+        self.unsettled, self.gone = {}, set()
 
     def actor_gone(self, actor_id: int) -> None:
-        """An actor gone for good: its envs' first games will never end, so none is waited for."""
+        """An actor gone for good: its envs' first games will never end, so none is waited for,
+        not even as its rollouts still queued for a learner say (they come back after this)."""
+        self.gone.add(actor_id)
         if self.unsettled is not None:
             self.unsettled.pop(actor_id, None)
 
@@ -111,7 +114,7 @@ class Counters:
         self.rejected_in_a_row = 0 if stats.applied else self.rejected_in_a_row + stats.rejected
         self.staleness_sum += sum(stats.staleness)
         if stats.unsettled and self.unsettled is not None:
-            self.unsettled.update(stats.unsettled)
+            self.unsettled.update((a, n) for a, n in stats.unsettled.items() if a not in self.gone)
         keep = max(KEEP_RETURNS, window)
         self.recent_returns = (self.recent_returns + list(stats.episode_returns))[-keep:]
         mean = self.full_mean(window)

@@ -252,15 +252,15 @@ def test_a_run_that_loses_an_actor_for_good_still_judges_its_mean(tmp_path: Path
         "stop.mean_return=null",
         "stop.window=1",
         "env.num_envs=4",
-        "env.kwargs={max_episode_steps: 8000}",
+        "env.kwargs={max_episode_steps: 4000}",
         "algo.rollout_length=50",
         "ppo.epochs=1",
         "faults.max_restarts=0",
         "faults.on_worker_loss=continue",
         "faults.events=[{at: 0.3, target: actor, index: 1, action: kill}]",
-        # actor 0's 4 envs end games at 32,000 and 64,000 of its steps; actor 1 makes a few
-        # thousand of the 32,000 its first games need before the kill
-        "stop.max_env_steps=100000",
+        # actor 0's 4 envs end games at 16,000 and 32,000 of its steps; actor 1 makes a few
+        # thousand of the 16,000 its first games need before the kill
+        "stop.max_env_steps=40000",
     ):
         argv += ["--set", kv]
     assert main(argv) == 0

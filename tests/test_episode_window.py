@@ -197,6 +197,30 @@ def test_counters_of_an_older_checkpoint_count_as_settled() -> None:
     assert not c.settled and c.full_mean(240) is None
 
 
+def test_a_checkpoint_keeps_counters_that_a_weights_only_load_reads(tmp_path: Path) -> None:
+    """Checkpoints are read with ``torch.load(weights_only=True)``, which before torch 2.6
+    refuses a set: the actors gone this session stay out (a new session has none)."""
+    import torch
+
+    c = Counters(recent_returns=[1.0, 2.0])
+    c.new_session()
+    c.add(WorkStats(episode_returns=[3.0], unsettled={0: 2, 1: 1}), 20)
+    c.actor_gone(1)
+    state = c.state()
+
+    def plain(v: object) -> bool:  # what every allowed torch's weights_only load takes
+        if isinstance(v, dict):
+            return all(plain(k) and plain(x) for k, x in v.items())
+        if isinstance(v, list | tuple):
+            return all(plain(x) for x in v)
+        return v is None or isinstance(v, bool | int | float | str)
+
+    assert "gone" not in state and plain(state)
+    torch.save({"counters": state}, tmp_path / "c.pt")
+    back = Counters(**torch.load(tmp_path / "c.pt", weights_only=True)["counters"])
+    assert back == dataclasses.replace(c, gone=set())
+
+
 def test_first_round_counts_the_envs_still_in_their_first_game() -> None:
     from rltrain.rl.rollout import FirstRound
 

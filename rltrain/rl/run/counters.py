@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from rltrain.rl.config import StopConfig
 from rltrain.rl.rollout import WorkStats
@@ -45,7 +46,13 @@ class Counters:
     # it (re)started, as its newest result said (rltrain.rl.rollout.FirstRound); {} at a
     # session's start (an actor's first result says how many with its first episodes; an
     # algorithm whose actors never say is judged as before); None: older checkpoints
-    gone: set[int] = field(default_factory=set)  # actors gone for good this session
+    gone: set[int] = field(default_factory=set)  # actors gone for good this session (not
+    # saved: a session starts with none, and torch < 2.6's weights_only load refuses a set)
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps: plain types that ``torch.load(weights_only=True)`` reads
+        on every torch the project allows, and nothing that a new session resets anyway."""
+        return {k: v for k, v in asdict(self).items() if k != "gone"}
 
     def new_session(self) -> None:
         """A session (the run, a ``--resume``) starts: every env starts a game at once."""

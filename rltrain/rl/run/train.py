@@ -387,7 +387,7 @@ class Trainer:
             guard.check()
         state = {
             "shards": server.state_dicts(),
-            "counters": dataclasses.asdict(self.counters),
+            "counters": self.counters.state(),
             "faults": dataclasses.asdict(self.faults),
             "config": to_dict(self.cfg),
         }

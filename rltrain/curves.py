@@ -35,8 +35,8 @@ TB_DIR = "tb"
 SESSION_TAG = "session/start"
 """Written first by each session of a run (:data:`rltrain.rl.run.tblog.SESSION_TAG`)."""
 SETTLED_TAG = "session/settled"
-"""Written once a session's every env has ended a game
-(:data:`rltrain.rl.run.tblog.SETTLED_TAG`)."""
+"""1 where a session's every env has ended a game, 0 where a session starts its round or a
+restarted actor's envs start theirs (:data:`rltrain.rl.run.tblog.SETTLED_TAG`)."""
 HEARTBEAT_TAG = "perf/env_fps"
 """A scalar a live run writes every ``log_every_seconds``: in a run written before sessions
 were marked, silences of more than ``DOWNTIME_S`` in it are taken for downtime."""
@@ -67,7 +67,8 @@ class Curve:
     """Episodes in the training mean, as the run's stop counts them (:func:`run_window`)."""
     judged: np.ndarray | None = None
     """[N] whether the score stop judged the mean at each episode: its session's every env
-    had ended a game (:func:`settled_episodes`); None: at every one."""
+    had ended a game, or an older rltrain wrote it (:func:`settled_episodes`); None: a run
+    with no ``session/settled`` event, judged at every one."""
 
 
 def run_config(run_dir: Path) -> dict[str, Any]:
@@ -210,16 +211,17 @@ def settled_episodes(
     start (``sessions``, wall times) before it; its ``session/settled`` events (env steps
     ``marks``, wall times ``marked_at``, ``states``) say 1 where every env had ended a game
     and 0 where a restarted actor's envs began theirs (a session is unsettled until its first
-    1). None for a run written before sessions were settled (no such events): every episode
-    is judged."""
+    1). Sessions written before rounds were settled (those before the first with such an
+    event, and episodes before the first session mark) are judged at every episode, as the
+    stop judged them then; None for a run with no such event at all."""
     if not len(marks) or not len(sessions):
         return None
     starts = np.sort(sessions)
     order = np.lexsort((marked_at, marks))  # by env steps, then as written
     of_mark = np.searchsorted(starts, marked_at[order], side="right") - 1
-    session = np.maximum(np.searchsorted(starts, walls, side="right") - 1, 0)
-    judged = np.zeros(len(steps), dtype=bool)
-    for k in range(len(starts)):
+    session = np.searchsorted(starts, walls, side="right") - 1  # -1: before the first mark
+    judged = session < of_mark.min()  # an older rltrain's sessions: the stop judged them all
+    for k in range(of_mark.min(), len(starts)):
         mine, these = np.flatnonzero(session == k), order[of_mark == k]
         if not len(these):  # never settled
             continue

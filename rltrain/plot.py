@@ -36,8 +36,9 @@ class Reached:
 def time_to_marks(c: Curve, marks: Sequence[float]) -> list[Reached]:
     """For each mark, the first episode at which the mean of the last ``c.window`` episodes
     is at least the mark, counted as ``stop.mean_return`` counts it: only once ``window``
-    episodes have ended, and every env has ended a game since its session began (a
-    session's first games to end are its shortest: :class:`rltrain.rl.rollout.FirstRound`)."""
+    episodes have ended, and every env has ended a game since its session (or a restarted
+    actor) began, as ``c.judged`` says (a round's first games to end are its shortest:
+    :class:`rltrain.rl.rollout.FirstRound`)."""
     window = c.window
     mean = moving_mean(c.returns, window)
     full = np.arange(len(mean)) >= window - 1

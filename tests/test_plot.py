@@ -411,3 +411,21 @@ def test_marks_wait_again_after_an_actors_restart(tmp_path: Path) -> None:
     curve = read_curve(run)
     assert curve.judged is not None
     assert curve.judged.tolist() == [True, False, False, True, False, False]
+
+
+def test_sessions_an_older_rltrain_wrote_are_judged_at_every_episode(tmp_path: Path) -> None:
+    """A run resumed by an rltrain that writes ``session/settled`` after sessions that did
+    not: the older sessions' stop judged every episode (and so do the marks); a newer session
+    without a 1 never settled."""
+    from rltrain.curves import SESSION_TAG, SETTLED_TAG
+
+    events = [(RETURN_TAG, 50, 7.0, 0)]  # before sessions were marked at all
+    events += [(SESSION_TAG, 100, 1.0, 10), (RETURN_TAG, 200, 1.0, 20)]  # marked, not settled
+    events += [(SESSION_TAG, 300, 1.0, 100), (SETTLED_TAG, 300, 0.0, 105)]
+    events += [(RETURN_TAG, 400, 2.0, 110), (SETTLED_TAG, 500, 1.0, 120)]
+    events += [(RETURN_TAG, 600, 3.0, 130)]
+    events += [(SESSION_TAG, 700, 1.0, 200), (SETTLED_TAG, 700, 0.0, 205)]
+    events += [(RETURN_TAG, 800, 4.0, 210)]
+    curve = read_curve(pong_run_of(tmp_path, events))
+    assert curve.judged is not None
+    assert curve.judged.tolist() == [True, True, False, True, False]

@@ -132,7 +132,7 @@ def start_server(
         )
     layout = ShardLayout(init.numel(), server.shards, sizes)  # (no optimizer built here: the
     remote = host((init, optimizer, server, num_workers, record, sizes, device))  # first costs
-    return HostedServer(layout, remote, server)  # 1-3 s of imports, before the actors' start)
+    return HostedServer(layout, remote, server)  # 1-3 s of imports, the learner's to pay)
 
 
 class ServerGuard(guard.ServerGuard):

@@ -3,10 +3,13 @@
 Each run is a fresh `rltrain train CONFIG` process with a tiny budget; summary.json's
 ``startup`` marks say when each phase ended, counted from the process's own start time
 (``trainer``: imports, config, env probe, run folder; ``runtime``: Ray or the forkserver
-started; ``server``: the shards up; ``first_step``: an actor's first env step). Runs alternate
+started; ``server``: the shards up, which on the in-process runtime includes building the
+actors, spawned first and built in the trainer's thread; ``first_step``: an actor's first
+env step). Runs alternate
 between the settings, so machine noise hits them alike; the median over ``--repeats`` is
 reported. ``--trees`` compares checkouts (git worktrees of two commits, say) in the same
-invocation: each run imports rltrain from its tree (``PYTHONPATH``).
+invocation: each run starts in its tree, so that ``python -m`` imports that tree's rltrain
+(the working directory comes first on ``sys.path``, before ``PYTHONPATH``, also set).
 
     python benchmarks/startup.py [--config configs/cartpole_appo.yaml] [--actors 1 8]
         [--backends auto] [--repeats 3] [--trees /tmp/before /tmp/after]
@@ -48,8 +51,11 @@ def main() -> None:
     p.add_argument("--actors", type=int, nargs="+", default=[1, 8])
     p.add_argument("--backends", nargs="+", default=["auto"])
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--trees", nargs="+", default=[None], help="checkouts to compare (PYTHONPATH)")
+    p.add_argument(
+        "--trees", nargs="+", default=[None], help="checkouts to compare (each run in its own)"
+    )
     args = p.parse_args()
+    args.trees = [None if t is None else str(Path(t).resolve()) for t in args.trees]  # (cwd=)
     args.config = str(Path(args.config).resolve())  # the same file, whichever tree runs it
     settings = [(t, b, a) for b in args.backends for a in args.actors for t in args.trees]
     marks: dict[tuple, list[dict]] = {s: [] for s in settings}

@@ -69,6 +69,7 @@ def test_every_algorithm_runs_in_process(
     assert s["updates_applied"] > 0 and s["episodes"] > 0
     assert list((run_dir / "checkpoints").glob("ckpt-*.pt"))
     assert order.index("actor") < order.index("server")
+    assert order.count("actor") == 1  # spawned early, not again after the server
     if algo == "appo":  # a local run resumes from its checkpoint as a Ray run does
         more = s["env_steps"] + 1000  # (the rollouts queued at the stop counted too)
         assert main(["train", "--resume", str(run_dir), "--set", f"stop.max_env_steps={more}"]) == 0

@@ -16,6 +16,7 @@ from rltrain.rl.run.counters import Counters
 
 if TYPE_CHECKING:
     from rltrain.driver import Done
+    from rltrain.rl.inference import ActSlots
     from rltrain.runtime.context import RunContext
     from rltrain.runtime.contract import Guard, RemoteProcess, Runtime
 
@@ -27,9 +28,9 @@ class Early:
     their envs in their constructors (ale-py loads each game's ROM twice, 0.2 s each on a
     2-core EPYC), and the policy worker. The plan gives them their first calls."""
 
-    actors: list[Any] = field(default_factory=list)
-    policy: Any = None  # runtime.inference's policy worker
-    slots: Any = None  # ... and the slots it acts through (rltrain.rl.inference.ActSlots)
+    actors: list[RemoteProcess] = field(default_factory=list)
+    policy: RemoteProcess | None = None  # runtime.inference's policy worker
+    slots: ActSlots | None = None  # ... and the slots it acts through
 
 
 class Host(Protocol):
@@ -106,8 +107,10 @@ class RLPlan(abc.ABC):
         constructors need no server (:class:`Early`)."""
 
     def early_processes(self) -> Early:
-        """What :meth:`spawn_early` spawned for this session, spawned now if nothing was."""
-        return self.host.early or self.spawn_early(self.host, self.runtime)
+        """What :meth:`spawn_early` spawned for this session (taken from the host: they are
+        the plan's now), spawned now if nothing was (a plan started without a trainer)."""
+        early, self.host.early = self.host.early, None
+        return early if early is not None else self.spawn_early(self.host, self.runtime)
 
     @property
     def guard(self) -> Guard:

@@ -96,7 +96,7 @@ def untrained_run(run: Path, **env: object) -> Path:
     cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, **env))
     run.mkdir(parents=True)
     shard = {"param": initial_params(cfg, probe_env(cfg)), "version": 0}
-    state = {"shards": [shard], "counters": dataclasses.asdict(Counters()), "config": to_dict(cfg)}
+    state = {"shards": [shard], "counters": Counters().state(), "config": to_dict(cfg)}
     save_checkpoint(run, 0, state, keep=1)
     write_config(run, cfg)
     return run

@@ -45,7 +45,7 @@ def write_run(run: Path, hidden: int = 64) -> None:
     )
     state = {
         "shards": [s.state_dict() for s in shards],
-        "counters": dataclasses.asdict(Counters()),
+        "counters": Counters().state(),
         "config": to_dict(cfg),
     }
     save_checkpoint(run, 0, state, keep=3)

@@ -197,7 +197,6 @@ def test_a_resumed_log_hides_what_the_stopped_session_logged_after_its_checkpoin
 def test_a_resumed_session_draws_new_seeds_and_keeps_the_runs(tmp_path: Path) -> None:
     """Its actors reset their envs with new seeds (not the first session's episodes again);
     config.yaml keeps the run's seed."""
-    import dataclasses
 
     from rltrain.checkpoint import save_checkpoint
     from rltrain.config import load_config, to_dict
@@ -213,7 +212,7 @@ def test_a_resumed_session_draws_new_seeds_and_keeps_the_runs(tmp_path: Path) ->
     cfg = load_config(TrainConfig, ROOT / "configs" / "cartpole_a3c.yaml")
     spec = probe_env(cfg)
     _, shards = make_shards(initial_params(cfg, spec), cfg.optimizer, server_settings(cfg), 2)
-    counters = dataclasses.asdict(Counters(env_steps=5000))
+    counters = Counters(env_steps=5000).state()
     state = {"shards": [s.state_dict() for s in shards], "counters": counters}
     save_checkpoint(run, 7, {**state, "config": to_dict(cfg)}, keep=1)
     write_config(run, cfg)

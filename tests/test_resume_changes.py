@@ -40,7 +40,7 @@ def write_run(run: Path, config: str = A3C, overrides: tuple[str, ...] = ()) -> 
     _, shards = make_shards(params, cfg.optimizer, server_settings(cfg), 2)
     state = {
         "shards": [s.state_dict() for s in shards],
-        "counters": dataclasses.asdict(Counters()),
+        "counters": Counters().state(),
         "config": to_dict(cfg),
     }
     save_checkpoint(run, 0, state, keep=3)

@@ -35,8 +35,9 @@ TB_DIR = "tb"
 SESSION_TAG = "session/start"
 """Written first by each session of a run (:data:`rltrain.rl.run.tblog.SESSION_TAG`)."""
 SETTLED_TAG = "session/settled"
-"""1 where a session's every env has ended a game, 0 where a session starts its round or a
-restarted actor's envs start theirs (:data:`rltrain.rl.run.tblog.SETTLED_TAG`)."""
+"""A session's round at its first result (0 while envs are in their first game; since
+session 58), then 1 where every env has ended a game and 0 where a restarted actor's envs
+start theirs (:data:`rltrain.rl.run.tblog.SETTLED_TAG`)."""
 HEARTBEAT_TAG = "perf/env_fps"
 """A scalar a live run writes every ``log_every_seconds``: in a run written before sessions
 were marked, silences of more than ``DOWNTIME_S`` in it are taken for downtime."""
@@ -218,7 +219,8 @@ def settled_episodes(
         return None
     starts = np.sort(sessions)
     order = np.lexsort((marked_at, marks))  # by env steps, then as written
-    of_mark = np.searchsorted(starts, marked_at[order], side="right") - 1
+    # (a mark before the first session's: the first session's, as clocks may disagree a little)
+    of_mark = np.maximum(np.searchsorted(starts, marked_at[order], side="right") - 1, 0)
     session = np.searchsorted(starts, walls, side="right") - 1  # -1: before the first mark
     judged = session < of_mark.min()  # an older rltrain's sessions: the stop judged them all
     for k in range(of_mark.min(), len(starts)):

@@ -76,7 +76,7 @@ def test_a_resume_judges_the_stop_with_the_window_of_the_run(
     counters = Counters(episodes=240, recent_returns=list(AFTER_A_RESUME))
     state = {
         "shards": [s.state_dict() for s in shards],
-        "counters": dataclasses.asdict(counters),
+        "counters": counters.state(),
         "config": to_dict(cfg),
     }
     save_checkpoint(tmp_path, 0, state, keep=3)
@@ -112,7 +112,7 @@ def test_a_diverged_run_is_refused_in_one_line(tmp_path: Path) -> None:
     counters = Counters(rejected_in_a_row=DIVERGED_AFTER)
     state = {
         "shards": [s.state_dict() for s in shards],
-        "counters": dataclasses.asdict(counters),
+        "counters": counters.state(),
         "config": to_dict(cfg),
     }
     save_checkpoint(tmp_path, 0, state, keep=3)
@@ -147,8 +147,11 @@ def test_a_run_logs_the_mean_the_stop_judges(tmp_path: Path) -> None:
     assert main(["train", "--resume", str(run), "--set", "stop.max_env_steps=48000"]) == 0
     tb.Reload()
     starts = [e.step for e in tb.Scalars("session/start")]
-    settled = [e.step for e in tb.Scalars("session/settled")]
-    assert len(starts) == 2 and len(settled) == 2
+    marks = [(e.step, e.value) for e in tb.Scalars("session/settled")]
+    # each session: 0 at its first result (envs in their first game), then 1 once they ended
+    assert [v for _, v in marks] == [0.0, 1.0, 0.0, 1.0]
+    settled = [step for step, v in marks if v == 1.0]
+    assert len(starts) == 2
     assert json.loads((run / "summary.json").read_text())["envs_in_first_game"] == 0
     for begin, end, first in zip(starts, [*starts[1:], 10**9], settled, strict=True):
         assert begin < first < end

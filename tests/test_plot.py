@@ -429,3 +429,19 @@ def test_sessions_an_older_rltrain_wrote_are_judged_at_every_episode(tmp_path: P
     curve = read_curve(pong_run_of(tmp_path, events))
     assert curve.judged is not None
     assert curve.judged.tolist() == [True, True, False, True, False]
+
+
+def test_a_mark_stamped_before_its_session_counts_for_the_first_session() -> None:
+    """Clocks may disagree a little: a ``session/settled`` stamped just before the first
+    ``session/start`` is the first session's, and episodes before that mark are judged."""
+    from rltrain.curves import settled_episodes
+
+    judged = settled_episodes(
+        steps=np.array([50, 150, 250]),
+        walls=np.array([1.0, 12.0, 13.0]),
+        sessions=np.array([10.0]),
+        marks=np.array([0, 200]),
+        marked_at=np.array([9.9, 12.5]),
+        states=np.array([0.0, 1.0]),
+    )
+    assert judged is not None and judged.tolist() == [True, False, True]

@@ -133,9 +133,10 @@ def test_each_session_marks_its_start_first(
 
 
 def test_the_round_is_marked_settled_and_unsettled_as_the_stop_sees_it(tmp_path: Path) -> None:
-    """session/settled 1 once every counting actor says its envs have ended a game; 0 when a
-    restarted actor's envs start theirs together (the stop waits again); nothing while no
-    actor has counted, or for a repeat of the same state."""
+    """session/settled at the session's first counted result (0 here: envs in their first
+    game), 1 once every counting actor says its envs have ended a game; 0 when a restarted
+    actor's envs start theirs together (the stop waits again); nothing while no actor has
+    counted, or for a repeat of the same state."""
     from rltrain.rl.run.counters import Counters
     from rltrain.rl.run.tblog import SETTLED_TAG
 
@@ -152,4 +153,4 @@ def test_the_round_is_marked_settled_and_unsettled_as_the_stop_sees_it(tmp_path:
     log.round(c.round_settled, steps + 100)
     log.close()
     marks = events(tmp_path / "tb").Scalars(SETTLED_TAG)
-    assert [(m.step, m.value) for m in marks] == [(400, 1.0), (600, 0.0), (800, 1.0)]
+    assert [(m.step, m.value) for m in marks] == [(200, 0.0), (400, 1.0), (600, 0.0), (800, 1.0)]

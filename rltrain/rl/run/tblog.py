@@ -114,11 +114,14 @@ class TrainLogger:
         self._epochs: list[float] = []
         self._phases: dict[str, float] = {}
         self.top = ""  # the biggest phase of each role over the last interval (the live line)
-        self._settled = False  # the round's state as last marked: a session starts unsettled
+        self._settled: bool | None = None  # the round's state as last marked (None: not yet;
+        # a session's first result marks it, 0 or 1, so that every session whose actors count
+        # their envs has an event, and a reader tells it from one an older rltrain wrote)
 
     def round(self, settled: bool | None, env_steps: int) -> None:
-        """Mark where the round settles and where it unsettles again (:data:`SETTLED_TAG`);
-        ``settled``: :attr:`rltrain.rl.run.counters.Counters.round_settled` after a result."""
+        """Mark the round's state at the session's first result, then where it settles and
+        where it unsettles again (:data:`SETTLED_TAG`); ``settled``:
+        :attr:`rltrain.rl.run.counters.Counters.round_settled` after a result."""
         if settled is None or settled == self._settled:
             return
         self.writer.add_scalar(SETTLED_TAG, float(settled), env_steps)

@@ -1,12 +1,12 @@
 """A learner and the server's shards in one process (docs/architecture.md, "Runtimes").
 
 On one machine with one learner (impala, appo), the process runtime runs the learner as a
-process of its own, ``rltrain: learner 0``, and the shards live there with it: on a GPU the
-model's parameters are views of the shard's buffer (:meth:`rltrain.rl.learner.Learner.bind`;
-a CPU learner's channels-last weights are copied in), so a push is the optimizer's step and
-a pull copies nothing, and nothing else in the run shares the learner's interpreter (its
-GIL) or its CUDA context. The trainer's process only
-orchestrates: it reaches the shards through :meth:`LearnerHost.shard` (the runtime's
+process of its own, ``rltrain: learner 0``, and the shards live there with it: the model's
+parameters are views of the shard's buffer (:meth:`rltrain.rl.learner.Learner.bind`; a CNN
+trained channels-last, on a CPU or in bf16, is copied in instead), so a push is the
+optimizer's step and a pull copies nothing, and nothing else in the run shares the learner's
+interpreter (its GIL) or its CUDA context. The trainer's process only orchestrates: it
+reaches the shards through :meth:`LearnerHost.shard` (the runtime's
 :class:`~rltrain.runtime.process.HostedServer`), for the actors' pulls, checkpoints and the
 guard's look at their health.
 

@@ -5,11 +5,11 @@ Each run is a fresh `rltrain train CONFIG` process with a tiny budget; summary.j
 (``trainer``: imports, config, env probe, run folder; ``runtime``: Ray or the forkserver
 started; ``server``: the shards up, which on the in-process runtime includes building the
 actors, spawned first and built in the trainer's thread; ``first_step``: an actor's first
-env step). Runs alternate
-between the settings, so machine noise hits them alike; the median over ``--repeats`` is
-reported. ``--trees`` compares checkouts (git worktrees of two commits, say) in the same
-invocation: each run starts in its tree, so that ``python -m`` imports that tree's rltrain
-(the working directory comes first on ``sys.path``, before ``PYTHONPATH``, also set).
+env step). Runs alternate between the settings, so machine noise hits them alike; the median
+over ``--repeats`` is reported. ``--trees`` compares checkouts (git worktrees of two
+commits, say) in the same invocation: each run starts in its tree, so that ``python -m``
+imports that tree's rltrain (the working directory comes first on ``sys.path``, before
+``PYTHONPATH``, also set).
 
     python benchmarks/startup.py [--config configs/cartpole_appo.yaml] [--actors 1 8]
         [--backends auto] [--repeats 3] [--trees /tmp/before /tmp/after]

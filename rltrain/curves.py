@@ -222,8 +222,9 @@ def settled_episodes(
     # (a mark before the first session's: the first session's, as clocks may disagree a little)
     of_mark = np.maximum(np.searchsorted(starts, marked_at[order], side="right") - 1, 0)
     session = np.searchsorted(starts, walls, side="right") - 1  # -1: before the first mark
-    judged = session < of_mark.min()  # an older rltrain's sessions: the stop judged them all
-    for k in range(of_mark.min(), len(starts)):
+    first = int(of_mark.min())  # the first session that marks its round
+    judged = session < first  # an older rltrain's sessions: the stop judged them all
+    for k in range(first, len(starts)):
         mine, these = np.flatnonzero(session == k), order[of_mark == k]
         if not len(these):  # never settled
             continue

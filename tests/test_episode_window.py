@@ -16,6 +16,7 @@ import pytest
 from rltrain.config import load_config, to_dict
 from rltrain.rl.config import StopConfig, TrainConfig
 from rltrain.rl.config.train import episode_window
+from rltrain.rl.rollout import RoundCount as R
 from rltrain.rl.rollout import WorkStats
 from rltrain.rl.run.counters import KEEP_RETURNS, Counters
 from rltrain.rl.run.tblog import status_line
@@ -171,19 +172,19 @@ def test_the_score_stop_waits_until_every_env_has_ended_a_game_since_the_start()
     stop = StopConfig(mean_return=18, window=20)
     c = Counters(recent_returns=[10.0] * 240)
     c.new_session()
-    c.add(WorkStats(episode_returns=[21.0] * 239, unsettled={0: 1, 1: 0}), 240)
+    c.add(WorkStats(episode_returns=[21.0] * 239, unsettled={0: R(1), 1: R(0)}), 240)
     assert c.mean_return(240) > 18 and c.full_mean(240) is None
     assert c.stop_met(stop, 0.0, window=240) == "" and c.best_mean_return is None
     line = status_line(c, 240, 4, 10.0, 0.0, "")
     assert "return 21.0 (239 ep, 1 env in its first game)" in line
-    c.add(WorkStats(episode_returns=[-5.0], unsettled={0: 0}), 240)  # the long, close game
+    c.add(WorkStats(episode_returns=[-5.0], unsettled={0: R(0)}), 240)  # the long, close game
     assert c.settled and c.full_mean(240) == pytest.approx((239 * 21 - 5) / 240)
     assert c.stop_met(stop, 0.0, window=240) == "mean_return"
-    c.add(WorkStats(unsettled={1: 16}), 240)  # a restarted actor: its envs start together
+    c.add(WorkStats(unsettled={1: R(16, 1.0)}), 240)  # actor 1 restarted: its envs start together
     assert not c.settled and c.stop_met(stop, 0.0, window=240) == ""
     c.actor_gone(1)  # ... that died for good: its games will never end
     assert c.settled and c.stop_met(stop, 0.0, window=240) == "mean_return"
-    c.add(WorkStats(unsettled={1: 16}), 240)  # its rollouts a learner batched after the death
+    c.add(WorkStats(unsettled={1: R(16, 1.0)}), 240)  # its rollouts batched after the death
     assert c.settled and c.stop_met(stop, 0.0, window=240) == "mean_return"
 
 
@@ -193,12 +194,12 @@ def test_counters_of_an_older_checkpoint_count_as_settled() -> None:
     actors never say (an extension algorithm's own actors)."""
     c = Counters(recent_returns=[19.0] * 240)
     assert c.unsettled is None and c.settled and c.full_mean(240) == pytest.approx(19.0)
-    c.add(WorkStats(unsettled={0: 3}), 240)  # not counted before a session starts
+    c.add(WorkStats(unsettled={0: R(3)}), 240)  # not counted before a session starts
     assert c.settled
     c.new_session()
     c.add(WorkStats(episode_returns=[19.0]), 240)
     assert c.settled and c.full_mean(240) == pytest.approx(19.0)
-    c.add(WorkStats(unsettled={0: 3}), 240)
+    c.add(WorkStats(unsettled={0: R(3)}), 240)
     assert not c.settled and c.full_mean(240) is None
 
 
@@ -209,7 +210,7 @@ def test_a_checkpoint_keeps_counters_that_a_weights_only_load_reads(tmp_path: Pa
 
     c = Counters(recent_returns=[1.0, 2.0])
     c.new_session()
-    c.add(WorkStats(episode_returns=[3.0], unsettled={0: 2, 1: 1}), 20)
+    c.add(WorkStats(episode_returns=[3.0], unsettled={0: R(2), 1: R(1)}), 20)
     c.actor_gone(1)
     state = c.state()
 
@@ -223,7 +224,38 @@ def test_a_checkpoint_keeps_counters_that_a_weights_only_load_reads(tmp_path: Pa
     assert "gone" not in state and plain(state)
     torch.save({"counters": state}, tmp_path / "c.pt")
     back = Counters(**torch.load(tmp_path / "c.pt", weights_only=True)["counters"])
-    assert back == dataclasses.replace(c, gone=set())
+    assert back == dataclasses.replace(c, gone=set(), since={})
+
+
+def test_counts_that_arrive_out_of_order_leave_the_newest_standing() -> None:
+    """Two learners report in any order: a count from earlier in a round (more envs in their
+    first game) or from a restarted actor's previous life (rollouts still queued at another
+    learner) does not overwrite the newer one, in a learner's batch or in the trainer's."""
+    life, restart = 100.0, 160.0  # RoundCount.since: when each life of actor 1 began
+    c = Counters()
+    c.new_session()
+    c.add(WorkStats(unsettled={1: R(0, life)}), 240)
+    assert c.settled
+    c.add(WorkStats(unsettled={1: R(3, life)}), 240)  # an older rollout, reported late
+    assert c.settled
+    c.add(WorkStats(unsettled={1: R(16, restart)}), 240)  # actor 1 restarted
+    assert c.in_first_game == 16
+    c.add(WorkStats(unsettled={1: R(0, life)}), 240)  # its previous life's last rollout
+    assert c.in_first_game == 16
+    c.add(WorkStats(unsettled={1: R(5, restart)}), 240)
+    assert c.in_first_game == 5
+
+    import torch
+
+    from rltrain.rl.rollout import Rollout
+
+    step = torch.zeros(1, 1)  # [T=1, B=1]
+    empty = Rollout(1, 0, torch.zeros(2, 1, 4), step.long(), step, step.bool(), step.bool(),
+                    torch.zeros(1, 1, 2), torch.zeros(0, 4), torch.zeros(0, 2).long())  # fmt: skip
+    stats = WorkStats()
+    for said in (R(4, restart), R(0, life), R(2, restart), R(3, restart)):
+        stats.add_rollout(dataclasses.replace(empty, unsettled=((1, said),)))
+    assert stats.unsettled == {1: R(2, restart)}
 
 
 def test_first_round_counts_the_envs_still_in_their_first_game() -> None:
@@ -251,17 +283,17 @@ def test_an_actors_rollouts_say_how_many_of_its_envs_are_in_their_first_game() -
     server = server_for(cfg)
     actor = Actor(cfg, 3)
     first = actor.collect(server)
-    assert first.unsettled == ((3, 4),)
+    assert [(a, n.pending) for a, n in first.unsettled] == [(3, 4)]
     seen = [4]
     while seen[-1] and len(seen) < 100:
-        seen.append(actor.collect(server).unsettled[0][1])
+        seen.append(actor.collect(server).unsettled[0][1].pending)
     assert seen == sorted(seen, reverse=True) and seen[-1] == 0
-    other = dataclasses.replace(first, actor_id=5, unsettled=((5, 4),))
+    other = dataclasses.replace(first, actor_id=5, unsettled=((5, R(4)),))
     both = stack([actor.collect(server), other])
-    assert both.unsettled == ((3, 0), (5, 4))
+    assert [(a, n.pending) for a, n in both.unsettled] == [(3, 0), (5, 4)]
     stats = WorkStats()
     stats.add_rollout(both)
-    assert stats.unsettled == {3: 0, 5: 4}
+    assert {a: n.pending for a, n in stats.unsettled.items()} == {3: 0, 5: 4}
 
 
 @pytest.mark.slow

@@ -137,6 +137,7 @@ def test_the_round_is_marked_settled_and_unsettled_as_the_stop_sees_it(tmp_path:
     game), 1 once every counting actor says its envs have ended a game; 0 when a restarted
     actor's envs start theirs together (the stop waits again); nothing while no actor has
     counted, or for a repeat of the same state."""
+    from rltrain.rl.rollout import RoundCount as R
     from rltrain.rl.run.counters import Counters
     from rltrain.rl.run.tblog import SETTLED_TAG
 
@@ -144,7 +145,17 @@ def test_the_round_is_marked_settled_and_unsettled_as_the_stop_sees_it(tmp_path:
     c = Counters()
     c.new_session()
     steps = 0
-    for said in ({}, {0: 2, 1: 4}, {0: 0}, {1: 0}, {0: 0}, {1: 4}, {1: 1}, {1: 0}):
+    restart = 1.0  # actor 1's restart: a later round (RoundCount.since)
+    for said in (
+        {},
+        {0: R(2), 1: R(4)},
+        {0: R(0)},
+        {1: R(0)},
+        {0: R(0)},
+        {1: R(4, restart)},
+        {1: R(1, restart)},
+        {1: R(0, restart)},
+    ):
         steps += 100
         c.add(WorkStats(env_steps=100, unsettled=said), 240)
         log.round(c.round_settled, steps)

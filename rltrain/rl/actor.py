@@ -23,7 +23,14 @@ from rltrain.rl.algos.distributions import distribution
 from rltrain.rl.algos.models import ActorCritic, build_policy, load_flat, parameters_to_come
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.inputs import normalizes_obs
-from rltrain.rl.rollout import EMPTY_OBS, FirstRound, ObsSlots, Rollout, stack
+from rltrain.rl.rollout import (
+    EMPTY_OBS,
+    FirstRound,
+    ObsSlots,
+    Rollout,
+    first_round_count,
+    stack,
+)
 
 
 class Policy(Protocol):
@@ -303,7 +310,7 @@ class Actor:
             version=version,
             first_step_at=first_step_at,
             obs_slot=slot,
-            unsettled=((self.actor_id, sum(r.pending for r in self.first_round)),),
+            unsettled=((self.actor_id, first_round_count(self.first_round)),),
         )
 
     def _slot_columns(self, slot: int | None) -> list[torch.Tensor | None]:

@@ -29,7 +29,7 @@ from rltrain.rl.config import TrainConfig
 from rltrain.rl.device import pick_device
 from rltrain.rl.exchange import record_push
 from rltrain.rl.learner import clipped_flat_grad
-from rltrain.rl.rollout import FirstRound, LossStats, WorkStats
+from rltrain.rl.rollout import FirstRound, LossStats, WorkStats, first_round_count
 
 if TYPE_CHECKING:
     from rltrain.rl.env_spec import EnvSpec
@@ -166,7 +166,7 @@ class DQNActor:
             self.blocks += 1
             stats.env_steps += T * self.env.num_envs
         stats.epsilon = self.epsilon()
-        stats.unsettled[self.actor_id] = self.first_round.pending
+        stats.unsettled[self.actor_id] = first_round_count([self.first_round])
         stats.phases = timer.take()
         stats.seconds = time.perf_counter() - t
         return stats

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -37,8 +39,8 @@ class Rollout:
     # first rollout only: where start-up ends (summary.json's startup.first_step)
     obs_slot: int | None = None  # the observations wait in this slot of the run's ObsSlots
     # (``obs`` is then empty: they travel as the slot's number, see ObsSlots.attach)
-    unsettled: tuple[tuple[int, int], ...] = ()  # (actor id, its envs yet to end a game since
-    # it started: FirstRound.pending) for each actor in it, at the rollout's end
+    unsettled: tuple[tuple[int, RoundCount], ...] = ()  # (actor id, its envs yet to end a
+    # game since it started: first_round_count) for each actor in it, at the rollout's end
 
     def to(self, device: torch.device) -> Rollout:
         """The tensors on ``device``, copied without waiting (a host-to-device copy that
@@ -174,6 +176,7 @@ class FirstRound:
 
     def __init__(self, envs: int) -> None:
         self.waiting = np.ones(envs, dtype=bool)  # [B]
+        self.since = time.time()  # when this round began: RoundCount.since
 
     def saw(self, ended_in: Sequence[int]) -> None:
         """Games ended in these envs (their indices, ``StepBatch.episode_envs``)."""
@@ -184,6 +187,36 @@ class FirstRound:
     def pending(self) -> int:
         """Envs still in their first game."""
         return int(self.waiting.sum())
+
+
+class RoundCount(NamedTuple):
+    """An actor's envs still in their first game (``pending``) at a rollout's end, and when
+    that round began (``since``, ``time.time()`` at the actor's start or restart: on a Ray
+    cluster a restart may be on another node, whose clock NTP keeps far closer than the
+    seconds a restart takes)."""
+
+    pending: int
+    since: float = 0.0
+
+
+def first_round_count(rounds: Sequence[FirstRound]) -> RoundCount:
+    """One actor's count over its env groups' rounds (all begun as the actor started)."""
+    return RoundCount(sum(r.pending for r in rounds), min(r.since for r in rounds))
+
+
+def newest_count(had: RoundCount | None, said: RoundCount) -> RoundCount:
+    """The count that stands for an actor after ``said`` arrives where ``had`` stood.
+
+    Counts arrive out of order: two learners report their batches in any order, and a
+    restarted actor's rollouts can reach the trainer after rollouts of its previous life
+    still queued at another learner. A later round wins (a restart); within one round the
+    count only falls, so the smaller is the newer.
+    """
+    if had is None or said.since > had.since:
+        return said
+    if said.since < had.since:
+        return had
+    return said if said.pending < had.pending else had
 
 
 LOSS_TERMS = ("policy", "value", "entropy", "td", "kl", "clip_fraction", "lag_kl")
@@ -227,12 +260,13 @@ class WorkStats:
     phases: dict[str, float] = field(default_factory=dict)  # seconds per role/phase (perf.py)
     first_step_at: float | None = None  # time.time() of a process's first env step, if here
     version: int | None = None  # the server's version after a learner's last exchange
-    unsettled: dict[int, int] = field(default_factory=dict)  # actor id -> its envs yet to end
-    # a game since it started (FirstRound.pending), as its newest rollout here said
+    unsettled: dict[int, RoundCount] = field(default_factory=dict)  # actor id -> its envs
+    # yet to end a game since it started, the newest count of its rollouts here (newest_count)
 
     def add_rollout(self, r: Rollout) -> None:
         self.env_steps += r.env_steps
-        self.unsettled.update(r.unsettled)
+        for actor_id, said in r.unsettled:
+            self.unsettled[actor_id] = newest_count(self.unsettled.get(actor_id), said)
         self.episode_returns.extend(r.episode_returns)
         self.episode_lengths.extend(r.episode_lengths)
         perf.merge(self.phases, r.phases)

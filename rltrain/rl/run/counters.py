@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rltrain.rl.config import StopConfig
-from rltrain.rl.rollout import WorkStats
+from rltrain.rl.rollout import RoundCount, WorkStats, newest_count
 
 KEEP_RETURNS = 1000
 """Recent episode returns a checkpoint keeps (more where the window is larger)."""
@@ -48,15 +48,17 @@ class Counters:
     # algorithm whose actors never say is judged as before); None: older checkpoints
     gone: set[int] = field(default_factory=set)  # actors gone for good this session (not
     # saved: a session starts with none, and torch < 2.6's weights_only load refuses a set)
+    since: dict[int, float] = field(default_factory=dict)  # actor id -> when the round of its
+    # `unsettled` count began (RoundCount.since; not saved: a session starts with none)
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint keeps: plain types that ``torch.load(weights_only=True)`` reads
         on every torch the project allows, and nothing that a new session resets anyway."""
-        return {k: v for k, v in asdict(self).items() if k != "gone"}
+        return {k: v for k, v in asdict(self).items() if k not in ("gone", "since")}
 
     def new_session(self) -> None:
         """A session (the run, a ``--resume``) starts: every env starts a game at once."""
-        self.unsettled, self.gone = {}, set()
+        self.unsettled, self.gone, self.since = {}, set(), {}
 
     def actor_gone(self, actor_id: int) -> None:
         """An actor gone for good: its envs' first games will never end, so none is waited for,
@@ -109,6 +111,15 @@ class Counters:
             return "max_seconds"
         return ""
 
+    def _count_rounds(self, said: dict[int, RoundCount]) -> None:
+        assert self.unsettled is not None
+        for actor_id, count in said.items():
+            if actor_id in self.gone:
+                continue
+            had = self.unsettled.get(actor_id)
+            had_count = None if had is None else RoundCount(had, self.since.get(actor_id, 0.0))
+            self.unsettled[actor_id], self.since[actor_id] = newest_count(had_count, count)
+
     def add(self, stats: WorkStats, window: int) -> float | None:
         """Count one result of an actor, learner or worker; ``window``: the episodes of the
         mean (``TrainConfig.episode_window``). Returns :meth:`full_mean` after it."""
@@ -121,7 +132,7 @@ class Counters:
         self.rejected_in_a_row = 0 if stats.applied else self.rejected_in_a_row + stats.rejected
         self.staleness_sum += sum(stats.staleness)
         if stats.unsettled and self.unsettled is not None:
-            self.unsettled.update((a, n) for a, n in stats.unsettled.items() if a not in self.gone)
+            self._count_rounds(stats.unsettled)
         keep = max(KEEP_RETURNS, window)
         self.recent_returns = (self.recent_returns + list(stats.episode_returns))[-keep:]
         mean = self.full_mean(window)

@@ -65,6 +65,8 @@ def test_actor_fills_replay_and_learner_pushes() -> None:
     stats = actor.collect(server, replay, 10)
     assert stats.env_steps == 80 and stats.epsilon is not None
     assert replay.sizes()[0] == 80  # every step, time-limit cuts included
+    said = stats.unsettled[0]  # its envs in their first game, stamped with its start
+    assert 0 <= said.pending <= c.env.num_envs and said.since > 0
     spec = probe_env(c)
     learner = DQNLearner(c, spec.obs_shape, spec.num_actions)
     pushed: list = []

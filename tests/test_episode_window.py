@@ -9,6 +9,7 @@ on its first 17 games after the resume, all 18-21 wins, where the mean of its la
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 
 import pytest
@@ -172,12 +173,12 @@ def test_the_score_stop_waits_until_every_env_has_ended_a_game_since_the_start()
     stop = StopConfig(mean_return=18, window=20)
     c = Counters(recent_returns=[10.0] * 240)
     c.new_session()
-    c.add(WorkStats(episode_returns=[21.0] * 239, unsettled={0: R(1), 1: R(0)}), 240)
+    c.add(WorkStats(episode_returns=[21.0] * 239, unsettled={0: R(1, 0.0), 1: R(0, 0.0)}), 240)
     assert c.mean_return(240) > 18 and c.full_mean(240) is None
     assert c.stop_met(stop, 0.0, window=240) == "" and c.best_mean_return is None
     line = status_line(c, 240, 4, 10.0, 0.0, "")
     assert "return 21.0 (239 ep, 1 env in its first game)" in line
-    c.add(WorkStats(episode_returns=[-5.0], unsettled={0: R(0)}), 240)  # the long, close game
+    c.add(WorkStats(episode_returns=[-5.0], unsettled={0: R(0, 0.0)}), 240)  # the long, close game
     assert c.settled and c.full_mean(240) == pytest.approx((239 * 21 - 5) / 240)
     assert c.stop_met(stop, 0.0, window=240) == "mean_return"
     c.add(WorkStats(unsettled={1: R(16, 1.0)}), 240)  # actor 1 restarted: its envs start together
@@ -194,12 +195,12 @@ def test_counters_of_an_older_checkpoint_count_as_settled() -> None:
     actors never say (an extension algorithm's own actors)."""
     c = Counters(recent_returns=[19.0] * 240)
     assert c.unsettled is None and c.settled and c.full_mean(240) == pytest.approx(19.0)
-    c.add(WorkStats(unsettled={0: R(3)}), 240)  # not counted before a session starts
+    c.add(WorkStats(unsettled={0: R(3, 0.0)}), 240)  # not counted before a session starts
     assert c.settled
     c.new_session()
     c.add(WorkStats(episode_returns=[19.0]), 240)
     assert c.settled and c.full_mean(240) == pytest.approx(19.0)
-    c.add(WorkStats(unsettled={0: R(3)}), 240)
+    c.add(WorkStats(unsettled={0: R(3, 0.0)}), 240)
     assert not c.settled and c.full_mean(240) is None
 
 
@@ -210,7 +211,7 @@ def test_a_checkpoint_keeps_counters_that_a_weights_only_load_reads(tmp_path: Pa
 
     c = Counters(recent_returns=[1.0, 2.0])
     c.new_session()
-    c.add(WorkStats(episode_returns=[3.0], unsettled={0: R(2), 1: R(1)}), 20)
+    c.add(WorkStats(episode_returns=[3.0], unsettled={0: R(2, 0.0), 1: R(1, 0.0)}), 20)
     c.actor_gone(1)
     state = c.state()
 
@@ -250,8 +251,18 @@ def test_counts_that_arrive_out_of_order_leave_the_newest_standing() -> None:
     from rltrain.rl.rollout import Rollout
 
     step = torch.zeros(1, 1)  # [T=1, B=1]
-    empty = Rollout(1, 0, torch.zeros(2, 1, 4), step.long(), step, step.bool(), step.bool(),
-                    torch.zeros(1, 1, 2), torch.zeros(0, 4), torch.zeros(0, 2).long())  # fmt: skip
+    empty = Rollout(
+        actor_id=1,
+        version=0,
+        obs=torch.zeros(2, 1, 4),
+        actions=step.long(),
+        rewards=step,
+        terminated=step.bool(),
+        truncated=step.bool(),
+        behaviour_logits=torch.zeros(1, 1, 2),
+        final_obs=torch.zeros(0, 4),
+        final_at=torch.zeros(0, 2).long(),
+    )
     stats = WorkStats()
     for said in (R(4, restart), R(0, life), R(2, restart), R(3, restart)):
         stats.add_rollout(dataclasses.replace(empty, unsettled=((1, said),)))
@@ -288,7 +299,10 @@ def test_an_actors_rollouts_say_how_many_of_its_envs_are_in_their_first_game() -
     while seen[-1] and len(seen) < 100:
         seen.append(actor.collect(server).unsettled[0][1].pending)
     assert seen == sorted(seen, reverse=True) and seen[-1] == 0
-    other = dataclasses.replace(first, actor_id=5, unsettled=((5, R(4)),))
+    since = first.unsettled[0][1].since  # when this life of actor 3 began: on every rollout
+    assert 0 < since <= time.time() and actor.collect(server).unsettled[0][1].since == since
+    assert Actor(cfg, 3).collect(server).unsettled[0][1].since > since  # a restart: later
+    other = dataclasses.replace(first, actor_id=5, unsettled=((5, R(4, 0.0)),))
     both = stack([actor.collect(server), other])
     assert [(a, n.pending) for a, n in both.unsettled] == [(3, 0), (5, 4)]
     stats = WorkStats()

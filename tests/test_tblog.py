@@ -148,10 +148,10 @@ def test_the_round_is_marked_settled_and_unsettled_as_the_stop_sees_it(tmp_path:
     restart = 1.0  # actor 1's restart: a later round (RoundCount.since)
     for said in (
         {},
-        {0: R(2), 1: R(4)},
-        {0: R(0)},
-        {1: R(0)},
-        {0: R(0)},
+        {0: R(2, 0.0), 1: R(4, 0.0)},
+        {0: R(0, 0.0)},
+        {1: R(0, 0.0)},
+        {0: R(0, 0.0)},
         {1: R(4, restart)},
         {1: R(1, restart)},
         {1: R(0, restart)},

@@ -196,7 +196,7 @@ class RoundCount(NamedTuple):
     seconds a restart takes)."""
 
     pending: int
-    since: float = 0.0
+    since: float
 
 
 def first_round_count(rounds: Sequence[FirstRound]) -> RoundCount:

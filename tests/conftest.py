@@ -6,6 +6,8 @@ import gzip
 import json
 import struct
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -83,6 +85,32 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
     import json
 
     return json.loads((run_dir / "summary.json").read_text())
+
+
+def checkpoint_when(
+    run_dir: Path,
+    done: Callable[[dict[str, Any]], bool],
+    timeout: float = 180.0,
+    cancel: threading.Event | None = None,
+) -> dict[str, Any] | None:
+    """The run's newest checkpoint once ``done`` holds for it, polled every 0.25 s (None:
+    ``timeout`` seconds passed, or ``cancel`` was set). Tests wait for what they need to have
+    happened, not for a wall-clock budget that the machine's load can make too short."""
+    import torch
+
+    from rltrain.checkpoint import latest_checkpoint
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not (cancel and cancel.is_set()):
+        path = latest_checkpoint(run_dir)
+        try:
+            state = torch.load(path, weights_only=True) if path else None
+        except (OSError, RuntimeError):  # pruned between the listing and the load
+            state = None
+        if state is not None and done(state):
+            return state
+        time.sleep(0.25)
+    return None
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import checkpoint_when
 
 pytestmark = pytest.mark.slow
 
@@ -178,12 +179,12 @@ def cluster() -> Iterator[Cluster]:
         c.shutdown()
 
 
-def finish(proc: subprocess.Popen[str], timeout: float = 240) -> str:
+def finish(proc: subprocess.Popen[str], timeout: float = 240, code: int = 0) -> str:
     try:
         out, _ = proc.communicate(timeout=timeout)
     finally:
         proc.kill()  # a run that hangs must not outlive the test
-    assert proc.returncode == 0, out[-3000:]
+    assert proc.returncode == code, out[-3000:]
     return out
 
 
@@ -246,11 +247,12 @@ def test_train_spreads_and_survives_the_loss_of_a_node(cluster: Cluster, tmp_pat
         "--set",
         "log_every_seconds=1",
         "--set",
-        # the node is lost once training has begun (seconds after the start); then a restart
-        # on another node and training on (seconds)
-        "stop.max_seconds=22",
+        # a cap: the run is stopped (SIGINT) once the lost process is back and training on
+        "stop.max_seconds=180",
         "--set",
         "stop.mean_return=null",
+        "--set",
+        "checkpoint.every_seconds=1",
     )
     lines = []
     try:
@@ -269,15 +271,25 @@ def test_train_spreads_and_survives_the_loss_of_a_node(cluster: Cluster, tmp_pat
         mine = [a for a in job_actors(before, job) if a["cls"] in ("Actor", "Learner")]
         assert len({a["node"] for a in mine}) == 2  # actor and learner: one 1-CPU node each
         victim = next(a for a in mine if a["node"] not in heads)
+        role = victim["cls"].lower()
         cluster.remove_node(victim["node"])
-        out = "".join(lines) + finish(proc)
+        back: list[int] = []  # env steps in the first checkpoint that counts the restart
+
+        def trained_on_after_the_restart(ckpt: dict[str, Any]) -> bool:
+            if not ckpt["faults"][f"{role}_restarts"]:
+                return False
+            back[:1] = back[:1] or [ckpt["counters"]["env_steps"]]
+            return bool(ckpt["counters"]["env_steps"] > back[0])
+
+        assert checkpoint_when(run, trained_on_after_the_restart), "".join(lines)
+        proc.send_signal(signal.SIGINT)
+        out = "".join(lines) + finish(proc, code=130)  # the interrupt's, after a checkpoint
     finally:
         proc.kill()
 
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["stopped_by"] == "max_seconds", out[-3000:]
+    assert summary["stopped_by"] == "interrupt", out[-3000:]
     faults = summary["faults"]
-    role = victim["cls"].lower()
     assert faults[f"{role}_restarts"] >= 1, faults
     after = {a["id"]: a for a in cluster.records()["actors"]}[victim["id"]]
     assert after["restarts"] >= 1 and after["node"] != victim["node"]

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import signal
 import struct
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -92,16 +95,16 @@ def checkpoint_when(
     done: Callable[[dict[str, Any]], bool],
     timeout: float = 180.0,
     cancel: threading.Event | None = None,
+    alive: Callable[[], bool] = lambda: True,
 ) -> dict[str, Any] | None:
     """The run's newest checkpoint once ``done`` holds for it, polled every 0.25 s (None:
-    ``timeout`` seconds passed, or ``cancel`` was set). Tests wait for what they need to have
-    happened, not for a wall-clock budget that the machine's load can make too short."""
-    import torch
-
+    ``timeout`` seconds passed, ``cancel`` was set, or the run is no longer ``alive``). Tests
+    wait for what they need to have happened, not for a wall-clock budget that the machine's
+    load can make too short."""
     from rltrain.checkpoint import latest_checkpoint
 
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not (cancel and cancel.is_set()):
+    while time.monotonic() < deadline and not (cancel and cancel.is_set()) and alive():
         path = latest_checkpoint(run_dir)
         try:
             state = torch.load(path, weights_only=True) if path else None
@@ -111,6 +114,25 @@ def checkpoint_when(
             return state
         time.sleep(0.25)
     return None
+
+
+@contextmanager
+def interrupt_when(run_dir: Path, done: Callable[[dict[str, Any]], bool]) -> Iterator[None]:
+    """SIGINT this process (a graceful stop) once ``done`` holds for the run's newest
+    checkpoint: the run ends as soon as what the test waits for has happened."""
+    finished = threading.Event()
+
+    def watch() -> None:
+        if checkpoint_when(run_dir, done, timeout=600, cancel=finished) is not None:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        finished.set()
+        watcher.join()
 
 
 @pytest.fixture

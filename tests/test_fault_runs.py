@@ -12,18 +12,13 @@ kills the learner (RL), or is skipped and said so (bench).
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from conftest import checkpoint_when
+from conftest import interrupt_when
 
 from rltrain.checkpoint import latest_checkpoint
 from rltrain.cli import main
@@ -38,25 +33,6 @@ RESTORED = re.compile(
 
 def events(*items: str) -> str:
     return "faults.events=[" + ", ".join(items) + "]"
-
-
-@contextmanager
-def interrupt_when(run_dir: Path, done: Callable[[dict[str, Any]], bool]) -> Iterator[None]:
-    """SIGINT this process (a graceful stop) once ``done`` holds for the run's newest
-    checkpoint: the run ends as soon as what the test waits for has happened."""
-    finished = threading.Event()
-
-    def watch() -> None:
-        if checkpoint_when(run_dir, done, timeout=600, cancel=finished) is not None:
-            os.kill(os.getpid(), signal.SIGINT)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    try:
-        yield
-    finally:
-        finished.set()
-        watcher.join()
 
 
 @pytest.mark.parametrize("backend", ["ray", "process"])

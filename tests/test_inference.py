@@ -8,10 +8,11 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
-from conftest import read_summary
+from conftest import interrupt_when, read_summary
 
 from rltrain.cli import main
 from rltrain.config import ConfigError, load_config
@@ -226,11 +227,21 @@ def test_a_killed_policy_worker_is_restarted_and_the_actors_go_on(
     run_dir = tmp_path / "run"
     argv = ["train", str(CFG / "cartpole_appo.yaml"), "--run-dir", str(run_dir)]
     argv += ["--set", "runtime.backend=process", "--set", "runtime.inference=server"]
-    argv += ["--set", "stop.mean_return=null", "--set", "stop.max_seconds=9"]
+    argv += ["--set", "stop.mean_return=null", "--set", "stop.max_seconds=120"]  # a cap
+    argv += ["--set", "checkpoint.every_seconds=1"]
     argv += ["--set", "faults.events=[{action: kill, target: policy, index: 0, at: 2}]"]
-    assert main(argv) == 0
+    back: list[int] = []  # env steps in the first checkpoint that counts the restart
+
+    def acting_again(ckpt: dict[str, Any]) -> bool:  # the actors act through the new one
+        if not ckpt["faults"]["policy_restarts"]:
+            return False
+        back[:1] = back[:1] or [ckpt["counters"]["env_steps"]]
+        return bool(ckpt["counters"]["env_steps"] >= back[0] + 2000)
+
+    with interrupt_when(run_dir, acting_again):  # the run stops once that has happened
+        assert main(argv) == 130
     s = read_summary(run_dir)
-    assert s["stopped_by"] == "max_seconds"
+    assert s["stopped_by"] == "interrupt"
     assert s["faults"]["injected"] == 1 and s["faults"]["policy_restarts"] == 1
     assert s["updates"] > 0 and s["episodes"] > 0
     err = capsys.readouterr().err

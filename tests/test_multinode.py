@@ -281,7 +281,8 @@ def test_train_spreads_and_survives_the_loss_of_a_node(cluster: Cluster, tmp_pat
             back[:1] = back[:1] or [ckpt["counters"]["env_steps"]]
             return bool(ckpt["counters"]["env_steps"] > back[0])
 
-        assert checkpoint_when(run, trained_on_after_the_restart), "".join(lines)
+        running = lambda: proc.poll() is None  # noqa: E731
+        assert checkpoint_when(run, trained_on_after_the_restart, alive=running), "".join(lines)
         proc.send_signal(signal.SIGINT)
         out = "".join(lines) + finish(proc, code=130)  # the interrupt's, after a checkpoint
     finally:

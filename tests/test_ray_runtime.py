@@ -30,6 +30,23 @@ def test_unreachable_cluster_is_a_clear_error() -> None:
     assert not startup._ours
 
 
+def test_a_local_ray_runs_its_workers_at_the_drivers_priority() -> None:
+    """Ray lowers its workers to nice 15; the local instance rltrain starts does not: they
+    are the run, and at 15 any busy process beside them took nearly all of the CPU."""
+    import ray
+
+    runtime.start(RuntimeConfig(num_cpus=1))
+    try:
+
+        @ray.remote(num_cpus=1)
+        def niceness() -> int:
+            return os.nice(0)
+
+        assert ray.get(niceness.remote(), timeout=120) == os.nice(0)
+    finally:
+        runtime.shutdown()
+
+
 class Idle:
     """A process that is never placed."""
 

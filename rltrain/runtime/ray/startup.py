@@ -125,6 +125,12 @@ def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
                 # every push and pull.
                 "max_direct_call_object_size": 8 * 1024 * 1024,
                 "preload_python_modules": [PRELOAD],
+                # Ray lowers its workers' priority (nice 15) under the driver's; here the
+                # workers are the run and the driver only orchestrates, and at nice 15 any
+                # other busy process on the machine takes nearly all of the CPU from them
+                # (a 2-core box with two busy processes beside a run: Ray's workers still
+                # importing torch 25 s in, where the process runtime's start in seconds)
+                "worker_niceness": 0,
             },
             **kwargs,
         )

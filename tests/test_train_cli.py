@@ -38,18 +38,23 @@ def test_cartpole_appo_learns_to_475_and_eval_uses_its_normaliser(tmp_path: Path
     s = summary(run_dir)
     assert s["stopped_by"] == "mean_return", s
     assert s["mean_return"] >= 475
-    state = torch.load(sorted((run_dir / "checkpoints").glob("*.pt"))[-1], weights_only=True)
+    last = sorted((run_dir / "checkpoints").glob("ckpt-*.pt"))[-1]
+    state = torch.load(last, weights_only=True)
     assert state["shards"][0]["norm"]["obs"]["count"] >= s["env_steps"] * 0.9
     from rltrain.config import load_config
     from rltrain.rl.config import TrainConfig
     from rltrain.rl.evaluate import evaluate
 
     cfg = load_config(TrainConfig, run_dir / "config.yaml")
-    # a policy scored without the run's normaliser falls to tens; with it, 5 sampled episodes
-    # of the final checkpoint scored 500 mostly, 345-374 once in a few suites and 171 once
-    # (session 59's CI check: the updates in flight at the stop land in it, and a CartPole
-    # policy can lose half its score in a few updates): the line is between the two
+    # 5 sampled episodes of the final checkpoint scored 500 mostly, 345-374 once in a few
+    # suites and 171 once (the updates in flight at the stop land in it)
     assert evaluate(cfg, run_dir, episodes=5).mean >= 100
+    # ... through the checkpoint's statistics: shifted, the same parameters fall apart. (With
+    # no statistics at all, mean 0 and variance 1, a CartPole policy still scored 437-480:
+    # a score alone does not show that eval reads them.)
+    state["shards"][0]["norm"]["obs"]["mean"] += 100.0
+    torch.save(state, last)
+    assert evaluate(cfg, run_dir, episodes=5).mean < 50
 
 
 def test_cartpole_gorila_learns(tmp_path: Path) -> None:

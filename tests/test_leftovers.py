@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import checkpoint_when
 
 from rltrain.checkpoint import latest_checkpoint
 
@@ -55,13 +56,12 @@ def train(tmp: Path, *extra: str, config: str = CONFIG) -> tuple[subprocess.Pope
 
 def wait_for_checkpoint(proc: subprocess.Popen, run: Path, timeout: float = 120) -> None:
     """Until a checkpoint past version 0 exists: every process is up and training."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        ckpt = latest_checkpoint(run)
-        if ckpt is not None and int(ckpt.stem.split("-")[1]) > 0:
-            return
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.5)
+    running = lambda: proc.poll() is None  # noqa: E731
+    past_zero = lambda ck: ck["shards"][0]["version"] > 0  # noqa: E731
+    trained = checkpoint_when(run, past_zero, timeout, alive=running)
+    if trained is not None:
+        return
+    assert running(), proc.communicate()
     proc.kill()
     raise AssertionError("no training progress")
 

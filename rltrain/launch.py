@@ -4,8 +4,6 @@ shared by the command line (:mod:`rltrain.cli`) and the Python API (:mod:`rltrai
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
 import time
 from pathlib import Path
@@ -39,7 +37,7 @@ def check_address(address: str | None) -> None:
         _check_address_form(address)
         ray_runtime.check_address(address)
         return
-    found, source = _auto_address()
+    found, source = ray_runtime.cluster_here()
     if found is None:
         raise UserError(
             f"--address auto: no Ray cluster was started on this machine ({source}); start one "
@@ -60,28 +58,6 @@ def _check_address_form(address: str) -> None:
             f"--address {address or repr(address)}: expected 'auto', HOST:PORT or "
             "ray://HOST:PORT (port 1-65535)"
         )
-
-
-def _auto_address() -> tuple[str | None, str]:
-    """The address ``auto`` means (and where it was found), or None and what was looked at."""
-    env = os.environ.get("RAY_ADDRESS", "").strip()
-    if env and env != "auto":
-        return env, "RAY_ADDRESS"
-    # Ray's temp dir: $RAY_TMPDIR, else $TMPDIR on Linux, else /tmp (ray._common.utils)
-    if "RAY_TMPDIR" in os.environ:
-        tmp = os.environ["RAY_TMPDIR"]
-    elif sys.platform.startswith("linux") and "TMPDIR" in os.environ:
-        tmp = os.environ["TMPDIR"]
-    else:
-        tmp = "/tmp"
-    file = Path(tmp) / "ray" / "ray_current_cluster"
-    try:
-        found = file.read_text().strip()
-    except (OSError, UnicodeDecodeError):
-        found = ""
-    if found:
-        return found, str(file)
-    return None, f"RAY_ADDRESS is unset and {file} does not exist"
 
 
 def run_dir_arg(text: str, flag: str, command: str = "rltrain train") -> Path:

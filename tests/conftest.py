@@ -212,7 +212,15 @@ def _shared_ray(request: pytest.FixtureRequest) -> Iterator[None]:
 
     if not _shared_ray_up:
         assert not ray.is_initialized(), "a Ray left running by an earlier test"
-        ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+        ray.init(
+            address="local",  # never a cluster that `ray start` left running on the machine
+            num_cpus=2,
+            include_dashboard=False,
+            logging_level="ERROR",
+            # workers at the tests' priority, as in rltrain's own local start (at Ray's nice
+            # 15 they starve beside any busy process)
+            _system_config={"worker_niceness": 0},
+        )
         _shared_ray_up = True
     yield
     assert ray.is_initialized(), "the test stopped the caller's Ray"

@@ -216,7 +216,7 @@ def test_bounds_far_from_minus_one_to_one_are_learned(tmp_path: Path) -> None:
         impala__learner_batch=1,
         actors=1,
         stop__mean_return=None,
-        stop__max_env_steps=16_000,
+        stop__max_env_steps=12_000,
     )
     assert run.stopped_by == "max_env_steps"
     policy = rltrain.load_policy(run.run_dir)

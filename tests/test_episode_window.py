@@ -124,7 +124,9 @@ def test_a_diverged_run_is_refused_in_one_line(tmp_path: Path) -> None:
 
 def test_a_run_logs_the_mean_the_stop_judges(tmp_path: Path) -> None:
     """TensorBoard's episode/mean_return is the live line's and the stop's mean, with the
-    window summary.json names (6 actors x 8 envs: 48, more than stop.window=20)."""
+    window summary.json names (6 actors x 8 envs: 48, more than stop.window=20). Games are
+    cut at 60 steps, so that every env ends one within a few thousand steps of a resume
+    however well the policy has learned."""
     import json
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -133,9 +135,14 @@ def test_a_run_logs_the_mean_the_stop_judges(tmp_path: Path) -> None:
 
     run = tmp_path / "run"
     argv = ["train", str(ROOT / "configs" / "cartpole_appo.yaml"), "--run-dir", str(run)]
-    for kv in ("runtime.backend=local", "actors=6", "stop.mean_return=null"):
+    for kv in (
+        "runtime.backend=local",
+        "actors=6",
+        "stop.mean_return=null",
+        "env.kwargs={max_episode_steps: 60}",
+    ):
         argv += ["--set", kv]
-    assert main([*argv, "--set", "stop.max_env_steps=12000"]) == 0
+    assert main([*argv, "--set", "stop.max_env_steps=4000"]) == 0
     summary = json.loads((run / "summary.json").read_text())
     assert summary["mean_window"] == 48 and summary["episodes"] >= 48
     tb = EventAccumulator(str(run / "tb"), size_guidance={"scalars": 0})
@@ -146,7 +153,7 @@ def test_a_run_logs_the_mean_the_stop_judges(tmp_path: Path) -> None:
     assert means[-1].value == pytest.approx(sum(returns[-48:]) / 48, rel=1e-5)
     assert means[-1].value == pytest.approx(summary["final_mean_return"], rel=1e-5)
     # the mean is judged once every env has ended a game, in each session: a resume's too
-    assert main(["train", "--resume", str(run), "--set", "stop.max_env_steps=48000"]) == 0
+    assert main(["train", "--resume", str(run), "--set", "stop.max_env_steps=8000"]) == 0
     tb.Reload()
     starts = [e.step for e in tb.Scalars("session/start")]
     marks = [(e.step, e.value) for e in tb.Scalars("session/settled")]
@@ -331,15 +338,15 @@ def test_a_run_that_loses_an_actor_for_good_still_judges_its_mean(tmp_path: Path
         "stop.mean_return=null",
         "stop.window=1",
         "env.num_envs=4",
-        "env.kwargs={max_episode_steps: 4000}",
+        "env.kwargs={max_episode_steps: 2000}",
         "algo.rollout_length=50",
         "ppo.epochs=1",
         "faults.max_restarts=0",
         "faults.on_worker_loss=continue",
         "faults.events=[{at: 0.3, target: actor, index: 1, action: kill}]",
-        # actor 0's 4 envs end games at 16,000 and 32,000 of its steps; actor 1 makes a few
-        # thousand of the 16,000 its first games need before the kill
-        "stop.max_env_steps=40000",
+        # actor 0's 4 envs end games at 8,000 and 16,000 of its steps; actor 1 makes about a
+        # thousand of the 8,000 its first games need before the kill
+        "stop.max_env_steps=20000",
     ):
         argv += ["--set", kv]
     assert main(argv) == 0

@@ -54,10 +54,16 @@ def test_sigint_then_resume_continues_every_counter(tmp_path: Path) -> None:
 
     run_dir = tmp_path / "run"
     proc, session = train_marked(
-        tmp_path, "--set", "stop.max_seconds=300", "--set", "checkpoint.every_seconds=2"
+        tmp_path,
+        "--set",
+        "stop.max_seconds=300",
+        "--set",
+        "checkpoint.every_seconds=1",
+        "--set",
+        "env.kwargs={max_episode_steps: 50}",  # games end soon after the resume, too
     )
     wait_for_checkpoint(proc, run_dir)
-    time.sleep(2)
+    time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
@@ -77,9 +83,9 @@ def test_sigint_then_resume_continues_every_counter(tmp_path: Path) -> None:
     assert version > 0 and int(ckpt.stem.split("-")[1]) == version
     old_events = set((run_dir / "tb").glob("events.*"))
 
-    # enough for episodes to end even once CartPole is near solved: one of the 2 workers takes
-    # 5000 steps or more, over 625 on each of its 8 envs (an episode is 500 at most)
-    more = steps + 10000
+    # enough for episodes to end: one of the 2 workers takes 1000 steps or more, over 125 on
+    # each of its 8 envs (an episode is 50 at most here)
+    more = steps + 2000
     resume = ["train", "--resume", str(run_dir), "--set", f"stop.max_env_steps={more}"]
     assert main(resume) == 0
     second = json.loads((run_dir / "summary.json").read_text())

@@ -30,13 +30,24 @@ def test_unreachable_cluster_is_a_clear_error() -> None:
     assert not startup._ours
 
 
-def test_a_local_ray_runs_its_workers_at_the_drivers_priority() -> None:
-    """Ray lowers its workers to nice 15; the local instance rltrain starts does not: they
-    are the run, and at 15 any busy process beside them took nearly all of the CPU."""
+def test_a_local_ray_is_its_own_and_runs_its_workers_at_the_drivers_priority(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without --address a run starts its own Ray, even where RAY_ADDRESS names a cluster that
+    answers (ray.init alone would join it, and refuse num_cpus), and says that --address auto
+    would join it. Ray lowers its workers to nice 15; the local instance rltrain starts does
+    not: they are the run, and at 15 any busy process beside them took nearly all of the CPU."""
+    import socket
+
     import ray
 
-    runtime.start(RuntimeConfig(num_cpus=1))
+    with socket.create_server(("127.0.0.1", 0)) as other:
+        monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{other.getsockname()[1]}")
+        where = runtime.start(RuntimeConfig(num_cpus=1))
     try:
+        assert where.startswith("local ray (1 CPUs; a Ray cluster runs at 127.0.0.1:"), where
+        assert where.endswith(", RAY_ADDRESS: --address auto joins it)"), where
+        assert runtime.cluster_cpus() == 1
 
         @ray.remote(num_cpus=1)
         def niceness() -> int:

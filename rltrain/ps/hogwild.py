@@ -8,8 +8,9 @@ bookkeeping takes no lock either: each worker counts in a row of its own of a sh
 killed at any moment leaves nothing held (a cross-process lock held by a SIGKILLed worker
 would stop every other worker and the driver for good).
 
-The object is handed to ``torch.multiprocessing`` processes (spawn), whose pickling keeps the
-tensors in shared memory; each process builds its own optimizer over the shared tensors.
+The object is handed to processes of the process runtime's forkserver, whose pickling (torch's
+reductions) keeps the tensors in shared memory; each process builds its own optimizer over the
+shared tensors.
 """
 
 from __future__ import annotations

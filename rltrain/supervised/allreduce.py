@@ -38,6 +38,8 @@ def free_port() -> int:
 class AllreduceWorker(SupervisedWorker):
     """A supervised worker whose gradients go to its peers, not to a server."""
 
+    steps_locally = True
+
     def port(self) -> int:
         return free_port()
 

@@ -18,6 +18,7 @@ from rltrain.progress import Progress
 from rltrain.ps.config import corrected_optimizer
 from rltrain.ps.hogwild import HogwildServer
 from rltrain.records import Params, ServerStats
+from rltrain.runtime.process import forkstart
 from rltrain.supervised.config import BenchConfig
 from rltrain.supervised.datasets import SplitDataset
 from rltrain.supervised.modes import (
@@ -51,7 +52,9 @@ def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -
     picks up the shared model as it is: Hogwild has no server state to lose.
     """
     begin = time.time()
-    ctx = mp.get_context("spawn")
+    # the process runtime's forkserver, which has imported torch and the workers: a spawned
+    # interpreter imports them anew, seconds per worker and mode
+    ctx = forkstart.context()
     specs = worker_specs(cfg, "hogwild", data, cfg.workers)
     optimizer = corrected_optimizer(cfg.optimizer, specs[0].server, cfg.workers)
     server = HogwildServer(initial_params(cfg, data), optimizer)
@@ -123,7 +126,7 @@ def run_baseline(cfg: BenchConfig, data: SplitDataset, progress: Progress) -> Mo
     threads = cfg.baseline_threads or cfg.runtime.threads_per_worker
     saved_threads = torch.get_num_threads()
     spec = dataclasses.replace(worker_specs(cfg, "baseline", data, 1)[0], threads=threads)
-    worker = SupervisedWorker(spec, data.train)
+    worker = SupervisedWorker(spec, data.train, standalone=True)
     torch.nn.utils.vector_to_parameters(initial_params(cfg, data), worker.model.parameters())
     live = _LiveModel(worker.model)
     snapper = Snapshotter(live, cfg.eval.every_seconds, cfg.budget.max_seconds, progress)  # type: ignore[arg-type]

@@ -15,9 +15,10 @@ import torch
 
 from rltrain.faults import PeerLost, ProcessLost
 from rltrain.ps.server import Server
+from rltrain.supervised.batches import BatchPlan
 from rltrain.supervised.pipeline import BatchLost, Stages, gpipe
 from rltrain.supervised.sharding import ShardSource
-from rltrain.supervised.worker import BatchPlan, WorkerReport, WorkerSpec, inputs, targets
+from rltrain.supervised.worker import WorkerReport, WorkerSpec, inputs, targets
 
 
 class Schedule(Protocol):

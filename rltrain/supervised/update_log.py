@@ -31,11 +31,12 @@ from rltrain.ps.rules import rule_named, rule_names
 from rltrain.ps.shard import ParameterShard
 from rltrain.records import BatchId, GradUpdate, PushRecord, PushStatus
 from rltrain.rundir import write_atomic_with
+from rltrain.supervised.batches import GradSum
 from rltrain.supervised.config import BenchConfig
 from rltrain.supervised.datasets import SplitDataset
 from rltrain.supervised.modes import ModeTrace, initial_params, shards, worker_specs
 from rltrain.supervised.sharding import load_data
-from rltrain.supervised.worker import GradSum, SupervisedWorker
+from rltrain.supervised.worker import SupervisedWorker
 
 NOT_REAPPLIED = {
     "baseline": "it has no parameter server (a single-process loop): nothing was recorded",

@@ -1,6 +1,6 @@
 """A supervised worker: trains on its data shard through a parameter server.
 
-Plain Python: the Ray runtime wraps it as an actor, Hogwild runs it in a spawned process, and
+Plain Python: the Ray runtime wraps it as an actor, Hogwild runs it in a forked process, and
 tests run it in this process. To the server it is the same thing as an RL learner: it pushes
 :class:`GradUpdate` records and pulls :class:`Params`.
 """
@@ -11,7 +11,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -23,6 +23,7 @@ from rltrain.ps.optim import make_optimizer
 from rltrain.ps.rules import UpdateRule
 from rltrain.ps.server import Server
 from rltrain.records import BatchId, GradUpdate, Params
+from rltrain.supervised.batches import Batch, BatchPlan, GradSum
 from rltrain.supervised.datasets import ArrayDataset
 from rltrain.supervised.models import build_model
 from rltrain.supervised.sharding import ShardSource
@@ -123,81 +124,18 @@ def flat_grad(model: nn.Module) -> torch.Tensor:
     )
 
 
-class Batch(NamedTuple):
-    """One minibatch of a worker's plan: where it is (``epoch``, ``position``) and its data."""
-
-    epoch: int
-    position: int
-    x: torch.Tensor  # [B, ...]
-    y: torch.Tensor  # [B]
-
-
-class BatchPlan:
-    """A worker's minibatches over its shard: epoch e in the order of a permutation seeded by
-    seed * 100_003 + e, so that a batch is known by its place alone (``rltrain reapply``
-    recomputes it), and every worker takes the same number of steps per epoch (barrier rules
-    line up)."""
-
-    def __init__(self, x: torch.Tensor, y: torch.Tensor, spec: WorkerSpec) -> None:
-        self.x, self.y, self.spec = x, y, spec
-        self._order = (-1, torch.empty(0, dtype=torch.int64))  # (epoch, its permutation)
-
-    def batches(self, skip: int, deadline: Callable[[], float]) -> Iterator[Batch]:
-        """From the ``skip``-th batch on, until the epochs run out or ``deadline()`` passes
-        (read before each batch: a worker can be stopped from another thread)."""
-        n, bs = len(self.y), self.spec.batch_size
-        steps = min(n // bs, self.spec.steps_per_epoch or n // bs)
-        if steps == 0:  # a shard smaller than a batch (refused at start; never spin here)
-            return
-        epoch, first = divmod(skip, steps)
-        while self.spec.max_epochs == 0 or epoch < self.spec.max_epochs:
-            for i in range(first, steps):
-                if time.time() >= deadline():
-                    return
-                yield Batch(epoch, i, *self.batch(epoch, i))
-            epoch, first = epoch + 1, 0
-
-    def batch(self, epoch: int, position: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Batch ``position`` of ``epoch``: ([B, ...] inputs, [B] targets)."""
-        if self._order[0] != epoch:
-            g = torch.Generator().manual_seed(self.spec.seed * 100_003 + epoch)
-            self._order = (epoch, torch.randperm(len(self.y), generator=g))
-        bs = self.spec.batch_size
-        idx = self._order[1][position * bs : (position + 1) * bs]
-        return self.x[idx], self.y[idx]
-
-
-class GradSum:
-    """The gradients summed into one push (Downpour's n_push) and the batches behind them.
-
-    The worker's loops and ``rltrain reapply`` both go through it, so that a reapplied update
-    is the same float operations in the same order as the pushed one, bit for bit.
-    """
-
-    def __init__(self) -> None:
-        self.values: torch.Tensor | None = None  # [P]
-        self.samples = 0
-        self.batches: list[BatchId] = []
-
-    def add(self, grad: torch.Tensor, samples: int, batch: BatchId) -> None:
-        self.values = grad if self.values is None else self.values.add_(grad)
-        self.samples += samples
-        self.batches.append(batch)
-
-    def to_update(self, worker_id: int, version: int, loss: float, restore: int = 0) -> GradUpdate:
-        """The mean gradient, as an update computed from ``version`` of restore epoch
-        ``restore`` (divides in place)."""
-        assert self.values is not None, "no gradient to push"
-        mean = self.values.div_(len(self.batches))
-        losses, batches = {"loss": loss}, tuple(self.batches)
-        return GradUpdate(worker_id, version, mean, self.samples, losses, None, batches, restore)
+WorkerData = ArrayDataset | VectorDataset | ShardSource
+"""A worker's data shard, or where it loads it from."""
 
 
 class SupervisedWorker:
     """The objective (cross-entropy, or a toy problem's) on a data shard, pushing to and
     pulling from a :class:`Server`."""
 
-    def __init__(self, spec: WorkerSpec, data: ArrayDataset | VectorDataset | ShardSource) -> None:
+    steps_locally: ClassVar[bool] = False  # each worker steps an optimizer of its own
+
+    def __init__(self, spec: WorkerSpec, data: WorkerData, standalone: bool = False) -> None:
+        """``standalone``: the worker will :meth:`run_standalone` (the baseline)."""
         torch.set_num_threads(spec.threads)  # N processes on N cores must not fight
         self.spec = spec
         if isinstance(data, ShardSource):
@@ -206,9 +144,12 @@ class SupervisedWorker:
         self.y = targets(data)  # [N]
         self.plan = BatchPlan(self.x, self.y, spec)
         self.model = make_model(spec, self.x.shape[1:])
-        # the local optimizer of the baseline and of `average`, built here: a process's first
-        # torch optimizer takes ~1 s to build (lazy imports), which is start-up, not training
-        self._local_opt = make_optimizer(self.model.parameters(), spec.optimizer)
+        # the local optimizer of the baseline, `average` and allreduce, built here: a process's
+        # first takes 1-1.5 s (torch.optim's first call imports torch._dynamo), start-up, not
+        # training; a worker whose server applies its gradients builds none
+        self._opt: torch.optim.Optimizer | None = None
+        if standalone or self.steps_locally or spec.update_rule.pushes_parameters:
+            self._opt = self._local_opt
         self.samples = 0
         self.steps = 0
         self.pushes = 0
@@ -217,6 +158,12 @@ class SupervisedWorker:
         self._deadline = float("inf")
         self._slow = Slowdown(spec.faults, spec.worker_id)
         self._skip = 0  # batches of the epoch plan already done (a restarted worker)
+
+    @property
+    def _local_opt(self) -> torch.optim.Optimizer:
+        if self._opt is None:
+            self._opt = make_optimizer(self.model.parameters(), self.spec.optimizer)
+        return self._opt
 
     # --- the loops ------------------------------------------------------------------------
 
@@ -384,9 +331,7 @@ class SupervisedWorker:
         """Copy pulled parameters into the local model; returns their version."""
         with torch.no_grad():
             vector_to_parameters(params.values, self.model.parameters())
-        self.restore_epoch = (
-            params.restore_epoch
-        )  # of the parameters held (GradUpdate.restore_epoch)
+        self.restore_epoch = params.restore_epoch  # of the parameters held
         return params.version
 
     def _update(self, version: int, acc: GradSum, loss: float) -> GradUpdate:

@@ -40,6 +40,7 @@ _HOMES = {
     "rltrain.runtime.ray.startup": (
         "check_address",
         "cluster_cpus",
+        "cluster_here",
         "cluster_gpus",
         "fit_cpus",
         "free_cpus",

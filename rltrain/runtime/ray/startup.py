@@ -9,6 +9,7 @@ import os
 import socket
 import sys
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -106,6 +107,7 @@ def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
             f"job {r['job_id']})"
         )
     cpus = cfg.num_cpus or os.cpu_count() or 1  # never raised to what processes ask for
+    note = _not_joined()
     # Local workers import rltrain from this interpreter's environment; keep Ray quiet and local.
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
     # Workers import torch (the preload below) before Ray places a class on them and sets its
@@ -115,6 +117,9 @@ def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
         ray.init(
+            # its own instance, even where RAY_ADDRESS is set or `ray start` ran on this
+            # machine (Ray would join that cluster, and refuse num_cpus): --address joins one
+            address="local",
             num_cpus=cpus,  # GPUs: Ray's own detection (NVML, CUDA_VISIBLE_DEVICES)
             # a local instance advertises the loopback address (Ray versions that bind their
             # RPC servers to the node address then listen on localhost only)
@@ -138,14 +143,50 @@ def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
         if added:
             del os.environ["OMP_NUM_THREADS"]
     _started_here = _ours = True
-    return f"local ray ({cpus} CPUs)"
+    return f"local ray ({cpus} CPUs{note})"
 
 
 _started_here = False  # start started a local instance (rather than joining a cluster)
 _ours = False  # start started or joined the Ray this process is connected to
 
 
-def check_reachable(address: str) -> None:
+def cluster_here() -> tuple[str | None, str]:
+    """The address ``--address auto`` means, as ``ray.init(address="auto")`` resolves it, and
+    where it was found: RAY_ADDRESS, else the file ``ray start`` writes; or None and what was
+    looked at."""
+    env = os.environ.get("RAY_ADDRESS", "").strip()
+    if env and env != "auto":
+        return env, "RAY_ADDRESS"
+    # Ray's temp dir: $RAY_TMPDIR, else $TMPDIR on Linux, else /tmp (ray._common.utils)
+    if "RAY_TMPDIR" in os.environ:
+        tmp = os.environ["RAY_TMPDIR"]
+    elif sys.platform.startswith("linux") and "TMPDIR" in os.environ:
+        tmp = os.environ["TMPDIR"]
+    else:
+        tmp = "/tmp"
+    file = Path(tmp) / "ray" / "ray_current_cluster"
+    try:
+        found = file.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        found = ""
+    if found:
+        return found, str(file)
+    return None, f"RAY_ADDRESS is unset and {file} does not exist"
+
+
+def _not_joined() -> str:
+    """A note for a local start while a cluster that ``--address auto`` would join is up."""
+    address, source = cluster_here()
+    if address is None:
+        return ""
+    try:
+        check_reachable(address, timeout=1.0)
+    except RayStartError:
+        return ""  # (a stale file or address: nothing to join)
+    return f"; a Ray cluster runs at {address}, {source}: --address auto joins it"
+
+
+def check_reachable(address: str, timeout: float = 5.0) -> None:
     """Fail in seconds, not after Ray's minute of retries, when nothing listens at address."""
     if address == "auto":
         return
@@ -154,7 +195,7 @@ def check_reachable(address: str) -> None:
     if not host or not port.isdigit():
         raise RayStartError(f"--address {address}: expected 'auto', HOST:PORT or ray://HOST:PORT")
     try:
-        socket.create_connection((host, int(port)), timeout=5).close()
+        socket.create_connection((host, int(port)), timeout=timeout).close()
     except OSError as e:
         raise RayStartError(
             f"cannot join the Ray cluster at --address {address}: nothing answers at "

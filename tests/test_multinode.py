@@ -27,7 +27,8 @@ from typing import Any
 import pytest
 from conftest import checkpoint_when
 
-pytestmark = pytest.mark.slow
+# one worker of pytest-xdist runs the module: its tests share one three-node cluster
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("multinode")]
 
 REPO = Path(__file__).resolve().parents[1]
 RAY_CLI = Path(sys.executable).with_name("ray")

@@ -9,14 +9,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 import torch
 
 from rltrain.records import BatchId, GradUpdate
 
-if TYPE_CHECKING:
-    from rltrain.supervised.worker import WorkerSpec
+
+class PlanSpec(Protocol):
+    """What a plan reads of a worker's spec (:class:`~rltrain.supervised.worker.WorkerSpec`)."""
+
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def steps_per_epoch(self) -> int: ...  # 0 = every full batch of the shard
+    @property
+    def max_epochs(self) -> int: ...  # 0 = no epoch limit
+    @property
+    def seed(self) -> int: ...
 
 
 class Batch(NamedTuple):
@@ -34,7 +44,7 @@ class BatchPlan:
     recomputes it), and every worker takes the same number of steps per epoch (barrier rules
     line up)."""
 
-    def __init__(self, x: torch.Tensor, y: torch.Tensor, spec: WorkerSpec) -> None:
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, spec: PlanSpec) -> None:
         self.x, self.y, self.spec = x, y, spec
         self._order = (-1, torch.empty(0, dtype=torch.int64))  # (epoch, its permutation)
 

@@ -188,11 +188,19 @@ def placement_note(waiting: Sequence[Remote]) -> str:
         for r in waiting[:4]
     )
     names += f" and {len(waiting) - 4} more" if len(waiting) > 4 else ""
-    nodes = ", ".join(f"{c:g}" for c in node_cpus())
-    return (
-        f"waiting for Ray to start {names}; the cluster's "
-        f"nodes have {nodes} CPUs, {free_cpus():g} free: a process that fits on no node waits "
-        "until one joins (add a node, or lower actors/workers)"
+    cpus = node_cpus()
+    nodes = ", ".join(f"{c:g}" for c in cpus)
+    said = f"waiting for Ray to start {names}; the cluster's nodes have {nodes} CPUs, "
+    said += f"{free_cpus():g} free"
+    if all(r.cpus <= max(cpus, default=0.0) for r in waiting):  # (Ray places GPUs the same
+        # way, but a node's GPUs are not told here: read as fitting)
+        return said + (
+            ": each fits on a node, so it is still starting (its imports, on a busy machine) "
+            "or waits for CPUs other processes hold"
+        )
+    return said + (
+        ": a process that fits on no node waits until one joins (add a node, or lower "
+        "actors/workers)"
     )
 
 

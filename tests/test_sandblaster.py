@@ -168,8 +168,10 @@ def test_backup_tasks_copy_a_stragglers_portions_and_the_first_result_wins() -> 
         ex.close()
     assert stats.backups > 0  # the straggler's outstanding portions were handed out again
     assert sum(stats.per_worker.values()) == 12 and stats.samples == len(data.train)
-    # the straggler counted for fewer portions than the fast workers (load balancing)
-    assert stats.per_worker.get(2, 0) < min(stats.per_worker[0], stats.per_worker[1])
+    # the straggler counted for fewer portions than a fast worker (load balancing; on a
+    # loaded machine one fast thread can take every portion before the other is scheduled)
+    fast = max(stats.per_worker.get(0, 0), stats.per_worker.get(1, 0))
+    assert stats.per_worker.get(2, 0) < fast, stats.per_worker
     # each portion counted once: the accumulated gradient is the whole batch's
     model = workers[0].model
     for p in model.parameters():

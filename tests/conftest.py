@@ -176,11 +176,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The shared_ray tests run one after another, where the first of them was: their Ray
-    starts once, and no other test of this process runs beside it. Under pytest-xdist (``-n
-    2``, ``--dist loadgroup``) they are one group, so one worker runs them all on one Ray."""
+    starts once, and no other test of this process runs beside it. (Under pytest-xdist, ``-n
+    2 --dist loadfile``, each worker runs whole files: the shared_ray tests of a file share
+    one Ray, and a worker starts its own for them.)"""
     users = [item for item in items if item.get_closest_marker("shared_ray") is not None]
-    for item in users:
-        item.add_marker(pytest.mark.xdist_group("shared_ray"))
     if len(users) < 2:
         return
     first = items.index(users[0])

@@ -27,8 +27,7 @@ from typing import Any
 import pytest
 from conftest import checkpoint_when
 
-# one worker of pytest-xdist runs the module: its tests share one three-node cluster
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("multinode")]
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 RAY_CLI = Path(sys.executable).with_name("ray")

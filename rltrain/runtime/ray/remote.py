@@ -192,8 +192,9 @@ def placement_note(waiting: Sequence[Remote]) -> str:
     nodes = ", ".join(f"{c:g}" for c in cpus)
     said = f"waiting for Ray to start {names}; the cluster's nodes have {nodes} CPUs, "
     said += f"{free_cpus():g} free"
-    if all(r.cpus <= max(cpus, default=0.0) for r in waiting):  # (Ray places GPUs the same
-        # way, but a node's GPUs are not told here: read as fitting)
+    largest = max(cpus, default=0.0)
+    if all(r.cpus <= largest for r in waiting):  # (Ray places GPUs the same way, but a
+        # node's GPUs are not told here: read as fitting)
         return said + (
             ": each fits on a node, so it is still starting (its imports, on a busy machine) "
             "or waits for CPUs other processes hold"

@@ -97,9 +97,10 @@ def frames_per_step(run_dir: Path, cfg: dict[str, Any] | None = None) -> int:
     """Emulator frames per env step of a run: its ``env.frame_skip`` for Atari ids, else 1
     (``cfg``: its :func:`run_config`, if already read)."""
     env = _section(run_config(run_dir) if cfg is None else cfg, "env")
-    from rltrain.envs.atari import is_atari_v5  # imports ale-py: only when a run is read
+    from rltrain.envs.atari import is_atari  # imports ale-py: only when a run is read
 
-    if not is_atari_v5(str(env.get("id", ""))):
+    wrappers = env.get("wrappers") or ()
+    if not is_atari(str(env.get("id", "")), wrappers if isinstance(wrappers, list) else ()):
         return 1
     skip = env.get("frame_skip", 4)  # EnvConfig's default
     if not isinstance(skip, int) or isinstance(skip, bool) or skip < 1:

@@ -4,6 +4,7 @@ shared by the command line (:mod:`rltrain.cli`) and the Python API (:mod:`rltrai
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -344,11 +345,13 @@ def _prepare(
         raise
     created: list[Path] | None = None
     try:
+        from rltrain.envs.atari import resolve_sticky
         from rltrain.rl.inputs import resolve_obs_norm
         from rltrain.rl.run.train import Trainer
 
         # (also on resume: a CONFIG given with --resume says auto, as the run's first did)
         cfg = resolve_obs_norm(cfg, spec.obs_shape, spec.one_hot)
+        cfg = dataclasses.replace(cfg, env=resolve_sticky(cfg.env))  # null: the id's
         check_startup(cfg, spec)  # before the run dir is made, as far as the env tells
         if resume is None:
             name = config_path or f"{cfg.algo.name}_{cfg.env.id.replace('/', '_')}"

@@ -467,6 +467,11 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             ["unknown env id 'ALE/NoSuchGame-v5'", "did you mean ALE/"],
             id="t-env-ale",
         ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "env.id=Pong-v4"],
+            ["env.id=Pong-v4 skips 2 to 4 frames at random", "use PongNoFrameskip-v4"],
+            id="t-env-ale-skip",
+        ),
     ],
 )
 def test_config_errors(

@@ -202,6 +202,45 @@ def test_pong_protocol_shapes_and_clipped_rewards() -> None:
         assert rewards.dtype == np.float32 and set(rewards.tolist()) <= {-1.0, 0.0, 1.0}
 
 
+def test_noframeskip_ids_run_under_the_protocol_with_the_ids_sticky_actions() -> None:
+    """PongNoFrameskip-v4, the id of most Atari code, runs as ALE/Pong-v5 does (not as a raw
+    210x160 RGB Gymnasium env), with v4's sticky actions (0) unless env.sticky_actions says."""
+    from rltrain.envs.atari import AtariEnv, resolve_sticky
+
+    with make_env(EnvConfig(id="PongNoFrameskip-v4", num_envs=2, num_threads=2), seed=0) as env:
+        assert isinstance(env, AtariEnv) and env.obs_shape == (4, 84, 84)
+        p = env.protocol
+        assert (p["game"], p["sticky_actions"], p["frame_skip"]) == ("pong", 0.0, 4)
+        assert env.reset().shape == (2, 4, 84, 84)
+    resolved = {
+        (env_id, sticky): resolve_sticky(EnvConfig(id=env_id, sticky_actions=sticky)).sticky_actions
+        for env_id in ("ALE/Pong-v5", "PongNoFrameskip-v4", "PongNoFrameskip-v0", "CartPole-v1")
+        for sticky in (None, 0.1)
+    }
+    assert resolved == {
+        ("ALE/Pong-v5", None): 0.25,
+        ("PongNoFrameskip-v4", None): 0.0,
+        ("PongNoFrameskip-v0", None): 0.25,
+        ("CartPole-v1", None): None,  # not Atari: nothing to resolve
+        **{(env_id, 0.1): 0.1 for env_id, _ in resolved},  # a value set is kept
+    }
+
+
+def test_atari_ids_that_skip_frames_themselves_are_refused_unless_wrapped() -> None:
+    from rltrain.envs.gym_vector import GymVectorEnv
+
+    with pytest.raises(EnvError) as e:
+        make_env(EnvConfig(id="Pong-v4", num_envs=1), seed=0)
+    assert "\n" not in str(e.value)
+    assert "Pong-v4 skips 2 to 4 frames at random" in str(e.value)
+    assert "use PongNoFrameskip-v4" in str(e.value) and "ALE/Pong-v5" in str(e.value)
+    wrapped = EnvConfig(
+        id="Pong-v4", num_envs=1, wrappers=("gymnasium.wrappers:TimeLimit(max_episode_steps=5)",)
+    )
+    with make_env(wrapped, seed=0) as env:  # the user's wrappers preprocess it: a Gymnasium env
+        assert isinstance(env, GymVectorEnv) and env.obs_shape == (12, 210, 160)
+
+
 def test_atari_truncation_reports_raw_score_once() -> None:
     cfg = EnvConfig(id="ALE/Pong-v5", num_envs=2, max_episode_frames=400)  # 100 agent steps
     with make_env(cfg, seed=0) as env:

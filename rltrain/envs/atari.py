@@ -1,4 +1,12 @@
-"""ALE/<Game>-v5 ids as a :class:`VectorEnv`: ale-py's C++ ``AtariVectorEnv`` + the protocol.
+"""Atari ids as a :class:`VectorEnv`: ale-py's C++ ``AtariVectorEnv`` + the protocol.
+
+Two families of ids run here: ``ALE/<Game>-v5`` and ale-py's ``<Game>NoFrameskip-v4`` (and
+``-v0``), the id of most Atari code (SB3's ``make_atari_env``, CleanRL, Sample Factory), which
+leave the frame skip to the protocol. Only the sticky actions differ between them, and
+``env.sticky_actions: null`` takes the id's (v5 and v0: 0.25, v4: 0). The ids that skip
+frames themselves (``Pong-v4``: 2 to 4 frames at random) are refused, as the protocol's skip
+would replace theirs; with ``env.wrappers`` every legacy id is a plain Gymnasium env that the
+user's wrappers preprocess.
 
 The C++ vector env does the whole frame pipeline of Mnih et al. (2015) in its own threads
 (frame skip with a max over the last two frames, grayscale, resize, frame stack, no-op starts,
@@ -18,12 +26,15 @@ Two parts of the protocol are done here rather than in C++, on purpose:
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import ale_py
 import gymnasium
 import numpy as np
 from ale_py.vector_env import AtariVectorEnv
+from gymnasium.envs.registration import EnvSpec
 from gymnasium.spaces import Discrete
 from gymnasium.vector import AutoresetMode
 
@@ -34,12 +45,68 @@ from rltrain.envs.user import make_failed
 gymnasium.register_envs(ale_py)  # ale_py registers the ALE/ ids when imported
 
 ATARI_ENTRY_POINT = "ale_py.vector_env:AtariVectorEnv"
+LEGACY_ENTRY_POINT = "ale_py.env:AtariEnv"
 
 
-def is_atari_v5(env_id: str) -> bool:
-    """True for ids that run in ale-py's vector env: the registered ALE/<Game>-v5 ids."""
+def is_atari(env_id: str, wrappers: Sequence[str] = ()) -> bool:
+    """True for ids that run in ale-py's vector env under the protocol: the ALE/<Game>-v5 ids,
+    and without ``wrappers`` (``env.wrappers``) ale-py's NoFrameskip ids."""
     spec = gymnasium.registry.get(env_id)
-    return spec is not None and spec.vector_entry_point == ATARI_ENTRY_POINT
+    if spec is None:
+        return False
+    if spec.vector_entry_point == ATARI_ENTRY_POINT:
+        return True
+    return _legacy(spec) and spec.kwargs.get("frameskip") == 1 and not wrappers
+
+
+def _legacy(spec: EnvSpec) -> bool:
+    """ale-py's v0 and v4 ids (single envs of RGB screens, no vector entry point)."""
+    rgb = spec.kwargs.get("obs_type", "rgb") == "rgb"
+    return spec.entry_point == LEGACY_ENTRY_POINT and spec.vector_entry_point is None and rgb
+
+
+def check_atari_id(env_id: str, wrappers: Sequence[str] = ()) -> None:
+    """EnvError for a legacy id that skips frames itself (Pong-v4: 2 to 4 at random per step),
+    unless ``wrappers`` make it the user's env: the protocol's frame skip would replace the
+    id's, and its raw 210x160 screens train about 30x slower than the protocol's frames."""
+    spec = gymnasium.registry.get(env_id)
+    if spec is None or wrappers or not _legacy(spec) or spec.kwargs.get("frameskip") == 1:
+        return
+    game = env_id.split("-v")[0].removesuffix("Deterministic").split("/")[-1]
+    version = env_id.rsplit("-", 1)[-1]
+    skip = spec.kwargs.get("frameskip")
+    what = (
+        f"{skip[0]} to {skip[1] - 1} frames at random"
+        if isinstance(skip, tuple)
+        else f"{skip} frames"
+    )
+    raise EnvError(
+        f"env.id={env_id} skips {what} per step inside the id, which rltrain's Atari protocol "
+        f"(env.frame_skip, max-pooled) would replace: use {game}NoFrameskip-{version} (the same "
+        f"game and sticky actions, {_sticky_in(spec):g}) or ALE/{game}-v5 (sticky actions "
+        "0.25), or give env.wrappers to preprocess it yourself"
+    )
+
+
+def _sticky_in(spec: EnvSpec) -> float:
+    return float(spec.kwargs.get("repeat_action_probability", 0.25))
+
+
+def sticky_actions(cfg: EnvConfig) -> float:
+    """``env.sticky_actions``, or for null the id's own repeat_action_probability (ALE/<Game>-v5
+    and the v0 ids 0.25, Machado et al. 2018; the v4 ids 0)."""
+    if cfg.sticky_actions is not None:
+        return cfg.sticky_actions
+    spec = gymnasium.registry.get(cfg.id)
+    return 0.25 if spec is None else _sticky_in(spec)
+
+
+def resolve_sticky(cfg: EnvConfig) -> EnvConfig:
+    """``cfg`` with ``sticky_actions: null`` replaced by the id's, for an Atari id (for a new
+    run's config.yaml: the protocol it ran under, whatever a later ale-py registers)."""
+    if cfg.sticky_actions is not None or not is_atari(cfg.id, cfg.wrappers):
+        return cfg
+    return dataclasses.replace(cfg, sticky_actions=sticky_actions(cfg))
 
 
 def rom_name(env_id: str) -> str:
@@ -70,7 +137,7 @@ def atari_protocol(
         "grayscale": True,
         "noop_max": cfg.noop_max,
         "fire_reset": True,
-        "sticky_actions": cfg.sticky_actions,
+        "sticky_actions": sticky_actions(cfg),
         "full_action_space": cfg.full_action_space,
         "max_episode_frames": cfg.max_episode_frames,
         "clip_rewards": cfg.clip_rewards and not evaluation,
@@ -95,7 +162,7 @@ class AtariEnv(VectorEnv):
         protocol_args: dict[str, Any] = dict(
             num_threads=cfg.num_threads,
             max_num_frames_per_episode=cfg.max_episode_frames,
-            repeat_action_probability=cfg.sticky_actions,
+            repeat_action_probability=sticky_actions(cfg),
             full_action_space=cfg.full_action_space,
             autoreset_mode=AutoresetMode.SAME_STEP,
             img_height=cfg.image_size,

@@ -3,7 +3,8 @@
 The Atari defaults are the standard protocol: the frame pipeline of Mnih et al. (2015) (frame
 skip 4 with a max over the last two frames, 84x84 grayscale, a stack of 4, up to 30 no-op starts,
 reward clipping to the sign for training) with the sticky actions of Machado et al. (2018)
-(repeat_action_probability 0.25, the ALE v5 default) instead of deterministic emulation.
+(repeat_action_probability 0.25, the ALE v5 default; 0 for the v4 ids) instead of
+deterministic emulation.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ class EnvConfig:
     """The environments of one actor: a vector of `num_envs` copies of the game `id`."""
 
     id: str = "CartPole-v1"
-    """Gymnasium id (e.g. CartPole-v1, rltrain/Chain-v0), or ALE/<Game>-v5 for Atari (e.g.
-    ALE/Pong-v5), which runs in ale-py's C++ vector env with the protocol below."""
+    """Gymnasium id (e.g. CartPole-v1, rltrain/Chain-v0), or an Atari game as ALE/<Game>-v5
+    (e.g. ALE/Pong-v5) or <Game>NoFrameskip-v4, which run in ale-py's C++ vector env with the
+    protocol below (the NoFrameskip ids without env.wrappers: with them, a Gymnasium env)."""
     imports: tuple[str, ...] = field(default=(), metadata={"derived": True})
     """The run's top-level ``imports`` (a train config sets it; ``env.imports`` in a config or
     ``--set`` is read as ``imports``): imported before an env is made."""
@@ -51,11 +53,12 @@ class EnvConfig:
     not stacked. 1 = a single frame."""
     noop_max: int = field(default=30, metadata=spec(ge=0))
     """Atari: a random number (up to this) of no-op actions at each episode start (0 = none)."""
-    sticky_actions: float = field(default=0.25, metadata=spec(ge=0, le=1))
+    sticky_actions: float | None = field(default=None, metadata=spec(ge=0, le=1))
     """Atari: probability that the emulator repeats the previous action instead of the chosen
-    one (repeat_action_probability; 0.25 is ale-py's v5 default, Machado et al. 2018). 0: the
-    v4 ids' protocol, and EnvPool's default even for its "-v5" ids, so of most published
-    fast-Pong results (rl_games, CleanRL's EnvPool runs)."""
+    one (repeat_action_probability, Machado et al. 2018). null: the id's own, written into
+    the run's config.yaml: 0.25 for ALE/<Game>-v5 (and the v0 ids), 0 for <Game>NoFrameskip-v4.
+    0 is the v4 ids' protocol, and EnvPool's default even for its "-v5" ids, so of most
+    published fast-Pong results (rl_games, CleanRL's EnvPool runs)."""
     full_action_space: bool = False
     """Atari: all 18 joystick actions in every game (Machado et al. 2018's recommendation for
     comparisons across games) instead of the game's minimal set (Pong: 6, Breakout: 4, the v5

@@ -26,7 +26,7 @@ import numpy as np
 from ale_py import roms
 from gymnasium.envs.registration import load_env_creator
 
-from rltrain.envs.atari import is_atari_v5, rom_name
+from rltrain.envs.atari import check_atari_id, is_atari, rom_name, sticky_actions
 from rltrain.envs.base import ActionSpace, EnvError
 from rltrain.envs.checks import check_finite, diagnose
 from rltrain.envs.config import EnvConfig
@@ -76,7 +76,8 @@ def make_recording_env(cfg: EnvConfig, seed: int, render: bool) -> RecordingEnv:
     import_env_modules(cfg.imports)
     if cfg.id not in gymnasium.registry:
         raise EnvError(unknown_id_message(cfg.id, cfg.imports))
-    if is_atari_v5(cfg.id):
+    check_atari_id(cfg.id, cfg.wrappers)
+    if is_atari(cfg.id, cfg.wrappers):
         return AtariScreenEnv(cfg, seed)
     wrappers = [load_wrapper(w) for w in cfg.wrappers]
     return GymScreenEnv(cfg.id, seed, render, cfg.kwargs, wrappers, cfg.frame_stack, cfg.action_map)
@@ -144,7 +145,7 @@ class AtariScreenEnv:
         # (a static setting: before the constructor, which prints ALE's banner otherwise)
         ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
         self.ale = ale_py.ALEInterface()
-        self.ale.setFloat("repeat_action_probability", cfg.sticky_actions)
+        self.ale.setFloat("repeat_action_probability", sticky_actions(cfg))
         self.ale.setInt("random_seed", int(ale_seed) & 0x7FFFFFFF)
         rom = roms.get_rom_path(rom_name(cfg.id))
         assert rom is not None  # ale-py registers its ALE/ ids for the ROMs it ships

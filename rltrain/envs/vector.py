@@ -1,7 +1,7 @@
 """``make_env``: an :class:`EnvConfig` to the :class:`VectorEnv` an actor steps.
 
-ALE/<Game>-v5 ids run in ale-py's threaded C++ vector env with the standard Atari protocol
-(:mod:`rltrain.envs.atari`); every other registered Gymnasium id runs in
+Atari ids (ALE/<Game>-v5, <Game>NoFrameskip-v4) run in ale-py's threaded C++ vector env with
+the standard Atari protocol (:mod:`rltrain.envs.atari`); every other registered Gymnasium id runs in
 ``gymnasium.vector``'s SyncVectorEnv (:mod:`rltrain.envs.gym_vector`). Both give SAME-STEP
 auto-reset and raw episode scores.
 """
@@ -13,7 +13,7 @@ import difflib
 import gymnasium
 import numpy as np
 
-from rltrain.envs.atari import AtariEnv, is_atari_v5
+from rltrain.envs.atari import AtariEnv, check_atari_id, is_atari
 from rltrain.envs.base import EnvError, StepBatch, VectorEnv
 from rltrain.envs.config import EnvConfig
 from rltrain.envs.gym_vector import GymVectorEnv
@@ -57,13 +57,15 @@ def make_env(
 ) -> VectorEnv:
     """Make the vector of environments an actor (or an evaluator) steps.
 
-    Gymnasium ids go through gymnasium.vector (SyncVectorEnv, SAME_STEP autoreset); ALE/<Game>-v5
-    ids through AtariVectorEnv with the standard protocol (Mnih et al. 2015 frames, Machado et
-    al. 2018 sticky actions). ``num_envs`` overrides ``cfg.num_envs``; ``seed`` is the default
-    seed of :meth:`VectorEnv.reset` (env i gets seed + i). ``evaluation=True``: no reward
+    Gymnasium ids go through gymnasium.vector (SyncVectorEnv, SAME_STEP autoreset); Atari ids
+    (:func:`rltrain.envs.atari.is_atari`) through AtariVectorEnv with the standard protocol
+    (Mnih et al. 2015 frames, Machado et al. 2018 sticky actions). ``num_envs`` overrides
+    ``cfg.num_envs``; ``seed`` is the default seed of :meth:`VectorEnv.reset` (env i gets
+    seed + i). ``evaluation=True``: no reward
     clipping and no episodic life, so rewards are the raw score.
 
-    Raises EnvError (one line) for an unknown id or a non-Discrete action space.
+    Raises EnvError (one line) for an unknown id, an action space of no supported kind, or an
+    Atari id that skips frames itself (:func:`rltrain.envs.atari.check_atari_id`).
     """
     n = cfg.num_envs if num_envs is None else num_envs
     if n < 1:
@@ -71,11 +73,13 @@ def make_env(
     import_env_modules(cfg.imports)  # they may register cfg.id: before the id is looked up
     if cfg.id not in gymnasium.registry:
         raise EnvError(unknown_id_message(cfg.id, cfg.imports))
-    if is_atari_v5(cfg.id):
+    check_atari_id(cfg.id, cfg.wrappers)
+    if is_atari(cfg.id, cfg.wrappers):
         if cfg.wrappers:
             raise EnvError(
                 f"env.wrappers apply to Gymnasium ids; {cfg.id} runs in ale-py's vector env "
-                "(its protocol is set by the env.* Atari fields)"
+                "(its protocol is set by the env.* Atari fields; to preprocess a game with "
+                "your own wrappers, use its NoFrameskip-v4 id)"
             )
         return AtariEnv(cfg, seed, n, evaluation)
     wrappers = [load_wrapper(w) for w in cfg.wrappers]
@@ -101,7 +105,7 @@ def env_groups(cfg: EnvConfig, cores_per_actor: float = 2.0) -> int:
     other) when each actor has two cores or more (``cores_per_actor``), else one: actors that
     already hold every core gain nothing by overlapping and step slower in two groups than in
     one; and one for Gymnasium vectors (which step in the caller's thread)."""
-    overlap = is_atari_v5(cfg.id) and cores_per_actor >= 2.0
+    overlap = is_atari(cfg.id, cfg.wrappers) and cores_per_actor >= 2.0
     groups = cfg.groups or (2 if overlap else 1)
     if cfg.groups > cfg.num_envs:
         raise EnvError(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from conftest import read_summary
 
 from rltrain.checkpoint import latest_checkpoint
@@ -38,6 +39,8 @@ def test_pong_trains_through_the_batched_policy_and_the_learners_views(tmp_path:
     assert main(argv) == 0
     s = read_summary(run)
     assert s["stopped_by"] == "max_env_steps" and s["env_steps"] >= 640
+    written = yaml.safe_load((run / "config.yaml").read_text())
+    assert written["env"]["sticky_actions"] == 0.25  # the config's null: the id's, resolved
     assert s["updates"] == s["updates_applied"] > 0 and s["rejected"] == 0
     state = torch.load(latest_checkpoint(run), weights_only=True)
     shard = state["shards"][0]

@@ -147,6 +147,23 @@ class AsymmetricBox(gymnasium.Env):
 ASYMMETRIC_ID = "rltrain_test/AsymmetricBox-v0"
 gymnasium.register(ASYMMETRIC_ID, entry_point=AsymmetricBox)
 gymnasium.register(CORRIDOR_ID, entry_point=Corridor, max_episode_steps=50)
+
+
+class RenderRaises(Corridor):
+    """Declares rgb_array but fails to draw, as MuJoCo's envs on a machine without OpenGL
+    (``mujoco.FatalError``, not a gymnasium error)."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 4}
+
+    def __init__(self, render_mode: str | None = None) -> None:
+        super().__init__()
+        self.render_mode = render_mode
+
+    def render(self):  # noqa: ANN201
+        raise RuntimeError("an OpenGL platform library has not been loaded")
+
+
+gymnasium.register("rltrain_test/RenderRaises-v0", entry_point=RenderRaises, max_episode_steps=20)
 gymnasium.register(DICT_ID, entry_point=DictObs, max_episode_steps=50)
 gymnasium.register(TEXT_ID, entry_point=TextObs, max_episode_steps=50)
 gymnasium.register(IMAGE_ID, entry_point=ImageCorridor, max_episode_steps=20)

@@ -271,12 +271,47 @@ def test_filming_a_pygame_env_prints_nothing_on_stderr(tmp_path: Path) -> None:
 def test_drivers_the_user_chose_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    from rltrain.envs.screen import headless_sdl
+    from rltrain.envs.screen import headless_rendering
 
     monkeypatch.setenv("SDL_VIDEODRIVER", "x11")
     monkeypatch.delenv("SDL_AUDIODRIVER", raising=False)
-    headless_sdl()
+    headless_rendering()
     assert os.environ["SDL_VIDEODRIVER"] == "x11" and os.environ["SDL_AUDIODRIVER"] == "dummy"
+
+
+def test_mujoco_draws_through_egl_without_a_display(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import sys
+
+    from rltrain.envs.screen import headless_rendering
+
+    for name in ("DISPLAY", "WAYLAND_DISPLAY", "MUJOCO_GL"):
+        monkeypatch.delenv(name, raising=False)
+    headless_rendering()
+    assert os.environ.get("MUJOCO_GL") == ("egl" if sys.platform.startswith("linux") else None)
+    monkeypatch.setenv("MUJOCO_GL", "osmesa")  # the user's choice is kept
+    headless_rendering()
+    assert os.environ["MUJOCO_GL"] == "osmesa"
+    monkeypatch.delenv("MUJOCO_GL")
+    monkeypatch.setenv("DISPLAY", ":0")  # a desktop: GLFW, MuJoCo's default
+    headless_rendering()
+    assert "MUJOCO_GL" not in os.environ
+
+
+def test_a_screen_that_fails_to_draw_films_the_agent_view(
+    tmp_path: Path, no_ffmpeg: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """render() raising something other than a gymnasium error (MuJoCo's FatalError without
+    OpenGL) falls back to the agent view, as an env without a screen does, not a traceback."""
+    import custom_envs  # noqa: F401 - registers it here, where eval runs (in-process)
+
+    run = write_run(tmp_path / "r", "cartpole_appo.yaml", id="rltrain_test/RenderRaises-v0")
+    assert main(["eval", str(run), "--video"]) == 0
+    out = capsys.readouterr().out
+    assert "cannot draw its screen (an OpenGL platform library" in out and "agent view" in out
+    assert (run / "eval-v0-agent.gif").exists()
+    assert main(["eval", str(run), "--video", "--video-view", "game"]) == 2
+    assert "--video-view agent" in capsys.readouterr().err
 
 
 def test_chain_without_a_screen_films_the_agent_view(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -229,14 +230,13 @@ class GymScreenEnv:
         self.env_id = env_id
         self._seed = seed
         if render:
+            headless_rendering()  # before the env's module is imported (MuJoCo reads it then)
             modes = render_modes(env_id)
             if modes is not None and "rgb_array" not in modes:
                 raise EnvError(
                     f"{env_id} cannot draw its screen (render modes: {', '.join(modes) or 'none'}"
                     "); use --video-view agent"
                 )
-        if render:
-            headless_sdl()
         make_kwargs = {**(kwargs or {}), **({"render_mode": "rgb_array"} if render else {})}
         try:
             self.env = make_one(env_id, make_kwargs, wrappers, frame_stack)
@@ -251,8 +251,12 @@ class GymScreenEnv:
         self.num_actions = self.action_space.n
         self.fps = float(self.env.metadata.get("render_fps") or 30)
         if render:  # draw once now: an env that cannot (a missing pygame) fails before play
-            self.reset()
-            self.screen()
+            try:
+                self.reset()
+                self.screen()
+            except BaseException:
+                self.env.close()
+                raise
 
     def reset(self) -> np.ndarray:
         """The first observation; what the user's env raises, or a wrong shape, is an
@@ -283,7 +287,7 @@ class GymScreenEnv:
         why = f"{self.env_id} cannot draw its screen"
         try:
             frame = self.env.render()
-        except gymnasium.error.Error as e:
+        except Exception as e:  # noqa: BLE001 - the env's drawing: pygame, OpenGL (MuJoCo), ...
             raise EnvError(f"{why} ({_brief(e)}); or use --video-view agent") from None
         if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[2] != 3:
             raise EnvError(f"{why} (render() gave no RGB image); use --video-view agent")
@@ -293,16 +297,23 @@ class GymScreenEnv:
         self.env.close()
 
 
-def headless_sdl() -> None:
-    """Draw off-screen: Gymnasium's pygame envs render ``rgb_array`` frames on surfaces, but
+def headless_rendering() -> None:
+    """Draw off-screen. Gymnasium's pygame envs render ``rgb_array`` frames on surfaces, but
     ``pygame.init()`` still opens SDL's video and audio drivers, and on a machine without a
     desktop session SDL's probing prints ``error: XDG_RUNTIME_DIR is invalid or not set in
     the environment.`` on stderr (and ALSA may complain of a missing sound card). Its dummy
     drivers need neither; SDL reads these as it initialises, so they are set before the env
-    draws. ``setdefault``: drivers the user chose are kept; nothing is silenced."""
+    draws. MuJoCo's envs draw through OpenGL, by default with GLFW, which needs a display
+    (without one: ``mujoco.FatalError: an OpenGL platform library has not been loaded``); on
+    Linux without a display they draw through EGL (``MUJOCO_GL=egl``, MuJoCo's headless
+    backend: a GPU's driver, or Mesa's in software). ``setdefault``: what the user chose is
+    kept; nothing is silenced."""
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")  # pygame's import banner
+    display = os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+    if sys.platform.startswith("linux") and not display:
+        os.environ.setdefault("MUJOCO_GL", "egl")
 
 
 def render_modes(env_id: str) -> list[str] | None:

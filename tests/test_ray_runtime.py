@@ -231,3 +231,23 @@ def test_the_users_own_modules_are_shipped_and_installed_ones_are_not() -> None:
     shipped = user_code(["custom_envs", "custom_envs", "numpy.linalg", "never_imported_xyz"])
     assert shipped == [custom_envs]
     assert numpy not in shipped
+
+
+def test_rays_note_that_it_enabled_token_auth_on_the_runs_own_instance_is_dropped() -> None:
+    """Ray 2.5x warns at every local start that it turned token authentication on; rltrain's
+    local instance is the run's own, so that one record is dropped, and nothing else."""
+    import logging
+
+    from rltrain.runtime.ray import startup
+
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    log = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    log.addHandler(handler)
+    try:
+        log.warning(f"{startup.AUTH_DEFAULT_NOTE}. Set RAY_AUTH_MODE=disabled to opt out.")
+        log.warning("Token authentication is disabled for this Ray cluster. Anyone with access")
+    finally:
+        log.removeHandler(handler)
+    assert seen == ["Token authentication is disabled for this Ray cluster. Anyone with access"]

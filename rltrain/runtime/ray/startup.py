@@ -21,6 +21,23 @@ from rltrain.extensions import installed
 from rltrain.runtime.config import RuntimeConfig
 from rltrain.runtime.ray.errors import RayStartError
 
+AUTH_DEFAULT_NOTE = "Token authentication is enabled for this Ray cluster"
+
+
+class _OwnInstanceAuthNote(logging.Filter):
+    """Drops Ray's warning that it turned token authentication on for a new local instance
+    (Ray 2.5x does so, and warns, at every ``ray.init()`` that starts one): that instance is
+    the run's own, on the loopback address, started by rltrain and described in the run's
+    first lines; the user has nothing to do about it. Every other record passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(AUTH_DEFAULT_NOTE)
+
+
+logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(
+    _OwnInstanceAuthNote()
+)
+
 PRELOAD = "rltrain.runtime.ray.wire"
 """What Ray's worker processes import as they start, before any class is placed on them
 (torch, numpy and the parameter server)."""

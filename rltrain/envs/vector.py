@@ -1,8 +1,8 @@
 """``make_env``: an :class:`EnvConfig` to the :class:`VectorEnv` an actor steps.
 
 Atari ids (ALE/<Game>-v5, <Game>NoFrameskip-v4) run in ale-py's threaded C++ vector env with
-the standard Atari protocol (:mod:`rltrain.envs.atari`); every other registered Gymnasium id runs in
-``gymnasium.vector``'s SyncVectorEnv (:mod:`rltrain.envs.gym_vector`). Both give SAME-STEP
+the standard Atari protocol (:mod:`rltrain.envs.atari`); every other registered Gymnasium id
+runs in ``gymnasium.vector``'s SyncVectorEnv (:mod:`rltrain.envs.gym_vector`). Both give SAME-STEP
 auto-reset and raw episode scores.
 """
 
@@ -61,8 +61,8 @@ def make_env(
     (:func:`rltrain.envs.atari.is_atari`) through AtariVectorEnv with the standard protocol
     (Mnih et al. 2015 frames, Machado et al. 2018 sticky actions). ``num_envs`` overrides
     ``cfg.num_envs``; ``seed`` is the default seed of :meth:`VectorEnv.reset` (env i gets
-    seed + i). ``evaluation=True``: no reward
-    clipping and no episodic life, so rewards are the raw score.
+    seed + i). ``evaluation=True``: no reward clipping and no episodic life, so rewards are the
+    raw score.
 
     Raises EnvError (one line) for an unknown id, an action space of no supported kind, or an
     Atari id that skips frames itself (:func:`rltrain.envs.atari.check_atari_id`).

@@ -25,10 +25,11 @@ AUTH_DEFAULT_NOTE = "Token authentication is enabled for this Ray cluster"
 
 
 class _OwnInstanceAuthNote(logging.Filter):
-    """Drops Ray's warning that it turned token authentication on for a new local instance
-    (Ray 2.5x does so, and warns, at every ``ray.init()`` that starts one): that instance is
-    the run's own, on the loopback address, started by rltrain and described in the run's
-    first lines; the user has nothing to do about it. Every other record passes."""
+    """Drops Ray's warning that token authentication is on (Ray 2.5x turns it on, and warns,
+    at every ``ray.init()`` that starts a local instance): rltrain's local instance is the
+    run's own, on the loopback address, described in the run's first lines, and the user has
+    nothing to do about it. Installed on Ray's logger for this process; every other record
+    passes."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not record.getMessage().startswith(AUTH_DEFAULT_NOTE)

@@ -314,6 +314,23 @@ def test_pong_appo_is_atari_appo_with_pongs_id_and_stop() -> None:
     assert breakout.with_overrides({"env.id": "ALE/Breakout-v5"}).value.stop.mean_return is None
 
 
+def test_mujoco_appo_is_pendulum_appo_with_the_mujoco_protocol() -> None:
+    """configs/mujoco_appo.yaml: pendulum_appo.yaml's network and batches, CleanRL's MuJoCo
+    horizon, rate and anneal over a 1M-step budget (its Adam 1e-3 collapses HalfCheetah)."""
+    pendulum = load_config(TrainConfig, ROOT / "configs" / "pendulum_appo.yaml")
+    mujoco = load_config(TrainConfig, ROOT / "configs" / "mujoco_appo.yaml")
+    assert mujoco.env.id == "HalfCheetah-v5"
+    assert (mujoco.algo.gamma, mujoco.algo.gae_lambda, mujoco.optimizer.lr) == (0.99, 0.95, 3e-4)
+    assert (mujoco.schedule.lr_end, mujoco.stop.max_env_steps) == (0.0, 1_000_000)
+    assert mujoco.stop.mean_return is None and mujoco.stop.max_seconds == 0
+    assert (mujoco.ppo, mujoco.impala, mujoco.model, mujoco.normalize) == (
+        pendulum.ppo,
+        pendulum.impala,
+        pendulum.model,
+        pendulum.normalize,
+    )
+
+
 def test_a_base_file_lies_beneath_a_config_and_set_wins(tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
     (tmp_path / "root.yaml").write_text(

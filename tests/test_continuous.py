@@ -58,6 +58,24 @@ def test_policy_head_of_a_box_is_means_and_a_shared_log_std() -> None:
     assert distribution(3) is CATEGORICAL
 
 
+def test_model_log_std_init_is_where_the_servers_first_gaussian_starts() -> None:
+    """model.log_std_init reaches the initial parameters the shards get (the actors pull
+    those), not only a model built in this process."""
+    from rltrain.config import load_config
+    from rltrain.rl.algos.models import ActorCritic, load_flat
+    from rltrain.rl.env_spec import initial_params
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = load_config(
+        TrainConfig, root / "configs" / "pendulum_appo.yaml", ["model.log_std_init=-2"]
+    )
+    spec = probe_env(cfg)
+    net = build_policy("mlp", spec.obs_shape, spec.actions, cfg.model.hidden)
+    assert isinstance(net, ActorCritic) and net.log_std is not None
+    load_flat(net, initial_params(cfg, spec))
+    assert torch.equal(net.log_std.detach(), torch.full((1,), -2.0))
+
+
 def pendulum(algo: str, **ppo_kw: object) -> TrainConfig:
     return TrainConfig(
         env=EnvConfig(id="Pendulum-v1", num_envs=2),

@@ -65,7 +65,9 @@ def policy_builder(cfg: TrainConfig) -> Callable[..., ActorCritic]:
     ) -> ActorCritic:
         clip = cfg.normalize.clip if normalizes_obs(cfg, obs_shape) else None
         m = cfg.model
-        return build_policy(kind, obs_shape, actions, hidden, m.value_net, clip, m.precision)
+        return build_policy(
+            kind, obs_shape, actions, hidden, m.value_net, clip, m.precision, m.log_std_init
+        )
 
     return build
 

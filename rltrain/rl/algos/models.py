@@ -138,10 +138,12 @@ class ActorCritic(nn.Module):
         actions: ActionSpace | int,
         value_torso: nn.Module | None = None,
         obs_norm: ObsNorm | None = None,
+        log_std_init: float = 0.0,
     ) -> None:
         """``actions``: Discrete(n) (an int n means that too): the policy head gives n logits;
         a Box of n reals: n means, and n log standard deviations, one learned parameter each
-        (state-independent, starting at 0: std 1), broadcast over the batch."""
+        (state-independent, starting at ``log_std_init``: 0 is std 1), broadcast over the
+        batch."""
         super().__init__()
         space = actions if isinstance(actions, ActionSpace) else ActionSpace(actions)
         self.torso = torso
@@ -150,7 +152,8 @@ class ActorCritic(nn.Module):
         width = cast(int, torso.out_dim)
         self.policy = nn.Linear(width, space.n)
         self.value = nn.Linear(width, 1)
-        self.log_std = nn.Parameter(torch.zeros(space.n)) if space.continuous else None
+        start = torch.full((space.n,), float(log_std_init))
+        self.log_std = nn.Parameter(start) if space.continuous else None
         for part in (torso, value_torso):
             if part is not None:  # the torso's own choice of layers (ImpalaCNNTorso: not convs)
                 kinds = getattr(part, "orthogonal", (nn.Linear, nn.Conv2d))
@@ -204,17 +207,19 @@ def build_policy(
     value_net: str = "auto",
     obs_norm_clip: float | None = None,
     precision: str = "fp32",
+    log_std_init: float = 0.0,
 ) -> ActorCritic:
     """The actor-critic. ``value_net`` auto: a separate value torso for vector observations,
     one shared torso for images (the Nature CNN of A3C/IMPALA). ``obs_norm_clip``: normalise
     observations (clipped to that many standard deviations); None: raw observations.
-    ``precision``: of the CNN torso (see :func:`resolve_precision`)."""
+    ``precision``: of the CNN torso (see :func:`resolve_precision`). ``log_std_init``: the
+    Gaussian's initial log standard deviation (Box actions)."""
     image = uses_cnn(kind, obs_shape)
     separate = value_net == "separate" or (value_net == "auto" and not image)
     value_torso = build_torso(kind, obs_shape, hidden, precision) if separate else None
     norm = ObsNorm(obs_shape, obs_norm_clip) if obs_norm_clip is not None else None
     torso = build_torso(kind, obs_shape, hidden, precision)
-    return ActorCritic(torso, actions, value_torso, norm)
+    return ActorCritic(torso, actions, value_torso, norm, log_std_init)
 
 
 def build_qnet(

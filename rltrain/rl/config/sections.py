@@ -56,6 +56,10 @@ class ModelConfig:
     GPU learner, ~9x slower per sample to learn on a CPU."""
     hidden: int = field(default=64, metadata=spec(ge=1))
     """MLP hidden units per layer."""
+    log_std_init: float = field(default=0.0, metadata=spec(ge=-20, le=5))
+    """Box actions: the Gaussian policy's initial log standard deviation, one learned
+    parameter per action dimension (0: std 1, CleanRL's and SB3's default; rl-baselines3-zoo's
+    tuned MuJoCo entries start at -2, std 0.14). Discrete actions: unused."""
     value_net: str = field(default="auto", metadata=spec(choices=VALUE_NETS))
     """The value function's torso. auto: its own MLP for vector observations (as CleanRL and
     SB3), the policy's CNN for images. shared or separate force either."""

@@ -298,29 +298,24 @@ def test_mujoco_draws_through_egl_without_a_display(monkeypatch: pytest.MonkeyPa
     assert "MUJOCO_GL" not in os.environ
 
 
-def test_a_screen_that_fails_to_draw_films_the_agent_view(
-    tmp_path: Path, no_ffmpeg: None, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("env_id", "said"),
+    [
+        ("rltrain/Chain-v0", "rltrain/Chain-v0 cannot draw its screen"),
+        # render() raising something other than a gymnasium error (MuJoCo's FatalError
+        # without OpenGL): the same fallback, not a traceback
+        ("rltrain_test/RenderRaises-v0", "cannot draw its screen (an OpenGL platform library"),
+    ],
+)
+def test_an_env_without_a_screen_films_the_agent_view(
+    tmp_path: Path, no_ffmpeg: None, capsys: pytest.CaptureFixture[str], env_id: str, said: str
 ) -> None:
-    """render() raising something other than a gymnasium error (MuJoCo's FatalError without
-    OpenGL) falls back to the agent view, as an env without a screen does, not a traceback."""
-    import custom_envs  # noqa: F401 - registers it here, where eval runs (in-process)
+    import custom_envs  # noqa: F401 - registers RenderRaises here, where eval runs (in-process)
 
-    run = write_run(tmp_path / "r", "cartpole_appo.yaml", id="rltrain_test/RenderRaises-v0")
+    run = write_run(tmp_path / "r", "cartpole_appo.yaml", id=env_id)
     assert main(["eval", str(run), "--video"]) == 0
     out = capsys.readouterr().out
-    assert "cannot draw its screen (an OpenGL platform library" in out and "agent view" in out
-    assert (run / "eval-v0-agent.gif").exists()
-    assert main(["eval", str(run), "--video", "--video-view", "game"]) == 2
-    assert "--video-view agent" in capsys.readouterr().err
-
-
-def test_chain_without_a_screen_films_the_agent_view(
-    tmp_path: Path, no_ffmpeg: None, capsys: pytest.CaptureFixture[str]
-) -> None:
-    run = write_run(tmp_path / "chain", "cartpole_appo.yaml", id="rltrain/Chain-v0")
-    assert main(["eval", str(run), "--video"]) == 0
-    out = capsys.readouterr().out
-    assert "rltrain/Chain-v0 cannot draw its screen" in out and "agent view" in out
+    assert said in out and "agent view" in out
     assert (run / "eval-v0-agent.gif").exists()
     assert main(["eval", str(run), "--video", "--video-view", "game"]) == 2
     assert "--video-view agent" in capsys.readouterr().err

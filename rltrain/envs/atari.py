@@ -162,7 +162,7 @@ class AtariEnv(VectorEnv):
         protocol_args: dict[str, Any] = dict(
             num_threads=cfg.num_threads,
             max_num_frames_per_episode=cfg.max_episode_frames,
-            repeat_action_probability=sticky_actions(cfg),
+            repeat_action_probability=self.protocol["sticky_actions"],
             full_action_space=cfg.full_action_space,
             autoreset_mode=AutoresetMode.SAME_STEP,
             img_height=cfg.image_size,

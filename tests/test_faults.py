@@ -91,8 +91,10 @@ def test_a_pause_ends_even_if_the_process_that_paused_is_gone() -> None:
         pause(child.pid, 0.2)
         backstop = pauses._STOPPED[child.pid].backstop
         assert backstop is not None
-        assert _until(lambda: child.pid not in pauses._STOPPED)  # its timer continued it
-        assert backstop.poll() is not None  # and ended the backstop, its sleep included
+        # Its timer continued it and ended the backstop, its sleep included. The timer's
+        # thread drops the pid before it reaps the backstop: wait for the reaping itself.
+        assert _until(lambda: child.pid not in pauses._STOPPED)
+        assert _until(lambda: backstop.poll() is not None)
         assert _until(lambda: not _in_group(backstop.pid))  # sh and its sleep
     finally:
         child.kill()

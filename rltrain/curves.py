@@ -196,7 +196,8 @@ def read_curve(run_dir: Path) -> Curve:
     judged = settled_episodes(frames // skip, walls, sessions, *events(SETTLED_TAG))
     evals = series(EVAL_TAG)[:3]
     every, window = eval_every_steps(cfg) * skip, run_window(run_dir, cfg)
-    name = run_dir.resolve().name
+    # the name the user gave it (a link named for its setting), the folder's for . and ..
+    name = run_dir.name if run_dir.name not in ("", "..") else run_dir.resolve().name
     return Curve(name, frames, seconds, returns, evals, every, window, judged)
 
 

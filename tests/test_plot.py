@@ -88,6 +88,17 @@ def test_curve_counts_frames_and_seconds(tmp_path: Path) -> None:
     assert read_curve(cartpole).frames.tolist() == [64, 128]
 
 
+def test_a_run_is_labelled_by_the_name_it_was_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A link named for a run's setting labels it by that name; `.` by its folder's."""
+    run = make_run(tmp_path / "appo-20261204-101500", "cartpole_appo.yaml", [(64, 12, 1)])
+    (tmp_path / "lr3e-4").symlink_to(run)
+    assert read_curve(tmp_path / "lr3e-4").label == "lr3e-4"
+    monkeypatch.chdir(run)
+    assert read_curve(Path(".")).label == "appo-20261204-101500"
+
+
 def test_evaluations_during_training_are_read_as_dots(tmp_path: Path) -> None:
     """eval/mean_return (eval.every_steps) comes back beside the episodes, in frames."""
     pong = make_run(tmp_path / "pong", "pong_a3c.yaml", [(100, -21, 30), (200, -20, 60)])

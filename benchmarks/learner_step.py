@@ -6,17 +6,20 @@ device, the targets, then epochs x minibatches of forward, loss, backward, clipp
 push to a parameter-server shard beside it on the same device, whose parameters come back
 into the model) and the plain loop a single-process trainer would write (CleanRL's
 ``ppo_atari``: the same targets and loss, ``clip_grad_norm_``, a fused ``torch.optim.Adam``
-step) on identical synthetic Pong rollouts (uint8 [T+1, B, 4, 84, 84], ``configs/
-pong_appo.yaml``'s shapes), on the same device, with one torch thread.
+step) on identical synthetic rollouts of the config's shapes, on the same device, with one
+torch thread: for an Atari config Pong's (uint8 [T+1, B, 4, 84, 84], ``configs/
+pong_appo.yaml``'s), for any other env its own (one env is opened to learn them: float
+vectors, Discrete or Box actions, e.g. ``--config configs/mujoco_appo.yaml``, whose 32
+minibatches of 64 per learn make the fixed cost per update count).
 
 On CUDA a third row, "plain loop, one CUDA graph per update", replays each update
 (forward, loss, backward, clipping, Adam) as one captured CUDA graph: the bound on what
 removing the per-op launches from Python would give the learner (issue 36 found it
 launch-bound at minibatches of 256).
 
-Two models: the Nature CNN (the config's, at its precision) and a tiny CNN (one strided
-convolution and a 32-unit layer), whose own work is small, so that its ratio shows the
-learner's fixed cost per update.
+Two models for images: the Nature CNN (the config's, at its precision) and a tiny CNN (one
+strided convolution and a 32-unit layer), whose own work is small, so that its ratio shows
+the learner's fixed cost per update. For vectors one: the config's (an MLP).
 
 Host syncs are counted as calls that read a tensor's value on the host (``.item()``,
 ``.tolist()``, ``float()``, ``int()``, ``bool()``, ``.cpu()``, ``.numpy()``) during one
@@ -29,7 +32,8 @@ aten ops are counted per update with a ``TorchDispatchMode``.
         [--rollouts 2] [--repeats 3] [--config configs/pong_appo.yaml] [--set KEY=VALUE ...]
 
 The last line reads, for scripts:
-``learner_step: nature 1.08x, tiny 1.41x, syncs/minibatch 0, syncs/rollout 1``.
+``learner_step: nature 1.08x, tiny 1.41x, syncs/minibatch 0, syncs/rollout 1`` (for vectors
+``learner_step: mlp 1.20x, ...``).
 """
 
 from __future__ import annotations
@@ -51,21 +55,23 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from rltrain.config import load_config
+from rltrain.envs import ActionSpace
+from rltrain.envs.atari import is_atari
 from rltrain.ps.server import LocalServer
 from rltrain.rl.actor import policy_builder
 from rltrain.rl.algos.base import ValueEstimator
+from rltrain.rl.algos.distributions import Distribution, distribution
 from rltrain.rl.algos.estimators import TargetInputs
 from rltrain.rl.algos.losses import actor_critic_loss
 from rltrain.rl.algos.models import ActorCritic, flat_params
 from rltrain.rl.algos.ppo import PPOLoss
 from rltrain.rl.algos.torsos import to_device, train_layout
 from rltrain.rl.config import TrainConfig, server_settings
+from rltrain.rl.env_spec import probe_env
 from rltrain.rl.learner import Learner
 from rltrain.rl.rollout import Rollout
 
 ROOT = Path(__file__).resolve().parents[1]
-OBS = (4, 84, 84)
-ACTIONS = 6
 READS = {
     torch.Tensor.item,
     torch.Tensor.tolist,
@@ -78,13 +84,43 @@ READS = {
 }
 
 
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """The shapes the synthetic rollouts take: observations, their dtype and the actions."""
+
+    obs: tuple[int, ...]
+    dtype: torch.dtype
+    actions: ActionSpace
+
+    @property
+    def image(self) -> bool:
+        return len(self.obs) == 3
+
+    @property
+    def params(self) -> int:
+        """The policy head's width: logits, or a Gaussian's means and log-stds."""
+        return 2 * self.actions.n if self.actions.continuous else self.actions.n
+
+
+PONG = Task((4, 84, 84), torch.uint8, ActionSpace(6))
+
+
+def task_of(cfg: TrainConfig) -> Task:
+    """Pong's shapes for an Atari config (no emulator needed: the GPU box's script runs this
+    first); any other env's own, from one env opened here."""
+    if is_atari(cfg.env.id, cfg.env.wrappers):
+        return PONG
+    spec = probe_env(cfg)
+    return Task(spec.obs_shape, getattr(torch, spec.obs_dtype), spec.actions)
+
+
 class TinyTorso(nn.Module):
     """Every 4th pixel, one 3x3 convolution of stride 2 and 32 units: the same inputs, little
     work, so that what the learner adds per update shows."""
 
-    def __init__(self) -> None:
+    def __init__(self, channels: int) -> None:
         super().__init__()
-        conv = nn.Conv2d(OBS[0], 8, 3, stride=2)  # [N, 8, 10, 10]
+        conv = nn.Conv2d(channels, 8, 3, stride=2)  # [N, 8, 10, 10]
         self.net = nn.Sequential(conv, nn.ReLU(), nn.Flatten(), nn.Linear(800, 32), nn.ReLU())
         self.out_dim = 32
 
@@ -129,41 +165,56 @@ class AtenOps(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def rollout(cfg: TrainConfig, seed: int) -> Rollout:
-    """A synthetic Pong rollout of the config's shape: random frames, sparse +-1 rewards."""
+def rollout(cfg: TrainConfig, task: Task, seed: int) -> Rollout:
+    """A synthetic rollout of the config's shape (a learn's: ``impala.learner_batch`` actors'
+    rollouts side by side): random frames or vectors, random actions, sparse +-1 rewards."""
     g = torch.Generator().manual_seed(seed)
-    T, B = cfg.algo.rollout_length, cfg.env.num_envs
+    T, B = cfg.algo.rollout_length, cfg.env.num_envs * cfg.impala.learner_batch
     rewards = torch.randint(-1, 2, (T, B), generator=g).float()
     rewards *= torch.rand(T, B, generator=g) < 0.05
+    if task.dtype == torch.uint8:
+        obs = torch.randint(0, 256, (T + 1, B, *task.obs), generator=g, dtype=torch.uint8)
+    else:
+        obs = torch.randn(T + 1, B, *task.obs, generator=g).to(task.dtype)
+    n = task.actions.n
+    if task.actions.continuous:
+        actions = torch.randn(T, B, n, generator=g)
+        behaviour = torch.cat([torch.randn(T, B, n, generator=g) * 0.01, torch.zeros(T, B, n)], -1)
+    else:
+        actions = torch.randint(0, n, (T, B), generator=g)
+        behaviour = torch.randn(T, B, n, generator=g) * 0.01
     return Rollout(
         actor_id=0,
         version=0,
-        obs=torch.randint(0, 256, (T + 1, B, *OBS), generator=g, dtype=torch.uint8),
-        actions=torch.randint(0, ACTIONS, (T, B), generator=g),
+        obs=obs,
+        actions=actions,
         rewards=rewards,
         terminated=torch.rand(T, B, generator=g) < 0.002,
         truncated=torch.zeros(T, B, dtype=torch.bool),
-        behaviour_logits=torch.randn(T, B, ACTIONS, generator=g) * 0.01,
-        final_obs=torch.zeros(0, *OBS, dtype=torch.uint8),
+        behaviour_logits=behaviour,
+        final_obs=torch.zeros(0, *task.obs, dtype=task.dtype),
         final_at=torch.zeros(0, 2, dtype=torch.long),
     )
 
 
-def model_for(cfg: TrainConfig, kind: str, device: torch.device) -> ActorCritic:
-    """The config's Nature CNN at its precision, in the learners' layout, or the tiny CNN."""
+def model_for(cfg: TrainConfig, task: Task, kind: str, device: torch.device) -> ActorCritic:
+    """The config's model (the Nature CNN at its precision, an MLP for vectors) in the
+    learners' layout, or the tiny CNN."""
     torch.manual_seed(cfg.seed)
     if kind == "tiny":
-        return ActorCritic(TinyTorso(), ACTIONS).to(device)
-    model = policy_builder(cfg)(cfg.model.kind, OBS, ACTIONS, cfg.model.hidden)
+        return ActorCritic(TinyTorso(task.obs[0]), task.actions).to(device)
+    model = policy_builder(cfg)(cfg.model.kind, task.obs, task.actions, cfg.model.hidden)
     to_device(model, device, cfg.model.precision)
     train_layout(model)
     return model
 
 
-def learner_path(cfg: TrainConfig, kind: str, device: torch.device) -> Callable[[Rollout], int]:
+def learner_path(
+    cfg: TrainConfig, task: Task, kind: str, device: torch.device
+) -> Callable[[Rollout], int]:
     """``Learner.learn`` with a shard beside it on ``device``; returns updates per call."""
-    learner = Learner(cfg, OBS, ACTIONS, gpu=device.type == "cuda", threads=1)
-    learner.model = model_for(cfg, kind, device)
+    learner = Learner(cfg, task.obs, task.actions, gpu=device.type == "cuda", threads=1)
+    learner.model = model_for(cfg, task, kind, device)
     settings = dataclasses.replace(server_settings(cfg), shards=1)
     server = LocalServer(flat_params(learner.model), cfg.optimizer, settings, 1, device=device)
 
@@ -174,17 +225,21 @@ def learner_path(cfg: TrainConfig, kind: str, device: torch.device) -> Callable[
 
 
 def batch_inputs(
-    cfg: TrainConfig, model: ActorCritic, estimate: ValueEstimator, r: Rollout
+    cfg: TrainConfig, model: ActorCritic, estimate: ValueEstimator, dist: Distribution, r: Rollout
 ) -> tuple[torch.Tensor, ...]:
-    """A single-process trainer's batch: obs [N, *obs], actions [N], pi_old's logits [N, A],
-    old values, targets and advantages [N] (N = T x B), from one no-grad pass over ``r``;
-    ``estimate`` is built once per loop, as the learner builds its own."""
-    T, B = r.actions.shape
+    """A single-process trainer's batch: obs [N, *obs], actions [N] (or [N, n]), pi_old's
+    logits [N, P], old values, targets and advantages [N] (N = T x B), from one no-grad pass
+    over ``r``; ``estimate`` is built once per loop, as the learner builds its own (V-trace's
+    behaviour policy: the rollout's, as the learner's)."""
+    T, B = r.actions.shape[:2]
     with torch.no_grad():
         logits, values = model(r.obs.flatten(0, 1))
     logits, values = logits.view(T + 1, B, -1)[:T], values.view(T + 1, B)
     inputs = TargetInputs(
-        log_probs=lambda: (logits, logits),  # (correction: none never asks)
+        log_probs=lambda: (
+            dist.log_prob(r.behaviour_logits, r.actions),
+            dist.log_prob(logits, r.actions),
+        ),
         rewards=r.rewards,
         discounts=r.discounts(cfg.algo.gamma),
         values=values[:T],
@@ -192,7 +247,7 @@ def batch_inputs(
         continues=r.continues(),
     )
     targets, adv = estimate(inputs)
-    obs, actions = r.obs[:T].flatten(0, 1), r.actions.flatten()
+    obs, actions = r.obs[:T].flatten(0, 1), r.actions.flatten(0, 1)  # [N, *obs], [N(, n)]
     return (
         obs,
         actions,
@@ -203,9 +258,12 @@ def batch_inputs(
     )
 
 
-def plain_loop(cfg: TrainConfig, kind: str, device: torch.device) -> Callable[[Rollout], int]:
+def plain_loop(
+    cfg: TrainConfig, task: Task, kind: str, device: torch.device
+) -> Callable[[Rollout], int]:
     """A single-process trainer's loop on the same model, targets and loss: no server."""
-    model = model_for(cfg, kind, device)
+    model = model_for(cfg, task, kind, device)
+    dist = distribution(task.actions)
     o = cfg.optimizer
     opt = torch.optim.Adam(model.parameters(), lr=o.lr, eps=o.eps, fused=True)
     spec, p = PPOLoss(cfg).spec(), cfg.ppo
@@ -214,13 +272,13 @@ def plain_loop(cfg: TrainConfig, kind: str, device: torch.device) -> Callable[[R
 
     def learn(r: Rollout) -> int:
         r = r.to(device)  # every tensor of it, as the learner moves a rollout
-        obs, actions, old, old_v, targets, adv = batch_inputs(cfg, model, estimate, r)
+        obs, actions, old, old_v, targets, adv = batch_inputs(cfg, model, estimate, dist, r)
         n = len(actions)
         for _ in range(p.epochs):
             for idx in torch.randperm(n, generator=gen).to(device).split(n // p.minibatches):
                 lg, v = model(obs[idx])
                 loss = actor_critic_loss(
-                    lg, actions[idx], v, targets[idx], adv[idx], spec, old[idx], old_v[idx]
+                    lg, actions[idx], v, targets[idx], adv[idx], spec, old[idx], old_v[idx], dist
                 )
                 opt.zero_grad(set_to_none=True)
                 loss.total.backward()
@@ -231,23 +289,29 @@ def plain_loop(cfg: TrainConfig, kind: str, device: torch.device) -> Callable[[R
     return learn
 
 
-def graphed_loop(cfg: TrainConfig, kind: str, device: torch.device) -> Callable[[Rollout], int]:
+def graphed_loop(
+    cfg: TrainConfig, task: Task, kind: str, device: torch.device
+) -> Callable[[Rollout], int]:
     """The plain loop with each update (forward, loss, backward, clipping, Adam's step) one
     CUDA graph, replayed on a minibatch gathered into static buffers (PyTorch's whole-network
     capture, "CUDA Graphs" in its CUDA semantics notes): no op is launched from Python per
     update, so this is what a learner could reach where launching ~280 ops is the cost
     (issue 36: 6.2 ms per update for ~1.9 ms of GPU work at 256). CUDA only."""
-    model = model_for(cfg, kind, device)
+    model = model_for(cfg, task, kind, device)
+    dist = distribution(task.actions)
     o = cfg.optimizer
     opt = torch.optim.Adam(model.parameters(), lr=o.lr, eps=o.eps, capturable=True)
     spec, p = PPOLoss(cfg).spec(), cfg.ppo
     gen = torch.Generator().manual_seed(cfg.seed)
     estimate = cfg.algo_spec.make_estimator(cfg)
-    mb = cfg.algo.rollout_length * cfg.env.num_envs // p.minibatches
+    mb = cfg.algo.rollout_length * cfg.env.num_envs * cfg.impala.learner_batch // p.minibatches
+    a = task.actions
     static = {
-        "obs": torch.zeros(mb, *OBS, dtype=torch.uint8, device=device),
-        "actions": torch.zeros(mb, dtype=torch.long, device=device),
-        "old": torch.zeros(mb, ACTIONS, device=device),
+        "obs": torch.zeros(mb, *task.obs, dtype=task.dtype, device=device),
+        "actions": torch.zeros(mb, a.n, device=device)
+        if a.continuous
+        else torch.zeros(mb, dtype=torch.long, device=device),
+        "old": torch.zeros(mb, task.params, device=device),
         **{k: torch.zeros(mb, device=device) for k in ("old_v", "targets", "adv")},
     }
 
@@ -255,7 +319,7 @@ def graphed_loop(cfg: TrainConfig, kind: str, device: torch.device) -> Callable[
         s = static
         lg, v = model(s["obs"])
         loss = actor_critic_loss(
-            lg, s["actions"], v, s["targets"], s["adv"], spec, s["old"], s["old_v"]
+            lg, s["actions"], v, s["targets"], s["adv"], spec, s["old"], s["old_v"], dist
         )
         loss.total.backward()
         nn.utils.clip_grad_norm_(model.parameters(), cfg.algo.max_grad_norm)
@@ -278,7 +342,7 @@ def graphed_loop(cfg: TrainConfig, kind: str, device: torch.device) -> Callable[
         batch = dict(
             zip(
                 ("obs", "actions", "old", "old_v", "targets", "adv"),
-                batch_inputs(cfg, model, estimate, r),
+                batch_inputs(cfg, model, estimate, dist, r),
                 strict=True,
             )
         )
@@ -333,15 +397,15 @@ def syncs(fn: Callable[[Rollout], int], r: Rollout, device: torch.device) -> Cou
 
 
 def sync_split(
-    cfg: TrainConfig, kind: str, device: torch.device
+    cfg: TrainConfig, task: Task, kind: str, device: torch.device
 ) -> tuple[float, float, Counter[str]]:
     """(per rollout, per minibatch, where a learn's syncs are made) from two batch sizes:
     syncs = a + b x updates."""
     counts, sites = [], Counter[str]()
     for epochs in (cfg.ppo.epochs, 1):
         c = dataclasses.replace(cfg, ppo=dataclasses.replace(cfg.ppo, epochs=epochs))
-        fn = learner_path(c, kind, device)
-        r = rollout(c, 99)
+        fn = learner_path(c, task, kind, device)
+        r = rollout(c, task, 99)
         fn(r)  # warm: the optimizer's state, the first pull
         found = syncs(fn, r, device)
         sites = sites or found  # the config's own epochs
@@ -375,22 +439,25 @@ def main() -> None:
             cfg, model=dataclasses.replace(cfg.model, precision=args.precision)
         )
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    P = cfg.ppo
+    P, task = cfg.ppo, task_of(cfg)
+    columns = cfg.env.num_envs * cfg.impala.learner_batch
     print(
-        f"device {name}, 1 torch thread; {Path(args.config).name}: rollouts of "
-        f"{cfg.algo.rollout_length} x {cfg.env.num_envs}, {P.epochs} epochs x {P.minibatches} "
-        f"minibatches; median of {args.repeats} blocks of {args.rollouts} rollouts"
+        f"device {name}, 1 torch thread; {Path(args.config).name}: obs {task.obs}, "
+        f"{task.actions.describe()} actions, rollouts of {cfg.algo.rollout_length} x {columns}, "
+        f"{P.epochs} epochs x {P.minibatches} minibatches; median of {args.repeats} blocks of "
+        f"{args.rollouts} rollouts"
     )
     print("| model | path | ms per update | vs plain | aten ops per update |")
     print("|---|---|---|---|---|")
     ratios: dict[str, float] = {}
-    batches = [rollout(cfg, i) for i in range(args.rollouts)]
-    for kind in ("nature", "tiny"):
-        fns = {"plain loop": plain_loop(cfg, kind, device)}
-        fns["learner"] = learner_path(cfg, kind, device)
+    batches = [rollout(cfg, task, i) for i in range(args.rollouts)]
+    kinds = ("nature", "tiny") if task.image else ("mlp",)
+    for kind in kinds:
+        fns = {"plain loop": plain_loop(cfg, task, kind, device)}
+        fns["learner"] = learner_path(cfg, task, kind, device)
         if device.type == "cuda":  # what removing the launches would give: one graph each
             try:
-                fns["plain loop, one CUDA graph per update"] = graphed_loop(cfg, kind, device)
+                fns["plain loop, one CUDA graph per update"] = graphed_loop(cfg, task, kind, device)
             except Exception as e:  # noqa: BLE001 - a benchmark row, not the run
                 print(f"(the CUDA graph row failed: {type(e).__name__}: {e})")
         ops = {k: aten_ops(fn, batches[0]) for k, fn in fns.items()}  # (also the warm-up)
@@ -403,13 +470,13 @@ def main() -> None:
             ms = statistics.median(times[k])
             print(f"| {kind} | {k} | {ms:.3f} | {ms / base:.2f}x | {ops[k]:.0f} |")
         ratios[kind] = statistics.median(times["learner"]) / base
-    per_rollout, per_minibatch, sites = sync_split(cfg, "tiny", device)
+    per_rollout, per_minibatch, sites = sync_split(cfg, task, kinds[-1], device)
     where = ", ".join(f"{site} x{n}" for site, n in sites.most_common()) or "none"
     print(f"learner's host syncs: {per_minibatch:g} per minibatch, {per_rollout:g} per rollout")
     print(f"a learn's host syncs, where they are made: {where}")
+    models = ", ".join(f"{kind} {ratio:.2f}x" for kind, ratio in ratios.items())
     print(
-        f"learner_step: nature {ratios['nature']:.2f}x, tiny {ratios['tiny']:.2f}x, "
-        f"syncs/minibatch {per_minibatch:g}, syncs/rollout {per_rollout:g}"
+        f"learner_step: {models}, syncs/minibatch {per_minibatch:g}, syncs/rollout {per_rollout:g}"
     )
 
 

@@ -316,14 +316,17 @@ def test_pong_appo_is_atari_appo_with_pongs_id_and_stop() -> None:
 
 def test_mujoco_appo_is_pendulum_appo_with_the_mujoco_protocol() -> None:
     """configs/mujoco_appo.yaml: pendulum_appo.yaml's network and batches, CleanRL's MuJoCo
-    horizon, rate and anneal over a 1M-step budget (its Adam 1e-3 collapses HalfCheetah)."""
+    horizon, rate and anneal over a 1M-step budget (its Adam 1e-3 collapses HalfCheetah) and
+    its minibatches of 64."""
     pendulum = load_config(TrainConfig, ROOT / "configs" / "pendulum_appo.yaml")
     mujoco = load_config(TrainConfig, ROOT / "configs" / "mujoco_appo.yaml")
     assert mujoco.env.id == "HalfCheetah-v5"
     assert (mujoco.algo.gamma, mujoco.algo.gae_lambda, mujoco.optimizer.lr) == (0.99, 0.95, 3e-4)
     assert (mujoco.schedule.lr_end, mujoco.stop.max_env_steps) == (0.0, 1_000_000)
     assert mujoco.stop.mean_return is None and mujoco.stop.max_seconds == 0
-    assert (mujoco.ppo, mujoco.impala, mujoco.model, mujoco.normalize) == (
+    samples = mujoco.algo.rollout_length * mujoco.env.num_envs * mujoco.impala.learner_batch
+    assert samples // mujoco.ppo.minibatches == 64
+    assert (replace(mujoco.ppo, minibatches=4), mujoco.impala, mujoco.model, mujoco.normalize) == (
         pendulum.ppo,
         pendulum.impala,
         pendulum.model,

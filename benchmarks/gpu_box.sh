@@ -36,7 +36,9 @@
 #   * the same for BEFORE_SECONDS (0 skips it, the default) with the layout before session 28
 #     (each actor's own policy on its CPU, the shard on the CPU);
 #   * on a GPU, within COMPILE_SECONDS (0, the default, skips it; 60 is enough): torch.compile
-#     and CUDA graphs (mode="reduce-overhead") against bf16 autocast for the CNN.
+#     and CUDA graphs (mode="reduce-overhead") against bf16 autocast for the CNN, then the
+#     learner with model.compile beside the eager one (learner_step.py --compile), each
+#     within COMPILE_SECONDS.
 #
 #   bash benchmarks/gpu_box.sh [extra --set for the run ...]
 #   WHEELS=.whl TRAIN_SECONDS=240 RAW_SECONDS=3 WIDE_SECONDS=90 WIDE_ENVS=64 MB8_SECONDS=60 \
@@ -198,4 +200,7 @@ if [ "$COMPILE_SECONDS" -gt 0 ] && python3 -c "import sys, torch; sys.exit(not t
     timeout "$COMPILE_SECONDS" python3 "$REPO/benchmarks/cnn_precision.py" --device cuda \
         --infer-batch 128 --seconds 1 --rounds 1 --variants bf16 compile+bf16 graphs+bf16 \
         || echo "(stopped at ${COMPILE_SECONDS}s)"
+    echo "## the learner with model.compile (its minibatch step compiled) beside the eager one"
+    timeout "$COMPILE_SECONDS" python3 "$REPO/benchmarks/learner_step.py" --config "$CONFIG" \
+        --rollouts 2 --repeats 3 --compile || echo "(stopped at ${COMPILE_SECONDS}s)"
 fi

@@ -17,6 +17,13 @@ On CUDA a third row, "plain loop, one CUDA graph per update", replays each updat
 removing the per-op launches from Python would give the learner (issue 36 found it
 launch-bound at minibatches of 256).
 
+With ``--compile`` a row "learner, compiled" adds the learner with ``model.compile`` (its
+minibatch step's forward, loss and backward compiled by ``torch.compile``), its first learn's
+seconds (the compile) said apart; a config with ``model.compile: true`` compiles the
+"learner" row itself. A dispatch mode sees no op inside a compiled graph: such a row has no
+aten op count, and the host syncs are counted on the eager learner (none are made inside
+the compiled step).
+
 Two models for images: the Nature CNN (the config's, at its precision) and a tiny CNN (one
 strided convolution and a 32-unit layer), whose own work is small, so that its ratio shows
 the learner's fixed cost per update. For any other env one: the config's (an MLP for vectors).
@@ -30,10 +37,12 @@ aten ops are counted per update with a ``TorchDispatchMode``.
 
     python benchmarks/learner_step.py [--device cpu|cuda] [--precision fp32|bf16]
         [--rollouts 2] [--repeats 3] [--config configs/pong_appo.yaml] [--set KEY=VALUE ...]
+        [--compile]
 
 The last line reads, for scripts:
 ``learner_step: nature 1.08x, tiny 1.41x, syncs/minibatch 0, syncs/rollout 1`` (for vectors
-``learner_step: mlp 1.13x, ...``; for another env's images ``cnn``).
+``learner_step: mlp 1.13x, ...``; for another env's images ``cnn``; with ``--compile``
+``..., mlp compiled 0.76x, syncs/minibatch ...``).
 """
 
 from __future__ import annotations
@@ -72,6 +81,7 @@ from rltrain.rl.learner import Learner
 from rltrain.rl.rollout import Rollout
 
 ROOT = Path(__file__).resolve().parents[1]
+COMPILED = "learner, compiled"
 READS = {
     torch.Tensor.item,
     torch.Tensor.tolist,
@@ -206,9 +216,12 @@ def model_for(cfg: TrainConfig, task: Task, kind: str, device: torch.device) -> 
 
 
 def learner_path(
-    cfg: TrainConfig, task: Task, kind: str, device: torch.device
+    cfg: TrainConfig, task: Task, kind: str, device: torch.device, compile: bool | None = None
 ) -> Callable[[Rollout], int]:
-    """``Learner.learn`` with a shard beside it on ``device``; returns updates per call."""
+    """``Learner.learn`` with a shard beside it on ``device``; returns updates per call
+    (``compile``: model.compile, its minibatch step compiled; None: the config's)."""
+    if compile is not None:
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, compile=compile))
     learner = Learner(cfg, task.obs, task.actions, gpu=device.type == "cuda", threads=1)
     learner.model = model_for(cfg, task, kind, device)
     settings = dataclasses.replace(server_settings(cfg), shards=1)
@@ -400,7 +413,7 @@ def sync_split(
     counts, sites = [], Counter[str]()
     for epochs in (cfg.ppo.epochs, 1):
         c = dataclasses.replace(cfg, ppo=dataclasses.replace(cfg.ppo, epochs=epochs))
-        fn = learner_path(c, task, kind, device)
+        fn = learner_path(c, task, kind, device, compile=False)  # its syncs are outside
         r = rollout(c, task, 99)
         fn(r)  # warm: the optimizer's state, the first pull
         found = syncs(fn, r, device)
@@ -409,6 +422,15 @@ def sync_split(
     (u1, s1), (u2, s2) = counts
     b = (s1 - s2) / (u1 - u2) if u1 != u2 else 0.0
     return s1 - b * u1, b, sites
+
+
+def first_call(fn: Callable[[Rollout], int], r: Rollout, device: torch.device) -> float:
+    """Seconds of the first call (the optimizer's state, the first pull, a compile)."""
+    sync(device)
+    t = time.perf_counter()
+    fn(r)
+    sync(device)
+    return time.perf_counter() - t
 
 
 def aten_ops(fn: Callable[[Rollout], int], r: Rollout) -> float:
@@ -426,6 +448,11 @@ def main() -> None:
     p.add_argument("--set", action="append", default=[], help="a config override (KEY=VALUE)")
     p.add_argument("--rollouts", type=int, default=2, help="rollouts per timed block")
     p.add_argument("--repeats", type=int, default=3, help="timed blocks per row (median)")
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="add a row: the learner with model.compile (torch.compile of its minibatch step)",
+    )
     args = p.parse_args()
     torch.set_num_threads(1)
     device = torch.device(args.device)
@@ -446,17 +473,24 @@ def main() -> None:
     print("| model | path | ms per update | vs plain | aten ops per update |")
     print("|---|---|---|---|---|")
     ratios: dict[str, float] = {}
+    compiled_ratios: dict[str, float] = {}
+    compile_row = args.compile and not cfg.model.compile  # (else the learner row is compiled)
     batches = [rollout(cfg, task, i) for i in range(args.rollouts)]
     kinds = ("nature", "tiny") if task == PONG else ("cnn" if len(task.obs) == 3 else "mlp",)
     for kind in kinds:
         fns = {"plain loop": plain_loop(cfg, task, kind, device)}
         fns["learner"] = learner_path(cfg, task, kind, device)
+        if compile_row:
+            fns[COMPILED] = learner_path(cfg, task, kind, device, compile=True)
         if device.type == "cuda":  # what removing the launches would give: one graph each
             try:
                 fns["plain loop, one CUDA graph per update"] = graphed_loop(cfg, task, kind, device)
             except Exception as e:  # noqa: BLE001 - a benchmark row, not the run
                 print(f"(the CUDA graph row failed: {type(e).__name__}: {e})")
-        ops = {k: aten_ops(fn, batches[0]) for k, fn in fns.items()}  # (also the warm-up)
+        first = {k: first_call(fn, batches[0], device) for k, fn in fns.items()}  # warm-up
+        # (a dispatch mode sees no op inside a compiled graph: such a row has no count)
+        compiled = {COMPILED, "learner"} if cfg.model.compile else {COMPILED}
+        ops = {k: aten_ops(fn, batches[0]) for k, fn in fns.items() if k not in compiled}
         times: dict[str, list[float]] = {k: [] for k in fns}
         for _ in range(args.repeats):  # interleaved: the machine's noise falls on both
             for k, fn in fns.items():
@@ -464,13 +498,18 @@ def main() -> None:
         base = statistics.median(times["plain loop"])
         for k in fns:
             ms = statistics.median(times[k])
-            print(f"| {kind} | {k} | {ms:.3f} | {ms / base:.2f}x | {ops[k]:.0f} |")
+            count = f"{ops[k]:.0f}" if k in ops else "-"
+            print(f"| {kind} | {k} | {ms:.3f} | {ms / base:.2f}x | {count} |")
         ratios[kind] = statistics.median(times["learner"]) / base
+        if compile_row:
+            compiled_ratios[kind] = statistics.median(times[COMPILED]) / base
+            print(f"({kind}: the compiled learner's first learn took {first[COMPILED]:.1f} s)")
     per_rollout, per_minibatch, sites = sync_split(cfg, task, kinds[-1], device)
     where = ", ".join(f"{site} x{n}" for site, n in sites.most_common()) or "none"
     print(f"learner's host syncs: {per_minibatch:g} per minibatch, {per_rollout:g} per rollout")
     print(f"a learn's host syncs, where they are made: {where}")
     models = ", ".join(f"{kind} {ratio:.2f}x" for kind, ratio in ratios.items())
+    models += "".join(f", {kind} compiled {r:.2f}x" for kind, r in compiled_ratios.items())
     print(
         f"learner_step: {models}, syncs/minibatch {per_minibatch:g}, syncs/rollout {per_rollout:g}"
     )

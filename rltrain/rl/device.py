@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def pick_device(want_gpu: bool, who: str = "learner") -> torch.device:
@@ -38,3 +42,38 @@ def warm_gpu() -> threading.Thread | None:
     )
     thread.start()
     return thread
+
+
+def compiled(fn: F, who: str) -> F:
+    """``torch.compile(fn)`` (Inductor: on a CPU it builds C++, on a GPU Triton kernels),
+    made at the first call, so that importing its compiler (seconds) delays no start-up; or
+    ``fn`` itself from the first call whose compile fails (no C++ compiler, a platform
+    torch.compile does not support), said in one line: a run goes on eagerly rather than
+    ending over a speed-up. An error of ``fn``'s own is raised as it is."""
+    from torch._dynamo.exc import TorchDynamoException  # (a submodule torch imports)
+
+    use: list[Callable[..., Any]] = []  # what runs: the compiled fn, or fn
+
+    def eager(e: Exception) -> None:
+        reason = (str(e).strip().splitlines() or [""])[0][:160]
+        print(
+            f"rltrain: {who}: torch.compile failed ({type(e).__name__}: {reason}); "
+            "it runs eagerly (model.compile=false skips compiling)",
+            file=sys.stderr,
+        )
+        use[:] = [fn]
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if not use:
+            try:
+                use.append(torch.compile(fn))
+            except RuntimeError as e:  # a platform it does not support
+                eager(e)
+        if use[0] is not fn:
+            try:
+                return use[0](*args, **kwargs)
+            except TorchDynamoException as e:  # the compiler's (its backend's wrapped)
+                eager(e)
+        return fn(*args, **kwargs)
+
+    return call  # type: ignore[return-value]

@@ -31,7 +31,7 @@ from rltrain.rl.algos.losses import LossTerms, next_state_values
 from rltrain.rl.algos.models import bind_flat, parameters_to_come, unbind_flat
 from rltrain.rl.algos.torsos import to_device, train_layout
 from rltrain.rl.config import TrainConfig, waits_at_barrier
-from rltrain.rl.device import pick_device
+from rltrain.rl.device import compiled, pick_device
 from rltrain.rl.exchange import push_gradients
 from rltrain.rl.rollout import Gradient, Rollout, WorkStats, stack
 
@@ -76,6 +76,10 @@ class Learner:
         to_device(self.model, self.device, cfg.model.precision)
         train_layout(self.model)
         self.loss = cfg.algo_spec.make_loss(cfg)
+        # one minibatch's forward pass and loss (model.compile: fused by torch.compile)
+        self.minibatch_loss = self._minibatch_loss
+        if cfg.model.compile:
+            self.minibatch_loss = compiled(self._minibatch_loss, f"learner {learner_id}")
         self.estimator = cfg.algo_spec.make_estimator(cfg)
         self.timer = PhaseTimer("learner")  # a worker replaces it with its own
         # minibatch shuffles: seeded per learner (worker i uses seed + i)
@@ -222,24 +226,28 @@ class Learner:
             # exactly ppo.minibatches per epoch, sizes within one of each other, every sample
             # in one (15 samples in 6: 3, 3, 3, 2, 2, 2; ceil-sized chunks made 5)
             for idx in order.tensor_split(minibatches):
-                lg, v = self.model(obs[idx])
-                batch = LossBatch(
-                    lg,
-                    actions[idx],
-                    v,
-                    targets[idx],
-                    adv[idx],
-                    old[idx],
-                    old_values[idx],
-                    self.dist,
+                loss = self.minibatch_loss(
+                    obs[idx], actions[idx], targets[idx], adv[idx], old[idx], old_values[idx]
                 )
-                loss = self.loss(batch)
                 if kl is not None:  # KL(pi_old || pi) at this minibatch's parameters
                     kl += loss.parts[3]
                 yield self._gradient(loss, len(idx), lag)
             self.epochs_run += 1
             if kl is not None and float(kl) > stop_kl:  # ppo.target_kl: the batch moved it enough
                 return
+
+    def _minibatch_loss(
+        self,
+        obs: torch.Tensor,  # [M, *obs]
+        actions: torch.Tensor,  # [M] or [M, n]
+        targets: torch.Tensor,  # [M]
+        adv: torch.Tensor,  # [M]
+        old: torch.Tensor,  # [M, P] pi_old
+        old_values: torch.Tensor,  # [M]
+    ) -> LossTerms:
+        logits, values = self.model(obs)
+        batch = LossBatch(logits, actions, values, targets, adv, old, old_values, self.dist)
+        return self.loss(batch)
 
     @torch.no_grad()
     def lag_kl(self, r: Rollout, logits: torch.Tensor) -> torch.Tensor:  # []

@@ -19,9 +19,17 @@ if TYPE_CHECKING:
 class ActorCriticLoss(PolicyLoss):
     """policy + c_v (V - target)^2 / 2 - c_e H(pi) (:func:`rltrain.rl.algos.losses.
     actor_critic_loss`); subclasses set the PPO terms of its :class:`LossSpec`, which is
-    built again only when the entropy coefficient's schedule moved (not per minibatch)."""
+    built again when the entropy coefficient's schedule moves (once a batch, not per
+    minibatch: a compiled minibatch step reads it, model.compile)."""
 
-    _held: tuple[float, LossSpec] | None = None
+    def __init__(self, cfg: RunSettings) -> None:
+        super().__init__(cfg)
+        self.held = self.spec()
+
+    def set_progress(self, progress: float) -> None:
+        super().set_progress(progress)
+        if self.held.entropy_coef != self.entropy_coef:
+            self.held = self.spec()
 
     def spec(self) -> LossSpec:
         from rltrain.rl.algos.losses import LossSpec
@@ -32,15 +40,13 @@ class ActorCriticLoss(PolicyLoss):
     def __call__(self, b: LossBatch) -> LossTerms:
         from rltrain.rl.algos.losses import actor_critic_loss
 
-        if self._held is None or self._held[0] != self.entropy_coef:
-            self._held = (self.entropy_coef, self.spec())
         return actor_critic_loss(
             b.logits,
             b.actions,
             b.values,
             b.value_targets,
             b.advantages,
-            self._held[1],
+            self.held,
             behaviour_logits=b.reference_logits,
             old_values=b.old_values,
             dist=b.dist,

@@ -73,8 +73,8 @@ class PPOLoss(ActorCriticLoss):
     minibatched = True
 
     def __init__(self, cfg: RunSettings) -> None:
+        self.ppo: PPOConfig = cfg.section("ppo")  # (before the base builds the spec from it)
         super().__init__(cfg)
-        self.ppo: PPOConfig = cfg.section("ppo")
         self.epochs, self.minibatches = self.ppo.epochs, self.ppo.minibatches
         self.target_kl = self.ppo.target_kl
 

@@ -71,6 +71,14 @@ class ModelConfig:
     learner's) runs it faster (CPUs with AVX-512 BF16 / AMX), fp32 elsewhere: on CUDA (TF32
     matmuls) the CNN is too small for bf16 to win back autocast's casts, and MLPs are too
     small to gain."""
+    compile: bool = False
+    """ppo and appo: compile each minibatch's forward pass and loss, and their backward, with
+    torch.compile (Inductor; on a CPU it needs a C++ compiler, else the learner says so and
+    runs eagerly). It fuses the loss's ~100 small ops: an MLP learner's update took 0.69x
+    the time on a CPU (MuJoCo's minibatches of 64) and whole MuJoCo runs 0.76-0.79x, for a
+    few seconds of compiling at each learner process's first learn (docs/benchmarks.md);
+    Pong's CNN on a CPU gained nothing. Off by default: short runs lose more to the compile
+    than they gain."""
 
 
 @dataclass(frozen=True)

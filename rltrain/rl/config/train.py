@@ -231,6 +231,11 @@ def check_algo(cfg: TrainConfig) -> None:
         )
     if not spec.normalizes and cfg.normalize.reward:
         raise ValueError(f"normalize.reward=true: not supported with algo.name={name}")
+    if cfg.model.compile and not spec.minibatched(cfg):
+        raise ValueError(
+            f"model.compile=true: compiles ppo's and appo's minibatch step; algo.name={name} "
+            "has none, use model.compile=false"
+        )
     cfg.faults.check_targets(
         {
             "actor": cfg.actors or None,  # auto: checked once sized

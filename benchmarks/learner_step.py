@@ -102,11 +102,6 @@ class Task:
     dtype: torch.dtype
     actions: ActionSpace
 
-    @property
-    def params(self) -> int:
-        """The policy head's width: logits, or a Gaussian's means and log-stds."""
-        return 2 * self.actions.n if self.actions.continuous else self.actions.n
-
 
 PONG = Task((4, 84, 84), torch.uint8, ActionSpace(6))
 
@@ -320,7 +315,7 @@ def graphed_loop(
         "actions": torch.zeros(mb, a.n, device=device)
         if a.continuous
         else torch.zeros(mb, dtype=torch.long, device=device),
-        "old": torch.zeros(mb, task.params, device=device),
+        "old": torch.zeros(mb, task.actions.params, device=device),
         **{k: torch.zeros(mb, device=device) for k in ("old_v", "targets", "adv")},
     }
 

@@ -62,6 +62,12 @@ class ActionSpace:
     def describe(self) -> str:
         return f"Box({self.n},)" if self.continuous else f"Discrete({self.n})"
 
+    @property
+    def params(self) -> int:
+        """The width of the policy's output: n logits, or a Gaussian's n means and n log
+        standard deviations (:mod:`rltrain.rl.algos.distributions`)."""
+        return 2 * self.n if self.continuous else self.n
+
     def bounded(self) -> np.ndarray:
         """[n] bool: the Box's dimensions with finite bounds on both sides."""
         return np.isfinite(self.low) & np.isfinite(self.high)

@@ -83,12 +83,11 @@ class ActSlots:
         space = actions if isinstance(actions, ActionSpace) else ActionSpace(actions)
         action_shape: tuple[int, ...] = (space.n,) if space.continuous else ()
         action_dtype = torch.float32 if space.continuous else torch.int64
-        width = 2 * space.n if space.continuous else space.n  # the distribution's parameters
         self.rows = rows
         self.obs = torch.zeros(actors, rows, *obs_shape, dtype=obs_dtype).share_memory_()
         self.actions = torch.zeros(actors, rows, *action_shape, dtype=action_dtype)
         self.actions.share_memory_()
-        self.logits = torch.zeros(actors, rows, width).share_memory_()  # [N, rows, A]
+        self.logits = torch.zeros(actors, rows, space.params).share_memory_()  # [N, rows, A]
         self.meta = torch.zeros(actors, 4, dtype=torch.int64).share_memory_()
         # [0]: the reward scale of the parameters acting; [1]: 1 once the run has stopped
         self.control = torch.tensor([1.0, 0.0], dtype=torch.float64).share_memory_()

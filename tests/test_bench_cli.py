@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from rltrain.cli import main
+from rltrain.supervised import evaluation
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,12 +67,15 @@ def test_bench_sync_async_and_friends(tiny_root: Path, tmp_path: Path) -> None:
     assert int(rows["async"]["updates_applied"]) == 40
     assert int(rows["hogwild"]["updates_applied"]) == 40
     assert int(rows["baseline"]["updates_applied"]) == 40
+    # sync's steps are rounds of 2 workers' gradients; async's one per gradient
+    assert [int(rows[m]["steps"]) for m in ("baseline", "sync", "async")] == [40, 20, 40]
     for r in rows.values():
         assert int(r["samples"]) == 1280
         assert int(r["rejected"]) == 0
 
     summary = json.loads((run_dir / "summary.json").read_text())
     assert [r["mode"] for r in summary["results"]] == ["baseline", "sync", "async", "hogwild"]
+    assert summary["stopped_by"] == "done" and summary["modes"] == resolved["modes"]
     assert summary["results"][1]["mean_staleness"] == 0
 
     acc = EventAccumulator(str(run_dir / "tb" / "async"), size_guidance={"histograms": 0})
@@ -82,3 +88,28 @@ def test_bench_sync_async_and_friends(tiny_root: Path, tmp_path: Path) -> None:
     final = acc.Scalars("supervised/test_accuracy")[-1]
     assert final.value > 0.5  # the tiny patterns are learnable in two epochs
     assert final.step == 1280
+
+
+def test_ctrl_c_while_a_mode_is_evaluated_keeps_its_results(
+    tiny_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mode that has trained is evaluated to its end before the bench stops (exit 130); the
+    outputs say what was asked for and what did not run."""
+    evaluate = evaluation.evaluate
+
+    def interrupted(*args: object, **kwargs: object) -> object:
+        os.kill(os.getpid(), signal.SIGINT)  # as a terminal's Ctrl-C, mid-evaluation
+        return evaluate(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(evaluation, "evaluate", interrupted)
+    run_dir = tmp_path / "run"
+    args = ["bench", str(ROOT / "configs" / "bench_fashion_mnist.yaml"), "--run-dir", str(run_dir)]
+    for kv in (f"data.root={tiny_root}", "modes=[baseline, hogwild]", "budget.epochs=1"):
+        args += ["--set", kv]
+    args += ["--set", "budget.max_seconds=0", "--set", "eval.every_seconds=0.5"]
+    assert main(args) == 130
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert [r["mode"] for r in summary["results"]] == ["baseline"]
+    assert summary["stopped_by"] == "interrupt" and summary["modes"] == ["baseline", "hogwild"]
+    table = (run_dir / "results.md").read_text()
+    assert "**Stopped by interrupt**: no results for hogwild." in table

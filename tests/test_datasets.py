@@ -100,12 +100,14 @@ def cifar_batches(seed: int) -> dict[str, dict[bytes, object]]:
     }
 
 
-def write_cifar_dir(folder: Path, seed: int = 0) -> dict[str, dict[bytes, object]]:
-    """Write ``cifar-10-batches-py``-style pickles (protocol 2) into ``folder``."""
+def write_cifar_dir(
+    folder: Path, seed: int = 0, protocol: int = 2
+) -> dict[str, dict[bytes, object]]:
+    """Write ``cifar-10-batches-py``-style pickles (the download's protocol 2) into ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     batches = cifar_batches(seed)
     for name, batch in batches.items():
-        (folder / name).write_bytes(pickle.dumps(batch, protocol=2))
+        (folder / name).write_bytes(pickle.dumps(batch, protocol=protocol))
     return batches
 
 
@@ -442,8 +444,9 @@ def assert_cifar(train: ArrayDataset, test: ArrayDataset, batches: dict) -> None
         np.testing.assert_array_equal(train.images[:, c].numpy(), expected)
 
 
-def test_read_cifar10_directory(tmp_path: Path) -> None:
-    batches = write_cifar_dir(tmp_path / "cifar-10-batches-py", seed=11)
+@pytest.mark.parametrize("protocol", [2, 5])  # the download's; Python 3.14's default
+def test_read_cifar10_directory(tmp_path: Path, protocol: int) -> None:
+    batches = write_cifar_dir(tmp_path / "cifar-10-batches-py", seed=11, protocol=protocol)
     assert_cifar(*read_cifar10(tmp_path / "cifar-10-batches-py"), batches)
 
 
@@ -489,6 +492,19 @@ def test_cifar_missing_no_download(tmp_path: Path) -> None:
     message = str(info.value)
     assert "cifar-10-python.tar.gz" in message and str(tmp_path / "cifar10") in message
     assert "\n" not in message
+
+
+def test_cifar_folder_missing_a_batch_names_it(tmp_path: Path) -> None:
+    write_cifar_dir(tmp_path / "cifar10" / "cifar-10-batches-py", seed=15)
+    (tmp_path / "cifar10" / "cifar-10-batches-py" / "data_batch_5").unlink()
+    with pytest.raises(DatasetError, match="cifar-10-batches-py lacks data_batch_5"):
+        load_dataset("cifar10", tmp_path, download=False)
+
+
+def test_data_root_that_is_a_file(tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text("x: 1\n")
+    with pytest.raises(DatasetError, match=r"config.yaml is a file; it must be a folder"):
+        load_dataset("mnist", tmp_path / "config.yaml", download=False)
 
 
 def test_cifar_tar_missing_member(tmp_path: Path) -> None:

@@ -126,7 +126,7 @@ def test_bench_on_a_toy_problem_reports_the_distance_to_the_optimum(
         "optimizer: {name: sgd, lr: 0.3}\n"
     )
     table = (out / "results.md").read_text()
-    assert "final dist" in table and "updates to dist 0.01" in table
+    assert "final dist" in table and "steps to dist 0.01" in table
     assert "final acc" not in table  # least squares has no classes
     for name in ("distance_vs_time.png", "distance_vs_samples.png", "distance_vs_updates.png"):
         assert (out / name).stat().st_size > 0

@@ -269,20 +269,24 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
         signals.install()  # again: ray.init replaces the SIGTERM handler
         print(f"runtime: {where}")
         extra["ray"] = runtime.job_record()
+    extra["modes"] = list(cfg.modes)  # asked for; results holds those that finished
     results, curves = [], {}
     try:
         for i, mode in enumerate(cfg.modes):
             label = f"[{i + 1}/{len(cfg.modes)} {mode}]"
             trace = run_mode(cfg, mode, data, Progress(label), runtime)
-            if trace.record is not None:
-                save_record(run_dir, trace)
-            prog = Progress(label)
-            points = evaluation.evaluate(cfg, data, trace, _evaluating(prog))
-            prog.close()
-            res = report.summarize(cfg, trace, points)
-            report.write_tensorboard(run_dir / "tb", cfg, trace, points)
-            results.append(res)
-            curves[mode] = points
+            # a mode that has trained keeps its results: a first Ctrl-C waits for its
+            # evaluation (seconds; a second quits at once)
+            with signals.deferred():
+                if trace.record is not None:
+                    save_record(run_dir, trace)
+                prog = Progress(label)
+                points = evaluation.evaluate(cfg, data, trace, _evaluating(prog))
+                prog.close()
+                res = report.summarize(cfg, trace, points)
+                report.write_tensorboard(run_dir / "tb", cfg, trace, points)
+                results.append(res)
+                curves[mode] = points
             reached = ", ".join(
                 f"{k} in {v:.1f}s" if v is not None else f"{k} not reached"
                 for k, v in res.seconds_to.items()
@@ -294,7 +298,8 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
             )
             print(
                 f"{label} {score} ({reached}); "
-                f"{res.samples_per_s:,.0f} samples/s, {res.updates_applied:,} updates, "
+                f"{res.samples_per_s:,.0f} samples/s, {res.updates_applied:,} gradients "
+                f"applied in {res.steps:,} steps, "
                 f"{res.dropped} dropped, staleness {res.mean_staleness:.2f}"
                 + (
                     f"; synthetic gradients: cosine {res.synthetic['cosine']:.3f}, relative "
@@ -309,20 +314,22 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
                     else ""
                 )
             )
-    except (KeyboardInterrupt, RunFailed, ProcessLost, PeerLost):
+    except (KeyboardInterrupt, RunFailed, ProcessLost, PeerLost) as e:
         if results:  # the modes that finished keep their results
+            extra["stopped_by"] = "interrupt" if isinstance(e, KeyboardInterrupt) else "fault"
             report.write_outputs(run_dir, cfg, results, curves, extra)
             print(f"stopped: results of {len(results)} finished mode(s) in {run_dir}/results.md")
         raise
     finally:
         if needs_ray:
             runtime.shutdown()
+    extra["stopped_by"] = "done"
     report.write_outputs(run_dir, cfg, results, curves, extra)
     print()
     print(report.markdown_table(cfg, results))
-    print(f"done in {time.time() - started:.0f}s: {run_dir}/results.md, results.csv, ")
-    plots = ", ".join(plot_names(cfg))
-    print(f"  {plots}, summary.json; tensorboard --logdir {run_dir / 'tb'}")
+    files = ", ".join(["results.md", "results.csv", *plot_names(cfg), "summary.json"])
+    print(f"done in {time.time() - started:.0f}s: {run_dir}/ holds {files}")
+    print(f"  tensorboard --logdir {run_dir / 'tb'}")
     if cfg.server.record:
         print(f"  record/ of the pushes: rltrain reapply {run_dir}")
     return 0

@@ -258,7 +258,7 @@ class BenchConfig:
         if self.runtime.backend == "process" and ray_only:
             raise ValueError(
                 f"runtime.backend=process: mode {ray_only[0]} runs on Ray only; use backend "
-                "auto or ray"
+                "ray, or auto (a local Ray for the bench when a mode needs one)"
             )
         check_momentum_correction(self.optimizer, self.server)
         self._check_server_options()

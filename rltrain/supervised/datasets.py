@@ -180,6 +180,10 @@ def _missing_message(name: str, root: Path, reason: str) -> str:
     files = _missing_downloads(name, target) or list(CHECKSUMS[name])
     if name == "cifar10":
         what = f"{CIFAR_TAR} (from {BASE_URLS[name]}{CIFAR_TAR}) or its extracted {CIFAR_DIR}/"
+        folder = target / CIFAR_DIR
+        lacks = [b for b in (*CIFAR_TRAIN, CIFAR_TEST) if not (folder / b).is_file()]
+        if folder.is_dir():  # a partial copy: say what it lacks
+            what += f" ({folder} lacks {', '.join(lacks)})"
     else:
         what = f"{', '.join(files)} (from {BASE_URLS[name]})"
     message = (
@@ -224,6 +228,8 @@ def load_dataset(
     if name not in DATASETS:
         raise DatasetError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
     root = Path(root).expanduser()
+    if root.exists() and not root.is_dir():
+        raise DatasetError(f"data.root={root} is a file; it must be a folder (of the datasets)")
     try:
         location = _locate(name, root)
         if location is None:

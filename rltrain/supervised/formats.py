@@ -224,6 +224,9 @@ class _ArrayUnpickler(pickle.Unpickler):
             ("numpy._core.multiarray", "_reconstruct"),
             ("numpy.core.multiarray", "scalar"),
             ("numpy._core.multiarray", "scalar"),
+            # protocol 5 (Python 3.14's default): an array is _frombuffer(bytes, dtype, shape)
+            ("numpy.core.numeric", "_frombuffer"),
+            ("numpy._core.numeric", "_frombuffer"),
         }
     )
 

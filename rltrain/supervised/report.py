@@ -44,7 +44,7 @@ class ModeResult:
     startup_seconds: float
     samples: int
     samples_per_s: float
-    updates_applied: int
+    updates_applied: int  # gradients the server applied (sync: N per step)
     dropped: int
     rejected: int
     mean_staleness: float
@@ -53,8 +53,10 @@ class ModeResult:
     us_per_sample_to: dict[str, float | None] = field(default_factory=dict)
     """Hardware efficiency: training microseconds per sample until each target was reached
     (seconds_to = samples_to x us_per_sample_to / 1e6, exactly)."""
-    updates_to: dict[str, int | None] = field(default_factory=dict)
-    """Server versions (optimizer steps) until each target was reached."""
+    steps_to: dict[str, int | None] = field(default_factory=dict)
+    """Server versions (optimizer steps) until each target was reached: one per applied
+    gradient where each is a step (async), one per round of N (sync) or K (soft_sync)."""
+    steps: int = 0  # the server's version at the mode's end: its optimizer steps
     bytes_pushed: int = 0  # update values the shards received, as they travelled
     bytes_pulled: int = 0  # parameter values the shards sent
     final_distance: float | None = None  # toy problems: |w - w*| / |w0 - w*| at the end
@@ -72,12 +74,12 @@ def summarize(cfg: BenchConfig, trace: ModeTrace, points: Sequence[Point]) -> Mo
     seconds_to: dict[str, float | None] = {}
     samples_to: dict[str, int | None] = {}
     us_per_sample_to: dict[str, float | None] = {}
-    updates_to: dict[str, int | None] = {}
+    steps_to: dict[str, int | None] = {}
     for target in targets_of(cfg):
         hit = next((p for p in points if target.reached(p)), None)
         seconds_to[target.key] = round(hit.t, 2) if hit else None
         samples_to[target.key] = hit.samples if hit else None
-        updates_to[target.key] = hit.updates if hit else None
+        steps_to[target.key] = hit.updates if hit else None
         per = hit.t / hit.samples * 1e6 if hit and hit.samples else None
         us_per_sample_to[target.key] = None if per is None else round(per, 3)
     final_distance = points[-1].distance
@@ -97,7 +99,8 @@ def summarize(cfg: BenchConfig, trace: ModeTrace, points: Sequence[Point]) -> Mo
         seconds_to=seconds_to,
         samples_to=samples_to,
         us_per_sample_to=us_per_sample_to,
-        updates_to=updates_to,
+        steps_to=steps_to,
+        steps=last.version,
         bytes_pushed=last.bytes_pushed,
         bytes_pulled=last.bytes_pulled,
         final_distance=None if math.isnan(final_distance) else final_distance,
@@ -184,7 +187,7 @@ def _staleness_histogram(writer: SummaryWriter, counts: list[int], step: int, wa
 
 
 def _flat_row(r: ModeResult) -> dict[str, Any]:
-    nested = ("seconds_to", "samples_to", "us_per_sample_to", "updates_to", "faults", "synthetic")
+    nested = ("seconds_to", "samples_to", "us_per_sample_to", "steps_to", "faults", "synthetic")
     row = {k: v for k, v in asdict(r).items() if k not in nested}
     for name in nested:
         for key, v in getattr(r, name).items():
@@ -207,8 +210,9 @@ def markdown_table(cfg: BenchConfig, results: Sequence[ModeResult]) -> str:
     first = ["final dist"] if toy else []
     first += [] if cfg.data.dataset == "toy_quadratic" else ["final acc"]
     head = ["mode", *first, *[f"s to {k}" for k in keys], *[f"samples to {k}" for k in keys]]
-    head += [f"updates to {k}" for k in keys] if toy else []
-    head += ["samples/s", "updates", "dropped", "rejected", "mean staleness", "MB pushed"]
+    head += [f"steps to {k}" for k in keys] if toy else []
+    head += ["samples/s", "gradients applied", "steps", "dropped", "rejected"]
+    head += ["mean staleness", "MB pushed"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
     def fmt(v: float | int | None, spec: str) -> str:
@@ -220,8 +224,9 @@ def markdown_table(cfg: BenchConfig, results: Sequence[ModeResult]) -> str:
         cells += [] if cfg.data.dataset == "toy_quadratic" else [f"{r.final_accuracy:.4f}"]
         cells += [fmt(r.seconds_to[k], ".1f") for k in keys]
         cells += [fmt(r.samples_to[k], ",") for k in keys]
-        cells += [fmt(r.updates_to[k], ",") for k in keys] if toy else []
-        cells += [f"{r.samples_per_s:,.0f}", f"{r.updates_applied:,}", str(r.dropped)]
+        cells += [fmt(r.steps_to[k], ",") for k in keys] if toy else []
+        cells += [f"{r.samples_per_s:,.0f}", f"{r.updates_applied:,}", f"{r.steps:,}"]
+        cells += [str(r.dropped)]
         cells += [str(r.rejected), f"{r.mean_staleness:.2f}", f"{r.bytes_pushed / 1e6:,.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -257,7 +262,10 @@ def efficiency_table(cfg: BenchConfig, results: Sequence[ModeResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_markdown(path: Path, cfg: BenchConfig, results: Sequence[ModeResult]) -> None:
+def write_markdown(
+    path: Path, cfg: BenchConfig, results: Sequence[ModeResult], stopped_by: str = "done"
+) -> None:
+    """results.md; ``stopped_by``: the bench's end (interrupt or fault: say what did not run)."""
     title = (
         f"# rltrain bench: {cfg.data.dataset}, {cfg.workers} workers, "
         f"optimizer {cfg.optimizer.name} (lr {cfg.optimizer.lr:g}), batch {cfg.batch_size}\n\n"
@@ -267,6 +275,10 @@ def write_markdown(path: Path, cfg: BenchConfig, results: Sequence[ModeResult]) 
         "in results.csv); accuracy (or distance) is measured on snapshots taken every "
         f"{cfg.eval.every_seconds:g} s, so times are accurate to that interval.\n"
     )
+    ran = {r.mode for r in results}
+    if stopped_by != "done":
+        missing = ", ".join(m for m in cfg.modes if m not in ran)
+        note += f"\n**Stopped by {stopped_by}**: no results for {missing}.\n"
     split = efficiency_table(cfg, results)
     if split:
         split = (
@@ -286,7 +298,8 @@ def write_outputs(
 ) -> dict[str, Any]:
     """results.csv, results.md, the plots and summary.json (``extra``: more of its keys)."""
     write_csv(run_dir / "results.csv", results)
-    write_markdown(run_dir / "results.md", cfg, results)
+    stopped_by = str((extra or {}).get("stopped_by", "done"))
+    write_markdown(run_dir / "results.md", cfg, results, stopped_by)
     targets = targets_of(cfg)
     for name in plot_names(cfg):
         x = name.rsplit("_", 1)[1].removesuffix(".png")

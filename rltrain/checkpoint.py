@@ -74,6 +74,11 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint not found: {path}") from None
     except Exception as e:  # noqa: BLE001 - flipped bytes can surface as any decoding error
         # (UnpicklingError, BadZipFile, EOFError, UnicodeDecodeError, ValueError, ...)
+        if not _is_checkpoint_name(path):  # a user's --checkpoint: config.yaml, a .py, ...
+            raise CheckpointError(
+                f"{path} is not an rltrain checkpoint ({_damage(path, e)}); a run's are its "
+                f"{CKPT_DIR}/ckpt-*.pt"
+            ) from None
         raise CheckpointError(
             f"checkpoint {path} is corrupt or truncated ({_damage(path, e)}); "
             "delete it to fall back on an older checkpoint, if any"
@@ -83,6 +88,13 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
             f"{path} is not an rltrain checkpoint (no parameter shards and counters in it)"
         )
     return state
+
+
+def _is_checkpoint_name(path: Path) -> bool:
+    """A ``.pt`` file (a run's ``ckpt-*.pt`` or ``best.pt``, or a copy of one): only then is
+    "delete it to fall back on an older one" the advice, not for a file that never was one
+    (``--checkpoint config.yaml``)."""
+    return path.suffix == ".pt"
 
 
 def _damage(path: Path, error: BaseException) -> str:

@@ -22,7 +22,8 @@ from typing import Any, TypeVar, cast
 
 import yaml
 
-from rltrain.errors import ConfigError
+from rltrain.config_keys import homes_hint, unknown_key
+from rltrain.errors import ConfigError, UnknownKey
 from rltrain.yaml_files import UniqueKeyLoader, read_layered
 from rltrain.yaml_files import read_yaml as read_yaml  # re-exported: one reader of YAML
 
@@ -71,6 +72,15 @@ def from_dict(
     eps 0.1) is the base of that section when the section keeps its name: a partial section
     (``--set optimizer.lr=1e-3``) changes only the keys it names, while one that names
     another (``optimizer: {name: adam, lr: 1e-3}``) starts from that class's defaults."""
+    try:
+        return _build(cls, data, prefix, base)
+    except UnknownKey as e:  # (as it leaves the whole config) a key of another section?
+        if prefix:
+            raise
+        raise ConfigError(f"{e}{homes_hint(cls, e.key)}") from None
+
+
+def _build(cls: type[T], data: Mapping[str, Any] | None, prefix: str, base: Any) -> T:
     data = {} if data is None else moved_keys(cls, data)
     if not isinstance(data, Mapping):
         raise ConfigError(
@@ -84,7 +94,7 @@ def from_dict(
     hints = typing.get_type_hints(cls)
     for key in data:
         if key not in fields and key not in extra:
-            raise ConfigError(_unknown_key(prefix + str(key), str(key), [*fields, *extra]))
+            raise UnknownKey(unknown_key(prefix + str(key), str(key), [*fields, *extra]), key)
     kwargs: dict[str, Any] = {}
     for name, f in fields.items():
         held = getattr(base, name) if base is not None else field_default(f)
@@ -138,13 +148,6 @@ def moved_keys(cls: type | None, data: Any) -> Any:
             else:
                 data[nsec] = {**(data.get(nsec) or {}), nkey: section[okey]}
     return data
-
-
-def _unknown_key(path: str, key: str, allowed: list[str]) -> str:
-    same_case = [a for a in allowed if a.lower() == key.lower()]  # keys are lower case
-    close = same_case or difflib.get_close_matches(key, allowed, n=3)
-    hint = f"; did you mean {', '.join(close)}?" if close else ""
-    return f"unknown config key '{path}'{hint} (allowed here: {', '.join(sorted(allowed))})"
 
 
 def field_default(f: dataclasses.Field) -> Any:
@@ -350,7 +353,11 @@ def read_config(path: str | Path, cls: type | None = None) -> dict[str, Any]:
 def load_config(cls: type[T], path: str | Path | None, overrides: Sequence[str] = ()) -> T:
     """Load ``cls`` from a YAML file plus ``--set`` overrides, fully validated."""
     data = read_config(path, cls) if path is not None else {}
-    return from_dict(cls, merge(data, parse_overrides(overrides, cls), cls))
+    try:
+        return from_dict(cls, merge(data, parse_overrides(overrides, cls), cls))
+    except ConfigError as e:  # e.g. no stop: say the file gave nothing
+        empty = path is not None and not data
+        raise (ConfigError(f"{e} (config file {path} is empty)") if empty else e) from None
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

@@ -8,3 +8,12 @@ class RLTrainError(Exception):
 
 class ConfigError(RLTrainError, ValueError):
     """A config key, type or value that is not allowed; the message is one line."""
+
+
+class UnknownKey(ConfigError):
+    """A config key its section does not have (``key``: its last part); loading a whole
+    config adds where keys of that name do live (``--set algo.lr``: optimizer.lr)."""
+
+    def __init__(self, message: str, key: str) -> None:
+        super().__init__(message)
+        self.key = key

@@ -93,6 +93,15 @@ class NaNStep(Corridor):
         return (obs, *rest)
 
 
+class NaNReward(Corridor):
+    """Rewards NaN from the third step on (observations fine)."""
+
+    def step(self, action: int):  # noqa: ANN201
+        obs, _, *rest = super().step(action)
+        self.steps = getattr(self, "steps", 0) + 1
+        return (obs, np.nan if self.steps >= 3 else 0.0, *rest)
+
+
 class ResetRaisesInActors(Corridor):
     """reset() raises for the actors' seeds (1000 and up), not for the probe's: the run's
     probe passes, its actors fail as they start."""
@@ -113,11 +122,13 @@ class AddOneReward(gymnasium.RewardWrapper):
         return reward + 1
 
 
-class NaNReward(gymnasium.RewardWrapper):
-    """Every reward NaN: every gradient is non-finite, and the server refuses every update."""
+class HugeReward(gymnasium.RewardWrapper):
+    """Every reward 3e38, finite (a NaN one is refused by the env's check): without
+    normalize.reward the advantages overflow float32, every gradient is non-finite, and the
+    server refuses every update."""
 
     def reward(self, reward: float) -> float:
-        return float("nan")
+        return 3e38
 
 
 class AsymmetricBox(gymnasium.Env):
@@ -168,7 +179,14 @@ gymnasium.register(DICT_ID, entry_point=DictObs, max_episode_steps=50)
 gymnasium.register(TEXT_ID, entry_point=TextObs, max_episode_steps=50)
 gymnasium.register(IMAGE_ID, entry_point=ImageCorridor, max_episode_steps=20)
 gymnasium.register("rltrain_test/MultiDiscrete-v0", entry_point=MultiDiscreteActions)
-for failing in (StepRaises, WrongResetShape, WrongStepShape, NaNStep, ResetRaisesInActors):
+for failing in (
+    StepRaises,
+    WrongResetShape,
+    WrongStepShape,
+    NaNStep,
+    NaNReward,
+    ResetRaisesInActors,
+):
     gymnasium.register(
         f"rltrain_test/{failing.__name__}-v0", entry_point=failing, max_episode_steps=50
     )

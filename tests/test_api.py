@@ -218,7 +218,7 @@ def test_api_errors_name_the_apis_arguments(cartpole_run: Path, tmp_path: Path) 
         rltrain.evaluate(cartpole_run, checkpoint=tmp_path / "nope.pt")
     assert str(info.value) == (
         f'checkpoint="{tmp_path / "nope.pt"}": no such file; use "latest", "best" or a '
-        "checkpoint's path"
+        "checkpoint's path (checkpoints/ckpt-*.pt)"
     )
     chain = untrained_run(tmp_path / "chain", id="rltrain/Chain-v0")  # it cannot draw
     with pytest.raises(EnvError, match='cannot draw its screen.*; use video_view="agent"$'):

@@ -64,6 +64,7 @@ def build_template(root: Path) -> Path:
     (root / "list.yaml").write_text("- actors\n- 2\n")
     (root / "scalar.yaml").write_text("just some text\n")
     (root / "unknown.yaml").write_text("bogus: 1\n")
+    (root / "empty.yaml").write_text("# nothing yet\n")
     (root / "binary.yaml").write_bytes(b"\x80\x81\xff\x00PK\x03\x04")
     (root / "afile").write_text("precious\n")
     (root / "notrun").mkdir()
@@ -161,6 +162,9 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
         pytest.param(["train", "list.yaml"], ["list.yaml", "mapping", "got a list"], id="t-list"),
         pytest.param(["bench", "list.yaml"], ["list.yaml", "mapping", "got a list"], id="b-list"),
         pytest.param(["train", "scalar.yaml"], ["mapping", "got a str"], id="t-scalar"),
+        pytest.param(
+            ["train", "empty.yaml"], ["set mean_return", "empty.yaml is empty)"], id="t-empty"
+        ),
         pytest.param(
             ["train", "unknown.yaml"], ["unknown config key 'bogus'", "allowed here"], id="t-key"
         ),
@@ -263,6 +267,16 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             ["train", CARTPOLE, "--set", "ALGO.name=a2c"],
             ["unknown config key 'ALGO'; did you mean algo?"],
             id="t-key-case",
+        ),
+        pytest.param(  # a key of another section: named where it lives
+            ["train", CARTPOLE, "--set", "algo.lr=3e-4"],
+            ["unknown config key 'algo.lr' (allowed here: ", "; did you mean optimizer.lr?"],
+            id="t-key-elsewhere",
+        ),
+        pytest.param(
+            ["bench", BENCH, "--set", "optimizer.workers=3"],
+            ["did you mean workers (a top-level key)?"],
+            id="b-key-top-level",
         ),
         pytest.param(
             ["train", CARTPOLE, "--set", "actors=-3"],
@@ -581,8 +595,13 @@ def test_run_dir_arguments(
         ),
         pytest.param(
             ["train", "--resume", "run", "--set", "server.shards=2"],
-            ["holds 1 shard(s)", "keep server.shards"],
+            ["holds 1 shard(s)", "(this resume changes server.shards: 1 -> 2; keep server.shards"],
             id="resume-other-layout",
+        ),
+        pytest.param(
+            ["train", "--resume", "run", "--set", "model.hidden=128"],
+            ["this config needs 1 of", "this resume changes model.hidden: 64 -> 128; keep"],
+            id="resume-other-model",
         ),
         pytest.param(
             ["train", "--resume", "run", "--set", "actors=abc"], ["actors='abc'"], id="resume-set"

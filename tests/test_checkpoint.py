@@ -52,6 +52,14 @@ def test_truncated_and_foreign_files_are_clear_errors(tmp_path: Path) -> None:
         load_checkpoint(other)
     with pytest.raises(CheckpointError, match="not found"):
         load_checkpoint(tmp_path / "missing.pt")
+    config = tmp_path / "config.yaml"  # `rltrain eval RUN --checkpoint RUN/config.yaml`
+    config.write_text("seed: 0\n")
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(config)
+    assert str(e.value) == (
+        f"{config} is not an rltrain checkpoint (8 bytes that are not a complete torch.save "
+        "archive); a run's are its checkpoints/ckpt-*.pt"
+    )  # not "delete it", the advice for a damaged checkpoint
 
 
 def test_code_in_a_checkpoint_is_never_run(tmp_path: Path) -> None:

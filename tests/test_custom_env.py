@@ -173,6 +173,29 @@ def test_observations_that_are_not_arrays_are_flattened_into_one_float_vector() 
     corridor_env.close()
 
 
+def test_a_float32_box_beside_a_discrete_flattens_without_warnings() -> None:
+    """gymnasium flattens Dict(Box float32, Discrete) to float64 bounds; cast to float32 by
+    Box, 0.1 warned of lost precision on every run and every eval."""
+    import warnings
+
+    import gymnasium
+    from gymnasium import spaces
+
+    from rltrain.envs.user import FlatObservation
+
+    class Mixed(gymnasium.Env):
+        observation_space = spaces.Dict(
+            {"x": spaces.Box(-0.1, 0.3, (2,), np.float32), "n": spaces.Discrete(3)}
+        )
+        action_space = spaces.Discrete(2)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        flat = FlatObservation(Mixed()).observation_space
+    assert flat.dtype == np.float32 and flat.shape == (5,)
+    np.testing.assert_array_equal(flat.low, np.float32([0, 0, 0, -0.1, -0.1]))
+
+
 def test_the_spec_of_a_flattened_env_rebuilds_it() -> None:
     """gymnasium.make(env.spec) makes the same env (the wrapper records no argument it does not
     take), as recorders and vector envs that rebuild from the spec need."""

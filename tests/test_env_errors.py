@@ -31,6 +31,7 @@ def env_of(name: str) -> EnvConfig:
             "step() returned an observation of shape (7,); its observation_space is Box(5,)",
         ),
         ("NaNStep", "step() returned a non-finite observation (NaN or inf)"),
+        ("NaNReward", "step() returned a non-finite reward (NaN or inf)"),
         (
             "WrongResetShape",
             "reset() returned an observation of shape (7,); its observation_space is Box(5,)",
@@ -94,6 +95,12 @@ def test_a_wrong_first_reset_is_refused_before_the_run_folder(
             "local",
             "step() returned a non-finite observation (NaN or inf)",
         ),
+        (  # not "diverged" after 100 refused updates, which blames the learning rate
+            "cartpole_appo.yaml",
+            "NaNReward",
+            "process",
+            "step() returned a non-finite reward (NaN or inf)",
+        ),
         (
             "cartpole_appo.yaml",
             "ResetRaisesInActors",
@@ -113,9 +120,10 @@ def test_an_env_error_stops_the_run_as_a_fault_in_one_line(
     code, run = train(tmp_path, config, name, f"runtime.backend={backend}")
     line = f"env 'rltrain_test/{name}-v0': {what}"
     assert code == 1
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert err.strip().splitlines()[-1] == f"rltrain: run failed: {line}"
     assert "Traceback" not in err
+    assert "summary.json, failure.log (its traceback), checkpoints/" in out.splitlines()[-1]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["stopped_by"] == "fault" and summary["failure"] == line
     assert summary["faults"]["actor_restarts"] == 0  # not a lost process: nothing restarted

@@ -100,6 +100,8 @@ def test_eval_checkpoint_choice_errors_are_one_line(tmp_path: Path, run: Path) -
     with pytest.raises(CheckpointError, match="no such file; use latest, best or"):
         checkpoint_params(run, "nope.pt")
     (tmp_path / "checkpoints").mkdir()
+    with pytest.raises(CheckpointError, match="a folder, not a file; use latest, best or"):
+        checkpoint_params(run, str(tmp_path / "checkpoints"))
     with pytest.raises(CheckpointError, match="written by runs with eval.every_steps > 0"):
         checkpoint_params(tmp_path, "best")
     assert main(["eval", str(run), "--checkpoint", str(tmp_path / "missing.pt")]) != 0

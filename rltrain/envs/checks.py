@@ -67,8 +67,15 @@ def check_finite(env_id: str, call: str, obs: np.ndarray, zeros: np.ndarray | No
         zeros = np.zeros(flat.size, flat.dtype)
     if flat.dot(zeros) == 0:
         return
-    bad = np.flatnonzero(~np.isfinite(obs.reshape(len(obs), -1)).all(axis=1)).tolist()
-    raise EnvFailed(
-        f"env {env_id!r}: {call} returned a non-finite observation (NaN or inf)",
-        f"non-finite observations from the envs {bad} of the vector (index in the vector)",
+    raise non_finite(env_id, call, obs)
+
+
+def non_finite(env_id: str, call: str, values: np.ndarray, what: str = "observation") -> EnvFailed:
+    """The error for a batch of ``what`` [B, ...] that holds a NaN or an inf. A reward's
+    (:meth:`GymVectorEnv.step` checks them too): every update it reached would be refused as
+    non-finite and the run would end as "diverged", as if the learning rate were to blame."""
+    bad = np.flatnonzero(~np.isfinite(values.reshape(len(values), -1)).all(axis=1)).tolist()
+    return EnvFailed(
+        f"env {env_id!r}: {call} returned a non-finite {what} (NaN or inf)",
+        f"non-finite {what}s from the envs {bad} of the vector (index in the vector)",
     )

@@ -18,7 +18,7 @@ from gymnasium.spaces import Box, Discrete
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from rltrain.envs.base import ActionSpace, EnvError, EpisodeTracker, StepBatch, VectorEnv
-from rltrain.envs.checks import check_finite, diagnose
+from rltrain.envs.checks import check_finite, diagnose, non_finite
 from rltrain.envs.user import Wrapper, flattened_from, make_failed, make_one, stacked, transposed
 from rltrain.faults import EnvFailed
 
@@ -166,8 +166,8 @@ class GymVectorEnv(VectorEnv):
     def step(self, actions: np.ndarray) -> StepBatch:
         """One step of every env; ended envs are already reset (SAME_STEP).
 
-        What the user's env raises, or a wrong or non-finite observation, is an EnvFailed
-        (one vectorised check of the batch the policy acts on next: floats only)."""
+        What the user's env raises, or a wrong or non-finite observation or reward, is an
+        EnvFailed (one vectorised check of the batch the policy acts on next: floats only)."""
         try:
             obs, reward, terminated, truncated, info = self._env.step(
                 to_env_actions(actions, self.action_space)
@@ -179,6 +179,8 @@ class GymVectorEnv(VectorEnv):
             raise self._failed("step()", e) from e
         if self._floats:
             check_finite(self.env_id, "step()", obs, self._zeros)
+        if reward.dtype.kind == "f" and not np.isfinite(reward).all():  # [B]
+            raise non_finite(self.env_id, "step()", reward, "reward")
         if len(final_obs):  # a time limit's last observations (they bootstrap the value)
             self._check_final(final_obs)
         returns, lengths, ended_in = self._episodes.update(reward, terminated | truncated)

@@ -29,7 +29,7 @@ from gymnasium.envs.registration import load_env_creator
 
 from rltrain.envs.atari import check_atari_id, is_atari, rom_name, sticky_actions
 from rltrain.envs.base import ActionSpace, EnvError
-from rltrain.envs.checks import check_finite, diagnose
+from rltrain.envs.checks import check_finite, diagnose, non_finite
 from rltrain.envs.config import EnvConfig
 from rltrain.envs.gym_vector import action_space_of, check_spaces, to_env_actions
 from rltrain.envs.user import (
@@ -273,7 +273,10 @@ class GymScreenEnv:
             obs, reward, terminated, truncated, _ = self.env.step(act)
         except Exception as e:  # noqa: BLE001 - the user's env (or a wrapper) failed
             raise diagnose(self.env_id, "step()", e, None, self.obs_shape) from e
-        return self._checked("step()", obs), float(reward), bool(terminated or truncated)
+        reward = float(reward)
+        if not np.isfinite(reward):
+            raise non_finite(self.env_id, "step()", np.array([reward]), "reward")
+        return self._checked("step()", obs), reward, bool(terminated or truncated)
 
     def _checked(self, call: str, obs: Any) -> np.ndarray:
         out = np.asarray(obs, self.obs_dtype)

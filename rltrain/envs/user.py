@@ -136,7 +136,11 @@ class FlatObservation(gymnasium.ObservationWrapper, gymnasium.utils.RecordConstr
         self.flattened_from = env.observation_space
         flat = flatten_space(env.observation_space)
         assert isinstance(flat, Box)  # what flattens() said
-        self.observation_space = Box(flat.low, flat.high, flat.shape, np.float32)
+        with np.errstate(over="ignore"):  # (float64 bounds past float32's: inf, as they mean)
+            low, high = flat.low.astype(np.float32), flat.high.astype(np.float32)
+        # cast here: a float64 bound (a float32 Box beside a Discrete flattens to float64)
+        # cast by Box warns of lost precision on every run
+        self.observation_space = Box(low, high, flat.shape, np.float32)
 
     def observation(self, observation: Any) -> np.ndarray:
         return np.asarray(flatten(self.flattened_from, observation), dtype=np.float32)

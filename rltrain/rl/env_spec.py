@@ -3,6 +3,7 @@ initial parameters, and whether a checkpoint fits them."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -82,12 +83,22 @@ def initial_params(cfg: TrainConfig, spec: EnvSpec) -> torch.Tensor:
     return flat_params(model)
 
 
-def check_fits(path: Path, state: dict[str, Any], params: torch.Tensor, cfg: TrainConfig) -> None:
-    """A checkpoint must match the server layout and model of the config it resumes under."""
+def check_fits(
+    path: Path,
+    state: dict[str, Any],
+    params: torch.Tensor,
+    cfg: TrainConfig,
+    changes: Sequence[str] = (),
+) -> None:
+    """A checkpoint must match the server layout and model of the config it resumes under
+    (``changes``: the resume's ``key: old -> new``, of which those that could be why are said)."""
     sizes = [int(s["param"].numel()) for s in state["shards"]]
     expected = ShardLayout(params.numel(), cfg.server.shards).sizes
     if sizes != expected:
+        why = [c for c in changes if c.startswith(("model.", "server.shards:"))]
+        said = f"this resume changes {'; '.join(why)}; " if why else ""
         raise CheckpointError(
             f"{path} holds {len(sizes)} shard(s) of {sum(sizes)} parameters; this config needs "
-            f"{len(expected)} of {sum(expected)} (keep server.shards and the model as they were)"
+            f"{len(expected)} of {sum(expected)} ({said}keep server.shards and the model as "
+            "they were)"
         )

@@ -151,9 +151,10 @@ def pick_checkpoint(run_dir: Path, which: str, style: Style = "cli") -> Path:
     path = Path(which).expanduser()
     if not path.is_file():
         choices = "latest, best" if style == "cli" else '"latest", "best"'
+        what = "a folder, not a file" if path.is_dir() else "no such file"
         raise CheckpointError(
-            f"{named('checkpoint', which, style)}: no such file; use {choices} or a "
-            "checkpoint's path"
+            f"{named('checkpoint', which, style)}: {what}; use {choices} or a "
+            f"checkpoint's path ({CKPT_DIR}/ckpt-*.pt)"
         )
     return path
 

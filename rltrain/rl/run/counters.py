@@ -23,7 +23,8 @@ def diverged_note(refused: int, reason: str) -> str:
     return (
         f"diverged: the server refused the last {refused} updates ({reason or 'non-finite'}); "
         "the parameters are those of the last update it applied: lower optimizer.lr or "
-        "algo.max_grad_norm, or look for NaN in the env's rewards and observations"
+        "algo.max_grad_norm, or look for huge values in the env's rewards and observations "
+        "(normalize.reward, normalize.obs)"
     )
 
 

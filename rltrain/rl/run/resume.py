@@ -85,14 +85,14 @@ def load_resume(run_dir: Path, cfg: TrainConfig, spec: EnvSpec) -> Resumed | Non
     if path is None:
         return None
     state = load_checkpoint(path)
-    check_fits(path, state, initial_params(cfg, spec), cfg)
+    saved = state.get("config")
+    changes = resume_changes(path, saved, cfg)
+    check_fits(path, state, initial_params(cfg, spec), cfg, changes)
     try:
         counters = Counters(**state["counters"])
         faults = FaultCounters(**state.get("faults", {}))
     except TypeError:
         raise CheckpointError(f"{path}: its counters are not those this rltrain writes") from None
-    changes = resume_changes(path, state.get("config"), cfg)
-    saved = state.get("config")
     last = saved.get("actors") if isinstance(saved, dict) else None  # as that session sized it
     actors = cfg.actors or (last if isinstance(last, int) else 0)
     window = cfg.episode_window_at(actors)

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from rltrain.checkpoint import latest_checkpoint
-from rltrain.faults import FaultCounters
-from rltrain.rl.config import TrainConfig
+from rltrain.faults import FAILURE_LOG, FaultCounters
+from rltrain.rl.config import TrainConfig, server_settings
 from rltrain.rl.env_spec import EnvSpec
 from rltrain.rl.run.counters import Counters
 
@@ -60,6 +60,8 @@ def train_summary(
         "algo": cfg.algo.name,
         "actors": cfg.actors,  # as sized (actors: auto) for this session
         "learners": cfg.learners if cfg.algo_spec.split else 0,
+        # the rule the server ran (a2c/ppo: behind a barrier whatever config.yaml's server.rule)
+        "server_rule": server_settings(cfg).rule,
         "stopped_by": record.stopped_by or "finished",
         "wall_seconds": round(c.wall_seconds, 2),
         "startup_seconds": record.startup_seconds,
@@ -116,5 +118,6 @@ def final_line(summary: dict[str, Any], run: Path) -> str:
         f"{summary['env_steps']:,} steps, {episodes:,} episode{'s' if episodes != 1 else ''}"
         f"{late_note}, "
         f"mean return {shown}; faults: {faults.brief()}{refused}; summary.json, "
+        f"{'failure.log (its traceback), ' if (run / FAILURE_LOG).is_file() else ''}"
         f"{'checkpoints/, ' if latest_checkpoint(run) else ''}tensorboard --logdir {run / 'tb'}"
     )

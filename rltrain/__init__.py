@@ -20,6 +20,7 @@ API = (
     "evaluate",
     "load_policy",
     "make_env",
+    "TrainFailed",
 )
 __all__ = ["__version__", *API]
 

@@ -15,7 +15,8 @@
 Each call does what the command line does (``rltrain train`` / ``bench`` / ``eval``), with the
 same validation and the same one-line errors (raised as :class:`~rltrain.errors.RLTrainError`
 subclasses instead of printed). Ctrl-C stops a run gracefully, as on the command line: it
-writes a final checkpoint and ``summary.json`` and returns with ``stopped_by == "interrupt"``.
+writes a final checkpoint and ``summary.json`` and returns with ``stopped_by == "interrupt"``;
+a fault or divergence raises :class:`~rltrain.faults.TrainFailed` (``.result``: the RunResult).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ from rltrain import signals
 from rltrain.config import ConfigError, from_dict, merge, nested, read_config, to_dict
 from rltrain.envs import ActionSpace
 from rltrain.envs.gym_vector import to_env_actions
-from rltrain.rl.config import TrainConfig, load_run_config, run_yaml
+from rltrain.faults import TrainFailed
+from rltrain.rl.config import TrainConfig, load_run_config
 from rltrain.rl.evaluate import EPISODES, SEED, EvalResult, Policy, VideoView
 from rltrain.supervised.config import BenchConfig
 
@@ -142,7 +144,10 @@ def _config(config: ConfigLike | TrainConfig | BenchConfig, kind: Kind, **kw: An
     elif isinstance(config, Mapping):
         config = Config(config, kind)
     elif isinstance(config, str | os.PathLike):
-        config = Config.from_yaml(config, kind)
+        from rltrain.cli_checks import meant_for
+
+        with meant_for(config, kind):  # a config of the other command: which one it is for
+            config = Config.from_yaml(config, kind)
     elif not isinstance(config, Config):
         raise ConfigError(
             f"config: expected a Config, a dict of config keys, a YAML file's path (str or Path) "
@@ -168,6 +173,15 @@ def _run_dir(value: Any, arg: str = "run_dir") -> Path:
     from rltrain.launch import run_dir_arg
 
     return run_dir_arg(_path(value, arg), f"{arg}=")
+
+
+def _run_config(run_dir: Path, use: str) -> TrainConfig:
+    """A run folder's config; a bench run's said as such (as on the command line: ``use``,
+    eval or resume), not as a train config's unknown keys."""
+    from rltrain.cli_checks import meant_for
+
+    with meant_for(run_dir / "config.yaml", use):
+        return load_run_config(TrainConfig, run_dir / "config.yaml")
 
 
 def _new_run_dir(run_dir: Any) -> str | None:
@@ -197,7 +211,7 @@ def train(
                 "run_dir= does not go with resume=: a resumed run writes into its own folder"
             )
         resume = _run_dir(resume, "resume")  # a one-line error if it is no run
-        base = Config(run_yaml(resume / "config.yaml")) if config is None else config
+        base = _run_config(resume, "resume") if config is None else config
         cfg = _config(base, "train", **overrides)
     elif config is None:
         raise ValueError("rltrain.train: give a config (a Config, a YAML path) or resume=RUN_DIR")
@@ -206,7 +220,10 @@ def train(
         run_dir = _new_run_dir(run_dir)
     with signals.graceful():
         out, _ = run_train(cfg, run_dir, resume, started=time.time(), resume_flag="resume=")
-    return RunResult.from_run_dir(out)
+    result = RunResult.from_run_dir(out)
+    if result.stopped_by in ("fault", "diverged"):  # the command line's exit code 1
+        raise TrainFailed(str(result.summary.get("failure", result.stopped_by)), result)
+    return result
 
 
 def bench(
@@ -271,7 +288,7 @@ def evaluate(
     fmt = _choice(video_format, "video_format", ("mp4", "gif"))
     which = _checkpoint(checkpoint)
     run_dir = _run_dir(run_dir)
-    cfg = load_run_config(TrainConfig, run_dir / "config.yaml")
+    cfg = _run_config(run_dir, "eval")
     return play(
         cfg,
         run_dir,
@@ -360,7 +377,7 @@ def load_policy(run_dir: str | Path, checkpoint: str | Path = "latest") -> Loade
 
     which = _checkpoint(checkpoint)
     run_dir = _run_dir(run_dir)
-    cfg = load_run_config(TrainConfig, run_dir / "config.yaml")
+    cfg = _run_config(run_dir, "eval")
     spec = probe_env(cfg)
     path, _, values, norm = checkpoint_params(run_dir, which, "api")
     policy = build(cfg, run_dir, (path, values, norm), spec.obs_shape, spec.actions)
@@ -379,5 +396,5 @@ def make_env(run_dir: str | Path, seed: int = 0) -> gymnasium.Env:
     from rltrain.envs.single import SingleEnv
 
     first_seed = _whole(seed, "seed", SEED)
-    cfg = load_run_config(TrainConfig, _run_dir(run_dir) / "config.yaml")
+    cfg = _run_config(_run_dir(run_dir), "eval")
     return SingleEnv(cfg.env, 0 if first_seed is None else first_seed)

@@ -48,6 +48,10 @@ class PlotError(RLTrainError):
     """A run that cannot be plotted (not a run directory, no events, no episodes yet)."""
 
 
+class NoEpisodesYet(PlotError):
+    """A run that has no episode yet: beside other runs it is left out, with a line."""
+
+
 @dataclass(frozen=True)
 class Curve:
     """One run's episode returns, in the order they were logged."""
@@ -165,7 +169,7 @@ def read_curve(run_dir: Path) -> Curve:
     acc = ea.EventAccumulator(str(tb), size_guidance=keep)
     acc.Reload()
     if RETURN_TAG not in acc.Tags().get(ea.SCALARS, []):
-        raise PlotError(f"{run_dir}: no {RETURN_TAG} in {tb} yet (no episode has ended)")
+        raise NoEpisodesYet(f"{run_dir}: no {RETURN_TAG} in {tb} yet (no episode has ended)")
     start = acc.FirstEventTimestamp()
     tags = acc.Tags().get(ea.SCALARS, [])
 

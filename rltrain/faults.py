@@ -150,6 +150,16 @@ class RunFailed(RLTrainError):
     """A fault the run cannot survive (e.g. a shard whose restarts are spent)."""
 
 
+class TrainFailed(RunFailed):
+    """``rltrain.train``'s run stopped by a fault or as diverged (where ``rltrain train`` exits
+    with code 1): the message is summary.json's failure, ``result`` the ``RunResult`` with the
+    figures of the run up to then (its final checkpoint and summary.json are written)."""
+
+    def __init__(self, message: str, result: typing.Any) -> None:
+        super().__init__(message)
+        self.result = result
+
+
 class EnvFailed(RunFailed):
     """The user's environment raised (its constructor, ``reset``, ``step``, a wrapper), or
     returned what its spaces forbid (a wrong shape, NaN or inf), during a run: the message

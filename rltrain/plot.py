@@ -5,6 +5,7 @@ compared by sample cost and by time; with the time-to-score and evaluation table
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from rltrain.charts import pyplot
-from rltrain.curves import Curve, PlotError, read_curve
+from rltrain.curves import Curve, NoEpisodesYet, PlotError, read_curve
 
 
 def moving_mean(values: np.ndarray, window: int) -> np.ndarray:
@@ -205,12 +206,22 @@ def plot_runs(
     marks: Sequence[float] = (),
     evals: bool = False,
 ) -> tuple[Path | None, str]:
-    """Read every run (all errors before anything is drawn) and write the PNG; its path (None
+    """Read every run (all errors before anything is drawn; a run without episodes yet is
+    left out beside others, with a line) and write the PNG; its path (None
     without matplotlib), and the tables asked for ("" for none): with ``marks`` the
     time-to-score table (:func:`marks_table`), with ``evals`` the evaluations'
     (:func:`evals_table`). ``window``: the episodes of every run's mean (None: each run's
     own, :func:`run_window`)."""
-    curves = [read_curve(d) for d in run_dirs]
+    curves, early = [], []
+    for d in run_dirs:
+        try:
+            curves.append(read_curve(d))
+        except NoEpisodesYet as e:  # beside runs that have curves: left out, said
+            early.append(e)
+    if early and not curves:
+        raise early[0]
+    for why in early:
+        print(f"rltrain: plot: left out {why}", file=sys.stderr)
     if window is not None:
         curves = [replace(c, window=window) for c in curves]
     tables = [marks_table(curves, marks)] if marks else []

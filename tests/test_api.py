@@ -264,3 +264,44 @@ def test_make_env_checks_its_arguments(cartpole_run: Path, tmp_path: Path) -> No
         rltrain.make_env(cartpole_run, seed=-1)
     with pytest.raises(RLTrainError, match="run_dir"):
         rltrain.make_env(tmp_path / "missing")
+
+
+def test_a_config_or_run_of_the_other_command_is_named_as_on_the_command_line(
+    tmp_path: Path,
+) -> None:
+    """A bench config given to train(), a train config to bench(), a bench run to evaluate()
+    or resume=: which command it is for, not its keys as unknown ones."""
+    bench_yaml = ROOT / "configs" / "bench_toy.yaml"
+    with pytest.raises(RLTrainError, match=r"is a `rltrain bench` config \(it has "):
+        rltrain.train(bench_yaml)
+    with pytest.raises(RLTrainError, match=r"is a `rltrain train` config \(it has "):
+        rltrain.bench(ROOT / "configs" / "cartpole_appo.yaml")
+    run = tmp_path / "bench_run"
+    run.mkdir()
+    (run / "config.yaml").write_text(bench_yaml.read_text())
+    for call in (
+        lambda: rltrain.evaluate(run),
+        lambda: rltrain.load_policy(run),
+        lambda: rltrain.make_env(run),
+        lambda: rltrain.train(resume=run),
+    ):
+        with pytest.raises(RLTrainError, match=r"is a `rltrain bench` run .*results\.md"):
+            call()
+
+
+def test_a_run_that_fails_raises_with_its_result(tmp_path: Path) -> None:
+    """Where `rltrain train` exits with code 1, train() raises TrainFailed (not a return a
+    script must remember to check), its RunResult attached."""
+    with pytest.raises(rltrain.TrainFailed, match="step\\(\\) raised RuntimeError") as info:
+        rltrain.train(
+            ROOT / "configs" / "cartpole_a3c.yaml",
+            run_dir=tmp_path / "run",
+            env__id="rltrain_test/StepRaises-v0",
+            imports=["custom_envs"],
+            actors=1,
+            runtime__backend="local",
+            stop__mean_return=None,
+            stop__max_seconds=30,
+        )
+    assert info.value.result.stopped_by == "fault"
+    assert (tmp_path / "run" / "summary.json").is_file()

@@ -121,7 +121,8 @@ def test_wrapper_argument_errors_are_one_line(wrapper: str, message: str) -> Non
     [
         (
             EnvConfig(id=CORRIDOR, imports=("no_such_module_xyz",)),
-            "imports: cannot import module 'no_such_module_xyz': ModuleNotFoundError",
+            "imports: cannot import module 'no_such_module_xyz': ModuleNotFoundError: .*; "
+            "modules are looked up from the current folder .* run from the folder that holds",
         ),
         (
             EnvConfig(id=CORRIDOR, imports=("custom_broken_env",)),

@@ -3,6 +3,7 @@ own config section defined in this file alone, trains CartPole through the train
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -148,8 +149,11 @@ def test_the_registry_names_every_algorithm_in_a_bad_name_error(reinforce: AlgoS
         rltrain.Config.from_yaml(ROOT / "configs" / "cartpole_a3c.yaml").with_overrides(
             {"algo.name": "toy"}
         )
+    # the same spec again is the same algorithm (as a child process that holds the driver's
+    # imports the module that registers it); another under its name is refused
+    assert register_algo(dataclasses.replace(REINFORCE)) is reinforce
     with pytest.raises(ValueError, match="registered already"):
-        register_algo(REINFORCE)
+        register_algo(dataclasses.replace(REINFORCE, layout="actor_learner"))
     with pytest.raises(ValueError, match="config section 'ppo' is taken"):
         register_algo(AlgoSpec("mine", "worker", ReinforceLoss, NStep, options={"ppo": dict}))
 

@@ -98,3 +98,50 @@ def test_the_config_accepts_a_rule_while_it_is_registered(
         load_config(BenchConfig, path)
     register_rule(half_async)  # for the fixture's teardown
     assert "async_half" in rule_names()
+
+
+def test_a_rule_defined_in_one_module_and_registered_in_another(tmp_path: Path) -> None:
+    """The two-file layout (the class in one module, the register_rule call in the one that
+    ``imports`` names): a child process holds the driver's rule, unpickled, which imports the
+    defining module alone, then imports the registering module, whose registration of the
+    same rule is nothing new (it was refused: "registered already", every run a fault)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "ruledefs.py").write_text(
+        "from rltrain.ps.rules import Async\n\n\n"
+        "class ThirdAsync(Async):\n    name = 'async_third'\n"
+    )
+    (tmp_path / "ruleuse.py").write_text(
+        "from rltrain.ps.rules import register_rule\nfrom ruledefs import ThirdAsync\n\n"
+        "register_rule(ThirdAsync())\n"
+    )
+    config = Path(__file__).resolve().parents[1] / "configs" / "cartpole_a3c.yaml"
+    argv = ["train", str(config), "--run-dir", str(tmp_path / "run")]
+    for kv in (
+        "imports=[ruleuse]",
+        "server.rule=async_third",
+        "actors=1",
+        "runtime.backend=process",
+    ):
+        argv += ["--set", kv]
+    argv += ["--set", "stop.mean_return=null", "--set", "stop.max_env_steps=2000"]
+    code = f"import sys; from rltrain.cli import main; sys.exit(main({argv!r}))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr[-600:]
+    assert "stopped by max_env_steps" in done.stdout
+    # the bench's imports: the rule is a mode of the command line, and reapply knows it
+    bench = Path(__file__).resolve().parents[1] / "configs" / "bench_toy.yaml"
+    argv = ["bench", str(bench), "--run-dir", str(tmp_path / "bench")]
+    for kv in ("imports=[ruleuse]", "modes=[async_third]", "runtime.backend=process"):
+        argv += ["--set", kv]
+    argv += ["--set", "server.record=true", "--set", "budget.max_seconds=1"]
+    code = "import sys; from rltrain.cli import main; "
+    code += f"sys.exit(main({argv!r}) or main(['reapply', {str(tmp_path / 'bench')!r}]))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr[-600:]
+    assert "reapply async_third:" in done.stdout and "final parameters equal" in done.stdout

@@ -137,9 +137,6 @@ def test_moving_mean_is_the_mean_of_the_last_window() -> None:
         pytest.param("notrun", ["notrun: not a run directory (no config.yaml in it)"], id="cfg"),
         pytest.param("fresh", ["fresh: no TensorBoard events in", "tb"], id="no-events"),
         pytest.param(
-            "early", ["early: no episode/return in", "(no episode has ended)"], id="no-returns"
-        ),
-        pytest.param(
             "bench",
             ["bench: a `rltrain bench` run", "results.md", "tensorboard --logdir"],
             id="bench",
@@ -168,6 +165,24 @@ def test_errors_are_one_line(
     for word in words:
         assert word in lines[0]
     assert not (tmp_path / "x.png").exists()
+
+
+def test_a_run_without_episodes_yet_is_left_out_beside_others_and_alone_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    early = make_run(tmp_path / "early", "cartpole_appo.yaml", [(64, 100.0, 1)], tag="perf/env_fps")
+    good = make_run(tmp_path / "good", "cartpole_appo.yaml", [(64, 12, 1)])
+    assert main(["plot", str(good), str(early), "--out", str(tmp_path / "x.png")]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"rltrain: plot: left out {early}: no episode/return in {early / 'tb'} yet "
+        "(no episode has ended)"
+    ]
+    assert (tmp_path / "x.png").is_file()
+    assert main(["plot", str(early), "--out", str(tmp_path / "y.png")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "(no episode has ended)" in err[0]
+    assert not (tmp_path / "y.png").exists()
 
 
 def test_wall_time_leaves_out_the_downtime_before_a_resume() -> None:

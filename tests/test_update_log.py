@@ -197,7 +197,13 @@ def test_reapply_refuses_with_one_line_errors(
     train = tmp_path / "train"
     train.mkdir()
     (train / "config.yaml").write_text("algo: {name: a3c}\nenv: {id: CartPole-v1}\n")
-    assert "not an `rltrain bench` run" in one_line_error(capsys, ["reapply", str(train)])
+    err = one_line_error(capsys, ["reapply", str(train)])
+    assert "train is an `rltrain train` run; reapply takes an `rltrain bench` run" in err
+    unknown = tmp_path / "unknown_rule"  # a bench whose rule its script registered
+    unknown.mkdir()
+    (unknown / "config.yaml").write_text("modes: [async_elsewhere]\n")
+    err = one_line_error(capsys, ["reapply", str(unknown)])
+    assert "modes[0]='async_elsewhere'" in err and "needs that module in imports" in err
     plain = tmp_path / "plain"
     plain.mkdir()
     write_config(plain, dataclasses.replace(toy_config(ServerConfig()), server=ServerConfig()))

@@ -48,7 +48,13 @@ def _import(name: str, what: str) -> Any:
     try:
         return importlib.import_module(name)
     except Exception as e:  # noqa: BLE001 - any failure of the user's module is reported
-        raise EnvError(f"{what}: cannot import module {name!r}: {_first_line(e)}") from None
+        where = ""
+        if isinstance(e, ModuleNotFoundError) and e.name == name.split(".")[0]:  # not found
+            where = (  # (a run trained in another folder: `rltrain eval` from elsewhere)
+                f"; modules are looked up from the current folder ({os.getcwd()}) and "
+                "PYTHONPATH: run from the folder that holds it, or add that folder to PYTHONPATH"
+            )
+        raise EnvError(f"{what}: cannot import module {name!r}: {_first_line(e)}{where}") from None
 
 
 def import_env_modules(names: Sequence[str]) -> None:
@@ -56,6 +62,15 @@ def import_env_modules(names: Sequence[str]) -> None:
     for name in names:
         if name not in sys.modules:
             _import(name, "imports")
+
+
+def import_listed(data: Mapping[str, Any]) -> None:
+    """Import a config's ``imports`` (a list of module names) before its keys are checked: a
+    module there may register an algorithm, an update rule or a runtime (rltrain.rl.algos,
+    rltrain.ps.rules, rltrain.runtime) that the config names (a config's ``before_check``)."""
+    imports = data.get("imports")
+    if isinstance(imports, list | tuple) and all(isinstance(m, str) for m in imports):
+        import_env_modules(imports)
 
 
 WRAPPER_FORM = "module:Class or module:Class(name=value, ...)"

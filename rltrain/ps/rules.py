@@ -18,7 +18,9 @@ the rule's name, so that a new rule is a subclass and one :func:`register_rule` 
 values are read from the registry when a config is checked (:func:`rule_names`). The object
 travels with the workers' specs (it pickles by class), so a rule registered in the driver's
 process also runs in worker processes; a shard resolves the name where it lives (the driver's
-process on the process runtime; on Ray, register the rule in a module the shards import).
+process on the process runtime; on Ray, every worker process registers the driver's rules
+first, :mod:`rltrain.extensions`). A rule defined in a module of your own is named in the
+config's ``imports`` so that the command line and ``rltrain reapply`` know it too.
 """
 
 from __future__ import annotations
@@ -161,15 +163,16 @@ _RULES: dict[str, UpdateRule] = {}
 
 
 def register_rule(rule: UpdateRule) -> UpdateRule:
-    """Make ``rule`` known by its name (to configs, the shards, the bench's modes); returns it.
-    A name registered already is refused (ValueError), unless by the same object."""
+    """Make ``rule`` known by its name (to configs, the shards, the bench's modes); returns the
+    registered rule. A name registered already is refused (ValueError), unless by the same
+    rule again (its class, with equal attributes): a child process holds the driver's rules
+    (:mod:`rltrain.extensions`) before it imports the ``imports`` module that registers them."""
     if not rule.name or not rule.name.isidentifier():
         raise ValueError(f"an update rule needs a name that is an identifier, got {rule.name!r}")
     held = _RULES.get(rule.name)
-    if held is not None and held is not rule:
+    if held is not None and (type(held) is not type(rule) or vars(held) != vars(rule)):
         raise ValueError(f"update rule {rule.name!r} is registered already ({held!r})")
-    _RULES[rule.name] = rule
-    return rule
+    return _RULES.setdefault(rule.name, rule)
 
 
 def unregister_rule(name: str) -> None:

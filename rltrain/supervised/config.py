@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from rltrain.config import spec
+from rltrain.envs.user import import_listed
 from rltrain.faults import FaultsConfig
 from rltrain.ps.config import OptimizerConfig, ServerConfig, check_momentum_correction
 from rltrain.ps.rules import rule_named, rule_names
@@ -242,6 +245,14 @@ class BenchConfig:
     runtime: RuntimeConfig = RuntimeConfig()
     sandblaster: SandblasterConfig = SandblasterConfig()
     warm_start: WarmStartConfig = WarmStartConfig()
+    imports: tuple[str, ...] = ()
+    """Your modules, imported before the config is checked and in every worker, e.g. one that
+    registers an update rule (rltrain.ps.rules.register_rule) named in modes, so that the
+    command line and `rltrain reapply` know it. The current directory is searched too."""
+
+    @staticmethod
+    def before_check(data: Mapping[str, Any]) -> None:
+        import_listed(data)
 
     def __post_init__(self) -> None:
         if not self.modes:

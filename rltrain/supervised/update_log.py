@@ -155,7 +155,17 @@ def read_run(run_dir: Path, only: str | None = None) -> tuple[BenchConfig, list[
     try:
         cfg = load_config(BenchConfig, run_dir / "config.yaml")
     except ConfigError as e:
-        raise CannotReapply(f"{run_dir}: not an `rltrain bench` run (config.yaml: {e})") from None
+        from rltrain.cli_checks import foreign_keys
+
+        if foreign_keys(run_dir / "config.yaml", "bench"):
+            raise CannotReapply(
+                f"{run_dir} is an `rltrain train` run; reapply takes an `rltrain bench` run "
+                "recorded with server.record=true"
+            ) from None
+        hint = ""
+        if str(e).startswith("modes["):  # a rule the bench's script registered, not here
+            hint = "; a rule registered by your own module needs that module in imports"
+        raise CannotReapply(f"{run_dir}: its config.yaml does not load ({e}){hint}") from None
     if not cfg.server.record:
         raise CannotReapply(
             f"{run_dir}: not recorded (server.record was false); run `rltrain bench` with "

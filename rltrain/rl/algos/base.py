@@ -211,10 +211,14 @@ BUILT_IN: set[str] = set()
 
 
 def register_algo(spec: AlgoSpec, built_in: bool = False) -> AlgoSpec:
-    """Add ``spec`` (its name then works in ``algo.name``, its sections in a config); a name
-    already taken, a section another class holds, or parts that do not fit together are
+    """Add ``spec`` (its name then works in ``algo.name``, its sections in a config); returns
+    the registered spec. A name taken by another spec (an equal one is the same algorithm
+    again: a child process holds the driver's before it imports the ``imports`` module that
+    registers it), a section another class holds, or parts that do not fit together are
     refused (ValueError)."""
     if spec.name in _ALGOS:
+        if _ALGOS[spec.name] == spec:
+            return _ALGOS[spec.name]
         raise ValueError(f"algorithm {spec.name!r} is registered already")
     if spec.layout not in ("worker", "actor_learner", "replay"):
         raise ValueError(

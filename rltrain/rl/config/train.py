@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from rltrain.config import from_dict, merge, moved_keys, parse_overrides, read_yaml, spec
 from rltrain.envs import EnvConfig
-from rltrain.envs.user import import_env_modules
+from rltrain.envs.user import import_listed
 from rltrain.faults import FaultsConfig
 from rltrain.ps.config import OptimizerConfig, ServerConfig, check_momentum_correction
 from rltrain.ps.rules import SYNC
@@ -132,12 +132,7 @@ class TrainConfig:
 
     @staticmethod
     def before_check(data: Mapping[str, Any]) -> None:
-        """Import ``imports`` before the keys are checked: a module there may register an
-        algorithm, an update rule or a runtime (rltrain.rl.algos, rltrain.ps.rules,
-        rltrain.runtime) that the config names."""
-        imports = data.get("imports")
-        if isinstance(imports, list | tuple) and all(isinstance(m, str) for m in imports):
-            import_env_modules(imports)
+        import_listed(data)
 
     def __post_init__(self) -> None:
         """The env makers read ``imports`` from the env's section (``env.imports``, set from

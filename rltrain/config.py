@@ -36,6 +36,7 @@ def spec(
     ge: float | None = None,
     gt: float | None = None,
     le: float | None = None,
+    lt: float | None = None,
     auto: bool = False,
     infinite: bool = False,
 ) -> dict[str, Any]:
@@ -47,6 +48,7 @@ def spec(
         "ge": ge,
         "gt": gt,
         "le": le,
+        "lt": lt,
         "auto": auto,  # an int that also takes "auto", read as 0
         "infinite": infinite,
     }
@@ -226,6 +228,7 @@ _BOUNDS = (
     ("ge", lambda v, b: v >= b, ">="),
     ("gt", lambda v, b: v > b, ">"),
     ("le", lambda v, b: v <= b, "<="),
+    ("lt", lambda v, b: v < b, "<"),
 )
 
 

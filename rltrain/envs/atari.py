@@ -27,7 +27,7 @@ Two parts of the protocol are done here rather than in C++, on purpose:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ale_py
@@ -150,6 +150,38 @@ ATARI_KWARGS = ("thread_affinity_offset",)
 the protocol's (env.* fields) or would change the action space or batching actors rely on."""
 
 
+def vector_args(cfg: EnvConfig, protocol: Mapping[str, Any]) -> dict[str, Any]:
+    """``AtariVectorEnv``'s arguments but the game and the env count: the protocol (as
+    :func:`atari_protocol` states it) and ``env.kwargs``; one place, so that the recording
+    env's twin (:mod:`rltrain.envs.screen`) plays the very game an actor's env plays."""
+    other = sorted(set(cfg.kwargs) - set(ATARI_KWARGS))
+    if other:  # the rest is the protocol (env.* fields), or breaks it (continuous, batch_size)
+        raise EnvError(
+            f"env.kwargs {other} of {cfg.id}: allowed for Atari only "
+            f"{', '.join(ATARI_KWARGS)}; the protocol is set by the env.* fields "
+            "(frame_skip, sticky_actions, image_size, ...)"
+        )
+    return dict(
+        num_threads=cfg.num_threads,
+        max_num_frames_per_episode=cfg.max_episode_frames,
+        repeat_action_probability=protocol["sticky_actions"],
+        full_action_space=cfg.full_action_space,
+        autoreset_mode=AutoresetMode.SAME_STEP,
+        img_height=cfg.image_size,
+        img_width=cfg.image_size,
+        grayscale=True,
+        stack_num=cfg.frame_stack,
+        frameskip=cfg.frame_skip,
+        maxpool=True,
+        noop_max=cfg.noop_max,
+        episodic_life=False,  # done here, see the module docstring
+        life_loss_info=False,
+        reward_clipping=False,  # done here: the raw score must survive
+        use_fire_reset=True,
+        **cfg.kwargs,
+    )
+
+
 class AtariEnv(VectorEnv):
     """``num_envs`` Atari games in ale-py's threaded C++ vector env, standard protocol."""
 
@@ -159,34 +191,9 @@ class AtariEnv(VectorEnv):
         self._clip = bool(self.protocol["clip_rewards"])
         self._episodic_life = bool(self.protocol["episodic_life"])
         self._seed = seed
-        protocol_args: dict[str, Any] = dict(
-            num_threads=cfg.num_threads,
-            max_num_frames_per_episode=cfg.max_episode_frames,
-            repeat_action_probability=self.protocol["sticky_actions"],
-            full_action_space=cfg.full_action_space,
-            autoreset_mode=AutoresetMode.SAME_STEP,
-            img_height=cfg.image_size,
-            img_width=cfg.image_size,
-            grayscale=True,
-            stack_num=cfg.frame_stack,
-            frameskip=cfg.frame_skip,
-            maxpool=True,
-            noop_max=cfg.noop_max,
-            episodic_life=False,  # done here, see the module docstring
-            life_loss_info=False,
-            reward_clipping=False,  # done here: the raw score must survive
-            use_fire_reset=True,
-        )
-        other = sorted(set(cfg.kwargs) - set(ATARI_KWARGS))
-        if other:  # the rest is the protocol (env.* fields), or breaks it (continuous, batch_size)
-            raise EnvError(
-                f"env.kwargs {other} of {cfg.id}: allowed for Atari only "
-                f"{', '.join(ATARI_KWARGS)}; the protocol is set by the env.* fields "
-                "(frame_skip, sticky_actions, image_size, ...)"
-            )
         try:
-            self._env = AtariVectorEnv(game, num_envs, **protocol_args, **cfg.kwargs)
-        except (TypeError, ValueError, RuntimeError) as e:
+            self._env = AtariVectorEnv(game, num_envs, **vector_args(cfg, self.protocol))
+        except (TypeError, ValueError, RuntimeError, AssertionError) as e:  # (no ROM: assert)
             raise make_failed(cfg.id, cfg.kwargs, e) from None
         self.protocol["kwargs"] = dict(cfg.kwargs)
         self.num_envs = num_envs

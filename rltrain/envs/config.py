@@ -53,7 +53,7 @@ class EnvConfig:
     not stacked. 1 = a single frame."""
     noop_max: int = field(default=30, metadata=spec(ge=0))
     """Atari: a random number (up to this) of no-op actions at each episode start (0 = none)."""
-    sticky_actions: float | None = field(default=None, metadata=spec(ge=0, le=1))
+    sticky_actions: float | None = field(default=None, metadata=spec(ge=0, lt=1))
     """Atari: probability that the emulator repeats the previous action instead of the chosen
     one (repeat_action_probability, Machado et al. 2018). null: the id's own, written into
     the run's config.yaml: 0.25 for ALE/<Game>-v5 (and the v0 ids), 0 for <Game>NoFrameskip-v4.

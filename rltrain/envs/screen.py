@@ -2,32 +2,27 @@
 
 ``rltrain eval --video`` films one episode in a recording env. ale-py's C++
 ``AtariVectorEnv`` (training's Atari env, :mod:`rltrain.envs.atari`) cannot show its screen, so
-:class:`AtariScreenEnv` runs one ``ALEInterface`` with the vector env's pipeline in numpy:
-FIRE at reset then up to ``noop_max - 1`` no-ops, frame skip with a max over the last two
-frames, grayscale, OpenCV's INTER_AREA resize (reproduced bit for bit by :class:`AreaResize`),
-a zero-filled stack at reset, sticky actions in the emulator, truncation after
-``max_episode_frames`` frames; tests/test_eval_video.py checks it against ``AtariVectorEnv``
-observation for observation. (Gymnasium's AtariPreprocessing needs OpenCV, which rltrain does
-not depend on, and orders the no-ops and FIRE differently.) Other ids run in
-``gymnasium.make(id, render_mode="rgb_array")`` (:class:`GymScreenEnv`).
+:class:`AtariScreenEnv` steps a twin beside it, of the same seed and protocol but RGB frames
+of the whole screen: the same game, step for step (tests/test_eval_video.py checks it with
+sticky actions and random no-ops), whose frames are filmed. Other ids run in
+``gymnasium.make(id, render_mode="rgb_array")`` (:class:`GymScreenEnv`). Either way the
+filmed episode is the game the evaluation's first env plays at that seed.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
-import ale_py
 import gymnasium
 import numpy as np
-from ale_py import roms
+from ale_py.vector_env import AtariVectorEnv
 from gymnasium.envs.registration import load_env_creator
+from gymnasium.vector import AutoresetMode
 
-from rltrain.envs.atari import check_atari_id, is_atari, rom_name, sticky_actions
+from rltrain.envs.atari import AtariEnv, check_atari_id, is_atari, rom_name, vector_args
 from rltrain.envs.base import ActionSpace, EnvError
 from rltrain.envs.checks import check_finite, diagnose, non_finite
 from rltrain.envs.config import EnvConfig
@@ -45,6 +40,8 @@ from rltrain.envs.vector import unknown_id_message
 
 ATARI_HZ = 60
 """Emulator frames per second of the (NTSC) Atari 2600."""
+SCREEN = (210, 160)
+"""The Atari 2600's screen (NTSC) as ALE gives it: height, width."""
 
 
 class RecordingEnv(Protocol):
@@ -84,133 +81,46 @@ def make_recording_env(cfg: EnvConfig, seed: int, render: bool) -> RecordingEnv:
     return GymScreenEnv(cfg.id, seed, render, cfg.kwargs, wrappers, cfg.frame_stack, cfg.action_map)
 
 
-@dataclass(frozen=True)
-class AreaResize:
-    """OpenCV's ``cv2.resize(..., interpolation=cv2.INTER_AREA)`` for shrinking uint8 images,
-    in numpy and bit for bit: the same fractional-coverage taps (``computeResizeAreaTab``),
-    float32 sums in the same order (rows first), rounding half to even."""
-
-    rows: tuple[np.ndarray, np.ndarray]
-    cols: tuple[np.ndarray, np.ndarray]
-
-    @classmethod
-    def of(cls, src: tuple[int, int], dst: tuple[int, int]) -> AreaResize:
-        return cls(area_taps(src[0], dst[0]), area_taps(src[1], dst[1]))
-
-    def __call__(self, img: np.ndarray) -> np.ndarray:
-        (ri, rw), (ci, cw) = self.rows, self.cols
-        src = img.astype(np.float32)
-        across = np.zeros((img.shape[0], ci.shape[0]), np.float32)  # [H_in, W_out]
-        for k in range(ci.shape[1]):
-            across += src[:, ci[:, k]] * cw[:, k]
-        out = rw[:, 0, None] * across[ri[:, 0]]  # [H_out, W_out]
-        for k in range(1, ri.shape[1]):
-            out += rw[:, k, None] * across[ri[:, k]]
-        return np.rint(out).astype(np.uint8)
-
-
-def area_taps(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
-    """(source index, weight) of each output pixel, [n_out, K] each, zero weights padding:
-    the covered fraction of every source pixel under the output pixel, over its width."""
-    if n_out > n_in:
-        raise EnvError(f"area resize shrinks only: {n_in} -> {n_out} pixels")
-    scale = n_in / n_out
-    taps: list[list[tuple[int, float]]] = []
-    for d in range(n_out):
-        f1 = d * scale
-        f2 = f1 + scale
-        cell = min(scale, n_in - f1)
-        s2 = min(math.floor(f2), n_in - 1)
-        s1 = min(math.ceil(f1), s2)
-        row = [(s1 - 1, (s1 - f1) / cell)] if s1 - f1 > 1e-3 else []
-        row += [(s, 1.0 / cell) for s in range(s1, s2)]
-        if f2 - s2 > 1e-3:
-            row.append((s2, min(f2 - s2, 1.0, cell) / cell))
-        taps.append(row)
-    k = max(len(row) for row in taps)
-    index = np.zeros((n_out, k), np.int64)
-    weight = np.zeros((n_out, k), np.float32)
-    for d, row in enumerate(taps):
-        index[d, : len(row)] = [s for s, _ in row]
-        weight[d, : len(row)] = [w for _, w in row]
-    return index, weight
-
-
 class AtariScreenEnv:
-    """One Atari game with the observation protocol of training's C++ ``AtariVectorEnv``
-    (ale-py's ``PreprocessedEnv``, evaluation settings), whose RGB screen can be filmed."""
+    """One Atari game as training plays it (:class:`rltrain.envs.atari.AtariEnv` of one env,
+    evaluation settings), beside a twin that shows its screen: ale-py's C++ vector env gives
+    the agent's frames but no screen, and a second one of the same seed and protocol but full
+    RGB frames plays the very same game (its random no-ops and sticky actions are the same
+    draws: the image settings draw nothing), step for step."""
 
     def __init__(self, cfg: EnvConfig, seed: int) -> None:
-        ale_seed, noop_seed = np.random.SeedSequence(seed).generate_state(2)
-        self.cfg = cfg
-        # (a static setting: before the constructor, which prints ALE's banner otherwise)
-        ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
-        self.ale = ale_py.ALEInterface()
-        self.ale.setFloat("repeat_action_probability", sticky_actions(cfg))
-        self.ale.setInt("random_seed", int(ale_seed) & 0x7FFFFFFF)
-        rom = roms.get_rom_path(rom_name(cfg.id))
-        assert rom is not None  # ale-py registers its ALE/ ids for the ROMs it ships
-        self.ale.loadROM(rom)
-        full = cfg.full_action_space  # as AtariVectorEnv(full_action_space=...)
-        self.actions = self.ale.getLegalActionSet() if full else self.ale.getMinimalActionSet()
-        self.fire = ale_py.Action.FIRE in self.actions  # AtariVectorEnv(use_fire_reset=True)
-        self.rng = np.random.default_rng(noop_seed)
-        height, width = self.ale.getScreenDims()
-        size = cfg.image_size
-        if size > min(height, width):
-            raise EnvError(f"env.image_size={size}: the recording env shrinks frames only")
-        self.resize = AreaResize.of((height, width), (size, size))
-        self.obs_shape: tuple[int, ...] = (cfg.frame_stack, size, size)
+        self.env = AtariEnv(cfg, seed, 1, evaluation=True)
+        height, width = SCREEN
+        shown: dict[str, Any] = dict(img_height=height, img_width=width, grayscale=False)
+        # NEXT_STEP: the step that ends the game returns its last screen, not the next game's
+        shown |= dict(stack_num=1, maxpool=False, autoreset_mode=AutoresetMode.NEXT_STEP)
+        args = {**vector_args(cfg, self.env.protocol), **shown}
+        self.twin = AtariVectorEnv(rom_name(cfg.id), 1, **args)
+        self.seed = seed
+        self.obs_shape = self.env.obs_shape
         self.channels = 1
-        self.num_actions = len(self.actions)
-        self.action_space = ActionSpace(self.num_actions)
+        self.num_actions = self.env.num_actions
+        self.action_space = self.env.action_space
         self.fps = ATARI_HZ / cfg.frame_skip
-        self._raw = np.zeros((2, height, width), np.uint8)  # the last two frames of a step
-        self._stack = np.zeros(self.obs_shape, np.uint8)
-        self._frames = 0
+        self._screen = np.zeros((height, width, 3), np.uint8)
 
     def reset(self) -> np.ndarray:
-        self.ale.reset_game()
-        if self.fire:
-            self.ale.act(ale_py.Action.FIRE)
-        noops = int(self.rng.integers(0, max(1, self.cfg.noop_max))) - int(self.fire)
-        for _ in range(noops):
-            self.ale.act(ale_py.Action.NOOP)
-            if self.ale.game_over():
-                self.ale.reset_game()
-        self._raw[0] = self.ale.getScreenGrayscale()
-        self._raw[1] = 0
-        self._stack[:] = 0
-        self._frames = 0
-        self._push()
-        return self._stack.copy()
+        self._screen = self.twin.reset(seed=self.seed)[0][0, -1]  # [210, 160, 3]
+        return self.env.reset()[0]
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool]:
-        """``frame_skip`` frames of ``action`` (fewer if the episode ends); the observation's
-        newest frame is the max of the step's last two frames."""
-        reward, over, cut = 0.0, False, False
-        for k in range(self.cfg.frame_skip, 0, -1):
-            reward += self.ale.act(self.actions[action])
-            self._frames += 1
-            over = self.ale.game_over(with_truncation=False)
-            cut = self._frames >= self.cfg.max_episode_frames
-            if over or cut:
-                break
-            if k <= 2:
-                self._raw[k - 1] = self.ale.getScreenGrayscale()
-        self._push()
-        return self._stack.copy(), float(reward), over or cut
-
-    def _push(self) -> None:
-        self._raw[0] = np.maximum(self._raw[0], self._raw[1])  # kept, as the C++ env does
-        self._stack[:-1] = self._stack[1:]
-        self._stack[-1] = self.resize(self._raw[0])
+        """``frame_skip`` frames of ``action`` in both (fewer if the game ends)."""
+        actions = np.array([action], np.int64)
+        self._screen = self.twin.step(actions)[0][0, -1]
+        out = self.env.step(actions)
+        return out.obs[0], float(out.reward[0]), bool(out.terminated[0] or out.truncated[0])
 
     def screen(self) -> np.ndarray:
-        return self.ale.getScreenRGB()
+        return self._screen
 
     def close(self) -> None:
-        pass
+        self.env.close()
+        self.twin.close()
 
 
 class GymScreenEnv:

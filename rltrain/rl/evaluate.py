@@ -228,7 +228,9 @@ def evaluate(
     style: Style = "cli",
 ) -> EvalResult:
     """Play ``episodes`` episodes in up to 8 parallel envs (env i seeded ``seed + i``); with
-    ``video``, the first one alone in a recording env (seeded next), filmed into ``run_dir``.
+    ``video``, the first one alone in a recording env, filmed into ``run_dir``: the game env 0
+    plays without a video (seeded ``seed``; the others ``seed + 1`` on), its actions sampled
+    apart (a deterministic policy plays it move for move as without the video).
     ``deterministic``: the policy's most likely action (its mean for a Box), not a sample.
     ``episodes``, ``seed`` and ``deterministic`` default to the run's ``eval.*``: without a
     video, ``checkpoint="best"`` then replays the evaluation that chose it.
@@ -244,7 +246,8 @@ def evaluate(
     path, version, values, norm = checkpoint_params(run_dir, checkpoint, style)
     n_vec = episodes - 1 if video else episodes
     envs = min(n_vec, 8)
-    video_seed = (seed + envs) % 2**32  # after the vector's seeds: no two envs share one
+    video_seed = seed  # env 0's game; the vector's envs take the seeds after it
+    vec_seed = (seed + 1) % 2**32 if video else seed
     returns: list[float] = []
     lengths: list[int] = []
     video_path = None
@@ -263,7 +266,9 @@ def evaluate(
             stack.callback(rec.close)
         vec = None
         if n_vec:
-            vec = stack.enter_context(make_env(cfg.env, seed=seed, num_envs=envs, evaluation=True))
+            vec = stack.enter_context(
+                make_env(cfg.env, seed=vec_seed, num_envs=envs, evaluation=True)
+            )
         spec = vec if vec is not None else rec
         assert spec is not None
         policy = load_policy(cfg, run_dir, (path, values, norm), spec.obs_shape, spec.action_space)
@@ -281,7 +286,9 @@ def evaluate(
                 returns.append(ret)
                 lengths.append(length)
         if vec is not None:
-            more, more_lengths = play_episodes(vec, policy, n_vec, seed, max_steps, deterministic)
+            more, more_lengths = play_episodes(
+                vec, policy, n_vec, vec_seed, max_steps, deterministic
+            )
             returns.extend(more)
             lengths.extend(more_lengths)
     if len(returns) < episodes:  # a mean over the episodes that happened to end misleads

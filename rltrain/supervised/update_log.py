@@ -155,9 +155,9 @@ def read_run(run_dir: Path, only: str | None = None) -> tuple[BenchConfig, list[
     try:
         cfg = load_config(BenchConfig, run_dir / "config.yaml")
     except ConfigError as e:
-        from rltrain.cli_checks import foreign_keys
+        from rltrain.yaml_files import read_yaml
 
-        if foreign_keys(run_dir / "config.yaml", "bench"):
+        if {"algo", "env"} & set(read_yaml(run_dir / "config.yaml")):  # train's sections
             raise CannotReapply(
                 f"{run_dir} is an `rltrain train` run; reapply takes an `rltrain bench` run "
                 "recorded with server.record=true"

@@ -115,7 +115,9 @@ def evals_table(curves: Sequence[Curve]) -> str:
         frames, _, means = c.evals
         seen: dict[int, int] = {}  # row -> the frames of the evaluation in it
         for f, m in zip(frames.tolist(), means.tolist(), strict=True):
-            at = int(f) // c.eval_every * c.eval_every if c.eval_every else int(f)
+            # a scheduled one's row is its multiple of eval.every_steps (it lands just after);
+            # a stop's before the first multiple keeps its own frames (not row 0)
+            at = int(f) // c.eval_every * c.eval_every if 0 < c.eval_every <= f else int(f)
             if seen.setdefault(at, int(f)) != int(f):  # a stop's, after that multiple's
                 at = int(f)
                 stops.add(at)

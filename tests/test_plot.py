@@ -344,6 +344,13 @@ def test_evals_table_rows_are_the_runs_evaluations_with_the_seeds_mean(
     out = capsys.readouterr().out.splitlines()
     assert out[1].startswith("| run | frames/s | +0 |") and out[4] == ""
     assert out[5:7] == ["| frames | seed0 |", "|---|---|"] and out[-1] == "| 1.2M | 6.0 |"
+    # a stop's evaluation before the first multiple of eval.every_steps: its frames, not 0
+    short = make_run(tmp_path / "short", "pong_appo.yaml", [(20_000, -21.0, 1)])
+    writer = SummaryWriter(str(short / "tb"))
+    writer.add_scalar(EVAL_TAG, -19.0, 22_500)
+    writer.close()
+    assert main(["plot", str(short), "--evals", "--out", str(tmp_path / "y.png")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "| 90k | -19.0 |"
 
 
 def test_evals_table_without_evaluations_is_a_one_line_error(

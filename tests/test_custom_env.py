@@ -148,6 +148,10 @@ def test_wrapper_argument_errors_are_one_line(wrapper: str, message: str) -> Non
             EnvConfig(id="ALE/Pong-v5", kwargs={"frameskip": 2}),
             "allowed for Atari only thread_affinity_offset",
         ),
+        (
+            EnvConfig(id="ALE/Pong-v5", kwargs={"thread_affinity_offset": "abc"}),
+            "env.kwargs.thread_affinity_offset='abc': expected an integer, the first core",
+        ),
     ],
 )
 def test_errors_are_one_line_and_name_the_problem(cfg: EnvConfig, message: str) -> None:

@@ -161,6 +161,12 @@ def vector_args(cfg: EnvConfig, protocol: Mapping[str, Any]) -> dict[str, Any]:
             f"{', '.join(ATARI_KWARGS)}; the protocol is set by the env.* fields "
             "(frame_skip, sticky_actions, image_size, ...)"
         )
+    offset = cfg.kwargs.get("thread_affinity_offset", -1)
+    if isinstance(offset, bool) or not isinstance(offset, int):  # (pybind's error: a page)
+        raise EnvError(
+            f"env.kwargs.thread_affinity_offset={offset!r}: expected an integer, the first "
+            "core of ale-py's threads (-1: no affinity)"
+        )
     return dict(
         num_threads=cfg.num_threads,
         max_num_frames_per_episode=cfg.max_episode_frames,

@@ -246,9 +246,10 @@ class BenchConfig:
     sandblaster: SandblasterConfig = SandblasterConfig()
     warm_start: WarmStartConfig = WarmStartConfig()
     imports: tuple[str, ...] = ()
-    """Your modules, imported before the config is checked and in every worker, e.g. one that
-    registers an update rule (rltrain.ps.rules.register_rule) named in modes, so that the
-    command line and `rltrain reapply` know it. The current directory is searched too."""
+    """Your modules, imported before the config is checked, e.g. one that registers an update
+    rule (rltrain.ps.rules.register_rule) named in modes, so that the command line and
+    `rltrain reapply` know it; what they register reaches the workers with the run. The
+    current directory is searched too."""
 
     @staticmethod
     def before_check(data: Mapping[str, Any]) -> None:

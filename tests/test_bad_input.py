@@ -268,6 +268,11 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             ["unknown config key 'ALGO'; did you mean algo?"],
             id="t-key-case",
         ),
+        pytest.param(
+            ["train", str(ROOT / "configs" / "pong_appo.yaml"), "--set", "env.sticky_actions=1"],
+            ["env.sticky_actions=1.0: must be < 1"],
+            id="t-sticky-1",
+        ),
         pytest.param(  # a key of another section: named where it lives
             ["train", CARTPOLE, "--set", "algo.lr=3e-4"],
             ["unknown config key 'algo.lr' (allowed here: ", "; did you mean optimizer.lr?"],

@@ -98,7 +98,8 @@ class RunResult:
     env_steps: int
     env_frames: int
     episodes: int
-    mean_return: float | None
+    mean_return: float | None  # what the stop judged: the last episodes when it stopped
+    final_mean_return: float | None  # with those the work in flight ended (the last line's)
     best_mean_return: float | None
     updates: int
     mean_staleness: float
@@ -176,8 +177,7 @@ def _run_dir(value: Any, arg: str = "run_dir") -> Path:
 
 
 def _run_config(run_dir: Path, use: str) -> TrainConfig:
-    """A run folder's config; a bench run's said as such (as on the command line: ``use``,
-    eval or resume), not as a train config's unknown keys."""
+    """A run folder's config; a bench run's named as the command line's ``use`` names it."""
     from rltrain.cli_checks import meant_for
 
     with meant_for(run_dir / "config.yaml", use):

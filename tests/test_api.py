@@ -304,4 +304,5 @@ def test_a_run_that_fails_raises_with_its_result(tmp_path: Path) -> None:
             stop__max_seconds=30,
         )
     assert info.value.result.stopped_by == "fault"
+    assert info.value.result.final_mean_return == info.value.result.summary["final_mean_return"]
     assert (tmp_path / "run" / "summary.json").is_file()

@@ -357,3 +357,18 @@ def test_a_run_on_flattened_observations_acts_on_the_envs_own(tmp_path: Path) ->
     assert policy(np.eye(16, dtype=np.float32)[3]) in range(4)
     with pytest.raises(ValueError, match="this policy takes"):
         policy(np.zeros(5))
+
+
+def test_mujocos_warnings_are_said_once_and_leave_no_log_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Gymnasium's v5 MuJoCo models warn as each env is built (17 lines for 16 envs), and
+    MuJoCo appended each to MUJOCO_LOG.TXT in the working folder."""
+    pytest.importorskip("mujoco")
+    from rltrain.envs.user import make_one
+
+    monkeypatch.chdir(tmp_path)
+    for _ in range(3):
+        make_one("HalfCheetah-v5", {}, []).close()
+    assert capsys.readouterr().err.count("settotalmass") <= 1  # (0: said earlier here)
+    assert not (tmp_path / "MUJOCO_LOG.TXT").exists()

@@ -225,6 +225,28 @@ def stack_frames(env: gymnasium.Env, k: int) -> gymnasium.Env:
     return ReshapeObservation(FrameStackObservation(env, k), (k * c, h, w))
 
 
+def quiet_mujoco(env_id: str) -> None:
+    """MuJoCo's warnings once per process, on stderr: by default MuJoCo prints each every time
+    (Gymnasium's v5 models warn of a deprecated 'settotalmass' as each env is built: 17 lines
+    for 16 envs) and appends it to MUJOCO_LOG.TXT in the working folder."""
+    entry = getattr(gymnasium.registry.get(env_id), "entry_point", "")
+    if not isinstance(entry, str) or "mujoco" not in entry:
+        return
+    import mujoco
+
+    if getattr(mujoco.get_mju_user_warning(), "rltrain", False):
+        return
+    said: set[str] = set()
+
+    def once(message: str) -> None:
+        if message not in said:
+            said.add(message)
+            print(f"rltrain: MuJoCo: {message.strip()} (said once)", file=sys.stderr)
+
+    once.rltrain = True  # type: ignore[attr-defined]
+    mujoco.set_mju_user_warning(once)
+
+
 def make_one(
     env_id: str, kwargs: Mapping[str, Any], wrappers: Sequence[Wrapper], frame_stack: int = 1
 ) -> gymnasium.Env:
@@ -234,6 +256,7 @@ def make_one(
     gray image (after the user's wrappers: they see the env's own observations, and may make
     a Box); a gray or RGB image is then stacked
     ``frame_stack`` deep (:func:`stack_frames`)."""
+    quiet_mujoco(env_id)
     env = gymnasium.make(env_id, **kwargs)
     for wrap in wrappers:
         try:

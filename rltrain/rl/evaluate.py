@@ -246,8 +246,7 @@ def evaluate(
     path, version, values, norm = checkpoint_params(run_dir, checkpoint, style)
     n_vec = episodes - 1 if video else episodes
     envs = min(n_vec, 8)
-    video_seed = seed  # env 0's game; the vector's envs take the seeds after it
-    vec_seed = (seed + 1) % 2**32 if video else seed
+    vec_seed = (seed + 1) % 2**32 if video else seed  # the video plays env 0's game, seed
     returns: list[float] = []
     lengths: list[int] = []
     video_path = None
@@ -257,12 +256,12 @@ def evaluate(
         note = ""
         if video:  # first: an env that cannot draw fails before anything is played
             try:
-                rec = make_recording_env(cfg.env, video_seed, render=view == "game")
+                rec = make_recording_env(cfg.env, seed, render=view == "game")
             except EnvError as e:
                 if video_view is not None:
                     raise _worded(e, style) from None
                 note, view = f"{_worded(e, style)}; filmed the agent's view instead", "agent"
-                rec = make_recording_env(cfg.env, video_seed, render=False)
+                rec = make_recording_env(cfg.env, seed, render=False)
             stack.callback(rec.close)
         vec = None
         if n_vec:
@@ -274,7 +273,7 @@ def evaluate(
         policy = load_policy(cfg, run_dir, (path, values, norm), spec.obs_shape, spec.action_space)
         if rec is not None:
             out = run_dir / f"eval-v{version}{'' if view == 'game' else '-agent'}"
-            gen = torch.Generator().manual_seed(video_seed)
+            gen = torch.Generator().manual_seed(seed)
             try:
                 video_path, ret, length, cut = record_episode(
                     rec, policy, view, out, gen, max_steps, deterministic, video_format

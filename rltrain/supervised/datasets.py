@@ -181,8 +181,8 @@ def _missing_message(name: str, root: Path, reason: str) -> str:
     if name == "cifar10":
         what = f"{CIFAR_TAR} (from {BASE_URLS[name]}{CIFAR_TAR}) or its extracted {CIFAR_DIR}/"
         folder = target / CIFAR_DIR
-        lacks = [b for b in (*CIFAR_TRAIN, CIFAR_TEST) if not (folder / b).is_file()]
         if folder.is_dir():  # a partial copy: say what it lacks
+            lacks = [b for b in (*CIFAR_TRAIN, CIFAR_TEST) if not (folder / b).is_file()]
             what += f" ({folder} lacks {', '.join(lacks)})"
     else:
         what = f"{', '.join(files)} (from {BASE_URLS[name]})"

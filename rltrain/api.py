@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from rltrain import signals
+from rltrain.api_args import arg_typo, checkpoint_arg, choice_arg, path_arg, whole_arg
 from rltrain.config import ConfigError, from_dict, merge, nested, read_config, to_dict
 from rltrain.envs import ActionSpace
 from rltrain.envs.gym_vector import to_env_actions
@@ -140,6 +141,7 @@ ConfigLike = Config | Mapping[str, Any] | str | Path
 
 def _config(config: ConfigLike | TrainConfig | BenchConfig, kind: Kind, **kw: Any) -> Any:
     """The typed config of ``config`` plus ``kw`` overrides (dotted keys, or ``__`` for dots)."""
+    arg_typo(kw, ("run_dir", "resume") if kind == "train" else ("run_dir",))
     if isinstance(config, TrainConfig | BenchConfig):
         config = Config(to_dict(config), "train" if isinstance(config, TrainConfig) else "bench")
     elif isinstance(config, Mapping):
@@ -161,19 +163,12 @@ def _config(config: ConfigLike | TrainConfig | BenchConfig, kind: Kind, **kw: An
     return config.value
 
 
-def _path(value: Any, arg: str) -> str:
-    """A path argument as a str; anything else is a one-line error naming ``arg``."""
-    if isinstance(value, str | os.PathLike):
-        return str(os.fspath(value))
-    raise ConfigError(f"{arg}={value!r}: expected a path (a str or a pathlib.Path)")
-
-
 def _run_dir(value: Any, arg: str = "run_dir") -> Path:
     """An existing run folder (``run_dir=`` of evaluate, load_policy; ``resume=``), else the
     one-line error ``rltrain train --resume`` gives, in the API's words."""
     from rltrain.launch import run_dir_arg
 
-    return run_dir_arg(_path(value, arg), f"{arg}=")
+    return run_dir_arg(path_arg(value, arg), f"{arg}=")
 
 
 def _run_config(run_dir: Path, use: str) -> TrainConfig:
@@ -189,7 +184,7 @@ def _new_run_dir(run_dir: Any) -> str | None:
     checks it again as the command line does)."""
     from rltrain.rundir import check_run_dir
 
-    path = None if run_dir is None else _path(run_dir, "run_dir")
+    path = None if run_dir is None else path_arg(run_dir, "run_dir")
     check_run_dir(path, name="run_dir=")
     return path
 
@@ -239,30 +234,6 @@ def bench(
     return BenchResult.from_run_dir(out)
 
 
-def _whole(value: Any, arg: str, rule: Any) -> int | None:
-    """``episodes=`` or ``seed=`` checked by the rule ``rltrain eval`` checks its flag with."""
-    try:
-        return None if value is None else rule.check(value)
-    except ValueError as e:
-        raise ConfigError(f"{arg}={value!r}: {e}") from None
-
-
-def _choice(value: Any, arg: str, allowed: tuple[Any, ...]) -> Any:
-    """``value`` if it is one of ``allowed`` (True, False, None or strings), else one line."""
-    if isinstance(value, np.bool_):
-        value = bool(value)
-    if any(value is a or (isinstance(a, str) and value == a) for a in allowed):
-        return value
-    names = [f'"{a}"' if isinstance(a, str) else repr(a) for a in allowed]
-    raise ConfigError(f"{arg}={value!r}: allowed are {', '.join(names[:-1])} or {names[-1]}")
-
-
-def _checkpoint(value: Any) -> str:
-    if isinstance(value, str | os.PathLike):
-        return str(os.fspath(value))
-    raise ConfigError(f'checkpoint={value!r}: expected "latest", "best" or a checkpoint\'s path')
-
-
 def evaluate(
     run_dir: str | Path,
     episodes: int | None = None,
@@ -281,12 +252,12 @@ def evaluate(
     can draw it) and ``video_format`` ``"mp4"`` or ``"gif"``, as ``rltrain eval``'s flags."""
     from rltrain.rl.evaluate import evaluate as play
 
-    n, first_seed = _whole(episodes, "episodes", EPISODES), _whole(seed, "seed", SEED)
-    video = _choice(video, "video", (True, False))
-    deterministic = _choice(deterministic, "deterministic", (True, False, None))
-    view = _choice(video_view, "video_view", ("game", "agent", None))
-    fmt = _choice(video_format, "video_format", ("mp4", "gif"))
-    which = _checkpoint(checkpoint)
+    n, first_seed = whole_arg(episodes, "episodes", EPISODES), whole_arg(seed, "seed", SEED)
+    video = choice_arg(video, "video", (True, False))
+    deterministic = choice_arg(deterministic, "deterministic", (True, False, None))
+    view = choice_arg(video_view, "video_view", ("game", "agent", None))
+    fmt = choice_arg(video_format, "video_format", ("mp4", "gif"))
+    which = checkpoint_arg(checkpoint)
     run_dir = _run_dir(run_dir)
     cfg = _run_config(run_dir, "eval")
     return play(
@@ -375,7 +346,7 @@ def load_policy(run_dir: str | Path, checkpoint: str | Path = "latest") -> Loade
     from rltrain.rl.evaluate import checkpoint_params
     from rltrain.rl.evaluate import load_policy as build
 
-    which = _checkpoint(checkpoint)
+    which = checkpoint_arg(checkpoint)
     run_dir = _run_dir(run_dir)
     cfg = _run_config(run_dir, "eval")
     spec = probe_env(cfg)
@@ -395,6 +366,6 @@ def make_env(run_dir: str | Path, seed: int = 0) -> gymnasium.Env:
     SingleEnv`)."""
     from rltrain.envs.single import SingleEnv
 
-    first_seed = _whole(seed, "seed", SEED)
+    first_seed = whole_arg(seed, "seed", SEED)
     cfg = _run_config(_run_dir(run_dir), "eval")
     return SingleEnv(cfg.env, 0 if first_seed is None else first_seed)

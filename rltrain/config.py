@@ -10,7 +10,6 @@ Loading checks every key, type and range *before* any process starts and raises
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import numbers
 import re
@@ -22,7 +21,7 @@ from typing import Any, TypeVar, cast
 
 import yaml
 
-from rltrain.config_keys import homes_hint, unknown_key
+from rltrain.config_keys import closest, homes_hint, unknown_key
 from rltrain.errors import ConfigError, UnknownKey
 from rltrain.yaml_files import UniqueKeyLoader, read_layered
 from rltrain.yaml_files import read_yaml as read_yaml  # re-exported: one reader of YAML
@@ -247,7 +246,7 @@ def _finite(value: Any, key: str, meta: Mapping[str, Any]) -> Any:
 def _check(value: Any, key: str, meta: Mapping[str, Any]) -> Any:
     choices = choices_of(meta)
     if choices and value not in choices:
-        close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+        close = closest(str(value), [str(c) for c in choices])
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise ConfigError(
             f"{key}={value!r}: allowed values are {', '.join(map(str, choices))}{hint}"

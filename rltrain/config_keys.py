@@ -5,7 +5,6 @@ that the hint costs no import cycle."""
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import typing
 from typing import Any
 
@@ -36,7 +35,35 @@ def homes_hint(cls: type, key: str) -> str:
 
 def unknown_key(path: str, key: str, allowed: list[str]) -> str:
     """The error for ``key`` (at dotted ``path``) where its section allows ``allowed``."""
-    same_case = [a for a in allowed if a.lower() == key.lower()]  # keys are lower case
-    close = same_case or difflib.get_close_matches(key, allowed, n=3)
+    close = closest(key, allowed, n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     return f"unknown config key '{path}'{hint} (allowed here: {', '.join(sorted(allowed))})"
+
+
+def closest(word: str, allowed: list[str], n: int = 1) -> list[str]:
+    """The ``allowed`` names a typo of ``word`` most likely meant: the same name in another
+    case, else those within a few edits (``asink``: async, where difflib's ratio picked
+    baseline), nearest first, else those ``word`` begins (``sandblast``: sandblaster)."""
+    same_case = [a for a in allowed if a.lower() == word.lower()]
+    if same_case:
+        return same_case[:n]
+    w = word.lower()
+    limit = 1 if len(w) < 5 else 2 if len(w) < 8 else 3
+    dist = {a: _edits(w, a.lower()) for a in allowed}
+    near = sorted((a for a in allowed if dist[a] <= limit), key=lambda a: dist[a])
+    starts = [a for a in allowed if len(w) >= 3 and a.lower().startswith(w) and a not in near]
+    return (near + starts)[:n]
+
+
+def _edits(a: str, b: str) -> int:
+    """Edits from ``a`` to ``b``: insertions, deletions, substitutions and swaps of two
+    neighbours (the optimal string alignment distance)."""
+    rows = [list(range(len(b) + 1))]
+    for i, ca in enumerate(a, 1):
+        row = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            row[j] = min(rows[-1][j] + 1, row[j - 1] + 1, rows[-1][j - 1] + (ca != cb))
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                row[j] = min(row[j], rows[-2][j - 2] + 1)
+        rows.append(row)
+    return rows[-1][-1]

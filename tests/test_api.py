@@ -210,6 +210,13 @@ def test_api_errors_name_the_apis_arguments(cartpole_run: Path, tmp_path: Path) 
         with pytest.raises(ConfigError) as info:
             call()
         assert str(info.value) == refused
+    for call, meant in (
+        (lambda: rltrain.train(CARTPOLE, resum=cartpole_run), "resume"),
+        (lambda: rltrain.train(CARTPOLE, rundir=full), "run_dir"),
+        (lambda: rltrain.bench(ROOT / "configs" / "bench_toy.yaml", run_dr=full), "run_dir"),
+    ):
+        with pytest.raises(ConfigError, match=rf"=: not an argument .*; did you mean {meant}=\?$"):
+            call()
     with pytest.raises(RLTrainError, match="^run_dir= does not go with resume="):
         rltrain.train(resume=cartpole_run, run_dir=tmp_path / "elsewhere")
     with pytest.raises(CheckpointError, match='use checkpoint="latest" or a checkpoint'):

@@ -42,8 +42,8 @@ def check_address(address: str | None) -> None:
     if found is None:
         raise UserError(
             f"--address auto: no Ray cluster was started on this machine ({source}); start one "
-            "with `ray start --head`, give --address HOST:PORT, or leave --address out for a "
-            "local Ray"
+            "with `ray start --head`, give --address HOST:PORT, or leave --address out to run "
+            "on this machine"
         )
     try:
         _check_address_form(found)
@@ -52,7 +52,25 @@ def check_address(address: str | None) -> None:
         raise UserError(f"--address auto: {source} names {found}: {e}") from None
 
 
+def _own_address(state: dict[str, Any] | None, address: str | None) -> str:
+    """A resumed run's address taken from its own config (not ``--address``): how to run it
+    on this machine instead."""
+    saved = (state or {}).get("config") or {}
+    if not address or (saved.get("runtime") or {}).get("address") != address:
+        return ""
+    return (
+        " (the run's own runtime.address, from its config.yaml; to continue it on this "
+        "machine: --set runtime.address=null)"
+    )
+
+
 def _check_address_form(address: str) -> None:
+    scheme, sep, _ = address.partition("://")
+    if sep and scheme != "ray":  # (the dashboard's http://HOST:8265 is the likely one)
+        raise UserError(
+            f"--address {address}: {scheme}:// is not a Ray address; expected 'auto', HOST:PORT "
+            "(the head's `ray start --head --port`, 6379 by default) or ray://HOST:PORT"
+        )
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise UserError(
@@ -314,6 +332,7 @@ def _prepare(
 
     started = process_start_time() if started is None else started  # from the command
     told: list[str] = []
+    state: dict[str, Any] | None = None  # a resumed run's newest checkpoint
     start_forkserver_early(cfg)
     if resume is not None:
         from rltrain.checkpoint import latest_checkpoint, load_checkpoint
@@ -327,13 +346,17 @@ def _prepare(
                 "start a new run with `rltrain train CONFIG`"
             )
         # a damaged checkpoint, or another env.id, fails here: before anything starts
-        told = check_resume(ckpt, load_checkpoint(ckpt), cfg)
+        state = load_checkpoint(ckpt)
+        told = check_resume(ckpt, state, cfg)
         lock = lock_run_dir(out)
     else:
         check_run_dir(run_dir)
         lock = None
     try:
-        check_address(cfg.runtime.address)  # before the run dir, config.yaml, tb/ are written
+        try:  # before the run dir, config.yaml, tb/ are written
+            check_address(cfg.runtime.address)
+        except RLTrainError as e:  # a cluster run resumed where its cluster is gone
+            raise type(e)(f"{e}{_own_address(state, cfg.runtime.address)}") from None
         if resume is None and starts_ray_early(cfg):
             spec, ray_up = start_ray_then_probe(cfg)
         else:  # an unknown env id fails here, before any folder is made or Ray starts

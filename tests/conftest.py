@@ -230,3 +230,31 @@ def _shared_ray(request: pytest.FixtureRequest) -> Iterator[None]:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     _stop_shared_ray()
+
+
+@contextmanager
+def fake_server(answer: bytes) -> Iterator[str]:
+    """A TCP server on a free port that answers each connection's first bytes with
+    ``answer``; yields its HOST:PORT."""
+    import socket
+
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        try:
+            while True:
+                conn, _ = server.accept()
+                with conn:
+                    conn.recv(64)
+                    conn.sendall(answer)
+        except OSError:  # closed
+            return
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        server.close()
+
+
+GRPC_SETTINGS = bytes([0, 0, 0x18, 4, 0, 0, 0, 0, 0])  # what Ray 2.60's GCS answers first

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import GRPC_SETTINGS, fake_server
 
 from rltrain.cli import main
 
@@ -661,6 +662,9 @@ FORM = "expected 'auto', HOST:PORT or ray://HOST:PORT"
         pytest.param("127.0.0.1:99999", "no-ray", [FORM, "port 1-65535"], id="bad-port"),
         pytest.param("", "no-ray", [FORM], id="empty"),
         pytest.param(
+            "http://127.0.0.1:8265", "no-ray", ["http:// is not a Ray address", "6379"], id="http"
+        ),
+        pytest.param(
             "auto", "no-ray", ["--address auto: no Ray cluster", "ray_current_cluster"], id="auto"
         ),
         pytest.param(
@@ -690,6 +694,24 @@ def test_address_in_the_config_file_is_checked_too(
     capsys: pytest.CaptureFixture[str], ws: Path
 ) -> None:
     check(capsys, ws, ["train", CARTPOLE, "--set", "runtime.address=127.0.0.1:1"], [UNREACHABLE])
+
+
+def test_a_cluster_run_resumed_where_its_cluster_is_gone_says_how_to_run_here(
+    capsys: pytest.CaptureFixture[str], ws: Path
+) -> None:
+    """The address came from the run's own config, not from --address: the message says so
+    and how to continue on this machine."""
+    ckpt = next((ws / "run" / "checkpoints").glob("ckpt-*.pt"))
+    state = torch.load(ckpt, weights_only=True)
+    state["config"]["runtime"]["address"] = "127.0.0.1:1"
+    torch.save(state, ckpt)
+    config = yaml.safe_load((ws / "run" / "config.yaml").read_text())
+    config["runtime"]["address"] = "127.0.0.1:1"
+    (ws / "run" / "config.yaml").write_text(yaml.safe_dump(config))
+    own = "(the run's own runtime.address, from its config.yaml; to continue it on this machine"
+    check(capsys, ws, ["train", "--resume", "run"], [UNREACHABLE, own, "runtime.address=null"])
+    err = check(capsys, ws, ["train", "--resume", "run", "--address", "127.0.0.1:2"], ["2 ("])
+    assert "run's own" not in err  # the address given now is not the run's
 
 
 def test_ray_address_variable_is_what_auto_means(
@@ -798,14 +820,9 @@ def test_template_run_is_a_real_run(template: Path) -> None:
 def test_a_listening_address_passes_the_check(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import socket
-
     from rltrain.launch import check_address
 
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen()
-        address = f"127.0.0.1:{server.getsockname()[1]}"
+    with fake_server(GRPC_SETTINGS) as address:
         check_address(address)
         check_address(f"ray://{address}")
         (tmp_path / "ray").mkdir()
@@ -814,6 +831,16 @@ def test_a_listening_address_passes_the_check(
         monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
         check_address("auto")  # what `ray start` wrote, and something listens there
     check_address(None)
+
+
+def test_a_server_that_is_not_ray_is_refused_at_once(
+    capsys: pytest.CaptureFixture[str], ws: Path
+) -> None:
+    """Ray would retry a non-Ray service (here a web server, as the dashboard's port) without
+    end; the check reads its first answer."""
+    with fake_server(b"HTTP/1.0 400 Bad request\r\n\r\n") as address:
+        words = [f"{address} is not a Ray head (it answered b'HTTP/1.0 ')", "6379 by default"]
+        check(capsys, ws, ["train", CARTPOLE, "--address", address], words)
 
 
 def test_exponent_numbers_are_numbers() -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import GRPC_SETTINGS, fake_server
 
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.records import GradUpdate
@@ -38,12 +40,10 @@ def test_a_local_ray_is_its_own_and_runs_its_workers_at_the_drivers_priority(
     answers (ray.init alone would join it, and refuse num_cpus), and says that --address auto
     would join it. Ray lowers its workers to nice 15; the local instance rltrain starts does
     not: they are the run, and at 15 any busy process beside them took nearly all of the CPU."""
-    import socket
-
     import ray
 
-    with socket.create_server(("127.0.0.1", 0)) as other:
-        monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{other.getsockname()[1]}")
+    with fake_server(GRPC_SETTINGS) as other:  # answers as a Ray head's GCS
+        monkeypatch.setenv("RAY_ADDRESS", other)
         where = runtime.start(RuntimeConfig(num_cpus=1))
     try:
         assert where.startswith("local ray (1 CPUs; a Ray cluster runs at 127.0.0.1:"), where
@@ -245,9 +245,34 @@ def test_rays_note_that_it_enabled_token_auth_on_the_runs_own_instance_is_droppe
     handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
     log = logging.getLogger("ray._private.authentication.authentication_token_setup")
     log.addHandler(handler)
+    # (a ray.init earlier in this process may have raised the level or disabled the logger)
+    was = log.level, log.disabled
+    log.setLevel(logging.WARNING)
+    log.disabled = False
     try:
         log.warning(f"{startup.AUTH_DEFAULT_NOTE}. Set RAY_AUTH_MODE=disabled to opt out.")
         log.warning("Token authentication is disabled for this Ray cluster. Anyone with access")
     finally:
         log.removeHandler(handler)
+        log.setLevel(was[0])
+        log.disabled = was[1]
     assert seen == ["Token authentication is disabled for this Ray cluster. Anyone with access"]
+
+
+def test_a_join_a_head_refused_names_the_token(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Ray says only "Failed to connect" where a head with token authentication refused this
+    shell's token (after 20 s of retries); the message names the token this shell has."""
+    from rltrain.runtime.ray.startup import _why
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    failed = "Failed to connect to Ray cluster at 10.0.0.1:6379"
+    assert "refused no token (RAY_AUTH_TOKEN is unset): export RAY_AUTH_MODE=token" in _why(failed)
+    (tmp_path / ".ray").mkdir()
+    (tmp_path / ".ray" / "auth_token").write_text("x" * 32)
+    assert "refused ~/.ray/auth_token's token" in _why("ray client connection timeout")
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "y" * 32)
+    assert "refused this shell's RAY_AUTH_TOKEN" in _why(failed)
+    assert _why("Version mismatch: The cluster was started with Ray 2.59") == ""

@@ -121,8 +121,9 @@ class Remote:
         return True
 
     def node(self) -> str | None:
-        """The id of the Ray node this process runs on, once known (without waiting)."""
-        return str(self._where[1]) if isinstance(self._where, tuple) else None
+        """The id of the Ray node this process runs on, once known (without waiting: a probe
+        that has answered is read, as a shard's is never read otherwise)."""
+        return str(self._where[1]) if self.is_up() else None
 
     def pid(self) -> int:
         """The process id (waits for the process to be up)."""

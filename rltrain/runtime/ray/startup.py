@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -115,15 +116,12 @@ def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
         except (ConnectionError, RuntimeError, ValueError) as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise RayStartError(
-                f"cannot join the Ray cluster at --address {cfg.address}: {first} "
-                "(start one with `ray start --head`, or leave --address out to run on this machine)"
+                f"cannot join the Ray cluster at --address {cfg.address}: {first}{_why(first)}"
             ) from None
         _started_here, _ours = False, True  # (only once joined: a Ray the caller starts
         r = job_record()  # after a failed join is theirs, and shutdown leaves it running)
-        return (
-            f"ray cluster at {cfg.address} ({r['cpus']:.0f} CPUs on {r['nodes']} nodes; "
-            f"job {r['job_id']})"
-        )
+        size = f"{plural(r['cpus'], 'CPU')} on {plural(r['nodes'], 'node')}"
+        return f"ray cluster at {cfg.address} ({size}; job {r['job_id']})"
     cpus = cfg.num_cpus or os.cpu_count() or 1  # never raised to what processes ask for
     note = _not_joined()
     # Local workers import rltrain from this interpreter's environment; keep Ray quiet and local.
@@ -204,8 +202,39 @@ def _not_joined() -> str:
     return f"; a Ray cluster runs at {address}, {source}: --address auto joins it"
 
 
+def plural(count: float, noun: str) -> str:
+    """``1 node``, ``2 nodes``, ``1.5 CPUs``."""
+    return f"{count:g} {noun}{'' if count == 1 else 's'}"
+
+
+def _why(error: str) -> str:
+    """What to do about a join that failed although a gRPC server answers at the address (a
+    Ray head): Ray says only "Failed to connect" (or the client's "timeout") after 20 s of
+    retries where the head refused this shell's token, as a head with token authentication
+    (Ray's default since 2.52) refuses a missing or another token."""
+    if "failed to connect" not in error.lower() and "timeout" not in error.lower():
+        return ""  # Ray's own words say what it was (a version mismatch, ...)
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        mine = "this shell's RAY_AUTH_TOKEN"
+    elif (Path.home() / ".ray" / "auth_token").is_file():
+        mine = "~/.ray/auth_token's token (RAY_AUTH_TOKEN is unset)"
+    else:
+        mine = "no token (RAY_AUTH_TOKEN is unset)"
+    return (
+        f"; a Ray head answers there, so it most likely refused {mine}: export "
+        "RAY_AUTH_MODE=token RAY_AUTH_TOKEN=<the token the cluster was started with> "
+        "(docs/cluster.md)"
+    )
+
+
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+"""A gRPC client's first bytes (RFC 9113 3.4: the preface, then an empty SETTINGS frame);
+a gRPC server, as Ray's GCS and its client server are, answers with a SETTINGS frame."""
+
+
 def check_reachable(address: str, timeout: float = 5.0) -> None:
-    """Fail in seconds, not after Ray's minute of retries, when nothing listens at address."""
+    """Fail in seconds, not after Ray's minute of retries, when nothing listens at address,
+    or something other than Ray does (Ray would retry it without end)."""
     if address == "auto":
         return
     hostport = address.removeprefix("ray://")
@@ -213,13 +242,30 @@ def check_reachable(address: str, timeout: float = 5.0) -> None:
     if not host or not port.isdigit():
         raise RayStartError(f"--address {address}: expected 'auto', HOST:PORT or ray://HOST:PORT")
     try:
-        socket.create_connection((host, int(port)), timeout=timeout).close()
+        with socket.create_connection((host, int(port)), timeout=timeout) as conn:
+            answer = _first_frame(conn) if not os.environ.get("RAY_USE_TLS") else None
     except OSError as e:
         raise RayStartError(
             f"cannot join the Ray cluster at --address {address}: nothing answers at "
             f"{host}:{port} ({e.strerror or e}); start one with `ray start --head`, "
             "or leave --address out to run on this machine"
         ) from None
+    if answer is not None and (len(answer) < 4 or answer[3] != 4):  # not SETTINGS
+        said = f"it answered {answer!r}" if answer else "it did not answer as gRPC does"
+        raise RayStartError(
+            f"--address {address}: {host}:{port} is not a Ray head ({said}); give the head's "
+            "port (`ray start --head --port`, 6379 by default) or ray://HOST:10001 (Ray Client)"
+        )
+
+
+def _first_frame(conn: socket.socket) -> bytes:
+    """The first bytes a server sends back to :data:`HTTP2_PREFACE` (up to a frame header)."""
+    conn.sendall(HTTP2_PREFACE)
+    answer = b""
+    with contextlib.suppress(TimeoutError, OSError):
+        while len(answer) < 9 and (chunk := conn.recv(9 - len(answer))):
+            answer += chunk
+    return answer
 
 
 def check_address(address: str) -> None:

@@ -94,6 +94,12 @@ class FaultsConfig:
     """sync/average barriers (and a2c) when a worker dies: wait for its restart (every step
     keeps N gradients), or continue with the live workers until it rejoins. soft_sync and
     async never wait for a dead worker."""
+    hang_timeout_s: float | None = field(default=60.0, metadata=spec(gt=0))
+    """train: a process whose call has run this long, and 10 times as long as any call of its
+    role has taken, is taken for hung (stopped, deadlocked) and killed, and restarts as after a
+    crash (faults.max_restarts; counted as faults/hung). A process's first call (its start-up,
+    a compile) is not timed; nor is the policy worker; a thread (runtime.backend=local) is only
+    said. null: never (a hung process then holds up whatever waits for it)."""
     events: tuple[FaultEvent, ...] = ()
     """Faults to inject, e.g. [{action: kill, target: actor, index: 0, at: 10}]."""
 
@@ -216,6 +222,7 @@ class FaultCounters:
     lost_calls: int = 0  # work in flight on a lost process (never counted anywhere else)
     left_barrier: int = 0  # times a barrier went on without a lost worker
     injected: int = 0  # injected kills and pauses
+    hung: int = 0  # processes killed as hung (faults.hang_timeout_s)
 
     def restart(self, role: Role) -> None:
         """One more restart of an ``actor``, ``learner``, ``worker`` or ``policy``."""

@@ -58,10 +58,7 @@ def _own_address(state: dict[str, Any] | None, address: str | None) -> str:
     saved = (state or {}).get("config") or {}
     if not address or (saved.get("runtime") or {}).get("address") != address:
         return ""
-    return (
-        " (the run's own runtime.address, from its config.yaml; to continue it on this "
-        "machine: --set runtime.address=null)"
-    )
+    return " (the run's own runtime.address; to run it on this machine: --set runtime.address=null)"
 
 
 def _check_address_form(address: str) -> None:

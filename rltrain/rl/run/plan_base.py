@@ -13,6 +13,7 @@ from rltrain.rl.config import TrainConfig, waits_at_barrier
 from rltrain.rl.env_spec import EnvSpec
 from rltrain.rl.rollout import ObsSlots, WorkStats
 from rltrain.rl.run.counters import Counters
+from rltrain.rl.run.hangs import HangWatch
 
 if TYPE_CHECKING:
     from rltrain.driver import Done
@@ -80,6 +81,9 @@ class RLPlan(abc.ABC):
         self.server = host.ctx.server
         self.runtime = runtime
         self.pool = runtime.Pool()
+        limit = self.cfg.faults.hang_timeout_s
+        self.hangs = HangWatch(self.pool.calls, limit, self.ctx.say, self.ctx.faults)
+        self.hangs.start()  # (stopped by close(), however the run ends)
         self.replay: Any = None  # dqn: the replay shards
         self.replay_bytes: int | None = None  # dqn: their size at the end, for summary.json
         self.left_starting = False  # stopped while processes were still starting: said once
@@ -145,3 +149,7 @@ class RLPlan(abc.ABC):
 
     def finish(self) -> None:  # noqa: B027 - an optional hook: most plans have nothing to do
         """After the loop (a normal end, not a failure)."""
+
+    def close(self) -> None:
+        """However the run ended: the hang watch stops."""
+        self.hangs.close()

@@ -87,9 +87,7 @@ class Trainer:
         steps, spec = self.counters.env_steps, self.spec
         self.log = TrainLogger(run_dir / "tb", cfg, spec.protocol, spec.frames_per_step, steps)
         if resumed:  # (after the log's copy of the config: TensorBoard shows the run's seed)
-            self.cfg = dataclasses.replace(
-                cfg, seed=session_seed(cfg.seed, self.counters.env_steps)
-            )
+            self.cfg = dataclasses.replace(cfg, seed=session_seed(cfg.seed, steps))
         self.progress = Progress("[train]")
         self.run_lock: int | None = None  # the run folder's (launch.prepare_train takes it)
         # set as the session starts (_run, _start)
@@ -247,6 +245,8 @@ class Trainer:
         return summary
 
     def _release(self, runtime: Runtime) -> None:
+        if self.plan is not None:
+            self.plan.close()
         self.evals.close()
         self.log.close()
         self.ctx.kill_all()

@@ -1,0 +1,130 @@
+"""Hung processes: a call that does not return is taken for a hang and its process killed, so
+that the runtime restarts it as after a crash.
+
+A process can stop without dying: SIGSTOP (a debugger, a stray ``kill -STOP``), a deadlock,
+a syscall stuck on a dead network file system. Nothing fails then: an a3c run waits at its stop
+for the stopped actor's call, a barrier waits for its gradient, and an appo run's trainer waits
+for the learner process that holds the shards. The watch turns such a hang into the fault the
+runtimes already recover from (DistBelief's and Gorila's answer to a lost machine: restart it
+and carry on): a process whose call has run ``faults.hang_timeout_s``, and 10 times as long as
+any call of its role has taken, is killed.
+
+The watch runs in a thread of its own: the trainer's thread may be the one that waits (for
+the shards' statistics, in the stopped learner's process).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rltrain.faults import FaultAction, FaultEvent
+
+SLOWER = 10.0  # a call this many times the longest of its role's is a hang, not a slow call
+NEVER = ("policy",)  # the policy worker's one call serves the whole run
+EVERY_S = 1.0
+
+
+class HangWatch:
+    """Watches the calls in flight of ``calls`` (a pool's ``calls``: future -> (remote, ...))
+    from a daemon thread; kills the process of a call that has run too long (see the module).
+
+    One process at a time, the one whose call has waited longest, and the others' clocks
+    start again: where one hung process holds up the rest (the actors wait for a stopped
+    learner), only it is killed. A process's first call (its start-up: imports, a compile)
+    is never timed, and a thread (the thread runtime) is said once, not killed."""
+
+    def __init__(
+        self,
+        calls: dict[Any, Any],
+        limit_s: float | None,
+        say: Callable[[str], None],
+        counters: Any,
+    ) -> None:
+        self.calls, self.limit_s, self.say, self.counters = calls, limit_s, say, counters
+        self.since: dict[Any, tuple[float, Any]] = {}  # future -> (its clock's start, remote)
+        self.longest: dict[str, float] = {}  # role -> the longest call of it seen to end
+        self.answered: set[int] = set()  # id() of remotes whose process has ended a call
+        self.killed: set[Any] = set()  # futures whose process the watch killed
+        self.said: set[int] = set()  # threads said to hang (once each)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.limit_s is not None and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="rltrain-hangs", daemon=True)
+            self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(EVERY_S):
+            self.check(time.monotonic())
+
+    def check(self, now: float) -> str | None:
+        """One look (the thread's, every second); returns the process killed, if any."""
+        calls = dict(self.calls)  # (one C call: the driver's thread may change the dict)
+        for ref in [r for r in self.since if r not in calls]:  # ended, or failed
+            started, remote = self.since.pop(ref)
+            if ref not in self.killed:
+                took = now - started
+                self.longest[remote.role] = max(self.longest.get(remote.role, 0.0), took)
+                self.answered.add(id(remote))
+            self.killed.discard(ref)
+        timed = []
+        for ref, entry in calls.items():
+            remote = entry[0]
+            if ref not in self.since or not remote.is_up():  # timed from when it is up
+                self.since[ref] = (now, remote)
+            if remote.role not in NEVER and id(remote) in self.answered and ref not in self.killed:
+                timed.append((self.since[ref][0], ref, remote))
+        if self.limit_s is None:
+            return None
+        over = [t for t in timed if now - t[0] >= self._limit(t[2].role)]
+        if not over:
+            return None
+        # a process stopped by a signal first: a call waiting for it at a barrier is as old
+        started, ref, remote = min(over, key=lambda t: (not stopped(t[2]), t[0]))
+        for _, other, r in timed:  # they may have waited for it: their clocks start again
+            if other is not ref:
+                self.since[other] = (now, r)
+        name, longest = f"{remote.role} {remote.index}", self.longest.get(remote.role, 0.0)
+        limit = f"faults.hang_timeout_s={self.limit_s:g}, {SLOWER:g}x its longest: {longest:.1f}s"
+        return self._kill(ref, remote, f"{name}'s call has run {now - started:.0f}s ({limit})")
+
+    def _limit(self, role: str) -> float:
+        return max(self.limit_s or 0.0, SLOWER * self.longest.get(role, 0.0))
+
+    def _kill(self, ref: Any, remote: Any, why: str) -> str | None:
+        name = f"{remote.role} {remote.index}"
+        if not hasattr(remote, "signal"):  # a thread of the trainer's process
+            if id(remote) not in self.said:
+                self.said.add(id(remote))
+                self.say(f"{why}: hung? a thread cannot be killed; the run waits for it")
+            return None
+        event = FaultEvent(action="kill", target=remote.role, index=remote.index)
+        try:
+            done = remote.signal(FaultAction("kill", event))
+        except (OSError, RuntimeError) as e:  # gone meanwhile (its loss is on its way)
+            done = f"could not kill {name}: {e}"
+        self.say(f"{why}: taken for hung and killed ({done}); it restarts as after a crash")
+        self.counters.hung += 1
+        self.killed.add(ref)
+        self.answered.discard(id(remote))  # its next process's first call is its start-up
+        return name
+
+
+def stopped(remote: Any) -> bool:
+    """Whether a child process of this machine's process runtime is stopped (SIGSTOP, a
+    debugger: state T in /proc); False where that cannot be read (Ray, threads, not Linux)."""
+    if remote.node() is not None or not hasattr(remote, "signal"):
+        return False
+    try:
+        stat = Path(f"/proc/{remote.pid()}/stat").read_text()
+    except (OSError, ValueError):
+        return False
+    return stat.rpartition(")")[2].split()[:1] == ["T"]  # (the name may hold spaces)

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from rltrain.errors import RLTrainError
+from rltrain.faults import RunFailed
 
 CKPT_DIR = "checkpoints"
 
@@ -25,8 +26,15 @@ class CheckpointError(RLTrainError, ValueError):
 
 
 def save_checkpoint(run_dir: Path, version: int, state: dict[str, Any], keep: int) -> Path:
-    """Write ``state`` as ``ckpt-<version>.pt`` and keep only the ``keep`` newest."""
-    path = write_state(run_dir / CKPT_DIR / f"ckpt-{version:010d}.pt", state)
+    """Write ``state`` as ``ckpt-<version>.pt`` and keep only the ``keep`` newest; a write that
+    fails (a full disk, permissions) stops the run: :class:`RunFailed` in one line."""
+    try:
+        path = write_state(run_dir / CKPT_DIR / f"ckpt-{version:010d}.pt", state)
+    except OSError as e:
+        raise RunFailed(
+            f"cannot write a checkpoint in {run_dir / CKPT_DIR} ({e.strerror or e}); free "
+            "space or allow writes there, then --resume from the last one"
+        ) from None
     for old in list_checkpoints(run_dir)[:-keep]:
         old.unlink(missing_ok=True)
     return path

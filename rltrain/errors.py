@@ -6,6 +6,10 @@ class RLTrainError(Exception):
     """A problem with what the user asked for or gave us (config, data, env id, checkpoint)."""
 
 
+class UserError(RLTrainError):
+    """A problem with what the user asked for: printed as one line, exit code 2."""
+
+
 class ConfigError(RLTrainError, ValueError):
     """A config key, type or value that is not allowed; the message is one line."""
 

@@ -10,70 +10,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rltrain.errors import RLTrainError
+from rltrain.cluster_address import check_address, own_address
+from rltrain.errors import RLTrainError, UserError
 
 if TYPE_CHECKING:  # for annotations: this module imports the run's parts only as they are used
     from rltrain.rl.config import TrainConfig
     from rltrain.rl.env_spec import EnvSpec
     from rltrain.rl.run.train import Trainer
     from rltrain.supervised.config import BenchConfig
-
-
-class UserError(RLTrainError):
-    """A problem with what the user asked for: printed as one line, exit code 2."""
-
-
-def check_address(address: str | None) -> None:
-    """An unreachable Ray cluster fails here, in seconds, before any folder or file is written.
-
-    ``auto`` is resolved the way ``ray.init(address="auto")`` does for a cluster started with
-    ``ray start``: RAY_ADDRESS, else the address file ``ray start`` writes. Ray itself would
-    retry a stale address for minutes, printing a warning every few seconds.
-    """
-    if address is None:
-        return
-    from rltrain.runtime import ray as ray_runtime
-
-    if address != "auto":
-        _check_address_form(address)
-        ray_runtime.check_address(address)
-        return
-    found, source = ray_runtime.cluster_here()
-    if found is None:
-        raise UserError(
-            f"--address auto: no Ray cluster was started on this machine ({source}); start one "
-            "with `ray start --head`, give --address HOST:PORT, or leave --address out to run "
-            "on this machine"
-        )
-    try:
-        _check_address_form(found)
-        ray_runtime.check_address(found)
-    except RLTrainError as e:
-        raise UserError(f"--address auto: {source} names {found}: {e}") from None
-
-
-def _own_address(state: dict[str, Any] | None, address: str | None) -> str:
-    """A resumed run's address taken from its own config (not ``--address``): how to run it
-    on this machine instead."""
-    saved = (state or {}).get("config") or {}
-    if not address or (saved.get("runtime") or {}).get("address") != address:
-        return ""
-    return " (the run's own runtime.address; to run it on this machine: --set runtime.address=null)"
-
-
-def _check_address_form(address: str) -> None:
-    scheme, sep, _ = address.partition("://")
-    if sep and scheme != "ray":  # (the dashboard's http://HOST:8265 is the likely one)
-        raise UserError(
-            f"--address {address}: {scheme}:// is not a Ray address; expected 'auto', HOST:PORT "
-            "(the head's `ray start --head --port`, 6379 by default) or ray://HOST:PORT"
-        )
-    host, _, port = address.removeprefix("ray://").rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UserError(
-            f"--address {address or repr(address)}: expected 'auto', HOST:PORT or "
-            "ray://HOST:PORT (port 1-65535)"
-        )
 
 
 def run_dir_arg(text: str, flag: str, command: str = "rltrain train") -> Path:
@@ -320,6 +264,7 @@ def _prepare(
     from rltrain.progress import process_start_time
     from rltrain.rundir import (
         check_run_dir,
+        check_writable,
         lock_run_dir,
         new_run_dir,
         remove_new_run_dir,
@@ -336,16 +281,21 @@ def _prepare(
 
         flag = resume_flag
         out = run_dir_arg(str(resume), flag)
-        ckpt = latest_checkpoint(out)
-        if ckpt is None:
-            raise UserError(
-                f"{flag}{out}: no checkpoints/ckpt-*.pt to resume from; "
-                "start a new run with `rltrain train CONFIG`"
-            )
-        # a damaged checkpoint, or another env.id, fails here: before anything starts
-        state = load_checkpoint(ckpt)
-        told = check_resume(ckpt, state, cfg)
-        lock = lock_run_dir(out)
+        lock = lock_run_dir(out)  # first: a run still training is said to be, checkpoint or not
+        try:
+            ckpt = latest_checkpoint(out)
+            if ckpt is None:
+                raise UserError(
+                    f"{flag}{out}: no checkpoints/ckpt-*.pt to resume from; "
+                    "start a new run with `rltrain train CONFIG`"
+                )
+            check_writable(out, flag)  # (and its stale temporary files gone: we hold the lock)
+            # a damaged checkpoint, or another env.id, fails here: before anything starts
+            state = load_checkpoint(ckpt)
+            told = check_resume(ckpt, state, cfg)
+        except BaseException:
+            unlock(lock)
+            raise
     else:
         check_run_dir(run_dir)
         lock = None
@@ -353,7 +303,7 @@ def _prepare(
         try:  # before the run dir, config.yaml, tb/ are written
             check_address(cfg.runtime.address)
         except RLTrainError as e:  # a cluster run resumed where its cluster is gone
-            raise type(e)(f"{e}{_own_address(state, cfg.runtime.address)}") from None
+            raise type(e)(f"{e}{own_address(state, cfg.runtime.address)}") from None
         if resume is None and starts_ray_early(cfg):
             spec, ray_up = start_ray_then_probe(cfg)
         else:  # an unknown env id fails here, before any folder is made or Ray starts

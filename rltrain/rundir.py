@@ -45,6 +45,28 @@ def check_run_dir(
         raise ConfigError(f"{flag}{path}: {parent} is not writable; give another {other}")
 
 
+def check_writable(run_dir: Path, flag: str = "--resume ") -> None:
+    """A run folder a resumed session can write in: the folder, ``checkpoints/`` and ``tb/``,
+    each tried with a file (write permission bits do not stop root, an immutable or read-only
+    file system does). Temporary checkpoints a crash left mid-write are removed (the caller
+    holds the run's lock: no other process writes them)."""
+    for folder in (run_dir, run_dir / "checkpoints", run_dir / "tb"):
+        if folder.exists() and not folder.is_dir():
+            raise ConfigError(f"{flag}{run_dir}: {folder} is a file; a run keeps a folder there")
+        if not folder.exists():
+            continue
+        try:
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+        except OSError as e:
+            raise ConfigError(
+                f"{flag}{run_dir}: cannot write in {folder} ({e.strerror or e}); a resumed run "
+                "writes its checkpoints, tb/ and summary.json in its folder"
+            ) from None
+    for stale in (run_dir / "checkpoints").glob(".ckpt-*.tmp"):
+        stale.unlink(missing_ok=True)
+
+
 def new_run_dir(
     config_path: str | Path,
     run_dir: str | Path | None,

@@ -641,8 +641,44 @@ def test_a_run_another_trainer_holds_is_refused(
     try:
         words = ["run: another rltrain process is training this run; wait for it to end"]
         check(capsys, ws, ["train", "--resume", "run"], words)
+        for ckpt in (ws / "run" / "checkpoints").glob("*.pt"):  # before its first checkpoint
+            ckpt.unlink()
+        check(capsys, ws, ["train", "--resume", "run"], words)
     finally:
         unlock(lock)
+
+
+@pytest.mark.parametrize("where", ["run", "checkpoints", "tb"])
+def test_a_run_folder_that_cannot_be_written_is_refused_before_the_resume(
+    capsys: pytest.CaptureFixture[str],
+    ws: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    where: str,
+) -> None:
+    """(Permission bits do not stop root: a read-only or immutable folder does, faked here.)"""
+    import errno
+    import tempfile
+
+    real = tempfile.TemporaryFile
+
+    def refused(*args: object, dir: str, **kwargs: object) -> object:  # noqa: A002
+        if Path(dir).name == where:
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real(*args, dir=dir, **kwargs)  # type: ignore[call-overload]
+
+    (ws / "run" / "tb").mkdir(exist_ok=True)
+    monkeypatch.setattr(tempfile, "TemporaryFile", refused)
+    folder = "run" if where == "run" else f"run/{where}"
+    words = [f"--resume run: cannot write in {folder} (Read-only file system); a resumed run"]
+    check(capsys, ws, ["train", "--resume", "run"], words)
+
+
+def test_a_file_where_the_run_keeps_tb_is_refused(
+    capsys: pytest.CaptureFixture[str], ws: Path
+) -> None:
+    shutil.rmtree(ws / "run" / "tb", ignore_errors=True)
+    (ws / "run" / "tb").write_text("")
+    check(capsys, ws, ["train", "--resume", "run"], ["run/tb is a file; a run keeps a folder"])
 
 
 # ------------------------------------------------------------------------------------------

@@ -72,3 +72,38 @@ def test_code_in_a_checkpoint_is_never_run(tmp_path: Path) -> None:
     torch.save({"shards": [Boom()], "counters": {}}, evil)
     with pytest.raises(CheckpointError):
         load_checkpoint(evil)
+
+
+def test_a_checkpoint_that_cannot_be_written_stops_the_run_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk or a read-only folder: RunFailed (the run stops as after a fault, with
+    summary.json), not an OSError's traceback; the older checkpoints stay."""
+    import errno
+
+    from rltrain import checkpoint
+    from rltrain.faults import RunFailed
+
+    save_checkpoint(tmp_path, 1, state(1), keep=2)
+
+    def full(path: Path, value: dict) -> Path:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoint, "write_state", full)
+    with pytest.raises(RunFailed) as e:
+        save_checkpoint(tmp_path, 2, state(2), keep=2)
+    assert str(e.value) == (
+        f"cannot write a checkpoint in {tmp_path / 'checkpoints'} (No space left on device); "
+        "free space or allow writes there, then --resume from the last one"
+    )
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["ckpt-0000000001.pt"]
+
+
+def test_a_resume_removes_the_temporary_file_a_crash_left(tmp_path: Path) -> None:
+    from rltrain.rundir import check_writable
+
+    save_checkpoint(tmp_path, 1, state(1), keep=2)
+    torn = tmp_path / "checkpoints" / ".ckpt-abc123.tmp"  # killed mid-write
+    torn.write_bytes(b"half")
+    check_writable(tmp_path)
+    assert not torn.exists() and latest_checkpoint(tmp_path) is not None

@@ -29,7 +29,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("rltrain.rl", "rltrain.supervised"),
     ("rltrain.rl.run",),
     (
-        *("rltrain.launch", "rltrain.api", "rltrain.cli", "rltrain.cli_checks"),
+        *("rltrain.launch", "rltrain.cluster_address", "rltrain.api", "rltrain.cli"),
+        "rltrain.cli_checks",
         *("rltrain.plot", "rltrain.curves", "rltrain.__init__"),
     ),
 ]

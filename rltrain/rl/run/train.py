@@ -231,7 +231,7 @@ class Trainer:
             try:
                 self.evals.final = self._checkpoint()  # scored unless an eval saw it
             except (ProcessLost, PeerLost, RunFailed) as e:
-                self.progress.note(f"no final checkpoint (the server is not whole: {e})")
+                self.progress.note(f"no final checkpoint ({e})")
             else:  # the last point: a run shorter than log_every_seconds still has one
                 with contextlib.suppress(ProcessLost, PeerLost, RunFailed):
                     self.ctx.shard_guard().poll()

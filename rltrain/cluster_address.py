@@ -1,0 +1,61 @@
+"""``--address``: a Ray cluster to join, checked before anything is written (an unreachable
+address, a service that is not Ray, a resumed run's own address where its cluster is gone)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rltrain.errors import RLTrainError, UserError
+
+
+def check_address(address: str | None) -> None:
+    """An unreachable Ray cluster fails here, in seconds, before any folder or file is written.
+
+    ``auto`` is resolved the way ``ray.init(address="auto")`` does for a cluster started with
+    ``ray start``: RAY_ADDRESS, else the address file ``ray start`` writes. Ray itself would
+    retry a stale address for minutes, printing a warning every few seconds.
+    """
+    if address is None:
+        return
+    from rltrain.runtime import ray as ray_runtime
+
+    if address != "auto":
+        _check_address_form(address)
+        ray_runtime.check_address(address)
+        return
+    found, source = ray_runtime.cluster_here()
+    if found is None:
+        raise UserError(
+            f"--address auto: no Ray cluster was started on this machine ({source}); start one "
+            "with `ray start --head`, give --address HOST:PORT, or leave --address out to run "
+            "on this machine"
+        )
+    try:
+        _check_address_form(found)
+        ray_runtime.check_address(found)
+    except RLTrainError as e:
+        raise UserError(f"--address auto: {source} names {found}: {e}") from None
+
+
+def own_address(state: dict[str, Any] | None, address: str | None) -> str:
+    """A resumed run's address taken from its own config (not ``--address``): how to run it
+    on this machine instead."""
+    saved = (state or {}).get("config") or {}
+    if not address or (saved.get("runtime") or {}).get("address") != address:
+        return ""
+    return " (the run's own runtime.address; to run it on this machine: --set runtime.address=null)"
+
+
+def _check_address_form(address: str) -> None:
+    scheme, sep, _ = address.partition("://")
+    if sep and scheme != "ray":  # (the dashboard's http://HOST:8265 is the likely one)
+        raise UserError(
+            f"--address {address}: {scheme}:// is not a Ray address; expected 'auto', HOST:PORT "
+            "(the head's `ray start --head --port`, 6379 by default) or ray://HOST:PORT"
+        )
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UserError(
+            f"--address {address or repr(address)}: expected 'auto', HOST:PORT or "
+            "ray://HOST:PORT (port 1-65535)"
+        )

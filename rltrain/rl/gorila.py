@@ -259,9 +259,9 @@ class DQNLearner:
     def gradient(self, batch: SampledBatch) -> tuple[torch.Tensor, LossStats, np.ndarray, float]:
         """Flat gradient [P] of the importance-weighted Huber TD loss, with its TD errors."""
         dev = self.device
-        obs = torch.from_numpy(batch.obs).to(dev)
-        next_obs = torch.from_numpy(batch.next_obs).to(dev)
-        actions = torch.from_numpy(batch.actions).to(dev)
+        obs = tensor_of(batch.obs).to(dev)
+        next_obs = tensor_of(batch.next_obs).to(dev)
+        actions = tensor_of(batch.actions).to(dev)
         with torch.no_grad():
             next_online, next_target = self.online(next_obs), self.target(next_obs)
         q = self.online(obs)
@@ -270,14 +270,20 @@ class DQNLearner:
         loss, td = self.loss(
             q,
             actions,
-            torch.from_numpy(batch.rewards).to(dev),
-            torch.from_numpy(batch.done).to(dev),
+            tensor_of(batch.rewards).to(dev),
+            tensor_of(batch.done).to(dev),
             next_online,
             next_target,
-            torch.from_numpy(batch.weights).to(dev),
+            tensor_of(batch.weights).to(dev),
         )
         self.online.zero_grad(set_to_none=True)
         loss.backward()
         grad, norm = clipped_flat_grad(self.online, self.cfg.algo.max_grad_norm)
         stats = LossStats(grad_norm=float(norm), td=float(loss.detach()))
         return grad, stats, td.cpu().numpy(), float(q.detach().mean())
+
+
+def tensor_of(array: np.ndarray) -> torch.Tensor:
+    """A sampled batch's array as a tensor: a copy where it is read-only (Ray hands out the
+    object store's memory, which torch.from_numpy warns about once per process)."""
+    return torch.from_numpy(array if array.flags.writeable else array.copy())

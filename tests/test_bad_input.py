@@ -886,3 +886,22 @@ def test_exponent_numbers_are_numbers() -> None:
 
     cfg = load_config(TrainConfig, CARTPOLE, ["optimizer.lr=1e-3", "optimizer.eps=1E-8"])
     assert cfg.optimizer.lr == 0.001 and cfg.optimizer.eps == 1e-8
+
+
+@pytest.mark.parametrize(
+    ("edit", "words"),
+    [
+        ("emptied", ["run/config.yaml: empty; a run's config.yaml holds its whole config"]),
+        ("lr", ["run/config.yaml: optimizer.lr='banana': expected a number"]),
+    ],
+)
+def test_a_run_config_edited_badly_is_named(
+    capsys: pytest.CaptureFixture[str], ws: Path, edit: str, words: list[str]
+) -> None:
+    """The run's own file is named: the user did not give it on this command line."""
+    config = ws / "run" / "config.yaml"
+    data = yaml.safe_load(config.read_text())
+    data["optimizer"]["lr"] = "banana"
+    config.write_text("" if edit == "emptied" else yaml.safe_dump(data))
+    check(capsys, ws, ["train", "--resume", "run"], words)
+    check(capsys, ws, ["eval", "run"], words)

@@ -10,7 +10,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rltrain.config import from_dict, merge, moved_keys, parse_overrides, read_yaml, spec
+from rltrain.config import (
+    ConfigError,
+    from_dict,
+    merge,
+    moved_keys,
+    parse_overrides,
+    read_yaml,
+    spec,
+)
 from rltrain.envs import EnvConfig
 from rltrain.envs.user import import_listed
 from rltrain.faults import FaultsConfig
@@ -312,4 +320,12 @@ def load_run_config(
     """A run folder's config.yaml (:func:`run_yaml`) plus ``--set`` overrides, validated (as
     :func:`rltrain.config.load_config`'s signature, ``cls`` TrainConfig)."""
     over = parse_overrides(overrides, TrainConfig)
-    return from_dict(TrainConfig, merge(run_yaml(path), over, TrainConfig))
+    data = run_yaml(path)
+    if not data:  # (every config.yaml a run writes holds every key)
+        raise ConfigError(f"{path}: empty; a run's config.yaml holds its whole config")
+    try:
+        return from_dict(TrainConfig, merge(data, over, TrainConfig))
+    except ConfigError as e:  # a value edited in the run's file: the file is named too
+        if not over:
+            e.args = (f"{path}: {e}",)
+        raise

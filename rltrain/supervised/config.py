@@ -163,9 +163,9 @@ class SupervisedModelConfig:
     deep_linear: the same map factored into 3 layers (D x D, D x D, outputs x D), so that a
     toy problem's model can be cut into stages (toy_quadratic: its optimum is the linear one)."""
     stages: int = field(default=1, metadata=spec(ge=1))
-    """Processes each replica's model is split over, layers cut to balance the parameters
-    (1 = no split). Modes sync and async; each stage exchanges its slice of the parameters
-    with its own server shard. A run takes workers x stages processes."""
+    """Processes each replica's model is split over, layers cut where the stages' measured
+    times balance (1 = no split). Modes sync and async; each stage exchanges its slice of the
+    parameters with its own server shard. A run takes workers x stages processes."""
     micro_batches: int = field(default=4, metadata=spec(ge=1))
     """Pieces each minibatch is cut into, so that stage s works on one while stage s+1 works
     on the one before; their gradients add up to the minibatch's exactly."""

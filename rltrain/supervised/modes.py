@@ -168,8 +168,11 @@ def finish_trace(
     reports: list[WorkerReport],
     faults: FaultCounters | None = None,
     t0: float | None = None,
+    workers: int | None = None,
 ) -> ModeTrace:
-    """Align times on the first worker step (or ``t0``); the time before it is start-up."""
+    """Align times on the first worker step (or ``t0``); the time before it is start-up.
+    ``workers``: how many worked, where fewer reports came back (sandblaster's coordinator
+    reports for all of them)."""
     t0 = t0 if t0 is not None else min(r.start_time for r in reports)
     t_end = max(r.end_time for r in reports)
     snaps = tuple(dataclasses.replace(s, t=max(0.0, s.t - t0)) for s in snapper.snaps)
@@ -183,4 +186,5 @@ def finish_trace(
         for r in reports
     )
     faults = faults or FaultCounters()
-    return ModeTrace(mode, len(reports), t0 - begin, t_end - t0, snaps, aligned, faults)
+    n = workers or len(reports)
+    return ModeTrace(mode, n, t0 - begin, t_end - t0, snaps, aligned, faults)

@@ -41,8 +41,11 @@ def plot_curves(
         ax.set_yscale("log")
         ax.set_ylabel("|w - w*| / |w0 - w*|")
     else:
-        # the interesting part is around the targets; the first seconds' climb is cut off
-        ax.set_ylim(max(0.0, min((t.value for t in targets), default=0.1) - 0.1), 1.0)
+        # the interesting part is around the targets; the first seconds' climb is cut off,
+        # but never a whole mode that ended below them (its last point stays in sight)
+        last = [getattr(pts[-1], metric) for pts in curves.values() if pts]
+        low = min((t.value - 0.1 for t in targets), default=0.0)
+        ax.set_ylim(max(0.0, min([low, *(v - 0.05 for v in last)])), 1.0)
         ax.set_ylabel("test accuracy")
     ax.set_xlabel(X_LABELS[x])
     ax.grid(alpha=0.3)

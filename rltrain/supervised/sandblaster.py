@@ -358,4 +358,4 @@ def run_sandblaster_mode(cfg: BenchConfig, data: SplitDataset, progress: Progres
         f"{sum(x.backups for x in b)} backup copies, "
         f"{sum(x.duplicates for x in b)} results discarded (a copy won)"
     )
-    return finish_trace("sandblaster", begin, snapper, [report], t0=t0)
+    return finish_trace("sandblaster", begin, snapper, [report], t0=t0, workers=cfg.workers)

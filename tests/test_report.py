@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -42,3 +44,33 @@ def test_test_samples_are_a_seeded_random_subset_not_the_first_n() -> None:
     assert torch.equal(sx.squeeze(1).long(), sy)  # images stay with their labels
     assert torch.equal(eval_subset(cfg, x, y)[1], sy)  # the same for every mode
     assert eval_subset(BenchConfig(), x, y)[1] is y  # 0: the whole test set
+
+
+def test_the_rate_is_not_taken_over_the_ms_between_two_last_snapshots(tmp_path) -> None:  # noqa: ANN001
+    """On Ray the final snapshot came 1 ms after the last periodic one: perf/samples_per_s
+    ended at 0 (or half the rate) over that sliver."""
+    from types import SimpleNamespace
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from rltrain.faults import FaultCounters
+    from rltrain.records import STALENESS_BINS
+    from rltrain.supervised.report import write_tensorboard
+
+    stats = SimpleNamespace(
+        version=1, dropped=0, rejected=0, bytes_pushed=0, bytes_pulled=0,
+        staleness_hist=[0] * STALENESS_BINS,
+    )  # fmt: skip
+    times_samples = [(0.0, 0), (1.0, 5000), (2.0, 10000), (2.001, 10000)]
+    points = [
+        SimpleNamespace(t=t, samples=n, accuracy=0.5, distance=math.nan, train_loss=math.nan)
+        for t, n in times_samples
+    ]
+    trace = SimpleNamespace(
+        mode="async", snapshots=[SimpleNamespace(stats=stats)] * 4, faults=FaultCounters(),
+        reports=[],
+    )  # fmt: skip
+    write_tensorboard(tmp_path, BenchConfig(), trace, points)  # type: ignore[arg-type]
+    acc = EventAccumulator(str(tmp_path / "async"))
+    acc.Reload()
+    assert [e.value for e in acc.Scalars("perf/samples_per_s")] == [5000.0, 5000.0]

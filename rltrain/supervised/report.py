@@ -131,10 +131,11 @@ def write_tensorboard(
             writer.add_scalar("supervised/distance_to_optimum", p.distance, step, walltime=wall)
         if not math.isnan(p.train_loss):
             writer.add_scalar("supervised/train_loss", p.train_loss, step, walltime=wall)
-        if p.t > prev[0]:
+        if p.t - prev[0] >= 0.05:  # (not over the ms between the last two: Ray's final pair)
             writer.add_scalar(
                 "perf/samples_per_s", (p.samples - prev[1]) / (p.t - prev[0]), step, walltime=wall
             )
+            prev = (p.t, p.samples)
         writer.add_scalar("ps/version", snap.stats.version, step, walltime=wall)
         writer.add_scalar("ps/dropped", snap.stats.dropped, step, walltime=wall)
         writer.add_scalar("ps/rejected", snap.stats.rejected, step, walltime=wall)
@@ -143,7 +144,7 @@ def write_tensorboard(
         hist = list(snap.stats.staleness_hist)
         delta = [a - b for a, b in zip(hist, prev_hist, strict=True)]
         _staleness_histogram(writer, delta, step, wall)
-        prev_hist, prev = hist, (p.t, p.samples)
+        prev_hist = hist
     if trace.faults.total() and points:
         for tag, value in trace.faults.tags().items():
             writer.add_scalar(tag, value, points[-1].samples, walltime=base + points[-1].t)

@@ -42,7 +42,9 @@ def _handler(signum: int, frame: FrameType | None) -> None:
             _deferred = True
             return
         raise KeyboardInterrupt
-    os.write(2, b"rltrain: stopped at once (no final checkpoint)\n")
+    # (what the graceful stop had written by now stays: it may have written all of it)
+    left = "" if _stopping is not FINAL_CHECKPOINT else "; --resume takes its newest checkpoint"
+    os.write(2, f"rltrain: stopped at once, before the graceful stop finished{left}\n".encode())
     resume_all()  # processes paused by an injected fault must not outlive us stopped
     for hook in _on_quit:
         with contextlib.suppress(Exception):

@@ -300,6 +300,8 @@ def main() -> None:
             o = run(i, p, Path(tmp) / f"run{i}")
             outcomes.append(o)
             status = "ok" if not o.violations else "VIOLATION " + "; ".join(o.violations)
+            if o.injected < len(p.events):  # skipped (a thread, a remote pause) or too late
+                status += f" ({len(p.events) - o.injected} of {len(p.events)} not injected)"
             print(
                 f"{i:3d} {o.seconds:5.1f}s {p.describe()} -> injected {o.injected}: {status}",
                 flush=True,
@@ -317,7 +319,8 @@ def report(outcomes: list[Outcome], seed: int) -> None:
     for o in outcomes:
         for name in o.checked:
             by[name] = by.get(name, 0) + 1
-    print(f"\nchaos: {len(outcomes)} runs, --seed {seed}")
+    planned = sum(len(o.plan.events) for o in outcomes)
+    print(f"\nchaos: {len(outcomes)} runs, --seed {seed}; {planned} faults planned")
     head = ["runs", "faults injected", "faults survived", "invariants checked", "violations"]
     print("| " + " | ".join([*head, "slowest recovery"]) + " |")
     print("|---|---|---|---|---|---|")

@@ -97,9 +97,10 @@ class FaultsConfig:
     hang_timeout_s: float | None = field(default=60.0, metadata=spec(gt=0))
     """train: a process whose call has run this long, and 10 times as long as any call of its
     role has taken, is taken for hung (stopped, deadlocked) and killed, and restarts as after a
-    crash (faults.max_restarts; counted as faults/hung). A process's first call (its start-up,
-    a compile) is not timed; nor is the policy worker; a thread (runtime.backend=local) is only
-    said. null: never (a hung process then holds up whatever waits for it)."""
+    crash (faults.max_restarts; counted as faults/hung). No clock runs while a process starts
+    (restarting, or in its first call: imports, a compile); the policy worker is not timed; a
+    thread (runtime.backend=local) is only said. null: never (a hung process then holds up
+    whatever waits for it)."""
     events: tuple[FaultEvent, ...] = ()
     """Faults to inject, e.g. [{action: kill, target: actor, index: 0, at: 10}]."""
 

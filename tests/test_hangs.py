@@ -70,22 +70,25 @@ def test_a_call_past_the_limit_is_killed_but_never_a_first_call() -> None:
     calls["c1"] = (a, None, True)
     assert w.check(0.0) is None
     assert w.check(100.0) is None and not a.killed  # its first call: the start-up, untimed
-    del calls["c1"]  # it ended (took 100 s: the role's longest)
+    del calls["c1"]
     calls["c2"] = (a, None, True)
     w.check(100.0)
-    assert w.check(999.0) is None  # under 10x the longest call of its role (1,000 s)
-    w.longest["actor"] = 0.5  # calls of half a second: the limit is the configured 5 s
-    assert w.check(104.0) is None
-    assert w.check(105.0) == "actor 0" and a.killed == ["kill"]
+    assert w.longest == {}  # a start-up's time is no call's time
+    del calls["c2"]  # a call of 2 s: the limit is 10x that, past the configured 5 s
+    calls["c3"] = (a, None, True)
+    w.check(102.0)
+    assert w.longest == {"actor": 2.0}
+    assert w.check(121.0) is None
+    assert w.check(122.0) == "actor 0" and a.killed == ["kill"]
     assert w.counters.hung == 1
     assert said == [
-        "actor 0's call has run 5s (faults.hang_timeout_s=5, 10x its longest: 0.5s): taken "
+        "actor 0's call has run 20s (faults.hang_timeout_s=5, 10x its longest: 2.0s): taken "
         "for hung and killed (kill actor 0 (pid 0)); it restarts as after a crash"
     ]
     assert w.check(200.0) is None  # once per call; its failure is on its way
-    del calls["c2"]  # ... it failed: not a call duration to learn from
+    del calls["c3"]  # ... it failed: not a call duration to learn from
     w.check(201.0)
-    assert w.longest["actor"] == 0.5
+    assert w.longest == {"actor": 2.0}
 
 
 def test_the_oldest_call_is_killed_and_the_others_clocks_start_again() -> None:
@@ -99,6 +102,27 @@ def test_the_oldest_call_is_killed_and_the_others_clocks_start_again() -> None:
     assert w.check(6.0) == "learner 0" and not actor.killed
     assert w.check(10.0) is None  # the actor's clock started again at 6 s
     assert w.check(11.0) == "actor 0"
+
+
+def test_no_clock_runs_while_a_process_restarts_or_makes_its_first_call() -> None:
+    """At a barrier the live workers wait for a restarted one: neither they nor it are
+    killed while it starts (a restart of tens of seconds on a busy cluster)."""
+    back: list[Any] = []
+    calls: dict[Any, Any] = {}
+    w = HangWatch(calls, 5.0, [].append, FaultCounters(), lambda: back)
+    live, restarted = FakeProcess("actor", 0), FakeProcess("actor", 1)
+    w.answered |= {id(live), id(restarted)}
+    calls["waits"] = (live, None, True)
+    w.check(0.0)
+    back.append(restarted)  # Ray (or the trainer) restarts it
+    assert w.check(60.0) is None
+    back.clear()
+    calls["first"] = (restarted, None, True)  # its new process's first call
+    assert w.check(120.0) is None and w.check(500.0) is None
+    del calls["first"]  # done: from now on every clock runs
+    w.check(501.0)
+    assert w.check(504.0) is None and w.check(505.0) == "actor 0"  # from the last start, 500
+    assert w.longest == {}  # a first call's time is not a role's call time
 
 
 def test_a_stopped_process_goes_before_an_older_call_that_waits_for_it() -> None:

@@ -34,8 +34,9 @@ class HangWatch:
 
     One process at a time, the one whose call has waited longest, and the others' clocks
     start again: where one hung process holds up the rest (the actors wait for a stopped
-    learner), only it is killed. A process's first call (its start-up: imports, a compile)
-    is never timed, and a thread (the thread runtime) is said once, not killed."""
+    learner), only it is killed. No clock runs while a process starts (being restarted, or
+    in its first call: imports, a compile), since the others may wait for it at a barrier;
+    a thread (the thread runtime) is said once, not killed."""
 
     def __init__(
         self,
@@ -43,9 +44,13 @@ class HangWatch:
         limit_s: float | None,
         say: Callable[[str], None],
         counters: Any,
+        restarting: Callable[[], list[Any]] = list,
     ) -> None:
         self.calls, self.limit_s, self.say, self.counters = calls, limit_s, say, counters
-        self.since: dict[Any, tuple[float, Any]] = {}  # future -> (its clock's start, remote)
+        self.restarting = restarting  # the pool's processes being restarted
+        self.since: dict[Any, tuple[float, Any]] = {}  # future -> (when first seen, remote)
+        self.clock: dict[Any, float] = {}  # future -> when its hang clock (re)started
+        self.first: set[Any] = set()  # futures that are their process's first call
         self.longest: dict[str, float] = {}  # role -> the longest call of it seen to end
         self.answered: set[int] = set()  # id() of remotes whose process has ended a call
         self.killed: set[Any] = set()  # futures whose process the watch killed
@@ -70,28 +75,40 @@ class HangWatch:
         calls = dict(self.calls)  # (one C call: the driver's thread may change the dict)
         for ref in [r for r in self.since if r not in calls]:  # ended, or failed
             started, remote = self.since.pop(ref)
+            self.clock.pop(ref, None)
             if ref not in self.killed:
-                took = now - started
-                self.longest[remote.role] = max(self.longest.get(remote.role, 0.0), took)
+                if ref not in self.first:  # (a start-up's time is no call's time)
+                    took = now - started
+                    self.longest[remote.role] = max(self.longest.get(remote.role, 0.0), took)
                 self.answered.add(id(remote))
             self.killed.discard(ref)
-        timed = []
+            self.first.discard(ref)
+        back = self.restarting()
+        for remote in back:  # its next call is a new process's first
+            self.answered.discard(id(remote))
+        timed, starting = [], bool(back)
         for ref, entry in calls.items():
             remote = entry[0]
-            if ref not in self.since or not remote.is_up():  # timed from when it is up
-                self.since[ref] = (now, remote)
-            if remote.role not in NEVER and id(remote) in self.answered and ref not in self.killed:
-                timed.append((self.since[ref][0], ref, remote))
-        if self.limit_s is None:
+            if ref not in self.since:
+                self.since[ref], self.clock[ref] = (now, remote), now
+                if id(remote) not in self.answered:
+                    self.first.add(ref)
+            if remote.role in NEVER or ref in self.killed:
+                continue
+            starting |= id(remote) not in self.answered or not remote.is_up()
+            timed.append((self.clock[ref], ref, remote))
+        if starting or self.limit_s is None:  # the others may wait for it (a barrier): no
+            for _, ref, _ in timed:  # clock runs while a process starts
+                self.clock[ref] = now
             return None
         over = [t for t in timed if now - t[0] >= self._limit(t[2].role)]
         if not over:
             return None
         # a process stopped by a signal first: a call waiting for it at a barrier is as old
         started, ref, remote = min(over, key=lambda t: (not stopped(t[2]), t[0]))
-        for _, other, r in timed:  # they may have waited for it: their clocks start again
+        for _, other, _ in timed:  # they may have waited for it: their clocks start again
             if other is not ref:
-                self.since[other] = (now, r)
+                self.clock[other] = now
         name, longest = f"{remote.role} {remote.index}", self.longest.get(remote.role, 0.0)
         limit = f"faults.hang_timeout_s={self.limit_s:g}, {SLOWER:g}x its longest: {longest:.1f}s"
         return self._kill(ref, remote, f"{name}'s call has run {now - started:.0f}s ({limit})")

@@ -82,7 +82,8 @@ class RLPlan(abc.ABC):
         self.runtime = runtime
         self.pool = runtime.Pool()
         limit = self.cfg.faults.hang_timeout_s
-        self.hangs = HangWatch(self.pool.calls, limit, self.ctx.say, self.ctx.faults)
+        restarting = self.pool.restarting
+        self.hangs = HangWatch(self.pool.calls, limit, self.ctx.say, self.ctx.faults, restarting)
         self.hangs.start()  # (stopped by close(), however the run ends)
         self.replay: Any = None  # dqn: the replay shards
         self.replay_bytes: int | None = None  # dqn: their size at the end, for summary.json

@@ -438,7 +438,9 @@ def test_a_stop_does_not_wait_for_processes_that_never_came_up() -> None:
     notes: list[str] = []
     left: list[int] = []
     guard = SimpleNamespace(leave=left.append)
-    ctx = SimpleNamespace(server=None, say=notes.append, guard=guard, shard_guard=lambda: guard)
+    ctx = SimpleNamespace(
+        server=None, say=notes.append, guard=guard, shard_guard=lambda: guard, faults=None
+    )
     host = SimpleNamespace(ctx=ctx)
     host.cfg, host.stopped_by = cfg, ""
     plan = WorkerPlan(host, process)  # type: ignore[arg-type]
@@ -478,7 +480,8 @@ def test_a_stop_ends_the_policy_workers_serving_while_actors_are_still_starting(
     from rltrain.rl.run.plans import ActorLearnerPlan
 
     cfg = load_config(TrainConfig, str(CFG / "cartpole_appo.yaml"), [])
-    host = SimpleNamespace(ctx=SimpleNamespace(server=None, say=print), cfg=cfg, stopped_by="")
+    ctx = SimpleNamespace(server=None, say=print, faults=None)
+    host = SimpleNamespace(ctx=ctx, cfg=cfg, stopped_by="")
     plan = ActorLearnerPlan(host, process)  # type: ignore[arg-type]
     stopped: list[bool] = []
     plan.slots = SimpleNamespace(stop=lambda: stopped.append(True))  # type: ignore[assignment]

@@ -84,7 +84,6 @@ class RLPlan(abc.ABC):
         limit = self.cfg.faults.hang_timeout_s
         restarting = self.pool.restarting
         self.hangs = HangWatch(self.pool.calls, limit, self.ctx.say, self.ctx.faults, restarting)
-        self.hangs.start()  # (stopped by close(), however the run ends)
         self.replay: Any = None  # dqn: the replay shards
         self.replay_bytes: int | None = None  # dqn: their size at the end, for summary.json
         self.left_starting = False  # stopped while processes were still starting: said once
@@ -146,6 +145,7 @@ class RLPlan(abc.ABC):
         return self.host.wait_s()
 
     def tick(self) -> None:
+        self.hangs.start()  # once, with the run's first tick (close() stops it, however it ends)
         self.host.tick()
 
     def finish(self) -> None:  # noqa: B027 - an optional hook: most plans have nothing to do

@@ -68,7 +68,11 @@ class HangWatch:
 
     def _run(self) -> None:
         while not self._stop.wait(EVERY_S):
-            self.check(time.monotonic())
+            try:
+                self.check(time.monotonic())
+            except Exception as e:  # noqa: BLE001 - a safety net must never end the run
+                self.say(f"the hang watch stopped: {type(e).__name__}: {e}")
+                return
 
     def check(self, now: float) -> str | None:
         """One look (the thread's, every second); returns the process killed, if any."""

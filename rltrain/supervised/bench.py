@@ -297,8 +297,9 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
                 else f"distance to the optimum {res.final_distance:.2e}"
             )
             print(
-                f"{label} {score} ({reached}); "
-                f"{res.samples_per_s:,.0f} samples/s, {res.updates_applied:,} gradients "
+                f"{label} {score}{f' ({reached})' if reached else ''}; "
+                f"{res.samples_per_s:,.0f} samples/s, {res.updates_applied:,} "
+                f"{'parameter pushes' if mode == 'average' else 'gradients'} "
                 f"applied in {res.steps:,} steps, "
                 f"{res.dropped} dropped, staleness {res.mean_staleness:.2f}"
                 + (

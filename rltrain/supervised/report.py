@@ -44,7 +44,8 @@ class ModeResult:
     startup_seconds: float
     samples: int
     samples_per_s: float
-    updates_applied: int  # gradients the server applied (sync: N per step)
+    updates_applied: int  # pushes the server applied: gradients (sync: N per step), or
+    # parameters (average)
     dropped: int
     rejected: int
     mean_staleness: float
@@ -212,7 +213,7 @@ def markdown_table(cfg: BenchConfig, results: Sequence[ModeResult]) -> str:
     first += [] if cfg.data.dataset == "toy_quadratic" else ["final acc"]
     head = ["mode", *first, *[f"s to {k}" for k in keys], *[f"samples to {k}" for k in keys]]
     head += [f"steps to {k}" for k in keys] if toy else []
-    head += ["samples/s", "gradients applied", "steps", "dropped", "rejected"]
+    head += ["samples/s", "pushes applied", "steps", "dropped", "rejected"]
     head += ["mean staleness", "MB pushed"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 

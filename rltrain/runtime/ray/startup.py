@@ -121,7 +121,8 @@ def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
         _started_here, _ours = False, True  # (only once joined: a Ray the caller starts
         r = job_record()  # after a failed join is theirs, and shutdown leaves it running)
         size = f"{plural(r['cpus'], 'CPU')} on {plural(r['nodes'], 'node')}"
-        return f"ray cluster at {cfg.address} ({size}; job {r['job_id']})"
+        board = "; runtime.dashboard is for a local Ray: a cluster's is its head's" * cfg.dashboard
+        return f"ray cluster at {cfg.address} ({size}; job {r['job_id']}{board})"
     cpus = cfg.num_cpus or os.cpu_count() or 1  # never raised to what processes ask for
     note = _not_joined()
     # Local workers import rltrain from this interpreter's environment; keep Ray quiet and local.

@@ -276,3 +276,31 @@ def test_a_join_a_head_refused_names_the_token(
     monkeypatch.setenv("RAY_AUTH_TOKEN", "y" * 32)
     assert "refused this shell's RAY_AUTH_TOKEN" in _why(failed)
     assert _why("Version mismatch: The cluster was started with Ray 2.59") == ""
+
+
+def test_ray_clients_notes_are_kept_to_what_concerns_the_run() -> None:
+    """A ``ray://`` run's server-side SIGTERM warning is dropped; an error that leads with a
+    colon keeps its next line."""
+    import logging
+
+    from rltrain.runtime.ray import startup
+
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    log = logging.getLogger("ray.util.client.logsclient")
+    log.addHandler(handler)
+    was = log.level, log.disabled
+    log.setLevel(logging.WARNING)
+    log.disabled = False
+    try:
+        log.warning(f"{startup.CLIENT_SIGTERM_NOTE}.")
+        log.warning("Log channel is reconnecting.")
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(was[0])
+        log.disabled = was[1]
+    assert seen == ["Log channel is reconnecting."]
+    error = ConnectionError("Initialization failure from server:\n  Traceback ...\nmore")
+    assert startup.said(error) == "Initialization failure from server: Traceback ..."
+    assert startup.said(RuntimeError("")) == "RuntimeError"

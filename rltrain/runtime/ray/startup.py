@@ -40,6 +40,21 @@ logging.getLogger("ray._private.authentication.authentication_token_setup").addF
     _OwnInstanceAuthNote()
 )
 
+CLIENT_SIGTERM_NOTE = "SIGTERM handler is not set because current thread is not the main thread"
+
+
+class _ClientServerSigtermNote(logging.Filter):
+    """Drops the warning of a ``ray://`` run's first line: Ray Client's server calls
+    ``ray.init`` for the run in a thread of its own, which warns that it could not set its
+    SIGTERM handler, and streams the warning to the client. It concerns that server's thread,
+    not this process (which handles SIGTERM: a final checkpoint first)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return CLIENT_SIGTERM_NOTE not in record.getMessage()
+
+
+logging.getLogger("ray.util.client.logsclient").addFilter(_ClientServerSigtermNote())
+
 PRELOAD = "rltrain.runtime.ray.wire"
 """What Ray's worker processes import as they start, before any class is placed on them
 (torch, numpy and the parameter server)."""
@@ -114,7 +129,7 @@ def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
         try:
             ray.init(address=cfg.address, **kwargs)
         except (ConnectionError, RuntimeError, ValueError) as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            first = said(e)
             raise RayStartError(
                 f"cannot join the Ray cluster at --address {cfg.address}: {first}{_why(first)}"
             ) from None
@@ -201,6 +216,15 @@ def _not_joined() -> str:
     except RayStartError:
         return ""  # (a stale file or address: nothing to join)
     return f"; a Ray cluster runs at {address}, {source}: --address auto joins it"
+
+
+def said(e: BaseException) -> str:
+    """An exception's first line, and the next one where the first only leads to it (Ray
+    Client's "Initialization failure from server:")."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    if not lines:
+        return type(e).__name__
+    return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
 
 
 def plural(count: float, noun: str) -> str:

@@ -233,30 +233,41 @@ def test_the_users_own_modules_are_shipped_and_installed_ones_are_not() -> None:
     assert numpy not in shipped
 
 
-def test_rays_note_that_it_enabled_token_auth_on_the_runs_own_instance_is_dropped() -> None:
-    """Ray 2.5x warns at every local start that it turned token authentication on; rltrain's
-    local instance is the run's own, so that one record is dropped, and nothing else."""
+def passed_records(logger: str, *messages: str) -> list[str]:
+    """The ``messages``, warned on ``logger``, that its filters let through."""
     import logging
-
-    from rltrain.runtime.ray import startup
 
     seen: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
-    log = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    log = logging.getLogger(logger)
     log.addHandler(handler)
     # (a ray.init earlier in this process may have raised the level or disabled the logger)
     was = log.level, log.disabled
     log.setLevel(logging.WARNING)
     log.disabled = False
     try:
-        log.warning(f"{startup.AUTH_DEFAULT_NOTE}. Set RAY_AUTH_MODE=disabled to opt out.")
-        log.warning("Token authentication is disabled for this Ray cluster. Anyone with access")
+        for message in messages:
+            log.warning(message)
     finally:
         log.removeHandler(handler)
         log.setLevel(was[0])
         log.disabled = was[1]
-    assert seen == ["Token authentication is disabled for this Ray cluster. Anyone with access"]
+    return seen
+
+
+def test_rays_note_that_it_enabled_token_auth_on_the_runs_own_instance_is_dropped() -> None:
+    """Ray 2.5x warns at every local start that it turned token authentication on; rltrain's
+    local instance is the run's own, so that one record is dropped, and nothing else."""
+    from rltrain.runtime.ray import startup
+
+    other = "Token authentication is disabled for this Ray cluster. Anyone with access"
+    passed = passed_records(
+        "ray._private.authentication.authentication_token_setup",
+        f"{startup.AUTH_DEFAULT_NOTE}. Set RAY_AUTH_MODE=disabled to opt out.",
+        other,
+    )
+    assert passed == [other]
 
 
 def test_a_join_a_head_refused_names_the_token(
@@ -281,26 +292,14 @@ def test_a_join_a_head_refused_names_the_token(
 def test_ray_clients_notes_are_kept_to_what_concerns_the_run() -> None:
     """A ``ray://`` run's server-side SIGTERM warning is dropped; an error that leads with a
     colon keeps its next line."""
-    import logging
-
     from rltrain.runtime.ray import startup
 
-    seen: list[str] = []
-    handler = logging.Handler()
-    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
-    log = logging.getLogger("ray.util.client.logsclient")
-    log.addHandler(handler)
-    was = log.level, log.disabled
-    log.setLevel(logging.WARNING)
-    log.disabled = False
-    try:
-        log.warning(f"{startup.CLIENT_SIGTERM_NOTE}.")
-        log.warning("Log channel is reconnecting.")
-    finally:
-        log.removeHandler(handler)
-        log.setLevel(was[0])
-        log.disabled = was[1]
-    assert seen == ["Log channel is reconnecting."]
+    passed = passed_records(
+        "ray.util.client.logsclient",
+        f"{startup.CLIENT_SIGTERM_NOTE}.",
+        "Log channel is reconnecting.",
+    )
+    assert passed == ["Log channel is reconnecting."]
     error = ConnectionError("Initialization failure from server:\n  Traceback ...\nmore")
     assert startup.said(error) == "Initialization failure from server: Traceback ..."
     assert startup.said(RuntimeError("")) == "RuntimeError"

@@ -135,7 +135,8 @@ def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
             ) from None
         _started_here, _ours = False, True  # (only once joined: a Ray the caller starts
         r = job_record()  # after a failed join is theirs, and shutdown leaves it running)
-        size = f"{plural(r['cpus'], 'CPU')} on {plural(r['nodes'], 'node')}"
+        cpus, nodes = r["cpus"], r["nodes"]
+        size = f"{cpus:g} CPU{'s' * (cpus != 1)} on {nodes} node{'s' * (nodes != 1)}"
         board = "; runtime.dashboard is for a local Ray: a cluster's is its head's" * cfg.dashboard
         return f"ray cluster at {cfg.address} ({size}; job {r['job_id']}{board})"
     cpus = cfg.num_cpus or os.cpu_count() or 1  # never raised to what processes ask for
@@ -225,11 +226,6 @@ def said(e: BaseException) -> str:
     if not lines:
         return type(e).__name__
     return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
-
-
-def plural(count: float, noun: str) -> str:
-    """``1 node``, ``2 nodes``, ``1.5 CPUs``."""
-    return f"{count:g} {noun}{'' if count == 1 else 's'}"
 
 
 def _why(error: str) -> str:

@@ -3,6 +3,7 @@ training time, samples and server updates, one line per mode."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -44,6 +45,7 @@ def plot_curves(
         # the interesting part is around the targets; the first seconds' climb is cut off,
         # but never a whole mode that ended below them (its last point stays in sight)
         last = [getattr(pts[-1], metric) for pts in curves.values() if pts]
+        last = [v for v in last if math.isfinite(v)]
         low = min((t.value - 0.1 for t in targets), default=0.0)
         ax.set_ylim(max(0.0, min([low, *(v - 0.05 for v in last)])), 1.0)
         ax.set_ylabel("test accuracy")

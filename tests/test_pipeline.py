@@ -175,6 +175,12 @@ optimizer: {{name: sgd, lr: 0.05}}
     acc = EventAccumulator(str(run_dir / "tb" / "async"), size_guidance={"scalars": 0})
     acc.Reload()
     assert {"synthetic/stage0/cosine", "synthetic/stage0/staleness"} <= set(acc.Tags()["scalars"])
+    # on the other tags' time base (1e9 + training seconds), not the wall clock
+    cosine, accuracy = (
+        acc.Scalars("synthetic/stage0/cosine"),
+        acc.Scalars("supervised/test_accuracy"),
+    )
+    assert accuracy[0].wall_time <= cosine[-1].wall_time <= accuracy[-1].wall_time
 
 
 @pytest.mark.parametrize("synthetic", [False, True])

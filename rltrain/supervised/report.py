@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from torch.utils.tensorboard import SummaryWriter
 
 from rltrain.charts import NO_MATPLOTLIB
@@ -149,13 +150,22 @@ def write_tensorboard(
     if trace.faults.total() and points:
         for tag, value in trace.faults.tags().items():
             writer.add_scalar(tag, value, points[-1].samples, walltime=base + points[-1].t)
-    _synthetic_curves(writer, cfg, trace)
+    _synthetic_curves(writer, cfg, trace, points, base)
     writer.close()
 
 
-def _synthetic_curves(writer: SummaryWriter, cfg: BenchConfig, trace: ModeTrace) -> None:
+def _synthetic_curves(
+    writer: SummaryWriter,
+    cfg: BenchConfig,
+    trace: ModeTrace,
+    points: Sequence[Point],
+    base: float,
+) -> None:
     """synthetic/stage<s>/{cosine,relative_l2,staleness}: the first replica's, as means over
-    windows of its true gradients; step = the samples all replicas had taken by then."""
+    windows of its true gradients; step = the samples all replicas had taken by then, wall
+    time that of the snapshots' (interpolated by samples), on the other tags' fixed base."""
+    seen = [float(p.samples) for p in points] or [0.0]
+    at = [p.t for p in points] or [0.0]
     per_mb = cfg.batch_size / cfg.model.micro_batches * cfg.workers
     for stage in sorted({row[0] for r in trace.reports for row in r.synthetic}):
         rows = [row for row in trace.reports[0].synthetic if row[0] == stage]
@@ -164,7 +174,8 @@ def _synthetic_curves(writer: SummaryWriter, cfg: BenchConfig, trace: ModeTrace)
             part, step = rows[i : i + window], int((i + window) * per_mb)
             for tag, col in (("staleness", 1), ("cosine", 2), ("relative_l2", 3)):
                 value = sum(r[col] for r in part) / len(part)
-                writer.add_scalar(f"synthetic/stage{stage}/{tag}", value, step)
+                wall = base + float(np.interp(step, seen, at))
+                writer.add_scalar(f"synthetic/stage{stage}/{tag}", value, step, walltime=wall)
 
 
 def _staleness_histogram(writer: SummaryWriter, counts: list[int], step: int, wall: float) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from rltrain.names import PushStatus, Role, Verdict
@@ -173,3 +174,10 @@ def all_finite(values: torch.Tensor) -> bool:
     ``isfinite(values).all()`` writes a mask as large as the values and costs a push more than
     the optimizer's step; a sum that overflows looks value by value."""
     return bool(torch.isfinite(values.sum())) or bool(torch.isfinite(values).all())
+
+
+def tensor_of(array: np.ndarray) -> torch.Tensor:
+    """A numpy array that crossed a process boundary as a tensor: shared where it is
+    writable, a copy where it is not (Ray hands out its object store's read-only memory,
+    which torch.from_numpy would share and warns about)."""
+    return torch.from_numpy(array if array.flags.writeable else array.copy())

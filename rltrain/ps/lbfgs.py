@@ -19,6 +19,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from rltrain.records import tensor_of
+
 W, G = "w", "g"  # the parameters and the gradient accumulator
 
 
@@ -50,9 +52,8 @@ class LbfgsShard:
             if round_id != self.round or portion in self._seen:
                 return False
             self._seen.add(portion)
-            if isinstance(grad, np.ndarray) and not grad.flags.writeable:  # Ray's object store
-                grad = grad.copy()  # (torch warns of, and would share, a read-only array)
-            self.vectors[G].add_(torch.as_tensor(grad).reshape(-1))
+            flat = tensor_of(grad) if isinstance(grad, np.ndarray) else grad  # (Ray's: read-only)
+            self.vectors[G].add_(flat.reshape(-1))
             return True
 
     def dot(self, a: str, b: str) -> float:

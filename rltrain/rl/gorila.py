@@ -20,7 +20,7 @@ import torch
 from rltrain.envs.user import import_env_modules
 from rltrain.perf import PhaseTimer
 from rltrain.ps.server import Server
-from rltrain.records import GradUpdate, Params
+from rltrain.records import GradUpdate, Params, tensor_of
 from rltrain.replay import SampledBatch, TransitionBlock
 from rltrain.rl.actor import acting_setup, frame_stack_of, load_params
 from rltrain.rl.algos.dqn import DoubleDQNLoss
@@ -281,9 +281,3 @@ class DQNLearner:
         grad, norm = clipped_flat_grad(self.online, self.cfg.algo.max_grad_norm)
         stats = LossStats(grad_norm=float(norm), td=float(loss.detach()))
         return grad, stats, td.cpu().numpy(), float(q.detach().mean())
-
-
-def tensor_of(array: np.ndarray) -> torch.Tensor:
-    """A sampled batch's array as a tensor: a copy where it is read-only (Ray hands out the
-    object store's memory, which torch.from_numpy warns about once per process)."""
-    return torch.from_numpy(array if array.flags.writeable else array.copy())

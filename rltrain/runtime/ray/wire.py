@@ -20,7 +20,7 @@ from rltrain.faults import RunFailed
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.server import ShardedServer, ShardLayout
 from rltrain.ps.shard import ParameterShard
-from rltrain.records import GradUpdate, Params, PushResult
+from rltrain.records import GradUpdate, Params, PushResult, tensor_of
 from rltrain.runtime.config import RuntimeConfig
 from rltrain.runtime.ray.errors import result
 from rltrain.runtime.ray.remote import Remote, reconstructed
@@ -102,10 +102,7 @@ def _decoded(update: GradUpdate) -> GradUpdate:
 
 
 def to_tensor(values: Any) -> torch.Tensor:
-    if isinstance(values, np.ndarray):
-        # arrays from Ray's object store are read-only; torch needs its own writable copy
-        return torch.from_numpy(values if values.flags.writeable else values.copy())
-    return values
+    return tensor_of(values) if isinstance(values, np.ndarray) else values
 
 
 class RayServer(ShardedServer):

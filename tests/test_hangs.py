@@ -16,7 +16,7 @@ import pytest
 
 from rltrain.cli import main
 from rltrain.faults import FaultAction, FaultCounters
-from rltrain.rl.run.hangs import HangWatch, stopped
+from rltrain.rl.run.hangs import Beats, HangWatch, stopped
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -148,6 +148,52 @@ def test_a_stopped_process_goes_before_an_older_call_that_waits_for_it() -> None
         sleeper.wait()
 
 
+def test_a_process_stopped_in_its_start_up_is_killed() -> None:
+    """No clock runs while a process starts, but a stopped one's: SIGSTOP in a start-up
+    (the policy worker's, before its first beat) held the run for good."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        w, calls, said = watch(5.0)
+        starting, hung = FakeProcess("actor", 0, 1), FakeProcess("policy", 0, sleeper.pid)
+        w.beating(Beats("policy", lambda: 0, lambda r: False))
+        calls["first"], calls["serve"] = (starting, None, True), (hung, None, True)
+        assert w.check(0.0) is None and w.check(30.0) is None  # both start: untimed
+        sleeper.send_signal(signal.SIGSTOP)
+        for _ in range(200):  # the signal lands asynchronously
+            if stopped(hung):
+                break
+            time.sleep(0.05)
+        assert w.check(31.0) is None and w.check(35.0) == "policy 0" and not starting.killed
+        assert said[0].startswith("policy 0 has been stopped (SIGSTOP?) 5s in its start-up")
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_a_policy_worker_that_stops_beating_is_killed_not_the_actors_waiting_on_it() -> None:
+    """runtime.inference=server: the policy worker's one call serves the run, so its
+    heartbeat is timed; the actors' calls that wait for its answer are not (a deadlocked
+    worker is no older than they: killing them first would leave it hung)."""
+    w, calls, said = watch(5.0)
+    policy, actors = FakeProcess("policy", 0), [FakeProcess("actor", i) for i in range(2)]
+    count, waiting = [0], {0, 1}
+    w.beating(Beats("policy", lambda: count[0], lambda r: r.role == "actor" and r.index in waiting))
+    w.answered |= {id(a) for a in actors}  # past their first calls
+    calls["serve"] = (policy, None, True)
+    for a in actors:
+        calls[a.index] = (a, None, True)
+    assert w.check(0.0) is None and w.check(30.0) is None  # no beat yet: it starts
+    for t in range(31, 60):  # it beats: alive, however long its call
+        count[0] += 1
+        assert w.check(float(t)) is None
+    assert w.check(63.0) is None  # (its last beat: 59 s)
+    assert w.check(64.0) == "policy 0" and not any(a.killed for a in actors)
+    assert said[0].startswith("policy 0's heartbeat stopped 5s ago (faults.hang_timeout_s=5)")
+    waiting.clear()  # an actor that does not wait on it is timed as ever
+    del calls["serve"]
+    assert w.check(65.0) is None and w.check(70.0) == "actor 0"
+
+
 def test_a_thread_is_said_once_and_the_policy_worker_never_timed() -> None:
     w, calls, said = watch(5.0)
     thread, policy = FakeThread("actor", 0), FakeProcess("policy", 0)
@@ -164,34 +210,43 @@ def test_a_thread_is_said_once_and_the_policy_worker_never_timed() -> None:
     assert w.check(1e6) is None and not said
 
 
+def paused_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], target: str, steps: int, *sets: str
+) -> tuple[dict, list[str]]:
+    """An appo CartPole run whose ``target`` 0 is stopped (SIGSTOP) 2 s in, for 300 s:
+    its summary.json and the watch's kill lines. The limit is 8 s, not 3: on a loaded
+    2-core box (CI's) a healthy call took 3 s."""
+    run_dir, pause = tmp_path / "run", f"{{action: pause, target: {target}, at: 2, seconds: 300}}"
+    argv = ["train", str(ROOT / "configs" / "cartpole_appo.yaml"), "--run-dir", str(run_dir)]
+    for value in ("stop.mean_return=null", f"stop.max_env_steps={steps}", *sets):
+        argv += ["--set", value]
+    argv += ["--set", "faults.hang_timeout_s=8", "--set", f"faults.events=[{pause}]"]
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    kills = [line for line in (out + err).splitlines() if "taken for hung" in line]
+    return json.loads((run_dir / "summary.json").read_text()), kills
+
+
+@pytest.mark.slow
+def test_a_stopped_policy_worker_is_killed_and_restarted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """runtime.inference=server: the actors wait on a stopped policy worker; it is the one
+    killed (the actors were, before its heartbeat, and the run then waited for good)."""
+    summary, kills = paused_run(tmp_path, capsys, "policy", 30000, "runtime.inference=server")
+    assert summary["stopped_by"] == "max_env_steps"
+    assert summary["faults"]["hung"] == 1 and summary["faults"]["policy_restarts"] == 1, kills
+    assert "policy 0's heartbeat stopped" in kills[0]
+
+
 @pytest.mark.slow
 def test_a_stopped_learner_that_holds_the_shards_is_killed_and_the_run_goes_on(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """appo on the process runtime: the learner's process holds the shards, and the trainer
     waits for their statistics there; a pause far past the limit is a hang."""
-    run_dir = tmp_path / "run"
-    code = main(
-        [
-            "train",
-            str(ROOT / "configs" / "cartpole_appo.yaml"),
-            "--run-dir",
-            str(run_dir),
-            "--set",
-            "stop.mean_return=null",
-            "--set",
-            "stop.max_env_steps=40000",
-            "--set",
-            "faults.hang_timeout_s=8",  # (not 3: on a loaded 2-core box a call may take 3s)
-            "--set",
-            "faults.events=[{action: pause, target: learner, index: 0, at: 2, seconds: 300}]",
-        ]
-    )
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary, kills = paused_run(tmp_path, capsys, "learner", 40000)
     assert summary["stopped_by"] == "max_env_steps"
-    kills = [line for line in (out + err).splitlines() if "taken for hung" in line]
-    assert summary["faults"]["hung"] == 1, kills
-    assert summary["faults"]["learner_restarts"] == 1, kills
-    assert "learner 0's call has run" in out + err and "taken for hung and killed" in out + err
+    assert summary["faults"]["hung"] == 1 and summary["faults"]["learner_restarts"] == 1, kills
+    assert "learner 0's call has run" in kills[0]

@@ -96,6 +96,9 @@ class ActSlots:
         # the server's version after the last learn the trainer saw (-1: none yet), so that
         # the policy worker learns of new weights without asking the server (:meth:`learned`)
         self.versions = torch.full((1,), -1, dtype=torch.int64).share_memory_()
+        # the policy worker's heartbeat: one more per turn of its loop (at least every
+        # half second), which the trainer's hang watch reads (rltrain.rl.run.hangs)
+        self.beats = torch.zeros(1, dtype=torch.int64).share_memory_()
         self.request = semaphore(0)  # one release per request (and one to wake it to stop)
         self.reply = [semaphore(0) for _ in range(actors)]
 
@@ -127,6 +130,14 @@ class ActSlots:
     @property
     def stopped(self) -> bool:
         return bool(self.control.numpy()[1] != 0)
+
+    def beat(self) -> int:
+        """The policy worker's heartbeat count: it stops moving when the worker hangs."""
+        return int(self.beats[0])
+
+    def waits(self, actor: int) -> bool:
+        """Whether ``actor`` has asked for actions not yet answered (it waits on the worker)."""
+        return bool(self.meta[actor, ASKED] != self.meta[actor, ANSWERED])
 
     def learned(self, version: int) -> None:
         """A learner's learn returned with the server at ``version`` (the trainer tells, as
@@ -308,8 +319,10 @@ class PolicyWorker:
 
         policy.refresh(server)
         control[0] = policy.reward_scale()
+        beats = slots.beats.numpy()
         t = time.perf_counter()
         while control[1] == 0:  # not stopped
+            beats[0] += 1
             waiting = np.flatnonzero(meta[:, ASKED] != meta[:, ANSWERED])
             if len(waiting) == 0:
                 slots.request.acquire(True, 0.5)

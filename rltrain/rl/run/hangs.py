@@ -18,14 +18,26 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rltrain.faults import FaultAction, FaultEvent
 
 SLOWER = 10.0  # a call this many times the longest of its role's is a hang, not a slow call
-NEVER = ("policy",)  # the policy worker's one call serves the whole run
+NEVER = ("policy",)  # the policy worker's one call serves the whole run: timed by its beats
 EVERY_S = 1.0
+
+
+@dataclass(frozen=True)
+class Beats:
+    """A heartbeat for ``role``, whose one call lasts the run (the policy worker's serve):
+    ``count()`` moves while it is alive, and ``waits(remote)`` says whether another
+    process's call waits on it (an actor's unanswered request)."""
+
+    role: str
+    count: Callable[[], int]
+    waits: Callable[[Any], bool]
 
 
 class HangWatch:
@@ -35,8 +47,9 @@ class HangWatch:
     One process at a time, the one whose call has waited longest, and the others' clocks
     start again: where one hung process holds up the rest (the actors wait for a stopped
     learner), only it is killed. No clock runs while a process starts (being restarted, or
-    in its first call: imports, a compile), since the others may wait for it at a barrier;
-    a thread (the thread runtime) is said once, not killed."""
+    in its first call: imports, a compile), since the others may wait for it at a barrier,
+    but a stopped process's (state T); a thread (the thread runtime) is said once, not
+    killed."""
 
     def __init__(
         self,
@@ -55,8 +68,16 @@ class HangWatch:
         self.answered: set[int] = set()  # id() of remotes whose process has ended a call
         self.killed: set[Any] = set()  # futures whose process the watch killed
         self.said: set[int] = set()  # threads said to hang (once each)
+        self.beats: Beats | None = None  # see :meth:`beating`
+        self.seen: dict[Any, int] = {}  # future -> the beat count last seen (the beating role)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def beating(self, beats: Beats) -> None:
+        """Time ``beats.role``'s call by its heartbeat: its clock starts again whenever the
+        count moves (the first move ends its start-up), and the clock of a call that waits on
+        it does not run, so that a worker that stops beating is killed, not its callers."""
+        self.beats = beats
 
     def start(self) -> None:
         if self.limit_s is not None and self._thread is None:
@@ -87,24 +108,38 @@ class HangWatch:
                 self.answered.add(id(remote))
             self.killed.discard(ref)
             self.first.discard(ref)
+            self.seen.pop(ref, None)
         back = self.restarting()
         for remote in back:  # its next call is a new process's first
             self.answered.discard(id(remote))
         timed, starting = [], bool(back)
+        beats = self.beats
+        count = beats.count() if beats is not None else 0
         for ref, entry in calls.items():
             remote = entry[0]
+            beating = beats is not None and remote.role == beats.role
             if ref not in self.since:
                 self.since[ref], self.clock[ref] = (now, remote), now
                 if id(remote) not in self.answered:
                     self.first.add(ref)
-            if remote.role in NEVER or ref in self.killed:
+                if beating:
+                    self.seen[ref] = count
+            if (remote.role in NEVER and not beating) or ref in self.killed:
                 continue
+            if beating and count != self.seen[ref]:  # alive (and past its start-up)
+                self.seen[ref], self.clock[ref] = count, now
+                self.answered.add(id(remote))
+            elif beats is not None and beats.waits(remote):  # waits on the beating worker
+                self.clock[ref] = now
             starting |= id(remote) not in self.answered or not remote.is_up()
             timed.append((self.clock[ref], ref, remote))
-        if starting or self.limit_s is None:  # the others may wait for it (a barrier): no
-            for _, ref, _ in timed:  # clock runs while a process starts
-                self.clock[ref] = now
+        if self.limit_s is None:
             return None
+        if starting:  # the others may wait for it (a barrier): no clock runs while a process
+            for _, ref, remote in timed:  # starts, but a stopped process's (SIGSTOP in the
+                if not stopped(remote):  # start-up: the policy worker's before its first beat)
+                    self.clock[ref] = now
+            timed = [(self.clock[ref], ref, remote) for _, ref, remote in timed]
         over = [t for t in timed if now - t[0] >= self._limit(t[2].role)]
         if not over:
             return None
@@ -114,6 +149,13 @@ class HangWatch:
             if other is not ref:
                 self.clock[other] = now
         name, longest = f"{remote.role} {remote.index}", self.longest.get(remote.role, 0.0)
+        setting = f"faults.hang_timeout_s={self.limit_s:g}"
+        if id(remote) not in self.answered:  # only a stopped process is timed in its start-up
+            why = f"{name} has been stopped (SIGSTOP?) {now - started:.0f}s in its start-up"
+            return self._kill(ref, remote, f"{why} ({setting})")
+        if ref in self.seen:  # the beating worker
+            why = f"{name}'s heartbeat stopped {now - started:.0f}s ago"
+            return self._kill(ref, remote, f"{why} ({setting})")
         limit = f"faults.hang_timeout_s={self.limit_s:g}, {SLOWER:g}x its longest: {longest:.1f}s"
         return self._kill(ref, remote, f"{name}'s call has run {now - started:.0f}s ({limit})")
 

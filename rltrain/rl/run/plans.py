@@ -34,6 +34,7 @@ from rltrain.rl.env_spec import EnvSpec
 from rltrain.rl.inference import ActSlots, PolicyWorker
 from rltrain.rl.learner import Learner
 from rltrain.rl.rollout import ObsSlots, Rollout, WorkStats
+from rltrain.rl.run.hangs import Beats
 from rltrain.rl.run.plan_base import Early, Host, RLPlan
 from rltrain.rl.worker import Worker
 from rltrain.runtime.process.shm import shm_free
@@ -180,6 +181,10 @@ class ActorLearnerPlan(RLPlan):
         self.free_slots = list(range(len(host.obs_slots))) if host.obs_slots else []
         if early.policy is not None:
             self.pool.submit(early.policy, "serve", self.server)
+            slots = early.slots
+            assert slots is not None
+            waits = lambda r: r.role == "actor" and slots.waits(r.index)  # noqa: E731
+            self.hangs.beating(Beats("policy", slots.beat, waits))
         self.learn_args: tuple[Any, ...] = ()  # before the batch: the server, if not hosted
         if host.hosted:  # started with the server, whose shards it holds: it learns there
             learners = self.ctx.procs["learner"]

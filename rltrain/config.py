@@ -194,32 +194,33 @@ def _convert(tp: Any, value: Any, key: str, meta: Mapping[str, Any], held: Any =
     if choices and tp is str and not isinstance(value, str):
         # YAML reads on/off/yes/no as booleans: name what is allowed, not only the type
         raise ConfigError(f"{key}={value!r}: allowed values are {', '.join(map(str, choices))}")
-    return _check(_finite(_scalar(tp, value, key), key, meta), key, meta)
+    scalar = _scalar(tp, value, key, " or null" if meta.get("nullable") else "")
+    return _check(_finite(scalar, key, meta), key, meta)
 
 
 _NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
-def _scalar(tp: Any, value: Any, key: str) -> Any:
+def _scalar(tp: Any, value: Any, key: str, or_null: str = "") -> Any:
     value = value.item() if getattr(value, "shape", None) == () else value  # np.float32(1.5)
     if tp is bool:
         if isinstance(value, bool):
             return value
-        raise ConfigError(f"{key}={value!r}: expected true or false")
+        raise ConfigError(f"{key}={value!r}: expected true or false{or_null}")
     if tp is int:  # any Integral (not a bool); a float is refused, 2.0 too
         if isinstance(value, numbers.Integral) and not isinstance(value, bool):
             return int(value)
-        raise ConfigError(f"{key}={value!r}: expected an integer")
+        raise ConfigError(f"{key}={value!r}: expected an integer{or_null}")
     if tp is float:  # any Real: int, Fraction, ...
         if isinstance(value, numbers.Real) and not isinstance(value, bool):
             return float(value)
         if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
             return float(value)  # YAML 1.1 reads 1e-3 (no dot, no exponent sign) as a string
-        raise ConfigError(f"{key}={value!r}: expected a number")
+        raise ConfigError(f"{key}={value!r}: expected a number{or_null}")
     if tp is str:
         if isinstance(value, str):
             return value
-        raise ConfigError(f"{key}={value!r}: expected a string")
+        raise ConfigError(f"{key}={value!r}: expected a string{or_null}")
     raise ConfigError(f"{key}: unsupported config type {tp}")  # a bug in a config class
 
 
@@ -254,7 +255,7 @@ def _check(value: Any, key: str, meta: Mapping[str, Any]) -> Any:
     for bound, ok, word in _BOUNDS:
         b = meta.get(bound)
         if b is not None and not ok(value, b):
-            also = " (or auto)" if meta.get("auto") else ""
+            also = " (or auto)" if meta.get("auto") else " (or null)" * bool(meta.get("nullable"))
             raise ConfigError(f"{key}={value!r}: must be {word} {b}{also}")
     return value
 

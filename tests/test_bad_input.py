@@ -250,6 +250,16 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             id="b-gt",
         ),
         pytest.param(
+            ["train", CARTPOLE, "--set", "faults.hang_timeout_s=0"],
+            ["faults.hang_timeout_s=0.0: must be > 0 (or null)"],
+            id="t-gt-nullable",
+        ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "faults.hang_timeout_s=soon"],
+            ["faults.hang_timeout_s='soon': expected a number or null"],
+            id="t-type-nullable",
+        ),
+        pytest.param(
             ["train", CARTPOLE, "--set", "stop.mean_return=null", "--set", "stop.max_seconds=0"],
             ["stop: set mean_return, eval_mean_return, max_seconds or max_env_steps"],
             id="t-no-stop",

@@ -104,6 +104,19 @@ def test_the_oldest_call_is_killed_and_the_others_clocks_start_again() -> None:
     assert w.check(11.0) == "actor 0"
 
 
+def test_time_the_watch_itself_was_stopped_counts_on_no_clock() -> None:
+    """Ctrl-Z stops the whole process group, the watch too; after `fg` every call had run
+    as long as the stop, and the oldest was killed."""
+    w, calls, _ = watch(5.0)
+    actor = FakeProcess("actor", 0)
+    w.answered.add(id(actor))
+    calls["c"] = (actor, None, True)
+    w.check(0.0)
+    w.skip(100.0)  # the watch's next look came 100 s late
+    assert w.check(104.0) is None and not actor.killed
+    assert w.check(105.0) == "actor 0"
+
+
 def test_no_clock_runs_while_a_process_restarts_or_makes_its_first_call() -> None:
     """At a barrier the live workers wait for a restarted one: neither they nor it are
     killed while it starts (a restart of tens of seconds on a busy cluster)."""

@@ -27,6 +27,7 @@ from rltrain.faults import FaultAction, FaultEvent
 SLOWER = 10.0  # a call this many times the longest of its role's is a hang, not a slow call
 NEVER = ("policy",)  # the policy worker's one call serves the whole run: timed by its beats
 EVERY_S = 1.0
+GAP_S = 10.0  # a look this late means the watch (the trainer's process) was itself stopped
 
 
 @dataclass(frozen=True)
@@ -88,12 +89,25 @@ class HangWatch:
         self._stop.set()
 
     def _run(self) -> None:
+        last = time.monotonic()
         while not self._stop.wait(EVERY_S):
+            now = time.monotonic()
             try:
-                self.check(time.monotonic())
+                if now - last > GAP_S:
+                    self.skip(now - last - EVERY_S)
+                self.check(now)
             except Exception as e:  # noqa: BLE001 - a safety net must never end the run
                 self.say(f"the hang watch stopped: {type(e).__name__}: {e}")
                 return
+            last = now
+
+    def skip(self, seconds: float) -> None:
+        """The watch itself was held ``seconds`` (Ctrl-Z stopped the whole process group, a
+        paused VM): so was everything it times, and no clock counts that time (after a
+        Ctrl-Z of a minute, ``fg`` had the oldest call killed)."""
+        for ref in self.clock:
+            self.clock[ref] += seconds
+        self.since = {ref: (t + seconds, r) for ref, (t, r) in self.since.items()}
 
     def check(self, now: float) -> str | None:
         """One look (the thread's, every second); returns the process killed, if any."""

@@ -263,6 +263,24 @@ def play_readme_loop(pong: Path) -> None:
     assert -21 <= score <= 21
 
 
+def test_the_readme_loop_plays_a_box_env_as_rltrain_eval_does(tmp_path: Path) -> None:
+    """load_policy's actions are in the env's units and make_env's env takes them as such:
+    Pendulum's loop scored -1616 where `rltrain eval --deterministic` scored -1612 (the
+    actions were mapped onto [-2, 2] twice)."""
+    run = untrained_run(tmp_path / "pendulum", id="Pendulum-v1")
+    policy, env = rltrain.load_policy(run), rltrain.make_env(run)
+    obs, _ = env.reset(seed=1)
+    done, score, acted = False, 0.0, []
+    while not done:
+        action = policy(obs, deterministic=True)
+        acted.append(float(action[0]))
+        obs, reward, terminated, truncated, _ = env.step(action)
+        score, done = score + reward, terminated or truncated
+    played = rltrain.evaluate(run, episodes=1, seed=1, deterministic=True)
+    assert score == pytest.approx(played.returns[0], rel=1e-5)
+    assert any(abs(a) > 1e-3 for a in acted)  # (the test means something)
+
+
 def test_make_env_checks_its_arguments(cartpole_run: Path, tmp_path: Path) -> None:
     env = rltrain.make_env(cartpole_run, seed=3)
     obs, _ = env.reset()

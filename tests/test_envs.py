@@ -175,6 +175,17 @@ def test_box_actions_reach_the_env_by_the_action_map(mapping: str, expected: lis
     )
 
 
+@pytest.mark.parametrize("mapping", ["affine", "tanh", "clip"])
+def test_from_env_gives_the_samples_that_reach_those_actions(mapping: str) -> None:
+    """rltrain.make_env's loop steps with the env's own actions (load_policy's): the
+    vector maps samples, so they go back to samples first (they were mapped twice)."""
+    space = ActionSpace(4, True, (0.0, -5.0, -np.inf, 2.0), (1.0, 10.0, np.inf, 2.0), mapping)
+    actions = np.array([[0.0, 2.5, 3.0, 2.0], [0.75, -1.25, -7.0, 2.0], [1.0, -5.0, 0.0, 2.0]])
+    assert np.allclose(space.to_env(space.from_env(actions)), actions, atol=1e-5)
+    beyond = space.from_env(np.array([[9.0, 99.0, 1.0, 2.0]]))  # past the Box: its edge
+    assert np.allclose(space.to_env(beyond), [[1.0, 10.0, 1.0, 2.0]], atol=1e-5)
+
+
 def test_other_action_spaces_are_rejected_naming_what_is_supported() -> None:
     cfg = EnvConfig(id="rltrain_test/MultiDiscrete-v0", imports=("custom_envs",), num_envs=1)
     with pytest.raises(EnvError, match="MultiDiscrete action space; supported: Discrete, or a"):

@@ -88,6 +88,21 @@ class ActionSpace:
             u = np.where(bounded, lo + (unit + 1.0) * 0.5 * width, u)
         return np.clip(u, low, high).astype(np.float32)
 
+    def from_env(self, a: np.ndarray) -> np.ndarray:
+        """The samples u [B, n] whose :meth:`to_env` is the env's actions ``a`` [B, n]
+        (clipped to the Box): a loop that acts in the env's units (``rltrain.make_env``'s,
+        with ``rltrain.load_policy``'s actions) steps the vector, which maps u, with them."""
+        low, high = np.asarray(self.low, np.float64), np.asarray(self.high, np.float64)
+        a = np.clip(np.asarray(a, np.float64), low, high)
+        if self.mapping == "clip":
+            return a.astype(np.float32)
+        mapped = self.bounded() & (high > low)
+        lo, width = np.where(mapped, low, 0.0), np.where(mapped, high - low, 2.0)
+        unit = np.clip(2.0 * (a - lo) / width - 1.0, -1.0, 1.0)
+        if self.mapping == "tanh":  # (float64: atanh of 1 - 1e-12 is 14, whose tanh is 1.0)
+            unit = np.arctanh(np.clip(unit, -1.0 + 1e-12, 1.0 - 1e-12))
+        return np.where(mapped, unit, a).astype(np.float32)
+
 
 class VectorEnv(abc.ABC):
     """What actors use: a batch of envs with SAME-STEP auto-reset semantics."""

@@ -59,8 +59,11 @@ class SingleEnv(gymnasium.Env):
         return obs[0], {}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        dtype = np.float32 if self._vec.action_space.continuous else np.int64
-        step = self._vec.step(np.asarray([action], dtype=dtype))
+        space = self._vec.action_space
+        if space.continuous:  # the env's units (its Box, load_policy's): the vector maps u
+            step = self._vec.step(space.from_env(np.asarray([action], np.float32)))
+        else:
+            step = self._vec.step(np.asarray([action], dtype=np.int64))
         info: dict[str, Any] = {}
         if step.episode_returns:  # the game's score and length, as the run logs them
             info["episode"] = {"r": step.episode_returns[0], "l": step.episode_lengths[0]}

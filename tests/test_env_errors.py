@@ -18,6 +18,13 @@ from rltrain.faults import EnvFailed
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def at(raised: str, method: str) -> str:
+    """Where custom_envs.py raises ``raised``, as the one line names it."""
+    lines = (Path(__file__).parent / "custom_envs.py").read_text().splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if raised in text)
+    return f" (at custom_envs.py:{line}, in {method})"
+
+
 def env_of(name: str) -> EnvConfig:
     return EnvConfig(id=f"rltrain_test/{name}-v0", num_envs=2, imports=("custom_envs",))
 
@@ -25,7 +32,7 @@ def env_of(name: str) -> EnvConfig:
 @pytest.mark.parametrize(
     ("name", "message"),
     [
-        ("StepRaises", "step() raised RuntimeError: boom in step"),
+        ("StepRaises", "step() raised RuntimeError: boom in step" + at("boom in step", "step")),
         (
             "WrongStepShape",
             "step() returned an observation of shape (7,); its observation_space is Box(5,)",
@@ -88,7 +95,12 @@ def test_a_wrong_first_reset_is_refused_before_the_run_folder(
 @pytest.mark.parametrize(
     ("config", "name", "backend", "what"),
     [
-        ("cartpole_appo.yaml", "StepRaises", "process", "step() raised RuntimeError: boom in step"),
+        (
+            "cartpole_appo.yaml",
+            "StepRaises",
+            "process",
+            "step() raised RuntimeError: boom in step" + at("boom in step", "step"),
+        ),
         (
             "cartpole_a3c.yaml",
             "NaNStep",
@@ -105,7 +117,7 @@ def test_a_wrong_first_reset_is_refused_before_the_run_folder(
             "cartpole_appo.yaml",
             "ResetRaisesInActors",
             "process",
-            "reset() raised OSError: no simulator for this seed",
+            "reset() raised OSError: no simulator for this seed" + at("no simulator", "reset"),
         ),
     ],
 )

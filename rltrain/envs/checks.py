@@ -9,6 +9,7 @@ concatenate it, and :func:`diagnose` then looks at what each sub-env returned.
 
 from __future__ import annotations
 
+import os
 import traceback
 import warnings
 from collections.abc import Sequence
@@ -47,8 +48,26 @@ def diagnose(
                 f"its observation_space is {describe_space(shape)}",
                 detail,
             )
-    what = f"raised {first_line(e)}" if e is not None else "returned a malformed observation"
+    what = (
+        f"raised {first_line(e)}{where(e)}" if e is not None else "returned a malformed observation"
+    )
     return EnvFailed(f"env {env_id!r}: {call} {what}", detail)
+
+
+PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # rltrain's own files
+
+
+def where(e: BaseException) -> str:
+    """`` (at envs.py:12, in step)``: the innermost frame of ``e``'s traceback outside the
+    installed packages and rltrain (the user's env), else the innermost: an env that fails
+    in its first reset is refused before the run folder, whose failure.log would hold the
+    traceback, exists."""
+    frames = traceback.extract_tb(e.__traceback__)
+    own = [f for f in frames if "-packages" not in f.filename and not f.filename.startswith(PKG)]
+    if not (own or frames):
+        return ""
+    f = (own or frames)[-1]
+    return f" (at {os.path.basename(f.filename)}:{f.lineno}, in {f.name})"
 
 
 # 0 x inf in check_finite's dot product: the inf is reported as an EnvFailed, not a warning

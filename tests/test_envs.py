@@ -186,6 +186,17 @@ def test_from_env_gives_the_samples_that_reach_those_actions(mapping: str) -> No
     assert np.allclose(space.to_env(beyond), [[1.0, 10.0, 1.0, 2.0]], atol=1e-5)
 
 
+def test_a_discrete_action_space_with_a_start_is_refused() -> None:
+    """The policy acts 0..n-1: Discrete(3, start=-1) got actions shifted by one, silently."""
+    import gymnasium
+
+    from rltrain.envs.gym_vector import action_space_of
+
+    with pytest.raises(EnvError, match=r"Discrete\(3, start=-1\) action space; supported: "):
+        action_space_of("e", gymnasium.spaces.Discrete(3, start=-1))
+    assert action_space_of("e", gymnasium.spaces.Discrete(3)).n == 3
+
+
 def test_other_action_spaces_are_rejected_naming_what_is_supported() -> None:
     cfg = EnvConfig(id="rltrain_test/MultiDiscrete-v0", imports=("custom_envs",), num_envs=1)
     with pytest.raises(EnvError, match="MultiDiscrete action space; supported: Discrete, or a"):

@@ -26,6 +26,11 @@ from rltrain.faults import EnvFailed
 def action_space_of(env_id: str, space: gymnasium.Space, mapping: str = "clip") -> ActionSpace:
     """Discrete(n), or a 1-D Box (continuous actions, reaching the env by ``mapping``:
     ``env.action_map``); anything else is a one-line EnvError."""
+    if isinstance(space, Discrete) and int(space.start) != 0:  # the policy acts 0..n-1
+        raise EnvError(
+            f"env '{env_id}' has a {space} action space; supported: Discrete with start 0 "
+            "(the policy's actions are 0..n-1: an action wrapper can add the start)"
+        )
     if isinstance(space, Discrete):
         return ActionSpace(int(space.n))
     if isinstance(space, Box) and len(space.shape) == 1 and np.issubdtype(space.dtype, np.floating):

@@ -130,6 +130,29 @@ def test_kill_interrupts_a_long_call_of_an_instance_that_can_be_interrupted() ->
     assert future.result(timeout=5) == "stopped"
 
 
+def test_shutdown_waits_for_the_threads_to_close_their_instances() -> None:
+    """A daemon thread still closing its envs as Python exits (an Atari vector's C++
+    threads) aborted the process: rltrain.train on the local backend ended with rc 134."""
+    import time
+
+    class SlowToClose:
+        closed = False
+
+        def work(self) -> str:
+            return "done"
+
+        def close(self) -> None:
+            time.sleep(0.3)
+            SlowToClose.closed = True
+
+    killed, left = local.Remote(SlowToClose), local.Remote(SlowToClose, index=1)
+    assert killed.call("work").result(timeout=5) == "done"
+    killed.kill()  # as the trainer kills its remotes; `left` it never killed
+    local.shutdown()
+    assert SlowToClose.closed
+    assert not killed.thread.is_alive() and not left.thread.is_alive()
+
+
 def test_a_bug_in_a_worker_raises_and_leaves_nothing_running(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

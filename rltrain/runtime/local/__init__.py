@@ -41,6 +41,8 @@ from rltrain.runtime.titles import set_thread_name
 __all__ = ["Done", "respond"]  # the contract's names that live elsewhere
 
 DESCRIPTION = "in-process (runtime.backend=local: threads, no Ray)"
+CLOSE_WAIT_S = 10.0
+"""How long :func:`shutdown` waits for the remotes' threads to close their instances."""
 Semaphore = threading.Semaphore  # the threads of one process share any object
 
 
@@ -72,7 +74,9 @@ class Remote:
         self._queue: queue.SimpleQueue[tuple[cf.Future, Any, tuple] | None] = queue.SimpleQueue()
         self._killed = False
         name = f"rltrain-{role}{index}"
-        threading.Thread(target=self._serve, name=name, daemon=True).start()
+        self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self.thread.start()
+        _remotes.append(self)
 
     def _serve(self) -> None:
         set_thread_name(self.role, self.index)  # top -H, ps -L: rl actor 3
@@ -318,8 +322,19 @@ def job_record() -> dict[str, Any]:
     return {"backend": "local"}
 
 
+_remotes: list[Remote] = []
+"""The remotes started and not yet joined by :func:`shutdown`."""
+
+
 def shutdown() -> None:
-    """Nothing to stop (the threads end with their last call): give the process back the
-    torch thread count it had."""
+    """End the remotes' threads, waiting up to :data:`CLOSE_WAIT_S` for them to close their
+    instances (a daemon thread still closing an Atari vector env as Python exits, or one
+    never closed, aborts the process in C++: "terminate called without an active
+    exception"); give the process back the torch thread count it had."""
+    deadline = time.monotonic() + CLOSE_WAIT_S
+    while _remotes:
+        remote = _remotes.pop()
+        remote.kill()  # again, for one the trainer did not kill: its thread ends once
+        remote.thread.join(max(0.0, deadline - time.monotonic()))
     if _threads_before:
         torch.set_num_threads(_threads_before.pop())

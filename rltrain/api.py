@@ -40,7 +40,15 @@ from rltrain.envs import ActionSpace
 from rltrain.envs.gym_vector import to_env_actions
 from rltrain.faults import TrainFailed
 from rltrain.rl.config import TrainConfig, load_run_config
-from rltrain.rl.evaluate import EPISODES, SEED, EvalResult, Policy, VideoView
+from rltrain.rl.evaluate import (
+    DEFAULT_MAX_STEPS,
+    EPISODES,
+    MAX_STEPS,
+    SEED,
+    EvalResult,
+    Policy,
+    VideoView,
+)
 from rltrain.supervised.config import BenchConfig
 
 Kind = Literal["train", "bench"]
@@ -243,16 +251,20 @@ def evaluate(
     checkpoint: str | Path = "latest",
     video_view: VideoView | None = None,
     video_format: Literal["mp4", "gif"] = "mp4",
+    max_steps: int = DEFAULT_MAX_STEPS,
 ) -> EvalResult:
     """Play a run's checkpoint as ``rltrain eval`` does; ``.mean``, ``.std``, ``.returns``,
     ``.video``. ``deterministic``: the most likely actions, not samples. ``checkpoint``:
     ``latest``, ``best`` (kept by ``eval.every_steps``) or a checkpoint file's path.
     ``episodes``, ``seed`` and ``deterministic`` default to the run's ``eval.*``. With
     ``video``: ``video_view`` ``"game"`` or ``"agent"`` (default: the game's screen if the env
-    can draw it) and ``video_format`` ``"mp4"`` or ``"gif"``, as ``rltrain eval``'s flags."""
+    can draw it) and ``video_format`` ``"mp4"`` or ``"gif"``, as ``rltrain eval``'s flags.
+    ``max_steps``: agent steps per env before episodes still going are given up (an
+    EvalError); a line on stderr shows the progress of an evaluation longer than 2 s."""
     from rltrain.rl.evaluate import evaluate as play
 
     n, first_seed = whole_arg(episodes, "episodes", EPISODES), whole_arg(seed, "seed", SEED)
+    steps = whole_arg(max_steps, "max_steps", MAX_STEPS)
     video = choice_arg(video, "video", (True, False))
     deterministic = choice_arg(deterministic, "deterministic", (True, False, None))
     view = choice_arg(video_view, "video_view", ("game", "agent", None))
@@ -266,6 +278,7 @@ def evaluate(
         n,
         video,
         first_seed,
+        max_steps=steps or DEFAULT_MAX_STEPS,
         video_view=view,
         deterministic=deterministic,
         checkpoint=which,

@@ -117,6 +117,14 @@ def build_parser() -> _Parser:
         "best --episodes N` replays the evaluation that chose it)",
     )
     ev.add_argument(
+        "--max-steps",
+        type=count_arg,
+        default=None,
+        metavar="N",
+        help="agent steps per env before episodes still going are given up, with an error "
+        "(default 1000000: an env without a time limit)",
+    )
+    ev.add_argument(
         "--checkpoint",
         default="latest",
         metavar="WHICH",
@@ -285,8 +293,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     run_dir = run_dir_arg(args.run_dir, "")
     with meant_for(run_dir / "config.yaml", "eval"):
         cfg = load_run_config(TrainConfig, run_dir / "config.yaml")
-    flags = ("video_view", "video_format", "deterministic", "checkpoint")
-    kwargs = {name: getattr(args, name) for name in flags}
+    flags = ("max_steps", "video_view", "video_format", "deterministic", "checkpoint")
+    kwargs = {name: getattr(args, name) for name in flags if getattr(args, name) is not None}
     res = evaluate(cfg, run_dir, args.episodes, args.video, args.seed, **kwargs)
     how = "most likely actions" if res.deterministic else "sampled actions, as in training"
     print(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import TextIO
 
 
@@ -60,3 +61,28 @@ class Progress:
         if text:
             self.stream.write(f"{self.label} {text}\n")
         self.stream.flush()
+
+
+class Paced:
+    """A :class:`Progress` for a hot loop, cheap to call every step: nothing is shown for the
+    first ``quiet`` seconds (a short job prints nothing), then at most one redraw per
+    ``every`` seconds; ``text`` is built only for the redraws."""
+
+    def __init__(self, label: str, quiet: float = 2.0, every: float = 0.5) -> None:
+        self.label, self.every = label, every
+        self.start = time.monotonic()
+        self._next = self.start + quiet
+        self._bar: Progress | None = None
+
+    def update(self, fraction: float, text: Callable[[float], str]) -> None:
+        """``text(seconds)``: the line after ``seconds`` since the start."""
+        now = time.monotonic()
+        if now < self._next:
+            return
+        self._next = now + self.every
+        self._bar = self._bar or Progress(self.label)
+        self._bar.update(fraction, text(now - self.start))
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()

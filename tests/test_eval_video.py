@@ -17,9 +17,11 @@ import pytest
 import torch
 from PIL import Image, ImageSequence
 
+import rltrain
 from rltrain.cli import main
 from rltrain.envs import ChainEnv, EnvConfig, make_env
 from rltrain.envs.screen import AtariScreenEnv
+from rltrain.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 PONG_FRAMES = 200  # env.max_episode_frames: 50 agent steps, a second or two of play
@@ -323,7 +325,7 @@ def test_agent_view_of_an_image_env_is_its_newest_image_in_colour() -> None:
     """A Gymnasium image env stacked 2 deep ([6, H, W]): the agent view is the newest RGB
     image, not one colour channel; Atari's is the newest gray frame."""
     from rltrain.envs.screen import make_recording_env
-    from rltrain.rl.evaluate import frame_of
+    from rltrain.rl.filming import frame_of
 
     cfg = EnvConfig(id="rltrain_test/ImageCorridor-v0", imports=("custom_envs",), frame_stack=2)
     env = make_recording_env(cfg, seed=0, render=False)
@@ -400,3 +402,27 @@ def test_eval_of_episodes_that_never_end_is_a_one_line_error(tmp_path: Path) -> 
     cfg = load_config(TrainConfig, run / "config.yaml")
     with pytest.raises(EvalError, match=r"^0 of 2 episodes ended in 3 steps \(an env without"):
         evaluate(cfg, run, episodes=2, max_steps=3)
+    with pytest.raises(EvalError, match=r"max_episode_steps; or allow more: --max-steps N\)$"):
+        evaluate(cfg, run, episodes=2, max_steps=3)
+    with pytest.raises(EvalError, match=r"or allow more: max_steps=N\)$"):
+        rltrain.evaluate(run, episodes=2, max_steps=3)
+    with pytest.raises(ConfigError, match=r"^max_steps=0: expected a whole number >= 1$"):
+        rltrain.evaluate(run, max_steps=0)
+
+
+def test_a_long_eval_shows_its_progress_and_max_steps_caps_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An env whose episodes never end ran 1,000,000 steps per env without a word: the
+    progress line (after 2 s; here at once) says how far it is, --max-steps ends it."""
+    from rltrain.progress import Paced
+    from rltrain.rl import evaluate
+
+    monkeypatch.setattr(evaluate, "Paced", lambda label: Paced(label, quiet=0.0, every=0.0))
+    run = write_run(tmp_path / "run", "cartpole_appo.yaml")
+    assert main(["eval", str(run), "--episodes", "2", "--max-steps", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "[eval]   0% 0 of 2 episodes ended, step 1 of at most 5, 0s" in err
+    assert err.strip().endswith("or allow more: --max-steps N)")
+    assert main(["eval", str(run), "--episodes", "2", "--max-steps", "0"]) == 2
+    assert "--max-steps: expected a whole number >= 1, got 0" in capsys.readouterr().err

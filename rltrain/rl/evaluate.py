@@ -41,16 +41,17 @@ from rltrain.checkpoint import (
 )
 from rltrain.envs import ActionSpace, VectorEnv, make_env
 from rltrain.envs.base import EnvError
-from rltrain.envs.screen import RecordingEnv, make_recording_env
+from rltrain.envs.screen import make_recording_env
 from rltrain.errors import RLTrainError
 from rltrain.normalize import NormStats
+from rltrain.progress import Paced
 from rltrain.rl.actor import policy_builder
 from rltrain.rl.algos.distributions import CATEGORICAL, Distribution, distribution
 from rltrain.rl.algos.models import ActorCritic, build_qnet, load_flat
 from rltrain.rl.config import TrainConfig
-from rltrain.video import VideoFormat, open_video
+from rltrain.rl.filming import VideoView, record_episode
+from rltrain.video import VideoFormat
 
-VideoView = Literal["game", "agent"]
 Style = Literal["cli", "api"]
 """How errors name the arguments: the command line's flags (``--checkpoint latest``) or the
 Python API's keywords (``checkpoint="latest"``)."""
@@ -87,6 +88,9 @@ class Whole:
 
 
 EPISODES = Whole(1)
+MAX_STEPS = Whole(1)
+DEFAULT_MAX_STEPS = 1_000_000
+"""Agent steps per env before an evaluation gives up episodes still going (no time limit)."""
 SEED = Whole(0, 2**31 - 1)
 """Env i is seeded seed + i, which must stay within the 2**32 numpy and Gymnasium take."""
 
@@ -220,12 +224,13 @@ def evaluate(
     episodes: int | None = None,
     video: bool = False,
     seed: int | None = None,
-    max_steps: int = 1_000_000,
+    max_steps: int = DEFAULT_MAX_STEPS,
     video_view: VideoView | None = None,
     deterministic: bool | None = None,
     checkpoint: str = "latest",
     video_format: VideoFormat = "mp4",
     style: Style = "cli",
+    progress: bool = True,
 ) -> EvalResult:
     """Play ``episodes`` episodes in up to 8 parallel envs (env i seeded ``seed + i``); with
     ``video``, the first one alone in a recording env, filmed into ``run_dir``: the game env 0
@@ -239,7 +244,9 @@ def evaluate(
     screen (e.g. CartPole without pygame; ``EvalResult.note`` says why); given, that view or a
     one-line error. ``checkpoint``: which one (:func:`checkpoint_params`). ``video_format``:
     mp4 (H.264; a GIF, with a note, when imageio-ffmpeg is missing) or gif. ``style``: how
-    errors name the arguments (the API's checks them first: :data:`EPISODES`, :data:`SEED`)."""
+    errors name the arguments (the API's checks them first: :data:`EPISODES`, :data:`SEED`).
+    ``max_steps``: agent steps per env before episodes that have not ended are given up (an
+    :class:`EvalError`). ``progress``: a line on stderr once it takes more than 2 s."""
     episodes = cfg.eval.episodes if episodes is None else episodes
     seed = cfg.eval.seed if seed is None else seed
     deterministic = cfg.eval.deterministic if deterministic is None else deterministic
@@ -250,7 +257,21 @@ def evaluate(
     returns: list[float] = []
     lengths: list[int] = []
     video_path = None
+    paced = Paced("[eval]")
+
+    def watch(ended: int, steps: int) -> None:  # ended: of this part; the video's came first
+        n = len(returns) + ended
+        paced.update(
+            n / episodes,
+            lambda s: (
+                f"{n} of {episodes} episodes ended, step {steps:,} "
+                f"of at most {max_steps:,}, {s:.0f}s"
+            ),
+        )
+
     with ExitStack() as stack:
+        if progress:
+            stack.callback(paced.close)
         rec = None
         view: VideoView = video_view or "game"
         note = ""
@@ -276,7 +297,13 @@ def evaluate(
             gen = torch.Generator().manual_seed(seed)
             try:
                 video_path, ret, length, cut = record_episode(
-                    rec, policy, view, out, gen, max_steps, deterministic, video_format
+                    rec,
+                    lambda obs: policy.act(obs[None], gen, deterministic)[0],
+                    view,
+                    out,
+                    max_steps,
+                    video_format,
+                    (lambda steps: watch(0, steps)) if progress else None,
                 )
             except EnvError as e:  # a screen that fails mid-episode
                 raise _worded(e, style) from None
@@ -286,14 +313,21 @@ def evaluate(
                 lengths.append(length)
         if vec is not None:
             more, more_lengths = play_episodes(
-                vec, policy, n_vec, vec_seed, max_steps, deterministic
+                vec,
+                policy,
+                n_vec,
+                vec_seed,
+                max_steps,
+                deterministic,
+                on_step=watch if progress else None,
             )
             returns.extend(more)
             lengths.extend(more_lengths)
     if len(returns) < episodes:  # a mean over the episodes that happened to end misleads
         raise EvalError(
-            f"{len(returns)} of {episodes} episodes ended in {max_steps:,} steps "
-            "(an env without a time limit? give it one: env.kwargs.max_episode_steps)"
+            f"{len(returns)} of {episodes} episodes ended in {max_steps:,} steps (an env "
+            "without a time limit? give it one: env.kwargs.max_episode_steps; or allow more: "
+            f"{'--max-steps N' if style == 'cli' else 'max_steps=N'})"
         )
     video_as = view if video else None
     played = deterministic or policy.greedy
@@ -319,19 +353,21 @@ def play_episodes(
     max_steps: int,
     deterministic: bool = False,
     stop: Callable[[], bool] | None = None,
+    on_step: Callable[[int, int], None] | None = None,
 ) -> tuple[list[float], list[int]]:
     """Raw scores and lengths of ``episodes`` episodes played in ``env``, each env playing
     its share (env i: ``episodes // n``, one more for the first ``episodes % n``), as SB3's
     ``evaluate_policy``: taking the first episodes to end, whichever env they come from,
     would favour short episodes. Fewer when ``max_steps`` vector steps run out first, or
-    ``stop()`` turns true (checked each step: another thread ends the play)."""
+    ``stop()`` turns true (checked each step: another thread ends the play).
+    ``on_step(episodes ended, steps)`` after each step."""
     n = env.num_envs
     quota = [episodes // n + (i < episodes % n) for i in range(n)]
     gen = torch.Generator().manual_seed(seed)
     obs = env.reset(seed=seed)
     returns: list[float] = []
     lengths: list[int] = []
-    for _ in range(max_steps):
+    for t in range(max_steps):
         if stop is not None and stop():
             break
         step = env.step(policy.act(obs, gen, deterministic))
@@ -345,46 +381,6 @@ def play_episodes(
                 lengths.append(length)
         if not any(quota):
             break
+        if on_step is not None:
+            on_step(len(returns), t + 1)
     return returns, lengths
-
-
-def record_episode(
-    env: RecordingEnv,
-    policy: Policy,
-    view: VideoView,
-    out: Path,
-    gen: torch.Generator,
-    max_steps: int,
-    deterministic: bool = False,
-    video_format: VideoFormat = "mp4",
-) -> tuple[Path, float | None, int, str]:
-    """Play one episode, writing a frame per agent step: (video path, raw score, length,
-    what the video leaves out or why it is a GIF); no score when the episode did not end in
-    ``max_steps``."""
-    obs = env.reset()
-    total, steps, done = 0.0, 0, False
-    with open_video(out, env.fps, video_format) as writer:
-        writer.add(env.screen() if view == "game" else frame_of(obs, env.channels))
-        while not done and steps < max_steps:
-            obs, reward, done = env.step(policy.act(obs[None], gen, deterministic)[0])
-            total += reward
-            steps += 1
-            writer.add(env.screen() if view == "game" else frame_of(obs, env.channels))
-    return writer.path, total if done else None, steps, writer.note
-
-
-def frame_of(obs: np.ndarray, channels: int = 1) -> np.ndarray:
-    """An image to show for one observation: the newest image of a stack [k C, H, W] of
-    ``channels`` C each (Atari's gray frame, an RGB image as it is), else a plot."""
-    if obs.ndim == 3:
-        newest = obs[-max(channels, 1) :].astype(np.uint8)
-        return np.moveaxis(newest[:3], 0, -1) if len(newest) >= 3 else newest[0]  # not alpha
-    # vector observations: a bar chart of the values, so that a video still shows the state
-    v = np.clip(obs.astype(np.float32).reshape(-1), -3, 3)
-    height, width = 64, 16 * len(v)
-    img = np.full((height, width), 255, np.uint8)
-    for i, x in enumerate(v):
-        top = int(height / 2 - x / 3 * (height / 2 - 2))
-        lo, hi = sorted((top, height // 2))
-        img[lo : hi + 1, 16 * i + 3 : 16 * i + 13] = 40
-    return img

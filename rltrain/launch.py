@@ -316,12 +316,14 @@ def _prepare(
     created: list[Path] | None = None
     try:
         from rltrain.envs.atari import resolve_sticky
+        from rltrain.envs.user import ship_registration
         from rltrain.rl.inputs import resolve_obs_norm
         from rltrain.rl.run.train import Trainer
 
         # (also on resume: a CONFIG given with --resume says auto, as the run's first did)
         cfg = resolve_obs_norm(cfg, spec.obs_shape, spec.one_hot)
         cfg = dataclasses.replace(cfg, env=resolve_sticky(cfg.env))  # null: the id's
+        cfg = dataclasses.replace(cfg, env=ship_registration(cfg.env))  # a script's register
         check_startup(cfg, spec)  # before the run dir is made, as far as the env tells
         if resume is None:
             name = config_path or f"{cfg.algo.name}_{cfg.env.id.replace('/', '_')}"

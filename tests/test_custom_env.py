@@ -372,3 +372,89 @@ def test_mujocos_warnings_are_said_once_and_leave_no_log_file(
         make_one("HalfCheetah-v5", {}, []).close()
     assert capsys.readouterr().err.count("settotalmass") <= 1  # (0: said earlier here)
     assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
+
+
+def test_a_registration_made_in_the_driver_is_shipped_with_the_config() -> None:
+    """A script's gymnasium.register runs in the driver only: the config carries it (pickled
+    by value, a class defined where it was registered), not config.yaml."""
+    import gymnasium
+
+    from rltrain.config import to_dict
+    from rltrain.envs.user import load_env_code, ship_registration
+
+    class Local(gymnasium.Env):  # defined here: no module could import it by name
+        observation_space = gymnasium.spaces.Box(-1, 1, (3,), np.float32)
+        action_space = gymnasium.spaces.Discrete(2)
+
+        def reset(self, *, seed=None, options=None):  # type: ignore[no-untyped-def]
+            super().reset(seed=seed)
+            return np.zeros(3, np.float32), {}
+
+        def step(self, action):  # type: ignore[no-untyped-def]
+            return np.ones(3, np.float32), 1.0, True, False, {}
+
+    env_id = "rltrain_test/DriverOnly-v0"
+    gymnasium.register(env_id, entry_point=Local, max_episode_steps=7)
+    try:
+        cfg = ship_registration(EnvConfig(id=env_id, num_envs=2))
+        assert cfg.registration is not None and "registration" not in to_dict(cfg)
+    finally:
+        del gymnasium.registry[env_id]  # as in an actor process, which never registered it
+    with make_env(cfg, seed=0) as env:  # registered again from the config
+        assert env.obs_shape == (3,) and env.protocol["max_episode_steps"] == 7
+    del gymnasium.registry[env_id]
+    unknown = ship_registration(EnvConfig(id="rltrain_test/Nowhere-v0"))
+    assert unknown.registration is None
+    load_env_code(unknown)  # nothing to register: make_env then names the id as unknown
+
+
+SCRIPT = """
+import sys
+import gymnasium as gym
+import numpy as np
+import rltrain
+
+
+class Corridor(gym.Env):
+    observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, a):
+        self.t += 1
+        return np.zeros(2, np.float32), float(a), self.t >= 20, False, {}
+
+
+if __name__ == "__main__":
+    gym.register("Corridor-v0", entry_point=Corridor)
+    result = rltrain.train(
+        sys.argv[1], env__id="Corridor-v0", stop__max_env_steps=500, run_dir=sys.argv[2]
+    )
+    print(result.stopped_by)
+"""
+
+
+@pytest.mark.slow  # a run of the process runtime in a new interpreter
+def test_an_env_registered_in_the_users_script_trains_in_actor_processes(
+    tmp_path: Path,
+) -> None:
+    """The actors (forkserver children) never run the script: they had 'unknown env id'."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "train_mine.py"
+    script.write_text(SCRIPT)
+    config = Path(__file__).resolve().parents[1] / "configs" / "cartpole_appo.yaml"
+    run = subprocess.run(
+        [sys.executable, str(script), str(config), str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split()[-1] == "max_env_steps"

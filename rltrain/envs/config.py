@@ -29,6 +29,11 @@ class EnvConfig:
     imports: tuple[str, ...] = field(default=(), metadata={"derived": True})
     """The run's top-level ``imports`` (a train config sets it; ``env.imports`` in a config or
     ``--set`` is read as ``imports``): imported before an env is made."""
+    registration: bytes | None = field(
+        default=None, metadata={"derived": True}, repr=False, compare=False
+    )
+    """The id's ``gymnasium.register`` in the process that started the run, pickled for the
+    processes that never ran it (:func:`rltrain.envs.user.ship_registration`)."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of gymnasium.make(id, ...) for each env, e.g. {max_episode_steps: 200};
     for ALE/<Game>-v5 ids only thread_affinity_offset of ale-py's AtariVectorEnv (the rest of

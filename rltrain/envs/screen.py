@@ -30,7 +30,7 @@ from rltrain.envs.gym_vector import action_space_of, check_spaces, to_env_action
 from rltrain.envs.user import (
     Wrapper,
     image,
-    import_env_modules,
+    load_env_code,
     load_wrapper,
     make_failed,
     make_one,
@@ -71,7 +71,7 @@ class RecordingEnv(Protocol):
 
 def make_recording_env(cfg: EnvConfig, seed: int, render: bool) -> RecordingEnv:
     """The recording env of ``cfg.id`` (``render``: its screen will be filmed)."""
-    import_env_modules(cfg.imports)
+    load_env_code(cfg)  # before the id is looked up
     if cfg.id not in gymnasium.registry:
         raise EnvError(unknown_id_message(cfg.id, cfg.imports))
     check_atari_id(cfg.id, cfg.wrappers)

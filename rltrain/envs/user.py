@@ -10,12 +10,15 @@ one line naming what was wrong (an :class:`~rltrain.envs.base.EnvError`).
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
 import os
+import pickle
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeGuard
 
+import cloudpickle
 import gymnasium
 import numpy as np
 from gymnasium.spaces import (
@@ -32,6 +35,7 @@ from gymnasium.spaces import (
 from gymnasium.wrappers import FrameStackObservation, ReshapeObservation
 
 from rltrain.envs.base import EnvError
+from rltrain.envs.config import EnvConfig
 
 Wrapper = Callable[[gymnasium.Env], gymnasium.Env]
 
@@ -62,6 +66,34 @@ def import_env_modules(names: Sequence[str]) -> None:
     for name in names:
         if name not in sys.modules:
             _import(name, "imports")
+
+
+def ship_registration(cfg: EnvConfig) -> EnvConfig:
+    """``cfg`` carrying its id's registration in this process, for the actor processes that
+    never ran the code that made it: a script's or a notebook's ``gymnasium.register`` call
+    runs in the driver only (a forkserver child or a Ray worker does not run ``__main__``).
+    Pickled with cloudpickle (as SB3's SubprocVecEnv and Ray send env factories), so an env
+    class defined in ``__main__`` travels by value. Unchanged when the id is not registered
+    here or its entry point cannot be pickled: the actors then import ``imports`` and name
+    the module to list there if the id is still unknown."""
+    spec = gymnasium.registry.get(cfg.id)
+    if spec is None:
+        return cfg
+    try:
+        blob = cloudpickle.dumps(spec)
+    except Exception:  # noqa: BLE001 - a closure over a lock, a file: not shipped
+        return cfg
+    return dataclasses.replace(cfg, registration=blob)
+
+
+def load_env_code(cfg: EnvConfig) -> None:
+    """Import ``cfg``'s ``imports`` (they may register its id), then register the id as the
+    process that started the run had it (:func:`ship_registration`) if this process still
+    does not know it."""
+    import_env_modules(cfg.imports)
+    if cfg.registration is not None and cfg.id not in gymnasium.registry:
+        spec = pickle.loads(cfg.registration)  # noqa: S301 - the run's own driver wrote it
+        gymnasium.registry[cfg.id] = spec
 
 
 def import_listed(data: Mapping[str, Any]) -> None:

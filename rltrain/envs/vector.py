@@ -17,7 +17,7 @@ from rltrain.envs.atari import AtariEnv, check_atari_id, is_atari
 from rltrain.envs.base import EnvError, StepBatch, VectorEnv
 from rltrain.envs.config import EnvConfig
 from rltrain.envs.gym_vector import GymVectorEnv
-from rltrain.envs.user import import_env_modules, load_wrapper
+from rltrain.envs.user import load_env_code, load_wrapper
 from rltrain.faults import EnvFailed
 
 __all__ = [
@@ -70,7 +70,7 @@ def make_env(
     n = cfg.num_envs if num_envs is None else num_envs
     if n < 1:
         raise EnvError(f"num_envs={n}: need at least one environment")
-    import_env_modules(cfg.imports)  # they may register cfg.id: before the id is looked up
+    load_env_code(cfg)  # before the id is looked up
     if cfg.id not in gymnasium.registry:
         raise EnvError(unknown_id_message(cfg.id, cfg.imports))
     check_atari_id(cfg.id, cfg.wrappers)

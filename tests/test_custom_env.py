@@ -417,7 +417,7 @@ import rltrain
 
 class Corridor(gym.Env):
     observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
-    action_space = gym.spaces.Discrete(2)
+    action_space = gym.spaces.Discrete(2, start=10)  # the policy's 0 and 1 arrive as 10, 11
 
     def reset(self, seed=None, options=None):
         super().reset(seed=seed)
@@ -425,8 +425,10 @@ class Corridor(gym.Env):
         return np.zeros(2, np.float32), {}
 
     def step(self, a):
+        if not self.action_space.contains(a):
+            raise ValueError(f"action {a} is not in {self.action_space}")
         self.t += 1
-        return np.zeros(2, np.float32), float(a), self.t >= 20, False, {}
+        return np.zeros(2, np.float32), float(a - 10), self.t >= 20, False, {}
 
 
 if __name__ == "__main__":
@@ -434,7 +436,7 @@ if __name__ == "__main__":
     result = rltrain.train(
         sys.argv[1], env__id="Corridor-v0", stop__max_env_steps=500, run_dir=sys.argv[2]
     )
-    print(result.stopped_by)
+    print(rltrain.evaluate(result.run_dir, episodes=2).mean, result.stopped_by)
 """
 
 
@@ -442,7 +444,8 @@ if __name__ == "__main__":
 def test_an_env_registered_in_the_users_script_trains_in_actor_processes(
     tmp_path: Path,
 ) -> None:
-    """The actors (forkserver children) never run the script: they had 'unknown env id'."""
+    """The actors (forkserver children) never run the script: they had 'unknown env id'.
+    Its Discrete(2, start=10) gets 10 and 11 from the actors and from the evaluation."""
     import subprocess
     import sys
 

@@ -186,15 +186,20 @@ def test_from_env_gives_the_samples_that_reach_those_actions(mapping: str) -> No
     assert np.allclose(space.to_env(beyond), [[1.0, 10.0, 1.0, 2.0]], atol=1e-5)
 
 
-def test_a_discrete_action_space_with_a_start_is_refused() -> None:
-    """The policy acts 0..n-1: Discrete(3, start=-1) got actions shifted by one, silently."""
+def test_a_discrete_action_space_with_a_start_gets_the_policys_actions_shifted() -> None:
+    """The policy picks 0..n-1: Discrete(3, start=-1) got them unshifted, silently; now the
+    env gets -1..1, and a loop in the env's units (rltrain.make_env) steps with -1..1."""
     import gymnasium
 
     from rltrain.envs.gym_vector import action_space_of
+    from rltrain.envs.single import gym_action_space
 
-    with pytest.raises(EnvError, match=r"Discrete\(3, start=-1\) action space; supported: "):
-        action_space_of("e", gymnasium.spaces.Discrete(3, start=-1))
-    assert action_space_of("e", gymnasium.spaces.Discrete(3)).n == 3
+    space = action_space_of("e", gymnasium.spaces.Discrete(3, start=-1))
+    assert (space.n, space.start, space.describe()) == (3, -1, "Discrete(3, start=-1)")
+    assert space.to_env(np.array([0, 1, 2])).tolist() == [-1, 0, 1]
+    assert space.from_env(np.array([-1, 0, 1])).tolist() == [0, 1, 2]
+    assert gym_action_space(space) == gymnasium.spaces.Discrete(3, start=-1)
+    assert action_space_of("e", gymnasium.spaces.Discrete(3)).describe() == "Discrete(3)"
 
 
 def test_other_action_spaces_are_rejected_naming_what_is_supported() -> None:

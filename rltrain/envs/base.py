@@ -58,9 +58,14 @@ class ActionSpace:
     high: tuple[float, ...] = ()
     mapping: str = "clip"
     """A Box's ``env.action_map``: how a sample reaches the env (:meth:`to_env`)."""
+    start: int = 0
+    """A Discrete's first action (gymnasium's ``Discrete(n, start)``): the policy picks
+    0..n-1, the env takes start..start+n-1 (:meth:`to_env`, :meth:`from_env`)."""
 
     def describe(self) -> str:
-        return f"Box({self.n},)" if self.continuous else f"Discrete({self.n})"
+        if self.continuous:
+            return f"Box({self.n},)"
+        return f"Discrete({self.n}, start={self.start})" if self.start else f"Discrete({self.n})"
 
     @property
     def params(self) -> int:
@@ -73,12 +78,15 @@ class ActionSpace:
         return np.isfinite(self.low) & np.isfinite(self.high)
 
     def to_env(self, u: np.ndarray) -> np.ndarray:
-        """The env's actions [B, n] for the policy's samples ``u`` [B, n] (``env.action_map``).
+        """The env's actions: int64 [B] (the policy's indices plus the Discrete's start), or
+        [B, n] for the policy's samples ``u`` [B, n] of a Box (``env.action_map``).
         On the dimensions with finite bounds: ``affine``, u clipped to [-1, 1] and mapped
         linearly onto [low, high] (RLlib's normalize_actions); ``tanh``, low + (tanh(u) + 1)
         (high - low) / 2 (SAC's squashing, Haarnoja et al. 2018, appendix C); ``clip``, u
         clipped to [low, high]. Unbounded dimensions take u as it is (clipped to a half-bound).
         The learner keeps u, whose log-probability is the policy's."""
+        if not self.continuous:
+            return np.asarray(u, np.int64) + self.start
         u = np.asarray(u, np.float32)
         low, high = np.asarray(self.low, np.float32), np.asarray(self.high, np.float32)
         if self.mapping != "clip":
@@ -89,9 +97,12 @@ class ActionSpace:
         return np.clip(u, low, high).astype(np.float32)
 
     def from_env(self, a: np.ndarray) -> np.ndarray:
-        """The samples u [B, n] whose :meth:`to_env` is the env's actions ``a`` [B, n]
-        (clipped to the Box): a loop that acts in the env's units (``rltrain.make_env``'s,
-        with ``rltrain.load_policy``'s actions) steps the vector, which maps u, with them."""
+        """The policy's actions whose :meth:`to_env` is the env's actions ``a``: indices
+        int64 [B], or samples u [B, n] (``a`` clipped to the Box): a loop that acts in the
+        env's units (``rltrain.make_env``'s, with ``rltrain.load_policy``'s actions) steps the
+        vector, which maps them, with them."""
+        if not self.continuous:
+            return np.asarray(a, np.int64) - self.start
         low, high = np.asarray(self.low, np.float64), np.asarray(self.high, np.float64)
         a = np.clip(np.asarray(a, np.float64), low, high)
         if self.mapping == "clip":

@@ -26,13 +26,8 @@ from rltrain.faults import EnvFailed
 def action_space_of(env_id: str, space: gymnasium.Space, mapping: str = "clip") -> ActionSpace:
     """Discrete(n), or a 1-D Box (continuous actions, reaching the env by ``mapping``:
     ``env.action_map``); anything else is a one-line EnvError."""
-    if isinstance(space, Discrete) and int(space.start) != 0:  # the policy acts 0..n-1
-        raise EnvError(
-            f"env '{env_id}' has a {space} action space; supported: Discrete with start 0 "
-            "(the policy's actions are 0..n-1: an action wrapper can add the start)"
-        )
-    if isinstance(space, Discrete):
-        return ActionSpace(int(space.n))
+    if isinstance(space, Discrete):  # the policy picks 0..n-1; the env takes start..
+        return ActionSpace(int(space.n), start=int(space.start))
     if isinstance(space, Box) and len(space.shape) == 1 and np.issubdtype(space.dtype, np.floating):
         low, high = (
             tuple(space.low.astype(float).tolist()),
@@ -61,11 +56,9 @@ def check_spaces(env_id: str, action_space: gymnasium.Space, obs_space: gymnasiu
 
 
 def to_env_actions(actions: np.ndarray, space: ActionSpace) -> np.ndarray:
-    """What the env steps: int64 indices, or the sampled reals mapped into the Box
-    (:meth:`ActionSpace.to_env`; the learner keeps the sample: its log-probability is the
-    policy's)."""
-    if not space.continuous:
-        return np.asarray(actions, np.int64)
+    """What the env steps: int64 indices (plus the Discrete's start), or the sampled reals
+    mapped into the Box (:meth:`ActionSpace.to_env`; the learner keeps the sample: its
+    log-probability is the policy's)."""
     return space.to_env(actions)
 
 

@@ -24,7 +24,7 @@ from rltrain.envs.vector import make_env
 def gym_action_space(space: ActionSpace) -> gymnasium.Space:
     """The Gymnasium space of an :class:`ActionSpace` (Discrete, or the Box it clips to)."""
     if not space.continuous:
-        return gymnasium.spaces.Discrete(space.n)
+        return gymnasium.spaces.Discrete(space.n, start=space.start)
     low = np.array(space.low or [-np.inf] * space.n, dtype=np.float32)
     high = np.array(space.high or [np.inf] * space.n, dtype=np.float32)
     return gymnasium.spaces.Box(low, high, dtype=np.float32)
@@ -60,10 +60,9 @@ class SingleEnv(gymnasium.Env):
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         space = self._vec.action_space
-        if space.continuous:  # the env's units (its Box, load_policy's): the vector maps u
-            step = self._vec.step(space.from_env(np.asarray([action], np.float32)))
-        else:
-            step = self._vec.step(np.asarray([action], dtype=np.int64))
+        # the env's units (its Box or Discrete start, load_policy's): the vector maps them
+        dtype = np.float32 if space.continuous else np.int64
+        step = self._vec.step(space.from_env(np.asarray([action], dtype)))
         info: dict[str, Any] = {}
         if step.episode_returns:  # the game's score and length, as the run logs them
             info["episode"] = {"r": step.episode_returns[0], "l": step.episode_lengths[0]}

@@ -259,3 +259,18 @@ def test_the_final_line_separates_the_stops_episodes_from_those_in_flight(
     fake["episodes_at_stop"] = 31
     assert main(["train", str(CFG / "cartpole_a3c.yaml")]) == 0
     assert "4,096 steps, 31 episodes, mean return 476.25;" in capsys.readouterr().out
+
+
+def test_the_final_line_of_a_failed_run_counts_the_fault_that_stopped_it(tmp_path: Path) -> None:
+    """A run an env's error stopped said "faults: none": the counters are the faults it
+    survived (restarts), not the one it did not."""
+    from rltrain.rl.run.summary import final_line
+
+    fake = {"stopped_by": "fault", "wall_seconds": 2.0, "env_steps": 0, "episodes": 0}
+    fake |= {"mean_return": None, "updates": 0, "faults": {}}
+    assert "; faults: the one that stopped it; summary.json" in final_line(fake, tmp_path)
+    fake["faults"] = {"actor_restarts": 2}
+    line = final_line(fake, tmp_path)
+    assert "; faults: the one that stopped it, after actor_restarts 2; summary" in line
+    fake["stopped_by"] = "max_env_steps"
+    assert "; faults: actor_restarts 2; summary.json" in final_line(fake, tmp_path)

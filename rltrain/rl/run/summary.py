@@ -101,7 +101,9 @@ def placement(procs: dict[str, list[Any]]) -> dict[str, list[str | None]]:
 def final_line(summary: dict[str, Any], run: Path) -> str:
     """``rltrain train``'s last line: the stop, the counts and the mean return the stop saw
     (the episodes that the work in flight at the stop finished are counted, and said)."""
-    faults = FaultCounters(**summary["faults"])
+    faults = FaultCounters(**summary["faults"]).brief()
+    if summary["stopped_by"] == "fault":  # the counters are the faults it survived
+        faults = "the one that stopped it" + ("" if faults == "none" else f", after {faults}")
     mean = summary["mean_return"]
     shown = "none (no episode ended)" if mean is None else f"{mean:.2f}"
     rejected = summary.get("rejected", 0)  # non-finite or malformed updates the server refused
@@ -117,7 +119,7 @@ def final_line(summary: dict[str, Any], run: Path) -> str:
         f"stopped by {summary['stopped_by']} after {summary['wall_seconds']:.0f}s: "
         f"{summary['env_steps']:,} steps, {episodes:,} episode{'s' if episodes != 1 else ''}"
         f"{late_note}, "
-        f"mean return {shown}; faults: {faults.brief()}{refused}; summary.json, "
+        f"mean return {shown}; faults: {faults}{refused}; summary.json, "
         f"{'failure.log (its traceback), ' if (run / FAILURE_LOG).is_file() else ''}"
         f"{'checkpoints/, ' if latest_checkpoint(run) else ''}tensorboard --logdir {run / 'tb'}"
     )

@@ -461,3 +461,19 @@ def test_an_env_registered_in_the_users_script_trains_in_actor_processes(
     )
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.split()[-1] == "max_env_steps"
+
+
+def test_gymnasiums_module_colon_id_form_imports_the_module() -> None:
+    """gymnasium.make("module:EnvId") imports the module first; env.id takes the same form,
+    split so that config.yaml names the module in imports (resume and eval import it)."""
+    from rltrain.config import load_config, to_dict
+    from rltrain.rl.config import TrainConfig
+
+    base = Path(__file__).resolve().parents[1] / "configs" / "cartpole_appo.yaml"
+    cfg = load_config(TrainConfig, base, [f"env.id=custom_envs:{CORRIDOR}"])
+    assert cfg.env.id == CORRIDOR and cfg.imports == cfg.env.imports == ("custom_envs",)
+    listed = ["imports=[custom_envs]", f"env.id=custom_envs:{CORRIDOR}"]
+    again = load_config(TrainConfig, base, listed)  # listed already: not twice
+    assert again.imports == ("custom_envs",) and to_dict(again)["env"]["id"] == CORRIDOR
+    with make_env(cfg.env, seed=0, num_envs=1) as env:
+        assert env.obs_shape == (5,)

@@ -25,7 +25,8 @@ class EnvConfig:
     id: str = "CartPole-v1"
     """Gymnasium id (e.g. CartPole-v1, rltrain/Chain-v0), or an Atari game as ALE/<Game>-v5
     (e.g. ALE/Pong-v5) or <Game>NoFrameskip-v4, which run in ale-py's C++ vector env with the
-    protocol below (the NoFrameskip ids without env.wrappers: with them, a Gymnasium env)."""
+    protocol below (the NoFrameskip ids without env.wrappers: with them, a Gymnasium env).
+    Gymnasium's module:EnvId form (mypkg.envs:MyEnv-v0) adds the module to imports."""
     imports: tuple[str, ...] = field(default=(), metadata={"derived": True})
     """The run's top-level ``imports`` (a train config sets it; ``env.imports`` in a config or
     ``--set`` is read as ``imports``): imported before an env is made."""

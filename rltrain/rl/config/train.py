@@ -143,9 +143,15 @@ class TrainConfig:
         import_listed(data)
 
     def __post_init__(self) -> None:
-        """The env makers read ``imports`` from the env's section (``env.imports``, set from
-        it); then the checks across sections, one concern each (a section checks its own
-        keys)."""
+        """An ``env.id`` of gymnasium's form ``module:EnvId`` is split: ``module`` joins
+        ``imports`` (config.yaml keeps both). The env makers read ``imports`` from the env's
+        section (``env.imports``, set from it); then the checks across sections, one concern
+        each (a section checks its own keys)."""
+        module, colon, bare = self.env.id.rpartition(":")
+        if colon and module:  # gymnasium.make's "module:EnvId": the module registers the id
+            imports = self.imports if module in self.imports else (*self.imports, module)
+            object.__setattr__(self, "imports", imports)
+            object.__setattr__(self, "env", dataclasses.replace(self.env, id=bare))
         if self.env.imports != self.imports:
             object.__setattr__(self, "env", dataclasses.replace(self.env, imports=self.imports))
         checks = (check_stop, check_server, check_algo, *self.algo_spec.checks)

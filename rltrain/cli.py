@@ -222,7 +222,7 @@ def cmd_options(kind: str) -> int:
     from rltrain.supervised.config import BenchConfig
 
     cls = {"bench": BenchConfig, "train": TrainConfig}[kind]
-    rows = describe(cls)
+    rows = describe(cls, command=kind)
     width = max(len(r[0]) for r in rows)
     for key, kind_, default, doc in rows:
         print(f"{key:<{width}}  {kind_}  (default {default})")

@@ -26,6 +26,26 @@ def key_paths(cls: type, prefix: str = "") -> list[str]:
     return paths
 
 
+def check_command_keys(cfg: Any, command: str, prefix: str = "") -> None:
+    """A ValueError naming the first key of ``cfg`` (a config) set away from its default that
+    only the other command reads (field metadata ``only``: ``server.record`` is the bench's,
+    ``runtime.inference`` train's): it would be ignored without a word."""
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            check_command_keys(value, command, f"{prefix}{f.name}.")
+            continue
+        only = f.metadata.get("only")
+        if only in (None, command):
+            continue
+        default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+        if value != default:
+            raise ValueError(
+                f"{prefix}{f.name}={value}: read by `rltrain {only}` only; leave it out of a "
+                f"`rltrain {command}` config"
+            )
+
+
 def homes_hint(cls: type, key: str) -> str:
     """``; did you mean optimizer.lr?`` for a ``key`` that lives elsewhere in ``cls``, or ""."""
     homes = [p for p in key_paths(cls) if p.rsplit(".", 1)[-1] == key][:3]

@@ -94,7 +94,7 @@ class FaultsConfig:
     """sync/average barriers (and a2c) when a worker dies: wait for its restart (every step
     keeps N gradients), or continue with the live workers until it rejoins. soft_sync and
     async never wait for a dead worker."""
-    hang_timeout_s: float | None = field(default=60.0, metadata=spec(gt=0))
+    hang_timeout_s: float | None = field(default=60.0, metadata={**spec(gt=0), "only": "train"})
     """train: a process whose call has run this long, and 10 times as long as any call of its
     role has taken, is taken for hung (stopped, deadlocked) and killed, and restarts as after a
     crash (faults.max_restarts; counted as faults/hung). No clock runs while a process starts

@@ -37,8 +37,11 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-def describe(cls: type, prefix: str = "", defaults: Any = None) -> list[tuple[str, str, str, str]]:
-    """Rows of (key, type, default, doc) for every field of a config class, recursively.
+def describe(
+    cls: type, prefix: str = "", defaults: Any = None, command: str | None = None
+) -> list[tuple[str, str, str, str]]:
+    """Rows of (key, type, default, doc) for every field of a config class, recursively;
+    with ``command``, not the keys only the other command reads (metadata ``only``).
 
     Defaults are read from the fields (``cls()`` may refuse its own defaults, e.g. a config
     that needs one stop criterion set); a section's default instance, such as a specific
@@ -51,18 +54,18 @@ def describe(cls: type, prefix: str = "", defaults: Any = None) -> list[tuple[st
     for f in dataclasses.fields(cls):
         if f.name == holder:  # a registry's sections, each a top-level one
             for name, section in cast(Any, cls).extra_sections().items():
-                rows.extend(describe(section, f"{prefix}{name}."))
+                rows.extend(describe(section, f"{prefix}{name}.", None, command))
             continue
-        if f.metadata.get("derived"):
+        if f.metadata.get("derived") or f.metadata.get("only") not in (None, command):
             continue
         tp = hints[f.name]
         default = field_default(f) if defaults is None else getattr(defaults, f.name)
         if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-            rows.extend(describe(tp, prefix + f.name + ".", default))
+            rows.extend(describe(tp, prefix + f.name + ".", default, command))
             continue
         item = typing.get_args(tp)[0] if typing.get_origin(tp) is tuple else None
         if isinstance(item, type) and dataclasses.is_dataclass(item):  # a list of sections
-            rows.extend(describe(item, prefix + f.name + "[].", None))  # its keys, then the list
+            rows.extend(describe(item, prefix + f.name + "[].", None, command))  # then the list
         choices = choices_of(f.metadata)
         kind = " | ".join(map(str, choices)) if choices else _type_name(tp)
         rows.append((prefix + f.name, kind, repr(default), docs.get(f.name, "")))

@@ -477,6 +477,11 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             ["server.n_push=4: rltrain bench only"],
             id="t-bench-only-server-key",
         ),
+        pytest.param(  # accepted and ignored before
+            ["bench", BENCH, "--set", "runtime.inference=server"],
+            ["runtime.inference=server: read by `rltrain train` only; leave it out of a"],
+            id="b-train-only-key",
+        ),
         pytest.param(
             ["train", CARTPOLE, "--set", "server.n_fetch=2"],
             ["server.n_fetch=2: impala/appo/dqn actors only; a3c workers get the parameters"],

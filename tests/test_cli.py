@@ -27,6 +27,20 @@ def test_options_train_lists_env_and_stop_keys(capsys: pytest.CaptureFixture[str
         assert key in out
 
 
+def test_options_leave_out_the_other_commands_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    """Shared sections (server, runtime, faults) hold keys only one command reads."""
+    keys = {}
+    for kind in ("train", "bench"):
+        assert main(["options", kind]) == 0
+        keys[kind] = {
+            line.split()[0] for line in capsys.readouterr().out.splitlines() if line[:1].strip()
+        }
+    assert {"runtime.inference", "server.device", "faults.hang_timeout_s"} <= keys["train"]
+    assert not {"runtime.inference", "server.device", "faults.hang_timeout_s"} & keys["bench"]
+    assert {"server.n_push", "server.record", "server.average_every"} <= keys["bench"]
+    assert not {"server.n_push", "server.record", "server.average_every"} & keys["train"]
+
+
 @pytest.mark.parametrize("kind", ["train", "bench"])
 def test_a_reader_that_stops_early_ends_the_command_quietly(kind: str) -> None:
     """`rltrain options train | head -1`: the reader closes the pipe before the listing is

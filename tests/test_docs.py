@@ -54,7 +54,7 @@ SHOWN_REFUSED = ("bad_input.md",)  # its commands are refused on purpose (test_b
 @functools.cache
 def options() -> dict[str, str]:
     """Every option of `rltrain options train` and `rltrain options bench`: key -> type."""
-    rows = describe(TrainConfig) + describe(BenchConfig)  # what cli.cmd_options prints
+    rows = describe(TrainConfig, command="train") + describe(BenchConfig, command="bench")
     return {key: kind for key, kind, _default, _doc in rows}
 
 

@@ -83,10 +83,10 @@ class ServerConfig:
     """soft_sync: updates to aggregate per step (K of N); 0 means N-1, one backup worker."""
     n_fetch: int = field(default=1, metadata=spec(ge=1))
     """async: workers pull fresh parameters every n_fetch steps (Downpour's n_fetch)."""
-    n_push: int = field(default=1, metadata=spec(ge=1))
+    n_push: int = field(default=1, metadata={**spec(ge=1), "only": "bench"})
     """rltrain bench, async: workers push accumulated gradients every n_push steps (Downpour's
     n_push; rltrain train pushes every gradient as it is made)."""
-    pipeline: bool = True
+    pipeline: bool = field(default=True, metadata={"only": "bench"})
     """rltrain bench, async: send each push/pull round trip in the background and compute the
     next gradient meanwhile, on the parameters already held (hides the network latency; each
     update is then at least one version stale)."""
@@ -95,7 +95,7 @@ class ServerConfig:
     staleness > max_staleness)."""
     max_staleness: int = field(default=4, metadata=spec(ge=0))
     """async with staleness=drop: the largest staleness still applied."""
-    average_every: int = field(default=10, metadata=spec(ge=1))
+    average_every: int = field(default=10, metadata={**spec(ge=1), "only": "bench"})
     """average: local optimizer steps between parameter averages."""
     barrier_timeout_s: float = field(default=60.0, metadata=spec(gt=0))
     """sync/soft_sync/average: longest a worker waits at a barrier before pulling anyway."""
@@ -111,13 +111,13 @@ class ServerConfig:
     momentum of about 1 - 1/N (Mitliagkas et al. 2016, "Asynchrony begets momentum"), so the
     server's explicit momentum is lowered to optimizer.momentum - (1 - 1/N), at least 0, and
     the total stays near the configured value."""
-    device: str = field(default="auto", metadata=spec(choices=("auto", "cpu")))
+    device: str = field(default="auto", metadata={**spec(choices=("auto", "cpu")), "only": "train"})
     """rltrain train: where the shards keep the parameters and the optimizer's state. auto: on
     the learners' GPU when the shards are objects of the learners' process (runtime.backend
     process or local, learners on a GPU), so that a push is an optimizer step on the GPU with
     no copy to the host; else the CPU. cpu: always the CPU (a shard of Ray's is a process of
     its own, always on the CPU)."""
-    record: bool = False
+    record: bool = field(default=False, metadata={"only": "bench"})
     """rltrain bench (sync, soft_sync, async*): the shard logs every push it receives (worker,
     version, staleness, the batches behind it) and the run saves the log and the final
     parameters to record/<mode>.pt, so that `rltrain reapply RUN` recomputes the gradients

@@ -39,7 +39,7 @@ class RuntimeConfig:
     processes ask: more processes than CPUs share them)."""
     threads_per_worker: int = field(default=1, metadata=spec(ge=1))
     """torch threads in each worker/actor process; keep N processes x threads <= cores."""
-    learner_threads: int = field(default=0, metadata=spec(ge=0))
+    learner_threads: int = field(default=0, metadata={**spec(ge=0), "only": "train"})
     """torch threads of each learner process (impala, appo, dqn); 0 = threads_per_worker. A
     learner's forward + backward passes outweigh an actor's inference several times over, so
     on a small machine it pays to give the learner the cores the actors leave idle."""
@@ -47,7 +47,9 @@ class RuntimeConfig:
     """CPUs Ray reserves for each worker, actor or learner."""
     server_cpus: float = field(default=0.0, metadata=spec(ge=0))
     """CPUs Ray reserves for each parameter-server shard (0: shards are light; they share)."""
-    inference: str = field(default="auto", metadata=spec(choices=("auto", "actor", "server")))
+    inference: str = field(
+        default="auto", metadata={**spec(choices=("auto", "actor", "server")), "only": "train"}
+    )
     """impala, appo: where the actors' policy runs. actor: each actor acts with its own copy on
     its CPU. server: one policy worker (a process of its own; a thread on the local runtime),
     on the learners' device, acts for every actor, their observations batched into one

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rltrain.config import spec
+from rltrain.config_keys import check_command_keys
 from rltrain.envs.user import import_listed
 from rltrain.faults import FaultsConfig
 from rltrain.ps.config import OptimizerConfig, ServerConfig, check_momentum_correction
@@ -256,6 +257,7 @@ class BenchConfig:
         import_listed(data)
 
     def __post_init__(self) -> None:
+        check_command_keys(self, "bench")  # runtime.inference, ...: train's keys
         if not self.modes:
             raise ValueError("modes: list at least one mode")
         twice = sorted({m for m in self.modes if self.modes.count(m) > 1})

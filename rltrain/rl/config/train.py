@@ -175,7 +175,11 @@ def episode_window(window: int, envs: int) -> int:
 
 # --- checks across sections, one concern each (a section checks its own keys) ------------
 
-BENCH_ONLY_SERVER = ("n_push", "pipeline", "average_every")
+BENCH_ONLY_SERVER = tuple(
+    f.name
+    for f in dataclasses.fields(ServerConfig)
+    if f.metadata.get("only") == "bench" and f.name != "record"  # (record: its own check)
+)
 """ServerConfig keys the supervised workers use and rltrain train's do not."""
 
 

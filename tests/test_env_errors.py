@@ -60,6 +60,19 @@ def test_the_finiteness_check_takes_large_values_and_finds_inf() -> None:
     check_finite("e", "step()", np.zeros((0, 4), np.float32))
     with pytest.raises(EnvFailed, match="non-finite"):
         check_finite("e", "step()", np.array([[0.0, -np.inf]], np.float32))
+    check_finite("e", "step()", np.full((2, 3), -3e38, np.float64))  # float32 holds it
+
+
+def test_a_float64_observation_beyond_float32s_range_is_named() -> None:
+    """1e40 is finite in float64, inf in the policy's float32: the run went on with half
+    its updates refused as non-finite, and no word on why."""
+    obs = np.array([[1.0, 2.0], [-1e40, 0.0]])
+    with pytest.raises(
+        EnvFailed,
+        match=r"^env 'e': reset\(\) returned an observation of "
+        r"magnitude 1e\+40, beyond float32's 3.4e\+38: the policy",
+    ):
+        check_finite("e", "reset()", obs)
 
 
 def train(tmp_path: Path, config: str, name: str, *sets: str) -> tuple[int, Path]:

@@ -75,8 +75,9 @@ warnings.filterwarnings("ignore", "invalid value encountered in dot", RuntimeWar
 
 
 def check_finite(env_id: str, call: str, obs: np.ndarray, zeros: np.ndarray | None = None) -> None:
-    """Raise :class:`EnvFailed` if ``obs`` (floating) holds a NaN or an inf: the policy's
-    logits would be NaN, and sampling would fail far from the cause.
+    """Raise :class:`EnvFailed` if ``obs`` (floating) holds a NaN or an inf, or (float64) a
+    value float32 cannot hold: the policy's logits would be NaN, its updates refused, far
+    from the cause.
 
     One dot product with ``zeros`` (``obs.size`` of them, of its dtype; made here if not
     given): 0 x NaN and 0 x inf are NaN, 0 x any finite value is 0 and never overflows.
@@ -84,9 +85,19 @@ def check_finite(env_id: str, call: str, obs: np.ndarray, zeros: np.ndarray | No
     flat = obs.reshape(-1)
     if zeros is None:
         zeros = np.zeros(flat.size, flat.dtype)
-    if flat.dot(zeros) == 0:
-        return
-    raise non_finite(env_id, call, obs)
+    if flat.dot(zeros) != 0:
+        raise non_finite(env_id, call, obs)
+    if flat.dtype.itemsize > 4 and flat.size:  # float64: finite, and still finite in float32?
+        top = max(float(flat.max()), -float(flat.min()))  # (two reductions, no copy)
+        if top > F32_MAX:
+            raise EnvFailed(
+                f"env {env_id!r}: {call} returned an observation of magnitude {top:.3g}, "
+                f"beyond float32's {F32_MAX:.3g}: the policy computes in float32 (inf, then "
+                "NaN); scale the observations (a wrapper: env.wrappers)"
+            )
+
+
+F32_MAX = float(np.finfo(np.float32).max)
 
 
 def non_finite(env_id: str, call: str, values: np.ndarray, what: str = "observation") -> EnvFailed:

@@ -68,6 +68,22 @@ class StepRaises(Corridor):
         return super().step(action)
 
 
+class ArrayReward(Corridor):
+    """Its reward is an array of one number, not a number."""
+
+    def step(self, action: int):  # noqa: ANN201
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, np.array([reward]), terminated, truncated, info
+
+
+class FourValues(Corridor):
+    """Steps as the old gym API did: (obs, reward, done, info)."""
+
+    def step(self, action: int):  # noqa: ANN201
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward, terminated or truncated, info
+
+
 class WrongResetShape(Corridor):
     """reset() returns 7 numbers where its observation_space says 5."""
 
@@ -180,6 +196,8 @@ gymnasium.register(TEXT_ID, entry_point=TextObs, max_episode_steps=50)
 gymnasium.register(IMAGE_ID, entry_point=ImageCorridor, max_episode_steps=20)
 gymnasium.register("rltrain_test/MultiDiscrete-v0", entry_point=MultiDiscreteActions)
 for failing in (
+    ArrayReward,
+    FourValues,
     StepRaises,
     WrongResetShape,
     WrongStepShape,

@@ -55,6 +55,29 @@ def test_what_the_env_did_is_one_line_naming_it(name: str, message: str) -> None
         assert "custom_envs.py" in info.value.detail and "boom in step" in info.value.detail
 
 
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [
+        ("ArrayReward", "ValueError: setting an array element with a sequence."),
+        ("FourValues", "ValueError: not enough values to unpack (expected 5, got 4)"),
+    ],
+)
+def test_a_step_that_returns_the_wrong_things_says_what_it_must_return(
+    name: str, error: str
+) -> None:
+    """Gymnasium's vector fails to store them, in its own code: its error and line alone
+    did not say that the env's return was to blame."""
+    with make_env(env_of(name), seed=0) as env, pytest.raises(EnvFailed) as info:
+        env.reset()
+        env.step(np.ones(2, np.int64))
+    message = str(info.value)
+    assert message.startswith(f"env 'rltrain_test/{name}-v0': step() raised {error} (at ")
+    assert message.endswith(
+        "; step() must return (obs, reward: a number, terminated: bool, truncated: bool, "
+        "info: dict)"
+    )
+
+
 def test_the_finiteness_check_takes_large_values_and_finds_inf() -> None:
     check_finite("e", "step()", np.full((8, 4), 3e38, np.float32))  # overflows a dot product
     check_finite("e", "step()", np.zeros((0, 4), np.float32))

@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+import gymnasium
 import numpy as np
 
 from rltrain.faults import EnvFailed
@@ -49,9 +50,26 @@ def diagnose(
                 detail,
             )
     what = (
-        f"raised {first_line(e)}{where(e)}" if e is not None else "returned a malformed observation"
+        f"raised {first_line(e)}{where(e)}{returns_hint(call, e)}"
+        if e is not None
+        else "returned a malformed observation"
     )
     return EnvFailed(f"env {env_id!r}: {call} {what}", detail)
+
+
+GYMNASIUM = os.path.dirname(os.path.abspath(gymnasium.__file__)) + os.sep
+STEP_RETURNS = "(obs, reward: a number, terminated: bool, truncated: bool, info: dict)"
+
+
+def returns_hint(call: str, e: BaseException) -> str:
+    """What ``step()`` must return, when ``e`` came from gymnasium taking what it returned
+    (its vector storing an array reward: "setting an array element with a sequence"; its
+    env checker unpacking four values: "not enough values to unpack"), not from the env."""
+    frames = traceback.extract_tb(e.__traceback__)
+    gym = frames and frames[-1].filename.startswith(GYMNASIUM)
+    if call == "step()" and gym and isinstance(e, ValueError | TypeError):
+        return f"; step() must return {STEP_RETURNS}"
+    return ""
 
 
 PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # rltrain's own files

@@ -99,8 +99,9 @@ class FaultsConfig:
     role has taken, is taken for hung (stopped, deadlocked) and killed, and restarts as after a
     crash (faults.max_restarts; counted as faults/hung). No clock runs while a process starts
     (restarting, or in its first call: imports, a compile) but a stopped one's; the policy
-    worker is timed by its heartbeat, and an actor waiting on it is not timed; a thread
-    (runtime.backend=local) is only said. null: never (a hung process then holds up whatever
+    worker is timed by its heartbeat, and an actor waiting on it is not timed; a Ray shard
+    that does not answer a no-op call in 5 s is killed (and restored) instead of the call
+    waiting on it; a thread (runtime.backend=local) is only said. null: never (a hung process then holds up whatever
     waits for it)."""
     events: tuple[FaultEvent, ...] = ()
     """Faults to inject, e.g. [{action: kill, target: actor, index: 0, at: 10}]."""

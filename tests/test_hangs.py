@@ -104,6 +104,45 @@ def test_the_oldest_call_is_killed_and_the_others_clocks_start_again() -> None:
     assert w.check(11.0) == "actor 0"
 
 
+@dataclass(eq=False)
+class FakeShard(FakeProcess):
+    """A Ray shard process: it answers a no-op call, or (hung) does not."""
+
+    hung: bool = False
+    asked: list[float] = field(default_factory=list)
+
+    def answers(self, timeout: float) -> bool:
+        self.asked.append(timeout)
+        return not self.hung
+
+
+def test_a_call_waiting_on_a_hung_shard_has_the_shard_killed_not_the_caller() -> None:
+    """A stopped Ray shard held the learner's push: the learner was killed, restarted, and
+    waited on the shard again. The shard is asked first (a no-op call within 5 s)."""
+    shard = FakeShard("shard", 0, pid_=7)
+    calls: dict[Any, Any] = {}
+    said: list[str] = []
+    w = HangWatch(calls, 5.0, said.append, FaultCounters(), shards=lambda: [shard])
+    learner = FakeProcess("learner", 0)
+    w.answered.add(id(learner))
+    calls["learn"] = (learner, None, True)
+    w.check(0.0)
+    assert w.check(6.0) == "learner 0" and learner.killed == ["kill"]  # the shard answered
+    assert shard.asked == [5.0] and not shard.killed
+    del calls["learn"]
+    calls["again"] = (learner, None, True)
+    w.answered.add(id(learner))
+    w.check(10.0)
+    shard.hung = True
+    assert w.check(16.0) == "shard 0" and shard.killed == ["kill"]
+    assert learner.killed == ["kill"] and w.counters.hung == 2
+    assert said[-1] == (
+        "learner 0's call has run 6s and shard 0 does not answer (5s): the shard is taken "
+        "for hung and killed (kill shard 0 (pid 7)); it is restored as after a crash"
+    )
+    assert w.check(17.0) is None  # the learner's clock started again
+
+
 def test_time_the_watch_itself_was_stopped_counts_on_no_clock() -> None:
     """Ctrl-Z stops the whole process group, the watch too; after `fg` every call had run
     as long as the stop, and the oldest was killed."""

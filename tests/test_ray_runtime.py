@@ -103,6 +103,13 @@ def test_a_restored_shard_is_told_the_workers_that_joined() -> None:
         guard.remember(RestorePoint(0, server.state_dicts(), "the start"))
         guard.join(2)
         assert _workers_counted(server) == [3, 3]
+        assert server.shards[1].answers(5.0)  # what the hang watch asks a shard
+        os.kill(server.shards[1].pid(), signal.SIGSTOP)
+        try:
+            assert not server.shards[1].answers(1.0)
+        finally:
+            os.kill(server.shards[1].pid(), signal.SIGCONT)
+        assert server.shards[1].answers(5.0)
         os.kill(server.shards[1].pid(), signal.SIGKILL)
         deadline = time.time() + 60
         while not guard.check():

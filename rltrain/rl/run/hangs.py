@@ -28,6 +28,7 @@ SLOWER = 10.0  # a call this many times the longest of its role's is a hang, not
 NEVER = ("policy",)  # the policy worker's one call serves the whole run: timed by its beats
 EVERY_S = 1.0
 GAP_S = 10.0  # a look this late means the watch (the trainer's process) was itself stopped
+PING_S = 5.0  # a shard that does not run a no-op call in this long is hung (< GAP_S)
 
 
 @dataclass(frozen=True)
@@ -59,9 +60,11 @@ class HangWatch:
         say: Callable[[str], None],
         counters: Any,
         restarting: Callable[[], list[Any]] = list,
+        shards: Callable[[], list[Any]] = list,
     ) -> None:
         self.calls, self.limit_s, self.say, self.counters = calls, limit_s, say, counters
         self.restarting = restarting  # the pool's processes being restarted
+        self.shards = shards  # the server's shard processes (Ray's): asked before a caller
         self.since: dict[Any, tuple[float, Any]] = {}  # future -> (when first seen, remote)
         self.clock: dict[Any, float] = {}  # future -> when its hang clock (re)started
         self.first: set[Any] = set()  # futures that are their process's first call
@@ -162,6 +165,12 @@ class HangWatch:
         for _, other, _ in timed:  # they may have waited for it: their clocks start again
             if other is not ref:
                 self.clock[other] = now
+        if not stopped(remote):  # a call waiting on a hung shard: the shard, not the caller
+            shard = self._silent_shard()
+            if shard is not None:
+                self.clock[ref] = now
+                why = f"{remote.role} {remote.index}'s call has run {now - started:.0f}s"
+                return self._kill_shard(shard, f"{why} and shard {shard.index}")
         name, longest = f"{remote.role} {remote.index}", self.longest.get(remote.role, 0.0)
         setting = f"faults.hang_timeout_s={self.limit_s:g}"
         if id(remote) not in self.answered:  # only a stopped process is timed in its start-up
@@ -172,6 +181,29 @@ class HangWatch:
             return self._kill(ref, remote, f"{why} ({setting})")
         limit = f"faults.hang_timeout_s={self.limit_s:g}, {SLOWER:g}x its longest: {longest:.1f}s"
         return self._kill(ref, remote, f"{name}'s call has run {now - started:.0f}s ({limit})")
+
+    def _silent_shard(self) -> Any:
+        """The first shard process that does not answer a no-op call in :data:`PING_S`."""
+        for shard in self.shards():
+            answers = getattr(shard, "answers", None)
+            if answers is not None and shard.is_up() and not answers(PING_S):
+                return shard
+        return None
+
+    def _kill_shard(self, shard: Any, why: str) -> str:
+        """Kill a hung shard: its callers' calls fail, and the server guard restores it (from
+        the latest checkpoint) as after a crash."""
+        event = FaultEvent(action="kill", target="shard", index=shard.index)
+        try:
+            done = shard.signal(FaultAction("kill", event))
+        except (OSError, RuntimeError) as e:
+            done = f"could not kill shard {shard.index}: {e}"
+        self.say(
+            f"{why} does not answer ({PING_S:g}s): the shard is taken for hung and killed "
+            f"({done}); it is restored as after a crash"
+        )
+        self.counters.hung += 1
+        return f"shard {shard.index}"
 
     def _limit(self, role: str) -> float:
         return max(self.limit_s or 0.0, SLOWER * self.longest.get(role, 0.0))

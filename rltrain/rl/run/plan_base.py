@@ -83,7 +83,10 @@ class RLPlan(abc.ABC):
         self.pool = runtime.Pool()
         limit = self.cfg.faults.hang_timeout_s
         restarting = self.pool.restarting
-        self.hangs = HangWatch(self.pool.calls, limit, self.ctx.say, self.ctx.faults, restarting)
+        shards = lambda: self.ctx.procs.get("shard", [])  # noqa: E731 - (filled in later)
+        self.hangs = HangWatch(
+            self.pool.calls, limit, self.ctx.say, self.ctx.faults, restarting, shards
+        )
         self.replay: Any = None  # dqn: the replay shards
         self.replay_bytes: int | None = None  # dqn: their size at the end, for summary.json
         self.left_starting = False  # stopped while processes were still starting: said once

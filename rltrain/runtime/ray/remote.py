@@ -42,6 +42,10 @@ def whereabouts(_instance: Any) -> tuple[int, str, bool]:
     return os.getpid(), ray.get_runtime_context().get_node_id(), reconstructed()
 
 
+def noop(_instance: Any) -> None:
+    """Run inside a Ray process (``__ray_call__``): nothing; that it runs is the answer."""
+
+
 class Remote:
     """A plain class running as a Ray process: ``call`` returns a future, ``get`` waits for it.
 
@@ -91,6 +95,14 @@ class Remote:
         """A future of (pid, node) that resolves once the process is up (after a restart too)."""
         self._where = self.handle.__ray_call__.remote(whereabouts)
         return self._where
+
+    def answers(self, timeout: float) -> bool:
+        """Whether the process runs a no-op call within ``timeout`` seconds (the hang watch
+        asks a shard before it takes the calls waiting on it for hung); a dead one answers
+        (its call fails at once: its loss is handled as such)."""
+        ref = self.handle.__ray_call__.remote(noop)
+        ready, _ = ray.wait([ref], timeout=timeout)
+        return bool(ready)
 
     def restarted_unseen(self) -> bool:
         """Whether the first call to finish ran in a process Ray had restarted before it (killed

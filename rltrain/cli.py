@@ -315,7 +315,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from rltrain.charts import NO_MATPLOTLIB
+    from rltrain.charts import NO_MATPLOTLIB, pyplot
     from rltrain.curves import PlotError
     from rltrain.plot import plot_runs
 
@@ -324,7 +324,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
     png, table = plot_runs(runs, out, args.title, args.smooth, args.marks, args.evals)
     if png is None and not table:
         raise PlotError(NO_MATPLOTLIB)
-    print(png if png is not None else f"rltrain: {NO_MATPLOTLIB}; the table:")
+    if png is not None or pyplot() is None:  # (else: evaluations alone, no curve to draw)
+        print(png if png is not None else f"rltrain: {NO_MATPLOTLIB}; the table:")
     if table:
         print(table)
     return 0

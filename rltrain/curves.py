@@ -145,8 +145,10 @@ def run_window(run_dir: Path, cfg: dict[str, Any]) -> int:
     return episode_window(_whole(_section(cfg, "stop").get("window"), 20), envs)
 
 
-def read_curve(run_dir: Path) -> Curve:
-    """A run's ``episode/return`` scalars from every event file in ``run_dir/tb``."""
+def read_curve(run_dir: Path, evals_only: bool = False) -> Curve:
+    """A run's ``episode/return`` scalars from every event file in ``run_dir/tb``.
+    ``evals_only``: a run with evaluations (``eval/mean_return``) but no episode yet is a
+    curve of no episodes, not a :class:`NoEpisodesYet` (``rltrain plot --evals``)."""
     from tensorboard.backend.event_processing import event_accumulator as ea
 
     if not run_dir.is_dir():
@@ -168,7 +170,9 @@ def read_curve(run_dir: Path) -> Curve:
     keep = {ea.SCALARS: 0, ea.TENSORS: 1, ea.HISTOGRAMS: 1, ea.IMAGES: 1, ea.AUDIO: 1}
     acc = ea.EventAccumulator(str(tb), size_guidance=keep)
     acc.Reload()
-    if RETURN_TAG not in acc.Tags().get(ea.SCALARS, []):
+    if RETURN_TAG not in acc.Tags().get(ea.SCALARS, []) and not (
+        evals_only and EVAL_TAG in acc.Tags().get(ea.SCALARS, [])
+    ):
         raise NoEpisodesYet(f"{run_dir}: no {RETURN_TAG} in {tb} yet (no episode has ended)")
     start = acc.FirstEventTimestamp()
     tags = acc.Tags().get(ea.SCALARS, [])

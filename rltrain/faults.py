@@ -101,8 +101,8 @@ class FaultsConfig:
     (restarting, or in its first call: imports, a compile) but a stopped one's; the policy
     worker is timed by its heartbeat, and an actor waiting on it is not timed; a Ray shard
     that does not answer a no-op call in 5 s is killed (and restored) instead of the call
-    waiting on it; a thread (runtime.backend=local) is only said. null: never (a hung process then holds up whatever
-    waits for it)."""
+    waiting on it; a thread (runtime.backend=local) is only said. null: never (a hung
+    process then holds up whatever waits for it)."""
     events: tuple[FaultEvent, ...] = ()
     """Faults to inject, e.g. [{action: kill, target: actor, index: 0, at: 10}]."""
 

@@ -5,6 +5,7 @@ compared by sample cost and by time; with the time-to-score and evaluation table
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -214,19 +215,26 @@ def plot_runs(
     time-to-score table (:func:`marks_table`), with ``evals`` the evaluations'
     (:func:`evals_table`). ``window``: the episodes of every run's mean (None: each run's
     own, :func:`run_window`)."""
-    curves, early = [], []
+    curves, early, evaluated = [], [], []
     for d in run_dirs:
         try:
             curves.append(read_curve(d))
         except NoEpisodesYet as e:  # beside runs that have curves: left out, said
             early.append(e)
-    if early and not curves:
+            if evals:  # its evaluations, if any, still make its column of the table
+                with contextlib.suppress(NoEpisodesYet):
+                    evaluated.append(read_curve(d, evals_only=True))
+        else:
+            evaluated.append(curves[-1])
+    if early and not curves and not evaluated:
         raise early[0]
     for why in early:
         print(f"rltrain: plot: left out {why}", file=sys.stderr)
     if window is not None:
         curves = [replace(c, window=window) for c in curves]
-    tables = [marks_table(curves, marks)] if marks else []
-    tables += [evals_table(curves)] if evals else []
-    png = draw(curves, out if out is not None else default_output(run_dirs), title)
+    tables = [marks_table(curves, marks)] if marks and curves else []
+    tables += [evals_table(evaluated)] if evals else []
+    png = None
+    if curves:  # (only evaluations: the table alone)
+        png = draw(curves, out if out is not None else default_output(run_dirs), title)
     return png, "\n\n".join(tables)

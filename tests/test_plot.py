@@ -353,6 +353,20 @@ def test_evals_table_rows_are_the_runs_evaluations_with_the_seeds_mean(
     assert capsys.readouterr().out.splitlines()[-1] == "| 90k | -19.0 |"
 
 
+def test_evals_of_a_run_whose_episodes_have_not_ended_are_in_the_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An Atari run can be evaluated before its first training game ends (16 envs in their
+    first Pong game): --evals left it out as "no episode yet"."""
+    run = make_run(tmp_path / "young", "pong_appo.yaml", [(100_352, -21.0, 5)], tag=EVAL_TAG)
+    assert main(["plot", str(run), "--evals"]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == ["| frames | young |", "|---|---|", "| 401k | -21.0 |"]
+    assert "left out" in err and "no episode has ended" in err
+    assert not (run / "returns.png").exists()  # no curve to draw
+    assert main(["plot", str(run)]) == 2  # without --evals: nothing to show, as before
+
+
 def test_evals_table_without_evaluations_is_a_one_line_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

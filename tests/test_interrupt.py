@@ -127,7 +127,7 @@ def test_sigterm_stops_a_ray_run_gracefully(tmp_path: Path) -> None:
     assert "runtime: local ray" in out
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["stopped_by"] == "interrupt" and summary["env_steps"] > 0
-    placed = summary["ray"]["placement"]  # the node of every process, the shard's too
+    placed = summary["runtime"]["placement"]  # the node of every process, the shard's too
     assert placed["shard"] and all(map(all, placed.values())), placed
     ckpt = latest_checkpoint(run_dir)
     state = torch.load(ckpt, weights_only=True)

@@ -28,7 +28,7 @@ def test_cartpole_ppo_learns_to_475_in_process(tmp_path: Path, no_ray: None) -> 
     s = summary(run_dir)
     assert s["stopped_by"] == "mean_return" and s["mean_return"] >= 475
     assert s["mean_staleness"] == 0  # the barrier: every update fresh, as on Ray
-    assert s["ray"] == {"backend": "local", "placement": {"shard": [], "actor": [None, None]}}
+    assert s["runtime"] == {"backend": "local", "placement": {"shard": [], "actor": [None, None]}}
     assert main(["eval", str(run_dir), "--episodes", "2"]) == 0
 
 

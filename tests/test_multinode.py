@@ -227,7 +227,7 @@ def test_bench_workers_and_shards_spread_over_the_nodes(cluster: Cluster, tmp_pa
         )
     )
     assert "on 3 nodes" in out
-    ray = json.loads((run / "summary.json").read_text())["ray"]
+    ray = json.loads((run / "summary.json").read_text())["runtime"]
     assert ray["nodes"] == 3
     actors = job_actors(cluster.records(), ray["job_id"])
     workers = [a["node"] for a in actors if a["cls"] == "SupervisedWorker"]
@@ -297,5 +297,5 @@ def test_train_spreads_and_survives_the_loss_of_a_node(cluster: Cluster, tmp_pat
     assert faults[f"{role}_restarts"] >= 1, faults
     after = {a["id"]: a for a in cluster.records()["actors"]}[victim["id"]]
     assert after["restarts"] >= 1 and after["node"] != victim["node"]
-    assert summary["ray"]["placement"][role] == [after["node"]]
+    assert summary["runtime"]["placement"][role] == [after["node"]]
     assert summary["env_steps"] > 0

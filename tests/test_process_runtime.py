@@ -528,7 +528,7 @@ def test_every_algorithm_runs_on_processes(
     s = summary(run_dir)
     assert s["stopped_by"] == "max_env_steps" and s["env_steps"] >= 3000
     assert s["updates_applied"] > 0 and s["episodes"] > 0
-    assert s["ray"]["backend"] == "process"
+    assert s["runtime"]["backend"] == "process"
     assert list((run_dir / "checkpoints").glob("ckpt-*.pt"))
 
 
@@ -542,7 +542,7 @@ def test_auto_is_the_process_runtime_on_one_machine(
     out = capsys.readouterr().out
     assert "runtime: processes on this machine" in out
     assert "chosen by runtime.backend=auto without --address: one machine" in out
-    assert summary(run_dir)["ray"]["backend"] == "process"
+    assert summary(run_dir)["runtime"]["backend"] == "process"
 
 
 @pytest.mark.slow

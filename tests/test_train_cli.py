@@ -104,7 +104,7 @@ def test_short_runs_write_tensorboard_checkpoint_summary(
     ):
         assert key in s
     assert s["env_steps"] >= 6000 and s["env_frames"] == s["env_steps"]
-    assert s["ray"]["backend"] == "process"
+    assert s["runtime"]["backend"] == "process"
     assert s["updates_applied"] > 0 and s["episodes"] > 0
     assert s["server_rule"] == ("async" if algo == "impala" else "sync")  # a2c/ppo: a barrier
     marks = s["startup"]  # seconds from the command (Ray starts beside the env probe)

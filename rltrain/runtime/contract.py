@@ -119,7 +119,7 @@ class Runtime(Protocol):
     def fit_cpus(self, cfg: RuntimeConfig, workers: float, shards: int) -> RuntimeConfig: ...
 
     def job_record(self) -> dict[str, Any]:
-        """summary.json's "ray": the backend, the job, the nodes."""
+        """summary.json's "runtime": the backend, the job, the nodes."""
 
     def start_server(
         self, init: Any, optimizer: Any, server: Any, num_workers: int, *args: Any, **kwargs: Any

@@ -257,7 +257,7 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
 
     started = time.time()
     needs_ray = any(m not in ("baseline", "hogwild") for m in cfg.modes)
-    extra: dict[str, Any] = {}  # summary.json's "ray": the job (as Ray names it), the nodes
+    extra: dict[str, Any] = {}  # summary.json's "runtime": the backend, the job, the nodes
     name, why = bench_backend(cfg)
     runtime = runtimes.backend(dataclasses.replace(cfg.runtime, backend=name))
     if needs_ray:
@@ -268,7 +268,7 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
         cfg = dataclasses.replace(cfg, runtime=fitted)
         signals.install()  # again: ray.init replaces the SIGTERM handler
         print(f"runtime: {where}")
-        extra["ray"] = runtime.job_record()
+        extra["runtime"] = runtime.job_record()
     extra["modes"] = list(cfg.modes)  # asked for; results holds those that finished
     results, curves = [], {}
     try:

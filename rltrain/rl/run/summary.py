@@ -23,7 +23,7 @@ class SessionRecord:
     started: float = field(default_factory=time.time)
     """When start-up began (the command's start); startup marks count from it."""
     startup: dict[str, float] = field(default_factory=dict)
-    """Cumulative seconds at: trainer (imports, config, env probe), ray (the runtime started
+    """Cumulative seconds at: trainer (imports, config, env probe), runtime (the runtime started
     or joined), server (shards up), first_step (an actor's first env step), first_result (a
     first result back at the driver)."""
     startup_seconds: float | None = None  # the command to the first result
@@ -32,7 +32,7 @@ class SessionRecord:
     mean_at_stop: float | None = None  # the stop's mean return (work in flight lands after)
     episodes_at_stop: int | None = None  # the episodes counted when the stop came
     net_bytes: tuple[int, int] = (0, 0)  # bytes pushed to and pulled from the shards
-    ray: dict[str, Any] = field(default_factory=dict)  # the runtime's record: job, nodes
+    runtime: dict[str, Any] = field(default_factory=dict)  # the runtime's record: job, nodes
     replay_bytes: int | None = None  # dqn: the replay memory's size at the end
 
     def mark(self, name: str) -> float:
@@ -87,7 +87,7 @@ def train_summary(
         **({"failure": record.failure} if record.failure else {}),
         "protocol": spec.protocol,
         # the Ray job (as Ray's own tables name it) and the node each process last ran on
-        "ray": {**record.ray, "placement": placement(procs)},
+        "runtime": {**record.runtime, "placement": placement(procs)},
         **({"replay_bytes": record.replay_bytes} if record.replay_bytes is not None else {}),
         **evals,
     }

@@ -173,7 +173,7 @@ class Trainer:
         fitted = runtime.fit_cpus(cfg.runtime, processes, cfg.server.shards)
         print(f"runtime: {where}, chosen by {why}; {placed.describe()}")
         note_sizes(self.run_dir, placed, cpus, runtime.cluster_gpus())
-        self.record.ray = runtime.job_record()
+        self.record.runtime = runtime.job_record()
         if fitted.worker_cpus < cfg.runtime.worker_cpus:
             self.progress.note(placed.sharing_note(cpus, fitted.worker_cpus, self.cfg.actors != 0))
         self.cfg = cfg = dataclasses.replace(cfg, runtime=fitted)

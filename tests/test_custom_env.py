@@ -442,7 +442,7 @@ if __name__ == "__main__":
 
 @pytest.mark.slow  # a run of the process runtime in a new interpreter
 def test_an_env_registered_in_the_users_script_trains_in_actor_processes(
-    tmp_path: Path,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The actors (forkserver children) never run the script: they had 'unknown env id'.
     Its Discrete(2, start=10) gets 10 and 11 from the actors and from the evaluation."""
@@ -461,6 +461,12 @@ def test_an_env_registered_in_the_users_script_trains_in_actor_processes(
     )
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.split()[-1] == "max_env_steps"
+    # `rltrain eval` elsewhere: the id is not in config.yaml's reach; it says what to do
+    from rltrain.cli import main
+
+    assert main(["eval", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown env id 'Corridor-v0': registered by the script that trained the run? " in err
 
 
 def test_gymnasiums_module_colon_id_form_imports_the_module() -> None:

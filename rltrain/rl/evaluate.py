@@ -39,9 +39,10 @@ from rltrain.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
 )
-from rltrain.envs import ActionSpace, VectorEnv, make_env
+from rltrain.envs import ActionSpace, VectorEnv, make_env, registered
 from rltrain.envs.base import EnvError
 from rltrain.envs.screen import make_recording_env
+from rltrain.envs.user import load_env_code
 from rltrain.errors import RLTrainError
 from rltrain.normalize import NormStats
 from rltrain.progress import Paced
@@ -89,8 +90,7 @@ class Whole:
 
 EPISODES = Whole(1)
 MAX_STEPS = Whole(1)
-DEFAULT_MAX_STEPS = 1_000_000
-"""Agent steps per env before an evaluation gives up episodes still going (no time limit)."""
+DEFAULT_MAX_STEPS = 1_000_000  # agent steps per env before episodes still going fail it
 SEED = Whole(0, 2**31 - 1)
 """Env i is seeded seed + i, which must stay within the 2**32 numpy and Gymnasium take."""
 
@@ -251,6 +251,7 @@ def evaluate(
     seed = cfg.eval.seed if seed is None else seed
     deterministic = cfg.eval.deterministic if deterministic is None else deterministic
     path, version, values, norm = checkpoint_params(run_dir, checkpoint, style)
+    check_registered(cfg, run_dir, style)
     n_vec = episodes - 1 if video else episodes
     envs = min(n_vec, 8)
     vec_seed = (seed + 1) % 2**32 if video else seed  # the video plays env 0's game, seed
@@ -334,6 +335,19 @@ def evaluate(
     return EvalResult(
         path, version, tuple(returns), tuple(lengths), seed, played, video_path, video_as, note
     )
+
+
+def check_registered(cfg: TrainConfig, run_dir: Path, style: Style) -> None:
+    """An id unknown here after the run's ``imports``: most likely one its training script
+    registered (the run sent it to its actors; config.yaml cannot hold it)."""
+    load_env_code(cfg.env)
+    if not registered(cfg.env.id):
+        call = f"rltrain.evaluate({str(run_dir)!r})" if style == "cli" else "rltrain.evaluate()"
+        raise EnvError(
+            f"unknown env id {cfg.env.id!r}: registered by the script that trained the run? "
+            f"register it there (gymnasium.register) before {call}, or list the module that "
+            f"registers it under imports in {run_dir / 'config.yaml'}"
+        )
 
 
 def _worded(error: EnvError, style: Style) -> EnvError:

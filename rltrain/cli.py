@@ -344,8 +344,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands |= {"eval": cmd_eval, "plot": cmd_plot, "reapply": cmd_reapply}
     commands["replay"] = cmd_reapply  # the old name of reapply, an alias
     try:
-        bench = args.command == "bench"
-        stopping = signals.BENCH_RESULTS if bench else signals.FINAL_CHECKPOINT
+        kept = {"train": signals.FINAL_CHECKPOINT, "bench": signals.BENCH_RESULTS}
+        stopping = kept.get(args.command, signals.STOPPING)  # (eval: no checkpoint to write)
         with signals.graceful(stopping):  # Ctrl-C / SIGTERM: a clean stop, at once the second
             code = commands[args.command](args)
             sys.stdout.flush()  # a reader that went away fails here, not at exit

@@ -22,6 +22,7 @@ from rltrain.pauses import resume_all
 EXIT_INTERRUPTED = 130
 FINAL_CHECKPOINT = "stopping after a final checkpoint"
 BENCH_RESULTS = "stopping; the modes that finished keep their results"  # a bench: no checkpoint
+STOPPING = "stopping"  # eval, plot, reapply: nothing to keep
 _received = 0
 _stopping = FINAL_CHECKPOINT  # what the first signal starts (graceful's ``stopping``)
 _deferring = 0  # depth of deferred() blocks in the main thread

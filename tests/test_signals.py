@@ -35,3 +35,22 @@ def test_inside_deferred_the_first_signal_waits_for_the_block_to_end() -> None:
     assert finished == [True]
     with signals.graceful(), signals.deferred():  # a new command: nothing held over
         pass
+
+
+def test_ctrl_c_in_eval_says_it_stops_not_that_it_writes_a_checkpoint(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """`rltrain eval` interrupted said "stopping after a final checkpoint": eval writes none."""
+    from rltrain import cli
+
+    def interrupted(_args: object) -> int:
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):
+            pass
+        return 0
+
+    monkeypatch.setattr(cli, "cmd_eval", interrupted)
+    assert cli.main(["eval", "somewhere"]) == signals.EXIT_INTERRUPTED
+    err = capfd.readouterr().err
+    assert "rltrain: SIGINT: stopping (press Ctrl-C again to quit at once)" in err
+    assert "checkpoint" not in err and err.rstrip().endswith("rltrain: interrupted")

@@ -32,7 +32,7 @@ from rltrain.errors import RLTrainError
 from rltrain.faults import RunFailed
 from rltrain.normalize import NormStats
 from rltrain.rl.config import TrainConfig
-from rltrain.rl.evaluate import load_policy, play_episodes, state_params
+from rltrain.rl.evaluate import DEFAULT_MAX_STEPS, load_policy, play_episodes, state_params
 from rltrain.rl.run.counters import Counters
 from rltrain.rl.run.tblog import TrainLogger
 
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from rltrain.runtime.contract import Runtime
 
 EVALS_FILE = "evals.jsonl"
-MAX_STEPS = 1_000_000  # vector steps of one evaluation (a policy that never ends an episode)
+MAX_STEPS = DEFAULT_MAX_STEPS  # vector steps of one evaluation, as `rltrain eval`'s
 FAILURES = 3  # evaluations failed in a row before they are given up
 
 

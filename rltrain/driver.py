@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from rltrain.faults import ProcessLost
+
 
 @dataclass
 class Done:
@@ -25,6 +27,17 @@ class Done:
     value: Any = None  # the call's result (or its future, for calls submitted with fetch=False)
     error: BaseException | None = None  # ProcessLost or PeerLost
     revived: bool = False  # the process is back after a restart: give it work again
+
+
+def note_answers(answered: set[int], dones: Sequence[Done]) -> None:
+    """Keep ``answered`` (the ``id`` of each remote whose process has returned a call) up to
+    date with ``dones``: a process that died, or came back, has answered nothing yet. The hang
+    watch reads it to tell a start-up from a call (it may not see a short first call)."""
+    for d in dones:
+        if d.revived or isinstance(d.error, ProcessLost):
+            answered.discard(id(d.remote))
+        elif d.error is None:
+            answered.add(id(d.remote))
 
 
 class Calls(Protocol):

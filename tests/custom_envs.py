@@ -4,6 +4,8 @@ envs that fail during a run (tests/test_env_errors.py)."""
 
 from __future__ import annotations
 
+import time
+
 import gymnasium
 import numpy as np
 from gymnasium import spaces
@@ -128,6 +130,22 @@ class ResetRaisesInActors(Corridor):
         return super().reset(seed=seed, options=options)
 
 
+class StepHangs(Corridor):
+    """step() never returns on an actor's 40th step (a simulator stuck in a syscall, a
+    deadlock), and again in the actor that replaces it: tests/test_hangs.py."""
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):  # noqa: ANN201
+        if seed is not None:
+            self.actor = seed >= 1000  # (the run's probe steps too: it must pass)
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action: int):  # noqa: ANN201
+        self.steps = getattr(self, "steps", 0) + 1
+        if self.steps == 40 and getattr(self, "actor", False):
+            time.sleep(3600)
+        return super().step(action)
+
+
 class DoubleReward(gymnasium.RewardWrapper):
     def reward(self, reward: float) -> float:
         return 2 * reward
@@ -204,6 +222,7 @@ for failing in (
     NaNStep,
     NaNReward,
     ResetRaisesInActors,
+    StepHangs,
 ):
     gymnasium.register(
         f"rltrain_test/{failing.__name__}-v0", entry_point=failing, max_episode_steps=50

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from rltrain.cli import main
-from rltrain.faults import FaultAction, FaultCounters
+from rltrain.driver import Done, note_answers
+from rltrain.faults import FaultAction, FaultCounters, ProcessLost
 from rltrain.rl.run.hangs import Beats, HangWatch, stopped
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -177,6 +178,55 @@ def test_no_clock_runs_while_a_process_restarts_or_makes_its_first_call() -> Non
     assert w.longest == {}  # a first call's time is not a role's call time
 
 
+def test_a_restart_whose_first_call_outlasts_the_roles_start_up_is_killed() -> None:
+    """A user env that hangs in its first rollout: the restarted actor's first call never
+    ended, no clock ran while it started, and the run (stop.max_seconds too) waited for
+    good. Once a start-up of its role has been seen to end, a start-up is timed as 10x it."""
+    back: list[Any] = []
+    calls: dict[Any, Any] = {}
+    said: list[str] = []
+    w = HangWatch(calls, 5.0, said.append, FaultCounters(), lambda: back)
+    a, b = FakeProcess("actor", 0), FakeProcess("actor", 1)
+    calls["a1"], calls["b1"] = (a, None, True), (b, None, True)
+    w.check(0.0)
+    del calls["a1"], calls["b1"]  # both start-ups took 2 s
+    calls["a2"], calls["b2"] = (a, None, True), (b, None, True)
+    w.check(2.0)
+    assert w.start_up == {"actor": 2.0} and w.longest == {}
+    assert w.check(7.0) == "actor 0"  # no call of an actor ended yet: the configured 5 s
+    assert said[0].startswith("actor 0's call has run 5s (faults.hang_timeout_s=5): taken")
+    del calls["a2"]  # it failed; its new process makes its first call
+    calls["a3"] = (a, None, True)
+    assert w.check(8.0) is None
+    assert w.check(27.0) is None and not b.killed  # the others wait for its start-up
+    assert w.check(28.0) == "actor 0" and a.killed == ["kill", "kill"]
+    assert said[1].startswith(
+        "actor 0's first call (its start-up) has run 20s (faults.hang_timeout_s=5, 10x the "
+        "longest actor start-up: 2.0s): taken for hung"
+    )
+
+
+def test_a_first_call_that_ended_between_looks_is_no_start_up() -> None:
+    """The watch looks once a second (and starts with the run's first tick): a first call it
+    never saw left the second taken for the start-up, untimed. The pool's record of the
+    processes that answered (``Pool.answered``) tells."""
+    calls: dict[Any, Any] = {}
+    answered: set[int] = set()
+    w = HangWatch(calls, 5.0, [].append, FaultCounters(), answered=answered)
+    a = FakeProcess("actor", 0)
+    answered.add(id(a))  # as the pool's wait() does when a call returns
+    calls["second"] = (a, None, True)
+    w.check(0.0)
+    assert w.check(5.0) == "actor 0"
+    assert id(a) not in answered  # killed: its next process starts again
+    note_answers(answered, [Done(a, value=1)])
+    assert id(a) in answered
+    note_answers(answered, [Done(a, error=ProcessLost("a", False, "died"))])
+    assert id(a) not in answered  # lost: its next call is a new process's first
+    note_answers(answered, [Done(a, value=1), Done(a, revived=True)])
+    assert id(a) not in answered
+
+
 def test_a_stopped_process_goes_before_an_older_call_that_waits_for_it() -> None:
     """Under a barrier the live worker's call waits as long as the stopped one's."""
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -302,3 +352,31 @@ def test_a_stopped_learner_that_holds_the_shards_is_killed_and_the_run_goes_on(
     assert summary["stopped_by"] == "max_env_steps"
     assert summary["faults"]["hung"] == 1 and summary["faults"]["learner_restarts"] == 1, kills
     assert "learner 0's call has run" in kills[0]
+
+
+@pytest.mark.slow
+def test_a_user_env_that_hangs_in_step_is_killed_and_the_run_stops_on_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """step() that never returns, in every actor and in each that replaces it: the restarted
+    actors' calls were taken for start-ups, untimed, and the stop (stop.max_seconds) waited
+    for them for good. Now each is killed, and the stop waits only as long as that."""
+    run_dir = tmp_path / "run"
+    argv = ["train", str(ROOT / "configs" / "cartpole_appo.yaml"), "--run-dir", str(run_dir)]
+    for value in (
+        "env.id=rltrain_test/StepHangs-v0",
+        "imports=[custom_envs]",
+        "env.num_envs=2",
+        "stop.mean_return=null",
+        "stop.max_seconds=6",
+        "eval.every_steps=0",
+        "faults.hang_timeout_s=8",
+    ):
+        argv += ["--set", value]
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stopped_by"] == "max_seconds"
+    assert summary["faults"]["hung"] >= 1 and summary["faults"]["actor_restarts"] >= 1
+    assert "stopping: waiting for the calls in flight of actor" in out + err

@@ -56,6 +56,7 @@ class CallPool(Protocol):
     """The calls in flight, one per process, their results, losses and revivals."""
 
     calls: dict[Any, Any]
+    answered: set[int]  # the id() of each remote whose process has returned a call
 
     def submit(
         self, remote: Any, method: str, *args: Any, tag: Any = None, fetch: bool = True

@@ -7,7 +7,9 @@ for the stopped actor's call, a barrier waits for its gradient, and an appo run'
 for the learner process that holds the shards. The watch turns such a hang into the fault the
 runtimes already recover from (DistBelief's and Gorila's answer to a lost machine: restart it
 and carry on): a process whose call has run ``faults.hang_timeout_s``, and 10 times as long as
-any call of its role has taken, is killed.
+any call of its role has taken, is killed. A process's first call (its start-up: imports, envs,
+a compile) is timed only once a start-up of its role has been seen to end, against 10 times
+the longest: a restarted actor whose env hangs in its first rollout is killed too.
 
 The watch runs in a thread of its own: the trainer's thread may be the one that waits (for
 the shards' statistics, in the stopped learner's process).
@@ -50,8 +52,8 @@ class HangWatch:
     start again: where one hung process holds up the rest (the actors wait for a stopped
     learner), only it is killed. No clock runs while a process starts (being restarted, or
     in its first call: imports, a compile), since the others may wait for it at a barrier,
-    but a stopped process's (state T); a thread (the thread runtime) is said once, not
-    killed."""
+    but a stopped process's (state T) and its own once its role's start-up has a known
+    length; a thread (the thread runtime) is said once, not killed."""
 
     def __init__(
         self,
@@ -61,6 +63,7 @@ class HangWatch:
         counters: Any,
         restarting: Callable[[], list[Any]] = list,
         shards: Callable[[], list[Any]] = list,
+        answered: set[int] | None = None,
     ) -> None:
         self.calls, self.limit_s, self.say, self.counters = calls, limit_s, say, counters
         self.restarting = restarting  # the pool's processes being restarted
@@ -69,7 +72,10 @@ class HangWatch:
         self.clock: dict[Any, float] = {}  # future -> when its hang clock (re)started
         self.first: set[Any] = set()  # futures that are their process's first call
         self.longest: dict[str, float] = {}  # role -> the longest call of it seen to end
-        self.answered: set[int] = set()  # id() of remotes whose process has ended a call
+        self.start_up: dict[str, float] = {}  # role -> the longest first call of it seen to end
+        # id() of remotes whose process has ended a call: the pool's (it sees every call end,
+        # the watch only those that outlast a look), kept up to date by both
+        self.answered: set[int] = set() if answered is None else answered
         self.killed: set[Any] = set()  # futures whose process the watch killed
         self.said: set[int] = set()  # threads said to hang (once each)
         self.beats: Beats | None = None  # see :meth:`beating`
@@ -119,9 +125,11 @@ class HangWatch:
             started, remote = self.since.pop(ref)
             self.clock.pop(ref, None)
             if ref not in self.killed:
+                took, role = now - started, remote.role
                 if ref not in self.first:  # (a start-up's time is no call's time)
-                    took = now - started
-                    self.longest[remote.role] = max(self.longest.get(remote.role, 0.0), took)
+                    self.longest[role] = max(self.longest.get(role, 0.0), took)
+                else:
+                    self.start_up[role] = max(self.start_up.get(role, 0.0), took)
                 self.answered.add(id(remote))
             self.killed.discard(ref)
             self.first.discard(ref)
@@ -154,10 +162,10 @@ class HangWatch:
             return None
         if starting:  # the others may wait for it (a barrier): no clock runs while a process
             for _, ref, remote in timed:  # starts, but a stopped process's (SIGSTOP in the
-                if not stopped(remote):  # start-up: the policy worker's before its first beat)
-                    self.clock[ref] = now
-            timed = [(self.clock[ref], ref, remote) for _, ref, remote in timed]
-        over = [t for t in timed if now - t[0] >= self._limit(t[2].role)]
+                if not stopped(remote) and not self._timed_start(remote):  # start-up: the
+                    self.clock[ref] = now  # policy worker's before its first beat), nor one
+            timed = [(self.clock[ref], ref, remote) for _, ref, remote in timed]  # of known length
+        over = [t for t in timed if now - t[0] >= self._limit(t[2])]
         if not over:
             return None
         # a process stopped by a signal first: a call waiting for it at a barrier is as old
@@ -173,13 +181,18 @@ class HangWatch:
                 return self._kill_shard(shard, f"{why} and shard {shard.index}")
         name, longest = f"{remote.role} {remote.index}", self.longest.get(remote.role, 0.0)
         setting = f"faults.hang_timeout_s={self.limit_s:g}"
-        if id(remote) not in self.answered:  # only a stopped process is timed in its start-up
+        if self._timed_start(remote) and not stopped(remote):
+            why = f"{name}'s first call (its start-up) has run {now - started:.0f}s"
+            known = f"{SLOWER:g}x the longest {remote.role} start-up: "
+            known += f"{self.start_up[remote.role]:.1f}s"
+            return self._kill(ref, remote, f"{why} ({setting}, {known})")
+        if id(remote) not in self.answered:  # a stopped process is timed in any start-up
             why = f"{name} has been stopped (SIGSTOP?) {now - started:.0f}s in its start-up"
             return self._kill(ref, remote, f"{why} ({setting})")
         if ref in self.seen:  # the beating worker
             why = f"{name}'s heartbeat stopped {now - started:.0f}s ago"
             return self._kill(ref, remote, f"{why} ({setting})")
-        limit = f"faults.hang_timeout_s={self.limit_s:g}, {SLOWER:g}x its longest: {longest:.1f}s"
+        limit = f"{setting}, {SLOWER:g}x its longest: {longest:.1f}s" if longest else setting
         return self._kill(ref, remote, f"{name}'s call has run {now - started:.0f}s ({limit})")
 
     def _silent_shard(self) -> Any:
@@ -205,8 +218,14 @@ class HangWatch:
         self.counters.hung += 1
         return f"shard {shard.index}"
 
-    def _limit(self, role: str) -> float:
-        return max(self.limit_s or 0.0, SLOWER * self.longest.get(role, 0.0))
+    def _timed_start(self, remote: Any) -> bool:
+        """Whether ``remote`` is in a start-up that is timed: its first call, in a process
+        that is up, of a role whose start-up has been seen to end before (a restart)."""
+        return id(remote) not in self.answered and remote.is_up() and remote.role in self.start_up
+
+    def _limit(self, remote: Any) -> float:
+        known = self.start_up if self._timed_start(remote) else self.longest
+        return max(self.limit_s or 0.0, SLOWER * known.get(remote.role, 0.0))
 
     def _kill(self, ref: Any, remote: Any, why: str) -> str | None:
         name = f"{remote.role} {remote.index}"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -14,6 +15,8 @@ from rltrain.rl.env_spec import EnvSpec
 from rltrain.rl.rollout import ObsSlots, WorkStats
 from rltrain.rl.run.counters import Counters
 from rltrain.rl.run.hangs import HangWatch
+
+STOP_WAIT_S = 5.0  # a stop that waits this long for calls in flight says what it waits for
 
 if TYPE_CHECKING:
     from rltrain.driver import Done
@@ -85,11 +88,18 @@ class RLPlan(abc.ABC):
         restarting = self.pool.restarting
         shards = lambda: self.ctx.procs.get("shard", [])  # noqa: E731 - (filled in later)
         self.hangs = HangWatch(
-            self.pool.calls, limit, self.ctx.say, self.ctx.faults, restarting, shards
+            self.pool.calls,
+            limit,
+            self.ctx.say,
+            self.ctx.faults,
+            restarting,
+            shards,
+            self.pool.answered,
         )
         self.replay: Any = None  # dqn: the replay shards
         self.replay_bytes: int | None = None  # dqn: their size at the end, for summary.json
         self.left_starting = False  # stopped while processes were still starting: said once
+        self.stop_seen: float | None = None  # when keep_going first saw the stop
 
     def keep_going(self) -> bool:
         """Run until stopped; then until the calls in flight have returned, but not those of
@@ -98,6 +108,7 @@ class RLPlan(abc.ABC):
         if not self.host.stopped_by:
             return bool(self.pool)
         starting = [r for r, _, _ in self.pool.calls.values() if not r.is_up()]
+        self.say_stop_waits(starting)
         if starting and not self.left_starting:  # nor may a barrier the others wait at
             self.left_starting = True
             note = self.runtime.placement_note(starting)
@@ -106,6 +117,26 @@ class RLPlan(abc.ABC):
                 if self.pushes(r) and waits_at_barrier(self.cfg):
                     self.guard.leave(r.index)
         return len(starting) < len(self.pool.calls)
+
+    def say_stop_waits(self, starting: list[Any]) -> None:
+        """Once, STOP_WAIT_S into a stop: the calls it still waits for, and what ends a hung
+        one (a user's env that hangs in step() held a run stopped by stop.max_seconds)."""
+        now = time.monotonic()
+        if self.stop_seen is None:
+            self.stop_seen = now
+        if now - self.stop_seen < STOP_WAIT_S or self.stop_seen < 0:
+            return
+        self.stop_seen = -1.0  # said
+        waits = [f"{r.role} {r.index}" for r, _, _ in self.pool.calls.values() if r not in starting]
+        if not waits:
+            return
+        limit = self.cfg.faults.hang_timeout_s
+        ends = (
+            f"one hung is killed after faults.hang_timeout_s={limit:g}"
+            if limit is not None
+            else "faults.hang_timeout_s=null waits for a hung one; Ctrl-C ends the wait"
+        )
+        self.ctx.say(f"stopping: waiting for the calls in flight of {', '.join(waits)} ({ends})")
 
     @classmethod
     @abc.abstractmethod

@@ -29,7 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from rltrain.driver import Done
+from rltrain.driver import Done, note_answers
 from rltrain.faults import FaultAction, PeerLost, ProcessLost, RestorePoint
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.server import LocalServer
@@ -135,6 +135,7 @@ class Pool:
     def __init__(self) -> None:
         self.calls: dict[cf.Future, tuple[Any, Any, bool]] = {}
         self.probes: dict[cf.Future, Any] = {}
+        self.answered: set[int] = set()  # see rltrain.driver.note_answers
 
     def submit(
         self, remote: Any, method: str, *args: Any, tag: Any = None, fetch: bool = True
@@ -182,6 +183,7 @@ class Pool:
                 raise error
             else:
                 out.append(Done(remote, tag, future.result()))
+        note_answers(self.answered, out)
         return out
 
 

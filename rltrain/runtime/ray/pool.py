@@ -9,7 +9,7 @@ from typing import Any
 import ray
 from ray.exceptions import ActorDiedError, RayActorError
 
-from rltrain.driver import Done
+from rltrain.driver import Done, note_answers
 from rltrain.faults import PeerLost, ProcessLost
 from rltrain.runtime.ray.errors import creation_error, first_line, result
 from rltrain.runtime.ray.remote import Remote
@@ -33,6 +33,7 @@ class Pool:
         self.calls: dict[Any, tuple[Remote, Any, bool]] = {}
         self.probes: dict[Any, Remote] = {}
         self.retry: list[tuple[float, Remote]] = []
+        self.answered: set[int] = set()  # see rltrain.driver.note_answers
 
     def submit(self, remote: Remote, method: str, *args: Any, tag: Any = None, fetch: bool = True):
         ref = remote.call(method, *args)
@@ -84,6 +85,7 @@ class Pool:
                 out.append(Done(remote, tag, error=e))
         if not out and not self.calls and not self.probes and self.retry:
             time.sleep(min(self.RETRY_S, timeout))
+        note_answers(self.answered, out)
         return out
 
     def _probed(self, ref: Any, remote: Remote) -> list[Done]:

@@ -48,6 +48,11 @@ def run_bench_config(cfg: BenchConfig, run_dir: str | Path | None, config_path: 
     check_address(cfg.runtime.address)
     data = load_data(cfg.data, log=print)
     check_bench_sizes(cfg, len(data.train), len(data.test))
+    if cfg.server.shards > 1:  # (one always fits) before any mode trains, not at the first
+        from rltrain.ps.server import ShardLayout  # that starts a server
+        from rltrain.supervised.modes import initial_params
+
+        ShardLayout(initial_params(cfg, data).numel(), cfg.server.shards)
     out = new_run_dir(config_path or f"bench_{cfg.data.dataset}", run_dir)
     write_config(out, cfg)
     print(f"rltrain bench: {cfg.data.dataset}, modes {', '.join(cfg.modes)}; writing {out}")

@@ -531,6 +531,21 @@ def test_more_test_samples_than_the_test_set_is_refused_before_the_run(
     assert not (ws / "bench-run").exists()
 
 
+def test_more_shards_than_parameters_is_refused_before_any_mode_trains(
+    capsys: pytest.CaptureFixture[str], ws: Path
+) -> None:
+    """The first mode (baseline) has no server: the count was checked as the second started,
+    after the first had trained and left a partial run folder."""
+    argv = ["bench", BENCH, *DATA, "--set", "server.shards=10000000"]
+    argv += ["--set", "modes=[baseline, async]", "--run-dir", str(ws / "bench-run")]
+    assert main([a.format(data=ws / "data") for a in argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "rltrain: error: server.shards=10000000: must be between 1 and the parameter count 105866"
+    )
+    assert not (ws / "bench-run").exists()
+
+
 def test_an_env_refused_by_the_probe_shuts_ray_down_again(
     capsys: pytest.CaptureFixture[str], ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -284,6 +284,29 @@ def test_wrong_image_shape(tmp_path: Path) -> None:
     assert str(bad) in str(info.value)
 
 
+@pytest.mark.parametrize("index", [0, 2])  # the training images, the test images
+def test_a_split_of_no_images_is_named(tmp_path: Path, index: int) -> None:
+    """An empty training set said "use a batch_size of at most 0"; an empty test set was
+    taken, and every mode's accuracy reported as 0.0000."""
+    folder = tmp_path / "mnist"
+    write_mnist(folder)
+    bad = write_idx(folder / MNIST_FILES[index], np.zeros((0, 28, 28), np.uint8))
+    write_idx(folder / MNIST_FILES[index + 1], np.zeros(0, np.uint8))
+    with pytest.raises(DatasetError) as info:
+        load_dataset("mnist", tmp_path, download=False)
+    assert str(info.value) == f"{bad}: holds no images (0 in its header); download it again"
+
+
+def test_an_empty_cifar_batch_is_named(tmp_path: Path) -> None:
+    folder = tmp_path / "cifar-10-batches-py"
+    write_cifar_dir(folder, seed=17)
+    empty = {b"data": np.zeros((0, 3072), np.uint8), b"labels": []}
+    (folder / "test_batch").write_bytes(pickle.dumps(empty, protocol=4))
+    with pytest.raises(DatasetError, match="holds no images") as info:
+        read_cifar10(folder)
+    assert str(folder / "test_batch") in str(info.value)
+
+
 def test_label_count_mismatch(tmp_path: Path) -> None:
     folder = tmp_path / "mnist"
     write_mnist(folder)

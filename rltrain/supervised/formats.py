@@ -185,6 +185,7 @@ def _idx_pair(images_path: Path, labels_path: Path) -> ArrayDataset:
             f"{images_path}: expected images of shape N x 28 x 28, got {images.shape}; "
             "this is not an MNIST-format image file"
         )
+    _check_some(images_path, images.shape[0])
     labels = read_idx(labels_path)
     if labels.ndim != 1:
         raise DatasetError(f"{labels_path}: expected a 1-D label file, got shape {labels.shape}")
@@ -193,6 +194,13 @@ def _idx_pair(images_path: Path, labels_path: Path) -> ArrayDataset:
         images=torch.from_numpy(images).unsqueeze(1),
         labels=torch.from_numpy(labels.astype(np.int64)),
     )
+
+
+def _check_some(source: Path | str, num_images: int) -> None:
+    """A file of no images is a truncated download or a stub: nothing could train (batches
+    of at most 0) or be tested (an accuracy of 0.0000, said as a result)."""
+    if num_images == 0:
+        raise DatasetError(f"{source}: holds no images (0 in its header); download it again")
 
 
 def _check_labels(source: Path | str, labels: np.ndarray, num_images: int) -> None:
@@ -311,6 +319,7 @@ def _batch_to_dataset(obj: object, source: str) -> ArrayDataset:
             f"{source}: b'data' must be uint8 [N, {row}], got {data.dtype} {data.shape}"
         )
     labels = np.asarray(obj[b"labels"], dtype=np.int64).reshape(-1)
+    _check_some(source, data.shape[0])
     _check_labels(source, labels, data.shape[0])
     images = np.ascontiguousarray(data.reshape(-1, *_CIFAR_SHAPE))
     return ArrayDataset(images=torch.from_numpy(images), labels=torch.from_numpy(labels))

@@ -130,6 +130,13 @@ class ResetRaisesInActors(Corridor):
         return super().reset(seed=seed, options=options)
 
 
+class ResetObsOnly(Corridor):
+    """reset() returns the observation alone (gym's old API), not (obs, info)."""
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):  # noqa: ANN201
+        return super().reset(seed=seed, options=options)[0]
+
+
 class StepHangs(Corridor):
     """step() never returns on an actor's 40th step (a simulator stuck in a syscall, a
     deadlock), and again in the actor that replaces it: tests/test_hangs.py."""
@@ -189,6 +196,22 @@ class AsymmetricBox(gymnasium.Env):
         return np.zeros(1, np.float32), -10.0 * float(np.sum(gap**2)), True, False, {}
 
 
+class ScalarObs(gymnasium.Env):
+    """Observations in a Box of shape () (one float, not a vector of one): the sign of the
+    last action's choice; reward 1 for action 1."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple:
+        super().reset(seed=seed)
+        return np.array(0.0, np.float32), {}
+
+    def step(self, action: int) -> tuple:
+        return np.array(action - 0.5, np.float32), float(action), False, False, {}
+
+
+gymnasium.register("rltrain_test/ScalarObs-v0", entry_point=ScalarObs, max_episode_steps=10)
 ASYMMETRIC_ID = "rltrain_test/AsymmetricBox-v0"
 gymnasium.register(ASYMMETRIC_ID, entry_point=AsymmetricBox)
 gymnasium.register(CORRIDOR_ID, entry_point=Corridor, max_episode_steps=50)
@@ -222,6 +245,7 @@ for failing in (
     NaNStep,
     NaNReward,
     ResetRaisesInActors,
+    ResetObsOnly,
     StepHangs,
 ):
     gymnasium.register(

@@ -178,6 +178,29 @@ def test_observations_that_are_not_arrays_are_flattened_into_one_float_vector() 
     corridor_env.close()
 
 
+def test_a_scalar_box_is_a_vector_of_one_and_its_policy_takes_the_scalar(
+    tmp_path: Path,
+) -> None:
+    """Box(-1, 1, ()): the torso's flatten(1) raised IndexError in the learner. The run sees
+    [1] vectors; rltrain.load_policy takes the env's own scalar, or a batch of them."""
+    import rltrain
+    from rltrain.cli import main
+
+    cfg = EnvConfig(id="rltrain_test/ScalarObs-v0", num_envs=2, imports=("custom_envs",))
+    env = make_env(cfg, seed=0)
+    assert env.obs_shape == (1,) and env.reset().shape == (2, 1)
+    env.close()
+    run = tmp_path / "scalar"
+    config = Path(__file__).resolve().parents[1] / "configs" / "cartpole_appo.yaml"
+    argv = ["train", str(config), "--run-dir", str(run), "--set", "imports=[custom_envs]"]
+    for kv in ("env.id=rltrain_test/ScalarObs-v0", "runtime.backend=local"):
+        argv += ["--set", kv]
+    assert main([*argv, "--set", "stop.mean_return=null", "--set", "stop.max_env_steps=600"]) == 0
+    policy = rltrain.load_policy(run)
+    assert policy(np.float32(0.5)) in range(2) and policy(np.array([0.5])) in range(2)
+    assert len(policy(np.array([0.5, -0.5, 0.5], np.float32))) == 3
+
+
 def test_a_float32_box_beside_a_discrete_flattens_without_warnings() -> None:
     """gymnasium flattens Dict(Box float32, Discrete) to float64 bounds; cast to float32 by
     Box, 0.1 warned of lost precision on every run and every eval."""

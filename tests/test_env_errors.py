@@ -37,7 +37,11 @@ def env_of(name: str) -> EnvConfig:
             "WrongStepShape",
             "step() returned an observation of shape (7,); its observation_space is Box(5,)",
         ),
-        ("NaNStep", "step() returned a non-finite observation (NaN or inf)"),
+        (
+            "NaNStep",
+            "step() returned a non-finite observation "
+            "(NaN or inf, or a value beyond float32's range)",
+        ),
         ("NaNReward", "step() returned a non-finite reward (NaN or inf)"),
         (
             "WrongResetShape",
@@ -53,6 +57,16 @@ def test_what_the_env_did_is_one_line_naming_it(name: str, message: str) -> None
     assert str(info.value) == f"env 'rltrain_test/{name}-v0': {message}"
     if name == "StepRaises":  # the env's own traceback travels with it (for RUN/failure.log)
         assert "custom_envs.py" in info.value.detail and "boom in step" in info.value.detail
+
+
+def test_a_reset_that_returns_the_observation_alone_says_what_it_must_return() -> None:
+    """Gymnasium's vector unpacks reset()'s value: "too many values to unpack", at a line of
+    gymnasium's, named the env's fault without saying what it should have returned."""
+    with make_env(env_of("ResetObsOnly"), seed=0) as env, pytest.raises(EnvFailed) as info:
+        env.reset()
+    message = str(info.value)
+    assert message.startswith("env 'rltrain_test/ResetObsOnly-v0': reset() raised ValueError: ")
+    assert message.endswith("; reset() must return (obs, info: dict)")
 
 
 @pytest.mark.parametrize(
@@ -141,7 +155,8 @@ def test_a_wrong_first_reset_is_refused_before_the_run_folder(
             "cartpole_a3c.yaml",
             "NaNStep",
             "local",
-            "step() returned a non-finite observation (NaN or inf)",
+            "step() returned a non-finite observation "
+            "(NaN or inf, or a value beyond float32's range)",
         ),
         (  # not "diverged" after 100 refused updates, which blames the learning rate
             "cartpole_appo.yaml",

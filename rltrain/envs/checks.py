@@ -58,17 +58,21 @@ def diagnose(
 
 
 GYMNASIUM = os.path.dirname(os.path.abspath(gymnasium.__file__)) + os.sep
-STEP_RETURNS = "(obs, reward: a number, terminated: bool, truncated: bool, info: dict)"
+RETURNS = {
+    "step()": "(obs, reward: a number, terminated: bool, truncated: bool, info: dict)",
+    "reset()": "(obs, info: dict)",
+}
 
 
 def returns_hint(call: str, e: BaseException) -> str:
-    """What ``step()`` must return, when ``e`` came from gymnasium taking what it returned
-    (its vector storing an array reward: "setting an array element with a sequence"; its
-    env checker unpacking four values: "not enough values to unpack"), not from the env."""
+    """What ``step()`` or ``reset()`` must return, when ``e`` came from gymnasium taking what
+    it returned (its vector storing an array reward: "setting an array element with a
+    sequence"; unpacking four values, or a reset's observation alone: "not enough values" or
+    "too many values to unpack"), not from the env."""
     frames = traceback.extract_tb(e.__traceback__)
     gym = frames and frames[-1].filename.startswith(GYMNASIUM)
-    if call == "step()" and gym and isinstance(e, ValueError | TypeError):
-        return f"; step() must return {STEP_RETURNS}"
+    if call in RETURNS and gym and isinstance(e, ValueError | TypeError):
+        return f"; {call} must return {RETURNS[call]}"
     return ""
 
 
@@ -123,7 +127,9 @@ def non_finite(env_id: str, call: str, values: np.ndarray, what: str = "observat
     (:meth:`GymVectorEnv.step` checks them too): every update it reached would be refused as
     non-finite and the run would end as "diverged", as if the learning rate were to blame."""
     bad = np.flatnonzero(~np.isfinite(values.reshape(len(values), -1)).all(axis=1)).tolist()
+    cast = values.dtype.kind == "f" and values.dtype.itemsize < 8 and what == "observation"
+    beyond = f", or a value beyond {values.dtype}'s range" if cast else ""  # (cast to the space's)
     return EnvFailed(
-        f"env {env_id!r}: {call} returned a non-finite {what} (NaN or inf)",
+        f"env {env_id!r}: {call} returned a non-finite {what} (NaN or inf{beyond})",
         f"non-finite {what}s from the envs {bad} of the vector (index in the vector)",
     )

@@ -284,9 +284,9 @@ def make_one(
 ) -> gymnasium.Env:
     """``gymnasium.make(env_id, **kwargs)`` with ``wrappers`` applied in order, then
     :class:`FlatObservation` if the observations are not a Box but gymnasium can flatten them,
-    or :class:`ChannelsFirst` if they are an [H, W, C] image, or a channel axis for an [H, W]
-    gray image (after the user's wrappers: they see the env's own observations, and may make
-    a Box); a gray or RGB image is then stacked
+    a vector of one for a scalar Box, or :class:`ChannelsFirst` if they are an [H, W, C]
+    image, or a channel axis for an [H, W] gray image (after the user's wrappers: they see the
+    env's own observations, and may make a Box); a gray or RGB image is then stacked
     ``frame_stack`` deep (:func:`stack_frames`)."""
     quiet_mujoco(env_id)
     env = gymnasium.make(env_id, **kwargs)
@@ -301,6 +301,8 @@ def make_one(
             raise EnvError(f"env.wrappers: {name} failed on {env_id}: {why}") from None
     if not isinstance(env.observation_space, Box) and flattens(env.observation_space):
         env = FlatObservation(env)
+    elif env.observation_space.shape == ():  # a scalar Box: a vector of one (the MLP's input)
+        env = ReshapeObservation(env, (1,))
     elif channels_last(env.observation_space):
         env = ChannelsFirst(env)
     elif gray_image(env.observation_space):  # one channel: the CNN and the stack take it

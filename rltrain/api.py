@@ -95,6 +95,12 @@ class Config(Generic[T]):
         """Every key, defaults included (what ``config.yaml`` of a run holds)."""
         return to_dict(self.value)
 
+    def __getattr__(self, name: str) -> Any:
+        """``cfg.env`` reads ``cfg.value.env``: the typed config's fields, as users try."""
+        if name.startswith("_") or name in ("value", "data", "kind"):  # (not set yet: a copy)
+            raise AttributeError(name)
+        return getattr(self.value, name)
+
 
 @dataclasses.dataclass(frozen=True)
 class RunResult:
@@ -154,12 +160,15 @@ def _config(config: ConfigLike | TrainConfig | BenchConfig, kind: Kind, **kw: An
         config = Config(to_dict(config), "train" if isinstance(config, TrainConfig) else "bench")
     elif isinstance(config, Mapping):
         config = Config(config, kind)
+    elif isinstance(config, Config):
+        pass
     elif isinstance(config, str | os.PathLike):
         from rltrain.cli_checks import meant_for
 
-        with meant_for(config, kind):  # a config of the other command: which one it is for
-            config = Config.from_yaml(config, kind)
-    elif not isinstance(config, Config):
+        path = cast("str | Path", config)  # (Config's __getattr__ reads as os.PathLike's)
+        with meant_for(path, kind):  # a config of the other command: which one it is for
+            config = Config.from_yaml(path, kind)
+    else:
         raise ConfigError(
             f"config: expected a Config, a dict of config keys, a YAML file's path (str or Path) "
             f"or a {KINDS[kind].__name__}; got {type(config).__name__}"
@@ -346,6 +355,8 @@ class LoadedPolicy:
                 f"observation of shape {x.shape}; this policy takes {what}{self.obs_shape} "
                 f"or a batch [B, {', '.join(map(str, self.obs_shape))}]"
             )
+        if x.dtype.kind == "f" and not np.isfinite(x).all():  # the logits would be NaN
+            raise ValueError("observation holds NaN or inf; the policy takes finite values")
         batch = x[None] if single else x
         acts = self.policy.act(batch, self.generator, deterministic)
         acts = to_env_actions(acts, self.actions)

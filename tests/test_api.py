@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
+import pickle
 import signal
 import threading
 from pathlib import Path
@@ -30,6 +32,10 @@ def test_config_from_yaml_with_overrides_validates_as_the_cli() -> None:
     with pytest.raises(ConfigError, match="unknown config key 'algo.epoch'"):
         base.with_overrides({"algo.epoch": 3})
     assert cfg.to_dict()["env"]["id"] == "Acrobot-v1"
+    assert cfg.env.id == "Acrobot-v1" and cfg.stop is cfg.value.stop  # as users try it
+    with pytest.raises(AttributeError, match="envs"):
+        cfg.envs  # noqa: B018 - the typo is named
+    assert copy.deepcopy(cfg) == cfg and pickle.loads(pickle.dumps(cfg)).env.id == "Acrobot-v1"
 
 
 @pytest.mark.slow

@@ -356,7 +356,10 @@ def test_download_offline(tmp_path: Path) -> None:
     assert "\n" not in message
     assert "download failed" in message and "network unreachable" in message
     assert str(tmp_path / "mnist") in message
-    assert not any((tmp_path / "mnist").iterdir())
+    assert not (tmp_path / "mnist").exists()  # an offline try leaves no empty folder
+    with pytest.raises(DatasetError):  # nor a data.root it made
+        load_dataset("mnist", tmp_path / "new" / "data", download=True)
+    assert not (tmp_path / "new" / "data").exists() and (tmp_path / "new").is_dir()
 
 
 def test_download_checksum_mismatch_leaves_nothing(
@@ -369,7 +372,7 @@ def test_download_checksum_mismatch_leaves_nothing(
     with pytest.raises(DatasetError, match="checksum mismatch") as info:
         load_dataset("fashion_mnist", tmp_path)
     assert "\n" not in str(info.value)
-    assert list((tmp_path / "fashion_mnist").iterdir()) == []
+    assert not (tmp_path / "fashion_mnist").exists()
 
 
 def test_download_failure_midway_leaves_nothing(
@@ -382,7 +385,7 @@ def test_download_failure_midway_leaves_nothing(
     monkeypatch.setattr(ds, "_fetch", partial)
     with pytest.raises(DatasetError, match="timed out"):
         load_dataset("mnist", tmp_path)
-    assert list((tmp_path / "mnist").iterdir()) == []
+    assert not (tmp_path / "mnist").exists()
 
 
 def served(files: dict[str, bytes], calls: list[str]):
@@ -522,6 +525,12 @@ def test_cifar_folder_missing_a_batch_names_it(tmp_path: Path) -> None:
     (tmp_path / "cifar10" / "cifar-10-batches-py" / "data_batch_5").unlink()
     with pytest.raises(DatasetError, match="cifar-10-batches-py lacks data_batch_5"):
         load_dataset("cifar10", tmp_path, download=False)
+
+
+def test_an_empty_data_root_is_refused() -> None:
+    with pytest.raises(DatasetError) as info:  # (it read the working folder)
+        load_dataset("mnist", "", download=False)
+    assert str(info.value) == "data.root='': give the folder that holds mnist/"
 
 
 def test_data_root_that_is_a_file(tmp_path: Path) -> None:

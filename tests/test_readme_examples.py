@@ -58,6 +58,8 @@ def test_from_python_trains_evaluates_and_acts(
     assert isinstance(policy(obs[0]), int)
     with pytest.raises(ValueError, match=r"this policy takes \(6,\)"):
         policy(np.zeros(3, np.float32))
+    with pytest.raises(ValueError, match="observation holds NaN or inf"):
+        policy(np.full(6, np.nan, np.float32))  # it acted on NaN logits, silently
 
 
 def test_from_python_bench(

@@ -174,7 +174,14 @@ def test_resume_continues_counters_and_eval_plays_checkpoint(
     assert "keep server.shards" in capsys.readouterr().err
     # and so is a run that already met its stop criterion (every process would start for none)
     assert main(["train", "--resume", str(run_dir)]) == 2
-    assert "already met stop.max_env_steps=6000; raise it" in capsys.readouterr().err
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(
+            "already met stop.max_env_steps=6000; raise it (or null it) to train on: "
+            "--set stop.max_env_steps=..."
+        )
+    )
     # and so is another optimizer: Adam's moments mean nothing to SGD (or crash it)
     assert main(["train", "--resume", str(run_dir), "--set", "optimizer.name=sgd"]) == 2
     err = capsys.readouterr().err.strip()

@@ -260,14 +260,13 @@ def evaluate(
     video_path = None
     paced = Paced("[eval]")
 
+    cap = f" of at most {max_steps:,}" if max_steps != DEFAULT_MAX_STEPS else ""  # (a user's)
+
     def watch(ended: int, steps: int) -> None:  # ended: of this part; the video's came first
         n = len(returns) + ended
         paced.update(
             n / episodes,
-            lambda s: (
-                f"{n} of {episodes} episodes ended, step {steps:,} "
-                f"of at most {max_steps:,}, {s:.0f}s"
-            ),
+            lambda s: f"{n} of {episodes} episodes ended, step {steps:,}{cap}, {s:.0f}s",
         )
 
     with ExitStack() as stack:

@@ -11,6 +11,7 @@ downloaded, with an MD5 check, when absent. Every failure is reported as a one-l
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import os
@@ -198,11 +199,15 @@ def _obtain(name: str, root: Path, download: bool, log: Callable[[str], None] | 
     """Download the dataset if allowed and locate it again; DatasetError when still missing."""
     reason = "download disabled"
     if download:
+        made = [p for p in (root / name, root) if not p.exists()]
         failure = _download(name, root / name, log)
         reason = "downloaded files incomplete" if failure is None else f"download failed: {failure}"
         location = _locate(name, root)
         if location is not None:
             return location
+        for folder in made:  # an offline machine: no empty mnist/ left behind (rmdir: if empty)
+            with contextlib.suppress(OSError):
+                folder.rmdir()
     raise DatasetError(_missing_message(name, root, reason))
 
 
@@ -227,6 +232,8 @@ def load_dataset(
     """
     if name not in DATASETS:
         raise DatasetError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+    if not str(root).strip():  # Path("") is the working folder: a typo, not a choice
+        raise DatasetError(f"data.root={str(root)!r}: give the folder that holds {name}/")
     root = Path(root).expanduser()
     if root.exists() and not root.is_dir():
         raise DatasetError(f"data.root={root} is a file; it must be a folder (of the datasets)")

@@ -109,6 +109,6 @@ def load_resume(run_dir: Path, cfg: TrainConfig, spec: EnvSpec) -> Resumed | Non
         seen = "" if mean is None else f" (the mean of its last {window} episodes: {mean:.2f})"
         raise CheckpointError(
             f"the run at {run} already met stop.{met}={getattr(cfg.stop, met)}{seen}; raise "
-            "it (or null mean_return) with --set to train on"
+            f"it (or null it) to train on: --set stop.{met}=..."
         )
     return Resumed(path, state, counters, faults, changes)

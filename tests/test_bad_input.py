@@ -507,6 +507,11 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             ["env.id=Pong-v4 skips 2 to 4 frames at random", "use PongNoFrameskip-v4"],
             id="t-env-ale-skip",
         ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "env.kwargs.render_mode=human"],
+            ["env.kwargs.render_mode='human': every env of every actor would open a window"],
+            id="t-env-render-human",
+        ),
     ],
 )
 def test_config_errors(

@@ -357,4 +357,6 @@ def make_failed(env_id: str, kwargs: Mapping[str, Any], e: Exception) -> EnvErro
     if isinstance(e, EnvError):
         return e
     given = f" with env.kwargs {dict(kwargs)}" if kwargs else ""
-    return EnvError(f"env {env_id!r} could not be made{given}: {_first_line(e)}")
+    # gymnasium re-raises a TypeError of the constructor with this said again after it
+    why = _first_line(e).split(" was raised from the environment creator for ")[0]
+    return EnvError(f"env {env_id!r} could not be made{given}: {why}")

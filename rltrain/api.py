@@ -383,15 +383,16 @@ def load_policy(run_dir: str | Path, checkpoint: str | Path = "latest") -> Loade
     )
 
 
-def make_env(run_dir: str | Path, seed: int = 0) -> gymnasium.Env:
+def make_env(run_dir: str | Path, seed: int = 0, render_mode: str | None = None) -> gymnasium.Env:
     """The run's environment as one Gymnasium env, with the run's protocol and wrappers (the
     Atari frames, the frame stack, channels first, ``env.wrappers``, flattened spaces), so
     that ``load_policy(run_dir)(obs)`` acts on its observations. Rewards are the raw score
     (no clipping, a lost life not an end), and ``env.reset(seed=s)`` plays the game that
     ``rltrain eval --episodes 1 --seed s`` plays first (:class:`rltrain.envs.single.
-    SingleEnv`)."""
+    SingleEnv`). ``render_mode``: "human" draws it as it steps, "rgb_array" gives
+    ``env.render()`` frames (Gymnasium envs; for Atari ``rltrain eval --video``)."""
     from rltrain.envs.single import SingleEnv
 
     first_seed = whole_arg(seed, "seed", SEED)
     cfg = _run_config(_run_dir(run_dir), "eval")
-    return SingleEnv(cfg.env, 0 if first_seed is None else first_seed)
+    return SingleEnv(cfg.env, 0 if first_seed is None else first_seed, render_mode)

@@ -137,6 +137,19 @@ class ResetObsOnly(Corridor):
         return super().reset(seed=seed, options=options)[0]
 
 
+class Drawn(Corridor):
+    """A corridor that draws itself (a 4 x 6 RGB frame): rltrain.make_env's render_mode."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 4}
+
+    def __init__(self, render_mode: str | None = None) -> None:
+        super().__init__()
+        self.render_mode = render_mode
+
+    def render(self):  # noqa: ANN201
+        return np.zeros((4, 6, 3), np.uint8)
+
+
 class StepHangs(Corridor):
     """step() never returns on an actor's 40th step (a simulator stuck in a syscall, a
     deadlock), and again in the actor that replaces it: tests/test_hangs.py."""
@@ -232,6 +245,7 @@ class RenderRaises(Corridor):
 
 
 gymnasium.register("rltrain_test/RenderRaises-v0", entry_point=RenderRaises, max_episode_steps=20)
+gymnasium.register("rltrain_test/Drawn-v0", entry_point=Drawn, max_episode_steps=20)
 gymnasium.register(DICT_ID, entry_point=DictObs, max_episode_steps=50)
 gymnasium.register(TEXT_ID, entry_point=TextObs, max_episode_steps=50)
 gymnasium.register(IMAGE_ID, entry_point=ImageCorridor, max_episode_steps=20)

@@ -87,7 +87,7 @@ def test_a_ray_the_caller_started_is_left_running(
     assert ray.is_initialized()
 
 
-def untrained_run(run: Path, **env: object) -> Path:
+def untrained_run(run: Path, imports: tuple[str, ...] = (), **env: object) -> Path:
     """A run folder as `rltrain train` leaves it (config.yaml, one checkpoint), untrained."""
     import dataclasses
 
@@ -99,7 +99,7 @@ def untrained_run(run: Path, **env: object) -> Path:
     from rltrain.rundir import write_config
 
     cfg = load_config(TrainConfig, ROOT / "configs" / "cartpole_appo.yaml")
-    cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, **env))
+    cfg = dataclasses.replace(cfg, imports=imports, env=dataclasses.replace(cfg.env, **env))
     run.mkdir(parents=True)
     shard = {"param": initial_params(cfg, probe_env(cfg)), "version": 0}
     state = {"shards": [shard], "counters": Counters().state(), "config": to_dict(cfg)}
@@ -285,6 +285,22 @@ def test_the_readme_loop_plays_a_box_env_as_rltrain_eval_does(tmp_path: Path) ->
     played = rltrain.evaluate(run, episodes=1, seed=1, deterministic=True)
     assert score == pytest.approx(played.returns[0], rel=1e-5)
     assert any(abs(a) > 1e-3 for a in acted)  # (the test means something)
+
+
+def test_make_env_renders_a_gymnasium_env_and_says_why_not_an_atari_one(tmp_path: Path) -> None:
+    """make_env(run, render_mode=...) was a TypeError; a user watching a policy needs it."""
+    run = untrained_run(tmp_path / "drawn", ("custom_envs",), id="rltrain_test/Drawn-v0")
+    env = rltrain.make_env(run, render_mode="rgb_array")
+    env.reset(seed=0)
+    assert env.render().shape == (4, 6, 3)
+    env.close()
+    with pytest.raises(ValueError, match="render_mode='rgb'"):
+        rltrain.make_env(run, render_mode="rgb")
+    with pytest.raises(ValueError, match="make the env with render_mode"):
+        rltrain.make_env(run).render()
+    pong = untrained_run(tmp_path / "pong", id="ALE/Pong-v5")
+    with pytest.raises(RLTrainError, match="draws no screen; rltrain eval RUN --video"):
+        rltrain.make_env(pong, render_mode="human")
 
 
 def test_make_env_checks_its_arguments(cartpole_run: Path, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rltrain.config import ConfigError, spec
+from rltrain.config import spec
 
 ACTION_MAPS = ("affine", "tanh", "clip")
 """``env.action_map``'s values (:meth:`rltrain.envs.base.ActionSpace.to_env`)."""
@@ -103,11 +103,6 @@ class EnvConfig:
         # numpy scalars (a sweep's np.arange) become plain values: config.yaml is plain YAML
         plain = {k: _plain(v) for k, v in self.kwargs.items()}
         object.__setattr__(self, "kwargs", plain)
-        if plain.get("render_mode") == "human":  # (on a headless machine: XDG errors each)
-            raise ConfigError(
-                "env.kwargs.render_mode='human': every env of every actor would open a window; "
-                "leave it out (rltrain eval RUN --video films the game)"
-            )
 
 
 def _plain(value: Any) -> Any:

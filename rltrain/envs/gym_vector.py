@@ -205,6 +205,10 @@ class GymVectorEnv(VectorEnv):
         returned = getattr(self._env, "_env_obs", None)  # each sub-env's, as gymnasium keeps them
         return diagnose(self.env_id, call, e, returned, self.obs_shape)
 
+    def render(self) -> Any:
+        """The first sub-env's ``render()`` (its ``render_mode``: ``rltrain.make_env``'s)."""
+        return self._env.envs[0].render()
+
     def close(self) -> None:
         """Close every sub-env."""
         self._env.close()

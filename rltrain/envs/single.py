@@ -11,14 +11,19 @@ plays the same game as ``rltrain eval`` with one episode.
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, cast
 
 import gymnasium
 import numpy as np
 
-from rltrain.envs.base import ActionSpace, VectorEnv
+from rltrain.envs.atari import is_atari
+from rltrain.envs.base import ActionSpace, EnvError, VectorEnv
 from rltrain.envs.config import EnvConfig
+from rltrain.envs.gym_vector import GymVectorEnv
 from rltrain.envs.vector import make_env
+
+RENDER_MODES = ("human", "rgb_array")
 
 
 def gym_action_space(space: ActionSpace) -> gymnasium.Space:
@@ -38,9 +43,20 @@ class SingleEnv(gymnasium.Env):
     observation then returned is the next episode's first); ``reset(seed=s)`` starts a fresh
     one, seeded as ``rltrain eval --seed s`` seeds its first env."""
 
-    metadata: dict[str, Any] = {"render_modes": []}
+    metadata: dict[str, Any] = {"render_modes": list(RENDER_MODES)}
 
-    def __init__(self, cfg: EnvConfig, seed: int = 0) -> None:
+    def __init__(self, cfg: EnvConfig, seed: int = 0, render_mode: str | None = None) -> None:
+        """``render_mode``: the env's own (gymnasium.make's), "human" or "rgb_array"."""
+        if render_mode is not None:
+            if render_mode not in RENDER_MODES:
+                raise ValueError(f"render_mode={render_mode!r}: allowed are human, rgb_array")
+            if is_atari(cfg.id, cfg.wrappers):  # ale-py's C++ vector env has no screen
+                raise EnvError(
+                    f"render_mode: {cfg.id}'s vector env draws no screen; rltrain eval RUN "
+                    "--video films the game"
+                )
+            cfg = dataclasses.replace(cfg, kwargs={**cfg.kwargs, "render_mode": render_mode})
+        self.render_mode = render_mode
         self._vec: VectorEnv = make_env(cfg, seed=seed, num_envs=1, evaluation=True)
         self._seed = seed
         shape, dtype = self._vec.obs_shape, np.dtype(self._vec.obs_dtype)
@@ -68,6 +84,12 @@ class SingleEnv(gymnasium.Env):
             info["episode"] = {"r": step.episode_returns[0], "l": step.episode_lengths[0]}
         terminated, truncated = bool(step.terminated[0]), bool(step.truncated[0])
         return step.obs[0], float(step.reward[0]), terminated, truncated, info
+
+    def render(self) -> Any:
+        """The env's frame (``render_mode="rgb_array"``); "human" draws as it steps."""
+        if self.render_mode is None:
+            raise ValueError("render(): make the env with render_mode='rgb_array' or 'human'")
+        return cast(GymVectorEnv, self._vec).render()
 
     def close(self) -> None:
         self._vec.close()

@@ -154,6 +154,11 @@ class TrainConfig:
             object.__setattr__(self, "env", dataclasses.replace(self.env, id=bare))
         if self.env.imports != self.imports:
             object.__setattr__(self, "env", dataclasses.replace(self.env, imports=self.imports))
+        if self.env.kwargs.get("render_mode") == "human":  # (headless: XDG errors from each)
+            raise ConfigError(  # (rltrain.make_env(RUN, render_mode="human") draws one)
+                "env.kwargs.render_mode='human': every env of every actor would open a window; "
+                "leave it out (rltrain eval RUN --video films the game)"
+            )
         checks = (check_stop, check_server, check_algo, *self.algo_spec.checks)
         for check in (*checks, check_schedule, check_local):
             check(self)

@@ -178,3 +178,29 @@ def test_a_child_drops_stop_signals_and_what_it_starts_does_not() -> None:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_ctrl_c_in_a_hogwild_mode_stops_it_and_leaves_nothing(tmp_path: Path) -> None:
+    """Hogwild's workers are forkserver children, which ignore Ctrl-C and SIGTERM: the bench
+    joined each for 10 s, then sent SIGTERM, and left both running for good."""
+    bench = str(ROOT / "configs" / "bench_toy.yaml")
+    argv = [sys.executable, "-m", "rltrain.cli", "bench", bench, "--run-dir", str(tmp_path / "b")]
+    for kv in ("budget.epochs=0", "budget.max_seconds=60", "modes=[hogwild]"):
+        argv += ["--set", kv]
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    pipe = subprocess.PIPE
+    proc = subprocess.Popen(
+        argv, stdout=pipe, stderr=pipe, text=True, env=env, start_new_session=True
+    )
+    try:
+        deadline = time.time() + 60  # until both workers are up (the forkserver's children)
+        while len(session_processes(proc.pid)) < 4 and time.time() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.0)
+        os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole group
+        _, err = proc.communicate(timeout=15)  # (it took 20 s with 2 workers)
+        assert proc.returncode == 130 and "rltrain: interrupted" in err, err
+        assert_nothing_left(tmp_path, proc.pid)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)

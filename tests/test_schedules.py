@@ -74,6 +74,16 @@ def test_the_driver_sends_the_factor_each_time_the_shards_loaded_a_state() -> No
     assert sent == [1.0, 1.0]
 
 
+def test_the_learning_rate_logged_at_the_anneals_end_is_zero() -> None:
+    """optim/lr jumped back to optimizer.lr at the last point of a run annealed to 0 (a
+    factor of 0 read as none sent)."""
+    cfg = load_config(TrainConfig, None, ["stop.max_env_steps=100", "schedule.lr_end=0"])
+    lr = LRSender()
+    assert lr.lr(cfg) == cfg.optimizer.lr  # nothing sent yet: the configured rate
+    lr.send(cfg, SimpleNamespace(set_lr_factor=lambda f: None), 0, 1.0)
+    assert lr.factor == 0.0 and lr.lr(cfg) == 0.0
+
+
 def test_a_factor_the_server_could_not_take_is_sent_again() -> None:
     """A shard down when the factor moved (its process died): the factor is sent again at
     the next look, not lost, and the run goes on (the guard restores the shard)."""

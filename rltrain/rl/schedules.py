@@ -44,4 +44,4 @@ class LRSender:
 
     def lr(self, cfg: TrainConfig) -> float:
         """The learning rate in force."""
-        return cfg.optimizer.lr * (self.factor or 1.0)
+        return cfg.optimizer.lr * (1.0 if self.factor is None else self.factor)  # (0: annealed)

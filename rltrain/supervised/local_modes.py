@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import queue
+import threading
 import time
 from typing import Any
 
@@ -19,6 +21,7 @@ from rltrain.ps.config import corrected_optimizer
 from rltrain.ps.hogwild import HogwildServer
 from rltrain.records import Params, ServerStats
 from rltrain.runtime.process import forkstart
+from rltrain.runtime.process.child import watch_trainer
 from rltrain.supervised.config import BenchConfig
 from rltrain.supervised.datasets import SplitDataset
 from rltrain.supervised.modes import (
@@ -38,8 +41,11 @@ def _hogwild_main(
     data: ShardSource,
     server: HogwildServer,
     out: mp.Queue,
+    trainer: tuple[int, str | None],
     deadline: float | None = None,
 ) -> None:
+    # a trainer that ends without stopping us (SIGKILL; an interrupt's kill comes first)
+    threading.Thread(target=watch_trainer, args=trainer, name="rltrain-watch", daemon=True).start()
     worker = SupervisedWorker(spec, data)
     server.optimizer()  # start-up, not training time
     out.put(worker.run(server, deadline=deadline))
@@ -62,8 +68,10 @@ def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -
     out: mp.Queue = ctx.Queue()
     faults = FaultCounters()
 
+    trainer = (os.getpid(), forkstart.socket_path())
+
     def spawn(i: int, deadline: float | None = None) -> Any:
-        args = (specs[i], sources[i], server, out, deadline)
+        args = (specs[i], sources[i], server, out, trainer, deadline)
         p = ctx.Process(target=_hogwild_main, args=args, daemon=True)
         p.start()
         return p
@@ -76,6 +84,7 @@ def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -
     # a restarted worker only gets the rest of the mode's time
     deadline = snapper.t0 + cfg.budget.max_seconds if cfg.budget.max_seconds else None
     reports: dict[int, WorkerReport] = {}
+    finished = False
     try:
         while len(reports) < len(procs):
             with contextlib.suppress(queue.Empty):  # empty: time for a snapshot
@@ -97,11 +106,14 @@ def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -
             if snapper.due_in() == 0:
                 snapper.take()
         snapper.take()
-    finally:
-        for p in procs:
-            p.join(timeout=10)
+        finished = True
+    finally:  # an interrupt or a failure: at once. (SIGKILL: the forkserver's children
+        for p in procs:  # ignore Ctrl-C and SIGTERM, and a join took 10 s each, then left them)
+            if finished:
+                p.join(timeout=10)
             if p.is_alive():
-                p.terminate()
+                p.kill()
+                p.join(timeout=5)
     return finish_trace("hogwild", begin, snapper, list(reports.values()), faults)
 
 

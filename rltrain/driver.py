@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from rltrain import signals
 from rltrain.faults import ProcessLost
 
 
@@ -75,10 +76,17 @@ def drive(calls: Calls, plan: Plan) -> None:
     """Run ``plan`` until it says stop."""
     plan.start()
     while plan.keep_going():
-        for done in calls.wait(plan.wait_s()):
+        step(calls, plan, plan.wait_s())
+        plan.tick()
+
+
+def step(calls: Calls, plan: Plan, timeout: float) -> None:
+    """One wait: hand what finished to the plan, then let it refill idle processes. A Ctrl-C
+    waits for the plan to take in a result whole (counters half added would be wrong)."""
+    for done in calls.wait(timeout):
+        with signals.deferred():
             if done.error is None and not done.revived:
                 plan.on_result(done)
             else:
                 plan.on_fault(done)
-        plan.refill()
-        plan.tick()
+    plan.refill()

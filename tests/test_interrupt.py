@@ -81,6 +81,9 @@ def test_sigint_then_resume_continues_every_counter(tmp_path: Path) -> None:
     assert state["counters"]["env_steps"] == steps  # the final checkpoint is the summary's state
     assert state["counters"]["episodes"] == episodes
     assert version > 0 and int(ckpt.stem.split("-")[1]) == version
+    # the updates in flight at the Ctrl-C were taken in: every one the server applied (one
+    # version each, a3c's asynchronous rule) is counted
+    assert state["counters"]["applied"] == first["updates_applied"] == version
     old_events = set((run_dir / "tb").glob("events.*"))
 
     # enough for episodes to end: one of the 2 workers takes 1000 steps or more, over 125 on

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from rltrain.driver import step
+from rltrain.faults import PeerLost, ProcessLost, RunFailed
 from rltrain.records import Role
 from rltrain.rl.config import TrainConfig, waits_at_barrier
 from rltrain.rl.env_spec import EnvSpec
@@ -17,6 +19,7 @@ from rltrain.rl.run.counters import Counters
 from rltrain.rl.run.hangs import HangWatch
 
 STOP_WAIT_S = 5.0  # a stop that waits this long for calls in flight says what it waits for
+SETTLE_S = 5.0  # a Ctrl-C waits this long for the calls in flight (their updates are applied)
 
 if TYPE_CHECKING:
     from rltrain.driver import Done
@@ -181,6 +184,18 @@ class RLPlan(abc.ABC):
     def tick(self) -> None:
         self.hangs.start()  # once, with the run's first tick (close() stops it, however it ends)
         self.host.tick()
+
+    def settle(self) -> None:
+        """After a Ctrl-C (the host has stopped): take in the calls in flight for up to
+        SETTLE_S. Their updates are on the server already, and the final checkpoint's
+        counters (summary.json's, a resumed run's) should count them and their env steps."""
+        deadline = time.monotonic() + SETTLE_S
+        try:
+            while self.keep_going() and (left := deadline - time.monotonic()) > 0:
+                step(self.pool, self, min(left, 0.5))  # (the driver's loop, without ticks)
+            self.finish()
+        except (ProcessLost, PeerLost, RunFailed) as e:  # what is counted stays counted
+            self.ctx.say(f"interrupted: not all the work in flight was counted ({e})")
 
     def finish(self) -> None:  # noqa: B027 - an optional hook: most plans have nothing to do
         """After the loop (a normal end, not a failure)."""

@@ -35,6 +35,12 @@ class SessionRecord:
     runtime: dict[str, Any] = field(default_factory=dict)  # the runtime's record: job, nodes
     replay_bytes: int | None = None  # dqn: the replay memory's size at the end
 
+    def stop(self, why: str, counters: Counters, window: int) -> None:
+        """The session stops for ``why``: keep what the stop saw (work in flight lands after)."""
+        self.stopped_by = why
+        self.mean_at_stop = counters.mean_return(window)
+        self.episodes_at_stop = counters.episodes
+
     def mark(self, name: str) -> float:
         """Seconds since start-up began, kept the first time ``name`` is reached."""
         return self.startup.setdefault(name, round(time.time() - self.started, 2))

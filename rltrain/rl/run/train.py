@@ -148,8 +148,10 @@ class Trainer:
             drive(self.plan.pool, self.plan)
             self.plan.finish()
         except KeyboardInterrupt:
-            self.record.stopped_by = "interrupt"
-            self.progress.note("interrupted: writing a final checkpoint and summary.json")
+            self.record.stop("interrupt", self.counters, self.cfg.episode_window)
+            self.progress.note("interrupted: the work in flight, a final checkpoint, summary.json")
+            if self.plan is not None:
+                self.plan.settle()  # the updates in flight are on the server: count them
         except (RunFailed, ProcessLost, PeerLost) as e:
             self.record.stopped_by = "fault"
             self.record.failure = failure_line(e, self.run_dir, self.progress.note)
@@ -322,9 +324,8 @@ class Trainer:
             rec.stopped_by = "eval_mean_return"
         if rec.stopped_by == "diverged":
             rec.failure = diverged_note(c.rejected_in_a_row, self.ctx.server.stats().last_reject)
-        if rec.stopped_by:  # what the stop saw; work in flight still lands after it
-            rec.mean_at_stop = c.mean_return(self.cfg.episode_window)
-            rec.episodes_at_stop = c.episodes
+        if rec.stopped_by:
+            rec.stop(rec.stopped_by, c, self.cfg.episode_window)
 
     def _elapsed(self) -> float:
         return time.time() - self.session_start

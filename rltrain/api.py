@@ -40,15 +40,8 @@ from rltrain.envs import ActionSpace
 from rltrain.envs.gym_vector import to_env_actions
 from rltrain.faults import TrainFailed
 from rltrain.rl.config import TrainConfig, load_run_config
-from rltrain.rl.evaluate import (
-    DEFAULT_MAX_STEPS,
-    EPISODES,
-    MAX_STEPS,
-    SEED,
-    EvalResult,
-    Policy,
-    VideoView,
-)
+from rltrain.rl.eval_args import DEFAULT_MAX_STEPS, EPISODES, MAX_STEPS, SEED
+from rltrain.rl.evaluate import EvalResult, Policy, VideoView
 from rltrain.supervised.config import BenchConfig
 
 Kind = Literal["train", "bench"]

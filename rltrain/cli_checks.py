@@ -26,7 +26,7 @@ def count_arg(text: str) -> int:
 
 def episodes_arg(text: str) -> int:
     """An argparse type: eval's --episodes, by the rule rltrain.evaluate() checks (EPISODES)."""
-    from rltrain.rl.evaluate import EPISODES
+    from rltrain.rl.eval_args import EPISODES
 
     try:
         return EPISODES.check(int(text))
@@ -37,7 +37,7 @@ def episodes_arg(text: str) -> int:
 
 def seed_arg(text: str) -> int:
     """An argparse type: eval's --seed, by the rule rltrain.evaluate() checks (SEED)."""
-    from rltrain.rl.evaluate import SEED
+    from rltrain.rl.eval_args import SEED
 
     try:
         return SEED.check(int(text))

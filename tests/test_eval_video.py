@@ -22,6 +22,7 @@ from rltrain.cli import main
 from rltrain.envs import ChainEnv, EnvConfig, make_env
 from rltrain.envs.screen import AtariScreenEnv
 from rltrain.errors import ConfigError
+from rltrain.rl.eval_args import EvalError
 
 ROOT = Path(__file__).resolve().parents[1]
 PONG_FRAMES = 200  # env.max_episode_frames: 50 agent steps, a second or two of play
@@ -396,7 +397,7 @@ def test_eval_of_episodes_that_never_end_is_a_one_line_error(tmp_path: Path) -> 
     3 steps."""
     from rltrain.config import load_config
     from rltrain.rl.config import TrainConfig
-    from rltrain.rl.evaluate import EvalError, evaluate
+    from rltrain.rl.evaluate import evaluate
 
     run = write_run(tmp_path / "run", "cartpole_appo.yaml")
     cfg = load_config(TrainConfig, run / "config.yaml")
@@ -408,6 +409,32 @@ def test_eval_of_episodes_that_never_end_is_a_one_line_error(tmp_path: Path) -> 
         rltrain.evaluate(run, episodes=2, max_steps=3)
     with pytest.raises(ConfigError, match=r"^max_steps=0: expected a whole number >= 1$"):
         rltrain.evaluate(run, max_steps=0)
+
+
+def test_a_failed_eval_leaves_the_last_video_as_it_was(tmp_path: Path, no_ffmpeg: None) -> None:
+    """A video is filmed under a draft name and takes its own only when the evaluation
+    succeeds: a failed one (the filmed episode never ended) overwrote a good video."""
+    run = write_run(tmp_path / "run", "cartpole_appo.yaml")
+    video = run / "eval-v0-agent.gif"
+    good = rltrain.evaluate(run, episodes=1, video=True, video_view="agent")
+    assert good.video == video and video.exists()
+    before = video.read_bytes()
+    with pytest.raises(EvalError, match="^0 of 1 episodes ended in 3 steps"):
+        rltrain.evaluate(run, episodes=1, video=True, video_view="agent", max_steps=3)
+    assert video.read_bytes() == before
+    assert sorted(p.name for p in run.iterdir() if "eval" in p.name) == [video.name]
+
+
+def test_an_atari_eval_that_never_ends_names_atari_keys() -> None:
+    """env.kwargs.max_episode_steps is refused for Atari: the error names its frames' cap."""
+    from rltrain.config import load_config
+    from rltrain.rl.config import TrainConfig
+    from rltrain.rl.eval_args import unended
+
+    cfg = load_config(TrainConfig, ROOT / "configs" / "pong_appo.yaml")
+    line = unended(cfg, 0, 1, 100, "cli")
+    assert "env.max_episode_frames" in line and "max_episode_steps" not in line
+    assert line.endswith("or allow more steps: --max-steps N)")
 
 
 def test_a_long_eval_shows_its_progress_and_max_steps_caps_it(

@@ -22,12 +22,11 @@ imageio-ffmpeg cannot be imported (``EvalResult.note`` says so; :mod:`rltrain.vi
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -43,56 +42,15 @@ from rltrain.envs import ActionSpace, VectorEnv, make_env, registered
 from rltrain.envs.base import EnvError
 from rltrain.envs.screen import make_recording_env
 from rltrain.envs.user import load_env_code
-from rltrain.errors import RLTrainError
 from rltrain.normalize import NormStats
 from rltrain.progress import Paced
 from rltrain.rl.actor import policy_builder
 from rltrain.rl.algos.distributions import CATEGORICAL, Distribution, distribution
 from rltrain.rl.algos.models import ActorCritic, build_qnet, load_flat
 from rltrain.rl.config import TrainConfig
-from rltrain.rl.filming import VideoView, record_episode
+from rltrain.rl.eval_args import DEFAULT_MAX_STEPS, EvalError, Style, named, unended
+from rltrain.rl.filming import VideoView, draft_of, publish, record_episode
 from rltrain.video import VideoFormat
-
-Style = Literal["cli", "api"]
-"""How errors name the arguments: the command line's flags (``--checkpoint latest``) or the
-Python API's keywords (``checkpoint="latest"``)."""
-
-
-class EvalError(RLTrainError):
-    """An evaluation that cannot give the score asked for (episodes that never end)."""
-
-
-def named(arg: str, value: str, style: Style) -> str:
-    """Argument ``arg`` set to ``value`` as an error names it in ``style``."""
-    return f"--{arg.replace('_', '-')} {value}" if style == "cli" else f'{arg}="{value}"'
-
-
-@dataclass(frozen=True)
-class Whole:
-    """A whole-number argument of ``rltrain eval`` and ``rltrain.evaluate()``, which both check
-    it with :meth:`check` (the bounds of the config's ``eval.episodes`` and ``eval.seed``)."""
-
-    least: int
-    most: int | None = None
-
-    def __str__(self) -> str:
-        top = f"{self.least} .. {self.most}" if self.most is not None else f">= {self.least}"
-        return f"a whole number {top}"
-
-    def check(self, value: object) -> int:
-        """``value`` (an int or a NumPy integer, not a bool) as an int; else a ValueError."""
-        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-            n = int(value)
-            if n >= self.least and (self.most is None or n <= self.most):
-                return n
-        raise ValueError(f"expected {self}")
-
-
-EPISODES = Whole(1)
-MAX_STEPS = Whole(1)
-DEFAULT_MAX_STEPS = 1_000_000  # agent steps per env before episodes still going fail it
-SEED = Whole(0, 2**31 - 1)
-"""Env i is seeded seed + i, which must stay within the 2**32 numpy and Gymnasium take."""
 
 
 @dataclass(frozen=True)
@@ -293,7 +251,7 @@ def evaluate(
         assert spec is not None
         policy = load_policy(cfg, run_dir, (path, values, norm), spec.obs_shape, spec.action_space)
         if rec is not None:
-            out = run_dir / f"eval-v{version}{'' if view == 'game' else '-agent'}"
+            out = draft_of(run_dir / f"eval-v{version}{'' if view == 'game' else '-agent'}")
             gen = torch.Generator().manual_seed(seed)
             try:
                 video_path, ret, length, cut = record_episode(
@@ -307,6 +265,7 @@ def evaluate(
                 )
             except EnvError as e:  # a screen that fails mid-episode
                 raise _worded(e, style) from None
+            stack.callback(video_path.unlink, missing_ok=True)  # the draft of a failed eval
             note = "; ".join(x for x in (note, cut) if x)
             if ret is not None:
                 returns.append(ret)
@@ -323,12 +282,9 @@ def evaluate(
             )
             returns.extend(more)
             lengths.extend(more_lengths)
-    if len(returns) < episodes:  # a mean over the episodes that happened to end misleads
-        raise EvalError(
-            f"{len(returns)} of {episodes} episodes ended in {max_steps:,} steps (an env "
-            "without a time limit? give it one: env.kwargs.max_episode_steps; or allow more: "
-            f"{'--max-steps N' if style == 'cli' else 'max_steps=N'})"
-        )
+        if len(returns) < episodes:  # a mean over the episodes that happened to end misleads
+            raise EvalError(unended(cfg, len(returns), episodes, max_steps, style))
+        video_path = publish(video_path) if video_path is not None else None
     video_as = view if video else None
     played = deterministic or policy.greedy
     return EvalResult(

@@ -3,6 +3,7 @@ game's screen or of what the agent sees (:mod:`rltrain.rl.evaluate` says what ea
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -39,6 +40,20 @@ def record_episode(
             if on_step is not None:
                 on_step(steps)
     return writer.path, total if done else None, steps, writer.note
+
+
+def draft_of(stem: Path) -> Path:
+    """Where the video ``stem`` is filmed (``.<name>.draft.mp4``): it takes its own name
+    (:func:`publish`) once its evaluation has succeeded, so that a failed one (episodes that
+    never ended, an env's error, Ctrl-C) leaves the last good video as it was."""
+    return stem.with_name(f".{stem.name}.draft")
+
+
+def publish(draft: Path) -> Path:
+    """The draft video under its own name, replacing an older one: its path now."""
+    final = draft.with_name(draft.name.removeprefix(".").replace(".draft", "", 1))
+    os.replace(draft, final)
+    return final
 
 
 def frame_of(obs: np.ndarray, channels: int = 1) -> np.ndarray:

@@ -32,7 +32,8 @@ from rltrain.errors import RLTrainError
 from rltrain.faults import RunFailed
 from rltrain.normalize import NormStats
 from rltrain.rl.config import TrainConfig
-from rltrain.rl.evaluate import DEFAULT_MAX_STEPS, load_policy, play_episodes, state_params
+from rltrain.rl.eval_args import DEFAULT_MAX_STEPS
+from rltrain.rl.evaluate import load_policy, play_episodes, state_params
 from rltrain.rl.run.counters import Counters
 from rltrain.rl.run.tblog import TrainLogger
 

@@ -1,0 +1,65 @@
+"""The arguments of ``rltrain eval`` and :func:`rltrain.evaluate`: their checks, and the
+errors that name them as the command line does (``--max-steps N``) or the API (``max_steps=N``).
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from typing import Literal
+
+from rltrain.envs.atari import is_atari
+from rltrain.errors import RLTrainError
+from rltrain.rl.config import TrainConfig
+
+Style = Literal["cli", "api"]
+"""How errors name the arguments: the command line's flags (``--checkpoint latest``) or the
+Python API's keywords (``checkpoint="latest"``)."""
+
+
+class EvalError(RLTrainError):
+    """An evaluation that cannot give the score asked for (episodes that never end)."""
+
+
+def named(arg: str, value: str, style: Style) -> str:
+    """Argument ``arg`` set to ``value`` as an error names it in ``style``."""
+    return f"--{arg.replace('_', '-')} {value}" if style == "cli" else f'{arg}="{value}"'
+
+
+@dataclass(frozen=True)
+class Whole:
+    """A whole-number argument of ``rltrain eval`` and ``rltrain.evaluate()``, which both check
+    it with :meth:`check` (the bounds of the config's ``eval.episodes`` and ``eval.seed``)."""
+
+    least: int
+    most: int | None = None
+
+    def __str__(self) -> str:
+        top = f"{self.least} .. {self.most}" if self.most is not None else f">= {self.least}"
+        return f"a whole number {top}"
+
+    def check(self, value: object) -> int:
+        """``value`` (an int or a NumPy integer, not a bool) as an int; else a ValueError."""
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            n = int(value)
+            if n >= self.least and (self.most is None or n <= self.most):
+                return n
+        raise ValueError(f"expected {self}")
+
+
+EPISODES = Whole(1)
+MAX_STEPS = Whole(1)
+DEFAULT_MAX_STEPS = 1_000_000  # agent steps per env before episodes still going fail it
+SEED = Whole(0, 2**31 - 1)
+"""Env i is seeded seed + i, which must stay within the 2**32 numpy and Gymnasium take."""
+
+
+def unended(cfg: TrainConfig, ended: int, episodes: int, max_steps: int, style: Style) -> str:
+    """The error of an evaluation whose episodes did not all end in ``max_steps`` steps."""
+    more = "--max-steps N" if style == "cli" else "max_steps=N"
+    if is_atari(cfg.env.id, cfg.env.wrappers):  # (ale-py ends each at env.max_episode_frames)
+        fix = f"fewer frames per game: env.max_episode_frames; or allow more steps: {more}"
+    else:
+        fix = "an env without a time limit? give it one: env.kwargs.max_episode_steps; "
+        fix += f"or allow more: {more}"
+    return f"{ended} of {episodes} episodes ended in {max_steps:,} steps ({fix})"

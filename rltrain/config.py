@@ -22,7 +22,7 @@ from typing import Any, TypeVar, cast
 import yaml
 
 from rltrain.config_keys import closest, homes_hint, unknown_key
-from rltrain.errors import ConfigError, UnknownKey
+from rltrain.errors import ConfigError, UnknownKey, shown
 from rltrain.yaml_files import UniqueKeyLoader, read_layered
 from rltrain.yaml_files import read_yaml as read_yaml  # re-exported: one reader of YAML
 
@@ -180,20 +180,22 @@ def _convert(tp: Any, value: Any, key: str, meta: Mapping[str, Any], held: Any =
         return from_dict(tp, value, key + ".", held if same else None)
     if origin is dict:  # free-form keyword arguments (env.kwargs): string keys, YAML values
         if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
-            raise ConfigError(f"{key}={value!r}: expected a mapping of names to values")
+            raise ConfigError(f"{key}={shown(value)}: expected a mapping of names to values")
         return dict(value)
     if origin is tuple:
         if isinstance(value, str | bytes) or not isinstance(value, Sequence):
-            raise ConfigError(f"{key}={value!r}: expected a list")
+            raise ConfigError(f"{key}={shown(value)}: expected a list")
         return tuple(_convert(args[0], v, f"{key}[{i}]", meta) for i, v in enumerate(value))
     if meta.get("auto") and isinstance(value, str):
         if value == "auto":
             return 0
-        raise ConfigError(f"{key}={value!r}: expected an integer or auto")
+        raise ConfigError(f"{key}={shown(value)}: expected an integer or auto")
     choices = choices_of(meta)
     if choices and tp is str and not isinstance(value, str):
         # YAML reads on/off/yes/no as booleans: name what is allowed, not only the type
-        raise ConfigError(f"{key}={value!r}: allowed values are {', '.join(map(str, choices))}")
+        raise ConfigError(
+            f"{key}={shown(value)}: allowed values are {', '.join(map(str, choices))}"
+        )
     scalar = _scalar(tp, value, key, " or null" if meta.get("nullable") else "")
     return _check(_finite(scalar, key, meta), key, meta)
 
@@ -206,21 +208,21 @@ def _scalar(tp: Any, value: Any, key: str, or_null: str = "") -> Any:
     if tp is bool:
         if isinstance(value, bool):
             return value
-        raise ConfigError(f"{key}={value!r}: expected true or false{or_null}")
+        raise ConfigError(f"{key}={shown(value)}: expected true or false{or_null}")
     if tp is int:  # any Integral (not a bool); a float is refused, 2.0 too
         if isinstance(value, numbers.Integral) and not isinstance(value, bool):
             return int(value)
-        raise ConfigError(f"{key}={value!r}: expected an integer{or_null}")
+        raise ConfigError(f"{key}={shown(value)}: expected an integer{or_null}")
     if tp is float:  # any Real: int, Fraction, ...
         if isinstance(value, numbers.Real) and not isinstance(value, bool):
             return float(value)
         if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
             return float(value)  # YAML 1.1 reads 1e-3 (no dot, no exponent sign) as a string
-        raise ConfigError(f"{key}={value!r}: expected a number{or_null}")
+        raise ConfigError(f"{key}={shown(value)}: expected a number{or_null}")
     if tp is str:
         if isinstance(value, str):
             return value
-        raise ConfigError(f"{key}={value!r}: expected a string{or_null}")
+        raise ConfigError(f"{key}={shown(value)}: expected a string{or_null}")
     raise ConfigError(f"{key}: unsupported config type {tp}")  # a bug in a config class
 
 

@@ -2,6 +2,13 @@
 exits with code 2, without a traceback."""
 
 
+def shown(value: object) -> str:
+    """A refused config value as YAML writes it (null, true), else as Python does."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    return repr(value)
+
+
 class RLTrainError(Exception):
     """A problem with what the user asked for or gave us (config, data, env id, checkpoint)."""
 

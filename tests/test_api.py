@@ -160,7 +160,7 @@ def test_numpy_scalars_and_other_numbers_are_override_values() -> None:
     assert cfg.value.actors == 2 and type(cfg.value.actors) is int
     assert cfg.value.eval.deterministic is True
     assert base.with_overrides({"optimizer.lr": Fraction(1, 4)}).value.optimizer.lr == 0.25
-    for value, shown in ((np.float64(2.5), "2.5"), (2.0, "2.0"), (True, "True")):
+    for value, shown in ((np.float64(2.5), "2.5"), (2.0, "2.0"), (True, "true")):
         with pytest.raises(ConfigError, match=rf"^actors={shown}: expected an integer$"):
             base.with_overrides({"actors": value})
     with pytest.raises(ConfigError, match="optimizer.lr=nan: must be a finite number > 0"):

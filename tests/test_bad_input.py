@@ -205,6 +205,11 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             ["faults.events[0]: no learner in this run"],
             id="t-fault-target",
         ),
+        pytest.param(  # YAML's null, as YAML writes it (it said None)
+            ["train", CARTPOLE, "--set", "stop.max_env_steps=null"],
+            ["stop.max_env_steps=null: expected an integer"],
+            id="t-null-int",
+        ),
         pytest.param(
             ["train", CARTPOLE, "--set", "actors=abc"],
             ["actors='abc'", "expected an integer"],
@@ -363,7 +368,7 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
         ),
         pytest.param(
             ["train", CARTPOLE, "--set", "normalize.obs=on"],
-            ["normalize.obs=True", "auto, always, never"],
+            ["normalize.obs=true", "auto, always, never"],
             id="t-yaml-bool-choice",
         ),
         pytest.param(

@@ -54,7 +54,7 @@ def test_int_is_accepted_for_float() -> None:
         ({"wokers": 2}, ["wokers", "workers"]),
         ({"workers": "two"}, ["workers='two'", "integer"]),
         ({"workers": 0}, ["workers=0", ">= 1"]),
-        ({"workers": True}, ["workers=True", "integer"]),
+        ({"workers": True}, ["workers=true", "integer"]),
         ({"optimizer": {"name": "adamw"}}, ["optimizer.name='adamw'", "adam", "sgd"]),
         ({"modes": ["sync", "fast"]}, ["modes[1]='fast'", "allowed"]),
         ({"modes": ["asink"]}, ["modes[0]='asink'", "(did you mean async?)"]),

@@ -178,7 +178,7 @@ def test_resume_continues_counters_and_eval_plays_checkpoint(
         capsys.readouterr()
         .err.strip()
         .endswith(
-            "already met stop.max_env_steps=6000; raise it (or null it) to train on: "
+            "already met stop.max_env_steps=6000; raise it (0: no limit) to train on: "
             "--set stop.max_env_steps=..."
         )
     )

@@ -107,8 +107,9 @@ def load_resume(run_dir: Path, cfg: TrainConfig, spec: EnvSpec) -> Resumed | Non
     if met:  # a session would start every process only to stop at once
         mean = counters.mean_return(window) if met == "mean_return" else None
         seen = "" if mean is None else f" (the mean of its last {window} episodes: {mean:.2f})"
+        off = "null: never" if met.endswith("mean_return") else "0: no limit"
         raise CheckpointError(
             f"the run at {run} already met stop.{met}={getattr(cfg.stop, met)}{seen}; raise "
-            f"it (or null it) to train on: --set stop.{met}=..."
+            f"it ({off}) to train on: --set stop.{met}=..."
         )
     return Resumed(path, state, counters, faults, changes)

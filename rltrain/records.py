@@ -138,6 +138,9 @@ class ServerStats:
     """Rejected updates that the version counts: non-finite, refused on the device as they
     were stepped (:attr:`PushResult.deferred`). The version is ``applied + zero_steps`` under
     an on-arrival rule."""
+    samples_by: dict[int, int] = field(default_factory=dict)
+    """``samples`` per worker id: a worker restarted mid-run under an asynchronous rule goes
+    on from its own (the supervised bench's epoch budget)."""
 
     @property
     def mean_staleness(self) -> float:

@@ -180,3 +180,27 @@ def test_planned_faults_the_run_ended_before_are_said(
     )
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["faults"]["injected"] == 0
+
+
+def test_a_restarted_bench_worker_does_not_train_its_share_again(tmp_path: Path) -> None:
+    """An epoch budget holds through a worker's loss: the restarted worker goes on where its
+    predecessor's pushes ended (async: the server's count of its samples; sync: the version),
+    and the samples of the killed call, whose report died with it, are counted (the server's
+    count): async took 6,450 steps of a 6,250-step epoch, sync reported 194,720 of 200,000."""
+    run_dir = tmp_path / "run"
+    argv = ["bench", str(ROOT / "configs" / "bench_toy.yaml"), "--run-dir", str(run_dir)]
+    for item in (
+        "modes=[sync, async]",
+        "budget.epochs=1",
+        "data.toy.samples=80000",
+        "eval.every_seconds=5",
+        "runtime.backend=process",
+        events("{action: kill, target: worker, index: 1, at: 0.2}"),
+    ):
+        argv += ["--set", item]
+    assert main(argv) == 0
+    results = json.loads((run_dir / "summary.json").read_text())["results"]
+    for r in results:
+        assert r["faults"]["worker_restarts"] == 1, r["mode"]  # killed mid-mode
+        assert r["samples"] == 80000, r["mode"]  # one epoch, counted whole
+        assert r["updates_applied"] == 80000 // 32, r["mode"]  # a gradient per batch

@@ -16,6 +16,7 @@ class ShardCounters:
 
     def __init__(self) -> None:
         self.applied = self.dropped = self.rejected = self.samples = 0
+        self.samples_by: dict[int, int] = {}  # per worker id
         self.staleness_sum = 0
         self.hist = [0] * STALENESS_BINS
         self.last_reject = ""
@@ -30,6 +31,10 @@ class ShardCounters:
         """Log a push and what the rule did with it, where a log is kept."""
         if self.log is not None:
             self.log.append(PushRecord(u.worker_id, u.version, r.staleness, r.status, u.batches))
+
+    def count_samples(self, worker_id: int, n: int) -> None:
+        self.samples += n
+        self.samples_by[worker_id] = self.samples_by.get(worker_id, 0) + n
 
     def count_applied(self, staleness: int, n: int) -> None:
         self.applied += n
@@ -74,6 +79,7 @@ class ShardCounters:
             bytes_pushed=self.bytes_pushed,
             bytes_pulled=self.bytes_pulled,
             zero_steps=self.zero_steps,
+            samples_by=dict(self.samples_by),
         )
 
     def state(self) -> dict:
@@ -84,13 +90,15 @@ class ShardCounters:
             "staleness": [self.staleness_sum, *self.hist],
             "bytes": [self.bytes_pushed, self.bytes_pulled],
             "zero_steps": self.zero_steps,
+            "samples_by": dict(self.samples_by),
         }
 
     def load(self, state: dict) -> None:
-        """From :meth:`state`'s entries (older checkpoints lack bytes and zero_steps)."""
+        """From :meth:`state`'s entries (older checkpoints lack bytes, zero_steps, samples_by)."""
         self.applied, self.dropped, self.rejected, self.samples = map(int, state["counters"])
         self.staleness_sum, *hist = map(int, state["staleness"])
         self.hist = list(hist)
         self.bytes_pushed, self.bytes_pulled = map(int, state.get("bytes", (0, 0)))
         self.zero_steps = int(state.get("zero_steps", 0))
+        self.samples_by = {int(k): int(v) for k, v in state.get("samples_by", {}).items()}
         self._unread.clear()  # their counts are the restored state's now

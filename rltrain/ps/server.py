@@ -261,6 +261,7 @@ class ShardedServer(ABC):
             bytes_pushed=sum(s.bytes_pushed for s in parts),
             bytes_pulled=sum(s.bytes_pulled for s in parts),
             zero_steps=first.zero_steps,
+            samples_by=first.samples_by,
         )
 
     def leave(self, worker_id: int) -> None:

@@ -279,7 +279,7 @@ class ParameterShard:
 
     def _decide(self, update: GradUpdate) -> PushResult:
         """What the rule does with ``update`` (:meth:`push`, lock held)."""
-        self._counts.samples += update.num_samples
+        self._counts.count_samples(update.worker_id, update.num_samples)
         verdict = self._unread_verdict(update)
         finite = True if verdict is not None else update.finite  # else read in the check
         reason = check_update(update.values, self.numel, update.version, self.version, finite)

@@ -7,6 +7,7 @@ train, and evaluates the snapshots once the mode has ended (see :class:`EvalConf
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable
@@ -153,8 +154,8 @@ class BenchPlan:
         for w in workers:
             self._give(w)
 
-    def _give(self, worker: Any) -> None:
-        self.pool.submit(worker, "run", self.server, self.t0, self.deadline)
+    def _give(self, worker: Any, pushed: int = 0) -> None:
+        self.pool.submit(worker, "run", self.server, self.t0, self.deadline, pushed)
 
     def on_result(self, done: Any) -> None:
         self.reports[done.remote.index] = done.value
@@ -163,8 +164,11 @@ class BenchPlan:
 
     def on_fault(self, done: Any) -> None:
         verdict = self.ctx.respond(done, self.rule, self.cfg.faults.on_worker_loss)
-        if verdict == "work":
-            self._give(done.remote)
+        if verdict == "work":  # its predecessor's pushes stay done (an epoch budget)
+            pushed = 0
+            with contextlib.suppress(ProcessLost, PeerLost):  # (else its share again)
+                pushed = self.server.stats().samples_by.get(done.remote.index, 0)
+            self._give(done.remote, pushed)
 
     def refill(self) -> None:
         """Nothing: a worker's one call runs to the deadline."""

@@ -70,7 +70,10 @@ def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: in
 
 
 def samples_at(trace: ModeTrace, t: float) -> int:
-    """Samples all workers had processed by time ``t`` (from their step logs)."""
+    """Samples all workers had processed by time ``t`` (from their step logs). A worker
+    killed mid-call takes its log with it: then the server's count of the samples its
+    updates covered (``ServerStats.samples``, which a killed worker's pushes are in) is the
+    larger, and the one a point takes."""
     total = 0
     for r in trace.reports:
         times = [row[0] for row in r.log]
@@ -132,7 +135,8 @@ def evaluate(
             dist = relative_distance(end_to_end(model), data.optimum, start_map)
             dist = dist if math.isfinite(dist) else math.inf  # non-finite parameters: diverged
         loss = loss_between(trace, prev_t, snap.t)
-        points.append(Point(snap.t, samples_at(trace, snap.t), acc, loss, snap.stats.version, dist))
+        seen = max(samples_at(trace, snap.t), snap.stats.samples)  # (see samples_at)
+        points.append(Point(snap.t, seen, acc, loss, snap.stats.version, dist))
         prev_t = snap.t
         on_progress(i + 1, len(trace.snapshots))
     return points

@@ -72,7 +72,8 @@ class ModeResult:
 
 def summarize(cfg: BenchConfig, trace: ModeTrace, points: Sequence[Point]) -> ModeResult:
     last = trace.snapshots[-1].stats
-    samples = sum(r.samples for r in trace.reports)
+    samples = max(sum(r.samples for r in trace.reports), last.samples)  # (a killed worker's
+    # report is lost with it; the server counted its pushes: evaluation.samples_at)
     seconds_to: dict[str, float | None] = {}
     samples_to: dict[str, int | None] = {}
     us_per_sample_to: dict[str, float | None] = {}

@@ -168,16 +168,23 @@ class SupervisedWorker:
     # --- the loops ------------------------------------------------------------------------
 
     def run(
-        self, server: Server, t0: float | None = None, deadline: float | None = None
+        self,
+        server: Server,
+        t0: float | None = None,
+        deadline: float | None = None,
+        pushed: int = 0,
     ) -> WorkerReport:
         """Train through ``server`` until the epoch or time budget is spent.
 
         ``t0`` is when the mode started (injected slowdowns count from it) and ``deadline``
-        when it ends; a worker that Ray restarted mid-run is given the same two, so it works
-        only for the time left. Under barrier rules it also resumes the epoch plan at the
-        server's version, so that every worker still takes the same number of steps.
+        when it ends; a worker restarted mid-run is given the same two, so it works only for
+        the time left. It also resumes its epoch plan where its predecessor's pushes ended
+        (barrier rules: at the server's version, so that every worker still takes the same
+        number of steps; asynchronous: after the ``pushed`` samples the server counted of
+        its id's, :attr:`ServerStats.samples_by`), so that it does not train its share again.
         """
         start = self._start(t0, deadline)
+        self._skip = pushed // self.spec.batch_size  # (every batch of the plan is whole)
         rule = self.spec.update_rule
         if rule.pushes_parameters:
             self._run_average(server)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -140,3 +142,28 @@ def test_a_snapshot_reads_one_version_while_workers_write() -> None:
         writer.join()
     for p in snaps:
         assert p is not None and p.values.min() == p.values.max() == float(p.version)
+
+
+def test_a_script_without_a_main_guard_runs_once(tmp_path: Path) -> None:
+    """A user's script that calls rltrain.bench at its top level: multiprocessing's children
+    import the parent's main script, and each hogwild worker ran the whole bench again (the
+    process runtime's children start without it too)."""
+    script = tmp_path / "noguard.py"
+    config = {
+        "modes": ["hogwild", "async"],
+        "workers": 2,
+        "runtime": {"backend": "process"},
+        "data": {"dataset": "toy_quadratic", "toy": {"samples": 2000}},
+        "budget": {"epochs": 1},
+    }
+    run = str(tmp_path / "run")
+    script.write_text(
+        "import rltrain\n"
+        "print('the script runs', flush=True)\n"
+        f"rltrain.bench({config!r}, run_dir={run!r})\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("the script runs") == 1, done.stdout

@@ -22,6 +22,7 @@ from rltrain.ps.hogwild import HogwildServer
 from rltrain.records import Params, ServerStats
 from rltrain.runtime.process import forkstart
 from rltrain.runtime.process.child import watch_trainer
+from rltrain.runtime.process.forkserver import no_main
 from rltrain.supervised.config import BenchConfig
 from rltrain.supervised.datasets import SplitDataset
 from rltrain.supervised.modes import (
@@ -73,7 +74,8 @@ def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -
     def spawn(i: int, deadline: float | None = None) -> Any:
         args = (specs[i], sources[i], server, out, trainer, deadline)
         p = ctx.Process(target=_hogwild_main, args=args, daemon=True)
-        p.start()
+        with no_main():  # a user's script without a __main__ guard must not run again
+            p.start()
         return p
 
     snapper = Snapshotter(

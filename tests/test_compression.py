@@ -127,8 +127,23 @@ def test_server_options_no_mode_uses_are_refused(tmp_path: Path) -> None:
         "modes: [sync]\nwarm_start: {seconds: 10}\nbudget: {max_seconds: 10}\n": (
             "the other workers would never join"
         ),
+        # soft_sync's K, average's period, async's n_push, async_drop's bound: silently unused
+        "modes: [sync, async]\nserver: {k: 2}\n": (
+            r"^server.k=2: read by soft_sync only, and modes has none of them \(sync, async\); "
+            r"add one to modes, or leave server.k at its default \(0\)$"
+        ),
+        "modes: [sync]\nserver: {average_every: 5}\n": "server.average_every=5: read by average",
+        "modes: [sync]\nserver: {n_push: 4}\n": "server.n_push=4: read by async, async_scale",
+        "modes: [async]\nserver: {pipeline: false}\n": None,  # (async reads it)
+        "modes: [sync]\nserver: {pipeline: false}\n": "server.pipeline=false: read by async",
+        "modes: [async_scale]\nserver: {max_staleness: 2}\n": "server.max_staleness=2: read by",
+        "modes: [async]\nserver: {staleness: drop, max_staleness: 2}\n": None,
+        "modes: [baseline]\nmodel: {stages: 2}\n": "model.stages=2: splits the model of the",
     }.items():
         path.write_text(text)
+        if message is None:
+            load_config(BenchConfig, path)
+            continue
         with pytest.raises(ConfigError, match=message):
             load_config(BenchConfig, path)
 

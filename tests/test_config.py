@@ -116,7 +116,7 @@ def test_parse_overrides() -> None:
 
 
 def test_resolved_config_round_trips_through_yaml() -> None:
-    cfg = from_dict(BenchConfig, {"modes": ["sync"], "server": {"k": 1}})
+    cfg = from_dict(BenchConfig, {"modes": ["soft_sync"], "server": {"k": 1}})
     again = from_dict(BenchConfig, yaml.safe_load(dump_yaml(cfg)))
     assert again == cfg
 

@@ -14,6 +14,7 @@ from rltrain.ps.config import OptimizerConfig, ServerConfig, check_momentum_corr
 from rltrain.ps.rules import rule_named, rule_names
 from rltrain.runtime.config import RuntimeConfig
 from rltrain.supervised.datasets import DATASETS
+from rltrain.supervised.mode_keys import PIPELINE_MODES, check_read
 from rltrain.supervised.models import MODELS, PARAM_LAYERS
 from rltrain.supervised.toys import TOY_PROBLEMS, ToyConfig
 
@@ -191,9 +192,6 @@ class SupervisedModelConfig:
     learning from gradients that many updates old (the counters' staleness)."""
 
 
-PIPELINE_MODES = ("sync", "async")
-
-
 TOY_MODELS = ("auto", "linear", "deep_linear")
 """The models of the toy problems: linear maps, whose end-to-end w has the known optimum."""
 
@@ -365,6 +363,7 @@ class BenchConfig:
         """Options that no mode in ``modes`` would use, or that reapplying could not follow,
         are refused rather than ignored."""
         srv, modes = self.server, set(self.modes)
+        check_read(self.modes, MODES, srv, self.model.stages)
         if srv.rule != ServerConfig.rule:
             raise ValueError(
                 f"server.rule={srv.rule}: each bench mode sets its own rule; choose them with "

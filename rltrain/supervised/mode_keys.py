@@ -1,0 +1,56 @@
+"""Which modes of ``rltrain bench`` read which server options: one set to another value than
+its default that no mode in ``modes`` reads is refused, not ignored (``--set modes=[sync]``
+with ``server.k=4``, soft_sync's K, compared nothing and said nothing)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rltrain.ps.config import ServerConfig
+
+PIPELINE_MODES = ("sync", "async")
+"""The modes that run a model split into ``model.stages`` (pipeline parallelism)."""
+ASYNC_WORKERS = ("async", "async_scale", "async_drop")
+"""The modes whose workers push every ``n_push`` and pull every ``n_fetch`` steps."""
+
+
+def _drops(modes: tuple[str, ...], server: ServerConfig) -> bool:
+    return "async_drop" in modes or ("async" in modes and server.staleness == "drop")
+
+
+READERS: dict[str, tuple[str, Callable[[tuple[str, ...], ServerConfig], bool]]] = {
+    "k": ("soft_sync", lambda modes, _: "soft_sync" in modes),
+    "average_every": ("average", lambda modes, _: "average" in modes),
+    "n_push": ("async, async_scale, async_drop", lambda m, _: bool(set(m) & {*ASYNC_WORKERS})),
+    "n_fetch": ("async, async_scale, async_drop", lambda m, _: bool(set(m) & {*ASYNC_WORKERS})),
+    "pipeline": ("async, async_scale, async_drop", lambda m, _: bool(set(m) & {*ASYNC_WORKERS})),
+    "staleness": ("async (async_scale, async_drop set their own)", lambda m, _: "async" in m),
+    "max_staleness": ("async_drop, or async with server.staleness=drop", _drops),
+}
+"""Option -> (the modes that read it, as the error names them; whether ``modes`` does)."""
+
+
+def check_read(
+    modes: tuple[str, ...], builtin: tuple[str, ...], server: ServerConfig, stages: int
+) -> None:
+    """Refuse a server option that no mode in ``modes`` reads (ValueError), and a split model
+    (``model.stages``) without a mode that splits it. ``builtin``: the modes rltrain defines;
+    a rule registered by the user may read any server option: a run with one is not checked."""
+    if stages > 1 and not set(modes) & set(PIPELINE_MODES):  # (baseline alone: unsplit)
+        raise ValueError(
+            f"model.stages={stages}: splits the model of the modes {', '.join(PIPELINE_MODES)}, "
+            f"and modes has neither ({', '.join(modes)}); add one, or set model.stages=1"
+        )
+    if any(m not in builtin for m in modes):
+        return
+    for key, (readers, reads) in READERS.items():
+        value: Any = getattr(server, key)
+        if value == getattr(ServerConfig, key) or reads(modes, server):
+            continue
+        shown = str(value).lower() if isinstance(value, bool) else value
+        raise ValueError(
+            f"server.{key}={shown}: read by {readers} only, and modes has none of them "
+            f"({', '.join(modes)}); add one to modes, or leave server.{key} at its default "
+            f"({str(getattr(ServerConfig, key)).lower()})"
+        )

@@ -182,24 +182,33 @@ def test_planned_faults_the_run_ended_before_are_said(
     assert summary["faults"]["injected"] == 0
 
 
-def test_a_restarted_bench_worker_does_not_train_its_share_again(tmp_path: Path) -> None:
+def test_a_restarted_bench_worker_does_not_train_its_share_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """An epoch budget holds through a worker's loss: the restarted worker goes on where its
     predecessor's pushes ended (async: the server's count of its samples; sync: the version),
     and the samples of the killed call, whose report died with it, are counted (the server's
-    count): async took 6,450 steps of a 6,250-step epoch, sync reported 194,720 of 200,000."""
+    count): async took 6,450 steps of a 6,250-step epoch, sync reported 194,720 of 200,000.
+    Events a mode does not inject (baseline's; one past its end) are said, as train says."""
     run_dir = tmp_path / "run"
     argv = ["bench", str(ROOT / "configs" / "bench_toy.yaml"), "--run-dir", str(run_dir)]
     for item in (
-        "modes=[sync, async]",
+        "modes=[baseline, sync, async]",
         "budget.epochs=1",
         "data.toy.samples=80000",
         "eval.every_seconds=5",
         "runtime.backend=process",
-        events("{action: kill, target: worker, index: 1, at: 0.2}"),
+        events(
+            "{action: kill, target: worker, index: 1, at: 0.2}",
+            "{action: pause, target: worker, index: 0, at: 600, seconds: 1}",
+        ),
     ):
         argv += ["--set", item]
     assert main(argv) == 0
-    results = json.loads((run_dir / "summary.json").read_text())["results"]
+    err = capsys.readouterr().err
+    assert "[1/3 baseline] not injected in baseline: kill worker 1 at 0.2s; pause 1s" in err
+    assert err.count("not injected, the mode ended first: pause 1s worker 0 at 600s") == 2
+    results = json.loads((run_dir / "summary.json").read_text())["results"][1:]
     for r in results:
         assert r["faults"]["worker_restarts"] == 1, r["mode"]  # killed mid-mode
         assert r["samples"] == 80000, r["mode"]  # one epoch, counted whole

@@ -24,13 +24,14 @@ from rltrain.faults import (
     ProcessLost,
     RestorePoint,
     RunFailed,
+    describe_events,
 )
 from rltrain.pauses import resume_all
 from rltrain.progress import Progress
 from rltrain.ps.rules import UpdateRule
 from rltrain.runtime.context import RunContext
 from rltrain.runtime.contract import Runtime
-from rltrain.supervised.config import BenchConfig
+from rltrain.supervised.config import BenchConfig, server_modes
 from rltrain.supervised.datasets import SplitDataset
 from rltrain.supervised.local_modes import run_baseline, run_hogwild_mode
 from rltrain.supervised.modes import (
@@ -99,6 +100,9 @@ def run_server_mode(
         need = cfg.runtime.worker_cpus
         plan.elastic = Elastic(specs, spawn, guard, procs, progress.note, runtime.free_cpus, need)
         drive(plan.pool, plan)
+        if plan.schedule.plan:  # said, lest a fault test pass on none injected
+            left = describe_events([a.event for _, a in plan.schedule.plan])
+            progress.note(f"not injected, the mode ended first: {left}")
         t0, reports = plan.t0, plan.reports
         resume_all()
         _snapshot(snapper, server, guard, restarts != 0)
@@ -230,6 +234,12 @@ def run_mode(
     runtime: Runtime | None = None,
 ) -> ModeTrace:
     """One mode of the bench (``runtime``: the module that runs the server modes' workers)."""
+    signalled = [e for e in cfg.faults.events if e.action != "slow"]  # (slow: in the workers)
+    if signalled and (mode not in server_modes() or cfg.model.stages > 1):
+        progress.note(
+            f"not injected in {mode}: {describe_events(signalled)} (kill, pause, add and "
+            "remove reach the processes of the server modes, unsplit)"
+        )
     if mode == "baseline":
         return run_baseline(cfg, data, progress)  # local_modes: no Ray
     if mode == "hogwild":
@@ -291,34 +301,7 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
                 report.write_tensorboard(run_dir / "tb", cfg, trace, points)
                 results.append(res)
                 curves[mode] = points
-            reached = ", ".join(
-                f"{k} in {v:.1f}s" if v is not None else f"{k} not reached"
-                for k, v in res.seconds_to.items()
-            )
-            score = (
-                f"accuracy {res.final_accuracy:.4f}"
-                if res.final_distance is None
-                else f"distance to the optimum {res.final_distance:.2e}"
-            )
-            print(
-                f"{label} {score}{f' ({reached})' if reached else ''}; "
-                f"{res.samples_per_s:,.0f} samples/s, {res.updates_applied:,} "
-                f"{'parameter pushes' if mode == 'average' else 'gradients'} "
-                f"applied in {res.steps:,} steps, "
-                f"{res.dropped} dropped, staleness {res.mean_staleness:.2f}"
-                + (
-                    f"; synthetic gradients: cosine {res.synthetic['cosine']:.3f}, relative "
-                    f"L2 {res.synthetic['relative_l2']:.3f}, staleness "
-                    f"{res.synthetic['staleness']:.2f}"
-                    if res.synthetic
-                    else ""
-                )
-                + (
-                    f"; faults: {FaultCounters(**res.faults).brief()}"
-                    if any(res.faults.values())
-                    else ""
-                )
-            )
+            print(report.mode_line(label, res))
     except (KeyboardInterrupt, RunFailed, ProcessLost, PeerLost) as e:
         if results:  # the modes that finished keep their results
             extra["stopped_by"] = "interrupt" if isinstance(e, KeyboardInterrupt) else "fault"

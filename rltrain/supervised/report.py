@@ -20,6 +20,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from rltrain.charts import NO_MATPLOTLIB
 from rltrain.config import to_dict
+from rltrain.faults import FaultCounters
 from rltrain.records import STALENESS_BINS
 from rltrain.rundir import write_atomic, write_summary
 from rltrain.supervised.config import BenchConfig
@@ -68,6 +69,34 @@ class ModeResult:
     """Synthetic-gradient stages (model.synthetic): the means over every true gradient of
     every replica's synthetic stages (staleness in the stage's updates; cosine and relative
     L2 of the prediction against it) and their count; empty for other modes."""
+
+
+def mode_line(label: str, res: ModeResult) -> str:
+    """The line ``rltrain bench`` prints when a mode has been evaluated."""
+    reached = ", ".join(
+        f"{k} in {v:.1f}s" if v is not None else f"{k} not reached"
+        for k, v in res.seconds_to.items()
+    )
+    score = (
+        f"accuracy {res.final_accuracy:.4f}"
+        if res.final_distance is None
+        else f"distance to the optimum {res.final_distance:.2e}"
+    )
+    synthetic = (
+        f"; synthetic gradients: cosine {res.synthetic['cosine']:.3f}, relative "
+        f"L2 {res.synthetic['relative_l2']:.3f}, staleness {res.synthetic['staleness']:.2f}"
+        if res.synthetic
+        else ""
+    )
+    faults = FaultCounters(**res.faults)
+    return (
+        f"{label} {score}{f' ({reached})' if reached else ''}; "
+        f"{res.samples_per_s:,.0f} samples/s, {res.updates_applied:,} "
+        f"{'parameter pushes' if res.mode == 'average' else 'gradients'} "
+        f"applied in {res.steps:,} steps, {res.dropped} dropped, staleness "
+        f"{res.mean_staleness:.2f}{synthetic}"
+        + (f"; faults: {faults.brief()}" if any(res.faults.values()) else "")
+    )
 
 
 def summarize(cfg: BenchConfig, trace: ModeTrace, points: Sequence[Point]) -> ModeResult:

@@ -252,7 +252,7 @@ def evaluate(
     deterministic: bool | None = None,
     checkpoint: str | Path = "latest",
     video_view: VideoView | None = None,
-    video_format: Literal["mp4", "gif"] = "mp4",
+    video_format: Literal["mp4", "gif"] | None = None,
     max_steps: int = DEFAULT_MAX_STEPS,
 ) -> EvalResult:
     """Play a run's checkpoint as ``rltrain eval`` does; ``.mean``, ``.std``, ``.returns``,
@@ -270,7 +270,7 @@ def evaluate(
     video = choice_arg(video, "video", (True, False))
     deterministic = choice_arg(deterministic, "deterministic", (True, False, None))
     view = choice_arg(video_view, "video_view", ("game", "agent", None))
-    fmt = choice_arg(video_format, "video_format", ("mp4", "gif"))
+    fmt = choice_arg(video_format, "video_format", ("mp4", "gif", None))
     which = checkpoint_arg(checkpoint)
     run_dir = _run_dir(run_dir)
     cfg = _run_config(run_dir, "eval")

@@ -97,7 +97,7 @@ def build_parser() -> _Parser:
     ev.add_argument(
         "--video-format",
         choices=["mp4", "gif"],
-        default="mp4",
+        default=None,
         help="mp4 (default): H.264, a note and a GIF when imageio-ffmpeg is not installed; "
         "gif: an animated GIF",
     )

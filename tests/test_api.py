@@ -126,7 +126,7 @@ def cartpole_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ({"video": "yes"}, "video='yes': allowed are True or False"),
         ({"deterministic": 1}, "deterministic=1: allowed are True, False or None"),
         ({"video_view": "screen"}, 'video_view=\'screen\': allowed are "game", "agent" or None'),
-        ({"video_format": "avi"}, 'video_format=\'avi\': allowed are "mp4" or "gif"'),
+        ({"video_format": "avi"}, 'video_format=\'avi\': allowed are "mp4", "gif" or None'),
         ({"checkpoint": 3}, 'checkpoint=3: expected "latest", "best" or a checkpoint\'s path'),
     ],
 )

@@ -425,6 +425,21 @@ def test_a_failed_eval_leaves_the_last_video_as_it_was(tmp_path: Path, no_ffmpeg
     assert sorted(p.name for p in run.iterdir() if "eval" in p.name) == [video.name]
 
 
+def test_a_video_flag_without_video_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--video-view and --video-format say how to film: without --video they did nothing."""
+    run = write_run(tmp_path / "run", "cartpole_appo.yaml")
+    assert main(["eval", str(run), "--video-format", "gif"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "rltrain: error: --video-format gif: says how to film the first episode; add --video, "
+        "or leave it out"
+    )
+    with pytest.raises(EvalError, match=r'^video_view="agent": says how .* add video=True'):
+        rltrain.evaluate(run, video_view="agent")
+
+
 def test_an_atari_eval_that_never_ends_names_atari_keys() -> None:
     """env.kwargs.max_episode_steps is refused for Atari: the error names its frames' cap."""
     from rltrain.config import load_config

@@ -186,7 +186,7 @@ def evaluate(
     video_view: VideoView | None = None,
     deterministic: bool | None = None,
     checkpoint: str = "latest",
-    video_format: VideoFormat = "mp4",
+    video_format: VideoFormat | None = None,
     style: Style = "cli",
     progress: bool = True,
 ) -> EvalResult:
@@ -201,10 +201,19 @@ def evaluate(
     ``video_view`` None: the game's screen, or the agent's view when the env cannot draw its
     screen (e.g. CartPole without pygame; ``EvalResult.note`` says why); given, that view or a
     one-line error. ``checkpoint``: which one (:func:`checkpoint_params`). ``video_format``:
-    mp4 (H.264; a GIF, with a note, when imageio-ffmpeg is missing) or gif. ``style``: how
+    mp4 (None: H.264; a GIF, with a note, when imageio-ffmpeg is missing) or gif (either, or
+    a view, without ``video``: an :class:`EvalError`, not ignored). ``style``: how
     errors name the arguments (the API's checks them first: :data:`EPISODES`, :data:`SEED`).
     ``max_steps``: agent steps per env before episodes that have not ended are given up (an
     :class:`EvalError`). ``progress``: a line on stderr once it takes more than 2 s."""
+    how = [
+        named(k, v, style)
+        for k, v in (("video_view", video_view), ("video_format", video_format))
+        if v
+    ]
+    if how and not video:
+        add = "--video" if style == "cli" else "video=True"
+        raise EvalError(f"{how[0]}: says how to film the first episode; add {add}, or leave it out")
     episodes = cfg.eval.episodes if episodes is None else episodes
     seed = cfg.eval.seed if seed is None else seed
     deterministic = cfg.eval.deterministic if deterministic is None else deterministic
@@ -260,7 +269,7 @@ def evaluate(
                     view,
                     out,
                     max_steps,
-                    video_format,
+                    video_format or "mp4",
                     (lambda steps: watch(0, steps)) if progress else None,
                 )
             except EnvError as e:  # a screen that fails mid-episode

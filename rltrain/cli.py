@@ -149,7 +149,8 @@ def build_parser() -> _Parser:
     plot.add_argument(
         "--out",
         metavar="FILE",
-        help="PNG to write (default: RUN/returns.png for one run, ./returns.png for more)",
+        help="image to write, .png, .svg or .pdf (default: RUN/returns.png for one run, "
+        "./returns.png for more)",
     )
     plot.add_argument("--title", help="title above the two panels")
     plot.add_argument(

@@ -188,12 +188,26 @@ def draw(curves: Sequence[Curve], out: Path, title: str | None = None) -> Path |
         fig.suptitle(title)
     fig.tight_layout()
     try:
-        fig.savefig(out, format="png")
+        fig.savefig(out, format=out_format(out))
     except OSError as e:
         raise PlotError(f"cannot write {out}: {e.strerror or e}") from None
     finally:
         plt.close(fig)
     return out
+
+
+FORMATS = ("png", "svg", "pdf")
+"""What ``--out``'s suffix may ask for (matplotlib writes each without a further package)."""
+
+
+def out_format(out: Path) -> str:
+    """The image format ``out``'s suffix names (none: PNG); another is a :class:`PlotError`
+    (an .svg file held PNG bytes)."""
+    fmt = out.suffix.lower().removeprefix(".") or "png"
+    if fmt not in FORMATS:
+        allowed = ", ".join(f".{f}" for f in FORMATS)
+        raise PlotError(f"--out {out}: the suffix names the image format; use {allowed}")
+    return fmt
 
 
 def default_output(run_dirs: Sequence[Path]) -> Path:
@@ -215,6 +229,8 @@ def plot_runs(
     time-to-score table (:func:`marks_table`), with ``evals`` the evaluations'
     (:func:`evals_table`). ``window``: the episodes of every run's mean (None: each run's
     own, :func:`run_window`)."""
+    if out is not None:
+        out_format(out)  # (before any run is read)
     curves, early, evaluated = [], [], []
     for d in run_dirs:
         try:
@@ -233,7 +249,18 @@ def plot_runs(
     if window is not None:
         curves = [replace(c, window=window) for c in curves]
     tables = [marks_table(curves, marks)] if marks and curves else []
-    tables += [evals_table(evaluated)] if evals else []
+    if evals:  # beside runs evaluated, one never evaluated is left out of the table, said
+        shown = [c for c in evaluated if len(c.evals[0])]
+        left = [c.label for c in evaluated if not len(c.evals[0])]
+        if not shown:
+            evals_table(evaluated)  # its one-line error: none was evaluated
+        if left:
+            print(
+                f"rltrain: plot: --evals: no evaluations during training in {', '.join(left)} "
+                "(eval/mean_return; set eval.every_steps)",
+                file=sys.stderr,
+            )
+        tables.append(evals_table(shown))
     png = None
     if curves:  # (only evaluations: the table alone)
         png = draw(curves, out if out is not None else default_output(run_dirs), title)

@@ -55,6 +55,22 @@ def test_one_run_plots_into_its_directory(
     check_png(run / "returns.png")
 
 
+def test_out_writes_the_format_its_suffix_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An .svg file held PNG bytes; a suffix matplotlib would not write is one line, first."""
+    run = make_run(tmp_path / "pong", "pong_a3c.yaml", [(100, -21, 10), (250, -20, 20)])
+    assert main(["plot", str(run), "--out", str(tmp_path / "r.svg")]) == 0
+    assert b"<svg" in (tmp_path / "r.svg").read_bytes()[:1000]
+    assert main(["plot", str(run), "--out", str(tmp_path / "r.pdf")]) == 0
+    assert (tmp_path / "r.pdf").read_bytes().startswith(b"%PDF")
+    capsys.readouterr()
+    assert main(["plot", str(run), "--out", str(tmp_path / "r.jpeg")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("r.jpeg: the suffix names the image format; use .png, .svg, .pdf")
+    assert not (tmp_path / "r.jpeg").exists()
+
+
 def test_several_runs_default_to_the_working_folder(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -365,6 +381,23 @@ def test_evals_of_a_run_whose_episodes_have_not_ended_are_in_the_table(
     assert "left out" in err and "no episode has ended" in err
     assert not (run / "returns.png").exists()  # no curve to draw
     assert main(["plot", str(run)]) == 2  # without --evals: nothing to show, as before
+
+
+def test_evals_table_leaves_out_a_run_never_evaluated_beside_others(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its empty column kept every row's mean and spread out of the table."""
+    done = make_run(tmp_path / "done", "cartpole_appo.yaml", [(64, 12, 1)])
+    writer = SummaryWriter(str(done / "tb"))
+    writer.add_scalar(EVAL_TAG, 50.0, 64)
+    writer.close()
+    never = make_run(tmp_path / "never", "cartpole_appo.yaml", [(64, 12, 1)])
+    out_png = tmp_path / "both.png"
+    assert main(["plot", str(done), str(never), "--evals", "--out", str(out_png)]) == 0
+    out, err = capsys.readouterr()
+    assert "| frames | done |" in out and "never" not in out
+    assert "--evals: no evaluations during training in never" in err
+    check_png(out_png)
 
 
 def test_evals_table_without_evaluations_is_a_one_line_error(

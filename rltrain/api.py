@@ -336,6 +336,7 @@ class LoadedPolicy:
     def __call__(self, obs: Any, deterministic: bool = False) -> Any:
         """Sampled actions as in training (``deterministic``: the most likely one, or the
         Gaussian's mean; DQN runs are always greedy)."""
+        deterministic = choice_arg(deterministic, "deterministic", (True, False))  # ("no": True)
         x = np.asarray(self._flat(obs), dtype=np.float32 if self.flattened_from else None)
         if self.obs_shape == (1,) and x.ndim <= 1 and x.shape != (1,):  # a scalar Box's own
             x = x.reshape(-1, 1) if x.ndim else x.reshape(1)  # (make_one: a vector of one)

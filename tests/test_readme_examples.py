@@ -60,6 +60,8 @@ def test_from_python_trains_evaluates_and_acts(
         policy(np.zeros(3, np.float32))
     with pytest.raises(ValueError, match="observation holds NaN or inf"):
         policy(np.full(6, np.nan, np.float32))  # it acted on NaN logits, silently
+    with pytest.raises(ValueError, match="^deterministic='no': allowed are True or False$"):
+        policy(obs, deterministic="no")  # (a truthy string: it played the most likely)
 
 
 def test_from_python_bench(

@@ -304,6 +304,10 @@ def test_a_replay_memory_smaller_than_a_block_names_its_minimum(
         "rltrain: error: dqn.learning_starts=2000: more than the replay memory holds (500: "
         "replay.capacity 500 x replay.shards 1), so learning would never start"
     )
+    # a minibatch larger than the shard it is drawn from: every one repeats transitions
+    argv = train_argv("cartpole_gorila.yaml", tmp_path, "replay.capacity=40")
+    err = cli_error(capsys, [*argv, "--set", "dqn.learning_starts=40"])
+    assert err.startswith("rltrain: error: dqn.batch_size=64: more than a replay shard holds")
 
 
 def test_pong_appo_is_atari_appo_with_pongs_id_and_stop() -> None:

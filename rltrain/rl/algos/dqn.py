@@ -88,8 +88,8 @@ class DoubleDQNLoss:
 
 
 def check_replay(cfg: Any) -> None:
-    """A replay shard holds at least the block of transitions an actor sends at once, and the
-    memory at least the transitions the learners wait for."""
+    """A replay shard holds at least the block of transitions an actor sends at once and a
+    minibatch, and the memory at least the transitions the learners wait for."""
     replay, dqn = cfg.section("replay"), cfg.section("dqn")
     block = cfg.env.num_envs * cfg.algo.rollout_length
     if replay.capacity < block:
@@ -97,6 +97,12 @@ def check_replay(cfg: Any) -> None:
             f"replay.capacity={replay.capacity}: must be at least {block} (env.num_envs "
             f"{cfg.env.num_envs} x algo.rollout_length {cfg.algo.rollout_length}: the "
             "transitions of one block an actor sends to a shard)"
+        )
+    if dqn.batch_size > replay.capacity:  # a minibatch is drawn from one shard
+        raise ValueError(
+            f"dqn.batch_size={dqn.batch_size}: more than a replay shard holds (replay.capacity "
+            f"{replay.capacity}), so every minibatch would repeat transitions; lower it, or "
+            "raise replay.capacity"
         )
     held = replay.capacity * replay.shards
     if dqn.learning_starts > held:

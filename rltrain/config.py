@@ -21,7 +21,7 @@ from typing import Any, TypeVar, cast
 
 import yaml
 
-from rltrain.config_keys import closest, homes_hint, unknown_key
+from rltrain.config_keys import closest, homes_hint, moved_keys, unknown_key
 from rltrain.errors import ConfigError, UnknownKey, shown
 from rltrain.yaml_files import UniqueKeyLoader, read_layered
 from rltrain.yaml_files import read_yaml as read_yaml  # re-exported: one reader of YAML
@@ -38,10 +38,12 @@ def spec(
     lt: float | None = None,
     auto: bool = False,
     infinite: bool = False,
+    unique: bool = False,
 ) -> dict[str, Any]:
     """Metadata for ``field(metadata=spec(...))``: allowed choices (or a function returning a
     registry's names, read at each check) and numeric bounds. ``infinite``: a float that also
-    takes .inf/-.inf (within its bounds); without it only finite numbers (NaN never)."""
+    takes .inf/-.inf (within its bounds); without it only finite numbers (NaN never).
+    ``unique``: a list whose items may not repeat."""
     return {
         "choices": choices if callable(choices) or not choices else tuple(choices),
         "ge": ge,
@@ -50,6 +52,7 @@ def spec(
         "lt": lt,
         "auto": auto,  # an int that also takes "auto", read as 0
         "infinite": infinite,
+        "unique": unique,
     }
 
 
@@ -131,26 +134,6 @@ def _extra_sections(cls: type) -> tuple[str, dict[str, type]]:
     return (holder, cast(Any, cls).extra_sections()) if holder else ("", {})
 
 
-def moved_keys(cls: type | None, data: Any) -> Any:
-    """``data`` with the keys ``cls.MOVED`` names (old ``section.key`` -> new) in their new
-    places, so that configs and checkpoints of an older rltrain still load."""
-    moved = getattr(cls, "MOVED", None)
-    if not moved or not isinstance(data, Mapping):
-        return data
-    data = dict(data)
-    for old, new in moved.items():
-        osec, okey = old.split(".")
-        section = data.get(osec)
-        if isinstance(section, Mapping) and okey in section:
-            data[osec] = {k: v for k, v in section.items() if k != okey}
-            nsec, _, nkey = new.rpartition(".")  # no section: a top-level key
-            if not nsec:
-                data.setdefault(nkey, section[okey])  # the new key, if given too, wins
-            else:
-                data[nsec] = {**(data.get(nsec) or {}), nkey: section[okey]}
-    return data
-
-
 def field_default(f: dataclasses.Field) -> Any:
     """A field's default value (``default_factory`` called), or None when it has none."""
     if f.default is not dataclasses.MISSING:
@@ -185,7 +168,11 @@ def _convert(tp: Any, value: Any, key: str, meta: Mapping[str, Any], held: Any =
     if origin is tuple:
         if isinstance(value, str | bytes) or not isinstance(value, Sequence):
             raise ConfigError(f"{key}={shown(value)}: expected a list")
-        return tuple(_convert(args[0], v, f"{key}[{i}]", meta) for i, v in enumerate(value))
+        items = tuple(_convert(args[0], v, f"{key}[{i}]", meta) for i, v in enumerate(value))
+        twice = sorted({str(v) for v in items if items.count(v) > 1})
+        if meta.get("unique") and twice:  # one row, column or run per item
+            raise ConfigError(f"{key}: {', '.join(twice)} listed twice; list each once")
+        return items
     if meta.get("auto") and isinstance(value, str):
         if value == "auto":
             return 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -87,3 +88,23 @@ def _edits(a: str, b: str) -> int:
                 row[j] = min(row[j], rows[-2][j - 2] + 1)
         rows.append(row)
     return rows[-1][-1]
+
+
+def moved_keys(cls: type | None, data: Any) -> Any:
+    """``data`` with the keys ``cls.MOVED`` names (old ``section.key`` -> new) in their new
+    places, so that configs and checkpoints of an older rltrain still load."""
+    moved = getattr(cls, "MOVED", None)
+    if not moved or not isinstance(data, Mapping):
+        return data
+    data = dict(data)
+    for old, new in moved.items():
+        osec, okey = old.split(".")
+        section = data.get(osec)
+        if isinstance(section, Mapping) and okey in section:
+            data[osec] = {k: v for k, v in section.items() if k != okey}
+            nsec, _, nkey = new.rpartition(".")  # no section: a top-level key
+            if not nsec:
+                data.setdefault(nkey, section[okey])  # the new key, if given too, wins
+            else:
+                data[nsec] = {**(data.get(nsec) or {}), nkey: section[okey]}
+    return data

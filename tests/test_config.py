@@ -62,6 +62,7 @@ def test_int_is_accepted_for_float() -> None:
         ({"modes": ["sandblast"]}, ["(did you mean sandblaster?)"]),
         ({"modes": "sync"}, ["modes='sync'", "list"]),
         ({"eval": {"targets": [1.5]}}, ["eval.targets[0]=1.5", "<= 1"]),
+        ({"eval": {"targets": [0.9, 0.9]}}, ["eval.targets: 0.9 listed twice; list each once"]),
         ({"optimizer": 3}, ["optimizer", "mapping"]),
         ({"budget": {"max_seconds": 0, "epochs": 0}}, ["budget", "max_seconds"]),
         (

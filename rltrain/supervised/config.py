@@ -102,12 +102,14 @@ class EvalConfig:
 
     every_seconds: float = field(default=5.0, metadata=spec(gt=0))
     """Seconds between parameter snapshots (the resolution of time-to-accuracy)."""
-    targets: tuple[float, ...] = field(default=(0.85, 0.88), metadata=spec(gt=0, le=1))
+    targets: tuple[float, ...] = field(default=(0.85, 0.88), metadata=spec(gt=0, le=1, unique=True))
     """Test accuracies whose seconds and samples to reach are reported."""
     test_samples: int = field(default=0, metadata=spec(ge=0))
     """Evaluate on N test samples drawn at random under ``seed``, the same for every mode
     (0 = the whole test set; at most its size)."""
-    distance_targets: tuple[float, ...] = field(default=(0.1, 0.01), metadata=spec(gt=0, le=1))
+    distance_targets: tuple[float, ...] = field(
+        default=(0.1, 0.01), metadata=spec(gt=0, le=1, unique=True)
+    )
     """Toy problems, in place of targets: relative distances to the optimum,
     |w - w*| / |w0 - w*|, whose seconds, samples and updates to reach are reported."""
 

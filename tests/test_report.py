@@ -74,3 +74,14 @@ def test_the_rate_is_not_taken_over_the_ms_between_two_last_snapshots(tmp_path) 
     acc = EventAccumulator(str(tmp_path / "async"))
     acc.Reload()
     assert [e.value for e in acc.Scalars("perf/samples_per_s")] == [5000.0, 5000.0]
+
+
+def test_a_toy_run_climbing_away_from_the_optimum_diverged() -> None:
+    """60x its start and rising was not flagged (the threshold was 1e3x); a run that ended
+    near where it started, or came back from farther, did not diverge."""
+    from rltrain.supervised.report import is_diverged
+
+    assert is_diverged([1.0, 3.0, 12.0, 60.0])
+    assert is_diverged([1.0, 0.5, math.inf]) and is_diverged([1.0, 2e3, 1.5e3])
+    assert not is_diverged([1.0, 0.3, 0.01]) and not is_diverged([1.0, 5.0, 2.0])
+    assert not is_diverged([math.nan, math.nan])  # (not a toy problem)

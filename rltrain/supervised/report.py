@@ -34,6 +34,15 @@ DIVERGED = 1e3
 """A toy run whose final distance to the optimum is above this many times its start diverged."""
 
 
+def is_diverged(distances: Sequence[float]) -> bool:
+    """Whether a toy run diverged, from its distances to the optimum (relative to w0's): its
+    final one non-finite or above DIVERGED, or above 1 (farther than it started) and its
+    farthest yet (a run climbing away, its blow-up past the budget: 60x its start and
+    rising was not flagged)."""
+    d = [x for x in distances if not math.isnan(x)]
+    return bool(d) and (d[-1] > DIVERGED or 1 < d[-1] >= max(d))
+
+
 @dataclass(frozen=True)
 class ModeResult:
     """One row of results.csv / results.md."""
@@ -63,7 +72,7 @@ class ModeResult:
     bytes_pushed: int = 0  # update values the shards received, as they travelled
     bytes_pulled: int = 0  # parameter values the shards sent
     final_distance: float | None = None  # toy problems: |w - w*| / |w0 - w*| at the end
-    diverged: bool = False  # toy problems: the distance ended above DIVERGED (or non-finite)
+    diverged: bool = False  # toy problems: see is_diverged()
     faults: dict[str, int] = field(default_factory=dict)  # FaultCounters of the mode
     synthetic: dict[str, float | None] = field(default_factory=dict)
     """Synthetic-gradient stages (model.synthetic): the means over every true gradient of
@@ -136,7 +145,7 @@ def summarize(cfg: BenchConfig, trace: ModeTrace, points: Sequence[Point]) -> Mo
         bytes_pushed=last.bytes_pushed,
         bytes_pulled=last.bytes_pulled,
         final_distance=None if math.isnan(final_distance) else final_distance,
-        diverged=final_distance > DIVERGED,
+        diverged=is_diverged([p.distance for p in points]),
         faults=asdict(trace.faults),
         synthetic=synthetic_means([row for r in trace.reports for row in r.synthetic]),
     )

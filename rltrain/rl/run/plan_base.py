@@ -103,6 +103,7 @@ class RLPlan(abc.ABC):
         self.replay_bytes: int | None = None  # dqn: their size at the end, for summary.json
         self.left_starting = False  # stopped while processes were still starting: said once
         self.stop_seen: float | None = None  # when keep_going first saw the stop
+        self.stop_waits_said = False  # say_stop_waits has said what the stop waits for
 
     def keep_going(self) -> bool:
         """Run until stopped; then until the calls in flight have returned, but not those of
@@ -127,9 +128,9 @@ class RLPlan(abc.ABC):
         now = time.monotonic()
         if self.stop_seen is None:
             self.stop_seen = now
-        if now - self.stop_seen < STOP_WAIT_S or self.stop_seen < 0:
+        if now - self.stop_seen < STOP_WAIT_S or self.stop_waits_said:
             return
-        self.stop_seen = -1.0  # said
+        self.stop_waits_said = True
         waits = [f"{r.role} {r.index}" for r, _, _ in self.pool.calls.values() if r not in starting]
         if not waits:
             return

@@ -91,10 +91,17 @@ def test_curve_counts_frames_and_seconds(tmp_path: Path) -> None:
     back to a checkpoint at 150 steps: the episode logged at 200 was never counted."""
     points = [(100, -21, 30), (200, -20, 60)]
     pong = make_run(tmp_path / "pong", "pong_a3c.yaml", points)
+    first = set((pong / "tb").iterdir())
     resumed = SummaryWriter(str(pong / "tb"))
     for steps, ret, seconds in [(160, -19, 90), (160, -18, 90), (300, -15, 120)]:
         resumed.add_scalar(RETURN_TAG, ret, steps, walltime=time.time() + seconds)
     resumed.close()
+    # a resumed session's file is named a later second: TensorBoard reads them in name order,
+    # and two writers in one second are ordered by a counter (".9" after ".10": a flake)
+    (new,) = set((pong / "tb").iterdir()) - first
+    parts = new.name.split(".")
+    parts[3] = str(int(parts[3]) + 1)  # events.out.tfevents.<seconds>.<host>.<pid>.<n>
+    new.rename(new.with_name(".".join(parts)))
     curve = read_curve(pong)
     assert curve.label == "pong"
     assert curve.frames.tolist() == [400, 640, 640, 1200]

@@ -224,7 +224,24 @@ class ScalarObs(gymnasium.Env):
         return np.array(action - 0.5, np.float32), float(action), False, False, {}
 
 
+class TypedObs(gymnasium.Env):
+    """Observations of any dtype (kwarg ``dtype``), 0..100; reward 1 for action 1."""
+
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, dtype: str = "uint16") -> None:
+        self.observation_space = spaces.Box(0, 100, (2,), np.dtype(dtype))
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple:
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action: int) -> tuple:
+        return self.observation_space.sample(), float(action), False, False, {}
+
+
 gymnasium.register("rltrain_test/ScalarObs-v0", entry_point=ScalarObs, max_episode_steps=10)
+gymnasium.register("rltrain_test/TypedObs-v0", entry_point=TypedObs, max_episode_steps=10)
 ASYMMETRIC_ID = "rltrain_test/AsymmetricBox-v0"
 gymnasium.register(ASYMMETRIC_ID, entry_point=AsymmetricBox)
 gymnasium.register(CORRIDOR_ID, entry_point=Corridor, max_episode_steps=50)

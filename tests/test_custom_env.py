@@ -202,6 +202,31 @@ def test_a_scalar_box_is_a_vector_of_one_and_its_policy_takes_the_scalar(
     assert len(policy(np.array([0.5, -0.5, 0.5], np.float32))) == 3
 
 
+def test_wide_unsigned_observations_train_in_actor_processes(tmp_path: Path) -> None:
+    """uint16/32/64 observations: torch shares no such tensor between processes (appo's
+    actors failed with a traceback on the process runtime); they arrive as int32, int64 and
+    float64. rltrain.make_env's observation space is of the run's dtype (a bool or an
+    unsigned one raised: a Box of them cannot take -inf..inf)."""
+    import rltrain
+    from rltrain.cli import main
+    from rltrain.envs.single import dtype_range
+
+    for dtype, seen in (("uint16", "int32"), ("uint32", "int64"), ("uint64", "float64")):
+        cfg = EnvConfig(id="rltrain_test/TypedObs-v0", imports=("custom_envs",))
+        env = make_env(dataclasses.replace(cfg, kwargs={"dtype": dtype}), seed=0)
+        assert env.obs_dtype == np.dtype(seen), dtype
+        env.close()
+    run = tmp_path / "u16"
+    config = Path(__file__).resolve().parents[1] / "configs" / "cartpole_appo.yaml"
+    argv = ["train", str(config), "--run-dir", str(run), "--set", "imports=[custom_envs]"]
+    for kv in ("env.id=rltrain_test/TypedObs-v0", "runtime.backend=process", "actors=1"):
+        argv += ["--set", kv]
+    assert main([*argv, "--set", "stop.mean_return=null", "--set", "stop.max_env_steps=600"]) == 0
+    assert rltrain.make_env(run).observation_space.dtype == np.int32
+    assert dtype_range(np.dtype(bool)) == (False, True)
+    assert dtype_range(np.dtype(np.uint8)) == (0, 255)
+
+
 def test_a_float32_box_beside_a_discrete_flattens_without_warnings() -> None:
     """gymnasium flattens Dict(Box float32, Discrete) to float64 bounds; cast to float32 by
     Box, 0.1 warned of lost precision on every run and every eval."""

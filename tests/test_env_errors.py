@@ -205,3 +205,19 @@ def test_a_session_that_does_not_fail_removes_an_earlier_failure_log(tmp_path: P
     write_summary(tmp_path, {"stopped_by": "max_env_steps"})
     assert not (tmp_path / "failure.log").exists()
     write_summary(tmp_path, {"stopped_by": "max_env_steps"})  # none to remove: no error
+
+
+def test_a_reward_beyond_float32s_range_is_one_line() -> None:
+    """A reward of 1e76 is finite in float64 and inf in the learners' float32: every update
+    was refused as non-finite and the run's mean return printed with 77 digits."""
+    from rltrain.envs.checks import float32_rewards
+    from rltrain.faults import EnvFailed
+
+    assert float32_rewards("e", np.array([1.5, -2.0])).dtype == np.float32
+    assert float32_rewards("e", np.array([True, False])).tolist() == [1.0, 0.0]
+    with pytest.raises(
+        EnvFailed, match=r"^env 'e': step\(\) returned a reward of magnitude 1e\+76"
+    ):
+        float32_rewards("e", np.array([0.0, -1e76]))
+    with pytest.raises(EnvFailed, match="non-finite reward"):
+        float32_rewards("e", np.array([0.0, np.nan]))

@@ -176,6 +176,32 @@ def test_box_actions_reach_the_env_by_the_action_map(mapping: str, expected: lis
 
 
 @pytest.mark.parametrize("mapping", ["affine", "tanh", "clip"])
+def test_box_actions_stay_in_bounds_of_any_width_and_dtype(mapping: str) -> None:
+    """The width of bounds near float32's limits overflowed in float32 (NaN actions, or
+    every one pinned to high); float64 bounds rounded to float32 put actions outside them
+    (float32(-0.1) < -0.1). The env now gets its own dtype, within its own bounds."""
+    import gymnasium
+
+    from rltrain.envs.gym_vector import action_space_of
+    from rltrain.envs.single import gym_action_space
+
+    u = np.random.default_rng(0).normal(scale=0.5, size=(256, 2))
+    big = np.finfo(np.float32).max
+    for box in (
+        gymnasium.spaces.Box(-big, big, (2,), np.float32),
+        gymnasium.spaces.Box(-3e38, 3e38, (2,), np.float32),
+        gymnasium.spaces.Box(-0.1, 0.1, (2,), np.float64),
+        gymnasium.spaces.Box(np.array([0.1, -0.3]), np.array([0.7, 0.3]), (2,), np.float64),
+    ):
+        space = action_space_of("e", box, mapping)
+        a = space.to_env(u)
+        assert a.dtype == box.dtype and np.isfinite(a).all()
+        assert all(box.contains(row) for row in a), (box, mapping)
+        assert len(np.unique(a[:, 0])) > 100 or mapping == "clip"  # not pinned to an edge
+        assert gym_action_space(space) == box  # rltrain.make_env's, as the env's
+
+
+@pytest.mark.parametrize("mapping", ["affine", "tanh", "clip"])
 def test_from_env_gives_the_samples_that_reach_those_actions(mapping: str) -> None:
     """rltrain.make_env's loop steps with the env's own actions (load_policy's): the
     vector maps samples, so they go back to samples first (they were mapped twice)."""

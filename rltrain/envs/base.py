@@ -58,6 +58,9 @@ class ActionSpace:
     high: tuple[float, ...] = ()
     mapping: str = "clip"
     """A Box's ``env.action_map``: how a sample reaches the env (:meth:`to_env`)."""
+    dtype: str = "float32"
+    """A Box's dtype: the env's actions are of it (float64 bounds rounded to float32 put
+    actions outside them: float32(-0.1) < -0.1)."""
     start: int = 0
     """A Discrete's first action (gymnasium's ``Discrete(n, start)``): the policy picks
     0..n-1, the env takes start..start+n-1 (:meth:`to_env`, :meth:`from_env`)."""
@@ -87,14 +90,17 @@ class ActionSpace:
         The learner keeps u, whose log-probability is the policy's."""
         if not self.continuous:
             return np.asarray(u, np.int64) + self.start
-        u = np.asarray(u, np.float32)
-        low, high = np.asarray(self.low, np.float32), np.asarray(self.high, np.float32)
+        # in float64, the bounds as the env has them: in float32 the width of bounds near
+        # float32's limits overflowed (NaN and pinned actions), and float64 bounds rounded
+        u = np.asarray(u, np.float64)
+        low, high = np.asarray(self.low, np.float64), np.asarray(self.high, np.float64)
         if self.mapping != "clip":
             bounded = self.bounded()
-            lo, width = np.where(bounded, low, 0.0), np.where(bounded, high - low, 0.0)
+            lo = np.where(bounded, low, 0.0)
+            half = np.where(bounded, 0.5 * high - 0.5 * low, 0.0)  # (no overflow at 1e308)
             unit = np.clip(u, -1.0, 1.0) if self.mapping == "affine" else np.tanh(u)
-            u = np.where(bounded, lo + (unit + 1.0) * 0.5 * width, u)
-        return np.clip(u, low, high).astype(np.float32)
+            u = np.where(bounded, lo + (unit + 1.0) * half, u)
+        return np.clip(u, low, high).astype(self.dtype)
 
     def from_env(self, a: np.ndarray) -> np.ndarray:
         """The policy's actions whose :meth:`to_env` is the env's actions ``a``: indices

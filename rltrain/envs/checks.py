@@ -122,6 +122,24 @@ def check_finite(env_id: str, call: str, obs: np.ndarray, zeros: np.ndarray | No
 F32_MAX = float(np.finfo(np.float32).max)
 
 
+def float32_rewards(env_id: str, reward: np.ndarray) -> np.ndarray:
+    """``reward`` [B] as float32 (what the learners sum), or :class:`EnvFailed` if one is NaN
+    or inf, or beyond float32's range (a reward of 1e76 became inf there: every update was
+    refused as non-finite and the mean return printed as a 77-digit number)."""
+    with np.errstate(over="ignore"):
+        r32 = np.asarray(reward).astype(np.float32)
+    if np.isfinite(r32).all():
+        return r32
+    if not np.isfinite(np.asarray(reward, np.float64)).all():
+        raise non_finite(env_id, "step()", reward, "reward")
+    top = float(np.abs(np.asarray(reward, np.float64)).max())
+    raise EnvFailed(
+        f"env {env_id!r}: step() returned a reward of magnitude {top:.3g}, beyond float32's "
+        f"{F32_MAX:.3g}: the learners sum rewards in float32; scale them (a wrapper: "
+        "env.wrappers, e.g. gymnasium.wrappers:TransformReward)"
+    )
+
+
 def non_finite(env_id: str, call: str, values: np.ndarray, what: str = "observation") -> EnvFailed:
     """The error for a batch of ``what`` [B, ...] that holds a NaN or an inf. A reward's
     (:meth:`GymVectorEnv.step` checks them too): every update it reached would be refused as

@@ -18,7 +18,7 @@ from gymnasium.spaces import Box, Discrete
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from rltrain.envs.base import ActionSpace, EnvError, EpisodeTracker, StepBatch, VectorEnv
-from rltrain.envs.checks import check_finite, diagnose, non_finite
+from rltrain.envs.checks import check_finite, diagnose, float32_rewards
 from rltrain.envs.user import Wrapper, flattened_from, make_failed, make_one, stacked, transposed
 from rltrain.faults import EnvFailed
 
@@ -33,7 +33,7 @@ def action_space_of(env_id: str, space: gymnasium.Space, mapping: str = "clip") 
             tuple(space.low.astype(float).tolist()),
             tuple(space.high.astype(float).tolist()),
         )
-        return ActionSpace(int(space.shape[0]), True, low, high, mapping)
+        return ActionSpace(int(space.shape[0]), True, low, high, mapping, str(space.dtype))
     what = (
         f"Box{tuple(space.shape)} of {space.dtype}"
         if isinstance(space, Box)
@@ -177,14 +177,13 @@ class GymVectorEnv(VectorEnv):
             raise self._failed("step()", e) from e
         if self._floats:
             check_finite(self.env_id, "step()", obs, self._zeros)
-        if reward.dtype.kind == "f" and not np.isfinite(reward).all():  # [B]
-            raise non_finite(self.env_id, "step()", reward, "reward")
+        reward = float32_rewards(self.env_id, reward)  # [B]
         if len(final_obs):  # a time limit's last observations (they bootstrap the value)
             self._check_final(final_obs)
         returns, lengths, ended_in = self._episodes.update(reward, terminated | truncated)
         return StepBatch(
             obs=obs,
-            reward=reward.astype(np.float32),
+            reward=reward,
             terminated=terminated,
             truncated=truncated,
             final_obs=final_obs,

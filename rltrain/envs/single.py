@@ -30,9 +30,18 @@ def gym_action_space(space: ActionSpace) -> gymnasium.Space:
     """The Gymnasium space of an :class:`ActionSpace` (Discrete, or the Box it clips to)."""
     if not space.continuous:
         return gymnasium.spaces.Discrete(space.n, start=space.start)
-    low = np.array(space.low or [-np.inf] * space.n, dtype=np.float32)
-    high = np.array(space.high or [np.inf] * space.n, dtype=np.float32)
-    return gymnasium.spaces.Box(low, high, dtype=np.float32)
+    dtype = np.dtype(space.dtype)
+    low = np.array(space.low or [-np.inf] * space.n, dtype=dtype)
+    high = np.array(space.high or [np.inf] * space.n, dtype=dtype)
+    return gymnasium.spaces.Box(low, high, dtype=dtype)
+
+
+def dtype_range(dtype: np.dtype) -> tuple[Any, Any]:
+    """The bounds of a Box of ``dtype`` that holds anything: an integer's range (images:
+    uint8 0..255), False..True, or -inf..inf (a Box of ints or bools cannot take inf)."""
+    if dtype.kind in "iu":
+        return np.iinfo(dtype).min, np.iinfo(dtype).max
+    return (False, True) if dtype.kind == "b" else (-np.inf, np.inf)
 
 
 class SingleEnv(gymnasium.Env):
@@ -60,10 +69,7 @@ class SingleEnv(gymnasium.Env):
         self._vec: VectorEnv = make_env(cfg, seed=seed, num_envs=1, evaluation=True)
         self._seed = seed
         shape, dtype = self._vec.obs_shape, np.dtype(self._vec.obs_dtype)
-        if dtype == np.uint8:
-            self.observation_space = gymnasium.spaces.Box(0, 255, shape, np.uint8)
-        else:
-            self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, shape, dtype)
+        self.observation_space = gymnasium.spaces.Box(*dtype_range(dtype), shape, dtype)
         self.action_space = gym_action_space(self._vec.action_space)
         self.protocol = self._vec.protocol
 

@@ -32,7 +32,7 @@ from gymnasium.spaces import (
     flatten,
     flatten_space,
 )
-from gymnasium.wrappers import FrameStackObservation, ReshapeObservation
+from gymnasium.wrappers import DtypeObservation, FrameStackObservation, ReshapeObservation
 
 from rltrain.envs.base import EnvError
 from rltrain.envs.config import EnvConfig
@@ -307,9 +307,21 @@ def make_one(
         env = ChannelsFirst(env)
     elif gray_image(env.observation_space):  # one channel: the CNN and the stack take it
         env = ReshapeObservation(env, (1, *env.observation_space.shape))
+    wide = WIDE_UNSIGNED.get(getattr(env.observation_space, "dtype", None))
+    if wide is not None:  # (torch shares no uint16/32/64 tensor between processes)
+        env = DtypeObservation(env, wide)
     if frame_stack > 1 and stackable(env.observation_space):
         env = stack_frames(env, frame_stack)
     return env
+
+
+WIDE_UNSIGNED = {
+    np.dtype(np.uint16): np.dtype(np.int32),
+    np.dtype(np.uint32): np.dtype(np.int64),
+    np.dtype(np.uint64): np.dtype(np.float64),  # (the network takes float32 of each)
+}
+"""Unsigned observations wider than a byte, as what holds their values: torch has no
+process-shared storage of them (the process runtime's actors failed with a traceback)."""
 
 
 def _every_leaf(space: Space | None, leaves: tuple[type, ...]) -> bool:

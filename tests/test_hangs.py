@@ -303,8 +303,8 @@ def test_a_thread_is_said_once_and_the_policy_worker_never_timed() -> None:
     calls["t"], calls["serve"] = (thread, None, True), (policy, None, True)
     w.check(0.0)
     assert w.check(60.0) is None and w.check(120.0) is None
-    assert len(said) == 1 and said[0].endswith("a thread cannot be killed; the run waits for it")
-    assert not policy.killed and w.counters.hung == 0
+    assert len(said) == 1 and said[0].endswith("its stop does not wait for it")
+    assert not policy.killed and w.counters.hung == 1 and w.is_hung_thread(thread)
     w, calls, said = watch(None)  # null: never
     calls["t"] = (FakeProcess("actor", 0), None, True)
     w.answered.add(id(calls["t"][0]))

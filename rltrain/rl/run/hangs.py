@@ -218,6 +218,10 @@ class HangWatch:
         self.counters.hung += 1
         return f"shard {shard.index}"
 
+    def is_hung_thread(self, remote: Any) -> bool:
+        """Whether ``remote`` is a thread (the thread runtime) whose call was taken for hung."""
+        return id(remote) in self.said
+
     def _timed_start(self, remote: Any) -> bool:
         """Whether ``remote`` is in a start-up that is timed: its first call, in a process
         that is up, of a role whose start-up has been seen to end before (a restart)."""
@@ -232,7 +236,11 @@ class HangWatch:
         if not hasattr(remote, "signal"):  # a thread of the trainer's process
             if id(remote) not in self.said:
                 self.said.add(id(remote))
-                self.say(f"{why}: hung? a thread cannot be killed; the run waits for it")
+                self.counters.hung += 1
+                self.say(
+                    f"{why}: taken for hung; a thread cannot be killed: the run goes on "
+                    "without it, and its stop does not wait for it"
+                )
             return None
         event = FaultEvent(action="kill", target=remote.role, index=remote.index)
         try:

@@ -102,6 +102,7 @@ class RLPlan(abc.ABC):
         self.replay: Any = None  # dqn: the replay shards
         self.replay_bytes: int | None = None  # dqn: their size at the end, for summary.json
         self.left_starting = False  # stopped while processes were still starting: said once
+        self.left: set[int] = set()  # (ids of) those not waited for, out of the barrier
         self.stop_seen: float | None = None  # when keep_going first saw the stop
         self.stop_waits_said = False  # say_stop_waits has said what the stop waits for
 
@@ -111,16 +112,19 @@ class RLPlan(abc.ABC):
         nothing to return, and a stop (stop.max_seconds, a fault) must not wait for it."""
         if not self.host.stopped_by:
             return bool(self.pool)
-        starting = [r for r, _, _ in self.pool.calls.values() if not r.is_up()]
-        self.say_stop_waits(starting)
+        calls = [r for r, _, _ in self.pool.calls.values()]
+        starting = [r for r in calls if not r.is_up()]
+        hung = [r for r in calls if self.hangs.is_hung_thread(r)]  # (it cannot be killed)
+        self.say_stop_waits(starting + hung)
         if starting and not self.left_starting:  # nor may a barrier the others wait at
             self.left_starting = True
             note = self.runtime.placement_note(starting)
             self.ctx.say(f"the stop does not wait for processes not up ({note})")
-            for r in starting:
-                if self.pushes(r) and waits_at_barrier(self.cfg):
-                    self.guard.leave(r.index)
-        return len(starting) < len(self.pool.calls)
+        for r in starting + hung:  # once each
+            if self.pushes(r) and waits_at_barrier(self.cfg) and id(r) not in self.left:
+                self.left.add(id(r))
+                self.guard.leave(r.index)
+        return len(starting) + len(hung) < len(calls)
 
     def say_stop_waits(self, starting: list[Any]) -> None:
         """Once, STOP_WAIT_S into a stop: the calls it still waits for, and what ends a hung

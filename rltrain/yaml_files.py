@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,15 @@ class UniqueKeyLoader(yaml.SafeLoader):
                         raise yaml.constructor.ConstructorError(None, None, why, k.start_mark)
                     lines[key] = line
         super().flatten_mapping(node)
+
+
+# YAML 1.2's floats: PyYAML (YAML 1.1) reads 1e3 and 5e0 (no dot) as strings, which reached a
+# user's env through env.kwargs as "1e3"; the typed keys took them (config._NUMBER) already
+UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:

@@ -386,6 +386,10 @@ def test_env_kwargs_from_yaml_and_set(tmp_path: Path) -> None:
     assert cfg.imports == cfg.env.imports == ("custom_envs",)
     with pytest.raises(ConfigError, match="env.kwargs=3: expected a mapping"):
         load_config(TrainConfig, path, ["env.kwargs=3"])
+    # YAML 1.2's floats (PyYAML's 1.1 read 1e3 and 5e0 as strings, and the env got "5e0")
+    path.write_text("env:\n  id: x\n  kwargs: {g: 1e1, h: 2.5e-3}\nstop:\n  max_env_steps: 10\n")
+    cfg = load_config(TrainConfig, path, ["env.kwargs.k=5e0"])
+    assert cfg.env.kwargs == {"g": 10.0, "h": 0.0025, "k": 5.0}
 
 
 def test_a_run_on_flattened_observations_acts_on_the_envs_own(tmp_path: Path) -> None:

@@ -221,3 +221,14 @@ def test_a_reward_beyond_float32s_range_is_one_line() -> None:
         float32_rewards("e", np.array([0.0, -1e76]))
     with pytest.raises(EnvFailed, match="non-finite reward"):
         float32_rewards("e", np.array([0.0, np.nan]))
+
+
+def test_a_gymnasium_env_failing_in_its_own_step_is_not_told_what_to_return() -> None:
+    """Pendulum's step() dividing by a string g (env.kwargs) was told "step() must return
+    (obs, reward, ...)": that hint is for gymnasium taking what an env returned."""
+    env = make_env(EnvConfig(id="Pendulum-v1", num_envs=1, kwargs={"g": "abc"}), seed=0)
+    env.reset()
+    with pytest.raises(EnvFailed) as caught:
+        env.step(np.zeros((1, 1), np.float32))
+    assert "(at pendulum.py:" in str(caught.value) and "must return" not in str(caught.value)
+    env.close()

@@ -70,7 +70,10 @@ def returns_hint(call: str, e: BaseException) -> str:
     sequence"; unpacking four values, or a reset's observation alone: "not enough values" or
     "too many values to unpack"), not from the env."""
     frames = traceback.extract_tb(e.__traceback__)
-    gym = frames and frames[-1].filename.startswith(GYMNASIUM)
+    last = frames[-1].filename if frames else ""
+    # gymnasium's machinery, not one of its envs (Pendulum's own step() raising with a bad
+    # env.kwargs was blamed on what it returned)
+    gym = last.startswith(GYMNASIUM) and not last.startswith(f"{GYMNASIUM}envs{os.sep}")
     if call in RETURNS and gym and isinstance(e, ValueError | TypeError):
         return f"; {call} must return {RETURNS[call]}"
     return ""

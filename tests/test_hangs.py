@@ -380,3 +380,17 @@ def test_a_user_env_that_hangs_in_step_is_killed_and_the_run_stops_on_time(
     assert summary["stopped_by"] == "max_seconds"
     assert summary["faults"]["hung"] >= 1 and summary["faults"]["actor_restarts"] >= 1
     assert "stopping: waiting for the calls in flight of actor" in out + err
+
+
+def test_the_last_process_lost_after_the_watch_killed_it_is_said_hung() -> None:
+    """ "every actor died ...: the last one, actor 0's process died (signal 9)" hid that the
+    hang watch had killed it; a process back since then dies of its own causes."""
+    from rltrain.faults import RunFailed
+    from rltrain.runtime.context import RunContext
+
+    actor = FakeProcess("actor", 0)
+    ctx = RunContext(runtime=None, faults=FaultCounters(), say=print)  # type: ignore[arg-type]
+    ctx.add("actor", [actor])
+    ctx.hung.add(id(actor))
+    with pytest.raises(RunFailed, match="the last one, actor 0, killed as hung"):
+        ctx.forget(actor, RuntimeError("actor 0's process died (signal 9)"))

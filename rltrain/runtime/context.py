@@ -33,6 +33,8 @@ class RunContext:
     guard: Guard | None = None
     procs: dict[str, list[RemoteProcess]] = field(default_factory=dict)
     """The live processes by role ("actor", "learner", "worker", "shard", "replay")."""
+    hung: set[int] = field(default_factory=set)
+    """id() of the processes the hang watch killed (their loss is not a crash of theirs)."""
 
     def shard_guard(self) -> Guard:
         """The server's guard, which every session sets as it starts the server."""
@@ -53,6 +55,8 @@ class RunContext:
     def respond(self, done: Done, rule: PusherRule, on_worker_loss: str) -> Verdict:
         """Count and report a lost or revived process (``rule``: the update rule it pushes
         under; ASYNC for one that does not push): "work", "wait" or "gone" for good."""
+        if done.revived:  # back: a later loss of it is its own
+            self.hung.discard(id(done.remote))
         return self.runtime.respond(
             done, rule, on_worker_loss, self.server, self.guard, self.faults, self.say
         )
@@ -64,6 +68,9 @@ class RunContext:
         self.procs[remote.role] = left
         if not left:
             why = f": the last one, {error}" if error is not None and str(error) else ""
+            if id(remote) in self.hung:  # (its error says only that it died of a SIGKILL)
+                why = f": the last one, {remote.role} {remote.index}, killed as hung"
+                why += " (faults.hang_timeout_s)"
             raise RunFailed(f"every {remote.role} died and none will restart{why}")
 
     def inject(self, action: FaultAction) -> None:

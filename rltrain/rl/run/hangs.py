@@ -64,6 +64,7 @@ class HangWatch:
         restarting: Callable[[], list[Any]] = list,
         shards: Callable[[], list[Any]] = list,
         answered: set[int] | None = None,
+        hung: set[int] | None = None,
     ) -> None:
         self.calls, self.limit_s, self.say, self.counters = calls, limit_s, say, counters
         self.restarting = restarting  # the pool's processes being restarted
@@ -76,6 +77,7 @@ class HangWatch:
         # id() of remotes whose process has ended a call: the pool's (it sees every call end,
         # the watch only those that outlast a look), kept up to date by both
         self.answered: set[int] = set() if answered is None else answered
+        self.hung: set[int] = set() if hung is None else hung  # id() of those killed (ctx's)
         self.killed: set[Any] = set()  # futures whose process the watch killed
         self.said: set[int] = set()  # threads said to hang (once each)
         self.beats: Beats | None = None  # see :meth:`beating`
@@ -250,6 +252,7 @@ class HangWatch:
         self.say(f"{why}: taken for hung and killed ({done}); it restarts as after a crash")
         self.counters.hung += 1
         self.killed.add(ref)
+        self.hung.add(id(remote))
         self.answered.discard(id(remote))  # its next process's first call is its start-up
         return name
 

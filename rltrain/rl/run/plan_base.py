@@ -98,6 +98,7 @@ class RLPlan(abc.ABC):
             restarting,
             shards,
             self.pool.answered,
+            self.ctx.hung,
         )
         self.replay: Any = None  # dqn: the replay shards
         self.replay_bytes: int | None = None  # dqn: their size at the end, for summary.json

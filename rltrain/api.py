@@ -326,8 +326,11 @@ class LoadedPolicy:
             return np.moveaxis(x, -1, -3) if x.shape[-3:] == (h, w, c) else x
         if space is None:
             return obs
-        if space.contains(obs):
-            return gymnasium.spaces.flatten(space, obs)
+        if space.contains(obs) or isinstance(obs, dict):  # (a float64 part: not "contained")
+            try:
+                return gymnasium.spaces.flatten(space, obs)
+            except (KeyError, TypeError, ValueError, IndexError) as e:
+                raise ValueError(f"observation does not fit the env's {space}: {e!r}") from None
         if isinstance(obs, list | tuple) and obs and all(space.contains(o) for o in obs):
             # a flattenable space (FlatObservation's) flattens to an array
             return np.stack([cast(np.ndarray, gymnasium.spaces.flatten(space, o)) for o in obs])

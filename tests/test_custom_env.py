@@ -412,6 +412,24 @@ def test_a_run_on_flattened_observations_acts_on_the_envs_own(tmp_path: Path) ->
         policy(np.zeros(5))
 
 
+def test_a_dict_observation_of_another_float_dtype_is_taken(tmp_path: Path) -> None:
+    """load_policy took a Dict observation only of the space's exact dtypes: a float64 part
+    fell through as "already flattened", a TypeError about a dict."""
+    import rltrain
+    from rltrain.cli import main
+
+    run = tmp_path / "dict"
+    config = Path(__file__).resolve().parents[1] / "configs" / "cartpole_appo.yaml"
+    argv = ["train", str(config), "--run-dir", str(run), "--set", "imports=[custom_envs]"]
+    for kv in ("env.id=rltrain_test/DictObs-v0", "runtime.backend=local"):
+        argv += ["--set", kv]
+    assert main([*argv, "--set", "stop.mean_return=null", "--set", "stop.max_env_steps=300"]) == 0
+    policy = rltrain.load_policy(run)
+    assert policy({"pos": np.zeros(5, np.float64)}) in range(2)
+    with pytest.raises(ValueError, match="^observation does not fit the env's Dict"):
+        policy({"place": np.zeros(5)})
+
+
 def test_mujocos_warnings_are_said_once_and_leave_no_log_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -441,6 +441,7 @@ def test_a_stop_does_not_wait_for_processes_that_never_came_up() -> None:
     ctx = SimpleNamespace(
         server=None, say=notes.append, guard=guard, shard_guard=lambda: guard, faults=None
     )
+    ctx.hung = set()  # (RunContext's: the processes the hang watch killed)
     host = SimpleNamespace(ctx=ctx)
     host.cfg, host.stopped_by = cfg, ""
     plan = WorkerPlan(host, process)  # type: ignore[arg-type]
@@ -480,7 +481,7 @@ def test_a_stop_ends_the_policy_workers_serving_while_actors_are_still_starting(
     from rltrain.rl.run.plans import ActorLearnerPlan
 
     cfg = load_config(TrainConfig, str(CFG / "cartpole_appo.yaml"), [])
-    ctx = SimpleNamespace(server=None, say=print, faults=None)
+    ctx = SimpleNamespace(server=None, say=print, faults=None, hung=set())
     host = SimpleNamespace(ctx=ctx, cfg=cfg, stopped_by="")
     plan = ActorLearnerPlan(host, process)  # type: ignore[arg-type]
     stopped: list[bool] = []

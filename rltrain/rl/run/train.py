@@ -277,8 +277,6 @@ class Trainer:
         if waiting:
             self.progress.note(self.ctx.runtime.placement_note(waiting))
 
-    # --- faults -----------------------------------------------------------------------------
-
     def on_fault(self, d: Any, pushes: bool) -> bool:
         """Count and report a lost or revived process; True when it should get work now.
 
@@ -327,7 +325,7 @@ class Trainer:
         if rec.stopped_by:
             rec.stop(rec.stopped_by, c, self.cfg.episode_window)
 
-    def _elapsed(self) -> float:
+    def _elapsed(self) -> float:  # (this session's seconds)
         return time.time() - self.session_start
 
     def schedule_at(self) -> float:
@@ -392,6 +390,8 @@ class Trainer:
             "faults": dataclasses.asdict(self.faults),
             "config": to_dict(self.cfg),
         }
+        if not state["shards"]:  # its process not up yet (a Ctrl-C in a --resume's start)
+            raise RunFailed("the learner process that holds the shards is not up yet")
         version = int(state["shards"][0]["version"])
         path = save_checkpoint(self.run_dir, version, state, self.cfg.checkpoint.keep)
         if guard is not None:

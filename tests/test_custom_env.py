@@ -18,6 +18,17 @@ def corridor(**kw: object) -> EnvConfig:
     return EnvConfig(id=CORRIDOR, num_envs=2, imports=("custom_envs",), **kw)  # type: ignore[arg-type]
 
 
+def train_short(run: Path, *sets: str, steps: int = 600) -> None:
+    """A short cartpole_appo.yaml run of a custom_envs env (``sets``: its --set items)."""
+    from rltrain.cli import main
+
+    config = Path(__file__).resolve().parents[1] / "configs" / "cartpole_appo.yaml"
+    argv = ["train", str(config), "--run-dir", str(run), "--set", "imports=[custom_envs]"]
+    for kv in (*sets, "stop.mean_return=null", f"stop.max_env_steps={steps}"):
+        argv += ["--set", kv]
+    assert main(argv) == 0
+
+
 def test_imports_register_the_env_and_kwargs_reach_make() -> None:
     env = make_env(corridor(kwargs={"length": 7}), seed=0)
     assert env.obs_shape == (7,) and env.num_actions == 2
@@ -185,18 +196,13 @@ def test_a_scalar_box_is_a_vector_of_one_and_its_policy_takes_the_scalar(
     """Box(-1, 1, ()): the torso's flatten(1) raised IndexError in the learner. The run sees
     [1] vectors; rltrain.load_policy takes the env's own scalar, or a batch of them."""
     import rltrain
-    from rltrain.cli import main
 
     cfg = EnvConfig(id="rltrain_test/ScalarObs-v0", num_envs=2, imports=("custom_envs",))
     env = make_env(cfg, seed=0)
     assert env.obs_shape == (1,) and env.reset().shape == (2, 1)
     env.close()
     run = tmp_path / "scalar"
-    config = Path(__file__).resolve().parents[1] / "configs" / "cartpole_appo.yaml"
-    argv = ["train", str(config), "--run-dir", str(run), "--set", "imports=[custom_envs]"]
-    for kv in ("env.id=rltrain_test/ScalarObs-v0", "runtime.backend=local"):
-        argv += ["--set", kv]
-    assert main([*argv, "--set", "stop.mean_return=null", "--set", "stop.max_env_steps=600"]) == 0
+    train_short(run, "env.id=rltrain_test/ScalarObs-v0", "runtime.backend=local")
     policy = rltrain.load_policy(run)
     assert policy(np.float32(0.5)) in range(2) and policy(np.array([0.5])) in range(2)
     assert len(policy(np.array([0.5, -0.5, 0.5], np.float32))) == 3
@@ -208,7 +214,6 @@ def test_wide_unsigned_observations_train_in_actor_processes(tmp_path: Path) -> 
     float64. rltrain.make_env's observation space is of the run's dtype (a bool or an
     unsigned one raised: a Box of them cannot take -inf..inf)."""
     import rltrain
-    from rltrain.cli import main
     from rltrain.envs.single import dtype_range
 
     for dtype, seen in (("uint16", "int32"), ("uint32", "int64"), ("uint64", "float64")):
@@ -217,11 +222,7 @@ def test_wide_unsigned_observations_train_in_actor_processes(tmp_path: Path) -> 
         assert env.obs_dtype == np.dtype(seen), dtype
         env.close()
     run = tmp_path / "u16"
-    config = Path(__file__).resolve().parents[1] / "configs" / "cartpole_appo.yaml"
-    argv = ["train", str(config), "--run-dir", str(run), "--set", "imports=[custom_envs]"]
-    for kv in ("env.id=rltrain_test/TypedObs-v0", "runtime.backend=process", "actors=1"):
-        argv += ["--set", kv]
-    assert main([*argv, "--set", "stop.mean_return=null", "--set", "stop.max_env_steps=600"]) == 0
+    train_short(run, "env.id=rltrain_test/TypedObs-v0", "runtime.backend=process", "actors=1")
     assert rltrain.make_env(run).observation_space.dtype == np.int32
     assert dtype_range(np.dtype(bool)) == (False, True)
     assert dtype_range(np.dtype(np.uint8)) == (0, 255)
@@ -416,14 +417,9 @@ def test_a_dict_observation_of_another_float_dtype_is_taken(tmp_path: Path) -> N
     """load_policy took a Dict observation only of the space's exact dtypes: a float64 part
     fell through as "already flattened", a TypeError about a dict."""
     import rltrain
-    from rltrain.cli import main
 
     run = tmp_path / "dict"
-    config = Path(__file__).resolve().parents[1] / "configs" / "cartpole_appo.yaml"
-    argv = ["train", str(config), "--run-dir", str(run), "--set", "imports=[custom_envs]"]
-    for kv in ("env.id=rltrain_test/DictObs-v0", "runtime.backend=local"):
-        argv += ["--set", kv]
-    assert main([*argv, "--set", "stop.mean_return=null", "--set", "stop.max_env_steps=300"]) == 0
+    train_short(run, "env.id=rltrain_test/DictObs-v0", "runtime.backend=local", steps=300)
     policy = rltrain.load_policy(run)
     assert policy({"pos": np.zeros(5, np.float64)}) in range(2)
     with pytest.raises(ValueError, match="^observation does not fit the env's Dict"):

@@ -35,7 +35,7 @@ import torch
 
 from rltrain import signals
 from rltrain.api_args import arg_typo, checkpoint_arg, choice_arg, path_arg, whole_arg
-from rltrain.config import ConfigError, from_dict, merge, nested, read_config, to_dict
+from rltrain.config import ConfigError, from_dict, merge, nested, plain_copy, read_config, to_dict
 from rltrain.envs import ActionSpace
 from rltrain.envs.gym_vector import to_env_actions
 from rltrain.faults import TrainFailed
@@ -66,6 +66,7 @@ class Config(Generic[T]):
                 f"Config: expected a mapping of config keys, got {type(self.data).__name__} "
                 "(Config.from_yaml(path) reads a YAML file)"
             )
+        object.__setattr__(self, "data", plain_copy(self.data))  # the caller's dict may change
         object.__setattr__(self, "value", from_dict(KINDS[self.kind], dict(self.data)))
 
     @classmethod

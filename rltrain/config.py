@@ -294,6 +294,8 @@ def nested(flat: Mapping[str, Any], what: str = "", cls: type | None = None) -> 
     with its keys (``model=cnn`` and ``model.stages=2``)."""
     out: dict[str, Any] = {}
     for key, value in flat.items():
+        if not isinstance(key, str):
+            raise ConfigError(f"{what}{key!r}: config keys are strings, e.g. 'optimizer.lr'")
         node = out
         parts = key.split(".")
         for i, part in enumerate(parts[:-1]):
@@ -309,9 +311,19 @@ def nested(flat: Mapping[str, Any], what: str = "", cls: type | None = None) -> 
             and named_section(cls, parts)
         ):
             node[last]["name"] = value
-        else:
-            node[last] = value
+        elif isinstance(node.get(last), dict) and isinstance(value, Mapping):
+            # a.b=1 then a={c: 2}: both hold (the later wins a key set twice), as in a file
+            node[last] = merge(node[last], plain_copy(value), cls, tuple(parts))
+        else:  # a copy: later dotted keys fill it in, never the caller's own mapping
+            node[last] = plain_copy(value)
     return out
+
+
+def plain_copy(value: Any) -> Any:
+    """A copy of a value's mappings (as dicts) and lists, its leaves shared."""
+    if isinstance(value, Mapping):
+        return {k: plain_copy(v) for k, v in value.items()}
+    return [plain_copy(v) for v in value] if isinstance(value, list) else value
 
 
 def merge(

@@ -36,6 +36,22 @@ def test_config_from_yaml_with_overrides_validates_as_the_cli() -> None:
     with pytest.raises(AttributeError, match="envs"):
         cfg.envs  # noqa: B018 - the typo is named
     assert copy.deepcopy(cfg) == cfg and pickle.loads(pickle.dumps(cfg)).env.id == "Acrobot-v1"
+    with pytest.raises(ConfigError, match="1: config keys are strings"):
+        base.with_overrides({1: 2})
+
+
+def test_a_config_holds_its_own_copy_of_the_keys_given() -> None:
+    """Config(d) copies d, and with_overrides leaves the mapping it was given as it was;
+    a dotted key and its section as a mapping both hold (the later wins a key set twice)."""
+    data = {"env": {"id": "CartPole-v1"}, "stop": {"max_env_steps": 1000}}
+    cfg = rltrain.Config(data)
+    data["stop"]["max_env_steps"] = 5
+    assert cfg.data["stop"]["max_env_steps"] == 1000 == cfg.value.stop.max_env_steps
+    over = {"stop": {"max_seconds": 5}}
+    again = cfg.with_overrides({"stop.max_env_steps": 3000, **over, "stop.window": 4})
+    assert over == {"stop": {"max_seconds": 5}}
+    stop = again.value.stop
+    assert (stop.max_env_steps, stop.max_seconds, stop.window) == (3000, 5.0, 4)
 
 
 @pytest.mark.slow

@@ -116,6 +116,22 @@ def test_parse_overrides() -> None:
         parse_overrides(["novalue"])
 
 
+def test_a_dotted_key_and_its_section_as_a_mapping_both_hold() -> None:
+    """--set stop.max_env_steps=2000 --set "stop={max_seconds: 8}" keeps the 2000 (as one
+    file with both keys would), in either order; a key set twice: the later wins."""
+    for order in (
+        ["stop.max_env_steps=2000", "stop={max_seconds: 8}"],
+        ["stop={max_seconds: 8}", "stop.max_env_steps=2000"],
+    ):
+        assert parse_overrides(order, TrainConfig) == {
+            "stop": {"max_env_steps": 2000, "max_seconds": 8}
+        }
+    over = parse_overrides(["stop.max_seconds=1", "stop={max_seconds: 8}"], TrainConfig)
+    assert over == {"stop": {"max_seconds": 8}}
+    over = parse_overrides(["model.stages=2", "model={name: cnn}"], BenchConfig)
+    assert over == {"model": {"stages": 2, "name": "cnn"}}
+
+
 def test_resolved_config_round_trips_through_yaml() -> None:
     cfg = from_dict(BenchConfig, {"modes": ["soft_sync"], "server": {"k": 1}})
     again = from_dict(BenchConfig, yaml.safe_load(dump_yaml(cfg)))

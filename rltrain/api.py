@@ -374,7 +374,7 @@ def load_policy(run_dir: str | Path, checkpoint: str | Path = "latest") -> Loade
     run_dir = _run_dir(run_dir)
     cfg = _run_config(run_dir, "eval")
     spec = probe_env(cfg)
-    path, _, values, norm = checkpoint_params(run_dir, which, "api")
+    path, _, values, norm = checkpoint_params(run_dir, which, "api", cfg)
     policy = build(cfg, run_dir, (path, values, norm), spec.obs_shape, spec.actions)
     return LoadedPolicy(
         policy, spec.obs_shape, spec.actions, spec.flattened_from, spec.transposed, spec.stacked

@@ -18,7 +18,7 @@ from rltrain.cli import main
 from rltrain.config import load_config
 from rltrain.faults import RunFailed
 from rltrain.rl.config import TrainConfig
-from rltrain.rl.evaluate import checkpoint_params, play_episodes
+from rltrain.rl.evaluate import checkpoint_params, load_policy, play_episodes
 from rltrain.rl.run import periodic
 from rltrain.rl.run.periodic import (
     EVALS_FILE,
@@ -105,6 +105,42 @@ def test_eval_checkpoint_choice_errors_are_one_line(tmp_path: Path, run: Path) -
     with pytest.raises(CheckpointError, match="written by runs with eval.every_steps > 0"):
         checkpoint_params(tmp_path, "best")
     assert main(["eval", str(run), "--checkpoint", str(tmp_path / "missing.pt")]) != 0
+
+
+def test_another_runs_checkpoint_trained_otherwise_is_refused(
+    tmp_path: Path, run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`rltrain eval OTHER --checkpoint RUN/checkpoints/ckpt-*.pt` would play it with OTHER's
+    config: refused where that config sees or builds the network otherwise (the env's
+    kwargs, normalisation), played where it is the same."""
+    import shutil
+
+    ckpt = str(sorted((run / "checkpoints").glob("ckpt-*.pt"))[-1])
+    for i, (old, new, key) in enumerate(
+        [
+            ("  kwargs: {}", "  kwargs: {sutton_barto_reward: true}", "env.kwargs"),
+            ("  obs: always", "  obs: never", "normalize.obs"),
+        ]
+    ):
+        other = tmp_path / f"other{i}"
+        shutil.copytree(run, other)
+        text = (run / "config.yaml").read_text()
+        assert old in text
+        (other / "config.yaml").write_text(text.replace(old, new))
+        assert main(["eval", str(other), "--checkpoint", ckpt, "--episodes", "1"]) == 2
+        err = capsys.readouterr().err
+        assert key in err and f"rltrain eval {run} --checkpoint {ckpt}" in err, err
+        with pytest.raises(CheckpointError, match="plays with its own run's config"):
+            rltrain.load_policy(other, ckpt)
+    same = tmp_path / "same"
+    shutil.copytree(run, same)
+    assert main(["eval", str(same), "--checkpoint", ckpt, "--episodes", "1"]) == 0
+    # a checkpoint without its config (an older rltrain's): its statistics still tell
+    cfg = load_config(TrainConfig, run / "config.yaml", ["normalize.obs=never"])
+    path, _, values, norm = checkpoint_params(run, ckpt)
+    assert norm is not None
+    with pytest.raises(CheckpointError, match="trained on normalised observations"):
+        load_policy(cfg, run, (path, values, norm), (4,), 2)
 
 
 def test_evaluator_plays_the_parameters_it_is_sent(run: Path) -> None:

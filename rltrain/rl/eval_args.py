@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
+from rltrain.checkpoint import CheckpointError
+from rltrain.config import to_dict
+from rltrain.config_keys import moved_keys
 from rltrain.envs.atari import is_atari
-from rltrain.errors import RLTrainError
+from rltrain.errors import RLTrainError, shown
 from rltrain.rl.config import TrainConfig
 
 Style = Literal["cli", "api"]
@@ -63,3 +67,45 @@ def unended(cfg: TrainConfig, ended: int, episodes: int, max_steps: int, style: 
         fix = "an env without a time limit? give it one: env.kwargs.max_episode_steps; "
         fix += f"or allow more: {more}"
     return f"{ended} of {episodes} episodes ended in {max_steps:,} steps ({fix})"
+
+
+PLAYED_KEYS = (
+    *("env.id", "env.kwargs", "env.wrappers", "env.full_action_space", "normalize.obs"),
+    *("model.kind", "model.hidden"),
+)
+"""Keys that make a network what it is and what it sees: a checkpoint trained with others
+(another run's, through ``--checkpoint PATH``) would be played wrongly. (Keys that change
+the network's size are caught as its parameters load as well.)"""
+ATARI_PLAYED_KEYS = ("env.frame_skip",)
+
+
+def check_played_as(
+    path: Path, saved: Any, cfg: TrainConfig, run_dir: Path, style: Style = "cli"
+) -> None:
+    """A CheckpointError when the checkpoint's config (``saved``) has another value than
+    ``cfg`` for a key of :data:`PLAYED_KEYS` (``auto`` on either side is not compared)."""
+    if not isinstance(saved, dict):  # (older checkpoints: the model's size is still checked)
+        return
+    old, new = moved_keys(TrainConfig, saved), to_dict(cfg)
+    for key in PLAYED_KEYS + (ATARI_PLAYED_KEYS if is_atari(cfg.env.id) else ()):
+        was, now = _at(old, key), _at(new, key)
+        if was is _NONE or was == now or "auto" in (was, now):
+            continue
+        home = path.parent.parent
+        own = home if (home / "config.yaml").is_file() and home != run_dir else "its run"
+        again = f"rltrain eval {own} --checkpoint {path}" if style == "cli" else f"run_dir {own}"
+        raise CheckpointError(
+            f"{path} was trained with {key}={shown(was)}, not the {shown(now)} of {run_dir}: "
+            f"a checkpoint plays with its own run's config ({again})"
+        )
+
+
+_NONE = object()
+
+
+def _at(data: dict[str, Any], dotted_key: str) -> Any:
+    for part in dotted_key.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return _NONE
+        data = data[part]
+    return [*data] if isinstance(data, tuple) else data

@@ -48,7 +48,14 @@ from rltrain.rl.actor import policy_builder
 from rltrain.rl.algos.distributions import CATEGORICAL, Distribution, distribution
 from rltrain.rl.algos.models import ActorCritic, build_qnet, load_flat
 from rltrain.rl.config import TrainConfig
-from rltrain.rl.eval_args import DEFAULT_MAX_STEPS, EvalError, Style, named, unended
+from rltrain.rl.eval_args import (
+    DEFAULT_MAX_STEPS,
+    EvalError,
+    Style,
+    check_played_as,
+    named,
+    unended,
+)
 from rltrain.rl.filming import VideoView, draft_of, publish, record_episode
 from rltrain.video import VideoFormat
 
@@ -81,14 +88,17 @@ class EvalResult:
 
 
 def checkpoint_params(
-    run_dir: Path, which: str = "latest", style: Style = "cli"
+    run_dir: Path, which: str = "latest", style: Style = "cli", cfg: TrainConfig | None = None
 ) -> tuple[Path, int, torch.Tensor, NormStats | None]:
     """A checkpoint's parameters, joined from its shards, and the normalisation statistics
     they were trained with (shard 0 holds them; None when the run had none). ``which``:
     ``latest`` (the newest ``ckpt-*.pt``), ``best`` (``best.pt``, kept by ``eval.every_steps``)
-    or the path of a checkpoint file."""
+    or the path of a checkpoint file; one trained otherwise than ``cfg`` plays is refused."""
     path = pick_checkpoint(run_dir, which, style)
-    version, values, stats = state_params(load_checkpoint(path))
+    state = load_checkpoint(path)
+    if cfg is not None:
+        check_played_as(path, state.get("config"), cfg, run_dir, style)
+    version, values, stats = state_params(state)
     return path, version, values, stats
 
 
@@ -172,6 +182,12 @@ def load_policy(
         raise CheckpointError(f"{path} does not fit the model of {run_dir}/config.yaml")
     load_flat(model, values)
     if not dqn:
+        if norm is not None and cast(ActorCritic, model).obs_norm is None:
+            raise CheckpointError(
+                f"{path} was trained on normalised observations, which the config of "
+                f"{run_dir} does not normalise (normalize.obs): a checkpoint plays with its "
+                "own run's config"
+            )
         cast(ActorCritic, model).set_norm(norm)  # the statistics the policy was trained with
     return Policy(model, greedy=dqn, dist=distribution(actions))
 
@@ -217,7 +233,7 @@ def evaluate(
     episodes = cfg.eval.episodes if episodes is None else episodes
     seed = cfg.eval.seed if seed is None else seed
     deterministic = cfg.eval.deterministic if deterministic is None else deterministic
-    path, version, values, norm = checkpoint_params(run_dir, checkpoint, style)
+    path, version, values, norm = checkpoint_params(run_dir, checkpoint, style, cfg)
     check_registered(cfg, run_dir, style)
     n_vec = episodes - 1 if video else episodes
     envs = min(n_vec, 8)

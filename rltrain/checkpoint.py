@@ -84,11 +84,11 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         # (UnpicklingError, BadZipFile, EOFError, UnicodeDecodeError, ValueError, ...)
         if not _is_checkpoint_name(path):  # a user's --checkpoint: config.yaml, a .py, ...
             raise CheckpointError(
-                f"{path} is not an rltrain checkpoint ({_damage(path, e)}); a run's are its "
+                f"{path} is not an rltrain checkpoint ({damage(path, e)}); a run's are its "
                 f"{CKPT_DIR}/ckpt-*.pt"
             ) from None
         raise CheckpointError(
-            f"checkpoint {path} is corrupt or truncated ({_damage(path, e)}); "
+            f"checkpoint {path} is corrupt or truncated ({damage(path, e)}); "
             "delete it to fall back on an older checkpoint, if any"
         ) from None
     if not _is_rltrain_state(state):
@@ -105,8 +105,9 @@ def _is_checkpoint_name(path: Path) -> bool:
     return path.suffix == ".pt"
 
 
-def _damage(path: Path, error: BaseException) -> str:
-    """A short description of why a checkpoint did not load."""
+def damage(path: Path, error: BaseException) -> str:
+    """A short description of why a file ``torch.save`` wrote (a checkpoint, a record) did
+    not load."""
     try:
         size = path.stat().st_size
         path.open("rb").close()

@@ -6,6 +6,7 @@ processes (through Ray: test_extension_rule's Ray run records and reapplies)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -215,11 +216,17 @@ def test_reapply_refuses_with_one_line_errors(
     assert "hogwild cannot be reapplied: its workers update shared memory lock-free" in err
     err = one_line_error(capsys, ["reapply", str(run), "--mode", "sync"])
     assert "mode sync was not run" in err
-    record_path(run, "async").write_bytes(b"not a torch file")
-    assert "not a readable record" in one_line_error(capsys, ["reapply", str(run)])
+    for data, why in [(b"not a torch file", "not a complete torch.save"), (b"", "is empty")]:
+        record_path(run, "async").write_bytes(data)
+        err = one_line_error(capsys, ["reapply", str(run)])
+        assert "not a readable record" in err and why in err and "weights_only" not in err
     record_path(run, "async").unlink()
     err = one_line_error(capsys, ["reapply", str(run)])
     assert "nothing to reapply" in err and "record/async.pt (the mode did not finish)" in err
+    # summary.json has its results: the mode finished and its record was deleted since
+    (run / "summary.json").write_text(json.dumps({"results": [{"mode": "async"}]}))
+    err = one_line_error(capsys, ["reapply", str(run)])
+    assert "async: no " in err and "though the mode finished (summary.json)" in err
 
 
 def test_recording_needs_one_shard(tmp_path: Path) -> None:

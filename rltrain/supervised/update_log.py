@@ -16,6 +16,7 @@ optimizer step run the very code they ran in the run. Plain Python, no Ray.
 from __future__ import annotations
 
 import dataclasses
+import json
 import pickle
 import typing
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from rltrain.checkpoint import damage
 from rltrain.config import ConfigError, load_config
 from rltrain.errors import RLTrainError
 from rltrain.faults import FaultCounters
@@ -126,6 +128,11 @@ def load_record(path: Path) -> SavedRecord:
     """Read a ``record/<mode>.pt`` written by :func:`save_record`."""
     try:
         state = torch.load(path, weights_only=True)
+    except Exception as e:  # noqa: BLE001 - a cut or damaged file surfaces as any decoding error
+        raise CannotReapply(f"{path}: not a readable record ({damage(path, e)})") from None
+    try:
+        if not isinstance(state, dict):
+            raise TypeError(f"a {type(state).__name__}, not a record")
         if state["format"] != _FORMAT:
             raise ValueError(f"format {state['format']}, expected {_FORMAT}")
         ids = [BatchId(*map(int, row)) for row in state["batches"].tolist()]
@@ -181,9 +188,15 @@ def read_run(run_dir: Path, only: str | None = None) -> tuple[BenchConfig, list[
             raise CannotReapply(f"{only} cannot be reapplied: {why_not}")
     todo: list[str] = []
     notes: list[str] = []
+    finished = finished_modes(run_dir)
     for mode in [only] if only else cfg.modes:
         why = not_reapplied_why(mode) or None
         if why is None and not record_path(run_dir, mode).is_file():
+            if mode in finished:  # written as it finished: moved or deleted since
+                raise CannotReapply(
+                    f"{mode}: no {record_path(run_dir, mode)}, though the mode finished "
+                    "(summary.json); it was moved or deleted"
+                )
             why = f"no {record_path(run_dir, mode)} (the mode did not finish)"
         if why is not None:
             notes.append(f"{mode}: not reapplied: {why}")
@@ -192,6 +205,15 @@ def read_run(run_dir: Path, only: str | None = None) -> tuple[BenchConfig, list[
     if not todo:
         raise CannotReapply(f"{run_dir}: nothing to reapply; {'; '.join(notes)}")
     return cfg, todo, notes
+
+
+def finished_modes(run_dir: Path) -> set[str]:
+    """The modes summary.json has results of (none where it is missing or unreadable)."""
+    try:
+        results = json.loads((run_dir / "summary.json").read_text()).get("results")
+        return {r["mode"] for r in results if isinstance(r, dict) and "mode" in r}
+    except (OSError, ValueError, AttributeError, TypeError):
+        return set()
 
 
 # --- reapplying ---------------------------------------------------------------------------

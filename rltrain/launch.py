@@ -29,6 +29,11 @@ def run_dir_arg(text: str, flag: str, command: str = "rltrain train") -> Path:
     elif not path.is_dir():
         why = "it is a file"
     elif not (path / "config.yaml").is_file():
+        if any((path / d).is_dir() for d in ("checkpoints", "tb", "record")):  # a run's, once
+            raise UserError(
+                f"{flag}{path}: its config.yaml is missing (a run writes it as it starts, and "
+                "reads it back); put it back to use the run"
+            )
         why = "no config.yaml in it"
     else:
         return path
@@ -283,6 +288,7 @@ def _prepare(
     start_forkserver_early(cfg)
     if resume is not None:
         from rltrain.checkpoint import latest_checkpoint, load_checkpoint
+        from rltrain.rl.run.resume import check_unmet
 
         flag = resume_flag
         out = run_dir_arg(str(resume), flag)
@@ -298,6 +304,7 @@ def _prepare(
             # a damaged checkpoint, or another env.id, fails here: before anything starts
             state = load_checkpoint(ckpt)
             told = check_resume(ckpt, state, cfg)
+            check_unmet(ckpt, state, cfg, "stop__" if flag.endswith("=") else "--set stop.")
         except BaseException:
             unlock(lock)
             raise

@@ -92,6 +92,8 @@ def build_template(root: Path) -> Path:
         (root / name / CKPT).write_bytes(data)
     shutil.copytree(run, root / "foreign")
     torch.save({"weights": torch.zeros(3)}, root / "foreign" / CKPT)
+    shutil.copytree(run, root / "nocfg")
+    (root / "nocfg" / "config.yaml").unlink()
     shutil.copytree(run, root / "badcfg")
     (root / "badcfg" / "config.yaml").write_text("env: {id: CartPole-v1\n")
     write_run(root / "misfit", hidden=128)  # config.yaml says 128 units, the checkpoint has 64
@@ -615,6 +617,7 @@ DAMAGED = "is corrupt or truncated"
         pytest.param("nonexistent", [NOT_RUN, "(it does not exist)"], id="nonexistent"),
         pytest.param("afile", [NOT_RUN, "(it is a file)"], id="file"),
         pytest.param("notrun", [NOT_RUN, "(no config.yaml in it)"], id="no-config"),
+        pytest.param("nocfg", ["nocfg: its config.yaml is missing", "put it back"], id="cfg-gone"),
         pytest.param("nockpt", ["nockpt", "no checkpoints/ckpt-*.pt to"], id="no-checkpoint"),
         pytest.param("corrupt", [DAMAGED, "not a complete torch.save archive"], id="corrupt"),
         pytest.param("truncated", [DAMAGED, "not a complete torch.save archive"], id="truncated"),
@@ -652,7 +655,18 @@ def test_run_dir_arguments(
         pytest.param(
             ["train", "--resume", "run", "--set", "actors=abc"], ["actors='abc'"], id="resume-set"
         ),
-        pytest.param(["eval", "misfit"], ["does not fit the model"], id="eval-misfit"),
+        pytest.param(
+            ["eval", "misfit"],
+            ["trained with model.hidden=64, not the 128 of misfit/config.yaml, changed since it"],
+            id="eval-misfit",
+        ),
+        pytest.param(
+            ["eval", "misfit", "--checkpoint", f"run/{CKPT}"],
+            [
+                "not the 128 of misfit: a checkpoint plays with its own run's config (rltrain",
+            ],
+            id="eval-other-runs",
+        ),
         pytest.param(
             ["eval", "run", "--episodes", "0"],
             ["argument --episodes: expected a whole number >= 1, got 0", "rltrain eval --help"],

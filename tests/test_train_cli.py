@@ -9,6 +9,8 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+import rltrain
+from rltrain.checkpoint import CheckpointError
 from rltrain.cli import main
 
 pytestmark = pytest.mark.slow
@@ -170,7 +172,8 @@ def test_resume_continues_counters_and_eval_plays_checkpoint(
     assert best["mean_return"] == max(r["mean_return"] for r in records)
 
     # resuming under another server layout is refused before anything starts
-    assert main(["train", "--resume", str(run_dir), "--set", "server.shards=2"]) == 2
+    more = ["--set", "stop.max_env_steps=9000"]
+    assert main(["train", "--resume", str(run_dir), "--set", "server.shards=2", *more]) == 2
     assert "keep server.shards" in capsys.readouterr().err
     # and so is a run that already met its stop criterion (every process would start for none)
     assert main(["train", "--resume", str(run_dir)]) == 2
@@ -182,6 +185,8 @@ def test_resume_continues_counters_and_eval_plays_checkpoint(
             "--set stop.max_env_steps=..."
         )
     )
+    with pytest.raises(CheckpointError, match=r"to train on: stop__max_env_steps=\.\.\.$"):
+        rltrain.train(resume=run_dir)  # the Python API's keyword
     # and so is another optimizer: Adam's moments mean nothing to SGD (or crash it)
     assert main(["train", "--resume", str(run_dir), "--set", "optimizer.name=sgd"]) == 2
     err = capsys.readouterr().err.strip()

@@ -91,12 +91,17 @@ def check_played_as(
         was, now = _at(old, key), _at(new, key)
         if was is _NONE or was == now or "auto" in (was, now):
             continue
-        home = path.parent.parent
-        own = home if (home / "config.yaml").is_file() and home != run_dir else "its run"
+        home, said = path.parent.parent, f"{path} was trained with {key}={shown(was)}, not"
+        if home.resolve() == run_dir.resolve():  # the run's own: its config.yaml was edited
+            raise CheckpointError(
+                f"{said} the {shown(now)} of {run_dir}/config.yaml, changed since it was "
+                "saved (by an edit, or a resume's --set); set it back to play this checkpoint"
+            )
+        own = home if (home / "config.yaml").is_file() else "its run"
         again = f"rltrain eval {own} --checkpoint {path}" if style == "cli" else f"run_dir {own}"
         raise CheckpointError(
-            f"{path} was trained with {key}={shown(was)}, not the {shown(now)} of {run_dir}: "
-            f"a checkpoint plays with its own run's config ({again})"
+            f"{said} the {shown(now)} of {run_dir}: a checkpoint plays with its own run's "
+            f"config ({again})"
         )
 
 

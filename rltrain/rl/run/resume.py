@@ -88,11 +88,25 @@ def load_resume(run_dir: Path, cfg: TrainConfig, spec: EnvSpec) -> Resumed | Non
     saved = state.get("config")
     changes = resume_changes(path, saved, cfg)
     check_fits(path, state, initial_params(cfg, spec), cfg, changes)
+    counters = check_unmet(path, state, cfg)
     try:
-        counters = Counters(**state["counters"])
         faults = FaultCounters(**state.get("faults", {}))
     except TypeError:
         raise CheckpointError(f"{path}: its counters are not those this rltrain writes") from None
+    return Resumed(path, state, counters, faults, changes)
+
+
+def check_unmet(
+    path: Path, state: dict[str, Any], cfg: TrainConfig, set_flag: str = "--set stop."
+) -> Counters:
+    """The checkpoint's counters; CheckpointError where the run diverged, or where it has met
+    a stop of ``cfg`` already (a session would start every process only to stop at once).
+    ``set_flag``: how the error names an override (the API's ``stop__``)."""
+    try:
+        counters = Counters(**state["counters"])
+    except TypeError:
+        raise CheckpointError(f"{path}: its counters are not those this rltrain writes") from None
+    saved = state.get("config")
     last = saved.get("actors") if isinstance(saved, dict) else None  # as that session sized it
     actors = cfg.actors or (last if isinstance(last, int) else 0)
     window = cfg.episode_window_at(actors)
@@ -104,12 +118,12 @@ def load_resume(run_dir: Path, cfg: TrainConfig, spec: EnvSpec) -> Resumed | Non
             f"{counters.rejected_in_a_row} updates as non-finite); start a new run with a "
             "lower optimizer.lr or algo.max_grad_norm"
         )
-    if met:  # a session would start every process only to stop at once
+    if met:
         mean = counters.mean_return(window) if met == "mean_return" else None
         seen = "" if mean is None else f" (the mean of its last {window} episodes: {mean:.2f})"
         off = "null: never" if met.endswith("mean_return") else "0: no limit"
         raise CheckpointError(
             f"the run at {run} already met stop.{met}={getattr(cfg.stop, met)}{seen}; raise "
-            f"it ({off}) to train on: --set stop.{met}=..."
+            f"it ({off}) to train on: {set_flag}{met}=..."
         )
-    return Resumed(path, state, counters, faults, changes)
+    return counters

@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import json
 import os
-import select
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +18,7 @@ from rltrain.errors import RLTrainError
 from rltrain.faults import PeerLost, ProcessLost, RunFailed
 from rltrain.launch import UserError, run_bench_config, run_dir_arg, run_train
 from rltrain.options import describe
+from rltrain.progress import stdout_failed, unfailing_output
 from rltrain.rl.algos import algo_names
 
 EXIT_USAGE = 2
@@ -341,6 +341,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             sub.error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as e:  # --help (0), or a usage error already printed as one line (2)
         return e.code if isinstance(e.code, int) else EXIT_USAGE
+    with unfailing_output() if args.command in ("train", "bench") else contextlib.nullcontext():
+        return run_command(args)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """The command ``args`` names; its errors as one line. A run's progress lines are a log:
+    a reader gone (``| head``) or a full disk does not end it (:func:`unfailing_output`)."""
     commands = {"options": lambda a: cmd_options(a.kind), "bench": cmd_bench, "train": cmd_train}
     commands |= {"eval": cmd_eval, "plot": cmd_plot, "reapply": cmd_reapply}
     commands["replay"] = cmd_reapply  # the old name of reapply, an alias
@@ -351,15 +358,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             code = commands[args.command](args)
             sys.stdout.flush()  # a reader that went away fails here, not at exit
             return code
-    except BrokenPipeError:  # stdout's reader closed it early (`rltrain options train | head`)
-        poll = select.poll()  # its end of the pipe polls POLLERR; else it is not stdout's error
-        with contextlib.suppress(OSError, ValueError):
-            poll.register(sys.stdout.fileno(), select.POLLOUT)
-        if not any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poll.poll(0)):
+    except OSError as e:  # stdout's reader closed it early (`rltrain options | head`), or full
+        if not stdout_failed(e):
             raise
-        with contextlib.suppress(OSError, ValueError):  # what is left goes nowhere, quietly
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_BROKEN_PIPE
+        if isinstance(e, BrokenPipeError):  # as `cat` does: quietly
+            return EXIT_BROKEN_PIPE
+        print(f"rltrain: error: cannot write the output ({e.strerror})", file=sys.stderr)
+        return EXIT_FAILED
     except (RunFailed, ProcessLost, PeerLost) as e:  # not bad input: a fault it could not survive
         print(f"rltrain: run failed: {' '.join(str(e).splitlines())}", file=sys.stderr)
         return EXIT_FAILED
@@ -372,12 +377,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry() -> NoReturn:
-    """The `rltrain` command: :func:`main`, then exit without tearing the interpreter down.
-
-    By then every command has closed what it wrote (run files, TensorBoard events) and shut
-    Ray down; unloading torch, Ray and the emulators only costs time, which a whole-process
-    time-to-solve counts.
-    """
+    """The `rltrain` command: :func:`main`, then exit without tearing the interpreter down:
+    every command has closed what it wrote and shut Ray down, and unloading torch, Ray and
+    the emulators only costs time, which a whole-process time-to-solve counts."""
     code = main()
     if "ray" in sys.modules or "multiprocessing.util" in sys.modules:
         from rltrain import runtime

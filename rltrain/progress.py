@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import select
 import sys
 import time
-from collections.abc import Callable
-from typing import TextIO
+from collections.abc import Callable, Iterator
+from typing import Any, TextIO
 
 
 def process_start_time() -> float:
@@ -86,3 +89,76 @@ class Paced:
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
+
+
+class Unfailing:
+    """A stream a long command (train, bench) prints to, whose failure does not stop it: a
+    reader that went away (``| head``, a closed terminal's pipe) or a full disk under a log
+    would otherwise end a run in its first print, before its first checkpoint. The stream's
+    descriptor then points at /dev/null (its buffer drains there) and one line on stderr
+    says so; TensorBoard, the checkpoints and summary.json are written as ever."""
+
+    def __init__(self, stream: TextIO, name: str) -> None:
+        self.stream, self.name = stream, name
+        self.lost: str | None = None  # why it failed, once it has
+
+    def write(self, text: str) -> int:
+        if self.lost is None:
+            try:
+                return self.stream.write(text)
+            except OSError as e:
+                self._lose(e)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.lost is None:
+            try:
+                self.stream.flush()
+            except OSError as e:
+                self._lose(e)
+
+    def _lose(self, error: OSError) -> None:
+        self.lost = error.strerror or type(error).__name__
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # (a file-less one)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
+        with contextlib.suppress(OSError, ValueError):
+            self.stream.flush()  # what it held goes to /dev/null
+        if self.name != "stderr":
+            with contextlib.suppress(OSError, ValueError):
+                print(
+                    f"rltrain: {self.name} failed ({self.lost}); the run goes on without its "
+                    "lines: TensorBoard, the checkpoints and summary.json hold its figures",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding, ...
+        return getattr(self.stream, name)
+
+
+@contextlib.contextmanager
+def unfailing_output() -> Iterator[None]:
+    """stdout and stderr as :class:`Unfailing` streams inside the block."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout = Unfailing(sys.stdout, "stdout")
+    sys.stderr = Unfailing(sys.stderr, "stderr")
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def stdout_failed(error: OSError) -> bool:
+    """Whether ``error`` is stdout's: its reader gone (its end of the pipe polls POLLERR) or
+    its disk full. Then its descriptor points at /dev/null: what is left goes nowhere."""
+    if isinstance(error, BrokenPipeError):
+        poll = select.poll()
+        with contextlib.suppress(OSError, ValueError):
+            poll.register(sys.stdout.fileno(), select.POLLOUT)
+        if not any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poll.poll(0)):
+            return False
+    elif error.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EIO) or error.filename:
+        return False
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return True

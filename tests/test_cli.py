@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from rltrain.cli import main
+
+CARTPOLE = Path(__file__).resolve().parents[1] / "configs" / "cartpole_a3c.yaml"
 
 
 def test_options_lists_every_key(capsys: pytest.CaptureFixture[str]) -> None:
@@ -72,3 +76,62 @@ def test_a_broken_pipe_that_is_not_stdouts_is_not_hidden(
     monkeypatch.setattr(cli, "cmd_options", broken)
     with pytest.raises(BrokenPipeError):
         main(["options", "train"])
+
+
+def test_a_full_disk_under_stdout_is_one_line() -> None:
+    """`rltrain options train > /dev/full`: one error line, exit code 1, no traceback."""
+    import subprocess
+    import sys
+
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "-m", "rltrain.cli", "options", "train"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    assert proc.returncode == 1
+    assert proc.stderr == "rltrain: error: cannot write the output (No space left on device)\n"
+
+
+def test_a_run_whose_stdout_reader_went_away_trains_to_its_end(tmp_path: Path) -> None:
+    """`rltrain train ... | head -2`: the progress lines are a log; losing their reader (or
+    their disk) does not end the run before its checkpoint and summary.json."""
+    import json
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "run"
+    argv = ["train", str(CARTPOLE), "--run-dir", str(run_dir), "--set", "runtime.backend=local"]
+    argv += ["--set", "stop.mean_return=null", "--set", "stop.max_env_steps=2000"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rltrain.cli", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before the first line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 0, err
+    assert "rltrain: stdout failed (Broken pipe); the run goes on without its lines" in err
+    assert "Traceback" not in err
+    assert json.loads((run_dir / "summary.json").read_text())["stopped_by"] == "max_env_steps"
+    assert list((run_dir / "checkpoints").glob("ckpt-*.pt"))
+
+
+def test_an_unfailing_stream_takes_every_write_after_its_failure(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from rltrain.progress import Unfailing
+
+    class Full:
+        def write(self, text: str) -> int:
+            raise OSError(28, "No space left on device")
+
+        def flush(self) -> None:
+            raise OSError(28, "No space left on device")
+
+    out = Unfailing(Full(), "stdout")  # type: ignore[arg-type]
+    assert out.write("one\n") == 4 and out.write("two\n") == 4
+    out.flush()
+    assert out.lost == "No space left on device"
+    assert capsys.readouterr().err.count("rltrain: stdout failed (No space left on device)") == 1

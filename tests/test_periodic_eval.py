@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -138,9 +139,11 @@ def test_another_runs_checkpoint_trained_otherwise_is_refused(
     # a checkpoint without its config (an older rltrain's): its statistics still tell
     cfg = load_config(TrainConfig, run / "config.yaml", ["normalize.obs=never"])
     path, _, values, norm = checkpoint_params(run, ckpt)
-    assert norm is not None
+    assert norm is not None and norm.obs is not None
     with pytest.raises(CheckpointError, match="trained on normalised observations"):
         load_policy(cfg, run, (path, values, norm), (4,), 2)
+    # statistics of the returns alone (normalize.reward) are no observation normalisation
+    load_policy(cfg, run, (path, values, dataclasses.replace(norm, obs=None)), (4,), 2)
 
 
 def test_evaluator_plays_the_parameters_it_is_sent(run: Path) -> None:

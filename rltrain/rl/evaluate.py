@@ -182,7 +182,7 @@ def load_policy(
         raise CheckpointError(f"{path} does not fit the model of {run_dir}/config.yaml")
     load_flat(model, values)
     if not dqn:
-        if norm is not None and cast(ActorCritic, model).obs_norm is None:
+        if norm is not None and norm.obs is not None and cast(ActorCritic, model).obs_norm is None:
             raise CheckpointError(
                 f"{path} was trained on normalised observations, which the config of "
                 f"{run_dir} does not normalise (normalize.obs): a checkpoint plays with its "

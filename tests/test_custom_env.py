@@ -366,6 +366,9 @@ def test_a_run_on_gymnasium_images_trains_the_cnn(
     torso = ImpalaCNNTorso if kind == "impala_cnn" else NatureCNNTorso
     assert any(isinstance(m, torso) for m in policy.policy.model.modules())
     image = np.zeros((40, 48, 3), np.uint8)  # as the env gives it: [H, W, C]
+    # frames already scaled to [0, 1] (or cast to float) would be scaled again, or not
+    with pytest.raises(ValueError, match="dtype float32; this policy takes the env's uint8"):
+        policy(np.zeros(policy.obs_shape, np.float32))
     if stack == 1:
         assert policy(image) in range(2) and policy(np.moveaxis(image, -1, 0)) in range(2)
         assert len(policy(np.stack([image] * 3))) == 3

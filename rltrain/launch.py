@@ -154,14 +154,15 @@ def check_startup(cfg: TrainConfig, spec: EnvSpec) -> None:
     from rltrain.ps.server import ShardLayout
     from rltrain.rl.env_spec import initial_params
     from rltrain.rl.run.placement import inference_device
-    from rltrain.rl.run.sizing import check_rollout_memory
+    from rltrain.rl.run.sizing import check_model_memory, check_rollout_memory
     from rltrain.runtime.config import chosen_backend
 
     env_groups(cfg.env)
     inference_device(cfg, False, chosen_backend(cfg.runtime)[0])
     if cfg.server.shards > 1:  # (one always fits)
         ShardLayout(initial_params(cfg, spec).numel(), cfg.server.shards)
-    check_rollout_memory(cfg, spec)  # (rl.run.sizing)
+    check_model_memory(cfg, spec)  # (rl.run.sizing)
+    check_rollout_memory(cfg, spec)
 
 
 KEPT_FIRST = "env.id"

@@ -479,6 +479,11 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             ["algo.rollout_length=10000000000 x env.num_envs=", "GiB of memory; lower one"],
             id="t-rollout-beyond-memory",
         ),
+        pytest.param(  # counted on the meta device: no memory taken
+            ["train", CARTPOLE, "--set", "model.hidden=1000000"],
+            ["parameters (", "copies at the least", "GiB of memory; lower model.hidden or"],
+            id="t-network-beyond-memory",
+        ),
         pytest.param(
             ["train", CARTPOLE, "--set", "server.n_push=4"],
             ["server.n_push=4: rltrain bench only"],

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import rltrain
@@ -28,6 +29,7 @@ from rltrain.rl.run.periodic import (
     Flight,
     PeriodicEval,
     best_score,
+    scored_protocol,
 )
 from rltrain.runtime import local
 
@@ -315,6 +317,18 @@ def test_resume_keeps_the_best_score(run: Path, tmp_path: Path) -> None:
     # scored with other settings (--set eval.episodes on --resume): not comparable, replaced
     assert best_score(run, pe.settings) == pe.best
     assert best_score(run, {**pe.settings, "episodes": 7}) is None
+    # or under another env protocol (a resume's --set env.sticky_actions=0, ...)
+    other = load_config(TrainConfig, run / "config.yaml", ["env.max_episode_frames=2000"])
+    assert best_score(run, {**pe.settings, "protocol": scored_protocol(other)}) is None
+    record = evals(run)[-1]
+    assert record["protocol"] == pe.settings["protocol"] == scored_protocol(cfg)
+    assert record["protocol"]["max_episode_frames"] == cfg.env.max_episode_frames
+    # a best.pt of an rltrain that kept no protocol: taken as played under this one
+    state = load_checkpoint(run / "checkpoints" / "best.pt")
+    del state["eval"]["protocol"]
+    (tmp_path / "checkpoints" / "best.pt").unlink()
+    torch.save(state, tmp_path / "checkpoints" / "best.pt")
+    assert best_score(tmp_path, pe.settings) == pe.best
     assert not PeriodicEval(cfg, tmp_path, local, 0, Log(), print).due(0)  # type: ignore[arg-type]
 
 

@@ -196,6 +196,9 @@ def test_resume_continues_counters_and_eval_plays_checkpoint(
     # and another action set (its policy head has another size)
     assert main(["train", "--resume", str(run_dir), "--set", "env.full_action_space=true"]) == 2
     assert "which a resumed run keeps" in capsys.readouterr().err
+    # and another frame skip (the run's frames are counted at one)
+    assert main(["train", "--resume", str(run_dir), "--set", "env.frame_skip=2"]) == 2
+    assert "has env.frame_skip=4, which a resumed run keeps" in capsys.readouterr().err
 
     capsys.readouterr()
     assert main(["eval", str(run_dir), "--episodes", "3", "--video"]) == 0

@@ -78,9 +78,13 @@ def probe_env(cfg: TrainConfig) -> EnvSpec:
 
 def initial_params(cfg: TrainConfig, spec: EnvSpec) -> torch.Tensor:
     torch.manual_seed(cfg.seed)
+    return flat_params(build_model(cfg, spec))
+
+
+def build_model(cfg: TrainConfig, spec: EnvSpec) -> torch.nn.Module:
+    """The run's network (on ``torch.device("meta")``: its shapes alone, no memory)."""
     build = build_qnet if cfg.algo_spec.q_network else policy_builder(cfg)
-    model = build(cfg.model.kind, spec.obs_shape, spec.actions, cfg.model.hidden)
-    return flat_params(model)
+    return build(cfg.model.kind, spec.obs_shape, spec.actions, cfg.model.hidden)
 
 
 def check_fits(
@@ -95,10 +99,11 @@ def check_fits(
     sizes = [int(s["param"].numel()) for s in state["shards"]]
     expected = ShardLayout(params.numel(), cfg.server.shards).sizes
     if sizes != expected:
-        why = [c for c in changes if c.startswith(("model.", "server.shards:"))]
+        shapes = ("env.frame_stack:", "env.image_size:", "env.wrappers:", "env.kwargs")
+        why = [c for c in changes if c.startswith(("model.", "server.shards:", *shapes))]
         said = f"this resume changes {'; '.join(why)}; " if why else ""
         raise CheckpointError(
             f"{path} holds {len(sizes)} shard(s) of {sum(sizes)} parameters; this config needs "
-            f"{len(expected)} of {sum(expected)} ({said}keep server.shards and the model as "
-            "they were)"
+            f"{len(expected)} of {sum(expected)} ({said}keep server.shards, the model and the "
+            "observations' shape as they were)"
         )

@@ -14,6 +14,8 @@ run in.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -247,5 +249,5 @@ def build_torso(
     if kind in CNNS:
         return CNNS[kind](obs_shape[0], (obs_shape[1], obs_shape[2]), bf16)
     if kind == "mlp":
-        return MLPTorso(int(torch.tensor(obs_shape).prod()), hidden)
+        return MLPTorso(math.prod(obs_shape), hidden)
     raise ValueError(f"unknown model {kind!r}; allowed: {', '.join(MODELS)}")

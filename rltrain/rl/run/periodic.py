@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from rltrain.checkpoint import CheckpointError, best_checkpoint, load_checkpoint, write_state
+from rltrain.config import to_dict
 from rltrain.envs import make_env
 from rltrain.errors import RLTrainError
 from rltrain.faults import RunFailed
@@ -140,6 +141,7 @@ class PeriodicEval:
         self.remote: Any = None
         self.flight: Flight | None = None
         self.settings = {k: getattr(cfg.eval, k) for k in ("episodes", "deterministic", "seed")}
+        self.settings["protocol"] = scored_protocol(cfg)
         # a resumed run keeps its best, if it was scored the same way
         self.best = best_score(run_dir, self.settings) if self.every else None
         self.failures = 0  # in a row
@@ -303,10 +305,25 @@ def last_scored(run_dir: Path) -> tuple[int, int] | None:
         return None
 
 
+PROTOCOL_KEYS = (
+    *("frame_skip", "frame_stack", "image_size", "noop_max", "sticky_actions"),
+    *("max_episode_frames", "full_action_space", "kwargs", "wrappers"),
+)
+"""The env keys a score depends on: a resume may change them, and scores under others are
+not compared (Machado et al. 2018: sticky actions, no-op starts and episode caps move scores)."""
+
+
+def scored_protocol(cfg: TrainConfig) -> dict[str, Any]:
+    """The env keys (:data:`PROTOCOL_KEYS`) an evaluation's score was played under."""
+    env = to_dict(cfg.env)
+    return {k: env[k] for k in PROTOCOL_KEYS}
+
+
 def best_score(run_dir: Path, settings: dict[str, Any] | None = None) -> float | None:
     """The mean raw score of the run's ``best.pt`` (None: none yet, unreadable, or scored
-    otherwise than ``settings`` (eval.episodes, deterministic, seed): the next evaluation
-    replaces it)."""
+    otherwise than ``settings`` (eval.episodes, deterministic, seed, the env's protocol):
+    the next evaluation replaces it). A record of an rltrain that did not keep the protocol
+    is taken as played under this one."""
     path = best_checkpoint(run_dir)
     if not path.is_file():
         return None
@@ -316,6 +333,8 @@ def best_score(run_dir: Path, settings: dict[str, Any] | None = None) -> float |
         return None
     if not isinstance(record, dict):
         return None
-    if settings is not None and any(record.get(k) != v for k, v in settings.items()):
+    if settings is not None and any(
+        record.get(k, v if k == "protocol" else None) != v for k, v in settings.items()
+    ):
         return None
     return float(record["mean_return"])

@@ -29,12 +29,16 @@ class Resumed:
     """The config keys this session changes, ``key: old -> new``: what a user is told."""
 
 
-KEPT_ON_RESUME = ("algo.name", "env.id", "env.full_action_space", "optimizer.name", "normalize.obs")
+KEPT_ON_RESUME = (
+    *("algo.name", "env.id", "env.full_action_space", "env.frame_skip", "optimizer.name"),
+    "normalize.obs",
+)
 KEPT_SINCE = {"env.full_action_space": False}
 """Kept keys newer than some checkpoints: the value those checkpoints' runs had."""
 """Keys a resumed run keeps as they were: the checkpoint's parameters, optimizer state and
 normalization statistics belong to them (an SGD run's state in Adam fails at its first step;
-an a3c network trained on as appo, or on another game, is another run)."""
+an a3c network trained on as appo, or on another game, is another run; a run counts its
+frames at its one frame_skip)."""
 
 
 TOLD_ON_RESUME = (

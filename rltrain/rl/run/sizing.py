@@ -122,7 +122,7 @@ def check_rollout_memory(cfg: TrainConfig, spec: EnvSpec) -> None:
         return
     T, B = cfg.algo.rollout_length, cfg.env.num_envs
     one = (T + 1) * B * math.prod(spec.obs_shape) * np.dtype(spec.obs_dtype).itemsize
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    total = machine_memory()
     copies = 1 + (cfg.impala.learner_batch if cfg.algo_spec.split else 1)
     if copies * one > total:
         raise ConfigError(
@@ -130,3 +130,39 @@ def check_rollout_memory(cfg: TrainConfig, spec: EnvSpec) -> None:
             f"{one / 2**30:.1f} GiB, and an actor and its learner hold {copies}: more than this "
             f"machine's {total / 2**30:.1f} GiB of memory; lower one of them"
         )
+
+
+MODEL_COPIES = 4
+"""Float32 copies of the parameters a run holds at the least: the server's, their gradient
+and the optimizer's state (Adam's two moments), before any learner's or actor's own."""
+
+
+def check_model_memory(cfg: TrainConfig, spec: EnvSpec) -> None:
+    """A network that could not be held is refused before anything is built: it is counted
+    on the meta device (no memory). ``env.image_size=2000`` gave a Nature CNN of 2 billion
+    parameters, and the kernel's out-of-memory killer ended the run without a word."""
+    import torch
+
+    from rltrain.rl.env_spec import build_model
+
+    if cfg.runtime.address:  # (a cluster's nodes differ)
+        return
+    try:
+        with torch.device("meta"):
+            n = sum(p.numel() for p in build_model(cfg, spec).parameters())
+    except (RuntimeError, NotImplementedError, TypeError, ValueError):  # (an op meta lacks)
+        return  # built for real later, where a bad shape says its own error
+    one, total = n * 4, machine_memory()
+    if MODEL_COPIES * one > total:
+        image = "env.image_size, " if len(spec.obs_shape) == 3 else ""
+        raise ConfigError(
+            f"the network has {n:,} parameters ({one / 2**30:.1f} GiB), of which a run holds "
+            f"{MODEL_COPIES} copies at the least: more than this machine's "
+            f"{total / 2**30:.1f} GiB of memory; lower {image}model.hidden or choose another "
+            "model.kind"
+        )
+
+
+def machine_memory() -> int:
+    """This machine's memory, in bytes."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

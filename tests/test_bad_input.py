@@ -514,6 +514,11 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             ["unknown env id 'ALE/NoSuchGame-v5'", "did you mean ALE/"],
             id="t-env-ale",
         ),
+        pytest.param(  # never the ids refused next (Pong-v4, Pong-v0: they skip frames)
+            ["train", CARTPOLE, "--set", "env.id=pong"],
+            ["unknown env id 'pong'", "did you mean ALE/Pong-v5?"],
+            id="t-env-game-name",
+        ),
         pytest.param(
             ["train", CARTPOLE, "--set", "env.id=Pong-v4"],
             ["env.id=Pong-v4 skips 2 to 4 frames at random", "use PongNoFrameskip-v4"],

@@ -130,14 +130,33 @@ def test_unknown_id_names_close_match_in_one_line() -> None:
         make_env(EnvConfig(id="ALE/Pongg-v5"), seed=0)
 
 
-@pytest.mark.parametrize("kwargs", [{"continuous": True}, {"batch_size": 1}, {"frameskip": 2}])
-def test_atari_kwargs_that_change_the_protocol_are_refused_in_one_line(kwargs: dict) -> None:
+PROTOCOL = "the protocol is set by the env.* fields (frame_skip, sticky_actions, ...)"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "use"),
+    [
+        ({"continuous": True}, PROTOCOL),
+        ({"batch_size": 1}, PROTOCOL),
+        ({"frameskip": 2}, "use env.frame_skip for frameskip"),  # the key that sets it
+        (
+            {"repeat_action_probability": 0.1},
+            "use env.sticky_actions for repeat_action_probability",
+        ),
+        (
+            {"mode": 1},
+            f"{PROTOCOL}; a game's mode and difficulty: PongNoFrameskip-v4 with env.wrappers",
+        ),
+    ],
+)
+def test_atari_kwargs_that_change_the_protocol_are_refused_in_one_line(
+    kwargs: dict, use: str
+) -> None:
     with pytest.raises(EnvError) as err:
         make_env(EnvConfig(id="ALE/Pong-v5", num_envs=2, kwargs=kwargs), seed=0)
     assert str(err.value) == (
         f"env.kwargs {list(kwargs)} of ALE/Pong-v5: allowed for Atari only "
-        "thread_affinity_offset; the protocol is set by the env.* fields (frame_skip, "
-        "sticky_actions, image_size, ...)"
+        f"thread_affinity_offset; {use}"
     )
 
 

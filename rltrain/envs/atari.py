@@ -65,12 +65,18 @@ def _legacy(spec: EnvSpec) -> bool:
     return spec.entry_point == LEGACY_ENTRY_POINT and spec.vector_entry_point is None and rgb
 
 
+def skips_itself(env_id: str) -> bool:
+    """Whether ``env_id`` is a legacy id that skips frames itself (refused without wrappers)."""
+    spec = gymnasium.registry.get(env_id)
+    return spec is not None and _legacy(spec) and spec.kwargs.get("frameskip") != 1
+
+
 def check_atari_id(env_id: str, wrappers: Sequence[str] = ()) -> None:
     """EnvError for a legacy id that skips frames itself (Pong-v4: 2 to 4 at random per step),
     unless ``wrappers`` make it the user's env: the protocol's frame skip would replace the
     id's, and its raw 210x160 screens train about 30x slower than the protocol's frames."""
     spec = gymnasium.registry.get(env_id)
-    if spec is None or wrappers or not _legacy(spec) or spec.kwargs.get("frameskip") == 1:
+    if spec is None or wrappers or not skips_itself(env_id):
         return
     game = env_id.split("-v")[0].removesuffix("Deterministic").split("/")[-1]
     version = env_id.rsplit("-", 1)[-1]
@@ -150,16 +156,31 @@ ATARI_KWARGS = ("thread_affinity_offset",)
 the protocol's (env.* fields) or would change the action space or batching actors rely on."""
 
 
+PROTOCOL_KWARGS = {
+    **{"repeat_action_probability": "sticky_actions", "frameskip": "frame_skip"},
+    **{"max_num_frames_per_episode": "max_episode_frames", "noop_max": "noop_max"},
+    **{"max_episode_steps": "max_episode_frames", "stack_num": "frame_stack"},
+    **{"img_height": "image_size", "img_width": "image_size", "episodic_life": "episodic_life"},
+    "full_action_space": "full_action_space",
+}
+"""ale-py's names of what the protocol's env.* keys set."""
+
+
 def vector_args(cfg: EnvConfig, protocol: Mapping[str, Any]) -> dict[str, Any]:
     """``AtariVectorEnv``'s arguments but the game and the env count: the protocol (as
     :func:`atari_protocol` states it) and ``env.kwargs``; one place, so that the recording
     env's twin (:mod:`rltrain.envs.screen`) plays the very game an actor's env plays."""
     other = sorted(set(cfg.kwargs) - set(ATARI_KWARGS))
     if other:  # the rest is the protocol (env.* fields), or breaks it (continuous, batch_size)
+        keys = [f"env.{PROTOCOL_KWARGS[k]} for {k}" for k in other if k in PROTOCOL_KWARGS]
+        fields = "the protocol is set by the env.* fields (frame_skip, sticky_actions, ...)"
+        use = f"use {', '.join(keys)}" if keys else fields
+        if {"mode", "difficulty"} & set(other):  # ale-py's vector env takes neither
+            game = cfg.id.split("/")[-1].split("-v")[0].removesuffix("NoFrameskip")
+            use += f"; a game's mode and difficulty: {game}NoFrameskip-v4 with env.wrappers"
         raise EnvError(
             f"env.kwargs {other} of {cfg.id}: allowed for Atari only "
-            f"{', '.join(ATARI_KWARGS)}; the protocol is set by the env.* fields "
-            "(frame_skip, sticky_actions, image_size, ...)"
+            f"{', '.join(ATARI_KWARGS)}; {use}"
         )
     offset = cfg.kwargs.get("thread_affinity_offset", -1)
     if isinstance(offset, bool) or not isinstance(offset, int):  # (pybind's error: a page)

@@ -13,7 +13,7 @@ import difflib
 import gymnasium
 import numpy as np
 
-from rltrain.envs.atari import AtariEnv, check_atari_id, is_atari
+from rltrain.envs.atari import AtariEnv, check_atari_id, is_atari, skips_itself
 from rltrain.envs.base import EnvError, StepBatch, VectorEnv
 from rltrain.envs.config import EnvConfig
 from rltrain.envs.gym_vector import GymVectorEnv
@@ -42,7 +42,7 @@ def unknown_id_message(env_id: str, imports: tuple[str, ...] = ()) -> str:
     """One line naming the closest registered ids (ALE ids included, ale_py is imported)."""
     if not env_id.strip():
         return "env.id is empty: name a Gymnasium id (CartPole-v1) or an Atari one (ALE/Pong-v5)"
-    close = difflib.get_close_matches(env_id, list(gymnasium.registry), n=3)
+    close = close_ids(env_id)
     hint = f"; did you mean {', '.join(close)}?" if close else "; see gymnasium.pprint_registry()"
     after = (
         f" (after importing imports {list(imports)})"
@@ -50,6 +50,16 @@ def unknown_id_message(env_id: str, imports: tuple[str, ...] = ()) -> str:
         else " (your own env? name the module that registers it in imports)"
     )
     return f"unknown env id {env_id!r}{after}{hint}"
+
+
+def close_ids(env_id: str) -> list[str]:
+    """Up to 3 registered ids like ``env_id``, in any case, leaving out the legacy Atari ids
+    that rltrain refuses (Pong-v4); a game's bare name (pong) gives its ALE/<Game>-v5."""
+    ids = {i.lower(): i for i in gymnasium.registry if not skips_itself(i)}
+    wanted = env_id.strip().lower()
+    game = f"ale/{wanted.removeprefix('ale/')}-v5"
+    close = difflib.get_close_matches(wanted, list(ids), n=3)
+    return list(dict.fromkeys(ids[c] for c in ([game] if game in ids else []) + close))[:3]
 
 
 def make_env(

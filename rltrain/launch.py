@@ -151,12 +151,14 @@ def check_startup(cfg: TrainConfig, spec: EnvSpec) -> None:
     ``server.shards`` against the parameter count. (Sizing by the machine's CPUs and GPUs
     waits for the runtime.)"""
     from rltrain.envs import env_groups
+    from rltrain.envs.atari import check_atari_only
     from rltrain.ps.server import ShardLayout
     from rltrain.rl.env_spec import initial_params
     from rltrain.rl.run.placement import inference_device
     from rltrain.rl.run.sizing import check_model_memory, check_rollout_memory
     from rltrain.runtime.config import chosen_backend
 
+    check_atari_only(cfg.env)
     env_groups(cfg.env)
     inference_device(cfg, False, chosen_backend(cfg.runtime)[0])
     if cfg.server.shards > 1:  # (one always fits)

@@ -519,6 +519,11 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             ["unknown env id 'pong'", "did you mean ALE/Pong-v5?"],
             id="t-env-game-name",
         ),
+        pytest.param(  # written into config.yaml and never read: refused
+            ["train", CARTPOLE, "--set", "env.sticky_actions=0.5"],
+            ["env.sticky_actions=0.5: Atari's protocol only; CartPole-v1 is a Gymnasium env"],
+            id="t-env-atari-only-key",
+        ),
         pytest.param(
             ["train", CARTPOLE, "--set", "env.id=Pong-v4"],
             ["env.id=Pong-v4 skips 2 to 4 frames at random", "use PongNoFrameskip-v4"],

@@ -94,6 +94,35 @@ def check_atari_id(env_id: str, wrappers: Sequence[str] = ()) -> None:
     )
 
 
+ATARI_ONLY = (
+    *("frame_skip", "noop_max", "sticky_actions", "full_action_space", "clip_rewards"),
+    *("episodic_life", "image_size", "max_episode_frames", "num_threads"),
+)
+"""The env.* keys of the Atari protocol, which a Gymnasium env never reads."""
+
+
+def check_atari_only(cfg: EnvConfig) -> None:
+    """EnvError for an Atari-only key (:data:`ATARI_ONLY`) set otherwise than its default for
+    an env that is not run as Atari: it would be written into config.yaml and ignored
+    (env.sticky_actions=0.5 on CartPole, or on PongNoFrameskip-v4 under env.wrappers)."""
+    if is_atari(cfg.id, cfg.wrappers):
+        return
+    default = EnvConfig()
+    for key in ATARI_ONLY:
+        value = getattr(cfg, key)
+        if value == getattr(default, key):
+            continue
+        spec = gymnasium.registry.get(cfg.id)
+        ale = spec is not None and _legacy(spec)  # an ale-py id the user wraps
+        how = (
+            " with env.wrappers runs as your own Gymnasium env: set ale-py's own arguments "
+            "in env.kwargs (repeat_action_probability, frameskip, ...)"
+            if ale
+            else " is a Gymnasium env, which does not read it: leave it out"
+        )
+        raise EnvError(f"env.{key}={value}: Atari's protocol only; {cfg.id}{how}")
+
+
 def _sticky_in(spec: EnvSpec) -> float:
     return float(spec.kwargs.get("repeat_action_probability", 0.25))
 

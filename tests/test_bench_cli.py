@@ -7,6 +7,7 @@ import json
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -113,3 +114,29 @@ def test_ctrl_c_while_a_mode_is_evaluated_keeps_its_results(
     assert summary["stopped_by"] == "interrupt" and summary["modes"] == ["baseline", "hogwild"]
     table = (run_dir / "results.md").read_text()
     assert "**Stopped by interrupt**: no results for hogwild." in table
+
+
+def test_a_mode_that_cannot_start_keeps_the_finished_modes_results(
+    tiny_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker whose data.root lost the dataset (a cluster node's) fails the next mode: the
+    modes that finished keep their results, and the error is one line."""
+    from rltrain.supervised import bench
+    from rltrain.supervised.formats import DatasetError
+
+    run_mode = bench.run_mode
+
+    def second_fails(cfg: Any, mode: str, *args: Any) -> Any:
+        if mode == "hogwild":
+            raise DatasetError("mnist not found: put ... into data.root")
+        return run_mode(cfg, mode, *args)
+
+    monkeypatch.setattr(bench, "run_mode", second_fails)
+    run_dir = tmp_path / "run"
+    args = ["bench", str(ROOT / "configs" / "bench_fashion_mnist.yaml"), "--run-dir", str(run_dir)]
+    for kv in (f"data.root={tiny_root}", "modes=[baseline, hogwild]", "budget.epochs=1"):
+        args += ["--set", kv]
+    assert main(args) == 2
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert [r["mode"] for r in summary["results"]] == ["baseline"]
+    assert summary["stopped_by"] == "fault"

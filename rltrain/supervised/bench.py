@@ -302,7 +302,7 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
                 results.append(res)
                 curves[mode] = points
             print(report.mode_line(label, res))
-    except (KeyboardInterrupt, RunFailed, ProcessLost, PeerLost) as e:
+    except BaseException as e:  # a fault, Ctrl-C, a worker whose node lacks the dataset, ...
         if results:  # the modes that finished keep their results
             extra["stopped_by"] = "interrupt" if isinstance(e, KeyboardInterrupt) else "fault"
             report.write_outputs(run_dir, cfg, results, curves, extra)

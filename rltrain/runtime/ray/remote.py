@@ -10,12 +10,12 @@ from typing import Any, cast
 
 import ray
 from ray.actor import ActorHandle
-from ray.exceptions import RayActorError
+from ray.exceptions import ActorDiedError, RayActorError
 
-from rltrain.faults import FaultAction
+from rltrain.faults import FaultAction, RunFailed
 from rltrain.pauses import pause
 from rltrain.records import Role
-from rltrain.runtime.ray.errors import first_line
+from rltrain.runtime.ray.errors import creation_error, first_line
 from rltrain.runtime.ray.startup import free_cpus, node_cpus
 
 
@@ -232,7 +232,13 @@ def wait_up(remotes: Sequence[Remote], say: Callable[[str], None], patience: flo
     if late:
         say(placement_note([r for r in remotes if probes.get(id(r)) in late]))
     for r in remotes:
-        r.pid()
+        try:
+            r.pid()
+        except ActorDiedError as e:  # its constructor raised (a dataset a node lacks, ...)
+            if not e.actor_init_failed:
+                raise
+            why = creation_error(str(e))
+            raise RunFailed(f"{r.role} {r.index} could not start: {why}") from None
 
 
 def inject(

@@ -130,11 +130,14 @@ def check_bench_sizes(cfg: BenchConfig, train_size: int, test_size: int) -> None
             f"eval.test_samples={cfg.eval.test_samples}: {cfg.data.dataset} has {test_size} "
             f"test samples; use at most {test_size}, or 0 for all of them"
         )
-    shard = train_size // cfg.workers
+    workers = 1 if set(cfg.modes) == {"baseline"} else cfg.workers  # (one loop, all the data)
+    shard = train_size // workers
     if shard < cfg.batch_size:
+        most = train_size // cfg.batch_size  # workers with a full batch each
+        fewer = f" or at most {most} worker{'s' * (most != 1)}" if most else ""
         raise UserError(
-            f"batch_size={cfg.batch_size}: each of the {cfg.workers} workers holds "
-            f"{shard} training samples; use a batch_size of at most {shard}"
+            f"batch_size={cfg.batch_size}: each of the {workers} workers holds {shard} of the "
+            f"{train_size} training samples; use a batch_size of at most {max(shard, 1)}{fewer}"
         )
     sb = cfg.sandblaster
     batch = sb.batch_size if 0 < sb.batch_size < train_size else train_size

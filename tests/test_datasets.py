@@ -265,7 +265,44 @@ def test_missing_files_no_download(tmp_path: Path, name: str) -> None:
     assert "\n" not in message
     assert MNIST_FILES[2] in message and str(folder) in message
     assert "data.root" in message and "download disabled" in message
-    assert ("dataset-fashion-mnist" in message) == (name == "fashion_mnist")
+    assert "dataset-fashion-mnist" not in message  # the user's copy: not the system's
+
+
+def test_a_partial_copy_in_the_root_is_never_replaced_by_the_systems(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fashion-MNIST lacking a file (or holding a broken link) in data.root trained on the
+    system's full copy without a word; the system's serves a root that holds none of it, and
+    torchvision's layout (FashionMNIST/raw/) is read."""
+    system = tmp_path / "system"
+    write_mnist(system)
+    monkeypatch.setitem(ds.SYSTEM_DIRS, "fashion_mnist", (system,))
+    root = tmp_path / "root"
+    write_mnist(root / "fashion_mnist")
+    (root / "fashion_mnist" / MNIST_FILES[3]).unlink()
+    (root / "fashion_mnist" / MNIST_FILES[3]).symlink_to(tmp_path / "gone")
+    with pytest.raises(DatasetError, match=f"put {MNIST_FILES[3]}"):
+        load_dataset("fashion_mnist", root, download=False)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert len(load_dataset("fashion_mnist", empty, download=False).train) > 0
+    tv = tmp_path / "tv"
+    write_mnist(tv / "FashionMNIST" / "raw")
+    assert len(load_dataset("fashion_mnist", tv, download=False).train) > 0
+
+
+def test_a_root_one_level_off_is_named(tmp_path: Path) -> None:
+    """data.root given as the dataset's own folder, or with a file in the place of it."""
+    write_mnist(tmp_path / "mnist")
+    with pytest.raises(
+        DatasetError, match=f"holds mnist's files itself; .*give its parent, {tmp_path}$"
+    ):
+        load_dataset("mnist", tmp_path / "mnist", download=False)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "mnist").write_text("not a folder")
+    with pytest.raises(DatasetError, match="mnist is a file; mnist's files go in a folder"):
+        load_dataset("mnist", other, download=False)
 
 
 def test_missing_files_lists_all_when_empty(tmp_path: Path) -> None:
@@ -357,9 +394,9 @@ def test_download_offline(tmp_path: Path) -> None:
     assert "download failed" in message and "network unreachable" in message
     assert str(tmp_path / "mnist") in message
     assert not (tmp_path / "mnist").exists()  # an offline try leaves no empty folder
-    with pytest.raises(DatasetError):  # nor a data.root it made
+    with pytest.raises(DatasetError):  # nor a data.root it made, nor the folders above it
         load_dataset("mnist", tmp_path / "new" / "data", download=True)
-    assert not (tmp_path / "new" / "data").exists() and (tmp_path / "new").is_dir()
+    assert not (tmp_path / "new").exists() and tmp_path.is_dir()
 
 
 def test_download_checksum_mismatch_leaves_nothing(

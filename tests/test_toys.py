@@ -84,7 +84,6 @@ def _bench_cfg(name: str) -> BenchConfig:
 def test_bench_config_refuses_misuse_with_one_line_errors(tmp_path: Path) -> None:
     cases = {
         "model: cnn\ndata: {dataset: toy_quadratic}\n": "model=cnn needs images",
-        "data: {dataset: toy_quadratic, toy: {dim: 50, samples: 10}}\n": "below data.toy.dim=50",
         "data: {dataset: toy_cubic}\n": "data.dataset",
         "server: {momentum_correction: true}\noptimizer: {name: adam}\n": (
             "momentum_correction=true needs optimizer.name momentum or nesterov, got adam"
@@ -95,6 +94,17 @@ def test_bench_config_refuses_misuse_with_one_line_errors(tmp_path: Path) -> Non
         path.write_text(text)
         with pytest.raises(ConfigError, match=message):
             load_config(BenchConfig, path)
+
+
+def test_toy_sizes_are_checked_where_a_toy_is_made() -> None:
+    """data.toy.samples below data.toy.dim: refused for a toy problem, and never read (nor
+    refused) for another dataset."""
+    from rltrain.supervised.formats import DatasetError
+
+    bad = ToyConfig(dim=50, samples=10)
+    with pytest.raises(DatasetError, match="data.toy.samples=10 is below data.toy.dim=50"):
+        make_toy("toy_quadratic", bad)
+    assert DataConfig(dataset="mnist", toy=bad).toy == bad
 
 
 def test_momentum_correction_lowers_the_explicit_momentum_by_the_implicit() -> None:
@@ -152,6 +162,21 @@ def test_a_batch_larger_than_a_workers_shard_is_a_one_line_error(
     assert main(["bench", str(config), "--run-dir", str(tmp_path / "run")]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].endswith(
-        "batch_size=64: each of the 2 workers holds 50 training samples; use a batch_size of "
-        "at most 50"
+        "batch_size=64: each of the 2 workers holds 50 of the 100 training samples; use a "
+        "batch_size of at most 50 or at most 1 worker"
     )
+    # more workers than samples: the advice is a count of workers, never a batch_size of 0
+    config.write_text(config.read_text().replace("workers: 2", "workers: 700"))
+    assert main(["bench", str(config), "--run-dir", str(tmp_path / "run")]) != 0
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(
+            "each of the 700 workers holds 0 of the 100 training samples; use a batch_size of at "
+            "most 1 or at most 1 worker"
+        )
+    )
+    # the baseline alone trains one loop on all of them: workers do not split it
+    config.write_text(config.read_text().replace("[async]", "[baseline]").replace("64", "80"))
+    config.write_text(config.read_text() + "budget: {max_seconds: 0.5}\n")
+    assert main(["bench", str(config), "--run-dir", str(tmp_path / "base")]) == 0

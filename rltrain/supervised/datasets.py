@@ -100,9 +100,29 @@ _STATS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
 # --------------------------------------------------------------------------------------------
 
 
+#: torchvision's folder of a dataset under its root (``FashionMNIST/raw/``): read as well.
+TORCHVISION_DIRS: dict[str, str] = {"mnist": "MNIST", "fashion_mnist": "FashionMNIST"}
+
+
+def _own_dirs(name: str, root: Path) -> list[Path]:
+    """Folders under ``root`` that may hold an MNIST-format dataset, in lookup order."""
+    tv = [root / TORCHVISION_DIRS[name] / "raw"] if name in TORCHVISION_DIRS else []
+    return [root / name, root / name / "raw", *tv]
+
+
 def _search_dirs(name: str, root: Path) -> list[Path]:
-    """Folders that may hold an MNIST-format dataset, in lookup order."""
-    return [root / name, root / name / "raw", *SYSTEM_DIRS.get(name, ())]
+    """Folders that may hold an MNIST-format dataset, in lookup order: the system's copy
+    (:data:`SYSTEM_DIRS`) only where ``root`` holds none of its files, for a partial copy in
+    ``root`` is the user's (to complete, or to be told what it lacks), not to be replaced."""
+    own = _own_dirs(name, root)
+    return own if _started(name, root) else [*own, *SYSTEM_DIRS.get(name, ())]
+
+
+def _started(name: str, root: Path) -> bool:
+    """Whether ``root`` holds any file of an MNIST-format dataset (or a broken one)."""
+    names = {n for f in CHECKSUMS[name] for n in (f, f.removesuffix(".gz"))}
+    own = _own_dirs(name, root)
+    return any((d / n).exists() or (d / n).is_symlink() for d in own for n in names)
 
 
 def _locate(name: str, root: Path) -> Path | None:
@@ -190,16 +210,34 @@ def _missing_message(name: str, root: Path, reason: str) -> str:
     message = (
         f"{name} not found: put {what} into {target} (the {name}/ folder under data.root={root})"
     )
-    if name == "fashion_mnist":
+    if name == "fashion_mnist" and not _started(name, root):  # (else: the user's copy)
         message += ", or install Debian's dataset-fashion-mnist"
     return f"{message} ({reason})"
+
+
+def _check_layout(name: str, root: Path) -> None:
+    """DatasetError for a data.root that is the dataset's own folder, or whose ``name`` is a
+    file: the files would be looked for (and downloaded) one level too deep, or not at all."""
+    folder = root / name
+    if folder.exists() and not folder.is_dir():
+        raise DatasetError(f"data.root={root}: {folder} is a file; {name}'s files go in a folder")
+    if name == "cifar10":
+        itself = (root / CIFAR_DIR).is_dir() or (root / CIFAR_TAR).is_file()
+    else:
+        itself = has_idx_set(root)
+    if itself:
+        fix = f"give its parent, {root.parent}" if root.name == name else f"move them into {folder}"
+        raise DatasetError(
+            f"data.root={root} holds {name}'s files itself; they are read from the {name}/ "
+            f"folder under it: {fix}"
+        )
 
 
 def _obtain(name: str, root: Path, download: bool, log: Callable[[str], None] | None) -> Path:
     """Download the dataset if allowed and locate it again; DatasetError when still missing."""
     reason = "download disabled"
     if download:
-        made = [p for p in (root / name, root) if not p.exists()]
+        made = [p for p in (root / name, root, *root.parents) if not p.exists()]  # deepest first
         failure = _download(name, root / name, log)
         reason = "downloaded files incomplete" if failure is None else f"download failed: {failure}"
         location = _locate(name, root)
@@ -240,6 +278,7 @@ def load_dataset(
     try:
         location = _locate(name, root)
         if location is None:
+            _check_layout(name, root)
             location = _obtain(name, root, download, log)
     except PermissionError as exc:  # a data.root this user may not search
         raise DatasetError(f"data.root={root}: cannot read ({one_line(exc)})") from None

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from rltrain.config import spec
+from rltrain.supervised.formats import DatasetError
 from rltrain.supervised.splits import SplitDataset, VectorDataset
 
 TOY_PROBLEMS: tuple[str, ...] = ("toy_quadratic", "toy_logistic")
@@ -54,13 +55,6 @@ class ToyConfig:
     seed: int = field(default=0, metadata=spec(ge=0, le=2**31 - 1))
     """Seed of the generated data (the same in every process)."""
 
-    def __post_init__(self) -> None:
-        if self.samples < self.dim:
-            raise ValueError(
-                f"data.toy.samples={self.samples} is below data.toy.dim={self.dim}: "
-                "the least-squares optimum would not be unique"
-            )
-
 
 def objective_loss(name: str, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """The mean loss of a batch: ``out`` [B, K] model outputs, ``y`` [B] targets."""
@@ -78,6 +72,11 @@ def make_toy(name: str, cfg: ToyConfig, solve: bool = True) -> SplitDataset:
     ``solve=False``: without, for the workers, which never measure distances)."""
     if name not in TOY_PROBLEMS:
         raise ValueError(f"unknown toy problem {name!r}; allowed: {', '.join(TOY_PROBLEMS)}")
+    if cfg.samples < cfg.dim:  # (checked here: another dataset never reads data.toy)
+        raise DatasetError(
+            f"data.toy.samples={cfg.samples} is below data.toy.dim={cfg.dim}: "
+            "the least-squares optimum would not be unique"
+        )
     g = torch.Generator().manual_seed(cfg.seed)
     n_test = max(1, cfg.samples // 5)
     x, x_test, w_true = _features(cfg, n_test, g)

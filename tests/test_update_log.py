@@ -268,3 +268,27 @@ def test_a_recorded_bench_run_reapplies_bit_for_bit(
     for mode in modes:
         assert f"reapply {mode}: " in text
     assert text.count("final parameters equal (torch.equal)") == len(modes), text
+
+
+def test_reapply_reads_the_data_the_run_read_or_says_it_differs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative data.root is the bench's working folder's: reapply reads the root recorded
+    (absolute), from any folder; data that changed since is named, not reported as parameters
+    that came out DIFFERENT."""
+    from conftest import write_mnist_like
+
+    from rltrain.supervised.update_log import CannotReapply, data_print, load_recorded_data
+
+    write_mnist_like(tmp_path / "data" / "mnist", 40, 10, seed=0)
+    monkeypatch.chdir(tmp_path)
+    cfg = dataclasses.replace(toy_config(ServerConfig()), data=DataConfig("mnist", root="data"))
+    recorded = data_print(load_data(cfg.data), cfg.data.root)
+    assert recorded["root"] == str(tmp_path / "data") and recorded["train"] == 40
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # data/ is not here
+    assert len(load_recorded_data(cfg, recorded).train) == 40
+    write_mnist_like(tmp_path / "data" / "mnist", 40, 10, seed=1)  # the same sizes, new images
+    with pytest.raises(CannotReapply, match="is not the data the run trained on"):
+        load_recorded_data(cfg, recorded)

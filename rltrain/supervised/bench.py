@@ -44,7 +44,7 @@ from rltrain.supervised.modes import (
     worker_specs,
 )
 from rltrain.supervised.plots import plot_names
-from rltrain.supervised.update_log import save_record
+from rltrain.supervised.update_log import data_print, save_record
 from rltrain.supervised.worker import SupervisedWorker, WorkerReport, WorkerSpec
 
 # ---------------------------------------------------------------------------------------------
@@ -293,7 +293,7 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
             # evaluation (seconds; a second quits at once)
             with signals.deferred():
                 if trace.record is not None:
-                    save_record(run_dir, trace)
+                    save_record(run_dir, trace, data_print(data, cfg.data.root))
                 prog = Progress(label)
                 points = evaluation.evaluate(cfg, data, trace, _evaluating(prog))
                 prog.close()

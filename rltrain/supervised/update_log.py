@@ -19,9 +19,11 @@ import dataclasses
 import json
 import pickle
 import typing
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -35,7 +37,7 @@ from rltrain.records import BatchId, GradUpdate, PushRecord, PushStatus
 from rltrain.rundir import write_atomic_with
 from rltrain.supervised.batches import GradSum
 from rltrain.supervised.config import BenchConfig
-from rltrain.supervised.datasets import SplitDataset
+from rltrain.supervised.datasets import ArrayDataset, SplitDataset
 from rltrain.supervised.modes import ModeTrace, initial_params, shards, worker_specs
 from rltrain.supervised.sharding import load_data
 from rltrain.supervised.worker import SupervisedWorker
@@ -77,6 +79,7 @@ class SavedRecord:
     final: torch.Tensor  # [P] the parameters the mode ended with
     faults: FaultCounters
     start: dict | None = None  # the restore point the log begins at (ModeRecord.start)
+    data: dict | None = None  # the data the mode trained on (:func:`data_print`)
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,21 @@ def record_path(run_dir: Path, mode: str) -> Path:
     return run_dir / "record" / f"{mode}.pt"
 
 
-def save_record(run_dir: Path, trace: ModeTrace) -> Path:
+def data_print(data: SplitDataset, root: str | Path) -> dict[str, Any]:
+    """Where the data was read (``root``, absolute) and what it was: the sizes of its splits
+    and a CRC-32 of its training set, so that a reapply reads the same data or says not."""
+    train = data.train
+    tensors = (
+        (train.images, train.labels) if isinstance(train, ArrayDataset) else (train.x, train.y)
+    )
+    crc = 0
+    for t in tensors:
+        crc = zlib.crc32(t.contiguous().numpy().tobytes(), crc)
+    where = str(Path(root).expanduser().absolute())
+    return {"root": where, "train": len(train), "test": len(data.test), "crc32": crc}
+
+
+def save_record(run_dir: Path, trace: ModeTrace, data: dict[str, Any] | None = None) -> Path:
     """Write ``trace.record`` to ``record/<mode>.pt`` (atomically). The log is stored as two
     int64 tables, which ``torch.load(weights_only=True)`` reads back: pushes [M, 5] (worker,
     version, staleness, status, batches) and their batches [B, 3] (epoch, position, version)."""
@@ -118,6 +135,8 @@ def save_record(run_dir: Path, trace: ModeTrace) -> Path:
     }
     if rec.start is not None:
         state["start"] = rec.start
+    if data is not None:
+        state["data"] = data
     path = record_path(run_dir, trace.mode)
     path.parent.mkdir(exist_ok=True)
     write_atomic_with(path, lambda f: torch.save(state, f))
@@ -148,6 +167,7 @@ def load_record(path: Path) -> SavedRecord:
             state["final"],
             FaultCounters(**state["faults"]),
             state.get("start"),
+            state.get("data"),
         )
     except (OSError, RuntimeError, pickle.UnpicklingError, LookupError, TypeError, ValueError) as e:
         raise CannotReapply(f"{path}: not a readable record ({type(e).__name__}: {e})") from None
@@ -225,7 +245,7 @@ def reapply_run(run_dir: Path, only: str | None = None) -> bool:
     cfg, modes, notes = read_run(run_dir, only)
     for note in notes:
         print(f"reapply {note}")
-    data = load_data(cfg.data)
+    data = load_recorded_data(cfg, load_record(record_path(run_dir, modes[0])).data)
     equal = True
     for mode in modes:
         r = reapply_mode(cfg, data, run_dir, mode)
@@ -234,6 +254,23 @@ def reapply_run(run_dir: Path, only: str | None = None) -> bool:
         print(f"reapply {mode}: {r.pushes} pushes; final parameters {verdict} (torch.equal){off}")
         equal = equal and r.equal
     return equal
+
+
+def load_recorded_data(cfg: BenchConfig, recorded: dict | None) -> SplitDataset:
+    """The data a recorded run trained on: from the root it was read at (a relative
+    data.root is the run's working folder's, not this one's), checked against its print."""
+    root = cfg.data.root
+    if recorded is not None and Path(recorded["root"]).is_dir():
+        root = recorded["root"]
+    data = load_data(dataclasses.replace(cfg.data, root=root))
+    if recorded is not None and data_print(data, root) | {"root": ""} != recorded | {"root": ""}:
+        now = data_print(data, root)
+        raise CannotReapply(
+            f"the {cfg.data.dataset} at {root} ({now['train']} training samples, CRC-32 "
+            f"{now['crc32']:08x}) is not the data the run trained on ({recorded['train']}, "
+            f"{recorded['crc32']:08x}); reapply reads the very samples the run read"
+        )
+    return data
 
 
 def reapply_mode(cfg: BenchConfig, data: SplitDataset, run_dir: Path, mode: str) -> ReapplyResult:

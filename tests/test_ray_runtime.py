@@ -209,6 +209,26 @@ def test_a_death_before_the_first_call_is_reported_and_counted_once(tmp_path) ->
         r.kill()
 
 
+@pytest.mark.shared_ray
+def test_a_process_whose_constructor_raised_is_one_line_at_start_up() -> None:
+    """A bench worker whose node lacks the dataset: wait_up said it as an ActorDiedError
+    traceback (and the finished modes' results were lost)."""
+    from rltrain.faults import RunFailed
+
+    class NoData:  # (defined here: Ray's processes pickle it by value)
+        def __init__(self) -> None:
+            from rltrain.supervised.formats import DatasetError
+
+            raise DatasetError("mnist not found: put ... into data/mnist")
+
+    r = runtime.Remote(NoData, role="worker", index=2, max_restarts=0)
+    try:
+        with pytest.raises(RunFailed, match=r"^worker 2 could not start: mnist not found: put"):
+            runtime.wait_up([r], print, patience=60.0)
+    finally:
+        r.kill()
+
+
 def test_a_constructor_error_is_named_by_its_own_line() -> None:
     """Ray reports a process whose constructor raised as a dead actor, its message ending with
     the exception's line: the run names that error (an env's, in one line), not "died"."""

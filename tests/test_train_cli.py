@@ -289,3 +289,15 @@ def test_the_final_line_of_a_failed_run_counts_the_fault_that_stopped_it(tmp_pat
     assert "; faults: the one that stopped it, after actor_restarts 2; summary" in line
     fake["stopped_by"] = "max_env_steps"
     assert "; faults: actor_restarts 2; summary.json" in final_line(fake, tmp_path)
+
+
+def test_the_mean_at_a_stop_before_any_episode_ended_is_none() -> None:
+    """Pendulum stopped at 100 steps: no episode at the stop, 16 ended in the work in flight;
+    summary.json's mean_return (what the stop judged) said their mean, not null."""
+    from rltrain.rl.run.counters import Counters
+    from rltrain.rl.run.summary import SessionRecord
+
+    record = SessionRecord()
+    assert record.judged_mean(-1183.7) == -1183.7  # (no stop yet: the mean so far)
+    record.stop("max_env_steps", Counters(), 20)
+    assert record.episodes_at_stop == 0 and record.judged_mean(-1183.7) is None

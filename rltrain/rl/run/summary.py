@@ -41,6 +41,11 @@ class SessionRecord:
         self.mean_at_stop = counters.mean_return(window)
         self.episodes_at_stop = counters.episodes
 
+    def judged_mean(self, final: float | None) -> float | None:
+        """The mean return the stop saw: None where no episode had ended by then (not the
+        mean of the episodes the work in flight ended after it); ``final`` before a stop."""
+        return self.mean_at_stop if self.episodes_at_stop is not None else final
+
     def mark(self, name: str) -> float:
         """Seconds since start-up began, kept the first time ``name`` is reached."""
         return self.startup.setdefault(name, round(time.time() - self.started, 2))
@@ -58,7 +63,7 @@ def train_summary(
     """summary.json's figures (``evals``: this session's evaluations, ``PeriodicEval.summary``)."""
     c = counters
     final = c.mean_return(cfg.episode_window)
-    mean = record.mean_at_stop if record.mean_at_stop is not None else final
+    mean = record.judged_mean(final)
     rec_eps = record.episodes_at_stop
     return {
         "command": "train",

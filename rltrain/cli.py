@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from rltrain import signals
-from rltrain.cli_checks import count_arg, episodes_arg, meant_for, seed_arg
+from rltrain.cli_checks import count_arg, episodes_arg, meant_for, score_arg, seed_arg
 from rltrain.config import load_config
 from rltrain.errors import RLTrainError
 from rltrain.faults import PeerLost, ProcessLost, RunFailed
@@ -163,7 +163,7 @@ def build_parser() -> _Parser:
     )
     plot.add_argument(
         "--marks",
-        type=float,
+        type=score_arg,
         nargs="+",
         metavar="SCORE",
         default=(),

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,8 @@ class Curve:
     """[N] whether the score stop judged the mean at each episode: its session's every env
     had ended a game, or an older rltrain wrote it (:func:`settled_episodes`); None: a run
     with no ``session/settled`` event, judged at every one."""
+    folder: Path | None = None
+    """The run directory, as given."""
 
 
 def run_config(run_dir: Path) -> dict[str, Any]:
@@ -169,7 +172,18 @@ def read_curve(run_dir: Path, evals_only: bool = False) -> Curve:
     # not needed
     keep = {ea.SCALARS: 0, ea.TENSORS: 1, ea.HISTOGRAMS: 1, ea.IMAGES: 1, ea.AUDIO: 1}
     acc = ea.EventAccumulator(str(tb), size_guidance=keep)
-    acc.Reload()
+    quiet = logging.getLogger("tensorboard")  # its "out of order event.step" after a resume:
+    level, quiet.level = quiet.level, logging.ERROR  # the rewinds are dropped below, as said
+    try:
+        acc.Reload()
+    finally:
+        quiet.setLevel(level)
+    try:
+        acc.FirstEventTimestamp()
+    except ValueError:  # not even the file version event: emptied or overwritten
+        raise PlotError(
+            f"{run_dir}: the event files in {tb} hold no readable event (empty or damaged)"
+        ) from None
     if RETURN_TAG not in acc.Tags().get(ea.SCALARS, []) and not (
         evals_only and EVAL_TAG in acc.Tags().get(ea.SCALARS, [])
     ):
@@ -206,7 +220,7 @@ def read_curve(run_dir: Path, evals_only: bool = False) -> Curve:
     every, window = eval_every_steps(cfg) * skip, run_window(run_dir, cfg)
     # the name the user gave it (a link named for its setting), the folder's for . and ..
     name = run_dir.name if run_dir.name not in ("", "..") else run_dir.resolve().name
-    return Curve(name, frames, seconds, returns, evals, every, window, judged)
+    return Curve(name, frames, seconds, returns, evals, every, window, judged, run_dir)
 
 
 def settled_episodes(

@@ -210,6 +210,31 @@ def out_format(out: Path) -> str:
     return fmt
 
 
+def once_each(run_dirs: Sequence[Path]) -> list[Path]:
+    """The runs, each once (``r1 r1/``, overlapping globs): a run given twice would count as
+    two seeds in --evals' mean and spread. Says which were given twice."""
+    seen: dict[Path, Path] = {}
+    for d in run_dirs:
+        key = d.resolve() if d.exists() else d
+        if key in seen:
+            again = "given twice" if str(d) == str(seen[key]) else f"is {seen[key]} again"
+            print(f"rltrain: plot: {d} {again}: read once", file=sys.stderr)
+        seen.setdefault(key, d)
+    return list(seen.values())
+
+
+def unique_labels(curves: Sequence[Curve]) -> list[Curve]:
+    """Curves whose labels (their folders' names) repeat, labelled with the folders above
+    them as well (``a/run``, ``b/run``), so that the legend and the tables tell them apart."""
+    names = [c.label for c in curves]
+    return [
+        replace(c, label=f"{c.folder.absolute().parent.name}/{c.label}")
+        if names.count(c.label) > 1 and c.folder is not None
+        else c
+        for c in curves
+    ]
+
+
 def default_output(run_dirs: Sequence[Path]) -> Path:
     """``RUN/returns.png`` for one run, ``./returns.png`` for several."""
     return run_dirs[0] / "returns.png" if len(run_dirs) == 1 else Path("returns.png")
@@ -231,6 +256,7 @@ def plot_runs(
     own, :func:`run_window`)."""
     if out is not None:
         out_format(out)  # (before any run is read)
+    run_dirs = once_each(run_dirs)
     curves, early, evaluated = [], [], []
     for d in run_dirs:
         try:
@@ -248,6 +274,10 @@ def plot_runs(
         print(f"rltrain: plot: left out {why}", file=sys.stderr)
     if window is not None:
         curves = [replace(c, window=window) for c in curves]
+    curves, evaluated = unique_labels(curves), unique_labels(evaluated)
+    if not curves and (marks or out is not None):  # only evaluations: nothing to draw
+        asked = " and ".join(f for f, on in (("--marks", marks), ("--out", out)) if on)
+        print(f"rltrain: plot: {asked}: no episode has ended in these runs", file=sys.stderr)
     tables = [marks_table(curves, marks)] if marks and curves else []
     if evals:  # beside runs evaluated, one never evaluated is left out of the table, said
         shown = [c for c in evaluated if len(c.evals[0])]

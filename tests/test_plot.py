@@ -122,6 +122,28 @@ def test_a_run_is_labelled_by_the_name_it_was_given(
     assert read_curve(Path(".")).label == "appo-20261204-101500"
 
 
+def test_a_run_given_twice_is_read_once_and_runs_of_one_name_are_told_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`rltrain plot r1 r1/` counted r1 as two seeds in --evals' mean and spread; runs named
+    alike in different folders had one label."""
+    from rltrain.plot import plot_runs
+
+    r1 = make_run(tmp_path / "r1", "cartpole_appo.yaml", [(64, 12, 1)], tag=EVAL_TAG)
+    make_run(tmp_path / "a" / "run", "cartpole_appo.yaml", [(64, 10, 1)], tag=EVAL_TAG)
+    make_run(tmp_path / "b" / "run", "cartpole_appo.yaml", [(64, 20, 1)], tag=EVAL_TAG)
+    (tmp_path / "link").symlink_to(r1)
+    _, table = plot_runs([r1, r1, tmp_path / "link"], evals=True)
+    assert "mean +- sd" not in table and table.count("| 12.0 |") == 1
+    err = capsys.readouterr().err
+    assert f"{r1} given twice: read once" in err and f"link is {r1} again: read once" in err
+    _, table = plot_runs([tmp_path / "a" / "run", tmp_path / "b" / "run"], evals=True)
+    assert table.splitlines()[0] == "| frames | a/run | b/run | mean +- sd of 2 |"
+    # only evaluations: --marks and --out have nothing to draw, and say so
+    plot_runs([r1], tmp_path / "x.png", marks=(10.0,), evals=True)
+    assert "--marks and --out: no episode has ended in these runs" in capsys.readouterr().err
+
+
 def test_evaluations_during_training_are_read_as_dots(tmp_path: Path) -> None:
     """eval/mean_return (eval.every_steps) comes back beside the episodes, in frames."""
     pong = make_run(tmp_path / "pong", "pong_a3c.yaml", [(100, -21, 30), (200, -20, 60)])
@@ -159,6 +181,11 @@ def test_moving_mean_is_the_mean_of_the_last_window() -> None:
         pytest.param("afile", ["afile: not a run directory (it is a file)"], id="file"),
         pytest.param("notrun", ["notrun: not a run directory (no config.yaml in it)"], id="cfg"),
         pytest.param("fresh", ["fresh: no TensorBoard events in", "tb"], id="no-events"),
+        pytest.param(  # (they said "no episode has ended" of a run of 114 episodes)
+            "damaged",
+            ["damaged: the event files in", "hold no readable event (empty or damaged)"],
+            id="damaged-events",
+        ),
         pytest.param(
             "bench",
             ["bench: a `rltrain bench` run", "results.md", "tensorboard --logdir"],
@@ -180,6 +207,9 @@ def test_errors_are_one_line(
     (bench / "config.yaml").write_text((ROOT / "configs/bench_toy.yaml").read_text())
     (bench / "results.md").write_text("| mode |\n")
     good = make_run(tmp_path / "good", "cartpole_appo.yaml", [(64, 12, 1)])
+    damaged = make_run(tmp_path / "damaged", "cartpole_appo.yaml", [(64, 12, 1)])
+    for events in (damaged / "tb").iterdir():
+        events.write_bytes(bytes(range(256)) * 8)
     # a bad run among good ones fails the whole command, before anything is drawn
     assert main(["plot", str(good), str(tmp_path / name), "--out", str(tmp_path / "x.png")]) == 2
     captured = capsys.readouterr()

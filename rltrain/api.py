@@ -38,7 +38,7 @@ from rltrain.faults import TrainFailed
 from rltrain.rl.config import TrainConfig, load_run_config
 from rltrain.rl.eval_args import DEFAULT_MAX_STEPS, EPISODES, MAX_STEPS, SEED
 from rltrain.rl.evaluate import EvalResult, VideoView
-from rltrain.rl.loaded_policy import LoadedPolicy
+from rltrain.rl.loaded_policy import LoadedPolicy, scales_frames
 from rltrain.supervised.config import BenchConfig
 
 Kind = Literal["train", "bench"]
@@ -307,7 +307,7 @@ def load_policy(run_dir: str | Path, checkpoint: str | Path = "latest") -> Loade
         spec.flattened_from,
         spec.transposed,
         spec.stacked,
-        spec.obs_dtype,
+        spec.obs_dtype if scales_frames(policy.model) else None,  # (an MLP takes any number)
     )
 
 

@@ -7,6 +7,7 @@ checkpoint file can never run code.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import zipfile
@@ -19,6 +20,8 @@ from rltrain.errors import RLTrainError
 from rltrain.faults import RunFailed
 
 CKPT_DIR = "checkpoints"
+PLAIN = ("config", "eval")
+"""A state's entries of plain values (no tensors), written as JSON reads them back."""
 
 
 class CheckpointError(RLTrainError, ValueError):
@@ -49,6 +52,10 @@ def best_checkpoint(run_dir: Path) -> Path:
 def write_state(path: Path, state: dict[str, Any]) -> Path:
     """``torch.save`` through a temporary file, fsync and an atomic rename: a crash leaves the
     old file or the new one, never a torn one."""
+    # the config and eval record as plain JSON: a YAML date in env.kwargs (a datetime.date)
+    # would make the file one that weights_only=True refuses, for eval and resume alike
+    plain = {k: as_saved(state[k]) for k in PLAIN if k in state}
+    state = {**state, **plain}
     folder = path.parent
     folder.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".ckpt-", suffix=".tmp")
@@ -63,6 +70,12 @@ def write_state(path: Path, state: dict[str, Any]) -> Path:
     finally:
         Path(tmp).unlink(missing_ok=True)
     return path
+
+
+def as_saved(value: Any) -> Any:
+    """``value`` (a config's dict) as a checkpoint keeps it: plain JSON, other scalars (a YAML
+    date) as their text. Compare a config with a checkpoint's through it."""
+    return json.loads(json.dumps(value, default=str))
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:

@@ -147,7 +147,7 @@ def check_bench_sizes(cfg: BenchConfig, train_size: int, test_size: int) -> None
         )
 
 
-def check_startup(cfg: TrainConfig, spec: EnvSpec) -> None:
+def check_startup(cfg: TrainConfig, spec: EnvSpec, new_run: bool = True) -> None:
     """What a session would otherwise find only as it starts its processes, after the run
     folder is made, checked once the env's shapes are known: ``env.groups`` against
     ``env.num_envs``, ``runtime.inference`` against the runtime and the algorithm, and
@@ -161,7 +161,8 @@ def check_startup(cfg: TrainConfig, spec: EnvSpec) -> None:
     from rltrain.rl.run.sizing import check_model_memory, check_rollout_memory
     from rltrain.runtime.config import chosen_backend
 
-    check_atari_only(cfg.env)
+    if new_run:  # (a resumed run's config.yaml, which an older rltrain took, is not refused)
+        check_atari_only(cfg.env)
     env_groups(cfg.env)
     inference_device(cfg, False, chosen_backend(cfg.runtime)[0])
     if cfg.server.shards > 1:  # (one always fits)
@@ -342,7 +343,7 @@ def _prepare(
         cfg = resolve_obs_norm(cfg, spec.obs_shape, spec.one_hot)
         cfg = dataclasses.replace(cfg, env=resolve_sticky(cfg.env))  # null: the id's
         cfg = dataclasses.replace(cfg, env=ship_registration(cfg.env))  # a script's register
-        check_startup(cfg, spec)  # before the run dir is made, as far as the env tells
+        check_startup(cfg, spec, resume is None)  # before the run dir is made, as the env tells
         if resume is None:
             name = config_path or f"{cfg.algo.name}_{cfg.env.id.replace('/', '_')}"
             made: list[Path] = []

@@ -150,7 +150,9 @@ def unfailing_output() -> Iterator[None]:
 
 def stdout_failed(error: OSError) -> bool:
     """Whether ``error`` is stdout's: its reader gone (its end of the pipe polls POLLERR) or
-    its disk full. Then its descriptor points at /dev/null: what is left goes nowhere."""
+    its disk full (a full disk's error without a file name: stdout's, or another file's
+    write, which ends a short command all the same). Then its descriptor points at
+    /dev/null: what is left goes nowhere."""
     if isinstance(error, BrokenPipeError):
         poll = select.poll()
         with contextlib.suppress(OSError, ValueError):

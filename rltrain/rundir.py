@@ -201,7 +201,7 @@ def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     written as null, which every JSON reader takes, where NaN is not JSON. A session that did
     not fail removes the failure.log an earlier one left (a run resumed after a failure):
     the folder then says what its summary says."""
-    text = json.dumps(_finite(summary), indent=2, allow_nan=False)
+    text = json.dumps(_finite(summary), indent=2, allow_nan=False, default=str)
     write_atomic(run_dir / "summary.json", text + "\n")
     if not summary.get("failure"):
         with contextlib.suppress(OSError):

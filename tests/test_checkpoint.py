@@ -107,3 +107,17 @@ def test_a_resume_removes_the_temporary_file_a_crash_left(tmp_path: Path) -> Non
     torn.write_bytes(b"half")
     check_writable(tmp_path)
     assert not torn.exists() and latest_checkpoint(tmp_path) is not None
+
+
+def test_a_config_of_yaml_only_values_is_kept_loadable(tmp_path: Path) -> None:
+    """env.kwargs with a YAML date (a datetime.date) made every checkpoint one that
+    weights_only=True refuses: eval, resume and best.pt failed as 'corrupt or truncated'."""
+    import datetime
+
+    from rltrain.checkpoint import as_saved, write_state
+
+    config = {"env": {"id": "X-v0", "kwargs": {"tag": datetime.date(2020, 1, 1)}}}
+    state = {"shards": [{"param": torch.zeros(2), "version": 0}], "counters": {}}
+    path = write_state(tmp_path / "ckpt-0000000000.pt", {**state, "config": config})
+    saved = load_checkpoint(path)["config"]
+    assert saved == as_saved(config) == {"env": {"id": "X-v0", "kwargs": {"tag": "2020-01-01"}}}

@@ -369,6 +369,11 @@ def test_a_run_on_gymnasium_images_trains_the_cnn(
     # frames already scaled to [0, 1] (or cast to float) would be scaled again, or not
     with pytest.raises(ValueError, match="dtype float32; this policy takes the env's uint8"):
         policy(np.zeros(policy.obs_shape, np.float32))
+    from rltrain.rl.algos.torsos import MLPTorso
+    from rltrain.rl.loaded_policy import scales_frames
+
+    assert scales_frames(policy.policy.model)  # an MLP on uint8 takes any number type
+    assert not scales_frames(MLPTorso(4, 8))
     if stack == 1:
         assert policy(image) in range(2) and policy(np.moveaxis(image, -1, 0)) in range(2)
         assert len(policy(np.stack([image] * 3))) == 3

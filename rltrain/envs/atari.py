@@ -96,9 +96,10 @@ def check_atari_id(env_id: str, wrappers: Sequence[str] = ()) -> None:
 
 ATARI_ONLY = (
     *("frame_skip", "noop_max", "sticky_actions", "full_action_space", "clip_rewards"),
-    *("episodic_life", "image_size", "max_episode_frames", "num_threads"),
+    *("episodic_life", "image_size", "max_episode_frames"),
 )
-"""The env.* keys of the Atari protocol, which a Gymnasium env never reads."""
+"""The env.* keys of the Atari protocol, which a Gymnasium env never reads (num_threads, a
+resource, is left to the shipped configs that set it for ale-py's own ids)."""
 
 
 def check_atari_only(cfg: EnvConfig) -> None:

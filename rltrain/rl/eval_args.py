@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from rltrain.checkpoint import CheckpointError
+from rltrain.checkpoint import CheckpointError, as_saved
 from rltrain.config import to_dict
 from rltrain.config_keys import moved_keys
 from rltrain.envs.atari import is_atari
@@ -86,7 +86,7 @@ def check_played_as(
     ``cfg`` for a key of :data:`PLAYED_KEYS` (``auto`` on either side is not compared)."""
     if not isinstance(saved, dict):  # (older checkpoints: the model's size is still checked)
         return
-    old, new = moved_keys(TrainConfig, saved), to_dict(cfg)
+    old, new = moved_keys(TrainConfig, saved), as_saved(to_dict(cfg))
     for key in PLAYED_KEYS + (ATARI_PLAYED_KEYS if is_atari(cfg.env.id) else ()):
         was, now = _at(old, key), _at(new, key)
         if was is _NONE or was == now or "auto" in (was, now):

@@ -93,3 +93,11 @@ class LoadedPolicy:
         if not single:
             return acts
         return int(acts[0]) if not self.actions.continuous else acts[0]
+
+
+def scales_frames(model: torch.nn.Module) -> bool:
+    """Whether ``model`` scales uint8 frames itself (a CNN torso divides them by 255): its
+    callers must then give uint8, as float frames are not scaled (nor known to be)."""
+    from rltrain.rl.algos.torsos import CNNTorso
+
+    return any(isinstance(m, CNNTorso) for m in model.modules())

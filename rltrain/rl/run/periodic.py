@@ -26,9 +26,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from rltrain.checkpoint import CheckpointError, best_checkpoint, load_checkpoint, write_state
+from rltrain.checkpoint import (
+    CheckpointError,
+    as_saved,
+    best_checkpoint,
+    load_checkpoint,
+    write_state,
+)
 from rltrain.config import to_dict
 from rltrain.envs import make_env
+from rltrain.envs.atari import ATARI_KWARGS
 from rltrain.errors import RLTrainError
 from rltrain.faults import RunFailed
 from rltrain.normalize import NormStats
@@ -230,7 +237,7 @@ class PeriodicEval:
             **self.settings,
         }
         with (self.run_dir / EVALS_FILE).open("a") as f:
-            f.write(json.dumps(record) + "\n")
+            f.write(json.dumps(record, default=str) + "\n")  # (a YAML date in env.kwargs)
         step = flight.env_steps
         for key in ("mean_return", "std_return", "mean_length"):
             self.writer.add_scalar(f"eval/{key}", record[key], step, walltime=flight.submitted)
@@ -316,7 +323,8 @@ not compared (Machado et al. 2018: sticky actions, no-op starts and episode caps
 def scored_protocol(cfg: TrainConfig) -> dict[str, Any]:
     """The env keys (:data:`PROTOCOL_KEYS`) an evaluation's score was played under."""
     env = to_dict(cfg.env)
-    return {k: env[k] for k in PROTOCOL_KEYS}
+    env["kwargs"] = {k: v for k, v in env["kwargs"].items() if k not in ATARI_KWARGS}  # (cores)
+    return as_saved({k: env[k] for k in PROTOCOL_KEYS})  # as best.pt keeps it
 
 
 def best_score(run_dir: Path, settings: dict[str, Any] | None = None) -> float | None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from rltrain.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
+from rltrain.checkpoint import CheckpointError, as_saved, latest_checkpoint, load_checkpoint
 from rltrain.config import dotted, moved_keys, to_dict
 from rltrain.faults import FaultCounters
 from rltrain.rl.config import TrainConfig
@@ -59,7 +59,7 @@ def resume_changes(path: Path, saved: dict[str, Any] | None, cfg: TrainConfig) -
     of :data:`TOLD_ON_RESUME`; CheckpointError for a key of :data:`KEPT_ON_RESUME`."""
     if not saved:
         return []
-    old, new = dotted(moved_keys(TrainConfig, saved)), dotted(to_dict(cfg))
+    old, new = dotted(moved_keys(TrainConfig, saved)), dotted(as_saved(to_dict(cfg)))
     changed = [
         k
         for k, v in new.items()

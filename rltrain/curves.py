@@ -28,6 +28,9 @@ import yaml
 from rltrain.errors import RLTrainError
 from rltrain.rundir import sized_actors
 
+EVALS_FILE = "evals.jsonl"
+"""A run's evaluations during training, one JSON record per line (rl.run.periodic)."""
+
 RETURN_TAG = "episode/return"
 """The scalar tag of episode scores, as :class:`rltrain.rl.run.tblog.TrainLogger` writes it."""
 EVAL_TAG = "eval/mean_return"
@@ -77,6 +80,8 @@ class Curve:
     with no ``session/settled`` event, judged at every one."""
     folder: Path | None = None
     """The run directory, as given."""
+    eval_stops: frozenset[int] = frozenset()
+    """Frames of the evaluations made as a run stopped (evals.jsonl's ``at_stop``)."""
 
 
 def run_config(run_dir: Path) -> dict[str, Any]:
@@ -215,12 +220,23 @@ def read_curve(run_dir: Path, evals_only: bool = False) -> Curve:
         return steps[keep] * skip, seconds[keep], values[keep], times[keep]
 
     frames, seconds, returns, walls = series(RETURN_TAG)
+    stops = frozenset(s * skip for s in stop_evaluations(run_dir))
     judged = settled_episodes(frames // skip, walls, sessions, *events(SETTLED_TAG))
     evals = series(EVAL_TAG)[:3]
     every, window = eval_every_steps(cfg) * skip, run_window(run_dir, cfg)
     # the name the user gave it (a link named for its setting), the folder's for . and ..
     name = run_dir.name if run_dir.name not in ("", "..") else run_dir.resolve().name
-    return Curve(name, frames, seconds, returns, evals, every, window, judged, run_dir)
+    return Curve(name, frames, seconds, returns, evals, every, window, judged, run_dir, stops)
+
+
+def stop_evaluations(run_dir: Path) -> list[int]:
+    """The env steps of the evaluations ``run_dir/evals.jsonl`` says were made as the run
+    stopped (none where it is missing, unreadable, or of an rltrain that did not say)."""
+    try:
+        lines = (run_dir / EVALS_FILE).read_text().splitlines()
+        return [r["env_steps"] for r in map(json.loads, lines) if r.get("at_stop")]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
 
 
 def settled_episodes(

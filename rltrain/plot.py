@@ -119,7 +119,7 @@ def evals_table(curves: Sequence[Curve]) -> str:
             # a scheduled one's row is its multiple of eval.every_steps (it lands just after);
             # a stop's before the first multiple keeps its own frames (not row 0)
             at = int(f) // c.eval_every * c.eval_every if 0 < c.eval_every <= f else int(f)
-            if seen.setdefault(at, int(f)) != int(f):  # a stop's, after that multiple's
+            if int(f) in c.eval_stops or seen.setdefault(at, int(f)) != int(f):  # a stop's
                 at = int(f)
                 stops.add(at)
             rows.setdefault(at, {})[i] = float(m)  # a resume's re-evaluation: the last

@@ -72,6 +72,12 @@ def test_evaluations_are_recorded_every_interval(run: Path) -> None:
     final = load_checkpoint(sorted((run / "checkpoints").glob("ckpt-*.pt"))[-1])
     assert steps[-1] == s["env_steps"] == final["counters"]["env_steps"] >= 8000
     assert records[-1]["version"] == final["shards"][0]["version"]
+    # the stop's own evaluation is said, and `rltrain plot --evals` gives it its own row
+    assert records[-1]["at_stop"] and not any(r["at_stop"] for r in records[:-1])
+    from rltrain.plot import plot_runs
+
+    _, table = plot_runs([run], evals=True)
+    assert table.splitlines()[-1].split("|")[1].strip().endswith("(stop)"), table
 
 
 def test_best_checkpoint_holds_the_best_scoring_parameters(run: Path) -> None:

@@ -34,6 +34,7 @@ from rltrain.checkpoint import (
     write_state,
 )
 from rltrain.config import to_dict
+from rltrain.curves import EVALS_FILE
 from rltrain.envs import make_env
 from rltrain.envs.atari import ATARI_KWARGS
 from rltrain.errors import RLTrainError
@@ -48,7 +49,6 @@ from rltrain.rl.run.tblog import TrainLogger
 if TYPE_CHECKING:
     from rltrain.runtime.contract import Runtime
 
-EVALS_FILE = "evals.jsonl"
 MAX_STEPS = DEFAULT_MAX_STEPS  # vector steps of one evaluation, as `rltrain eval`'s
 FAILURES = 3  # evaluations failed in a row before they are given up
 
@@ -122,6 +122,8 @@ class Flight:
     wall_seconds: float
     submitted: float = dataclasses.field(default_factory=time.time)
     """When the checkpoint was taken: the time of its point in TensorBoard."""
+    at_stop: bool = False
+    """The final evaluation of a run that stopped (between two multiples of every_steps)."""
 
 
 class PeriodicEval:
@@ -177,7 +179,9 @@ class PeriodicEval:
             except Exception as e:  # noqa: BLE001 - counted as a failed evaluation
                 self._failed("the evaluator could not start", e)
 
-    def submit(self, path: Path, state: dict[str, Any], counters: Counters) -> None:
+    def submit(
+        self, path: Path, state: dict[str, Any], counters: Counters, at_stop: bool = False
+    ) -> None:
         """Evaluate checkpoint ``path`` (its ``state``), written at ``counters``."""
         steps = counters.env_steps
         self.next_at = self._after(steps)
@@ -187,6 +191,7 @@ class PeriodicEval:
         version, values, norm = state_params(state)
         future = self.remote.call("score", version, values, norm)
         self.flight = Flight(future, state, path.name, steps, counters.wall_seconds)
+        self.flight.at_stop = at_stop
 
     def poll(self, timeout: float = 0.0) -> None:
         """Record the evaluation in flight if it has ended (waiting up to ``timeout`` s)."""
@@ -234,6 +239,7 @@ class PeriodicEval:
             "max_return": float(returns.max()),
             "mean_length": round(float(np.mean(score.lengths)), 2),
             "seconds": round(score.seconds, 2),
+            "at_stop": flight.at_stop,  # (its own row in `rltrain plot --evals`)
             **self.settings,
         }
         with (self.run_dir / EVALS_FILE).open("a") as f:
@@ -272,7 +278,7 @@ class PeriodicEval:
                 self.say(f"no final evaluation: {path.name} holds the initial parameters")
             elif self.scored != (counters.env_steps, version):
                 self.say(f"final evaluation of {path.name} ({counters.env_steps:,} steps)")
-                self.submit(path, state, counters)
+                self.submit(path, state, counters, at_stop=True)
                 self._wait()
         self.close()
 

@@ -20,10 +20,13 @@ from rltrain.curves import Curve, NoEpisodesYet, PlotError, read_curve
 def moving_mean(values: np.ndarray, window: int) -> np.ndarray:
     """[N] mean of the last ``window`` values at each point (fewer at the start): the mean
     return that the live line and ``stop.mean_return`` use."""
-    sums = np.cumsum(np.concatenate([[0.0], values]))
+    bad = ~np.isfinite(values)  # a NaN/inf score spoils the windows it is in, not the rest
+    sums = np.cumsum(np.concatenate([[0.0], np.where(bad, 0.0, values)]))
+    bads = np.cumsum(np.concatenate([[0], bad]))
     ends = np.arange(1, len(values) + 1)
     starts = np.maximum(ends - window, 0)
-    return (sums[ends] - sums[starts]) / (ends - starts)
+    means = (sums[ends] - sums[starts]) / (ends - starts)
+    return np.where(bads[ends] > bads[starts], np.nan, means)
 
 
 @dataclass(frozen=True)

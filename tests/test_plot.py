@@ -167,6 +167,12 @@ def test_after_rewinds_drops_what_a_resume_went_back_over() -> None:
     assert after_rewinds(np.array([], dtype=np.int64)).tolist() == []
 
 
+def test_a_nan_score_spoils_only_the_windows_it_is_in() -> None:
+    """A running sum kept a NaN for good: the rest of the curve was NaN."""
+    means = moving_mean(np.array([1.0, np.nan, 3.0, 5.0, 7.0]), 2)
+    assert means[0] == 1.0 and np.isnan(means[1:3]).all() and list(means[3:]) == [4.0, 6.0]
+
+
 def test_moving_mean_is_the_mean_of_the_last_window() -> None:
     values = np.random.default_rng(0).normal(size=57)
     for window in (1, 5, 20, 100):

@@ -304,8 +304,9 @@ def _prepare(
             ckpt = latest_checkpoint(out)
             if ckpt is None:
                 raise UserError(
-                    f"{flag}{out}: no checkpoints/ckpt-*.pt to resume from; "
-                    "start a new run with `rltrain train CONFIG`"
+                    f"{flag}{out}: no checkpoints/ckpt-*.pt to resume from (stopped before its "
+                    f"first); start again: rltrain train {out}/config.yaml --run-dir NEW_DIR (or "
+                    f"remove {out} first to reuse its name)"
                 )
             check_writable(out, flag)  # (and its stale temporary files gone: we hold the lock)
             # a damaged checkpoint, or another env.id, fails here: before anything starts

@@ -26,10 +26,7 @@ import numpy as np
 import yaml
 
 from rltrain.errors import RLTrainError
-from rltrain.rundir import sized_actors
-
-EVALS_FILE = "evals.jsonl"
-"""A run's evaluations during training, one JSON record per line (rl.run.periodic)."""
+from rltrain.rundir import EVALS_FILE, sized_actors
 
 RETURN_TAG = "episode/return"
 """The scalar tag of episode scores, as :class:`rltrain.rl.run.tblog.TrainLogger` writes it."""

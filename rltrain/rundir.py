@@ -18,6 +18,9 @@ from typing import Any, BinaryIO
 from rltrain.config import ConfigError, dump_yaml
 from rltrain.faults import FAILURE_LOG
 
+EVALS_FILE = "evals.jsonl"
+"""A run's evaluations during training, one JSON record per line (rl.run.periodic)."""
+
 
 def check_run_dir(
     run_dir: str | Path | None, root: str | Path = "runs", name: str = "--run-dir "

@@ -34,7 +34,6 @@ from rltrain.checkpoint import (
     write_state,
 )
 from rltrain.config import to_dict
-from rltrain.curves import EVALS_FILE
 from rltrain.envs import make_env
 from rltrain.envs.atari import ATARI_KWARGS
 from rltrain.errors import RLTrainError
@@ -45,6 +44,7 @@ from rltrain.rl.eval_args import DEFAULT_MAX_STEPS
 from rltrain.rl.evaluate import load_policy, play_episodes, state_params
 from rltrain.rl.run.counters import Counters
 from rltrain.rl.run.tblog import TrainLogger
+from rltrain.rundir import EVALS_FILE
 
 if TYPE_CHECKING:
     from rltrain.runtime.contract import Runtime

@@ -71,6 +71,13 @@ def skips_itself(env_id: str) -> bool:
     return spec is not None and _legacy(spec) and spec.kwargs.get("frameskip") != 1
 
 
+def game_name(env_id: str) -> str:
+    """The game an ALE id names, as its ids spell it: ALE/Pong-v5, PongNoFrameskip-v4 and
+    PongDeterministic-v4 -> Pong."""
+    name = env_id.split("/")[-1].split("-v")[0]
+    return name.removesuffix("NoFrameskip").removesuffix("Deterministic")
+
+
 def check_atari_id(env_id: str, wrappers: Sequence[str] = ()) -> None:
     """EnvError for a legacy id that skips frames itself (Pong-v4: 2 to 4 at random per step),
     unless ``wrappers`` make it the user's env: the protocol's frame skip would replace the
@@ -78,7 +85,7 @@ def check_atari_id(env_id: str, wrappers: Sequence[str] = ()) -> None:
     spec = gymnasium.registry.get(env_id)
     if spec is None or wrappers or not skips_itself(env_id):
         return
-    game = env_id.split("-v")[0].removesuffix("Deterministic").split("/")[-1]
+    game = game_name(env_id)
     version = env_id.rsplit("-", 1)[-1]
     skip = spec.kwargs.get("frameskip")
     what = (
@@ -206,7 +213,7 @@ def vector_args(cfg: EnvConfig, protocol: Mapping[str, Any]) -> dict[str, Any]:
         fields = "the protocol is set by the env.* fields (frame_skip, sticky_actions, ...)"
         use = f"use {', '.join(keys)}" if keys else fields
         if {"mode", "difficulty"} & set(other):  # ale-py's vector env takes neither
-            game = cfg.id.split("/")[-1].split("-v")[0].removesuffix("NoFrameskip")
+            game = game_name(cfg.id)
             use += f"; a game's mode and difficulty: {game}NoFrameskip-v4 with env.wrappers"
         raise EnvError(
             f"env.kwargs {other} of {cfg.id}: allowed for Atari only "

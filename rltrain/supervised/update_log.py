@@ -263,8 +263,8 @@ def load_recorded_data(cfg: BenchConfig, recorded: dict | None) -> SplitDataset:
     if recorded is not None and Path(recorded["root"]).is_dir():
         root = recorded["root"]
     data = load_data(dataclasses.replace(cfg.data, root=root))
-    if recorded is not None and data_print(data, root) | {"root": ""} != recorded | {"root": ""}:
-        now = data_print(data, root)
+    now = data_print(data, root) if recorded is not None else None
+    if recorded is not None and now is not None and now | {"root": ""} != recorded | {"root": ""}:
         raise CannotReapply(
             f"the {cfg.data.dataset} at {root} ({now['train']} training samples, CRC-32 "
             f"{now['crc32']:08x}) is not the data the run trained on ({recorded['train']}, "

@@ -190,8 +190,9 @@ class PeriodicEval:
             return
         version, values, norm = state_params(state)
         future = self.remote.call("score", version, values, norm)
-        self.flight = Flight(future, state, path.name, steps, counters.wall_seconds)
-        self.flight.at_stop = at_stop
+        self.flight = Flight(
+            future, state, path.name, steps, counters.wall_seconds, at_stop=at_stop
+        )
 
     def poll(self, timeout: float = 0.0) -> None:
         """Record the evaluation in flight if it has ended (waiting up to ``timeout`` s)."""
@@ -243,7 +244,7 @@ class PeriodicEval:
             **self.settings,
         }
         with (self.run_dir / EVALS_FILE).open("a") as f:
-            f.write(json.dumps(record, default=str) + "\n")  # (a YAML date in env.kwargs)
+            f.write(json.dumps(record) + "\n")  # (its protocol plain JSON: scored_protocol)
         step = flight.env_steps
         for key in ("mean_return", "std_return", "mean_length"):
             self.writer.add_scalar(f"eval/{key}", record[key], step, walltime=flight.submitted)

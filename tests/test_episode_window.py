@@ -9,6 +9,7 @@ on its first 17 games after the resume, all 18-21 wins, where the mean of its la
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from pathlib import Path
 
@@ -82,6 +83,9 @@ def test_a_resume_judges_the_stop_with_the_window_of_the_run(
         "config": to_dict(cfg),
     }
     save_checkpoint(tmp_path, 0, state, keep=3)
+    if refused:  # killed before its summary.json: the session only finishes the run
+        assert load_resume(tmp_path, cfg, spec).unfinished == "mean_return"  # type: ignore[union-attr]
+    (tmp_path / "summary.json").write_text(json.dumps({"env_steps": counters.env_steps}))
     if refused:
         said = r"already met stop.mean_return=18.0 \(the mean of its last 20 episodes: 19.95\)"
         with pytest.raises(CheckpointError, match=said):

@@ -181,10 +181,23 @@ def test_resume_continues_counters_and_eval_plays_checkpoint(
         capsys.readouterr()
         .err.strip()
         .endswith(
-            "already met stop.max_env_steps=6000; raise it (0: no limit) to train on: "
-            "--set stop.max_env_steps=..."
+            f"already met stop.max_env_steps=6000 (it has {second['env_steps']:,} steps); "
+            "raise it (0: no limit) to train on: --set stop.max_env_steps=..."
         )
     )
+    # but a run killed in its final evaluation (its final checkpoint written, no summary.json)
+    # is finished by a --resume: that evaluation and summary.json, no more training
+    (run_dir / "summary.json").unlink()
+    lines = (run_dir / "evals.jsonl").read_text().splitlines()
+    assert json.loads(lines[-1])["at_stop"]  # the final evaluation: the one killed
+    (run_dir / "evals.jsonl").write_text("".join(x + "\n" for x in lines[:-1]))
+    assert main(["train", "--resume", str(run_dir)]) == 0
+    said = capsys.readouterr()
+    assert "the run ended before its summary.json" in said.out + said.err
+    finished = summary(run_dir)
+    assert (finished["env_steps"], finished["updates"]) == (second["env_steps"], second["updates"])
+    assert finished["stopped_by"] == "max_env_steps" and finished["eval"]["last"]["at_stop"]
+    assert sorted((run_dir / "checkpoints").glob("ckpt-*.pt"))[-1] == newest
     with pytest.raises(CheckpointError, match=r"to train on: stop__max_env_steps=\.\.\.$"):
         rltrain.train(resume=run_dir)  # the Python API's keyword
     # and so is another optimizer: Adam's moments mean nothing to SGD (or crash it)

@@ -3,18 +3,27 @@ under, and what that config changes."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rltrain.checkpoint import CheckpointError, as_saved, latest_checkpoint, load_checkpoint
+from rltrain.checkpoint import (
+    CheckpointError,
+    as_saved,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from rltrain.config import dotted, moved_keys, to_dict
-from rltrain.faults import FaultCounters
+from rltrain.faults import FaultCounters, RestorePoint, RunFailed
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.env_spec import EnvSpec, check_fits, initial_params
 from rltrain.rl.run.counters import Counters
+from rltrain.runtime.context import RunContext
 
 
 @dataclass(frozen=True)
@@ -27,6 +36,9 @@ class Resumed:
     faults: FaultCounters
     changes: list[str] = field(default_factory=list)
     """The config keys this session changes, ``key: old -> new``: what a user is told."""
+    unfinished: str = ""
+    """The stop the checkpoint met already where the run ended before its summary.json (killed
+    in its final evaluation): the session only finishes the run (:func:`check_unmet`)."""
 
 
 KEPT_ON_RESUME = (
@@ -92,20 +104,22 @@ def load_resume(run_dir: Path, cfg: TrainConfig, spec: EnvSpec) -> Resumed | Non
     saved = state.get("config")
     changes = resume_changes(path, saved, cfg)
     check_fits(path, state, initial_params(cfg, spec), cfg, changes)
-    counters = check_unmet(path, state, cfg)
+    counters, unfinished = check_unmet(path, state, cfg)
     try:
         faults = FaultCounters(**state.get("faults", {}))
     except TypeError:
         raise CheckpointError(f"{path}: its counters are not those this rltrain writes") from None
-    return Resumed(path, state, counters, faults, changes)
+    return Resumed(path, state, counters, faults, changes, unfinished)
 
 
 def check_unmet(
     path: Path, state: dict[str, Any], cfg: TrainConfig, set_flag: str = "--set stop."
-) -> Counters:
-    """The checkpoint's counters; CheckpointError where the run diverged, or where it has met
-    a stop of ``cfg`` already (a session would start every process only to stop at once).
-    ``set_flag``: how the error names an override (the API's ``stop__``)."""
+) -> tuple[Counters, str]:
+    """The checkpoint's counters, and "" or the stop of ``cfg`` they met already where the run
+    ended before its summary.json was written (killed in its final evaluation): the session
+    then only finishes the run (that evaluation, summary.json). CheckpointError where the run
+    diverged, or met a stop and finished (a session would start every process only to stop at
+    once). ``set_flag``: how the error names an override (the API's ``stop__``)."""
     try:
         counters = Counters(**state["counters"])
     except TypeError:
@@ -122,12 +136,51 @@ def check_unmet(
             f"{counters.rejected_in_a_row} updates as non-finite); start a new run with a "
             "lower optimizer.lr or algo.max_grad_norm"
         )
+    if met and not summarized(run, counters):
+        return counters, met
     if met:
-        mean = counters.mean_return(window) if met == "mean_return" else None
-        seen = "" if mean is None else f" (the mean of its last {window} episodes: {mean:.2f})"
+        mean = counters.mean_return(window)
+        seen = {
+            "mean_return": f"the mean of its last {window} episodes: {mean or 0.0:.2f}",
+            "max_env_steps": f"it has {counters.env_steps:,} steps",
+            "max_seconds": f"it has trained {counters.wall_seconds:,.0f}s",
+        }[met]
         off = "null: never" if met.endswith("mean_return") else "0: no limit"
         raise CheckpointError(
-            f"the run at {run} already met stop.{met}={getattr(cfg.stop, met)}{seen}; raise "
-            f"it ({off}) to train on: {set_flag}{met}=..."
+            f"the run at {run} already met stop.{met}={getattr(cfg.stop, met)} ({seen}); "
+            f"raise it ({off}) to train on: {set_flag}{met}=..."
         )
-    return counters
+    return counters, ""
+
+
+def summarized(run: Path, counters: Counters) -> bool:
+    """Whether the run's summary.json is that of a session that ended at ``counters`` or later
+    (not where it is missing or unreadable, or an earlier session's)."""
+    try:
+        steps = json.loads((run / "summary.json").read_text())["env_steps"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return isinstance(steps, int) and steps >= counters.env_steps
+
+
+def save_session(
+    ctx: RunContext, run_dir: Path, cfg: TrainConfig, counters: Counters, faults: FaultCounters
+) -> tuple[Path, dict[str, Any]]:
+    """Write the session's checkpoint (what a ``--resume`` continues from): the shards' state,
+    the counters and the config; the shards' guard restores that state if one is lost."""
+    guard, server = ctx.guard, ctx.server
+    if guard is not None:  # never checkpoint a shard restarted but not yet restored
+        guard.check()
+    state = {
+        "shards": server.state_dicts(),
+        "counters": counters.state(),
+        "faults": dataclasses.asdict(faults),
+        "config": to_dict(cfg),
+    }
+    if not state["shards"]:  # its process not up yet (a Ctrl-C in a --resume's start)
+        raise RunFailed("the learner process that holds the shards is not up yet")
+    version = int(state["shards"][0]["version"])
+    path = save_checkpoint(run_dir, version, state, cfg.checkpoint.keep)
+    if guard is not None:
+        guard.remember(RestorePoint(version, state["shards"], f"checkpoint {path.name}"))
+    return path, state

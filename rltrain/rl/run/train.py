@@ -17,8 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from rltrain import signals
-from rltrain.checkpoint import save_checkpoint
-from rltrain.config import to_dict
 from rltrain.driver import drive
 from rltrain.faults import (
     FaultCounters,
@@ -44,7 +42,7 @@ from rltrain.rl.run.periodic import PeriodicEval
 from rltrain.rl.run.placement import computes_on_gpu_here, note_sizes, place, spawn_role
 from rltrain.rl.run.plan_base import Early, RLPlan
 from rltrain.rl.run.plans import obs_slots_for, plan_of
-from rltrain.rl.run.resume import load_resume, session_seed
+from rltrain.rl.run.resume import load_resume, save_session, session_seed
 from rltrain.rl.run.summary import SessionRecord, train_summary
 from rltrain.rl.run.tblog import TrainLogger, status_line, stop_fraction
 from rltrain.rl.schedules import LRSender, schedule_progress
@@ -104,8 +102,7 @@ class Trainer:
         self._arming = bool(cfg.faults.events)
         self._placement_said = False
         self.wall_base = self.counters.wall_seconds
-        self.session_start = time.time()
-        self.last_ckpt = time.time()
+        self.session_start = self.last_ckpt = time.time()
 
     @property
     def stopped_by(self) -> str:
@@ -144,9 +141,10 @@ class Trainer:
         self.record.mark("trainer")  # imports, config, the env probe, the run folder
         try:
             self._start(runtime)
-            self.plan = plan_of(self.cfg.algo_spec.layout)(self, runtime)
-            drive(self.plan.pool, self.plan)
-            self.plan.finish()
+            if not self.stopped_by:  # (a run that is only finished: _finish_only)
+                self.plan = plan_of(self.cfg.algo_spec.layout)(self, runtime)
+                drive(self.plan.pool, self.plan)
+                self.plan.finish()
         except KeyboardInterrupt:
             self.record.stop("interrupt", self.counters, self.cfg.episode_window)
             self.progress.note("interrupted: the work in flight, a final checkpoint, summary.json")
@@ -161,11 +159,27 @@ class Trainer:
             raise
         return self._finish(runtime)
 
-    def _start(self, runtime: Runtime) -> None:
-        cfg, ctx = self.cfg, self.ctx
-        modules = (*cfg.imports, *(w.partition(":")[0] for w in cfg.env.wrappers))
-        where = self.ray_where or runtime.start(cfg.runtime, ship=modules)
+    def _start_runtime(self, runtime: Runtime) -> str:
+        modules = (*self.cfg.imports, *(w.partition(":")[0] for w in self.cfg.env.wrappers))
+        where = self.ray_where or runtime.start(self.cfg.runtime, ship=modules)
         self.record.mark("runtime")  # Ray, the forkserver or threads up
+        return where
+
+    def _finish_only(self, runtime: Runtime) -> None:
+        """A run that met its stop but ended before its summary.json: its final evaluation."""
+        assert self.resumed is not None
+        met, path = self.resumed.unfinished, self.resumed.path
+        say = "ended before its summary.json (killed in its final evaluation?): finishing it"
+        self.progress.note(f"{path.name} met stop.{met}; the run {say}")
+        self._start_runtime(runtime)  # (the evaluator's process)
+        self.record.stop(met, self.counters, self.cfg.episode_window)
+        self.evals.final = (path, self.resumed.state)
+
+    def _start(self, runtime: Runtime) -> None:
+        if self.resumed is not None and self.resumed.unfinished:
+            return self._finish_only(runtime)
+        cfg, ctx = self.cfg, self.ctx
+        where = self._start_runtime(runtime)
         signals.install()  # again: ray.init replaces the SIGTERM handler
         name, why = chosen_backend(cfg.runtime)
         cpus = runtime.cluster_cpus()
@@ -381,20 +395,6 @@ class Trainer:
         return status_line(c, self.cfg.episode_window, fps, secs, self.wall_base, self.log.top)
 
     def _checkpoint(self) -> tuple[Path, dict[str, Any]]:
-        guard, server = self.ctx.guard, self.ctx.server
-        if guard is not None:  # never checkpoint a shard restarted but not yet restored
-            guard.check()
-        state = {
-            "shards": server.state_dicts(),
-            "counters": self.counters.state(),
-            "faults": dataclasses.asdict(self.faults),
-            "config": to_dict(self.cfg),
-        }
-        if not state["shards"]:  # its process not up yet (a Ctrl-C in a --resume's start)
-            raise RunFailed("the learner process that holds the shards is not up yet")
-        version = int(state["shards"][0]["version"])
-        path = save_checkpoint(self.run_dir, version, state, self.cfg.checkpoint.keep)
-        if guard is not None:
-            guard.remember(RestorePoint(version, state["shards"], f"checkpoint {path.name}"))
+        saved = save_session(self.ctx, self.run_dir, self.cfg, self.counters, self.faults)
         self.last_ckpt = time.time()
-        return path, state
+        return saved

@@ -1,6 +1,7 @@
-"""Ctrl-C and SIGTERM: the first stops a run gracefully, the second at once.
+"""Ctrl-C, SIGTERM and SIGHUP: the first stops a run gracefully, the second at once.
 
-The first SIGINT or SIGTERM raises ``KeyboardInterrupt`` in the main thread; the trainer
+The first SIGINT, SIGTERM or SIGHUP (the terminal or ssh session closed; not under ``nohup``,
+which ignores it) raises ``KeyboardInterrupt`` in the main thread; the trainer
 catches it, writes a final checkpoint and ``summary.json`` (``stopped_by: interrupt``) and
 shuts Ray down. A second one, while that is under way, exits immediately with code 130.
 
@@ -28,6 +29,15 @@ _stopping = FINAL_CHECKPOINT  # what the first signal starts (graceful's ``stopp
 _deferring = 0  # depth of deferred() blocks in the main thread
 _deferred = False  # the first signal came inside one: raise as the block ends
 _on_quit: list[Callable[[], None]] = []  # on_quit's hooks
+STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""The signals that stop a command: a terminal's Ctrl-C, a scheduler's SIGTERM (Slurm's
+``scancel``, systemd's stop), a closed terminal's SIGHUP (which killed a run at once, with no
+final checkpoint)."""
+
+
+def _say(line: str) -> None:
+    with contextlib.suppress(OSError):  # (a closed terminal: EIO)
+        os.write(2, line.encode())
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
@@ -35,17 +45,14 @@ def _handler(signum: int, frame: FrameType | None) -> None:
     _received += 1
     if _received == 1:
         name = signal.Signals(signum).name
-        os.write(
-            2,
-            f"\nrltrain: {name}: {_stopping} (press Ctrl-C again to quit at once)\n".encode(),
-        )
+        _say(f"\nrltrain: {name}: {_stopping} (press Ctrl-C again to quit at once)\n")
         if _deferring:
             _deferred = True
             return
         raise KeyboardInterrupt
     # (what the graceful stop had written by now stays: it may have written all of it)
     left = "" if _stopping is not FINAL_CHECKPOINT else "; --resume takes its newest checkpoint"
-    os.write(2, f"rltrain: stopped at once, before the graceful stop finished{left}\n".encode())
+    _say(f"rltrain: stopped at once, before the graceful stop finished{left}\n")
     resume_all()  # processes paused by an injected fault must not outlive us stopped
     for hook in _on_quit:
         with contextlib.suppress(Exception):
@@ -61,11 +68,13 @@ def on_quit(hook: Callable[[], None]) -> None:
 
 
 def install() -> None:
-    """Route SIGINT and SIGTERM through the two-stage handler (main thread only)."""
+    """Route :data:`STOPS` through the two-stage handler (main thread only); a SIGHUP that
+    is ignored (``nohup``) stays ignored."""
     if threading.current_thread() is not threading.main_thread():
         return
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, _handler)
+    for sig in STOPS:
+        if sig != signal.SIGHUP or signal.getsignal(sig) != signal.SIG_IGN:
+            signal.signal(sig, _handler)
 
 
 @contextlib.contextmanager
@@ -97,7 +106,7 @@ def graceful(stopping: str = FINAL_CHECKPOINT) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    saved = {sig: signal.getsignal(sig) for sig in STOPS}
     _received, _stopping, _deferred = 0, stopping, False
     install()
     try:

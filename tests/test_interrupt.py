@@ -230,3 +230,40 @@ def test_a_resumed_session_draws_new_seeds_and_keeps_the_runs(tmp_path: Path) ->
     seeds = {Trainer(cfg, run, True, spec).cfg.seed for _ in range(2)}
     assert len(seeds) == 1 and cfg.seed not in seeds  # new, and the same for the same step
     assert load_config(TrainConfig, run / "config.yaml").seed == cfg.seed
+
+
+def test_a_closed_terminal_stops_a_run_as_ctrl_c_does(tmp_path: Path) -> None:
+    """SIGHUP, the terminal (or ssh session) closed: it killed the trainer at once (exit 129,
+    no final checkpoint, no summary.json) and the children with it. Now the trainer stops as
+    on Ctrl-C and its children ignore the hangup, so the final checkpoint reads the shards.
+    The run is the session leader of a pseudo-terminal, whose close sends the hangup."""
+    import pty
+    import select
+
+    run_dir = tmp_path / "run"
+    argv = [sys.executable, "-m", "rltrain.cli", "train", CONFIG, "--run-dir", str(run_dir)]
+    argv += ["--set", "stop.mean_return=null", "--set", "stop.max_seconds=300"]
+    argv += ["--set", "checkpoint.every_seconds=1"]
+    pid, fd = pty.fork()
+    if pid == 0:  # (the child: a new session whose terminal is the pty)
+        os.execve(sys.executable, argv, {**os.environ, "TMPDIR": str(tmp_path)})
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not list((run_dir / "checkpoints").glob("ckpt-*[1-9]*")):
+            if select.select([fd], [], [], 0.2)[0]:  # (a pty that is not read blocks its writer)
+                with contextlib.suppress(OSError):
+                    os.read(fd, 65536)
+        os.close(fd)  # the hangup
+        ended, status = 0, 0
+        while time.time() < deadline and not ended:
+            ended, status = os.waitpid(pid, os.WNOHANG)
+            time.sleep(0.2)
+        assert ended and os.waitstatus_to_exitcode(status) == 130
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["stopped_by"] == "interrupt" and summary["env_steps"] > 0
+        state = torch.load(latest_checkpoint(run_dir), weights_only=True)
+        assert state["counters"]["env_steps"] == summary["env_steps"]  # the final checkpoint
+        assert_nothing_left(tmp_path, pid)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)

@@ -54,3 +54,21 @@ def test_ctrl_c_in_eval_says_it_stops_not_that_it_writes_a_checkpoint(
     err = capfd.readouterr().err
     assert "rltrain: SIGINT: stopping (press Ctrl-C again to quit at once)" in err
     assert "checkpoint" not in err and err.rstrip().endswith("rltrain: interrupted")
+
+
+def test_sighup_stops_as_ctrl_c_does_unless_nohup_ignores_it() -> None:
+    """A closed terminal's SIGHUP raises the graceful stop's KeyboardInterrupt; under
+    ``nohup`` (SIGHUP ignored) it stays ignored; the handlers are put back afterwards."""
+    with signals.graceful(), pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGHUP)
+        for _ in range(1000):
+            pass
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as nohup starts a command
+    try:
+        with signals.graceful():
+            signals.install()  # (again, as after ray.init)
+            assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGHUP)
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)

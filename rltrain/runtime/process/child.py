@@ -301,7 +301,8 @@ def hold_stops() -> None:
     live in this process) and then stops us. Caught and dropped, not ignored: an ignored
     signal stays ignored in whatever this process starts (an env's worker processes, whose
     ``terminate()`` would then do nothing), where a caught one is reset by an exec, and by a
-    fork here. Restarted system calls (``siginterrupt``): a C library's read is not cut."""
+    fork here. Restarted system calls (``siginterrupt``): a C library's read is not cut.
+    SIGHUP (a closed terminal) stays ignored, as the forkserver starts us (``forkstart``)."""
     for sig in STOPS:
         signal.signal(sig, _dropped)
         signal.siginterrupt(sig, False)

@@ -67,7 +67,7 @@ def remove_socket(path: str | None = None) -> None:
 
 @contextlib.contextmanager
 def _stops_ignored() -> Iterator[None]:
-    """Start the forkserver with Ctrl-C and SIGTERM ignored, as its children are
+    """Start the forkserver with Ctrl-C, SIGTERM and SIGHUP ignored, as its children are
     (``child.main``): a terminal's Ctrl-C, and a scheduler's SIGTERM, reach the whole process
     group. The forkserver ignores SIGINT only once its preloads are imported
     (multiprocessing's ``forkserver.main``), so a Ctrl-C in the first seconds printed a
@@ -78,7 +78,7 @@ def _stops_ignored() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    stops = (signal.SIGINT, signal.SIGTERM)
+    stops = signals.STOPS  # (SIGHUP stays ignored there: the trainer stops its children)
     saved = {sig: signal.signal(sig, signal.SIG_IGN) for sig in stops}
     try:
         yield

@@ -98,6 +98,12 @@ def deferred() -> Iterator[None]:
             raise KeyboardInterrupt
 
 
+def pending() -> bool:
+    """Whether a first signal came inside a :func:`deferred` block (it raises as it ends):
+    work there may cut itself short."""
+    return _deferred
+
+
 @contextlib.contextmanager
 def graceful(stopping: str = FINAL_CHECKPOINT) -> Iterator[None]:
     """Install the handler for one command; restore the previous handlers afterwards.

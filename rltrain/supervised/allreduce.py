@@ -23,7 +23,15 @@ from rltrain.progress import Progress
 from rltrain.records import ServerStats
 from rltrain.supervised.config import BenchConfig
 from rltrain.supervised.datasets import SplitDataset
-from rltrain.supervised.modes import ModeTrace, Snapshot, finish_trace, shards, worker_specs
+from rltrain.supervised.modes import (
+    MAX_SNAPSHOTS,
+    ModeTrace,
+    Snapshot,
+    finish_trace,
+    shards,
+    thinned,
+    worker_specs,
+)
 from rltrain.supervised.worker import SupervisedWorker, WorkerReport, flat_grad
 
 
@@ -81,6 +89,8 @@ class AllreduceWorker(SupervisedWorker):
                 dist.all_reduce(done, op=dist.ReduceOp.MIN)
                 if rank == 0 and (done.item() == 0 or time.time() >= next_snap):
                     snaps.append((time.time(), self._params(), self.steps))
+                    if len(snaps) >= MAX_SNAPSHOTS:
+                        snaps, every_s = thinned(snaps), every_s * 2
                     next_snap = time.time() + every_s
                 if done.item() == 0:
                     break

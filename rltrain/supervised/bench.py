@@ -212,6 +212,22 @@ def _evaluating(prog: Progress) -> Callable[[int, int], None]:
     return lambda k, n: prog.update(k / n, f"evaluating {k}/{n}")
 
 
+def _hurry(prog: Progress) -> Callable[[], bool]:
+    """Whether a Ctrl-C came in a mode's evaluation (:func:`signals.pending`), said once."""
+    from rltrain.supervised.evaluation import HURRIED
+
+    said: list[bool] = []
+
+    def hurry() -> bool:
+        if signals.pending() and not said:
+            said.append(True)
+            more = f"{HURRIED} more of its snapshots"
+            prog.note(f"Ctrl-C: {more} for its results, then stopping (again: at once)")
+        return signals.pending()
+
+    return hurry
+
+
 def _snapshot(snapper: Snapshotter, server: Any, guard: Any, restorable: bool) -> None:
     """A snapshot for evaluation, whose server state is also the restore point (only taken
     when shards can restart: a shard that cannot is never restored)."""
@@ -290,12 +306,13 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
             label = f"[{i + 1}/{len(cfg.modes)} {mode}]"
             trace = run_mode(cfg, mode, data, Progress(label), runtime)
             # a mode that has trained keeps its results: a first Ctrl-C waits for its
-            # evaluation (seconds; a second quits at once)
+            # evaluation, cut to a few more snapshots (a second quits at once)
             with signals.deferred():
                 if trace.record is not None:
                     save_record(run_dir, trace, data_print(data, cfg.data.root))
                 prog = Progress(label)
-                points = evaluation.evaluate(cfg, data, trace, _evaluating(prog))
+                how = (_evaluating(prog), _hurry(prog))
+                trace, points = evaluation.evaluate(cfg, data, trace, *how)
                 prog.close()
                 res = report.summarize(cfg, trace, points)
                 report.write_tensorboard(run_dir / "tb", cfg, trace, points)

@@ -101,7 +101,8 @@ class EvalConfig:
     """
 
     every_seconds: float = field(default=5.0, metadata=spec(gt=0))
-    """Seconds between parameter snapshots (the resolution of time-to-accuracy)."""
+    """Seconds between parameter snapshots (the resolution of time-to-accuracy; at most 256
+    are kept, then half of them at twice the interval)."""
     targets: tuple[float, ...] = field(default=(0.85, 0.88), metadata=spec(gt=0, le=1, unique=True))
     """Test accuracies whose seconds and samples to reach are reported."""
     test_samples: int = field(default=0, metadata=spec(ge=0))

@@ -4,8 +4,9 @@ of every snapshot of a mode, and the targets whose time to reach the report give
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -108,14 +109,35 @@ def end_to_end(model: torch.nn.Module) -> torch.Tensor:
     return w
 
 
+HURRIED = 8
+"""Snapshots evaluated after a Ctrl-C (the bench's first defers it to the evaluation's end:
+the mode has trained, and keeps its results)."""
+
+
+def _order(n: int, hurry: Callable[[], bool]) -> Iterator[int]:
+    """0 .. n-1; once ``hurry()``, HURRIED of those left, evenly spaced, the last included."""
+    i = 0
+    while i < n:
+        yield i
+        if hurry():
+            left = n - 1 - i
+            m = min(HURRIED, left)
+            yield from (i + round(left * (k + 1) / m) for k in range(m))
+            return
+        i += 1
+
+
 def evaluate(
     cfg: BenchConfig,
     data: SplitDataset,
     trace: ModeTrace,
     on_progress: Callable[[int, int], None] = lambda i, n: None,
-) -> list[Point]:
+    hurry: Callable[[], bool] = lambda: False,
+) -> tuple[ModeTrace, list[Point]]:
     """Test accuracy of every snapshot of a mode (nan for regression), and for the toy
-    problems its relative distance to the optimum."""
+    problems its relative distance to the optimum. Once ``hurry()`` (a Ctrl-C), only
+    :data:`HURRIED` more of them, spread to the last: the mode keeps its results, with a
+    coarser curve, in seconds. Returns the trace with the snapshots evaluated, and theirs."""
     spec = worker_specs(cfg, "baseline", data, 1)[0]
     x, y = eval_subset(cfg, inputs(data.test, spec), targets(data.test))
     model = make_model(spec, x.shape[1:])
@@ -125,8 +147,10 @@ def evaluate(
     if data.optimum is not None:  # a toy problem: distances of the end-to-end map
         vector_to_parameters(start, model.parameters())
         start_map = end_to_end(model)
-    points, prev_t = [], -1.0
-    for i, snap in enumerate(trace.snapshots):
+    points, prev_t, kept = [], -1.0, []
+    for i in _order(len(trace.snapshots), hurry):
+        snap = trace.snapshots[i]
+        kept.append(snap)
         vector_to_parameters(snap.params, model.parameters())
         acc = accuracy(model, x, y) if classes else math.nan
         dist = math.nan
@@ -139,4 +163,4 @@ def evaluate(
         points.append(Point(snap.t, seen, acc, loss, snap.stats.version, dist))
         prev_t = snap.t
         on_progress(i + 1, len(trace.snapshots))
-    return points
+    return dataclasses.replace(trace, snapshots=tuple(kept)), points

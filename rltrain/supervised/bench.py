@@ -165,6 +165,8 @@ class BenchPlan:
         self.reports[done.remote.index] = done.value
         if self.elastic is not None:
             self.elastic.stopped(done.remote.index)
+        if self.rule.barrier:  # its share done: no barrier may wait for it (soft_sync's K of
+            self.guard.leave(done.remote.index)  # 3 waited server.barrier_timeout_s a round)
 
     def on_fault(self, done: Any) -> None:
         verdict = self.ctx.respond(done, self.rule, self.cfg.faults.on_worker_loss)

@@ -71,11 +71,12 @@ def unended(cfg: TrainConfig, ended: int, episodes: int, max_steps: int, style: 
 
 PLAYED_KEYS = (
     *("env.id", "env.kwargs", "env.wrappers", "env.full_action_space", "normalize.obs"),
-    *("model.kind", "model.hidden"),
+    *("model.kind", "model.hidden", "env.action_map"),
 )
 """Keys that make a network what it is and what it sees: a checkpoint trained with others
 (another run's, through ``--checkpoint PATH``) would be played wrongly. (Keys that change
-the network's size are caught as its parameters load as well.)"""
+the network's size are caught as its parameters load as well; ``env.action_map`` is how a
+Box policy's samples reach the env: another map scored the same checkpoint -45.3 or -34.3.)"""
 ATARI_PLAYED_KEYS = ("env.frame_skip",)
 
 

@@ -65,10 +65,18 @@ SIZED_KEYS = ("env.groups",)
 a checkpoint holds what auto chose there."""
 
 
-def resume_changes(path: Path, saved: dict[str, Any] | None, cfg: TrainConfig) -> list[str]:
+KEPT_FOR_A_BOX = ("env.action_map",)
+"""Kept on resume where the actions are a Box: the policy's samples were learned through that
+map (a run trained as affine went on under tanh unsaid)."""
+
+
+def resume_changes(
+    path: Path, saved: dict[str, Any] | None, cfg: TrainConfig, box: bool = False
+) -> list[str]:
     """What ``cfg`` changes against the config the checkpoint at ``path`` was saved under
     (``saved``; None for checkpoints that carry none): ``key: old -> new`` for the sections
-    of :data:`TOLD_ON_RESUME`; CheckpointError for a key of :data:`KEPT_ON_RESUME`."""
+    of :data:`TOLD_ON_RESUME`; CheckpointError for a key of :data:`KEPT_ON_RESUME` (and, for
+    ``box`` actions, :data:`KEPT_FOR_A_BOX`)."""
     if not saved:
         return []
     old, new = dotted(moved_keys(TrainConfig, saved)), dotted(as_saved(to_dict(cfg)))
@@ -79,7 +87,7 @@ def resume_changes(path: Path, saved: dict[str, Any] | None, cfg: TrainConfig) -
         and old.get(k, v) != v
         and not (k in SIZED_KEYS and v == 0)  # auto, which the checkpoint holds resolved
     ]
-    for key in KEPT_ON_RESUME:
+    for key in KEPT_ON_RESUME + (KEPT_FOR_A_BOX if box else ()):
         if key in changed and old[key] != "auto":  # auto: left to this rltrain to decide
             raise CheckpointError(
                 f"{key}={new[key]}: the run at {path.parent.parent} has {key}={old[key]}, "
@@ -102,7 +110,7 @@ def load_resume(run_dir: Path, cfg: TrainConfig, spec: EnvSpec) -> Resumed | Non
         return None
     state = load_checkpoint(path)
     saved = state.get("config")
-    changes = resume_changes(path, saved, cfg)
+    changes = resume_changes(path, saved, cfg, spec.actions.continuous)
     check_fits(path, state, initial_params(cfg, spec), cfg, changes)
     counters, unfinished = check_unmet(path, state, cfg)
     try:

@@ -42,7 +42,11 @@ def env_of(name: str) -> EnvConfig:
             "step() returned a non-finite observation "
             "(NaN or inf, or a value beyond float32's range)",
         ),
-        ("NaNReward", "step() returned a non-finite reward (NaN or inf)"),
+        (
+            "NaNReward",
+            "step() returned a non-finite reward "
+            "(NaN or inf; or None, which gymnasium's vector stores as NaN)",
+        ),
         (
             "WrongResetShape",
             "reset() returned an observation of shape (7,); its observation_space is Box(5,)",
@@ -65,7 +69,10 @@ def test_a_reset_that_returns_the_observation_alone_says_what_it_must_return() -
     with make_env(env_of("ResetObsOnly"), seed=0) as env, pytest.raises(EnvFailed) as info:
         env.reset()
     message = str(info.value)
-    assert message.startswith("env 'rltrain_test/ResetObsOnly-v0': reset() raised ValueError: ")
+    assert message.startswith(
+        "env 'rltrain_test/ResetObsOnly-v0': reset() returned what gymnasium's vector could "
+        "not take (ValueError: "
+    )
     assert message.endswith("; reset() must return (obs, info: dict)")
 
 
@@ -85,7 +92,10 @@ def test_a_step_that_returns_the_wrong_things_says_what_it_must_return(
         env.reset()
         env.step(np.ones(2, np.int64))
     message = str(info.value)
-    assert message.startswith(f"env 'rltrain_test/{name}-v0': step() raised {error} (at ")
+    assert message.startswith(  # (not the line of gymnasium's that failed: no line of the env's)
+        f"env 'rltrain_test/{name}-v0': step() returned what gymnasium's vector could not "
+        f"take ({error}); "
+    )
     assert message.endswith(
         "; step() must return (obs, reward: a number, terminated: bool, truncated: bool, "
         "info: dict)"
@@ -162,7 +172,8 @@ def test_a_wrong_first_reset_is_refused_before_the_run_folder(
             "cartpole_appo.yaml",
             "NaNReward",
             "process",
-            "step() returned a non-finite reward (NaN or inf)",
+            "step() returned a non-finite reward "
+            "(NaN or inf; or None, which gymnasium's vector stores as NaN)",
         ),
         (
             "cartpole_appo.yaml",

@@ -49,11 +49,13 @@ def diagnose(
                 f"its observation_space is {describe_space(shape)}",
                 detail,
             )
-    what = (
-        f"raised {first_line(e)}{where(e)}{returns_hint(call, e)}"
-        if e is not None
-        else "returned a malformed observation"
-    )
+    hint = "" if e is None else returns_hint(call, e)
+    if e is None:
+        what = "returned a malformed observation"
+    elif hint:  # gymnasium's vector could not take what it returned: no line of the env's
+        what = f"returned what gymnasium's vector could not take ({first_line(e)}){hint}"
+    else:
+        what = f"raised {first_line(e)}{where(e)}"
     return EnvFailed(f"env {env_id!r}: {call} {what}", detail)
 
 
@@ -150,6 +152,8 @@ def non_finite(env_id: str, call: str, values: np.ndarray, what: str = "observat
     bad = np.flatnonzero(~np.isfinite(values.reshape(len(values), -1)).all(axis=1)).tolist()
     cast = values.dtype.kind == "f" and values.dtype.itemsize < 8 and what == "observation"
     beyond = f", or a value beyond {values.dtype}'s range" if cast else ""  # (cast to the space's)
+    if what == "reward":  # (gymnasium's vector stores a reward of None as NaN)
+        beyond = "; or None, which gymnasium's vector stores as NaN"
     return EnvFailed(
         f"env {env_id!r}: {call} returned a non-finite {what} (NaN or inf{beyond})",
         f"non-finite {what}s from the envs {bad} of the vector (index in the vector)",

@@ -166,10 +166,11 @@ class GymVectorEnv(VectorEnv):
 
         What the user's env raises, or a wrong or non-finite observation or reward, is an
         EnvFailed (one vectorised check of the batch the policy acts on next: floats only)."""
-        try:
-            obs, reward, terminated, truncated, info = self._env.step(
-                to_env_actions(actions, self.action_space)
-            )
+        try:  # (an overflow in gymnasium's cast to the space's dtype: check_finite's inf)
+            with np.errstate(over="ignore"):
+                obs, reward, terminated, truncated, info = self._env.step(
+                    to_env_actions(actions, self.action_space)
+                )
             final_obs = final_observations(obs, truncated, info)
         except EnvFailed:
             raise

@@ -149,8 +149,8 @@ def build_parser() -> _Parser:
     plot.add_argument(
         "--out",
         metavar="FILE",
-        help="image to write, .png, .svg or .pdf (default: RUN/returns.png for one run, "
-        "./returns.png for more)",
+        help="image to write, .png (none: .png added), .svg or .pdf (default: RUN/returns.png "
+        "for one run, ./returns.png for more)",
     )
     plot.add_argument("--title", help="title above the two panels")
     plot.add_argument(
@@ -310,7 +310,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if res.video:
         print(
             f"video: {res.video} ({res.view} view of episode 1: raw score "
-            f"{res.returns[0]:.1f} in {res.lengths[0]} steps)"
+            f"{res.returns[0]:.1f} in {res.lengths[0]} step{'s' if res.lengths[0] != 1 else ''})"
         )
     return 0
 

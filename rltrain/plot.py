@@ -204,9 +204,9 @@ FORMATS = ("png", "svg", "pdf")
 
 
 def out_format(out: Path) -> str:
-    """The image format ``out``'s suffix names (none: PNG); another is a :class:`PlotError`
-    (an .svg file held PNG bytes)."""
-    fmt = out.suffix.lower().removeprefix(".") or "png"
+    """The image format ``out``'s suffix names; another is a :class:`PlotError` (an .svg file
+    held PNG bytes)."""
+    fmt = out.suffix.lower().removeprefix(".")
     if fmt not in FORMATS:
         allowed = ", ".join(f".{f}" for f in FORMATS)
         raise PlotError(f"--out {out}: the suffix names the image format; use {allowed}")
@@ -257,8 +257,9 @@ def plot_runs(
     time-to-score table (:func:`marks_table`), with ``evals`` the evaluations'
     (:func:`evals_table`). ``window``: the episodes of every run's mean (None: each run's
     own, :func:`run_window`)."""
-    if out is not None:
-        out_format(out)  # (before any run is read)
+    if out is not None:  # (checked before any run is read)
+        out = out if out.suffix else out.with_name(f"{out.name}.png")  # (a PNG without .png)
+        out_format(out)
     run_dirs = once_each(run_dirs)
     curves, early, evaluated = [], [], []
     for d in run_dirs:

@@ -58,7 +58,8 @@ def test_one_run_plots_into_its_directory(
 def test_out_writes_the_format_its_suffix_names(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """An .svg file held PNG bytes; a suffix matplotlib would not write is one line, first."""
+    """An .svg file held PNG bytes; a suffix matplotlib would not write is one line, first;
+    none writes NAME.png (a PNG named without .png did not open by its name)."""
     run = make_run(tmp_path / "pong", "pong_a3c.yaml", [(100, -21, 10), (250, -20, 20)])
     assert main(["plot", str(run), "--out", str(tmp_path / "r.svg")]) == 0
     assert b"<svg" in (tmp_path / "r.svg").read_bytes()[:1000]
@@ -69,6 +70,10 @@ def test_out_writes_the_format_its_suffix_names(
     err = capsys.readouterr().err.strip()
     assert err.endswith("r.jpeg: the suffix names the image format; use .png, .svg, .pdf")
     assert not (tmp_path / "r.jpeg").exists()
+    assert main(["plot", str(run), "--out", str(tmp_path / "returns")]) == 0  # no suffix: .png
+    assert str(tmp_path / "returns.png") in capsys.readouterr().out
+    check_png(tmp_path / "returns.png")
+    assert not (tmp_path / "returns").exists()
 
 
 def test_several_runs_default_to_the_working_folder(

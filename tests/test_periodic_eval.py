@@ -313,6 +313,26 @@ def test_the_end_of_a_run_scores_the_final_parameters_once(run: Path, tmp_path: 
     assert not (tmp_path / "off").exists()
 
 
+def test_a_ctrl_c_in_the_final_wait_leaves_the_evaluation_out_and_says_why(
+    run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ "Ctrl-C: do not wait": the run ends without that score, and summary.json's eval names
+    the checkpoint left out (it said "it did not end", and summary.json nothing)."""
+    cfg = load_config(TrainConfig, run / "config.yaml")
+    path = sorted((run / "checkpoints").glob("ckpt-*.pt"))[-1]
+    said: list[str] = []
+    pe = PeriodicEval(cfg, tmp_path, local, 0, Log(), said.append)  # type: ignore[arg-type]
+    pe.final = (path, load_checkpoint(path))
+
+    def ctrl_c(timeout: float = 0.0) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pe, "poll", ctrl_c)
+    pe.finish(wait=True)
+    assert said[-1] == f"the evaluation of {path.name} is left out: Ctrl-C"
+    assert pe.summary()["eval"]["left_out"] == path.name and pe.remote is None
+
+
 def test_resume_keeps_the_best_score(run: Path, tmp_path: Path) -> None:
     cfg = load_config(TrainConfig, run / "config.yaml")
     pe = PeriodicEval(cfg, run, local, 8000, Log(), print)  # type: ignore[arg-type]

@@ -159,6 +159,7 @@ class PeriodicEval:
         # evals.jsonl), so that the end of a run does not score them twice
         self.scored: tuple[int, int] | None = last_scored(run_dir) if self.every else None
         self.final: tuple[Path, dict[str, Any]] | None = None  # the trainer's last checkpoint
+        self.left_out = ""  # the checkpoint whose evaluation the end of the run did not wait for
 
     def _after(self, env_steps: int) -> int:
         return (env_steps // self.every + 1) * self.every if self.every else 0
@@ -289,10 +290,14 @@ class PeriodicEval:
         if flight is None:
             return
         self.say(f"waiting for the evaluation of {flight.checkpoint} (Ctrl-C: do not wait)")
-        with contextlib.suppress(KeyboardInterrupt):
+        why = "it did not end"
+        try:
             self.poll(self.FINISH_WAIT_S)
+        except KeyboardInterrupt:
+            why = "Ctrl-C"
         if self.flight is not None:
-            self.say(f"the evaluation of {flight.checkpoint} is left out: it did not end")
+            self.left_out = flight.checkpoint  # (summary.json's eval.left_out)
+            self.say(f"the evaluation of {flight.checkpoint} is left out: {why}")
 
     def close(self) -> None:
         if self.remote is not None:
@@ -305,7 +310,10 @@ class PeriodicEval:
         if not self.every:
             return {}
         last = self.records[-1] if self.records else None
-        evals = {"evaluations": len(self.records), "last": last, "best_mean_return": self.best}
+        evals: dict[str, Any] = {"evaluations": len(self.records), "last": last}
+        evals["best_mean_return"] = self.best
+        if self.left_out:
+            evals["left_out"] = self.left_out
         return {"eval": evals}
 
 

@@ -42,3 +42,18 @@ def test_bench_warm_start_lets_worker_0_train_alone_first(
     assert "warm start over: 1 more workers join" in said.out + said.err
     row = summary["results"][0]
     assert row["final_distance"] < 0.05 and row["dropped"] <= 2
+
+
+@pytest.mark.slow
+def test_a_warm_starts_late_workers_train_their_whole_share(run_bench: Any) -> None:
+    """Under a barrier rule a late worker skipped to the server's version in its epoch plan:
+    as many batches of its share as worker 0 had trained alone (an epoch of 8,000 samples
+    trained 4,000). Now every sample of the epoch budget is trained."""
+    _, summary = run_bench(
+        "modes: [sync, average]\nworkers: 2\nbatch_size: 16\nwarm_start: {seconds: 1.0}\n"
+        "data: {dataset: toy_quadratic, toy: {dim: 8, samples: 8000, noise: 0.0}}\n"
+        "budget: {max_seconds: 0, epochs: 1}\neval: {every_seconds: 0.5}\n"
+        "optimizer: {name: sgd, lr: 0.3}\n"
+    )
+    for row in summary["results"]:
+        assert row["samples"] == 8000, row["mode"]

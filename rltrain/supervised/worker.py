@@ -179,9 +179,11 @@ class SupervisedWorker:
         ``t0`` is when the mode started (injected slowdowns count from it) and ``deadline``
         when it ends; a worker restarted mid-run is given the same two, so it works only for
         the time left. It also resumes its epoch plan where its predecessor's pushes ended
-        (barrier rules: at the server's version, so that every worker still takes the same
-        number of steps; asynchronous: after the ``pushed`` samples the server counted of
-        its id's, :attr:`ServerStats.samples_by`), so that it does not train its share again.
+        (after the ``pushed`` samples the server counted of its id, dropped ones included,
+        :attr:`ServerStats.samples_by`), so that it does not train its share again. (Barrier
+        rules skipped to the server's version, so that every worker took as many steps: a
+        warm start's late workers then skipped as many batches of their share as worker 0
+        had trained alone. A worker that has finished its share leaves the barriers.)
         """
         start = self._start(t0, deadline)
         self._skip = pushed // self.spec.batch_size  # (every batch of the plan is whole)
@@ -268,7 +270,6 @@ class SupervisedWorker:
     def _run_barrier(self, server: Server) -> None:
         """sync / soft_sync: push the gradient of version v, wait until the server steps past v."""
         version = self._load(server.pull())
-        self._skip = version  # one step per version: a restarted worker goes on from there
         for b in self._batches():
             loss = self._backward(b.x, b.y)
             acc = GradSum()  # one batch: its mean is its gradient (x / 1 == x exactly)
@@ -281,7 +282,6 @@ class SupervisedWorker:
         opt = self._local_opt
         k = self.spec.server.average_every
         version = self._load(server.pull())
-        self._skip = version * k  # k local steps per version
         since, loss = 0, math.nan
 
         def average() -> int:  # push this replica's parameters, load the average

@@ -127,6 +127,9 @@ def test_an_interleaved_stale_async_run_reapplies_bit_for_bit(
     assert all(len(p.batches) <= n_push for p in log)
     if n_push > 1:  # pulled between pushes: one update's batches came from several versions
         assert any(len({b.version for b in p.batches}) > 1 for p in log)
+    # an update is as stale as its oldest gradient (it carried the newest: staleness said
+    # 0.17 where its batches' was 0.83)
+    assert all(p.version == min(b.version for b in p.batches) for p in log)
     if staleness == "drop":
         assert any(p.status == "dropped" for p in log)
     data = load_data(cfg.data)

@@ -235,8 +235,8 @@ class SupervisedWorker:
     def _run_async(self, server: Server) -> None:
         """Downpour SGD (Dean et al. 2012): pull every n_fetch steps, push every n_push steps.
 
-        Between pushes the gradients are averaged, as one larger batch computed from the
-        parameters of the last pull, whose version the update carries.
+        Between pushes the gradients are averaged, as one larger batch; the update carries the
+        oldest version they were computed from (n_fetch < n_push pulls between two pushes).
         """
         settings = self.spec.server
         version = self._load(server.pull())
@@ -250,7 +250,7 @@ class SupervisedWorker:
                 continue
             update = None
             if push:
-                update, acc = self._update(version, acc, loss), GradSum()
+                update, acc = self._update(acc.oldest, acc, loss), GradSum()
             if pending is not None:  # settle the previous round trip before the next call
                 version = self._load(pending()[1])
                 pending = None
@@ -265,7 +265,7 @@ class SupervisedWorker:
         if pending is not None:
             pending()
         if acc.batches:  # steps since the last push: their work is not thrown away
-            server.push(self._update(version, acc, loss))
+            server.push(self._update(acc.oldest, acc, loss))
 
     def _run_barrier(self, server: Server) -> None:
         """sync / soft_sync: push the gradient of version v, wait until the server steps past v."""

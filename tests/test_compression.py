@@ -134,6 +134,8 @@ def test_server_options_no_mode_uses_are_refused(tmp_path: Path) -> None:
         ),
         "modes: [sync]\nserver: {average_every: 5}\n": "server.average_every=5: read by average",
         "modes: [sync]\nserver: {n_push: 4}\n": "server.n_push=4: read by async, async_scale",
+        "modes: [hogwild]\nserver: {n_push: 4, n_fetch: 2}\n": None,  # (Downpour's loop)
+        "modes: [hogwild]\nserver: {pipeline: false}\n": "server.pipeline=false: read by async",
         "modes: [async]\nserver: {pipeline: false}\n": None,  # (async reads it)
         "modes: [sync]\nserver: {pipeline: false}\n": "server.pipeline=false: read by async",
         "modes: [async_scale]\nserver: {max_staleness: 2}\n": "server.max_staleness=2: read by",

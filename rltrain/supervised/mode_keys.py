@@ -11,8 +11,12 @@ from rltrain.ps.config import ServerConfig
 
 PIPELINE_MODES = ("sync", "async")
 """The modes that run a model split into ``model.stages`` (pipeline parallelism)."""
-ASYNC_WORKERS = ("async", "async_scale", "async_drop")
-"""The modes whose workers push every ``n_push`` and pull every ``n_fetch`` steps."""
+ASYNC_WORKERS = ("async", "async_scale", "async_drop", "hogwild")
+"""The modes whose workers push every ``n_push`` and pull every ``n_fetch`` steps (Hogwild's
+run Downpour's loop on the shared model: they were refused as unread there)."""
+PIPELINED = ASYNC_WORKERS[:3]
+"""The modes whose pushes overlap the next step (``pipeline``; Hogwild's have nothing to
+overlap: shared memory)."""
 
 
 def _drops(modes: tuple[str, ...], server: ServerConfig) -> bool:
@@ -22,9 +26,9 @@ def _drops(modes: tuple[str, ...], server: ServerConfig) -> bool:
 READERS: dict[str, tuple[str, Callable[[tuple[str, ...], ServerConfig], bool]]] = {
     "k": ("soft_sync", lambda modes, _: "soft_sync" in modes),
     "average_every": ("average", lambda modes, _: "average" in modes),
-    "n_push": ("async, async_scale, async_drop", lambda m, _: bool(set(m) & {*ASYNC_WORKERS})),
-    "n_fetch": ("async, async_scale, async_drop", lambda m, _: bool(set(m) & {*ASYNC_WORKERS})),
-    "pipeline": ("async, async_scale, async_drop", lambda m, _: bool(set(m) & {*ASYNC_WORKERS})),
+    "n_push": (", ".join(ASYNC_WORKERS), lambda m, _: bool(set(m) & {*ASYNC_WORKERS})),
+    "n_fetch": (", ".join(ASYNC_WORKERS), lambda m, _: bool(set(m) & {*ASYNC_WORKERS})),
+    "pipeline": (", ".join(PIPELINED), lambda m, _: bool(set(m) & {*PIPELINED})),
     "staleness": ("async (async_scale, async_drop set their own)", lambda m, _: "async" in m),
     "max_staleness": ("async_drop, or async with server.staleness=drop", _drops),
 }

@@ -213,3 +213,26 @@ def test_a_restarted_bench_worker_does_not_train_its_share_again(
         assert r["faults"]["worker_restarts"] == 1, r["mode"]  # killed mid-mode
         assert r["samples"] == 80000, r["mode"]  # one epoch, counted whole
         assert r["updates_applied"] == 80000 // 32, r["mode"]  # a gradient per batch
+
+
+def test_the_baseline_is_never_slowed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A straggler (slow worker 0) is a fault of the distributed modes; it slowed the baseline's
+    loop, the reference they are compared to, as well. Now it is said not injected there."""
+    from rltrain.supervised import local_modes
+
+    made: list[Any] = []
+    worker = local_modes.SupervisedWorker
+
+    def recorded(spec: Any, *args: Any, **kwargs: Any) -> Any:
+        made.append(spec)
+        return worker(spec, *args, **kwargs)
+
+    monkeypatch.setattr(local_modes, "SupervisedWorker", recorded)
+    argv = ["bench", str(ROOT / "configs" / "bench_toy.yaml"), "--run-dir", str(tmp_path / "r")]
+    for item in ("modes=[baseline]", events("{action: slow, target: worker, index: 0, factor: 3}")):
+        argv += ["--set", item]
+    assert main(argv) == 0
+    assert "not injected in baseline: 3x worker 0 at 0s" in capsys.readouterr().err
+    assert [spec.faults for spec in made] == [()]

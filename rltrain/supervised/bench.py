@@ -223,8 +223,7 @@ def _hurry(prog: Progress) -> Callable[[], bool]:
     def hurry() -> bool:
         if signals.pending() and not said:
             said.append(True)
-            more = f"{HURRIED} more of its snapshots"
-            prog.note(f"Ctrl-C: {more} for its results, then stopping (again: at once)")
+            prog.note(f"Ctrl-C: {HURRIED} more snapshots for its results (again: at once)")
         return signals.pending()
 
     return hurry
@@ -252,11 +251,12 @@ def run_mode(
     runtime: Runtime | None = None,
 ) -> ModeTrace:
     """One mode of the bench (``runtime``: the module that runs the server modes' workers)."""
-    signalled = [e for e in cfg.faults.events if e.action != "slow"]  # (slow: in the workers)
+    signalled = [e for e in cfg.faults.events if e.action != "slow" or mode == "baseline"]
     if signalled and (mode not in server_modes() or cfg.model.stages > 1):
+        how = "kill, pause, add, remove: the server modes' processes, unsplit; slow: workers"
         progress.note(
-            f"not injected in {mode}: {describe_events(signalled)} (kill, pause, add and "
-            "remove reach the processes of the server modes, unsplit)"
+            f"not injected in {mode}: {describe_events(signalled)} ({how}, not the "
+            "baseline's, the reference)"
         )
     if mode == "baseline":
         return run_baseline(cfg, data, progress)  # local_modes: no Ray

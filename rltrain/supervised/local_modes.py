@@ -139,7 +139,9 @@ def run_baseline(cfg: BenchConfig, data: SplitDataset, progress: Progress) -> Mo
     begin = time.time()
     threads = cfg.baseline_threads or cfg.runtime.threads_per_worker
     saved_threads = torch.get_num_threads()
-    spec = dataclasses.replace(worker_specs(cfg, "baseline", data, 1)[0], threads=threads)
+    # never slowed (faults.events' slow on worker 0): the reference the modes are compared to
+    spec = worker_specs(cfg, "baseline", data, 1)[0]
+    spec = dataclasses.replace(spec, threads=threads, faults=())
     worker = SupervisedWorker(spec, data.train, standalone=True)
     torch.nn.utils.vector_to_parameters(initial_params(cfg, data), worker.model.parameters())
     live = _LiveModel(worker.model)

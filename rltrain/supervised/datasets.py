@@ -227,9 +227,16 @@ def _check_layout(name: str, root: Path) -> None:
         itself = has_idx_set(root)
     if itself:
         fix = f"give its parent, {root.parent}" if root.name == name else f"move them into {folder}"
+        if name == "cifar10":
+            raise DatasetError(
+                f"data.root={root} holds {name}'s files itself; they are read from the {name}/ "
+                f"folder under it: {fix}"
+            )
+        other = "fashion_mnist" if name == "mnist" else "mnist"  # (their files are named alike)
         raise DatasetError(
-            f"data.root={root} holds {name}'s files itself; they are read from the {name}/ "
-            f"folder under it: {fix}"
+            f"data.root={root} holds MNIST-format files itself, {name}'s or {other}'s; {name}'s "
+            f"are read from the {name}/ folder under it: {fix} (or, for {other}'s, set "
+            f"data.dataset={other})"
         )
 
 

@@ -538,14 +538,17 @@ def test_read_cifar10_known_pixel_value(tmp_path: Path) -> None:
     assert int(test.images.sum()) == 200
 
 
-@pytest.mark.parametrize("layout", ["dir", "tar"])
+@pytest.mark.parametrize("layout", ["dir", "tar", "torchvision dir", "torchvision tar"])
 def test_load_cifar10(tmp_path: Path, layout: str) -> None:
+    """Under data.root/cifar10/, or as torchvision's CIFAR10(root) leaves it (it was refused
+    as a root one level off)."""
     batches = cifar_batches(seed=14)
-    if layout == "dir":
-        write_cifar_dir(tmp_path / "cifar10" / "cifar-10-batches-py", seed=14)
+    base = tmp_path if layout.startswith("torchvision") else tmp_path / "cifar10"
+    if layout.endswith("dir"):
+        write_cifar_dir(base / "cifar-10-batches-py", seed=14)
     else:
-        (tmp_path / "cifar10").mkdir()
-        (tmp_path / "cifar10" / "cifar-10-python.tar.gz").write_bytes(cifar_tar_bytes(batches))
+        base.mkdir(exist_ok=True)
+        (base / "cifar-10-python.tar.gz").write_bytes(cifar_tar_bytes(batches))
     split = load_dataset("cifar10", tmp_path, download=False)
     assert split.num_classes == 10
     assert split.mean == (0.4914, 0.4822, 0.4465) and split.std == (0.2470, 0.2435, 0.2616)
@@ -560,9 +563,10 @@ def test_cifar_missing_no_download(tmp_path: Path) -> None:
     assert "\n" not in message
 
 
-def test_cifar_folder_missing_a_batch_names_it(tmp_path: Path) -> None:
-    write_cifar_dir(tmp_path / "cifar10" / "cifar-10-batches-py", seed=15)
-    (tmp_path / "cifar10" / "cifar-10-batches-py" / "data_batch_5").unlink()
+@pytest.mark.parametrize("under", ["cifar10", "."])
+def test_cifar_folder_missing_a_batch_names_it(tmp_path: Path, under: str) -> None:
+    write_cifar_dir(tmp_path / under / "cifar-10-batches-py", seed=15)
+    (tmp_path / under / "cifar-10-batches-py" / "data_batch_5").unlink()
     with pytest.raises(DatasetError, match="cifar-10-batches-py lacks data_batch_5"):
         load_dataset("cifar10", tmp_path, download=False)
 

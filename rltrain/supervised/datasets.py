@@ -128,12 +128,17 @@ def _started(name: str, root: Path) -> bool:
 def _locate(name: str, root: Path) -> Path | None:
     """Where the dataset's files are: an MNIST-format folder, or a CIFAR folder/archive."""
     if name == "cifar10":
-        folder = root / name / CIFAR_DIR
-        if all((folder / batch).is_file() for batch in (*CIFAR_TRAIN, CIFAR_TEST)):
-            return folder
-        archive = root / name / CIFAR_TAR
-        return archive if archive.is_file() else None
+        bases = (root / name, root)  # rltrain's layout, then torchvision's (CIFAR10(root))
+        for folder in (base / CIFAR_DIR for base in bases):
+            if not _cifar_lacks(folder):
+                return folder
+        return next((b / CIFAR_TAR for b in bases if (b / CIFAR_TAR).is_file()), None)
     return next((d for d in _search_dirs(name, root) if has_idx_set(d)), None)
+
+
+def _cifar_lacks(folder: Path) -> list[str]:
+    """The batch files a ``cifar-10-batches-py`` folder lacks."""
+    return [b for b in (*CIFAR_TRAIN, CIFAR_TEST) if not (folder / b).is_file()]
 
 
 def _missing_downloads(name: str, target: Path) -> list[str]:
@@ -221,17 +226,13 @@ def _check_layout(name: str, root: Path) -> None:
     folder = root / name
     if folder.exists() and not folder.is_dir():
         raise DatasetError(f"data.root={root}: {folder} is a file; {name}'s files go in a folder")
-    if name == "cifar10":
-        itself = (root / CIFAR_DIR).is_dir() or (root / CIFAR_TAR).is_file()
-    else:
-        itself = has_idx_set(root)
-    if itself:
+    if name == "cifar10":  # (torchvision's layout, root/cifar-10-batches-py, is read whole)
+        if (root / CIFAR_DIR).is_dir() and not (folder / CIFAR_DIR).exists():
+            lacks = ", ".join(_cifar_lacks(root / CIFAR_DIR))
+            raise DatasetError(f"data.root={root}: {root / CIFAR_DIR} lacks {lacks}")
+        return
+    if has_idx_set(root):
         fix = f"give its parent, {root.parent}" if root.name == name else f"move them into {folder}"
-        if name == "cifar10":
-            raise DatasetError(
-                f"data.root={root} holds {name}'s files itself; they are read from the {name}/ "
-                f"folder under it: {fix}"
-            )
         other = "fashion_mnist" if name == "mnist" else "mnist"  # (their files are named alike)
         raise DatasetError(
             f"data.root={root} holds MNIST-format files itself, {name}'s or {other}'s; {name}'s "
@@ -270,10 +271,10 @@ def load_dataset(
     """Load ``name`` from ``root`` (config key ``data.root``), downloading it if allowed.
 
     MNIST-format sets are looked up in ``root/<name>/``, ``root/<name>/raw/`` and then
-    :data:`SYSTEM_DIRS`; CIFAR-10 in ``root/cifar10/cifar-10-batches-py/`` and then
-    ``root/cifar10/cifar-10-python.tar.gz``. Missing files are downloaded into ``root/<name>/``
-    when ``download`` is true; if they are still missing a one-line :class:`DatasetError` says
-    which files to put where.
+    :data:`SYSTEM_DIRS`; CIFAR-10 in ``cifar-10-batches-py/``, then ``cifar-10-python.tar.gz``,
+    under ``root/cifar10/`` or (torchvision's layout) ``root``. Missing files are downloaded
+    into ``root/<name>/`` when ``download`` is true; if they are still missing a one-line
+    :class:`DatasetError` says which files to put where.
     """
     if name not in DATASETS:
         raise DatasetError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")

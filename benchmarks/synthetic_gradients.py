@@ -93,7 +93,7 @@ def main() -> None:
     config = args.config or str(ROOT / "configs" / f"bench_{args.problem}.yaml")
     common = ["workers=1", f"budget.max_seconds={args.seconds:g}", "budget.epochs=0"]
     common += ["model.name=deep_linear"] if toy else []
-    common += [f"model.synthetic_hidden={args.hidden}"]
+    hidden = [f"model.synthetic_hidden={args.hidden}"]  # (synthetic rows only: read there)
     common += [f"data.root={args.root}"] if args.root else []
     common += [f"runtime.backend={args.backend}"]
     lines = [
@@ -105,7 +105,8 @@ def main() -> None:
     print("\n".join(lines), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for i, (name, sets) in enumerate(variants(args.stages, args.link_ms)):
-            row = run(config, [*common, *sets], Path(tmp) / f"run{i}")
+            dni = any(s.startswith("model.synthetic=") for s in sets)
+            row = run(config, [*common, *(hidden if dni else []), *sets], Path(tmp) / f"run{i}")
             reach = ", ".join(
                 f"{k}: {'-' if v is None else f'{v:.1f}'}" for k, v in row["seconds_to"].items()
             )

@@ -141,6 +141,17 @@ def test_server_options_no_mode_uses_are_refused(tmp_path: Path) -> None:
         "modes: [async_scale]\nserver: {max_staleness: 2}\n": "server.max_staleness=2: read by",
         "modes: [async]\nserver: {staleness: drop, max_staleness: 2}\n": None,
         "modes: [baseline]\nmodel: {stages: 2}\n": "model.stages=2: splits the model of the",
+        # keys of parts nothing in the run reads: refused, not ignored
+        "modes: [async]\nsandblaster: {portions: 4}\n": (
+            r"^sandblaster.portions=4: read only with mode sandblaster in modes, which this run "
+            r"has not; leave sandblaster.portions at its default \(16\), or run with mode "
+            r"sandblaster in modes$"
+        ),
+        "modes: [async]\nbaseline_threads: 2\n": "baseline_threads=2: read only with mode baseline",
+        "modes: [async]\nmodel: {micro_batches: 8}\n": "read only with model.stages >= 2",
+        "modes: [async]\nmodel: {stages: 2, micro_batches: 8}\n": None,
+        "modes: [async]\nmodel: {synthetic_hidden: 8}\n": "read only with model.synthetic dni",
+        "modes: [baseline]\nbaseline_threads: 2\n": None,
     }.items():
         path.write_text(text)
         if message is None:

@@ -14,7 +14,7 @@ from rltrain.ps.config import OptimizerConfig, ServerConfig, check_momentum_corr
 from rltrain.ps.rules import rule_named, rule_names
 from rltrain.runtime.config import RuntimeConfig
 from rltrain.supervised.datasets import DATASETS
-from rltrain.supervised.mode_keys import PIPELINE_MODES, check_read
+from rltrain.supervised.mode_keys import PIPELINE_MODES, check_read, check_unread_parts
 from rltrain.supervised.models import MODELS, PARAM_LAYERS
 from rltrain.supervised.toys import TOY_PROBLEMS, ToyConfig
 
@@ -278,6 +278,7 @@ class BenchConfig:
         check_momentum_correction(self.optimizer, self.server)
         self._check_server_options()
         self._check_pipeline()
+        check_unread_parts(self)
         averaging = [m for m in rule_modes(self.modes) if rule_named(m).pushes_parameters]
         if self.server.compression != "none" and averaging:
             raise ValueError(

@@ -4,6 +4,7 @@ with ``server.k=4``, soft_sync's K, compared nothing and said nothing)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -58,3 +59,36 @@ def check_read(
             f"({', '.join(modes)}); add one to modes, or leave server.{key} at its default "
             f"({str(getattr(ServerConfig, key)).lower()})"
         )
+
+
+def check_unread_parts(cfg: Any) -> None:
+    """Refuse (ValueError) a key of a part that nothing in the run reads, set to another value
+    than its default: ``sandblaster.*`` without mode sandblaster, ``baseline_threads`` without
+    the baseline, ``model.micro_batches`` of an unsplit model, ``model.synthetic_hidden``
+    without synthetic gradients (each ran and said nothing). ``cfg``: a BenchConfig."""
+    model, defaults = cfg.model, type(cfg.model)()
+    unread = {
+        "model.micro_batches": (model.micro_batches, defaults.micro_batches, model.stages == 1),
+        "model.synthetic_hidden": (
+            model.synthetic_hidden,
+            defaults.synthetic_hidden,
+            model.synthetic == "none",
+        ),
+        "baseline_threads": (cfg.baseline_threads, 0, "baseline" not in cfg.modes),
+    }
+    sandblaster = "sandblaster" not in cfg.modes
+    for f in dataclasses.fields(cfg.sandblaster):
+        key = f"sandblaster.{f.name}"
+        unread[key] = (getattr(cfg.sandblaster, f.name), f.default, sandblaster)
+    needs = {
+        "model.micro_batches": "model.stages >= 2",
+        "model.synthetic_hidden": "model.synthetic dni or cdni",
+        "baseline_threads": "mode baseline in modes",
+    }
+    for key, (value, default, idle) in unread.items():
+        if idle and value != default:
+            why = needs.get(key, "mode sandblaster in modes")
+            raise ValueError(
+                f"{key}={value}: read only with {why}, which this run has not; leave {key} "
+                f"at its default ({default}), or run with {why}"
+            )

@@ -163,6 +163,7 @@ class Trainer:
         modules = (*self.cfg.imports, *(w.partition(":")[0] for w in self.cfg.env.wrappers))
         where = self.ray_where or runtime.start(self.cfg.runtime, ship=modules)
         self.record.mark("runtime")  # Ray, the forkserver or threads up
+        self.record.runtime = runtime.job_record()
         return where
 
     def _finish_only(self, runtime: Runtime) -> None:
@@ -189,7 +190,6 @@ class Trainer:
         fitted = runtime.fit_cpus(cfg.runtime, processes, cfg.server.shards)
         print(f"runtime: {where}, chosen by {why}; {placed.describe()}")
         note_sizes(self.run_dir, placed, cpus, runtime.cluster_gpus())
-        self.record.runtime = runtime.job_record()
         if fitted.worker_cpus < cfg.runtime.worker_cpus:
             self.progress.note(placed.sharing_note(cpus, fitted.worker_cpus, self.cfg.actors != 0))
         self.cfg = cfg = dataclasses.replace(cfg, runtime=fitted)

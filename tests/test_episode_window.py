@@ -13,6 +13,7 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rltrain.config import load_config, to_dict
@@ -48,6 +49,16 @@ def test_the_score_stop_is_not_met_by_the_first_short_games_of_a_round() -> None
     assert c.stop_met(stop, 0.0, window=20) == "mean_return"
     assert c.mean_return(240) == pytest.approx((223 * 14 + 17 * 21) / 240)
     assert c.stop_met(stop, 0.0, window=240) == ""
+
+
+def test_a_stop_at_the_best_return_is_met_through_float32_rounding() -> None:
+    """The README's corridor (best return 1 - 0.1 - 0.1 = 0.8) summed its float32 rewards to
+    0.79999999702 in every episode: a stop at 0.8 never came, the run went to max_seconds."""
+    optimal = 1.0 + 2 * float(np.float32(-0.1))  # (float32 rewards summed in float64)
+    assert optimal < 0.8
+    c = Counters(recent_returns=[optimal] * 20)
+    assert c.stop_met(StopConfig(mean_return=0.8, window=20), 0.0, window=20) == "mean_return"
+    assert c.stop_met(StopConfig(mean_return=0.81, window=20), 0.0, window=20) == ""
 
 
 def test_counters_keep_a_window_larger_than_their_usual_thousand() -> None:

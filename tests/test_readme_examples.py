@@ -98,3 +98,22 @@ def test_your_own_environment_trains_in_actor_processes(
     run = rltrain.train(cfg, run_dir=tmp_path / "corridor")
     assert run.stopped_by == "mean_return", run.summary
     assert run.summary["protocol"]["id"] == "examples/Corridor-v0"
+
+
+def test_your_own_environments_command_meets_its_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bash command of "Your own environment", as written: its stop (0.8) is the
+    corridor's best return, which float32 rewards sum to 0.79999999702; it was never met and
+    the run went on to cartpole_appo's max_seconds."""
+    import shlex
+
+    from rltrain.cli import main
+
+    monkeypatch.chdir(ROOT)
+    (command,) = [b for b in blocks("Your own environment", "bash") if "Corridor" in b]
+    argv = shlex.split(command.replace("\\\n", " "))
+    assert argv[0] == "rltrain"
+    out = tmp_path / "corridor"
+    assert main([*argv[1:], "--set", "stop.max_seconds=120", "--run-dir", str(out)]) == 0
+    assert json.loads((out / "summary.json").read_text())["stopped_by"] == "mean_return"

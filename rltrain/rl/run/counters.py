@@ -18,6 +18,13 @@ DIVERGED_AFTER = 100
 update is refused has frozen parameters and would only burn its budget."""
 
 
+def reaches(mean: float, target: float) -> bool:
+    """Whether a mean return meets a score stop: within float32's rounding of it counts (the
+    rewards are float32: a corridor whose best return is 0.8 summed to 0.79999999702 in every
+    episode, and a stop at its optimum, 0.8, was never met)."""
+    return mean >= target - 1e-6 * max(1.0, abs(target))
+
+
 def diverged_note(refused: int, reason: str) -> str:
     """Why a run stopped as ``diverged`` (summary.json's failure, the CLI's last line)."""
     return (
@@ -104,7 +111,7 @@ class Counters:
         if self.rejected_in_a_row >= DIVERGED_AFTER:
             return "diverged"
         target, mean = stop.mean_return, self.full_mean(window)
-        if target is not None and mean is not None and mean >= target:
+        if target is not None and mean is not None and reaches(mean, target):
             return "mean_return"
         if stop.max_env_steps and self.env_steps >= stop.max_env_steps:
             return "max_env_steps"

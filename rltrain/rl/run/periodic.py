@@ -42,7 +42,7 @@ from rltrain.normalize import NormStats
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.eval_args import DEFAULT_MAX_STEPS
 from rltrain.rl.evaluate import load_policy, play_episodes, state_params
-from rltrain.rl.run.counters import Counters
+from rltrain.rl.run.counters import Counters, reaches
 from rltrain.rl.run.tblog import TrainLogger
 from rltrain.rundir import EVALS_FILE
 
@@ -166,7 +166,7 @@ class PeriodicEval:
 
     def reached(self, score: float) -> bool:
         """Whether an evaluation of this session scored ``score`` or more."""
-        return any(r["mean_return"] >= score for r in self.records)
+        return any(reaches(r["mean_return"], score) for r in self.records)
 
     def due(self, env_steps: int) -> bool:
         return bool(self.every) and self.flight is None and env_steps >= self.next_at

@@ -4,6 +4,7 @@ time-limit truncation handled as a cut, not a terminal (Pardo et al. 2018)."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -169,3 +170,28 @@ def test_learners_sample_shards_in_proportion_to_what_they_hold() -> None:
     assert {pick_shard([500, 0], rng) for _ in range(200)} == {0}
     draws = [pick_shard([300, 100], rng) for _ in range(4000)]
     assert abs(draws.count(0) / 4000 - 0.75) < 0.03
+
+
+@pytest.mark.slow
+def test_a_resume_with_more_envs_goes_on_with_the_epsilon_schedule(tmp_path: Path) -> None:
+    """Each actor's epsilon decays over its envs' steps; a resume took them as env_steps over
+    the new session's actors x num_envs, so 4 envs -> 16 moved epsilon back up (0.90 ->
+    0.97). The per-env count is now the run's (Counters.per_env_steps), across sessions."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from rltrain.cli import main
+
+    run = tmp_path / "run"
+    config = str(Path(__file__).resolve().parents[1] / "configs" / "cartpole_gorila.yaml")
+    sets = ["stop.mean_return=null", "dqn.learning_starts=500", "stop.max_env_steps=3000"]
+    argv = ["train", config, "--run-dir", str(run)]
+    assert main([*argv, *(a for s in sets for a in ("--set", s))]) == 0
+    resume = ["--set", "stop.max_env_steps=4500", "--set", "env.num_envs=16"]
+    assert main(["train", "--resume", str(run), *resume]) == 0
+    eps = []
+    for f in sorted((run / "tb").glob("events.*")):
+        acc = EventAccumulator(str(f))
+        acc.Reload()
+        eps.append([e.value for e in acc.Scalars("dqn/epsilon")])
+    first, second = eps
+    assert second and max(second) < first[-1]  # on down from where it was

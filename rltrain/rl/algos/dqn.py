@@ -32,7 +32,7 @@ class DQNConfig:
     epsilon_final: float = field(default=0.05, metadata=spec(ge=0, le=1))
     """decay: epsilon after epsilon_decay_steps."""
     epsilon_decay_steps: int = field(default=50_000, metadata=spec(ge=1))
-    """decay: steps (per actor) over which epsilon falls."""
+    """decay: steps of each env over which epsilon falls (a resumed run goes on from its own)."""
     target_update: int = field(default=500, metadata=spec(ge=1))
     """Learners refresh their target network every this many server versions."""
     learning_starts: int = field(default=5_000, metadata=spec(ge=0))

@@ -50,6 +50,9 @@ class Counters:
     best_mean_return: float | None = None
     recent_returns: list[float] = field(default_factory=list)
     rejected_in_a_row: int = 0  # updates refused since the server last applied one
+    per_env_steps: float = 0.0  # steps each env has taken, over every session's env count
+    # (dqn's epsilon schedule goes on from it: env_steps over a resumed session's actors x
+    # num_envs moved it back or forward when they changed; 0: older checkpoints)
     unsettled: dict[int, int] | None = None  # actor id -> its envs yet to end a game since
     # it (re)started, as its newest result said (rltrain.rl.rollout.FirstRound); {} at a
     # session's start (an actor's first result says how many with its first episodes; an
@@ -128,10 +131,12 @@ class Counters:
             had_count = None if had is None else RoundCount(had, self.since.get(actor_id, 0.0))
             self.unsettled[actor_id], self.since[actor_id] = newest_count(had_count, count)
 
-    def add(self, stats: WorkStats, window: int) -> float | None:
+    def add(self, stats: WorkStats, window: int, envs: int = 0) -> float | None:
         """Count one result of an actor, learner or worker; ``window``: the episodes of the
-        mean (``TrainConfig.episode_window``). Returns :meth:`full_mean` after it."""
+        mean (``TrainConfig.episode_window``); ``envs``: the session's envs in all (0: not
+        counted per env). Returns :meth:`full_mean` after it."""
         self.env_steps += stats.env_steps
+        self.per_env_steps += stats.env_steps / envs if envs else 0.0
         self.episodes += len(stats.episode_returns)
         self.updates += stats.updates
         self.applied += stats.applied

@@ -25,7 +25,8 @@ class ReplayPlan(RLPlan):
         from rltrain.rl.gorila import DQNActor
 
         cfg = host.cfg
-        per_env_steps = host.counters.env_steps // (cfg.actors * cfg.env.num_envs)
+        c = host.counters  # (an older checkpoint has no per-env count: this session's sizes)
+        per_env_steps = int(c.per_env_steps) or c.env_steps // (cfg.actors * cfg.env.num_envs)
         return Early(host.spawn("actor", DQNActor, lambda i: (cfg, i, per_env_steps)))
 
     def start(self) -> None:

@@ -356,6 +356,33 @@ def test_resume_keeps_the_best_score(run: Path, tmp_path: Path) -> None:
     torch.save(state, tmp_path / "checkpoints" / "best.pt")
     assert best_score(tmp_path, pe.settings) == pe.best
     assert not PeriodicEval(cfg, tmp_path, local, 0, Log(), print).due(0)  # type: ignore[arg-type]
+    # a resume under other settings says best.pt goes (a worse checkpoint may replace it)
+    said: list[str] = []
+    seven = load_config(TrainConfig, run / "config.yaml", ["eval.episodes=7"])
+    assert PeriodicEval(seven, run, local, 8000, Log(), said.append).best is None  # type: ignore[arg-type]
+    assert said == [
+        f"checkpoints/best.pt ({pe.best:.1f}) was scored under other evaluation settings "
+        "(eval.episodes, deterministic, seed or the env's protocol): the next evaluation "
+        "replaces it"
+    ]
+
+
+def test_a_greedy_policys_best_survives_a_change_of_eval_deterministic(
+    run: Path, tmp_path: Path
+) -> None:
+    """dqn's evaluations are greedy whatever eval.deterministic says: a resume that changed it
+    threw the best score away, and a worse checkpoint became best.pt."""
+    import shutil
+
+    dqn = tmp_path / "dqn"
+    (dqn / "checkpoints").mkdir(parents=True)
+    shutil.copy(run / "checkpoints" / "best.pt", dqn / "checkpoints" / "best.pt")
+    as_dqn = ["algo.name=dqn", "normalize.obs=never"]
+    sampled = load_config(TrainConfig, run / "config.yaml", as_dqn)
+    flipped = load_config(TrainConfig, run / "config.yaml", [*as_dqn, "eval.deterministic=true"])
+    for c in (sampled, flipped):
+        pe = PeriodicEval(c, dqn, local, 8000, Log(), print)  # type: ignore[arg-type]
+        assert pe.best == best_score(run) and pe.settings["deterministic"] is True
 
 
 def test_a_run_can_stop_on_its_evaluations(tmp_path: Path) -> None:

@@ -150,9 +150,21 @@ class PeriodicEval:
         self.remote: Any = None
         self.flight: Flight | None = None
         self.settings = {k: getattr(cfg.eval, k) for k in ("episodes", "deterministic", "seed")}
+        # a Q-network's policy is greedy whatever eval.deterministic says (a dqn run resumed
+        # with it changed threw its best score away)
+        greedy = cfg.algo_spec.q_network
+        self.settings["deterministic"] = cfg.eval.deterministic or greedy
         self.settings["protocol"] = scored_protocol(cfg)
         # a resumed run keeps its best, if it was scored the same way
-        self.best = best_score(run_dir, self.settings) if self.every else None
+        same = {k: v for k, v in self.settings.items() if not (greedy and k == "deterministic")}
+        self.best = best_score(run_dir, same) if self.every else None
+        before = best_score(run_dir) if self.every and self.best is None else None
+        if before is not None:  # (said: a worse checkpoint may become best.pt next)
+            say(
+                f"checkpoints/best.pt ({before:.1f}) was scored under other evaluation settings "
+                "(eval.episodes, deterministic, seed or the env's protocol): the next "
+                "evaluation replaces it"
+            )
         self.failures = 0  # in a row
         self.records: list[dict[str, Any]] = []  # the evaluations of this session
         # (env steps, version) of the parameters last scored (a resumed run: the last in

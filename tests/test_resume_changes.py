@@ -306,3 +306,35 @@ def test_a_box_runs_action_map_is_kept_on_resume_and_checked_by_eval(
     assert resume_changes(discrete, state["config"], tanh, box_actions) == [
         "env.action_map: affine -> tanh"
     ]
+
+
+def test_a_resume_says_what_a_changed_step_budget_does_to_the_schedules(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """schedule.steps: 0 ends the schedules at stop.max_env_steps: raising it on resume brought
+    an annealed learning rate from 0 back to 46% of its start, unsaid. A Box policy's
+    log_std_init is the checkpoint's: a change was said as made and did nothing."""
+    from rltrain.checkpoint import latest_checkpoint, load_checkpoint
+    from rltrain.config import load_config
+    from rltrain.rl.config import TrainConfig
+    from rltrain.rl.run.resume import resume_changes
+
+    run = tmp_path / "run"
+    write_run(run, A3C, ("stop.max_env_steps=4000", "schedule.lr_end=0"))
+    saved = load_checkpoint(latest_checkpoint(run))["config"]
+    more = load_config(TrainConfig, run / "config.yaml", ["stop.max_env_steps=8000"])
+    assert resume_changes(run, saved, more) == [
+        "stop.max_env_steps: 4000 -> 8000 (the schedules end at it: set schedule.steps=4000 "
+        "to keep them as they were)"
+    ]
+    kept = load_config(
+        TrainConfig, run / "config.yaml", ["stop.max_env_steps=8000", "schedule.steps=4000"]
+    )
+    assert resume_changes(run, saved, kept) == [
+        "schedule.steps: 0 -> 4000",
+        "stop.max_env_steps: 4000 -> 8000",
+    ]
+    box = tmp_path / "box"
+    write_run(box, PENDULUM)
+    err = error_of(capsys, ["train", "--resume", str(box), "--set", "model.log_std_init=-2"])
+    assert "model.log_std_init=-2.0: the run at" in err and "which a resumed run keeps" in err

@@ -65,9 +65,10 @@ SIZED_KEYS = ("env.groups",)
 a checkpoint holds what auto chose there."""
 
 
-KEPT_FOR_A_BOX = ("env.action_map",)
+KEPT_FOR_A_BOX = ("env.action_map", "model.log_std_init")
 """Kept on resume where the actions are a Box: the policy's samples were learned through that
-map (a run trained as affine went on under tanh unsaid)."""
+map (a run trained as affine went on under tanh unsaid); the log standard deviation's start
+is the checkpoint's (a change was said as made, and did nothing)."""
 
 
 def resume_changes(
@@ -93,7 +94,17 @@ def resume_changes(
                 f"{key}={new[key]}: the run at {path.parent.parent} has {key}={old[key]}, "
                 "which a resumed run keeps; start a new run to change it"
             )
-    return [f"{k}: {old[k]} -> {new[k]}" for k in changed]
+    return [f"{k}: {old[k]} -> {new[k]}{stretches(k, old[k], cfg)}" for k in changed]
+
+
+def stretches(key: str, was: Any, cfg: TrainConfig) -> str:
+    """What a changed ``key`` does beyond itself, said beside it: stop.max_env_steps moves
+    the schedules whose end it is (schedule.steps: 0; an annealed learning rate rose from 0
+    back to 46% of its start, unsaid)."""
+    s = cfg.schedule
+    if key != "stop.max_env_steps" or s.steps or (s.lr_end is None and s.entropy_end is None):
+        return ""
+    return f" (the schedules end at it: set schedule.steps={was} to keep them as they were)"
 
 
 def session_seed(seed: int, env_steps: int) -> int:

@@ -260,7 +260,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             )
         run_dir = run_dir_arg(args.resume, "--resume ")
         path = args.config or run_dir / "config.yaml"  # a run folder's: as its rltrain meant
-        with meant_for(path, "train" if args.config else "resume"):
+        with meant_for(path, "train" if args.config else "resume", overrides):
             cfg = (load_config if args.config else load_run_config)(TrainConfig, path, overrides)
     else:
         if not args.config:

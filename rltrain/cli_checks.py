@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from rltrain.errors import ConfigError, RLTrainError
@@ -58,12 +58,18 @@ def seed_arg(text: str) -> int:
 
 
 @contextlib.contextmanager
-def meant_for(path: str | Path, command: str) -> Iterator[None]:
+def meant_for(path: str | Path, command: str, overrides: Sequence[str] = ()) -> Iterator[None]:
     """A config of the other command (a bench config given to ``train`` or ``eval``, a train
-    config to ``bench``) fails on its first foreign key: say which command it is for."""
+    config to ``bench``) fails on its first foreign key: say which command it is for. On
+    ``resume`` (``path``: a run's config.yaml), an override of a key a resumed run keeps is
+    named first, where the config it makes fails its own checks (``--set algo.name=dqn`` was
+    told to change normalize.obs, itself kept: advice no resume could follow)."""
     try:
         yield
     except ConfigError as e:
+        kept = _kept_change(Path(path).parent, overrides) if command == "resume" else ""
+        if kept:
+            raise UserError(kept) from None
         foreign = foreign_keys(path, command) if "unknown config key" in str(e) else []
         if not foreign:
             raise
@@ -103,3 +109,26 @@ def foreign_keys(path: str | Path, command: str) -> list[str]:
     if any(k in mine for k in keys):  # this command's config with a typo: its own error says
         return []
     return [k for k in keys if k in theirs]
+
+
+def _kept_change(run_dir: Path, overrides: Sequence[str]) -> str:
+    """The refusal of the first ``--set`` that changes a key of the run's config.yaml that a
+    resumed run keeps ("" for none, or where either cannot be read)."""
+    from rltrain.config import dotted, parse_overrides
+    from rltrain.launch import KEPT_FIRST
+    from rltrain.rl.config import run_yaml
+    from rltrain.rl.run.resume import KEPT_ON_RESUME
+
+    try:
+        asked = dotted(parse_overrides(overrides))
+        was = dotted(run_yaml(run_dir / "config.yaml"))
+    except (RLTrainError, OSError):
+        return ""
+    for key in sorted(KEPT_ON_RESUME, key=lambda k: k != KEPT_FIRST):
+        old, new = was.get(key, "auto"), asked.get(key, "auto")
+        if old != new and "auto" not in (old, new):
+            return (
+                f"{key}={new}: the run at {run_dir} has {key}={old}, which a resumed run "
+                "keeps; start a new run to change it"
+            )
+    return ""

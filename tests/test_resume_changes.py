@@ -338,3 +338,17 @@ def test_a_resume_says_what_a_changed_step_budget_does_to_the_schedules(
     write_run(box, PENDULUM)
     err = error_of(capsys, ["train", "--resume", str(box), "--set", "model.log_std_init=-2"])
     assert "model.log_std_init=-2.0: the run at" in err and "which a resumed run keeps" in err
+
+
+def test_a_resume_that_changes_a_kept_key_is_told_so_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--set algo.name=dqn on a resume failed dqn's own check first (normalize.obs=always is
+    not for dqn): the advice, to change normalize.obs, named another key a resume keeps."""
+    run = tmp_path / "run"
+    write_run(run, A3C, ("normalize.obs=always",))
+    err = error_of(capsys, ["train", "--resume", str(run), "--set", "algo.name=dqn"])
+    assert err == (
+        f"rltrain: error: algo.name=dqn: the run at {run} has algo.name=a3c, which a resumed "
+        "run keeps; start a new run to change it"
+    )

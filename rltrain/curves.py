@@ -236,6 +236,29 @@ def stop_evaluations(run_dir: Path) -> list[int]:
         return []
 
 
+SCORED_BY = ("episodes", "deterministic", "seed")
+"""What an evaluation's score depends on beside the env's protocol (evals.jsonl's keys)."""
+
+
+def scoring_changes(run_dir: Path) -> list[str]:
+    """Where ``run_dir``'s evaluations changed how they were scored (a resume's --set of eval.*
+    or of the env's protocol), as ``at N steps: episodes 4 -> 6``: their scores do not compare
+    across it (none where evals.jsonl is missing or unreadable)."""
+    try:
+        records = [json.loads(x) for x in (run_dir / EVALS_FILE).read_text().splitlines()]
+        changes, last = [], None
+        for r in records:
+            now = {k: r.get(k) for k in (*SCORED_BY, "protocol")}
+            if last is not None and now != last:
+                said = [f"{k} {last[k]} -> {now[k]}" for k in SCORED_BY if now[k] != last[k]]
+                said += ["the env's protocol"] if now["protocol"] != last["protocol"] else []
+                changes.append(f"at {r['env_steps']:,} steps: {', '.join(said)}")
+            last = now
+        return changes
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
+
+
 def settled_episodes(
     steps: np.ndarray,
     walls: np.ndarray,

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from rltrain.charts import pyplot
-from rltrain.curves import Curve, NoEpisodesYet, PlotError, read_curve
+from rltrain.curves import Curve, NoEpisodesYet, PlotError, read_curve, scoring_changes
 
 
 def moving_mean(values: np.ndarray, window: int) -> np.ndarray:
@@ -294,6 +294,14 @@ def plot_runs(
                 "(eval/mean_return; set eval.every_steps)",
                 file=sys.stderr,
             )
+        for c in shown:  # (a resume that changed eval.* or the protocol: scores on two scales)
+            changed = scoring_changes(c.folder) if c.folder is not None else []
+            if changed:
+                print(
+                    f"rltrain: plot: --evals: {c.label}'s evaluations were scored otherwise "
+                    f"{'; '.join(changed)}: scores before and after do not compare",
+                    file=sys.stderr,
+                )
         tables.append(evals_table(shown))
     png = None
     if curves:  # (only evaluations: the table alone)

@@ -573,3 +573,28 @@ def test_a_mark_stamped_before_its_session_counts_for_the_first_session() -> Non
         states=np.array([0.0, 1.0]),
     )
     assert judged is not None and judged.tolist() == [True, False, True]
+
+
+def test_evals_scored_otherwise_after_a_resume_are_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A resume's --set eval.episodes (or seed, deterministic, the env's protocol) puts scores
+    of two scales in one column: the plot says where they changed (the run itself does not
+    compare them for best.pt)."""
+    import json
+
+    run = make_run(tmp_path / "imp", "pong_appo.yaml", [(50_000, -21.0, 1)])
+    writer = SummaryWriter(str(run / "tb"))
+    rows = [(500_000, 4, -20.0), (1_000_000, 4, -10.0), (1_500_000, 6, -5.0)]
+    for steps, _, mean in rows:
+        writer.add_scalar(EVAL_TAG, mean, steps)
+    writer.close()
+    records = [
+        {"env_steps": s, "episodes": n, "deterministic": False, "seed": 1} for s, n, _ in rows
+    ]
+    (run / "evals.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main(["plot", str(run), "--evals", "--out", str(tmp_path / "x.png")]) == 0
+    assert capsys.readouterr().err.strip() == (
+        "rltrain: plot: --evals: imp's evaluations were scored otherwise at 1,500,000 steps: "
+        "episodes 4 -> 6: scores before and after do not compare"
+    )

@@ -215,6 +215,18 @@ def test_the_score_stop_waits_until_every_env_has_ended_a_game_since_the_start()
     assert c.settled and c.stop_met(stop, 0.0, window=240) == "mean_return"
 
 
+def test_the_round_waits_for_every_actor_to_count_its_envs() -> None:
+    """One actor's first result, every game of its envs ended, said the session settled while
+    the other actor had not said anything yet (TensorBoard's session/settled read 1, then 0)."""
+    c = Counters(recent_returns=[10.0] * 20)
+    c.new_session()
+    c.add(WorkStats(episode_returns=[21.0] * 20, unsettled={0: R(0, 0.0)}), 20, (2, 8))
+    assert not c.settled and c.full_mean(20) is None and c.round_settled is False
+    c.add(WorkStats(unsettled={1: R(0, 0.0)}), 20, (2, 8))
+    assert c.settled and c.full_mean(20) == pytest.approx(21.0)
+    assert c.per_env_steps == 0  # (no env steps in these results)
+
+
 def test_counters_of_an_older_checkpoint_count_as_settled() -> None:
     """Checkpoints written before rounds were counted have no ``unsettled``: their stop
     judges as it did (the resume check), and a new session counts from {}. So does a run whose

@@ -61,11 +61,14 @@ class Counters:
     # saved: a session starts with none, and torch < 2.6's weights_only load refuses a set)
     since: dict[int, float] = field(default_factory=dict)  # actor id -> when the round of its
     # `unsettled` count began (RoundCount.since; not saved: a session starts with none)
+    actors: int = 0  # the session's (Counters.add); until each has counted its envs once one
+    # has, the round is not settled (one actor's first result, its games ended, said settled
+    # while the others had said nothing; not saved)
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint keeps: plain types that ``torch.load(weights_only=True)`` reads
         on every torch the project allows, and nothing that a new session resets anyway."""
-        return {k: v for k, v in asdict(self).items() if k not in ("gone", "since")}
+        return {k: v for k, v in asdict(self).items() if k not in ("gone", "since", "actors")}
 
     def new_session(self) -> None:
         """A session (the run, a ``--resume``) starts: every env starts a game at once."""
@@ -87,7 +90,8 @@ class Counters:
     def settled(self) -> bool:
         """Every env has ended a game since the session (or its actor) started, so the last
         episodes are no longer a round's shortest games (:class:`rltrain.rl.rollout.FirstRound`)."""
-        return self.in_first_game == 0
+        told = len(self.unsettled or {}) + len(self.gone)  # (a gone actor's count is dropped)
+        return self.in_first_game == 0 and not (self.unsettled and told < self.actors)
 
     @property
     def round_settled(self) -> bool | None:
@@ -131,10 +135,11 @@ class Counters:
             had_count = None if had is None else RoundCount(had, self.since.get(actor_id, 0.0))
             self.unsettled[actor_id], self.since[actor_id] = newest_count(had_count, count)
 
-    def add(self, stats: WorkStats, window: int, envs: int = 0) -> float | None:
+    def add(self, stats: WorkStats, window: int, sizes: tuple[int, int] = (0, 0)) -> float | None:
         """Count one result of an actor, learner or worker; ``window``: the episodes of the
-        mean (``TrainConfig.episode_window``); ``envs``: the session's envs in all (0: not
-        counted per env). Returns :meth:`full_mean` after it."""
+        mean (``TrainConfig.episode_window``); ``sizes``: the session's actors and envs per
+        actor (0: not known). Returns :meth:`full_mean` after it."""
+        self.actors, envs = sizes[0], sizes[0] * sizes[1]
         self.env_steps += stats.env_steps
         self.per_env_steps += stats.env_steps / envs if envs else 0.0
         self.episodes += len(stats.episode_returns)

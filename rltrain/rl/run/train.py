@@ -321,7 +321,7 @@ class Trainer:
         if rec.startup_seconds is None:
             rec.startup_seconds = rec.mark("first_result")
         c = self.counters
-        mean = c.add(stats, self.cfg.episode_window, self.cfg.actors * self.cfg.env.num_envs)
+        mean = c.add(stats, self.cfg.episode_window, (self.cfg.actors, self.cfg.env.num_envs))
         self.log.absorb(stats, c.env_steps, mean)
         self.log.round(c.round_settled, c.env_steps)
         self._check_stop()

@@ -164,6 +164,7 @@ class Trainer:
         where = self.ray_where or runtime.start(self.cfg.runtime, ship=modules)
         self.record.mark("runtime")  # Ray, the forkserver or threads up
         self.record.runtime = runtime.job_record()
+        signals.install()  # again: ray.init replaces the SIGTERM handler
         return where
 
     def _finish_only(self, runtime: Runtime) -> None:
@@ -181,7 +182,6 @@ class Trainer:
             return self._finish_only(runtime)
         cfg, ctx = self.cfg, self.ctx
         where = self._start_runtime(runtime)
-        signals.install()  # again: ray.init replaces the SIGTERM handler
         name, why = chosen_backend(cfg.runtime)
         cpus = runtime.cluster_cpus()
         placed = place(cfg, name, cpus, runtime.cluster_gpus())

@@ -394,3 +394,19 @@ def test_the_last_process_lost_after_the_watch_killed_it_is_said_hung() -> None:
     ctx.hung.add(id(actor))
     with pytest.raises(RunFailed, match="the last one, actor 0, killed as hung"):
         ctx.forget(actor, RuntimeError("actor 0's process died (signal 9)"))
+
+
+def test_a_process_not_up_yet_is_not_waited_for_by_the_watch() -> None:
+    """A Ray process waiting for CPUs on a busy cluster: the watch's look at /proc waited in
+    its pid() for as long, timing nothing else, and raised ActorDiedError (printed raw) when
+    the stop killed it unstarted."""
+
+    @dataclass(eq=False)
+    class Waiting(FakeProcess):
+        def is_up(self) -> bool:
+            return False
+
+        def pid(self) -> int:
+            raise AssertionError("waited for a process that is not up")
+
+    assert not stopped(Waiting("actor", 1))

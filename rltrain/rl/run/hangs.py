@@ -259,8 +259,10 @@ class HangWatch:
 
 def stopped(remote: Any) -> bool:
     """Whether a child process of this machine's process runtime is stopped (SIGSTOP, a
-    debugger: state T in /proc); False where that cannot be read (Ray, threads, not Linux)."""
-    if remote.node() is not None or not hasattr(remote, "signal"):
+    debugger: state T in /proc); False where that cannot be read (Ray, threads, not Linux),
+    and without waiting for a process not up yet (a Ray process waiting for CPUs held the
+    watch in ``pid()`` for as long, and raised when the stop killed it unstarted)."""
+    if not remote.is_up() or remote.node() is not None or not hasattr(remote, "signal"):
         return False
     try:
         stat = Path(f"/proc/{remote.pid()}/stat").read_text()

@@ -314,6 +314,15 @@ def test_a_join_a_head_refused_names_the_token(
     monkeypatch.setenv("RAY_AUTH_TOKEN", "y" * 32)
     assert "refused this shell's RAY_AUTH_TOKEN" in _why(failed)
     assert _why("Version mismatch: The cluster was started with Ray 2.59") == ""
+    # the two default ports mixed up were said to be a refused token (the token was right)
+    assert _why(failed, "127.0.0.1:10001") == (
+        "; 10001 is the Ray Client's port: join it as ray://127.0.0.1:10001"
+    )
+    assert _why("ray client connection timeout", "ray://10.0.0.1:6379") == (
+        "; 6379 is the Ray head's own port: give 10.0.0.1:6379 without ray://, or "
+        "ray://10.0.0.1:10001, the Ray Client's"
+    )
+    assert "refused this shell's RAY_AUTH_TOKEN" in _why(failed, "10.0.0.1:6379")
 
 
 def test_ray_clients_notes_are_kept_to_what_concerns_the_run() -> None:

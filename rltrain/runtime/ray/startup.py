@@ -131,7 +131,8 @@ def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
         except (ConnectionError, RuntimeError, ValueError) as e:
             first = said(e)
             raise RayStartError(
-                f"cannot join the Ray cluster at --address {cfg.address}: {first}{_why(first)}"
+                f"cannot join the Ray cluster at --address {cfg.address}: {first}"
+                f"{_why(first, cfg.address)}"
             ) from None
         _started_here, _ours = False, True  # (only once joined: a Ray the caller starts
         r = job_record()  # after a failed join is theirs, and shutdown leaves it running)
@@ -228,13 +229,24 @@ def said(e: BaseException) -> str:
     return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
 
 
-def _why(error: str) -> str:
+def _why(error: str, address: str = "") -> str:
     """What to do about a join that failed although a gRPC server answers at the address (a
     Ray head): Ray says only "Failed to connect" (or the client's "timeout") after 20 s of
     retries where the head refused this shell's token, as a head with token authentication
-    (Ray's default since 2.52) refuses a missing or another token."""
+    (Ray's default since 2.52) refuses a missing or another token; or where the address
+    gave the Ray Client's port without ray://, or the head's with it (both were said to be
+    a refused token)."""
     if "failed to connect" not in error.lower() and "timeout" not in error.lower():
         return ""  # Ray's own words say what it was (a version mismatch, ...)
+    client, (host, _, port) = address.startswith("ray://"), address.rpartition(":")
+    host = host.removeprefix("ray://")
+    if port == str(CLIENT_PORT) and not client:
+        return f"; {port} is the Ray Client's port: join it as ray://{host}:{port}"
+    if port == str(GCS_PORT) and client:
+        return (
+            f"; {port} is the Ray head's own port: give {host}:{port} without ray://, or "
+            f"ray://{host}:{CLIENT_PORT}, the Ray Client's"
+        )
     if os.environ.get("RAY_AUTH_TOKEN"):
         mine = "this shell's RAY_AUTH_TOKEN"
     elif (Path.home() / ".ray" / "auth_token").is_file():
@@ -247,6 +259,10 @@ def _why(error: str) -> str:
         "(docs/cluster.md)"
     )
 
+
+GCS_PORT, CLIENT_PORT = 6379, 10001
+"""The ports `ray start --head` opens by default: the head's own (HOST:PORT) and the Ray
+Client's (ray://HOST:PORT)."""
 
 HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
 """A gRPC client's first bytes (RFC 9113 3.4: the preface, then an empty SETTINGS frame);

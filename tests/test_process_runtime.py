@@ -631,3 +631,20 @@ def test_the_forkserver_starts_before_the_command_imports_torch() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.split() == ["False", "True"]
+
+
+def test_ray_address_in_the_environment_is_said_not_followed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """RAY_ADDRESS is Ray's own way to name a cluster: a default run stays on this machine
+    (as documented) but no longer says nothing of it."""
+    from rltrain.runtime.config import RuntimeConfig, chosen_backend
+
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert chosen_backend(RuntimeConfig()) == (
+        "process",
+        "runtime.backend=auto without --address: one machine (RAY_ADDRESS=10.0.0.1:6379: "
+        "--address auto joins it)",
+    )
+    monkeypatch.delenv("RAY_ADDRESS")
+    assert chosen_backend(RuntimeConfig())[1].endswith("one machine")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from rltrain.config import spec
@@ -67,4 +68,7 @@ def chosen_backend(cfg: RuntimeConfig) -> tuple[str, str]:
         return cfg.backend, f"runtime.backend={cfg.backend}"
     if cfg.address:
         return "ray", f"runtime.backend=auto with address {cfg.address}: a Ray cluster"
-    return "process", "runtime.backend=auto without --address: one machine"
+    # Ray's own way to name a cluster, which `--address auto` reads: said, not followed
+    named = os.environ.get("RAY_ADDRESS", "").strip()
+    unused = f" (RAY_ADDRESS={named}: --address auto joins it)" if named else ""
+    return "process", f"runtime.backend=auto without --address: one machine{unused}"

@@ -190,7 +190,7 @@ def check_resume(path: Path, state: dict[str, Any], cfg: TrainConfig) -> list[st
     from rltrain.checkpoint import CheckpointError
     from rltrain.config import dotted, moved_keys, to_dict
     from rltrain.rl.config import TrainConfig, run_yaml
-    from rltrain.rl.run.resume import KEPT_ON_RESUME, KEPT_SINCE, TOLD_ON_RESUME
+    from rltrain.rl.run.resume import KEPT_ON_RESUME, KEPT_SINCE, TOLD_ON_RESUME, as_yaml
 
     new = dotted(to_dict(cfg))
     saved = state.get("config")
@@ -207,7 +207,7 @@ def check_resume(path: Path, state: dict[str, Any], cfg: TrainConfig) -> list[st
     except (RLTrainError, OSError):  # unreadable: the checkpoint's checks still hold
         return []
     return [
-        f"{k}: {asked[k]} -> {v}"
+        f"{k}: {as_yaml(asked[k])} -> {as_yaml(v)}"
         for k, v in new.items()
         if k.split(".")[0] not in TOLD_ON_RESUME and k in asked and asked[k] != v
     ]

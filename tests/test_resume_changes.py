@@ -334,6 +334,10 @@ def test_a_resume_says_what_a_changed_step_budget_does_to_the_schedules(
         "schedule.steps: 0 -> 4000",
         "stop.max_env_steps: 4000 -> 8000",
     ]
+    never = load_config(TrainConfig, run / "config.yaml", ["stop.mean_return=null"])
+    assert resume_changes(run, saved, never) == [  # as config.yaml writes it (it said None)
+        f"stop.mean_return: {saved['stop']['mean_return']} -> null"
+    ]
     box = tmp_path / "box"
     write_run(box, PENDULUM)
     err = error_of(capsys, ["train", "--resume", str(box), "--set", "model.log_std_init=-2"])

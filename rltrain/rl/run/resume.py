@@ -19,6 +19,7 @@ from rltrain.checkpoint import (
     save_checkpoint,
 )
 from rltrain.config import dotted, moved_keys, to_dict
+from rltrain.errors import shown
 from rltrain.faults import FaultCounters, RestorePoint, RunFailed
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.env_spec import EnvSpec, check_fits, initial_params
@@ -94,7 +95,14 @@ def resume_changes(
                 f"{key}={new[key]}: the run at {path.parent.parent} has {key}={old[key]}, "
                 "which a resumed run keeps; start a new run to change it"
             )
-    return [f"{k}: {old[k]} -> {new[k]}{stretches(k, old[k], cfg)}" for k in changed]
+    return [
+        f"{k}: {as_yaml(old[k])} -> {as_yaml(new[k])}{stretches(k, old[k], cfg)}" for k in changed
+    ]
+
+
+def as_yaml(value: Any) -> str:
+    """A value as config.yaml writes it (null, true; it said None, True)."""
+    return shown(value) if value is None or isinstance(value, bool) else str(value)
 
 
 def stretches(key: str, was: Any, cfg: TrainConfig) -> str:

@@ -273,11 +273,27 @@ def test_what_auto_chose_is_said_and_noted_in_config_yaml(
 def test_the_sharing_note_points_at_auto_only_where_the_actors_were_set() -> None:
     """Processes that reserve more CPUs than the cluster has share the cores: the note says
     so, and names ``actors: auto`` as the fix only where the user chose the count."""
+    import dataclasses
+
     from rltrain.rl.run.placement import place
 
     cartpole = load_config(TrainConfig, "configs/cartpole_appo.yaml", ["actors=8"])
     placed = place(cartpole, "ray", 2, 0)
-    assert placed.sharing_note(2, 0.25, actors_set=True).endswith(
-        "share the cores (actors: auto sizes the run to the CPUs)"
+    asked = placed.cfg.runtime
+    fitted = dataclasses.replace(asked, worker_cpus=0.22, server_cpus=0.22)
+    assert placed.sharing_note(2, asked, fitted, actors_set=True).endswith(
+        "share the cores, each reserving 0.22 CPU (runtime.worker_cpus=1) (actors: auto sizes "
+        "the run to the CPUs)"
     )
-    assert placed.sharing_note(2, 0.25, actors_set=False).endswith("and they share the cores")
+    assert placed.sharing_note(2, asked, fitted, actors_set=False).endswith(
+        "(runtime.worker_cpus=1)"
+    )
+    # the shards counted where they reserve CPUs (2 processes on 2 CPUs was said where 4 were
+    # asked), and an asked worker_cpus named
+    sets = ["actors=1", "server.shards=2", "runtime.server_cpus=1", "runtime.worker_cpus=2"]
+    two = place(load_config(TrainConfig, "configs/cartpole_appo.yaml", sets), "ray", 2, 0)
+    half = dataclasses.replace(two.cfg.runtime, worker_cpus=0.33, server_cpus=0.16)
+    assert two.sharing_note(2, two.cfg.runtime, half, actors_set=True) == (
+        "2 processes and 2 shard(s) ask 6 CPUs of 2: they share the cores, each reserving "
+        "0.33 CPU (runtime.worker_cpus=2), a shard 0.16 (runtime.server_cpus=1)"
+    )  # (and no hint at actors: auto for one actor)

@@ -18,6 +18,7 @@ from rltrain.rundir import size_note, write_atomic
 
 if TYPE_CHECKING:
     from rltrain.records import Role
+    from rltrain.runtime.config import RuntimeConfig
     from rltrain.runtime.context import RunContext
 
 
@@ -63,13 +64,24 @@ class Placement:
     processes: float  # CPUs the actors and learners reserve
     hosted: bool = False  # the one learner is a process that holds the shards
 
-    def sharing_note(self, cpus: float, each: float, actors_set: bool) -> str:
-        """When the processes reserve more CPUs than there are: each has ``each``. The hint
-        at ``actors: auto`` only where the actors were set (auto already sized them; one
-        actor at the least can still overfill a small machine)."""
-        note = f"{self.processes:g} processes on {cpus:.0f} CPUs: each reserves {each:.2f} CPU "
-        note += "and they share the cores"
-        return note + (" (actors: auto sizes the run to the CPUs)" if actors_set else "")
+    def sharing_note(
+        self, cpus: float, asked: RuntimeConfig, fitted: RuntimeConfig, actors_set: bool
+    ) -> str:
+        """When the processes ask more CPUs (``asked``: runtime.worker_cpus, server_cpus)
+        than the cluster's ``cpus``: what each reserves instead (``fitted``), the shards
+        counted (they were left out: "2 processes on 2 CPUs" where 4 were asked). The hint at
+        ``actors: auto`` only where more than one actor was set (auto already sized them)."""
+        shards = self.cfg.server.shards if asked.server_cpus > 0 else 0
+        need = self.processes * asked.worker_cpus + shards * asked.server_cpus
+        note = f"{self.processes:g} processes" + (f" and {shards} shard(s)" if shards else "")
+        note += f" ask {need:g} CPUs of {cpus:g}: they share the cores, each reserving "
+        note += f"{fitted.worker_cpus:.2f} CPU (runtime.worker_cpus={asked.worker_cpus:g})"
+        if shards:
+            note += (
+                f", a shard {fitted.server_cpus:.2f} (runtime.server_cpus={asked.server_cpus:g})"
+            )
+        auto = actors_set and self.cfg.actors > 1
+        return note + (" (actors: auto sizes the run to the CPUs)" if auto else "")
 
     def describe(self) -> str:
         """``2 actors, 1 learner, 1 shard; learners on CPU`` and what is on a GPU."""

@@ -191,7 +191,7 @@ class Trainer:
         print(f"runtime: {where}, chosen by {why}; {placed.describe()}")
         note_sizes(self.run_dir, placed, cpus, runtime.cluster_gpus())
         if fitted.worker_cpus < cfg.runtime.worker_cpus:
-            self.progress.note(placed.sharing_note(cpus, fitted.worker_cpus, self.cfg.actors != 0))
+            self.progress.note(placed.sharing_note(cpus, cfg.runtime, fitted, self.cfg.actors != 0))
         self.cfg = cfg = dataclasses.replace(cfg, runtime=fitted)
         if cfg.faults.events:
             print(f"faults to inject: {describe_events(cfg.faults.events)}")

@@ -302,7 +302,7 @@ def test_a_join_a_head_refused_names_the_token(
 ) -> None:
     """Ray says only "Failed to connect" where a head with token authentication refused this
     shell's token (after 20 s of retries); the message names the token this shell has."""
-    from rltrain.runtime.ray.startup import _why
+    from rltrain.runtime.ray.reach import _why
 
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)

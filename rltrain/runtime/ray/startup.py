@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import math
 import os
-import socket
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -21,6 +19,7 @@ from rltrain import extensions
 from rltrain.extensions import installed
 from rltrain.runtime.config import RuntimeConfig
 from rltrain.runtime.ray.errors import RayStartError
+from rltrain.runtime.ray.reach import _why, check_reachable
 
 AUTH_DEFAULT_NOTE = "Token authentication is enabled for this Ray cluster"
 
@@ -227,82 +226,6 @@ def said(e: BaseException) -> str:
     if not lines:
         return type(e).__name__
     return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
-
-
-def _why(error: str, address: str = "") -> str:
-    """What to do about a join that failed although a gRPC server answers at the address (a
-    Ray head): Ray says only "Failed to connect" (or the client's "timeout") after 20 s of
-    retries where the head refused this shell's token, as a head with token authentication
-    (Ray's default since 2.52) refuses a missing or another token; or where the address
-    gave the Ray Client's port without ray://, or the head's with it (both were said to be
-    a refused token)."""
-    if "failed to connect" not in error.lower() and "timeout" not in error.lower():
-        return ""  # Ray's own words say what it was (a version mismatch, ...)
-    client, (host, _, port) = address.startswith("ray://"), address.rpartition(":")
-    host = host.removeprefix("ray://")
-    if port == str(CLIENT_PORT) and not client:
-        return f"; {port} is the Ray Client's port: join it as ray://{host}:{port}"
-    if port == str(GCS_PORT) and client:
-        return (
-            f"; {port} is the Ray head's own port: give {host}:{port} without ray://, or "
-            f"ray://{host}:{CLIENT_PORT}, the Ray Client's"
-        )
-    if os.environ.get("RAY_AUTH_TOKEN"):
-        mine = "this shell's RAY_AUTH_TOKEN"
-    elif (Path.home() / ".ray" / "auth_token").is_file():
-        mine = "~/.ray/auth_token's token (RAY_AUTH_TOKEN is unset)"
-    else:
-        mine = "no token (RAY_AUTH_TOKEN is unset)"
-    return (
-        f"; a Ray head answers there, so it most likely refused {mine}: export "
-        "RAY_AUTH_MODE=token RAY_AUTH_TOKEN=<the token the cluster was started with> "
-        "(docs/cluster.md)"
-    )
-
-
-GCS_PORT, CLIENT_PORT = 6379, 10001
-"""The ports `ray start --head` opens by default: the head's own (HOST:PORT) and the Ray
-Client's (ray://HOST:PORT)."""
-
-HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
-"""A gRPC client's first bytes (RFC 9113 3.4: the preface, then an empty SETTINGS frame);
-a gRPC server, as Ray's GCS and its client server are, answers with a SETTINGS frame."""
-
-
-def check_reachable(address: str, timeout: float = 5.0) -> None:
-    """Fail in seconds, not after Ray's minute of retries, when nothing listens at address,
-    or something other than Ray does (Ray would retry it without end)."""
-    if address == "auto":
-        return
-    hostport = address.removeprefix("ray://")
-    host, _, port = hostport.rpartition(":")
-    if not host or not port.isdigit():
-        raise RayStartError(f"--address {address}: expected 'auto', HOST:PORT or ray://HOST:PORT")
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout) as conn:
-            answer = _first_frame(conn) if not os.environ.get("RAY_USE_TLS") else None
-    except OSError as e:
-        raise RayStartError(
-            f"cannot join the Ray cluster at --address {address}: nothing answers at "
-            f"{host}:{port} ({e.strerror or e}); start one with `ray start --head`, "
-            "or leave --address out to run on this machine"
-        ) from None
-    if answer is not None and (len(answer) < 4 or answer[3] != 4):  # not SETTINGS
-        said = f"it answered {answer!r}" if answer else "it did not answer as gRPC does"
-        raise RayStartError(
-            f"--address {address}: {host}:{port} is not a Ray head ({said}); give the head's "
-            "port (`ray start --head --port`, 6379 by default) or ray://HOST:10001 (Ray Client)"
-        )
-
-
-def _first_frame(conn: socket.socket) -> bytes:
-    """The first bytes a server sends back to :data:`HTTP2_PREFACE` (up to a frame header)."""
-    conn.sendall(HTTP2_PREFACE)
-    answer = b""
-    with contextlib.suppress(TimeoutError, OSError):
-        while len(answer) < 9 and (chunk := conn.recv(9 - len(answer))):
-            answer += chunk
-    return answer
 
 
 def check_address(address: str) -> None:

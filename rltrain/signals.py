@@ -29,6 +29,7 @@ _stopping = FINAL_CHECKPOINT  # what the first signal starts (graceful's ``stopp
 _deferring = 0  # depth of deferred() blocks in the main thread
 _deferred = False  # the first signal came inside one: raise as the block ends
 _on_quit: list[Callable[[], None]] = []  # on_quit's hooks
+_checkpointed = False  # the command's run has a checkpoint (checkpointed)
 STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """The signals that stop a command: a terminal's Ctrl-C, a scheduler's SIGTERM (Slurm's
 ``scancel``, systemd's stop), a closed terminal's SIGHUP (which killed a run at once, with no
@@ -51,7 +52,8 @@ def _handler(signum: int, frame: FrameType | None) -> None:
             return
         raise KeyboardInterrupt
     # (what the graceful stop had written by now stays: it may have written all of it)
-    left = "" if _stopping is not FINAL_CHECKPOINT else "; --resume takes its newest checkpoint"
+    left = "; --resume takes its newest checkpoint" if _stopping is FINAL_CHECKPOINT else ""
+    left = left if _checkpointed else ""  # (none yet: nothing to resume from)
     _say(f"rltrain: stopped at once, before the graceful stop finished{left}\n")
     resume_all()  # processes paused by an injected fault must not outlive us stopped
     for hook in _on_quit:
@@ -98,6 +100,13 @@ def deferred() -> Iterator[None]:
             raise KeyboardInterrupt
 
 
+def checkpointed() -> None:
+    """The run has a checkpoint (written, or resumed from): a quit at once names --resume
+    (it did where none existed: a cluster lost before the first)."""
+    global _checkpointed
+    _checkpointed = True
+
+
 def pending() -> bool:
     """Whether a first signal came inside a :func:`deferred` block (it raises as it ends):
     work there may cut itself short."""
@@ -108,12 +117,12 @@ def pending() -> bool:
 def graceful(stopping: str = FINAL_CHECKPOINT) -> Iterator[None]:
     """Install the handler for one command; restore the previous handlers afterwards.
     ``stopping``: what the first signal's line says the command does now."""
-    global _received, _stopping, _deferred
+    global _received, _stopping, _deferred, _checkpointed
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     saved = {sig: signal.getsignal(sig) for sig in STOPS}
-    _received, _stopping, _deferred = 0, stopping, False
+    _received, _stopping, _deferred, _checkpointed = 0, stopping, False, False
     install()
     try:
         yield

@@ -72,3 +72,27 @@ def test_sighup_stops_as_ctrl_c_does_unless_nohup_ignores_it() -> None:
         assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
     finally:
         signal.signal(signal.SIGHUP, before)
+
+
+def test_a_quit_at_once_names_resume_only_where_the_run_has_a_checkpoint(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The second Ctrl-C said "--resume takes its newest checkpoint" where none existed (a
+    run stopped before its first: a Ray cluster lost in the first minute)."""
+    quits: list[int] = []
+    monkeypatch.setattr(signals.os, "_exit", quits.append)
+    for written in (False, True):
+        with signals.graceful():
+            if written:
+                signals.checkpointed()
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(1000):
+                    pass
+            os.kill(os.getpid(), signal.SIGINT)  # the second: at once (os._exit, patched)
+            for _ in range(1000):
+                pass
+        err = capfd.readouterr().err
+        assert "stopped at once, before the graceful stop finished" in err
+        assert ("--resume takes its newest checkpoint" in err) is written
+    assert quits == [signals.EXIT_INTERRUPTED] * 2

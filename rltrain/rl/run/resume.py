@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from rltrain import signals
 from rltrain.checkpoint import (
     CheckpointError,
     as_saved,
@@ -136,6 +137,7 @@ def load_resume(run_dir: Path, cfg: TrainConfig, spec: EnvSpec) -> Resumed | Non
         faults = FaultCounters(**state.get("faults", {}))
     except TypeError:
         raise CheckpointError(f"{path}: its counters are not those this rltrain writes") from None
+    signals.checkpointed()
     return Resumed(path, state, counters, faults, changes, unfinished)
 
 
@@ -208,6 +210,7 @@ def save_session(
         raise RunFailed("the learner process that holds the shards is not up yet")
     version = int(state["shards"][0]["version"])
     path = save_checkpoint(run_dir, version, state, cfg.checkpoint.keep)
+    signals.checkpointed()
     if guard is not None:
         guard.remember(RestorePoint(version, state["shards"], f"checkpoint {path.name}"))
     return path, state

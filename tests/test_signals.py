@@ -81,6 +81,7 @@ def test_a_quit_at_once_names_resume_only_where_the_run_has_a_checkpoint(
     run stopped before its first: a Ray cluster lost in the first minute)."""
     quits: list[int] = []
     monkeypatch.setattr(signals.os, "_exit", quits.append)
+    monkeypatch.setattr(signals, "_on_quit", [])  # (the forkserver's socket stays: others use it)
     for written in (False, True):
         with signals.graceful():
             if written:

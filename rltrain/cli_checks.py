@@ -117,7 +117,7 @@ def _kept_change(run_dir: Path, overrides: Sequence[str]) -> str:
     from rltrain.config import dotted, parse_overrides
     from rltrain.launch import KEPT_FIRST
     from rltrain.rl.config import run_yaml
-    from rltrain.rl.run.resume import KEPT_ON_RESUME
+    from rltrain.rl.run.resume import KEPT_ON_RESUME, kept_refusal
 
     try:
         asked = dotted(parse_overrides(overrides))
@@ -127,8 +127,5 @@ def _kept_change(run_dir: Path, overrides: Sequence[str]) -> str:
     for key in sorted(KEPT_ON_RESUME, key=lambda k: k != KEPT_FIRST):
         old, new = was.get(key, "auto"), asked.get(key, "auto")
         if old != new and "auto" not in (old, new):
-            return (
-                f"{key}={new}: the run at {run_dir} has {key}={old}, which a resumed run "
-                "keeps; start a new run to change it"
-            )
+            return kept_refusal(key, new, old, run_dir)
     return ""

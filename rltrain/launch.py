@@ -190,7 +190,13 @@ def check_resume(path: Path, state: dict[str, Any], cfg: TrainConfig) -> list[st
     from rltrain.checkpoint import CheckpointError
     from rltrain.config import dotted, moved_keys, to_dict
     from rltrain.rl.config import TrainConfig, run_yaml
-    from rltrain.rl.run.resume import KEPT_ON_RESUME, KEPT_SINCE, TOLD_ON_RESUME, as_yaml
+    from rltrain.rl.run.resume import (
+        KEPT_ON_RESUME,
+        KEPT_SINCE,
+        TOLD_ON_RESUME,
+        as_yaml,
+        kept_refusal,
+    )
 
     new = dotted(to_dict(cfg))
     saved = state.get("config")
@@ -198,10 +204,7 @@ def check_resume(path: Path, state: dict[str, Any], cfg: TrainConfig) -> list[st
     for key in sorted(KEPT_ON_RESUME, key=lambda k: k != KEPT_FIRST):
         was = old.get(key, KEPT_SINCE.get(key, new[key]) if old else new[key])
         if was != new[key] and "auto" not in (was, new[key]):  # auto: decided later
-            raise CheckpointError(
-                f"{key}={new[key]}: the run at {path.parent.parent} has {key}={was}, "
-                "which a resumed run keeps; start a new run to change it"
-            )
+            raise CheckpointError(kept_refusal(key, new[key], was, path.parent.parent))
     try:
         asked = dotted(run_yaml(path.parent.parent / "config.yaml"))
     except (RLTrainError, OSError):  # unreadable: the checkpoint's checks still hold

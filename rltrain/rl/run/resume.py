@@ -92,13 +92,18 @@ def resume_changes(
     ]
     for key in KEPT_ON_RESUME + (KEPT_FOR_A_BOX if box else ()):
         if key in changed and old[key] != "auto":  # auto: left to this rltrain to decide
-            raise CheckpointError(
-                f"{key}={new[key]}: the run at {path.parent.parent} has {key}={old[key]}, "
-                "which a resumed run keeps; start a new run to change it"
-            )
+            raise CheckpointError(kept_refusal(key, new[key], old[key], path.parent.parent))
     return [
         f"{k}: {as_yaml(old[k])} -> {as_yaml(new[k])}{stretches(k, old[k], cfg)}" for k in changed
     ]
+
+
+def kept_refusal(key: str, new: Any, old: Any, run: Path) -> str:
+    """The one line that refuses a resume's change of a key a resumed run keeps."""
+    return (
+        f"{key}={new}: the run at {run} has {key}={old}, which a resumed run keeps; start a "
+        "new run to change it"
+    )
 
 
 def as_yaml(value: Any) -> str:

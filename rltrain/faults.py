@@ -159,6 +159,11 @@ class RunFailed(RLTrainError):
     """A fault the run cannot survive (e.g. a shard whose restarts are spent)."""
 
 
+class ClusterLost(RunFailed):
+    """The cluster the run's processes ran on is gone (a Ray head that stopped answering,
+    :mod:`rltrain.runtime.ray.head`): nothing of the run is left there to save or ask."""
+
+
 class TrainFailed(RunFailed):
     """``rltrain.train``'s run stopped by a fault or as diverged (where ``rltrain train`` exits
     with code 1): the message is summary.json's failure, ``result`` the ``RunResult`` with the

@@ -1,10 +1,9 @@
 """`rltrain train`: the driver of actors, learners and the parameter server.
 
-The driver only orchestrates. The one loop of :func:`rltrain.driver.drive` keeps every
-process busy with one call in flight, with the algorithm's plan (:mod:`rltrain.rl.run.plans`)
-saying what to submit; the :class:`Trainer` gathers the statistics the calls return, logs
-them, checks the stop criteria, writes checkpoints and decides what a lost process means.
-Rollouts go from actors to learners without passing through the driver (:mod:`rltrain.runtime`).
+The driver only orchestrates (rollouts go from actors to learners without passing through it):
+the one loop of :func:`rltrain.driver.drive` keeps every process busy with one call in flight,
+the plan (:mod:`rltrain.rl.run.plans`) saying what to submit, and the :class:`Trainer` gathers
+the calls' statistics, logs them, checks the stops, writes checkpoints and judges lost processes.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from typing import Any
 from rltrain import signals
 from rltrain.driver import drive
 from rltrain.faults import (
+    ClusterLost,
     FaultCounters,
     FaultSchedule,
     PeerLost,
@@ -226,8 +226,7 @@ class Trainer:
         self.last_ckpt = time.time()
 
     def _finish(self, runtime: Runtime) -> dict[str, Any]:
-        """Final checkpoint, summary.json, and a clean stop of every process (or Ray), however
-        the run ended."""
+        """Final checkpoint, summary.json, and a clean stop of every process, however it ended."""
         self.counters.wall_seconds = self.wall_base + self._elapsed()
         resume_all()  # never leave a process stopped by an injected pause
         # planned faults the run ended before: said, lest a fault test pass on none injected
@@ -246,8 +245,9 @@ class Trainer:
         if self.ctx.server is not None:
             try:
                 self.evals.final = self._checkpoint()  # scored unless an eval saw it
-            except (ProcessLost, PeerLost, RunFailed) as e:
-                self.progress.note(f"no final checkpoint ({e})")
+            except (ProcessLost, PeerLost, RunFailed) as e:  # (a lost cluster's was said)
+                why = "the shards went with the cluster" if isinstance(e, ClusterLost) else e
+                self.progress.note(f"no final checkpoint ({why})")
             else:  # the last point: a run shorter than log_every_seconds still has one
                 with contextlib.suppress(ProcessLost, PeerLost, RunFailed):
                     self.ctx.shard_guard().poll()

@@ -7,6 +7,8 @@ package only starts Ray, places those classes, calls them and collects their res
 (docs/architecture.md, "Runtimes"):
 
 * :mod:`~rltrain.runtime.ray.startup`: starting or joining Ray, the CPUs and GPUs it reports.
+* :mod:`~rltrain.runtime.ray.head`: whether the cluster's head still answers (a run whose
+  head is gone stops in seconds, not after Ray's minute).
 * :mod:`~rltrain.runtime.ray.wire`: the server and replay shards as Ray processes, tensors as
   numpy, the parameter fan-out.
 * :mod:`~rltrain.runtime.ray.sandblaster`: Sandblaster L-BFGS's shards and workers.

@@ -14,6 +14,7 @@ from ray.exceptions import (
     RayTaskError,
 )
 
+import rltrain.runtime.ray.head as head
 from rltrain.errors import RLTrainError
 from rltrain.faults import PeerLost, ProcessLost, RunFailed, ShardFenced
 
@@ -25,22 +26,37 @@ class RayStartError(RLTrainError, RuntimeError):
 def result(ref: Any) -> Any:
     """The value of a finished call; a lost process becomes :class:`ProcessLost` (this
     call's process died) or :class:`PeerLost` (a process the call used died); other errors
-    propagate as they are."""
+    propagate as they are. A loss where the cluster's head no longer answers is the
+    cluster's: :class:`~rltrain.faults.ClusterLost`."""
     try:
-        return ray.get(ref)
+        return get_watched(ref)
     except RayTaskError as e:
         lost = peer_lost(e)
         if lost is None:
             raise
+        head.confirm()
         raise lost from None
     except RayActorError as e:
         if getattr(e, "actor_init_failed", False):  # its constructor raised: bad input (an
             # env that fails, a module that will not import) or a bug, which a restart would
             # only repeat; not a lost process (as the process runtime's "failed")
             raise RunFailed(creation_error(str(e))) from None
+        head.confirm()
         raise ProcessLost(e.actor_id or "", isinstance(e, ActorDiedError), first_line(e)) from None
     except ObjectLostError as e:  # an object whose owner died: a shard's fanned-out parameters
+        head.confirm()
         raise PeerLost("", first_line(e)) from None
+
+
+@head.guarded
+def get_watched(ref: Any) -> Any:
+    """``ray.get``; in the driver, a second at a time, asking the cluster's head between: a call
+    to a process that has not started waits in Ray for as long as it takes, and where the
+    head is gone, until Ray's core worker ends the driver a minute later."""
+    if head.watched():
+        while not ray.wait([ref], timeout=1.0)[0]:
+            head.check()
+    return ray.get(ref)
 
 
 def peer_lost(e: BaseException) -> PeerLost | None:

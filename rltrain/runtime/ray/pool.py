@@ -9,6 +9,7 @@ from typing import Any
 import ray
 from ray.exceptions import ActorDiedError, RayActorError
 
+import rltrain.runtime.ray.head as head
 from rltrain.driver import Done, note_answers
 from rltrain.faults import PeerLost, ProcessLost
 from rltrain.runtime.ray.errors import creation_error, first_line, result
@@ -54,7 +55,9 @@ class Pool:
     def restarting(self) -> list[Remote]:
         return [*self.probes.values(), *(r for _, r in self.retry)]
 
+    @head.guarded
     def wait(self, timeout: float) -> list[Done]:
+        head.check()  # a cluster whose head is gone: every call here would fail or block
         now = time.time()
         for t, remote in [x for x in self.retry if x[0] <= now]:
             self.retry.remove((t, remote))
@@ -94,31 +97,42 @@ class Pool:
         except ActorDiedError as e:  # for good; a constructor that raised says what it raised
             why = creation_error(str(e)) if e.actor_init_failed else first_line(e)
             return [Done(remote, error=ProcessLost(remote.actor_id, True, why))]
-        except RayActorError:  # still restarting
+        except RayActorError:  # still restarting (unless the head is gone)
+            head.check()
             self.retry.append((time.time() + self.RETRY_S, remote))
             return []
         return [Done(remote, revived=True)]
 
 
+@head.guarded
 def wait_any(futures: Sequence[Any], timeout: float) -> list[Any]:
     """The futures that are done, waiting up to ``timeout`` seconds for at least one."""
     if not futures:
         return []
+    head.check()
     ready, _ = ray.wait(list(futures), num_returns=1, timeout=timeout)
     if ready:  # take every other one that is done too
         ready, _ = ray.wait(list(futures), num_returns=len(futures), timeout=0)
     return ready
 
 
+@head.guarded
 def wait_all(futures: Sequence[Any], timeout: float) -> bool:
     """True once every future is done; waits at most ``timeout`` seconds."""
+    head.check()
     _, pending = ray.wait(list(futures), num_returns=len(futures), timeout=timeout)
     return not pending
 
 
+@head.guarded
 def get(futures: Sequence[Any]) -> list[Any]:
-    return ray.get(list(futures))
+    """Their values, once all are done (asking the cluster's head a second at a time)."""
+    futures = list(futures)
+    while head.watched() and not wait_all(futures, 1.0):
+        pass
+    return ray.get(futures)
 
 
 def kill(handle: Any) -> None:
-    ray.kill(handle)
+    if not head.gone():
+        ray.kill(handle)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, cast
@@ -12,10 +13,11 @@ import ray
 from ray.actor import ActorHandle
 from ray.exceptions import ActorDiedError, RayActorError
 
+import rltrain.runtime.ray.head as head
 from rltrain.faults import FaultAction, RunFailed
 from rltrain.pauses import pause
 from rltrain.records import Role
-from rltrain.runtime.ray.errors import creation_error, first_line
+from rltrain.runtime.ray.errors import creation_error, first_line, get_watched
 from rltrain.runtime.ray.startup import free_cpus, node_cpus
 
 
@@ -89,6 +91,7 @@ class Remote:
         self._answered = False  # a call of this process has finished
 
     def call(self, method: str, *args: Any) -> Any:
+        head.check()  # (a lost cluster's process: a Ray Client session raises a bare Exception)
         return getattr(self.handle, method).remote(*args)
 
     def probe(self) -> Any:
@@ -121,15 +124,18 @@ class Remote:
 
     def is_up(self) -> bool:
         """Whether the process id is known (the process has started), without waiting."""
-        if not isinstance(self._where, tuple):
-            ready, _ = ray.wait([self._where], timeout=0)
-            if not ready:
-                return False
-            try:
-                self.pid()
-            except RayActorError:  # it died meanwhile: ask again
-                self.probe()
-                return False
+        if isinstance(self._where, tuple):
+            return True
+        if head.gone():  # (nothing to ask: a Ray Client session would start a new Ray)
+            return False
+        ready, _ = ray.wait([self._where], timeout=0)
+        if not ready:
+            return False
+        try:
+            self.pid()
+        except RayActorError:  # it died meanwhile: ask again
+            self.probe()
+            return False
         return True
 
     def node(self) -> str | None:
@@ -140,7 +146,7 @@ class Remote:
     def pid(self) -> int:
         """The process id (waits for the process to be up)."""
         if not isinstance(self._where, tuple):
-            self._where = ray.get(self._where)
+            self._where = get_watched(self._where)
         return int(self._where[0])
 
     def node_ip(self) -> str:
@@ -148,6 +154,7 @@ class Remote:
         (waits for the process to be up)."""
         self.pid()
         node = self._where[1]
+        head.check()  # (Ray's node table is the head's: it blocks where the head is gone)
         return next(str(n["NodeManagerAddress"]) for n in ray.nodes() if n["NodeID"] == node)
 
     def mark_lost(self) -> bool:
@@ -189,7 +196,8 @@ class Remote:
         return f"skipped {action.signal} {self.role} {self.index}: it runs on another node"
 
     def kill(self) -> None:
-        ray.kill(self.handle)
+        if not head.gone():  # (it went with the cluster)
+            ray.kill(self.handle)
 
 
 def placement_note(waiting: Sequence[Remote]) -> str:
@@ -226,11 +234,17 @@ def Semaphore(value: int = 0) -> Any:  # noqa: N802 - the runtimes' name for the
 
 def wait_up(remotes: Sequence[Remote], say: Callable[[str], None], patience: float = 20.0) -> None:
     """Wait until every process has started; after ``patience`` seconds, say once which have
-    not (a process too large for any node waits for one silently in Ray)."""
+    not (a process too large for any node waits for one silently in Ray). Waits a second at
+    a time, asking the cluster's head between: a lost cluster's processes never start, and
+    Ray would wait for them until it ends the driver."""
     probes = {id(r): r._where for r in remotes if not isinstance(r._where, tuple)}
-    _, late = ray.wait(list(probes.values()), num_returns=len(probes), timeout=patience)
-    if late:
-        say(placement_note([r for r in remotes if probes.get(id(r)) in late]))
+    late, said, start = list(probes.values()), False, time.monotonic()
+    while late:
+        head.check()
+        _, late = ray.wait(late, num_returns=len(late), timeout=1.0)
+        if late and not said and time.monotonic() - start >= patience:
+            said = True
+            say(placement_note([r for r in remotes if probes.get(id(r)) in late]))
     for r in remotes:
         try:
             r.pid()

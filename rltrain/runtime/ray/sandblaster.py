@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import ray
 import torch
 
 from rltrain.ps.lbfgs import LbfgsShard, split_sizes
@@ -80,4 +79,4 @@ class RayExecutor:
 
     def kill(self) -> None:
         for p in self.procs:
-            ray.kill(p.handle)
+            p.kill()

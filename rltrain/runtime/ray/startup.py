@@ -15,6 +15,7 @@ from typing import Any
 import ray
 from ray import cloudpickle
 
+import rltrain.runtime.ray.head as head
 from rltrain import extensions
 from rltrain.extensions import installed
 from rltrain.runtime.config import RuntimeConfig
@@ -135,6 +136,7 @@ def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
             ) from None
         _started_here, _ours = False, True  # (only once joined: a Ray the caller starts
         r = job_record()  # after a failed join is theirs, and shutdown leaves it running)
+        _watch_head(cfg.address)
         cpus, nodes = r["cpus"], r["nodes"]
         size = f"{cpus:g} CPU{'s' * (cpus != 1)} on {nodes} node{'s' * (nodes != 1)}"
         board = "; runtime.dashboard is for a local Ray: a cluster's is its head's" * cfg.dashboard
@@ -176,7 +178,18 @@ def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
         if added:
             del os.environ["OMP_NUM_THREADS"]
     _started_here = _ours = True
+    _watch_head("")
     return f"local ray ({cpus} CPUs{note})"
+
+
+def _watch_head(address: str) -> None:
+    """Watch the head this process joined (:mod:`~rltrain.runtime.ray.head`) at the address
+    it was given (a Ray Client session: its server), else (``auto``, a local Ray) at the
+    GCS address Ray reports."""
+    if address and address != "auto":
+        head.watch(address)
+    else:
+        head.watch(str(ray.get_runtime_context().gcs_address or ""), local=not address)
 
 
 _started_here = False  # start started a local instance (rather than joining a cluster)
@@ -237,6 +250,7 @@ def shutdown() -> None:
     """Stop the Ray instance :func:`start` started (or leave the cluster it joined); a Ray
     the caller had started already (``ray.init`` in a notebook) is theirs, and goes on."""
     global _ours
+    head.unwatch()
     if ray.is_initialized() and _ours:
         ray.shutdown()
     _ours = False
@@ -244,11 +258,13 @@ def shutdown() -> None:
 
 def cluster_cpus() -> float:
     """CPUs the Ray cluster (local or joined) can schedule."""
+    head.check()  # (the head's tables: a call blocks where the head is gone)
     return float(ray.cluster_resources().get("CPU", 0.0))
 
 
 def free_cpus() -> float:
     """CPUs no process reserves now (Ray's view; it lags a release by a moment)."""
+    head.check()
     return float(ray.available_resources().get("CPU", 0.0))
 
 
@@ -256,6 +272,7 @@ def cluster_gpus() -> float:
     """GPUs the Ray cluster (local or joined) can schedule. For a local instance, only those
     this machine's torch can use too: Ray counts GPUs through NVML, which a CPU-only torch
     build cannot drive (its learners would reserve a GPU and compute on the CPU)."""
+    head.check()
     gpus = float(ray.cluster_resources().get("GPU", 0.0))
     if _started_here:
         import torch
@@ -266,6 +283,7 @@ def cluster_gpus() -> float:
 
 def node_cpus() -> list[float]:
     """CPUs of each live node of the Ray cluster (one entry on a local Ray)."""
+    head.check()
     return [
         float(n["Resources"].get("CPU", 0.0))
         for n in ray.nodes()
@@ -276,6 +294,7 @@ def node_cpus() -> list[float]:
 def job_record() -> dict[str, Any]:
     """What summary.json keeps of the Ray side: the job's id (as Ray's own tables name it),
     the live nodes and their CPUs."""
+    head.check()
     return {
         "job_id": ray.get_runtime_context().get_job_id(),
         "nodes": len([n for n in ray.nodes() if n.get("Alive")]),

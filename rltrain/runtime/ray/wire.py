@@ -16,6 +16,7 @@ import torch
 from ray.actor import ActorClass
 from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError
 
+import rltrain.runtime.ray.head as head
 from rltrain.faults import RunFailed
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.server import ShardedServer, ShardLayout
@@ -124,10 +125,12 @@ class RayServer(ShardedServer):
         self.shards, self.handles = [self.shards[index]], [self.handles[index]]
 
     def _submit(self, method: str, args: Sequence[tuple[Any, ...]], start: int = 0) -> list[Any]:
+        head.check()
         handles = self.handles[start:]
         return [getattr(h, method).remote(*a) for h, a in zip(handles, args, strict=True)]
 
     def _call_first(self, method: str, *args: Any) -> Any:
+        head.check()
         return result(getattr(self.handles[0], method).remote(*args))
 
     def _collect(self, handle: list[Any]) -> list[Any]:
@@ -153,6 +156,7 @@ class RayServer(ShardedServer):
         ]
 
     def ask_health(self) -> list[Any]:
+        head.check()
         return [h.health.remote() for h in self.handles]
 
     def answered(self, asked: list[Any]) -> list[tuple[int, bool] | None] | None:
@@ -239,6 +243,7 @@ class RayReplay:
         self.handles[shard].update_priorities.remote(indices, priorities)
 
     def sizes(self) -> list[int]:
+        head.check()
         return [result(h.stats.remote())["size"] for h in self.handles]
 
     def actor_ids(self) -> list[str]:
@@ -246,6 +251,7 @@ class RayReplay:
         return [h._actor_id.hex() for h in self.handles]
 
     def nbytes(self) -> int:
+        head.check()
         return sum(result(h.stats.remote())["nbytes"] for h in self.handles)
 
 
@@ -274,7 +280,8 @@ def shard_health(shard: Remote, ref: Any, timeout: float) -> tuple[int, bool] | 
             f"server shard {shard.index} died and will not restart (faults.max_restarts spent); "
             "the run stops at its last checkpoint"
         ) from None
-    except RayActorError:
+    except RayActorError:  # restarting; or gone with the cluster's head (which the guard
+        head.check()  # would otherwise wait two minutes for)
         return None
     except GetTimeoutError:
         return (-1, False)

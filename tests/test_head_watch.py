@@ -1,0 +1,144 @@
+"""A run whose Ray head is lost stops in seconds, through its own fault path.
+
+The watch (:mod:`rltrain.runtime.ray.head`) is a plain class, tested here against a socket
+that listens and then closes; the end-to-end test kills the GCS server of a run's own Ray
+instance (as `ray stop` or the OOM killer would) and expects rltrain's one line, exit 1 and
+summary.json, where Ray alone would leave the run hanging until its core worker ended it a
+minute later with neither.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_multinode import _procs, training
+
+from rltrain.faults import ClusterLost, RunFailed
+from rltrain.runtime.ray import head
+from rltrain.runtime.ray.head import HeadWatch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def port_of(server: socket.socket) -> int:
+    return int(server.getsockname()[1])
+
+
+def test_a_head_that_answers_is_never_lost(listener: socket.socket) -> None:
+    watch = HeadWatch("127.0.0.1", port_of(listener), patience=0.2, every=0.05).start()
+    try:
+        time.sleep(0.4)
+        watch.check()
+        watch.confirm()  # returns at once: the head answers
+        assert watch.lost() == "" and watch.error == ""
+    finally:
+        watch.stop()
+
+
+def test_a_head_that_stops_answering_is_lost_after_the_patience(listener: socket.socket) -> None:
+    watch = HeadWatch("127.0.0.1", port_of(listener), patience=0.3, every=0.05).start()
+    try:
+        assert watch.probe()
+        listener.close()
+        watch.check()  # not yet: the patience has not passed
+        with pytest.raises(ClusterLost, match="lost the Ray cluster: its head at 127.0.0.1"):
+            watch.confirm()  # a lost call: waits for the head, then gives up
+        with pytest.raises(ClusterLost, match="has not answered"):
+            watch.check()  # and stays lost
+    finally:
+        watch.stop()
+    assert issubclass(ClusterLost, RunFailed)  # the run's fault path: summary.json, exit 1
+
+
+def test_a_local_instance_is_named_as_the_runs_own(listener: socket.socket) -> None:
+    watch = HeadWatch("127.0.0.1", port_of(listener), patience=0.0, local=True)
+    listener.close()
+    assert not watch.probe()
+    assert watch.lost().startswith("lost the run's Ray instance: its GCS server at 127.0.0.1")
+
+
+def test_only_a_head_that_answers_at_the_start_is_watched(listener: socket.socket) -> None:
+    """A path to the head this process cannot connect to must never fail a healthy run."""
+    port = port_of(listener)
+    listener.close()
+    try:
+        head.watch(f"127.0.0.1:{port}")
+        assert not head.watched()
+        head.check()  # nothing watched: nothing raised
+        head.confirm()
+    finally:
+        head.unwatch()
+
+
+def test_watch_parses_the_address_forms(listener: socket.socket) -> None:
+    port = port_of(listener)
+    try:
+        for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+            head.watch(address)
+            assert head.watched(), address
+        head.watch("auto")  # not an address to connect to
+        assert not head.watched()
+    finally:
+        head.unwatch()
+
+
+def _children(pid: int) -> dict[int, str]:
+    """Every process under ``pid``: pid -> command line."""
+    procs = _procs()
+    under, grew = {pid}, True
+    while grew:
+        more = {p for p, (ppid, _) in procs.items() if ppid in under} - under
+        under |= more
+        grew = bool(more)
+    return {p: procs[p][1] for p in under - {pid}}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the GCS server through /proc")
+def test_a_run_whose_ray_head_dies_stops_with_a_summary(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    argv = [sys.executable, "-m", "rltrain.cli", "train", "configs/cartpole_a3c.yaml"]
+    argv += ["--run-dir", str(run), "--set", "runtime.backend=ray", "--set", "actors=1"]
+    argv += ["--set", "stop.mean_return=null", "--set", "stop.max_seconds=120"]
+    argv += ["--set", "log_every_seconds=1"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not training(run):  # every process is up
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            time.sleep(0.5)
+        gcs = [p for p, cmd in _children(proc.pid).items() if "gcs_server" in cmd]
+        assert len(gcs) == 1, _children(proc.pid)
+        os.kill(gcs[0], signal.SIGKILL)
+        out, _ = proc.communicate(timeout=55)  # Ray alone: killed at 60 s, no summary
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, out[-3000:]
+    assert "rltrain: run failed: lost the run's Ray instance: its GCS server at" in out
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["stopped_by"] == "fault"
+    assert summary["failure"].startswith("lost the run's Ray instance")
+    assert summary["env_steps"] > 0

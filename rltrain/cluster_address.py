@@ -27,8 +27,7 @@ def check_address(address: str | None) -> None:
     if found is None:
         raise UserError(
             f"--address auto: no Ray cluster was started on this machine ({source}); start one "
-            "with `ray start --head`, give --address HOST:PORT, or leave --address out to run "
-            "on this machine"
+            f"with `ray start --head`, give --address HOST:PORT, or {LEAVE_OUT}"
         )
     try:
         _check_address_form(found)
@@ -37,13 +36,19 @@ def check_address(address: str | None) -> None:
         raise UserError(f"--address auto: {source} names {found}: {e}") from None
 
 
-def own_address(state: dict[str, Any] | None, address: str | None) -> str:
-    """A resumed run's address taken from its own config (not ``--address``): how to run it
-    on this machine instead."""
+LEAVE_OUT = "leave --address out to run on this machine"
+"""The advice of a failed join (rltrain.runtime.ray.reach and check_address above)."""
+
+
+def own_address(message: str, state: dict[str, Any] | None, address: str | None) -> str:
+    """A failed join's ``message``, where the address is a resumed run's own (from its config,
+    not ``--address``): leaving --address out would not change it, so the advice is how to
+    run it on this machine instead."""
     saved = (state or {}).get("config") or {}
     if not address or (saved.get("runtime") or {}).get("address") != address:
-        return ""
-    return " (the run's own runtime.address; to run it on this machine: --set runtime.address=null)"
+        return message
+    here = "run it on this machine with --set runtime.address=null (the run's own address)"
+    return message.replace(LEAVE_OUT, here) if LEAVE_OUT in message else f"{message}; {here}"
 
 
 def _check_address_form(address: str) -> None:

@@ -326,7 +326,7 @@ def _prepare(
         try:  # before the run dir, config.yaml, tb/ are written
             check_address(cfg.runtime.address)
         except RLTrainError as e:  # a cluster run resumed where its cluster is gone
-            raise type(e)(f"{e}{own_address(state, cfg.runtime.address)}") from None
+            raise type(e)(own_address(str(e), state, cfg.runtime.address)) from None
         if resume is None and starts_ray_early(cfg):
             spec, ray_up = start_ray_then_probe(cfg)
         else:  # an unknown env id fails here, before any folder is made or Ray starts

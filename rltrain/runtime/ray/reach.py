@@ -67,7 +67,7 @@ def check_reachable(address: str, timeout: float = 5.0) -> None:
         raise RayStartError(
             f"cannot join the Ray cluster at --address {address}: nothing answers at "
             f"{host}:{port} ({e.strerror or e}); start one with `ray start --head`, "
-            "or leave --address out to run on this machine"
+            "or leave --address out to run on this machine"  # (cluster_address.LEAVE_OUT)
         ) from None
     if answer is not None and (len(answer) < 4 or answer[3] != 4):  # not SETTINGS
         said = f"it answered {answer!r}" if answer else "it did not answer as gRPC does"

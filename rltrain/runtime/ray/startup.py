@@ -139,8 +139,12 @@ def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
         _watch_head(cfg.address)
         cpus, nodes = r["cpus"], r["nodes"]
         size = f"{cpus:g} CPU{'s' * (cpus != 1)} on {nodes} node{'s' * (nodes != 1)}"
-        board = "; runtime.dashboard is for a local Ray: a cluster's is its head's" * cfg.dashboard
-        return f"ray cluster at {cfg.address} ({size}; job {r['job_id']}{board})"
+        local = "; runtime.dashboard is for a local Ray: a cluster's is its head's" * cfg.dashboard
+        if cfg.num_cpus:
+            local += f"; runtime.num_cpus={cfg.num_cpus} is for a local Ray: a cluster has its "
+            local += "nodes'"
+        where = cfg.address if cfg.address != "auto" else f"auto = {r['address']}"
+        return f"ray cluster at {where} ({size}; job {r['job_id']}{local})"
     cpus = cfg.num_cpus or os.cpu_count() or 1  # never raised to what processes ask for
     note = _not_joined()
     # Local workers import rltrain from this interpreter's environment; keep Ray quiet and local.
@@ -292,11 +296,15 @@ def node_cpus() -> list[float]:
 
 
 def job_record() -> dict[str, Any]:
-    """What summary.json keeps of the Ray side: the job's id (as Ray's own tables name it),
-    the live nodes and their CPUs."""
+    """What summary.json keeps of the Ray side: the job's id (as Ray's own tables name it), the
+    head's address where a cluster was joined (``auto`` resolved), the live nodes and their
+    CPUs."""
     head.check()
+    context = ray.get_runtime_context()
+    joined = {} if _started_here else {"address": str(context.gcs_address or "")}  # (resolved)
     return {
-        "job_id": ray.get_runtime_context().get_job_id(),
+        "job_id": context.get_job_id(),
+        **joined,
         "nodes": len([n for n in ray.nodes() if n.get("Alive")]),
         "cpus": cluster_cpus(),
     }

@@ -103,6 +103,7 @@ class Cluster:
         # short: Ray's Unix sockets live under it (108-byte limit)
         self.temp = tempfile.mkdtemp(prefix="rtc", dir="/tmp")
         self.address = f"127.0.0.1:{_free_port()}"
+        self.client_port = _free_port()  # the Ray Client's (ray://)
         self.env = {
             **os.environ,
             # Ray >= 2.59 guards a cluster with a token; every node and driver shares it
@@ -119,7 +120,7 @@ class Cluster:
         try:
             self.ray(
                 "start", "--head", "--port", port, "--temp-dir", self.temp, *common,
-                "--include-dashboard", "false", "--ray-client-server-port", str(_free_port()),
+                "--include-dashboard", "false", "--ray-client-server-port", str(self.client_port),
                 "--dashboard-agent-listen-port", str(_free_port()),
                 # workers at the driver's priority, as docs/cluster.md advises (Ray's nice
                 # 15 left them starved beside any busy process on this machine)
@@ -238,6 +239,29 @@ def test_bench_workers_and_shards_spread_over_the_nodes(cluster: Cluster, tmp_pa
     shards = [a["node"] for a in actors if a["cls"] == "WireShard"]
     assert len(workers) == 3 and len(shards) == 2
     assert len(set(workers)) == 3  # one 1-CPU worker per 1-CPU node
+
+
+def test_a_wrong_token_or_the_client_port_fails_the_join_in_a_line(cluster: Cluster) -> None:
+    """Ray retries either for 20 s, a warning line a second, and then says "Failed to
+    connect"; one ask of the head's calls says which in a second."""
+    code = "import sys\nfrom rltrain.runtime.ray import RayStartError, check_address\n"
+    code += "for a in sys.argv[1:]:\n    try:\n        check_address(a)\n"
+    code += "    except RayStartError as e:\n        print(e)\n"
+    client = f"127.0.0.1:{cluster.client_port}"
+    done = subprocess.run(
+        [sys.executable, "-c", code, cluster.address, client],
+        env={**cluster.env, "RAY_AUTH_TOKEN": "0" * 32},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2, done.stdout + done.stderr[-2000:]
+    assert lines[0].endswith(
+        "its head refused this shell's RAY_AUTH_TOKEN; export RAY_AUTH_MODE=token "
+        "RAY_AUTH_TOKEN=<the token the cluster was started with> (docs/cluster.md)"
+    )
+    assert "not a Ray head's" in lines[1] and f"give ray://{client}" in lines[1]
 
 
 def test_train_spreads_and_survives_the_loss_of_a_node(cluster: Cluster, tmp_path: Path) -> None:

@@ -306,7 +306,10 @@ def test_a_join_a_head_refused_names_the_token(
 
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     failed = "Failed to connect to Ray cluster at 10.0.0.1:6379"
+    assert "refused no token (RAY_AUTH_MODE is not token, so none is sent)" in _why(failed)
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
     assert "refused no token (RAY_AUTH_TOKEN is unset): export RAY_AUTH_MODE=token" in _why(failed)
     (tmp_path / ".ray").mkdir()
     (tmp_path / ".ray" / "auth_token").write_text("x" * 32)

@@ -29,17 +29,53 @@ def _why(error: str, address: str = "") -> str:
             f"; {port} is the Ray head's own port: give {host}:{port} without ray://, or "
             f"ray://{host}:{CLIENT_PORT}, the Ray Client's"
         )
-    if os.environ.get("RAY_AUTH_TOKEN"):
-        mine = "this shell's RAY_AUTH_TOKEN"
-    elif (Path.home() / ".ray" / "auth_token").is_file():
-        mine = "~/.ray/auth_token's token (RAY_AUTH_TOKEN is unset)"
-    else:
-        mine = "no token (RAY_AUTH_TOKEN is unset)"
     return (
-        f"; a Ray head answers there, so it most likely refused {mine}: export "
+        f"; a Ray head answers there, so it most likely refused {_token()}: export "
         "RAY_AUTH_MODE=token RAY_AUTH_TOKEN=<the token the cluster was started with> "
         "(docs/cluster.md)"
     )
+
+
+def _token() -> str:
+    """The token this process shows a Ray head, in words (Ray sends one only where
+    RAY_AUTH_MODE=token: its default is 'disabled')."""
+    if os.environ.get("RAY_AUTH_MODE", "").strip().lower() != "token":
+        return "no token (RAY_AUTH_MODE is not token, so none is sent)"
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return "this shell's RAY_AUTH_TOKEN"
+    if (Path.home() / ".ray" / "auth_token").is_file():
+        return "~/.ray/auth_token's token (RAY_AUTH_TOKEN is unset)"
+    return "no token (RAY_AUTH_TOKEN is unset)"
+
+
+def check_head(address: str) -> None:
+    """Ask the head at HOST:PORT for its cluster id once, as ``ray.init`` does (it retries for
+    20 s, a warning line a second, then says only "Failed to connect"): a head that refuses
+    this process's token, or a gRPC server that is no Ray head (the Ray Client's port), fails
+    in a second with one line. Anything else is left for ``ray.init`` to say."""
+    try:
+        from ray._raylet import GcsClient  # type: ignore[attr-defined]  # (Ray's own; private)
+        from ray.exceptions import AuthenticationError, RpcError
+    except ImportError:
+        return
+    try:
+        GcsClient(address=address)
+    except AuthenticationError:
+        raise RayStartError(
+            f"cannot join the Ray cluster at --address {address}: its head refused {_token()}; "
+            "export RAY_AUTH_MODE=token RAY_AUTH_TOKEN=<the token the cluster was started "
+            "with> (docs/cluster.md)"
+        ) from None
+    except RpcError as e:
+        if "method not found" in str(e).lower():
+            raise RayStartError(
+                f"--address {address}: a gRPC server answers there, but not a Ray head's "
+                f"(it does not know the head's calls): for the Ray Client's port give "
+                f"ray://{address}, else the head's port (`ray start --head --port`, "
+                f"{GCS_PORT} by default)"
+            ) from None
+    except Exception:  # noqa: BLE001 - ray.init retries and says what it was
+        return
 
 
 GCS_PORT, CLIENT_PORT = 6379, 10001

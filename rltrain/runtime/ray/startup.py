@@ -20,7 +20,7 @@ from rltrain import extensions
 from rltrain.extensions import installed
 from rltrain.runtime.config import RuntimeConfig
 from rltrain.runtime.ray.errors import RayStartError
-from rltrain.runtime.ray.reach import _why, check_reachable
+from rltrain.runtime.ray.reach import _why, check_head, check_reachable
 
 AUTH_DEFAULT_NOTE = "Token authentication is enabled for this Ray cluster"
 
@@ -246,8 +246,11 @@ def said(e: BaseException) -> str:
 
 
 def check_address(address: str) -> None:
-    """Public: a one-line :class:`RayStartError` when nothing listens at ``address``."""
+    """Public: a one-line :class:`RayStartError` when nothing listens at ``address``, or a
+    head that refuses this process's token (or no head) does."""
     check_reachable(address)
+    if not address.startswith("ray://"):
+        check_head(address)
 
 
 def shutdown() -> None:

@@ -23,13 +23,13 @@ class RayStartError(RLTrainError, RuntimeError):
     """Ray could not be started or reached; the message is one line."""
 
 
-def result(ref: Any) -> Any:
+def result(ref: Any, ready: bool = False) -> Any:
     """The value of a finished call; a lost process becomes :class:`ProcessLost` (this
     call's process died) or :class:`PeerLost` (a process the call used died); other errors
     propagate as they are. A loss where the cluster's head no longer answers is the
     cluster's: :class:`~rltrain.faults.ClusterLost`."""
     try:
-        return get_watched(ref)
+        return ray.get(ref) if ready else get_watched(ref)  # (ready: ray.wait said so)
     except RayTaskError as e:
         lost = peer_lost(e)
         if lost is None:

@@ -79,7 +79,7 @@ class Pool:
                 out.append(Done(remote, tag, ref))
                 continue
             try:
-                out.append(Done(remote, tag, result(ref)))
+                out.append(Done(remote, tag, result(ref, ready=True)))
             except ProcessLost as e:
                 out.append(Done(remote, tag, error=e))
                 if not e.permanent:

@@ -75,7 +75,7 @@ class RayExecutor:
 
     def wait(self, handles: list[Any], timeout: float) -> list[tuple[Any, Any]]:
         """(handle, the worker's result) of the calls done within ``timeout`` seconds."""
-        return [(h, result(h)) for h in wait_any(handles, timeout)]
+        return [(h, result(h, ready=True)) for h in wait_any(handles, timeout)]
 
     def kill(self) -> None:
         for p in self.procs:

@@ -314,3 +314,19 @@ def test_the_mean_at_a_stop_before_any_episode_ended_is_none() -> None:
     assert record.judged_mean(-1183.7) == -1183.7  # (no stop yet: the mean so far)
     record.stop("max_env_steps", Counters(), 20)
     assert record.episodes_at_stop == 0 and record.judged_mean(-1183.7) is None
+
+
+def test_the_mean_says_how_many_episodes_it_is_over() -> None:
+    """A run that ended fewer episodes than the window: summary.json's mean_window (100) read
+    as if mean_return were over 100 episodes; mean_episodes says it was over 3."""
+    from rltrain.rl.run.counters import Counters
+    from rltrain.rl.run.summary import SessionRecord
+
+    counters = Counters()
+    counters.recent_returns = [1.0, 2.0, 3.0]
+    record = SessionRecord()
+    record.stop("max_seconds", counters, 100)
+    assert record.mean_count == 3 and record.mean_at_stop == 2.0
+    counters.recent_returns = [float(i) for i in range(150)]
+    record.stop("max_seconds", counters, 100)
+    assert record.mean_count == 100

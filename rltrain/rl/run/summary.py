@@ -31,6 +31,7 @@ class SessionRecord:
     failure: str = ""  # why a session stopped_by "fault"
     mean_at_stop: float | None = None  # the stop's mean return (work in flight lands after)
     episodes_at_stop: int | None = None  # the episodes counted when the stop came
+    mean_count: int = 0  # the episodes mean_at_stop is over (the window, or fewer so far)
     net_bytes: tuple[int, int] = (0, 0)  # bytes pushed to and pulled from the shards
     runtime: dict[str, Any] = field(default_factory=dict)  # the runtime's record: job, nodes
     replay_bytes: int | None = None  # dqn: the replay memory's size at the end
@@ -40,6 +41,7 @@ class SessionRecord:
         self.stopped_by = why
         self.mean_at_stop = counters.mean_return(window)
         self.episodes_at_stop = counters.episodes
+        self.mean_count = len(counters.recent_returns[-window:])
 
     def judged_mean(self, final: float | None) -> float | None:
         """The mean return the stop saw: None where no episode had ended by then (not the
@@ -63,6 +65,7 @@ def train_summary(
     """summary.json's figures (``evals``: this session's evaluations, ``PeriodicEval.summary``)."""
     c = counters
     final = c.mean_return(cfg.episode_window)
+    window_of = c.recent_returns[-cfg.episode_window :]
     mean = record.judged_mean(final)
     rec_eps = record.episodes_at_stop
     return {
@@ -83,6 +86,8 @@ def train_summary(
         "episodes_at_stop": c.episodes if rec_eps is None else rec_eps,
         "mean_return": mean,  # over the last episode_window episodes when the run stopped
         "mean_window": cfg.episode_window,  # stop.window, at least as many episodes as envs
+        # the episodes mean_return is over: fewer than the window where fewer had ended
+        "mean_episodes": record.mean_count if rec_eps is not None else len(window_of),
         "final_mean_return": final,  # the same, with the episodes of work then in flight
         "best_mean_return": c.best_mean_return,
         "envs_in_first_game": c.in_first_game,  # at the end:

@@ -315,6 +315,22 @@ def test_missing_files_lists_all_when_empty(tmp_path: Path) -> None:
     assert ds.BASE_URLS["mnist"] in str(info.value)
 
 
+def test_what_holds_a_files_name_is_said(tmp_path: Path) -> None:
+    """A folder, or a broken link, where a data file goes: the message said only to put the
+    file there."""
+    folder = tmp_path / "mnist"
+    write_mnist(folder)
+    (folder / MNIST_FILES[1]).unlink()
+    (folder / MNIST_FILES[1]).mkdir()
+    with pytest.raises(DatasetError, match="is a folder, not the file: remove it") as info:
+        load_dataset("mnist", tmp_path, download=False)
+    assert str(folder / MNIST_FILES[1]) in str(info.value)
+    (folder / MNIST_FILES[1]).rmdir()
+    (folder / MNIST_FILES[1]).symlink_to(tmp_path / "nowhere")
+    with pytest.raises(DatasetError, match="is a broken link: remove it"):
+        load_dataset("mnist", tmp_path, download=False)
+
+
 def test_wrong_image_shape(tmp_path: Path) -> None:
     folder = tmp_path / "mnist"
     write_mnist(folder)
@@ -345,6 +361,28 @@ def test_an_empty_cifar_batch_is_named(tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match="holds no images") as info:
         read_cifar10(folder)
     assert str(folder / "test_batch") in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("labels", "got"),
+    [
+        ([b"cat"] * 20, "got bytes values"),
+        (None, "got NoneType"),
+        ([1.7] * 20, "got float values"),  # (was cast to 1)
+        (np.zeros((10, 2), np.int64), "got int64 values of shape (10, 2)"),  # (was flattened)
+    ],
+)
+def test_cifar_labels_that_are_not_integers_are_one_line(
+    tmp_path: Path, labels: object, got: str
+) -> None:
+    folder = tmp_path / "cifar-10-batches-py"
+    write_cifar_dir(folder, seed=17)
+    bad = {b"data": np.zeros((20, 3072), np.uint8), b"labels": labels}
+    (folder / "test_batch").write_bytes(pickle.dumps(bad, protocol=4))
+    with pytest.raises(DatasetError) as info:
+        read_cifar10(folder)
+    want = "test_batch: b'labels' must be a 1-D list of integers in [0, 10), " + got
+    assert str(info.value).endswith(want)
 
 
 def test_label_count_mismatch(tmp_path: Path) -> None:

@@ -217,7 +217,19 @@ def _missing_message(name: str, root: Path, reason: str) -> str:
     )
     if name == "fashion_mnist" and not _started(name, root):  # (else: the user's copy)
         message += ", or install Debian's dataset-fashion-mnist"
-    return f"{message} ({reason})"
+    return f"{message}{_in_the_way(target, [*files, CIFAR_TAR, CIFAR_DIR])} ({reason})"
+
+
+def _in_the_way(folder: Path, names: list[str]) -> str:
+    """What holds a data file's name without being the file (a folder, a broken link): "put
+    the file there" alone says nothing of what is in its way."""
+    for name in dict.fromkeys(n for f in names for n in (f, f.removesuffix(".gz"))):
+        path = folder / name
+        if path.is_symlink() and not path.exists():
+            return f"; {path} is a broken link: remove it"
+        if path.exists() and not path.is_file() and name != CIFAR_DIR:
+            return f"; {path} is a folder, not the file: remove it"
+    return ""
 
 
 def _check_layout(name: str, root: Path) -> None:

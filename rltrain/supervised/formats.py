@@ -318,11 +318,31 @@ def _batch_to_dataset(obj: object, source: str) -> ArrayDataset:
         raise DatasetError(
             f"{source}: b'data' must be uint8 [N, {row}], got {data.dtype} {data.shape}"
         )
-    labels = np.asarray(obj[b"labels"], dtype=np.int64).reshape(-1)
+    labels = _integer_labels(obj[b"labels"], source)
     _check_some(source, data.shape[0])
     _check_labels(source, labels, data.shape[0])
     images = np.ascontiguousarray(data.reshape(-1, *_CIFAR_SHAPE))
     return ArrayDataset(images=torch.from_numpy(images), labels=torch.from_numpy(labels))
+
+
+def _integer_labels(value: object, source: str) -> np.ndarray:
+    """A batch's b'labels' as int64: a 1-D list or array of integers (CIFAR-10's is a list of
+    ints); strings, None, floats (1.7 was read as 1) or a 2-D array (flattened into twice the
+    labels) are refused in one line, not cast."""
+    want = f"{source}: b'labels' must be a 1-D list of integers in [0, 10)"
+    try:
+        labels = np.asarray(value)
+    except Exception as exc:  # noqa: BLE001 - ragged lists and the like
+        raise DatasetError(f"{want} ({one_line(exc)})") from None
+    if labels.ndim == 1 and (labels.size == 0 or np.issubdtype(labels.dtype, np.integer)):
+        return labels.astype(np.int64)
+    if labels.ndim == 0:
+        got = type(value).__name__
+    else:
+        names = {"S": "bytes", "U": "str", "f": "float", "b": "bool", "O": "object"}
+        got = f"{names.get(labels.dtype.kind, str(labels.dtype))} values"
+        got += f" of shape {labels.shape}" if labels.ndim > 1 else ""
+    raise DatasetError(f"{want}, got {got}")
 
 
 def _concat(parts: list[ArrayDataset]) -> ArrayDataset:

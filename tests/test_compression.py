@@ -141,6 +141,11 @@ def test_server_options_no_mode_uses_are_refused(tmp_path: Path) -> None:
         "modes: [async_scale]\nserver: {max_staleness: 2}\n": "server.max_staleness=2: read by",
         "modes: [async]\nserver: {staleness: drop, max_staleness: 2}\n": None,
         "modes: [baseline]\nmodel: {stages: 2}\n": "model.stages=2: splits the model of the",
+        # nothing recorded (it pointed at a record/ folder that did not exist)
+        "modes: [average, hogwild]\nserver: {record: true}\n": (
+            "server.record=true: read by the server modes that push gradients"
+        ),
+        "modes: [sync, average]\nserver: {record: true}\n": None,
         # keys of parts nothing in the run reads: refused, not ignored
         "modes: [async]\nsandblaster: {portions: 4}\n": (
             r"^sandblaster.portions=4: read only with mode sandblaster in modes, which this run "

@@ -39,9 +39,24 @@ def test_bench_warm_start_lets_worker_0_train_alone_first(
         "optimizer: {name: sgd, lr: 0.3}\n"
     )
     said = capsys.readouterr()
-    assert "warm start over: 1 more workers join" in said.out + said.err
+    assert "warm start over: 1 more worker joins" in said.out + said.err
     row = summary["results"][0]
     assert row["final_distance"] < 0.05 and row["dropped"] <= 2
+
+
+def test_a_warm_start_ends_when_its_worker_ends_its_share(
+    capsys: pytest.CaptureFixture[str], run_bench: Any
+) -> None:
+    """An epoch budget: worker 0 ended its share in 0.5 s and the mode idled to the warm
+    start's end (20 s; samples/s 40x too low). The others join once it has ended."""
+    _, summary = run_bench(
+        "modes: [async]\nworkers: 2\nbatch_size: 16\nwarm_start: {seconds: 600}\n"
+        "data: {dataset: toy_quadratic, toy: {dim: 8, samples: 640, noise: 0.0}}\n"
+        "budget: {max_seconds: 0, epochs: 1}\neval: {every_seconds: 0.5}\n"
+    )
+    said = capsys.readouterr()
+    assert "warm start over (worker 0 ended its share first): 1 more worker joins" in said.err
+    assert summary["results"][0]["samples"] == 640  # (both workers' shares, whole)
 
 
 @pytest.mark.slow

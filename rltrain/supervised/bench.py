@@ -18,7 +18,6 @@ from rltrain import signals
 from rltrain.driver import drive
 from rltrain.faults import (
     FaultCounters,
-    FaultEvent,
     FaultSchedule,
     PeerLost,
     ProcessLost,
@@ -33,6 +32,7 @@ from rltrain.runtime.context import RunContext
 from rltrain.runtime.contract import Runtime
 from rltrain.supervised.config import BenchConfig, server_modes
 from rltrain.supervised.datasets import SplitDataset
+from rltrain.supervised.elastic import Elastic
 from rltrain.supervised.local_modes import run_baseline, run_hogwild_mode
 from rltrain.supervised.modes import (
     ModeRecord,
@@ -167,6 +167,9 @@ class BenchPlan:
             self.elastic.stopped(done.remote.index)
         if self.rule.barrier:  # its share done: no barrier may wait for it (soft_sync's K of
             self.guard.leave(done.remote.index)  # 3 waited server.barrier_timeout_s a round)
+        if self.late[1] and not self.pool.calls:  # the warm start's replica ended its share
+            self._join_late(f"worker {done.remote.index} ended its share first")  # (an epoch
+            # budget: the mode idled to warm_start.seconds, its samples/s 40x too low)
 
     def on_fault(self, done: Any) -> None:
         verdict = self.ctx.respond(done, self.rule, self.cfg.faults.on_worker_loss)
@@ -189,13 +192,18 @@ class BenchPlan:
         late = max(0.0, self.late[0] - time.time()) if self.late[1] else float("inf")
         return min(self.snapper.due_in(), self.schedule.next_in(), self.guard.POLL_S, late)
 
+    def _join_late(self, why: str) -> None:
+        """The warm start is over (``why``: before its time): the other workers join."""
+        late = self.late[1]
+        joins = f"{len(late)} more worker{'s' * (len(late) != 1)} join{'s' * (len(late) == 1)}"
+        self.ctx.say(f"warm start over{f' ({why})' if why else ''}: {joins}")
+        for w in late:
+            self._give(w)
+        self.late = (0.0, [])
+
     def tick(self) -> None:
-        when, late = self.late
-        if late and time.time() >= when:
-            self.ctx.say(f"warm start over: {len(late)} more workers join")
-            for w in late:
-                self._give(w)
-            self.late = (0.0, [])
+        if self.late[1] and time.time() >= self.late[0]:
+            self._join_late("")
         for action in self.schedule.due():
             if action.event.action in ("add", "remove") and self.elastic is not None:
                 joined = self.elastic.apply(action.event)
@@ -340,61 +348,3 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
     if cfg.server.record:
         print(f"  record/ of the pushes: rltrain reapply {run_dir}")
     return 0
-
-
-class Elastic:
-    """Workers added and removed mid-run (``faults.events`` add / remove): Downpour's model
-    replicas come and go, and the barrier rules re-count N."""
-
-    def __init__(
-        self,
-        specs: list[WorkerSpec],
-        spawn: Callable[[WorkerSpec, int], Any],
-        guard: Any,
-        procs: dict[str, list[Any]],
-        say: Callable[[str], None],
-        free_cpus: Callable[[], float],
-        need_cpus: float,
-    ) -> None:
-        # membership changes go through the guard: a shard restored later is told them again
-        self.specs, self.spawn, self.guard, self.procs, self.say = specs, spawn, guard, procs, say
-        self.free_cpus, self.need_cpus = free_cpus, need_cpus
-        self.removed: set[int] = set()
-
-    def apply(self, e: FaultEvent) -> Any:
-        """Carry out one event; returns a new worker to give work to (add), else None."""
-        live = [w for w in self.procs["worker"] if w.index not in self.removed]
-        if e.action == "remove":
-            target = next((w for w in live if w.index == e.index), None)
-            if target is None or len(live) == 1:
-                why = "the last one" if target else "not there"
-                self.say(f"skipped remove worker {e.index}: {why}")
-                return None
-            # it ends its run after this step and reports; then no barrier waits for it
-            self.removed.add(target.index)
-            target.call("stop")
-            self.say(f"removed worker {e.index}: {len(live) - 1} workers")
-            return None
-        free = self.free_cpus()
-        if free + 1e-9 < self.need_cpus:  # it would wait for a CPU, and the mode with it
-            self.say(
-                f"skipped add worker: {free:g} CPUs free, a worker reserves "
-                f"runtime.worker_cpus={self.need_cpus:g} (remove one first, or add a node)"
-            )
-            return None
-        new_id = max(w.index for w in self.procs["worker"]) + 1
-        base = self.specs[e.index]
-        spec = dataclasses.replace(base, worker_id=new_id, seed=base.seed - base.worker_id + new_id)
-        self.guard.join(new_id)
-        worker = self.spawn(spec, e.index)
-        self.procs["worker"].append(worker)
-        self.say(f"added worker {new_id} (on worker {e.index}'s data): {len(live) + 1} workers")
-        return worker
-
-    def stopped(self, index: int) -> None:
-        """A worker's run returned: if it was removed, barriers stop counting it."""
-        if index in self.removed:
-            self.guard.leave(index)
-            for w in self.procs["worker"]:
-                if w.index == index:
-                    w.kill()  # its CPUs are free for a worker added later

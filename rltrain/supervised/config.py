@@ -120,8 +120,8 @@ class WarmStartConfig:
     """DistBelief's warm start: one worker trains alone before the others join."""
 
     seconds: float = field(default=0.0, metadata=spec(ge=0))
-    """Worker 0 trains alone for this long; then the others pull the parameters and push too
-    (0 = all start together). Server modes only: sync, soft_sync, async*, average."""
+    """Worker 0 trains alone this long, or until it ends its share of an epoch budget; then the
+    others pull and push too (0 = together). Server modes: sync, soft_sync, async*, average."""
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rltrain.ps.config import ServerConfig
+from rltrain.ps.rules import rule_named, rule_names
 
 PIPELINE_MODES = ("sync", "async")
 """The modes that run a model split into ``model.stages`` (pipeline parallelism)."""
@@ -18,6 +19,26 @@ run Downpour's loop on the shared model: they were refused as unread there)."""
 PIPELINED = ASYNC_WORKERS[:3]
 """The modes whose pushes overlap the next step (``pipeline``; Hogwild's have nothing to
 overlap: shared memory)."""
+
+
+NOT_REAPPLIED = {
+    "baseline": "it has no parameter server (a single-process loop): nothing was recorded",
+    "hogwild": "its workers update shared memory lock-free inside a step, so no order of "
+    "the updates exists to follow",
+    "sandblaster": "its coordinator runs L-BFGS over the shards; no pushes were recorded",
+    "allreduce": "it has no parameter server: the workers all-reduce among themselves",
+}
+"""Modes that ``rltrain reapply`` refuses, and why (besides rules that push no gradients)."""
+
+
+def not_reapplied_why(mode: str) -> str:
+    """Why ``mode``'s log cannot be reapplied ("" = it can): a mode without a logged server,
+    or a rule whose workers push no gradients (average: parameters after local steps)."""
+    if mode in NOT_REAPPLIED:
+        return NOT_REAPPLIED[mode]
+    if mode in rule_names() and not rule_named(mode).records_gradients:
+        return "its workers push parameters after local optimizer steps, not gradients"
+    return ""
 
 
 def _drops(modes: tuple[str, ...], server: ServerConfig) -> bool:
@@ -32,6 +53,10 @@ READERS: dict[str, tuple[str, Callable[[tuple[str, ...], ServerConfig], bool]]] 
     "pipeline": (", ".join(PIPELINED), lambda m, _: bool(set(m) & {*PIPELINED})),
     "staleness": ("async (async_scale, async_drop set their own)", lambda m, _: "async" in m),
     "max_staleness": ("async_drop, or async with server.staleness=drop", _drops),
+    "record": (
+        "the server modes that push gradients (rltrain reapply follows their pushes)",
+        lambda m, _: any(not not_reapplied_why(mode) for mode in m),
+    ),
 }
 """Option -> (the modes that read it, as the error names them; whether ``modes`` does)."""
 

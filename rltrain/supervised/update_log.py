@@ -31,36 +31,16 @@ from rltrain.checkpoint import damage
 from rltrain.config import ConfigError, load_config
 from rltrain.errors import RLTrainError
 from rltrain.faults import FaultCounters
-from rltrain.ps.rules import rule_named, rule_names
 from rltrain.ps.shard import ParameterShard
 from rltrain.records import BatchId, GradUpdate, PushRecord, PushStatus
 from rltrain.rundir import write_atomic_with
 from rltrain.supervised.batches import GradSum
 from rltrain.supervised.config import BenchConfig
 from rltrain.supervised.datasets import ArrayDataset, SplitDataset
+from rltrain.supervised.mode_keys import not_reapplied_why
 from rltrain.supervised.modes import ModeTrace, initial_params, shards, worker_specs
 from rltrain.supervised.sharding import load_data
 from rltrain.supervised.worker import SupervisedWorker
-
-NOT_REAPPLIED = {
-    "baseline": "it has no parameter server (a single-process loop): nothing was recorded",
-    "hogwild": "its workers update shared memory lock-free inside a step, so no order of "
-    "the updates exists to follow",
-    "sandblaster": "its coordinator runs L-BFGS over the shards; no pushes were recorded",
-    "allreduce": "it has no parameter server: the workers all-reduce among themselves",
-}
-"""Modes that ``rltrain reapply`` refuses, and why (besides rules that push no gradients)."""
-
-
-def not_reapplied_why(mode: str) -> str:
-    """Why ``mode``'s log cannot be reapplied ("" = it can): a mode without a logged server,
-    or a rule whose workers push no gradients (average: parameters after local steps)."""
-    if mode in NOT_REAPPLIED:
-        return NOT_REAPPLIED[mode]
-    if mode in rule_names() and not rule_named(mode).records_gradients:
-        return "its workers push parameters after local optimizer steps, not gradients"
-    return ""
-
 
 _STATUSES: tuple[PushStatus, ...] = typing.get_args(PushStatus)
 _FORMAT = 1

@@ -149,8 +149,8 @@ def build_parser() -> _Parser:
     plot.add_argument(
         "--out",
         metavar="FILE",
-        help="image to write, .png (none: .png added), .svg or .pdf (default: RUN/returns.png "
-        "for one run, ./returns.png for more)",
+        help="image to write, .png (none: .png added), .svg or .pdf, or a folder (returns.png "
+        "in it; default: RUN/returns.png for one run, ./returns.png for more)",
     )
     plot.add_argument("--title", help="title above the two panels")
     plot.add_argument(
@@ -321,6 +321,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from rltrain.plot import plot_runs
 
     out = Path(args.out).expanduser() if args.out else None
+    if args.out and args.out.endswith(("/", os.sep)) and not (out and out.is_dir()):
+        raise PlotError(f"--out {args.out}: no such folder (give one that exists, or a file)")
     runs = [Path(r).expanduser() for r in args.runs]
     png, table = plot_runs(runs, out, args.title, args.smooth, args.marks, args.evals)
     if png is None and not table:

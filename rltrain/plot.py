@@ -258,6 +258,7 @@ def plot_runs(
     (:func:`evals_table`). ``window``: the episodes of every run's mean (None: each run's
     own, :func:`run_window`)."""
     if out is not None:  # (checked before any run is read)
+        out = out / "returns.png" if out.is_dir() else out  # (it wrote FOLDER.png beside it)
         out = out if out.suffix else out.with_name(f"{out.name}.png")  # (a PNG without .png)
         out_format(out)
     run_dirs = once_each(run_dirs)

@@ -74,6 +74,14 @@ def test_out_writes_the_format_its_suffix_names(
     assert str(tmp_path / "returns.png") in capsys.readouterr().out
     check_png(tmp_path / "returns.png")
     assert not (tmp_path / "returns").exists()
+    # a folder: returns.png in it (it wrote FOLDER.png beside it); one that is not there
+    (tmp_path / "plots").mkdir()
+    assert main(["plot", str(run), "--out", f"{tmp_path / 'plots'}/"]) == 0
+    check_png(tmp_path / "plots" / "returns.png")
+    assert not (tmp_path / "plots.png").exists()
+    capsys.readouterr()
+    assert main(["plot", str(run), "--out", f"{tmp_path / 'nowhere'}/"]) == 2
+    assert "nowhere/: no such folder" in capsys.readouterr().err
 
 
 def test_several_runs_default_to_the_working_folder(

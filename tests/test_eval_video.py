@@ -449,7 +449,10 @@ def test_an_atari_eval_that_never_ends_names_atari_keys() -> None:
     cfg = load_config(TrainConfig, ROOT / "configs" / "pong_appo.yaml")
     line = unended(cfg, 0, 1, 100, "cli")
     assert "env.max_episode_frames" in line and "max_episode_steps" not in line
-    assert line.endswith("or allow more steps: --max-steps N)")
+    assert line.endswith(
+        "(allow more steps: --max-steps N; a game here lasts up to 27,000 steps, the run's "
+        "env.max_episode_frames / env.frame_skip)"
+    )
 
 
 def test_a_long_eval_shows_its_progress_and_max_steps_caps_it(

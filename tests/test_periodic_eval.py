@@ -15,7 +15,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import rltrain
-from rltrain.checkpoint import CheckpointError, load_checkpoint
+from rltrain.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
 from rltrain.cli import main
 from rltrain.config import load_config
 from rltrain.faults import RunFailed
@@ -106,8 +106,13 @@ def test_eval_of_the_best_checkpoint_replays_the_evaluation_that_chose_it(run: P
 
 
 def test_eval_checkpoint_choice_errors_are_one_line(tmp_path: Path, run: Path) -> None:
-    with pytest.raises(CheckpointError, match="no such file; use latest, best or"):
+    with pytest.raises(CheckpointError, match=r"nope.pt: no such file \(here, in .*; use latest"):
         checkpoint_params(run, "nope.pt")
+    # a path as the run's folder names them (the error's own hint was refused from elsewhere)
+    latest = latest_checkpoint(run)
+    assert latest is not None
+    for relative in (f"checkpoints/{latest.name}", latest.name):
+        assert checkpoint_params(run, relative)[0] == latest
     (tmp_path / "checkpoints").mkdir()
     with pytest.raises(CheckpointError, match="a folder, not a file; use latest, best or"):
         checkpoint_params(run, str(tmp_path / "checkpoints"))

@@ -62,7 +62,9 @@ def unended(cfg: TrainConfig, ended: int, episodes: int, max_steps: int, style: 
     """The error of an evaluation whose episodes did not all end in ``max_steps`` steps."""
     more = "--max-steps N" if style == "cli" else "max_steps=N"
     if is_atari(cfg.env.id, cfg.env.wrappers):  # (ale-py ends each at env.max_episode_frames)
-        fix = f"fewer frames per game: env.max_episode_frames; or allow more steps: {more}"
+        most = cfg.env.max_episode_frames // cfg.env.frame_skip  # (the run's config sets them)
+        fix = f"allow more steps: {more}; a game here lasts up to {most:,} steps, the run's "
+        fix += "env.max_episode_frames / env.frame_skip"
     else:
         fix = "an env without a time limit? give it one: env.kwargs.max_episode_steps; "
         fix += f"or allow more: {more}"

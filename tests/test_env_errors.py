@@ -243,3 +243,15 @@ def test_a_gymnasium_env_failing_in_its_own_step_is_not_told_what_to_return() ->
         env.step(np.zeros((1, 1), np.float32))
     assert "(at pendulum.py:" in str(caught.value) and "must return" not in str(caught.value)
     env.close()
+
+
+def test_an_env_whose_module_is_missing_names_the_extra_that_installs_it() -> None:
+    """MuJoCo's envs said only "No module named 'mujoco'" (gymnasium's Box2D ones say how)."""
+    from rltrain.envs.user import make_failed
+
+    missing = ModuleNotFoundError("No module named 'mujoco'", name="mujoco")
+    said = str(make_failed("HalfCheetah-v5", {}, missing))
+    assert said.endswith("""'mujoco'; install it with: pip install "gymnasium[mujoco]\"""")
+    told = ModuleNotFoundError('Box2D is not installed, run `pip install "gymnasium[box2d]"`')
+    told.name = "Box2D"
+    assert str(make_failed("LunarLander-v3", {}, told)).count("pip install") == 1

@@ -371,3 +371,10 @@ def test_evaluation_disables_clipping_and_episodic_life() -> None:
     with make_env(cfg, seed=0, num_envs=3) as env:
         assert env.protocol["clip_rewards"] is True and env.protocol["episodic_life"] is True
         assert env.num_envs == 3 and env.reset().shape == (3, 4, 84, 84)
+
+
+def test_an_episode_shorter_than_one_step_is_refused() -> None:
+    """max_episode_frames 3 at frame_skip 4: every step ended its episode, the run never scored."""
+    with pytest.raises(ValueError, match="max_episode_frames=3 is below frame_skip=4: every"):
+        EnvConfig(id="ALE/Pong-v5", max_episode_frames=3)
+    assert EnvConfig(id="ALE/Pong-v5", max_episode_frames=4).max_episode_frames == 4

@@ -103,6 +103,12 @@ class EnvConfig:
         # numpy scalars (a sweep's np.arange) become plain values: config.yaml is plain YAML
         plain = {k: _plain(v) for k, v in self.kwargs.items()}
         object.__setattr__(self, "kwargs", plain)
+        if self.max_episode_frames < self.frame_skip:  # every step its own episode: no score
+            raise ValueError(
+                f"max_episode_frames={self.max_episode_frames} is below frame_skip="
+                f"{self.frame_skip}: every agent step would end its episode; allowed: "
+                f"{self.frame_skip} or more (108000 = 30 minutes of play)"
+            )
 
 
 def _plain(value: Any) -> Any:

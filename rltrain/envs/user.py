@@ -371,4 +371,11 @@ def make_failed(env_id: str, kwargs: Mapping[str, Any], e: Exception) -> EnvErro
     given = f" with env.kwargs {dict(kwargs)}" if kwargs else ""
     # gymnasium re-raises a TypeError of the constructor with this said again after it
     why = _first_line(e).split(" was raised from the environment creator for ")[0]
+    extra = EXTRAS.get(getattr(e, "name", None) or "") if isinstance(e, ImportError) else None
+    if extra and "pip install" not in why:  # (gymnasium's Box2D envs say it; MuJoCo's did not)
+        why += f'; install it with: pip install "gymnasium[{extra}]"'
     return EnvError(f"env {env_id!r} could not be made{given}: {why}")
+
+
+EXTRAS = {"mujoco": "mujoco", "Box2D": "box2d", "pygame": "classic-control"}
+"""A module an env needs -> gymnasium's extra that installs it (a ModuleNotFoundError's name)."""

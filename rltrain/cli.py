@@ -298,6 +298,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     kwargs = {name: getattr(args, name) for name in flags if getattr(args, name) is not None}
     res = evaluate(cfg, run_dir, args.episodes, args.video, args.seed, **kwargs)
     how = "most likely actions" if res.deterministic else "sampled actions, as in training"
+    if args.deterministic is False and res.deterministic:  # (said, not silently ignored)
+        how += ": a dqn run is greedy, --no-deterministic changes nothing"
     print(
         f"{cfg.env.id}, checkpoint {res.checkpoint.name} (version {res.version}, {how}, "
         f"seed {res.seed}): "

@@ -3,7 +3,9 @@ time-limit truncation handled as a cut, not a terminal (Pardo et al. 2018)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 from pathlib import Path
 
 import numpy as np
@@ -195,3 +197,8 @@ def test_a_resume_with_more_envs_goes_on_with_the_epsilon_schedule(tmp_path: Pat
         eps.append([e.value for e in acc.Scalars("dqn/epsilon")])
     first, second = eps
     assert second and max(second) < first[-1]  # on down from where it was
+    # eval: a dqn run plays greedily; --no-deterministic is said to change nothing
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):
+        assert main(["eval", str(run), "--episodes", "1", "--no-deterministic"]) == 0
+    assert "most likely actions: a dqn run is greedy, --no-deterministic changes" in said.getvalue()

@@ -471,3 +471,20 @@ def test_a_long_eval_shows_its_progress_and_max_steps_caps_it(
     assert err.strip().endswith("or allow more: --max-steps N)")
     assert main(["eval", str(run), "--episodes", "2", "--max-steps", "0"]) == 2
     assert "--max-steps: expected a whole number >= 1, got 0" in capsys.readouterr().err
+
+
+def test_another_image_size_is_named_not_said_only_not_to_fit(tmp_path: Path) -> None:
+    """An Atari checkpoint of another env.image_size (or frame stack) was refused with "does
+    not fit the model" alone; the key that differs is named, as for the others."""
+    import dataclasses
+
+    from rltrain.checkpoint import CheckpointError
+    from rltrain.config import load_config, to_dict
+    from rltrain.rl.config import TrainConfig
+    from rltrain.rl.eval_args import check_played_as
+
+    cfg = load_config(TrainConfig, ROOT / "configs" / "pong_appo.yaml")
+    other = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, image_size=64))
+    ckpt = tmp_path / "brk1" / "checkpoints" / "best.pt"
+    with pytest.raises(CheckpointError, match="was trained with env.image_size=64, not the 84"):
+        check_played_as(ckpt, to_dict(other), cfg, tmp_path / "img")

@@ -79,7 +79,8 @@ PLAYED_KEYS = (
 (another run's, through ``--checkpoint PATH``) would be played wrongly. (Keys that change
 the network's size are caught as its parameters load as well; ``env.action_map`` is how a
 Box policy's samples reach the env: another map scored the same checkpoint -45.3 or -34.3.)"""
-ATARI_PLAYED_KEYS = ("env.frame_skip",)
+ATARI_PLAYED_KEYS = ("env.frame_skip", "env.image_size", "env.frame_stack")
+"""What an Atari network sees (another image size was said only not to fit the model)."""
 
 
 def check_played_as(

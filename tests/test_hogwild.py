@@ -118,6 +118,10 @@ def test_a_killed_hogwild_worker_is_started_again(tiny_root: Path) -> None:
     # both report; the one started again trains only if its start (a spawned interpreter
     # importing torch, seconds on a loaded machine) ends before the mode's deadline
     assert len(trace.reports) == 2 and any(r.steps > 0 for r in trace.reports)
+    # the snapshots are on the every_seconds grid from the first step, as every mode's: none
+    # comes early (from the forks, seconds before, the first was at 2.37 s of every 3)
+    grid = [s.t for s in trace.snapshots[1:-1]]
+    assert grid and all(t >= k - 0.05 for k, t in enumerate(grid, start=1)), grid
 
 
 def test_a_snapshot_reads_one_version_while_workers_write() -> None:

@@ -202,3 +202,30 @@ def test_a_resume_with_more_envs_goes_on_with_the_epsilon_schedule(tmp_path: Pat
     with contextlib.redirect_stdout(said):
         assert main(["eval", str(run), "--episodes", "1", "--no-deterministic"]) == 0
     assert "most likely actions: a dqn run is greedy, --no-deterministic changes" in said.getvalue()
+
+
+def test_the_replay_size_outlives_its_shards() -> None:
+    """The plan stops the replay shards after the loop, and the run's last TensorBoard point
+    is logged after that: on Ray it read their sizes from dead processes, and the point was
+    dropped unsaid (TensorBoard ended at 40,192 steps of 44,672)."""
+    from rltrain.rl.run.replay_plan import ReplayPlan
+
+    class Shards:
+        handles, alive = [0, 1], True
+
+        def sizes(self) -> list[int]:
+            assert self.alive, "read after its shards were stopped"
+            return [3, 4]
+
+        def nbytes(self) -> int:
+            return 10
+
+    class Runtime:
+        def kill(self, handle: int) -> None:
+            shards.alive = False
+
+    shards, plan = Shards(), object.__new__(ReplayPlan)  # (only what finish and the size use)
+    plan.replay, plan.runtime, plan.replay_kept = shards, Runtime(), None
+    assert plan.replay_size() == 7
+    plan.finish()
+    assert not shards.alive and plan.replay_size() == 7 and plan.replay_bytes == 10

@@ -102,6 +102,7 @@ class RLPlan(abc.ABC):
         )
         self.replay: Any = None  # dqn: the replay shards
         self.replay_bytes: int | None = None  # dqn: their size at the end, for summary.json
+        self.replay_kept: int | None = None  # dqn: their sample count once they are stopped
         self.left_starting = False  # stopped while processes were still starting: said once
         self.left: set[int] = set()  # (ids of) those not waited for, out of the barrier
         self.stop_seen: float | None = None  # when keep_going first saw the stop
@@ -202,6 +203,13 @@ class RLPlan(abc.ABC):
             self.finish()
         except (ProcessLost, PeerLost, RunFailed) as e:  # what is counted stays counted
             self.ctx.say(f"interrupted: not all the work in flight was counted ({e})")
+
+    def replay_size(self) -> int | None:
+        """The samples the replay memory holds (dqn; None for the others), as its shards held
+        them when :meth:`finish` stopped them (the last TensorBoard point is logged after)."""
+        if self.replay is None or self.replay_kept is not None:
+            return self.replay_kept
+        return int(sum(self.replay.sizes()))
 
     def finish(self) -> None:  # noqa: B027 - an optional hook: most plans have nothing to do
         """After the loop (a normal end, not a failure)."""

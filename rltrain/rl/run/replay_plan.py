@@ -94,5 +94,6 @@ class ReplayPlan(RLPlan):
     def finish(self) -> None:
         """After the loop: the memory's size for summary.json, and the shards stopped."""
         self.replay_bytes = self.replay.nbytes()
+        self.replay_kept = sum(self.replay.sizes())  # (the run's last point logs it after)
         for h in self.replay.handles:
             self.runtime.kill(h)

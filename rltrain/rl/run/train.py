@@ -375,8 +375,7 @@ class Trainer:
     def _log_point(self) -> None:
         """One TensorBoard point of everything logged over time (the server's version, the
         replay's size, bytes, the learning rate, the faults)."""
-        replay = self.plan.replay if self.plan is not None else None
-        size = sum(replay.sizes()) if replay is not None else None
+        size = self.plan.replay_size() if self.plan is not None else None
         with contextlib.suppress(ProcessLost, PeerLost):  # a lost shard: next time
             st = self.ctx.server.stats()
             self.record.net_bytes = (st.bytes_pushed, st.bytes_pulled)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -57,6 +59,42 @@ def test_a_local_ray_is_its_own_and_runs_its_workers_at_the_drivers_priority(
         assert ray.get(niceness.remote(), timeout=120) == os.nice(0)
     finally:
         runtime.shutdown()
+
+
+def test_a_ctrl_c_inside_ray_init_leaves_no_ray_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGINT while ray.init had started the local node (a Ctrl-C 4-5 s into a run): the
+    command exited 130, and Ray's dashboard and runtime-env agents lived on, re-parented to
+    init, ignoring SIGTERM. The node goes with the interrupt now."""
+    import ray
+    from ray._private import worker
+
+    from rltrain.runtime.ray import startup
+
+    real, session = ray.init, []
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        real(*args, **kwargs)
+        session.append(worker._global_node.get_session_dir_path())
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(startup.ray, "init", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        runtime.start(RuntimeConfig(num_cpus=1))
+    assert session and not ray.is_initialized()
+
+    def left() -> list[str]:
+        out = []
+        for entry in Path("/proc").iterdir():
+            with contextlib.suppress(OSError):
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                if entry.name.isdigit() and session[0] in cmd:
+                    out.append(cmd[:120])
+        return out
+
+    deadline = time.monotonic() + 30
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left()
 
 
 class Idle:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -178,6 +179,10 @@ def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
             },
             **kwargs,
         )
+    except BaseException:  # a Ctrl-C inside ray.init: the node it has started goes too (its
+        with contextlib.suppress(Exception):  # dashboard and runtime-env agents outlived the
+            ray.shutdown()  # command, re-parented to init, and ignore SIGTERM)
+        raise
     finally:
         if added:
             del os.environ["OMP_NUM_THREADS"]

@@ -95,7 +95,9 @@ class StopConfig:
     short ones first, so a window smaller than the envs would judge the run by its shortest
     games."""
     max_seconds: float = field(default=0.0, metadata=spec(ge=0))
-    """Wall-clock limit over the whole run, start-up and resumed sessions included (0 = none)."""
+    """Wall-clock limit over the whole run, resumed sessions and their processes' start
+    included; the command's imports and env check before it are not (summary.json's
+    startup_seconds and wall_seconds say each) (0 = none)."""
     max_env_steps: int = field(default=0, metadata=spec(ge=0))
     """Limit on agent steps summed over all environments (0 = none; Atari: 1/frame_skip of
     the frames). Counted per rollout: the run stops at the rollout that reaches it, and the

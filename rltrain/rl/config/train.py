@@ -103,7 +103,8 @@ class TrainConfig:
     faults: FaultsConfig = FaultsConfig()
     runtime: RuntimeConfig = RuntimeConfig()
     log_every_seconds: float = field(default=2.0, metadata=spec(gt=0))
-    """Seconds between TensorBoard points and progress-line updates."""
+    """Seconds between TensorBoard points and progress-line updates (on a terminal; written
+    to a file or a pipe, a line every 10 s)."""
 
     @property
     def algo_spec(self) -> AlgoSpec:

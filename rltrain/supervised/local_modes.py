@@ -91,7 +91,8 @@ def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -
     try:
         while len(reports) < len(procs):
             with contextlib.suppress(queue.Empty):  # empty: time for a snapshot
-                r = out.get(timeout=max(0.05, min(1.0, snapper.due_in())))
+                wait = min(1.0, snapper.due_in()) if training else 0.0  # (the first step: soon)
+                r = out.get(timeout=max(0.05, wait))
                 reports[r.worker_id] = r
             for i, p in enumerate(procs):
                 if i in reports or p.is_alive() or not out.empty():
@@ -121,7 +122,10 @@ def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -
             if p.is_alive():
                 p.kill()
                 p.join(timeout=5)
-    return finish_trace("hogwild", begin, snapper, list(reports.values()), faults)
+    # times from the first step: the first worker's, or when the grid saw it if that worker's
+    # report died with it (a killed one: its restart's start is later)
+    starts = [r.start_time for r in reports.values()] + [snapper.t0] * training
+    return finish_trace("hogwild", begin, snapper, list(reports.values()), faults, min(starts))
 
 
 class _LiveModel:

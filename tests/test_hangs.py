@@ -250,6 +250,30 @@ def test_a_stopped_process_goes_before_an_older_call_that_waits_for_it() -> None
         sleeper.wait()
 
 
+def test_a_stopped_process_past_the_limit_goes_before_a_caller_over_its_own() -> None:
+    """A SIGSTOPped learner (the shards' holder; its calls take 1.5 s, so 10x is 15 s) and an
+    actor whose call waits on it (10x 1.0 s): the actor went over its 10 s first and was
+    killed, then the learner (CI saw hung == 2). The stopped one goes once past the limit."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        sleeper.send_signal(signal.SIGSTOP)
+        w, calls, _ = watch(8.0)
+        actor, learner = FakeProcess("actor", 1, 1), FakeProcess("learner", 0, sleeper.pid)
+        w.answered |= {id(actor), id(learner)}
+        w.longest.update(actor=1.0, learner=1.5)
+        calls["learn"] = (learner, None, True)
+        calls["act"] = (actor, None, True)
+        w.check(0.0)
+        for _ in range(200):  # the signal lands asynchronously
+            if stopped(learner):
+                break
+            time.sleep(0.05)
+        assert w.check(10.5) == "learner 0" and not actor.killed
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
 def test_a_process_stopped_in_its_start_up_is_killed() -> None:
     """No clock runs while a process starts, but a stopped one's: SIGSTOP in a start-up
     (the policy worker's, before its first beat) held the run for good."""

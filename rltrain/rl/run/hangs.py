@@ -170,8 +170,11 @@ class HangWatch:
         over = [t for t in timed if now - t[0] >= self._limit(t[2])]
         if not over:
             return None
-        # a process stopped by a signal first: a call waiting for it at a barrier is as old
-        started, ref, remote = min(over, key=lambda t: (not stopped(t[2]), t[0]))
+        # a process stopped by a signal first: a call waiting for it at a barrier is as old;
+        # and once its call is past faults.hang_timeout_s, before its role's 10x has passed (a
+        # SIGSTOPped learner that holds the shards had an actor waiting on it killed first)
+        held = [t for t in timed if now - t[0] >= self.limit_s and stopped(t[2])]
+        started, ref, remote = min(held or over, key=lambda t: (not stopped(t[2]), t[0]))
         for _, other, _ in timed:  # they may have waited for it: their clocks start again
             if other is not ref:
                 self.clock[other] = now

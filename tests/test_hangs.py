@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -227,51 +228,50 @@ def test_a_first_call_that_ended_between_looks_is_no_start_up() -> None:
     assert id(a) not in answered
 
 
-def test_a_stopped_process_goes_before_an_older_call_that_waits_for_it() -> None:
-    """Under a barrier the live worker's call waits as long as the stopped one's."""
+@pytest.fixture
+def stopped_pid() -> Iterator[int]:
+    """A process stopped by SIGSTOP (state T in /proc, waited for: the signal lands
+    asynchronously)."""
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         sleeper.send_signal(signal.SIGSTOP)
-        w, calls, _ = watch(5.0)
-        waiting, hung = FakeProcess("actor", 0, 1), FakeProcess("actor", 1, sleeper.pid)
-        w.answered |= {id(waiting), id(hung)}
-        calls["waits"] = (waiting, None, True)
-        w.check(0.0)
-        calls["hung"] = (hung, None, True)
-        w.check(1.0)
-        for _ in range(200):  # the signal lands asynchronously
-            if stopped(hung):
+        for _ in range(200):
+            if stopped(FakeProcess("any", 0, sleeper.pid)):
                 break
             time.sleep(0.05)
-        assert stopped(hung) and not stopped(waiting)
-        assert w.check(7.0) == "actor 1" and not waiting.killed
+        yield sleeper.pid
     finally:
         sleeper.kill()
         sleeper.wait()
 
 
-def test_a_stopped_process_past_the_limit_goes_before_a_caller_over_its_own() -> None:
+def test_a_stopped_process_goes_before_an_older_call_that_waits_for_it(stopped_pid: int) -> None:
+    """Under a barrier the live worker's call waits as long as the stopped one's."""
+    w, calls, _ = watch(5.0)
+    waiting, hung = FakeProcess("actor", 0, 1), FakeProcess("actor", 1, stopped_pid)
+    w.answered |= {id(waiting), id(hung)}
+    calls["waits"] = (waiting, None, True)
+    w.check(0.0)
+    calls["hung"] = (hung, None, True)
+    w.check(1.0)
+    assert stopped(hung) and not stopped(waiting)
+    assert w.check(7.0) == "actor 1" and not waiting.killed
+
+
+def test_a_stopped_process_past_the_limit_goes_before_a_caller_over_its_own(
+    stopped_pid: int,
+) -> None:
     """A SIGSTOPped learner (the shards' holder; its calls take 1.5 s, so 10x is 15 s) and an
     actor whose call waits on it (10x 1.0 s): the actor went over its 10 s first and was
     killed, then the learner (CI saw hung == 2). The stopped one goes once past the limit."""
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        sleeper.send_signal(signal.SIGSTOP)
-        w, calls, _ = watch(8.0)
-        actor, learner = FakeProcess("actor", 1, 1), FakeProcess("learner", 0, sleeper.pid)
-        w.answered |= {id(actor), id(learner)}
-        w.longest.update(actor=1.0, learner=1.5)
-        calls["learn"] = (learner, None, True)
-        calls["act"] = (actor, None, True)
-        w.check(0.0)
-        for _ in range(200):  # the signal lands asynchronously
-            if stopped(learner):
-                break
-            time.sleep(0.05)
-        assert w.check(10.5) == "learner 0" and not actor.killed
-    finally:
-        sleeper.kill()
-        sleeper.wait()
+    w, calls, _ = watch(8.0)
+    actor, learner = FakeProcess("actor", 1, 1), FakeProcess("learner", 0, stopped_pid)
+    w.answered |= {id(actor), id(learner)}
+    w.longest.update(actor=1.0, learner=1.5)
+    calls["learn"] = (learner, None, True)
+    calls["act"] = (actor, None, True)
+    w.check(0.0)
+    assert w.check(10.5) == "learner 0" and not actor.killed
 
 
 def test_a_process_stopped_in_its_start_up_is_killed() -> None:

@@ -88,6 +88,8 @@ class Remote:
         self.actor_id = self.handle._actor_id.hex()
         self._where: Any = self.probe()
         self._noted = False  # this incarnation's death has been counted
+        self._pid: int | None = None  # the last process id a probe answered
+        self._noted_pid: int | None = None  # ... when the death was counted (not a new one)
         self._answered = False  # a call of this process has finished
 
     def call(self, method: str, *args: Any) -> Any:
@@ -120,6 +122,7 @@ class Remote:
         """A probe answered after a restart: the new process's (pid, node). Its next death is
         a new one."""
         self._where = where
+        self._pid = int(where[0])
         self._noted = False
 
     def is_up(self) -> bool:
@@ -147,6 +150,7 @@ class Remote:
         """The process id (waits for the process to be up)."""
         if not isinstance(self._where, tuple):
             self._where = get_watched(self._where)
+            self._pid = int(self._where[0])
         return int(self._where[0])
 
     def node_ip(self) -> str:
@@ -166,12 +170,15 @@ class Remote:
             if ready:  # the probe sent after the death has answered: is it back since?
                 try:
                     self._where = ray.get(self._where)
-                    self._noted = False  # yes: this is a new death
+                    self._pid = int(self._where[0])
+                    # a process other than the one alive when the death was counted: a new
+                    # death (a restart before the first call was already back at the count)
+                    self._noted = self._pid == self._noted_pid
                 except RayActorError:
                     self.probe()  # sent while it was restarting: ask again
         if self._noted:
             return False
-        self._noted = True
+        self._noted, self._noted_pid = True, self._pid
         self.probe()
         return True
 

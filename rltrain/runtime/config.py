@@ -36,8 +36,9 @@ class RuntimeConfig:
     --address`); 'ray://host:10001' joins a remote one through Ray Client. --address sets it
     (and then auto means Ray)."""
     num_cpus: int = field(default=0, metadata=spec(ge=0))
-    """Local Ray only: CPUs Ray may schedule on; 0 = all cores (never raised to what the
-    processes ask: more processes than CPUs share them)."""
+    """CPUs of this machine the run sizes itself to (actors: auto) and, on a local Ray, Ray
+    may schedule on; 0 = all cores (never raised to what the processes ask: more processes
+    than CPUs share them). With --address the cluster's CPUs count instead."""
     threads_per_worker: int = field(default=1, metadata=spec(ge=1))
     """torch threads in each worker/actor process; keep N processes x threads <= cores."""
     learner_threads: int = field(default=0, metadata={**spec(ge=0), "only": "train"})

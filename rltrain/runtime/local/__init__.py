@@ -298,14 +298,21 @@ def server_processes(server: LocalServer) -> list[Remote]:
 _threads_before: list[int] = []  # torch's thread count, restored when the run ends
 
 
+_cpu_limit = [0]  # runtime.num_cpus of the run started (0: every core)
+
+
 def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
     # actors and learners set torch's (process-wide) thread count as they are built
     _threads_before.append(torch.get_num_threads())
+    _cpu_limit[0] = cfg.num_cpus
     return DESCRIPTION
 
 
 def cluster_cpus() -> float:
-    return float(os.cpu_count() or 1)
+    """The cores this process may run on (a container's or taskset's limit, not the host's),
+    at most runtime.num_cpus: what ``actors: auto`` sizes a run to."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return float(min(cores or 1, _cpu_limit[0] or cores or 1))
 
 
 def free_cpus() -> float:

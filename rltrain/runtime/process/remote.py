@@ -359,10 +359,7 @@ def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
 
 
 def cluster_cpus() -> float:
-    """The cores this process may run on (a container's or taskset's limit, not the host's)."""
-    if hasattr(os, "sched_getaffinity"):
-        return float(len(os.sched_getaffinity(0)))
-    return float(os.cpu_count() or 1)
+    return local.cluster_cpus()
 
 
 def free_cpus() -> float:

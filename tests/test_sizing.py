@@ -206,6 +206,22 @@ def test_the_process_runtime_counts_the_cores_this_process_may_use() -> None:
     assert process.cluster_cpus() == len(os.sched_getaffinity(0))
 
 
+def test_runtime_num_cpus_caps_the_cores_of_the_process_and_local_runtimes() -> None:
+    """runtime.num_cpus on one machine without Ray: the cores ``actors: auto`` sizes to
+    (it was read by a local Ray only, and accepted unread by the process runtime)."""
+    import os
+
+    from rltrain.runtime import local, process
+
+    cores = len(os.sched_getaffinity(0))
+    for backend, asked, cpus in [(process, 1, 1), (process, cores + 8, cores), (local, 0, cores)]:
+        backend.start(RuntimeConfig(num_cpus=asked))  # (never more than there are)
+        try:
+            assert backend.cluster_cpus() == cpus
+        finally:
+            backend.shutdown()
+
+
 def test_pong_on_a_16_core_1_gpu_box_gets_the_documented_layout(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

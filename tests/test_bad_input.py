@@ -364,6 +364,16 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             id="t-dqn-normalize",
         ),
         pytest.param(
+            ["train", CARTPOLE, "--set", "learners=2"],  # (a3c: read by impala/appo/dqn only)
+            ["learners=2", "a3c has no learners", "set actors"],
+            id="t-learners-unsplit",
+        ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "learner_gpus=0.5"],
+            ["learner_gpus=0.5", "a3c has no learners", "leave it out"],
+            id="t-learner-gpus-unsplit",
+        ),
+        pytest.param(
             ["train", CARTPOLE, "--set", "schedule.lr_end=0"],
             ["schedule", "schedule.steps or stop.max_env_steps"],
             id="t-schedule-horizon",

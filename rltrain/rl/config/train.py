@@ -244,6 +244,14 @@ def check_algo(cfg: TrainConfig) -> None:
             "it a share of one (0 to 1); to use more GPUs, set learners to their number"
         )
     name, spec = cfg.algo.name, cfg.algo_spec
+    for key in ("learners", "learner_gpus") if not spec.split else ():
+        value = getattr(cfg, key)  # (the default, 1, is any algorithm's config)
+        if value != 1:
+            raise ValueError(
+                f"{key}={value:g}: algo.name={name} has no learners (each of its actors "
+                "learns from its own rollouts); leave it out, or use impala, appo or dqn for "
+                "separate learners (for more workers set actors)"
+            )
     if not spec.normalizes and cfg.normalize.obs == "always":
         raise ValueError(
             f"normalize.obs=always: not supported with algo.name={name}; use auto or never"

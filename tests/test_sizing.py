@@ -313,3 +313,23 @@ def test_the_sharing_note_points_at_auto_only_where_the_actors_were_set() -> Non
         "2 processes and 2 shard(s) ask 6 CPUs of 2: they share the cores, each reserving "
         "0.33 CPU (runtime.worker_cpus=2), a shard 0.16 (runtime.server_cpus=1)"
     )  # (and no hint at actors: auto for one actor)
+
+
+def test_the_start_says_where_the_actors_torch_threads_outnumber_the_cpus() -> None:
+    """On every runtime (the process runtime reserves no CPUs, so Ray's sharing note never
+    comes): actors x threads_per_worker above the CPUs is said; one thread per actor and a
+    learner with more (atari_appo.yaml's measured layout) is not."""
+    from rltrain.rl.run.placement import place
+
+    many = place(
+        cfg("appo", actors=4, runtime=RuntimeConfig(threads_per_worker=2)), "process", 4, 0
+    )
+    (note,) = many.notes(4, many.cfg.runtime, many.cfg.runtime, True)
+    assert note.startswith("4 actors x runtime.threads_per_worker=2 = 8 torch threads on 4 CPUs")
+    workers = place(
+        cfg("a3c", actors=2, runtime=RuntimeConfig(threads_per_worker=2)), "process", 2, 0
+    )
+    assert workers.threads_note(2).startswith("2 workers x")
+    assert "workers on CPU" in workers.describe()
+    learner = place(cfg("appo", runtime=RuntimeConfig(learner_threads=2)), "process", 2, 0)
+    assert learner.notes(2, learner.cfg.runtime, learner.cfg.runtime, False) == []

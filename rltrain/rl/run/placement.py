@@ -83,9 +83,34 @@ class Placement:
         auto = actors_set and self.cfg.actors > 1
         return note + (" (actors: auto sizes the run to the CPUs)" if auto else "")
 
+    def notes(
+        self, cpus: float, asked: RuntimeConfig, fitted: RuntimeConfig, actors_set: bool
+    ) -> list[str]:
+        """What the run's start says about sharing the ``cpus``: Ray's CPUs shared
+        (:meth:`sharing_note`) and torch's threads (:meth:`threads_note`)."""
+        shared = fitted.worker_cpus < asked.worker_cpus
+        notes = [self.sharing_note(cpus, asked, fitted, actors_set)] if shared else []
+        return [*notes, self.threads_note(cpus)] if self.threads_note(cpus) else notes
+
+    def threads_note(self, cpus: float) -> str:
+        """Where the actors' torch threads alone outnumber the cores (threads_per_worker > 1
+        on many actors), a note: torch's threads spin while they wait for each other, so a
+        process whose threads share a core with another's runs several times slower. (One
+        thread per actor and a learner with more, as atari_appo.yaml does, is not said: the
+        learner's threads take the cores the waiting actors leave idle.)"""
+        n, threads = self.cfg.actors, self.cfg.runtime.threads_per_worker
+        if threads == 1 or n * threads <= cpus:
+            return ""
+        who = "actors" if self.cfg.algo_spec.split else "workers"
+        note = f"{n} {who} x runtime.threads_per_worker={threads} = {n * threads} torch threads "
+        note += f"on {cpus:g} CPUs: their threads share cores and wait on each other; keep "
+        note += f"{who} x threads_per_worker within the CPUs"
+        return note + (" (runtime.learner_threads: the learners')" if who == "actors" else "")
+
     def describe(self) -> str:
         """``2 actors, 1 learner, 1 shard; learners on CPU`` and what is on a GPU."""
-        where = f"{describe_sizes(self.cfg)}; learners on {'GPU' if self.gpu else 'CPU'}"
+        who = "learners" if self.cfg.algo_spec.split else "workers"  # (a3c's learn themselves)
+        where = f"{describe_sizes(self.cfg)}; {who} on {'GPU' if self.gpu else 'CPU'}"
         where += ", shards on GPU" if self.shard_device != "cpu" else ""
         where += ", the shards in the learner's process" if self.hosted else ""
         if self.inference is not None:

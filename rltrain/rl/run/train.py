@@ -190,8 +190,8 @@ class Trainer:
         fitted = runtime.fit_cpus(cfg.runtime, processes, cfg.server.shards)
         print(f"runtime: {where}, chosen by {why}; {placed.describe()}")
         note_sizes(self.run_dir, placed, cpus, runtime.cluster_gpus())
-        if fitted.worker_cpus < cfg.runtime.worker_cpus:
-            self.progress.note(placed.sharing_note(cpus, cfg.runtime, fitted, self.cfg.actors != 0))
+        for note in placed.notes(cpus, cfg.runtime, fitted, self.cfg.actors != 0):
+            self.progress.note(note)
         self.cfg = cfg = dataclasses.replace(cfg, runtime=fitted)
         if cfg.faults.events:
             print(f"faults to inject: {describe_events(cfg.faults.events)}")

@@ -250,7 +250,7 @@ def cmd_reapply(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from rltrain.rl.config import TrainConfig, load_run_config
-    from rltrain.rl.run.summary import final_line
+    from rltrain.rl.run.summary import final_line, interrupted_advice
 
     overrides = _overrides(args)
     if args.resume is not None:
@@ -272,17 +272,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     if summary["stopped_by"] in ("fault", "diverged"):
         print(f"rltrain: run failed: {summary.get('failure', '')}", file=sys.stderr)
         return EXIT_FAILED
-    if summary["stopped_by"] == "interrupt":
-        from rltrain.checkpoint import latest_checkpoint
-
-        if latest_checkpoint(run) is None:  # stopped in its start-up, before the server was up
-            again = f"with a new --run-dir (or remove {run})" if args.run_dir else "the same way"
-            print(
-                f"no checkpoint was written: nothing to resume; start again {again}",
-                file=sys.stderr,
-            )
-        else:
-            print(f"continue with: rltrain train --resume {run}", file=sys.stderr)
+    if summary["stopped_by"] == "interrupt" or signals.interrupted():  # (the final eval's too)
+        print(interrupted_advice(summary, run, args.run_dir is not None), file=sys.stderr)
         return signals.EXIT_INTERRUPTED
     return 0
 

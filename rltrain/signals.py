@@ -24,6 +24,7 @@ EXIT_INTERRUPTED = 130
 FINAL_CHECKPOINT = "stopping after a final checkpoint"
 BENCH_RESULTS = "stopping; the modes that finished keep their results"  # a bench: no checkpoint
 STOPPING = "stopping"  # eval, plot, reapply: nothing to keep
+FINAL_EVALUATION = "the final checkpoint is written: stopping without the final evaluation"
 _received = 0
 _stopping = FINAL_CHECKPOINT  # what the first signal starts (graceful's ``stopping``)
 _deferring = 0  # depth of deferred() blocks in the main thread
@@ -52,7 +53,8 @@ def _handler(signum: int, frame: FrameType | None) -> None:
             return
         raise KeyboardInterrupt
     # (what the graceful stop had written by now stays: it may have written all of it)
-    left = "; --resume takes its newest checkpoint" if _stopping is FINAL_CHECKPOINT else ""
+    kept = _stopping in (FINAL_CHECKPOINT, FINAL_EVALUATION)
+    left = "; --resume takes its newest checkpoint" if kept else ""
     left = left if _checkpointed else ""  # (none yet: nothing to resume from)
     _say(f"rltrain: stopped at once, before the graceful stop finished{left}\n")
     resume_all()  # processes paused by an injected fault must not outlive us stopped
@@ -105,6 +107,19 @@ def checkpointed() -> None:
     (it did where none existed: a cluster lost before the first)."""
     global _checkpointed
     _checkpointed = True
+
+
+def stopping_now(stopping: str) -> None:
+    """What a first signal from now on says the command does (a run whose final checkpoint
+    is written: it skips the final evaluation, :data:`FINAL_EVALUATION`)."""
+    global _stopping
+    _stopping = stopping
+
+
+def interrupted() -> bool:
+    """Whether a signal came during this command (its :func:`graceful` block): a run that
+    met its stop and was interrupted in its final evaluation exits 130 all the same."""
+    return _received > 0
 
 
 def pending() -> bool:

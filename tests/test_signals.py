@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -97,3 +98,32 @@ def test_a_quit_at_once_names_resume_only_where_the_run_has_a_checkpoint(
         assert "stopped at once, before the graceful stop finished" in err
         assert ("--resume takes its newest checkpoint" in err) is written
     assert quits == [signals.EXIT_INTERRUPTED] * 2
+
+
+def test_ctrl_c_in_the_final_evaluation_says_so_and_exits_130(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A run that met its stop, interrupted in its final evaluation: the signal's line says
+    the final checkpoint is written (it promised one), the evaluation is left out, and the
+    command exits 130 (it exited 0: a `&&` chain went on after the Ctrl-C)."""
+    from rltrain import cli
+
+    summary = {"stopped_by": "max_env_steps", "wall_seconds": 3.0, "env_steps": 64}
+    summary |= {"episodes": 2, "mean_return": 9.0, "updates": 1, "faults": {}}
+
+    def run_train(*_args: object) -> tuple[object, dict[str, object]]:
+        signals.stopping_now(signals.FINAL_EVALUATION)  # as PeriodicEval.finish does
+        with pytest.raises(KeyboardInterrupt):  # (PeriodicEval's wait catches it)
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):
+                pass
+        return tmp_path, summary
+
+    monkeypatch.setattr(cli, "run_train", run_train)
+    config = str(Path(__file__).resolve().parents[1] / "configs" / "cartpole_a3c.yaml")
+    assert cli.main(["train", config]) == signals.EXIT_INTERRUPTED
+    err = capfd.readouterr().err
+    assert "SIGINT: the final checkpoint is written: stopping without the final evaluation" in err
+    assert f"interrupted in the final evaluation; score the run: rltrain eval {tmp_path}" in err
+    monkeypatch.setattr(cli, "run_train", lambda *_: (tmp_path, summary))
+    assert cli.main(["train", config]) == 0  # no signal: 0 (graceful counts each command's)

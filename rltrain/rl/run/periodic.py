@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from rltrain import signals
 from rltrain.checkpoint import (
     CheckpointError,
     as_saved,
@@ -282,6 +283,8 @@ class PeriodicEval:
         sets as it ends) unless the last evaluation scored those parameters already, or no
         update was applied (a run stopped during its start-up), so that the final weights
         are evaluated and can become best.pt; then stop the evaluator."""
+        if wait and self.every:  # (a Ctrl-C from here on cuts the evaluation short)
+            signals.stopping_now(signals.FINAL_EVALUATION)
         if wait:
             self._wait()
         if wait and self.final is not None and self.every and self.flight is None:

@@ -139,3 +139,14 @@ def final_line(summary: dict[str, Any], run: Path) -> str:
         f"{'failure.log (its traceback), ' if (run / FAILURE_LOG).is_file() else ''}"
         f"{'checkpoints/, ' if latest_checkpoint(run) else ''}tensorboard --logdir {run / 'tb'}"
     )
+
+
+def interrupted_advice(summary: dict[str, Any], run: Path, run_dir_given: bool) -> str:
+    """What ``rltrain train`` says as it exits 130: how to continue a run a signal stopped,
+    or to score one that met its stop and was interrupted in its final evaluation."""
+    if summary["stopped_by"] != "interrupt":
+        return f"rltrain: interrupted in the final evaluation; score the run: rltrain eval {run}"
+    if latest_checkpoint(run) is None:  # stopped in its start-up, before the server was up
+        again = f"with a new --run-dir (or remove {run})" if run_dir_given else "the same way"
+        return f"no checkpoint was written: nothing to resume; start again {again}"
+    return f"continue with: rltrain train --resume {run}"

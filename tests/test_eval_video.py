@@ -413,16 +413,22 @@ def test_eval_of_episodes_that_never_end_is_a_one_line_error(tmp_path: Path) -> 
 
 def test_a_failed_eval_leaves_the_last_video_as_it_was(tmp_path: Path, no_ffmpeg: None) -> None:
     """A video is filmed under a draft name and takes its own only when the evaluation
-    succeeds: a failed one (the filmed episode never ended) overwrote a good video."""
+    succeeds: a failed one (the filmed episode never ended) overwrote a good video. The cut
+    episode is kept beside it, named so (it was deleted: what the agent did is what a user
+    whose episodes never end wants to see)."""
     run = write_run(tmp_path / "run", "cartpole_appo.yaml")
     video = run / "eval-v0-agent.gif"
     good = rltrain.evaluate(run, episodes=1, video=True, video_view="agent")
     assert good.video == video and video.exists()
     before = video.read_bytes()
-    with pytest.raises(EvalError, match="^0 of 1 episodes ended in 3 steps"):
+    cut = run / "eval-v0-agent-cut.gif"
+    with pytest.raises(
+        EvalError,
+        match=f"^0 of 1 episodes ended in 3 steps .*; the filmed episode, cut there: {cut}$",
+    ):
         rltrain.evaluate(run, episodes=1, video=True, video_view="agent", max_steps=3)
     assert video.read_bytes() == before
-    assert sorted(p.name for p in run.iterdir() if "eval" in p.name) == [video.name]
+    assert sorted(p.name for p in run.iterdir() if "eval" in p.name) == [cut.name, video.name]
 
 
 def test_a_video_flag_without_video_is_refused(

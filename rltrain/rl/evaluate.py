@@ -244,7 +244,7 @@ def evaluate(
     vec_seed = (seed + 1) % 2**32 if video else seed  # the video plays env 0's game, seed
     returns: list[float] = []
     lengths: list[int] = []
-    video_path = None
+    video_path, ret = None, None  # (ret: the filmed episode's score, None if it was cut)
     paced = Paced("[eval]")
 
     cap = f" of at most {max_steps:,}" if max_steps != DEFAULT_MAX_STEPS else ""  # (a user's)
@@ -312,7 +312,10 @@ def evaluate(
             returns.extend(more)
             lengths.extend(more_lengths)
         if len(returns) < episodes:  # a mean over the episodes that happened to end misleads
-            raise EvalError(unended(cfg, len(returns), episodes, max_steps, style))
+            why = unended(cfg, len(returns), episodes, max_steps, style)
+            if video_path is not None and ret is None:  # the filmed one: what it did instead
+                why += f"; the filmed episode, cut there: {publish(video_path, '-cut')}"
+            raise EvalError(why)
         video_path = publish(video_path) if video_path is not None else None
     video_as = view if video else None
     played = deterministic or policy.greedy

@@ -49,9 +49,11 @@ def draft_of(stem: Path) -> Path:
     return stem.with_name(f".{stem.name}.draft")
 
 
-def publish(draft: Path) -> Path:
-    """The draft video under its own name, replacing an older one: its path now."""
-    final = draft.with_name(draft.name.removeprefix(".").replace(".draft", "", 1))
+def publish(draft: Path, tag: str = "") -> Path:
+    """The draft video under its own name, replacing an older one: its path now. ``tag``
+    ("-cut": an episode that did not end in --max-steps) goes before the extension, so
+    that the last good video stays."""
+    final = draft.with_name(draft.name.removeprefix(".").replace(".draft", tag, 1))
     os.replace(draft, final)
     return final
 

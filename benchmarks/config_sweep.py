@@ -8,6 +8,14 @@ unsolved (inf steps).
     python benchmarks/config_sweep.py configs/cartpole_appo.yaml --seeds 0 1 2 3 4 5 6 7 \\
         --variant base= \\
         --variant lb1_e4m4=impala.learner_batch=1,ppo.epochs=4,ppo.minibatches=4
+
+With ``--past STEPS`` each run trains on past its stop to STEPS env steps (what the README's
+`--resume ... --set stop.mean_return=null` does), and the table says whether it holds what it
+learned: the env steps at which the mean return first reached the config's stop, the lowest
+mean return after that, and the mean over the last fifth of the run.
+
+    python benchmarks/config_sweep.py configs/cartpole_impala.yaml --seeds 0 1 2 3 4 5 \
+        --past 300000 --variant base= --variant norm=normalize.reward=true
 """
 
 from __future__ import annotations
@@ -19,6 +27,9 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+import yaml
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 
 def run(config: str, seed: int, sets: list[str], run_dir: Path) -> tuple[float, float]:
@@ -34,10 +45,43 @@ def run(config: str, seed: int, sets: list[str], run_dir: Path) -> tuple[float, 
     return seconds, summary["env_steps"] if solved else float("inf")
 
 
+def held(run_dir: Path, target: float) -> tuple[float, float, float]:
+    """(env steps at which the mean return first reached ``target``, inf if never; the
+    lowest mean return after that; the mean over the last fifth of the run's steps)."""
+    acc = EventAccumulator(str(run_dir / "tb"), size_guidance={"scalars": 0})
+    acc.Reload()
+    points = [(e.step, e.value) for e in acc.Scalars("episode/mean_return")]
+    first = next((step for step, v in points if v >= target), float("inf"))
+    lowest = min((v for step, v in points if step >= first), default=float("nan"))
+    end = points[-1][0] * 0.8
+    last = [v for step, v in points if step >= end]
+    return first, lowest, statistics.fmean(last)
+
+
+def past(config: str, seeds: list[int], variants: dict[str, str], steps: int, tmp: str) -> None:
+    """The --past table: each variant's runs trained on to ``steps``."""
+    target = float(yaml.safe_load(Path(config).read_text())["stop"]["mean_return"])
+    print(f"| variant | first mean return >= {target:g} (env steps) | lowest after | last 20% |")
+    print("|---|---|---|---|")
+    on = [f"stop.mean_return=null,stop.max_env_steps={steps},stop.max_seconds=0"]
+    for name, spec in variants.items():
+        rows = []
+        for seed in seeds:
+            sets = [x for x in f"{spec},{on[0]}".split(",") if x]
+            run(config, seed, sets, Path(tmp) / f"{name}-{seed}")
+            rows.append(held(Path(tmp) / f"{name}-{seed}", target))
+        cols = [", ".join(fmt.format(r[i]) for r in rows) for i, fmt in enumerate(FORMATS)]
+        print(f"| {name} | {' | '.join(cols)} |", flush=True)
+
+
+FORMATS = ("{:,.0f}", "{:.0f}", "{:.0f}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("config")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--past", type=int, default=0, metavar="STEPS", help="train on to STEPS")
     p.add_argument(
         "--variant",
         action="append",
@@ -46,6 +90,9 @@ def main() -> None:
     )
     args = p.parse_args()
     variants = dict(v.split("=", 1) for v in args.variant) or {"base": ""}
+    if args.past:
+        with tempfile.TemporaryDirectory() as tmp:
+            return past(args.config, args.seeds, variants, args.past, tmp)
     print("| variant | median s | slowest s | median env steps | env steps |")
     print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:

@@ -232,7 +232,7 @@ def test_bench_workers_and_shards_spread_over_the_nodes(cluster: Cluster, tmp_pa
     assert "on 3 nodes" in out
     assert "runtime.num_cpus=1 is for a local Ray: a cluster has its nodes'" in out
     ray = json.loads((run / "summary.json").read_text())["runtime"]
-    assert ray["nodes"] == 3
+    assert ray["nodes"] == 3 and ray["backend"] == "ray"
     assert ray["address"].endswith(cluster.address.rpartition(":")[2])  # (the head's own IP)
     actors = job_actors(cluster.records(), ray["job_id"])
     workers = [a["node"] for a in actors if a["cls"] == "SupervisedWorker"]

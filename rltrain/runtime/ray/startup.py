@@ -311,6 +311,7 @@ def job_record() -> dict[str, Any]:
     context = ray.get_runtime_context()
     joined = {} if _started_here else {"address": str(context.gcs_address or "")}  # (resolved)
     return {
+        "backend": "ray",  # (as the process and local runtimes' records say theirs)
         "job_id": context.get_job_id(),
         **joined,
         "nodes": len([n for n in ray.nodes() if n.get("Alive")]),

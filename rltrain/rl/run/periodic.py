@@ -283,7 +283,7 @@ class PeriodicEval:
         sets as it ends) unless the last evaluation scored those parameters already, or no
         update was applied (a run stopped during its start-up), so that the final weights
         are evaluated and can become best.pt; then stop the evaluator."""
-        if wait and self.every:  # (a Ctrl-C from here on cuts the evaluation short)
+        if wait and self.every and self.final is not None:  # (Ctrl-C: the evaluation is cut)
             signals.stopping_now(signals.FINAL_EVALUATION)
         if wait:
             self._wait()

@@ -241,7 +241,8 @@ def test_pong_on_a_16_core_1_gpu_box_gets_the_documented_layout(
     assert (placed.cfg.actors, placed.cfg.env.num_envs, placed.cfg.env.groups) == (15, 16, 2)
     assert describe_batch(placed.cfg) == (
         "batch: 15 actors x 16 envs x 64 steps (240 envs); each learn 1024 samples, "
-        "4 epochs x 4 minibatches of 256; adam lr 0.00025"
+        "4 epochs x 4 minibatches of 256; adam lr 0.00025 (linearly from 2,750,000 steps to 0 "
+        "at 5,000,000 steps)"
     )
     two_cores = place(pong, "process", 2, 0)  # this repository's CI box: one actor
     assert (two_cores.gpu, two_cores.inference, two_cores.cfg.actors) == (False, None, 1)
@@ -333,3 +334,15 @@ def test_the_start_says_where_the_actors_torch_threads_outnumber_the_cpus() -> N
     assert "workers on CPU" in workers.describe()
     learner = place(cfg("appo", runtime=RuntimeConfig(learner_threads=2)), "process", 2, 0)
     assert learner.notes(2, learner.cfg.runtime, learner.cfg.runtime, False) == []
+
+
+def test_the_batch_line_says_where_the_learning_rate_is_annealed_to() -> None:
+    """schedule.lr_end: the start's line gave the starting lr only."""
+    from rltrain.rl.run.sizing import describe_lr
+
+    assert describe_lr(cfg("appo")) == "rmsprop lr 0.0007"
+    sets = ["schedule.lr_end=0.1", "schedule.steps=300000", "schedule.start=1000"]
+    sets += ["algo.name=appo", "stop.max_env_steps=1"]
+    annealed = load_config(TrainConfig, "configs/cartpole_appo.yaml", sets)
+    want = "adam lr 0.001 (linearly from 1,000 steps to 0.0001 at 300,000 steps)"
+    assert describe_lr(annealed) == want

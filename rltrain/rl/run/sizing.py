@@ -94,7 +94,7 @@ def describe_batch(cfg: TrainConfig) -> str:
         return (
             f"batch: {n(cfg.actors, 'actor')} x {envs} envs "
             f"({cfg.actors * envs} envs); learners "
-            f"sample minibatches of {cfg.dqn.batch_size} from the replay; lr {cfg.optimizer.lr:g}"
+            f"sample minibatches of {cfg.dqn.batch_size} from the replay; {describe_lr(cfg)}"
         )
     who = "actor" if spec.split else "worker"
     samples = steps * envs * (cfg.impala.learner_batch if spec.split else 1)
@@ -104,11 +104,22 @@ def describe_batch(cfg: TrainConfig) -> str:
     if loss.minibatched:
         mb = samples // loss.minibatches
         text += f", {loss.epochs} epochs x {loss.minibatches} minibatches of {mb}"
-    text += f"; {cfg.optimizer.name} lr {cfg.optimizer.lr:g}"
+    text += f"; {describe_lr(cfg)}"
     run = server_settings(cfg).rule
     if run != cfg.server.rule:  # a2c/ppo: config.yaml keeps the rule as given
         text += f"; server.rule={cfg.server.rule} runs as {run} for {cfg.algo.name}"
     return text
+
+
+def describe_lr(cfg: TrainConfig) -> str:
+    """``adam lr 0.003``, and where schedule.lr_end anneals it, to what and by when."""
+    lr, sched = cfg.optimizer.lr, cfg.schedule
+    text = f"{cfg.optimizer.name} lr {lr:g}"
+    if sched.lr_end is None:
+        return text
+    since = f" from {sched.start:,} steps" if sched.start else ""
+    horizon = sched.steps or cfg.stop.max_env_steps
+    return text + f" (linearly{since} to {lr * sched.lr_end:g} at {horizon:,} steps)"
 
 
 def check_rollout_memory(cfg: TrainConfig, spec: EnvSpec) -> None:

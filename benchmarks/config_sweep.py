@@ -9,10 +9,12 @@ unsolved (inf steps).
         --variant base= \\
         --variant lb1_e4m4=impala.learner_batch=1,ppo.epochs=4,ppo.minibatches=4
 
-With ``--past STEPS`` each run trains on past its stop to STEPS env steps (what the README's
-`--resume ... --set stop.mean_return=null` does), and the table says whether it holds what it
-learned: the env steps at which the mean return first reached the config's stop, the lowest
-mean return after that, and the mean over the last fifth of the run.
+With ``--past STEPS`` each run trains on past its stop to STEPS env steps, in one session
+(stop.mean_return=null, stop.max_env_steps=STEPS: as a `--resume ... --set
+stop.mean_return=null` would go on, but a schedule whose horizon is stop.max_env_steps moves
+to STEPS), and the table says whether it holds what it learned: the env steps at which the
+mean return first reached the config's stop, the lowest mean return after that, and the mean
+over the last fifth of the run.
 
     python benchmarks/config_sweep.py configs/cartpole_impala.yaml --seeds 0 1 2 3 4 5 \
         --past 300000 --variant base= --variant norm=normalize.reward=true
@@ -70,11 +72,16 @@ def past(config: str, seeds: list[int], variants: dict[str, str], steps: int, tm
             sets = [x for x in f"{spec},{on[0]}".split(",") if x]
             run(config, seed, sets, Path(tmp) / f"{name}-{seed}")
             rows.append(held(Path(tmp) / f"{name}-{seed}", target))
-        cols = [", ".join(fmt.format(r[i]) for r in rows) for i, fmt in enumerate(FORMATS)]
+        cols = [", ".join(shown(r[i], fmt) for r in rows) for i, fmt in enumerate(FORMATS)]
         print(f"| {name} | {' | '.join(cols)} |", flush=True)
 
 
 FORMATS = ("{:,.0f}", "{:.0f}", "{:.0f}")
+
+
+def shown(value: float, fmt: str) -> str:
+    """never (the target not reached) and - (nothing after it) in place of inf and nan."""
+    return "never" if value == float("inf") else "-" if value != value else fmt.format(value)
 
 
 def main() -> None:

@@ -369,8 +369,13 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             id="t-learners-unsplit",
         ),
         pytest.param(
-            ["train", CARTPOLE, "--set", "learner_gpus=0.5"],
-            ["learner_gpus=0.5", "a3c has no learners", "leave it out"],
+            [
+                "train",
+                CARTPOLE,
+                "--set",
+                "learner_gpus=2",
+            ],  # (not: "a learner computes on one GPU")
+            ["learner_gpus=2", "a3c has no learners", "leave it out"],
             id="t-learner-gpus-unsplit",
         ),
         pytest.param(

@@ -329,13 +329,25 @@ def test_a_ctrl_c_in_the_final_wait_leaves_the_evaluation_out_and_says_why(
     pe = PeriodicEval(cfg, tmp_path, local, 0, Log(), said.append)  # type: ignore[arg-type]
     pe.final = (path, load_checkpoint(path))
 
-    def ctrl_c(timeout: float = 0.0) -> None:
+    from rltrain import signals
+
+    lines: list[str] = []
+
+    def ctrl_c(*_: object, **__: object) -> None:
+        lines.append(signals._stopping)  # what a signal's line says meanwhile
         raise KeyboardInterrupt
 
     monkeypatch.setattr(pe, "poll", ctrl_c)
     pe.finish(wait=True)
     assert said[-1] == f"the evaluation of {path.name} is left out: Ctrl-C"
     assert pe.summary()["eval"]["left_out"] == path.name and pe.remote is None
+    assert lines == [signals.FINAL_EVALUATION] and signals._stopping == signals.FINAL_CHECKPOINT
+    again = PeriodicEval(cfg, tmp_path / "b", local, 0, Log(), said.append)  # type: ignore[arg-type]
+    again.final = (path, load_checkpoint(path))
+    monkeypatch.setattr(again, "submit", ctrl_c)  # Ctrl-C as the evaluator starts
+    again.finish(wait=True)
+    assert said[-1] == f"the evaluation of {path.name} is left out: Ctrl-C"
+    assert again.summary()["eval"]["left_out"] == path.name and again.remote is None
 
 
 def test_resume_keeps_the_best_score(run: Path, tmp_path: Path) -> None:

@@ -240,8 +240,8 @@ def test_a_death_before_the_first_call_is_reported_and_counted_once(tmp_path) ->
         assert isinstance(done.error, ProcessLost) and not done.error.permanent
         assert "before its first call" in str(done.error)
         assert r.mark_lost()
-        ray.wait([r._where], timeout=30)  # the restarted process answers the loss's probe:
-        assert not r.mark_lost()  # still one death, counted once (it was back at the count)
+        answered, _ = ray.wait([r._where], timeout=30)  # the restarted process answers the
+        assert answered and not r.mark_lost()  # loss's probe: still one death, counted once
         (back,) = pool.wait(60.0)
         assert back.revived
         pool.submit(r, "f")

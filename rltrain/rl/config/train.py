@@ -238,20 +238,20 @@ def check_server(cfg: TrainConfig) -> None:
 def check_algo(cfg: TrainConfig) -> None:
     """What the algorithm's spec allows: learners on one GPU each, normalisation, and the
     fault events' targets among its processes."""
-    if cfg.learner_gpus > 1:  # the learner computes on cuda:0; more would sit idle
-        raise ValueError(
-            f"learner_gpus={cfg.learner_gpus:g}: a learner computes on one GPU, so give "
-            "it a share of one (0 to 1); to use more GPUs, set learners to their number"
-        )
     name, spec = cfg.algo.name, cfg.algo_spec
     for key in ("learners", "learner_gpus") if not spec.split else ():
         value = getattr(cfg, key)  # (the default, 1, is any algorithm's config)
         if value != 1:
             raise ValueError(
-                f"{key}={value:g}: algo.name={name} has no learners (each of its actors "
+                f"{key}={value:g}: algo.name={name} has no learners (each of its workers "
                 "learns from its own rollouts); leave it out, or use impala, appo or dqn for "
                 "separate learners (for more workers set actors)"
             )
+    if cfg.learner_gpus > 1:  # the learner computes on cuda:0; more would sit idle
+        raise ValueError(
+            f"learner_gpus={cfg.learner_gpus:g}: a learner computes on one GPU, so give "
+            "it a share of one (0 to 1); to use more GPUs, set learners to their number"
+        )
     if not spec.normalizes and cfg.normalize.obs == "always":
         raise ValueError(
             f"normalize.obs=always: not supported with algo.name={name}; use auto or never"

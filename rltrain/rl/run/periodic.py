@@ -283,21 +283,34 @@ class PeriodicEval:
         sets as it ends) unless the last evaluation scored those parameters already, or no
         update was applied (a run stopped during its start-up), so that the final weights
         are evaluated and can become best.pt; then stop the evaluator."""
-        if wait and self.every and self.final is not None:  # (Ctrl-C: the evaluation is cut)
+        final = wait and self.every and self.final is not None
+        if final:  # a Ctrl-C from here on cuts the evaluation short, and says so
             signals.stopping_now(signals.FINAL_EVALUATION)
-        if wait:
-            self._wait()
-        if wait and self.final is not None and self.every and self.flight is None:
-            path, state = self.final
-            counters = Counters(**state["counters"])
-            version = state_params(state)[0]
-            if version == 0:  # no update applied: the initial parameters, not worth the wait
-                self.say(f"no final evaluation: {path.name} holds the initial parameters")
-            elif self.scored != (counters.env_steps, version):
-                self.say(f"final evaluation of {path.name} ({counters.env_steps:,} steps)")
-                self.submit(path, state, counters, at_stop=True)
+        try:
+            if wait:
                 self._wait()
+            if final and self.flight is None:
+                self._final()
+        except KeyboardInterrupt:  # (in the evaluator's start: _wait catches its own)
+            assert self.final is not None
+            self.left_out = self.final[0].name
+            self.say(f"the evaluation of {self.left_out} is left out: Ctrl-C")
+        finally:
+            signals.stopping_now(signals.FINAL_CHECKPOINT)
         self.close()
+
+    def _final(self) -> None:
+        """Score :attr:`final` unless it holds the initial parameters or was scored."""
+        assert self.final is not None
+        path, state = self.final
+        counters = Counters(**state["counters"])
+        version = state_params(state)[0]
+        if version == 0:  # no update applied: the initial parameters, not worth the wait
+            self.say(f"no final evaluation: {path.name} holds the initial parameters")
+        elif self.scored != (counters.env_steps, version):
+            self.say(f"final evaluation of {path.name} ({counters.env_steps:,} steps)")
+            self.submit(path, state, counters, at_stop=True)
+            self._wait()
 
     def _wait(self) -> None:
         """Wait up to FINISH_WAIT_S for the evaluation in flight, if any, and record it."""

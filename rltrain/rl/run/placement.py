@@ -105,7 +105,8 @@ class Placement:
         note = f"{n} {who} x runtime.threads_per_worker={threads} = {n * threads} torch threads "
         note += f"on {cpus:g} CPUs: their threads share cores and wait on each other; keep "
         note += f"{who} x threads_per_worker within the CPUs"
-        return note + (" (runtime.learner_threads: the learners')" if who == "actors" else "")
+        learners = " (the learners' runtime.learner_threads are not counted)"
+        return note + (learners if who == "actors" else "")
 
     def describe(self) -> str:
         """``2 actors, 1 learner, 1 shard; learners on CPU`` and what is on a GPU."""

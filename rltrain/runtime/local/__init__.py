@@ -347,3 +347,4 @@ def shutdown() -> None:
         remote.thread.join(max(0.0, deadline - time.monotonic()))
     if _threads_before:
         torch.set_num_threads(_threads_before.pop())
+    _cpu_limit[0] = 0  # (the next run's start sets its own)

@@ -171,8 +171,8 @@ class Remote:
                 try:
                     self._where = ray.get(self._where)
                     self._pid = int(self._where[0])
-                    # a process other than the one alive when the death was counted: a new
-                    # death (a restart before the first call was already back at the count)
+                    # the process that was already back when the death was counted (killed
+                    # in its constructor, restarted before its first call) is no new death
                     self._noted = self._pid == self._noted_pid
                 except RayActorError:
                     self.probe()  # sent while it was restarting: ask again

@@ -941,16 +941,20 @@ def test_template_run_is_a_real_run(template: Path) -> None:
 def test_a_listening_address_passes_the_check(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import rltrain.runtime.ray.startup as startup
     from rltrain.launch import check_address
 
     with fake_server(GRPC_SETTINGS) as address:
-        check_address(address)
+        check_address(address)  # (Ray's GcsClient waits ~40 s for a head that never answers)
         check_address(f"ray://{address}")
+        asked: list[str] = []  # auto: the address `ray start` wrote is the one asked
+        monkeypatch.setattr(startup, "check_head", asked.append)
         (tmp_path / "ray").mkdir()
         (tmp_path / "ray" / "ray_current_cluster").write_text(address + "\n")
         monkeypatch.delenv("RAY_ADDRESS", raising=False)
         monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
         check_address("auto")  # what `ray start` wrote, and something listens there
+        assert asked == [address]
     check_address(None)
 
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
-from rltrain import perf
+from rltrain import perf, signals
 from rltrain.config import dump_yaml
 from rltrain.rl.config import StopConfig, TrainConfig
 from rltrain.rl.rollout import LOSS_TERMS, LossStats, WorkStats
@@ -91,9 +91,8 @@ class TrainLogger:
     ) -> None:
         # a resumed run counts on from its checkpoint's steps: TensorBoard hides what the
         # stopped session logged after that (a crash leaves no checkpoint at its last step)
-        self.writer = SummaryWriter(
-            str(tb_dir), purge_step=start_steps + 1 if start_steps else None
-        )
+        writer = SummaryWriter(str(tb_dir), purge_step=start_steps + 1 if start_steps else None)
+        self.writer = cast(SummaryWriter, SignalSafe(writer))
         self.writer.add_scalar(SESSION_TAG, 1.0, start_steps)  # the first event of a session
         self.every = cfg.log_every_seconds
         self.frames_per_step = frames_per_step
@@ -212,6 +211,28 @@ class TrainLogger:
 
     def close(self) -> None:
         self.writer.close()
+
+
+class SignalSafe:
+    """A SummaryWriter whose calls hold a first Ctrl-C / SIGTERM until they return
+    (:func:`rltrain.signals.deferred`). Its writes put events on a queue under a Condition; a
+    KeyboardInterrupt raised while that Condition re-acquires its lock left the lock released
+    twice ("RuntimeError: release unlocked lock"), a traceback and exit code 1 where a
+    graceful stop was asked for (CI, test_leftovers' SIGTERM to the whole group)."""
+
+    def __init__(self, writer: SummaryWriter) -> None:
+        self._writer = writer
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._writer, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with signals.deferred():
+                return attr(*args, **kwargs)
+
+        return call
 
 
 def _as_tensor(values: list[int]) -> torch.Tensor:

@@ -89,8 +89,8 @@ class Placement:
         """What the run's start says about sharing the ``cpus``: Ray's CPUs shared
         (:meth:`sharing_note`) and torch's threads (:meth:`threads_note`)."""
         shared = fitted.worker_cpus < asked.worker_cpus
-        notes = [self.sharing_note(cpus, asked, fitted, actors_set)] if shared else []
-        return [*notes, self.threads_note(cpus)] if self.threads_note(cpus) else notes
+        notes = [self.sharing_note(cpus, asked, fitted, actors_set) if shared else ""]
+        return [note for note in (*notes, self.threads_note(cpus)) if note]
 
     def threads_note(self, cpus: float) -> str:
         """Where the actors' torch threads alone outnumber the cores (threads_per_worker > 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import threading
 from pathlib import Path
 
 from rltrain.runtime.ray.errors import RayStartError
@@ -48,34 +49,56 @@ def _token() -> str:
     return "no token (RAY_AUTH_TOKEN is unset)"
 
 
+HEAD_ANSWER_S = 10.0
+"""How long :func:`check_head` waits for the head's cluster id: a live head answers in
+milliseconds; Ray's own client waits about 40 s on a server that accepts and never answers."""
+
+
 def check_head(address: str) -> None:
     """Ask the head at HOST:PORT for its cluster id once, as ``ray.init`` does (it retries for
     20 s, a warning line a second, then says only "Failed to connect"): a head that refuses
     this process's token, or a gRPC server that is no Ray head (the Ray Client's port), fails
-    in a second with one line. Anything else is left for ``ray.init`` to say."""
+    in a second with one line. Anything else, a head silent for :data:`HEAD_ANSWER_S`
+    included, is left for ``ray.init`` to say."""
     try:
         from ray._raylet import GcsClient  # type: ignore[attr-defined]  # (Ray's own; private)
-        from ray.exceptions import AuthenticationError, RpcError
     except ImportError:
         return
-    try:
-        GcsClient(address=address)
-    except AuthenticationError:
-        raise RayStartError(
+    failed: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            GcsClient(address=address)
+        except Exception as e:  # noqa: BLE001 - sorted by _refusal below
+            failed.append(e)
+
+    # A daemon thread: the client releases the GIL while it waits, and one left waiting on a
+    # silent server ends with its own timeout.
+    asking = threading.Thread(target=ask, name="rltrain-check-head", daemon=True)
+    asking.start()
+    asking.join(HEAD_ANSWER_S)
+    if failed and (refusal := _refusal(failed[0], address)):
+        raise RayStartError(refusal) from None
+
+
+def _refusal(e: BaseException, address: str) -> str:
+    """The line for a failed ask that is a refusal (a token, or no Ray head), else ""."""
+    from ray.exceptions import AuthenticationError, RpcError
+
+    if isinstance(e, AuthenticationError):
+        return (
             f"cannot join the Ray cluster at --address {address}: its head refused {_token()}; "
             "export RAY_AUTH_MODE=token RAY_AUTH_TOKEN=<the token the cluster was started "
             "with> (docs/cluster.md)"
-        ) from None
-    except RpcError as e:
-        if "method not found" in str(e).lower():
-            raise RayStartError(
-                f"--address {address}: a gRPC server answers there, but not a Ray head's "
-                f"(it does not know the head's calls): for the Ray Client's port give "
-                f"ray://{address}, else the head's port (`ray start --head --port`, "
-                f"{GCS_PORT} by default)"
-            ) from None
-    except Exception:  # noqa: BLE001 - ray.init retries and says what it was
-        return
+        )
+    if isinstance(e, RpcError) and "method not found" in str(e).lower():
+        return (
+            f"--address {address}: a gRPC server answers there, but not a Ray head's "
+            f"(it does not know the head's calls): for the Ray Client's port give "
+            f"ray://{address}, else the head's port (`ray start --head --port`, "
+            f"{GCS_PORT} by default)"
+        )
+    return ""  # ray.init retries and says what it was
 
 
 GCS_PORT, CLIENT_PORT = 6379, 10001

@@ -250,7 +250,7 @@ def cmd_reapply(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from rltrain.rl.config import TrainConfig, load_run_config
-    from rltrain.rl.run.summary import final_line, interrupted_advice
+    from rltrain.rl.run.summary import final_line, interrupted_advice, score_advice
 
     overrides = _overrides(args)
     if args.resume is not None:
@@ -269,6 +269,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             cfg = load_config(TrainConfig, args.config, overrides)
     run, summary = run_train(cfg, args.run_dir, args.resume, args.config)
     print(final_line(summary, run))
+    if advice := score_advice(summary, run):
+        print(advice)
     if summary["stopped_by"] in ("fault", "diverged"):
         print(f"rltrain: run failed: {summary.get('failure', '')}", file=sys.stderr)
         return EXIT_FAILED

@@ -272,6 +272,8 @@ def test_the_final_line_separates_the_stops_episodes_from_those_in_flight(
         "episodes": 31,
         "episodes_at_stop": 28,
         "mean_return": 476.25,
+        "mean_window": 20,
+        "mean_episodes": 20,
         "updates": 10,
         "faults": {},
     }
@@ -279,14 +281,47 @@ def test_the_final_line_separates_the_stops_episodes_from_those_in_flight(
     assert main(["train", str(CFG / "cartpole_a3c.yaml")]) == 0
     out = capsys.readouterr().out
     assert "31 episodes (3 of them ended in the work in flight after the stop), mean" in out
-    assert "mean return 476.25;" in out
+    assert "mean return (last 20 episodes) 476.25;" in out
     fake["final_mean_return"] = 470.5  # with the 3 late ones: what the last status line showed
     assert main(["train", str(CFG / "cartpole_a3c.yaml")]) == 0
     out = capsys.readouterr().out
-    assert "mean return 476.25 at the stop, 470.50 with the 3 after it (the last status" in out
+    assert "476.25 at the stop, 470.50 with the 3 after it (the last status" in out
     fake["episodes_at_stop"] = 31
     assert main(["train", str(CFG / "cartpole_a3c.yaml")]) == 0
-    assert "4,096 steps, 31 episodes, mean return 476.25;" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "4,096 steps, 31 episodes, mean return (last 20 episodes) 476.25;" in out
+
+
+def test_a_stop_on_a_short_training_mean_says_how_to_score_the_policy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 20-episode training mean is a quick stop, not a score (Taxi-v4 stopped at 7.05 and
+    evaluated at -2.9): the run says how to score it, unless its evaluations did, or its
+    window was Gymnasium's 100 episodes, or it stopped on something else."""
+    from rltrain import cli
+
+    fake = {
+        "stopped_by": "mean_return",
+        "wall_seconds": 5.0,
+        "env_steps": 4096,
+        "episodes": 40,
+        "mean_return": 476.25,
+        "mean_window": 20,
+        "mean_episodes": 20,
+        "updates": 10,
+        "faults": {},
+    }
+    monkeypatch.setattr(cli, "run_train", lambda *a: (tmp_path, fake))
+    advice = f"rltrain eval {tmp_path} --episodes 100 scores the policy"
+    assert main(["train", str(CFG / "cartpole_a3c.yaml")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].startswith("a mean of 20 training episodes is a quick stop, not a score")
+    assert advice in out[-1]
+    scored = ({"mean_window": 100}, {"stopped_by": "max_seconds"}, {"eval": {"evaluations": 3}})
+    for edit in scored:
+        monkeypatch.setattr(cli, "run_train", lambda *a, edit=edit: (tmp_path, {**fake, **edit}))
+        assert main(["train", str(CFG / "cartpole_a3c.yaml")]) == 0
+        assert advice not in capsys.readouterr().out
 
 
 def test_the_final_line_of_a_failed_run_counts_the_fault_that_stopped_it(tmp_path: Path) -> None:

@@ -127,6 +127,8 @@ def final_line(summary: dict[str, Any], run: Path) -> str:
     episodes = summary["episodes"]
     late = episodes - summary.get("episodes_at_stop", episodes)  # (an older summary: 0)
     late_note = f" ({late:,} of them ended in the work in flight after the stop)" if late else ""
+    n = summary.get("mean_episodes")  # (an older summary: unsaid)
+    over = f" (last {n:,} episode{'s' if n != 1 else ''})" if mean is not None and n else ""
     final = summary.get("final_mean_return")
     if late and final is not None and f"{final:.2f}" != shown:
         shown = "none" if mean is None else shown
@@ -135,9 +137,31 @@ def final_line(summary: dict[str, Any], run: Path) -> str:
         f"stopped by {summary['stopped_by']} after {summary['wall_seconds']:.0f}s: "
         f"{summary['env_steps']:,} steps, {episodes:,} episode{'s' if episodes != 1 else ''}"
         f"{late_note}, "
-        f"mean return {shown}; faults: {faults}{refused}; summary.json, "
+        f"mean return{over} {shown}; faults: {faults}{refused}; summary.json, "
         f"{'failure.log (its traceback), ' if (run / FAILURE_LOG).is_file() else ''}"
         f"{'checkpoints/, ' if latest_checkpoint(run) else ''}tensorboard --logdir {run / 'tb'}"
+    )
+
+
+SCORE_EPISODES = 100
+"""Episodes a training mean needs before it is taken for a score (Gymnasium's
+``reward_threshold`` is over 100 episodes, as RLlib's reported mean is)."""
+
+
+def score_advice(summary: dict[str, Any], run: Path) -> str:
+    """A second line where a run met ``stop.mean_return`` over fewer than
+    :data:`SCORE_EPISODES` episodes and nothing scored it: the first window to reach a target
+    is often a lucky one (Taxi-v4 stopped at 7.05 over 20 episodes; ``rltrain eval`` gave
+    -2.9, docs/training.md)."""
+    window = summary.get("mean_window", SCORE_EPISODES)
+    if summary["stopped_by"] != "mean_return" or window >= SCORE_EPISODES:
+        return ""
+    if summary.get("eval", {}).get("evaluations"):
+        return ""  # the evaluations scored it
+    return (
+        f"a mean of {window} training episodes is a quick stop, not a score: "
+        f"rltrain eval {run} --episodes {SCORE_EPISODES} scores the policy "
+        f"(or train with stop.window={SCORE_EPISODES})"
     )
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import tempfile
@@ -72,16 +73,21 @@ def past(config: str, seeds: list[int], variants: dict[str, str], steps: int, tm
             sets = [x for x in f"{spec},{on[0]}".split(",") if x]
             run(config, seed, sets, Path(tmp) / f"{name}-{seed}")
             rows.append(held(Path(tmp) / f"{name}-{seed}", target))
-        cols = [", ".join(shown(r[i], fmt) for r in rows) for i, fmt in enumerate(FORMATS)]
+        cols = [", ".join(shown(r[i], i > 0) for r in rows) for i in range(3)]
         print(f"| {name} | {' | '.join(cols)} |", flush=True)
 
 
-FORMATS = ("{:,.0f}", "{:.0f}", "{:.0f}")
-
-
-def shown(value: float, fmt: str) -> str:
-    """never (the target not reached) and - (nothing after it) in place of inf and nan."""
-    return "never" if value == float("inf") else "-" if value != value else fmt.format(value)
+def shown(value: float, is_return: bool) -> str:
+    """never (the target not reached) and - (nothing after it) in place of inf and nan; env
+    steps whole, returns to 3 significant digits (FrozenLake's 0.612 as CartPole's 475)."""
+    if value == float("inf"):
+        return "never"
+    if value != value:
+        return "-"
+    if not is_return:
+        return f"{value:,.0f}"
+    digits = 2 - math.floor(math.log10(abs(value))) if value else 0
+    return f"{value:,.{max(digits, 0)}f}"
 
 
 def main() -> None:

@@ -47,6 +47,7 @@ def run_bench_config(cfg: BenchConfig, run_dir: str | Path | None, config_path: 
     the run folder. ``config_path`` names the default folder (runs/<name>-<time>)."""
     from rltrain.rundir import check_run_dir, new_run_dir, write_config
     from rltrain.supervised.bench import run_bench
+    from rltrain.supervised.mode_keys import start_notes
     from rltrain.supervised.sharding import load_data
 
     check_run_dir(run_dir)
@@ -61,6 +62,8 @@ def run_bench_config(cfg: BenchConfig, run_dir: str | Path | None, config_path: 
     out = new_run_dir(config_path or f"bench_{cfg.data.dataset}", run_dir)
     write_config(out, cfg)
     print(f"rltrain bench: {cfg.data.dataset}, modes {', '.join(cfg.modes)}; writing {out}")
+    for note in start_notes(cfg):
+        print(note)
     run_bench(cfg, data, out)
     return out
 

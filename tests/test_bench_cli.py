@@ -145,3 +145,23 @@ def test_a_mode_that_cannot_start_keeps_the_finished_modes_results(
     summary = json.loads((run_dir / "summary.json").read_text())
     assert [r["mode"] for r in summary["results"]] == ["baseline"]
     assert summary["stopped_by"] == "fault"
+
+
+def test_soft_sync_that_waits_for_every_worker_says_it_steps_as_sync() -> None:
+    """soft_sync with one worker (K = N - 1 raised to 1), or server.k = N, has no backup
+    worker: it gave sync's very results without a word."""
+    from rltrain.config import load_config
+    from rltrain.supervised.config import BenchConfig
+    from rltrain.supervised.mode_keys import start_notes
+
+    def notes(*sets: str) -> list[str]:
+        config = ROOT / "configs" / "bench_fashion_mnist.yaml"
+        return start_notes(load_config(BenchConfig, config, ["modes=[sync, soft_sync]", *sets]))
+
+    assert notes("workers=1") == [
+        "note: soft_sync waits for K = 1 of 1 workers (N - 1 of 1 worker, raised to 1): no "
+        "backup worker, so it steps as sync does; set workers >= 2"
+    ]
+    assert "(server.k=3): no backup worker" in notes("workers=3", "server.k=3")[0]
+    assert notes("workers=3", "server.k=3")[0].endswith("set server.k below 3")
+    assert notes("workers=3") == [] and notes("workers=3", "server.k=2") == []

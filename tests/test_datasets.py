@@ -235,7 +235,27 @@ def test_fashion_mnist_system_dir_fallback(tmp_path: Path, monkeypatch: pytest.M
     lines: list[str] = []
     split = load_dataset("fashion_mnist", tmp_path / "root", download=False, log=lines.append)
     assert_mnist_split(split, arrays)
-    assert str(system) in lines[0]
+    assert lines[0].endswith(
+        f"from {system} (data.root={tmp_path / 'root'} holds none of its files)"
+    )
+
+
+def test_a_flat_copy_in_the_root_is_named_not_replaced_by_the_systems(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A data.root holding the four files itself trained on the system's copy without a word;
+    it is named as one level off, unless it is the system's copy itself (data.root set to
+    /usr/share/datasets/fashion-mnist), which is read as it is."""
+    system = tmp_path / "system"
+    arrays = write_mnist(system, seed=5)
+    monkeypatch.setattr(ds, "SYSTEM_DIRS", {"fashion_mnist": (system,)})
+    flat = tmp_path / "flat"
+    write_mnist(flat, seed=6)
+    with pytest.raises(DatasetError, match="holds MNIST-format files itself"):
+        load_dataset("fashion_mnist", flat, download=False)
+    lines: list[str] = []
+    assert_mnist_split(load_dataset("fashion_mnist", system, False, lines.append), arrays)
+    assert lines[0].endswith(f"images from {system}")
 
 
 def test_root_takes_precedence_over_system_dir(

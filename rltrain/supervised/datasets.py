@@ -113,15 +113,31 @@ def _own_dirs(name: str, root: Path) -> list[Path]:
 def _search_dirs(name: str, root: Path) -> list[Path]:
     """Folders that may hold an MNIST-format dataset, in lookup order: the system's copy
     (:data:`SYSTEM_DIRS`) only where ``root`` holds none of its files, for a partial copy in
-    ``root`` is the user's (to complete, or to be told what it lacks), not to be replaced."""
+    ``root`` is the user's (to complete, or to be told what it lacks), not to be replaced;
+    a ``root`` that is the system's copy itself is read as it is."""
     own = _own_dirs(name, root)
+    if _is_system(name, root):
+        return [root]
     return own if _started(name, root) else [*own, *SYSTEM_DIRS.get(name, ())]
 
 
+def _is_system(name: str, folder: Path) -> bool:
+    """Whether ``folder`` is one of the system's copies of ``name`` (:data:`SYSTEM_DIRS`)."""
+    return any(_same(folder, d) for d in SYSTEM_DIRS.get(name, ()))
+
+
+def _same(a: Path, b: Path) -> bool:
+    """Whether two paths name one folder (False where either is missing)."""
+    with contextlib.suppress(OSError):
+        return a.samefile(b)
+    return False
+
+
 def _started(name: str, root: Path) -> bool:
-    """Whether ``root`` holds any file of an MNIST-format dataset (or a broken one)."""
+    """Whether ``root`` holds any file of an MNIST-format dataset (or a broken one), in its
+    own folders or in itself (a flat copy, which :func:`_check_layout` names)."""
     names = {n for f in CHECKSUMS[name] for n in (f, f.removesuffix(".gz"))}
-    own = _own_dirs(name, root)
+    own = [*_own_dirs(name, root), root]
     return any((d / n).exists() or (d / n).is_symlink() for d in own for n in names)
 
 
@@ -304,6 +320,8 @@ def load_dataset(
         raise DatasetError(f"data.root={root}: cannot read ({one_line(exc)})") from None
     train, test = read_cifar10(location) if name == "cifar10" else read_idx_split(location)
     if log is not None:
-        log(f"{name}: {len(train)} train / {len(test)} test images from {location}")
+        fallback = _is_system(name, location) and not _same(location, root)
+        why = f" (data.root={root} holds none of its files)" if fallback else ""
+        log(f"{name}: {len(train)} train / {len(test)} test images from {location}{why}")
     mean, std = _STATS[name]
     return SplitDataset(name, train, test, NUM_CLASSES, mean, std)

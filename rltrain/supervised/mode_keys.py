@@ -117,3 +117,21 @@ def check_unread_parts(cfg: Any) -> None:
                 f"{key}={value}: read only with {why}, which this run has not; leave {key} "
                 f"at its default ({default}), or run with {why}"
             )
+
+
+def start_notes(cfg: Any) -> list[str]:
+    """Lines ``rltrain bench`` says at its start about modes that run as another does:
+    soft_sync waiting for all N (K = N: no backup worker; one worker's N - 1 is raised to 1)
+    steps as sync does, and gave sync's very results without a word."""
+    notes = []
+    if "soft_sync" in cfg.modes:
+        n = cfg.workers
+        k = rule_named("soft_sync").aggregate_count(cfg.server, n)
+        if k == n:
+            why = f"server.k={k}" if cfg.server.k else "N - 1 of 1 worker, raised to 1"
+            fix = f"set server.k below {n}" if n > 1 else "set workers >= 2"
+            notes.append(
+                f"note: soft_sync waits for K = {k} of {n} workers ({why}): no backup worker, "
+                f"so it steps as sync does; {fix}"
+            )
+    return notes

@@ -61,11 +61,28 @@ def run_bench_config(cfg: BenchConfig, run_dir: str | Path | None, config_path: 
         ShardLayout(initial_params(cfg, data).numel(), cfg.server.shards)
     out = new_run_dir(config_path or f"bench_{cfg.data.dataset}", run_dir)
     write_config(out, cfg)
-    print(f"rltrain bench: {cfg.data.dataset}, modes {', '.join(cfg.modes)}; writing {out}")
+    print(
+        f"rltrain bench: {cfg.data.dataset}, modes {', '.join(cfg.modes)} "
+        f"({bench_budget(cfg)}); writing {out}"
+    )
     for note in start_notes(cfg):
         print(note)
     run_bench(cfg, data, out)
     return out
+
+
+def bench_budget(cfg: BenchConfig) -> str:
+    """What the bench will take, in words: the modes x each one's training budget (each mode
+    also starts its workers and evaluates its snapshots after it: seconds more)."""
+    b, n = cfg.budget, len(cfg.modes)
+    epochs = f"{b.epochs} epoch{'s' if b.epochs != 1 else ''}" if b.epochs else ""
+    if not b.max_seconds:
+        return f"{n} x {epochs} of training"
+    each = f"{b.max_seconds:g} s" + (f" or {epochs}, whichever is first" if epochs else "")
+    if n == 1:
+        return f"{each} of training"
+    upto = "at most " if epochs else ""
+    return f"{n} x {each}: {upto}{n * b.max_seconds / 60:.1f} min of training"
 
 
 def starts_ray_early(cfg: TrainConfig) -> bool:

@@ -165,3 +165,19 @@ def test_soft_sync_that_waits_for_every_worker_says_it_steps_as_sync() -> None:
     assert "(server.k=3): no backup worker" in notes("workers=3", "server.k=3")[0]
     assert notes("workers=3", "server.k=3")[0].endswith("set server.k below 3")
     assert notes("workers=3") == [] and notes("workers=3", "server.k=2") == []
+
+
+def test_the_start_says_what_the_budget_adds_up_to() -> None:
+    """The default command trains 7 modes x 90 s, and nothing said so before it began."""
+    from rltrain.config import load_config
+    from rltrain.launch import bench_budget
+    from rltrain.supervised.config import BenchConfig
+
+    def said(*sets: str) -> str:
+        config = ROOT / "configs" / "bench_fashion_mnist.yaml"
+        return bench_budget(load_config(BenchConfig, config, list(sets)))
+
+    assert said() == "7 x 90 s: 10.5 min of training"
+    assert said("budget.epochs=1").endswith("whichever is first: at most 10.5 min of training")
+    assert said("budget.max_seconds=0", "budget.epochs=2") == "7 x 2 epochs of training"
+    assert said("modes=[sync]") == "90 s of training"

@@ -62,3 +62,16 @@ def test_a_ctrl_c_in_the_evaluation_cuts_it_to_a_few_snapshots_the_last_included
     assert order == sorted(set(order))
     assert list(_order(6, lambda: True)) == [0, 1, 2, 3, 4, 5]  # fewer left than HURRIED
     assert list(_order(4, lambda: False)) == [0, 1, 2, 3]
+
+
+def test_the_line_at_the_budgets_end_is_always_said_once() -> None:
+    """A log's lines are seconds apart: hogwild's last said 50% at 6 s of a 12 s budget, and
+    its end went unsaid."""
+    out = io.StringIO()
+    snapper = Snapshotter(_Server(), 0.001, 0.05, Progress("[t]", stream=out))  # type: ignore[arg-type]
+    snapper.take()  # (the first line: said)
+    snapper.t0 -= 0.1  # the budget has passed
+    snapper.take()
+    snapper.take()
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2 and lines[-1].startswith("[t] 100%")

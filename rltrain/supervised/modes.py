@@ -153,6 +153,7 @@ class Snapshotter:
         self.snaps: list[Snapshot] = []
         self.t0 = time.time()
         self.next = self.t0
+        self.ended = False  # the line at the budget's end has been said
 
     def due_in(self) -> float:
         return max(0.0, self.next - time.time())
@@ -172,10 +173,12 @@ class Snapshotter:
         elapsed = now - self.t0
         frac = elapsed / self.budget_s if self.budget_s else 0.0
         rate = st.samples / elapsed if elapsed > 0 else 0.0
+        ended, self.ended = frac >= 1 and not self.ended, self.ended or frac >= 1
         self.progress.update(
             frac,
             f"{elapsed:5.0f}s  samples {st.samples:,}  {rate:,.0f}/s  version {p.version:,}  "
             f"staleness {st.mean_staleness:.2f}  dropped {st.dropped}  rejected {st.rejected}",
+            force=ended,  # the budget's end is said (a log's lines are seconds apart)
         )
 
 

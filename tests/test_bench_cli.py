@@ -89,6 +89,11 @@ def test_bench_sync_async_and_friends(tiny_root: Path, tmp_path: Path) -> None:
     final = acc.Scalars("supervised/test_accuracy")[-1]
     assert final.value > 0.5  # the tiny patterns are learnable in two epochs
     assert final.step == 1280
+    for mode, none in (("baseline", {"ps/dropped", "net/bytes_pushed"}), ("hogwild", {"net/"})):
+        acc = EventAccumulator(str(run_dir / "tb" / mode))  # no server, no network: no zeros
+        acc.Reload()
+        tags = acc.Tags()["scalars"]
+        assert "ps/version" in tags and not [t for t in tags if t.startswith(tuple(none))]
 
 
 def test_ctrl_c_while_a_mode_is_evaluated_keeps_its_results(

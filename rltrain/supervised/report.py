@@ -155,6 +155,13 @@ def summarize(cfg: BenchConfig, trace: ModeTrace, points: Sequence[Point]) -> Mo
 # outputs
 
 
+NO_SERVER = ("baseline", "allreduce")
+"""Modes without a parameter server: no update is dropped or refused (their TensorBoard
+runs would draw lines of zeros over the other modes')."""
+NO_NETWORK = (*NO_SERVER, "hogwild")
+"""... and without bytes pushed or pulled (Hogwild's workers share memory)."""
+
+
 def write_tensorboard(
     tb_dir: Path, cfg: BenchConfig, trace: ModeTrace, points: Sequence[Point]
 ) -> None:
@@ -178,10 +185,12 @@ def write_tensorboard(
             )
             prev = (p.t, p.samples)
         writer.add_scalar("ps/version", snap.stats.version, step, walltime=wall)
-        writer.add_scalar("ps/dropped", snap.stats.dropped, step, walltime=wall)
-        writer.add_scalar("ps/rejected", snap.stats.rejected, step, walltime=wall)
-        writer.add_scalar("net/bytes_pushed", snap.stats.bytes_pushed, step, walltime=wall)
-        writer.add_scalar("net/bytes_pulled", snap.stats.bytes_pulled, step, walltime=wall)
+        if trace.mode not in NO_SERVER:
+            writer.add_scalar("ps/dropped", snap.stats.dropped, step, walltime=wall)
+            writer.add_scalar("ps/rejected", snap.stats.rejected, step, walltime=wall)
+        if trace.mode not in NO_NETWORK:
+            writer.add_scalar("net/bytes_pushed", snap.stats.bytes_pushed, step, walltime=wall)
+            writer.add_scalar("net/bytes_pulled", snap.stats.bytes_pulled, step, walltime=wall)
         hist = list(snap.stats.staleness_hist)
         delta = [a - b for a, b in zip(hist, prev_hist, strict=True)]
         _staleness_histogram(writer, delta, step, wall)

@@ -229,7 +229,7 @@ class FaultCounters:
     lost_updates: int = 0  # server versions rolled back by shard restores
     lost_calls: int = 0  # work in flight on a lost process (never counted anywhere else)
     left_barrier: int = 0  # times a barrier went on without a lost worker
-    injected: int = 0  # injected kills and pauses
+    injected: int = 0  # injected kills, pauses, added or removed workers, slow workers
     hung: int = 0  # processes killed as hung (faults.hang_timeout_s)
 
     def restart(self, role: Role) -> None:

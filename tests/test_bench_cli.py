@@ -186,3 +186,26 @@ def test_the_start_says_what_the_budget_adds_up_to() -> None:
     assert said("budget.epochs=1").endswith("whichever is first: at most 10.5 min of training")
     assert said("budget.max_seconds=0", "budget.epochs=2") == "7 x 2 epochs of training"
     assert said("modes=[sync]") == "90 s of training"
+
+
+def test_a_slow_worker_is_said_and_counted() -> None:
+    """A slow event printed nothing and was not counted in faults.injected (two events, a
+    kill and a slow, gave injected 1): the workers apply it, so the bench says it at each
+    mode's start; the baseline, the reference, runs none."""
+    import io
+
+    from rltrain.config import load_config
+    from rltrain.progress import Progress
+    from rltrain.supervised.bench import say_slow_events
+    from rltrain.supervised.config import BenchConfig
+
+    events = "[{action: slow, target: worker, index: 1, factor: 5, at: 2, seconds: 3}]"
+    config = ROOT / "configs" / "bench_fashion_mnist.yaml"
+    cfg = load_config(BenchConfig, config, [f"faults.events={events}"])
+    out = io.StringIO()
+    assert say_slow_events(cfg, "sync", Progress("[2/7 sync]", stream=out)) == 1
+    assert out.getvalue() == (
+        "[2/7 sync] injected fault: worker 1 runs 5x slower from 2s to 5s (it stretches its "
+        "own steps)\n"
+    )
+    assert say_slow_events(cfg, "baseline", Progress("[1/7 baseline]", stream=out)) == 0

@@ -184,6 +184,26 @@ def test_record_file_round_trip_and_the_reapply_command(
     assert "final parameters DIFFERENT (max |diff|" in capsys.readouterr().out
 
 
+def test_a_log_the_reapply_did_not_follow_fails_though_the_parameters_agree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two rows' versions swapped in a log gave "2 pushes decided otherwise than logged" and
+    exit code 0, as the final parameters came out equal: a log not followed is no check."""
+    from rltrain.supervised import update_log
+
+    run, _ = recorded_run(tmp_path)
+    real = update_log.reapply_mode
+
+    def swapped(*args: Any) -> update_log.ReapplyResult:
+        return dataclasses.replace(real(*args), mismatches=2)
+
+    monkeypatch.setattr(update_log, "reapply_mode", swapped)
+    assert main(["reapply", str(run), "--mode", "async"]) == 1
+    out = capsys.readouterr().out
+    assert "final parameters equal (torch.equal); but 2 pushes decided otherwise than" in out
+    assert out.rstrip().endswith("NOT FOLLOWED")
+
+
 def one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
     assert main(argv) == 2
     err = capsys.readouterr().err

@@ -289,6 +289,20 @@ def run_mode(
     return run_server_mode(cfg, mode, data, progress, runtime)
 
 
+def say_slow_events(cfg: BenchConfig, mode: str, progress: Progress) -> int:
+    """Say the ``slow`` events a mode's workers will apply to their own steps (nothing else
+    shows them: a straggler that was never said, nor counted in ``faults.injected``); returns
+    how many (the baseline, the reference, runs none)."""
+    slow = [e for e in cfg.faults.events if e.action == "slow" and mode != "baseline"]
+    for e in slow:
+        until = f"to {e.at + e.seconds:g}s" if e.seconds else "to the end"
+        progress.note(
+            f"injected fault: worker {e.index} runs {e.factor:g}x slower from {e.at:g}s {until} "
+            "(it stretches its own steps)"
+        )
+    return len(slow)
+
+
 def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
     """`rltrain bench`: every mode in turn, evaluated and reported into ``run_dir``."""
     from rltrain import runtime as runtimes  # Ray stays at the edge: imported only when used
@@ -314,7 +328,10 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
     try:
         for i, mode in enumerate(cfg.modes):
             label = f"[{i + 1}/{len(cfg.modes)} {mode}]"
-            trace = run_mode(cfg, mode, data, Progress(label), runtime)
+            progress = Progress(label)
+            slow = say_slow_events(cfg, mode, progress)
+            trace = run_mode(cfg, mode, data, progress, runtime)
+            trace.faults.injected += slow
             # a mode that has trained keeps its results: a first Ctrl-C waits for its
             # evaluation, cut to a few more snapshots (a second quits at once)
             with signals.deferred():

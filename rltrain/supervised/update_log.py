@@ -221,7 +221,7 @@ def finished_modes(run_dir: Path) -> set[str]:
 
 def reapply_run(run_dir: Path, only: str | None = None) -> bool:
     """`rltrain reapply RUN [--mode M]`: reapply every recorded mode (or ``only``), printing a
-    line for each; whether every one came out equal."""
+    line for each; whether every one came out equal, each push decided as logged."""
     cfg, modes, notes = read_run(run_dir, only)
     for note in notes:
         print(f"reapply {note}")
@@ -230,9 +230,11 @@ def reapply_run(run_dir: Path, only: str | None = None) -> bool:
     for mode in modes:
         r = reapply_mode(cfg, data, run_dir, mode)
         verdict = "equal" if r.equal else f"DIFFERENT (max |diff| {r.max_diff:.3g})"
-        off = f"; {r.mismatches} pushes decided otherwise than logged" if r.mismatches else ""
+        off = ""
+        if r.mismatches:  # (a log it could not follow fails even where the parameters agree)
+            off = f"; but {r.mismatches} pushes decided otherwise than logged: NOT FOLLOWED"
         print(f"reapply {mode}: {r.pushes} pushes; final parameters {verdict} (torch.equal){off}")
-        equal = equal and r.equal
+        equal = equal and r.equal and not r.mismatches
     return equal
 
 

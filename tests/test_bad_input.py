@@ -432,7 +432,7 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
         pytest.param(
             ["bench", BENCH, "--set", "modes=[sync]", "--set", "model.stages=2"]
             + ["--set", "server.shards=2"],
-            ["model.stages=2: not with server.shards", "one shard per stage"],
+            ["model.stages=2: needs server.shards=1", "one shard per stage"],
             id="b-pipeline-shards",
         ),
         pytest.param(

@@ -117,7 +117,7 @@ def test_param_layers_count_the_layers_that_can_be_cut() -> None:
 def test_pipeline_options_are_checked() -> None:
     with pytest.raises(ValueError, match=r"model.stages=2: runs the modes sync, async .* not"):
         BenchConfig(modes=("sync", "hogwild"), model=SupervisedModelConfig(stages=2))
-    with pytest.raises(ValueError, match=r"model.stages=2: not with server.shards"):
+    with pytest.raises(ValueError, match=r"model.stages=2: needs server.shards=1 "):
         BenchConfig(
             modes=("sync",), model=SupervisedModelConfig(stages=2), server=ServerConfig(shards=2)
         )

@@ -196,7 +196,10 @@ class BenchPlan:
         """The warm start is over (``why``: before its time): the other workers join."""
         late = self.late[1]
         joins = f"{len(late)} more worker{'s' * (len(late) != 1)} join{'s' * (len(late) == 1)}"
-        self.ctx.say(f"warm start over{f' ({why})' if why else ''}: {joins}")
+        at = f"{time.time() - self.t0:.1f}s"
+        with contextlib.suppress(ProcessLost, PeerLost):  # (a shard down: the time alone)
+            at += f", {self.server.stats().samples:,} samples"
+        self.ctx.say(f"warm start over at {at}{f' ({why})' if why else ''}: {joins}")
         for w in late:
             self._give(w)
         self.late = (0.0, [])

@@ -347,19 +347,19 @@ class BenchConfig:
                 f"model.micro_batches={pipe.micro_batches} exceeds batch_size="
                 f"{self.batch_size}: each micro-batch needs a sample"
             )
-        extras = {
-            "server.shards": srv.shards != 1,  # one shard per stage
-            "server.staleness": srv.staleness != "none",  # each stage's shard decides alone
-            "server.n_push/n_fetch": srv.n_push != 1 or srv.n_fetch != 1,
-            "server.compression": srv.compression != "none",
-            "server.record": srv.record,
-            "warm_start.seconds": self.warm_start.seconds > 0,
-            "faults.events": bool(self.faults.events),
+        needs = {  # what each must be, and whether it is not
+            "server.shards=1": srv.shards != 1,  # one shard per stage
+            "server.staleness=none": srv.staleness != "none",  # each stage's shard decides
+            "server.n_push=1 server.n_fetch=1": srv.n_push != 1 or srv.n_fetch != 1,
+            "server.compression=none": srv.compression != "none",
+            "server.record=false": srv.record,
+            "warm_start.seconds=0": self.warm_start.seconds > 0,
+            "faults.events=[]": bool(self.faults.events),
         }
-        if any(extras.values()):
-            named = ", ".join(k for k, v in extras.items() if v)
+        if any(needs.values()):
+            named = ", ".join(k for k, v in needs.items() if v)
             raise ValueError(
-                f"{head}: not with {named} (the server has one shard per stage, every stage "
+                f"{head}: needs {named} (the server has one shard per stage, every stage "
                 "pushing each step, and a lost stage stops the mode)"
             )
 

@@ -105,7 +105,12 @@ def mode_line(label: str, res: ModeResult) -> str:
         f"applied in {res.steps:,} steps, {res.dropped} dropped, staleness "
         f"{res.mean_staleness:.2f}{synthetic}"
         + (f"; faults: {faults.brief()}" if any(res.faults.values()) else "")
+        + (f"; {NOTHING_APPLIED}" if not res.updates_applied else "")
     )
+
+
+NOTHING_APPLIED = "no update was applied in the budget: the score is the initial parameters'"
+"""(average with a short budget: its workers push every server.average_every local steps)"""
 
 
 def summarize(cfg: BenchConfig, trace: ModeTrace, points: Sequence[Point]) -> ModeResult:

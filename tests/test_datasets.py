@@ -574,6 +574,17 @@ def test_read_cifar10_directory(tmp_path: Path, protocol: int) -> None:
     assert_cifar(*read_cifar10(tmp_path / "cifar-10-batches-py"), batches)
 
 
+def test_a_cifar_subset_pickled_from_python_3_is_read(tmp_path: Path) -> None:
+    """A user's own subset in the real layout, pickled with str keys ('data', 'labels'), was
+    refused as not a CIFAR batch."""
+    folder = tmp_path / "cifar-10-batches-py"
+    batches = write_cifar_dir(folder, seed=13)
+    for name, batch in batches.items():
+        own = {k.decode(): v for k, v in batch.items()}
+        (folder / name).write_bytes(pickle.dumps(own))
+    assert_cifar(*read_cifar10(folder), batches)
+
+
 def test_read_cifar10_tar(tmp_path: Path) -> None:
     batches = cifar_batches(seed=12)
     archive = tmp_path / "cifar-10-python.tar.gz"

@@ -309,9 +309,13 @@ def _load_batch(f: IO[bytes], source: str) -> ArrayDataset:
 
 
 def _batch_to_dataset(obj: object, source: str) -> ArrayDataset:
-    """Validate an unpickled batch dict and reshape its rows to [N, 3, 32, 32]."""
+    """Validate an unpickled batch dict and reshape its rows to [N, 3, 32, 32]. Its keys are
+    bytes in the published files (Python 2's str); a subset a user pickled from Python 3 has
+    str keys, read alike."""
+    if isinstance(obj, dict):
+        obj = {k.encode() if isinstance(k, str) else k: v for k, v in obj.items()}
     if not isinstance(obj, dict) or b"data" not in obj or b"labels" not in obj:
-        raise DatasetError(f"{source}: expected a dict with b'data' and b'labels'")
+        raise DatasetError(f"{source}: expected a dict with b'data' and b'labels' (or str keys)")
     data = np.asarray(obj[b"data"])
     row = math.prod(_CIFAR_SHAPE)
     if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != row:

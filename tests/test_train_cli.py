@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -258,6 +259,21 @@ def test_bad_input_is_one_line_exit_2(
     assert not run_dir.exists()
 
 
+def stopped_at_475(**counts: int) -> dict[str, Any]:
+    """summary.json of a run its mean return over 20 episodes stopped (``counts``: episodes)."""
+    return {
+        "stopped_by": "mean_return",
+        "wall_seconds": 12.0,
+        "env_steps": 4096,
+        "mean_return": 476.25,
+        "mean_window": 20,
+        "mean_episodes": 20,
+        "updates": 10,
+        "faults": {},
+        **counts,
+    }
+
+
 def test_the_final_line_separates_the_stops_episodes_from_those_in_flight(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -265,18 +281,7 @@ def test_the_final_line_separates_the_stops_episodes_from_those_in_flight(
     counted too, and the line says how many of them there were."""
     from rltrain import cli
 
-    fake = {
-        "stopped_by": "mean_return",
-        "wall_seconds": 12.0,
-        "env_steps": 4096,
-        "episodes": 31,
-        "episodes_at_stop": 28,
-        "mean_return": 476.25,
-        "mean_window": 20,
-        "mean_episodes": 20,
-        "updates": 10,
-        "faults": {},
-    }
+    fake = stopped_at_475(episodes=31, episodes_at_stop=28)
     monkeypatch.setattr(cli, "run_train", lambda *a: (tmp_path, fake))
     assert main(["train", str(CFG / "cartpole_a3c.yaml")]) == 0
     out = capsys.readouterr().out
@@ -300,17 +305,7 @@ def test_a_stop_on_a_short_training_mean_says_how_to_score_the_policy(
     window was Gymnasium's 100 episodes, or it stopped on something else."""
     from rltrain import cli
 
-    fake = {
-        "stopped_by": "mean_return",
-        "wall_seconds": 5.0,
-        "env_steps": 4096,
-        "episodes": 40,
-        "mean_return": 476.25,
-        "mean_window": 20,
-        "mean_episodes": 20,
-        "updates": 10,
-        "faults": {},
-    }
+    fake = stopped_at_475(episodes=40)
     monkeypatch.setattr(cli, "run_train", lambda *a: (tmp_path, fake))
     advice = f"rltrain eval {tmp_path} --episodes 100 scores the policy"
     assert main(["train", str(CFG / "cartpole_a3c.yaml")]) == 0

@@ -122,12 +122,13 @@ class RunResult:
 
 @dataclasses.dataclass(frozen=True)
 class BenchResult:
-    """The figures of a finished ``bench`` (its ``summary.json``): one row per mode."""
+    """The figures of a finished ``bench`` (its ``summary.json``): one row per run."""
 
     run_dir: Path
     dataset: str
     results: list[dict[str, Any]]
-    """Per mode: final_accuracy, seconds_to, samples_per_s, ... (as results.csv)."""
+    """Per run (a mode at a seed): final_accuracy, seconds_to, samples_per_s, ... (as
+    results.csv)."""
     summary: dict[str, Any]
 
     @classmethod
@@ -136,6 +137,11 @@ class BenchResult:
         return cls(run_dir, s["dataset"], s["results"], s)
 
     def by_mode(self) -> dict[str, dict[str, Any]]:
+        """Each mode's row; with ``seeds`` > 1 each mode's mean and standard deviation over
+        its runs ({"final_accuracy": {"mean", "std", "n", "of"}, "seconds_to": {target:
+        {...}}, ...}); every run's row is in ``results`` (with its ``seed``)."""
+        if len(self.summary.get("seeds", [0])) > 1:
+            return {r["mode"]: r for r in self.summary["by_mode"]}
         return {r["mode"]: r for r in self.results}
 
 

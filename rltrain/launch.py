@@ -74,15 +74,18 @@ def run_bench_config(cfg: BenchConfig, run_dir: str | Path | None, config_path: 
 def bench_budget(cfg: BenchConfig) -> str:
     """What the bench will take, in words: the modes x each one's training budget (each mode
     also starts its workers and evaluates its snapshots after it: seconds more)."""
-    b, n = cfg.budget, len(cfg.modes)
+    b, n = cfg.budget, len(cfg.modes) * cfg.seeds
     epochs = f"{b.epochs} epoch{'s' if b.epochs != 1 else ''}" if b.epochs else ""
+    times = f"{len(cfg.modes)} x" if cfg.seeds == 1 else f"{cfg.seeds} seeds x"
+    if cfg.seeds > 1 and len(cfg.modes) > 1:
+        times = f"{len(cfg.modes)} modes x {times}"
     if not b.max_seconds:
-        return f"{n} x {epochs} of training"
+        return f"{times} {epochs} of training"
     each = f"{b.max_seconds:g} s" + (f" or {epochs}, whichever is first" if epochs else "")
     if n == 1:
         return f"{each} of training"
     upto = "at most " if epochs else ""
-    return f"{n} x {each}: {upto}{n * b.max_seconds / 60:.1f} min of training"
+    return f"{times} {each}: {upto}{n * b.max_seconds / 60:.1f} min of training"
 
 
 def starts_ray_early(cfg: TrainConfig) -> bool:

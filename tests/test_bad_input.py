@@ -420,6 +420,16 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             id="b-record-compression",
         ),
         pytest.param(
+            ["bench", BENCH, "--set", "server.record=true", "--set", "seeds=3"],
+            ["server.record=true needs seeds=1, got 3", "replays one run of each mode"],
+            id="b-record-seeds",
+        ),
+        pytest.param(
+            ["bench", BENCH, "--set", "seeds=0"],
+            ["seeds=0: must be >= 1"],
+            id="b-seeds-zero",
+        ),
+        pytest.param(
             ["bench", BENCH, "--set", "warm_start.seconds=500"],
             ["warm_start.seconds=500 is not below budget.max_seconds"],
             id="b-warm-start",

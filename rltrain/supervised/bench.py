@@ -43,7 +43,7 @@ from rltrain.supervised.modes import (
     shards,
     worker_specs,
 )
-from rltrain.supervised.plots import plot_names
+from rltrain.supervised.plots import SEED, plot_names, run_name
 from rltrain.supervised.update_log import data_print, save_record
 from rltrain.supervised.worker import SupervisedWorker, WorkerReport, WorkerSpec
 
@@ -309,7 +309,7 @@ def say_slow_events(cfg: BenchConfig, mode: str, progress: Progress) -> int:
 def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
     """`rltrain bench`: every mode in turn, evaluated and reported into ``run_dir``."""
     from rltrain import runtime as runtimes  # Ray stays at the edge: imported only when used
-    from rltrain.supervised import evaluation, report
+    from rltrain.supervised import evaluation, report, tables
     from rltrain.supervised.config import bench_backend
 
     started = time.time()
@@ -328,9 +328,15 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
         extra["runtime"] = runtime.job_record()
     extra["modes"] = list(cfg.modes)  # asked for; results holds those that finished
     results, curves = [], {}
+    base = cfg
+    # round by round (every mode at one seed, then the next): a drift in the machine's
+    # speed falls on every mode alike
+    runs = [(cfg.seed + k, mode) for k in range(cfg.seeds) for mode in cfg.modes]
     try:
-        for i, mode in enumerate(cfg.modes):
-            label = f"[{i + 1}/{len(cfg.modes)} {mode}]"
+        for i, (seed, mode) in enumerate(runs):
+            cfg = dataclasses.replace(base, seed=seed)
+            name = run_name(mode, seed, cfg.seeds)
+            label = f"[{i + 1}/{len(runs)} {name}]"
             progress = Progress(label)
             slow = say_slow_events(cfg, mode, progress)
             trace = run_mode(cfg, mode, data, progress, runtime)
@@ -345,11 +351,13 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
                 trace, points = evaluation.evaluate(cfg, data, trace, *how)
                 prog.close()
                 res = report.summarize(cfg, trace, points)
-                report.write_tensorboard(run_dir / "tb", cfg, trace, points)
+                tb = name.replace(SEED, "/seed")  # tb/<mode>/seed<s>: TensorBoard's runs
+                report.write_tensorboard(run_dir / "tb", cfg, trace, points, tb)
                 results.append(res)
-                curves[mode] = points
+                curves[name] = points
             print(report.mode_line(label, res))
     except BaseException as e:  # a fault, Ctrl-C, a worker whose node lacks the dataset, ...
+        cfg = base
         if results:  # the modes that finished keep their results
             extra["stopped_by"] = "interrupt" if isinstance(e, KeyboardInterrupt) else "fault"
             report.write_outputs(run_dir, cfg, results, curves, extra)
@@ -358,10 +366,13 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
     finally:
         if needs_ray:
             runtime.shutdown()
+    cfg = base
     extra["stopped_by"] = "done"
     report.write_outputs(run_dir, cfg, results, curves, extra)
     print()
-    print(report.markdown_table(cfg, results))
+    if cfg.seeds > 1:
+        print(f"over {cfg.seeds} seeds (mean ± standard deviation; each run: results.md):")
+    print((tables.seeds_table if cfg.seeds > 1 else tables.markdown_table)(cfg, results))
     files = ", ".join(["results.md", "results.csv", *plot_names(cfg), "summary.json"])
     print(f"done in {time.time() - started:.0f}s: {run_dir}/ holds {files}")
     print(f"  tensorboard --logdir {run_dir / 'tb'}")

@@ -14,8 +14,8 @@ from rltrain.ps.config import OptimizerConfig, ServerConfig, check_momentum_corr
 from rltrain.ps.rules import rule_named, rule_names
 from rltrain.runtime.config import RuntimeConfig
 from rltrain.supervised.datasets import DATASETS
-from rltrain.supervised.mode_keys import PIPELINE_MODES, check_read, check_unread_parts
-from rltrain.supervised.models import MODELS, PARAM_LAYERS
+from rltrain.supervised.mode_keys import check_pipeline, check_read, check_unread_parts
+from rltrain.supervised.models import MODELS
 from rltrain.supervised.toys import TOY_PROBLEMS, ToyConfig
 
 # Each mode is a server rule (plus a staleness policy), the single-process baseline, or Hogwild.
@@ -220,6 +220,11 @@ class BenchConfig:
 
     seed: int = field(default=0, metadata=spec(ge=0, le=2**31 - 1))
     """Seed of the model initialisation; worker i shuffles its data with seed + i."""
+    seeds: int = field(default=1, metadata=spec(ge=1, le=100))
+    """Runs of each mode, at seeds seed, seed + 1, ...; results.md then gives each mode's mean
+    and standard deviation over them, beside every run's row. The runs go round by round
+    (every mode at one seed, then at the next), so that a machine's drift in speed falls on
+    every mode alike."""
     modes: tuple[str, ...] = field(
         default=("baseline", "sync", "soft_sync", "async", "async_scale", "average", "hogwild"),
         metadata=spec(choices=mode_names),
@@ -277,7 +282,7 @@ class BenchConfig:
             )
         check_momentum_correction(self.optimizer, self.server)
         self._check_server_options()
-        self._check_pipeline()
+        check_pipeline(self)
         check_unread_parts(self)
         averaging = [m for m in rule_modes(self.modes) if rule_named(m).pushes_parameters]
         if self.server.compression != "none" and averaging:
@@ -299,68 +304,15 @@ class BenchConfig:
         self.faults.check_targets({"worker": self.workers, "shard": self.server.shards})
         for mode in rule_modes(self.modes):  # the count each barrier waits for (K of N)
             rule_named(mode).aggregate_count(self.server, self.workers)
+        if self.server.record and self.seeds > 1:
+            raise ValueError(
+                f"server.record=true needs seeds=1, got {self.seeds}: `rltrain reapply` "
+                "replays one run of each mode"
+            )
         if self.server.record and self.server.shards != 1:
             raise ValueError(
                 f"server.record=true needs server.shards=1, got {self.server.shards}: reapplying "
                 "follows one shard's order of the updates, and each shard has its own"
-            )
-
-    def _check_pipeline(self) -> None:
-        """What model parallelism runs with; the rest is refused, not ignored."""
-        pipe, srv = self.model, self.server
-        if pipe.synthetic != "none" and pipe.stages == 1:
-            raise ValueError(
-                f"model.synthetic={pipe.synthetic}: needs model.stages >= 2 (it decouples the "
-                "stages of a split model); set model.stages, or model.synthetic=none"
-            )
-        if pipe.synthetic_delay != 2 and pipe.synthetic == "none":
-            raise ValueError(
-                f"model.synthetic_delay={pipe.synthetic_delay}: needs model.synthetic dni or "
-                "cdni (GPipe's stages wait for the true gradient); set model.synthetic, or "
-                "leave model.synthetic_delay at 2"
-            )
-        if pipe.link_ms and pipe.stages == 1:
-            raise ValueError(
-                f"model.link_ms={pipe.link_ms:g}: needs model.stages >= 2 (the link is between "
-                "stages); set model.stages, or model.link_ms=0"
-            )
-        if pipe.stages == 1:
-            return
-        head = f"model.stages={pipe.stages}"
-        other = [m for m in self.modes if m not in (*PIPELINE_MODES, "baseline")]
-        if other:
-            raise ValueError(
-                f"{head}: runs the modes {', '.join(PIPELINE_MODES)} (and baseline, unsplit, "
-                f"as the reference), not {', '.join(other)}"
-            )
-        name = pipe.name
-        if name == "auto":  # as build_model resolves it for the dataset's inputs
-            toy, colour = self.data.dataset in TOY_PROBLEMS, self.data.dataset == "cifar10"
-            name = "linear" if toy else "resnet" if colour else "cnn"
-        if pipe.stages > PARAM_LAYERS[name]:
-            raise ValueError(
-                f"{head}: model {name} has {PARAM_LAYERS[name]} layer(s) with parameters to "
-                f"cut; allowed: 1 to {PARAM_LAYERS[name]}"
-            )
-        if pipe.micro_batches > self.batch_size:
-            raise ValueError(
-                f"model.micro_batches={pipe.micro_batches} exceeds batch_size="
-                f"{self.batch_size}: each micro-batch needs a sample"
-            )
-        needs = {  # what each must be, and whether it is not
-            "server.shards=1": srv.shards != 1,  # one shard per stage
-            "server.staleness=none": srv.staleness != "none",  # each stage's shard decides
-            "server.n_push=1 server.n_fetch=1": srv.n_push != 1 or srv.n_fetch != 1,
-            "server.compression=none": srv.compression != "none",
-            "server.record=false": srv.record,
-            "warm_start.seconds=0": self.warm_start.seconds > 0,
-            "faults.events=[]": bool(self.faults.events),
-        }
-        if any(needs.values()):
-            named = ", ".join(k for k, v in needs.items() if v)
-            raise ValueError(
-                f"{head}: needs {named} (the server has one shard per stage, every stage "
-                "pushing each step, and a lost stage stops the mode)"
             )
 
     def _check_server_options(self) -> None:

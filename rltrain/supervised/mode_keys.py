@@ -10,6 +10,8 @@ from typing import Any
 
 from rltrain.ps.config import ServerConfig
 from rltrain.ps.rules import rule_named, rule_names
+from rltrain.supervised.models import PARAM_LAYERS
+from rltrain.supervised.toys import TOY_PROBLEMS
 
 PIPELINE_MODES = ("sync", "async")
 """The modes that run a model split into ``model.stages`` (pipeline parallelism)."""
@@ -135,3 +137,63 @@ def start_notes(cfg: Any) -> list[str]:
                 f"so it steps as sync does; {fix}"
             )
     return notes
+
+
+def check_pipeline(cfg: Any) -> None:
+    """What model parallelism (``model.stages``) runs with, in a :class:`BenchConfig` ``cfg``;
+    the rest is refused, not ignored."""
+    pipe, srv = cfg.model, cfg.server
+    if pipe.synthetic != "none" and pipe.stages == 1:
+        raise ValueError(
+            f"model.synthetic={pipe.synthetic}: needs model.stages >= 2 (it decouples the "
+            "stages of a split model); set model.stages, or model.synthetic=none"
+        )
+    if pipe.synthetic_delay != 2 and pipe.synthetic == "none":
+        raise ValueError(
+            f"model.synthetic_delay={pipe.synthetic_delay}: needs model.synthetic dni or "
+            "cdni (GPipe's stages wait for the true gradient); set model.synthetic, or "
+            "leave model.synthetic_delay at 2"
+        )
+    if pipe.link_ms and pipe.stages == 1:
+        raise ValueError(
+            f"model.link_ms={pipe.link_ms:g}: needs model.stages >= 2 (the link is between "
+            "stages); set model.stages, or model.link_ms=0"
+        )
+    if pipe.stages == 1:
+        return
+    head = f"model.stages={pipe.stages}"
+    other = [m for m in cfg.modes if m not in (*PIPELINE_MODES, "baseline")]
+    if other:
+        raise ValueError(
+            f"{head}: runs the modes {', '.join(PIPELINE_MODES)} (and baseline, unsplit, "
+            f"as the reference), not {', '.join(other)}"
+        )
+    name = pipe.name
+    if name == "auto":  # as build_model resolves it for the dataset's inputs
+        toy, colour = cfg.data.dataset in TOY_PROBLEMS, cfg.data.dataset == "cifar10"
+        name = "linear" if toy else "resnet" if colour else "cnn"
+    if pipe.stages > PARAM_LAYERS[name]:
+        raise ValueError(
+            f"{head}: model {name} has {PARAM_LAYERS[name]} layer(s) with parameters to "
+            f"cut; allowed: 1 to {PARAM_LAYERS[name]}"
+        )
+    if pipe.micro_batches > cfg.batch_size:
+        raise ValueError(
+            f"model.micro_batches={pipe.micro_batches} exceeds batch_size="
+            f"{cfg.batch_size}: each micro-batch needs a sample"
+        )
+    needs = {  # what each must be, and whether it is not
+        "server.shards=1": srv.shards != 1,  # one shard per stage
+        "server.staleness=none": srv.staleness != "none",  # each stage's shard decides
+        "server.n_push=1 server.n_fetch=1": srv.n_push != 1 or srv.n_fetch != 1,
+        "server.compression=none": srv.compression != "none",
+        "server.record=false": srv.record,
+        "warm_start.seconds=0": cfg.warm_start.seconds > 0,
+        "faults.events=[]": bool(cfg.faults.events),
+    }
+    if any(needs.values()):
+        named = ", ".join(k for k, v in needs.items() if v)
+        raise ValueError(
+            f"{head}: needs {named} (the server has one shard per stage, every stage "
+            "pushing each step, and a lost stage stops the mode)"
+        )

@@ -1,5 +1,5 @@
 """The bench's plots: accuracy (or, for the toy problems, distance to the optimum) against
-training time, samples and server updates, one line per mode."""
+training time, samples and server updates, one line per run (a mode's seeds in one colour)."""
 
 from __future__ import annotations
 
@@ -25,17 +25,25 @@ X_LABELS = {
 def plot_curves(
     path: Path, curves: dict[str, list[Point]], targets: Sequence[Target], x: str = "t"
 ) -> bool:
-    """One line per mode against ``x`` (a key of :data:`X_LABELS`): test accuracy, or the
-    toy problems' distance to the optimum on a log scale. False without matplotlib."""
+    """One line per run (``curves``: by :func:`run_name`) against ``x`` (a key of
+    :data:`X_LABELS`): test accuracy, or the toy problems' distance to the optimum on a log
+    scale. False without matplotlib."""
     plt = pyplot()
     if plt is None:
         return False
 
     metric = targets[0].metric if targets else "accuracy"
     fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
-    for mode, pts in curves.items():
+    modes = list(dict.fromkeys(mode_of(k) for k in curves))
+    runs = {m: sum(mode_of(k) == m for k in curves) for m in modes}
+    for key, pts in curves.items():  # a mode's seeds: one colour, one legend entry
+        mode = mode_of(key)
+        first = key == next(k for k in curves if mode_of(k) == mode)
+        label = (mode if runs[mode] == 1 else f"{mode} ({runs[mode]} seeds)") if first else None
+        colour = f"C{modes.index(mode) % 10}"
         ys = [getattr(p, metric) for p in pts]
-        ax.plot([getattr(p, x) for p in pts], ys, marker=".", label=mode)
+        marker = "." if runs[mode] == 1 else None
+        ax.plot([getattr(p, x) for p in pts], ys, marker=marker, color=colour, label=label)
     for t in targets:
         ax.axhline(t.value, color="grey", lw=0.8, ls="--")
     if metric == "distance":
@@ -56,6 +64,21 @@ def plot_curves(
     fig.savefig(path)
     plt.close(fig)
     return True
+
+
+SEED = " seed "
+"""Between a mode and its seed in a run's name (:func:`run_name`)."""
+
+
+def run_name(mode: str, seed: int, seeds: int) -> str:
+    """A run's name in the progress lines and the plots: its mode, and its seed when each
+    mode runs ``seeds`` > 1 times."""
+    return mode if seeds == 1 else f"{mode}{SEED}{seed}"
+
+
+def mode_of(name: str) -> str:
+    """The mode of a run's name (:func:`run_name`)."""
+    return name.split(SEED, 1)[0]
 
 
 def plot_names(cfg: BenchConfig) -> list[str]:

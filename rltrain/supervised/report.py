@@ -11,7 +11,7 @@ import csv
 import math
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,14 @@ from rltrain.supervised.evaluation import Point, targets_of
 from rltrain.supervised.modes import ModeTrace
 from rltrain.supervised.plots import plot_curves, plot_names
 from rltrain.supervised.synthetic import synthetic_means
-from rltrain.supervised.toys import TOY_PROBLEMS
+from rltrain.supervised.tables import (
+    ModeResult,
+    by_mode,
+    efficiency_table,
+    in_order,
+    markdown_table,
+    seeds_table,
+)
 
 DIVERGED = 1e3
 """A toy run whose final distance to the optimum is above this many times its start diverged."""
@@ -41,43 +48,6 @@ def is_diverged(distances: Sequence[float]) -> bool:
     rising was not flagged)."""
     d = [x for x in distances if not math.isnan(x)]
     return bool(d) and (d[-1] > DIVERGED or 1 < d[-1] >= max(d))
-
-
-@dataclass(frozen=True)
-class ModeResult:
-    """One row of results.csv / results.md."""
-
-    mode: str
-    workers: int
-    final_accuracy: float
-    best_accuracy: float  # the best snapshot's, chosen on the test set: optimistic
-    train_seconds: float
-    startup_seconds: float
-    samples: int
-    samples_per_s: float
-    updates_applied: int  # pushes the server applied: gradients (sync: N per step), or
-    # parameters (average)
-    dropped: int
-    rejected: int
-    mean_staleness: float
-    seconds_to: dict[str, float | None] = field(default_factory=dict)
-    samples_to: dict[str, int | None] = field(default_factory=dict)
-    us_per_sample_to: dict[str, float | None] = field(default_factory=dict)
-    """Hardware efficiency: training microseconds per sample until each target was reached
-    (seconds_to = samples_to x us_per_sample_to / 1e6, exactly)."""
-    steps_to: dict[str, int | None] = field(default_factory=dict)
-    """Server versions (optimizer steps) until each target was reached: one per applied
-    gradient where each is a step (async), one per round of N (sync) or K (soft_sync)."""
-    steps: int = 0  # the server's version at the mode's end: its optimizer steps
-    bytes_pushed: int = 0  # update values the shards received, as they travelled
-    bytes_pulled: int = 0  # parameter values the shards sent
-    final_distance: float | None = None  # toy problems: |w - w*| / |w0 - w*| at the end
-    diverged: bool = False  # toy problems: see is_diverged()
-    faults: dict[str, int] = field(default_factory=dict)  # FaultCounters of the mode
-    synthetic: dict[str, float | None] = field(default_factory=dict)
-    """Synthetic-gradient stages (model.synthetic): the means over every true gradient of
-    every replica's synthetic stages (staleness in the stage's updates; cosine and relative
-    L2 of the prediction against it) and their count; empty for other modes."""
 
 
 def mode_line(label: str, res: ModeResult) -> str:
@@ -153,6 +123,7 @@ def summarize(cfg: BenchConfig, trace: ModeTrace, points: Sequence[Point]) -> Mo
         diverged=is_diverged([p.distance for p in points]),
         faults=asdict(trace.faults),
         synthetic=synthetic_means([row for r in trace.reports for row in r.synthetic]),
+        seed=cfg.seed,
     )
 
 
@@ -168,10 +139,11 @@ NO_NETWORK = (*NO_SERVER, "hogwild")
 
 
 def write_tensorboard(
-    tb_dir: Path, cfg: BenchConfig, trace: ModeTrace, points: Sequence[Point]
+    tb_dir: Path, cfg: BenchConfig, trace: ModeTrace, points: Sequence[Point], name: str = ""
 ) -> None:
-    """Scalars per snapshot (step = samples seen, wall time = training time) under tb/<mode>/."""
-    writer = SummaryWriter(str(tb_dir / trace.mode))
+    """Scalars per snapshot (step = samples seen, wall time = training time) under
+    tb/<name>/ (the mode's; with seeds > 1 tb/<mode>/seed<seed>/)."""
+    writer = SummaryWriter(str(tb_dir / (name or trace.mode)))
     writer.add_text("config", "```\n" + repr(to_dict(cfg)) + "\n```")
     base = 1_000_000_000.0  # a fixed epoch: TensorBoard's 'relative' axis then shows training time
     prev_hist = [0] * STALENESS_BINS
@@ -254,7 +226,8 @@ def _staleness_histogram(writer: SummaryWriter, counts: list[int], step: int, wa
 
 def _flat_row(r: ModeResult) -> dict[str, Any]:
     nested = ("seconds_to", "samples_to", "us_per_sample_to", "steps_to", "faults", "synthetic")
-    row = {k: v for k, v in asdict(r).items() if k not in nested}
+    row = {"mode": r.mode, "seed": r.seed}
+    row |= {k: v for k, v in asdict(r).items() if k not in nested}
     for name in nested:
         for key, v in getattr(r, name).items():
             row[f"{name}_{key}" if name != "faults" else f"faults_{key}"] = v
@@ -262,70 +235,12 @@ def _flat_row(r: ModeResult) -> dict[str, Any]:
 
 
 def write_csv(path: Path, results: Sequence[ModeResult]) -> None:
-    rows = [_flat_row(r) for r in results]
+    rows = [_flat_row(r) for r in results]  # (in_order by the caller)
     with path.open("w", newline="") as f:
         # every row's columns (a synthetic-gradient mode has columns of its own)
         w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for row in rows for k in row)))
         w.writeheader()
         w.writerows({k: ("" if v is None else v) for k, v in row.items()} for row in rows)
-
-
-def markdown_table(cfg: BenchConfig, results: Sequence[ModeResult]) -> str:
-    keys = [t.key for t in targets_of(cfg)]
-    toy = cfg.data.dataset in TOY_PROBLEMS
-    first = ["final dist"] if toy else []
-    first += [] if cfg.data.dataset == "toy_quadratic" else ["final acc"]
-    head = ["mode", *first, *[f"s to {k}" for k in keys], *[f"samples to {k}" for k in keys]]
-    head += [f"steps to {k}" for k in keys] if toy else []
-    head += ["samples/s", "pushes applied", "steps", "dropped", "rejected"]
-    head += ["mean staleness", "MB pushed"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-
-    def fmt(v: float | int | None, spec: str) -> str:
-        return "not reached" if v is None else format(v, spec)
-
-    for r in results:
-        cells = [r.mode]
-        cells += (["diverged"] if r.diverged else [fmt(r.final_distance, ".2e")]) if toy else []
-        cells += [] if cfg.data.dataset == "toy_quadratic" else [f"{r.final_accuracy:.4f}"]
-        cells += [fmt(r.seconds_to[k], ".1f") for k in keys]
-        cells += [fmt(r.samples_to[k], ",") for k in keys]
-        cells += [fmt(r.steps_to[k], ",") for k in keys] if toy else []
-        cells += [f"{r.samples_per_s:,.0f}", f"{r.updates_applied:,}", f"{r.steps:,}"]
-        cells += [str(r.dropped)]
-        cells += [str(r.rejected), f"{r.mean_staleness:.2f}", f"{r.bytes_pushed / 1e6:,.1f}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def efficiency_table(cfg: BenchConfig, results: Sequence[ModeResult]) -> str:
-    """Time to the first target split into statistical and hardware efficiency, each against
-    the reference mode (``baseline`` if it ran, else the first): time ratio = samples ratio x
-    speed ratio, exactly, since seconds_to = samples_to x seconds per sample."""
-    if not results or not targets_of(cfg):
-        return ""
-    key = targets_of(cfg)[0].key
-    ref = next((r for r in results if r.mode == "baseline"), results[0])
-    head = [
-        "mode",
-        f"s to {key}",
-        f"samples to {key} (statistical)",
-        "us/sample (hardware)",
-        f"speed-up vs {ref.mode}",
-        "= fewer samples",
-        "x faster samples",
-    ]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    rs, rn, ru = ref.seconds_to[key], ref.samples_to[key], ref.us_per_sample_to[key]
-    for r in results:
-        s, n, u = r.seconds_to[key], r.samples_to[key], r.us_per_sample_to[key]
-        if None in (s, n, u, rs, rn, ru):
-            cells = [r.mode, "not reached" if s is None else f"{s:.1f}", "", "", "", "", ""]
-        else:
-            cells = [r.mode, f"{s:.1f}", f"{n:,}", f"{u:.1f}"]
-            cells += [f"{rs / s:.2f}x", f"{rn / n:.2f}", f"{ru / u:.2f}"]  # type: ignore[operator]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
 
 
 def write_markdown(
@@ -341,10 +256,8 @@ def write_markdown(
         "in results.csv); accuracy (or distance) is measured on snapshots taken every "
         f"{cfg.eval.every_seconds:g} s, so times are accurate to that interval.\n"
     )
-    ran = {r.mode for r in results}
     if stopped_by != "done":
-        missing = ", ".join(m for m in cfg.modes if m not in ran)
-        note += f"\n**Stopped by {stopped_by}**: no results for {missing}.\n"
+        note += f"\n**Stopped by {stopped_by}**: no results for {not_run(cfg, results)}.\n"
     split = efficiency_table(cfg, results)
     if split:
         split = (
@@ -352,7 +265,31 @@ def write_markdown(
             "faster, or because it learns more per sample? Time to the target = samples to it "
             "(statistical efficiency) x seconds per sample (hardware efficiency):\n\n" + split
         )
-    write_atomic(path, title + markdown_table(cfg, results) + note + split)
+    table = markdown_table(cfg, results)
+    if cfg.seeds > 1:
+        title = title.replace("\n\n", f", {cfg.seeds} seeds from {cfg.seed}\n\n", 1)
+        table = (
+            "## Over the seeds: mean ± standard deviation\n\n(k/n: the mean of the k runs of n "
+            "that reached the target)\n\n"
+            + seeds_table(cfg, results)
+            + "\n## Every run\n\n"
+            + table
+        )
+    write_atomic(path, title + table + note + split)
+
+
+def not_run(cfg: BenchConfig, results: Sequence[ModeResult]) -> str:
+    """The modes (with seeds > 1, the runs) a stopped bench has no results for."""
+    ran = {(r.mode, r.seed) for r in results}
+    seeds = range(cfg.seed, cfg.seed + cfg.seeds)
+    missing = {m: [s for s in seeds if (m, s) not in ran] for m in cfg.modes}
+    if cfg.seeds == 1:
+        return ", ".join(m for m, left in missing.items() if left)
+    return ", ".join(
+        f"{m} (seed{'s' * (len(left) > 1)} {', '.join(map(str, left))})"
+        for m, left in missing.items()
+        if left
+    )
 
 
 def write_outputs(
@@ -363,6 +300,7 @@ def write_outputs(
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """results.csv, results.md, the plots and summary.json (``extra``: more of its keys)."""
+    results = in_order(cfg, results)
     write_csv(run_dir / "results.csv", results)
     stopped_by = str((extra or {}).get("stopped_by", "done"))
     write_markdown(run_dir / "results.md", cfg, results, stopped_by)
@@ -378,7 +316,9 @@ def write_outputs(
         "workers": cfg.workers,
         "targets": [t.value for t in targets],
         "target_metric": targets[0].metric if targets else "accuracy",
+        "seeds": list(range(cfg.seed, cfg.seed + cfg.seeds)),
         "results": [_json_safe(asdict(r)) for r in results],
+        "by_mode": by_mode(cfg, results),  # each mode's mean and std over its seeds
         "curves": {m: [asdict(p) for p in pts] for m, pts in curves.items()},
         **(extra or {}),
     }

@@ -6,6 +6,7 @@ torch.optim), two steps each so that state (momentum, moments, accumulators) mat
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 
@@ -283,3 +284,40 @@ def test_a_loaded_state_keeps_the_moments_and_takes_the_new_hyperparameters() ->
     assert group["eps"] == 1e-5 and group["betas"] == (0.8, 0.9)
     state = next(iter(new.state.values()))
     assert int(state["step"]) == 1 and torch.equal(state["exp_avg"], old.state[x]["exp_avg"])
+
+
+@pytest.mark.parametrize("name", ["sgd", "adam", "rmsprop_tf"])
+def test_warm_up_ramps_each_step_and_then_holds(name: str) -> None:
+    """Goyal et al.'s gradual warm-up: step k at lr x (k + 1) / W, then lr; the group's lr is
+    the base between steps (the shard sets it each step; a schedule reads it)."""
+    cfg = dataclasses.replace(opt_cfg(name), lr=1.0, warmup_steps=4)
+    x = torch.nn.Parameter(torch.zeros(2))
+    opt = make_optimizer([x], cfg)
+    moved = []
+    for _ in range(6):
+        x.grad = torch.ones(2)
+        before = x.detach().clone()
+        opt.step()
+        moved.append(float((before - x.detach())[0]))
+        assert opt.param_groups[0]["lr"] == 1.0
+    # sgd moves lr x g; adam and rmsprop_tf about lr x sign(g) at first: 1/4, 2/4, 3/4, 1, 1
+    assert moved[:4] == pytest.approx([0.25, 0.5, 0.75, 1.0], rel=0.05)
+    assert moved[4] == pytest.approx(moved[3], rel=0.05)  # held at lr
+
+
+def test_warm_up_scales_the_lr_a_shard_sets_and_resumes_mid_ramp() -> None:
+    """A shard scales its lr per push (staleness) and by a schedule: the warm-up multiplies
+    that, and its count is saved with the state, so a restored shard goes on up the ramp."""
+    sgd = OptimizerConfig(name="sgd", lr=1.0, warmup_steps=4)
+    s = ParameterShard(torch.zeros(1), sgd, ServerConfig(rule="async"), 1)
+    s.set_lr_factor(0.5)
+    s.push(GradUpdate(0, 0, torch.ones(1), 8))
+    assert s.pull().values.item() == pytest.approx(-0.5 * 0.25)  # schedule x warm-up 1/4
+    s.push(GradUpdate(0, 1, torch.ones(1), 8))
+    state = s.state_dict()
+    back = ParameterShard(torch.zeros(1), sgd, ServerConfig(rule="async"), 1)
+    back.load_state_dict(state)
+    back.set_lr_factor(1.0)
+    before = back.pull().values.item()
+    back.push(GradUpdate(0, 2, torch.ones(1), 8))
+    assert before - back.pull().values.item() == pytest.approx(0.75)  # its third step: 3/4

@@ -63,6 +63,13 @@ class OptimizerConfig:
     when beta comes out negative (it is clipped at 0)."""
     centered: bool = False
     """Centered RMSProp (rmsprop, and rmsprop_tf in TF's form sqrt(ms - mg^2 + eps))."""
+    warmup_steps: int = field(default=0, metadata=spec(ge=0))
+    """Gradual warm-up (Goyal et al. 2017): the learning rate rises linearly from
+    lr / warmup_steps to lr over the first warmup_steps steps of each optimizer, then holds;
+    0 = none. Each optimizer counts its own steps: a server shard's (sync: one per round of N
+    gradients; async: one per gradient), the baseline's, allreduce's and average's local
+    steps, each hogwild worker's. For sync with many workers at lr x N (the linear scaling
+    rule), whose first steps are too large."""
 
 
 @dataclass(frozen=True)

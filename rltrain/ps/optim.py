@@ -248,11 +248,46 @@ def step_unless_nonfinite(opt: torch.optim.Optimizer, finite: torch.Tensor | Non
         del o.grad_scale, o.found_inf
 
 
+WARMUP_KEY = "warmup_step"
+"""The param group's count of steps taken, for the warm-up (saved with the optimizer's state)."""
+
+
+def warm_up(opt: torch.optim.Optimizer, steps: int) -> torch.optim.Optimizer:
+    """Gradual warm-up (Goyal et al. 2017, section 2.2): step k (from 0) of ``opt`` runs at
+    lr x (k + 1) / ``steps`` until ``steps`` steps have run. The hooks scale each group's lr
+    for the step alone and put it back after, so what sets the lr between steps (a shard's
+    schedule and staleness scaling) is scaled in turn. The count is a param group key: a
+    saved state carries it (:func:`load_optimizer_state` keeps it)."""
+    if steps <= 0:
+        return opt
+    for g in opt.param_groups:
+        g[WARMUP_KEY] = 0
+    saved: list[float] = []
+
+    def scale(o: torch.optim.Optimizer, *_: Any) -> None:
+        saved[:] = [g["lr"] for g in o.param_groups]
+        for g in o.param_groups:
+            g["lr"] = g["lr"] * min(1.0, (g.get(WARMUP_KEY, 0) + 1) / steps)
+
+    def restore(o: torch.optim.Optimizer, *_: Any) -> None:
+        for g, lr in zip(o.param_groups, saved, strict=True):
+            g["lr"] = lr
+            g[WARMUP_KEY] = g.get(WARMUP_KEY, 0) + 1  # (a state saved without: from 0)
+
+    opt.register_step_pre_hook(scale)
+    opt.register_step_post_hook(restore)
+    return opt
+
+
 def make_optimizer(
     params: Iterable[torch.nn.Parameter], cfg: OptimizerConfig
 ) -> torch.optim.Optimizer:
-    """The optimizer named by ``cfg.name`` with its hyper-parameters."""
-    p = list(params)
+    """The optimizer named by ``cfg.name`` with its hyper-parameters (and ``cfg.warmup_steps``
+    of warm-up: :func:`warm_up`)."""
+    return warm_up(_optimizer(list(params), cfg), cfg.warmup_steps)
+
+
+def _optimizer(p: list[torch.nn.Parameter], cfg: OptimizerConfig) -> torch.optim.Optimizer:
     wd = cfg.weight_decay
     # torch's fused CPU kernels: one pass over the parameters per step instead of one per
     # operation, with results equal to 1e-7; Adam's step gains most. A shard steps once per push.
@@ -333,7 +368,10 @@ def load_optimizer_state(opt: torch.optim.Optimizer, state: dict) -> None:
     hyperparameters and way of running (torch would take the saved groups' whole): a run
     resumed with ``--set optimizer.eps=...`` steps with the new eps, and a state saved by an
     optimizer built otherwise (``fused``, ``foreach``) does not switch them off."""
-    built = [{k: v for k, v in group.items() if k != "params"} for group in opt.param_groups]
+    built = [  # (the warm-up's count is the saved run's)
+        {k: v for k, v in group.items() if k not in ("params", WARMUP_KEY)}
+        for group in opt.param_groups
+    ]
     # a copy: torch keeps the given tensors where they already have the parameters' device and
     # dtype, and its steps would then write into ``state`` (a restore point, restored from
     # again after the next fault, would have moved with the run)

@@ -361,7 +361,8 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
         if results:  # the modes that finished keep their results
             extra["stopped_by"] = "interrupt" if isinstance(e, KeyboardInterrupt) else "fault"
             report.write_outputs(run_dir, cfg, results, curves, extra)
-            print(f"stopped: results of {len(results)} finished mode(s) in {run_dir}/results.md")
+            what = "run(s)" if cfg.seeds > 1 else "mode(s)"
+            print(f"stopped: results of {len(results)} finished {what} in {run_dir}/results.md")
         raise
     finally:
         if needs_ray:

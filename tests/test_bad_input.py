@@ -272,6 +272,21 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             id="t-no-stop",
         ),
         pytest.param(
+            ["train", CARTPOLE, "--set", "server.rule=sync", "--set", "server.staleness=drop"],
+            ["server.staleness=drop: a policy for updates applied on arrival", "under sync"],
+            id="t-staleness-under-sync",
+        ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "algo.name=ppo", "--set", "server.staleness=scale"],
+            ["ppo runs behind a barrier (sync)", "another algorithm (a3c, impala, appo)"],
+            id="t-staleness-under-ppo",
+        ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "server.max_staleness=2"],
+            ["server.max_staleness=2: read by server.staleness=drop"],
+            id="t-max-staleness-unread",
+        ),
+        pytest.param(
             ["train", CARTPOLE, "--set", "server.rule=soft_sync", "--set", "server.k=5"],
             ["server.k=5", "exceeds the 2 that push gradients (a3c: actors=2)", "to 2"],
             id="t-cross",

@@ -228,6 +228,7 @@ def check_server(cfg: TrainConfig) -> None:
             f"{cfg.algo.name} workers get the parameters back with each push"
         )
     check_momentum_correction(cfg.optimizer, server)
+    check_staleness_read(cfg)
     if server.record:
         raise ValueError(
             "server.record=true: only rltrain bench records and reapplies its updates (a "
@@ -305,6 +306,30 @@ def check_local(cfg: TrainConfig) -> None:
         raise ValueError(
             "runtime.backend=local: faults.events need processes to kill and pause; use backend "
             "process or ray"
+        )
+
+
+def check_staleness_read(cfg: TrainConfig) -> None:
+    """Refuse a staleness policy the rule run never applies (a sweep's "sync + drop" cell ran
+    as plain sync, without a word): sync and soft_sync step on a version's own updates, none
+    stale, and only ``drop`` reads ``max_staleness``."""
+    server, run = cfg.server, server_settings(cfg)
+    barrier = run.rule in ("sync", "soft_sync")  # (a registered rule may read any key)
+    if server.staleness != "none" and barrier:
+        forced = run.rule != server.rule  # a2c, ppo: behind a barrier whatever the rule
+        where = f"{cfg.algo.name} runs behind a barrier ({run.rule}), where" if forced else ""
+        where = where or f"under {run.rule}"
+        fix = "another algorithm (a3c, impala, appo)" if forced else "server.rule=async"
+        raise ValueError(
+            f"server.staleness={server.staleness}: a policy for updates applied on arrival "
+            f"(server.rule=async); {where} each step takes its version's own updates, none "
+            f"stale; use {fix}, or server.staleness=none"
+        )
+    default = ServerConfig.max_staleness
+    if server.max_staleness != default and (barrier or server.staleness != "drop"):
+        raise ValueError(
+            f"server.max_staleness={server.max_staleness}: read by server.staleness=drop "
+            f"(with server.rule=async) only; set them, or leave max_staleness at {default}"
         )
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from rltrain.charts import pyplot
 from rltrain.curves import Curve, NoEpisodesYet, PlotError, read_curve, scoring_changes
+from rltrain.plot_groups import Group, groups_of, mean_curve, mean_sd
 
 
 def moving_mean(values: np.ndarray, window: int) -> np.ndarray:
@@ -76,7 +77,9 @@ def _duration(seconds: float, unit: float) -> str:
     return f"{seconds / 60:.1f} min" if unit == 60.0 else f"{seconds:.0f} s"
 
 
-def marks_table(curves: Sequence[Curve], marks: Sequence[float]) -> str:
+def marks_table(
+    curves: Sequence[Curve], marks: Sequence[float], groups: Sequence[Group] = ()
+) -> str:
     """A Markdown table, one row per run: its frames/s (frames of the last episode over the
     running time to it), the wall time and frames at which the mean of the last ``window``
     episodes (each run's) first reached each mark, and where it ended: the mean of its last
@@ -103,10 +106,32 @@ def marks_table(curves: Sequence[Curve], marks: Sequence[float]) -> str:
         end = f"{last:.1f}" + (f" (of {n})" if mixed and n < max(counts) else "")
         end += f" at {_duration(float(c.seconds[-1]), unit)}, {_count(c.frames[-1])}"
         lines.append(f"| {c.label} | {_count(rate)} | {' | '.join(cells)} | {end} |")
+    lines += [_group_marks(g, [curves[i] for i in g.members], marks, unit) for g in groups]
     return "\n".join(lines)
 
 
-def evals_table(curves: Sequence[Curve]) -> str:
+def _group_marks(g: Group, curves: Sequence[Curve], marks: Sequence[float], unit: float) -> str:
+    """A group's row of the marks table: per mark the mean wall time and the frames' mean +-
+    sd over its runs that reached it (k/n when only k of n did); its mean last score."""
+    rates = [c.frames[-1] / c.seconds[-1] for c in curves if c.seconds[-1] > 0]
+    reached = [time_to_marks(c, marks) for c in curves]
+    cells = []
+    for k in range(len(marks)):
+        hit = [r[k] for r in reached if r[k].seconds is not None and r[k].frames is not None]
+        if not hit:
+            cells.append("not reached")
+            continue
+        frames = [float(r.frames) for r in hit]  # type: ignore[arg-type]
+        seconds = float(np.mean([r.seconds for r in hit]))
+        spread = f" +- {_count(float(np.std(frames, ddof=1)))}" if len(hit) > 1 else ""
+        some = f" ({len(hit)}/{len(curves)})" if len(hit) < len(curves) else ""
+        cells.append(f"{_duration(seconds, unit)}, {_count(float(np.mean(frames)))}{spread}{some}")
+    last = mean_sd([float(moving_mean(c.returns, c.window)[-1]) for c in curves])
+    rate = _count(float(np.mean(rates))) if rates else "-"
+    return f"| **{g.label}** ({_runs(len(curves))}) | {rate} | {' | '.join(cells)} | {last} |"
+
+
+def evals_table(curves: Sequence[Curve], groups: Sequence[Group] = ()) -> str:
     """A Markdown table of the evaluations during training (``eval/mean_return``): one row
     per evaluation (its frames, rounded down to the run's ``eval.every_steps``: an evaluation
     runs at the first batch past each multiple; the final one at a stop between two
@@ -131,19 +156,34 @@ def evals_table(curves: Sequence[Curve]) -> str:
             "--evals: no evaluations during training in "
             f"{', '.join(c.label for c in curves)} (eval/mean_return; set eval.every_steps)"
         )
-    several = len(curves) > 1
-    head = [c.label for c in curves] + ([f"mean +- sd of {len(curves)}"] if several else [])
+    # the spread over every run (seeds of one setting), or over each group's (--group)
+    pooled = [Group(f"mean +- sd of {len(curves)}", tuple(range(len(curves))))]
+    spreads = list(groups) or (pooled if len(curves) > 1 else [])
+    head = [c.label for c in curves]
+    head += [g.label if not groups else f"{g.label} ({_of(len(g.members))})" for g in spreads]
     lines = [f"| frames | {' | '.join(head)} |", "|---" * (len(head) + 1) + "|"]
     for at in sorted(rows):
         got = rows[at]
         cells = [f"{got[i]:.1f}" if i in got else "-" for i in range(len(curves))]
-        if several:
-            every = [got[i] for i in range(len(curves)) if i in got]
-            full = len(every) == len(curves)
-            cells.append(f"{np.mean(every):.1f} +- {np.std(every, ddof=1):.1f}" if full else "-")
+        for g in spreads:  # where every run of the group has a value
+            full = all(i in got for i in g.members)
+            cells.append(mean_sd([got[i] for i in g.members]) if full else "-")
         label = f"{_count(at, 4)} (stop)" if at in stops else _count(at)
         lines.append(f"| {label} | {' | '.join(cells)} |")
     return "\n".join(lines)
+
+
+def _mean_of(n: int) -> str:
+    return f"mean of {n}" if n > 1 else "1 run"
+
+
+def _runs(n: int) -> str:
+    return f"{n} run{'s' * (n != 1)}"
+
+
+def _of(n: int) -> str:
+    """What a group's column holds: the mean and spread of its n runs, or its one run's."""
+    return f"mean +- sd of {n}" if n > 1 else "1 run"
 
 
 def _time_axis(seconds_max: float) -> tuple[float, str]:
@@ -155,10 +195,13 @@ def _time_axis(seconds_max: float) -> tuple[float, str]:
     return 1.0, "wall time (s)"
 
 
-def draw(curves: Sequence[Curve], out: Path, title: str | None = None) -> Path | None:
+def draw(
+    curves: Sequence[Curve], out: Path, title: str | None = None, groups: Sequence[Group] = ()
+) -> Path | None:
     """Write a PNG with two panels, return vs frames and return vs wall time; per run the
-    raw returns faintly and their moving mean over its ``window`` episodes as a line. None
-    without matplotlib."""
+    raw returns faintly and their moving mean over its ``window`` episodes as a line (from
+    its first full window). With ``groups``, a colour per group: its runs' means thin, and
+    their mean as a thick line. None without matplotlib."""
     plt = pyplot()
     if plt is None:
         return None
@@ -166,17 +209,30 @@ def draw(curves: Sequence[Curve], out: Path, title: str | None = None) -> Path |
 
     fig, (by_frames, by_time) = plt.subplots(1, 2, figsize=(12, 4.5), dpi=110, sharey=True)
     unit, time_label = _time_axis(max(float(c.seconds.max()) for c in curves))
+    group_of = {i: k for k, g in enumerate(groups) for i in g.members}
     for i, c in enumerate(curves):
-        color = f"C{i % 10}"
-        mean = moving_mean(c.returns, c.window)
+        color = f"C{group_of.get(i, i) % 10}"
+        mean = full_window_mean(c)
+        label = None if groups else c.label
         for ax, x in ((by_frames, c.frames), (by_time, c.seconds / unit)):
-            if c.window > 1:
+            if c.window > 1 and not groups:
                 ax.plot(x, c.returns, color=color, lw=0.6, alpha=0.25)
-            ax.plot(x, mean, color=color, lw=1.6, label=c.label)
+            ax.plot(x, mean, color=color, lw=0.9 if groups else 1.6, label=label)
         e_frames, e_seconds, e_means = c.evals
+        first = not groups or i == groups[group_of[i]].members[0]
+        dots = f"{c.label if not groups else groups[group_of[i]].label} eval" if first else None
         for ax, x in ((by_frames, e_frames), (by_time, e_seconds / unit)):
             if len(x):  # the evaluations during training: dots on the run's line
-                ax.plot(x, e_means, "o", color=color, ms=4, mfc="white", label=f"{c.label} eval")
+                ax.plot(x, e_means, "o", color=color, ms=4, mfc="white", label=dots)
+    for k, g in enumerate(groups):  # each group's mean curve, where all its runs have one
+        runs = [curves[i] for i in g.members]
+        means = [full_window_mean(c) for c in runs]
+        for ax, xs in (
+            (by_frames, [c.frames for c in runs]),
+            (by_time, [c.seconds / unit for c in runs]),
+        ):
+            x, y = mean_curve(xs, means)
+            ax.plot(x, y, color=f"C{k % 10}", lw=2.4, label=f"{g.label} ({_mean_of(len(runs))})")
     by_frames.set_xlabel("frames")
     by_frames.xaxis.set_major_formatter(EngFormatter())  # 2M, not 2 x 1e6
     by_time.set_xlabel(time_label)
@@ -197,6 +253,14 @@ def draw(curves: Sequence[Curve], out: Path, title: str | None = None) -> Path |
     finally:
         plt.close(fig)
     return out
+
+
+def full_window_mean(c: Curve) -> np.ndarray:
+    """[N] the moving mean drawn for a run: NaN (not drawn) before its first full window of
+    ``c.window`` episodes, as the y-axis names it (a run with fewer episodes: from its first)."""
+    mean = moving_mean(c.returns, c.window)
+    start = c.window - 1 if len(mean) >= c.window else 0
+    return np.where(np.arange(len(mean)) >= start, mean, np.nan)
 
 
 FORMATS = ("png", "svg", "pdf")
@@ -250,13 +314,15 @@ def plot_runs(
     window: int | None = None,
     marks: Sequence[float] = (),
     evals: bool = False,
+    group: Sequence[str] = (),
 ) -> tuple[Path | None, str]:
     """Read every run (all errors before anything is drawn; a run without episodes yet is
     left out beside others, with a line) and write the PNG; its path (None
     without matplotlib), and the tables asked for ("" for none): with ``marks`` the
     time-to-score table (:func:`marks_table`), with ``evals`` the evaluations'
     (:func:`evals_table`). ``window``: the episodes of every run's mean (None: each run's
-    own, :func:`run_window`)."""
+    own, :func:`run_window`). ``group``: config keys whose values group the runs
+    (:mod:`rltrain.plot_groups`)."""
     if out is not None:  # (checked before any run is read)
         out = out / "returns.png" if out.is_dir() else out  # (it wrote FOLDER.png beside it)
         out = out if out.suffix else out.with_name(f"{out.name}.png")  # (a PNG without .png)
@@ -283,7 +349,8 @@ def plot_runs(
     if not curves and (marks or out is not None):  # only evaluations: nothing to draw
         asked = " and ".join(f for f, on in (("--marks", marks), ("--out", out)) if on)
         print(f"rltrain: plot: {asked}: no episode has ended in these runs", file=sys.stderr)
-    tables = [marks_table(curves, marks)] if marks and curves else []
+    groups = groups_of(curves, group) if group else []
+    tables = [marks_table(curves, marks, groups)] if marks and curves else []
     if evals:  # beside runs evaluated, one never evaluated is left out of the table, said
         shown = [c for c in evaluated if len(c.evals[0])]
         left = [c.label for c in evaluated if not len(c.evals[0])]
@@ -303,8 +370,8 @@ def plot_runs(
                     f"{'; '.join(changed)}: scores before and after do not compare",
                     file=sys.stderr,
                 )
-        tables.append(evals_table(shown))
+        tables.append(evals_table(shown, groups_of(shown, group) if group else []))
     png = None
     if curves:  # (only evaluations: the table alone)
-        png = draw(curves, out if out is not None else default_output(run_dirs), title)
+        png = draw(curves, out if out is not None else default_output(run_dirs), title, groups)
     return png, "\n\n".join(tables)

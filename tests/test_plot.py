@@ -606,3 +606,47 @@ def test_evals_scored_otherwise_after_a_resume_are_said(
         "rltrain: plot: --evals: imp's evaluations were scored otherwise at 1,500,000 steps: "
         "episodes 4 -> 6: scores before and after do not compare"
     )
+
+
+def test_runs_grouped_by_a_config_key_get_each_groups_mean(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--evals' spread pooled every run given (async and sync seeds in one mean); --group
+    server.rule gives each rule its own mean +- sd, a row per group in --marks and a mean
+    curve per group in the plot. A key no run has is one line."""
+    runs = []
+    for name, rule, up, evals in (
+        ("a0", "async", 0, [(100_000, 10.0), (200_000, 30.0)]),
+        ("a1", "async", 10, [(100_000, 20.0), (200_000, 50.0)]),
+        ("s0", "sync", 0, [(100_000, 5.0), (200_000, 9.0)]),
+    ):
+        points = [(i * 5_000, float(i + up), float(i)) for i in range(1, 41)]  # up+1..up+40
+        over = ("eval.every_steps=100000", f"server.rule={rule}")
+        run = make_run(tmp_path / name, "cartpole_a3c.yaml", points, overrides=over)
+        writer = SummaryWriter(str(run / "tb"))
+        for steps, mean in evals:
+            writer.add_scalar(EVAL_TAG, mean, steps)
+        writer.close()
+        runs.append(str(run))
+    out_png = tmp_path / "g.png"
+    argv = ["plot", *runs, "--evals", "--marks", "30", "--group", "server.rule"]
+    assert main([*argv, "--out", str(out_png)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    check_png(out_png)
+    assert out[1] == "| run | frames/s | +30 | last (mean of 20) |"
+    # a0 reaches a mean of 30 at 200k steps, a1 at 150k
+    assert out[6] == "| **server.rule=async** (2 runs) | 5k | 35 s, 175k +- 35.4k | 35.5 +- 7.1 |"
+    assert out[7] == "| **server.rule=sync** (1 run) | 5k | 40 s, 200k | 30.5 |"
+    evals = out[out.index("") + 1 :]
+    assert evals[0] == (
+        "| frames | a0 | a1 | s0 | server.rule=async (mean +- sd of 2) | server.rule=sync (1 run) |"
+    )
+    assert evals[2:] == [
+        "| 100k | 10.0 | 20.0 | 5.0 | 15.0 +- 7.1 | 5.0 |",
+        "| 200k | 30.0 | 50.0 | 9.0 | 40.0 +- 14.1 | 9.0 |",
+    ]
+    assert main([*argv[:2], "--group", "server.rules"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err.startswith("rltrain: error: --group server.rules: no such key in") and "\n" not in err
+    )

@@ -241,3 +241,25 @@ def test_bounds_far_from_minus_one_to_one_are_learned(tmp_path: Path) -> None:
     act = policy(np.zeros(1, np.float32), deterministic=True)
     gap = np.abs(act - np.array([0.3, 7.0])) / np.array([1.0, 15.0])
     assert (gap <= 0.02).all(), (act, gap)
+
+
+def test_a_box_without_two_finite_bounds_is_said_at_the_start() -> None:
+    """Unbounded dimensions get the policy's samples unmapped (around 0, std 1): a target of
+    50 was not approached in 225k steps, and nothing said why (explore81)."""
+    from rltrain.config import load_config
+    from rltrain.rl.config import TrainConfig
+    from rltrain.rl.env_spec import EnvSpec, action_notes
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = load_config(TrainConfig, root / "configs" / "pendulum_appo.yaml", [])
+    inf = float("inf")
+
+    def notes(low: tuple[float, ...], high: tuple[float, ...]) -> list[str]:
+        box = ActionSpace(len(low), continuous=True, low=low, high=high)
+        return action_notes(cfg, EnvSpec((3,), "float32", box, 1, {}))
+
+    assert notes((-2.0, 0.0), (2.0, 10.0)) == []  # both bounded: mapped by env.action_map
+    (said,) = notes((-inf, 0.0, -1.0), (inf, inf, 1.0))
+    assert "action dimensions 0, 1 of its Box(3,) have no finite bounds" in said
+    assert "std 1 at first (model.log_std_init)" in said and "env.wrappers" in said
+    assert action_notes(cfg, EnvSpec((3,), "float32", ActionSpace(2), 1, {})) == []  # Discrete

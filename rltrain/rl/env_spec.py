@@ -76,6 +76,25 @@ def probe_env(cfg: TrainConfig) -> EnvSpec:
         env.close()
 
 
+def action_notes(cfg: TrainConfig, spec: EnvSpec) -> list[str]:
+    """A start note for Box action dimensions without two finite bounds: nothing maps the
+    policy's samples onto them (``env.action_map`` needs both), so the env gets a Gaussian
+    around 0 of std exp(model.log_std_init), and an action scale far from 1 learns slowly
+    (a target of 50 was not approached in 225k steps) without a word."""
+    a = spec.actions
+    if not a.continuous or a.bounded().all():
+        return []
+    dims = [str(i) for i, b in enumerate(a.bounded()) if not b]
+    std = float(np.exp(cfg.model.log_std_init))
+    return [
+        f"env {cfg.env.id}: action dimension{'s' * (len(dims) > 1)} {', '.join(dims)} of its "
+        f"{a.describe()} {'have' if len(dims) > 1 else 'has'} no finite bounds on both sides: "
+        f"the env gets the policy's samples as they are, around 0 with std {std:.3g} at first "
+        "(model.log_std_init), and actions of another scale learn slowly; give the Box bounds "
+        "(env.action_map maps onto them), or scale the actions in a wrapper (env.wrappers)"
+    ]
+
+
 def initial_params(cfg: TrainConfig, spec: EnvSpec) -> torch.Tensor:
     torch.manual_seed(cfg.seed)
     return flat_params(build_model(cfg, spec))

@@ -360,3 +360,23 @@ def test_the_mean_says_how_many_episodes_it_is_over() -> None:
     counters.recent_returns = [float(i) for i in range(150)]
     record.stop("max_seconds", counters, 100)
     assert record.mean_count == 100
+
+
+def test_a_bug_leaves_its_traceback_in_the_run_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An exception no part of the run expects is a bug: it still ends the command with its
+    traceback, and now also leaves it in RUN/failure.log (a run piped to `| head` lost it)."""
+    from rltrain.rl.run import train as trainer
+
+    def broken(*_: Any) -> None:
+        raise RuntimeError("boom in the driver loop")
+
+    monkeypatch.setattr(trainer, "drive", broken)
+    run = tmp_path / "run"
+    argv = ["train", str(ROOT / "configs" / "cartpole_ppo.yaml"), "--run-dir", str(run)]
+    with pytest.raises(RuntimeError, match="boom in the driver loop"):
+        main([*argv, "--set", "runtime.backend=local"])
+    log = (run / "failure.log").read_text()
+    assert log.startswith("Traceback") and "RuntimeError: boom in the driver loop" in log
+    assert f"its traceback is in {run / 'failure.log'}" in capsys.readouterr().err

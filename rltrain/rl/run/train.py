@@ -27,6 +27,7 @@ from rltrain.faults import (
     RunFailed,
     describe_events,
     failure_line,
+    keep_traceback,
 )
 from rltrain.pauses import resume_all
 from rltrain.progress import Progress
@@ -154,8 +155,10 @@ class Trainer:
             self.record.stopped_by = "fault"
             self.record.failure = failure_line(e, self.run_dir, self.progress.note)
             self.progress.note(f"run failed: {self.record.failure}")
-        except BaseException:  # a bug: no summary, but no processes or Ray left behind
+        except BaseException as e:  # a bug: no summary, but no processes or Ray left behind
             self._release(runtime)
+            if isinstance(e, Exception):  # its traceback kept beside the run, to report
+                keep_traceback(self.run_dir, e, self.progress.note)
             raise
         return self._finish(runtime)
 

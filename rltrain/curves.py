@@ -251,7 +251,9 @@ def scoring_changes(run_dir: Path) -> list[str]:
             now = {k: r.get(k) for k in (*SCORED_BY, "protocol")}
             if last is not None and now != last:
                 said = [f"{k} {last[k]} -> {now[k]}" for k in SCORED_BY if now[k] != last[k]]
-                said += ["the env's protocol"] if now["protocol"] != last["protocol"] else []
+                old, new = last["protocol"] or {}, now["protocol"] or {}  # on the keys both
+                both = old.keys() & new.keys()  # name (an older one kept Atari's for Gym's)
+                said += ["the env's protocol"] if any(old[k] != new[k] for k in both) else []
                 changes.append(f"at {r['env_steps']:,} steps: {', '.join(said)}")
             last = now
         return changes

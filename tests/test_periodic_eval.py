@@ -29,6 +29,7 @@ from rltrain.rl.run.periodic import (
     Flight,
     PeriodicEval,
     best_score,
+    same_protocol,
     scored_protocol,
 )
 from rltrain.runtime import local
@@ -361,11 +362,16 @@ def test_resume_keeps_the_best_score(run: Path, tmp_path: Path) -> None:
     assert best_score(run, pe.settings) == pe.best
     assert best_score(run, {**pe.settings, "episodes": 7}) is None
     # or under another env protocol (a resume's --set env.sticky_actions=0, ...)
-    other = load_config(TrainConfig, run / "config.yaml", ["env.max_episode_frames=2000"])
+    other = load_config(TrainConfig, run / "config.yaml", ["env.kwargs={sutton_barto_reward: 1}"])
     assert best_score(run, {**pe.settings, "protocol": scored_protocol(other)}) is None
     record = evals(run)[-1]
     assert record["protocol"] == pe.settings["protocol"] == scored_protocol(cfg)
-    assert record["protocol"]["max_episode_frames"] == cfg.env.max_episode_frames
+    # a Gymnasium env's: not the Atari protocol's keys, which it never reads
+    assert sorted(record["protocol"]) == ["frame_stack", "kwargs", "wrappers"]
+    # a best.pt of an rltrain that kept them (at their defaults) is still comparable
+    atari = dict(record["protocol"], frame_skip=4, noop_max=30, sticky_actions=None)
+    assert same_protocol(atari, record["protocol"])
+    assert not same_protocol(dict(atari, kwargs={"x": 1}), record["protocol"])
     # a best.pt of an rltrain that kept no protocol: taken as played under this one
     state = load_checkpoint(run / "checkpoints" / "best.pt")
     del state["eval"]["protocol"]

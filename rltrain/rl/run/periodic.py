@@ -36,7 +36,7 @@ from rltrain.checkpoint import (
 )
 from rltrain.config import to_dict
 from rltrain.envs import make_env
-from rltrain.envs.atari import ATARI_KWARGS
+from rltrain.envs.atari import ATARI_KWARGS, ATARI_ONLY, is_atari
 from rltrain.errors import RLTrainError
 from rltrain.faults import RunFailed
 from rltrain.normalize import NormStats
@@ -364,10 +364,20 @@ not compared (Machado et al. 2018: sticky actions, no-op starts and episode caps
 
 
 def scored_protocol(cfg: TrainConfig) -> dict[str, Any]:
-    """The env keys (:data:`PROTOCOL_KEYS`) an evaluation's score was played under."""
+    """The env keys (:data:`PROTOCOL_KEYS`) an evaluation's score was played under; for a
+    Gymnasium env, not the Atari protocol's (:data:`ATARI_ONLY`, which it never reads: an
+    Acrobot run's evals.jsonl said frame skip 4 and 84-pixel images)."""
     env = to_dict(cfg.env)
     env["kwargs"] = {k: v for k, v in env["kwargs"].items() if k not in ATARI_KWARGS}  # (cores)
-    return as_saved({k: env[k] for k in PROTOCOL_KEYS})  # as best.pt keeps it
+    atari = is_atari(cfg.env.id, cfg.env.wrappers)
+    keys = [k for k in PROTOCOL_KEYS if atari or k not in ATARI_ONLY]
+    return as_saved({k: env[k] for k in keys})  # as best.pt keeps it
+
+
+def same_protocol(saved: dict[str, Any], now: dict[str, Any]) -> bool:
+    """Whether two evaluations' protocols agree on the keys both name (an older rltrain
+    also kept the Atari keys of a Gymnasium env, at their defaults)."""
+    return all(saved[k] == now[k] for k in saved.keys() & now.keys())
 
 
 def best_score(run_dir: Path, settings: dict[str, Any] | None = None) -> float | None:
@@ -384,8 +394,11 @@ def best_score(run_dir: Path, settings: dict[str, Any] | None = None) -> float |
         return None
     if not isinstance(record, dict):
         return None
-    if settings is not None and any(
-        record.get(k, v if k == "protocol" else None) != v for k, v in settings.items()
-    ):
+    if settings is None:
+        return float(record["mean_return"])
+    if any(record.get(k) != v for k, v in settings.items() if k != "protocol"):
+        return None
+    protocol, now = record.get("protocol"), settings.get("protocol")
+    if isinstance(protocol, dict) and now is not None and not same_protocol(protocol, now):
         return None
     return float(record["mean_return"])

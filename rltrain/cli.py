@@ -179,6 +179,7 @@ def build_parser() -> _Parser:
     )
     group = "group runs by their config's KEY (repeatable; e.g. server.rule): each group's mean"
     plot.add_argument("--group", action="append", default=[], metavar="KEY", help=group)
+    plot.add_argument("--csv", metavar="FILE", help="also write the curves as CSV (pandas, R)")
     bench = sub.add_parser(
         "bench",
         help="compare the update rules on MNIST / Fashion-MNIST / CIFAR-10, or a toy problem "
@@ -321,7 +322,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
     if args.out and args.out.endswith(("/", os.sep)) and not (out and out.is_dir()):
         raise PlotError(f"--out {args.out}: no such folder (give one that exists, or a file)")
     runs = [Path(r).expanduser() for r in args.runs]
-    png, table = plot_runs(runs, out, args.title, args.smooth, args.marks, args.evals, args.group)
+    csv = Path(args.csv).expanduser() if args.csv else None
+    how = (args.smooth, args.marks, args.evals, args.group, csv)
+    png, table = plot_runs(runs, out, args.title, *how)
     if png is None and not table:
         raise PlotError(NO_MATPLOTLIB)
     if png is not None or pyplot() is None:  # (else: evaluations alone, no curve to draw)

@@ -315,6 +315,7 @@ def plot_runs(
     marks: Sequence[float] = (),
     evals: bool = False,
     group: Sequence[str] = (),
+    csv: Path | None = None,
 ) -> tuple[Path | None, str]:
     """Read every run (all errors before anything is drawn; a run without episodes yet is
     left out beside others, with a line) and write the PNG; its path (None
@@ -322,7 +323,8 @@ def plot_runs(
     time-to-score table (:func:`marks_table`), with ``evals`` the evaluations'
     (:func:`evals_table`). ``window``: the episodes of every run's mean (None: each run's
     own, :func:`run_window`). ``group``: config keys whose values group the runs
-    (:mod:`rltrain.plot_groups`)."""
+    (:mod:`rltrain.plot_groups`); ``csv``: a file for the curves as a table
+    (:mod:`rltrain.plot_csv`)."""
     if out is not None:  # (checked before any run is read)
         out = out / "returns.png" if out.is_dir() else out  # (it wrote FOLDER.png beside it)
         out = out if out.suffix else out.with_name(f"{out.name}.png")  # (a PNG without .png)
@@ -371,6 +373,10 @@ def plot_runs(
                     file=sys.stderr,
                 )
         tables.append(evals_table(shown, groups_of(shown, group) if group else []))
+    if csv is not None and curves:
+        from rltrain.plot_csv import write_curves_csv
+
+        write_curves_csv(csv, curves, [full_window_mean(c) for c in curves], groups)
     png = None
     if curves:  # (only evaluations: the table alone)
         png = draw(curves, out if out is not None else default_output(run_dirs), title, groups)

@@ -628,11 +628,21 @@ def test_runs_grouped_by_a_config_key_get_each_groups_mean(
             writer.add_scalar(EVAL_TAG, mean, steps)
         writer.close()
         runs.append(str(run))
-    out_png = tmp_path / "g.png"
+    out_png, table = tmp_path / "g.png", tmp_path / "curves.csv"
     argv = ["plot", *runs, "--evals", "--marks", "30", "--group", "server.rule"]
-    assert main([*argv, "--out", str(out_png)]) == 0
+    assert main([*argv, "--out", str(out_png), "--csv", str(table)]) == 0
     out = capsys.readouterr().out.splitlines()
     check_png(out_png)
+    import csv
+
+    with table.open() as f:
+        rows = list(csv.DictReader(f))
+    a1 = [r for r in rows if r["run"] == "a1" and r["kind"] == "episode"]
+    assert len(a1) == 40 and a1[0]["group"] == "server.rule=async" and a1[0]["return"] == "11"
+    assert a1[18]["mean_return"] == "" and a1[19]["mean_return"] == "20.5"  # a full window
+    assert [r["mean_return"] for r in rows if r["run"] == "s0" and r["kind"] == "eval"] == [
+        "5", "9"
+    ]  # fmt: skip
     assert out[1] == "| run | frames/s | +30 | last (mean of 20) |"
     # a0 reaches a mean of 30 at 200k steps, a1 at 150k
     assert out[6] == "| **server.rule=async** (2 runs) | 5k | 35 s, 175k +- 35.4k | 35.5 +- 7.1 |"

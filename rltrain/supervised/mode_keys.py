@@ -69,7 +69,8 @@ def check_read(
     """Refuse a server option that no mode in ``modes`` reads (ValueError), and a split model
     (``model.stages``) without a mode that splits it. ``builtin``: the modes rltrain defines;
     a rule registered by the user may read any server option: a run with one is not checked."""
-    if stages > 1 and not set(modes) & set(PIPELINE_MODES):  # (baseline alone: unsplit)
+    if stages > 1 and set(modes) <= {"baseline"}:  # (baseline alone: unsplit; other modes
+        # than these: check_pipeline names them)
         raise ValueError(
             f"model.stages={stages}: splits the model of the modes {', '.join(PIPELINE_MODES)}, "
             f"and modes has neither ({', '.join(modes)}); add one, or set model.stages=1"
@@ -164,9 +165,11 @@ def check_pipeline(cfg: Any) -> None:
     head = f"model.stages={pipe.stages}"
     other = [m for m in cfg.modes if m not in (*PIPELINE_MODES, "baseline")]
     if other:
+        them = "them" if len(other) > 1 else "it"
         raise ValueError(
             f"{head}: runs the modes {', '.join(PIPELINE_MODES)} (and baseline, unsplit, "
-            f"as the reference), not {', '.join(other)}"
+            f"as the reference), not {', '.join(other)}; leave {them} out of modes, or set "
+            "model.stages=1"
         )
     name = pipe.name
     if name == "auto":  # as build_model resolves it for the dataset's inputs

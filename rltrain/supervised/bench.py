@@ -332,12 +332,19 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
     # round by round (every mode at one seed, then the next): a drift in the machine's
     # speed falls on every mode alike
     runs = [(cfg.seed + k, mode) for k in range(cfg.seeds) for mode in cfg.modes]
+    begun = time.time()
     try:
         for i, (seed, mode) in enumerate(runs):
             cfg = dataclasses.replace(base, seed=seed)
             name = run_name(mode, seed, cfg.seeds)
             label = f"[{i + 1}/{len(runs)} {name}]"
             progress = Progress(label)
+            if i:  # the command's end, at the pace of the runs so far (start-ups, evaluations)
+                each, left = (time.time() - begun) / i, len(runs) - i
+                progress.note(
+                    f"about {each * left / 60:.1f} min left: {left} run{'s' * (left > 1)} "
+                    f"at {each:.0f} s each so far"
+                )
             slow = say_slow_events(cfg, mode, progress)
             trace = run_mode(cfg, mode, data, progress, runtime)
             trace.faults.injected += slow

@@ -213,11 +213,14 @@ def failure_line(
     return " ".join(str(error).split("\n")).strip() or type(error).__name__
 
 
-def keep_traceback(run_dir: Path, error: Exception, say: Callable[[str], None]) -> None:
+def keep_traceback(run_dir: Path, error: BaseException, say: Callable[[str], None]) -> None:
     """A bug's traceback (an exception no part of the run expects) into ``run_dir``'s
-    failure.log, said: a run whose output went through a pipe (``| head``) lost it."""
+    failure.log, said: a run whose output went through a pipe (``| head``) lost it. (Not a
+    SystemExit or a KeyboardInterrupt outside the run's own handling.)"""
     import traceback
 
+    if not isinstance(error, Exception):
+        return
     path = Path(run_dir) / FAILURE_LOG
     with contextlib.suppress(OSError):
         path.write_text("".join(traceback.format_exception(error)))

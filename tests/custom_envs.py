@@ -38,10 +38,36 @@ class TextObs(Corridor):
         return "corridor"
 
 
-class MultiDiscreteActions(Corridor):
-    def __init__(self) -> None:
-        super().__init__()
-        self.action_space = spaces.MultiDiscrete([2, 2])
+class PickEach(gymnasium.Env):
+    """A cue c of 3, one-hot; the action picks each sub-action, rewarded 1 for each equal to
+    the cue's target: MultiDiscrete([3, 4], start=[-1, 0]) or MultiBinary(4). 20 steps, so the
+    best return is 20 x the sub-actions. The env checks each action is in its space."""
+
+    def __init__(self, binary: bool = False) -> None:
+        self.observation_space = spaces.Box(0.0, 1.0, (3,), np.float32)
+        if binary:
+            self.action_space: spaces.Space = spaces.MultiBinary(4)
+            self.targets = np.array([[1, 0, 1, 0], [0, 1, 1, 0], [1, 1, 0, 1]])
+        else:
+            self.action_space = spaces.MultiDiscrete([3, 4], start=[-1, 0])
+            self.targets = np.array([[-1, 3], [0, 0], [1, 2]])
+        self.t, self.cue = 0, 0
+
+    def _obs(self) -> np.ndarray:
+        return np.eye(3, dtype=np.float32)[self.cue]
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):  # type: ignore[override]
+        super().reset(seed=seed)
+        self.t, self.cue = 0, int(self.np_random.integers(3))
+        return self._obs(), {}
+
+    def step(self, action: np.ndarray):  # type: ignore[override]
+        a = np.asarray(action)
+        if not self.action_space.contains(a.astype(self.action_space.dtype)):
+            raise ValueError(f"action {a!r} is not in {self.action_space}")
+        reward = float((a == self.targets[self.cue]).sum())
+        self.t, self.cue = self.t + 1, int(self.np_random.integers(3))
+        return self._obs(), reward, False, self.t >= 20, {}
 
 
 class ImageCorridor(Corridor):
@@ -266,7 +292,8 @@ gymnasium.register("rltrain_test/Drawn-v0", entry_point=Drawn, max_episode_steps
 gymnasium.register(DICT_ID, entry_point=DictObs, max_episode_steps=50)
 gymnasium.register(TEXT_ID, entry_point=TextObs, max_episode_steps=50)
 gymnasium.register(IMAGE_ID, entry_point=ImageCorridor, max_episode_steps=20)
-gymnasium.register("rltrain_test/MultiDiscrete-v0", entry_point=MultiDiscreteActions)
+gymnasium.register("rltrain_test/MultiDiscrete-v0", entry_point=PickEach)
+gymnasium.register("rltrain_test/MultiBinary-v0", entry_point=PickEach, kwargs={"binary": True})
 for failing in (
     ArrayReward,
     FourValues,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
+import gymnasium
 import numpy as np
 import pytest
 
@@ -248,9 +250,36 @@ def test_a_discrete_action_space_with_a_start_gets_the_policys_actions_shifted()
 
 
 def test_other_action_spaces_are_rejected_naming_what_is_supported() -> None:
-    cfg = EnvConfig(id="rltrain_test/MultiDiscrete-v0", imports=("custom_envs",), num_envs=1)
-    with pytest.raises(EnvError, match="MultiDiscrete action space; supported: Discrete, or a"):
-        make_env(cfg, seed=0)
+    from rltrain.envs.gym_vector import action_space_of
+
+    supported = "supported: Discrete, 1-D MultiDiscrete or MultiBinary, or a 1-D float Box"
+    for space, what in (
+        (gymnasium.spaces.MultiDiscrete([[2, 2], [2, 2]]), "MultiDiscrete"),
+        (gymnasium.spaces.Box(-1, 1, (2, 2)), "Box of shape (2, 2), float32,"),
+        (gymnasium.spaces.Text(5), "Text"),
+    ):
+        with pytest.raises(EnvError, match=re.escape(f"has a {what} action space; {supported}")):
+            action_space_of("e", space)
+
+
+def test_multi_discrete_and_multi_binary_actions_are_vectors_of_categoricals() -> None:
+    from rltrain.envs.gym_vector import action_space_of
+    from rltrain.envs.single import gym_action_space
+
+    md = gymnasium.spaces.MultiDiscrete([3, 4], start=[-1, 0])
+    space = action_space_of("e", md)
+    assert (space.n, space.nvec, space.starts, space.params) == (2, (3, 4), (-1, 0), 7)
+    assert space.describe() == "MultiDiscrete([3, 4])" and not space.continuous
+    assert space.to_env(np.array([[0, 3], [2, 0]])).tolist() == [[-1, 3], [1, 0]]
+    assert space.from_env(np.array([[-1, 3]])).tolist() == [[0, 3]]
+    assert gym_action_space(space) == md
+    binary = action_space_of("e", gymnasium.spaces.MultiBinary(4))
+    assert (binary.nvec, binary.starts, binary.params) == ((2, 2, 2, 2), (), 8)
+    cfg = EnvConfig(id="rltrain_test/MultiDiscrete-v0", imports=("custom_envs",), num_envs=2)
+    with make_env(cfg, seed=0) as env:  # the env refuses an action outside its space
+        env.reset()
+        step = env.step(np.array([[0, 3], [2, 0]]))
+        assert step.reward.shape == (2,)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,7 +31,8 @@ LAYERS: list[tuple[str, ...]] = [
     (
         *("rltrain.launch", "rltrain.cluster_address", "rltrain.api", "rltrain.cli"),
         "rltrain.cli_checks",
-        *("rltrain.plot", "rltrain.curves", "rltrain.__init__"),
+        *("rltrain.plot", "rltrain.plot_groups", "rltrain.plot_csv", "rltrain.curves"),
+        "rltrain.__init__",
     ),
 ]
 APART = {"rltrain.rl": "rltrain.supervised", "rltrain.supervised": "rltrain.rl"}

@@ -64,16 +64,30 @@ class ActionSpace:
     start: int = 0
     """A Discrete's first action (gymnasium's ``Discrete(n, start)``): the policy picks
     0..n-1, the env takes start..start+n-1 (:meth:`to_env`, :meth:`from_env`)."""
+    nvec: tuple[int, ...] = ()
+    """MultiDiscrete (and MultiBinary, nvec all 2): the choices of each of the ``n``
+    sub-actions, one categorical each; empty for Discrete and Box."""
+    starts: tuple[int, ...] = ()
+    """A MultiDiscrete's first action of each sub-action (gymnasium's ``start``)."""
+
+    @property
+    def multi(self) -> bool:
+        """Whether the actions are a vector of ``n`` discrete sub-actions (MultiDiscrete)."""
+        return bool(self.nvec)
 
     def describe(self) -> str:
         if self.continuous:
             return f"Box({self.n},)"
+        if self.multi:
+            return f"MultiDiscrete({list(self.nvec)})"
         return f"Discrete({self.n}, start={self.start})" if self.start else f"Discrete({self.n})"
 
     @property
     def params(self) -> int:
         """The width of the policy's output: n logits, or a Gaussian's n means and n log
         standard deviations (:mod:`rltrain.rl.algos.distributions`)."""
+        if self.multi:  # the logits of every sub-action, side by side
+            return sum(self.nvec)
         return 2 * self.n if self.continuous else self.n
 
     def bounded(self) -> np.ndarray:
@@ -88,6 +102,8 @@ class ActionSpace:
         (high - low) / 2 (SAC's squashing, Haarnoja et al. 2018, appendix C); ``clip``, u
         clipped to [low, high]. Unbounded dimensions take u as it is (clipped to a half-bound).
         The learner keeps u, whose log-probability is the policy's."""
+        if self.multi:  # [B, n] indices, each sub-action's from its start
+            return np.asarray(u, np.int64) + np.asarray(self.starts or 0, np.int64)
         if not self.continuous:
             return np.asarray(u, np.int64) + self.start
         # in float64, the bounds as the env has them: in float32 the width of bounds near
@@ -107,6 +123,8 @@ class ActionSpace:
         int64 [B], or samples u [B, n] (``a`` clipped to the Box): a loop that acts in the
         env's units (``rltrain.make_env``'s, with ``rltrain.load_policy``'s actions) steps the
         vector, which maps them, with them."""
+        if self.multi:
+            return np.asarray(a, np.int64) - np.asarray(self.starts or 0, np.int64)
         if not self.continuous:
             return np.asarray(a, np.int64) - self.start
         low, high = np.asarray(self.low, np.float64), np.asarray(self.high, np.float64)

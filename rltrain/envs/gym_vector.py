@@ -14,7 +14,7 @@ from typing import Any
 
 import gymnasium
 import numpy as np
-from gymnasium.spaces import Box, Discrete
+from gymnasium.spaces import Box, Discrete, MultiBinary, MultiDiscrete
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from rltrain.envs.base import ActionSpace, EnvError, EpisodeTracker, StepBatch, VectorEnv
@@ -24,10 +24,17 @@ from rltrain.faults import EnvFailed
 
 
 def action_space_of(env_id: str, space: gymnasium.Space, mapping: str = "clip") -> ActionSpace:
-    """Discrete(n), or a 1-D Box (continuous actions, reaching the env by ``mapping``:
-    ``env.action_map``); anything else is a one-line EnvError."""
+    """Discrete(n), MultiDiscrete or MultiBinary (1-D: a categorical per sub-action), or a
+    1-D Box (continuous actions, reaching the env by ``mapping``: ``env.action_map``);
+    anything else is a one-line EnvError."""
     if isinstance(space, Discrete):  # the policy picks 0..n-1; the env takes start..
         return ActionSpace(int(space.n), start=int(space.start))
+    if isinstance(space, MultiBinary) and len(space.shape) == 1:
+        return ActionSpace(int(space.shape[0]), nvec=(2,) * int(space.shape[0]))
+    if isinstance(space, MultiDiscrete) and len(space.shape) == 1:
+        nvec = tuple(int(k) for k in space.nvec)
+        starts = tuple(int(k) for k in space.start)
+        return ActionSpace(len(nvec), nvec=nvec, starts=starts if any(starts) else ())
     if isinstance(space, Box) and len(space.shape) == 1 and np.issubdtype(space.dtype, np.floating):
         low, high = (
             tuple(space.low.astype(float).tolist()),
@@ -35,12 +42,13 @@ def action_space_of(env_id: str, space: gymnasium.Space, mapping: str = "clip") 
         )
         return ActionSpace(int(space.shape[0]), True, low, high, mapping, str(space.dtype))
     what = (
-        f"Box{tuple(space.shape)} of {space.dtype}"
+        f"Box of shape {tuple(space.shape)}, {space.dtype},"
         if isinstance(space, Box)
         else type(space).__name__
     )
     raise EnvError(
-        f"env '{env_id}' has a {what} action space; supported: Discrete, or a 1-D float Box"
+        f"env '{env_id}' has a {what} action space; supported: Discrete, 1-D MultiDiscrete "
+        "or MultiBinary, or a 1-D float Box"
     )
 
 

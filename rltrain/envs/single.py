@@ -27,7 +27,11 @@ RENDER_MODES = ("human", "rgb_array")
 
 
 def gym_action_space(space: ActionSpace) -> gymnasium.Space:
-    """The Gymnasium space of an :class:`ActionSpace` (Discrete, or the Box it clips to)."""
+    """The Gymnasium space of an :class:`ActionSpace` (Discrete, MultiDiscrete, or the Box it
+    clips to)."""
+    if space.multi:
+        starts = np.asarray(space.starts or (0,) * space.n, np.int64)
+        return gymnasium.spaces.MultiDiscrete(np.asarray(space.nvec, np.int64), start=starts)
     if not space.continuous:
         return gymnasium.spaces.Discrete(space.n, start=space.start)
     dtype = np.dtype(space.dtype)

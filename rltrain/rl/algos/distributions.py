@@ -2,6 +2,8 @@
 output (its *parameters*) for the losses, the learners and the actors.
 
 * :class:`Categorical` for Discrete(n): parameters are the n logits.
+* :class:`MultiCategorical` for MultiDiscrete(nvec) and MultiBinary: a Categorical per
+  sub-action, their logits side by side.
 * :class:`DiagGaussian` for a Box of n reals: parameters are the n means and n log standard
   deviations, [..., 2n] (the log-std is state-independent, as CleanRL's and SB3's PPO for
   continuous control; :class:`~rltrain.rl.algos.models.ActorCritic` broadcasts it). A sample
@@ -9,8 +11,8 @@ output (its *parameters*) for the losses, the learners and the actors.
   log-probabilities, V-trace ratios and the PPO ratio are those of the sample, which is what
   the policy drew (with tanh, :class:`TanhDiagGaussian` adds the change of variables).
 
-Shapes: parameters [..., P], actions [...] (int64) or [..., n] (float32); log_prob, entropy
-and kl return [...].
+Shapes: parameters [..., P], actions [...] (int64), [..., D] (int64, MultiDiscrete) or
+[..., n] (float32); log_prob, entropy and kl return [...].
 """
 
 from __future__ import annotations
@@ -57,6 +59,38 @@ class Categorical:
 
     def mode(self, params: torch.Tensor) -> torch.Tensor:
         return params.argmax(-1)
+
+
+class MultiCategorical:
+    """A categorical per sub-action of a MultiDiscrete (MultiBinary: each of 2), independent
+    given the state, as SB3's and RLlib's: parameters [..., sum(nvec)] are the sub-actions'
+    logits side by side, actions [..., D] int64; log-probabilities, entropies and KLs add up
+    over the sub-actions (the joint of independent parts)."""
+
+    def __init__(self, nvec: tuple[int, ...]) -> None:
+        self.nvec = list(nvec)
+
+    def _split(self, params: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.split(params, self.nvec, dim=-1)
+
+    def log_prob(self, params: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        parts = self._split(params)
+        return sum(  # type: ignore[return-value]
+            CATEGORICAL.log_prob(p, actions[..., d]) for d, p in enumerate(parts)
+        )
+
+    def entropy(self, params: torch.Tensor) -> torch.Tensor:
+        return sum(CATEGORICAL.entropy(p) for p in self._split(params))  # type: ignore[return-value]
+
+    def kl(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        pairs = zip(self._split(p), self._split(q), strict=True)
+        return sum(CATEGORICAL.kl(a, b) for a, b in pairs)  # type: ignore[return-value]
+
+    def sample(self, params: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
+        return torch.stack([CATEGORICAL.sample(p, gen) for p in self._split(params)], -1)
+
+    def mode(self, params: torch.Tensor) -> torch.Tensor:
+        return torch.stack([p.argmax(-1) for p in self._split(params)], -1)
 
 
 class DiagGaussian:
@@ -118,6 +152,8 @@ DIAG_GAUSSIAN = DiagGaussian()
 
 def distribution(actions: ActionSpace | int) -> Distribution:
     """The distribution of an action space (an int n: Discrete(n))."""
+    if isinstance(actions, ActionSpace) and actions.multi:
+        return MultiCategorical(actions.nvec)
     if not (isinstance(actions, ActionSpace) and actions.continuous):
         return CATEGORICAL
     return TanhDiagGaussian(actions) if actions.mapping == "tanh" else DIAG_GAUSSIAN

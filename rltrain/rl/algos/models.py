@@ -150,7 +150,7 @@ class ActorCritic(nn.Module):
         self.value_torso = value_torso
         self.obs_norm = obs_norm
         width = cast(int, torso.out_dim)
-        self.policy = nn.Linear(width, space.n)
+        self.policy = nn.Linear(width, space.n if space.continuous else space.params)
         self.value = nn.Linear(width, 1)
         start = torch.full((space.n,), float(log_std_init))
         self.log_std = nn.Parameter(start) if space.continuous else None
@@ -231,7 +231,7 @@ def build_qnet(
 ) -> QNetwork:
     """One Q-value per discrete action (a Box has no finite set of actions to rate)."""
     if isinstance(actions, ActionSpace):
-        if actions.continuous:
-            raise ValueError(f"a Q-network needs discrete actions, not {actions.describe()}")
+        if actions.continuous or actions.multi:  # (a Q per joint action: prod(nvec) heads)
+            raise ValueError(f"a Q-network needs Discrete actions, not {actions.describe()}")
         actions = actions.n
     return QNetwork(build_torso(kind, obs_shape, hidden, precision), actions)

@@ -375,8 +375,7 @@ def scored_protocol(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def same_protocol(saved: dict[str, Any], now: dict[str, Any]) -> bool:
-    """Whether two evaluations' protocols agree on the keys both name (an older rltrain
-    also kept the Atari keys of a Gymnasium env, at their defaults)."""
+    """Whether two protocols agree on the keys both name (older runs kept Gym envs' Atari keys)."""
     return all(saved[k] == now[k] for k in saved.keys() & now.keys())
 
 
@@ -394,11 +393,8 @@ def best_score(run_dir: Path, settings: dict[str, Any] | None = None) -> float |
         return None
     if not isinstance(record, dict):
         return None
-    if settings is None:
-        return float(record["mean_return"])
-    if any(record.get(k) != v for k, v in settings.items() if k != "protocol"):
-        return None
+    settings = settings or {}
     protocol, now = record.get("protocol"), settings.get("protocol")
-    if isinstance(protocol, dict) and now is not None and not same_protocol(protocol, now):
-        return None
-    return float(record["mean_return"])
+    same = not isinstance(protocol, dict) or now is None or same_protocol(protocol, now)
+    other = any(record.get(k) != v for k, v in settings.items() if k != "protocol")
+    return None if other or not same else float(record["mean_return"])

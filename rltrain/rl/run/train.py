@@ -70,9 +70,8 @@ class Trainer:
         by default, now. ``startup_seconds`` in summary.json counts from it. ``ray_up``: Ray
         was started already (``launch.start_ray_then_probe``): its description and when."""
         self.record = SessionRecord(time.time() if started is None else started)
-        self.ray_where = ""
+        self.ray_where = "" if ray_up is None else ray_up[0]
         if ray_up is not None:
-            self.ray_where = ray_up[0]
             self.record.startup["runtime"] = round(ray_up[1] - self.record.started, 2)
         self.cfg, self.run_dir = cfg, run_dir
         if computes_on_gpu_here(cfg, chosen_backend(cfg.runtime)[0]):
@@ -81,8 +80,7 @@ class Trainer:
         resumed = load_resume(run_dir, cfg, self.spec) if resume else None
         self.counters = resumed.counters if resumed else Counters()
         self.counters.new_session()  # (after the resume check: it judges the stopped run)
-        self.faults = resumed.faults if resumed else FaultCounters()
-        self.resumed = resumed
+        self.faults, self.resumed = resumed.faults if resumed else FaultCounters(), resumed
         steps, spec = self.counters.env_steps, self.spec
         self.log = TrainLogger(run_dir / "tb", cfg, spec.protocol, spec.frames_per_step, steps)
         if resumed:  # (after the log's copy of the config: TensorBoard shows the run's seed)
@@ -157,8 +155,7 @@ class Trainer:
             self.progress.note(f"run failed: {self.record.failure}")
         except BaseException as e:  # a bug: no summary, but no processes or Ray left behind
             self._release(runtime)
-            if isinstance(e, Exception):  # its traceback kept beside the run, to report
-                keep_traceback(self.run_dir, e, self.progress.note)
+            keep_traceback(self.run_dir, e, self.progress.note)  # beside the run, to report
             raise
         return self._finish(runtime)
 
@@ -193,9 +190,8 @@ class Trainer:
         fitted = runtime.fit_cpus(cfg.runtime, processes, cfg.server.shards)
         print(f"runtime: {where}, chosen by {why}; {placed.describe()}")
         note_sizes(self.run_dir, placed, cpus, runtime.cluster_gpus())
-        for note in placed.notes(cpus, cfg.runtime, fitted, self.cfg.actors != 0):
-            self.progress.note(note)
-        for note in action_notes(cfg, self.spec):
+        notes = placed.notes(cpus, cfg.runtime, fitted, self.cfg.actors != 0)
+        for note in [*notes, *action_notes(cfg, self.spec)]:
             self.progress.note(note)
         self.cfg = cfg = dataclasses.replace(cfg, runtime=fitted)
         if cfg.faults.events:

@@ -84,6 +84,16 @@ def test_the_learning_rate_logged_at_the_anneals_end_is_zero() -> None:
     assert lr.factor == 0.0 and lr.lr(cfg) == 0.0
 
 
+def test_the_learning_rate_logged_includes_the_warm_up_at_the_shards_version() -> None:
+    """optim/lr said the full rate while the shards stepped at a fortieth of it (explore82):
+    the warm-up's factor at the version logged, the shards' optimizer steps."""
+    cfg = load_config(TrainConfig, None, ["optimizer.warmup_steps=100", "stop.max_seconds=1"])
+    lr = LRSender()
+    assert lr.lr(cfg, 0) == pytest.approx(cfg.optimizer.lr / 100)
+    assert lr.lr(cfg, 49) == pytest.approx(cfg.optimizer.lr / 2)
+    assert lr.lr(cfg, 100) == lr.lr(cfg, 5000) == cfg.optimizer.lr
+
+
 def test_a_factor_the_server_could_not_take_is_sent_again() -> None:
     """A shard down when the factor moved (its process died): the factor is sent again at
     the next look, not lost, and the run goes on (the guard restores the shard)."""

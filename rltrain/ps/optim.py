@@ -252,6 +252,12 @@ WARMUP_KEY = "warmup_step"
 """The param group's count of steps taken, for the warm-up (saved with the optimizer's state)."""
 
 
+def warmup_factor(taken: int, steps: int) -> float:
+    """The factor of lr at an optimizer's step after ``taken`` steps, under a warm-up over
+    ``steps`` steps (0: none): (taken + 1) / steps, then 1."""
+    return min(1.0, (taken + 1) / steps) if steps > 0 else 1.0
+
+
 def warm_up(opt: torch.optim.Optimizer, steps: int) -> torch.optim.Optimizer:
     """Gradual warm-up (Goyal et al. 2017, section 2.2): step k (from 0) of ``opt`` runs at
     lr x (k + 1) / ``steps`` until ``steps`` steps have run. The hooks scale each group's lr
@@ -267,7 +273,7 @@ def warm_up(opt: torch.optim.Optimizer, steps: int) -> torch.optim.Optimizer:
     def scale(o: torch.optim.Optimizer, *_: Any) -> None:
         saved[:] = [g["lr"] for g in o.param_groups]
         for g in o.param_groups:
-            g["lr"] = g["lr"] * min(1.0, (g.get(WARMUP_KEY, 0) + 1) / steps)
+            g["lr"] = g["lr"] * warmup_factor(g.get(WARMUP_KEY, 0), steps)
 
     def restore(o: torch.optim.Optimizer, *_: Any) -> None:
         for g, lr in zip(o.param_groups, saved, strict=True):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rltrain.faults import PeerLost, ProcessLost
+from rltrain.ps.optim import warmup_factor
 from rltrain.rl.algos.base import linear
 from rltrain.rl.config import TrainConfig
 
@@ -42,6 +43,8 @@ class LRSender:
                 return  # and after its restore (the guard's, on the driver's next poll)
             self.factor, self.restores = factor, restores
 
-    def lr(self, cfg: TrainConfig) -> float:
-        """The learning rate in force."""
-        return cfg.optimizer.lr * (1.0 if self.factor is None else self.factor)  # (0: annealed)
+    def lr(self, cfg: TrainConfig, version: int = 0) -> float:
+        """The learning rate in force at the shards' ``version`` (their optimizer steps: the
+        warm-up's count, ``optimizer.warmup_steps``)."""
+        warm = warmup_factor(version, cfg.optimizer.warmup_steps)
+        return cfg.optimizer.lr * (1.0 if self.factor is None else self.factor) * warm

@@ -382,7 +382,7 @@ class Trainer:
             self.record.net_bytes = (st.bytes_pushed, st.bytes_pulled)
         seen = self.ctx.shard_guard().last_seen
         self.log.flush(
-            self.counters.env_steps, seen, size, self.record.net_bytes, self.lr.lr(self.cfg)
+            self.counters.env_steps, seen, size, self.record.net_bytes, self.lr.lr(self.cfg, seen)
         )
         self.log.faults(self.faults, self.counters.env_steps)
 

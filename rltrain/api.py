@@ -114,7 +114,8 @@ class RunResult:
     """Everything summary.json holds (algo, env, protocol, failure, ...)."""
 
     @classmethod
-    def from_run_dir(cls, run_dir: Path) -> RunResult:
+    def from_run_dir(cls, run_dir: str | Path) -> RunResult:
+        run_dir = Path(run_dir)  # (a str crashed: 'str' / 'str')
         s = json.loads((run_dir / "summary.json").read_text())
         names = {f.name for f in dataclasses.fields(cls)} - {"run_dir", "summary"}
         return cls(run_dir=run_dir, summary=s, **{k: s.get(k) for k in names})
@@ -132,17 +133,27 @@ class BenchResult:
     summary: dict[str, Any]
 
     @classmethod
-    def from_run_dir(cls, run_dir: Path) -> BenchResult:
+    def from_run_dir(cls, run_dir: str | Path) -> BenchResult:
+        run_dir = Path(run_dir)
         s = json.loads((run_dir / "summary.json").read_text())
         return cls(run_dir, s["dataset"], s["results"], s)
 
     def by_mode(self) -> dict[str, dict[str, Any]]:
-        """Each mode's row; with ``seeds`` > 1 each mode's mean and standard deviation over
-        its runs ({"final_accuracy": {"mean", "std", "n", "of"}, "seconds_to": {target:
-        {...}}, ...}); every run's row is in ``results`` (with its ``seed``)."""
-        if len(self.summary.get("seeds", [0])) > 1:
-            return {r["mode"]: r for r in self.summary["by_mode"]}
+        """Each mode's row, for a bench of one run per mode (``seeds: 1``); with several,
+        :meth:`spread` gives each mode's figures over them, and ``results`` every run's."""
+        seeds = len(self.summary.get("seeds", [0]))
+        if seeds > 1:
+            raise ValueError(
+                f"by_mode(): this bench ran {seeds} seeds of each mode; spread() gives each "
+                "mode's mean and standard deviation, results every run's row (with its seed)"
+            )
         return {r["mode"]: r for r in self.results}
+
+    def spread(self) -> dict[str, dict[str, Any]]:
+        """Each mode's figures over its seeds: {"final_accuracy": {"mean", "std", "n", "of"},
+        "seconds_to": {target: {...}}, "samples_per_s": {...}, ...} (std None for one run;
+        n of: the runs that reached a target, of all); the same shape whatever ``seeds``."""
+        return {r["mode"]: r for r in self.summary["by_mode"]}
 
 
 ConfigLike = Config | Mapping[str, Any] | str | Path

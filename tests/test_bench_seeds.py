@@ -98,6 +98,9 @@ def test_the_seeds_run_round_by_round_and_are_reported_per_mode(
     assert sorted(p.name for p in (out / "tb" / "async").iterdir()) == ["seed5", "seed6"]
     table = (out / "results.md").read_text()
     assert "2 seeds from 5" in table and "## Every run" in table
-    spread_ = BenchResult.from_run_dir(out).by_mode()["async"]["final_distance"]
+    result = BenchResult.from_run_dir(str(out))  # (a str crashed)
+    with pytest.raises(ValueError, match=r"ran 2 seeds of each mode; spread\(\) gives"):
+        result.by_mode()
+    spread_ = result.spread()["async"]["final_distance"]
     finals = [float(r["final_distance"]) for r in rows[2:]]
     assert spread_["n"] == 2 and spread_["mean"] == pytest.approx(sum(finals) / 2)

@@ -148,6 +148,7 @@ def build_parser() -> _Parser:
     plot.add_argument("runs", nargs="+", metavar="RUN", help="run directories (rltrain train)")
     plot.add_argument(
         "--out",
+        "-o",
         metavar="FILE",
         help="image to write, .png (none: .png added), .svg or .pdf, or a folder (returns.png "
         "in it; default: RUN/returns.png for one run, ./returns.png for more)",

@@ -63,7 +63,7 @@ def run_bench_config(cfg: BenchConfig, run_dir: str | Path | None, config_path: 
     write_config(out, cfg)
     print(
         f"rltrain bench: {cfg.data.dataset}, modes {', '.join(cfg.modes)} "
-        f"({bench_budget(cfg)}); writing {out}"
+        f"({bench_budget(cfg)}, and each run's start-up and evaluation); writing {out}"
     )
     for note in start_notes(cfg):
         print(note)

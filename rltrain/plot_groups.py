@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,13 +22,25 @@ class Group:
     members: tuple[int, ...]
 
 
-def config_value(cfg: dict[str, Any], key: str) -> Any:
-    """The value of dotted ``key`` in a run's config.yaml (a KeyError for a missing one)."""
+def config_value(cfg: dict[str, Any], key: str, run: Path) -> Any:
+    """The value of dotted ``key`` in ``run``'s config.yaml: a scalar or a list; a missing
+    key, or a section, is a :class:`PlotError` naming what the level above holds."""
     node: Any = cfg
-    for part in key.split("."):
+    where = f"{run}/config.yaml"
+    for i, part in enumerate(key.split(".")):
+        above = ".".join(key.split(".")[:i])
         if not isinstance(node, dict) or part not in node:
-            raise KeyError(part)
+            if not isinstance(node, dict):
+                raise PlotError(f"--group {key}: {above} is a value in {where}, not a section")
+            keys = ", ".join(sorted(node))
+            inside = f" in {above} ({above} holds" if above else " (its top-level keys"
+            raise PlotError(f"--group {key}: {where} has no {part!r}{inside}: {keys})")
         node = node[part]
+    if isinstance(node, dict):
+        raise PlotError(
+            f"--group {key}: a section of {where}; give one of its keys ({key}."
+            f"{(', ' + key + '.').join(sorted(node))})"
+        )
     return node
 
 
@@ -35,20 +48,14 @@ def groups_of(curves: Sequence[Curve], keys: Sequence[str]) -> list[Group]:
     """The curves grouped by their runs' values of ``keys``, in the order first seen; a key
     a run's config.yaml lacks is a :class:`PlotError` naming the run and the key."""
     found: dict[str, list[int]] = {}
+    for key in keys:
+        if not key.strip(" ."):
+            raise PlotError(f"--group {key!r}: give a config key, such as server.rule or seed")
     for i, c in enumerate(curves):
         if c.folder is None:
             raise PlotError(f"--group: {c.label} has no run directory to read config.yaml from")
         cfg = run_config(c.folder)
-        values = []
-        for key in keys:
-            try:
-                values.append(f"{key}={config_value(cfg, key)}")
-            except KeyError:
-                top = ", ".join(sorted(cfg)[:12])
-                raise PlotError(
-                    f"--group {key}: no such key in {c.folder}/config.yaml (its sections: {top}; "
-                    "`rltrain options train` lists every key)"
-                ) from None
+        values = [f"{key}={config_value(cfg, key, c.folder)}" for key in keys]
         found.setdefault(", ".join(values), []).append(i)
     return [Group(label, tuple(members)) for label, members in found.items()]
 

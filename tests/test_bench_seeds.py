@@ -75,7 +75,7 @@ def test_the_seeds_run_round_by_round_and_are_reported_per_mode(
         "optimizer: {name: sgd, lr: 0.3}\n"
     )
     printed, said = capsys.readouterr()
-    assert "(2 modes x 2 seeds x 10 epochs of training)" in printed
+    assert "(2 modes x 2 seeds x 10 epochs of training, and each run's start-up" in printed
     labels = [line.split("]")[0] + "]" for line in printed.splitlines() if "distance to" in line]
     assert labels == [
         "[1/4 baseline seed 5]", "[2/4 async seed 5]", "[3/4 baseline seed 6]", "[4/4 async seed 6]"

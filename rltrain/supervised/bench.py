@@ -220,24 +220,28 @@ class BenchPlan:
         self.guard.poll()
 
 
-def _evaluating(prog: Progress) -> Callable[[int, int], None]:
-    """The progress line's updates while a mode's snapshots are evaluated (``k`` of ``n``)."""
-    return lambda k, n: prog.update(k / n, f"evaluating {k}/{n}")
-
-
-def _hurry(prog: Progress) -> Callable[[], bool]:
-    """Whether a Ctrl-C came in a mode's evaluation (:func:`signals.pending`), said once."""
+def _evaluation_hooks(prog: Progress) -> tuple[Callable[[int, int], None], Callable[[], bool]]:
+    """The progress line's updates while a mode's snapshots are evaluated (``k`` of ``n``),
+    and whether a Ctrl-C came meanwhile (:func:`signals.pending`), said once with the
+    snapshots still to evaluate (it said 8 where 4 were left)."""
     from rltrain.supervised.evaluation import HURRIED
 
-    said: list[bool] = []
+    at, said = [0, 0], [False]
+
+    def on_progress(k: int, n: int) -> None:
+        at[:] = [k, n]
+        prog.update(k / n, f"evaluating {k}/{n}")
 
     def hurry() -> bool:
-        if signals.pending() and not said:
-            said.append(True)
-            prog.note(f"Ctrl-C: {HURRIED} more snapshots for its results (again: at once)")
+        if signals.pending() and not said[0]:
+            said[0] = True
+            more = min(HURRIED, at[1] - at[0])
+            prog.note(
+                f"Ctrl-C: {more} more snapshot{'s' * (more != 1)} for its results (again: at once)"
+            )
         return signals.pending()
 
-    return hurry
+    return on_progress, hurry
 
 
 def _snapshot(snapper: Snapshotter, server: Any, guard: Any, restorable: bool) -> None:
@@ -354,7 +358,7 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
                 if trace.record is not None:
                     save_record(run_dir, trace, data_print(data, cfg.data.root))
                 prog = Progress(label)
-                how = (_evaluating(prog), _hurry(prog))
+                how = _evaluation_hooks(prog)
                 trace, points = evaluation.evaluate(cfg, data, trace, *how)
                 prog.close()
                 res = report.summarize(cfg, trace, points)

@@ -247,9 +247,12 @@ def write_markdown(
     path: Path, cfg: BenchConfig, results: Sequence[ModeResult], stopped_by: str = "done"
 ) -> None:
     """results.md; ``stopped_by``: the bench's end (interrupt or fault: say what did not run)."""
+    w = cfg.optimizer.warmup_steps
+    warm = f", warmed up over {w} steps" if w else ""
     title = (
         f"# rltrain bench: {cfg.data.dataset}, {cfg.workers} workers, "
-        f"optimizer {cfg.optimizer.name} (lr {cfg.optimizer.lr:g}), batch {cfg.batch_size}\n\n"
+        f"optimizer {cfg.optimizer.name} (lr {cfg.optimizer.lr:g}{warm}), "
+        f"batch {cfg.batch_size}\n\n"
     )
     note = (
         "\nSeconds are training time from the first worker step (start-up excluded, reported "

@@ -216,10 +216,11 @@ def failure_line(
 def keep_traceback(run_dir: Path, error: BaseException, say: Callable[[str], None]) -> None:
     """A bug's traceback (an exception no part of the run expects) into ``run_dir``'s
     failure.log, said: a run whose output went through a pipe (``| head``) lost it. (Not a
-    SystemExit or a KeyboardInterrupt outside the run's own handling.)"""
+    SystemExit or a KeyboardInterrupt outside the run's own handling, nor a one-line error
+    of what the user asked for, which its folder is removed for.)"""
     import traceback
 
-    if not isinstance(error, Exception):
+    if not isinstance(error, Exception) or isinstance(error, RLTrainError):
         return
     path = Path(run_dir) / FAILURE_LOG
     with contextlib.suppress(OSError):

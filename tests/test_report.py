@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -63,7 +64,14 @@ def test_the_rate_is_not_taken_over_the_ms_between_two_last_snapshots(tmp_path) 
     )  # fmt: skip
     times_samples = [(0.0, 0), (1.0, 5000), (2.0, 10000), (2.001, 10000)]
     points = [
-        SimpleNamespace(t=t, samples=n, accuracy=0.5, distance=math.nan, train_loss=math.nan)
+        SimpleNamespace(
+            t=t,
+            samples=n,
+            accuracy=0.5,
+            distance=math.nan,
+            train_loss=math.nan,
+            validation=math.nan,
+        )
         for t, n in times_samples
     ]
     trace = SimpleNamespace(
@@ -85,3 +93,47 @@ def test_a_toy_run_climbing_away_from_the_optimum_diverged() -> None:
     assert is_diverged([1.0, 0.5, math.inf]) and is_diverged([1.0, 2e3, 1.5e3])
     assert not is_diverged([1.0, 0.3, 0.01]) and not is_diverged([1.0, 5.0, 2.0])
     assert not is_diverged([math.nan, math.nan])  # (not a toy problem)
+
+
+def test_a_validation_set_picks_the_snapshot_best_accuracy_is_of() -> None:
+    """best_accuracy was the highest test accuracy of any snapshot, picked on the test set
+    itself; with data.validation it is the test accuracy of the snapshot best on the
+    held-out training samples, which every process holds out alike."""
+    from types import SimpleNamespace
+
+    from rltrain.errors import UserError
+    from rltrain.faults import FaultCounters
+    from rltrain.records import STALENESS_BINS
+    from rltrain.supervised.evaluation import Point
+    from rltrain.supervised.report import summarize
+    from rltrain.supervised.sharding import hold_out
+    from rltrain.supervised.splits import SplitDataset, VectorDataset
+
+    x, y = torch.arange(100.0).unsqueeze(1), torch.arange(100.0)
+    split = SplitDataset("toy", VectorDataset(x, y), VectorDataset(x[:5], y[:5]), 0, (0.0,), (1.0,))
+    held = hold_out(split, 20)
+    assert held.validation is not None and len(held.validation) == 20 and len(held.train) == 80
+    kept, out = set(held.train.y.tolist()), set(held.validation.y.tolist())
+    assert not kept & out and len(kept | out) == 100  # disjoint, all of them
+    assert held.train.y.tolist() == sorted(kept)  # the rest keep their order
+    assert torch.equal(hold_out(split, 20).validation.y, held.validation.y)  # one draw
+    with pytest.raises(UserError, match=r"data.validation=100: the training set has 100"):
+        hold_out(split, 100)
+
+    stats = SimpleNamespace(
+        samples=30, applied=3, dropped=0, rejected=0, mean_staleness=0.0, version=3,
+        bytes_pushed=0, bytes_pulled=0, staleness_hist=[0] * STALENESS_BINS,
+    )  # fmt: skip
+    trace = SimpleNamespace(
+        mode="async", workers=2, snapshots=[SimpleNamespace(stats=stats)], reports=[],
+        train_s=3.0, startup_s=1.0, faults=FaultCounters(),
+    )  # fmt: skip
+    # (t, samples, test accuracy, loss, updates, distance, validation accuracy)
+    points = [Point(1, 10, 0.80, 1, 1, math.nan, 0.81), Point(2, 20, 0.86, 1, 2, math.nan, 0.79),
+              Point(3, 30, 0.84, 1, 3, math.nan, 0.83)]  # fmt: skip
+    cfg = BenchConfig(eval=EvalConfig(targets=(0.85,)))
+    res = summarize(cfg, trace, points)  # type: ignore[arg-type]
+    assert (res.best_accuracy, res.best_validation) == (0.84, 0.83)  # not the test's 0.86
+    plain = [dataclasses.replace(p, validation=math.nan) for p in points]
+    res = summarize(cfg, trace, plain)  # type: ignore[arg-type]
+    assert (res.best_accuracy, res.best_validation) == (0.86, None)

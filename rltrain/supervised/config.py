@@ -74,6 +74,11 @@ class DataConfig:
     from /usr/share/datasets/fashion-mnist (Debian's package; also a data.root itself)."""
     download: bool = True
     """Download missing files from the canonical sources (checksum-verified)."""
+    validation: int = field(default=0, metadata=spec(ge=0))
+    """Training samples held out (a draw of its own, the same for every mode and seed) on
+    which every snapshot is also scored: best_accuracy is then the test accuracy of the
+    snapshot best on them, chosen without the test set (0: none; best_accuracy is the best
+    test accuracy, an optimistic pick). The workers train on the rest."""
     toy: ToyConfig = ToyConfig()
 
 
@@ -289,6 +294,11 @@ class BenchConfig:
             raise ValueError(
                 f"server.compression={self.server.compression}: not with mode {averaging[0]}, "
                 "whose workers push parameters (compression with error feedback is for gradients)"
+            )
+        if self.data.validation and self.data.dataset in TOY_PROBLEMS:
+            raise ValueError(
+                f"data.validation={self.data.validation}: for the image datasets; a toy "
+                "problem is scored by its distance to the known optimum of its training set"
             )
         if self.data.dataset in TOY_PROBLEMS and self.model.name not in TOY_MODELS:
             raise ValueError(

@@ -30,6 +30,7 @@ class Point:
     train_loss: float
     updates: int = 0  # the server's version: optimizer steps so far
     distance: float = math.nan  # |w - w*| / |w0 - w*| (toy problems; nan elsewhere)
+    validation: float = math.nan  # accuracy on the held-out training samples (data.validation)
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,8 @@ def evaluate(
     coarser curve, in seconds. Returns the trace with the snapshots evaluated, and theirs."""
     spec = worker_specs(cfg, "baseline", data, 1)[0]
     x, y = eval_subset(cfg, inputs(data.test, spec), targets(data.test))
+    held = data.validation
+    vx, vy = (inputs(held, spec), targets(held)) if held is not None else (None, None)
     model = make_model(spec, x.shape[1:])
     classes = data.objective != "squared"
     start = initial_params(cfg, data)
@@ -160,7 +163,8 @@ def evaluate(
             dist = dist if math.isfinite(dist) else math.inf  # non-finite parameters: diverged
         loss = loss_between(trace, prev_t, snap.t)
         seen = max(samples_at(trace, snap.t), snap.stats.samples)  # (see samples_at)
-        points.append(Point(snap.t, seen, acc, loss, snap.stats.version, dist))
+        val = accuracy(model, vx, vy) if vx is not None and vy is not None else math.nan
+        points.append(Point(snap.t, seen, acc, loss, snap.stats.version, dist, val))
         prev_t = snap.t
         on_progress(i + 1, len(trace.snapshots))
     return dataclasses.replace(trace, snapshots=tuple(kept)), points

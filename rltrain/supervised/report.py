@@ -99,11 +99,13 @@ def summarize(cfg: BenchConfig, trace: ModeTrace, points: Sequence[Point]) -> Mo
         per = hit.t / hit.samples * 1e6 if hit and hit.samples else None
         us_per_sample_to[target.key] = None if per is None else round(per, 3)
     final_distance = points[-1].distance
+    held = [p for p in points if not math.isnan(p.validation)]  # data.validation's pick
+    best = max(held or points, key=lambda p: p.validation if held else p.accuracy, default=None)
     return ModeResult(
         mode=trace.mode,
         workers=trace.workers,
         final_accuracy=points[-1].accuracy,
-        best_accuracy=max((p.accuracy for p in points), default=math.nan),
+        best_accuracy=best.accuracy if best is not None else math.nan,
         train_seconds=round(trace.train_s, 2),
         startup_seconds=round(trace.startup_s, 2),
         samples=samples,
@@ -124,6 +126,7 @@ def summarize(cfg: BenchConfig, trace: ModeTrace, points: Sequence[Point]) -> Mo
         faults=asdict(trace.faults),
         synthetic=synthetic_means([row for r in trace.reports for row in r.synthetic]),
         seed=cfg.seed,
+        best_validation=None if best is None or math.isnan(best.validation) else best.validation,
     )
 
 
@@ -154,6 +157,8 @@ def write_tensorboard(
             writer.add_scalar("supervised/test_accuracy", p.accuracy, step, walltime=wall)
         if not math.isnan(p.distance):
             writer.add_scalar("supervised/distance_to_optimum", p.distance, step, walltime=wall)
+        if not math.isnan(p.validation):
+            writer.add_scalar("supervised/validation_accuracy", p.validation, step, walltime=wall)
         if not math.isnan(p.train_loss):
             writer.add_scalar("supervised/train_loss", p.train_loss, step, walltime=wall)
         if p.t - prev[0] >= 0.05:  # (not over the ms between the last two: Ray's final pair)

@@ -13,6 +13,7 @@ from typing import TypeVar
 
 import torch
 
+from rltrain.errors import UserError
 from rltrain.supervised.config import DataConfig
 from rltrain.supervised.datasets import ArrayDataset, SplitDataset, load_dataset
 from rltrain.supervised.splits import VectorDataset
@@ -68,7 +69,32 @@ def load_data(
                 f"{len(split.test)} test, curvature {t.curvature:g}, condition {t.condition:g}"
             )
         return split
-    return load_dataset(data.dataset, data.root, data.download, log)
+    split = load_dataset(data.dataset, data.root, data.download, log)
+    return hold_out(split, data.validation, log) if data.validation else split
+
+
+VALIDATION_SEED = 20_121
+"""The validation draw's seed: one held-out set for every mode, seed and worker process."""
+
+
+def hold_out(split: SplitDataset, n: int, log: Callable[[str], None] | None = None) -> SplitDataset:
+    """``split`` with ``n`` training samples, drawn at random, moved to its validation set
+    (the rest keep their order); a UserError when the training set cannot spare them."""
+    size = len(split.train)
+    if n >= size:
+        raise UserError(
+            f"data.validation={n}: the training set has {size:,} samples; hold out fewer "
+            f"(allowed 0 to {size - 1:,})"
+        )
+    order = torch.randperm(size, generator=torch.Generator().manual_seed(VALIDATION_SEED))
+    held, kept = order[:n], order[n:].sort().values
+    if log is not None:
+        log(
+            f"{split.name}: {n:,} training samples held out for validation, {size - n:,} trained on"
+        )
+    return dataclasses.replace(
+        split, train=take(split.train, kept), validation=take(split.train, held)
+    )
 
 
 @dataclass(frozen=True)

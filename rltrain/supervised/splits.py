@@ -48,3 +48,5 @@ class SplitDataset:
     """An L2 term l2/2 |w|^2 that is part of the objective (not of the optimizer)."""
     optimum: torch.Tensor | None = None
     """The parameters that minimise the training objective, where known (toy problems)."""
+    validation: ArrayDataset | VectorDataset | None = None
+    """Training samples held out to choose a snapshot by (``data.validation``)."""

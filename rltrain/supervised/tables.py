@@ -22,7 +22,8 @@ class ModeResult:
     mode: str
     workers: int
     final_accuracy: float
-    best_accuracy: float  # the best snapshot's, chosen on the test set: optimistic
+    best_accuracy: float  # the best snapshot's test accuracy: chosen on the validation set
+    # (data.validation), else on the test set itself (optimistic)
     train_seconds: float
     startup_seconds: float
     samples: int
@@ -51,6 +52,9 @@ class ModeResult:
     every replica's synthetic stages (staleness in the stage's updates; cosine and relative
     L2 of the prediction against it) and their count; empty for other modes."""
     seed: int = 0  # the run's (BenchConfig.seed; with seeds > 1, seed + the round)
+    best_validation: float | None = None
+    """With data.validation: the held-out accuracy of the snapshot best_accuracy is of (the
+    one best on it); None: best_accuracy is the best test accuracy, picked on the test set."""
 
 
 def _fmt(v: float | int | None, spec: str) -> str:

@@ -153,6 +153,11 @@ class BenchResult:
         """Each mode's figures over its seeds: {"final_accuracy": {"mean", "std", "n", "of"},
         "seconds_to": {target: {...}}, "samples_per_s": {...}, ...} (std None for one run;
         n of: the runs that reached a target, of all); the same shape whatever ``seeds``."""
+        if "by_mode" not in self.summary:
+            raise ValueError(
+                f"spread(): {self.run_dir}/summary.json was written by an rltrain before seeds "
+                "(one run per mode): use by_mode()"
+            )
         return {r["mode"]: r for r in self.summary["by_mode"]}
 
 

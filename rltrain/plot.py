@@ -48,6 +48,9 @@ def time_to_marks(c: Curve, marks: Sequence[float]) -> list[Reached]:
     window = c.window
     mean = moving_mean(c.returns, window)
     full = np.arange(len(mean)) >= window - 1
+    # the stop looks after each batch of steps, at the mean of its last episode: not between
+    # episodes that ended at one step (a mark was 0.7k frames early there, explore83)
+    full &= np.r_[c.frames[1:] != c.frames[:-1], True]
     if c.judged is not None:
         full &= c.judged
     out = []
@@ -329,6 +332,8 @@ def plot_runs(
         out = out / "returns.png" if out.is_dir() else out  # (it wrote FOLDER.png beside it)
         out = out if out.suffix else out.with_name(f"{out.name}.png")  # (a PNG without .png)
         out_format(out)
+    if csv is not None and out is not None and csv.absolute() == out.absolute():
+        raise PlotError(f"--csv {csv}: the image (--out) goes there too; give them two names")
     run_dirs = once_each(run_dirs)
     curves, early, evaluated = [], [], []
     for d in run_dirs:

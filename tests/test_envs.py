@@ -254,7 +254,7 @@ def test_other_action_spaces_are_rejected_naming_what_is_supported() -> None:
 
     supported = "supported: Discrete, 1-D MultiDiscrete or MultiBinary, or a 1-D float Box"
     for space, what in (
-        (gymnasium.spaces.MultiDiscrete([[2, 2], [2, 2]]), "MultiDiscrete"),
+        (gymnasium.spaces.MultiDiscrete([[2, 2], [2, 2]]), "MultiDiscrete of shape (2, 2), int64,"),
         (gymnasium.spaces.Box(-1, 1, (2, 2)), "Box of shape (2, 2), float32,"),
         (gymnasium.spaces.Text(5), "Text"),
     ):
@@ -275,6 +275,13 @@ def test_multi_discrete_and_multi_binary_actions_are_vectors_of_categoricals() -
     assert gym_action_space(space) == md
     binary = action_space_of("e", gymnasium.spaces.MultiBinary(4))
     assert (binary.nvec, binary.starts, binary.params) == ((2, 2, 2, 2), (), 8)
+    assert binary.describe() == "MultiBinary(4)"
+    assert gym_action_space(binary) == gymnasium.spaces.MultiBinary(4)
+    # the env's dtype: gymnasium's contains() refuses int64 actions of an int32 space
+    small = gymnasium.spaces.MultiDiscrete([3, 4], dtype=np.int32, start=[-1, 0])
+    as_space = action_space_of("e", small)
+    assert small.contains(as_space.to_env(np.array([[2, 3]]))[0])
+    assert gym_action_space(as_space) == small
     cfg = EnvConfig(id="rltrain_test/MultiDiscrete-v0", imports=("custom_envs",), num_envs=2)
     with make_env(cfg, seed=0) as env:  # the env refuses an action outside its space
         env.reset()

@@ -661,3 +661,17 @@ def test_runs_grouped_by_a_config_key_get_each_groups_mean(
     assert "has no 'rules' in server (server holds: average_every, " in err
     assert main([*argv[:2], "--group", "model"]) == 2  # a section: its keys named
     assert "a section of" in capsys.readouterr().err
+
+
+def test_a_mark_is_judged_after_each_batch_not_between_its_episodes() -> None:
+    """Episodes logged at one step end in one batch; the stop judges the mean after all of
+    them. Between them the rolling mean crossed 9.9 at 14.1k frames where the stop's (and
+    TensorBoard's episode/mean_return) got there at 14.8k (explore83)."""
+    from rltrain.curves import Curve
+    from rltrain.plot import time_to_marks
+
+    frames = np.array([100.0, 200.0, 200.0, 300.0])
+    # window 2: frame 200's first episode makes the mean (9 + 11) / 2 = 10, its last 5.5
+    curve = Curve("r", frames, frames / 100, np.array([9.0, 11.0, 0.0, 20.0]), window=2)
+    (hit,) = time_to_marks(curve, [9.9])
+    assert hit.frames == 300.0  # not 200: that batch's last mean was 5.5

@@ -117,7 +117,7 @@ def test_a_validation_set_picks_the_snapshot_best_accuracy_is_of() -> None:
     assert not kept & out and len(kept | out) == 100  # disjoint, all of them
     assert held.train.y.tolist() == sorted(kept)  # the rest keep their order
     assert torch.equal(hold_out(split, 20).validation.y, held.validation.y)  # one draw
-    with pytest.raises(UserError, match=r"data.validation=100: the training set has 100"):
+    with pytest.raises(UserError, match=r"validation=100: the training set has 100 samples; hold"):
         hold_out(split, 100)
 
     stats = SimpleNamespace(

@@ -69,6 +69,8 @@ class ActionSpace:
     sub-actions, one categorical each; empty for Discrete and Box."""
     starts: tuple[int, ...] = ()
     """A MultiDiscrete's first action of each sub-action (gymnasium's ``start``)."""
+    binary: bool = False
+    """A MultiBinary (``nvec`` all 2, ``dtype`` int8): named and rebuilt as such."""
 
     @property
     def multi(self) -> bool:
@@ -79,7 +81,7 @@ class ActionSpace:
         if self.continuous:
             return f"Box({self.n},)"
         if self.multi:
-            return f"MultiDiscrete({list(self.nvec)})"
+            return f"MultiBinary({self.n})" if self.binary else f"MultiDiscrete({list(self.nvec)})"
         return f"Discrete({self.n}, start={self.start})" if self.start else f"Discrete({self.n})"
 
     @property
@@ -102,8 +104,9 @@ class ActionSpace:
         (high - low) / 2 (SAC's squashing, Haarnoja et al. 2018, appendix C); ``clip``, u
         clipped to [low, high]. Unbounded dimensions take u as it is (clipped to a half-bound).
         The learner keeps u, whose log-probability is the policy's."""
-        if self.multi:  # [B, n] indices, each sub-action's from its start
-            return np.asarray(u, np.int64) + np.asarray(self.starts or 0, np.int64)
+        if self.multi:  # [B, n] indices, each sub-action's from its start, in the env's dtype
+            moved = np.asarray(u, np.int64) + np.asarray(self.starts or 0, np.int64)
+            return moved.astype(self.dtype)  # (int32's contains() refused int64 actions)
         if not self.continuous:
             return np.asarray(u, np.int64) + self.start
         # in float64, the bounds as the env has them: in float32 the width of bounds near

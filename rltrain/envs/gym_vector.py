@@ -30,22 +30,22 @@ def action_space_of(env_id: str, space: gymnasium.Space, mapping: str = "clip") 
     if isinstance(space, Discrete):  # the policy picks 0..n-1; the env takes start..
         return ActionSpace(int(space.n), start=int(space.start))
     if isinstance(space, MultiBinary) and len(space.shape) == 1:
-        return ActionSpace(int(space.shape[0]), nvec=(2,) * int(space.shape[0]))
+        n = int(space.shape[0])
+        return ActionSpace(n, nvec=(2,) * n, dtype=str(space.dtype), binary=True)
     if isinstance(space, MultiDiscrete) and len(space.shape) == 1:
         nvec = tuple(int(k) for k in space.nvec)
         starts = tuple(int(k) for k in space.start)
-        return ActionSpace(len(nvec), nvec=nvec, starts=starts if any(starts) else ())
+        kept = starts if any(starts) else ()
+        return ActionSpace(len(nvec), nvec=nvec, starts=kept, dtype=str(space.dtype))
     if isinstance(space, Box) and len(space.shape) == 1 and np.issubdtype(space.dtype, np.floating):
         low, high = (
             tuple(space.low.astype(float).tolist()),
             tuple(space.high.astype(float).tolist()),
         )
         return ActionSpace(int(space.shape[0]), True, low, high, mapping, str(space.dtype))
-    what = (
-        f"Box of shape {tuple(space.shape)}, {space.dtype},"
-        if isinstance(space, Box)
-        else type(space).__name__
-    )
+    what = type(space).__name__
+    if isinstance(space, Box | MultiDiscrete | MultiBinary):
+        what = f"{what} of shape {tuple(space.shape)}, {space.dtype},"
     raise EnvError(
         f"env '{env_id}' has a {what} action space; supported: Discrete, 1-D MultiDiscrete "
         "or MultiBinary, or a 1-D float Box"

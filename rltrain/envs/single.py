@@ -29,9 +29,12 @@ RENDER_MODES = ("human", "rgb_array")
 def gym_action_space(space: ActionSpace) -> gymnasium.Space:
     """The Gymnasium space of an :class:`ActionSpace` (Discrete, MultiDiscrete, or the Box it
     clips to)."""
+    if space.binary:
+        return gymnasium.spaces.MultiBinary(space.n)
     if space.multi:
-        starts = np.asarray(space.starts or (0,) * space.n, np.int64)
-        return gymnasium.spaces.MultiDiscrete(np.asarray(space.nvec, np.int64), start=starts)
+        dtype = np.dtype(space.dtype)
+        starts = np.asarray(space.starts or (0,) * space.n, dtype)
+        return gymnasium.spaces.MultiDiscrete(np.asarray(space.nvec, dtype), dtype, start=starts)
     if not space.continuous:
         return gymnasium.spaces.Discrete(space.n, start=space.start)
     dtype = np.dtype(space.dtype)

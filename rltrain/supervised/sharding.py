@@ -83,8 +83,8 @@ def hold_out(split: SplitDataset, n: int, log: Callable[[str], None] | None = No
     size = len(split.train)
     if n >= size:
         raise UserError(
-            f"data.validation={n}: the training set has {size:,} samples; hold out fewer "
-            f"(allowed 0 to {size - 1:,})"
+            f"data.validation={n}: the training set has {size:,} samples; hold out fewer, "
+            "so that each worker keeps at least a batch of them"
         )
     order = torch.randperm(size, generator=torch.Generator().manual_seed(VALIDATION_SEED))
     held, kept = order[:n], order[n:].sort().values

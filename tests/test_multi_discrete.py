@@ -64,6 +64,7 @@ def test_appo_learns_each_sub_action_and_the_policy_acts_in_the_envs_units(
     action = policy(obs, deterministic=True)
     assert action.dtype == np.int64 and action.shape == (2,)
     assert env.action_space.contains(action)  # -1..1 and 0..3: the env's own units
+    assert type(env.unwrapped).__name__ == "PickEach"  # the user's env itself
     gorila = ["train", str(ROOT / "configs" / "cartpole_gorila.yaml")]
     gorila += ["--run-dir", str(tmp_path / "q")]
     gorila += ["--set", "imports=[custom_envs]", "--set", "env.id=rltrain_test/MultiDiscrete-v0"]

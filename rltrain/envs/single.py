@@ -104,5 +104,13 @@ class SingleEnv(gymnasium.Env):
             raise ValueError("render(): make the env with render_mode='rgb_array' or 'human'")
         return cast(GymVectorEnv, self._vec).render()
 
+    @property
+    def unwrapped(self) -> gymnasium.Env:
+        """The user's own env under the run's wrappers (a Gymnasium id's; it was this one, so
+        ``env.unwrapped.state`` read nothing); this one for Atari, whose C++ vector env has
+        no Gymnasium env inside."""
+        envs = getattr(getattr(self._vec, "_env", None), "envs", None)
+        return envs[0].unwrapped if envs else self
+
     def close(self) -> None:
         self._vec.close()

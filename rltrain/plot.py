@@ -131,7 +131,8 @@ def _group_marks(g: Group, curves: Sequence[Curve], marks: Sequence[float], unit
         cells.append(f"{_duration(seconds, unit)}, {_count(float(np.mean(frames)))}{spread}{some}")
     last = mean_sd([float(moving_mean(c.returns, c.window)[-1]) for c in curves])
     rate = _count(float(np.mean(rates))) if rates else "-"
-    return f"| **{g.label}** ({_runs(len(curves))}) | {rate} | {' | '.join(cells)} | {last} |"
+    runs = f"{len(curves)} runs" if len(curves) > 1 else "1 run"
+    return f"| **{g.label}** ({runs}) | {rate} | {' | '.join(cells)} | {last} |"
 
 
 def evals_table(curves: Sequence[Curve], groups: Sequence[Group] = ()) -> str:
@@ -163,7 +164,8 @@ def evals_table(curves: Sequence[Curve], groups: Sequence[Group] = ()) -> str:
     pooled = [Group(f"mean +- sd of {len(curves)}", tuple(range(len(curves))))]
     spreads = list(groups) or (pooled if len(curves) > 1 else [])
     head = [c.label for c in curves]
-    head += [g.label if not groups else f"{g.label} ({_of(len(g.members))})" for g in spreads]
+    spread = [f"{g.label} ({_of(len(g.members), 'mean +- sd')})" for g in spreads]
+    head += spread if groups else [g.label for g in spreads]
     lines = [f"| frames | {' | '.join(head)} |", "|---" * (len(head) + 1) + "|"]
     for at in sorted(rows):
         got = rows[at]
@@ -176,17 +178,9 @@ def evals_table(curves: Sequence[Curve], groups: Sequence[Group] = ()) -> str:
     return "\n".join(lines)
 
 
-def _mean_of(n: int) -> str:
-    return f"mean of {n}" if n > 1 else "1 run"
-
-
-def _runs(n: int) -> str:
-    return f"{n} run{'s' * (n != 1)}"
-
-
-def _of(n: int) -> str:
-    """What a group's column holds: the mean and spread of its n runs, or its one run's."""
-    return f"mean +- sd of {n}" if n > 1 else "1 run"
+def _of(n: int, what: str) -> str:
+    """What a group's figure is of: ``what`` (a mean, a spread) of its n runs, or its one run."""
+    return f"{what} of {n}" if n > 1 else "1 run"
 
 
 def _time_axis(seconds_max: float) -> tuple[float, str]:
@@ -213,9 +207,10 @@ def draw(
     fig, (by_frames, by_time) = plt.subplots(1, 2, figsize=(12, 4.5), dpi=110, sharey=True)
     unit, time_label = _time_axis(max(float(c.seconds.max()) for c in curves))
     group_of = {i: k for k, g in enumerate(groups) for i in g.members}
+    means = [full_window_mean(c) for c in curves]
     for i, c in enumerate(curves):
         color = f"C{group_of.get(i, i) % 10}"
-        mean = full_window_mean(c)
+        mean = means[i]
         label = None if groups else c.label
         for ax, x in ((by_frames, c.frames), (by_time, c.seconds / unit)):
             if c.window > 1 and not groups:
@@ -229,13 +224,13 @@ def draw(
                 ax.plot(x, e_means, "o", color=color, ms=4, mfc="white", label=dots)
     for k, g in enumerate(groups):  # each group's mean curve, where all its runs have one
         runs = [curves[i] for i in g.members]
-        means = [full_window_mean(c) for c in runs]
+        ys = [means[i] for i in g.members]
         for ax, xs in (
             (by_frames, [c.frames for c in runs]),
             (by_time, [c.seconds / unit for c in runs]),
         ):
-            x, y = mean_curve(xs, means)
-            ax.plot(x, y, color=f"C{k % 10}", lw=2.4, label=f"{g.label} ({_mean_of(len(runs))})")
+            x, y = mean_curve(xs, ys)
+            ax.plot(x, y, color=f"C{k % 10}", lw=2.4, label=f"{g.label} ({_of(len(runs), 'mean')})")
     by_frames.set_xlabel("frames")
     by_frames.xaxis.set_major_formatter(EngFormatter())  # 2M, not 2 x 1e6
     by_time.set_xlabel(time_label)

@@ -77,6 +77,12 @@ class ActionSpace:
         """Whether the actions are a vector of ``n`` discrete sub-actions (MultiDiscrete)."""
         return bool(self.nvec)
 
+    @property
+    def vector(self) -> bool:
+        """Whether an action is a vector of ``n`` (a Box's reals, a MultiDiscrete's indices),
+        not one index: its shape per step, and what a Q-network cannot rate."""
+        return self.continuous or self.multi
+
     def describe(self) -> str:
         if self.continuous:
             return f"Box({self.n},)"

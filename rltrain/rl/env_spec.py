@@ -54,7 +54,7 @@ def probe_env(cfg: TrainConfig) -> EnvSpec:
     env = make_env(cfg.env, seed=cfg.seed, num_envs=1)
     try:
         check_first_reset(env)
-        if cfg.algo_spec.q_network and (env.action_space.continuous or env.action_space.multi):
+        if cfg.algo_spec.q_network and env.action_space.vector:
             others = ", ".join(n for n in algo_names() if not algo_spec(n).q_network)
             raise EnvError(
                 f"algo.name={cfg.algo.name} needs Discrete actions; {cfg.env.id} has "

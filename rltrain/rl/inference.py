@@ -81,7 +81,7 @@ class ActSlots:
         semaphore: Callable[[int], Semaphore],
     ) -> None:
         space = actions if isinstance(actions, ActionSpace) else ActionSpace(actions)
-        action_shape: tuple[int, ...] = (space.n,) if space.continuous or space.multi else ()
+        action_shape: tuple[int, ...] = (space.n,) if space.vector else ()
         action_dtype = torch.float32 if space.continuous else torch.int64
         self.rows = rows
         self.obs = torch.zeros(actors, rows, *obs_shape, dtype=obs_dtype).share_memory_()

@@ -92,7 +92,7 @@ class LoadedPolicy:
         acts = to_env_actions(acts, self.actions)
         if not single:
             return acts
-        return acts[0] if self.actions.continuous or self.actions.multi else int(acts[0])
+        return acts[0] if self.actions.vector else int(acts[0])
 
 
 def scales_frames(model: torch.nn.Module) -> bool:

@@ -231,7 +231,7 @@ def build_qnet(
 ) -> QNetwork:
     """One Q-value per discrete action (a Box has no finite set of actions to rate)."""
     if isinstance(actions, ActionSpace):
-        if actions.continuous or actions.multi:  # (a Q per joint action: prod(nvec) heads)
+        if actions.vector:  # (MultiDiscrete: a Q per joint action, prod(nvec) heads)
             raise ValueError(f"a Q-network needs Discrete actions, not {actions.describe()}")
         actions = actions.n
     return QNetwork(build_torso(kind, obs_shape, hidden, precision), actions)

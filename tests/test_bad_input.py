@@ -379,6 +379,11 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             id="t-dqn-normalize",
         ),
         pytest.param(
+            ["train", str(ROOT / "configs" / "cartpole_gorila.yaml"), "--set", "dqn.n_step=9"],
+            ["dqn.n_step=9", "algo.rollout_length 8", "raise algo.rollout_length"],
+            id="t-dqn-n-step",
+        ),
+        pytest.param(
             ["train", CARTPOLE, "--set", "learners=2"],  # (a3c: read by impala/appo/dqn only)
             ["learners=2", "a3c has no learners", "set actors"],
             id="t-learners-unsplit",

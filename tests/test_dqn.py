@@ -61,13 +61,15 @@ def test_decaying_epsilon() -> None:
     assert actor.epsilon() == pytest.approx(0.1)
 
 
-def test_actor_fills_replay_and_learner_pushes() -> None:
-    c = cfg()
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_actor_fills_replay_and_learner_pushes(n_step: int) -> None:
+    c = cfg(n_step=n_step)
     server, replay = setup(c)
     actor = DQNActor(c, 0)
     stats = actor.collect(server, replay, 10)
     assert stats.env_steps == 80 and stats.epsilon is not None
     assert replay.sizes()[0] == 80  # every step, time-limit cuts included
+    assert int(replay.sample(0, 200).steps.max()) == n_step  # windows of up to n steps
     said = stats.unsettled[0]  # its envs in their first game, stamped with its start
     assert 0 <= said.pending <= c.env.num_envs and said.since > 0
     spec = probe_env(c)

@@ -230,13 +230,17 @@ class SampledBatch:
     actions: np.ndarray
     """[N] int64."""
     rewards: np.ndarray
-    """[N] float32."""
+    """[N] float32: r_t (sum_{i<k} gamma^i r_{t+i} with n-step returns)."""
     next_obs: np.ndarray
-    """[N, *obs_shape]: s_{t+1}. For a time-limit cut it is the episode's final observation
-    (bootstrap from it); for done transitions it is the observation the env returned after the
-    step (with SAME-STEP autoreset: the next episode's first one): mask it by done."""
+    """[N, *obs_shape]: s_{t+1} (s_{t+k} with n-step returns, ``steps``). For a time-limit cut
+    it is the episode's final observation (bootstrap from it); for done transitions it is the
+    observation the env returned after the step (with SAME-STEP autoreset: the next episode's
+    first one): mask it by done."""
     done: np.ndarray
     """[N] bool: terminated (no bootstrap); never set by a time-limit truncation alone."""
+    steps: np.ndarray
+    """[N] int64 k: rewards is the discounted sum of k rewards and next_obs is s_{t+k}, so the
+    bootstrap is discounted by gamma^k (1 unless the memory's n_step > 1)."""
     weights: np.ndarray
     """[N] float32 importance-sampling weights: 1 for uniform replay; (N P(i))^-beta / max_j w_j
     for prioritized replay (Schaul et al. 2016)."""

@@ -26,6 +26,7 @@ import numpy as np
 from rltrain.replay.block import ReplayError, SampledBatch, TransitionBlock
 from rltrain.replay.checks import check_block, check_config
 from rltrain.replay.frames import BLANK, FrameStore, new_chains
+from rltrain.replay.nstep import n_step_windows
 from rltrain.replay.sumtree import SumTree
 
 
@@ -55,9 +56,14 @@ class ReplayMemory:
         beta: float = 0.4,
         priority_eps: float = 1e-6,
         seed: int = 0,
+        n_step: int = 1,
+        gamma: float = 0.99,
     ) -> None:
         obs_shape = tuple(int(d) for d in obs_shape)
         check_config(capacity, obs_shape, frame_stack, alpha, beta, priority_eps)
+        if n_step < 1 or not 0 <= gamma <= 1:
+            raise ReplayError(f"n_step={n_step}, gamma={gamma}: need n_step >= 1, 0 <= gamma <= 1")
+        self.n_step, self.gamma = int(n_step), float(gamma)
         self.capacity = int(capacity)
         self.obs_shape = obs_shape
         self.obs_dtype = np.dtype(obs_dtype)
@@ -74,6 +80,7 @@ class ReplayMemory:
         self._actions = np.zeros(self.capacity, dtype=np.int64)
         self._rewards = np.zeros(self.capacity, dtype=np.float32)
         self._done = np.zeros(self.capacity, dtype=bool)
+        self._steps = np.ones(self.capacity, dtype=np.int8)  # k of each n-step window
         self._valid = np.zeros(self.capacity, dtype=bool)
         self._tree = SumTree(self.capacity) if self.prioritized else None
         self._max_priority = 1.0
@@ -148,18 +155,24 @@ class ReplayMemory:
         self, block: TransitionBlock, state: np.ndarray, nexts: np.ndarray
     ) -> int:
         """Write the block's transitions ([T, B] gids of s_t and s_{t+1}) into the ring at max
-        priority, (t, b) row-major; returns their count. done = terminated: a time-limit cut
-        bootstraps (Pardo et al. 2018)."""
+        priority, (t, b) row-major, each over its n-step window (:mod:`~rltrain.replay.nstep`:
+        its reward sum, its last step's next state and end); returns their count. done =
+        terminated: a time-limit cut bootstraps (Pardo et al. 2018)."""
         count = block.num_steps * block.num_envs
+        ended = block.terminated | block.truncated
+        rewards, last = n_step_windows(block.rewards, ended, self.n_step, self.gamma)
+        envs = np.arange(block.num_envs)
+        steps = last - np.arange(block.num_steps)[:, None] + 1  # [T, B] k
         handles = self._added + np.arange(count, dtype=np.int64)
         slots = handles % self.capacity
         self._size -= int(self._valid[slots].sum())  # evicted, oldest first (FIFO)
         state = state.reshape(-1)
         self._obs[slots] = state
-        self._next[slots] = nexts.reshape(-1)
+        self._next[slots] = nexts[last, envs].reshape(-1)
         self._actions[slots] = block.actions.reshape(-1)
-        self._rewards[slots] = block.rewards.reshape(-1)
-        self._done[slots] = block.terminated.reshape(-1)
+        self._rewards[slots] = rewards.reshape(-1)
+        self._done[slots] = block.terminated[last, envs].reshape(-1)
+        self._steps[slots] = steps.reshape(-1)
         self._valid[slots] = True
         self._frames.owner[state % self.frame_capacity] = handles
         if self._tree is not None:
@@ -206,6 +219,7 @@ class ReplayMemory:
                 rewards=self._rewards[slots],
                 next_obs=self._stacks(self._next[slots]),
                 done=self._done[slots],
+                steps=self._steps[slots].astype(np.int64),
                 weights=np.concatenate([self._weights(d) for d in draws]),
                 indices=self._handles(slots),
             )
@@ -286,9 +300,9 @@ class ReplayMemory:
     @property
     def nbytes(self) -> int:
         """Bytes of the storage arrays allocated at construction (constant)."""
-        arrays = (self._obs, self._next, self._actions, self._rewards, self._done, self._valid)
+        ring = (self._obs, self._next, self._actions, self._rewards, self._done, self._steps)
         tree = self._tree.nbytes if self._tree is not None else 0
-        return self._frames.nbytes + sum(a.nbytes for a in arrays) + tree
+        return self._frames.nbytes + sum(a.nbytes for a in ring) + self._valid.nbytes + tree
 
     def stats(self) -> dict[str, int]:
         """size, capacity, added (transitions ever stored), sampled (ever drawn), nbytes,

@@ -69,6 +69,8 @@ def memory_args(cfg: TrainConfig, spec: EnvSpec, shard: int) -> tuple:
         r.beta,
         1e-6,
         cfg.seed + shard,
+        cfg.dqn.n_step,
+        cfg.algo.gamma,
     )
 
 
@@ -275,6 +277,7 @@ class DQNLearner:
             next_online,
             next_target,
             tensor_of(batch.weights).to(dev),
+            tensor_of(batch.steps).to(dev),
         )
         self.online.zero_grad(set_to_none=True)
         loss.backward()

@@ -45,6 +45,10 @@ class DQNConfig:
     0 = never pause (Gorila's fully asynchronous actors)."""
     updates_per_call: int = field(default=20, metadata=spec(ge=1))
     """Learner steps per driver call (how often the driver hears from a learner)."""
+    n_step: int = field(default=1, metadata=spec(ge=1))
+    """n-step returns: each transition's target sums up to n discounted rewards and
+    bootstraps gamma^k Q(s_{t+k}) (Hessel et al. 2018; Ape-X uses 3). A window stops at an
+    episode's end and at the end of the block an actor sends (algo.rollout_length steps)."""
 
 
 @dataclass(frozen=True)
@@ -80,16 +84,18 @@ class DoubleDQNLoss:
         next_q_online: torch.Tensor,  # [N, A] (no grad)
         next_q_target: torch.Tensor,  # [N, A] (no grad)
         weights: torch.Tensor,  # [N] importance weights (1 for uniform replay)
+        steps: torch.Tensor | None = None,  # [N] int64 k of n-step returns (None: 1)
     ) -> tuple[torch.Tensor, torch.Tensor]:  # [] loss, [N] TD errors (detached)
         from rltrain.rl.algos.losses import double_dqn_targets, dqn_loss
 
-        targets = double_dqn_targets(rewards, done, next_q_online, next_q_target, self.gamma)
+        targets = double_dqn_targets(rewards, done, next_q_online, next_q_target, self.gamma, steps)
         return dqn_loss(q, actions, targets, weights)
 
 
 def check_replay(cfg: Any) -> None:
     """A replay shard holds at least the block of transitions an actor sends at once and a
-    minibatch, and the memory at least the transitions the learners wait for."""
+    minibatch, the memory at least the transitions the learners wait for, and a block at
+    least one n-step window."""
     replay, dqn = cfg.section("replay"), cfg.section("dqn")
     block = cfg.env.num_envs * cfg.algo.rollout_length
     if replay.capacity < block:
@@ -103,6 +109,12 @@ def check_replay(cfg: Any) -> None:
             f"dqn.batch_size={dqn.batch_size}: more than a replay shard holds (replay.capacity "
             f"{replay.capacity}), so every minibatch would repeat transitions; lower it, or "
             "raise replay.capacity"
+        )
+    if dqn.n_step > cfg.algo.rollout_length:  # a window stays inside one block
+        raise ValueError(
+            f"dqn.n_step={dqn.n_step}: more than algo.rollout_length "
+            f"{cfg.algo.rollout_length}, the steps of the block a window is taken within; "
+            "lower it, or raise algo.rollout_length"
         )
     held = replay.capacity * replay.shards
     if dqn.learning_starts > held:

@@ -214,15 +214,18 @@ def double_dqn_targets(
     next_q_online: torch.Tensor,  # [N, A] online network at s'
     next_q_target: torch.Tensor,  # [N, A] target network at s'
     gamma: float,
+    steps: torch.Tensor | None = None,  # [N] int64 k of n-step returns (None: 1)
 ) -> torch.Tensor:  # [N]
     """Double DQN (van Hasselt et al. 2016): y = r + gamma Q_target(s', argmax_a Q_online(s', a)).
 
     The online network chooses, the target network evaluates: less over-estimation than
-    max_a Q_target(s', a) of the Nature DQN.
+    max_a Q_target(s', a) of the Nature DQN. With n-step returns, r sums k discounted rewards
+    and s' is s_{t+k}, so the bootstrap is discounted by gamma^k (Hessel et al. 2018, eq. 2).
     """
     best = next_q_online.argmax(dim=1, keepdim=True)  # [N, 1]
     bootstrap = next_q_target.gather(1, best).squeeze(1)  # [N]
-    return rewards + gamma * (~done).float() * bootstrap
+    discount = gamma if steps is None else gamma ** steps.to(bootstrap.dtype)  # [] or [N]
+    return rewards + discount * (~done).float() * bootstrap
 
 
 def dqn_loss(

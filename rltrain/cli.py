@@ -287,6 +287,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from rltrain.rl.config import TrainConfig, load_run_config
     from rltrain.rl.evaluate import evaluate
+    from rltrain.rl.played_policy import how_played
 
     run_dir = run_dir_arg(args.run_dir, "")
     with meant_for(run_dir / "config.yaml", "eval"):
@@ -294,9 +295,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     flags = ("max_steps", "video_view", "video_format", "deterministic", "checkpoint")
     kwargs = {name: getattr(args, name) for name in flags if getattr(args, name) is not None}
     res = evaluate(cfg, run_dir, args.episodes, args.video, args.seed, **kwargs)
-    how = "most likely actions" if res.deterministic else "sampled actions, as in training"
+    how = how_played(cfg.algo_spec.q_network, res.deterministic, cfg.dqn.eval_epsilon)
     if args.deterministic is False and res.deterministic:  # (said, not silently ignored)
-        how += ": a dqn run is greedy, --no-deterministic changes nothing"
+        how += ": dqn.eval_epsilon is 0, --no-deterministic changes nothing"
     print(
         f"{cfg.env.id}, checkpoint {res.checkpoint.name} (version {res.version}, {how}, "
         f"seed {res.seed}): "

@@ -50,6 +50,16 @@ def test_apex_epsilons() -> None:
     assert eps == sorted(eps, reverse=True)
 
 
+def test_apex_epsilons_spread_over_every_env_of_every_actor() -> None:
+    """explore84: one actor (a small box's actors: auto) played at the base 0.4 for good."""
+    one = DQNActor(dataclasses.replace(cfg(), actors=1), 0)  # 2 envs: 0.4 and 0.4^8
+    np.testing.assert_allclose(one.epsilons(), [0.4, 0.4**8])
+    c = dataclasses.replace(cfg(), actors=2)
+    both = np.concatenate([DQNActor(c, i).epsilons() for i in (0, 1)])
+    np.testing.assert_allclose(both, [apex_epsilon(0.4, 7, i, 4) for i in range(4)])
+    assert one.epsilon() == pytest.approx((0.4 + 0.4**8) / 2)  # dqn/epsilon: their mean
+
+
 def test_decaying_epsilon() -> None:
     c = cfg(epsilon="decay", epsilon_start=1.0, epsilon_final=0.1, epsilon_decay_steps=8)
     actor = DQNActor(c, 0)
@@ -199,11 +209,17 @@ def test_a_resume_with_more_envs_goes_on_with_the_epsilon_schedule(tmp_path: Pat
         eps.append([e.value for e in acc.Scalars("dqn/epsilon")])
     first, second = eps
     assert second and max(second) < first[-1]  # on down from where it was
-    # eval: a dqn run plays greedily; --no-deterministic is said to change nothing
+    # eval: at dqn.eval_epsilon (0.05), or greedy; at 0, --no-deterministic changes nothing
     said = io.StringIO()
     with contextlib.redirect_stdout(said):
+        assert main(["eval", str(run), "--episodes", "1"]) == 0
+        assert main(["eval", str(run), "--episodes", "1", "--deterministic"]) == 0
+        more = ["--set", "stop.max_env_steps=6000", "--set", "dqn.eval_epsilon=0"]
+        assert main(["train", "--resume", str(run), *more]) == 0
         assert main(["eval", str(run), "--episodes", "1", "--no-deterministic"]) == 0
-    assert "most likely actions: a dqn run is greedy, --no-deterministic changes" in said.getvalue()
+    out = said.getvalue()
+    assert "epsilon-greedy actions, epsilon 0.05" in out and ", greedy actions, seed" in out
+    assert "greedy actions: dqn.eval_epsilon is 0, --no-deterministic changes nothing" in out
 
 
 def test_the_replay_size_outlives_its_shards() -> None:
@@ -231,3 +247,70 @@ def test_the_replay_size_outlives_its_shards() -> None:
     assert plan.replay_size() == 7
     plan.finish()
     assert not shards.alive and plan.replay_size() == 7 and plan.replay_bytes == 10
+
+
+def test_the_replay_ratio_counts_from_this_sessions_learning_start() -> None:
+    """A resume that adds dqn.env_steps_per_update: the earlier sessions' 217k env steps
+    against 6k updates must not hold the actors back (explore84 saw them paused for good)."""
+    from rltrain.rl.run.replay_plan import ReplayRatio
+
+    ratio = ReplayRatio(4.0)
+    ratio.start(env_steps=219_648, updates=6_200)  # the refill done, learning starts
+    assert not ratio.ahead(219_648, 6_200)
+    assert not ratio.ahead(219_648 + 400, 6_300)  # 4 env steps per update: on the line
+    assert ratio.ahead(219_648 + 404, 6_300)
+    assert not ReplayRatio(0.0).ahead(10**9, 0)  # 0: never pause
+
+
+def test_learners_under_sync_step_together_and_drop_nothing() -> None:
+    """explore84: an overlapped push under sync was one version stale and dropped (48% of
+    them with one learner, 67% with two). Each push now waits for the version it makes."""
+    import threading
+
+    c = dataclasses.replace(cfg(), server=ServerConfig(rule="sync"), learners=2)
+    spec = probe_env(c)
+    server = LocalServer(initial_params(c, spec), c.optimizer, c.server, 2)
+    replay = LocalReplay([ReplayMemory(*memory_args(c, spec, 0))])
+    DQNActor(c, 0).collect(server, replay, 10)
+    learners = [DQNLearner(c, spec.obs_shape, spec.num_actions, learner_id=i) for i in (0, 1)]
+    out: list = [None, None]
+
+    def learn(i: int) -> None:
+        out[i] = learners[i].learn(server, replay, 6)
+
+    threads = [threading.Thread(target=learn, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert [(o.updates, o.applied, o.dropped) for o in out] == [(6, 6, 0)] * 2
+    assert server.pull().version == 6  # one step per pair of gradients
+
+
+def test_evaluations_act_epsilon_greedily_and_older_runs_greedily(tmp_path: Path) -> None:
+    """explore84: a greedy Breakout policy never pressed FIRE, and its evaluation never ended.
+    Evaluations play at dqn.eval_epsilon (Mnih et al. 2015: 0.05); deterministic: greedy. A
+    run folder from before the key plays greedily, as it was scored."""
+    import yaml
+
+    from rltrain.config import to_dict
+    from rltrain.rl.config import load_run_config
+    from rltrain.rl.played_policy import Policy
+
+    q = torch.nn.Linear(3, 4)
+    torch.nn.init.zeros_(q.weight)
+    with torch.no_grad():
+        q.bias.copy_(torch.tensor([1.0, 0.0, 0.0, 0.0]))  # action 0 is best everywhere
+    obs = np.zeros((4000, 3), dtype=np.float32)
+    gen = torch.Generator().manual_seed(0)
+    policy = Policy(q, greedy=True, epsilon=0.5)
+    other = float((policy.act(obs, gen) != 0).mean())
+    assert other == pytest.approx(0.5 * 3 / 4, abs=0.03)
+    assert not policy.plays_greedy(False) and policy.plays_greedy(True)
+    assert (policy.act(obs, gen, deterministic=True) == 0).all()
+    assert Policy(q, greedy=True).plays_greedy(False)  # epsilon 0
+    old = to_dict(cfg())
+    del old["dqn"]["eval_epsilon"]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(old))
+    assert load_run_config(TrainConfig, tmp_path / "config.yaml").dqn.eval_epsilon == 0.0
+    assert cfg().dqn.eval_epsilon == 0.05

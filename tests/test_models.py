@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rltrain.envs import ActionSpace, EnvConfig
 from rltrain.rl.algos.models import build_policy, flat_params, load_flat, parameters_to_come
 from rltrain.rl.algos.torsos import (
     ImpalaCNNTorso,
@@ -13,6 +14,7 @@ from rltrain.rl.algos.torsos import (
     to_device,
     train_layout,
 )
+from rltrain.rl.config import StopConfig, TrainConfig
 from rltrain.rl.learner import clipped_flat_grad
 
 
@@ -157,6 +159,21 @@ def test_impala_cnn_takes_any_image_and_keeps_default_conv_init() -> None:
     assert first.abs().max() <= 1 / 6 and first.flatten(1).norm(dim=1).std() > 0
     with pytest.raises(ValueError, match="impala_cnn needs image observations"):
         build_policy("impala_cnn", (8,), 5, 64)
+
+
+@pytest.mark.parametrize("kind", ["impala_cnn", "nature_cnn"])
+def test_a_cnn_refuses_images_that_look_channels_last(kind: str) -> None:
+    """explore84: a float [64, 64, 3] image reached impala_cnn as 64 channels of 64x3, and
+    nature_cnn said it needs 36 pixels a side. Only uint8 images are moved channels first."""
+    from rltrain.rl.env_spec import EnvSpec, env_notes
+
+    with pytest.raises(ValueError, match=f"{kind} reads observations as .C, H, W.*uint8"):
+        build_policy(kind, (64, 64, 3), 5, 64)
+    build_policy(kind, (3, 64, 64), 5, 64)  # [C, H, W] as before
+    cfg = TrainConfig(env=EnvConfig(id="my/Float-v0"), stop=StopConfig(max_seconds=1))  # auto
+    (note,) = env_notes(cfg, EnvSpec((64, 64, 3), "float32", ActionSpace(2), 1, {}))
+    assert "(64, 64, 3) of float32 look like images" in note and "12,288 inputs" in note
+    assert env_notes(cfg, EnvSpec((3, 64, 64), "float32", ActionSpace(2), 1, {})) == []
 
 
 def test_impala_cnn_on_a_cpu_acts_and_learns_channels_last() -> None:

@@ -28,10 +28,8 @@ from rltrain.rl.run.periodic import (
     Evaluator,
     Flight,
     PeriodicEval,
-    best_score,
-    same_protocol,
-    scored_protocol,
 )
+from rltrain.rl.run.scores import best_score, same_protocol, scored_protocol
 from rltrain.runtime import local
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -393,19 +391,24 @@ def test_resume_keeps_the_best_score(run: Path, tmp_path: Path) -> None:
 def test_a_greedy_policys_best_survives_a_change_of_eval_deterministic(
     run: Path, tmp_path: Path
 ) -> None:
-    """dqn's evaluations are greedy whatever eval.deterministic says: a resume that changed it
-    threw the best score away, and a worse checkpoint became best.pt."""
+    """dqn's evaluations at dqn.eval_epsilon 0 are greedy whatever eval.deterministic says: a
+    resume that changed it threw the best score away, and a worse checkpoint became best.pt.
+    At an epsilon the record keeps it, and a score played at another one is not compared."""
     import shutil
 
     dqn = tmp_path / "dqn"
     (dqn / "checkpoints").mkdir(parents=True)
     shutil.copy(run / "checkpoints" / "best.pt", dqn / "checkpoints" / "best.pt")
-    as_dqn = ["algo.name=dqn", "normalize.obs=never"]
+    as_dqn = ["algo.name=dqn", "normalize.obs=never", "dqn.eval_epsilon=0"]
     sampled = load_config(TrainConfig, run / "config.yaml", as_dqn)
     flipped = load_config(TrainConfig, run / "config.yaml", [*as_dqn, "eval.deterministic=true"])
     for c in (sampled, flipped):
         pe = PeriodicEval(c, dqn, local, 8000, Log(), print)  # type: ignore[arg-type]
         assert pe.best == best_score(run) and pe.settings["deterministic"] is True
+    eps = load_config(TrainConfig, run / "config.yaml", as_dqn[:2])  # the default, 0.05
+    pe = PeriodicEval(eps, dqn, local, 8000, Log(), print)  # type: ignore[arg-type]
+    assert pe.settings["deterministic"] is False and pe.settings["epsilon"] == 0.05
+    assert pe.best is None  # best.pt was scored otherwise: the next evaluation replaces it
 
 
 def test_a_run_can_stop_on_its_evaluations(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from rltrain.envs.user import one_hot as one_hot_space
 from rltrain.ps.server import ShardLayout
 from rltrain.rl.actor import policy_builder
 from rltrain.rl.algos import algo_names, algo_spec
+from rltrain.rl.algos.model_kinds import looks_channels_last
 from rltrain.rl.algos.models import build_qnet, flat_params
 from rltrain.rl.algos.torsos import check_torso
 from rltrain.rl.config import TrainConfig
@@ -74,6 +75,24 @@ def probe_env(cfg: TrainConfig) -> EnvSpec:
         )
     finally:
         env.close()
+
+
+def env_notes(cfg: TrainConfig, spec: EnvSpec) -> list[str]:
+    """Start notes on what the env gives that the run takes in a way a user may not expect."""
+    return [*image_notes(cfg, spec), *action_notes(cfg, spec)]
+
+
+def image_notes(cfg: TrainConfig, spec: EnvSpec) -> list[str]:
+    """A note where observations look like images [H, W, C] that are not uint8: rltrain does
+    not move their channels first, so model.kind=auto gives them the MLP (explore84)."""
+    if cfg.model.kind != "auto" or not looks_channels_last(spec.obs_shape):
+        return []
+    return [
+        f"env {cfg.env.id}: observations {spec.obs_shape} of {spec.obs_dtype} look like images "
+        "with their channels last, which rltrain moves first for uint8 images only: the MLP "
+        f"takes them flattened ({int(np.prod(spec.obs_shape)):,} inputs); for the CNN, make "
+        "them uint8 in [0, 255] or [C, H, W]"
+    ]
 
 
 def action_notes(cfg: TrainConfig, spec: EnvSpec) -> list[str]:

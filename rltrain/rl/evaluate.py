@@ -45,9 +45,10 @@ from rltrain.envs.user import load_env_code
 from rltrain.normalize import NormStats
 from rltrain.progress import Paced
 from rltrain.rl.actor import policy_builder
-from rltrain.rl.algos.distributions import CATEGORICAL, Distribution, distribution
+from rltrain.rl.algos.distributions import distribution
 from rltrain.rl.algos.models import ActorCritic, build_qnet, load_flat
 from rltrain.rl.config import TrainConfig
+from rltrain.rl.device import torch_threads
 from rltrain.rl.eval_args import (
     DEFAULT_MAX_STEPS,
     EvalError,
@@ -57,6 +58,7 @@ from rltrain.rl.eval_args import (
     unended,
 )
 from rltrain.rl.filming import VideoView, draft_of, publish, record_episode
+from rltrain.rl.played_policy import Policy
 from rltrain.video import VideoFormat
 
 
@@ -71,7 +73,8 @@ class EvalResult:
     seed: int
     """Of the evaluation envs (env i: seed + i)."""
     deterministic: bool
-    """Whether it played the most likely actions (asked for, or a dqn run's greedy ones)."""
+    """Whether it played the most likely actions (asked for, or a dqn run's with
+    dqn.eval_epsilon 0)."""
     video: Path | None
     view: VideoView | None = None
     """What the video shows (``game`` unless the env cannot draw its screen)."""
@@ -144,32 +147,6 @@ def state_params(state: dict[str, Any]) -> tuple[int, torch.Tensor, NormStats | 
     return int(min(s["version"] for s in shards)), values, stats
 
 
-class Policy:
-    """A checkpoint's network acting on a batch of observations: actor-critic runs sample
-    from their policy, as they were trained; DQN runs act greedily in the action values."""
-
-    def __init__(
-        self, model: torch.nn.Module, greedy: bool, dist: Distribution = CATEGORICAL
-    ) -> None:
-        self.model = model.eval()
-        self.greedy = greedy
-        self.dist = dist
-
-    def act(
-        self, obs: np.ndarray, gen: torch.Generator | None, deterministic: bool = False
-    ) -> np.ndarray:
-        """Actions for observations [B, *obs_shape]: int64 [B], or float32 [B, n] for a Box
-        (unclipped: the env clips). ``deterministic``: the most likely action (the mean)."""
-        with torch.no_grad():
-            x = torch.from_numpy(np.asarray(obs))
-            if self.greedy:
-                return self.model(x).argmax(1).numpy()
-            params, _ = self.model(x)
-            if deterministic:
-                return self.dist.mode(params).numpy()
-            return self.dist.sample(params, gen).numpy()
-
-
 def load_policy(
     cfg: TrainConfig,
     run_dir: Path,
@@ -193,7 +170,7 @@ def load_policy(
                 "own run's config"
             )
         cast(ActorCritic, model).set_norm(norm)  # the statistics the policy was trained with
-    return Policy(model, greedy=dqn, dist=distribution(actions))
+    return Policy(model, dqn, distribution(actions), cfg.dqn.eval_epsilon)
 
 
 def evaluate(
@@ -257,6 +234,7 @@ def evaluate(
         )
 
     with ExitStack() as stack:
+        stack.enter_context(torch_threads(1))
         if progress:
             stack.callback(paced.close)
         rec = None
@@ -318,7 +296,7 @@ def evaluate(
             raise EvalError(why)
         video_path = publish(video_path) if video_path is not None else None
     video_as = view if video else None
-    played = deterministic or policy.greedy
+    played = policy.plays_greedy(deterministic)
     return EvalResult(
         path, version, tuple(returns), tuple(lengths), seed, played, video_path, video_as, note
     )

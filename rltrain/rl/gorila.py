@@ -3,7 +3,7 @@
 Actors act with the online network (pulled every ``server.n_fetch`` blocks) and send blocks of
 transitions to the replay shards; learners sample, compute the double-DQN Huber loss against a
 target network they refresh every ``dqn.target_update`` server versions, and push gradients
-to the parameter server (``async`` by default, any rule works).
+to the parameter server (``async`` by default; under ``sync`` several learners step together).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from rltrain.replay import SampledBatch, TransitionBlock
 from rltrain.rl.actor import acting_setup, frame_stack_of, load_params
 from rltrain.rl.algos.dqn import DoubleDQNLoss
 from rltrain.rl.algos.models import build_qnet
-from rltrain.rl.config import TrainConfig
+from rltrain.rl.config import TrainConfig, waits_at_barrier
 from rltrain.rl.device import pick_device
 from rltrain.rl.exchange import record_push
 from rltrain.rl.learner import clipped_flat_grad
@@ -75,7 +75,8 @@ def memory_args(cfg: TrainConfig, spec: EnvSpec, shard: int) -> tuple:
 
 
 def apex_epsilon(base: float, alpha: float, actor_id: int, actors: int) -> float:
-    """Ape-X's per-actor exploration: eps_i = base^(1 + alpha i / (N - 1)) (Horgan et al. 2018)."""
+    """Ape-X's exploration of actor i of N: eps_i = base^(1 + alpha i / (N - 1)) (Horgan et
+    al. 2018)."""
     if actors == 1:
         return base
     return base ** (1 + alpha * actor_id / (actors - 1))
@@ -98,12 +99,23 @@ class DQNActor:
         self.timer = PhaseTimer("actor")
         self.shard = actor_id % cfg.replay.shards
 
-    def epsilon(self) -> float:
-        d = self.cfg.dqn
+    def epsilons(self) -> np.ndarray:
+        """[B] each env's epsilon now. apex: spread over every env of every actor, as rlpyt
+        spreads Ape-X's per-actor epsilons over vectorised envs: one actor of 16 envs (a
+        small box's ``actors: auto``) played at the base 0.4 throughout (explore84)."""
+        d, envs = self.cfg.dqn, self.env.num_envs
         if d.epsilon == "apex":
-            return apex_epsilon(d.epsilon_base, d.epsilon_alpha, self.actor_id, self.cfg.actors)
+            first, total = self.actor_id * envs, self.cfg.actors * envs
+            slots = range(first, first + envs)
+            return np.array(
+                [apex_epsilon(d.epsilon_base, d.epsilon_alpha, i, total) for i in slots]
+            )
         frac = min(1.0, self.steps / d.epsilon_decay_steps)
-        return d.epsilon_start + frac * (d.epsilon_final - d.epsilon_start)
+        return np.full(envs, d.epsilon_start + frac * (d.epsilon_final - d.epsilon_start))
+
+    def epsilon(self) -> float:
+        """The mean of the envs' epsilons (TensorBoard's ``dqn/epsilon``)."""
+        return float(self.epsilons().mean())
 
     def load(self, params: Params) -> None:
         if params is self.params:  # the server had nothing newer
@@ -113,7 +125,7 @@ class DQNActor:
         self.params = params
 
     @torch.no_grad()
-    def act(self, obs: np.ndarray, epsilon: float) -> np.ndarray:
+    def act(self, obs: np.ndarray, epsilon: np.ndarray | float) -> np.ndarray:
         greedy = self.model(torch.from_numpy(obs)).argmax(1).numpy()
         explore = self.rng.random(len(greedy)) < epsilon
         random = self.rng.integers(0, self.env.num_actions, len(greedy))
@@ -134,7 +146,7 @@ class DQNActor:
             if self.version < 0 or self.blocks % self.cfg.server.n_fetch == 0:
                 with timer.phase("pull"):
                     self.load(server.pull(self.params))
-            eps = self.epsilon()
+            eps = self.epsilons()
             obs, actions, rewards, terms, truncs, finals = [self.obs], [], [], [], [], []
             for _ in range(T):
                 with timer.phase("inference"):
@@ -204,7 +216,9 @@ class DQNLearner:
         """``updates`` learner steps on one replay draw of ``updates x batch_size`` transitions.
 
         One round trip to the replay for the whole call, and each push/pull round trip overlaps
-        the next gradient (its parameters then lag by one version, like the actors').
+        the next gradient (its parameters then lag by one version, like the actors'). Under a
+        barrier rule (sync, soft_sync) each push waits for the version it makes instead, as
+        a2c's and impala's do: an overlapped gradient would be one version stale, and dropped.
         """
         t = time.perf_counter()
         timer = self.timer
@@ -220,6 +234,7 @@ class DQNLearner:
             draw = replay.sample(shard, d.batch_size, updates)  # each minibatch on its own
         pending = None
         q_sum = 0.0
+        barrier, timeout = waits_at_barrier(self.cfg), self.cfg.server.barrier_timeout_s
         for i in range(updates):
             with timer.phase("collate"):
                 stale = params.version - self.target_version >= d.target_update
@@ -245,7 +260,13 @@ class DQNLearner:
                 if pending is not None:
                     result, params = pending()
                     record_push(stats, result)
-                pending = server.exchange_begin(update)
+                pending = server.exchange_begin(
+                    update, update.version + 1 if barrier else 0, timeout
+                )
+                if barrier:
+                    result, params = pending()
+                    record_push(stats, result)
+                    pending = None
             stats.losses.append(loss)
             q_sum += q_mean
         if pending is not None:

@@ -12,7 +12,7 @@ import torch
 from rltrain.api_args import choice_arg
 from rltrain.envs import ActionSpace
 from rltrain.envs.gym_vector import to_env_actions
-from rltrain.rl.evaluate import Policy
+from rltrain.rl.played_policy import Policy
 
 
 class LoadedPolicy:
@@ -66,7 +66,7 @@ class LoadedPolicy:
 
     def __call__(self, obs: Any, deterministic: bool = False) -> Any:
         """Sampled actions as in training (``deterministic``: the most likely one, or the
-        Gaussian's mean; DQN runs are always greedy)."""
+        Gaussian's mean; DQN runs: epsilon-greedy with dqn.eval_epsilon, or greedy)."""
         deterministic = choice_arg(deterministic, "deterministic", (True, False))  # ("no": True)
         x = np.asarray(self._flat(obs), dtype=np.float32 if self.flattened_from else None)
         if self.obs_shape == (1,) and x.ndim <= 1 and x.shape != (1,):  # a scalar Box's own

@@ -21,8 +21,9 @@ class DQNConfig:
     """Gorila DQN: exploration, target network and learner settings (algo.name=dqn)."""
 
     epsilon: str = field(default="apex", metadata=spec(choices=("apex", "decay")))
-    """apex: a fixed epsilon per actor, eps_i = base^(1 + alpha i / (N - 1)) (Horgan et al.
-    2018); decay: every actor decays linearly from epsilon_start to epsilon_final."""
+    """apex: a fixed epsilon per env, eps_i = base^(1 + alpha i / (N - 1)) over the N envs of
+    every actor (Horgan et al. 2018's per-actor spread, as rlpyt's over vectorised envs);
+    decay: every env decays linearly from epsilon_start to epsilon_final."""
     epsilon_base: float = field(default=0.4, metadata=spec(ge=0, le=1))
     """apex: the base epsilon."""
     epsilon_alpha: float = field(default=7.0, metadata=spec(ge=0))
@@ -45,6 +46,10 @@ class DQNConfig:
     0 = never pause (Gorila's fully asynchronous actors)."""
     updates_per_call: int = field(default=20, metadata=spec(ge=1))
     """Learner steps per driver call (how often the driver hears from a learner)."""
+    eval_epsilon: float = field(default=0.05, metadata=spec(ge=0, le=1))
+    """Evaluations (``eval``, ``rltrain eval``, ``load_policy``) act epsilon-greedily with
+    this epsilon, as Mnih et al. 2015 evaluated (0.05): a greedy policy can stall a game for
+    good (Breakout's FIRE). ``eval.deterministic`` / ``--deterministic``: greedy."""
     n_step: int = field(default=1, metadata=spec(ge=1))
     """n-step returns: each transition's target sums up to n discounted rewards and
     bootstraps gamma^k Q(s_{t+k}) (Hessel et al. 2018; Ape-X uses 3). A window stops at an

@@ -133,6 +133,6 @@ class EvalConfig:
     """Episodes per evaluation, played in up to 8 environments at once."""
     deterministic: bool = False
     """Play the policy's most likely action (a Box: its mean) instead of sampling (dqn:
-    always greedy)."""
+    greedy, instead of epsilon-greedy with dqn.eval_epsilon)."""
     seed: int = field(default=12345, metadata=spec(ge=0, le=2**31 - 1))
     """Seed of the evaluation environments (env i: seed + i), the same at every evaluation."""

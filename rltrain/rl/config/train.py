@@ -55,9 +55,9 @@ class TrainConfig:
     """Keys an older rltrain kept elsewhere (PPO's and IMPALA's in the flat ``algo`` section,
     ``imports`` in ``env``): old configs, command lines and checkpoints still load
     (:func:`rltrain.config.moved_keys`)."""
-    OLDER_RUNS: ClassVar[dict[str, object]] = {"env.action_map": "clip"}
+    OLDER_RUNS: ClassVar[dict[str, object]] = {"env.action_map": "clip", "dqn.eval_epsilon": 0.0}
     """What a run folder's config.yaml means by a key an older rltrain did not write
-    (:func:`run_yaml`): Box samples were clipped to the bounds."""
+    (:func:`run_yaml`): Box samples were clipped to the bounds; dqn evaluated greedily."""
 
     seed: int = field(default=0, metadata=spec(ge=0, le=2**31 - 1))
     """Seed of the network initialisation; actor i seeds its environments with seed + 1000 i."""

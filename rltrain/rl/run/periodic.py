@@ -28,15 +28,10 @@ import torch
 
 from rltrain import signals
 from rltrain.checkpoint import (
-    CheckpointError,
-    as_saved,
     best_checkpoint,
-    load_checkpoint,
     write_state,
 )
-from rltrain.config import to_dict
 from rltrain.envs import make_env
-from rltrain.envs.atari import ATARI_KWARGS, ATARI_ONLY, is_atari
 from rltrain.errors import RLTrainError
 from rltrain.faults import RunFailed
 from rltrain.normalize import NormStats
@@ -44,6 +39,7 @@ from rltrain.rl.config import TrainConfig
 from rltrain.rl.eval_args import DEFAULT_MAX_STEPS
 from rltrain.rl.evaluate import load_policy, play_episodes, state_params
 from rltrain.rl.run.counters import Counters, reaches
+from rltrain.rl.run.scores import best_score, eval_settings, last_scored
 from rltrain.rl.run.tblog import TrainLogger
 from rltrain.rundir import EVALS_FILE
 
@@ -150,14 +146,8 @@ class PeriodicEval:
         self.next_at = self._after(env_steps)
         self.remote: Any = None
         self.flight: Flight | None = None
-        self.settings = {k: getattr(cfg.eval, k) for k in ("episodes", "deterministic", "seed")}
-        # a Q-network's policy is greedy whatever eval.deterministic says (a dqn run resumed
-        # with it changed threw its best score away)
-        greedy = cfg.algo_spec.q_network
-        self.settings["deterministic"] = cfg.eval.deterministic or greedy
-        self.settings["protocol"] = scored_protocol(cfg)
+        self.settings, same = eval_settings(cfg)
         # a resumed run keeps its best, if it was scored the same way
-        same = {k: v for k, v in self.settings.items() if not (greedy and k == "deterministic")}
         self.best = best_score(run_dir, same) if self.every else None
         before = best_score(run_dir) if self.every and self.best is None else None
         if before is not None:  # (said: a worse checkpoint may become best.pt next)
@@ -343,58 +333,3 @@ class PeriodicEval:
         if self.left_out:
             evals["left_out"] = self.left_out
         return {"eval": evals}
-
-
-def last_scored(run_dir: Path) -> tuple[int, int] | None:
-    """(env steps, version) of the last evaluation in the run's evals.jsonl; None: none, or
-    a file that cannot be read (the final parameters are then scored again)."""
-    try:
-        last = json.loads((run_dir / EVALS_FILE).read_text().splitlines()[-1])
-        return int(last["env_steps"]), int(last["version"])
-    except (OSError, IndexError, ValueError, KeyError, TypeError):
-        return None
-
-
-PROTOCOL_KEYS = (
-    *("frame_skip", "frame_stack", "image_size", "noop_max", "sticky_actions"),
-    *("max_episode_frames", "full_action_space", "kwargs", "wrappers"),
-)
-"""The env keys a score depends on: a resume may change them, and scores under others are
-not compared (Machado et al. 2018: sticky actions, no-op starts and episode caps move scores)."""
-
-
-def scored_protocol(cfg: TrainConfig) -> dict[str, Any]:
-    """The env keys (:data:`PROTOCOL_KEYS`) an evaluation's score was played under; for a
-    Gymnasium env, not the Atari protocol's (:data:`ATARI_ONLY`, which it never reads: an
-    Acrobot run's evals.jsonl said frame skip 4 and 84-pixel images)."""
-    env = to_dict(cfg.env)
-    env["kwargs"] = {k: v for k, v in env["kwargs"].items() if k not in ATARI_KWARGS}  # (cores)
-    atari = is_atari(cfg.env.id, cfg.env.wrappers)
-    keys = [k for k in PROTOCOL_KEYS if atari or k not in ATARI_ONLY]
-    return as_saved({k: env[k] for k in keys})  # as best.pt keeps it
-
-
-def same_protocol(saved: dict[str, Any], now: dict[str, Any]) -> bool:
-    """Whether two protocols agree on the keys both name (older runs kept Gym envs' Atari keys)."""
-    return all(saved[k] == now[k] for k in saved.keys() & now.keys())
-
-
-def best_score(run_dir: Path, settings: dict[str, Any] | None = None) -> float | None:
-    """The mean raw score of the run's ``best.pt`` (None: none yet, unreadable, or scored
-    otherwise than ``settings`` (eval.episodes, deterministic, seed, the env's protocol):
-    the next evaluation replaces it). A record of an rltrain that did not keep the protocol
-    is taken as played under this one."""
-    path = best_checkpoint(run_dir)
-    if not path.is_file():
-        return None
-    try:
-        record = load_checkpoint(path).get("eval")
-    except CheckpointError:
-        return None
-    if not isinstance(record, dict):
-        return None
-    settings = settings or {}
-    protocol, now = record.get("protocol"), settings.get("protocol")
-    same = not isinstance(protocol, dict) or now is None or same_protocol(protocol, now)
-    other = any(record.get(k) != v for k, v in settings.items() if k != "protocol")
-    return None if other or not same else float(record["mean_return"])

@@ -44,6 +44,7 @@ class ReplayPlan(RLPlan):
         )
         self.idle: list[Any] = []  # actors paused by the replay ratio
         self.learning = False
+        self.ratio = ReplayRatio(cfg.dqn.env_steps_per_update)
         for a in actors:
             self._give(a)
 
@@ -79,15 +80,12 @@ class ReplayPlan(RLPlan):
         if host.stopped_by:
             return
         c = host.counters
-        ahead = (
-            self.learning
-            and d.env_steps_per_update > 0
-            and c.env_steps - d.learning_starts > d.env_steps_per_update * c.updates
-        )
+        ahead = self.learning and self.ratio.ahead(c.env_steps, c.updates)
         while self.idle and not ahead:
             self._give(self.idle.pop())
         if not self.learning and sum(self.replay.sizes()) >= d.learning_starts:
             self.learning = True
+            self.ratio.start(c.env_steps, c.updates)
             for h in self.ctx.procs["learner"]:
                 self._give(h)
 
@@ -97,3 +95,23 @@ class ReplayPlan(RLPlan):
         self.replay_kept = sum(self.replay.sizes())  # (the run's last point logs it after)
         for h in self.replay.handles:
             self.runtime.kill(h)
+
+
+class ReplayRatio:
+    """``dqn.env_steps_per_update``: actors are ahead while this session's env steps since
+    learning started exceed ``per_update`` x its learner updates since then. Counted from that
+    start, not the run's: a resume refills the memory first, and a ratio new to the run would
+    otherwise hold its actors back until the learners caught up with every earlier session."""
+
+    def __init__(self, per_update: float) -> None:
+        self.per_update = per_update
+        self.env_steps = self.updates = 0
+
+    def start(self, env_steps: int, updates: int) -> None:
+        """Learning starts now, at the run's counters ``env_steps`` and ``updates``."""
+        self.env_steps, self.updates = env_steps, updates
+
+    def ahead(self, env_steps: int, updates: int) -> bool:
+        """Whether actors should pause, at the run's counters now (0 = never)."""
+        steps = env_steps - self.env_steps
+        return self.per_update > 0 and steps > self.per_update * (updates - self.updates)

@@ -1,0 +1,59 @@
+"""A checkpoint's network acting on a batch of observations, as an evaluation plays it
+(``rltrain eval``, the training's evaluator, ``rltrain.load_policy``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from rltrain.rl.algos.distributions import CATEGORICAL, Distribution
+
+
+class Policy:
+    """A checkpoint's network acting on a batch of observations: actor-critic runs sample
+    from their policy, as they were trained; DQN runs (``greedy``: the network gives action
+    values) act epsilon-greedily with ``epsilon`` (dqn.eval_epsilon)."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        greedy: bool,
+        dist: Distribution = CATEGORICAL,
+        epsilon: float = 0.0,
+    ) -> None:
+        self.model = model.eval()
+        self.greedy = greedy
+        self.dist = dist
+        self.epsilon = epsilon if greedy else 0.0
+
+    def plays_greedy(self, deterministic: bool) -> bool:
+        """Whether ``act(..., deterministic)`` plays the most likely actions."""
+        return deterministic or (self.greedy and self.epsilon == 0)
+
+    def act(
+        self, obs: np.ndarray, gen: torch.Generator | None, deterministic: bool = False
+    ) -> np.ndarray:
+        """Actions for observations [B, *obs_shape]: int64 [B], or float32 [B, n] for a Box
+        (unclipped: the env clips). ``deterministic``: the most likely action (the mean)."""
+        with torch.no_grad():
+            x = torch.from_numpy(np.asarray(obs))
+            if self.greedy:
+                q = self.model(x)  # [B, A]
+                acts = q.argmax(1)
+                if not deterministic and self.epsilon > 0:  # (Mnih et al. 2015's evaluation)
+                    explore = torch.rand(len(acts), generator=gen) < self.epsilon
+                    other = torch.randint(q.shape[1], (len(acts),), generator=gen)
+                    acts = torch.where(explore, other, acts)
+                return acts.numpy()
+            params, _ = self.model(x)
+            if deterministic:
+                return self.dist.mode(params).numpy()
+            return self.dist.sample(params, gen).numpy()
+
+
+def how_played(q_values: bool, greedy: bool, epsilon: float) -> str:
+    """How an evaluation chose its actions, in `rltrain eval`'s words (``q_values``: a dqn
+    run; ``greedy``: the most likely actions; ``epsilon``: dqn.eval_epsilon)."""
+    if q_values:
+        return "greedy actions" if greedy else f"epsilon-greedy actions, epsilon {epsilon}"
+    return "most likely actions" if greedy else "sampled actions, as in training"

@@ -1,0 +1,88 @@
+"""How an evaluation's score is recorded and compared: the settings and the env protocol it
+was played under (a resumed run keeps its best score only if it is scored the same way), and
+the last evaluation of a run folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rltrain.checkpoint import CheckpointError, as_saved, best_checkpoint, load_checkpoint
+from rltrain.config import to_dict
+from rltrain.envs.atari import ATARI_KWARGS, ATARI_ONLY, is_atari
+from rltrain.rl.config import TrainConfig
+from rltrain.rundir import EVALS_FILE
+
+
+def eval_settings(cfg: TrainConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(what an evaluation's record says it was played with, what a best score must match).
+
+    A dqn run at dqn.eval_epsilon 0 plays greedily whatever eval.deterministic says (a dqn run
+    resumed with it changed threw its best score away); at an epsilon, the record keeps it.
+    """
+    settings = {k: getattr(cfg.eval, k) for k in ("episodes", "deterministic", "seed")}
+    q_values = cfg.algo_spec.q_network
+    eps = cfg.dqn.eval_epsilon if q_values and not cfg.eval.deterministic else 0.0
+    greedy = q_values and eps == 0
+    settings["deterministic"] = cfg.eval.deterministic or greedy
+    if eps:  # (only here: the records of other runs have no epsilon to compare)
+        settings["epsilon"] = eps
+    settings["protocol"] = scored_protocol(cfg)
+    same = {k: v for k, v in settings.items() if not (greedy and k == "deterministic")}
+    return settings, same
+
+
+def last_scored(run_dir: Path) -> tuple[int, int] | None:
+    """(env steps, version) of the last evaluation in the run's evals.jsonl; None: none, or
+    a file that cannot be read (the final parameters are then scored again)."""
+    try:
+        last = json.loads((run_dir / EVALS_FILE).read_text().splitlines()[-1])
+        return int(last["env_steps"]), int(last["version"])
+    except (OSError, IndexError, ValueError, KeyError, TypeError):
+        return None
+
+
+PROTOCOL_KEYS = (
+    *("frame_skip", "frame_stack", "image_size", "noop_max", "sticky_actions"),
+    *("max_episode_frames", "full_action_space", "kwargs", "wrappers"),
+)
+"""The env keys a score depends on: a resume may change them, and scores under others are
+not compared (Machado et al. 2018: sticky actions, no-op starts and episode caps move scores)."""
+
+
+def scored_protocol(cfg: TrainConfig) -> dict[str, Any]:
+    """The env keys (:data:`PROTOCOL_KEYS`) an evaluation's score was played under; for a
+    Gymnasium env, not the Atari protocol's (:data:`ATARI_ONLY`, which it never reads: an
+    Acrobot run's evals.jsonl said frame skip 4 and 84-pixel images)."""
+    env = to_dict(cfg.env)
+    env["kwargs"] = {k: v for k, v in env["kwargs"].items() if k not in ATARI_KWARGS}  # (cores)
+    atari = is_atari(cfg.env.id, cfg.env.wrappers)
+    keys = [k for k in PROTOCOL_KEYS if atari or k not in ATARI_ONLY]
+    return as_saved({k: env[k] for k in keys})  # as best.pt keeps it
+
+
+def same_protocol(saved: dict[str, Any], now: dict[str, Any]) -> bool:
+    """Whether two protocols agree on the keys both name (older runs kept Gym envs' Atari keys)."""
+    return all(saved[k] == now[k] for k in saved.keys() & now.keys())
+
+
+def best_score(run_dir: Path, settings: dict[str, Any] | None = None) -> float | None:
+    """The mean raw score of the run's ``best.pt`` (None: none yet, unreadable, or scored
+    otherwise than ``settings`` (eval.episodes, deterministic, seed, the env's protocol):
+    the next evaluation replaces it). A record of an rltrain that did not keep the protocol
+    is taken as played under this one."""
+    path = best_checkpoint(run_dir)
+    if not path.is_file():
+        return None
+    try:
+        record = load_checkpoint(path).get("eval")
+    except CheckpointError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    settings = settings or {}
+    protocol, now = record.get("protocol"), settings.get("protocol")
+    same = not isinstance(protocol, dict) or now is None or same_protocol(protocol, now)
+    other = any(record.get(k) != v for k, v in settings.items() if k != "protocol")
+    return None if other or not same else float(record["mean_return"])

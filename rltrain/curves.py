@@ -236,8 +236,9 @@ def stop_evaluations(run_dir: Path) -> list[int]:
         return []
 
 
-SCORED_BY = ("episodes", "deterministic", "seed")
-"""What an evaluation's score depends on beside the env's protocol (evals.jsonl's keys)."""
+SCORED_BY = ("episodes", "deterministic", "seed", "epsilon")
+"""What an evaluation's score depends on beside the env's protocol (evals.jsonl's keys;
+epsilon: dqn's, dqn.eval_epsilon, absent in other runs' records)."""
 
 
 def scoring_changes(run_dir: Path) -> list[str]:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from rltrain.replay import ReplayMemory, TransitionBlock
+from rltrain.replay import ReplayMemory, SampledBatch, TransitionBlock
 from rltrain.replay.nstep import n_step_windows
 from tests.test_replay import FakeEnv, Rollout
 
@@ -97,15 +97,16 @@ def test_stacked_streams_round_trip_against_a_plain_loop(frame_stack: int) -> No
         rollout = env.rollout(6)
         expected |= n_step_keys(rollout, 3, 0.9)
         memory.add(rollout.block(stream, frame_stack))
-    batch = memory.sample(3000)
-    got = {
-        (o.tobytes(), round(float(r), 4), nx.tobytes(), bool(d), int(k))
-        for o, r, nx, d, k in zip(
-            batch.obs, batch.rewards, batch.next_obs, batch.done, batch.steps, strict=True
-        )
-    }
+    got = sampled_keys(memory.sample(3000))
     assert got == expected
     assert {k[4] for k in got} == {1, 2, 3}
+
+
+def sampled_keys(batch: SampledBatch) -> set[Key]:
+    keys = zip(batch.obs, batch.rewards, batch.next_obs, batch.done, batch.steps, strict=True)
+    return {
+        (o.tobytes(), round(float(r), 4), x.tobytes(), bool(d), int(k)) for o, r, x, d, k in keys
+    }
 
 
 def test_target_discounts_the_bootstrap_by_gamma_to_the_k() -> None:
@@ -117,3 +118,50 @@ def test_target_discounts_the_bootstrap_by_gamma_to_the_k() -> None:
     target = torch.tensor([[10.0, 20.0], [10.0, 20.0], [10.0, 20.0]])
     y = double_dqn_targets(rewards, done, online, target, 0.5, torch.tensor([1, 3, 2]))
     torch.testing.assert_close(y, torch.tensor([1 + 0.5 * 20, 1 + 0.125 * 10, 1.0]))
+
+
+@pytest.mark.parametrize(("frame_stack", "prioritized"), [(1, False), (4, False), (4, True)])
+def test_windows_survive_eviction_and_overwritten_frames(
+    frame_stack: int, prioritized: bool
+) -> None:
+    """A small memory of three streams that pause and resume, blocks of n to 6 steps: every
+    sample is a transition of the plain loop, so no window points at an overwritten frame
+    (s_{t+k}'s frames are s_t's or newer, and go after them; review 76's stress test)."""
+    rng = np.random.default_rng(0)
+    shape = (4,) if frame_stack == 1 else (4, 2, 3)
+    dtype = np.float32 if frame_stack == 1 else np.uint8
+    memory = ReplayMemory(24, shape, dtype, frame_stack, prioritized, n_step=3, gamma=0.9, seed=0)
+    lengths = rng.integers(1, 6, 3)
+    envs = [FakeEnv(2, s, frame_stack, int(lengths[s]), p_terminal=0.3) for s in (0, 1, 2)]
+    expected: set[Key] = set()
+    for _ in range(120):
+        stream = int(rng.integers(0, 3))
+        rollout = envs[stream].rollout(int(rng.integers(3, 7)))
+        expected |= n_step_keys(rollout, 3, 0.9)
+        memory.add(rollout.block(stream, frame_stack))
+        batch = memory.sample(64)
+        assert sampled_keys(batch) <= expected
+        if prioritized:
+            memory.update_priorities(batch.indices, rng.random(len(batch.indices)))
+
+
+def test_a_step_both_terminated_and_truncated_ends_a_window_as_a_terminal() -> None:
+    obs = np.array([1, 2, 20, 21, 30], dtype=np.float32).reshape(5, 1, 1)
+    terminated = np.array([[False], [True], [False], [False]])
+    truncated = np.array([[False], [True], [True], [False]])  # step 1 both; step 2 a cut
+    rewards = np.array([[0.5], [1.5], [2.5], [3.5]], dtype=np.float32)
+    block = TransitionBlock.from_steps(
+        0, obs, np.zeros((4, 1), np.int64), rewards, terminated, truncated, 1,
+        final_obs=np.array([[7.0], [9.0]], dtype=np.float32),
+    )  # fmt: skip
+    memory = ReplayMemory(8, (1,), np.float32, n_step=3, gamma=0.5)
+    memory.add(block)
+    batch = memory.sample(300)
+    got = zip(batch.obs[:, 0].tolist(), batch.rewards.tolist(), batch.next_obs[:, 0].tolist(),
+              batch.done.tolist(), batch.steps.tolist(), strict=True)  # fmt: skip
+    assert set(got) == {
+        (1.0, 0.5 + 0.5 * 1.5, 20.0, True, 2),  # up to the terminal: done, no bootstrap
+        (2.0, 1.5, 20.0, True, 1),
+        (20.0, 2.5, 9.0, False, 1),  # the cut: its final observation
+        (21.0, 3.5, 30.0, False, 1),  # the block's last step
+    }

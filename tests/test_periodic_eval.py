@@ -15,7 +15,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import rltrain
-from rltrain.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
+from rltrain.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, write_state
 from rltrain.cli import main
 from rltrain.config import load_config
 from rltrain.faults import RunFailed
@@ -409,6 +409,17 @@ def test_a_greedy_policys_best_survives_a_change_of_eval_deterministic(
     pe = PeriodicEval(eps, dqn, local, 8000, Log(), print)  # type: ignore[arg-type]
     assert pe.settings["deterministic"] is False and pe.settings["epsilon"] == 0.05
     assert pe.best is None  # best.pt was scored otherwise: the next evaluation replaces it
+    # a record from before the key played greedily; and a best scored at 0.05 is no greedy
+    # run's best either (review 76: it was kept)
+    assert best_score(dqn, {"epsilon": 0.0}) == best_score(run)
+    state = load_checkpoint(dqn / "checkpoints" / "best.pt")
+    write_state(
+        dqn / "checkpoints" / "best.pt", {**state, "eval": {**state["eval"], "epsilon": 0.05}}
+    )
+    assert best_score(dqn, {"epsilon": 0.05}) == best_score(run)
+    for c in (sampled, flipped):
+        greedy = PeriodicEval(c, dqn, local, 8000, Log(), print)  # type: ignore[arg-type]
+        assert greedy.settings["epsilon"] == 0.0 and greedy.best is None
 
 
 def test_a_run_can_stop_on_its_evaluations(tmp_path: Path) -> None:

@@ -215,12 +215,14 @@ class ChannelsFirst(gymnasium.ObservationWrapper, gymnasium.utils.RecordConstruc
 def channels_last(space: Space) -> bool:
     """Whether ``space`` is an image with its channels last: a 3-D uint8 Box of at most 4
     channels (gray, RGB, RGBA) on a side of more than 4 pixels (as SB3's ``is_image_space``)."""
-    return (
-        isinstance(space, Box)
-        and len(space.shape) == 3
-        and space.dtype == np.uint8
-        and space.shape[-1] <= 4 < space.shape[0]
-    )
+    return isinstance(space, Box) and space.dtype == np.uint8 and channels_last_shape(space.shape)
+
+
+def channels_last_shape(shape: tuple[int, ...]) -> bool:
+    """Whether observations of ``shape`` look like images [H, W, C] of at most 4 channels on a
+    side of more than 4 pixels. rltrain moves those of uint8 first (:class:`ChannelsFirst`),
+    so one still this way is not uint8."""
+    return len(shape) == 3 and shape[-1] <= 4 < shape[0]
 
 
 def gray_image(space: Space) -> TypeGuard[Box]:

@@ -12,8 +12,8 @@ depend on a frame about to be overwritten are found by following ``succ``.
 The final observation of an episode cut by its time limit is s_t shifted by one frame, so it
 is stored as one more frame whose ``prev`` is s_t's newest: a branch off the chain (the chain
 itself goes on to the next episode's frames, or ends). No transition's s_t ends at a branch
-frame, and the one transition whose s_{t+1} does is dropped when its s_t's frames go, which
-are older.
+frame, and the transitions whose s_{t+k} does (up to n with n-step returns) are dropped when
+their s_t's frames go, which are older.
 
 With a stack of 1 a "frame" is a whole observation (vector envs): still stored once per step.
 """
@@ -91,8 +91,9 @@ class FrameStore:
         """Handles of transitions whose stacks use a frame that ``more`` writes will overwrite.
 
         A frame is in the stacks ending at it and at its next ``stack - 1`` successors; the
-        transition whose s_t ends there is the frame's owner. (s_{t+1} of that transition
-        ends one frame later: its other frames are in s_t, its newest one is newer.)
+        transition whose s_t ends there is the frame's owner. (s_{t+k} of that transition,
+        k >= 1 with n-step returns, ends k frames later: each of its frames is one of s_t's or
+        newer, so it outlives s_t's.)
         """
         gid = np.arange(self.oldest(), self.oldest(more), dtype=np.int64)
         found = []

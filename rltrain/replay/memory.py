@@ -3,13 +3,14 @@ prioritized sampling (Schaul et al. 2016), Atari stacks rebuilt from single fram
 
 Layout: a :class:`~rltrain.replay.frames.FrameStore` holds every observation frame once (one
 newest frame per env step, Mnih et al. 2015 stacks rebuilt on sampling), and a transition ring
-of ``capacity`` slots holds (gid of s_t's newest frame, gid of s_{t+1}'s, action, reward,
-done). Every step is a transition: done is ``terminated`` only, and a step cut by the time
-limit (truncated, not terminated) has s_{t+1} = the episode's final observation, stored as one
-extra frame branching off s_t's chain (see :mod:`~rltrain.replay.frames`), so double-DQN
-bootstraps from it. The frame ring is a little larger than ``capacity`` because some frames
-are no transition's s_t (the latest frame of each stream, those final frames, a stream's
-first stack) and a stack reaches a few steps back. Should a frame be overwritten anyway (a
+of ``capacity`` slots holds (gid of s_t's newest frame, gid of s_{t+k}'s, action, reward,
+done, k: 1, or up to ``n_step``, :mod:`~rltrain.replay.nstep`). Every step is a transition:
+done is ``terminated`` only, and a step cut by the time limit (truncated, not terminated) has
+s_{t+1} = the episode's final observation, stored as one extra frame branching off s_t's
+chain (see :mod:`~rltrain.replay.frames`), so double-DQN bootstraps from it. The frame ring
+is a little larger than ``capacity`` because some frames are no transition's s_t (the latest
+frame of each stream, those final frames, a stream's first stack) and a stack reaches a few
+steps back. Should a frame be overwritten anyway (a
 stream that paused for long, episodes much shorter than 32 steps that all hit their time
 limit), the transitions using it are dropped before it is, so sampling only ever returns
 stacks that can be rebuilt exactly.
@@ -76,11 +77,11 @@ class ReplayMemory:
             self.frame_capacity, self.frame_shape, self.obs_dtype, self.frame_stack
         )
         self._obs = np.full(self.capacity, BLANK, dtype=np.int64)  # gid of s_t's newest frame
-        self._next = np.full(self.capacity, BLANK, dtype=np.int64)  # gid of s_{t+1}'s
+        self._next = np.full(self.capacity, BLANK, dtype=np.int64)  # gid of s_{t+k}'s
         self._actions = np.zeros(self.capacity, dtype=np.int64)
         self._rewards = np.zeros(self.capacity, dtype=np.float32)
         self._done = np.zeros(self.capacity, dtype=bool)
-        self._steps = np.ones(self.capacity, dtype=np.int8)  # k of each n-step window
+        self._steps = np.ones(self.capacity, dtype=np.int16)  # k of each n-step window
         self._valid = np.zeros(self.capacity, dtype=bool)
         self._tree = SumTree(self.capacity) if self.prioritized else None
         self._max_priority = 1.0
@@ -154,7 +155,8 @@ class ReplayMemory:
     def _store_transitions(
         self, block: TransitionBlock, state: np.ndarray, nexts: np.ndarray
     ) -> int:
-        """Write the block's transitions ([T, B] gids of s_t and s_{t+1}) into the ring at max
+        """Write the block's transitions ([T, B] gids of s_t and of s_{t+1}, each step's next
+        state or its cut's final observation) into the ring at max
         priority, (t, b) row-major, each over its n-step window (:mod:`~rltrain.replay.nstep`:
         its reward sum, its last step's next state and end); returns their count. done =
         terminated: a time-limit cut bootstraps (Pardo et al. 2018)."""
@@ -307,8 +309,8 @@ class ReplayMemory:
     def stats(self) -> dict[str, int]:
         """size, capacity, added (transitions ever stored), sampled (ever drawn), nbytes,
         restarts (env streams whose obs0 had to be stored: new streams or gaps), frames (ever
-        written) and cuts (transitions ever stored that bootstrap from a time-limit cut's
-        final observation)."""
+        written) and cuts (steps ever stored that a time-limit cut ended: their transitions
+        bootstrap from its final observation, as do up to n - 1 before each with n-step)."""
         with self._lock:
             return {
                 "size": self._size,

@@ -31,6 +31,6 @@ def n_step_windows(
         go = np.zeros_like(open_)
         go[: steps - i] = open_[: steps - i]  # (t + i past the block's last step: stop)
         total[go] += gamma**i * np.roll(rewards, -i, axis=0)[go]
-        last[go] = (t + i + np.zeros_like(last))[go]
+        last[go] = np.broadcast_to(t + i, last.shape)[go]
         open_ = go & ~np.roll(ended, -i, axis=0)
     return total.astype(np.float32), last

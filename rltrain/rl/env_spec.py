@@ -13,13 +13,13 @@ import torch
 
 from rltrain.checkpoint import CheckpointError
 from rltrain.envs import ActionSpace, EnvError, check_first_reset, make_env
+from rltrain.envs.user import channels_last_shape
 from rltrain.envs.user import one_hot as one_hot_space
 from rltrain.ps.server import ShardLayout
 from rltrain.rl.actor import policy_builder
 from rltrain.rl.algos import algo_names, algo_spec
-from rltrain.rl.algos.model_kinds import looks_channels_last
 from rltrain.rl.algos.models import build_qnet, flat_params
-from rltrain.rl.algos.torsos import check_torso
+from rltrain.rl.algos.torsos import check_image_layout, check_torso
 from rltrain.rl.config import TrainConfig
 
 
@@ -48,10 +48,10 @@ class EnvSpec:
         return self.actions.n
 
 
-def probe_env(cfg: TrainConfig) -> EnvSpec:
+def probe_env(cfg: TrainConfig, training: bool = True) -> EnvSpec:
     """Open one environment here to learn shapes and the protocol (and fail early on a bad id,
     an action space the algorithm cannot handle, or a first reset that raises or returns a
-    wrong shape or a NaN)."""
+    wrong shape or a NaN; ``training``: or images a CNN would read wrong)."""
     env = make_env(cfg.env, seed=cfg.seed, num_envs=1)
     try:
         check_first_reset(env)
@@ -62,6 +62,8 @@ def probe_env(cfg: TrainConfig) -> EnvSpec:
                 f"{env.action_space.describe()} actions: use one of {others}"
             )
         check_torso(cfg.model.kind, tuple(env.obs_shape))
+        if training:
+            check_image_layout(cfg.model.kind, tuple(env.obs_shape))
         protocol = {**env.protocol, "num_envs": cfg.env.num_envs}  # per actor
         return EnvSpec(
             tuple(env.obs_shape),
@@ -85,7 +87,7 @@ def env_notes(cfg: TrainConfig, spec: EnvSpec) -> list[str]:
 def image_notes(cfg: TrainConfig, spec: EnvSpec) -> list[str]:
     """A note where observations look like images [H, W, C] that are not uint8: rltrain does
     not move their channels first, so model.kind=auto gives them the MLP (explore84)."""
-    if cfg.model.kind != "auto" or not looks_channels_last(spec.obs_shape):
+    if cfg.model.kind != "auto" or not channels_last_shape(spec.obs_shape):
         return []
     return [
         f"env {cfg.env.id}: observations {spec.obs_shape} of {spec.obs_dtype} look like images "

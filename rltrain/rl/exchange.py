@@ -25,6 +25,14 @@ if TYPE_CHECKING:
     from rltrain.rl.config import TrainConfig
 
 
+def round_end(version: int, per_call: int) -> int:
+    """The version a call of ``per_call`` server steps ends at behind a barrier: the next
+    multiple of ``per_call`` after ``version``, so that every pusher's call ends there together,
+    one that joined in the middle (restarted) too, and none waits at a barrier for one that
+    has already returned (a2c's workers, dqn's learners)."""
+    return (version // per_call + 1) * per_call
+
+
 class Pusher(Protocol):
     """What the exchange needs of a learner (:class:`rltrain.rl.learner.Learner` is one)."""
 

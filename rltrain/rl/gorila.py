@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -20,14 +20,14 @@ import torch
 from rltrain.envs.user import import_env_modules
 from rltrain.perf import PhaseTimer
 from rltrain.ps.server import Server
-from rltrain.records import GradUpdate, Params, tensor_of
+from rltrain.records import GradUpdate, Params, PushResult, tensor_of
 from rltrain.replay import SampledBatch, TransitionBlock
 from rltrain.rl.actor import acting_setup, frame_stack_of, load_params
 from rltrain.rl.algos.dqn import DoubleDQNLoss
 from rltrain.rl.algos.models import build_qnet
 from rltrain.rl.config import TrainConfig, waits_at_barrier
 from rltrain.rl.device import pick_device
-from rltrain.rl.exchange import record_push
+from rltrain.rl.exchange import record_push, round_end
 from rltrain.rl.learner import clipped_flat_grad
 from rltrain.rl.rollout import FirstRound, LossStats, WorkStats, first_round_count
 
@@ -218,7 +218,10 @@ class DQNLearner:
         One round trip to the replay for the whole call, and each push/pull round trip overlaps
         the next gradient (its parameters then lag by one version, like the actors'). Under a
         barrier rule (sync, soft_sync) each push waits for the version it makes instead, as
-        a2c's and impala's do: an overlapped gradient would be one version stale, and dropped.
+        a2c's and impala's do (an overlapped gradient would be one version stale, and dropped),
+        and the call ends at the next multiple of ``updates`` versions, as a2c's workers' calls
+        do: learners out of step (one restarted, or late) meet there, where the longer call's
+        pushes left over would each wait out server.barrier_timeout_s.
         """
         t = time.perf_counter()
         timer = self.timer
@@ -226,58 +229,72 @@ class DQNLearner:
         stats = WorkStats()
         d = self.cfg.dqn
         params = self.params
-        if params is None:
+        barrier, timeout = waits_at_barrier(self.cfg), self.cfg.server.barrier_timeout_s
+        if params is None or barrier:  # (a barrier drops a push from behind its round)
             with timer.phase("pull"):
-                params = server.pull()
+                params = server.pull(params)
         with timer.phase("sample"):
             shard = pick_shard(replay.sizes(), self.rng)
             draw = replay.sample(shard, d.batch_size, updates)  # each minibatch on its own
-        pending = None
-        q_sum = 0.0
-        barrier, timeout = waits_at_barrier(self.cfg), self.cfg.server.barrier_timeout_s
-        for i in range(updates):
-            with timer.phase("collate"):
-                stale = params.version - self.target_version >= d.target_update
-                if stale or params.version < self.target_version:  # or the server was restored
-                    load_params(self.target, params, self.device)  # the target: a periodic copy
-                    self.target_version = params.version
-                load_params(self.online, params, self.device)
-                batch = draw.slice(i * d.batch_size, (i + 1) * d.batch_size)
-            with timer.phase("learn"):
-                grad, loss, td, q_mean = self.gradient(batch)
-            update = GradUpdate(
-                self.learner_id,
-                params.version,
-                grad,
-                len(batch),
-                loss.terms(),
-                restore_epoch=params.restore_epoch,
-                finite=math.isfinite(loss.grad_norm),
-            )
+        target = round_end(params.version, updates)  # (a barrier's call ends there)
+        pending: Callable[[], tuple[PushResult, Params]] | None = None
+        q_sum, done = 0.0, 0
+
+        def finish() -> Params:
+            assert pending is not None
             with timer.phase("exchange"):
-                if self.cfg.replay.prioritized:
-                    replay.update_priorities(shard, batch.indices, np.abs(td))
-                if pending is not None:
-                    result, params = pending()
-                    record_push(stats, result)
-                pending = server.exchange_begin(
-                    update, update.version + 1 if barrier else 0, timeout
-                )
-                if barrier:
-                    result, params = pending()
-                    record_push(stats, result)
-                    pending = None
-            stats.losses.append(loss)
-            q_sum += q_mean
-        if pending is not None:
-            with timer.phase("exchange"):
-                result, params = pending()
+                result, got = pending()
             record_push(stats, result)
+            return got
+
+        for i in range(updates):
+            if barrier and params.version >= target:
+                break
+            batch = draw.slice(i * d.batch_size, (i + 1) * d.batch_size)
+            update, loss, td, q_mean = self.update(params, batch)
+            if self.cfg.replay.prioritized:
+                with timer.phase("exchange"):
+                    replay.update_priorities(shard, batch.indices, np.abs(td))
+            if pending is not None:
+                params = finish()
+            with timer.phase("exchange"):
+                wait = update.version + 1 if barrier else 0  # (0: no wait)
+                pending = server.exchange_begin(update, wait, timeout)
+            if barrier:
+                params, pending = finish(), None
+            stats.losses.append(loss)
+            q_sum, done = q_sum + q_mean, done + 1
+        if pending is not None:
+            params = finish()
         self.params = params
-        stats.q_mean = q_sum / max(1, updates)
+        stats.q_mean = q_sum / max(1, done)
         stats.phases = timer.take()
         stats.seconds = time.perf_counter() - t
         return stats
+
+    def update(
+        self, params: Params, batch: SampledBatch
+    ) -> tuple[GradUpdate, LossStats, np.ndarray, float]:
+        """The push of one minibatch's gradient at ``params`` (the target network refreshed
+        first where ``dqn.target_update`` versions have passed), its loss, TD errors and mean Q."""
+        with self.timer.phase("collate"):
+            stale = params.version - self.target_version >= self.cfg.dqn.target_update
+            if stale or params.version < self.target_version:  # or the server was restored
+                load_params(self.target, params, self.device)  # the target: a periodic copy
+                self.target_version = params.version
+            load_params(self.online, params, self.device)
+        with self.timer.phase("learn"):
+            grad, loss, td, q_mean = self.gradient(batch)
+        update = GradUpdate(
+            self.learner_id,
+            params.version,
+            grad,
+            len(batch),
+            loss.terms(),
+            restore_epoch=params.restore_epoch,
+            finite=math.isfinite(loss.grad_norm),
+        )
+        return update, loss, td, q_mean
 
     def gradient(self, batch: SampledBatch) -> tuple[torch.Tensor, LossStats, np.ndarray, float]:
         """Flat gradient [P] of the importance-weighted Huber TD loss, with its TD errors."""

@@ -13,7 +13,7 @@ from rltrain.perf import PhaseTimer
 from rltrain.ps.server import Server
 from rltrain.rl.actor import Actor
 from rltrain.rl.config import TrainConfig, waits_at_barrier
-from rltrain.rl.exchange import push_gradients
+from rltrain.rl.exchange import push_gradients, round_end
 from rltrain.rl.learner import Learner
 from rltrain.rl.rollout import WorkStats
 
@@ -56,7 +56,7 @@ class Worker:
                 self.restore_epoch = pulled.restore_epoch
         self.learner.set_progress(progress)
         per_call = iterations * self.steps_per_rollout
-        target = (self.actor.version // per_call + 1) * per_call
+        target = round_end(self.actor.version, per_call)
         done = 0
         while (self.actor.version < target) if self.barrier else (done < iterations):
             if self.barrier and done >= iterations and stats.rejected == stats.updates:
@@ -81,7 +81,7 @@ class Worker:
             if params.version < self.actor.version:  # the shards were restored: the workers
                 # whose calls failed were given new ones, aiming at the next multiple after
                 # the restored version; this call ends there too, or it would wait for them
-                target = (params.version // per_call + 1) * per_call
+                target = round_end(params.version, per_call)
             self.actor.version = params.version
             self.actor.stats = params.norm if params.norm is not None else self.actor.stats
             stats.add_rollout(rollout)

@@ -42,8 +42,9 @@ class DQNConfig:
     """Transitions per learner step."""
     env_steps_per_update: float = field(default=0.0, metadata=spec(ge=0))
     """Once learning has started, actors pause while they are more than this many env steps
-    per learner update ahead (a replay ratio: on few cores it keeps CPU for the learners).
-    0 = never pause (Gorila's fully asynchronous actors)."""
+    per learner update ahead (a replay ratio: on few cores it keeps CPU for the learners),
+    counted from the session's learning start. 0 = never pause (Gorila's fully asynchronous
+    actors)."""
     updates_per_call: int = field(default=20, metadata=spec(ge=1))
     """Learner steps per driver call (how often the driver hears from a learner)."""
     eval_epsilon: float = field(default=0.05, metadata=spec(ge=0, le=1))

@@ -20,10 +20,3 @@ def uses_cnn(kind: str, obs_shape: tuple[int, ...]) -> bool:
     if kind != "auto":
         return kind in CNN_KINDS
     return len(obs_shape) == 3 and min(obs_shape[1:]) >= CNN_MIN_SIDE
-
-
-def looks_channels_last(obs_shape: tuple[int, ...]) -> bool:
-    """Whether observations look like images [H, W, C] of at most 4 channels on sides of more
-    than 4 pixels (SB3's ``is_image_space`` test). rltrain moves the channels of uint8 images
-    first (:class:`rltrain.envs.user.ChannelsFirst`), so one still this way is not uint8."""
-    return len(obs_shape) == 3 and obs_shape[-1] <= 4 < min(obs_shape[:2])

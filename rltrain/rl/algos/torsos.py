@@ -20,13 +20,8 @@ import torch
 from torch import nn
 
 from rltrain.config import ConfigError
-from rltrain.rl.algos.model_kinds import (
-    CNN_MIN_SIDE,
-    MODELS,
-    PRECISIONS,
-    looks_channels_last,
-    uses_cnn,
-)
+from rltrain.envs.user import channels_last_shape
+from rltrain.rl.algos.model_kinds import CNN_MIN_SIDE, MODELS, PRECISIONS, uses_cnn
 
 
 def bf16_native(device: torch.device | str = "cpu") -> bool:
@@ -230,12 +225,6 @@ def train_layout(model: nn.Module) -> None:
 def check_torso(kind: str, obs_shape: tuple[int, ...]) -> None:
     """A one-line ConfigError where ``model.kind`` cannot take the env's observations (a
     config check that needs the env: call it once the env is probed, before anything starts)."""
-    if kind in CNNS and looks_channels_last(obs_shape):  # (a CNN would take H as channels)
-        raise ConfigError(
-            f"model.kind={kind} reads observations as [C, H, W], and {tuple(obs_shape)} looks "
-            "like images with their channels last; rltrain moves the channels first for uint8 "
-            "images only: make the env's images uint8 in [0, 255], or return them as [C, H, W]"
-        )
     if kind == "nature_cnn" and (len(obs_shape) != 3 or min(obs_shape[1:]) < CNN_MIN_SIDE):
         raise ConfigError(
             f"model.kind=nature_cnn needs image observations [C, H, W] of at least "
@@ -245,6 +234,18 @@ def check_torso(kind: str, obs_shape: tuple[int, ...]) -> None:
         raise ConfigError(
             f"model.kind=impala_cnn needs image observations [C, H, W], got "
             f"{tuple(obs_shape)}; use model.kind=mlp or auto"
+        )
+
+
+def check_image_layout(kind: str, obs_shape: tuple[int, ...]) -> None:
+    """A one-line ConfigError where a CNN would take images [H, W, C] for [C, H, W] (H as
+    channels: explore84's float images). Checked when a run trains, not when one plays: a
+    run trained so before still evaluates."""
+    if kind in CNNS and channels_last_shape(obs_shape):
+        raise ConfigError(
+            f"model.kind={kind} reads observations as [C, H, W], and {tuple(obs_shape)} looks "
+            "like images with their channels last; rltrain moves the channels first for uint8 "
+            "images only: make the env's images uint8 in [0, 255], or return them as [C, H, W]"
         )
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from rltrain.driver import Done
 from rltrain.faults import PeerLost, RunFailed
+from rltrain.rl.config import waits_at_barrier
 from rltrain.rl.run.plan_base import Early, Host, RLPlan
 
 if TYPE_CHECKING:
@@ -64,6 +65,8 @@ class ReplayPlan(RLPlan):
         self.host.absorb(done.value)
         if not self.host.stopped_by:
             self._again(done.remote)
+        elif done.remote.role == "learner" and waits_at_barrier(self.cfg):
+            self.guard.leave(done.remote.index)  # stopping: no barrier may wait for it now
 
     def on_fault(self, done: Done) -> None:
         if isinstance(done.error, PeerLost) and done.error.actor_id in self.replay_ids:

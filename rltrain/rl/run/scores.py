@@ -14,19 +14,24 @@ from rltrain.envs.atari import ATARI_KWARGS, ATARI_ONLY, is_atari
 from rltrain.rl.config import TrainConfig
 from rltrain.rundir import EVALS_FILE
 
+RECORDED_BEFORE = {"epsilon": 0.0}
+"""What a record that lacks a setting was played with: dqn evaluated greedily before
+dqn.eval_epsilon."""
+
 
 def eval_settings(cfg: TrainConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     """(what an evaluation's record says it was played with, what a best score must match).
 
     A dqn run at dqn.eval_epsilon 0 plays greedily whatever eval.deterministic says (a dqn run
-    resumed with it changed threw its best score away); at an epsilon, the record keeps it.
+    resumed with it changed threw its best score away); its records keep the epsilon played,
+    so that greedy and epsilon-greedy scores are not compared, either way.
     """
     settings = {k: getattr(cfg.eval, k) for k in ("episodes", "deterministic", "seed")}
     q_values = cfg.algo_spec.q_network
     eps = cfg.dqn.eval_epsilon if q_values and not cfg.eval.deterministic else 0.0
     greedy = q_values and eps == 0
     settings["deterministic"] = cfg.eval.deterministic or greedy
-    if eps:  # (only here: the records of other runs have no epsilon to compare)
+    if q_values:  # (only theirs: other runs' records have no epsilon to compare)
         settings["epsilon"] = eps
     settings["protocol"] = scored_protocol(cfg)
     same = {k: v for k, v in settings.items() if not (greedy and k == "deterministic")}
@@ -84,5 +89,7 @@ def best_score(run_dir: Path, settings: dict[str, Any] | None = None) -> float |
     settings = settings or {}
     protocol, now = record.get("protocol"), settings.get("protocol")
     same = not isinstance(protocol, dict) or now is None or same_protocol(protocol, now)
-    other = any(record.get(k) != v for k, v in settings.items() if k != "protocol")
+    other = any(
+        record.get(k, RECORDED_BEFORE.get(k)) != v for k, v in settings.items() if k != "protocol"
+    )
     return None if other or not same else float(record["mean_return"])

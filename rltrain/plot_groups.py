@@ -44,6 +44,21 @@ def config_value(cfg: dict[str, Any], key: str, run: Path) -> Any:
     return node
 
 
+def ran_as(run: Path, key: str, value: Any) -> Any:
+    """``value`` of ``key`` as the run ran it: server.rule as its server did, a2c and ppo
+    behind a barrier whatever config.yaml says (it keeps the rule as given, and explore85's
+    a2c seeds were grouped as async). A config this rltrain cannot load keeps its value."""
+    if key != "server.rule":
+        return value
+    from rltrain.errors import RLTrainError
+    from rltrain.rl.config import TrainConfig, load_run_config, server_settings
+
+    try:
+        return server_settings(load_run_config(TrainConfig, run / "config.yaml")).rule
+    except (RLTrainError, ValueError, OSError):
+        return value
+
+
 def groups_of(curves: Sequence[Curve], keys: Sequence[str]) -> list[Group]:
     """The curves grouped by their runs' values of ``keys``, in the order first seen; a key
     a run's config.yaml lacks is a :class:`PlotError` naming the run and the key."""
@@ -55,7 +70,9 @@ def groups_of(curves: Sequence[Curve], keys: Sequence[str]) -> list[Group]:
         if c.folder is None:
             raise PlotError(f"--group: {c.label} has no run directory to read config.yaml from")
         cfg = run_config(c.folder)
-        values = [f"{key}={config_value(cfg, key, c.folder)}" for key in keys]
+        values = [
+            f"{key}={ran_as(c.folder, key, config_value(cfg, key, c.folder))}" for key in keys
+        ]
         found.setdefault(", ".join(values), []).append(i)
     return [Group(label, tuple(members)) for label, members in found.items()]
 

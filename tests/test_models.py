@@ -166,15 +166,15 @@ def test_a_cnn_refuses_images_that_look_channels_last(kind: str) -> None:
     """explore84: a float [64, 64, 3] image reached impala_cnn as 64 channels of 64x3, and
     nature_cnn said it needs 36 pixels a side. Only uint8 images are moved channels first."""
     from rltrain.rl.algos.torsos import check_image_layout
-    from rltrain.rl.env_spec import EnvSpec, env_notes
+    from rltrain.rl.env_spec import EnvSpec, start_notes
 
     with pytest.raises(ValueError, match=f"{kind} reads observations as .C, H, W.*uint8"):
         check_image_layout(kind, (64, 64, 3))  # at train's start (a run trained so plays)
     check_image_layout(kind, (3, 64, 64))  # [C, H, W] as before
     cfg = TrainConfig(env=EnvConfig(id="my/Float-v0"), stop=StopConfig(max_seconds=1))  # auto
-    (note,) = env_notes(cfg, EnvSpec((64, 64, 3), "float32", ActionSpace(2), 1, {}))
+    (note,) = start_notes(cfg, EnvSpec((64, 64, 3), "float32", ActionSpace(2), 1, {}))
     assert "(64, 64, 3) of float32 look like images" in note and "12,288 inputs" in note
-    assert env_notes(cfg, EnvSpec((3, 64, 64), "float32", ActionSpace(2), 1, {})) == []
+    assert start_notes(cfg, EnvSpec((3, 64, 64), "float32", ActionSpace(2), 1, {})) == []
 
 
 def test_impala_cnn_on_a_cpu_acts_and_learns_channels_last() -> None:

@@ -613,15 +613,16 @@ def test_runs_grouped_by_a_config_key_get_each_groups_mean(
 ) -> None:
     """--evals' spread pooled every run given (async and sync seeds in one mean); --group
     server.rule gives each rule its own mean +- sd, a row per group in --marks and a mean
-    curve per group in the plot. A key no run has is one line."""
+    curve per group in the plot; a2c, which config.yaml says is async, ran sync (explore85).
+    A key no run has is one line."""
     runs = []
-    for name, rule, up, evals in (
-        ("a0", "async", 0, [(100_000, 10.0), (200_000, 30.0)]),
-        ("a1", "async", 10, [(100_000, 20.0), (200_000, 50.0)]),
-        ("s0", "sync", 0, [(100_000, 5.0), (200_000, 9.0)]),
+    for name, algo, up, evals in (
+        ("a0", "a3c", 0, [(100_000, 10.0), (200_000, 30.0)]),
+        ("a1", "a3c", 10, [(100_000, 20.0), (200_000, 50.0)]),
+        ("s0", "a2c", 0, [(100_000, 5.0), (200_000, 9.0)]),
     ):
         points = [(i * 5_000, float(i + up), float(i)) for i in range(1, 41)]  # up+1..up+40
-        over = ("eval.every_steps=100000", f"server.rule={rule}")
+        over = ("eval.every_steps=100000", "server.rule=async", f"algo.name={algo}")
         run = make_run(tmp_path / name, "cartpole_a3c.yaml", points, overrides=over)
         writer = SummaryWriter(str(run / "tb"))
         for steps, mean in evals:

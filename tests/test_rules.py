@@ -92,3 +92,23 @@ def test_a_bad_rule_is_one_line_that_lists_the_registered_names(tmp_path: Path) 
     assert "\n" not in message
     assert "server.rule='asnyc': allowed values are sync, soft_sync, async, average" in message
     assert "(did you mean async?)" in message
+
+
+def test_a_rule_that_meets_one_pusher_is_said_to_change_nothing() -> None:
+    """explore85: impala/appo/dqn with one learner took staleness=drop and soft_sync without
+    a word, and ran as async (one pusher is never stale and waits for no other)."""
+    from rltrain.rl.config import TrainConfig
+    from rltrain.rl.config.train import rule_notes
+
+    root = Path(__file__).resolve().parents[1] / "configs"
+
+    def notes(name: str, *sets: str) -> list[str]:
+        return rule_notes(load_config(TrainConfig, root / name, list(sets)))
+
+    (note,) = notes("cartpole_appo.yaml", "server.staleness=drop", "server.max_staleness=2")
+    assert note.startswith("server.staleness=drop with 1 learner: one pusher") and "lag_kl" in note
+    (note,) = notes("cartpole_gorila.yaml", "server.rule=soft_sync")
+    assert note.startswith("server.rule=soft_sync with 1 learner")
+    assert notes("cartpole_appo.yaml", "server.staleness=drop", "learners=2") == []
+    assert notes("cartpole_a3c.yaml", "server.staleness=drop") == []  # its workers push
+    assert notes("cartpole_appo.yaml") == []

@@ -72,7 +72,8 @@ def test_run_tb_folder_holds_a_custom_scalars_layout_of_the_real_tags(tmp_path: 
         env_steps=64,
         episode_returns=[9.0],
         episode_lengths=[9],
-        updates=1,
+        updates=4,
+        dropped=1,
         staleness=[0, 2],
         losses=[loss, LossStats(2.0, td=0.5, lag_kl=0.02)],
         epsilon=0.5,
@@ -97,9 +98,11 @@ def test_run_tb_folder_holds_a_custom_scalars_layout_of_the_real_tags(tmp_path: 
     assert {"perf/env_fps", "perf/time/actor/env", "net/bytes_pushed", SESSION_TAG} <= {
         t for t, c in home.items() if "speed" in c
     }
-    assert {"ps/staleness_mean", "ps/staleness_max", "loss/lag_kl"} <= {
+    assert {"ps/staleness_mean", "ps/staleness_max", "ps/dropped_fraction", "loss/lag_kl"} <= {
         t for t, c in home.items() if "staleness" in c
     }
+    # the staleness is the applied updates': the drops beside it (explore85)
+    assert [e.value for e in events(tmp_path / "tb").Scalars("ps/dropped_fraction")] == [0.25]
     assert {"episode/return", "episode/mean_return"} <= {
         t for t, c in home.items() if "returns" in c
     }
@@ -165,3 +168,14 @@ def test_the_round_is_marked_settled_and_unsettled_as_the_stop_sees_it(tmp_path:
     log.close()
     marks = events(tmp_path / "tb").Scalars(SETTLED_TAG)
     assert [(m.step, m.value) for m in marks] == [(200, 0.0), (400, 1.0), (600, 0.0), (800, 1.0)]
+
+
+def test_the_live_line_says_the_updates_dropped_as_stale() -> None:
+    """explore85: half the updates of a staleness=drop run were dropped, and the live line
+    said updates 810, staleness 0.74 (the applied ones')."""
+    from rltrain.rl.run.counters import Counters
+    from rltrain.rl.run.tblog import status_line
+
+    c = Counters(env_steps=1000, updates=810, applied=413, dropped=397)
+    assert "updates 810 (397 dropped)  staleness" in status_line(c, 20, 1, 10.0, 0.0, "")
+    assert "dropped" not in status_line(Counters(updates=5, applied=5), 20, 1, 10.0, 0.0, "")

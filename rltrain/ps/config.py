@@ -89,7 +89,8 @@ class ServerConfig:
     k: int = field(default=0, metadata=spec(ge=0))
     """soft_sync: updates to aggregate per step (K of N); 0 means N-1, one backup worker."""
     n_fetch: int = field(default=1, metadata=spec(ge=1))
-    """async: workers pull fresh parameters every n_fetch steps (Downpour's n_fetch)."""
+    """async: workers pull fresh parameters every n_fetch steps (Downpour's n_fetch): bench
+    workers, and impala/appo/dqn actors (a3c's workers get them back with each push)."""
     n_push: int = field(default=1, metadata={**spec(ge=1), "only": "bench"})
     """rltrain bench, async: workers push accumulated gradients every n_push steps (Downpour's
     n_push; rltrain train pushes every gradient as it is made)."""

@@ -21,6 +21,7 @@ from rltrain.rl.algos import algo_names, algo_spec
 from rltrain.rl.algos.models import build_qnet, flat_params
 from rltrain.rl.algos.torsos import check_image_layout, check_torso
 from rltrain.rl.config import TrainConfig
+from rltrain.rl.config.train import rule_notes
 
 
 @dataclass(frozen=True)
@@ -79,9 +80,10 @@ def probe_env(cfg: TrainConfig, training: bool = True) -> EnvSpec:
         env.close()
 
 
-def env_notes(cfg: TrainConfig, spec: EnvSpec) -> list[str]:
-    """Start notes on what the env gives that the run takes in a way a user may not expect."""
-    return [*image_notes(cfg, spec), *action_notes(cfg, spec)]
+def start_notes(cfg: TrainConfig, spec: EnvSpec) -> list[str]:
+    """Start notes on what the run takes in a way a user may not expect: the env's images and
+    actions, a rule that changes nothing."""
+    return [*image_notes(cfg, spec), *action_notes(cfg, spec), *rule_notes(cfg)]
 
 
 def image_notes(cfg: TrainConfig, spec: EnvSpec) -> list[str]:

@@ -333,6 +333,25 @@ def check_staleness_read(cfg: TrainConfig) -> None:
         )
 
 
+def rule_notes(cfg: TrainConfig) -> list[str]:
+    """A start note where a rule or staleness policy meets one pusher (impala, appo, dqn with
+    one learner): its pushes are never stale and no barrier has another to wait for, so the
+    setting changes nothing (explore85), while the actors' lag behind the learner, which no
+    server setting acts on, shows as loss/lag_kl (impala, appo)."""
+    server = server_settings(cfg)
+    if not cfg.algo_spec.split or cfg.learners != 1:
+        return []
+    set_ = [f"server.rule={server.rule}"] if server.rule in ("sync", "soft_sync") else []
+    set_ += [f"server.staleness={server.staleness}"] if server.staleness != "none" else []
+    if not set_:
+        return []
+    return [
+        f"{' and '.join(set_)} with 1 learner: one pusher, never stale, with no other to wait "
+        "for, so it runs as async would; the actors' lag behind the learner is not what it "
+        "acts on (loss/lag_kl); raise learners to compare rules"
+    ]
+
+
 def server_settings(cfg: TrainConfig) -> ServerConfig:
     """The rule the server runs: a2c and ppo run behind a barrier (`sync`, or `soft_sync` when
     configured: K of N); the other algorithms use the configured rule."""

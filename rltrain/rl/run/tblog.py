@@ -61,6 +61,7 @@ LAYOUT: dict[str, dict[str, list[Any]]] = {
     },
     "staleness": {
         "staleness of applied updates (versions)": ["Multiline", ["^ps/staleness_(mean|max)$"]],
+        "updates dropped as stale (fraction)": ["Multiline", ["^ps/dropped_fraction$"]],
         "behaviour-policy lag KL": ["Multiline", ["^loss/lag_kl$"]],
         "server version": ["Multiline", ["^ps/version$"]],
     },
@@ -108,6 +109,7 @@ class TrainLogger:
         self._all_updates = 0
         self._losses: list[LossStats] = []
         self._staleness: list[int] = []
+        self._pushed = self._dropped = 0  # this interval's pushes, and those dropped as stale
         self._epsilon: list[float] = []
         self._q_mean: list[float] = []
         self._epochs: list[float] = []
@@ -148,6 +150,7 @@ class TrainLogger:
         if stats.epochs is not None:
             self._epochs.append(stats.epochs)
         self._staleness.extend(stats.staleness)
+        self._pushed, self._dropped = self._pushed + stats.updates, self._dropped + stats.dropped
         perf.merge(self._phases, stats.phases)
 
     def due(self) -> bool:
@@ -184,6 +187,8 @@ class TrainLogger:
             mean = sum(self._staleness) / len(self._staleness)
             self.writer.add_scalar("ps/staleness_mean", mean, env_steps)
             self.writer.add_scalar("ps/staleness_max", max(self._staleness), env_steps)
+        if self._pushed:  # the staleness above is the applied updates': drops are not in it
+            self.writer.add_scalar("ps/dropped_fraction", self._dropped / self._pushed, env_steps)
         for name in ("grad_norm", *LOSS_TERMS):
             values = [getattr(x, name) for x in self._losses if getattr(x, name) is not None]
             if values:
@@ -202,6 +207,7 @@ class TrainLogger:
         self.writer.flush()
         self._last_t = now
         self._losses, self._staleness = [], []
+        self._pushed = self._dropped = 0
         self._epsilon, self._q_mean, self._epochs, self._phases = [], [], [], {}
 
     def faults(self, counters: Any, env_steps: int) -> None:
@@ -270,6 +276,7 @@ def status_line(
         f"{secs:5.0f}s  steps {c.env_steps:,}  {fps:,.0f} frames/s  return {ret} "
         f"({c.episodes:,} ep{games})  updates {c.updates:,}"
         + (f" ({c.rejected:,} refused)" if c.rejected else "")  # non-finite: nothing learned
+        + (f" ({c.dropped:,} dropped)" if c.dropped else "")  # stale: staleness is the rest's
         + f"  staleness {stale:.2f}"
         + (f"  time: {top}" if top else "")
     )

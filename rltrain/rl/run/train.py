@@ -35,7 +35,7 @@ from rltrain.ps.rules import ASYNC
 from rltrain.records import Role
 from rltrain.rl.config import TrainConfig, server_settings
 from rltrain.rl.device import warm_gpu
-from rltrain.rl.env_spec import EnvSpec, env_notes, initial_params, probe_env
+from rltrain.rl.env_spec import EnvSpec, initial_params, probe_env, start_notes
 from rltrain.rl.learner_host import learner_process
 from rltrain.rl.rollout import ObsSlots, WorkStats
 from rltrain.rl.run.counters import Counters, diverged_note
@@ -191,7 +191,7 @@ class Trainer:
         print(f"runtime: {where}, chosen by {why}; {placed.describe()}")
         note_sizes(self.run_dir, placed, cpus, runtime.cluster_gpus())
         notes = placed.notes(cpus, cfg.runtime, fitted, self.cfg.actors != 0)
-        for note in [*notes, *env_notes(cfg, self.spec)]:
+        for note in [*notes, *start_notes(cfg, self.spec)]:
             self.progress.note(note)
         self.cfg = cfg = dataclasses.replace(cfg, runtime=fitted)
         if cfg.faults.events:

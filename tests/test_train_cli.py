@@ -110,6 +110,7 @@ def test_short_runs_write_tensorboard_checkpoint_summary(
     assert s["runtime"]["backend"] == "process"
     assert s["updates_applied"] > 0 and s["episodes"] > 0
     assert s["server_rule"] == ("async" if algo == "impala" else "sync")  # a2c/ppo: a barrier
+    assert s["server_staleness"] == "none"
     marks = s["startup"]  # seconds from the command (Ray starts beside the env probe)
     assert set(marks) == {"trainer", "runtime", "server", "first_step", "first_result"}
     assert max(marks["trainer"], marks["runtime"]) <= marks["server"] <= marks["first_step"]

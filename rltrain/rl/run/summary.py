@@ -76,6 +76,7 @@ def train_summary(
         "learners": cfg.learners if cfg.algo_spec.split else 0,
         # the rule the server ran (a2c/ppo: behind a barrier whatever config.yaml's server.rule)
         "server_rule": server_settings(cfg).rule,
+        "server_staleness": server_settings(cfg).staleness,  # (none, scale, drop)
         "stopped_by": record.stopped_by or "finished",
         "wall_seconds": round(c.wall_seconds, 2),
         "startup_seconds": record.startup_seconds,

@@ -135,9 +135,9 @@ def build_parser() -> _Parser:
         "--deterministic",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="act with the policy's most likely action (a Gaussian's mean) instead of "
-        "sampling as training does (SB3's evaluate_policy default); default: the run's "
-        "eval.deterministic",
+        help="act with the policy's most likely action (a Gaussian's mean, dqn's greedy one: "
+        "SB3's evaluate_policy default) instead of sampling as training does (dqn: "
+        "epsilon-greedy at dqn.eval_epsilon); default: the run's eval.deterministic",
     )
     plot = sub.add_parser(
         "plot",

@@ -20,6 +20,7 @@ from rltrain.rl.algos import (
     LossBatch,
     PolicyLoss,
     RunSettings,
+    algo_names,
     algo_spec,
     register_algo,
     unregister_algo,
@@ -210,3 +211,37 @@ def test_reading_a_train_config_imports_no_torch() -> None:
     registries keep their tensor code out of the config's imports."""
     code = "import sys, rltrain.rl.config; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_a_child_takes_its_modules_own_spec_over_the_drivers_unpickled_copy() -> None:
+    """explore86: a loss given as a functools.partial (or a lambda by value) unpickles as a new
+    object, so the child's copy of the driver's spec was unequal to the one its imports module
+    then registered: "registered already", every process-runtime run a fault."""
+    import functools
+
+    from rltrain.rl.algos.base import _add_unknown
+
+    loss = functools.partial(ReinforceLoss)
+    driver = dataclasses.replace(REINFORCE, name="reinforce_p", loss=loss)
+    _add_unknown(driver)  # what a child restores first (rltrain.extensions)
+    try:
+        own = dataclasses.replace(driver, loss=functools.partial(ReinforceLoss))
+        assert register_algo(own) is own  # the module's own definition, in place of the copy
+        with pytest.raises(ValueError, match="registered already"):  # but never twice
+            register_algo(dataclasses.replace(driver, loss=functools.partial(ReinforceLoss)))
+    finally:
+        unregister_algo("reinforce_p")
+
+
+def test_a_section_named_after_a_top_level_key_is_refused() -> None:
+    """explore86: a section called stop broke every config, the built-in algorithms' too."""
+    import dataclasses as dc
+
+    from rltrain.rl.algos.base import TOP_LEVEL_KEYS, section_types
+
+    clash = dc.replace(REINFORCE, name="clash", options={"stop": ReinforceConfig})
+    with pytest.raises(ValueError, match="config section 'stop' is taken"):
+        register_algo(clash)
+    assert "clash" not in algo_names()
+    fields = {f.name for f in dc.fields(TrainConfig)}  # TOP_LEVEL_KEYS is TrainConfig's
+    assert set(TOP_LEVEL_KEYS) == fields - set(section_types(built_in=True))

@@ -13,6 +13,7 @@ from rltrain.ps.config import ServerConfig, decides_per_update
 from rltrain.ps.rules import (
     ASYNC,
     AVERAGE,
+    BENCH_MODE_NAMES,
     SOFT_SYNC,
     SYNC,
     Sync,
@@ -112,3 +113,24 @@ def test_a_rule_that_meets_one_pusher_is_said_to_change_nothing() -> None:
     assert notes("cartpole_appo.yaml", "server.staleness=drop", "learners=2") == []
     assert notes("cartpole_a3c.yaml", "server.staleness=drop") == []  # its workers push
     assert notes("cartpole_appo.yaml") == []
+
+
+def test_rules_named_as_bench_modes_or_pushing_parameters_in_train_are_refused() -> None:
+    """explore86: a rule called async_scale replaced that bench mode and one called baseline
+    was ignored, each without a word; a rule that pushes parameters, not marked bench-only,
+    trained a network overwritten by the mean gradient at every step."""
+    from rltrain.rl.config import TrainConfig
+
+    with pytest.raises(ValueError, match="the name of a bench mode that is no rule"):
+        register_rule(type("Clash", (ASYNC.__class__,), {"name": "async_scale"})())
+    mine = type("MyAverage", (Sync,), {"name": "my_average", "pushes_parameters": True})()
+    register_rule(mine)
+    try:
+        config = Path(__file__).resolve().parents[1] / "configs" / "cartpole_a3c.yaml"
+        with pytest.raises(ValueError, match="server.rule=my_average: rltrain bench only"):
+            load_config(TrainConfig, config, ["server.rule=my_average"])
+    finally:
+        unregister_rule("my_average")
+    from rltrain.supervised.config import MODES
+
+    assert {m for m in MODES if m not in rule_names()} == set(BENCH_MODE_NAMES)

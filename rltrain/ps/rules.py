@@ -162,6 +162,12 @@ ASYNC, SYNC, SOFT_SYNC, AVERAGE = Async(), Sync(), SoftSync(), Average()
 _RULES: dict[str, UpdateRule] = {}
 
 
+BENCH_MODE_NAMES = ("baseline", "async_scale", "async_drop", "hogwild", "sandblaster", "allreduce")
+"""The bench's modes that are not update rules (:data:`rltrain.supervised.config.MODES`): a
+rule of such a name would replace one mode (async_scale) and be ignored by another
+(baseline), without a word (explore86)."""
+
+
 def register_rule(rule: UpdateRule) -> UpdateRule:
     """Make ``rule`` known by its name (to configs, the shards, the bench's modes); returns the
     registered rule. A name registered already is refused (ValueError), unless by the same
@@ -169,6 +175,11 @@ def register_rule(rule: UpdateRule) -> UpdateRule:
     (:mod:`rltrain.extensions`) before it imports the ``imports`` module that registers them."""
     if not rule.name or not rule.name.isidentifier():
         raise ValueError(f"an update rule needs a name that is an identifier, got {rule.name!r}")
+    if rule.name in BENCH_MODE_NAMES:
+        raise ValueError(
+            f"update rule {rule.name!r}: the name of a bench mode that is no rule "
+            f"({', '.join(BENCH_MODE_NAMES)}); a rule is a mode of its own name"
+        )
     held = _RULES.get(rule.name)
     if held is not None and (type(held) is not type(rule) or vars(held) != vars(rule)):
         raise ValueError(f"update rule {rule.name!r} is registered already ({held!r})")

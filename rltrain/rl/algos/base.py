@@ -207,6 +207,14 @@ class AlgoSpec:
 _ALGOS: dict[str, AlgoSpec] = {}
 _SECTIONS: dict[str, type] = {}
 BUILT_IN: set[str] = set()
+_RESTORED: set[str] = set()  # the driver's copies in a child, until their module registers
+TOP_LEVEL_KEYS = (
+    *("seed", "imports", "env", "algo", "model", "sections", "actors", "learners"),
+    *("learner_gpus", "optimizer", "schedule", "server", "normalize", "stop", "eval"),
+    *("checkpoint", "runtime", "faults", "log_every_seconds"),
+)
+"""rltrain train's keys that are no algorithm's section (a test holds them to TrainConfig's):
+an algorithm's section of such a name broke every config (explore86)."""
 """The algorithms rltrain ships (:func:`unregister_algo` keeps them)."""
 
 
@@ -216,10 +224,14 @@ def register_algo(spec: AlgoSpec, built_in: bool = False) -> AlgoSpec:
     again: a child process holds the driver's before it imports the ``imports`` module that
     registers it), a section another class holds, or parts that do not fit together are
     refused (ValueError)."""
-    if spec.name in _ALGOS:
-        if _ALGOS[spec.name] == spec:
-            return _ALGOS[spec.name]
+    held = _ALGOS.get(spec.name)
+    if held is not None and held == spec:
+        return held
+    if held is not None and spec.name not in _RESTORED:
         raise ValueError(f"algorithm {spec.name!r} is registered already")
+    if held is not None:  # the driver's copy, unpickled (a partial, a lambda by value: equal
+        unregister_algo(spec.name)  # only by identity), gives way to its module's own
+        _RESTORED.discard(spec.name)
     if spec.layout not in ("worker", "actor_learner", "replay"):
         raise ValueError(
             f"algorithm {spec.name!r}: layout {spec.layout!r} is not one of "
@@ -233,7 +245,7 @@ def register_algo(spec: AlgoSpec, built_in: bool = False) -> AlgoSpec:
     if (spec.estimator is None) != (spec.loss is None):
         raise ValueError(f"algorithm {spec.name!r}: a loss needs its value estimator")
     for name, cls in spec.options.items():
-        if _SECTIONS.get(name, cls) is not cls or name == "algo":
+        if _SECTIONS.get(name, cls) is not cls or name in TOP_LEVEL_KEYS:
             raise ValueError(f"algorithm {spec.name!r}: config section {name!r} is taken")
     _SECTIONS.update(spec.options)
     _ALGOS[spec.name] = spec
@@ -277,6 +289,7 @@ def section_types(built_in: bool | None = None) -> dict[str, type]:
 def _add_unknown(spec: AlgoSpec) -> None:
     if spec.name not in _ALGOS:  # a worker that imported the user's module has it already
         register_algo(spec)
+        _RESTORED.add(spec.name)
 
 
 # what the user registers reaches Ray's processes too (rltrain.extensions)

@@ -210,7 +210,7 @@ def check_server(cfg: TrainConfig) -> None:
             f"server.k={server.k}: exceeds the {pushers} that push gradients "
             f"({cfg.algo.name}: {who}={pushers}); allowed 0 (all but one) to {pushers}"
         )
-    if server.update_rule.supervised_only:
+    if server.update_rule.supervised_only or server.update_rule.pushes_parameters:
         raise ValueError(
             f"server.rule={server.rule}: rltrain bench only (rltrain train's workers "
             "and learners push gradients); use sync, soft_sync or async"

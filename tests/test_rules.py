@@ -16,6 +16,7 @@ from rltrain.ps.rules import (
     BENCH_MODE_NAMES,
     SOFT_SYNC,
     SYNC,
+    Async,
     Sync,
     register_rule,
     rule_named,
@@ -134,3 +135,18 @@ def test_rules_named_as_bench_modes_or_pushing_parameters_in_train_are_refused()
     from rltrain.supervised.config import MODES
 
     assert {m for m in MODES if m not in rule_names()} == set(BENCH_MODE_NAMES)
+
+
+def test_a_rule_of_its_own_lr_scale_is_decided_once_for_every_shard() -> None:
+    """explore86: with server.shards=2 a rule whose lr_scale reads the staleness scaled the
+    two halves of 9% of the updates differently (each shard saw its own staleness)."""
+
+    class Decay(Async):
+        name = "decay_test"
+
+        def lr_scale(self, server: object, staleness: int) -> float:
+            return 0.8**staleness
+
+    plain = ServerConfig()
+    assert Decay().decides(plain) and not ASYNC.decides(plain) and SYNC.decides(plain)
+    assert ASYNC.decides(ServerConfig(staleness="scale"))

@@ -93,9 +93,12 @@ class UpdateRule:
 
     def decides(self, server: RuleSettings) -> bool:
         """Whether an update's fate depends on the shard's own version or arrival order (a
-        barrier, or a staleness policy): several shards then let shard 0 decide for all
+        barrier, a staleness policy, or a rule's own ``lr_scale`` or ``drop_reason``, which
+        may read the staleness each shard sees apart: explore86's two shards scaled 9% of
+        the updates' halves differently): several shards then let shard 0 decide for all
         (:meth:`~rltrain.ps.shard.ParameterShard.push`)."""
-        return self.barrier or server.staleness != "none"
+        own = any(_own(self, m) for m in ("lr_scale", "drop_reason"))
+        return self.barrier or server.staleness != "none" or own
 
     def max_concurrency(self, num_workers: int) -> int:
         """Calls a shard process serves at once: every waiter of a barrier, and a few more
@@ -213,6 +216,14 @@ def _add_unknown(rule: UpdateRule) -> None:
 
 
 BUILT_IN: tuple[UpdateRule, ...] = (SYNC, SOFT_SYNC, ASYNC, AVERAGE)
+
+
+def _own(rule: UpdateRule, method: str) -> bool:
+    """Whether ``rule``'s ``method`` is its own, none of the built-in rules'."""
+    impl = getattr(type(rule), method)
+    return all(impl is not getattr(type(b), method) for b in (*BUILT_IN, UpdateRule()))
+
+
 for _rule in BUILT_IN:
     register_rule(_rule)
 # what the user registers reaches Ray's processes too (rltrain.extensions)

@@ -239,3 +239,19 @@ def test_double_dqn_target_hand_computed() -> None:
     torch.testing.assert_close(td, torch.tensor([0.5, 0.5, -2.0]))
     # Huber: 0.5 * 0.25 for |td| <= 1, |td| - 0.5 otherwise; weighted mean
     assert loss.item() == pytest.approx((0.125 + 0.125 + 0.5 * 1.5) / 3)
+
+
+def test_a_loss_that_breaks_the_contract_is_one_line_naming_it() -> None:
+    """explore86: a loss of your own with 3 parts met "not enough values to unpack (expected
+    7, got 5)"; a bare tensor, "'Tensor' object has no attribute 'total'"."""
+    from rltrain.rl.algos.losses import LossContractError, LossTerms, check_terms
+
+    check_terms(LossTerms(torch.zeros(()), torch.zeros(5)), "a3c")
+    for bad, said in (
+        (LossTerms(torch.zeros(()), torch.zeros(3)), "parts of [3]"),
+        (LossTerms(torch.zeros(4), torch.zeros(5)), "total of shape [4]"),
+        (torch.zeros(()), "returned Tensor"),
+    ):
+        with pytest.raises(LossContractError) as e:
+            check_terms(bad, "mine")
+        assert str(e.value).startswith("algo.name=mine: its loss returned") and said in str(e.value)

@@ -27,7 +27,7 @@ from rltrain.rl.actor import load_params, policy_builder
 from rltrain.rl.algos import LossBatch
 from rltrain.rl.algos.distributions import distribution
 from rltrain.rl.algos.estimators import TargetInputs
-from rltrain.rl.algos.losses import LossTerms, next_state_values
+from rltrain.rl.algos.losses import LossTerms, check_terms, next_state_values
 from rltrain.rl.algos.models import bind_flat, parameters_to_come, unbind_flat
 from rltrain.rl.algos.torsos import to_device, train_layout
 from rltrain.rl.config import TrainConfig, waits_at_barrier
@@ -267,6 +267,7 @@ class Learner:
         return self.dist.kl(r.behaviour_logits.to(self.device), logits).mean().float()
 
     def _gradient(self, loss: LossTerms, samples: int, lag: torch.Tensor) -> Gradient:
+        check_terms(loss, self.cfg.algo.name)
         self.model.zero_grad(set_to_none=True)
         loss.total.backward()
         grad, norm = clipped_flat_grad(self.model, self.cfg.algo.max_grad_norm)

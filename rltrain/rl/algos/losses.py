@@ -21,6 +21,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from rltrain.errors import RLTrainError
 from rltrain.rl.algos.distributions import CATEGORICAL, Distribution
 
 
@@ -45,6 +46,26 @@ class LossTerms:
 
     def floats(self) -> LossParts:
         return LossParts(*self.parts.tolist())
+
+
+def check_terms(terms: object, algo: str) -> None:
+    """A one-line error where an algorithm's loss returns anything but :class:`LossTerms` of a
+    scalar total and ``len(LossParts._fields)`` parts (explore86's loss of your own met torch's
+    errors instead: "not enough values to unpack (expected 7, got 5)"). Shapes only: no sync."""
+    n = len(LossParts._fields)
+    if isinstance(terms, LossTerms) and terms.total.dim() == 0 and terms.parts.shape == (n,):
+        return
+    got = type(terms).__name__
+    if isinstance(terms, LossTerms):
+        got = f"total of shape {list(terms.total.shape)} and parts of {list(terms.parts.shape)}"
+    raise LossContractError(
+        f"algo.name={algo}: its loss returned {got}; a loss returns LossTerms(total, parts): "
+        f"total a scalar tensor to minimise, parts a [{n}] tensor ({', '.join(LossParts._fields)})"
+    )
+
+
+class LossContractError(RLTrainError, ValueError):
+    """A loss of your own that breaks :class:`LossTerms`' contract (:func:`check_terms`)."""
 
 
 def next_state_values(

@@ -12,6 +12,7 @@ import functools
 import itertools
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,8 @@ import yaml
 
 from rltrain.config import load_config
 from rltrain.options import describe
+from rltrain.ps.rules import rule_names, unregister_rule
+from rltrain.rl.algos import algo_names, unregister_algo
 from rltrain.rl.config import TrainConfig
 from rltrain.supervised.config import BenchConfig
 
@@ -201,10 +204,19 @@ def refusal(command: str, config: str, sets: list[str]) -> str | None:
     if not path.is_file():
         return "no such file"
     cls = TrainConfig if command == "train" else BenchConfig
+    algos, rules, modules = set(algo_names()), set(rule_names()), set(sys.modules)
     try:
         load_config(cls, path, [value for value in sets if not PLACEHOLDER.search(value)])
     except ValueError as e:
         return str(e)
+    finally:  # what a page's imports registered (docs/extending.md's) leaves with them
+        for name in set(algo_names()) - algos:
+            unregister_algo(name)
+        for name in set(rule_names()) - rules:
+            unregister_rule(name)
+        for name in set(sys.modules) - modules:
+            if name.startswith("examples."):
+                del sys.modules[name]
     return None
 
 

@@ -245,3 +245,37 @@ def test_a_section_named_after_a_top_level_key_is_refused() -> None:
     assert "clash" not in algo_names()
     fields = {f.name for f in dc.fields(TrainConfig)}  # TOP_LEVEL_KEYS is TrainConfig's
     assert set(TOP_LEVEL_KEYS) == fields - set(section_types(built_in=True))
+
+
+def test_the_extending_pages_modules_are_the_examples_and_register_what_it_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """docs/extending.md shows examples/vpg.py and examples/decay_rule.py as they are, and
+    they register what it says."""
+    import importlib
+    import re
+
+    from rltrain.config import load_config
+    from rltrain.ps.config import ServerConfig
+    from rltrain.ps.rules import rule_named, unregister_rule
+
+    page = (ROOT / "docs" / "extending.md").read_text()
+    algo, rule = re.findall(r"^```python\n(.*?)^```", page, re.S | re.M)
+    assert algo == (ROOT / "examples" / "vpg.py").read_text()
+    assert rule == (ROOT / "examples" / "decay_rule.py").read_text()
+    monkeypatch.syspath_prepend(str(ROOT))  # where `examples` is found, as the page's commands
+    try:
+        importlib.import_module("examples.vpg")
+        importlib.import_module("examples.decay_rule")
+        assert algo_spec("vpg").summary.startswith("REINFORCE")
+        sets = ["algo.name=vpg", "vpg.baseline_coef=0.2", "server.rule=async_decay"]
+        cfg = load_config(TrainConfig, ROOT / "configs" / "cartpole_a3c.yaml", sets)
+        assert cfg.section("vpg").baseline_coef == 0.2
+        decay = rule_named("async_decay")
+        assert decay.lr_scale(ServerConfig(), 2) == pytest.approx(0.64)
+        assert decay.decides(ServerConfig())  # decided once for every shard
+    finally:
+        unregister_algo("vpg")
+        unregister_rule("async_decay")
+        for name in ("examples.vpg", "examples.decay_rule"):
+            sys.modules.pop(name, None)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import sys
 import time
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -213,19 +214,29 @@ def failure_line(
     return " ".join(str(error).split("\n")).strip() or type(error).__name__
 
 
-def keep_traceback(run_dir: Path, error: BaseException, say: Callable[[str], None]) -> None:
+def keep_traceback(
+    run_dir: Path, error: BaseException, say: Callable[[str], None], imports: Sequence[str] = ()
+) -> None:
     """A bug's traceback (an exception no part of the run expects) into ``run_dir``'s
     failure.log, said: a run whose output went through a pipe (``| head``) lost it. (Not a
     SystemExit or a KeyboardInterrupt outside the run's own handling, nor a one-line error
-    of what the user asked for, which its folder is removed for.)"""
+    of what the user asked for, which its folder is removed for.) One that passed through a
+    module of ``imports`` (the config's: your algorithm, rule or env) is said to be in your
+    code, not called rltrain's bug (explore86: a NameError in a loss of one's own)."""
     import traceback
 
     if not isinstance(error, Exception) or isinstance(error, RLTrainError):
         return
     path = Path(run_dir) / FAILURE_LOG
+    text = "".join(traceback.format_exception(error))
+    files = [getattr(sys.modules.get(name), "__file__", None) for name in imports]
+    mine = next((f for f in files if f and f in text), None)
     with contextlib.suppress(OSError):
-        path.write_text("".join(traceback.format_exception(error)))
-        say(f"an internal error (a bug; please report it): its traceback is in {path}")
+        path.write_text(text)
+        if mine:
+            say(f"an error in your code ({mine}): its traceback is in {path}")
+        else:
+            say(f"an internal error (a bug; please report it): its traceback is in {path}")
 
 
 # ---------------------------------------------------------------------------------------------

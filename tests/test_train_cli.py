@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -381,3 +382,30 @@ def test_a_bug_leaves_its_traceback_in_the_run_folder(
     log = (run / "failure.log").read_text()
     assert log.startswith("Traceback") and "RuntimeError: boom in the driver loop" in log
     assert f"its traceback is in {run / 'failure.log'}" in capsys.readouterr().err
+
+
+def test_an_exception_through_a_module_of_imports_is_said_to_be_in_your_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """explore86: a NameError in a loss of one's own was called rltrain's bug."""
+    import types
+
+    from rltrain.faults import keep_traceback
+
+    mine = tmp_path / "mine.py"
+    mine.write_text("def loss():\n    return undefined_name\n")
+    module = types.ModuleType("mine")
+    module.__file__ = str(mine)
+    exec(compile(mine.read_text(), str(mine), "exec"), module.__dict__)
+    monkeypatch.setitem(sys.modules, "mine", module)
+    said: list[str] = []
+    try:
+        module.loss()
+    except NameError as e:
+        keep_traceback(tmp_path, e, said.append, ("mine",))
+        keep_traceback(tmp_path, e, said.append, ())
+    log = tmp_path / "failure.log"
+    assert said == [
+        f"an error in your code ({mine}): its traceback is in {log}",
+        f"an internal error (a bug; please report it): its traceback is in {log}",
+    ]

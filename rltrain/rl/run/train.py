@@ -155,7 +155,7 @@ class Trainer:
             self.progress.note(f"run failed: {self.record.failure}")
         except BaseException as e:  # a bug: no summary, but no processes or Ray left behind
             self._release(runtime)
-            keep_traceback(self.run_dir, e, self.progress.note)  # beside the run, to report
+            keep_traceback(self.run_dir, e, self.progress.note, self.cfg.imports)  # to report
             raise
         return self._finish(runtime)
 

@@ -208,6 +208,7 @@ def test_a_scalar_box_is_a_vector_of_one_and_its_policy_takes_the_scalar(
     assert len(policy(np.array([0.5, -0.5, 0.5], np.float32))) == 3
 
 
+@pytest.mark.slow
 def test_wide_unsigned_observations_train_in_actor_processes(tmp_path: Path) -> None:
     """uint16/32/64 observations: torch shares no such tensor between processes (appo's
     actors failed with a traceback on the process runtime); they arrive as int32, int64 and

@@ -100,6 +100,7 @@ def test_the_config_accepts_a_rule_while_it_is_registered(
     assert "async_half" in rule_names()
 
 
+@pytest.mark.slow
 def test_a_rule_defined_in_one_module_and_registered_in_another(tmp_path: Path) -> None:
     """The two-file layout (the class in one module, the register_rule call in the one that
     ``imports`` names): a child process holds the driver's rule, unpickled, which imports the

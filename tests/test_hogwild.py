@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import torch
 import torch.multiprocessing as mp
 
@@ -41,6 +42,7 @@ def _pusher(server: HogwildServer, worker: int, n: int) -> None:
         server.push(GradUpdate(worker, p.version, torch.ones(4), 1))
 
 
+@pytest.mark.slow
 def test_processes_share_parameters_and_optimizer_state() -> None:
     """Two spawned processes, 25 pushes each: every push lands on the one shared model."""
     server = HogwildServer(torch.zeros(4), OptimizerConfig(name="momentum", lr=0.01, momentum=0.5))
@@ -62,6 +64,7 @@ def _push_forever(server: HogwildServer, worker: int) -> None:
         server.push(GradUpdate(worker, server.version, torch.ones(4), 1))
 
 
+@pytest.mark.slow
 def test_a_worker_killed_at_any_moment_holds_nothing_the_others_need() -> None:
     """SIGKILL a process in a tight push loop (so, often mid-push): the others and the driver
     go on, a snapshot is taken once the driver has said so, and the counts still add up."""
@@ -85,6 +88,7 @@ def test_a_worker_killed_at_any_moment_holds_nothing_the_others_need() -> None:
     assert st.version == st.applied == sum(st.staleness_hist)
 
 
+@pytest.mark.slow
 def test_a_killed_hogwild_worker_is_started_again(tiny_root: Path) -> None:
     """SIGKILL one worker process mid-mode: it is spawned again and the mode finishes."""
     cfg = from_dict(
@@ -148,6 +152,7 @@ def test_a_snapshot_reads_one_version_while_workers_write() -> None:
         assert p is not None and p.values.min() == p.values.max() == float(p.version)
 
 
+@pytest.mark.slow
 def test_a_script_without_a_main_guard_runs_once(tmp_path: Path) -> None:
     """A user's script that calls rltrain.bench at its top level: multiprocessing's children
     import the parent's main script, and each hogwild worker ran the whole bench again (the

@@ -21,6 +21,7 @@ API = (
     "load_policy",
     "make_env",
     "TrainFailed",
+    "BenchFailed",
 )
 __all__ = ["__version__", *API]
 

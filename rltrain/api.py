@@ -16,7 +16,9 @@ Each call does what the command line does (``rltrain train`` / ``bench`` / ``eva
 same validation and the same one-line errors (raised as :class:`~rltrain.errors.RLTrainError`
 subclasses instead of printed). Ctrl-C stops a run gracefully, as on the command line: it
 writes a final checkpoint and ``summary.json`` and returns with ``stopped_by == "interrupt"``;
-a fault or divergence raises :class:`~rltrain.faults.TrainFailed` (``.result``: the RunResult).
+a fault or divergence raises :class:`~rltrain.faults.TrainFailed` (``.result``: the RunResult);
+a bench whose modes an error in your code failed, once the others ran,
+:class:`~rltrain.faults.BenchFailed` (``.result``: their BenchResult).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import gymnasium
 from rltrain import signals
 from rltrain.api_args import arg_typo, checkpoint_arg, choice_arg, path_arg, whole_arg
 from rltrain.config import ConfigError, from_dict, merge, nested, plain_copy, read_config, to_dict
-from rltrain.faults import TrainFailed
+from rltrain.faults import BenchFailed, TrainFailed
 from rltrain.rl.config import TrainConfig, load_run_config
 from rltrain.rl.eval_args import DEFAULT_MAX_STEPS, EPISODES, MAX_STEPS, SEED
 from rltrain.rl.evaluate import EvalResult, VideoView
@@ -260,7 +262,11 @@ def bench(
     cfg = _config(config, "bench", **overrides)
     run_dir = _new_run_dir(run_dir)
     with signals.graceful(signals.BENCH_RESULTS):
-        out = run_bench_config(cfg, None if run_dir is None else Path(run_dir), None)
+        try:
+            out = run_bench_config(cfg, None if run_dir is None else Path(run_dir), None)
+        except BenchFailed as e:  # the modes that ran keep their figures
+            e.result = BenchResult.from_run_dir(e.run_dir)
+            raise
     return BenchResult.from_run_dir(out)
 
 

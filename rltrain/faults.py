@@ -15,13 +15,10 @@ checkpoint, which bounds the loss to the updates since then.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
-import sys
 import time
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -175,6 +172,16 @@ class TrainFailed(RunFailed):
         self.result = result
 
 
+class BenchFailed(RunFailed):
+    """``rltrain.bench``'s modes that an error in your code failed (each stopped alone, the
+    others ran; ``rltrain bench`` exits with code 1): the message names each and its error,
+    ``run_dir`` holds the other modes' results, ``result`` their ``BenchResult``."""
+
+    def __init__(self, message: str, run_dir: Path) -> None:
+        super().__init__(message)
+        self.run_dir, self.result = run_dir, typing.cast(typing.Any, None)
+
+
 class EnvFailed(RunFailed):
     """The user's environment raised (its constructor, ``reset``, ``step``, a wrapper), or
     returned what its spaces forbid (a wrong shape, NaN or inf), during a run: the message
@@ -189,54 +196,6 @@ class EnvFailed(RunFailed):
 
     def __reduce__(self) -> tuple:  # crosses the process runtime's pipes and Ray
         return type(self), (str(self), self.detail)
-
-
-FAILURE_LOG = "failure.log"
-"""Where a run keeps the traceback of what failed it (an env's, :class:`EnvFailed`)."""
-
-
-def failure_line(
-    error: BaseException,
-    run_dir: str | os.PathLike[str] | None = None,
-    say: Callable[[str], None] | None = None,
-) -> str:
-    """The one line summary.json keeps for ``error`` (Ray's task error: the line of the error
-    it wraps). An error with a ``detail`` (a traceback) leaves it in ``run_dir/failure.log``,
-    and ``say`` says where."""
-    error = getattr(error, "cause", None) or error  # RayTaskError(EnvFailed): the EnvFailed
-    detail = getattr(error, "detail", "")
-    if detail and run_dir is not None:
-        path = Path(run_dir) / FAILURE_LOG
-        with contextlib.suppress(OSError):
-            path.write_text(f"{error}\n\n{detail}")
-            if say is not None:
-                say(f"the traceback of what failed the run: {path}")
-    return " ".join(str(error).split("\n")).strip() or type(error).__name__
-
-
-def keep_traceback(
-    run_dir: Path, error: BaseException, say: Callable[[str], None], imports: Sequence[str] = ()
-) -> None:
-    """A bug's traceback (an exception no part of the run expects) into ``run_dir``'s
-    failure.log, said: a run whose output went through a pipe (``| head``) lost it. (Not a
-    SystemExit or a KeyboardInterrupt outside the run's own handling, nor a one-line error
-    of what the user asked for, which its folder is removed for.) One that passed through a
-    module of ``imports`` (the config's: your algorithm, rule or env) is said to be in your
-    code, not called rltrain's bug (explore86: a NameError in a loss of one's own)."""
-    import traceback
-
-    if not isinstance(error, Exception) or isinstance(error, RLTrainError):
-        return
-    path = Path(run_dir) / FAILURE_LOG
-    text = "".join(traceback.format_exception(error))
-    files = [getattr(sys.modules.get(name), "__file__", None) for name in imports]
-    mine = next((f for f in files if f and f in text), None)
-    with contextlib.suppress(OSError):
-        path.write_text(text)
-        if mine:
-            say(f"an error in your code ({mine}): its traceback is in {path}")
-        else:
-            say(f"an internal error (a bug; please report it): its traceback is in {path}")
 
 
 # ---------------------------------------------------------------------------------------------

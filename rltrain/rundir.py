@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from rltrain.config import ConfigError, dump_yaml
-from rltrain.faults import FAILURE_LOG
+from rltrain.failure import FAILURE_LOG
 
 EVALS_FILE = "evals.jsonl"
 """A run's evaluations during training, one JSON record per line (rl.run.periodic)."""

@@ -390,7 +390,7 @@ def test_an_exception_through_a_module_of_imports_is_said_to_be_in_your_code(
     """explore86: a NameError in a loss of one's own was called rltrain's bug."""
     import types
 
-    from rltrain.faults import keep_traceback
+    from rltrain.failure import keep_traceback
 
     mine = tmp_path / "mine.py"
     mine.write_text("def loss():\n    return undefined_name\n")
@@ -406,6 +406,6 @@ def test_an_exception_through_a_module_of_imports_is_said_to_be_in_your_code(
         keep_traceback(tmp_path, e, said.append, ())
     log = tmp_path / "failure.log"
     assert said == [
-        f"an error in your code ({mine}): its traceback is in {log}",
+        f"an error in your code (at mine.py:2, in loss): its traceback is in {log}",
         f"an internal error (a bug; please report it): its traceback is in {log}",
     ]

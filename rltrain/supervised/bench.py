@@ -10,13 +10,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rltrain import signals
 from rltrain.driver import drive
+from rltrain.failure import keep_log, your_error
 from rltrain.faults import (
+    BenchFailed,
     FaultCounters,
     FaultSchedule,
     PeerLost,
@@ -220,30 +221,6 @@ class BenchPlan:
         self.guard.poll()
 
 
-def _evaluation_hooks(prog: Progress) -> tuple[Callable[[int, int], None], Callable[[], bool]]:
-    """The progress line's updates while a mode's snapshots are evaluated (``k`` of ``n``),
-    and whether a Ctrl-C came meanwhile (:func:`signals.pending`), said once with the
-    snapshots still to evaluate (it said 8 where 4 were left)."""
-    from rltrain.supervised.evaluation import HURRIED
-
-    at, said = [0, 0], [False]
-
-    def on_progress(k: int, n: int) -> None:
-        at[:] = [k, n]
-        prog.update(k / n, f"evaluating {k}/{n}")
-
-    def hurry() -> bool:
-        if signals.pending() and not said[0]:
-            said[0] = True
-            more = min(HURRIED, at[1] - at[0])
-            prog.note(
-                f"Ctrl-C: {more} more snapshot{'s' * (more != 1)} for its results (again: at once)"
-            )
-        return signals.pending()
-
-    return on_progress, hurry
-
-
 def _snapshot(snapper: Snapshotter, server: Any, guard: Any, restorable: bool) -> None:
     """A snapshot for evaluation, whose server state is also the restore point (only taken
     when shards can restart: a shard that cannot is never restored)."""
@@ -350,7 +327,15 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
                     f"at {each:.0f} s each so far"
                 )
             slow = say_slow_events(cfg, mode, progress)
-            trace = run_mode(cfg, mode, data, progress, runtime)
+            try:
+                trace = run_mode(cfg, mode, data, progress, runtime)
+            except Exception as e:  # an error in your code fails its mode alone
+                if (line := your_error(e, cfg.imports)) is None:
+                    raise
+                keep_log(run_dir / f"failure-{name}.log", e, progress.note, cfg.imports)
+                extra.setdefault("failed", {})[name] = line
+                print(f"{label} failed: {line}")
+                continue
             trace.faults.injected += slow
             # a mode that has trained keeps its results: a first Ctrl-C waits for its
             # evaluation, cut to a few more snapshots (a second quits at once)
@@ -358,7 +343,7 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
                 if trace.record is not None:
                     save_record(run_dir, trace, data_print(data, cfg.data.root))
                 prog = Progress(label)
-                how = _evaluation_hooks(prog)
+                how = evaluation.progress_hooks(prog)
                 trace, points = evaluation.evaluate(cfg, data, trace, *how)
                 prog.close()
                 res = report.summarize(cfg, trace, points)
@@ -390,4 +375,7 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
     print(f"  tensorboard --logdir {run_dir / 'tb'}")
     if cfg.server.record:
         print(f"  record/ of the pushes: rltrain reapply {run_dir}")
+    if failed := extra.get("failed"):  # (exit code 1, after every other mode's results)
+        said = "; ".join(f"mode {name}: {line}" for name, line in failed.items())
+        raise BenchFailed(f"{said} (the other modes' results: {run_dir}/results.md)", run_dir)
     return 0

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import torch
 from torch.nn.utils import vector_to_parameters
 
+from rltrain import signals
+from rltrain.progress import Progress
 from rltrain.supervised.config import BenchConfig
 from rltrain.supervised.models import linear_map
 from rltrain.supervised.modes import ModeTrace, initial_params, worker_specs
@@ -168,3 +170,25 @@ def evaluate(
         prev_t = snap.t
         on_progress(i + 1, len(trace.snapshots))
     return dataclasses.replace(trace, snapshots=tuple(kept)), points
+
+
+def progress_hooks(prog: Progress) -> tuple[Callable[[int, int], None], Callable[[], bool]]:
+    """The progress line's updates while a mode's snapshots are evaluated (``k`` of ``n``),
+    and whether a Ctrl-C came meanwhile (:func:`rltrain.signals.pending`), said once with the
+    snapshots still to evaluate (it said 8 where 4 were left)."""
+    at, said = [0, 0], [False]
+
+    def on_progress(k: int, n: int) -> None:
+        at[:] = [k, n]
+        prog.update(k / n, f"evaluating {k}/{n}")
+
+    def hurry() -> bool:
+        if signals.pending() and not said[0]:
+            said[0] = True
+            more = min(HURRIED, at[1] - at[0])
+            prog.note(
+                f"Ctrl-C: {more} more snapshot{'s' * (more != 1)} for its results (again: at once)"
+            )
+        return signals.pending()
+
+    return on_progress, hurry

@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -249,9 +249,14 @@ def write_csv(path: Path, results: Sequence[ModeResult]) -> None:
 
 
 def write_markdown(
-    path: Path, cfg: BenchConfig, results: Sequence[ModeResult], stopped_by: str = "done"
+    path: Path,
+    cfg: BenchConfig,
+    results: Sequence[ModeResult],
+    stopped_by: str = "done",
+    failed: Mapping[str, str] | None = None,
 ) -> None:
-    """results.md; ``stopped_by``: the bench's end (interrupt or fault: say what did not run)."""
+    """results.md; ``stopped_by``: the bench's end (interrupt or fault: say what did not run);
+    ``failed``: the runs an error in your code failed, with its line."""
     w = cfg.optimizer.warmup_steps
     warm = f", warmed up over {w} steps" if w else ""
     title = (
@@ -264,6 +269,8 @@ def write_markdown(
         "in results.csv); accuracy (or distance) is measured on snapshots taken every "
         f"{cfg.eval.every_seconds:g} s, so times are accurate to that interval.\n"
     )
+    for name, line in (failed or {}).items():
+        note += f"\n**{name} failed**: {line} (its traceback: failure-{name}.log).\n"
     if stopped_by != "done":
         note += f"\n**Stopped by {stopped_by}**: no results for {not_run(cfg, results)}.\n"
     split = efficiency_table(cfg, results)
@@ -311,7 +318,7 @@ def write_outputs(
     results = in_order(cfg, results)
     write_csv(run_dir / "results.csv", results)
     stopped_by = str((extra or {}).get("stopped_by", "done"))
-    write_markdown(run_dir / "results.md", cfg, results, stopped_by)
+    write_markdown(run_dir / "results.md", cfg, results, stopped_by, (extra or {}).get("failed"))
     targets = targets_of(cfg)
     for name in plot_names(cfg):
         x = name.rsplit("_", 1)[1].removesuffix(".png")

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from rltrain.checkpoint import latest_checkpoint
-from rltrain.faults import FAILURE_LOG, FaultCounters
+from rltrain.failure import FAILURE_LOG
+from rltrain.faults import FaultCounters
 from rltrain.rl.config import TrainConfig, server_settings
 from rltrain.rl.env_spec import EnvSpec
 from rltrain.rl.run.counters import Counters

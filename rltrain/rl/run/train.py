@@ -17,6 +17,7 @@ from typing import Any
 
 from rltrain import signals
 from rltrain.driver import drive
+from rltrain.failure import failure_line, keep_traceback, your_error
 from rltrain.faults import (
     ClusterLost,
     FaultCounters,
@@ -26,8 +27,6 @@ from rltrain.faults import (
     RestorePoint,
     RunFailed,
     describe_events,
-    failure_line,
-    keep_traceback,
 )
 from rltrain.pauses import resume_all
 from rltrain.progress import Progress
@@ -98,8 +97,7 @@ class Trainer:
         self.early: Early | None = None  # the actors, spawned before the server (_start)
         self.lr = LRSender()
         self.schedule = FaultSchedule((), time.time())  # armed once every process is up
-        self._arming = bool(cfg.faults.events)
-        self._placement_said = False
+        self._arming, self._placement_said = bool(cfg.faults.events), False
         self.wall_base = self.counters.wall_seconds
         self.session_start = self.last_ckpt = time.time()
 
@@ -154,9 +152,11 @@ class Trainer:
             self.record.failure = failure_line(e, self.run_dir, self.progress.note)
             self.progress.note(f"run failed: {self.record.failure}")
         except BaseException as e:  # a bug: no summary, but no processes or Ray left behind
-            self._release(runtime)
             keep_traceback(self.run_dir, e, self.progress.note, self.cfg.imports)  # to report
-            raise
+            if (line := your_error(e, self.cfg.imports)) is None:
+                self._release(runtime)
+                raise
+            self.record.stopped_by, self.record.failure = "fault", line  # restarts fail alike
         return self._finish(runtime)
 
     def _start_runtime(self, runtime: Runtime) -> str:

@@ -82,3 +82,32 @@ def test_every_rl_algorithm_and_the_bench_have_a_plan() -> None:
     for plan in [*(plan_of(layout) for layout in layouts), BenchPlan]:
         for hook in ("start", "on_result", "on_fault", "refill", "keep_going", "wait_s", "tick"):
             assert callable(getattr(plan, hook))
+
+
+def test_a_lockstep_rounds_results_are_taken_in_the_workers_order() -> None:
+    """explore85: identical sync runs (bit for bit the same training) logged their episodes in
+    the order the workers' calls arrived, so at different steps, with different means (115.70
+    vs 114.55) and stops. A round's results are taken in as it ends, worker 0's first."""
+    from types import SimpleNamespace
+
+    from rltrain.driver import Done
+    from rltrain.rl.run.plans import WorkerPlan
+
+    absorbed: list[str] = []
+    given: list[Any] = []
+    plan = object.__new__(WorkerPlan)  # (its hooks alone: no processes, no server)
+    plan.host = SimpleNamespace(absorb=absorbed.append, stopped_by="")  # type: ignore[assignment]
+    plan.pool = SimpleNamespace(calls=1)
+    plan.lockstep, plan.idle, plan.landed = True, [], []
+    plan._give = given.append  # type: ignore[method-assign]
+    w0, w1 = SimpleNamespace(index=0), SimpleNamespace(index=1)
+    plan.on_result(Done(w1, value="w1's"))
+    plan.refill()
+    assert absorbed == [] and given == []  # mid-round: worker 0's call is in flight
+    plan.pool.calls = 0
+    plan.on_result(Done(w0, value="w0's"))
+    plan.refill()
+    assert absorbed == ["w0's", "w1's"] and given == [w1, w0]  # then the next round
+    plan.lockstep = False  # a3c: each as it comes, and given its next call at once
+    plan.on_result(Done(w1, value="again"))
+    assert absorbed[-1] == "again"

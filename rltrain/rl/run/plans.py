@@ -59,6 +59,7 @@ class WorkerPlan(RLPlan):
         # a ppo rollout is epochs x minibatches server steps already: one per call
         self.chunk = 1 if cfg.algo_spec.minibatched(cfg) else WORK_CHUNK
         self.idle: list[Any] = []
+        self.landed: list[tuple[int, WorkStats]] = []  # a lockstep round's results so far
         for w in workers:
             self._give(w)
 
@@ -69,8 +70,19 @@ class WorkerPlan(RLPlan):
         return True  # a worker acts and learns
 
     def on_result(self, done: Done) -> None:
-        self.host.absorb(done.value)
         self.idle.append(done.remote)
+        if self.lockstep:  # taken in as the round ends (refill)
+            self.landed.append((done.remote.index, done.value))
+        else:
+            self.host.absorb(done.value)
+
+    def _absorb_round(self) -> None:
+        """A round's results in the workers' order, not in the order they arrived: identical
+        sync runs, which train bit for bit alike, log the same episodes at the same steps,
+        hence the same means and the same stop (explore85: 115.70 vs 114.55)."""
+        for _, stats in sorted(self.landed, key=lambda landed: landed[0]):
+            self.host.absorb(stats)
+        self.landed = []
 
     def on_fault(self, done: Done) -> None:
         if not self.host.on_fault(done, pushes=True):
@@ -81,11 +93,17 @@ class WorkerPlan(RLPlan):
             self._give(done.remote)
 
     def refill(self) -> None:
-        if self.host.stopped_by or (self.lockstep and self.pool.calls):
+        if self.lockstep and self.pool.calls:
+            return  # mid-round
+        self._absorb_round()  # (which may stop the run)
+        if self.host.stopped_by:
             return
         for w in self.idle:
             self._give(w)
         self.idle = []
+
+    def finish(self) -> None:
+        self._absorb_round()  # a round cut short (a Ctrl-C's settle ran out of time)
 
 
 @dataclass

@@ -136,7 +136,7 @@ def run_window(run_dir: Path, cfg: dict[str, Any]) -> int:
     ``mean_window``, else ``stop.window``, at least as many as the envs
     (:func:`rltrain.rl.config.train.episode_window`), ``actors: auto`` as the last session
     sized it (summary.json, or the note a live session adds to config.yaml)."""
-    from rltrain.rl.config.train import episode_window
+    from rltrain.rl.config.sections import episode_window
 
     summary: dict[str, Any] = {}
     with contextlib.suppress(OSError, ValueError):  # none yet (a live or killed first session)

@@ -287,6 +287,16 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             id="t-max-staleness-unread",
         ),
         pytest.param(
+            ["train", CARTPOLE, "--set", "server.k=1"],
+            ["server.k=1: soft_sync's K, read by server.rule=soft_sync only (this run: async)"],
+            id="t-k-unread",
+        ),
+        pytest.param(
+            ["train", CARTPOLE, "--set", "algo.name=ppo", "--set", "server.k=1"],
+            ["server.k=1", "(this run: ppo runs sync); set server.rule=soft_sync"],
+            id="t-k-under-ppo",
+        ),
+        pytest.param(
             ["train", CARTPOLE, "--set", "server.rule=soft_sync", "--set", "server.k=5"],
             ["server.k=5", "exceeds the 2 that push gradients (a3c: actors=2)", "to 2"],
             id="t-cross",

@@ -18,7 +18,7 @@ import pytest
 
 from rltrain.config import load_config, to_dict
 from rltrain.rl.config import StopConfig, TrainConfig
-from rltrain.rl.config.train import episode_window
+from rltrain.rl.config.sections import episode_window
 from rltrain.rl.rollout import RoundCount as R
 from rltrain.rl.rollout import WorkStats
 from rltrain.rl.run.counters import KEEP_RETURNS, Counters

@@ -35,6 +35,7 @@ from rltrain.rl.config.sections import (
     NormalizeConfig,
     ScheduleConfig,
     StopConfig,
+    episode_window,
 )
 from rltrain.runtime.config import RuntimeConfig
 
@@ -163,20 +164,6 @@ class TrainConfig:
         checks = (check_stop, check_server, check_algo, *self.algo_spec.checks)
         for check in (*checks, check_schedule, check_local):
             check(self)
-
-
-def episode_window(window: int, envs: int) -> int:
-    """The last ``window`` episodes, but at least as many as the envs (``envs`` in all).
-
-    Every env starts its first game at once, at a run's start and at each ``--resume``, and
-    240 envs play about 6 games each in 12M frames of Pong: too few for them to drift apart.
-    So the episodes that end first are the shortest ones, and the last 20 of 240 are the
-    shortest or the longest of a round: in Pong the most lopsided wins, or the closest games.
-    A window of 20 at 240 envs stopped a resumed run "at 18.6" on its first 17 games, 18-21
-    wins, where its evaluations said 16.1-16.9 and the mean of its last 240 games 14.8
-    (docs/pong.md). A window of at least as many episodes as envs takes a whole round.
-    """
-    return max(window, envs)
 
 
 # --- checks across sections, one concern each (a section checks its own keys) ------------
@@ -312,9 +299,15 @@ def check_local(cfg: TrainConfig) -> None:
 def check_staleness_read(cfg: TrainConfig) -> None:
     """Refuse a staleness policy the rule run never applies (a sweep's "sync + drop" cell ran
     as plain sync, without a word): sync and soft_sync step on a version's own updates, none
-    stale, and only ``drop`` reads ``max_staleness``."""
+    stale, and only ``drop`` reads ``max_staleness``; and soft_sync's K under another rule."""
     server, run = cfg.server, server_settings(cfg)
     barrier = run.rule in ("sync", "soft_sync")  # (a registered rule may read any key)
+    if server.k and run.rule in ("sync", "async"):  # (as bench refuses it: mode_keys.py)
+        ran = f"{cfg.algo.name} runs {run.rule}" if run.rule != server.rule else run.rule
+        raise ValueError(
+            f"server.k={server.k}: soft_sync's K, read by server.rule=soft_sync only (this "
+            f"run: {ran}); set server.rule=soft_sync, or leave server.k at 0"
+        )
     if server.staleness != "none" and barrier:
         forced = run.rule != server.rule  # a2c, ppo: behind a barrier whatever the rule
         where = f"{cfg.algo.name} runs behind a barrier ({run.rule}), where" if forced else ""

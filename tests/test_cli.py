@@ -70,7 +70,7 @@ def test_a_broken_pipe_that_is_not_stdouts_is_not_hidden(
     """Only a closed stdout ends quietly: another BrokenPipeError (a bug) still raises."""
     from rltrain import cli
 
-    def broken(kind: str) -> int:
+    def broken(*args: object) -> int:
         raise BrokenPipeError(32, "Broken pipe")
 
     monkeypatch.setattr(cli, "cmd_options", broken)

@@ -279,3 +279,23 @@ def test_the_extending_pages_modules_are_the_examples_and_register_what_it_says(
         unregister_rule("async_decay")
         for name in ("examples.vpg", "examples.decay_rule"):
             sys.modules.pop(name, None)
+
+
+def test_options_imports_a_module_and_lists_its_section(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """explore86: `rltrain options train` could not list an algorithm's own options (its
+    module was never imported); --import MODULE imports it first, as a config's imports."""
+    from rltrain.cli import main
+
+    monkeypatch.chdir(ROOT)  # (examples/ from the repository's root, as the docs run it)
+    try:
+        assert main(["options", "train", "--import", "examples.vpg"]) == 0
+        assert "vpg.baseline_coef" in capsys.readouterr().out
+    finally:
+        unregister_algo("vpg")
+        sys.modules.pop("examples.vpg", None)
+    assert main(["options", "train", "--import", "no_such_module"]) == 2
+    assert "rltrain: error: --import: cannot import module 'no_such_module'" in (
+        capsys.readouterr().err
+    )

@@ -61,11 +61,11 @@ def _import(name: str, what: str) -> Any:
         raise EnvError(f"{what}: cannot import module {name!r}: {_first_line(e)}{where}") from None
 
 
-def import_env_modules(names: Sequence[str]) -> None:
-    """Import each module of ``imports`` (once per process)."""
+def import_env_modules(names: Sequence[str], key: str = "imports") -> None:
+    """Import each module of ``imports`` (once per process); ``key``: what its errors name."""
     for name in names:
         if name not in sys.modules:
-            _import(name, "imports")
+            _import(name, key)
 
 
 def ship_registration(cfg: EnvConfig) -> EnvConfig:

@@ -18,12 +18,15 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import site
+import sys
 import sysconfig
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 _REGISTRIES: dict[str, tuple[Callable[[], list[Any]], Callable[[Any], None]]] = {}
+_IMPORTED_BY: dict[tuple[str, str], str] = {}
+"""(registry module, name) -> the module whose import registered it (:func:`note_importer`)."""
 
 
 def track(module: str, added: Callable[[], list[Any]], add: Callable[[Any], None]) -> None:
@@ -95,3 +98,28 @@ def installed(path: str | Path) -> bool:
     places |= {Path(p) for p in (*site.getsitepackages(), site.getusersitepackages())}
     where = Path(path).resolve()
     return any(where.is_relative_to(p.resolve()) for p in places)
+
+
+def note_importer(registry: str, name: str) -> None:
+    """Keep which module's import is registering ``name`` in ``registry`` (a ``register_*``
+    call at a module's top level, as ``examples/vpg.py``'s): the caller outside rltrain, if it
+    is a module's top level. A call from a function (a test's fixture), rltrain's own (the
+    built-ins) and a script's or a notebook's ``__main__``, which no other command can import,
+    are not kept."""
+    frame = sys._getframe(1)
+    while frame is not None and _module(frame).split(".")[0] == "rltrain":
+        frame = frame.f_back  # type: ignore[assignment]
+    if frame is not None and frame.f_code.co_name == "<module>" and _module(frame) != "__main__":
+        _IMPORTED_BY[registry, name] = _module(frame)
+
+
+def _module(frame: Any) -> str:
+    return str(frame.f_globals.get("__name__", ""))
+
+
+def importers(algo: str, rule: str) -> list[str]:
+    """The modules whose import registered a run's algorithm and update rule: the run lists
+    them in its config.yaml's ``imports``, so that ``rltrain eval`` and ``--resume`` of a run
+    that a script trained (``import examples.vpg``, then ``rltrain.train``) know them too."""
+    keys = (("rltrain.rl.algos", algo), ("rltrain.ps.rules", rule))
+    return list(dict.fromkeys(m for key in keys if (m := _IMPORTED_BY.get(key))))

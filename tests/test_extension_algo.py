@@ -299,3 +299,49 @@ def test_options_imports_a_module_and_lists_its_section(
     assert "rltrain: error: --import: cannot import module 'no_such_module'" in (
         capsys.readouterr().err
     )
+
+
+def test_a_run_that_a_script_trained_lists_the_module_that_registered_its_algorithm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """explore86: a script that imported its algorithm's module, then called rltrain.train,
+    left a run that `rltrain eval` and --resume could not read ("unknown config key"): the
+    run now lists that module in its imports; a run whose algorithm nothing names is one line."""
+    from rltrain.cli import main
+
+    (tmp_path / "my_algos2.py").write_text(
+        "from rltrain.rl.algos import AlgoSpec, register_algo\n"
+        "from rltrain.rl.algos.a3c import ActorCriticLoss, gae\n"
+        'register_algo(AlgoSpec("mine2", "worker", ActorCriticLoss, gae))\n'
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run = tmp_path / "run"
+    try:
+        import my_algos2  # type: ignore[import-not-found]  # noqa: F401 - as a script would
+
+        rltrain.train(
+            ROOT / "configs" / "cartpole_a3c.yaml",
+            run_dir=run,
+            algo__name="mine2",
+            actors=1,
+            runtime__backend="local",
+            stop__mean_return=None,
+            stop__max_env_steps=500,
+        )
+        assert "imports:\n- my_algos2\n" in (run / "config.yaml").read_text()
+        unregister_algo("mine2")  # a new command: nothing registered
+        sys.modules.pop("my_algos2")
+        assert main(["eval", str(run), "--episodes", "1"]) == 0  # its imports register it
+        unregister_algo("mine2")
+        sys.modules.pop("my_algos2")
+        text = (run / "config.yaml").read_text().replace("imports:\n- my_algos2\n", "imports: []\n")
+        (run / "config.yaml").write_text(text)
+        capsys.readouterr()
+        assert main(["eval", str(run), "--episodes", "1"]) == 2
+        assert "algo.name='mine2' is known to the code that trained the run, not here: name " in (
+            capsys.readouterr().err
+        )
+    finally:
+        if "mine2" in algo_names():
+            unregister_algo("mine2")
+        sys.modules.pop("my_algos2", None)

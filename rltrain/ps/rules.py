@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import ClassVar, Protocol
 
 from rltrain.config import ConfigError
-from rltrain.extensions import track
+from rltrain.extensions import note_importer, track
 
 
 class RuleSettings(Protocol):
@@ -186,6 +186,7 @@ def register_rule(rule: UpdateRule) -> UpdateRule:
     held = _RULES.get(rule.name)
     if held is not None and (type(held) is not type(rule) or vars(held) != vars(rule)):
         raise ValueError(f"update rule {rule.name!r} is registered already ({held!r})")
+    note_importer(__name__, rule.name)
     return _RULES.setdefault(rule.name, rule)
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from rltrain.config import ConfigError, spec
-from rltrain.extensions import track
+from rltrain.extensions import note_importer, track
 
 if TYPE_CHECKING:
     import torch
@@ -249,6 +249,7 @@ def register_algo(spec: AlgoSpec, built_in: bool = False) -> AlgoSpec:
             raise ValueError(f"algorithm {spec.name!r}: config section {name!r} is taken")
     _SECTIONS.update(spec.options)
     _ALGOS[spec.name] = spec
+    note_importer("rltrain.rl.algos", spec.name)
     if built_in:
         BUILT_IN.add(spec.name)
     return spec

@@ -24,7 +24,7 @@ from rltrain.envs.user import import_listed
 from rltrain.faults import FaultsConfig
 from rltrain.ps.config import OptimizerConfig, ServerConfig, check_momentum_correction
 from rltrain.ps.rules import SYNC
-from rltrain.rl.algos import AlgoConfig, AlgoSpec, algo_spec, section_types
+from rltrain.rl.algos import AlgoConfig, AlgoSpec, algo_names, algo_spec, section_types
 from rltrain.rl.algos.dqn import DQNConfig, ReplayConfig
 from rltrain.rl.algos.impala import ImpalaConfig
 from rltrain.rl.algos.ppo import PPOConfig
@@ -384,6 +384,13 @@ def load_run_config(
     data = run_yaml(path)
     if not data:  # (every config.yaml a run writes holds every key)
         raise ConfigError(f"{path}: empty; a run's config.yaml holds its whole config")
+    import_listed(data)  # (what registers its algorithm, before that is looked for)
+    if (name := (data.get("algo") or {}).get("name")) not in (*algo_names(), None):
+        raise ConfigError(
+            f"{path}: algo.name={name!r} is known to the code that trained the run, not here: "
+            "name the module that registers it in this file's imports (a script's own "
+            "module cannot be: move the algorithm into a module of its own)"
+        )
     try:
         return from_dict(TrainConfig, merge(data, over, TrainConfig))
     except ConfigError as e:  # a value edited in the run's file: the file is named too

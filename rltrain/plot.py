@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -222,6 +223,7 @@ def draw(
         for ax, x in ((by_frames, e_frames), (by_time, e_seconds / unit)):
             if len(x):  # the evaluations during training: dots on the run's line
                 ax.plot(x, e_means, "o", color=color, ms=4, mfc="white", label=dots)
+    bands: list[tuple[Any, np.ndarray, np.ndarray, np.ndarray, str]] = []
     for k, g in enumerate(groups):  # each group's mean curve, where all its runs have one
         runs = [curves[i] for i in g.members]
         ys = [means[i] for i in g.members]
@@ -229,8 +231,15 @@ def draw(
             (by_frames, [c.frames for c in runs]),
             (by_time, [c.seconds / unit for c in runs]),
         ):
-            x, y = mean_curve(xs, ys)
-            ax.plot(x, y, color=f"C{k % 10}", lw=2.4, label=f"{g.label} ({_of(len(runs), 'mean')})")
+            x, y, h = mean_curve(xs, ys)
+            of = _of(len(runs), "mean") + (", 95% CI shaded" if len(runs) > 1 else "")
+            ax.plot(x, y, color=f"C{k % 10}", lw=2.4, label=f"{g.label} ({of})")
+            if len(runs) > 1:  # where two settings' bands part, their means differ
+                bands.append((ax, x, y - h, y + h, f"C{k % 10}"))
+    for ax in (by_frames, by_time):  # the axes the curves take: 2 seeds' band (t = 12.7) runs
+        ax.set_ylim(ax.get_ylim())  # off them, and the curves would be a flat line
+    for ax, x, low, high, color in bands:
+        ax.fill_between(x, low, high, color=color, alpha=0.15, lw=0)
     by_frames.set_xlabel("frames")
     by_frames.xaxis.set_major_formatter(EngFormatter())  # 2M, not 2 x 1e6
     by_time.set_xlabel(time_label)

@@ -676,3 +676,20 @@ def test_a_mark_is_judged_after_each_batch_not_between_its_episodes() -> None:
     curve = Curve("r", frames, frames / 100, np.array([9.0, 11.0, 0.0, 20.0]), window=2)
     (hit,) = time_to_marks(curve, [9.9])
     assert hit.frames == 300.0  # not 200: that batch's last mean was 5.5
+
+
+def test_a_groups_band_is_the_95_percent_interval_of_its_mean() -> None:
+    """plot --group drew each setting's mean alone: two settings whose seeds overlap looked
+    apart. The band is Student's t interval of the mean over the group's runs."""
+    import numpy as np
+
+    from rltrain.plot_groups import ci95, mean_curve
+
+    x = np.arange(5.0)
+    grid, mean, half = mean_curve([x, x], [np.zeros(5), np.full(5, 2.0)])
+    assert len(grid) == 200 and np.allclose(mean, 1.0)
+    assert np.allclose(half, 12.706 * np.sqrt(2.0) / np.sqrt(2.0))  # t(1) x sd / sqrt(n)
+    assert np.allclose(ci95(np.ones((1, 3))), 0.0)  # one run: no band
+    many = np.random.default_rng(0).normal(size=(40, 1))
+    t = ci95(many)[0] / (many.std(ddof=1) / np.sqrt(40))
+    assert abs(t - 2.0227) < 1e-3  # t(39, 0.975), beyond the table

@@ -314,3 +314,51 @@ def test_evaluations_act_epsilon_greedily_and_older_runs_greedily(tmp_path: Path
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(old))
     assert load_run_config(TrainConfig, tmp_path / "config.yaml").dqn.eval_epsilon == 0.0
     assert cfg().dqn.eval_epsilon == 0.05
+
+
+def test_the_dueling_head_is_a_value_plus_centred_advantages_end_to_end(tmp_path: Path) -> None:
+    """dqn.dueling (Wang et al. 2016, eq. 9): Q = V + A - mean_a A. The actors, the learners,
+    the server's parameter count and an evaluation all build the same network."""
+    from rltrain.rl.algos.models import build_qnet
+
+    torch.manual_seed(0)
+    net = build_qnet("mlp", (4,), 3, 16, dueling=True)
+    obs = torch.randn(5, 4)
+    assert net.value is not None
+    h = net.torso(obs)
+    a = net.q(h)
+    expected = net.value(h) + a - a.mean(-1, keepdim=True)  # [5, 3]
+    assert torch.allclose(net(obs), expected)
+    assert torch.allclose(net(obs).mean(-1), net.value(h).squeeze(-1))  # V: the actions' mean
+    plain = build_qnet("mlp", (4,), 3, 16)
+    count = sum(p.numel() for p in net.parameters()) - sum(p.numel() for p in plain.parameters())
+    assert count == 16 + 1  # the value head alone
+    c = dataclasses.replace(cfg(dueling=True), seed=3)
+    server, replay = setup(c)
+    plain_run = initial_params(cfg(), probe_env(cfg())).numel()
+    assert server.pull().values.numel() == plain_run + c.model.hidden + 1
+    actor = DQNActor(c, 0)
+    actor.collect(server, replay, 70)  # past learning_starts
+    spec = probe_env(c)
+    learner = DQNLearner(c, spec.obs_shape, spec.num_actions)
+    assert learner.learn(server, replay, 3).applied == 3
+
+
+@pytest.mark.slow
+def test_a_dueling_run_plays_its_checkpoint(tmp_path: Path) -> None:
+    """Evaluations and `rltrain eval` build the run's network from its config.yaml: a dueling
+    checkpoint does not fit a plain Q-network."""
+    import rltrain
+
+    run = rltrain.train(
+        Path(__file__).resolve().parents[1] / "configs" / "cartpole_gorila.yaml",
+        run_dir=tmp_path / "run",
+        dqn__dueling=True,
+        dqn__learning_starts=200,
+        runtime__backend="local",
+        stop__mean_return=None,
+        stop__max_env_steps=1500,
+        eval__every_steps=0,
+    )
+    assert "dueling: true" in (run.run_dir / "config.yaml").read_text()
+    assert len(rltrain.evaluate(run.run_dir, episodes=1).returns) == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
@@ -20,7 +21,13 @@ from rltrain.perf import PhaseTimer
 from rltrain.ps.server import Server
 from rltrain.records import Params
 from rltrain.rl.algos.distributions import distribution
-from rltrain.rl.algos.models import ActorCritic, build_policy, load_flat, parameters_to_come
+from rltrain.rl.algos.models import (
+    ActorCritic,
+    build_policy,
+    build_qnet,
+    load_flat,
+    parameters_to_come,
+)
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.inputs import normalizes_obs
 from rltrain.rl.rollout import (
@@ -70,6 +77,14 @@ def policy_builder(cfg: TrainConfig) -> Callable[..., ActorCritic]:
         )
 
     return build
+
+
+def model_builder(cfg: TrainConfig) -> Callable[..., nn.Module]:
+    """The run's network builder, ``build(kind, obs_shape, actions, hidden)``: the Q-network
+    (with ``dqn.dueling``'s head) or :func:`policy_builder`'s actor-critic."""
+    if cfg.algo_spec.q_network:
+        return functools.partial(build_qnet, dueling=cfg.dqn.dueling)
+    return policy_builder(cfg)
 
 
 @contextlib.contextmanager

@@ -16,9 +16,9 @@ from rltrain.envs import ActionSpace, EnvError, check_first_reset, make_env
 from rltrain.envs.user import channels_last_shape
 from rltrain.envs.user import one_hot as one_hot_space
 from rltrain.ps.server import ShardLayout
-from rltrain.rl.actor import policy_builder
+from rltrain.rl.actor import model_builder
 from rltrain.rl.algos import algo_names, algo_spec
-from rltrain.rl.algos.models import build_qnet, flat_params
+from rltrain.rl.algos.models import flat_params
 from rltrain.rl.algos.torsos import check_image_layout, check_torso
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.config.train import rule_notes
@@ -125,7 +125,7 @@ def initial_params(cfg: TrainConfig, spec: EnvSpec) -> torch.Tensor:
 
 def build_model(cfg: TrainConfig, spec: EnvSpec) -> torch.nn.Module:
     """The run's network (on ``torch.device("meta")``: its shapes alone, no memory)."""
-    build = build_qnet if cfg.algo_spec.q_network else policy_builder(cfg)
+    build = model_builder(cfg)
     return build(cfg.model.kind, spec.obs_shape, spec.actions, cfg.model.hidden)
 
 

@@ -44,9 +44,9 @@ from rltrain.envs.screen import make_recording_env
 from rltrain.envs.user import load_env_code
 from rltrain.normalize import NormStats
 from rltrain.progress import Paced
-from rltrain.rl.actor import policy_builder
+from rltrain.rl.actor import model_builder
 from rltrain.rl.algos.distributions import distribution
-from rltrain.rl.algos.models import ActorCritic, build_qnet, load_flat
+from rltrain.rl.algos.models import ActorCritic, load_flat
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.device import torch_threads
 from rltrain.rl.eval_args import (
@@ -157,7 +157,7 @@ def load_policy(
     """The run's network with the checkpoint's (path, values, norm) loaded into it."""
     path, values, norm = params
     dqn = cfg.algo_spec.q_network
-    build = build_qnet if dqn else policy_builder(cfg)
+    build = model_builder(cfg)
     model = build(cfg.model.kind, obs_shape, actions, cfg.model.hidden)
     if sum(p.numel() for p in model.parameters()) != values.numel():
         raise CheckpointError(f"{path} does not fit the model of {run_dir}/config.yaml")

@@ -22,9 +22,8 @@ from rltrain.perf import PhaseTimer
 from rltrain.ps.server import Server
 from rltrain.records import GradUpdate, Params, PushResult, tensor_of
 from rltrain.replay import SampledBatch, TransitionBlock
-from rltrain.rl.actor import acting_setup, frame_stack_of, load_params
+from rltrain.rl.actor import acting_setup, frame_stack_of, load_params, model_builder
 from rltrain.rl.algos.dqn import DoubleDQNLoss
-from rltrain.rl.algos.models import build_qnet
 from rltrain.rl.config import TrainConfig, waits_at_barrier
 from rltrain.rl.device import pick_device
 from rltrain.rl.exchange import record_push, round_end
@@ -88,7 +87,7 @@ class DQNActor:
     def __init__(self, cfg: TrainConfig, actor_id: int, start_steps: int = 0) -> None:
         self.cfg = cfg
         self.actor_id = actor_id
-        self.env, self.model, seed = acting_setup(cfg, actor_id, build_qnet)
+        self.env, self.model, seed = acting_setup(cfg, actor_id, model_builder(cfg))
         self.rng = np.random.default_rng(seed)
         self.obs = np.asarray(self.env.reset(seed=seed))
         self.first_round = FirstRound(self.env.num_envs)
@@ -202,7 +201,8 @@ class DQNLearner:
         self.cfg = cfg
         self.learner_id = learner_id
         self.device = pick_device(gpu, f"learner {learner_id}")
-        self.online = build_qnet(cfg.model.kind, obs_shape, num_actions, cfg.model.hidden).to(
+        build = model_builder(cfg)
+        self.online = build(cfg.model.kind, obs_shape, num_actions, cfg.model.hidden).to(
             self.device
         )
         self.target = copy.deepcopy(self.online)

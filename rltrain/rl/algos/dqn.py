@@ -55,6 +55,9 @@ class DQNConfig:
     """n-step returns: each transition's target sums up to n discounted rewards and
     bootstraps gamma^k Q(s_{t+k}) (Hessel et al. 2018; Ape-X uses 3). A window stops at an
     episode's end and at the end of the block an actor sends (algo.rollout_length steps)."""
+    dueling: bool = False
+    """The dueling head (Wang et al. 2016; Ape-X's): a state value V(s) and advantages A(s, a)
+    on the torso, Q = V + A - mean_a A. A run saves it in config.yaml; it plays with its own."""
 
 
 @dataclass(frozen=True)

@@ -188,15 +188,23 @@ class ActorCritic(nn.Module):
 
 
 class QNetwork(nn.Module):
-    """Action values on the same torso (DQN, Gorila)."""
+    """Action values on the same torso (DQN, Gorila); ``dueling``: from a value and advantages
+    (Wang et al. 2016)."""
 
-    def __init__(self, torso: nn.Module, num_actions: int) -> None:
+    def __init__(self, torso: nn.Module, num_actions: int, dueling: bool = False) -> None:
         super().__init__()
         self.torso = torso
-        self.q = nn.Linear(cast(int, torso.out_dim), num_actions)
+        self.q = nn.Linear(cast(int, torso.out_dim), num_actions)  # (dueling: advantages)
+        self.value = nn.Linear(cast(int, torso.out_dim), 1) if dueling else None
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:  # [N, *obs] -> [N, A]
-        return self.q(self.torso(obs))
+        h = self.torso(obs)  # [N, H]
+        if self.value is None:
+            return self.q(h)
+        a = self.q(h)  # [N, A]
+        # Q = V + (A - mean_a A): Wang et al. 2016, eq. 9 (the mean makes V and A identifiable
+        # and steadier to learn than the max of eq. 8)
+        return self.value(h) + a - a.mean(-1, keepdim=True)
 
 
 def build_policy(
@@ -228,10 +236,11 @@ def build_qnet(
     actions: ActionSpace | int,
     hidden: int,
     precision: str = "fp32",
+    dueling: bool = False,
 ) -> QNetwork:
     """One Q-value per discrete action (a Box has no finite set of actions to rate)."""
     if isinstance(actions, ActionSpace):
         if actions.vector:  # (MultiDiscrete: a Q per joint action, prod(nvec) heads)
             raise ValueError(f"a Q-network needs Discrete actions, not {actions.describe()}")
         actions = actions.n
-    return QNetwork(build_torso(kind, obs_shape, hidden, precision), actions)
+    return QNetwork(build_torso(kind, obs_shape, hidden, precision), actions, dueling)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import site
 import sys
 import sysconfig
@@ -117,9 +118,31 @@ def _module(frame: Any) -> str:
     return str(frame.f_globals.get("__name__", ""))
 
 
-def importers(algo: str, rule: str) -> list[str]:
-    """The modules whose import registered a run's algorithm and update rule: the run lists
-    them in its config.yaml's ``imports``, so that ``rltrain eval`` and ``--resume`` of a run
-    that a script trained (``import examples.vpg``, then ``rltrain.train``) know them too."""
-    keys = (("rltrain.rl.algos", algo), ("rltrain.ps.rules", rule))
-    return list(dict.fromkeys(m for key in keys if (m := _IMPORTED_BY.get(key))))
+def run_imports(cfg: Any) -> tuple[str, ...]:
+    """A TrainConfig's ``imports`` and the modules whose import registered its algorithm and
+    update rule: the run lists them in config.yaml, so that ``rltrain eval`` and ``--resume``
+    of a run that a script trained (``import examples.vpg``, then ``rltrain.train``) know
+    them too, and Ray ships them."""
+    keys = (("rltrain.rl.algos", cfg.algo.name), ("rltrain.ps.rules", cfg.server.rule))
+    found = (m for key in keys if (m := _IMPORTED_BY.get(key)))
+    return tuple(dict.fromkeys([*cfg.imports, *(m for m in found if _importable(m))]))
+
+
+def forget_importer(registry: str, name: str) -> None:
+    """``name`` was unregistered: a later registration of it (from ``__main__``, a test's
+    fixture) is not the module's that registered it first."""
+    _IMPORTED_BY.pop((registry, name), None)
+
+
+def _importable(name: str) -> bool:
+    """Whether another process imports ``name`` as the module this one has: done importing
+    (not one whose top level is training as it is imported: each child would train again),
+    and found by its name at the same file (not one loaded from a path under another name)."""
+    module = sys.modules.get(name)
+    if module is None or getattr(module.__spec__, "_initializing", False):
+        return False
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return False
+    return spec is not None and spec.origin == getattr(module, "__file__", None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,7 +25,8 @@ def failure_line(
     """The one line summary.json keeps for ``error`` (Ray's task error: the line of the error
     it wraps). An error with a ``detail`` (a traceback) leaves it in ``run_dir/failure.log``,
     and ``say`` says where."""
-    error = getattr(error, "cause", None) or error  # RayTaskError(EnvFailed): the EnvFailed
+    cause = getattr(error, "cause", None)  # RayTaskError(EnvFailed): the EnvFailed
+    error = cause if isinstance(cause, BaseException) else error
     detail = getattr(error, "detail", "")
     if detail and run_dir is not None:
         path = Path(run_dir) / FAILURE_LOG
@@ -55,27 +57,94 @@ def keep_log(
     """``error``'s traceback into ``path``, said: whose code it was in (:func:`keep_traceback`)."""
     import traceback
 
-    text = "".join(traceback.format_exception(error))
     with contextlib.suppress(OSError):
-        path.write_text(text)
-        if mine := your_frame(text, imports):
+        path.write_text("".join(traceback.format_exception(error)))
+        if mine := your_frame(error, imports):
             say(f"an error in your code{mine}: its traceback is in {path}")
         else:
             say(f"an internal error (a bug; please report it): its traceback is in {path}")
 
 
-def your_frame(text: str, imports: Sequence[str]) -> str:
-    """`` (at myloss.py:38, in __call__)``: the innermost frame of the traceback ``text``
-    (another process's too: it crosses as text) in a module of ``imports``; "" if none."""
-    import re
+TRACEBACK = "Traceback (most recent call last):"
+FRAME = re.compile(r'^\s*File "(.*)", line (\d+), in (.*)$', re.M)
 
-    files = {getattr(sys.modules.get(name), "__file__", None) for name in imports} - {None}
-    frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', text)
-    mine = [(path, line, fn) for path, line, fn in frames if path in files]
-    if not mine:
-        return ""
-    path, line, fn = mine[-1]
-    return f" (at {os.path.basename(path)}:{line}, in {fn})"
+
+def _origin(error: BaseException) -> BaseException:
+    """The exception ``error`` began as: its deepest ``__cause__`` (a child's traceback, as
+    text; not ``__context__``: an error raised while handling another is its own)."""
+    while isinstance(error.__cause__, BaseException):
+        error = error.__cause__
+    return error
+
+
+def _frames(origin: BaseException) -> list[tuple[str, str, str]]:
+    """(file, line, function) of ``origin``'s frames, outermost first: its own traceback, then
+    the last traceback in its text (another process's, which the call crossed from)."""
+    import traceback
+
+    own = [(f.filename, str(f.lineno), f.name) for f in traceback.extract_tb(origin.__traceback__)]
+    # (Ray's task error: the remote frames follow its first line, with no "Traceback")
+    return own + FRAME.findall(_origin_text(str(origin)).rsplit(TRACEBACK, 1)[-1])
+
+
+CAUSE = "The above exception was the direct cause of the following exception:"
+CONTEXT = "During handling of the above exception, another exception occurred:"
+
+
+def _origin_text(text: str) -> str:
+    """The part of a formatted exception chain (oldest first) that the last one began as:
+    back through its direct causes (a call that crossed two processes, a worker's call to a
+    shard, carries the shard's traceback as its first), not through "during handling"."""
+    parts = re.split(f"({re.escape(CAUSE)}|{re.escape(CONTEXT)})", text)
+    i = len(parts) - 1  # parts: text, separator, text, ...
+    while i >= 2 and parts[i - 1] == CAUSE:
+        i -= 2
+    return parts[i]
+
+
+def _yours(path: str, imports: Sequence[str]) -> bool:
+    """Whether ``path`` is a file of a module of ``imports``: by its name's path (the same on
+    Ray's nodes, which run a shipped copy), ``a/b.py`` for ``a.b``, any file of package ``a``."""
+    where = "/" + path.replace(os.sep, "/")
+    for name in imports:
+        rel = "/" + name.replace(".", "/")
+        if where.endswith(rel + ".py") or rel + "/" in where:
+            return "-packages/" not in where or path == _file(name)
+    return False
+
+
+def _file(name: str) -> str | None:
+    return getattr(sys.modules.get(name), "__file__", None)
+
+
+def your_frame(error: BaseException, imports: Sequence[str]) -> str:
+    """`` (at myloss.py:38, in __call__)``: where ``error`` began, if in a module of
+    ``imports``: its innermost frame that is yours or rltrain's decides (torch's and the
+    standard library's are passed over: your loss's shape error raised in torch is yours;
+    rltrain's code that your code called is rltrain's); "" if not yours."""
+    for path, line, fn in reversed(_frames(_origin(error))):
+        if _yours(path, imports):
+            return f" (at {os.path.basename(path)}:{line}, in {fn})"
+        if "/rltrain/" in path.replace(os.sep, "/"):
+            return ""
+    return ""
+
+
+def _exception_line(error: BaseException) -> str:
+    """``NameError: name 'x' is not defined``: the exception's type and its message's first
+    line (Ray's task error: of the error it wraps; a child's text: the line after its last
+    frame)."""
+    cause = getattr(error, "cause", None)
+    top = cause if isinstance(cause, BaseException) else error
+    text = str(top)
+    if TRACEBACK not in text:
+        first = text.strip().splitlines()[0] if text.strip() else ""
+        return f"{type(top).__name__}: {first}" if first else type(top).__name__
+    last = text.rsplit(TRACEBACK, 1)[1].splitlines()
+    frame_lines = [i for i, line in enumerate(last) if FRAME.match(line)]
+    after = last[frame_lines[-1] + 1 :] if frame_lines else last
+    said = [line for line in after if line and not line[0].isspace()]
+    return said[0].strip() if said else type(top).__name__
 
 
 def your_error(error: BaseException, imports: Sequence[str]) -> str | None:
@@ -83,14 +152,7 @@ def your_error(error: BaseException, imports: Sequence[str]) -> str | None:
     a rule, an estimator), wherever it ran: ``an error in your code: NameError: name 'x' is
     not defined (at myloss.py:38, in __call__)``; None for any other (rltrain's bug). The
     run stops as by a fault (summary.json, exit code 1): a restart would fail alike."""
-    import traceback
-
     if not isinstance(error, Exception) or isinstance(error, RLTrainError):
         return None
-    mine = your_frame("".join(traceback.format_exception(error)), imports)
-    if not mine:
-        return None
-    error = getattr(error, "cause", None) or error  # Ray's task error: the error it wraps
-    # the exception's own last line (another process's traceback, as text, ends with it)
-    lines = "".join(traceback.format_exception_only(error)).strip().splitlines()
-    return f"an error in your code: {lines[-1] if lines else type(error).__name__}{mine}"
+    mine = your_frame(error, imports)
+    return f"an error in your code: {_exception_line(error)}{mine}" if mine else None

@@ -303,6 +303,9 @@ def _prepare(
     resume_flag: str,
 ) -> tuple[Trainer, list[Path] | None]:
     """:func:`prepare_train`; also, for a new run, the folders it made (None on resume)."""
+    from rltrain.extensions import run_imports
+
+    cfg = dataclasses.replace(cfg, imports=run_imports(cfg))  # (before Ray starts: it ships them)
     # torch-free until the env is probed (see start_ray_then_probe)
     from rltrain.progress import process_start_time
     from rltrain.rundir import (
@@ -363,7 +366,6 @@ def _prepare(
     try:
         from rltrain.envs.atari import resolve_sticky
         from rltrain.envs.user import ship_registration
-        from rltrain.extensions import importers
         from rltrain.rl.inputs import resolve_obs_norm
         from rltrain.rl.run.train import Trainer
 
@@ -371,8 +373,6 @@ def _prepare(
         cfg = resolve_obs_norm(cfg, spec.obs_shape, spec.one_hot)
         cfg = dataclasses.replace(cfg, env=resolve_sticky(cfg.env))  # null: the id's
         cfg = dataclasses.replace(cfg, env=ship_registration(cfg.env))  # a script's register
-        made_by = importers(cfg.algo.name, cfg.server.rule)  # (imported by a script)
-        cfg = dataclasses.replace(cfg, imports=tuple(dict.fromkeys([*cfg.imports, *made_by])))
         check_startup(cfg, spec, resume is None)  # before the run dir is made, as the env tells
         if resume is None:
             name = config_path or f"{cfg.algo.name}_{cfg.env.id.replace('/', '_')}"

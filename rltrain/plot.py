@@ -234,7 +234,7 @@ def draw(
             x, y, h = mean_curve(xs, ys)
             of = _of(len(runs), "mean") + (", 95% CI shaded" if len(runs) > 1 else "")
             ax.plot(x, y, color=f"C{k % 10}", lw=2.4, label=f"{g.label} ({of})")
-            if len(runs) > 1:  # where two settings' bands part, their means differ
+            if len(runs) > 1:  # the 95% interval of the mean, pointwise
                 bands.append((ax, x, y - h, y + h, f"C{k % 10}"))
     for ax in (by_frames, by_time):  # the axes the curves take: 2 seeds' band (t = 12.7) runs
         ax.set_ylim(ax.get_ylim())  # off them, and the curves would be a flat line

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sys
-import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,12 +14,13 @@ import pytest
 
 import rltrain
 from rltrain.cli import main
-from rltrain.failure import your_error, your_frame
+from rltrain.failure import TRACEBACK, your_error, your_frame
 from rltrain.faults import BenchFailed
 from rltrain.rl.algos import algo_names, unregister_algo
 from rltrain.runtime.process.child import RemoteError, rebuild
 
 ROOT = Path(__file__).resolve().parents[1]
+RLTRAIN = str(ROOT / "rltrain")
 
 LOSS = """\
 from rltrain.rl.algos import AlgoSpec, register_algo
@@ -77,19 +77,49 @@ def test_the_line_names_the_error_and_the_users_frame_wherever_it_ran(modules: P
     except NameError as e:
         here = e
     where = " (at my_loss.py:7, in __call__)"
-    assert your_frame("".join(traceback.format_exception(here)), ["my_loss"]) == where
+    assert your_frame(here, ["my_loss"]) == where
     line = f"an error in your code: NameError: name 'lgop' is not defined{where}"
     assert your_error(here, ["my_loss"]) == line
     assert your_error(here, []) is None  # a module not of imports: rltrain's bug, not yours
     # from a child process: the original, its traceback as text in its cause (or, unpicklable,
-    # the text alone, ending with the exception's own line)
-    text = f'Traceback (most recent call last):\n  File "{modules / "my_loss.py"}", line 7, in '
-    text += "__call__\n    return lgop\nNameError: name 'lgop' is not defined\n"
-    assert your_error(rebuild(NameError("name 'lgop' is not defined"), text), ["my_loss"]) == line
-    assert your_error(RemoteError(text), ["my_loss"]) == line
+    # the text alone, ending with the exception's own line); on Ray's nodes the module is a
+    # shipped copy elsewhere: its name's path decides
+    for folder in (modules, Path("/tmp/ray/session_1/runtime_resources/py_modules_files/x")):
+        text = f'{TRACEBACK}\n  File "{RLTRAIN}/rl/learner.py", line 189, in _one_pass\n'
+        text += f'    loss = self.loss(\n  File "{folder / "my_loss.py"}", line 7, in __call__\n'
+        text += "    return lgop\nNameError: name 'lgop' is not defined\n"
+        remote = rebuild(NameError("name 'lgop' is not defined"), text)
+        assert your_error(remote, ["my_loss"]) == line
+        assert your_error(RemoteError(text), ["my_loss"]) == line
     assert your_error(KeyboardInterrupt(), ["my_loss"]) is None
 
 
+def test_whose_error_is_decided_by_the_innermost_frame_of_yours_or_rltrains() -> None:
+    """review77: rltrain's code that your code called raising is rltrain's bug; torch's raising
+    under your loss is yours; an error raised while rltrain handled yours is rltrain's."""
+
+    def text(*files: str, last: str = "ValueError: bad") -> RemoteError:
+        frames = "".join(f'  File "{f}", line 3, in f\n    x()\n' for f in files)
+        return RemoteError(f"{TRACEBACK}\n{frames}{last}\n")
+
+    mine, torch_file = "/home/u/proj/mypkg/losses.py", "/v/lib/python3.12/site-packages/torch/f.py"
+    ours = f"{RLTRAIN}/rl/algos/a3c.py"
+    assert your_frame(text(ours, mine, torch_file), ["mypkg"]) == " (at losses.py:3, in f)"
+    assert your_frame(text(mine, ours), ["mypkg"]) == ""  # (rltrain's, called by yours)
+    assert your_frame(text(mine), ["mypkg.other"]) == ""  # another module of the package
+    assert your_frame(text("/v/lib/python3.12/site-packages/my_loss.py"), ["my_loss"]) == ""
+    try:
+        try:
+            raise RemoteError(str(text(mine)))
+        except RemoteError:
+            raise RuntimeError("rltrain's bug while handling it") from None
+    except RuntimeError as handled:
+        assert your_error(handled, ["mypkg"]) is None
+    one = your_error(text(mine, last="ValueError: two\nlines"), ["mypkg"])
+    assert one == "an error in your code: ValueError: two (at losses.py:3, in f)"
+
+
+@pytest.mark.slow
 def test_a_loss_that_raises_stops_the_run_as_a_fault_with_its_summary(
     modules: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import ClassVar, Protocol
 
 from rltrain.config import ConfigError
-from rltrain.extensions import note_importer, track
+from rltrain.extensions import forget_importer, note_importer, track
 
 
 class RuleSettings(Protocol):
@@ -186,7 +186,8 @@ def register_rule(rule: UpdateRule) -> UpdateRule:
     held = _RULES.get(rule.name)
     if held is not None and (type(held) is not type(rule) or vars(held) != vars(rule)):
         raise ValueError(f"update rule {rule.name!r} is registered already ({held!r})")
-    note_importer(__name__, rule.name)
+    if held is None:  # (an equal rule again changes nothing, nor who registered it)
+        note_importer(__name__, rule.name)
     return _RULES.setdefault(rule.name, rule)
 
 
@@ -195,6 +196,7 @@ def unregister_rule(name: str) -> None:
     if name in (r.name for r in BUILT_IN):
         raise ValueError(f"update rule {name!r} is built in")
     _RULES.pop(name, None)
+    forget_importer(__name__, name)
 
 
 def rule_named(name: str) -> UpdateRule:

@@ -316,6 +316,8 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
     begun = time.time()
     try:
         for i, (seed, mode) in enumerate(runs):
+            if mode in extra.get("failed", {}):  # (your code's error: at every seed alike)
+                continue
             cfg = dataclasses.replace(base, seed=seed)
             name = run_name(mode, seed, cfg.seeds)
             label = f"[{i + 1}/{len(runs)} {name}]"
@@ -332,8 +334,8 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
             except Exception as e:  # an error in your code fails its mode alone
                 if (line := your_error(e, cfg.imports)) is None:
                     raise
-                keep_log(run_dir / f"failure-{name}.log", e, progress.note, cfg.imports)
-                extra.setdefault("failed", {})[name] = line
+                keep_log(run_dir / f"failure-{mode}.log", e, progress.note, cfg.imports)
+                extra.setdefault("failed", {})[mode] = line
                 print(f"{label} failed: {line}")
                 continue
             trace.faults.injected += slow

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from rltrain.config import ConfigError, spec
-from rltrain.extensions import note_importer, track
+from rltrain.extensions import forget_importer, note_importer, track
 
 if TYPE_CHECKING:
     import torch
@@ -261,6 +261,7 @@ def unregister_algo(name: str) -> None:
     if name in BUILT_IN:
         raise ValueError(f"algorithm {name!r} is built in")
     spec = _ALGOS.pop(name, None)
+    forget_importer("rltrain.rl.algos", name)
     for section in spec.options if spec else ():
         if not any(section in s.options for s in _ALGOS.values()):
             _SECTIONS.pop(section, None)

@@ -384,15 +384,16 @@ def load_run_config(
     data = run_yaml(path)
     if not data:  # (every config.yaml a run writes holds every key)
         raise ConfigError(f"{path}: empty; a run's config.yaml holds its whole config")
-    import_listed(data)  # (what registers its algorithm, before that is looked for)
-    if (name := (data.get("algo") or {}).get("name")) not in (*algo_names(), None):
+    merged = merge(data, over, TrainConfig)
+    import_listed(merged)  # (what registers its algorithm, before that is looked for)
+    name = algo.get("name") if isinstance(algo := merged.get("algo"), Mapping) else None
+    if isinstance(name, str) and name not in algo_names():  # (a script's: in no module)
         raise ConfigError(
-            f"{path}: algo.name={name!r} is known to the code that trained the run, not here: "
-            "name the module that registers it in this file's imports (a script's own "
-            "module cannot be: move the algorithm into a module of its own)"
+            f"{path}: algo.name={name!r} is none of this rltrain's ({', '.join(algo_names())}): "
+            "your own? name the module that registers it in imports (--set imports=[module])"
         )
     try:
-        return from_dict(TrainConfig, merge(data, over, TrainConfig))
+        return from_dict(TrainConfig, merged)
     except ConfigError as e:  # a value edited in the run's file: the file is named too
         if not over:
             e.args = (f"{path}: {e}",)

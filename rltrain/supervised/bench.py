@@ -368,6 +368,10 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
     cfg = base
     extra["stopped_by"] = "done"
     report.write_outputs(run_dir, cfg, results, curves, extra)
+    failed = extra.get("failed", {})
+    said = "; ".join(f"mode {name}: {line}" for name, line in failed.items())
+    if not results:  # every mode failed: no table, no plot to show
+        raise BenchFailed(f"{said} (no mode finished; summary.json in {run_dir})", run_dir)
     print()
     if cfg.seeds > 1:
         print(f"over {cfg.seeds} seeds (mean ± standard deviation; each run: results.md):")
@@ -377,7 +381,6 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
     print(f"  tensorboard --logdir {run_dir / 'tb'}")
     if cfg.server.record:
         print(f"  record/ of the pushes: rltrain reapply {run_dir}")
-    if failed := extra.get("failed"):  # (exit code 1, after every other mode's results)
-        said = "; ".join(f"mode {name}: {line}" for name, line in failed.items())
+    if failed:  # (exit code 1, after every other mode's results)
         raise BenchFailed(f"{said} (the other modes' results: {run_dir}/results.md)", run_dir)
     return 0

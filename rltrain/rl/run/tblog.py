@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
+import numpy as np
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
@@ -183,7 +184,12 @@ class TrainLogger:
             sampled = updates_per_s * self.batch_size  # every learner update samples a batch
             self.writer.add_scalar("replay/sampled_per_s", sampled, env_steps)
         if self._staleness:
-            self.writer.add_histogram("ps/staleness", _as_tensor(self._staleness), env_steps)
+            # one bin per staleness value: TensorBoard's default bins (about 1,500 edges,
+            # exponential) cost 4.7 kB a point for Gorila's spread, 8.5 MB/h (explore87)
+            edges = np.arange(max(self._staleness) + 2) - 0.5
+            self.writer.add_histogram(
+                "ps/staleness", _as_tensor(self._staleness), env_steps, bins=edges
+            )
             mean = sum(self._staleness) / len(self._staleness)
             self.writer.add_scalar("ps/staleness_mean", mean, env_steps)
             self.writer.add_scalar("ps/staleness_max", max(self._staleness), env_steps)

@@ -384,3 +384,20 @@ def test_a_bad_base_is_a_one_line_error(tmp_path: Path) -> None:
         with pytest.raises(ConfigError, match=message) as e:
             load_config(BenchConfig, tmp_path / "a.yaml")
         assert "\n" not in str(e.value)
+
+
+def test_a_run_folder_with_a_server_k_its_rule_never_read_still_loads(tmp_path: Path) -> None:
+    """server.k under sync or async is refused since session 77; a run folder written before,
+    which set it and never read it, is still evaluated and resumed (review77 L3)."""
+    import yaml
+
+    from rltrain.config import to_dict
+    from rltrain.rl.config import StopConfig, TrainConfig, load_run_config
+
+    data = to_dict(TrainConfig(stop=StopConfig(max_env_steps=100)))
+    data["server"]["k"] = 2  # (async, the default rule)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(data))
+    assert load_run_config(TrainConfig, tmp_path / "config.yaml").server.k == 0
+    data["server"]["rule"] = "soft_sync"  # read there: kept (and checked)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(data))
+    assert load_run_config(TrainConfig, tmp_path / "config.yaml").server.k == 2

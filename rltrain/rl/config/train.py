@@ -362,16 +362,16 @@ def waits_at_barrier(cfg: TrainConfig) -> bool:
 
 
 def run_yaml(path: str | Path) -> dict[str, Any]:
-    """A run folder's config.yaml as a dict, its keys as this rltrain names them, each key of
-    :attr:`TrainConfig.OLDER_RUNS` it lacks set to what the older rltrain that wrote it acted
-    by. Every config.yaml rltrain writes into a run folder holds every key, so a missing one
-    means an older rltrain: the run then resumes and plays as it was trained."""
+    """A run folder's config.yaml as a dict, in this rltrain's key names; a key of OLDER_RUNS
+    it lacks at what the older rltrain that wrote it acted by (it resumes and plays as it was
+    trained), and a ``server.k`` that its rule never read (sync, async; refused since) at 0."""
     data = moved_keys(TrainConfig, read_yaml(path))
     for dotted_key, value in TrainConfig.OLDER_RUNS.items():
         section, key = dotted_key.split(".")
-        part = data.get(section)
-        if isinstance(part, Mapping) and key not in part:
+        if isinstance(part := data.get(section), Mapping) and key not in part:
             data[section] = {**part, key: value}
+    if isinstance(s := data.get("server"), Mapping) and s.get("rule") in ("sync", "async"):
+        data["server"] = {**s, "k": 0}
     return data
 
 

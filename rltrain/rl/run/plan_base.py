@@ -214,6 +214,10 @@ class RLPlan(abc.ABC):
     def finish(self) -> None:  # noqa: B027 - an optional hook: most plans have nothing to do
         """After the loop (a normal end, not a failure)."""
 
+    def flush(self) -> None:  # noqa: B027 - an optional hook
+        """However the run ended, before its final checkpoint: results taken but not yet
+        counted are counted (a lockstep round's, :class:`~rltrain.rl.run.plans.WorkerPlan`)."""
+
     def close(self) -> None:
         """However the run ended: the hang watch stops."""
         self.hangs.close()

@@ -106,6 +106,9 @@ class WorkerPlan(RLPlan):
     def finish(self) -> None:
         self._absorb_round()  # a round cut short (a Ctrl-C's settle ran out of time)
 
+    def flush(self) -> None:
+        self._absorb_round()  # (a fault's end: the round's results that landed count)
+
 
 @dataclass
 class RolloutCap:

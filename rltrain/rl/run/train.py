@@ -86,8 +86,7 @@ class Trainer:
             self.cfg = dataclasses.replace(cfg, seed=session_seed(cfg.seed, steps))
         self.progress = Progress("[train]")
         self.run_lock: int | None = None  # the run folder's (launch.prepare_train takes it)
-        # set as the session starts (_run, _start)
-        self._ctx: RunContext | None = None
+        self._ctx: RunContext | None = None  # (these: set as the session starts, _run, _start)
         self._evals: PeriodicEval | None = None
         self.plan: RLPlan | None = None
         self.gpu = False  # the learners compute on a GPU
@@ -243,6 +242,9 @@ class Trainer:
         return summary
 
     def _wrap_up(self) -> dict[str, Any]:
+        if self.plan is not None:  # flush: the results of a round a fault cut short count
+            self.plan.flush()
+            self.record.replay_bytes = self.plan.replay_bytes
         if self.ctx.server is not None:
             try:
                 self.evals.final = self._checkpoint()  # scored unless an eval saw it
@@ -254,8 +256,6 @@ class Trainer:
                     self.ctx.shard_guard().poll()
                     self._log_point()
         self.evals.finish(wait=self.stopped_by not in ("interrupt", "fault", "diverged"))
-        if self.plan is not None:
-            self.record.replay_bytes = self.plan.replay_bytes
         args = (self.cfg, self.spec, self.counters, self.faults, self.record, self.ctx.procs)
         summary = train_summary(*args, self.evals.summary())
         write_summary(self.run_dir, summary)

@@ -130,6 +130,12 @@ def your_frame(error: BaseException, imports: Sequence[str]) -> str:
     return ""
 
 
+def first_line(e: BaseException) -> str:
+    """``NameError: name 'x' is not defined``: the type and the message's first line."""
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
+
+
 def _exception_line(error: BaseException) -> str:
     """``NameError: name 'x' is not defined``: the exception's type and its message's first
     line (Ray's task error: of the error it wraps; a child's text: the line after its last
@@ -138,8 +144,7 @@ def _exception_line(error: BaseException) -> str:
     top = cause if isinstance(cause, BaseException) else error
     text = str(top)
     if TRACEBACK not in text:
-        first = text.strip().splitlines()[0] if text.strip() else ""
-        return f"{type(top).__name__}: {first}" if first else type(top).__name__
+        return first_line(top)
     last = text.rsplit(TRACEBACK, 1)[1].splitlines()
     frame_lines = [i for i, line in enumerate(last) if FRAME.match(line)]
     after = last[frame_lines[-1] + 1 :] if frame_lines else last

@@ -36,13 +36,9 @@ from gymnasium.wrappers import DtypeObservation, FrameStackObservation, ReshapeO
 
 from rltrain.envs.base import EnvError
 from rltrain.envs.config import EnvConfig
+from rltrain.failure import first_line
 
 Wrapper = Callable[[gymnasium.Env], gymnasium.Env]
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
 
 
 def _import(name: str, what: str) -> Any:
@@ -58,7 +54,7 @@ def _import(name: str, what: str) -> Any:
                 f"; modules are looked up from the current folder ({os.getcwd()}) and "
                 "PYTHONPATH: run from the folder that holds it, or add that folder to PYTHONPATH"
             )
-        raise EnvError(f"{what}: cannot import module {name!r}: {_first_line(e)}{where}") from None
+        raise EnvError(f"{what}: cannot import module {name!r}: {first_line(e)}{where}") from None
 
 
 def import_env_modules(names: Sequence[str], key: str = "imports") -> None:
@@ -299,7 +295,7 @@ def make_one(
             name = getattr(wrap, "__name__", repr(wrap))
             bare = isinstance(e, TypeError) and not isinstance(wrap, BoundWrapper)
             hint = "; give its arguments as module:Class(name=value, ...)" if bare else ""
-            why = f"{_first_line(e)}{hint}"
+            why = f"{first_line(e)}{hint}"
             raise EnvError(f"env.wrappers: {name} failed on {env_id}: {why}") from None
     if not isinstance(env.observation_space, Box) and flattens(env.observation_space):
         env = FlatObservation(env)
@@ -372,7 +368,7 @@ def make_failed(env_id: str, kwargs: Mapping[str, Any], e: Exception) -> EnvErro
         return e
     given = f" with env.kwargs {dict(kwargs)}" if kwargs else ""
     # gymnasium re-raises a TypeError of the constructor with this said again after it
-    why = _first_line(e).split(" was raised from the environment creator for ")[0]
+    why = first_line(e).split(" was raised from the environment creator for ")[0]
     extra = EXTRAS.get(getattr(e, "name", None) or "") if isinstance(e, ImportError) else None
     if extra and "pip install" not in why:  # (gymnasium's Box2D envs say it; MuJoCo's did not)
         why += f'; install it with: pip install "gymnasium[{extra}]"'

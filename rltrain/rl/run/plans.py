@@ -103,11 +103,8 @@ class WorkerPlan(RLPlan):
             self._give(w)
         self.idle = []
 
-    def finish(self) -> None:
-        self._absorb_round()  # a round cut short (a Ctrl-C's settle ran out of time)
-
     def flush(self) -> None:
-        self._absorb_round()  # (a fault's end: the round's results that landed count)
+        self._absorb_round()  # a round cut short (a fault, a Ctrl-C's settle out of time)
 
 
 @dataclass

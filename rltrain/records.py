@@ -96,6 +96,10 @@ class PushResult:
     staleness: int = 0  # server version at arrival - update version
     reason: str = ""  # why it was rejected or dropped
     count: int = 1  # updates averaged into the step this push completed (barrier rules)
+    lr_scale: float = 1.0
+    """The learning-rate factor the rule gave an update applied on arrival. Shard 0's travels
+    to the other shards with its decision, and they step by it: the rule's own code runs on
+    shard 0 alone, before any shard steps, so an error in it leaves no shard a step ahead."""
     waits: bool = False
     """The pusher is in a barrier round that has not stepped yet (its update is accumulated, or
     it pushed again after its wait timed out): it waits for the round's step, not push again."""

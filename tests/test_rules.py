@@ -150,3 +150,45 @@ def test_a_rule_of_its_own_lr_scale_is_decided_once_for_every_shard() -> None:
     plain = ServerConfig()
     assert Decay().decides(plain) and not ASYNC.decides(plain) and SYNC.decides(plain)
     assert ASYNC.decides(ServerConfig(staleness="scale"))
+
+
+def test_a_rule_that_raises_leaves_no_shard_a_step_ahead() -> None:
+    """Review 77 L2: the rule's own code runs on shard 0 alone, before any shard steps (the
+    others take shard 0's factor), so a rule that raises leaves the shards at one version and
+    the final checkpoint of a failed run holds no half of an update."""
+    import torch
+
+    from rltrain.ps.config import OptimizerConfig
+    from rltrain.ps.server import LocalServer
+    from rltrain.records import GradUpdate
+
+    calls: list[int] = []
+
+    class Flaky(Async):
+        name = "flaky_test"
+
+        def lr_scale(self, server: object, staleness: int) -> float:
+            calls.append(staleness)
+            if len(calls) > 1:  # the first update's second call (on shard 1, before the fix)
+                raise RuntimeError("flaky")
+            return 0.5
+
+    register_rule(Flaky())
+    try:
+        server = LocalServer(
+            torch.zeros(6),
+            OptimizerConfig(name="sgd", lr=1.0),
+            ServerConfig(rule="flaky_test", shards=2),
+            1,
+        )
+        assert server.coordinated
+        first = server.push(GradUpdate(0, 0, torch.ones(6), 1))
+        assert first.status == "applied" and calls == [0]  # shard 1 stepped by shard 0's 0.5
+        assert server.pull().values.tolist() == [-0.5] * 6
+        with pytest.raises(RuntimeError, match="flaky"):
+            server.push(GradUpdate(0, 1, torch.ones(6), 1))
+        states = server.state_dicts(tries=1)
+        assert {int(s["version"]) for s in states} == {1}  # no shard stepped
+        assert server.pull().values.tolist() == [-0.5] * 6
+    finally:
+        unregister_rule("flaky_test")

@@ -314,10 +314,10 @@ class ParameterShard:
             return self._reject(decided.reason)
         if decided.status == "dropped":
             return self._drop(decided.reason, decided.staleness)
-        if not self.update_rule.barrier:
-            self._step(update.values, self.update_rule.lr_scale(self.server, decided.staleness))
+        if not self.update_rule.barrier:  # shard 0's factor (the rule is not run again here)
+            self._step(update.values, decided.lr_scale)
             self._count_applied(decided.staleness, 1)
-            return PushResult("applied", self.version, decided.staleness)
+            return PushResult("applied", self.version, decided.staleness, lr_scale=decided.lr_scale)
         # a barrier: accumulate; step once shard 0's count of updates is here (the update that
         # completed the step there may arrive here before the others of its version)
         self._round.add(update.worker_id, update.values)
@@ -333,13 +333,14 @@ class ParameterShard:
         reason = self.update_rule.drop_reason(self.server, staleness)
         if reason:
             return self._drop(reason, staleness)
-        self._step(update.values, self.update_rule.lr_scale(self.server, staleness), verdict)
+        scale = self.update_rule.lr_scale(self.server, staleness)
+        self._step(update.values, scale, verdict)
         if verdict is None:
             self._count_applied(staleness, 1)
-            return PushResult("applied", self.version, staleness)
+            return PushResult("applied", self.version, staleness, lr_scale=scale)
         self._counts.count_unread(verdict, staleness)
         self._changed.notify_all()  # as _count_applied
-        return PushResult("applied", self.version, staleness, deferred=True)
+        return PushResult("applied", self.version, staleness, deferred=True, lr_scale=scale)
 
     def _push_barrier(self, update: GradUpdate, staleness: int) -> PushResult:
         # a restarted (or warm-start) worker is back, even if this first push comes late:

@@ -334,6 +334,27 @@ def test_noframeskip_ids_run_under_the_protocol_with_the_ids_sticky_actions() ->
     }
 
 
+def test_fire_reset_is_an_option_the_emulator_obeys() -> None:
+    """explore88: FIRE at each game's start was part of the protocol without a key. Breakout
+    waits for FIRE to serve: with it a player who never moves loses a life, without it none."""
+    from ale_py.vector_env import AtariVectorEnv
+
+    from rltrain.envs.atari import atari_protocol, vector_args
+
+    lives = {}
+    for fire in (True, False):
+        cfg = EnvConfig(id="ALE/Breakout-v5", fire_reset=fire, sticky_actions=0.0, noop_max=0)
+        protocol = atari_protocol(cfg, "breakout", 1, 0, False)
+        assert protocol["fire_reset"] is fire
+        env = AtariVectorEnv("breakout", 1, **vector_args(cfg, protocol))
+        env.reset(seed=0)
+        for _ in range(300):
+            info = env.step(np.zeros(1, dtype=np.int64))[4]
+        lives[fire] = int(info["lives"][0])
+        env.close()
+    assert lives == {True: 4, False: 5}
+
+
 def test_atari_ids_that_skip_frames_themselves_are_refused_unless_wrapped() -> None:
     from rltrain.envs.gym_vector import GymVectorEnv
 

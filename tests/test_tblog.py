@@ -179,3 +179,32 @@ def test_the_live_line_says_the_updates_dropped_as_stale() -> None:
     c = Counters(env_steps=1000, updates=810, applied=413, dropped=397)
     assert "updates 810 (397 dropped)  staleness" in status_line(c, 20, 1, 10.0, 0.0, "")
     assert "dropped" not in status_line(Counters(updates=5, applied=5), 20, 1, 10.0, 0.0, "")
+
+
+def test_no_rate_is_written_once_the_stop_has_come(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """explore88: the work in flight at the stop lands at once, and Breakout's last
+    perf/env_fps point read 2,867 frames/s where the run held 2,048. After the stop the points
+    carry the version and the losses, no rates; a run whose first point is after it has one."""
+    clock = Clock()
+    monkeypatch.setattr(time, "time", clock)
+    log = TrainLogger(tmp_path / "tb", CFG, {}, frames_per_step=4)
+    for i in range(1, 4):
+        clock.t += 2
+        log.absorb(WorkStats(env_steps=1024, updates=2), 1024 * i)
+        log.flush(1024 * i, version=i)
+    log.rates = False  # the stop: three rollouts in flight land within a second
+    clock.t += 1
+    log.absorb(WorkStats(env_steps=3072, updates=6), 6144)
+    log.flush(6144, version=6)
+    log.close()
+    acc = events(tmp_path / "tb")
+    assert [e.step for e in acc.Scalars("perf/env_fps")] == [1024, 2048, 3072]
+    assert [e.step for e in acc.Scalars("ps/version")] == [1024, 2048, 3072, 6144]
+    late = TrainLogger(tmp_path / "tb2", CFG, {}, frames_per_step=4)
+    late.rates = False
+    late.absorb(WorkStats(env_steps=512), 512)
+    late.flush(512, version=1)
+    late.close()
+    assert len(events(tmp_path / "tb2").Scalars("perf/env_fps")) == 1

@@ -179,7 +179,7 @@ def atari_protocol(
         "image_size": cfg.image_size,
         "grayscale": True,
         "noop_max": cfg.noop_max,
-        "fire_reset": True,
+        "fire_reset": cfg.fire_reset,
         "sticky_actions": sticky_actions(cfg),
         "full_action_space": cfg.full_action_space,
         "max_episode_frames": cfg.max_episode_frames,
@@ -199,6 +199,7 @@ PROTOCOL_KWARGS = {
     **{"max_episode_steps": "max_episode_frames", "stack_num": "frame_stack"},
     **{"img_height": "image_size", "img_width": "image_size", "episodic_life": "episodic_life"},
     "full_action_space": "full_action_space",
+    "use_fire_reset": "fire_reset",
 }
 """ale-py's names of what the protocol's env.* keys set."""
 
@@ -241,7 +242,7 @@ def vector_args(cfg: EnvConfig, protocol: Mapping[str, Any]) -> dict[str, Any]:
         episodic_life=False,  # done here, see the module docstring
         life_loss_info=False,
         reward_clipping=False,  # done here: the raw score must survive
-        use_fire_reset=True,
+        use_fire_reset=cfg.fire_reset,
         **cfg.kwargs,
     )
 

@@ -76,6 +76,11 @@ class EnvConfig:
     low) / 2 (SAC's squashing, its log-probability with the change of variables); clip: u
     clipped to [low, high] (what runs made before this key existed do: their config.yaml
     lacks it and reads as clip). Unbounded dimensions take u. Discrete actions: unused."""
+    fire_reset: bool = True
+    """Atari: press FIRE at each game's start, in the games whose action set has it: the
+    DQN-era protocol (Mnih et al. 2015's code, OpenAI Baselines' FireResetEnv, SB3, CleanRL),
+    which most published Atari numbers use. false: Machado et al. (2018)'s advice, the agent
+    learns to start a game itself."""
     clip_rewards: bool = True
     """Atari, training only: reward = sign(game reward). Evaluation and the reported episode
     returns always use the raw game score."""

@@ -225,12 +225,13 @@ def evaluate(
     paced = Paced("[eval]")
 
     cap = f" of at most {max_steps:,}" if max_steps != DEFAULT_MAX_STEPS else ""  # (a user's)
+    others = "the other games' step" if video else "step"
 
-    def watch(ended: int, steps: int) -> None:  # ended: of this part; the video's came first
-        n = len(returns) + ended
+    def watch(ended: int, steps: int, part: str = "step") -> None:  # ended: of this part
+        n = len(returns) + ended  # (the filmed game comes first, with steps of its own)
         paced.update(
             n / episodes,
-            lambda s: f"{n} of {episodes} episodes ended, step {steps:,}{cap}, {s:.0f}s",
+            lambda s: f"{n} of {episodes} episodes ended, {part} {steps:,}{cap}, {s:.0f}s",
         )
 
     with ExitStack() as stack:
@@ -268,7 +269,7 @@ def evaluate(
                     out,
                     max_steps,
                     video_format or "mp4",
-                    (lambda steps: watch(0, steps)) if progress else None,
+                    (lambda steps: watch(0, steps, "filming, step")) if progress else None,
                 )
             except EnvError as e:  # a screen that fails mid-episode
                 raise _worded(e, style) from None
@@ -285,7 +286,7 @@ def evaluate(
                 vec_seed,
                 max_steps,
                 deterministic,
-                on_step=watch if progress else None,
+                on_step=(lambda n, t: watch(n, t, others)) if progress else None,
             )
             returns.extend(more)
             lengths.extend(more_lengths)

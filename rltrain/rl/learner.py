@@ -264,7 +264,8 @@ class Learner:
         learn)."""
         if not self.cfg.algo_spec.lags:
             return torch.zeros((), device=self.device)
-        return self.dist.kl(r.behaviour_logits.to(self.device), logits).mean().float()
+        kl = self.dist.kl(r.behaviour_logits.to(self.device), logits).mean().float()
+        return kl.clamp_min(0.0)  # (rounding made it -9e-11, explore88)
 
     def _gradient(self, loss: LossTerms, samples: int, lag: torch.Tensor) -> Gradient:
         check_terms(loss, self.cfg.algo.name)
@@ -272,7 +273,7 @@ class Learner:
         loss.total.backward()
         grad, norm = clipped_flat_grad(self.model, self.cfg.algo.max_grad_norm)
         stats = torch.cat([norm.float().reshape(1), loss.parts, lag.reshape(1)])  # [7]
-        return Gradient(grad, stats, samples, self.cfg.algo_spec.lags)
+        return Gradient(grad, stats, samples, self.cfg.algo_spec.lags, loss.absent)
 
     # --- the IMPALA/APPO learner step -------------------------------------------------------
 

@@ -284,6 +284,7 @@ class Gradient:
     stats: torch.Tensor  # [7] grad norm, LossParts' five, lag_kl
     samples: int
     lags: bool = False  # impala/appo: stats[6] is the actors' lag (else there is none)
+    absent: tuple[str, ...] = ()  # the loss's parts it does not have (LossTerms.absent)
 
     @property
     def finite(self) -> torch.Tensor:  # [] bool
@@ -301,9 +302,12 @@ def read_losses(gradients: Sequence[Gradient]) -> list[LossStats]:
     if not gradients:
         return []
     rows = torch.stack([g.stats for g in gradients]).tolist()
-    return [
-        LossStats(
-            norm, policy, value, entropy, kl=kl, clip_fraction=clip, lag_kl=lag if g.lags else None
-        )
-        for g, (norm, policy, value, entropy, kl, clip, lag) in zip(gradients, rows, strict=True)
-    ]
+    return [_stats(g, row) for g, row in zip(gradients, rows, strict=True)]
+
+
+def _stats(g: Gradient, row: list[float]) -> LossStats:
+    norm, policy, value, entropy, kl, clip, lag = row
+    kl_, clip_ = (None if k in g.absent else v for k, v in (("kl", kl), ("clip_fraction", clip)))
+    return LossStats(
+        norm, policy, value, entropy, kl=kl_, clip_fraction=clip_, lag_kl=lag if g.lags else None
+    )

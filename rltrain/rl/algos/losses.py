@@ -43,6 +43,9 @@ class LossTerms:
 
     total: torch.Tensor  # [] with grad
     parts: torch.Tensor  # [5] LossParts' fields, in order
+    absent: tuple[str, ...] = ()
+    """Parts this loss does not have (their slots hold 0): not logged. A3C's KL of the policy
+    against itself is rounding noise, and IMPALA's is its ``lag_kl`` again (explore88)."""
 
     def floats(self) -> LossParts:
         return LossParts(*self.parts.tolist())
@@ -202,7 +205,7 @@ def actor_critic_loss(
         # inf * 0 = NaN in the gradient; beyond e^20 the sample's gradient is cut instead
         log_ratio = (logp - dist.log_prob(mu, actions)).clamp(-20.0, 20.0)  # [N]
         kl_mu_pi = dist.kl(mu, logits)  # [N]
-        kl = kl_mu_pi.mean().detach()
+        kl = kl_mu_pi.mean().detach().clamp_min(0.0)  # (rounding made it -1e-9, explore88)
     if spec.clip > 0:
         assert behaviour_logits is not None, "the clipped surrogate needs the behaviour policy"
         ratio = log_ratio.exp()
@@ -225,7 +228,14 @@ def actor_critic_loss(
         assert behaviour_logits is not None, "the KL penalty needs the behaviour policy"
         total = total + spec.kl_coef * reduce(kl_mu_pi)
     parts = torch.stack([policy, value, entropy, kl, clip_fraction]).detach().float()
-    return LossTerms(total, parts)
+    return LossTerms(total, parts, absent_parts(spec))
+
+
+def absent_parts(spec: LossSpec) -> tuple[str, ...]:
+    """The parts :func:`actor_critic_loss` has no use for under ``spec``: the KL where neither
+    PPO's ratio (``clip``) nor a penalty (``kl_coef``) reads it, the clip fraction unclipped."""
+    uses_kl = spec.clip > 0 or spec.kl_coef > 0
+    return (() if uses_kl else ("kl",)) + (() if spec.clip > 0 else ("clip_fraction",))
 
 
 @torch.no_grad()

@@ -1,10 +1,9 @@
 """`rltrain train`: the driver of actors, learners and the parameter server.
 
-The driver only orchestrates (rollouts go from actors to learners without passing through it):
-the one loop of :func:`rltrain.driver.drive` keeps every process busy with one call in flight,
-the plan (:mod:`rltrain.rl.run.plans`) saying what to submit, and the :class:`Trainer` gathers
-the calls' statistics, logs them, checks the stops, writes checkpoints and judges lost processes.
-"""
+The driver only orchestrates (rollouts go from actors to learners, not through it): one loop,
+:func:`rltrain.driver.drive`, keeps each process busy with one call, the plan
+(:mod:`rltrain.rl.run.plans`) saying what to submit; the :class:`Trainer` gathers the calls'
+statistics, logs them, checks the stops, writes checkpoints and judges lost processes."""
 
 from __future__ import annotations
 
@@ -337,8 +336,9 @@ class Trainer:
             rec.stopped_by = "eval_mean_return"
         if rec.stopped_by == "diverged":
             rec.failure = diverged_note(c.rejected_in_a_row, self.ctx.server.stats().last_reject)
-        if rec.stopped_by:
+        if rec.stopped_by:  # (the work in flight lands at once after it: no more rates)
             rec.stop(rec.stopped_by, c, self.cfg.episode_window)
+            self.log.rates = False
 
     def _elapsed(self) -> float:  # (this session's seconds)
         return time.time() - self.session_start

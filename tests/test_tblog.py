@@ -208,3 +208,17 @@ def test_no_rate_is_written_once_the_stop_has_come(
     late.flush(512, version=1)
     late.close()
     assert len(events(tmp_path / "tb2").Scalars("perf/env_fps")) == 1
+
+
+def test_no_point_is_due_before_the_first_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """explore88: an Atari run's 12 s of start-up wrote six points, all at step 0."""
+    clock = Clock()
+    monkeypatch.setattr(time, "time", clock)
+    log = TrainLogger(tmp_path / "tb", CFG, {}, frames_per_step=4)
+    clock.t += 12
+    assert not log.due()
+    log.absorb(WorkStats(env_steps=1024), 1024)
+    assert log.due()
+    log.close()

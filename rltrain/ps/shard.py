@@ -317,9 +317,8 @@ class ParameterShard:
         if not self.update_rule.barrier:  # shard 0's factor (the rule is not run again here)
             self._step(update.values, decided.lr_scale)
             self._count_applied(decided.staleness, 1)
-            return PushResult("applied", self.version, decided.staleness, lr_scale=decided.lr_scale)
-        # a barrier: accumulate; step once shard 0's count of updates is here (the update that
-        # completed the step there may arrive here before the others of its version)
+            return dataclasses.replace(decided, version=self.version)
+        # a barrier: step once shard 0's count is here (its last update may come here first)
         self._round.add(update.worker_id, update.values)
         if decided.status == "applied":
             self._round.step_at = decided.count

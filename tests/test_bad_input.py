@@ -580,6 +580,11 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             id="t-env-atari-only-key",
         ),
         pytest.param(
+            ["train", CARTPOLE, "--set", "env.fire_reset=false"],
+            ["env.fire_reset=False: Atari's protocol only; CartPole-v1 is a Gymnasium env"],
+            id="t-env-fire-reset-gym",
+        ),
+        pytest.param(
             ["train", CARTPOLE, "--set", "env.id=Pong-v4"],
             ["env.id=Pong-v4 skips 2 to 4 frames at random", "use PongNoFrameskip-v4"],
             id="t-env-ale-skip",

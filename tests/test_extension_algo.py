@@ -58,7 +58,7 @@ class ReinforceLoss(PolicyLoss):
         total = policy + self.baseline_coef * baseline - self.entropy_coef * entropy
         zero = torch.zeros(())
         parts = torch.stack([policy, baseline, entropy, zero, zero]).detach()
-        return LossTerms(total, parts)
+        return LossTerms(total, parts, absent=("kl", "clip_fraction"))
 
 
 def returns_to_go(cfg: RunSettings) -> NStep:

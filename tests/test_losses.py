@@ -255,6 +255,8 @@ def test_a_loss_that_breaks_the_contract_is_one_line_naming_it() -> None:
         with pytest.raises(LossContractError) as e:
             check_terms(bad, "mine")
         assert str(e.value).startswith("algo.name=mine: its loss returned") and said in str(e.value)
+    with pytest.raises(LossContractError, match=r"absent=\('kl', 'clip'\) names no part"):
+        check_terms(LossTerms(torch.zeros(()), torch.zeros(5), absent=("kl", "clip")), "mine")
 
 
 def test_parts_a_loss_has_no_use_for_are_not_logged() -> None:
@@ -262,17 +264,17 @@ def test_parts_a_loss_has_no_use_for_are_not_logged() -> None:
     0; impala a KL equal to its lag_kl. The loss names its absent parts, and they read None."""
     from rltrain.rl.rollout import Gradient, read_losses
 
-    logits = torch.log(torch.tensor([[0.4, 0.6], [0.3, 0.7]]))
-    actions, zeros = torch.zeros(2, dtype=torch.long), torch.zeros(2)
+    logits = torch.randn(64, 6, generator=torch.Generator().manual_seed(0))
+    actions, zeros = torch.zeros(64, dtype=torch.long), torch.zeros(64)
     absent = {}
     for name, spec in {
         "a3c": LossSpec(),
         "ppo": LossSpec(clip=0.2),
         "kl penalty": LossSpec(kl_coef=0.1),
     }.items():
-        out = actor_critic_loss(logits, actions, zeros, zeros, zeros, spec, logits)
-        assert out.floats().kl >= 0.0  # KL(pi || pi): rounding, clamped at 0
+        out = actor_critic_loss(logits, actions, zeros, zeros, zeros, spec, logits + 0.1)
+        assert out.floats().kl == 0.0  # KL(pi || pi), the logits shifted: -3.7e-9 unclamped
         stats = torch.cat([torch.ones(1), out.parts, torch.zeros(1)])
-        (read,) = read_losses([Gradient(torch.zeros(3), stats, 2, absent=out.absent)])
+        (read,) = read_losses([Gradient(torch.zeros(3), stats, 64, absent=out.absent)])
         absent[name] = (read.kl is None, read.clip_fraction is None)
     assert absent == {"a3c": (True, True), "ppo": (False, False), "kl penalty": (False, True)}

@@ -10,8 +10,9 @@ user's wrappers preprocess.
 
 The C++ vector env does the whole frame pipeline of Mnih et al. (2015) in its own threads
 (frame skip with a max over the last two frames, grayscale, resize, frame stack, no-op starts,
-FIRE on reset) plus the sticky actions of Machado et al. (2018), and supports SAME_STEP
-autoreset natively, so obs[i] of an ended env is already the next game's first stack.
+FIRE on reset unless ``env.fire_reset`` is false) plus the sticky actions of Machado et al.
+(2018), and supports SAME_STEP autoreset natively, so obs[i] of an ended env is already the
+next game's first stack.
 
 Two parts of the protocol are done here rather than in C++, on purpose:
 
@@ -103,7 +104,7 @@ def check_atari_id(env_id: str, wrappers: Sequence[str] = ()) -> None:
 
 ATARI_ONLY = (
     *("frame_skip", "noop_max", "sticky_actions", "full_action_space", "clip_rewards"),
-    *("episodic_life", "image_size", "max_episode_frames"),
+    *("episodic_life", "image_size", "max_episode_frames", "fire_reset"),
 )
 """The env.* keys of the Atari protocol, which a Gymnasium env never reads (num_threads, a
 resource, is left to the shipped configs that set it for ale-py's own ids)."""

@@ -14,6 +14,7 @@ import torch
 
 from rltrain import perf
 from rltrain.normalize import NormStats, merge_all
+from rltrain.rl.algos.losses import LossParts
 
 
 @dataclass(frozen=True)
@@ -231,7 +232,7 @@ class LossStats:
     value: float | None = None
     entropy: float | None = None
     td: float | None = None  # DQN's Huber TD loss
-    kl: float | None = None  # impala/ppo/appo: mean KL(behaviour || current policy)
+    kl: float | None = None  # ppo/appo: mean KL(pi_old || current policy)
     clip_fraction: float | None = None  # ppo/appo: share of samples whose ratio was clipped
     lag_kl: float | None = None  # impala/appo: mean KL(actors' mu || learner's batch-start pi)
 
@@ -306,8 +307,6 @@ def read_losses(gradients: Sequence[Gradient]) -> list[LossStats]:
 
 
 def _stats(g: Gradient, row: list[float]) -> LossStats:
-    norm, policy, value, entropy, kl, clip, lag = row
-    kl_, clip_ = (None if k in g.absent else v for k, v in (("kl", kl), ("clip_fraction", clip)))
-    return LossStats(
-        norm, policy, value, entropy, kl=kl_, clip_fraction=clip_, lag_kl=lag if g.lags else None
-    )
+    norm, *parts, lag = row  # (Gradient.stats)
+    named = {k: None if k in g.absent else v for k, v in zip(LossParts._fields, parts, strict=True)}
+    return LossStats(norm, **named, lag_kl=lag if g.lags else None)

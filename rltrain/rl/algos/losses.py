@@ -57,6 +57,11 @@ def check_terms(terms: object, algo: str) -> None:
     errors instead: "not enough values to unpack (expected 7, got 5)"). Shapes only: no sync."""
     n = len(LossParts._fields)
     if isinstance(terms, LossTerms) and terms.total.dim() == 0 and terms.parts.shape == (n,):
+        if not set(terms.absent) <= set(LossParts._fields):
+            raise LossContractError(
+                f"algo.name={algo}: its loss's absent={terms.absent!r} names no part of "
+                f"LossTerms.parts ({', '.join(LossParts._fields)})"
+            )
         return
     got = type(terms).__name__
     if isinstance(terms, LossTerms):

@@ -50,7 +50,7 @@ def last_scored(run_dir: Path) -> tuple[int, int] | None:
 
 PROTOCOL_KEYS = (
     *("frame_skip", "frame_stack", "image_size", "noop_max", "sticky_actions"),
-    *("max_episode_frames", "full_action_space", "kwargs", "wrappers"),
+    *("max_episode_frames", "full_action_space", "kwargs", "wrappers", "fire_reset"),
 )
 """The env keys a score depends on: a resume may change them, and scores under others are
 not compared (Machado et al. 2018: sticky actions, no-op starts and episode caps move scores)."""

@@ -110,7 +110,7 @@ class TrainLogger:
         self._all_updates = 0
         self._points = 0  # points flushed this session
         self._absorbed = False  # a result has come this session
-        self.rates = True  # False once the session's stop has come (the trainer says)
+        self.rates = True  # False once the session's stop has come (the trainer sets it)
         self._losses: list[LossStats] = []
         self._staleness: list[int] = []
         self._pushed = self._dropped = 0  # this interval's pushes, and those dropped as stale

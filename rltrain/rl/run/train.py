@@ -336,9 +336,8 @@ class Trainer:
             rec.stopped_by = "eval_mean_return"
         if rec.stopped_by == "diverged":
             rec.failure = diverged_note(c.rejected_in_a_row, self.ctx.server.stats().last_reject)
-        if rec.stopped_by:  # (the work in flight lands at once after it: no more rates)
+        if rec.stopped_by:
             rec.stop(rec.stopped_by, c, self.cfg.episode_window)
-            self.log.rates = False
 
     def _elapsed(self) -> float:  # (this session's seconds)
         return time.time() - self.session_start
@@ -381,6 +380,7 @@ class Trainer:
             st = self.ctx.server.stats()
             self.record.net_bytes = (st.bytes_pushed, st.bytes_pulled)
         seen = self.ctx.shard_guard().last_seen
+        self.log.rates = not self.stopped_by  # after any stop the work in flight lands at once
         self.log.flush(
             self.counters.env_steps, seen, size, self.record.net_bytes, self.lr.lr(self.cfg, seen)
         )

@@ -18,6 +18,7 @@ import torch
 
 from rltrain.errors import RLTrainError
 from rltrain.faults import RunFailed
+from rltrain.rundir import folder_gone
 
 CKPT_DIR = "checkpoints"
 PLAIN = ("config", "eval")
@@ -31,6 +32,8 @@ class CheckpointError(RLTrainError, ValueError):
 def save_checkpoint(run_dir: Path, version: int, state: dict[str, Any], keep: int) -> Path:
     """Write ``state`` as ``ckpt-<version>.pt`` and keep only the ``keep`` newest; a write that
     fails (a full disk, permissions) stops the run: :class:`RunFailed` in one line."""
+    if not run_dir.is_dir():
+        raise RunFailed(folder_gone(run_dir))
     try:
         path = write_state(run_dir / CKPT_DIR / f"ckpt-{version:010d}.pt", state)
     except OSError as e:
@@ -57,7 +60,7 @@ def write_state(path: Path, state: dict[str, Any]) -> Path:
     plain = {k: as_saved(state[k]) for k in PLAIN if k in state}
     state = {**state, **plain}
     folder = path.parent
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(exist_ok=True)  # (never its parent: a run folder moved away stays away)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".ckpt-", suffix=".tmp")
     os.close(fd)
     try:

@@ -17,6 +17,7 @@ from typing import Any, BinaryIO
 
 from rltrain.config import ConfigError, dump_yaml
 from rltrain.failure import FAILURE_LOG
+from rltrain.faults import RunFailed
 
 EVALS_FILE = "evals.jsonl"
 """A run's evaluations during training, one JSON record per line (rl.run.periodic)."""
@@ -199,12 +200,24 @@ def sized_actors(run_dir: Path) -> int:
     return int(found[-1]) if found else 0
 
 
+def folder_gone(run_dir: Path) -> str:
+    """Why a run cannot go on writing where it began: its folder was moved or deleted. Its
+    files are written by path, so a write would re-create the old folder and split the run
+    in two (explore89: TensorBoard's writer failed, then the trainer hung)."""
+    return (
+        f"the run folder {run_dir} is gone (moved or deleted while the run trained); "
+        "--resume it where it is now, from its last checkpoint"
+    )
+
+
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     """summary.json, strict JSON: a non-finite number (an env's NaN reward in a mean) is
     written as null, which every JSON reader takes, where NaN is not JSON. A session that did
     not fail removes the failure.log an earlier one left (a run resumed after a failure):
     the folder then says what its summary says."""
     text = json.dumps(_finite(summary), indent=2, allow_nan=False, default=str)
+    if not run_dir.is_dir():
+        raise RunFailed(folder_gone(run_dir))
     write_atomic(run_dir / "summary.json", text + "\n")
     if not summary.get("failure"):
         with contextlib.suppress(OSError):

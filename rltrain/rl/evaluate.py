@@ -97,12 +97,26 @@ def checkpoint_params(
     they were trained with (shard 0 holds them; None when the run had none). ``which``:
     ``latest`` (the newest ``ckpt-*.pt``), ``best`` (``best.pt``, kept by ``eval.every_steps``)
     or the path of a checkpoint file; one trained otherwise than ``cfg`` plays is refused."""
-    path = pick_checkpoint(run_dir, which, style)
-    state = load_checkpoint(path)
+    path, state = load_picked(run_dir, which, style)
     if cfg is not None:
         check_played_as(path, state.get("config"), cfg, run_dir, style)
     version, values, stats = state_params(state)
     return path, version, values, stats
+
+
+def load_picked(run_dir: Path, which: str, style: Style = "cli") -> tuple[Path, dict[str, Any]]:
+    """The checkpoint ``which`` names, loaded. A run that trains now prunes its older
+    checkpoints as it writes one, and the newest, picked a moment before, may be gone by the
+    time it is read (explore89, checkpoint.keep 1): then the newest is picked again."""
+    for _ in range(9):
+        path = pick_checkpoint(run_dir, which, style)
+        try:
+            return path, load_checkpoint(path)
+        except CheckpointError:
+            if which != "latest" or path.exists():
+                raise
+    path = pick_checkpoint(run_dir, which, style)
+    return path, load_checkpoint(path)
 
 
 def pick_checkpoint(run_dir: Path, which: str, style: Style = "cli") -> Path:

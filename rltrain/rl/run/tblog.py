@@ -11,6 +11,7 @@ log point that fell between two rollouts. Each run's tb folder holds a custom-sc
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -21,9 +22,11 @@ from torch.utils.tensorboard import SummaryWriter
 
 from rltrain import perf, signals
 from rltrain.config import dump_yaml
+from rltrain.faults import RunFailed
 from rltrain.rl.config import StopConfig, TrainConfig
 from rltrain.rl.rollout import LOSS_TERMS, LossStats, WorkStats
 from rltrain.rl.run.counters import Counters
+from rltrain.rundir import folder_gone
 
 RATE_WINDOW_S = 10.0
 """Seconds of wall time the logged rates average over (at least one log interval)."""
@@ -94,7 +97,8 @@ class TrainLogger:
         # a resumed run counts on from its checkpoint's steps: TensorBoard hides what the
         # stopped session logged after that (a crash leaves no checkpoint at its last step)
         writer = SummaryWriter(str(tb_dir), purge_step=start_steps + 1 if start_steps else None)
-        self.writer = cast(SummaryWriter, SignalSafe(writer))
+        quiet_writer_errors()
+        self.writer = cast(SummaryWriter, SignalSafe(writer, tb_dir))
         self.writer.add_scalar(SESSION_TAG, 1.0, start_steps)  # the first event of a session
         self.every = cfg.log_every_seconds
         self.frames_per_step = frames_per_step
@@ -242,10 +246,14 @@ class SignalSafe:
     (:func:`rltrain.signals.deferred`). Its writes put events on a queue under a Condition; a
     KeyboardInterrupt raised while that Condition re-acquires its lock left the lock released
     twice ("RuntimeError: release unlocked lock"), a traceback and exit code 1 where a
-    graceful stop was asked for (CI, test_leftovers' SIGTERM to the whole group)."""
+    graceful stop was asked for (CI, test_leftovers' SIGTERM to the whole group).
 
-    def __init__(self, writer: SummaryWriter) -> None:
-        self._writer = writer
+    A write that fails (its folder moved away, a full disk) stops the run once, in one line
+    (:class:`RunFailed`); the calls after it do nothing, so that the stop can finish."""
+
+    def __init__(self, writer: SummaryWriter, tb_dir: Path) -> None:
+        self._writer, self._dir = writer, tb_dir
+        self.failed = ""
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._writer, name)
@@ -253,10 +261,44 @@ class SignalSafe:
             return attr
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            with signals.deferred():
-                return attr(*args, **kwargs)
+            if self.failed:  # (said once: the run is stopping on it)
+                return None
+            try:
+                with signals.deferred():
+                    return attr(*args, **kwargs)
+            except OSError as e:  # (the writer's thread failed, and now each call raises it)
+                self.failed = events_failure(self._dir, e)
+                raise RunFailed(self.failed) from None
 
         return call
+
+
+def quiet_writer_errors() -> None:
+    """TensorBoard's writer thread prints its failure as a traceback, then hands it to the
+    next write, which :class:`SignalSafe` says in one line: leave the traceback out (the
+    other threads' exceptions go to the hook installed before)."""
+    previous = threading.excepthook
+    if getattr(previous, "quiet_writer", False):
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if isinstance(args.exc_value, OSError) and type(args.thread).__name__ == WRITER_THREAD:
+            return
+        previous(args)
+
+    hook.quiet_writer = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
+
+
+WRITER_THREAD = "_AsyncWriterThread"  # (tensorboard.summary.writer.event_file_writer's)
+
+
+def events_failure(tb_dir: Path, error: OSError) -> str:
+    """The one line of a TensorBoard write that failed."""
+    if not tb_dir.parent.is_dir():
+        return folder_gone(tb_dir.parent)
+    why = error.strerror or error
+    return f"cannot write TensorBoard events in {tb_dir} ({why}); free space or allow writes"
 
 
 def _as_tensor(values: list[int]) -> torch.Tensor:

@@ -115,8 +115,6 @@ class Trainer:
         assert self._evals is not None, "the session has not started"
         return self._evals
 
-    # --- the run ----------------------------------------------------------------------------
-
     def run(self) -> dict[str, Any]:
         try:
             return self._run()
@@ -261,12 +259,14 @@ class Trainer:
         return summary
 
     def _release(self, runtime: Runtime) -> None:
-        if self.plan is not None:
-            self.plan.close()
-        self.evals.close()
-        self.log.close()
-        self.ctx.kill_all()
-        runtime.shutdown()
+        try:
+            if self.plan is not None:
+                self.plan.close()
+            self.evals.close()
+            self.log.close()
+        finally:  # whatever failed above (explore89: a run folder moved away), none stays up
+            self.ctx.kill_all()
+            runtime.shutdown()
 
     def spawn(
         self, role: Role, cls: type, args_of: Callable[[int], tuple[Any, ...]], **options: Any

@@ -9,6 +9,7 @@ import contextlib
 import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from shlex import quote
 
 from rltrain.errors import ConfigError, RLTrainError
 from rltrain.launch import UserError
@@ -76,13 +77,15 @@ def meant_for(path: str | Path, command: str, overrides: Sequence[str] = ()) -> 
         keys = ", ".join(foreign[:3])
         if command == "bench":
             raise UserError(
-                f"{path} is a `rltrain train` config (it has {keys}); run: rltrain train {path}"
+                f"{path} is a `rltrain train` config (it has {keys}); run: rltrain train "
+                f"{quote(str(path))}"
             ) from None
         if command in ("eval", "resume"):  # a run folder's config.yaml
             run = Path(path).parent
             raise UserError(
                 f"{run} is a `rltrain bench` run (its config.yaml has {keys}): its results are "
-                f"in {run / 'results.md'}, its curves in tensorboard --logdir {run / 'tb'}"
+                f"in {run / 'results.md'}, its curves in tensorboard --logdir "
+                f"{quote(str(run / 'tb'))}"
             ) from None
         raise UserError(
             f"{path} is a `rltrain bench` config (it has {keys}); run: rltrain bench {path}"

@@ -20,6 +20,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from shlex import quote
 from typing import Any
 
 import numpy as np
@@ -166,7 +167,8 @@ def read_curve(run_dir: Path, evals_only: bool = False) -> Curve:
         bench = any(tb.glob("*/*tfevents*")) and (run_dir / "results.md").is_file()
         raise PlotError(
             f"{run_dir}: a `rltrain bench` run (one TensorBoard run per mode in {tb}): its "
-            f"results are in {run_dir / 'results.md'}; tensorboard --logdir {tb} shows them"
+            f"results are in {run_dir / 'results.md'}; tensorboard --logdir "
+            f"{quote(str(tb))} shows them"
             if bench
             else f"{run_dir}: no TensorBoard events in {tb}; has `rltrain train` started there?"
         )

@@ -8,6 +8,7 @@ import dataclasses
 import threading
 import time
 from pathlib import Path
+from shlex import quote
 from typing import TYPE_CHECKING, Any
 
 from rltrain.cluster_address import check_address, own_address
@@ -334,8 +335,8 @@ def _prepare(
             if ckpt is None:
                 raise UserError(
                     f"{flag}{out}: no checkpoints/ckpt-*.pt to resume from (stopped before its "
-                    f"first); start again: rltrain train {out}/config.yaml --run-dir NEW_DIR (or "
-                    f"remove {out} first to reuse its name)"
+                    f"first); start again: rltrain train {quote(str(out / 'config.yaml'))} "
+                    f"--run-dir NEW_DIR (or remove {out} first to reuse its name)"
                 )
             check_writable(out, flag)  # (and its stale temporary files gone: we hold the lock)
             # a damaged checkpoint, or another env.id, fails here: before anything starts

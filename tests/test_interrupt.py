@@ -267,3 +267,22 @@ def test_a_closed_terminal_stops_a_run_as_ctrl_c_does(tmp_path: Path) -> None:
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
+
+
+def test_the_commands_said_at_the_end_paste_as_they_are(tmp_path: Path) -> None:
+    """explore89: on a path with spaces, "continue with: rltrain train --resume ..." resumed
+    the path up to its first space when pasted."""
+    import shlex
+
+    from rltrain.checkpoint import save_checkpoint
+    from rltrain.ps.config import OptimizerConfig, ServerConfig
+    from rltrain.ps.server import LocalServer
+    from rltrain.rl.run.summary import interrupted_advice
+
+    run = tmp_path / "my runs" / "ü ñ run"
+    run.mkdir(parents=True)
+    server = LocalServer(torch.zeros(3), OptimizerConfig(name="sgd"), ServerConfig(), 1)
+    state = {"shards": server.state_dicts(), "counters": {}, "config": {}}
+    save_checkpoint(run, 0, state, keep=1)
+    said = interrupted_advice({"stopped_by": "interrupt"}, run, True)
+    assert shlex.split(said.partition(": ")[2]) == ["rltrain", "train", "--resume", str(run)]

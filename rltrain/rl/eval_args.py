@@ -7,6 +7,7 @@ from __future__ import annotations
 import numbers
 from dataclasses import dataclass
 from pathlib import Path
+from shlex import quote
 from typing import Any, Literal
 
 from rltrain.checkpoint import CheckpointError, as_saved
@@ -101,8 +102,9 @@ def check_played_as(
                 f"{said} the {shown(now)} of {run_dir}/config.yaml, changed since it was "
                 "saved (by an edit, or a resume's --set); set it back to play this checkpoint"
             )
-        own = home if (home / "config.yaml").is_file() else "its run"
-        again = f"rltrain eval {own} --checkpoint {path}" if style == "cli" else f"run_dir {own}"
+        own = quote(str(home)) if (home / "config.yaml").is_file() else "its run"
+        again = f"rltrain eval {own} --checkpoint {quote(str(path))}" if style == "cli" else ""
+        again = again or f"run_dir {own}"
         raise CheckpointError(
             f"{said} the {shown(now)} of {run_dir}: a checkpoint plays with its own run's "
             f"config ({again})"

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import time
 from pathlib import Path
+from shlex import quote
 from typing import Any
 
 from rltrain import signals
@@ -378,7 +379,7 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
     print((tables.seeds_table if cfg.seeds > 1 else tables.markdown_table)(cfg, results))
     files = ", ".join(["results.md", "results.csv", *plot_names(cfg), "summary.json"])
     print(f"done in {time.time() - started:.0f}s: {run_dir}/ holds {files}")
-    print(f"  tensorboard --logdir {run_dir / 'tb'}")
+    print(f"  tensorboard --logdir {quote(str(run_dir / 'tb'))}")
     if cfg.server.record:
         print(f"  record/ of the pushes: rltrain reapply {run_dir}")
     if failed:  # (exit code 1, after every other mode's results)

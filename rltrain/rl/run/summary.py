@@ -6,6 +6,7 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from shlex import quote
 from typing import Any
 
 from rltrain.checkpoint import latest_checkpoint
@@ -141,7 +142,8 @@ def final_line(summary: dict[str, Any], run: Path) -> str:
         f"{late_note}, "
         f"mean return{over} {shown}; faults: {faults}{refused}; summary.json, "
         f"{'failure.log (its traceback), ' if (run / FAILURE_LOG).is_file() else ''}"
-        f"{'checkpoints/, ' if latest_checkpoint(run) else ''}tensorboard --logdir {run / 'tb'}"
+        f"{'checkpoints/, ' if latest_checkpoint(run) else ''}"
+        f"tensorboard --logdir {quote(str(run / 'tb'))}"
     )
 
 
@@ -162,7 +164,7 @@ def score_advice(summary: dict[str, Any], run: Path) -> str:
         return ""  # the evaluations scored it
     return (
         f"a mean of {window} training episodes is a quick stop, not a score: "
-        f"rltrain eval {run} --episodes {SCORE_EPISODES} scores the policy "
+        f"rltrain eval {quote(str(run))} --episodes {SCORE_EPISODES} scores the policy "
         f"(or train with stop.window={SCORE_EPISODES})"
     )
 
@@ -171,8 +173,9 @@ def interrupted_advice(summary: dict[str, Any], run: Path, run_dir_given: bool) 
     """What ``rltrain train`` says as it exits 130: how to continue a run a signal stopped,
     or to score one that met its stop and was interrupted in its final evaluation."""
     if summary["stopped_by"] != "interrupt":
-        return f"rltrain: interrupted in the final evaluation; score the run: rltrain eval {run}"
+        says = "rltrain: interrupted in the final evaluation; score the run: rltrain eval"
+        return f"{says} {quote(str(run))}"
     if latest_checkpoint(run) is None:  # stopped in its start-up, before the server was up
         again = f"with a new --run-dir (or remove {run})" if run_dir_given else "the same way"
         return f"no checkpoint was written: nothing to resume; start again {again}"
-    return f"continue with: rltrain train --resume {run}"
+    return f"continue with: rltrain train --resume {quote(str(run))}"

@@ -192,3 +192,24 @@ def test_a_rule_that_raises_leaves_no_shard_a_step_ahead() -> None:
         assert server.pull().values.tolist() == [-0.5] * 6
     finally:
         unregister_rule("flaky_test")
+
+
+def test_a_rule_whose_lr_scale_is_no_factor_stops_in_one_line() -> None:
+    """A rule of your own whose lr_scale returned NaN stepped the parameters to NaN, and the run
+    ended many refused updates later as "diverged"; a negative factor would climb the loss."""
+    import numpy as np
+
+    class Bad(Async):
+        name = "bad_scale_test"
+
+        def __init__(self, value: object) -> None:
+            self.value = value
+
+        def lr_scale(self, server: object, staleness: int) -> float:
+            return self.value  # type: ignore[return-value]
+
+    for value in (float("nan"), -0.5, float("inf"), "0.5", None, True):
+        with pytest.raises(ValueError, match=r"lr_scale returned .* for staleness 2; it returns"):
+            Bad(value).checked_scale(ServerConfig(), 2)
+    assert Bad(np.float32(0.5)).checked_scale(ServerConfig(), 2) == 0.5
+    assert Bad(0).checked_scale(ServerConfig(), 2) == 0.0

@@ -25,10 +25,17 @@ config's ``imports`` so that the command line and ``rltrain reapply`` know it to
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import ClassVar, Protocol
 
 from rltrain.config import ConfigError
+from rltrain.errors import RLTrainError
 from rltrain.extensions import forget_importer, note_importer, track
+
+
+class RuleContractError(RLTrainError, ValueError):
+    """A rule of your own whose answer rltrain cannot act on (:meth:`UpdateRule.checked_scale`)."""
 
 
 class RuleSettings(Protocol):
@@ -90,6 +97,18 @@ class UpdateRule:
     def drop_reason(self, server: RuleSettings, staleness: int) -> str:
         """Why an on-arrival update is refused ("" = apply it)."""
         return ""
+
+    def checked_scale(self, server: RuleSettings, staleness: int) -> float:
+        """:meth:`lr_scale` as the shard steps by it (not to override): anything but a finite
+        number >= 0 stops the run in one line, before a step it would make NaN or reverse."""
+        scale = self.lr_scale(server, staleness)
+        number = isinstance(scale, numbers.Real) and not isinstance(scale, bool)
+        if not (number and scale >= 0 and math.isfinite(scale)):
+            raise RuleContractError(
+                f"update rule {self.name!r}: lr_scale returned {scale!r} for staleness "
+                f"{staleness}; it returns a learning-rate factor, a finite number >= 0"
+            )
+        return float(scale)
 
     def decides(self, server: RuleSettings) -> bool:
         """Whether an update's fate depends on the shard's own version or arrival order (a

@@ -332,7 +332,7 @@ class ParameterShard:
         reason = self.update_rule.drop_reason(self.server, staleness)
         if reason:
             return self._drop(reason, staleness)
-        scale = self.update_rule.lr_scale(self.server, staleness)
+        scale = self.update_rule.checked_scale(self.server, staleness)
         self._step(update.values, scale, verdict)
         if verdict is None:
             self._count_applied(staleness, 1)

@@ -103,8 +103,9 @@ def check_played_as(
                 "saved (by an edit, or a resume's --set); set it back to play this checkpoint"
             )
         own = quote(str(home)) if (home / "config.yaml").is_file() else "its run"
-        again = f"rltrain eval {own} --checkpoint {quote(str(path))}" if style == "cli" else ""
-        again = again or f"run_dir {own}"
+        again = f"run_dir {own}"
+        if style == "cli":
+            again = f"rltrain eval {own} --checkpoint {quote(str(path))}"
         raise CheckpointError(
             f"{said} the {shown(now)} of {run_dir}: a checkpoint plays with its own run's "
             f"config ({again})"

@@ -108,15 +108,14 @@ def load_picked(run_dir: Path, which: str, style: Style = "cli") -> tuple[Path, 
     """The checkpoint ``which`` names, loaded. A run that trains now prunes its older
     checkpoints as it writes one, and the newest, picked a moment before, may be gone by the
     time it is read (explore89, checkpoint.keep 1): then the newest is picked again."""
-    for _ in range(9):
+    for tries_left in reversed(range(10)):
         path = pick_checkpoint(run_dir, which, style)
         try:
             return path, load_checkpoint(path)
         except CheckpointError:
-            if which != "latest" or path.exists():
+            if which != "latest" or path.exists() or not tries_left:
                 raise
-    path = pick_checkpoint(run_dir, which, style)
-    return path, load_checkpoint(path)
+    raise AssertionError("unreachable: the last try returns or raises")
 
 
 def pick_checkpoint(run_dir: Path, which: str, style: Style = "cli") -> Path:

@@ -251,3 +251,21 @@ def test_a_verdict_is_read_where_the_step_cannot_skip_on_the_device() -> None:
         r = s.push(_verdict([float("inf"), 0.0, 0.0], 0))
         assert (r.status, r.deferred, s.stats().version) == ("rejected", False, 0)
         assert s.push(_verdict([1.0, 0.0, 0.0], 0)).status == "applied"
+
+
+def test_a_slice_decides_without_a_lock_and_a_peer_follows_it() -> None:
+    # ParameterSlice is the rule's half of a shard: shard 0's decisions, replayed by a follower,
+    # leave both at one version with the same steps (a sync round of two, then a late update)
+    from rltrain.ps.slice import ParameterSlice
+
+    server = ServerConfig(rule="sync")
+    first, second = (
+        ParameterSlice(torch.zeros(3), SGD, server, 2, False, torch.device("cpu")) for _ in "ab"
+    )
+    for u in (upd(0, [1.0, 0, 0], 0), upd(0, [3.0, 0, 0], 1), upd(0, [9.0, 0, 0], 0)):
+        decided = first.decide(u)
+        assert second.follow(u, decided).status == decided.status
+    assert first.version == second.version == 1
+    torch.testing.assert_close(first.param.detach(), torch.tensor([-1.0, 0.0, 0.0]))
+    torch.testing.assert_close(second.param.detach(), first.param.detach())
+    assert first.counts.dropped == second.counts.dropped == 1

@@ -122,7 +122,7 @@ def test_momentum_correction_lowers_the_explicit_momentum_by_the_implicit() -> N
     assert corrected_optimizer(opt, ServerConfig(rule="async"), 4) == opt
     # the shard's torch optimizer runs the corrected value
     shard = ParameterShard(torch.zeros(3), opt, on, num_workers=4)
-    assert shard._opt.param_groups[0]["momentum"] == pytest.approx(0.15)
+    assert shard._slice.opt.param_groups[0]["momentum"] == pytest.approx(0.15)
 
 
 @pytest.mark.slow

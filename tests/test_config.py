@@ -401,3 +401,27 @@ def test_a_run_folder_with_a_server_k_its_rule_never_read_still_loads(tmp_path: 
     data["server"]["rule"] = "soft_sync"  # read there: kept (and checked)
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(data))
     assert load_run_config(TrainConfig, tmp_path / "config.yaml").server.k == 2
+
+
+def test_a_run_folder_without_a_newer_key_acts_as_the_rltrain_that_wrote_it(
+    tmp_path: Path,
+) -> None:
+    """Each key of OLDER_RUNS names a real key; a config.yaml that lacks it reads it at what the
+    older rltrain did (env.fire_reset, review78 L7: true even if its default changes)."""
+    import yaml
+
+    from rltrain.config import to_dict
+    from rltrain.envs import EnvConfig
+    from rltrain.rl.config import StopConfig, TrainConfig, load_run_config
+    from rltrain.rl.config.run_folder import OLDER_RUNS
+
+    pong = EnvConfig(id="ALE/Pong-v5")
+    data = to_dict(TrainConfig(env=pong, stop=StopConfig(max_env_steps=100)))
+    for dotted in OLDER_RUNS:
+        section, key = dotted.split(".")
+        del data[section][key]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(data))
+    cfg = load_run_config(TrainConfig, tmp_path / "config.yaml")
+    for dotted, value in OLDER_RUNS.items():
+        section, key = dotted.split(".")
+        assert getattr(cfg.section(section), key) == value, dotted

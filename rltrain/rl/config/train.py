@@ -5,26 +5,17 @@ the user's), the server, the runtime and :mod:`.sections`."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
-from rltrain.config import (
-    ConfigError,
-    from_dict,
-    merge,
-    moved_keys,
-    parse_overrides,
-    read_yaml,
-    spec,
-)
+from rltrain.config import ConfigError, spec
 from rltrain.envs import EnvConfig
 from rltrain.envs.user import import_listed
 from rltrain.faults import FaultsConfig
 from rltrain.ps.config import OptimizerConfig, ServerConfig, check_momentum_correction
 from rltrain.ps.rules import SYNC
-from rltrain.rl.algos import AlgoConfig, AlgoSpec, algo_names, algo_spec, section_types
+from rltrain.rl.algos import AlgoConfig, AlgoSpec, algo_spec, section_types
 from rltrain.rl.algos.dqn import DQNConfig, ReplayConfig
 from rltrain.rl.algos.impala import ImpalaConfig
 from rltrain.rl.algos.ppo import PPOConfig
@@ -56,10 +47,6 @@ class TrainConfig:
     """Keys an older rltrain kept elsewhere (PPO's and IMPALA's in the flat ``algo`` section,
     ``imports`` in ``env``): old configs, command lines and checkpoints still load
     (:func:`rltrain.config.moved_keys`)."""
-    OLDER_RUNS: ClassVar[dict[str, object]] = {"env.action_map": "clip", "dqn.eval_epsilon": 0.0}
-    """What a run folder's config.yaml means by a key an older rltrain did not write
-    (:func:`run_yaml`): Box samples were clipped to the bounds; dqn evaluated greedily."""
-
     seed: int = field(default=0, metadata=spec(ge=0, le=2**31 - 1))
     """Seed of the network initialisation; actor i seeds its environments with seed + 1000 i."""
     imports: tuple[str, ...] = ()
@@ -359,42 +346,3 @@ def waits_at_barrier(cfg: TrainConfig) -> bool:
     steps to v + 1 before it computes its next gradient, so it never pushes twice for one
     version (a3c under sync is a2c; impala/appo learners step together)."""
     return server_settings(cfg).update_rule.barrier
-
-
-def run_yaml(path: str | Path) -> dict[str, Any]:
-    """A run folder's config.yaml as a dict, in this rltrain's key names; a key of OLDER_RUNS
-    it lacks at what the older rltrain that wrote it acted by (it resumes and plays as it was
-    trained), and a ``server.k`` that its rule never read (sync, async; refused since) at 0."""
-    data = moved_keys(TrainConfig, read_yaml(path))
-    for dotted_key, value in TrainConfig.OLDER_RUNS.items():
-        section, key = dotted_key.split(".")
-        if isinstance(part := data.get(section), Mapping) and key not in part:
-            data[section] = {**part, key: value}
-    if isinstance(s := data.get("server"), Mapping) and s.get("rule") in ("sync", "async"):
-        data["server"] = {**s, "k": 0}
-    return data
-
-
-def load_run_config(
-    cls: type[TrainConfig], path: str | Path, overrides: Sequence[str] = ()
-) -> TrainConfig:
-    """A run folder's config.yaml (:func:`run_yaml`) plus ``--set`` overrides, validated (as
-    :func:`rltrain.config.load_config`'s signature, ``cls`` TrainConfig)."""
-    over = parse_overrides(overrides, TrainConfig)
-    data = run_yaml(path)
-    if not data:  # (every config.yaml a run writes holds every key)
-        raise ConfigError(f"{path}: empty; a run's config.yaml holds its whole config")
-    merged = merge(data, over, TrainConfig)
-    import_listed(merged)  # (what registers its algorithm, before that is looked for)
-    name = algo.get("name") if isinstance(algo := merged.get("algo"), Mapping) else None
-    if isinstance(name, str) and name not in algo_names():  # (a script's: in no module)
-        raise ConfigError(
-            f"{path}: algo.name={name!r} is none of this rltrain's ({', '.join(algo_names())}): "
-            "your own? name the module that registers it in imports (--set imports=[module])"
-        )
-    try:
-        return from_dict(TrainConfig, merged)
-    except ConfigError as e:  # a value edited in the run's file: the file is named too
-        if not over:
-            e.args = (f"{path}: {e}",)
-        raise

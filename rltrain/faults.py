@@ -261,16 +261,25 @@ class FaultSchedule:
     (signal kill, stop, add, remove).
 
     ``slow`` events are not here: the worker applies them to its own steps (:class:`Slowdown`).
+    The clock starts at ``t0``, or at :meth:`arm` (None: once every process is up, as
+    start-up is not training time); until then nothing is due.
     """
 
-    def __init__(self, events: Sequence[FaultEvent], t0: float) -> None:
+    def __init__(self, events: Sequence[FaultEvent], t0: float | None) -> None:
         signals = {"kill": "kill", "pause": "stop", "add": "add", "remove": "remove"}
         plan = [(e.at, FaultAction(signals[e.action], e)) for e in events if e.action in signals]
         self.plan = sorted(plan, key=lambda p: p[0])
         self.t0 = t0
 
+    def arm(self, t0: float) -> None:
+        """Start the clock (once)."""
+        if self.t0 is None:
+            self.t0 = t0
+
     def due(self, now: float | None = None) -> list[FaultAction]:
         """The actions whose time has come, each returned once."""
+        if self.t0 is None:
+            return []
         t = (time.time() if now is None else now) - self.t0
         n = sum(1 for at, _ in self.plan if at <= t)
         out = [a for _, a in self.plan[:n]]
@@ -278,11 +287,16 @@ class FaultSchedule:
         return out
 
     def next_in(self, now: float | None = None) -> float:
-        """Seconds until the next action (inf when none is left)."""
-        if not self.plan:
+        """Seconds until the next action (inf when none is left, or the clock has not started)."""
+        if not self.plan or self.t0 is None:
             return float("inf")
         t = (time.time() if now is None else now) - self.t0
         return max(0.0, self.plan[0][0] - t)
+
+    def left(self) -> list[FaultEvent]:
+        """The events not carried out yet: said as a run ends, lest a fault test pass on none
+        injected."""
+        return [a.event for _, a in self.plan]
 
 
 class Slowdown:

@@ -60,6 +60,22 @@ def test_schedule_fires_kills_and_pauses_once_in_time_order() -> None:
     assert s.next_in(105.0) == float("inf")
 
 
+def test_a_schedule_armed_later_counts_from_its_arming_and_says_what_is_left() -> None:
+    """Start-up is not training time: the trainer arms the clock once every process is up.
+    What never fired is listed as the run ends (slow events are the workers' own)."""
+    events = [
+        FaultEvent(action="kill", target="actor", index=0, at=1.0),
+        FaultEvent(action="slow", target="worker", index=0, at=0.0, factor=5),
+    ]
+    s = FaultSchedule(events, t0=None)
+    assert s.due(1e9) == [] and s.next_in(1e9) == float("inf")
+    assert [e.action for e in s.left()] == ["kill"]
+    s.arm(50.0)
+    s.arm(60.0)  # once
+    assert s.next_in(50.5) == pytest.approx(0.5)
+    assert [a.event.target for a in s.due(51.0)] == ["actor"] and s.left() == []
+
+
 def test_a_pause_ends_by_itself_and_every_exit_path_can_end_it() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:

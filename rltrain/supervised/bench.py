@@ -102,9 +102,8 @@ def run_server_mode(
         need = cfg.runtime.worker_cpus
         plan.elastic = Elastic(specs, spawn, guard, procs, progress.note, runtime.free_cpus, need)
         drive(plan.pool, plan)
-        if plan.schedule.plan:  # said, lest a fault test pass on none injected
-            left = describe_events([a.event for _, a in plan.schedule.plan])
-            progress.note(f"not injected, the mode ended first: {left}")
+        if left := plan.schedule.left():
+            progress.note(f"not injected, the mode ended first: {describe_events(left)}")
         t0, reports = plan.t0, plan.reports
         resume_all()
         _snapshot(snapper, server, guard, restarts != 0)
@@ -136,7 +135,7 @@ class BenchPlan:
         self.reports: dict[int, WorkerReport] = {}
         self.t0 = time.time()
         self.deadline: float | None = None
-        self.schedule = FaultSchedule((), self.t0)
+        self.schedule = FaultSchedule(cfg.faults.events, None)  # armed as the workers start
         self.late: tuple[float, list[Any]] = (0.0, [])  # warm start: (when, workers to give)
         self.elastic: Elastic | None = None  # add/remove events
 
@@ -147,7 +146,7 @@ class BenchPlan:
         self.t0 = time.time()
         budget = self.cfg.budget.max_seconds
         self.deadline = self.t0 + budget if budget else None
-        self.schedule = FaultSchedule(self.cfg.faults.events, self.t0)
+        self.schedule.arm(self.t0)
         workers = self.procs["worker"]
         warm = self.cfg.warm_start.seconds
         if warm > 0 and len(workers) > 1:

@@ -94,8 +94,8 @@ class Trainer:
         self.obs_slots: ObsSlots | None = None  # where the rollouts' frames wait (hosted)
         self.early: Early | None = None  # the actors, spawned before the server (_start)
         self.lr = LRSender()
-        self.schedule = FaultSchedule((), time.time())  # armed once every process is up
-        self._arming, self._placement_said = bool(cfg.faults.events), False
+        self.schedule = FaultSchedule(cfg.faults.events, None)  # armed once all are up
+        self._placement_said = False
         self.wall_base = self.counters.wall_seconds
         self.session_start = self.last_ckpt = time.time()
 
@@ -130,7 +130,6 @@ class Trainer:
         steps, say = self.counters.env_steps, self.progress.note
         self._evals = PeriodicEval(self.cfg, self.run_dir, runtime, steps, self.log, say)
         self.session_start = time.time()
-        self.schedule = FaultSchedule((), self.session_start)
         self.record.mark("trainer")  # imports, config, the env probe, the run folder
         try:
             self._start(runtime)
@@ -227,9 +226,7 @@ class Trainer:
         self.counters.wall_seconds = self.wall_base + self._elapsed()
         resume_all()  # never leave a process stopped by an injected pause
         # planned faults the run ended before: said, lest a fault test pass on none injected
-        left = [e for e in self.cfg.faults.events if e.action != "slow"] if self._arming else []
-        left = left or [a.event for _, a in self.schedule.plan]
-        if left:
+        if left := self.schedule.left():
             self.progress.note(f"not injected, the run ended first: {describe_events(left)}")
         try:
             summary = self._wrap_up()
@@ -277,9 +274,8 @@ class Trainer:
     def _arm_faults(self) -> None:
         """Start the clock of ``faults.events`` once every process is up (start-up is not
         training time); checked without waiting, on every tick."""
-        if self._arming and self.ctx.all_up():
-            self.schedule = FaultSchedule(self.cfg.faults.events, time.time())
-            self._arming = False
+        if self.schedule.t0 is None and self.ctx.all_up():
+            self.schedule.arm(time.time())
 
     def _watch_placement(self) -> None:
         """Once, 30 s into the session, if Ray has not started every process: say which and

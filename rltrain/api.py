@@ -257,7 +257,7 @@ def bench(
     config: ConfigLike | BenchConfig, run_dir: str | Path | None = None, **overrides: Any
 ) -> BenchResult:
     """Run the supervised benchmark as ``rltrain bench`` does."""
-    from rltrain.launch import run_bench_config
+    from rltrain.launch_bench import run_bench_config
 
     cfg = _config(config, "bench", **overrides)
     run_dir = _new_run_dir(run_dir)

@@ -17,7 +17,8 @@ from rltrain.cli_parser import EXIT_USAGE, build_parser
 from rltrain.config import load_config
 from rltrain.errors import RLTrainError
 from rltrain.faults import PeerLost, ProcessLost, RunFailed
-from rltrain.launch import UserError, run_bench_config, run_dir_arg, run_train
+from rltrain.launch import UserError, run_dir_arg, run_train
+from rltrain.launch_bench import run_bench_config
 from rltrain.options import describe
 from rltrain.progress import stdout_failed, unfailing_output
 

@@ -1,6 +1,7 @@
-"""Starting a run: what `rltrain train` and `rltrain bench` check and make before anything
-runs (the Ray address, the run folder and its config.yaml, a resumable checkpoint, the env),
-shared by the command line (:mod:`rltrain.cli`) and the Python API (:mod:`rltrain.api`)."""
+"""Starting a run: what `rltrain train` checks and makes before anything runs (the Ray
+address, the run folder and its config.yaml, a resumable checkpoint, the env), shared by the
+command line (:mod:`rltrain.cli`) and the Python API (:mod:`rltrain.api`); `rltrain bench`'s
+is :mod:`rltrain.launch_bench`."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ if TYPE_CHECKING:  # for annotations: this module imports the run's parts only a
     from rltrain.rl.config import TrainConfig
     from rltrain.rl.env_spec import EnvSpec
     from rltrain.rl.run.train import Trainer
-    from rltrain.supervised.config import BenchConfig
 
 
 def run_dir_arg(text: str, flag: str, command: str = "rltrain train") -> Path:
@@ -41,52 +41,6 @@ def run_dir_arg(text: str, flag: str, command: str = "rltrain train") -> Path:
     raise UserError(
         f"{flag}{path}: not a run directory ({why}); give a folder written by `{command}`"
     )
-
-
-def run_bench_config(cfg: BenchConfig, run_dir: str | Path | None, config_path: str | None) -> Path:
-    """``rltrain bench`` after its config is read (also :func:`rltrain.api.bench`); returns
-    the run folder. ``config_path`` names the default folder (runs/<name>-<time>)."""
-    from rltrain.rundir import check_run_dir, new_run_dir, write_config
-    from rltrain.supervised.bench import run_bench
-    from rltrain.supervised.mode_keys import start_notes
-    from rltrain.supervised.sharding import load_data
-
-    check_run_dir(run_dir)
-    check_address(cfg.runtime.address)
-    data = load_data(cfg.data, log=print)
-    check_bench_sizes(cfg, len(data.train), len(data.test))
-    if cfg.server.shards > 1:  # (one always fits) before any mode trains, not at the first
-        from rltrain.ps.server import ShardLayout  # that starts a server
-        from rltrain.supervised.modes import initial_params
-
-        ShardLayout(initial_params(cfg, data).numel(), cfg.server.shards)
-    out = new_run_dir(config_path or f"bench_{cfg.data.dataset}", run_dir)
-    write_config(out, cfg)
-    print(
-        f"rltrain bench: {cfg.data.dataset}, modes {', '.join(cfg.modes)} "
-        f"({bench_budget(cfg)}, and each run's start-up and evaluation); writing {out}"
-    )
-    for note in start_notes(cfg):
-        print(note)
-    run_bench(cfg, data, out)
-    return out
-
-
-def bench_budget(cfg: BenchConfig) -> str:
-    """What the bench will take, in words: the modes x each one's training budget (each mode
-    also starts its workers and evaluates its snapshots after it: seconds more)."""
-    b, n = cfg.budget, len(cfg.modes) * cfg.seeds
-    epochs = f"{b.epochs} epoch{'s' if b.epochs != 1 else ''}" if b.epochs else ""
-    times = f"{len(cfg.modes)} x" if cfg.seeds == 1 else f"{cfg.seeds} seeds x"
-    if cfg.seeds > 1 and len(cfg.modes) > 1:
-        times = f"{len(cfg.modes)} modes x {times}"
-    if not b.max_seconds:
-        return f"{times} {epochs} of training"
-    each = f"{b.max_seconds:g} s" + (f" or {epochs}, whichever is first" if epochs else "")
-    if n == 1:
-        return f"{each} of training"
-    upto = "at most " if epochs else ""
-    return f"{times} {each}: {upto}{n * b.max_seconds / 60:.1f} min of training"
 
 
 def starts_ray_early(cfg: TrainConfig) -> bool:
@@ -143,32 +97,6 @@ def start_ray_then_probe(cfg: TrainConfig) -> tuple[EnvSpec, tuple[str, float]]:
     except BaseException:
         ray_runtime.shutdown()
         raise
-
-
-def check_bench_sizes(cfg: BenchConfig, train_size: int, test_size: int) -> None:
-    """UserError when a worker's shard has no full batch, a Sandblaster batch has fewer
-    samples than portions (nothing could train), or ``eval.test_samples`` asks for more test
-    samples than there are (checked once the data's size is known)."""
-    if cfg.eval.test_samples > test_size:
-        raise UserError(
-            f"eval.test_samples={cfg.eval.test_samples}: {cfg.data.dataset} has {test_size} "
-            f"test samples; use at most {test_size}, or 0 for all of them"
-        )
-    workers = 1 if set(cfg.modes) == {"baseline"} else cfg.workers  # (one loop, all the data)
-    shard = train_size // workers
-    if shard < cfg.batch_size:
-        most = train_size // cfg.batch_size  # workers with a full batch each
-        fewer = f" or at most {most} worker{'s' * (most != 1)}" if most else ""
-        raise UserError(
-            f"batch_size={cfg.batch_size}: each of the {workers} workers holds {shard} of the "
-            f"{train_size} training samples; use a batch_size of at most {max(shard, 1)}{fewer}"
-        )
-    sb = cfg.sandblaster
-    batch = sb.batch_size if 0 < sb.batch_size < train_size else train_size
-    if "sandblaster" in cfg.modes and sb.portions > batch:
-        raise UserError(
-            f"sandblaster.portions={sb.portions} exceeds the {batch} samples per evaluation"
-        )
 
 
 def check_startup(cfg: TrainConfig, spec: EnvSpec, new_run: bool = True) -> None:

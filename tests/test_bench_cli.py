@@ -175,7 +175,7 @@ def test_soft_sync_that_waits_for_every_worker_says_it_steps_as_sync() -> None:
 def test_the_start_says_what_the_budget_adds_up_to() -> None:
     """The default command trains 7 modes x 90 s, and nothing said so before it began."""
     from rltrain.config import load_config
-    from rltrain.launch import bench_budget
+    from rltrain.launch_bench import bench_budget
     from rltrain.supervised.config import BenchConfig
 
     def said(*sets: str) -> str:

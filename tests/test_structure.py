@@ -29,8 +29,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("rltrain.rl", "rltrain.supervised"),
     ("rltrain.rl.run",),
     (
-        *("rltrain.launch", "rltrain.cluster_address", "rltrain.api", "rltrain.cli"),
-        *("rltrain.cli_checks", "rltrain.cli_parser"),
+        *("rltrain.launch", "rltrain.launch_bench", "rltrain.cluster_address", "rltrain.api"),
+        *("rltrain.cli", "rltrain.cli_checks", "rltrain.cli_parser"),
         *("rltrain.plot", "rltrain.plot_groups", "rltrain.plot_csv", "rltrain.curves"),
         "rltrain.__init__",
     ),

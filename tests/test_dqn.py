@@ -362,3 +362,22 @@ def test_a_dueling_run_plays_its_checkpoint(tmp_path: Path) -> None:
     )
     assert "dueling: true" in (run.run_dir / "config.yaml").read_text()
     assert len(rltrain.evaluate(run.run_dir, episodes=1).returns) == 1
+
+
+def test_target_refreshes_copy_or_move_tau_of_the_way() -> None:
+    """dqn.target_tau (Polyak averaging): every target_update versions the target moves tau of
+    the way to the online network; the first refresh and one after a restore copy it."""
+    c = cfg(target_update=2, target_tau=0.25)
+    learner = DQNLearner(c, (4,), 2)
+    flat = torch.nn.utils.parameters_to_vector
+
+    def at(version: int, value: float) -> torch.Tensor:
+        for p in learner.online.parameters():
+            torch.nn.init.constant_(p, value)
+        learner.refresh_target(version)
+        return flat(learner.target.parameters())
+
+    assert torch.allclose(at(0, 1.0), torch.ones(1))  # the first: a copy
+    assert torch.allclose(at(1, 5.0), torch.ones(1))  # not due yet
+    assert torch.allclose(at(2, 5.0), torch.full((1,), 2.0))  # 1 + 0.25 (5 - 1)
+    assert torch.allclose(at(1, 3.0), torch.full((1,), 3.0))  # the server went back: a copy

@@ -278,11 +278,8 @@ class DQNLearner:
         """The push of one minibatch's gradient at ``params`` (the target network refreshed
         first where ``dqn.target_update`` versions have passed), its loss, TD errors and mean Q."""
         with self.timer.phase("collate"):
-            stale = params.version - self.target_version >= self.cfg.dqn.target_update
-            if stale or params.version < self.target_version:  # or the server was restored
-                load_params(self.target, params, self.device)  # the target: a periodic copy
-                self.target_version = params.version
             load_params(self.online, params, self.device)
+            self.refresh_target(params.version)
         with self.timer.phase("learn"):
             grad, loss, td, q_mean = self.gradient(batch)
         update = GradUpdate(
@@ -295,6 +292,20 @@ class DQNLearner:
             finite=math.isfinite(loss.grad_norm),
         )
         return update, loss, td, q_mean
+
+    def refresh_target(self, version: int) -> None:
+        """Every ``dqn.target_update`` versions, move the target network ``dqn.target_tau`` of
+        the way to the online one (just loaded at ``version``): a copy at tau 1, the first
+        time, and after a restore moved the server back."""
+        d = self.cfg.dqn
+        restored = version < self.target_version
+        if version - self.target_version < d.target_update and not restored:
+            return
+        tau = 1.0 if self.target_version < 0 or restored else d.target_tau
+        with torch.no_grad():  # (Lillicrap et al. 2016's soft update)
+            for t, o in zip(self.target.parameters(), self.online.parameters(), strict=True):
+                t.lerp_(o, tau)
+        self.target_version = version
 
     def gradient(self, batch: SampledBatch) -> tuple[torch.Tensor, LossStats, np.ndarray, float]:
         """Flat gradient [P] of the importance-weighted Huber TD loss, with its TD errors."""

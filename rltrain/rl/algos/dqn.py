@@ -36,6 +36,10 @@ class DQNConfig:
     """decay: steps of each env over which epsilon falls (a resumed run goes on from its own)."""
     target_update: int = field(default=500, metadata=spec(ge=1))
     """Learners refresh their target network every this many server versions."""
+    target_tau: float = field(default=1.0, metadata=spec(gt=0, le=1))
+    """Each refresh moves the target network this share of the way to the online one,
+    target <- tau online + (1 - tau) target (Polyak averaging, Lillicrap et al. 2016; SB3's
+    DQN tau); 1: a copy (Mnih et al. 2015). A soft target: target_update 1 with tau 0.005."""
     learning_starts: int = field(default=5_000, metadata=spec(ge=0))
     """Transitions in replay before learners start."""
     batch_size: int = field(default=64, metadata=spec(ge=1))

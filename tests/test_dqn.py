@@ -380,4 +380,9 @@ def test_target_refreshes_copy_or_move_tau_of_the_way() -> None:
     assert torch.allclose(at(0, 1.0), torch.ones(1))  # the first: a copy
     assert torch.allclose(at(1, 5.0), torch.ones(1))  # not due yet
     assert torch.allclose(at(2, 5.0), torch.full((1,), 2.0))  # 1 + 0.25 (5 - 1)
-    assert torch.allclose(at(1, 3.0), torch.full((1,), 3.0))  # the server went back: a copy
+    # two refreshes missed (other learners pushed): 1 - 0.75^2 of the way, from version 6 on
+    assert torch.allclose(at(7, 10.0), torch.full((1,), 2.0 + 0.4375 * 8.0))
+    assert torch.allclose(at(7, 0.0), torch.full((1,), 5.5))  # not due until version 8
+    with torch.no_grad():  # a target that diverged, then a restore: a copy clears it
+        next(learner.target.parameters()).fill_(float("nan"))
+    assert torch.allclose(at(1, 3.0), torch.full((1,), 3.0))

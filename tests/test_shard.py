@@ -269,3 +269,23 @@ def test_a_slice_decides_without_a_lock_and_a_peer_follows_it() -> None:
     torch.testing.assert_close(first.param.detach(), torch.tensor([-1.0, 0.0, 0.0]))
     torch.testing.assert_close(second.param.detach(), first.param.detach())
     assert first.counts.dropped == second.counts.dropped == 1
+
+
+@pytest.mark.parametrize("how", ["leave", "follow_leave", "push"])
+def test_a_waiter_wakes_when_the_version_moves_however_it_moves(how: str) -> None:
+    """A barrier's waiter wakes on every step: the last push of a round, and a leave that
+    completes one (on shard 0, or on a follower at shard 0's count)."""
+    s = shard("sync", workers=2)
+    assert s.push(upd(0, [1.0, 0, 0], 0)).status == "accumulated"
+    woke: list[bool] = []
+    waiter = threading.Thread(target=lambda: woke.append(s.wait_for_version(1, 10.0)))
+    waiter.start()
+    time.sleep(0.05)  # (the waiter is waiting)
+    if how == "leave":
+        assert s.leave(1) == 1
+    elif how == "follow_leave":
+        assert s.leave(1, step_at=1) == 1
+    else:
+        assert s.push(upd(0, [1.0, 0, 0], 1)).status == "applied"
+    waiter.join(5.0)
+    assert woke == [True] and s.version == 1

@@ -2,7 +2,7 @@
 
 :class:`~rltrain.ps.shard.ParameterShard` holds one under its lock and adds what serving it
 takes (barrier waits, fences, restores' generations); tests drive the decisions here without
-threads. Called only with the shard's lock held.
+threads. Not thread-safe: a shard calls it under its lock.
 """
 
 from __future__ import annotations

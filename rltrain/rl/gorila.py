@@ -295,17 +295,28 @@ class DQNLearner:
 
     def refresh_target(self, version: int) -> None:
         """Every ``dqn.target_update`` versions, move the target network ``dqn.target_tau`` of
-        the way to the online one (just loaded at ``version``): a copy at tau 1, the first
-        time, and after a restore moved the server back."""
+        the way to the online one (just loaded at ``version``); refreshes missed while the
+        version moved on by several (other learners' pushes) compound. The first refresh,
+        and one after a restore moved the server back, copy."""
         d = self.cfg.dqn
-        restored = version < self.target_version
-        if version - self.target_version < d.target_update and not restored:
+        if self.target_version < 0 or version < self.target_version:
+            self._move_target(1.0)
+            self.target_version = version
             return
-        tau = 1.0 if self.target_version < 0 or restored else d.target_tau
-        with torch.no_grad():  # (Lillicrap et al. 2016's soft update)
+        due = (version - self.target_version) // d.target_update
+        if due:  # (Lillicrap et al. 2016's soft update, applied due times)
+            self._move_target(1.0 - (1.0 - d.target_tau) ** due)
+            self.target_version += due * d.target_update
+
+    def _move_target(self, tau: float) -> None:
+        """target <- target + tau (online - target); at 1 a copy, which also clears a target
+        that diverged (a step towards the online network would keep its NaNs)."""
+        with torch.no_grad():
             for t, o in zip(self.target.parameters(), self.online.parameters(), strict=True):
-                t.lerp_(o, tau)
-        self.target_version = version
+                if tau == 1.0:
+                    t.copy_(o)
+                else:
+                    t.lerp_(o, tau)
 
     def gradient(self, batch: SampledBatch) -> tuple[torch.Tensor, LossStats, np.ndarray, float]:
         """Flat gradient [P] of the importance-weighted Huber TD loss, with its TD errors."""

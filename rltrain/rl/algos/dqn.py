@@ -35,11 +35,14 @@ class DQNConfig:
     epsilon_decay_steps: int = field(default=50_000, metadata=spec(ge=1))
     """decay: steps of each env over which epsilon falls (a resumed run goes on from its own)."""
     target_update: int = field(default=500, metadata=spec(ge=1))
-    """Learners refresh their target network every this many server versions."""
+    """Learners refresh their target network every this many server versions (a copy, or a
+    step of target_tau towards the online network)."""
     target_tau: float = field(default=1.0, metadata=spec(gt=0, le=1))
     """Each refresh moves the target network this share of the way to the online one,
     target <- tau online + (1 - tau) target (Polyak averaging, Lillicrap et al. 2016; SB3's
-    DQN tau); 1: a copy (Mnih et al. 2015). A soft target: target_update 1 with tau 0.005."""
+    DQN tau); 1: a copy (Mnih et al. 2015). A soft target: target_update 1 with tau 0.005 (at
+target_update 500, a tau below 1 moves the target over about 500 / tau versions). The target
+is no part of a checkpoint: a resumed run's starts as a copy."""
     learning_starts: int = field(default=5_000, metadata=spec(ge=0))
     """Transitions in replay before learners start."""
     batch_size: int = field(default=64, metadata=spec(ge=1))

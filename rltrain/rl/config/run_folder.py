@@ -16,10 +16,11 @@ OLDER_RUNS: dict[str, object] = {
     "env.action_map": "clip",
     "dqn.eval_epsilon": 0.0,
     "env.fire_reset": True,
+    "dqn.target_tau": 1.0,
 }
 """What a run folder's config.yaml means by a key an older rltrain did not write
 (:func:`run_yaml`): Box samples were clipped to the bounds; dqn evaluated greedily; Atari
-pressed FIRE after each reset."""
+pressed FIRE after each reset; dqn's target network was a copy."""
 
 
 def run_yaml(path: str | Path) -> dict[str, Any]:

@@ -274,7 +274,7 @@ class Trainer:
     def _arm_faults(self) -> None:
         """Start the clock of ``faults.events`` once every process is up (start-up is not
         training time); checked without waiting, on every tick."""
-        if self.schedule.t0 is None and self.ctx.all_up():
+        if self.schedule.plan and self.schedule.t0 is None and self.ctx.all_up():
             self.schedule.arm(time.time())
 
     def _watch_placement(self) -> None:

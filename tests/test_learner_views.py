@@ -83,3 +83,33 @@ def test_a_second_pusher_or_an_overlapped_push_gets_copies() -> None:
     learner, server = _learner_and_server(overlapped)
     learner.learn(server, 0.0, r)
     assert learner.live is None
+
+
+class HostReads(torch.overrides.TorchFunctionMode):
+    """Counts the calls that read a tensor's value on the host (each a GPU sync there)."""
+
+    READS = (torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__float__, torch.Tensor.cpu)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.count += func in self.READS
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_learn_reads_the_device_once_whatever_its_minibatches() -> None:
+    """Issue 36: no host sync inside a rollout's minibatches (loss terms, the gradient's norm
+    and its finiteness stay on the device), one per learn: benchmarks/learner_step.py's
+    count, pinned on the CPU (where each read would be a GPU sync)."""
+    counts = []
+    for epochs in (1, 3):
+        c = dataclasses.replace(_cfg(), ppo=PPOConfig(epochs=epochs, minibatches=4))
+        r = Actor(c, 0).rollout()
+        learner, server = _learner_and_server(c)
+        learner.learn(server, 0.0, r)  # warm: the optimizer's state, the first pull
+        with HostReads() as reads:
+            learner.learn(server, 0.0, r)
+        counts.append(reads.count)
+    assert counts[0] == counts[1] <= 1, counts  # 4 and 12 minibatches: the same reads

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_pong_trains_through_the_batched_policy_and_the_learners_views(tmp_path: Path) -> None:
+def test_pong_trains_through_the_batched_policy_and_the_learner_process(tmp_path: Path) -> None:
     run = tmp_path / "run"
     sets = {
         "actors": 1,
@@ -26,7 +26,8 @@ def test_pong_trains_through_the_batched_policy_and_the_learners_views(tmp_path:
         "algo.rollout_length": 16,
         "ppo.minibatches": 2,
         "ppo.epochs": 2,
-        "model.precision": "fp32",  # (bf16 keeps channels-last weights, which are not views)
+        "model.precision": "fp32",  # (the GPU box's: views there; a CPU's CNN is copied in,
+        # channels-last, and test_learner_views checks the views on an MLP)
         "runtime.backend": "process",
         "runtime.inference": "server",  # the GPU box's batched policy, on the CPU
         "stop.mean_return": "null",

@@ -323,3 +323,19 @@ def test_a_learner_given_a_gpu_torch_cannot_see_says_so_and_uses_the_cpu(
     err = capsys.readouterr().err
     assert err.startswith("rltrain: learner 3 was given a GPU, but torch") and err.count("\n") == 1
     assert pick_device(False) == torch.device("cpu") and not capsys.readouterr().err
+
+
+def test_a_process_computing_on_cuda_runs_fp32_matmuls_in_tf32() -> None:
+    """Issue 36 item 5: the learner's and the policy worker's processes alike (a CUDA device
+    object needs no GPU to be made; a CPU's precision is left as it is)."""
+    from rltrain.rl.device import tf32_on
+
+    was = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        assert tf32_on(torch.device("cpu")).type == "cpu"
+        assert torch.get_float32_matmul_precision() == "highest"
+        assert tf32_on(torch.device("cuda")).type == "cuda"
+        assert torch.get_float32_matmul_precision() == "high"
+    finally:
+        torch.set_float32_matmul_precision(was)

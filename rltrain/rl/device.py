@@ -18,9 +18,7 @@ def pick_device(want_gpu: bool, who: str = "learner") -> torch.device:
     it does not (a CPU build of torch on the GPU node?), rather than training on the CPU
     unseen (Ray forwards a process's stderr to the driver's)."""
     if want_gpu and torch.cuda.is_available():
-        # fp32 matmuls in TF32 on Ampere and later, as cuDNN's convolutions by default
-        torch.set_float32_matmul_precision("high")
-        return torch.device("cuda")
+        return tf32_on(torch.device("cuda"))
     if want_gpu:
         print(
             f"rltrain: {who} was given a GPU, but torch {torch.__version__} sees no CUDA device "
@@ -28,6 +26,14 @@ def pick_device(want_gpu: bool, who: str = "learner") -> torch.device:
             file=sys.stderr,
         )
     return torch.device("cpu")
+
+
+def tf32_on(device: torch.device) -> torch.device:
+    """``device``, with this process's fp32 matmuls in TF32 where it is CUDA (Ampere and
+    later), as cuDNN's convolutions are by default: a learner's and the policy worker's."""
+    if device.type == "cuda":
+        torch.set_float32_matmul_precision("high")
+    return device
 
 
 def warm_gpu() -> threading.Thread | None:

@@ -39,6 +39,7 @@ from rltrain.rl.algos.distributions import distribution
 from rltrain.rl.algos.models import parameters_to_come
 from rltrain.rl.algos.torsos import to_device
 from rltrain.rl.config import TrainConfig
+from rltrain.rl.device import tf32_on
 
 Acted = tuple[torch.Tensor, torch.Tensor, int]
 """Actions [B] (or [B, n]), the behaviour logits [B, A] (CPU) and the version that acted."""
@@ -209,7 +210,7 @@ class BatchedPolicy:
     ) -> None:
         """``versions``: where the trainer posts the server's version after each learn
         (:attr:`ActSlots.versions`); None: the server is asked."""
-        self.device = torch.device(device)
+        self.device = tf32_on(torch.device(device))
         self.versions = None if versions is None else versions.numpy()
         with parameters_to_come():  # pulled before it acts
             self.model = policy_builder(cfg)(cfg.model.kind, obs_shape, actions, cfg.model.hidden)

@@ -349,3 +349,38 @@ def test_a_run_that_a_script_trained_lists_the_module_that_registered_its_algori
     from rltrain.extensions import _IMPORTED_BY
 
     assert ("rltrain.rl.algos", "mine2") not in _IMPORTED_BY  # forgotten with it
+
+
+@pytest.mark.slow
+def test_a_scripts_own_algorithm_with_options_trains_on_the_process_runtime(
+    tmp_path: Path,
+) -> None:
+    """explore91: a script that defines its algorithm and its options section in ``__main__``
+    and trains on the default runtime failed as "an internal error" (the config's section, an
+    instance of a ``__main__`` class, could not be pickled for the children): it travels by
+    value now, as the registration does."""
+    script = tmp_path / "mine.py"
+    script.write_text(
+        "import dataclasses\n"
+        "import rltrain\n"
+        "from rltrain.rl.algos import AlgoSpec, register_algo\n"
+        "from rltrain.rl.algos.a3c import ActorCriticLoss, gae\n\n"
+        "@dataclasses.dataclass(frozen=True)\n"
+        "class MineConfig:\n"
+        "    coef: float = 0.5\n\n"
+        "class MineLoss(ActorCriticLoss):\n"
+        "    def __init__(self, cfg):\n"
+        "        super().__init__(cfg)\n"
+        "        assert cfg.section('mine').coef == 0.25\n\n"
+        "register_algo(AlgoSpec('mine', 'worker', MineLoss, gae, sections=('algo', 'mine'),\n"
+        "                       options={'mine': MineConfig}))\n"
+        "if __name__ == '__main__':\n"
+        f"    run = rltrain.train({str(ROOT / 'configs' / 'cartpole_a3c.yaml')!r}, run_dir='run',\n"
+        "        algo__name='mine', mine__coef=0.25, actors=1, runtime__backend='process',\n"
+        "        stop__mean_return=None, stop__max_env_steps=1000)\n"
+        "    assert run.stopped_by == 'max_env_steps', run.stopped_by\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

@@ -9,11 +9,13 @@ holds.
 from __future__ import annotations
 
 import contextlib
+import pickle
 import sys
 import threading
 import types
 from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from rltrain.ps.server import ShardedServer
@@ -79,9 +81,13 @@ def no_main() -> Iterator[None]:
     run only rltrain's classes and ``imports`` modules, and a user's script without an
     ``if __name__ == "__main__":`` guard (``rltrain.train(...)`` at its top level) would run
     its training again in every child. A stand-in module, for the start only, gives them
-    nothing to import."""
+    nothing to import; what the script's classes made (the options section of an algorithm
+    it defines, in the run's config) travels by value (:func:`by_value`)."""
     with MAIN_LOCK:  # starts from several threads (restarts) must not interleave the swap
         main = sys.modules["__main__"]
+        for cls in [v for v in vars(main).values() if isinstance(v, type)]:
+            if cls.__module__ == "__main__":  # (not the classes it imported)
+                ForkingPickler.register(cls, by_value)
         sys.modules["__main__"] = types.ModuleType("__main__")
         try:
             yield
@@ -90,3 +96,12 @@ def no_main() -> Iterator[None]:
 
 
 MAIN_LOCK = threading.Lock()
+
+
+def by_value(obj: Any) -> tuple[Any, tuple[bytes]]:
+    """The reduction of an instance of a class the main script defined: by value, with its
+    class, pickled by cloudpickle (as the extensions are), where the child has no module to
+    find the class in by name."""
+    import cloudpickle
+
+    return pickle.loads, (cloudpickle.dumps(obj),)

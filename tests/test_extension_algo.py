@@ -27,7 +27,7 @@ from rltrain.rl.algos import (
 )
 from rltrain.rl.algos.estimators import NStep
 from rltrain.rl.algos.losses import LossTerms
-from rltrain.rl.config import TrainConfig
+from rltrain.rl.config import StopConfig, TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEN: list[tuple[float, tuple[int, ...]]] = []
@@ -384,3 +384,16 @@ def test_a_scripts_own_algorithm_with_options_trains_on_the_process_runtime(
         [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def test_a_section_name_that_is_no_section_is_one_line_naming_the_caller() -> None:
+    """explore91: a loss of one's own that reads cfg.section("nosuch") (a typo) ended as "an
+    internal error (a bug; please report it)": it is the config's one-line error, naming the
+    line that asked and the sections there are."""
+    from rltrain.config import ConfigError
+
+    cfg = TrainConfig(stop=StopConfig(max_env_steps=100))
+    with pytest.raises(ConfigError, match=r"cfg.section\('nosuch'\) at test_extension_algo.py:\d+"):
+        cfg.section("nosuch")
+    with pytest.raises(ConfigError, match="the config's are env, algo, ppo, .*, runtime$"):
+        cfg.section("nosuch")

@@ -5,6 +5,8 @@ the user's), the server, the runtime and :mod:`.sections`."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -125,7 +127,13 @@ class TrainConfig:
             return self.sections[name]
         if name != self.SECTIONS and name in {f.name for f in dataclasses.fields(self)}:
             return getattr(self, name)
-        raise KeyError(f"no config section {name!r}")
+        fields = (f.name for f in dataclasses.fields(self))
+        have = [*(n for n in fields if dataclasses.is_dataclass(getattr(self, n))), *self.sections]
+        caller = sys._getframe(1)  # (explore91: a typo in a loss of one's own)
+        where = f"{os.path.basename(caller.f_code.co_filename)}:{caller.f_lineno}"
+        raise ConfigError(
+            f"cfg.section({name!r}) at {where}: no such section; the config's are {', '.join(have)}"
+        )
 
     @staticmethod
     def before_check(data: Mapping[str, Any]) -> None:

@@ -8,7 +8,7 @@ and the first allocations are over) and at the end, and the growth between them.
 shows as growth that goes on; the goal is at most 5%. A process whose memory swings (the
 allocator keeps and returns the buffers of a learner's passes: +-20% from one minute to the
 next) would make two single samples say anything, so each end is the median of ``--span``
-samples (3), and the range of the window is printed beside them.
+samples (3), and the range of the window is printed beside them, and each process's samples after the table.
 
     python benchmarks/soak.py [configs/pong_appo.yaml] [--minutes 30] [--every 60]
         [--after 5] [--run-dir ~/soak] [--set key=value ...]
@@ -119,6 +119,9 @@ def main() -> None:
             f"| {name} | {r0 / 1024:.0f} | {r1 / 1024:.0f} | {g:+.1f}% | {low:.0f}-{high:.0f} "
             f"| {f0} | {f1} |"
         )
+    for name, points in sorted(series.items()):  # a trend or a swing: the samples themselves
+        mbs = " ".join(f"{r / 1024:.0f}" for _, r, _ in points)
+        print(f"{name} RSS (MB), one a sample: {mbs}")
     worst_rss = max(rss_growth, default=0.0)
     worst_fd = max(fd_growth, default=0)
     print(

@@ -8,7 +8,8 @@ and the first allocations are over) and at the end, and the growth between them.
 shows as growth that goes on; the goal is at most 5%. A process whose memory swings (the
 allocator keeps and returns the buffers of a learner's passes: +-20% from one minute to the
 next) would make two single samples say anything, so each end is the median of ``--span``
-samples (3), and the range of the window is printed beside them, and each process's samples after the table.
+samples (3), and the range of the window is printed beside them; each process's samples
+follow the table.
 
     python benchmarks/soak.py [configs/pong_appo.yaml] [--minutes 30] [--every 60]
         [--after 5] [--run-dir ~/soak] [--set key=value ...]

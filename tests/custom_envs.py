@@ -266,7 +266,23 @@ class TypedObs(gymnasium.Env):
         return self.observation_space.sample(), float(action), False, False, {}
 
 
+class Closed(Corridor):
+    """A corridor whose close() leaves a file in ``folder`` (a user's env that flushes a log
+    or frees a simulator there)."""
+
+    def __init__(self, folder: str = "") -> None:
+        super().__init__()
+        self.folder = folder
+
+    def close(self) -> None:
+        import os
+        from pathlib import Path
+
+        (Path(self.folder) / f"closed-{os.getpid()}-{id(self)}").touch()
+
+
 gymnasium.register("rltrain_test/ScalarObs-v0", entry_point=ScalarObs, max_episode_steps=10)
+gymnasium.register("rltrain_test/Closed-v0", entry_point=Closed, max_episode_steps=20)
 gymnasium.register("rltrain_test/TypedObs-v0", entry_point=TypedObs, max_episode_steps=10)
 ASYMMETRIC_ID = "rltrain_test/AsymmetricBox-v0"
 gymnasium.register(ASYMMETRIC_ID, entry_point=AsymmetricBox)

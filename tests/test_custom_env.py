@@ -559,3 +559,16 @@ def test_gymnasiums_module_colon_id_form_imports_the_module() -> None:
     assert again.imports == ("custom_envs",) and to_dict(again)["env"]["id"] == CORRIDOR
     with make_env(cfg.env, seed=0, num_envs=1) as env:
         assert env.obs_shape == (5,)
+
+
+@pytest.mark.parametrize("backend", ["process", "local"])
+def test_the_actors_envs_are_closed_as_the_run_ends(tmp_path: Path, backend: str) -> None:
+    """explore92: the actor processes were killed at the end of a run without their envs'
+    close(), which a user's env may need (a log it flushes, a simulator it frees): each of the
+    actors' envs is closed now, as the env that the run probes."""
+    closed = tmp_path / "closed"
+    closed.mkdir()
+    sets = ("env.id=rltrain_test/Closed-v0", "actors=2", "env.num_envs=3")
+    kwargs = f"env.kwargs={{folder: {closed}}}"
+    train_short(tmp_path / "run", *sets, f"runtime.backend={backend}", kwargs, steps=300)
+    assert len(list(closed.iterdir())) >= 2 * 3  # (+ the probe's, and the evaluations')

@@ -9,6 +9,7 @@ here, once, instead of in the trainer's or the bench's attributes.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +20,9 @@ from rltrain.records import Verdict
 from rltrain.runtime.contract import Guard, RemoteProcess, Runtime
 
 Say = Callable[[str], None]
+END_GRACE_S = 3.0
+"""How long the processes of an ended session have to close their objects before they are
+killed."""
 
 
 @dataclass
@@ -77,8 +81,18 @@ class RunContext:
         """Carry out one of ``faults.events`` (kill or pause a process)."""
         self.runtime.inject(action, self.procs, self.faults, self.say)
 
-    def kill_all(self) -> None:
-        """Stop every process for good (the end of the session, or a bug's way out)."""
-        for r in self.everyone():
+    def kill_all(self, grace: float = END_GRACE_S) -> None:
+        """Stop every process for good (the end of the session, or a bug's way out): asked
+        to end first, each closing its object (an actor's envs: a user's env may flush in
+        close()), then killed, those still up after ``grace`` seconds too."""
+        everyone = self.everyone()
+        for r in everyone:
+            with contextlib.suppress(Exception):
+                r.end()
+        deadline = time.monotonic() + grace
+        for r in everyone:
+            with contextlib.suppress(Exception):
+                r.ended(max(0.0, deadline - time.monotonic()))
+        for r in everyone:
             with contextlib.suppress(Exception):
                 r.kill()

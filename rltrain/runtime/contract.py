@@ -48,6 +48,12 @@ class RemoteProcess(Protocol):
     def mark_lost(self) -> bool:
         """Note that this incarnation died; False if already noted."""
 
+    def end(self) -> None:
+        """Ask it to end after its current call, closing its object (an actor's envs)."""
+
+    def ended(self, timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds for it to end after :meth:`end`; whether it has."""
+
     def kill(self) -> None:
         """Stop it for good."""
 

@@ -110,6 +110,13 @@ class Remote:
     def mark_lost(self) -> bool:
         return False
 
+    def end(self) -> None:
+        self.kill()
+
+    def ended(self, timeout: float) -> bool:
+        self.thread.join(timeout)
+        return not self.thread.is_alive()
+
     def kill(self) -> None:
         """Cancel the calls not started yet; the thread closes the instance and ends after
         the call it runs, which ends early if the instance has ``interrupt()`` (a thread

@@ -8,6 +8,7 @@ import concurrent.futures as cf
 import contextlib
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -289,6 +290,20 @@ class Remote:
             return f"kill {self.name} (pid {pid})"
         pause(pid, action.event.seconds)
         return f"pause {self.name} (pid {pid}) for {action.event.seconds:g}s"
+
+    def end(self) -> None:
+        """Close the pipe of its calls: after the call it runs it closes its object (an
+        actor's envs, whose close() a user's env may need: explore92) and exits."""
+        with self._lock:
+            self._closing = True
+        with contextlib.suppress(OSError, AttributeError):
+            self.calls.sock.shutdown(socket.SHUT_WR)  # (the reader reads on to its end)
+
+    def ended(self, timeout: float) -> bool:
+        with contextlib.suppress(AssertionError, ValueError, AttributeError):  # (not started)
+            self.process.join(timeout)
+            return self.process.exitcode is not None
+        return True
 
     def kill(self) -> None:
         """Stop the process now (SIGKILL: a call may be waiting at a barrier); not restarted."""

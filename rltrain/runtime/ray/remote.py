@@ -202,6 +202,12 @@ class Remote:
             return f"kill {self.role} {self.index} (on another node, through Ray)"
         return f"skipped {action.signal} {self.role} {self.index}: it runs on another node"
 
+    def end(self) -> None:
+        """Nothing: Ray's kill ends a process without its object's close."""
+
+    def ended(self, timeout: float) -> bool:
+        return True
+
     def kill(self) -> None:
         if not head.gone():  # (it went with the cluster)
             ray.kill(self.handle)

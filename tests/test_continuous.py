@@ -99,6 +99,9 @@ def test_actor_and_learner_on_box_actions(algo: str) -> None:
     stats = learner.learn(server, 0.0, r)
     assert stats.applied == (4 if algo == "appo" else 1)
     assert all(np.isfinite(list(x.terms().values())).all() for x in stats.losses)
+    # policy/action_std (explore92): the Gaussian's std as each minibatch computed with it
+    assert stats.losses[0].action_std == pytest.approx(1.0)  # log-std 0 at the start
+    assert all(x.action_std is not None and x.action_std > 0 for x in stats.losses)
     # the log-std is a parameter the server trains
     assert server.pull().version == stats.applied
 
@@ -127,6 +130,11 @@ def test_box_actions_train_and_evaluate_through_the_api(tmp_path: Path) -> None:
     assert det.returns != sampled.returns
     action = rltrain.load_policy(run.run_dir)(np.zeros(3, np.float32))
     assert action.shape == (1,) and -2.0 <= float(action[0]) <= 2.0
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run.run_dir / "tb"))
+    acc.Reload()
+    assert 0 < acc.Scalars("policy/action_std")[-1].value < 10  # (explore92)
 
 
 @pytest.mark.parametrize("algo", ["a3c", "ppo"])

@@ -274,7 +274,7 @@ def test_parts_a_loss_has_no_use_for_are_not_logged() -> None:
     }.items():
         out = actor_critic_loss(logits, actions, zeros, zeros, zeros, spec, logits + 0.1)
         assert out.floats().kl == 0.0  # KL(pi || pi), the logits shifted: -3.7e-9 unclamped
-        stats = torch.cat([torch.ones(1), out.parts, torch.zeros(1)])
+        stats = torch.cat([torch.ones(1), out.parts, torch.zeros(2)])  # (no lag, no std)
         (read,) = read_losses([Gradient(torch.zeros(3), stats, 64, absent=out.absent)])
         absent[name] = (read.kl is None, read.clip_fraction is None)
     assert absent == {"a3c": (True, True), "ppo": (False, False), "kl penalty": (False, True)}

@@ -112,7 +112,8 @@ def action_notes(cfg: TrainConfig, spec: EnvSpec) -> list[str]:
     return [
         f"env {cfg.env.id}: action dimension{'s' * (len(dims) > 1)} {', '.join(dims)} of its "
         f"{a.describe()} {'have' if len(dims) > 1 else 'has'} no finite bounds on both sides: "
-        f"the env gets the policy's samples as they are, around 0 with std {std:.3g} at first "
+        f"the env gets the policy's samples as they are (clipped to a bound on one side), "
+        f"around 0 with std {std:.3g} at first "
         "(model.log_std_init), and actions of another scale learn slowly; give the Box bounds "
         "(env.action_map maps onto them), or scale the actions in a wrapper (env.wrappers)"
     ]

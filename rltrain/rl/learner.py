@@ -272,8 +272,11 @@ class Learner:
         self.model.zero_grad(set_to_none=True)
         loss.total.backward()
         grad, norm = clipped_flat_grad(self.model, self.cfg.algo.max_grad_norm)
-        stats = torch.cat([norm.float().reshape(1), loss.parts, lag.reshape(1)])  # [7]
-        return Gradient(grad, stats, samples, self.cfg.algo_spec.lags, loss.absent)
+        log_std = self.model.log_std  # a Box policy's (explore92: a falling std, unseen)
+        std = log_std.detach().exp().mean() if log_std is not None else torch.zeros_like(lag)
+        stats = torch.cat([norm.float().reshape(1), loss.parts, lag.reshape(1), std.reshape(1)])
+        lags = self.cfg.algo_spec.lags
+        return Gradient(grad, stats, samples, lags, log_std is not None, loss.absent)
 
     # --- the IMPALA/APPO learner step -------------------------------------------------------
 

@@ -235,6 +235,7 @@ class LossStats:
     kl: float | None = None  # ppo/appo: mean KL(pi_old || current policy)
     clip_fraction: float | None = None  # ppo/appo: share of samples whose ratio was clipped
     lag_kl: float | None = None  # impala/appo: mean KL(actors' mu || learner's batch-start pi)
+    action_std: float | None = None  # a Box policy: its Gaussian's std, the dimensions' mean
 
     def terms(self) -> dict[str, float]:
         """The loss terms this algorithm has, by name (``GradUpdate.losses``)."""
@@ -282,9 +283,10 @@ class Gradient:
     leaving a GPU idle between minibatches."""
 
     values: torch.Tensor  # [P]
-    stats: torch.Tensor  # [7] grad norm, LossParts' five, lag_kl
+    stats: torch.Tensor  # [8] grad norm, LossParts' five, lag_kl, action std
     samples: int
     lags: bool = False  # impala/appo: stats[6] is the actors' lag (else there is none)
+    gaussian: bool = False  # a Box policy: stats[7] is its std (else there is none)
     absent: tuple[str, ...] = ()  # the loss's parts it does not have (LossTerms.absent)
 
     @property
@@ -307,6 +309,8 @@ def read_losses(gradients: Sequence[Gradient]) -> list[LossStats]:
 
 
 def _stats(g: Gradient, row: list[float]) -> LossStats:
-    norm, *parts, lag = row  # (Gradient.stats)
+    norm, *parts, lag, std = row  # (Gradient.stats)
     named = {k: None if k in g.absent else v for k, v in zip(LossParts._fields, parts, strict=True)}
-    return LossStats(norm, **named, lag_kl=lag if g.lags else None)
+    return LossStats(
+        norm, **named, lag_kl=lag if g.lags else None, action_std=std if g.gaussian else None
+    )

@@ -219,7 +219,9 @@ class TrainLogger:
             self.writer.add_scalar(f"perf/time/{key}", share, env_steps)
         if self._phases:
             self.top = perf.biggest(self._phases)
+        stds = [x.action_std for x in self._losses if x.action_std is not None]
         for tag, values in (
+            ("policy/action_std", stds),  # a Box policy's, the mean of its dimensions'
             ("dqn/epsilon", self._epsilon),
             ("dqn/q_mean", self._q_mean),
             ("ppo/epochs", self._epochs),  # below ppo.epochs where ppo.target_kl ended some

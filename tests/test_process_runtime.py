@@ -648,3 +648,65 @@ def test_ray_address_in_the_environment_is_said_not_followed(
     )
     monkeypatch.delenv("RAY_ADDRESS")
     assert chosen_backend(RuntimeConfig())[1].endswith("one machine")
+
+
+class Closing:
+    """Leaves a file as it closes; ``wait`` keeps it busy in a call."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def wait(self, seconds: float) -> None:
+        import time
+
+        time.sleep(seconds)
+
+    def close(self) -> None:
+        Path(self.folder, f"closed-{os.getpid()}").touch()
+
+
+def test_a_session_end_lets_idle_processes_close_and_kills_busy_ones_at_once(
+    tmp_path: Path,
+) -> None:
+    """explore92, review79b: at a session's end an idle child closes its object (an actor's
+    envs) and exits by itself, counted as no death; one busy in a call is killed at once,
+    not after the grace; the whole end is bounded."""
+    import time
+
+    from rltrain.faults import FaultCounters
+    from rltrain.runtime.context import RunContext
+
+    idle = process.Remote(Closing, str(tmp_path), index=0)
+    busy = process.Remote(Closing, str(tmp_path), index=1)
+    ctx = RunContext(process, FaultCounters(), print)  # type: ignore[arg-type]
+    ctx.add("actor", [idle, busy])
+    try:
+        idle.pid(), busy.pid()
+        busy.call("wait", 60.0)
+        start = time.monotonic()
+        ctx.kill_all(grace=30.0)
+        assert time.monotonic() - start < 10.0  # (not the grace: nothing waits for busy)
+        assert [p.name for p in tmp_path.iterdir()] == [f"closed-{idle.pid()}"]
+        idle.process.join(10.0)
+        assert idle.process.exitcode == 0 and idle.restarts == 0 and idle._deaths == 0
+    finally:
+        process.shutdown()
+
+
+def test_a_scripts_classes_travel_by_value_for_a_start_only() -> None:
+    """review79b: the reductions registered for ``__main__``'s classes are taken back after
+    the start, so that a user's own pool or queue pickles them as it did."""
+    import sys
+    from multiprocessing.reduction import ForkingPickler
+
+    from rltrain.runtime.process.forkserver import by_value, no_main
+
+    main = sys.modules["__main__"]
+    mine = type("Mine", (), {"__module__": "__main__"})
+    main.Mine = mine
+    try:
+        with no_main():
+            assert ForkingPickler._extra_reducers.get(mine) is by_value  # type: ignore[attr-defined]
+        assert mine not in ForkingPickler._extra_reducers  # type: ignore[attr-defined]
+    finally:
+        delattr(main, "Mine")

@@ -42,6 +42,7 @@ from rltrain.rl.run.counters import Counters, reaches
 from rltrain.rl.run.scores import best_score, eval_settings, last_scored
 from rltrain.rl.run.tblog import TrainLogger
 from rltrain.rundir import EVALS_FILE
+from rltrain.runtime.context import END_GRACE_S
 
 if TYPE_CHECKING:
     from rltrain.runtime.contract import Runtime
@@ -320,6 +321,9 @@ class PeriodicEval:
     def close(self) -> None:
         if self.remote is not None:
             with contextlib.suppress(Exception):  # a Ray already going down
+                self.remote.end()  # idle: it closes its env (a user's may flush there)
+                self.remote.ended(END_GRACE_S)
+            with contextlib.suppress(Exception):
                 self.remote.kill()
         self.remote, self.flight = None, None
 

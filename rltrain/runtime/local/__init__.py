@@ -114,7 +114,8 @@ class Remote:
         self.kill()
 
     def ended(self, timeout: float) -> bool:
-        self.thread.join(timeout)
+        """Not waited for here: the thread closes its instance after its call, and
+        :func:`shutdown` waits for it (CLOSE_WAIT_S)."""
         return not self.thread.is_alive()
 
     def kill(self) -> None:

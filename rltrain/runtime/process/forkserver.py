@@ -82,17 +82,26 @@ def no_main() -> Iterator[None]:
     ``if __name__ == "__main__":`` guard (``rltrain.train(...)`` at its top level) would run
     its training again in every child. A stand-in module, for the start only, gives them
     nothing to import; what the script's classes made (the options section of an algorithm
-    it defines, in the run's config) travels by value (:func:`by_value`)."""
+    it defines, in the run's config) travels by value (:func:`by_value`), for the start only:
+    multiprocessing's table of reductions is the process's, and a user's own pool or queue
+    keeps its own ways after it."""
     with MAIN_LOCK:  # starts from several threads (restarts) must not interleave the swap
         main = sys.modules["__main__"]
-        for cls in [v for v in vars(main).values() if isinstance(v, type)]:
-            if cls.__module__ == "__main__":  # (not the classes it imported)
-                ForkingPickler.register(cls, by_value)
+        mine = [v for v in list(vars(main).values()) if isinstance(v, type)]
+        table = ForkingPickler._extra_reducers  # type: ignore[attr-defined]  # (register fills it)
+        had = {c: table.get(c) for c in mine if c.__module__ == "__main__"}  # (its top level)
+        for cls in had:
+            ForkingPickler.register(cls, by_value)
         sys.modules["__main__"] = types.ModuleType("__main__")
         try:
             yield
         finally:
             sys.modules["__main__"] = main
+            for cls, was in had.items():
+                if was is None:
+                    table.pop(cls, None)
+                else:
+                    table[cls] = was
 
 
 MAIN_LOCK = threading.Lock()
@@ -101,7 +110,8 @@ MAIN_LOCK = threading.Lock()
 def by_value(obj: Any) -> tuple[Any, tuple[bytes]]:
     """The reduction of an instance of a class the main script defined: by value, with its
     class, pickled by cloudpickle (as the extensions are), where the child has no module to
-    find the class in by name."""
+    find the class in by name. A copy: tensors it holds are copied, not shared, and a
+    connection or a file it holds does not travel."""
     import cloudpickle
 
     return pickle.loads, (cloudpickle.dumps(obj),)

@@ -70,13 +70,10 @@ _children: list[Remote] = []  # every process started (and restarted) in this se
 
 
 class Remote:
-    """A plain class in a process of its own (learners: in a thread of this one, see
+    """A plain class in a process of its own (learners: a thread of this one, see
     :data:`IN_TRAINER`, unless ``own_process``): ``call`` returns a future of the method's
-    result; the process runs its calls one at a time, in order.
-
-    ``max_restarts``: how often a dead process is started again (-1: always), its
-    constructor re-run with the same arguments, as Ray does.
-    """
+    result; the process runs its calls one at a time, in order. ``max_restarts``: how often a
+    dead process is started again (-1: always), its constructor re-run, as Ray does."""
 
     restarted_by = "the trainer"
 
@@ -108,6 +105,7 @@ class Remote:
         self.services: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._pending: dict[int, cf.Future] = {}
+        self._ending = False  # asked to end by itself (end)
         self._next_call = 0
         self._closing = False
         self._noted = 0  # deaths counted by mark_lost
@@ -292,18 +290,19 @@ class Remote:
         return f"pause {self.name} (pid {pid}) for {action.event.seconds:g}s"
 
     def end(self) -> None:
-        """Close the pipe of its calls: after the call it runs it closes its object (an
-        actor's envs, whose close() a user's env may need: explore92) and exits."""
+        """Up and idle: close its calls' pipe, and it closes its object (an actor's envs, a
+        user's may need close(): explore92) and exits. Busy in a call: left to kill."""
         with self._lock:
             self._closing = True
-        with contextlib.suppress(OSError, AttributeError):
-            self.calls.sock.shutdown(socket.SHUT_WR)  # (the reader reads on to its end)
+            self._ending = self.up.done() and self.up.exception() is None and not self._pending
+        if self._ending:
+            with contextlib.suppress(OSError, AttributeError):
+                self.calls.sock.shutdown(socket.SHUT_WR)  # (the reader reads on to its end)
 
     def ended(self, timeout: float) -> bool:
-        with contextlib.suppress(AssertionError, ValueError, AttributeError):  # (not started)
+        if self._ending:  # (else not asked to end: killed at once)
             self.process.join(timeout)
-            return self.process.exitcode is not None
-        return True
+        return not self._ending or self.process.exitcode is not None
 
     def kill(self) -> None:
         """Stop the process now (SIGKILL: a call may be waiting at a barrier); not restarted."""

@@ -82,20 +82,24 @@ class RunContext:
         self.runtime.inject(action, self.procs, self.faults, self.say)
 
     def kill_all(self, grace: float = END_GRACE_S) -> None:
-        """Stop every process for good (the end of the session, or a bug's way out): those
-        idle are asked to end first, each closing its object (an actor's envs: a user's env
-        may flush in close()); then every one is killed, those still up after ``grace``
-        seconds and those busy in a call (or not up) at once."""
-        everyone = self.everyone()
-        try:
-            for r in everyone:
-                with contextlib.suppress(Exception):
-                    r.end()
-            deadline = time.monotonic() + grace
-            for r in everyone:
-                with contextlib.suppress(Exception):
-                    r.ended(max(0.0, deadline - time.monotonic()))
-        finally:  # (a Ctrl-C in the wait: every process still goes)
-            for r in everyone:
-                with contextlib.suppress(Exception):
-                    r.kill()
+        """Stop every process for good (the end of the session, or a bug's way out):
+        :func:`end_then_kill`."""
+        end_then_kill(self.everyone(), grace)
+
+
+def end_then_kill(remotes: list[RemoteProcess], grace: float = END_GRACE_S) -> None:
+    """Those idle are asked to end first, each closing its object (an actor's envs: a user's
+    env may flush in close()); then every one is killed, those still up after ``grace``
+    seconds and those busy in a call (or not up) at once."""
+    try:
+        for r in remotes:
+            with contextlib.suppress(Exception):  # (a Ray already going down)
+                r.end()
+        deadline = time.monotonic() + grace
+        for r in remotes:
+            with contextlib.suppress(Exception):
+                r.ended(max(0.0, deadline - time.monotonic()))
+    finally:  # (a Ctrl-C in the wait: every process still goes)
+        for r in remotes:
+            with contextlib.suppress(Exception):
+                r.kill()

@@ -13,7 +13,6 @@ line) and keeps the best-scoring checkpoint as ``checkpoints/best.pt``
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import threading
@@ -42,7 +41,7 @@ from rltrain.rl.run.counters import Counters, reaches
 from rltrain.rl.run.scores import best_score, eval_settings, last_scored
 from rltrain.rl.run.tblog import TrainLogger
 from rltrain.rundir import EVALS_FILE
-from rltrain.runtime.context import END_GRACE_S
+from rltrain.runtime.context import end_then_kill
 
 if TYPE_CHECKING:
     from rltrain.runtime.contract import Runtime
@@ -319,12 +318,8 @@ class PeriodicEval:
             self.say(f"the evaluation of {flight.checkpoint} is left out: {why}")
 
     def close(self) -> None:
-        if self.remote is not None:
-            with contextlib.suppress(Exception):  # a Ray already going down
-                self.remote.end()  # idle: it closes its env (a user's may flush there)
-                self.remote.ended(END_GRACE_S)
-            with contextlib.suppress(Exception):
-                self.remote.kill()
+        if self.remote is not None:  # idle, it closes its env (a user's may flush there)
+            end_then_kill([self.remote])
         self.remote, self.flight = None, None
 
     def summary(self) -> dict[str, Any]:

@@ -141,13 +141,15 @@ def test_calls_run_in_order_in_a_child_and_tensors_come_back() -> None:
         process.shutdown()
 
 
-def test_a_child_process_says_what_it_is_in_ps_and_top() -> None:
-    r = process.Remote(Counter, 0, role="actor", index=3)
+@pytest.mark.parametrize(("role", "index"), [("actor", 3), ("policy", 0), ("learner", 1)])
+def test_a_child_process_says_what_it_is_in_ps_and_top(role: str, index: int) -> None:
+    # (a learner is a thread of the trainer unless it has its own process: the GPU box's)
+    r = process.Remote(Counter, 0, role=role, index=index, own_process=True)  # type: ignore[arg-type]
     try:
         pid = r.call("pid").result(timeout=60)
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
-        comm = Path(f"/proc/{pid}/comm").read_text().strip()
-        assert cmdline == "rltrain: actor 3" and comm.startswith("rltrain: actor")
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()  # the kernel keeps 15 characters
+        assert cmdline == f"rltrain: {role} {index}" and comm == cmdline[:15].strip()
     finally:
         r.kill()
         process.shutdown()

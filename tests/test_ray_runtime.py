@@ -18,6 +18,7 @@ from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.records import GradUpdate
 from rltrain.runtime import ray as runtime
 from rltrain.runtime.config import RuntimeConfig
+from rltrain.runtime.ray.sandblaster import RayStore
 
 pytestmark = pytest.mark.slow
 
@@ -114,6 +115,22 @@ def test_a_process_no_node_can_hold_is_named() -> None:
         small = SimpleNamespace(role="actor", index=1, cpus=2.0, gpus=0.0)
         note = runtime.placement_note([small])  # type: ignore[list-item]
         assert "actor 1 (2 CPU)" in note and "each fits on a node, so it is still starting" in note
+    finally:
+        r.kill()
+
+
+@pytest.mark.shared_ray
+def test_a_ray_process_says_what_it_is_in_ps_and_top() -> None:
+    """Ray titles its processes after the class placed there: ps shows the role and index,
+    between calls and during one, and the class is still the class."""
+    r = runtime.Remote(RayStore, [], [], role="policy", index=2, num_cpus=0)
+    try:
+        pid = r.pid()
+        call = r.handle.__ray_call__  # (a lambda travels by value; this module would not)
+        during = runtime.result(call.remote(lambda s: (Path("/proc/self/cmdline").read_text(), s)))
+        assert during[0].startswith("ray::rltrain: policy 2.") and isinstance(during[1], RayStore)
+        between = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+        assert between.startswith("ray::rltrain: policy 2")
     finally:
         r.kill()
 

@@ -5,7 +5,8 @@ command line; named, a slow or leaking one can be told apart. ``setproctitle``
 rewrites the command line that ``ps`` shows (and the name ``top`` shows); where it is not
 installed, the kernel's 15-character name is set instead (``rl actor 3``), which ``top``
 and ``ps -e`` show. The thread runtime's roles are threads: each names its thread so
-(``top -H``, ``ps -L``). Ray names its own workers (``ray::Actor.method``).
+(``top -H``, ``ps -L``). Ray titles its processes after the class placed on them, so
+the Ray runtime places a subclass of that name (``ray::rltrain: actor 3``; ``ray.remote``).
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from rltrain.pauses import pause
 from rltrain.records import Role
 from rltrain.runtime.ray.errors import creation_error, first_line, get_watched
 from rltrain.runtime.ray.startup import free_cpus, node_cpus
+from rltrain.runtime.titles import title_of
 
 
 def is_ray_worker(pid: int) -> bool:
@@ -36,6 +37,17 @@ def reconstructed() -> bool:
     with warnings.catch_warnings():  # deprecated in Ray 2.x, with no replacement yet
         warnings.simplefilter("ignore")
         return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+
+
+def titled(cls: type, role: str, index: int) -> type:
+    """``cls`` under the name ``rltrain: actor 3``. Ray titles its process after the class
+    (``ray::<class>`` between calls, ``ray::<class>.<method>`` during one, rewritten on every
+    call, so a ``setproctitle`` of ours would not last): ``ps`` and ``top`` then show
+    ``ray::rltrain: actor 3``, and Ray's dashboard and log prefixes the same name."""
+    title = title_of(role, index)
+    # (not importable by this name, so cloudpickle sends the subclass by value and ``cls``
+    # by reference)
+    return type(title, (cls,), {"__module__": cls.__module__, "__qualname__": title})
 
 
 def whereabouts(_instance: Any) -> tuple[int, str, bool]:
@@ -75,7 +87,7 @@ class Remote:
         # (Ray's annotation, a handle or the class itself, is looser than the value: a handle)
         self.handle = cast(
             "ActorHandle[Any]",
-            ray.remote(cls)
+            ray.remote(titled(cls, role, index))
             .options(
                 num_cpus=num_cpus,
                 num_gpus=num_gpus,

@@ -24,7 +24,7 @@ from rltrain.ps.shard import ParameterShard
 from rltrain.records import GradUpdate, Params, PushResult, tensor_of
 from rltrain.runtime.config import RuntimeConfig
 from rltrain.runtime.ray.errors import result
-from rltrain.runtime.ray.remote import Remote, reconstructed
+from rltrain.runtime.ray.remote import Remote, reconstructed, titled
 
 FANOUT_MIN_BYTES = 1 << 20
 """Below this a pulled slice travels inline: for a small network the object store's put and
@@ -262,13 +262,16 @@ def start_replay(
 
     A replay shard that Ray restarts comes back empty (the memory is not checkpointed).
     """
-    process: ActorClass[Any] = ray.remote(cls).options(
-        num_cpus=0,
-        max_concurrency=max_concurrency,
-        max_restarts=max_restarts,
-        max_task_retries=0,
-    )
-    return RayReplay([process.remote(*a) for a in args])
+
+    def process(index: int) -> ActorClass[Any]:
+        return ray.remote(titled(cls, "replay", index)).options(
+            num_cpus=0,
+            max_concurrency=max_concurrency,
+            max_restarts=max_restarts,
+            max_task_retries=0,
+        )
+
+    return RayReplay([process(i).remote(*a) for i, a in enumerate(args)])
 
 
 def shard_health(shard: Remote, ref: Any, timeout: float) -> tuple[int, bool] | None:

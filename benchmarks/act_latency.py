@@ -12,7 +12,15 @@ taking parameters from a server in this process. It reports:
 * the same policy's forward pass and sampling alone, in this process, back to back (hot
   caches) and after a 0.2 ms sleep each (as a process woken by a request finds them);
 * messages pickled per step (counted in the actor's process: pickles written and read);
-* bytes copied across processes per step (observations in, actions and logits out).
+* bytes the act copies across processes per step (observations in, actions and logits out).
+
+It runs two paths: the run's, where the actor has written its frames into the rollout's
+observation slot (:class:`~rltrain.rl.rollout.ObsSlots`) and the policy worker reads them
+there, so the act copies no frame (the slot's own write is the frame's one crossing); and
+the one where the rollouts travel as messages (the thread runtime, several learners, or no
+room in /dev/shm for the slots), where the act copies the frames into its slot. The policy
+worker's logits are checked against the same policy's in this process, which would show
+observations read from the wrong place.
 
 ``--obs pong`` sends one Pong env group's frames ([8, 4, 84, 84] uint8) instead of
 CartPole's [8, 4] floats.
@@ -67,11 +75,17 @@ def observations(obs: str, batch: int) -> torch.Tensor:
 
 
 class ActLoop:
-    """The actor's side, in a child process: acts ``steps`` times through its slot."""
+    """The actor's side, in a child process: acts ``steps`` times through its slot. With
+    ``frames`` (the run's observation slots) its observations are written there once, as an
+    actor writes a step's frames for the learner, and each act names their place."""
 
-    def __init__(self, obs: str, batch: int, policy: Any) -> None:
+    def __init__(self, obs: str, batch: int, policy: Any, frames: Any = None) -> None:
         torch.set_num_threads(1)
-        self.obs, self.policy = observations(obs, batch), policy
+        self.obs, self.policy, self.at = observations(obs, batch), policy, None
+        if frames is not None:
+            frames.obs[0, 0].copy_(self.obs)
+            self.obs = frames.obs[0, 0]
+            self.at = int(self.obs.storage_offset())
 
     def run(self, steps: int) -> dict[str, Any]:
         from rltrain.runtime.process import child
@@ -79,15 +93,17 @@ class ActLoop:
         counted = Counted()
         child.pickle = counted  # type: ignore[assignment]
         for _ in range(50):  # warm
-            self.policy.act(self.obs)
+            self.policy.act(self.obs, self.at)
         counted.count = counted.bytes = 0
         latencies = []
         for _ in range(steps):
             t = time.perf_counter()
-            actions, logits, _ = self.policy.act(self.obs)
+            actions, logits, _ = self.policy.act(self.obs, self.at)
             latencies.append(time.perf_counter() - t)
-        copied = sum(x.numel() * x.element_size() for x in (self.obs, actions, logits))
+        moved = (actions, logits) if self.at is not None else (self.obs, actions, logits)
+        copied = sum(x.numel() * x.element_size() for x in moved)
         return {
+            "logits": logits,
             "latencies": latencies,
             "pickles": counted.count / steps,
             "pickled_bytes": counted.bytes / steps,
@@ -127,6 +143,7 @@ def main() -> None:
     from rltrain.rl.algos.models import flat_params
     from rltrain.rl.config import ModelConfig, StopConfig, TrainConfig
     from rltrain.rl.inference import ActSlots, BatchedPolicy, PolicyWorker
+    from rltrain.rl.rollout import ObsSlots
     from rltrain.runtime import process
     from rltrain.runtime.config import RuntimeConfig
 
@@ -143,21 +160,10 @@ def main() -> None:
     alone(floor, obs, 50, 0.0)
     hot, woken = alone(floor, obs, args.steps, 0.0), alone(floor, obs, args.steps, 0.0002)
 
-    slots = ActSlots(1, args.batch, shape, dtype, 6, process.Semaphore)
-    worker = process.Remote(PolicyWorker, cfg, shape, 6, slots, "cpu", role="policy")
-    actor = process.Remote(Loop, args.obs, args.batch, slots.client(0), role="actor")
     print(
         f"{args.steps} acts of {args.batch} x {args.obs} observations, one in flight, through "
         "the policy worker's slots (process runtime, tiny MLP, CPU)"
     )
-    try:
-        serving = worker.call("serve", server)
-        outs = [actor.call("run", args.steps).result(timeout=600) for _ in range(2)]
-        slots.stop()
-        served = serving.result(timeout=60)
-    finally:
-        process.shutdown()
-    out = outs[-1]
     print("| path | p50 ms | p99 ms | pickles/step | bytes pickled/step | bytes copied/step |")
     print("|---|---|---|---|---|---|")
     for name, seconds in (
@@ -166,12 +172,34 @@ def main() -> None:
     ):
         a50, a99 = percentiles(seconds)
         print(f"| {name} | {a50:.3f} | {a99:.3f} | - | - | - |")
-    p50, p99 = percentiles([x for o in outs for x in o["latencies"]])
-    print(
-        f"| actor -> policy worker -> actor | {p50:.3f} | {p99:.3f} | {out['pickles']:g} | "
-        f"{out['pickled_bytes']:.0f} | {out['copied_bytes']} |"
-    )
-    print(f"policy worker: {served['batches']} forward passes, {served['rows']} rows")
+    _, expected, _ = floor.act([obs])[0]
+    run = None
+    for name, in_place in (
+        ("actor -> policy worker -> actor, frames copied into the act slot", False),
+        ("actor -> policy worker -> actor, frames read in the rollout's slot (a run's)", True),
+    ):
+        frames = ObsSlots(1, 0, args.batch, shape, dtype) if in_place else None
+        slots = ActSlots(1, args.batch, shape, dtype, 6, process.Semaphore, frames)
+        worker = process.Remote(PolicyWorker, cfg, shape, 6, slots, "cpu", role="policy")
+        actor = process.Remote(Loop, args.obs, args.batch, slots.client(0), frames, role="actor")
+        try:
+            serving = worker.call("serve", server)
+            outs = [actor.call("run", args.steps).result(timeout=600) for _ in range(2)]
+            slots.stop()
+            served = serving.result(timeout=60)
+        finally:
+            process.shutdown()
+        out = outs[-1]
+        torch.testing.assert_close(out["logits"], expected)  # the rows it was meant to read
+        run = percentiles([x for o in outs for x in o["latencies"]]), out
+        (p50, p99) = run[0]
+        print(
+            f"| {name} | {p50:.3f} | {p99:.3f} | {out['pickles']:g} | "
+            f"{out['pickled_bytes']:.0f} | {out['copied_bytes']} |"
+        )
+    print(f"policy worker, last path: {served['batches']} forward passes, {served['rows']} rows")
+    assert run is not None
+    (p50, p99), out = run
     print(f"act_latency: p50 {p50:.2f} ms, p99 {p99:.2f} ms, pickles/step {out['pickles']:g}")
 
 

@@ -18,9 +18,11 @@ from rltrain.cli import main
 from rltrain.config import ConfigError, load_config
 from rltrain.ps.server import LocalServer
 from rltrain.records import GradUpdate
+from rltrain.rl.actor import Actor
 from rltrain.rl.config import TrainConfig, server_settings
 from rltrain.rl.env_spec import initial_params, probe_env
-from rltrain.rl.inference import ActSlots, PolicyWorker
+from rltrain.rl.inference import AT, IN_SLOT, ActSlots, PolicyWorker
+from rltrain.rl.rollout import ObsSlots
 from rltrain.rl.run.placement import inference_device
 
 CFG = Path(__file__).resolve().parents[1] / "configs"
@@ -29,13 +31,13 @@ CFG = Path(__file__).resolve().parents[1] / "configs"
 class Running:
     """A policy worker serving its slots in a thread (as on the thread runtime)."""
 
-    def __init__(self, actors: int = 6, rows: int = 8) -> None:
+    def __init__(self, actors: int = 6, rows: int = 8, frames: ObsSlots | None = None) -> None:
         cfg = load_config(TrainConfig, CFG / "cartpole_appo.yaml")
         spec = probe_env(cfg)
         self.cfg = cfg
         self.server = LocalServer(initial_params(cfg, spec), cfg.optimizer, server_settings(cfg), 1)
         self.slots = ActSlots(
-            actors, rows, spec.obs_shape, torch.float32, spec.actions, threading.Semaphore
+            actors, rows, spec.obs_shape, torch.float32, spec.actions, threading.Semaphore, frames
         )
         self.worker = PolicyWorker(cfg, spec.obs_shape, spec.actions, self.slots)
         self.result: dict = {}
@@ -78,6 +80,46 @@ def test_concurrent_actors_each_get_their_own_rows_of_one_policy() -> None:
             actions, logits, version = out[i]
             assert actions.shape == (len(o),) and version == 0
             torch.testing.assert_close(logits, run.worker.policy.model(o)[0])  # its own rows
+
+
+def _collect_through_the_worker(shared: bool) -> tuple[Any, torch.Tensor, list[int]]:
+    """One CartPole rollout in slot 1 of a run's ObsSlots, acted by a policy worker that is
+    given those slots (``shared``) or not: the rollout, the act slot's observations after it,
+    and where each request said its observations were (``meta[0, AT]``). Two env groups, as
+    an Atari actor's: the second's columns start halfway along each step's row."""
+    cfg = load_config(TrainConfig, CFG / "cartpole_appo.yaml")
+    cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, groups=2))
+    frames = ObsSlots(2, cfg.algo.rollout_length, cfg.env.num_envs, (4,), torch.float32)
+    run = Running(actors=1, rows=cfg.env.num_envs // 2, frames=frames if shared else None)
+    client, asked_at = run.slots.client(0), []
+    act = client.act
+
+    def spy(obs: torch.Tensor, at: int | None = None) -> Any:
+        out = act(obs, at)
+        asked_at.append(int(run.slots.meta[0, AT]))
+        return out
+
+    client.act = spy  # type: ignore[method-assign]
+    r = Actor(cfg, 0, client, frames).collect(run.server, slot=1)
+    run.stop()
+    return frames.attach(r), client.obs.clone(), asked_at
+
+
+def test_an_actors_frames_are_read_where_it_wrote_them_for_the_learner() -> None:
+    """With the run's observation slots (ObsSlots) the actor writes each frame once, into
+    the rollout's slot; its request names the place and the policy worker reads it there.
+    The rollout acts as it would with its frames copied into the act slot."""
+    shared, act_slot, at = _collect_through_the_worker(shared=True)
+    copied, _, copied_at = _collect_through_the_worker(shared=False)
+    T, B = shared.actions.shape
+    step = B * 4  # elements of one step's frames in a slot of CartPole's [T+1, B, 4]
+    # slot 1, step t, group g (columns from g * B/2): in place
+    assert at == [(T + 1) * step + t * step + g * (B // 2) * 4 for t in range(T) for g in (0, 1)]
+    assert set(copied_at) == {IN_SLOT}
+    assert not act_slot.any()  # the act slot itself was never written
+    torch.testing.assert_close(shared.obs, copied.obs)
+    torch.testing.assert_close(shared.behaviour_logits, copied.behaviour_logits)
+    assert torch.equal(shared.actions, copied.actions)
 
 
 def test_a_learner_batch_of_new_versions_acts_from_the_next_batch() -> None:

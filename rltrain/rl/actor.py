@@ -43,8 +43,11 @@ from rltrain.rl.rollout import (
 class Policy(Protocol):
     """A policy that acts for an actor (:class:`rltrain.rl.inference.ActClient`)."""
 
-    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """Sampled actions, logits [B, A] and the parameters' version, for ``obs`` [B, *obs]."""
+    def act(
+        self, obs: torch.Tensor, at: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Sampled actions, logits [B, A] and the parameters' version, for ``obs`` [B, *obs];
+        ``at``: where ``obs`` starts in the run's observation slots, when it is a view of them."""
         ...
 
     def reward_scale(self) -> float:
@@ -144,6 +147,12 @@ class Trace:
         self.lengths: list[int] = []
         self.scaler = scaler
         self.seen_ret: Moments | None = None
+
+    def now(self) -> tuple[torch.Tensor, int | None]:
+        """The observation to act on [B_g, *obs], and where it starts in the observation slots
+        (``storage_offset``: the policy worker reads it there) or None without one."""
+        obs = self.obs[-1]
+        return obs, None if self.out is None else int(obs.storage_offset())
 
     def act(self, action: torch.Tensor, logits: torch.Tensor) -> None:
         self.actions.append(action)
@@ -275,7 +284,9 @@ class Actor:
         rollout = self.rollout(slot=slot)
         return dataclasses.replace(rollout, phases=self.timer.take())
 
-    def _act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def _act(
+        self, obs: torch.Tensor, at: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, int]:
         """This actor's own policy: sampled actions, logits [B_g, A], its version."""
         logits = self.model.act_params(obs)  # [B_g, A]
         return self.dist.sample(logits, self.generator), logits, self.version
@@ -310,7 +321,7 @@ class Actor:
                 if t == T:
                     continue
                 with timer.phase("inference"):
-                    action, logits, version = act(self.obs[g])  # [B_g] or [B_g, n]; [B_g, A]
+                    action, logits, version = act(*trace.now())  # [B_g] or [B_g, n]; [B_g, A]
                     env.send(action.numpy())  # a Box's env clips to its bounds
                     trace.act(action, logits)
                 oldest = version if oldest is None else min(oldest, version)

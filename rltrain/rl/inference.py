@@ -8,10 +8,14 @@ every actor at once (IMPALA's dynamic batching, Espeholt et al. 2018; Sample Fac
 workers, Petrenko et al. 2020).
 
 Actors and the policy worker meet in :class:`ActSlots`: shared tensors allocated once, one
-slot per actor, and semaphores. An actor writes its observations into its slot and posts a
-request; the policy worker writes the actions, the behaviour logits and the version into the
-slot and posts the actor's reply. Nothing is pickled and each frame crosses processes once,
-so an actor's step waits for the forward pass, not for pickling its request and the reply.
+slot per actor, and semaphores. An actor posts a request for its observations; the policy
+worker writes the actions, the behaviour logits and the version into the slot and posts the
+actor's reply. Nothing is pickled, so an actor's step waits for the forward pass, not for
+pickling its request and the reply. Where the run's rollouts are built in shared memory
+(:class:`rltrain.rl.rollout.ObsSlots`, given to the slots as ``frames``), the actor has
+already written the observations there, where the learner will read them: the request
+names their place and the policy worker reads them in place, so each frame crosses the
+processes once (issue 36). Otherwise the actor copies them into its slot.
 
 The policy takes the server's parameters by version: once a learner's batch of updates has
 been applied since those it holds (``ppo.epochs`` x ``ppo.minibatches`` versions for
@@ -40,6 +44,7 @@ from rltrain.rl.algos.models import parameters_to_come
 from rltrain.rl.algos.torsos import to_device
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.device import tf32_on
+from rltrain.rl.rollout import ObsSlots
 
 Acted = tuple[torch.Tensor, torch.Tensor, int]
 """Actions [B] (or [B, n]), the behaviour logits [B, A] (CPU) and the version that acted."""
@@ -53,7 +58,9 @@ class Semaphore(Protocol):
 
 
 # the columns of ActSlots.meta, one row per actor
-ROWS, ASKED, ANSWERED, VERSION = range(4)
+ROWS, ASKED, ANSWERED, VERSION, AT = range(5)
+IN_SLOT = -1
+"""``meta[i, AT]`` when the observations are in the actor's slot, not in ``frames``."""
 PHASES = ("wait", "inference", "pull")
 """The policy worker's phases (:mod:`rltrain.perf`): ``ActSlots.seconds``, in this order."""
 
@@ -63,9 +70,11 @@ class ActSlots:
 
     Slot ``i`` (actor ``i``) holds up to ``rows`` observations, their actions and logits, and
     ``meta[i]``: the rows in use, the request's number (``asked``), the number of the last
-    request answered, and the version that acted. Requests are numbered rather than flagged,
-    so that a restarted policy worker answers exactly the requests left unanswered, and an
-    actor can tell a stale reply's wake-up from its own.
+    request answered, the version that acted, and where the observations are: ``IN_SLOT``,
+    or their first element's index in ``frames`` (the run's :class:`~rltrain.rl.rollout.
+    ObsSlots`, where the actor wrote them for the learner). Requests are numbered rather
+    than flagged, so that a restarted policy worker answers exactly the requests left
+    unanswered, and an actor can tell a stale reply's wake-up from its own.
 
     ``semaphore(0)`` makes a semaphore: the process runtime's cross the processes (they are
     given to the processes when these start, with the buffers); ``threading.Semaphore`` on
@@ -80,8 +89,10 @@ class ActSlots:
         obs_dtype: torch.dtype,
         actions: ActionSpace | int,
         semaphore: Callable[[int], Semaphore],
+        frames: ObsSlots | None = None,
     ) -> None:
         space = actions if isinstance(actions, ActionSpace) else ActionSpace(actions)
+        self.frames = frames
         action_shape: tuple[int, ...] = (space.n,) if space.vector else ()
         action_dtype = torch.float32 if space.continuous else torch.int64
         self.rows = rows
@@ -89,7 +100,7 @@ class ActSlots:
         self.actions = torch.zeros(actors, rows, *action_shape, dtype=action_dtype)
         self.actions.share_memory_()
         self.logits = torch.zeros(actors, rows, space.params).share_memory_()  # [N, rows, A]
-        self.meta = torch.zeros(actors, 4, dtype=torch.int64).share_memory_()
+        self.meta = torch.zeros(actors, AT + 1, dtype=torch.int64).share_memory_()
         # [0]: the reward scale of the parameters acting; [1]: 1 once the run has stopped
         self.control = torch.tensor([1.0, 0.0], dtype=torch.float64).share_memory_()
         # seconds the policy worker (all its incarnations) spent in each of PHASES
@@ -111,11 +122,13 @@ class ActSlots:
         obs_dtype: str,
         actions: ActionSpace | int,
         semaphore: Callable[[int], Semaphore],
+        frames: ObsSlots | None = None,
     ) -> ActSlots:
-        """A slot for each of ``cfg.actors``, as large as an actor's largest env group."""
+        """A slot for each of ``cfg.actors``, as large as an actor's largest env group;
+        ``frames``: the run's observation slots, which the actors' requests may point into."""
         rows = math.ceil(cfg.env.num_envs / env_groups(cfg.env))
         dtype = torch.from_numpy(np.zeros(0, dtype=obs_dtype)).dtype
-        return cls(cfg.actors, rows, obs_shape, dtype, actions, semaphore)
+        return cls(cfg.actors, rows, obs_shape, dtype, actions, semaphore, frames)
 
     def __len__(self) -> int:
         return len(self.reply)
@@ -169,17 +182,22 @@ class ActClient:
     def __setstate__(self, state: tuple[ActSlots, int]) -> None:
         self.__init__(*state)  # type: ignore[misc]
 
-    def act(self, obs: torch.Tensor) -> Acted:
-        """Sampled actions, logits [B, A] and the version that acted, for ``obs`` [B, *obs]."""
+    def act(self, obs: torch.Tensor, at: int | None = None) -> Acted:
+        """Sampled actions, logits [B, A] and the version that acted, for ``obs`` [B, *obs].
+        ``at``: ``obs`` is a view of the run's observation slots (``slots.frames``) starting at
+        this element; the policy worker then reads the rows there, and the act copies none."""
         n, slots, meta = len(obs), self.slots, self.meta
         if n > slots.rows or obs.shape[1:] != self.obs.shape[1:]:
             raise ValueError(
                 f"actor {self.actor}: observations of shape {tuple(obs.shape)} do not fit its "
                 f"slot of {slots.rows} x {tuple(self.obs.shape[1:])}"
             )
-        self.obs[:n].copy_(obs)  # the one copy of these frames across processes
+        if at is None or slots.frames is None or not obs.is_contiguous():
+            self.obs[:n].copy_(obs)  # (no shared rollout slots: the frames' one crossing)
+            at = IN_SLOT
         asked = int(meta[ASKED]) + 1
         meta[ROWS] = n
+        meta[AT] = at
         meta[ASKED] = asked  # written before the release below, read after its acquire
         self.request.release()
         while True:
@@ -304,6 +322,9 @@ class PolicyWorker:
         self.meta, self.control = slots.meta.numpy(), slots.control.numpy()
         self.obs = list(slots.obs.unbind())  # slot i's observations [rows, *obs]
         self.actions, self.logits = slots.actions.numpy(), slots.logits.numpy()
+        # the run's observation slots, flat: a request's rows start at its meta[i, AT]
+        self.frames = None if slots.frames is None else slots.frames.obs.view(-1)
+        self.obs_shape = tuple(slots.obs.shape[2:])
 
     def serve(self, server: Any) -> dict[str, int]:
         """Answer the actors' requests until the slots are stopped; returns how many forward
@@ -338,6 +359,16 @@ class PolicyWorker:
             t = lap(INFERENCE, t)
         return {"batches": policy.batches, "rows": policy.rows}
 
+    def _rows(self, actor: int, n: int, at: int) -> torch.Tensor:
+        """Request ``actor``'s ``n`` observations: in its slot, or where it wrote them for the
+        learner (a view: the forward pass reads them once, into its batch). A request left by
+        an actor that died may point into a rollout slot lent again since: its answer goes to
+        the dead actor's act slot, which its restarted process does not read."""
+        if at == IN_SLOT or self.frames is None:
+            return self.obs[actor][:n]
+        size = math.prod(self.obs_shape)
+        return self.frames[at : at + n * size].view(n, *self.obs_shape)
+
     def interrupt(self) -> None:
         """End :meth:`serve` from another thread (the thread runtime's stop)."""
         self.slots.stop()
@@ -346,7 +377,9 @@ class PolicyWorker:
         meta, reply = self.meta, self.slots.reply
         asked = meta[waiting, ASKED].tolist()
         sizes = meta[waiting, ROWS].tolist()
-        acted = self.policy.act([self.obs[i][:n] for i, n in zip(waiting, sizes, strict=True)])
+        where = meta[waiting, AT].tolist()
+        obs = [self._rows(i, n, at) for i, n, at in zip(waiting, sizes, where, strict=True)]
+        acted = self.policy.act(obs)
         for i, n, a, (actions, logits, version) in zip(waiting, sizes, asked, acted, strict=True):
             self.actions[i, :n] = actions.numpy()
             self.logits[i, :n] = logits.numpy()

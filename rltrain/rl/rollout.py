@@ -88,6 +88,8 @@ class ObsSlots:
 
     An actor lent slot ``k`` writes each frame into it as its envs return it, and the learner
     reads the frames there: a frame is copied once, from the emulator into shared memory.
+    With a policy worker (``runtime.inference: server``) the worker reads each step's frames
+    there too, to act on them (:class:`rltrain.rl.inference.ActSlots`' ``frames``).
     Without slots a Pong rollout's 29 MB of frames were stacked by the actor, copied into a
     message's shared memory, copied out by the trainer, and (the learner a process of its
     own) copied in and out again. The trainer lends each slot to one actor's collect call,

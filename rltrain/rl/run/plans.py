@@ -182,7 +182,9 @@ class ActorLearnerPlan(RLPlan):
         slots, policy = None, None
         if host.inference is not None:
             semaphore = runtime.Semaphore
-            slots = ActSlots.for_run(cfg, spec.obs_shape, spec.obs_dtype, spec.actions, semaphore)
+            slots = ActSlots.for_run(  # (the actors' frames are read where they wrote them)
+                cfg, spec.obs_shape, spec.obs_dtype, spec.actions, semaphore, host.obs_slots
+            )
         clients = [None if slots is None else slots.client(i) for i in range(cfg.actors)]
         actors = host.spawn("actor", Actor, lambda i: (cfg, i, clients[i], host.obs_slots))
         if slots is not None:

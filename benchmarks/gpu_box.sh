@@ -4,10 +4,11 @@
 # For a bare GPU machine with PyTorch and CUDA but no Ray and no internet: gymnasium,
 # farama-notifications and ale-py come along as wheels (WHEELS, default .whl/; download them
 # elsewhere for the box's Python, as /work/.library/device/README.md shows), and the project
-# runs from PYTHONPATH. It keeps within BUDGET_SECONDS (540: 9 minutes, what fits a 15-minute
+# runs from PYTHONPATH. It plans within BUDGET_SECONDS (540: 9 minutes, what fits a 15-minute
 # device lease beside the machine's start): the required parts come first, and each optional
-# part runs only when its estimate fits in what is left (a line says what was skipped); every
-# part's heading carries the seconds since the start. In order, the most telling first, so
+# part starts only when its estimate fits in what is left (a line says what was skipped), so
+# only a part that runs past its estimate passes the budget (a timeout around the call is the
+# hard stop); every part's heading carries the seconds since the start. In order, the most telling first, so
 # that a run stopped early still has them:
 #   * the box: GPU, CPU cores, torch;
 #   * raw AtariVectorEnv frames/s (random actions, the v5 protocol) with 16, 64 and 128 envs
@@ -47,6 +48,7 @@
 #       WIDE_SECONDS=45 WIDE_ENVS=64 MB8_SECONDS=60 BEFORE_SECONDS=0 MICRO=0 COMPILE_SECONDS=0 \
 #       OUT_DIR=/tmp/gpu_box bash benchmarks/gpu_box.sh
 set -uo pipefail
+T0=$(date +%s)  # the budget counts from here, the wheels' install included
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 WHEELS=${WHEELS:-$REPO/.whl}
 BUDGET_SECONDS=${BUDGET_SECONDS:-540}
@@ -72,7 +74,6 @@ else
     export PYTHONPATH=$REPO:$REPO/benchmarks:${PYTHONPATH:-}
 fi
 rltrain() { python3 -c "from rltrain.cli import entry; entry()" "$@"; }
-T0=$(date +%s)
 elapsed() { echo $(($(date +%s) - T0)); }
 # part TITLE: a part's heading, with the seconds since the start
 part() { echo; echo "## $* [$(elapsed) s]"; }
@@ -168,14 +169,14 @@ python3 "$REPO/benchmarks/pong_sampling.py" --actors "$ACTORS" --envs-per-actor 
 part "the learner alone: its update against a plain PyTorch loop, synthetic Pong rollouts"
 python3 "$REPO/benchmarks/learner_step.py" --config "$CONFIG" --rollouts 3 --repeats 3
 part "one actor's act round trip through the policy worker (process runtime, CPU)"
-python3 "$REPO/benchmarks/act_latency.py" --steps 500 | tail -7
+python3 "$REPO/benchmarks/act_latency.py" --steps 500 | tail -8
 
 if [ "$ANCHOR_SECONDS" -gt 0 ]; then
     # the protocol of rl_games', CleanRL's envpool and most fast-Pong figures: no sticky actions
     train anchors "$ANCHOR_SECONDS" --set env.sticky_actions=0 "$@"
 fi
 
-if [ "$WIDE_SECONDS" -gt 0 ] && fits wide $((WIDE_SECONDS + RUN_EXTRA + LEARNER_STEP)); then
+if [ "$WIDE_SECONDS" -gt 0 ] && fits wide $((WIDE_SECONDS + RUN_EXTRA + 20 + LEARNER_STEP)); then
     # more envs per actor: minibatches of 4x the samples for about the same kernel launches
     # (session 34's H200: 29.9k -> 68.9k frames/s after warm-up at 64 envs per actor)
     part "the learner alone with ${WIDE_ENVS} envs per rollout (larger minibatches)"
@@ -216,4 +217,4 @@ if [ "$COMPILE_SECONDS" -gt 0 ] && fits compile $((2 * COMPILE_SECONDS)) && pyth
         --rollouts 2 --repeats 3 --compile || echo "(stopped at ${COMPILE_SECONDS}s)"
 fi
 
-part "done: $(elapsed) s of BUDGET_SECONDS=$BUDGET_SECONDS"
+part "done (BUDGET_SECONDS=$BUDGET_SECONDS)"

@@ -350,7 +350,12 @@ def test_mujoco_appo_is_pendulum_appo_with_the_mujoco_protocol() -> None:
     assert mujoco.stop.mean_return is None and mujoco.stop.max_seconds == 0
     samples = mujoco.algo.rollout_length * mujoco.env.num_envs * mujoco.impala.learner_batch
     assert samples // mujoco.ppo.minibatches == 64
-    assert (replace(mujoco.ppo, minibatches=4), mujoco.impala, mujoco.model, mujoco.normalize) == (
+    # (V-trace and no KL bound, as measured; pendulum_appo.yaml moved to GAE and a bound)
+    assert (mujoco.impala.correction, mujoco.ppo.target_kl) == ("vtrace", 0.0)
+    assert (pendulum.impala.correction, pendulum.ppo.target_kl) == ("none", 0.02)
+    ppo = replace(mujoco.ppo, minibatches=4, target_kl=0.02)
+    impala = replace(mujoco.impala, correction="none")
+    assert (ppo, impala, mujoco.model, mujoco.normalize) == (
         pendulum.ppo,
         pendulum.impala,
         pendulum.model,

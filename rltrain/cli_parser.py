@@ -41,7 +41,11 @@ def common_args(p: argparse.ArgumentParser, config_optional: bool = False) -> No
         metavar="KEY=VALUE",
         help="override a config field, e.g. --set optimizer.lr=0.01 (repeatable)",
     )
-    p.add_argument("--run-dir", help="output folder (default: runs/<config-name>-<timestamp>)")
+    p.add_argument(
+        "--run-dir",
+        help="output folder (default: runs/<config-name>-<timestamp>; train adds the env id "
+        "and the algorithm to the name where --set changed them)",
+    )
     p.add_argument(
         "--address",
         help="join a Ray cluster: 'auto' (started here with `ray start`), HOST:PORT (the head's "

@@ -99,6 +99,29 @@ def start_ray_then_probe(cfg: TrainConfig) -> tuple[EnvSpec, tuple[str, float]]:
         raise
 
 
+def run_name(config_path: str | None, cfg: TrainConfig) -> str:
+    """A new run's folder name before its time stamp (runs/<name>-<time>): the config's
+    stem, and the env id and the algorithm where the command set others than the file's, so
+    that one config run over several tasks makes folders that tell them apart
+    (pendulum_appo-LunarLanderContinuous-v3-...); without a file, ``<algo>_<env id>``."""
+    env = cfg.env.id.replace("/", "_")
+    if not config_path:
+        return f"{cfg.algo.name}_{env}"
+    from rltrain.config import load_config
+    from rltrain.rl.config import TrainConfig
+
+    name = Path(config_path).stem
+    try:
+        own = load_config(TrainConfig, config_path)
+    except (OSError, ValueError):  # (read once already: only a race would get here)
+        return name
+    if own.env.id != cfg.env.id:
+        name += f"-{env}"
+    if own.algo.name != cfg.algo.name:
+        name += f"-{cfg.algo.name}"
+    return name
+
+
 def check_startup(cfg: TrainConfig, spec: EnvSpec, new_run: bool = True) -> None:
     """What a session would otherwise find only as it starts its processes, after the run
     folder is made, checked once the env's shapes are known: ``env.groups`` against
@@ -304,9 +327,8 @@ def _prepare(
         cfg = dataclasses.replace(cfg, env=ship_registration(cfg.env))  # a script's register
         check_startup(cfg, spec, resume is None)  # before the run dir is made, as the env tells
         if resume is None:
-            name = config_path or f"{cfg.algo.name}_{cfg.env.id.replace('/', '_')}"
             made: list[Path] = []
-            out = new_run_dir(name, run_dir, created=made)
+            out = new_run_dir(run_name(config_path, cfg), run_dir, created=made)
             created = made
             lock = lock_run_dir(out)
         trainer = Trainer(cfg, out, resume is not None, spec, started, ray_up)

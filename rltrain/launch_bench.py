@@ -31,7 +31,8 @@ def run_bench_config(cfg: BenchConfig, run_dir: str | Path | None, config_path: 
         from rltrain.supervised.modes import initial_params
 
         ShardLayout(initial_params(cfg, data).numel(), cfg.server.shards)
-    out = new_run_dir(config_path or f"bench_{cfg.data.dataset}", run_dir)
+    name = Path(config_path).stem if config_path else f"bench_{cfg.data.dataset}"
+    out = new_run_dir(name, run_dir)
     write_config(out, cfg)
     print(
         f"rltrain bench: {cfg.data.dataset}, modes {', '.join(cfg.modes)} "

@@ -72,12 +72,13 @@ def check_writable(run_dir: Path, flag: str = "--resume ") -> None:
 
 
 def new_run_dir(
-    config_path: str | Path,
+    name: str,
     run_dir: str | Path | None,
     root: str | Path = "runs",
     created: list[Path] | None = None,
 ) -> Path:
-    """Create the run's folder; an explicit ``--run-dir`` must be new or empty.
+    """Create the run's folder: ``run_dir``, which must be new or empty, or else
+    ``root/<name>-<time>``.
 
     Refusing a non-empty folder means a typo never overwrites an earlier run's results.
     ``created`` gets the folders this call made, the run's own first (when it was new), then
@@ -106,7 +107,7 @@ def new_run_dir(
         made(path, exist_ok=True)  # new or empty (checked)
         return path
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = Path(root) / f"{Path(config_path).stem}-{stamp}"
+    base = Path(root) / f"{name}-{stamp}"
     path, i = base, 1
     while not made(path, exist_ok=False):  # taken, maybe by a launch in the same second
         path, i = Path(f"{base}-{i}"), i + 1

@@ -260,6 +260,8 @@ def test_other_action_spaces_are_rejected_naming_what_is_supported() -> None:
     ):
         with pytest.raises(EnvError, match=re.escape(f"has a {what} action space; {supported}")):
             action_space_of("e", space)
+    with pytest.raises(EnvError, match="an action wrapper in env.wrappers can present it"):
+        action_space_of("e", gymnasium.spaces.Box(-1, 1, (2, 2)))
 
 
 def test_multi_discrete_and_multi_binary_actions_are_vectors_of_categoricals() -> None:

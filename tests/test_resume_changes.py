@@ -191,6 +191,23 @@ def test_remove_new_run_dir_keeps_a_parent_another_run_uses(tmp_path: Path) -> N
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["other"]
 
 
+def test_a_new_runs_folder_names_the_env_and_algorithm_the_command_changed() -> None:
+    """One config run over several tasks (``--set env.id=...``) makes folders that tell the
+    tasks apart; the config as it is keeps its plain name."""
+    from rltrain.config import load_config
+    from rltrain.launch import run_name
+    from rltrain.rl.config import TrainConfig
+
+    path = str(Path(__file__).resolve().parents[1] / "configs" / "pendulum_appo.yaml")
+    as_is = load_config(TrainConfig, path)
+    assert run_name(path, as_is) == "pendulum_appo"
+    llc = load_config(TrainConfig, path, ["env.id=LunarLanderContinuous-v3", "algo.name=a3c"])
+    assert run_name(path, llc) == "pendulum_appo-LunarLanderContinuous-v3-a3c"
+    pong = dataclasses.replace(as_is, env=dataclasses.replace(as_is.env, id="ALE/Pong-v5"))
+    assert run_name(path, pong) == "pendulum_appo-ALE_Pong-v5"
+    assert run_name(None, pong) == "appo_ALE_Pong-v5"
+
+
 # ------------------------------------------------------------------------------------------
 # resume: every changed key named; env.id (and the other kept keys) checked first
 

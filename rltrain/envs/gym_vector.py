@@ -43,12 +43,17 @@ def action_space_of(env_id: str, space: gymnasium.Space, mapping: str = "clip") 
             tuple(space.high.astype(float).tolist()),
         )
         return ActionSpace(int(space.shape[0]), True, low, high, mapping, str(space.dtype))
-    what = type(space).__name__
+    what, hint = type(space).__name__, ""
     if isinstance(space, Box | MultiDiscrete | MultiBinary):
         what = f"{what} of shape {tuple(space.shape)}, {space.dtype},"
+        # (an ActionWrapper whose action_space is the flat or float one, in env.wrappers)
+        hint = (
+            "; an action wrapper in env.wrappers can present it as one (a flat space "
+            "reshaped, or a float Box rounded to the env's integers)"
+        )
     raise EnvError(
         f"env '{env_id}' has a {what} action space; supported: Discrete, 1-D MultiDiscrete "
-        "or MultiBinary, or a 1-D float Box"
+        f"or MultiBinary, or a 1-D float Box{hint}"
     )
 
 

@@ -96,11 +96,10 @@ class NormStats:
     def is_finite(self) -> bool:
         return all(m is None or m.is_finite() for m in (self.obs, self.ret))
 
-    def reward_scale(self) -> float:
-        """1 / std of the discounted return (1 before anything is known)."""
-        if self.ret is None or self.ret.count < 2:
-            return 1.0
-        return float(1.0 / torch.sqrt(self.ret.var + EPS))
+    def reward_scale(self) -> float | None:
+        """1 / std of the discounted return; None before two returns are known (an actor
+        then scales by the returns it has seen itself: :class:`RewardScaler`)."""
+        return None if self.ret is None else return_scale(self.ret)
 
     def state(self) -> dict[str, dict[str, torch.Tensor]]:
         return {k: m.state() for k, m in (("obs", self.obs), ("ret", self.ret)) if m is not None}
@@ -130,25 +129,42 @@ def merge_all(parts: list[NormStats | None]) -> NormStats | None:
     return out
 
 
+def return_scale(ret: Moments) -> float | None:
+    """1 / std of the discounted return from its moments; None before two are known."""
+    if ret.count < 2:
+        return None
+    return float(1.0 / torch.sqrt(ret.var + EPS))
+
+
 class RewardScaler:
     """Per-env discounted return R <- gamma R + r, whose variance scales the rewards.
 
     The actor divides each reward by the global return std (from its last pull) and clips the
     result to [-clip, clip] (VecNormalize's ``clip_reward``); it reports the moments of its own
-    R values so the server can merge them.
+    R values so the server can merge them. Until the server knows any (the run's first
+    rollouts), it divides by the std of the returns it has seen itself so far, this step's
+    included, as VecNormalize and Gymnasium's NormalizeReward do from their first step: the
+    first rollouts' rewards were otherwise unscaled, and the first update's value loss
+    thousands of times the next ones' on Pendulum (explore92).
     """
 
     def __init__(self, num_envs: int, gamma: float, clip: float) -> None:
         self.gamma = gamma
         self.clip = clip
         self.returns = np.zeros(num_envs, dtype=np.float64)
+        self.own = Moments.empty(())  # the returns seen while the server knew none
 
     def __call__(
-        self, reward: np.ndarray, ended: np.ndarray, scale: float
+        self, reward: np.ndarray, ended: np.ndarray, scale: float | None
     ) -> tuple[np.ndarray, Moments]:
-        """Scaled rewards [B] and the moments of this step's discounted returns."""
+        """Scaled rewards [B] and the moments of this step's discounted returns; ``scale``:
+        the server's (None: none yet, and this scaler's own is used)."""
         self.returns = self.returns * self.gamma + reward
         seen = Moments.of(self.returns[:, None])
+        seen = Moments(seen.count, seen.mean[0], seen.m2[0])
         self.returns[ended] = 0.0
+        if scale is None:
+            self.own = self.own.merge(seen)
+            scale = return_scale(self.own) or 1.0
         scaled = np.clip(reward * scale, -self.clip, self.clip).astype(np.float32)
-        return scaled, Moments(seen.count, seen.mean[0], seen.m2[0])
+        return scaled, seen

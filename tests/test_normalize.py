@@ -45,6 +45,24 @@ def test_reward_scaler_divides_by_return_std_and_resets_at_episode_end() -> None
     assert NormStats(ret=Moments.of(torch.tensor([[1.0], [3.0]]))).reward_scale() == (
         pytest.approx(1.0, rel=1e-6)
     )
+    assert NormStats(ret=Moments.of(torch.tensor([[1.0]]))).reward_scale() is None
+    assert NormStats().reward_scale() is None
+
+
+def test_before_the_server_knows_returns_a_scaler_scales_by_its_own() -> None:
+    """The run's first rollouts: no server statistics yet, so each step's rewards are scaled
+    by the std of every return this scaler has seen (this step's included), as VecNormalize
+    does from its first step; the server's scale, once there, is used as given."""
+    scaler = RewardScaler(num_envs=2, gamma=1.0, clip=10.0)
+    scaled, _ = scaler(np.array([1.0, 3.0]), np.array([False, False]), scale=None)
+    np.testing.assert_allclose(scaled, [1.0, 3.0], rtol=1e-6)  # returns 1 and 3: std 1
+    scaled, _ = scaler(np.array([1.0, 1.0]), np.array([False, False]), scale=None)
+    std = np.std([1.0, 3.0, 2.0, 4.0])  # every return seen so far
+    np.testing.assert_allclose(scaled, [1 / std, 1 / std], rtol=1e-6)
+    scaled, _ = scaler(np.array([2.0, 2.0]), np.array([False, False]), scale=0.5)
+    np.testing.assert_allclose(scaled, [1.0, 1.0])  # the server's
+    one = RewardScaler(num_envs=1, gamma=1.0, clip=10.0)  # one return: no std yet, so 1
+    np.testing.assert_allclose(one(np.array([5.0]), np.array([False]), scale=None)[0], [5.0])
 
 
 def shard() -> ParameterShard:

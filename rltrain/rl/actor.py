@@ -50,8 +50,8 @@ class Policy(Protocol):
         ``at``: where ``obs`` starts in the run's observation slots, when it is a view of them."""
         ...
 
-    def reward_scale(self) -> float:
-        """1 / std of the discounted return, of the parameters acting now."""
+    def reward_scale(self) -> float | None:
+        """1 / std of the discounted return, of the parameters acting now (None: unknown)."""
         ...
 
 
@@ -158,7 +158,7 @@ class Trace:
         self.actions.append(action)
         self.logits.append(logits)
 
-    def record(self, step: StepBatch, scale: float) -> torch.Tensor:
+    def record(self, step: StepBatch, scale: float | None) -> torch.Tensor:
         """Keep step t's outcome; returns the next observation."""
         t = len(self.rewards)
         obs = torch.from_numpy(np.asarray(step.obs))
@@ -304,7 +304,8 @@ class Actor:
         oldest = None
         T, timer = self.cfg.algo.rollout_length, self.timer
         first_step_at = time.time() if self.rollouts == 0 else None
-        # the rewards' scale: that of the merged statistics acting (the batched policy's)
+        # the rewards' scale: that of the merged statistics acting (the batched policy's);
+        # None before they know returns (each group's scaler then uses its own)
         scale = self.stats.reward_scale() if policy is None else policy.reward_scale()
         outs = self._slot_columns(slot)
         traces = [

@@ -101,8 +101,9 @@ class ActSlots:
         self.actions.share_memory_()
         self.logits = torch.zeros(actors, rows, space.params).share_memory_()  # [N, rows, A]
         self.meta = torch.zeros(actors, AT + 1, dtype=torch.int64).share_memory_()
-        # [0]: the reward scale of the parameters acting; [1]: 1 once the run has stopped
-        self.control = torch.tensor([1.0, 0.0], dtype=torch.float64).share_memory_()
+        # [0]: the reward scale of the parameters acting (NaN: none yet); [1]: 1 once the run
+        # has stopped
+        self.control = torch.tensor([math.nan, 0.0], dtype=torch.float64).share_memory_()
         # seconds the policy worker (all its incarnations) spent in each of PHASES
         self.seconds = torch.zeros(len(PHASES), dtype=torch.float64).share_memory_()
         # the server's version after the last learn the trainer saw (-1: none yet), so that
@@ -209,9 +210,11 @@ class ActClient:
                 raise RuntimeError(f"actor {self.actor}: the policy worker has stopped")
         return self.actions[:n].clone(), self.logits[:n].clone(), int(meta[VERSION])
 
-    def reward_scale(self) -> float:
-        """1 / std of the discounted return, of the parameters acting now (reward scaling)."""
-        return float(self.slots.control[0])
+    def reward_scale(self) -> float | None:
+        """1 / std of the discounted return, of the parameters acting now (reward scaling);
+        None while they know no returns."""
+        scale = float(self.slots.control[0])
+        return None if math.isnan(scale) else scale
 
 
 class BatchedPolicy:
@@ -297,9 +300,14 @@ class BatchedPolicy:
         versions = [h[0] for h in health if h is not None]
         return min(versions) if versions else self.params.version
 
-    def reward_scale(self) -> float:
+    def reward_scale(self) -> float | None:
         norm = None if self.params is None else self.params.norm
-        return 1.0 if norm is None else norm.reward_scale()
+        return None if norm is None else norm.reward_scale()
+
+
+def nan_for_none(scale: float | None) -> float:
+    """A reward scale as ``ActSlots.control[0]`` holds it: NaN for none yet."""
+    return math.nan if scale is None else scale
 
 
 class PolicyWorker:
@@ -340,7 +348,7 @@ class PolicyWorker:
             return now
 
         policy.refresh(server)
-        control[0] = policy.reward_scale()
+        control[0] = nan_for_none(policy.reward_scale())
         beats = slots.beats.numpy()
         t = time.perf_counter()
         while control[1] == 0:  # not stopped
@@ -353,7 +361,7 @@ class PolicyWorker:
                 pass  # every request posted so far is seen by the look above or the next
             t = lap(WAIT, t)
             if policy.refresh(server):
-                control[0] = policy.reward_scale()
+                control[0] = nan_for_none(policy.reward_scale())
             t = lap(PULL, t)
             self._answer(waiting.tolist())
             t = lap(INFERENCE, t)

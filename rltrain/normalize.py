@@ -165,6 +165,7 @@ class RewardScaler:
         self.returns[ended] = 0.0
         if scale is None:
             self.own = self.own.merge(seen)
-            scale = return_scale(self.own) or 1.0
+            own = return_scale(self.own)
+            scale = 1.0 if own is None else own  # (one return seen: no std yet)
         scaled = np.clip(reward * scale, -self.clip, self.clip).astype(np.float32)
         return scaled, seen

@@ -286,3 +286,26 @@ def test_the_commands_said_at_the_end_paste_as_they_are(tmp_path: Path) -> None:
     save_checkpoint(run, 0, state, keep=1)
     said = interrupted_advice({"stopped_by": "interrupt"}, run, True)
     assert shlex.split(said.partition(": ")[2]) == ["rltrain", "train", "--resume", str(run)]
+
+
+def test_a_ctrl_c_in_a_long_learn_counts_every_push_the_server_applied(tmp_path: Path) -> None:
+    """appo's learner process holds the shards: a Ctrl-C while it learns a long batch ends the
+    batch after its minibatch in progress (Learner.cut), so the learn returns within the
+    settle and its pushes are counted: summary.json's updates equal the final checkpoint's
+    version (explore93: they were 0 against 12 when the learn outlasted the settle)."""
+    run_dir = tmp_path / "run"
+    appo = str(ROOT / "configs" / "cartpole_appo.yaml")
+    argv = [sys.executable, "-m", "rltrain.cli", "train", appo, "--run-dir", str(run_dir)]
+    argv += ["--set", "stop.mean_return=null", "--set", "stop.max_seconds=300"]
+    argv += ["--set", "runtime.backend=process", "--set", "checkpoint.every_seconds=1"]
+    argv += ["--set", "ppo.epochs=3000", "--set", "ppo.target_kl=0"]  # one learn: minutes
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_checkpoint(proc, run_dir)  # (inside the first learn: its pushes are checkpointed)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    summary = json.loads((run_dir / "summary.json").read_text())
+    ckpt = latest_checkpoint(run_dir)
+    assert ckpt is not None
+    version = int(ckpt.stem.split("-")[1])
+    assert summary["updates"] == summary["updates_applied"] == version > 0, (summary, ckpt)

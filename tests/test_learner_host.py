@@ -56,6 +56,29 @@ def test_the_learner_learns_on_the_shards_beside_it() -> None:
     assert host.health() == [(4, False)]
 
 
+def test_a_cut_learn_ends_after_the_minibatch_in_progress_and_counts_its_pushes() -> None:
+    """The run is stopping (its stop met, or Ctrl-C): a cut heard while a batch is learned
+    ends it after the minibatch in progress, and the learn returns counting exactly the
+    pushes the server applied (so the final checkpoint's counters equal its version)."""
+    c = dataclasses.replace(_cfg(), ppo=PPOConfig(epochs=4, minibatches=4))
+    host = _host(c)
+    rollout = Actor(c, 0).rollout()
+    push = host.server.exchange_begin
+    pushes = []
+
+    def cut_at_the_third(*args: object, **kw: object) -> object:
+        pushes.append(1)
+        if len(pushes) == 3:
+            host.cut()  # (the trainer's call, on another thread of the learner's process)
+        return push(*args, **kw)
+
+    host.server.exchange_begin = cut_at_the_third  # type: ignore[method-assign]
+    stats = host.learn(0.0, rollout)
+    assert stats.updates == stats.applied == 3 < 4 * 4
+    assert host.health() == [(3, False)] and stats.env_steps == rollout.env_steps
+    assert host.learn(0.0, rollout).updates == 1  # later: one minibatch each (never none)
+
+
 def test_a_restarted_host_refuses_requests_and_learns_once_restored() -> None:
     c = _cfg()
     first = _host(c)

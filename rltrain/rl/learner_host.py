@@ -78,6 +78,10 @@ class LearnerHost:
             rollouts = tuple(self.obs_slots.attach(r) for r in rollouts)
         return self._thread.submit(self.learner.learn, self.server, progress, *rollouts).result()
 
+    def cut(self) -> None:
+        """:meth:`Learner.cut`, from a thread that answers the trainer beside the learn."""
+        self.learner.cut()
+
     def shard(self, index: int, method: str, *args: Any) -> Any:
         """``method(*args)`` on shard ``index``, for another process: parameters come back on
         the CPU (a GPU tensor does not cross processes as a copy)."""

@@ -42,7 +42,10 @@ def inference_device(cfg: TrainConfig, gpu: bool, backend: str) -> str | None:
     if cfg.algo_spec.layout != "actor_learner":
         why = f"algo {cfg.algo.name} (its workers or actors act themselves; impala, appo only)"
     elif backend == "ray":
-        why = "runtime.backend ray (the policy lives in the trainer's process: process or local)"
+        why = (
+            "runtime.backend ray (the policy worker shares memory slots with the actors on one "
+            "machine: process or local)"
+        )
     if want == "server" and why:
         raise ConfigError(f"runtime.inference=server cannot be used with {why}")
     if why:

@@ -107,17 +107,18 @@ def run_name(config_path: str | None, cfg: TrainConfig) -> str:
     env = cfg.env.id.replace("/", "_")
     if not config_path:
         return f"{cfg.algo.name}_{env}"
-    from rltrain.config import load_config
-    from rltrain.rl.config import TrainConfig
+    from rltrain.config import read_config
+    from rltrain.envs.config import EnvConfig
+    from rltrain.rl.algos.base import AlgoConfig
 
     name = Path(config_path).stem
-    try:
-        own = load_config(TrainConfig, config_path)
+    try:  # the file's own keys (its base's beneath), not validated: it may need the --set
+        own = read_config(config_path)
     except (OSError, ValueError):  # (read once already: only a race would get here)
         return name
-    if own.env.id != cfg.env.id:
+    if (own.get("env") or {}).get("id", EnvConfig.id) != cfg.env.id:
         name += f"-{env}"
-    if own.algo.name != cfg.algo.name:
+    if (own.get("algo") or {}).get("name", AlgoConfig.name) != cfg.algo.name:
         name += f"-{cfg.algo.name}"
     return name
 

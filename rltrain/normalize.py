@@ -141,11 +141,11 @@ class RewardScaler:
 
     The actor divides each reward by the global return std (from its last pull) and clips the
     result to [-clip, clip] (VecNormalize's ``clip_reward``); it reports the moments of its own
-    R values so the server can merge them. Until the server knows any (the run's first
-    rollouts), it divides by the std of the returns it has seen itself so far, this step's
-    included, as VecNormalize and Gymnasium's NormalizeReward do from their first step: the
-    first rollouts' rewards were otherwise unscaled, and the first update's value loss
-    thousands of times the next ones' on Pendulum (explore92).
+    R values so the server can merge them. Until the server knows two (the run's first
+    rollouts), it divides by the std of the returns this scaler (one env group's) has seen so
+    far, this step's included, as VecNormalize and Gymnasium's NormalizeReward do from their
+    first step: the first rollouts' rewards were otherwise unscaled, and the first update's
+    value loss thousands of times the next ones' on Pendulum (explore92).
     """
 
     def __init__(self, num_envs: int, gamma: float, clip: float) -> None:

@@ -192,6 +192,12 @@ def finish(proc: subprocess.Popen[str], timeout: float = 240, code: int = 0) -> 
     return out
 
 
+def role_of(cls: str | None) -> str:
+    """The role a Ray process was placed as: its class is named for it ("rltrain: actor 0",
+    rltrain.runtime.ray.remote.titled)."""
+    return (cls or "").removeprefix("rltrain: ").rpartition(" ")[0]
+
+
 def job_actors(records: dict[str, Any], job: str) -> list[dict[str, Any]]:
     return [a for a in records["actors"] if a["job"] == job]
 
@@ -235,8 +241,8 @@ def test_bench_workers_and_shards_spread_over_the_nodes(cluster: Cluster, tmp_pa
     assert ray["nodes"] == 3 and ray["backend"] == "ray"
     assert ray["address"].endswith(cluster.address.rpartition(":")[2])  # (the head's own IP)
     actors = job_actors(cluster.records(), ray["job_id"])
-    workers = [a["node"] for a in actors if a["cls"] == "SupervisedWorker"]
-    shards = [a["node"] for a in actors if a["cls"] == "WireShard"]
+    workers = [a["node"] for a in actors if role_of(a["cls"]) == "worker"]
+    shards = [a["node"] for a in actors if role_of(a["cls"]) == "shard"]
     assert len(workers) == 3 and len(shards) == 2
     assert len(set(workers)) == 3  # one 1-CPU worker per 1-CPU node
 
@@ -299,10 +305,10 @@ def test_train_spreads_and_survives_the_loss_of_a_node(cluster: Cluster, tmp_pat
             time.sleep(0.5)
         before = cluster.records()
         heads = {n["id"] for n in before["nodes"] if n["head"]}
-        mine = [a for a in job_actors(before, job) if a["cls"] in ("Actor", "Learner")]
+        mine = [a for a in job_actors(before, job) if role_of(a["cls"]) in ("actor", "learner")]
         assert len({a["node"] for a in mine}) == 2  # actor and learner: one 1-CPU node each
         victim = next(a for a in mine if a["node"] not in heads)
-        role = victim["cls"].lower()
+        role = role_of(victim["cls"])
         cluster.remove_node(victim["node"])
         back: list[int] = []  # env steps in the first checkpoint that counts the restart
 

@@ -444,7 +444,7 @@ def test_a_stop_does_not_wait_for_processes_that_never_came_up() -> None:
         server=None, say=notes.append, guard=guard, shard_guard=lambda: guard, faults=None
     )
     ctx.hung = set()  # (RunContext's: the processes the hang watch killed)
-    host = SimpleNamespace(ctx=ctx)
+    host = SimpleNamespace(ctx=ctx, hosted=False)
     host.cfg, host.stopped_by = cfg, ""
     plan = WorkerPlan(host, process)  # type: ignore[arg-type]
     up, stuck = process.Remote(Counter, 0), process.Remote(NeverUp, "hang", index=1)
@@ -484,7 +484,7 @@ def test_a_stop_ends_the_policy_workers_serving_while_actors_are_still_starting(
 
     cfg = load_config(TrainConfig, str(CFG / "cartpole_appo.yaml"), [])
     ctx = SimpleNamespace(server=None, say=print, faults=None, hung=set())
-    host = SimpleNamespace(ctx=ctx, cfg=cfg, stopped_by="")
+    host = SimpleNamespace(ctx=ctx, cfg=cfg, stopped_by="", hosted=False)
     plan = ActorLearnerPlan(host, process)  # type: ignore[arg-type]
     stopped: list[bool] = []
     plan.slots = SimpleNamespace(stop=lambda: stopped.append(True))  # type: ignore[assignment]

@@ -208,6 +208,18 @@ def test_a_new_runs_folder_names_the_env_and_algorithm_the_command_changed() -> 
     assert run_name(None, pong) == "appo_ALE_Pong-v5"
 
 
+def test_a_config_valid_only_with_the_commands_set_still_names_the_env(tmp_path: Path) -> None:
+    """A file with no stop (the command gives it) is compared by its own keys."""
+    from rltrain.config import load_config
+    from rltrain.launch import run_name
+    from rltrain.rl.config import TrainConfig
+
+    (tmp_path / "mine.yaml").write_text("algo:\n  name: appo\n")
+    sets = ["stop.max_seconds=5", "env.id=Acrobot-v1"]
+    cfg = load_config(TrainConfig, tmp_path / "mine.yaml", sets)
+    assert run_name(str(tmp_path / "mine.yaml"), cfg) == "mine-Acrobot-v1"
+
+
 # ------------------------------------------------------------------------------------------
 # resume: every changed key named; env.id (and the other kept keys) checked first
 

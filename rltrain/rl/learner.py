@@ -248,6 +248,7 @@ class Learner:
                     kl += loss.parts[3]
                 yield self._gradient(loss, len(idx), lag)
                 if self.cutting:  # the run stops: the pushes so far are the batch's, counted
+                    self.epochs_run += 1  # (this one cut short)
                     return
             self.epochs_run += 1
             if kl is not None and float(kl) > stop_kl:  # ppo.target_kl: the batch moved it enough

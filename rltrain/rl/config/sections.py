@@ -21,8 +21,8 @@ class NormalizeConfig:
     chose (always or never) into its config.yaml."""
     reward: bool = False
     """Divide rewards by the running std of the discounted return (training reward only;
-    episode returns stay raw): the run's, merged by the server; before it knows any, each
-    actor's own."""
+    episode returns stay raw): the run's, merged by the server; before it knows any, that of
+    the returns each actor's env group has seen."""
     clip: float = field(default=10.0, metadata=spec(gt=0))
     """Clip normalised observations and scaled rewards to +-this."""
 

@@ -241,6 +241,7 @@ class RestorePoint:
     version: int
     states: list[dict]
     label: str
+    at: float = field(default_factory=time.monotonic)  # when it was taken (its age is said)
 
 
 # ---------------------------------------------------------------------------------------------

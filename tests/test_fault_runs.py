@@ -26,7 +26,7 @@ from rltrain.cli import main
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 RESTORED = re.compile(
-    r"restored from checkpoint ckpt-\d+\.pt \(version (\d+)\); (\d+) updates lost "
+    r"restored from checkpoint ckpt-\d+\.pt \(version (\d+), \d+ s old\); (\d+) updates lost "
     r"\(last version seen (\d+)\)"
 )
 

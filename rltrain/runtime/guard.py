@@ -145,8 +145,10 @@ class ServerGuard:
         self.counters.shard_restores += len(lost_shards)
         self.counters.lost_updates += lost
         self.last_seen = self.point.version
+        age = time.monotonic() - self.point.at  # (a learner's shards die with it: explore93)
         self.say(
             f"server shard(s) {lost_shards} lost; every shard restored from {self.point.label} "
-            f"(version {self.point.version}); {lost} updates lost (last version seen {seen})"
+            f"(version {self.point.version}, {age:.0f} s old); {lost} updates lost (last version "
+            f"seen {seen})"
         )
         return True

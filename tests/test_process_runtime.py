@@ -712,3 +712,19 @@ def test_a_scripts_classes_travel_by_value_for_a_start_only() -> None:
         assert mine not in ForkingPickler._extra_reducers  # type: ignore[attr-defined]
     finally:
         delattr(main, "Mine")
+
+
+def test_a_quit_at_once_unlinks_the_semaphores_it_made() -> None:
+    """A second Ctrl-C exits skipping multiprocessing's finalizers: its quit hook unlinks the
+    policy worker's semaphores itself, so the resource tracker has none to clean up and
+    warn about ("leaked semaphore objects", explore93). They go on working for their holders."""
+    from rltrain.runtime.process import forkstart
+
+    made = forkstart.Semaphore(0)
+    where = Path("/dev/shm") / f"sem.{made._semlock.name.lstrip('/')}"  # type: ignore[attr-defined]
+    assert where.exists()
+    forkstart.unlink_semaphores()
+    assert not where.exists()
+    made.release()
+    assert made.acquire(timeout=1)
+    forkstart.unlink_semaphores()  # twice: nothing left to do

@@ -15,8 +15,9 @@ import multiprocessing
 import os
 import signal
 import threading
+import weakref
 from collections.abc import Iterator
-from multiprocessing import forkserver
+from multiprocessing import forkserver, util
 from typing import Any
 
 from rltrain import signals
@@ -45,6 +46,30 @@ def context() -> Any:
         _context = ctx
         signals.on_quit(remove_socket)  # a second Ctrl-C skips the finalizers that would
     return _context
+
+
+_semaphores: weakref.WeakSet[Any] = weakref.WeakSet()  # those made here and not yet freed
+
+
+def Semaphore(value: int = 0) -> Any:  # noqa: N802 - a factory, named as the class it makes
+    """A semaphore of the forkserver's context: a child takes it as a constructor argument
+    (a POSIX semaphore; no pipe, no pickle when it is used)."""
+    semaphore = context().Semaphore(value)
+    _semaphores.add(semaphore)
+    signals.on_quit(unlink_semaphores)
+    return semaphore
+
+
+def unlink_semaphores() -> None:
+    """Unlink the named semaphores this process made, and tell the resource tracker: what
+    their finalizers do at exit, for a second Ctrl-C's exit that skips them (the tracker then
+    unlinked them itself and warned of "leaked semaphore objects", explore93)."""
+    names = {getattr(getattr(s, "_semlock", None), "name", None) for s in list(_semaphores)}
+    registry = getattr(util, "_finalizer_registry", {})  # (each runs once, then is gone)
+    for finalizer in list(registry.values()):
+        if getattr(finalizer, "_args", None) in {(name,) for name in names if name}:
+            with contextlib.suppress(Exception):  # (unlinked already)
+                finalizer()  # SemLock._cleanup: sem_unlink, and the tracker told
 
 
 def socket_path() -> str | None:

@@ -27,7 +27,7 @@ from rltrain.runtime.local import Remote as ThreadRemote
 from rltrain.runtime.process import child
 from rltrain.runtime.process.faults import inject
 from rltrain.runtime.process.forkserver import context, no_main, serve, service_names
-from rltrain.runtime.process.forkstart import socket_path
+from rltrain.runtime.process.forkstart import Semaphore, socket_path
 from rltrain.runtime.process.hosted import HostedServer, ServerGuard, start_server
 from rltrain.runtime.process.shm import shm_note
 from rltrain.runtime.process.stages import stage_lead, stage_link, stages_of
@@ -310,12 +310,6 @@ class Remote:
             self._closing = True
         with contextlib.suppress(OSError, ValueError, AttributeError):
             self.process.kill()
-
-
-def Semaphore(value: int = 0) -> Any:  # noqa: N802 - a factory, named as the class it makes
-    """A semaphore of the forkserver's context: a child takes it as a constructor argument
-    (a POSIX semaphore; no pipe, no pickle when it is used)."""
-    return context().Semaphore(value)
 
 
 def wait_any(futures: Sequence[cf.Future], timeout: float) -> list[cf.Future]:

@@ -290,7 +290,7 @@ def test_the_commands_said_at_the_end_paste_as_they_are(tmp_path: Path) -> None:
 
 def test_a_ctrl_c_in_a_long_learn_counts_every_push_the_server_applied(tmp_path: Path) -> None:
     """appo's learner process holds the shards: a Ctrl-C while it learns a long batch ends the
-    batch after its minibatch in progress (Learner.cut), so the learn returns within the
+    batch after its minibatch in progress (Learner.interrupt), so the learn returns within the
     settle and its pushes are counted: summary.json's updates equal the final checkpoint's
     version (explore93: they were 0 against 12 when the learn outlasted the settle)."""
     run_dir = tmp_path / "run"

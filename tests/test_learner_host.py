@@ -69,7 +69,7 @@ def test_a_cut_learn_ends_after_the_minibatch_in_progress_and_counts_its_pushes(
     def cut_at_the_third(*args: object, **kw: object) -> object:
         pushes.append(1)
         if len(pushes) == 3:
-            host.cut()  # (the trainer's call, on another thread of the learner's process)
+            host.interrupt()  # (the trainer's call, on another thread of the learner's process)
         return push(*args, **kw)
 
     host.server.exchange_begin = cut_at_the_third  # type: ignore[method-assign]

@@ -333,6 +333,7 @@ class PolicyWorker:
         # the run's observation slots, flat: a request's rows start at its meta[i, AT]
         self.frames = None if slots.frames is None else slots.frames.obs.view(-1)
         self.obs_shape = tuple(slots.obs.shape[2:])
+        self.obs_size = math.prod(self.obs_shape)  # elements of one observation
 
     def serve(self, server: Any) -> dict[str, int]:
         """Answer the actors' requests until the slots are stopped; returns how many forward
@@ -374,8 +375,7 @@ class PolicyWorker:
         the dead actor's act slot, which its restarted process does not read."""
         if at == IN_SLOT or self.frames is None:
             return self.obs[actor][:n]
-        size = math.prod(self.obs_shape)
-        return self.frames[at : at + n * size].view(n, *self.obs_shape)
+        return self.frames[at : at + n * self.obs_size].view(n, *self.obs_shape)
 
     def interrupt(self) -> None:
         """End :meth:`serve` from another thread (the thread runtime's stop)."""

@@ -92,7 +92,7 @@ class Learner:
         # minibatch shuffles: seeded per learner (worker i uses seed + i)
         self.generator = torch.Generator().manual_seed(cfg.seed + 7919 * (learner_id + 1))
         self.epochs_run = 0  # of the last batch (ppo.target_kl may end its epochs early)
-        self.cutting = False  # the run is stopping: a batch's minibatches end (cut)
+        self.stopping = False  # the run is stopping: a batch's minibatches end (interrupt)
 
     def load(self, params: Params, norm: bool = True) -> None:
         """Take pulled parameters; ``norm``: also their normalisation statistics (held fixed
@@ -122,12 +122,13 @@ class Learner:
         if live is not None and bind_flat(self.model, live):
             self.live = live
 
-    def cut(self) -> None:
+    def interrupt(self) -> None:
         """The run is stopping (its stop met, or Ctrl-C): end the batch being learned after
         its minibatch in progress, rather than after all its epochs, so that the stop comes
         within a minibatch and the learn returns, counting the pushes the server applied.
-        From another thread, while :meth:`learn` runs; it holds for the rest of the session."""
-        self.cutting = True
+        From another thread, while :meth:`learn` runs (the thread runtime's kill calls it
+        too: :class:`~rltrain.runtime.local.Interruptible`); it holds for the session."""
+        self.stopping = True
 
     def set_progress(self, progress: float) -> None:
         """Where the schedules stand (the entropy coefficient's)."""
@@ -247,7 +248,7 @@ class Learner:
                 if kl is not None:  # KL(pi_old || pi) at this minibatch's parameters
                     kl += loss.parts[3]
                 yield self._gradient(loss, len(idx), lag)
-                if self.cutting:  # the run stops: the pushes so far are the batch's, counted
+                if self.stopping:  # the run stops: the pushes so far are the batch's, counted
                     self.epochs_run += 1  # (this one cut short)
                     return
             self.epochs_run += 1

@@ -78,9 +78,9 @@ class LearnerHost:
             rollouts = tuple(self.obs_slots.attach(r) for r in rollouts)
         return self._thread.submit(self.learner.learn, self.server, progress, *rollouts).result()
 
-    def cut(self) -> None:
-        """:meth:`Learner.cut`, from a thread that answers the trainer beside the learn."""
-        self.learner.cut()
+    def interrupt(self) -> None:
+        """:meth:`Learner.interrupt`, from a thread that answers the trainer beside the learn."""
+        self.learner.interrupt()
 
     def shard(self, index: int, method: str, *args: Any) -> Any:
         """``method(*args)`` on shard ``index``, for another process: parameters come back on

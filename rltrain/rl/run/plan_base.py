@@ -116,7 +116,7 @@ class RLPlan(abc.ABC):
             return bool(self.pool)
         calls = [r for r, _, _ in self.pool.calls.values()]
         if self.stop_seen is None:  # (set below, by say_stop_waits: this runs once)
-            self.cut_learns(calls)
+            self.interrupt_learns(calls)
         starting = [r for r in calls if not r.is_up()]
         hung = [r for r in calls if self.hangs.is_hung_thread(r)]  # (it cannot be killed)
         self.say_stop_waits(starting + hung)
@@ -130,9 +130,9 @@ class RLPlan(abc.ABC):
                 self.guard.leave(r.index)
         return len(starting) + len(hung) < len(calls)
 
-    def cut_learns(self, calls: list[Any]) -> None:
+    def interrupt_learns(self, calls: list[Any]) -> None:
         """The stop is met: each learner learning ends its batch after the minibatch in
-        progress (:meth:`Learner.cut`), so that the stop, stop.max_seconds' or a Ctrl-C's,
+        progress (:meth:`Learner.interrupt`), so that the stop, stop.max_seconds' or a Ctrl-C's,
         comes a minibatch later rather than a whole batch of epochs, and the pushes it made
         are counted. Heard at once where the learner's process answers calls beside its learn
         (the process runtime's learner process, which holds the shards: ``host.hosted``);
@@ -141,7 +141,7 @@ class RLPlan(abc.ABC):
             return
         for r in calls:
             if r.role == "learner" and r.is_up():
-                r.call("cut")  # (unwaited: a learner lost meanwhile is handled as a loss)
+                r.call("interrupt")  # (unwaited: a learner lost meanwhile is handled as a loss)
 
     def say_stop_waits(self, starting: list[Any]) -> None:
         """Once, STOP_WAIT_S into a stop: the calls it still waits for, and what ends a hung

@@ -65,9 +65,10 @@ def unlink_semaphores() -> None:
     their finalizers do at exit, for a second Ctrl-C's exit that skips them (the tracker then
     unlinked them itself and warned of "leaked semaphore objects", explore93)."""
     names = {getattr(getattr(s, "_semlock", None), "name", None) for s in list(_semaphores)}
+    args = {(name,) for name in names if name}  # (SemLock._cleanup's)
     registry = getattr(util, "_finalizer_registry", {})  # (each runs once, then is gone)
     for finalizer in list(registry.values()):
-        if getattr(finalizer, "_args", None) in {(name,) for name in names if name}:
+        if getattr(finalizer, "_args", None) in args:
             with contextlib.suppress(Exception):  # (unlinked already)
                 finalizer()  # SemLock._cleanup: sem_unlink, and the tracker told
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import time
@@ -39,6 +40,7 @@ def reconstructed() -> bool:
         return bool(ray.get_runtime_context().was_current_actor_reconstructed)
 
 
+@functools.cache  # (one class per title: Ray exports a class once, not per process placed)
 def titled(cls: type, role: str, index: int) -> type:
     """``cls`` under the name ``rltrain: actor 3``. Ray titles its process after the class
     (``ray::<class>`` between calls, ``ray::<class>.<method>`` during one, rewritten on every

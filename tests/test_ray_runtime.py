@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -131,6 +132,8 @@ def test_a_ray_process_says_what_it_is_in_ps_and_top() -> None:
         assert during[0].startswith("ray::rltrain: policy 2.") and isinstance(during[1], RayStore)
         between = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
         assert between.startswith("ray::rltrain: policy 2")
+        threads = runtime.result(call.remote(lambda s: [t.name for t in threading.enumerate()]))
+        assert "rltrain-trim" in threads  # its constructor's too (rltrain.runtime.trim)
     finally:
         r.kill()
 

@@ -35,6 +35,7 @@ from rltrain.records import GradUpdate, Params, PushResult, ServerStats
 from rltrain.runtime.process.forkstart import remove_socket
 from rltrain.runtime.process.shm import Inbox, Outbox
 from rltrain.runtime.titles import set_title
+from rltrain.runtime.trim import keep_trimmed
 
 
 @dataclass(frozen=True)
@@ -246,6 +247,7 @@ def main(
     (:func:`watch_trainer`)."""
     if title is not None:
         set_title(*title)
+    keep_trimmed()
     hold_stops()
     if trainer is not None:
         watch = threading.Thread(target=watch_trainer, args=trainer, name="rltrain-watch")

@@ -21,6 +21,7 @@ from rltrain.records import Role
 from rltrain.runtime.ray.errors import creation_error, first_line, get_watched
 from rltrain.runtime.ray.startup import free_cpus, node_cpus
 from rltrain.runtime.titles import title_of
+from rltrain.runtime.trim import keep_trimmed
 
 
 def is_ray_worker(pid: int) -> bool:
@@ -47,9 +48,15 @@ def titled(cls: type, role: str, index: int) -> type:
     call, so a ``setproctitle`` of ours would not last): ``ps`` and ``top`` then show
     ``ray::rltrain: actor 3``, and Ray's dashboard and log prefixes the same name."""
     title = title_of(role, index)
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        keep_trimmed()  # every process of a run (rltrain.runtime.trim)
+        cls.__init__(self, *args, **kwargs)  # type: ignore[misc]
+
     # (not importable by this name, so cloudpickle sends the subclass by value and ``cls``
     # by reference)
-    return type(title, (cls,), {"__module__": cls.__module__, "__qualname__": title})
+    attrs = {"__module__": cls.__module__, "__qualname__": title, "__init__": __init__}
+    return type(title, (cls,), attrs)
 
 
 def whereabouts(_instance: Any) -> tuple[int, str, bool]:

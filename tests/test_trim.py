@@ -1,0 +1,68 @@
+"""Every process of a run hands its freed memory back to the system (rltrain.runtime.trim)."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from pathlib import Path
+
+import pytest
+
+from rltrain.runtime import process, trim
+
+needs_glibc = pytest.mark.skipif(trim.malloc_trim() is None, reason="malloc_trim is glibc's")
+
+
+def rss_kb() -> int:
+    status = Path("/proc/self/status").read_text()
+    return int(next(ln.split()[1] for ln in status.splitlines() if ln.startswith("VmRSS")))
+
+
+@needs_glibc
+def test_trim_gives_back_the_free_pages_that_glibc_keeps() -> None:
+    """Blocks freed between live ones stay in the heap (glibc gives back only its top) until
+    a trim: the fragmentation of a learner's passes, made on purpose."""
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    size, n = 64 * 1024, 2_000  # under the mmap threshold: in the heap, 125 MB in all
+    blocks = [libc.malloc(size) for _ in range(n)]
+    for b in blocks:
+        ctypes.memset(b, 1, size)  # touched: resident
+    kept = blocks[9::10]  # every tenth stays live, the top of the heap among them
+    for b in set(blocks) - set(kept):
+        libc.free(b)
+    try:
+        before = rss_kb()
+        assert trim.trim()
+        released_mb = (before - rss_kb()) / 1024
+        assert released_mb > 60, f"{released_mb:.0f} MB given back of the 110 MB freed"
+    finally:
+        for b in kept:
+            libc.free(b)
+
+
+def trim_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name == "rltrain-trim"]
+
+
+@needs_glibc
+def test_one_trimming_thread_per_process_however_often_it_is_asked() -> None:
+    assert trim.keep_trimmed()
+    assert trim.keep_trimmed()
+    assert trim_threads() == ["rltrain-trim"]
+
+
+class Threads:
+    def trimming(self) -> list[str]:
+        return trim_threads()
+
+
+@needs_glibc
+def test_a_process_of_the_runtime_keeps_itself_trimmed() -> None:
+    r = process.Remote(Threads, role="actor", index=0)
+    try:
+        assert r.call("trimming").result(timeout=60) == ["rltrain-trim"]
+    finally:
+        r.kill()
+        process.shutdown()

@@ -20,7 +20,7 @@ from rltrain.ps.config import OptimizerConfig
 from rltrain.ps.hogwild import HogwildServer
 from rltrain.records import GradUpdate
 from rltrain.supervised.config import BenchConfig
-from rltrain.supervised.datasets import load_dataset
+from rltrain.supervised.datasets import SplitDataset, load_dataset
 from rltrain.supervised.local_modes import run_hogwild_mode
 
 
@@ -89,20 +89,24 @@ def test_a_worker_killed_at_any_moment_holds_nothing_the_others_need() -> None:
 
 
 @pytest.mark.slow
-def test_a_killed_hogwild_worker_is_started_again(tiny_root: Path) -> None:
-    """SIGKILL one worker process mid-mode: it is spawned again and the mode finishes."""
+def hogwild_bench(root: Path, workers: int, **more: object) -> tuple[BenchConfig, SplitDataset]:
+    """The hogwild mode on the tiny dataset, minibatches of 16, and the dataset."""
     cfg = from_dict(
         BenchConfig,
         {
             "modes": ["hogwild"],
-            "workers": 2,
+            "workers": workers,
             "batch_size": 16,
-            "budget": {"max_seconds": 8},
-            "eval": {"every_seconds": 1},
-            "data": {"root": str(tiny_root), "download": False},
+            "data": {"root": str(root), "download": False},
+            **more,
         },
     )
-    data = load_dataset(cfg.data.dataset, cfg.data.root, False)
+    return cfg, load_dataset(cfg.data.dataset, cfg.data.root, False)
+
+
+def test_a_killed_hogwild_worker_is_started_again(tiny_root: Path) -> None:
+    """SIGKILL one worker process mid-mode: it is spawned again and the mode finishes."""
+    cfg, data = hogwild_bench(tiny_root, 2, budget={"max_seconds": 8}, eval={"every_seconds": 1})
     out: list = []
     runner = threading.Thread(
         target=lambda: out.append(run_hogwild_mode(cfg, data, Progress("[test]")))
@@ -176,3 +180,12 @@ def test_a_script_without_a_main_guard_runs_once(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("the script runs") == 1, done.stdout
+
+
+def test_one_hogwild_worker_reads_every_update_it_wrote(tiny_root: Path) -> None:
+    """explore94: a Hogwild worker's exchange is a write to shared memory, with nothing to
+    overlap: alone, each of its gradients is taken at the parameters its last step left
+    (staleness 0), where the async modes' pipelined round trip made each a version stale."""
+    cfg, data = hogwild_bench(tiny_root, 1, budget={"epochs": 1})
+    stats = run_hogwild_mode(cfg, data, Progress("[test]")).snapshots[-1].stats
+    assert stats.applied > 10 and stats.mean_staleness == 0.0

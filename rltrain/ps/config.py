@@ -97,7 +97,8 @@ class ServerConfig:
     pipeline: bool = field(default=True, metadata={"only": "bench"})
     """rltrain bench, async: send each push/pull round trip in the background and compute the
     next gradient meanwhile, on the parameters already held (hides the network latency; most
-    updates are then a version staler, which a staleness policy scales or drops)."""
+    updates are then a version staler, which a staleness policy scales or drops; hogwild's
+    workers write shared memory, with no round trip to hide: never pipelined)."""
     staleness: str = field(default="none", metadata=spec(choices=STALENESS_POLICIES))
     """async staleness policy: none; scale (lr / max(1, staleness)); drop (refuse updates with
     staleness > max_staleness)."""

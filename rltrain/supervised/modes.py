@@ -20,6 +20,7 @@ from rltrain.ps.server import Server
 from rltrain.records import Params, PushRecord, ServerStats
 from rltrain.supervised.config import BenchConfig
 from rltrain.supervised.datasets import SplitDataset
+from rltrain.supervised.mode_keys import PIPELINED
 from rltrain.supervised.sharding import ShardSource
 from rltrain.supervised.splits import VectorDataset
 from rltrain.supervised.worker import WorkerReport, WorkerSpec, make_model
@@ -70,8 +71,12 @@ def mode_server(mode: str, server: ServerConfig) -> ServerConfig:
     rule (with ``server.staleness``), an async variant async with its staleness policy."""
     if mode in rule_names():
         return dataclasses.replace(server, rule=mode)
-    if mode in ASYNC_VARIANTS:
-        return dataclasses.replace(server, rule=ASYNC.name, staleness=ASYNC_VARIANTS[mode])
+    if mode in ASYNC_VARIANTS:  # (hogwild's exchange is a write to shared memory: nothing to
+        # overlap, and a pipelined one made each gradient a version stale, one worker alone)
+        pipeline = server.pipeline and mode in PIPELINED
+        return dataclasses.replace(
+            server, rule=ASYNC.name, staleness=ASYNC_VARIANTS[mode], pipeline=pipeline
+        )
     return dataclasses.replace(server, rule=ASYNC.name)  # baseline, sandblaster...: unused
 
 

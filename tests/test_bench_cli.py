@@ -96,6 +96,14 @@ def test_bench_sync_async_and_friends(tiny_root: Path, tmp_path: Path) -> None:
         assert "ps/version" in tags and not [t for t in tags if t.startswith(tuple(none))]
 
 
+def two_modes(tiny_root: Path, run_dir: Path) -> list[str]:
+    """``rltrain bench``'s arguments: baseline and hogwild, an epoch each, on the tiny data."""
+    args = ["bench", str(ROOT / "configs" / "bench_fashion_mnist.yaml"), "--run-dir", str(run_dir)]
+    for kv in (f"data.root={tiny_root}", "modes=[baseline, hogwild]", "budget.epochs=1"):
+        args += ["--set", kv]
+    return args
+
+
 def test_ctrl_c_while_a_mode_is_evaluated_keeps_its_results(
     tiny_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -110,9 +118,7 @@ def test_ctrl_c_while_a_mode_is_evaluated_keeps_its_results(
 
     monkeypatch.setattr(evaluation, "evaluate", interrupted)
     run_dir = tmp_path / "run"
-    args = ["bench", str(ROOT / "configs" / "bench_fashion_mnist.yaml"), "--run-dir", str(run_dir)]
-    for kv in (f"data.root={tiny_root}", "modes=[baseline, hogwild]", "budget.epochs=1"):
-        args += ["--set", kv]
+    args = two_modes(tiny_root, run_dir)
     args += ["--set", "budget.max_seconds=0", "--set", "eval.every_seconds=0.001"]
     assert main(args) == 130
     acc = EventAccumulator(str(next((run_dir / "tb" / "baseline").glob("events.*"))))
@@ -124,6 +130,25 @@ def test_ctrl_c_while_a_mode_is_evaluated_keeps_its_results(
     assert summary["stopped_by"] == "interrupt" and summary["modes"] == ["baseline", "hogwild"]
     table = (run_dir / "results.md").read_text()
     assert "**Stopped by interrupt**: no results for hogwild." in table
+
+
+def test_ctrl_c_before_any_mode_finished_leaves_a_summary_that_says_so(
+    tiny_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """explore94: stopped in its first mode, a bench's folder held config.yaml alone; now
+    summary.json says it was interrupted, with no results and no empty plots."""
+    from rltrain.supervised import bench
+
+    def interrupted(*args: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "run_mode", interrupted)
+    run_dir = tmp_path / "run"
+    args = two_modes(tiny_root, run_dir)
+    assert main(args) == 130
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stopped_by"] == "interrupt" and summary["results"] == []
+    assert not list(run_dir.glob("*.png"))
 
 
 def test_a_mode_that_cannot_start_keeps_the_finished_modes_results(
@@ -143,9 +168,7 @@ def test_a_mode_that_cannot_start_keeps_the_finished_modes_results(
 
     monkeypatch.setattr(bench, "run_mode", second_fails)
     run_dir = tmp_path / "run"
-    args = ["bench", str(ROOT / "configs" / "bench_fashion_mnist.yaml"), "--run-dir", str(run_dir)]
-    for kv in (f"data.root={tiny_root}", "modes=[baseline, hogwild]", "budget.epochs=1"):
-        args += ["--set", kv]
+    args = two_modes(tiny_root, run_dir)
     assert main(args) == 2
     summary = json.loads((run_dir / "summary.json").read_text())
     assert [r["mode"] for r in summary["results"]] == ["baseline"]

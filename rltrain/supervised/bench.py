@@ -356,11 +356,15 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
             print(report.mode_line(label, res))
     except BaseException as e:  # a fault, Ctrl-C, a worker whose node lacks the dataset, ...
         cfg = base
-        if results:  # the modes that finished keep their results
-            extra["stopped_by"] = "interrupt" if isinstance(e, KeyboardInterrupt) else "fault"
-            report.write_outputs(run_dir, cfg, results, curves, extra)
-            what = "run(s)" if cfg.seeds > 1 else "mode(s)"
+        # the modes that finished keep their results; none finished: summary.json says so
+        # (explore94: the folder held config.yaml alone)
+        extra["stopped_by"] = "interrupt" if isinstance(e, KeyboardInterrupt) else "fault"
+        report.write_outputs(run_dir, cfg, results, curves, extra)
+        what = "run(s)" if cfg.seeds > 1 else "mode(s)"
+        if results:
             print(f"stopped: results of {len(results)} finished {what} in {run_dir}/results.md")
+        else:
+            print(f"stopped before any {what[:-3]} finished: {run_dir}/summary.json says so")
         raise
     finally:
         if needs_ray:

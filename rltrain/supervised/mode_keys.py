@@ -93,7 +93,9 @@ def check_unread_parts(cfg: Any) -> None:
     """Refuse (ValueError) a key of a part that nothing in the run reads, set to another value
     than its default: ``sandblaster.*`` without mode sandblaster, ``baseline_threads`` without
     the baseline, ``model.micro_batches`` of an unsplit model, ``model.synthetic_hidden``
-    without synthetic gradients (each ran and said nothing). ``cfg``: a BenchConfig."""
+    without synthetic gradients, ``data.toy.*`` and ``eval.distance_targets`` on an image
+    dataset, ``eval.targets`` on a toy problem (each ran and said nothing). ``cfg``: a
+    BenchConfig."""
     model, defaults = cfg.model, type(cfg.model)()
     unread = {
         "model.micro_batches": (model.micro_batches, defaults.micro_batches, model.stages == 1),
@@ -108,18 +110,33 @@ def check_unread_parts(cfg: Any) -> None:
     for f in dataclasses.fields(cfg.sandblaster):
         key = f"sandblaster.{f.name}"
         unread[key] = (getattr(cfg.sandblaster, f.name), f.default, sandblaster)
+    toy, evals = cfg.data.dataset in TOY_PROBLEMS, type(cfg.eval)()
+    unread["eval.targets"] = (cfg.eval.targets, evals.targets, toy)
+    unread["eval.distance_targets"] = (cfg.eval.distance_targets, evals.distance_targets, not toy)
+    for f in dataclasses.fields(cfg.data.toy):  # (explore94: each ran and said nothing)
+        unread[f"data.toy.{f.name}"] = (getattr(cfg.data.toy, f.name), f.default, not toy)
     needs = {
         "model.micro_batches": "model.stages >= 2",
         "model.synthetic_hidden": "model.synthetic dni or cdni",
         "baseline_threads": "mode baseline in modes",
+        "eval.targets": "an image dataset (a toy problem's are eval.distance_targets)",
+        "eval.distance_targets": f"a toy problem ({', '.join(TOY_PROBLEMS)})",
     }
     for key, (value, default, idle) in unread.items():
         if idle and value != default:
-            why = needs.get(key, "mode sandblaster in modes")
-            raise ValueError(
-                f"{key}={value}: read only with {why}, which this run has not; leave {key} "
-                f"at its default ({default}), or run with {why}"
+            toys = f"a toy problem ({', '.join(TOY_PROBLEMS)})"
+            why = needs.get(
+                key, toys if key.startswith("data.toy.") else "mode sandblaster in modes"
             )
+            raise ValueError(
+                f"{key}={_shown(value)}: read only with {why}, which this run has not; leave "
+                f"{key} at its default ({_shown(default)}), or run with {why}"
+            )
+
+
+def _shown(value: Any) -> str:
+    """A value as --set writes it (a list in brackets)."""
+    return f"[{', '.join(map(str, value))}]" if isinstance(value, tuple) else str(value)
 
 
 def start_notes(cfg: Any) -> list[str]:

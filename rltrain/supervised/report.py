@@ -320,7 +320,7 @@ def write_outputs(
     stopped_by = str((extra or {}).get("stopped_by", "done"))
     write_markdown(run_dir / "results.md", cfg, results, stopped_by, (extra or {}).get("failed"))
     targets = targets_of(cfg)
-    for name in plot_names(cfg):
+    for name in plot_names(cfg) if curves else ():  # (no mode finished: nothing to draw)
         x = name.rsplit("_", 1)[1].removesuffix(".png")
         if not plot_curves(run_dir / name, curves, targets, x="t" if x == "time" else x):
             print(f"rltrain: {NO_MATPLOTLIB}", file=sys.stderr)

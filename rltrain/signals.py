@@ -47,7 +47,10 @@ def _handler(signum: int, frame: FrameType | None) -> None:
     _received += 1
     if _received == 1:
         name = signal.Signals(signum).name
-        _say(f"\nrltrain: {name}: {_stopping} (press Ctrl-C again to quit at once)\n")
+        # (a scheduler's SIGTERM or a closed terminal's SIGHUP has no Ctrl-C to press)
+        again = f"a second {name} or Ctrl-C:"
+        again = "press Ctrl-C again to" if signum == signal.SIGINT else again
+        _say(f"\nrltrain: {name}: {_stopping} ({again} quit at once)\n")
         if _deferring:
             _deferred = True
             return

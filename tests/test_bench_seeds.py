@@ -81,7 +81,7 @@ def test_the_seeds_run_round_by_round_and_are_reported_per_mode(
         "[1/4 baseline seed 5]", "[2/4 async seed 5]", "[3/4 baseline seed 6]", "[4/4 async seed 6]"
     ]  # fmt: skip
     assert "over 2 seeds (mean ± standard deviation" in printed
-    assert "[4/4 async seed 6] about " in said and " min left: 1 run at " in said
+    assert "[4/4 async seed 6] about " in said and " min left: 1 run to go at " in said
     assert summary["seeds"] == [5, 6]
     assert [(r["mode"], r["seed"]) for r in summary["results"]] == [
         ("baseline", 5), ("baseline", 6), ("async", 5), ("async", 6)

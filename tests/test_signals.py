@@ -38,14 +38,19 @@ def test_inside_deferred_the_first_signal_waits_for_the_block_to_end() -> None:
         pass
 
 
+@pytest.mark.parametrize(
+    ("signum", "again"),
+    [(signal.SIGINT, "press Ctrl-C again to"), (signal.SIGTERM, "a second SIGTERM or Ctrl-C:")],
+)
 def test_ctrl_c_in_eval_says_it_stops_not_that_it_writes_a_checkpoint(
-    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+    signum: int, again: str, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """`rltrain eval` interrupted said "stopping after a final checkpoint": eval writes none."""
+    """`rltrain eval` interrupted said "stopping after a final checkpoint": eval writes none.
+    A scheduler's SIGTERM is not told to press Ctrl-C (explore94)."""
     from rltrain import cli
 
     def interrupted(_args: object) -> int:
-        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signum)
         for _ in range(1000):
             pass
         return 0
@@ -53,7 +58,8 @@ def test_ctrl_c_in_eval_says_it_stops_not_that_it_writes_a_checkpoint(
     monkeypatch.setattr(cli, "cmd_eval", interrupted)
     assert cli.main(["eval", "somewhere"]) == signals.EXIT_INTERRUPTED
     err = capfd.readouterr().err
-    assert "rltrain: SIGINT: stopping (press Ctrl-C again to quit at once)" in err
+    name = signal.Signals(signum).name
+    assert f"rltrain: {name}: stopping ({again} quit at once)" in err
     assert "checkpoint" not in err and err.rstrip().endswith("rltrain: interrupted")
 
 

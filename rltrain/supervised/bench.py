@@ -324,9 +324,9 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
             progress = Progress(label)
             if i:  # the command's end, at the pace of the runs so far (start-ups, evaluations)
                 each, left = (time.time() - begun) / i, len(runs) - i
-                progress.note(
-                    f"about {each * left / 60:.1f} min left: {left} run{'s' * (left > 1)} "
-                    f"at {each:.0f} s each so far"
+                progress.note(  # (explore94: "3 runs at 19 s each so far" read as 3 done)
+                    f"about {each * left / 60:.1f} min left: {left} run{'s' * (left > 1)} to go "
+                    f"at {each:.0f} s each (the pace so far)"
                 )
             slow = say_slow_events(cfg, mode, progress)
             try:

@@ -25,7 +25,7 @@ from rltrain.records import STALENESS_BINS
 from rltrain.rundir import write_atomic, write_summary
 from rltrain.supervised.config import BenchConfig
 from rltrain.supervised.evaluation import Point, targets_of
-from rltrain.supervised.modes import ModeTrace
+from rltrain.supervised.modes import MAX_SNAPSHOTS, ModeTrace
 from rltrain.supervised.plots import plot_curves, plot_names
 from rltrain.supervised.synthetic import synthetic_means
 from rltrain.supervised.tables import (
@@ -267,7 +267,8 @@ def write_markdown(
     note = (
         "\nSeconds are training time from the first worker step (start-up excluded, reported "
         "in results.csv); accuracy (or distance) is measured on snapshots taken every "
-        f"{cfg.eval.every_seconds:g} s, so times are accurate to that interval.\n"
+        f"{cfg.eval.every_seconds:g} s, so times are accurate to that interval (a mode that "
+        f"took {MAX_SNAPSHOTS} kept every other one, at twice the interval, and so on).\n"
     )
     for name, line in (failed or {}).items():
         note += f"\n**{name} failed**: {line} (its traceback: failure-{name}.log).\n"

@@ -197,7 +197,12 @@ def run_command(args: argparse.Namespace) -> int:
 def entry() -> NoReturn:
     """The `rltrain` command: :func:`main`, then exit without tearing the interpreter down:
     every command has closed what it wrote and shut Ray down, and unloading torch, Ray and
-    the emulators only costs time, which a whole-process time-to-solve counts."""
+    the emulators only costs time, which a whole-process time-to-solve counts. Its process,
+    a run's trainer, hands its freed memory back once a minute (:mod:`rltrain.runtime.trim`),
+    as every process that the runtimes start does."""
+    from rltrain.runtime.trim import keep_trimmed
+
+    keep_trimmed()
     code = main()
     if "ray" in sys.modules or "multiprocessing.util" in sys.modules:
         from rltrain import runtime

@@ -195,6 +195,35 @@ def test_soft_sync_that_waits_for_every_worker_says_it_steps_as_sync() -> None:
     assert notes("workers=3") == [] and notes("workers=3", "server.k=2") == []
 
 
+@pytest.mark.parametrize(
+    ("config", "sets", "said"),
+    [
+        ("bench_toy.yaml", ["eval.targets=[0.5]"], "note: eval.targets=[0.5] is not read: "),
+        ("bench_mnist.yaml", ["data.dataset=toy_quadratic"], "eval.targets=[0.97, 0.98] is not"),
+        ("bench_fashion_mnist.yaml", ["eval.distance_targets=[0.5]"], "judged by its test acc"),
+        ("bench_toy.yaml", [], None),
+        ("bench_fashion_mnist.yaml", [], None),
+    ],
+)
+def test_targets_of_the_other_kind_than_the_datasets_are_said_unread(
+    config: str, sets: list[str], said: str | None
+) -> None:
+    """explore94: a toy problem's accuracy targets (or an image dataset's distance targets)
+    ran and said nothing; said at the start, not refused, since a config file switched to a
+    toy problem by --set keeps its own targets. A toy problem's data keys on an image dataset
+    are refused (docs/bad_input.md)."""
+    from rltrain.config import ConfigError, load_config
+    from rltrain.supervised.config import BenchConfig
+    from rltrain.supervised.mode_keys import start_notes
+
+    notes = start_notes(load_config(BenchConfig, ROOT / "configs" / config, sets))
+    assert [n for n in notes if said is not None and said in n] == notes and len(notes) == (
+        said is not None
+    )
+    with pytest.raises(ConfigError, match=r"data.toy.noise=0.5: read only with a toy problem"):
+        load_config(BenchConfig, ROOT / "configs" / "bench_mnist.yaml", ["data.toy.noise=0.5"])
+
+
 def test_the_start_says_what_the_budget_adds_up_to() -> None:
     """The default command trains 7 modes x 90 s, and nothing said so before it began."""
     from rltrain.config import load_config

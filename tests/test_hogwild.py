@@ -88,7 +88,6 @@ def test_a_worker_killed_at_any_moment_holds_nothing_the_others_need() -> None:
     assert st.version == st.applied == sum(st.staleness_hist)
 
 
-@pytest.mark.slow
 def hogwild_bench(root: Path, workers: int, **more: object) -> tuple[BenchConfig, SplitDataset]:
     """The hogwild mode on the tiny dataset, minibatches of 16, and the dataset."""
     cfg = from_dict(
@@ -104,6 +103,7 @@ def hogwild_bench(root: Path, workers: int, **more: object) -> tuple[BenchConfig
     return cfg, load_dataset(cfg.data.dataset, cfg.data.root, False)
 
 
+@pytest.mark.slow
 def test_a_killed_hogwild_worker_is_started_again(tiny_root: Path) -> None:
     """SIGKILL one worker process mid-mode: it is spawned again and the mode finishes."""
     cfg, data = hogwild_bench(tiny_root, 2, budget={"max_seconds": 8}, eval={"every_seconds": 1})
@@ -182,6 +182,7 @@ def test_a_script_without_a_main_guard_runs_once(tmp_path: Path) -> None:
     assert done.stdout.count("the script runs") == 1, done.stdout
 
 
+@pytest.mark.slow
 def test_one_hogwild_worker_reads_every_update_it_wrote(tiny_root: Path) -> None:
     """explore94: a Hogwild worker's exchange is a write to shared memory, with nothing to
     overlap: alone, each of its gradients is taken at the parameters its last step left

@@ -97,8 +97,8 @@ def test_bench_config_refuses_misuse_with_one_line_errors(tmp_path: Path) -> Non
 
 
 def test_toy_sizes_are_checked_where_a_toy_is_made() -> None:
-    """data.toy.samples below data.toy.dim: refused for a toy problem, and never read (nor
-    refused) for another dataset."""
+    """data.toy.samples below data.toy.dim: refused for a toy problem, and never read by
+    another dataset (whose bench refuses a data.toy key set: test_bench_cli.py)."""
     from rltrain.supervised.formats import DatasetError
 
     bad = ToyConfig(dim=50, samples=10)

@@ -18,7 +18,6 @@ from rltrain.driver import Done
 from rltrain.faults import FaultAction, FaultCounters, PusherRule, RunFailed
 from rltrain.records import Verdict
 from rltrain.runtime.contract import Guard, RemoteProcess, Runtime
-from rltrain.runtime.trim import keep_trimmed
 
 Say = Callable[[str], None]
 END_GRACE_S = 3.0
@@ -40,9 +39,6 @@ class RunContext:
     """The live processes by role ("actor", "learner", "worker", "shard", "replay")."""
     hung: set[int] = field(default_factory=set)
     """id() of the processes the hang watch killed (their loss is not a crash of theirs)."""
-
-    def __post_init__(self) -> None:
-        keep_trimmed()  # the trainer's process, as each process the runtime starts
 
     def shard_guard(self) -> Guard:
         """The server's guard, which every session sets as it starts the server."""

@@ -13,15 +13,17 @@ pass needs comes back as fresh pages, one page fault each: a Pong learn after a 
 more than one without (1.35 s against 1.29 s, 77k page faults against 30k; 190 MB given back
 a trim), so once a minute it costs the learner about 0.1% of its time.
 
-Every process of a run calls :func:`keep_trimmed` once: the trainer (its
-:class:`~rltrain.runtime.context.RunContext`) and each process the runtimes start. Elsewhere
-than glibc (macOS, musl) nothing happens.
+The ``rltrain`` command's process (the trainer: :func:`rltrain.cli.entry`) calls
+:func:`keep_trimmed`, as each process the runtimes start does (a process-runtime child, a
+Ray actor); not the Python of a notebook that calls :func:`rltrain.train` (its thread would
+outlive the run), nor a bench's short-lived hogwild workers. Elsewhere than glibc (macOS,
+musl) nothing happens.
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import functools
 import os
 import threading
 import time
@@ -34,11 +36,11 @@ _started: set[int] = set()  # the process ids whose thread runs (a fork inherits
 _lock = threading.Lock()
 
 
+@functools.cache  # (once a process: a look-up by name ran ldconfig, 10 ms)
 def malloc_trim() -> Callable[[int], int] | None:
     """glibc's ``malloc_trim(pad)``, or None where the C library has none."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
-        fn = libc.malloc_trim
+        fn = ctypes.CDLL(None).malloc_trim  # the C library this interpreter runs on
     except (OSError, AttributeError):  # not glibc
         return None
     fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int

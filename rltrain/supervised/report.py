@@ -268,7 +268,7 @@ def write_markdown(
         "\nSeconds are training time from the first worker step (start-up excluded, reported "
         "in results.csv); accuracy (or distance) is measured on snapshots taken every "
         f"{cfg.eval.every_seconds:g} s, so times are accurate to that interval (a mode that "
-        f"took {MAX_SNAPSHOTS} kept every other one, at twice the interval, and so on).\n"
+        f"took {MAX_SNAPSHOTS} snapshots kept every other one, at twice the interval).\n"
     )
     for name, line in (failed or {}).items():
         note += f"\n**{name} failed**: {line} (its traceback: failure-{name}.log).\n"

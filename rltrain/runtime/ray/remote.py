@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import signal
 import time
@@ -52,6 +53,10 @@ def titled(cls: type, role: str, index: int) -> type:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         keep_trimmed()  # every process of a run (rltrain.runtime.trim)
         cls.__init__(self, *args, **kwargs)  # type: ignore[misc]
+
+    # (Ray checks a constructor's arguments against this signature as it places the actor:
+    # the class's own, not (*args, **kwargs), so a wrong call fails here, not in the process)
+    __init__.__signature__ = inspect.signature(cls.__init__)  # type: ignore[attr-defined,misc]
 
     # (not importable by this name, so cloudpickle sends the subclass by value and ``cls``
     # by reference)

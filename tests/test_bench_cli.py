@@ -220,8 +220,11 @@ def test_targets_of_the_other_kind_than_the_datasets_are_said_unread(
     assert [n for n in notes if said is not None and said in n] == notes and len(notes) == (
         said is not None
     )
-    with pytest.raises(ConfigError, match=r"data.toy.noise=0.5: read only with a toy problem"):
-        load_config(BenchConfig, ROOT / "configs" / "bench_mnist.yaml", ["data.toy.noise=0.5"])
+    with pytest.raises(ConfigError, match=r"data.toy.dim=5: read only with a toy problem"):
+        load_config(BenchConfig, ROOT / "configs" / "bench_mnist.yaml", ["data.toy.dim=5"])
+    logistic = ["data.dataset=toy_logistic", "data.toy.noise=0.5"]  # (the quadratic's noise)
+    with pytest.raises(ConfigError, match=r"noise=0.5: read only with data.dataset=toy_quadr"):
+        load_config(BenchConfig, ROOT / "configs" / "bench_toy.yaml", logistic)
 
 
 def test_the_start_says_what_the_budget_adds_up_to() -> None:

@@ -110,13 +110,17 @@ def check_unread_parts(cfg: Any) -> None:
         key = f"sandblaster.{f.name}"
         unread[key] = (getattr(cfg.sandblaster, f.name), f.default, sandblaster)
     toy = cfg.data.dataset in TOY_PROBLEMS
+    only = {"noise": "toy_quadratic", "l2": "toy_logistic"}  # (review 81: read by one toy)
     for f in dataclasses.fields(cfg.data.toy):  # (explore94: each ran and said nothing)
-        unread[f"data.toy.{f.name}"] = (getattr(cfg.data.toy, f.name), f.default, not toy)
+        idle = cfg.data.dataset != only[f.name] if f.name in only else not toy
+        unread[f"data.toy.{f.name}"] = (getattr(cfg.data.toy, f.name), f.default, idle)
     needs = {
         "model.micro_batches": "model.stages >= 2",
         "model.synthetic_hidden": "model.synthetic dni or cdni",
         "baseline_threads": "mode baseline in modes",
     }
+    needs["data.toy.noise"] = "data.dataset=toy_quadratic"
+    needs["data.toy.l2"] = "data.dataset=toy_logistic"
     for key, (value, default, idle) in unread.items():
         if idle and value != default:
             toys = f"a toy problem ({', '.join(TOY_PROBLEMS)})"

@@ -430,3 +430,23 @@ def test_a_run_folder_without_a_newer_key_acts_as_the_rltrain_that_wrote_it(
     for dotted, value in OLDER_RUNS.items():
         section, key = dotted.split(".")
         assert getattr(cfg.section(section), key) == value, dotted
+
+
+@pytest.mark.parametrize(
+    ("config", "sets", "said"),
+    [
+        ("cartpole_a3c.yaml", ["dqn.n_step=3", "replay.capacity=1000"], "dqn.n_step=3, replay"),
+        ("cartpole_gorila.yaml", ["algo.name=appo"], "not read by algo.name=appo"),
+        ("cartpole_gorila.yaml", [], None),
+        ("cartpole_appo.yaml", [], None),
+    ],
+)
+def test_keys_of_a_section_the_algorithm_does_not_read_are_said(
+    config: str, sets: list[str], said: str | None
+) -> None:
+    """explore95: dqn.n_step on a3c ran and said nothing. Said at the start, not refused: a
+    config file switched to another algorithm by --set keeps its sections."""
+    from rltrain.rl.config.train import unread_notes
+
+    notes = unread_notes(load_config(TrainConfig, ROOT / "configs" / config, sets))
+    assert (said in notes[0]) if said is not None else notes == []

@@ -21,7 +21,7 @@ from rltrain.rl.algos import algo_names, algo_spec
 from rltrain.rl.algos.models import flat_params
 from rltrain.rl.algos.torsos import check_image_layout, check_torso
 from rltrain.rl.config import TrainConfig
-from rltrain.rl.config.train import rule_notes
+from rltrain.rl.config.train import rule_notes, unread_notes
 
 
 @dataclass(frozen=True)
@@ -82,8 +82,9 @@ def probe_env(cfg: TrainConfig, training: bool = True) -> EnvSpec:
 
 def start_notes(cfg: TrainConfig, spec: EnvSpec) -> list[str]:
     """Start notes on what the run takes in a way a user may not expect: the env's images and
-    actions, a rule that changes nothing."""
-    return [*image_notes(cfg, spec), *action_notes(cfg, spec), *rule_notes(cfg)]
+    actions, a rule that changes nothing, keys of a section the algorithm does not read."""
+    notes = [*image_notes(cfg, spec), *action_notes(cfg, spec), *rule_notes(cfg)]
+    return [*notes, *unread_notes(cfg)]
 
 
 def image_notes(cfg: TrainConfig, spec: EnvSpec) -> list[str]:

@@ -340,6 +340,33 @@ def rule_notes(cfg: TrainConfig) -> list[str]:
     ]
 
 
+ONE_READER = ("dqn", "replay")
+"""Sections only their own algorithm reads (the built-ins' others are read across: appo's
+``impala``, every learner's ``ppo.overlap_push``), besides every registered algorithm's own."""
+
+
+def unread_notes(cfg: TrainConfig) -> list[str]:
+    """A start note for keys set in a section that ``algo.name`` does not read: ``dqn.n_step=3``
+    on a3c ran and said nothing (explore95). Said, not refused: a config file switched to
+    another algorithm by --set keeps its sections."""
+    reads, extra = set(cfg.algo_spec.sections), section_types(built_in=False)
+    unread = []
+    for name in (*ONE_READER, *extra):
+        if name in reads:
+            continue
+        section = cfg.section(name)
+        for f in dataclasses.fields(section):
+            value = getattr(section, f.name)
+            if value != getattr(type(section)(), f.name):
+                unread.append(f"{name}.{f.name}={value}")
+    if not unread:
+        return []
+    return [
+        f"{', '.join(unread)}: not read by algo.name={cfg.algo.name} (its sections: "
+        f"{', '.join(cfg.algo_spec.sections)}); they change nothing in this run"
+    ]
+
+
 def server_settings(cfg: TrainConfig) -> ServerConfig:
     """The rule the server runs: a2c and ppo run behind a barrier (`sync`, or `soft_sync` when
     configured: K of N); the other algorithms use the configured rule."""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from rltrain.config import ConfigError, load_config
+from rltrain.rl.algos.dqn import ReplayConfig
 from rltrain.rl.config import AlgoConfig, StopConfig, TrainConfig
 from rltrain.rl.run.plans import RolloutCap
 from rltrain.rl.run.sizing import describe_sizes, gpu_learners, sized
@@ -46,8 +48,15 @@ def test_auto_sizes_to_the_cpus(algo: str, cpus: int, gpu: bool, actors: int) ->
 def test_an_explicit_count_is_kept_and_described() -> None:
     c = sized(cfg("appo", actors=5), 2)
     assert c.actors == 5
-    assert describe_sizes(c) == "5 actors, 1 learner, 1 shard"
-    assert describe_sizes(sized(cfg("a3c"), 3)) == "3 workers, 1 shard"
+    assert describe_sizes(c) == "5 actors, 1 learner, 1 server shard"
+    assert describe_sizes(sized(cfg("a3c"), 3)) == "3 workers, 1 server shard"
+    # dqn: its replay shards too, and those one actor leaves empty (explore95)
+    dqn = cfg("dqn", actors=1, replay=ReplayConfig(shards=2))
+    assert describe_sizes(dqn) == (
+        "1 actor, 1 learner, 1 server shard, 2 replay shards (1 never filled: actor i fills "
+        "shard i mod 2)"
+    )
+    assert describe_sizes(replace(dqn, actors=2)).endswith("2 replay shards")
 
 
 @pytest.mark.slow  # starts Ray

@@ -76,12 +76,21 @@ def n(count: int, what: str) -> str:
 
 
 def describe_sizes(cfg: TrainConfig) -> str:
-    """``2 actors, 1 learner, 1 shard`` (a3c/a2c/ppo: workers)."""
+    """``2 actors, 1 learner, 1 server shard`` (a3c/a2c/ppo: workers; dqn: and its replay
+    shards, which actor i fills shard i mod shards of: explore95 read "1 shard" as the
+    replay's, and 1 actor left a second replay shard empty, its memory taken, unsaid)."""
     if cfg.algo_spec.split:
         parts = [n(cfg.actors, "actor"), n(cfg.learners, "learner")]
     else:
         parts = [n(cfg.actors, "worker")]
-    return ", ".join([*parts, n(cfg.server.shards, "shard")])
+    parts.append(n(cfg.server.shards, "server shard"))
+    if cfg.algo_spec.layout == "replay":
+        shards = cfg.replay.shards
+        empty = shards - min(shards, cfg.actors) if cfg.actors else 0
+        parts.append(n(shards, "replay shard"))
+        if empty:
+            parts[-1] += f" ({empty} never filled: actor i fills shard i mod {shards})"
+    return ", ".join(parts)
 
 
 def describe_batch(cfg: TrainConfig) -> str:

@@ -385,3 +385,24 @@ def test_a_resume_that_changes_a_kept_key_is_told_so_first(
         f"rltrain: error: algo.name=dqn: the run at {run} has algo.name=a3c, which a resumed "
         "run keeps; start a new run to change it"
     )
+
+
+def test_a_resume_that_changes_the_dueling_head_names_it() -> None:
+    """explore95: dqn.dueling changed on --resume failed on a parameter count that named no
+    key, where model.hidden was named."""
+    import torch
+
+    from rltrain.checkpoint import CheckpointError
+    from rltrain.rl.config import StopConfig, TrainConfig
+    from rltrain.rl.env_spec import check_fits
+
+    cfg = TrainConfig(stop=StopConfig(max_env_steps=1))
+    state = {"shards": [{"param": torch.zeros(17410)}]}
+    with pytest.raises(CheckpointError, match=r"this resume changes dqn.dueling: false -> true"):
+        check_fits(
+            Path("ckpt.pt"),
+            state,
+            torch.zeros(17539),
+            cfg,
+            ["dqn.dueling: false -> true"],
+        )

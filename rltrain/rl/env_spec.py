@@ -144,7 +144,8 @@ def check_fits(
     expected = ShardLayout(params.numel(), cfg.server.shards).sizes
     if sizes != expected:
         shapes = ("env.frame_stack:", "env.image_size:", "env.wrappers:", "env.kwargs")
-        why = [c for c in changes if c.startswith(("model.", "server.shards:", *shapes))]
+        nets = ("model.", "dqn.dueling:")  # (explore95: dueling's head went unnamed)
+        why = [c for c in changes if c.startswith((*nets, "server.shards:", *shapes))]
         said = f"this resume changes {'; '.join(why)}; " if why else ""
         raise CheckpointError(
             f"{path} holds {len(sizes)} shard(s) of {sum(sizes)} parameters; this config needs "

@@ -118,12 +118,11 @@ def check_unread_parts(cfg: Any) -> None:
         "model.micro_batches": "model.stages >= 2",
         "model.synthetic_hidden": "model.synthetic dni or cdni",
         "baseline_threads": "mode baseline in modes",
+        **{f"data.toy.{k}": f"data.dataset={toy}" for k, toy in only.items()},
     }
-    needs["data.toy.noise"] = "data.dataset=toy_quadratic"
-    needs["data.toy.l2"] = "data.dataset=toy_logistic"
+    toys = f"a toy problem ({', '.join(TOY_PROBLEMS)})"
     for key, (value, default, idle) in unread.items():
         if idle and value != default:
-            toys = f"a toy problem ({', '.join(TOY_PROBLEMS)})"
             why = needs.get(
                 key, toys if key.startswith("data.toy.") else "mode sandblaster in modes"
             )

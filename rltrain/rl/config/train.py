@@ -355,9 +355,10 @@ def unread_notes(cfg: TrainConfig) -> list[str]:
         if name in reads:
             continue
         section = cfg.section(name)
+        default = type(section)()
         for f in dataclasses.fields(section):
             value = getattr(section, f.name)
-            if value != getattr(type(section)(), f.name):
+            if value != getattr(default, f.name):
                 unread.append(f"{name}.{f.name}={value}")
     if not unread:
         return []

@@ -12,7 +12,8 @@ taking parameters from a server in this process. It reports:
 * the same policy's forward pass and sampling alone, in this process, back to back (hot
   caches) and after a 0.2 ms sleep each (as a process woken by a request finds them);
 * messages pickled per step (counted in the actor's process: pickles written and read);
-* bytes the act copies across processes per step (observations in, actions and logits out).
+* bytes copied across processes per step: observations in (into the act slot, or into the
+  rollout's slot, where the learner reads them too), actions and logits out.
 
 It runs two paths: the run's, where the actor has written its frames into the rollout's
 observation slot (:class:`~rltrain.rl.rollout.ObsSlots`) and the policy worker reads them
@@ -69,23 +70,31 @@ class Counted:
 def observations(obs: str, batch: int) -> torch.Tensor:
     shape, dtype = OBS[obs]
     g = torch.Generator().manual_seed(0)
-    if dtype == torch.uint8:
-        return torch.randint(0, 256, (batch, *shape), dtype=dtype, generator=g)
+    if dtype == torch.uint8:  # a stack of one frame k times: each step's shifted stack is
+        # the same, so that a worker reading restacked frames acts on these very rows
+        frame = torch.randint(0, 256, (batch, 1, *shape[1:]), dtype=dtype, generator=g)
+        return frame.expand(batch, *shape).contiguous()
     return torch.randn(batch, *shape, generator=g)
 
 
 class ActLoop:
     """The actor's side, in a child process: acts ``steps`` times through its slot. With
-    ``frames`` (the run's observation slots) its observations are written there once, as an
-    actor writes a step's frames for the learner, and each act names their place."""
+    ``frames`` (the run's observation slots) each step's observations are written there
+    first, as an actor writes a step's frames for the learner (Pong's: the newest frame
+    alone, or the stacks whole as before issue 36's item 2), and each act names their place."""
 
     def __init__(self, obs: str, batch: int, policy: Any, frames: Any = None) -> None:
         torch.set_num_threads(1)
         self.obs, self.policy, self.at = observations(obs, batch), policy, None
-        if frames is not None:
-            frames.obs[0, 0].copy_(self.obs)
-            self.obs = frames.obs[0, 0]
-            self.at = int(self.obs.storage_offset())
+        self.columns = None if frames is None else frames.columns(0, 0, batch)
+        if self.columns is not None:
+            self.columns.first(self.obs)
+            self.at = self.columns.at(1)
+
+    def act(self) -> tuple[torch.Tensor, torch.Tensor, int]:
+        if self.columns is not None:  # the step's frames into the rollout's slot, then act
+            self.columns.write(1, self.obs, [])
+        return self.policy.act(self.obs, self.at)
 
     def run(self, steps: int) -> dict[str, Any]:
         from rltrain.runtime.process import child
@@ -93,15 +102,17 @@ class ActLoop:
         counted = Counted()
         child.pickle = counted  # type: ignore[assignment]
         for _ in range(50):  # warm
-            self.policy.act(self.obs, self.at)
+            self.act()
         counted.count = counted.bytes = 0
         latencies = []
         for _ in range(steps):
             t = time.perf_counter()
-            actions, logits, _ = self.policy.act(self.obs, self.at)
+            actions, logits, _ = self.act()
             latencies.append(time.perf_counter() - t)
-        moved = (actions, logits) if self.at is not None else (self.obs, actions, logits)
-        copied = sum(x.numel() * x.element_size() for x in moved)
+        written = self.obs  # (into the act slot, or the rollout's slot)
+        if self.columns is not None and self.columns.k > 1:
+            written = self.obs[:, -1]  # each step's newest frame
+        copied = sum(x.numel() * x.element_size() for x in (written, actions, logits))
         return {
             "logits": logits,
             "latencies": latencies,
@@ -143,7 +154,7 @@ def main() -> None:
     from rltrain.rl.algos.models import flat_params
     from rltrain.rl.config import ModelConfig, StopConfig, TrainConfig
     from rltrain.rl.inference import ActSlots, BatchedPolicy, PolicyWorker
-    from rltrain.rl.rollout import ObsSlots
+    from rltrain.rl.obs_slots import ObsSlots
     from rltrain.runtime import process
     from rltrain.runtime.config import RuntimeConfig
 
@@ -174,11 +185,14 @@ def main() -> None:
         print(f"| {name} | {a50:.3f} | {a99:.3f} | - | - | - |")
     _, expected, _ = floor.act([obs])[0]
     run = None
-    for name, in_place in (
-        ("actor -> policy worker -> actor, frames copied into the act slot", False),
-        ("actor -> policy worker -> actor, frames read in the rollout's slot (a run's)", True),
-    ):
-        frames = ObsSlots(1, 0, args.batch, shape, dtype) if in_place else None
+    paths = [
+        ("actor -> policy worker -> actor, frames copied into the act slot", None),
+        ("actor -> policy worker -> actor, observations whole in the rollout's slot", 1),
+    ]
+    if args.obs == "pong":  # (a run's: Atari's stacks as their newest frame, issue 36 item 2)
+        paths.append(("actor -> policy worker -> actor, newest frame in the rollout's slot", 4))
+    for name, stack in paths:
+        frames = None if stack is None else ObsSlots(1, 1, args.batch, shape, dtype, stack)
         slots = ActSlots(1, args.batch, shape, dtype, 6, process.Semaphore, frames)
         worker = process.Remote(PolicyWorker, cfg, shape, 6, slots, "cpu", role="policy")
         actor = process.Remote(Loop, args.obs, args.batch, slots.client(0), frames, role="actor")

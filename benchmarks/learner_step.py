@@ -7,8 +7,9 @@ push to a parameter-server shard beside it on the same device, whose parameters 
 into the model) and the plain loop a single-process trainer would write (CleanRL's
 ``ppo_atari``: the same targets and loss, ``clip_grad_norm_``, a fused ``torch.optim.Adam``
 step) on identical synthetic rollouts of the config's shapes, on the same device, with one
-torch thread: for an Atari config Pong's (uint8 [T+1, B, 4, 84, 84], ``configs/
-pong_appo.yaml``'s), for any other env its own (one env is opened to learn them: float
+torch thread: for an Atari config Pong's (``configs/pong_appo.yaml``'s: the learner is given
+each step's newest frame, uint8 [T+4, B, 84, 84], as a run's observation slots give it, and
+the plain loop the same stacked, [T+1, B, 4, 84, 84]), for any other env its own (one env is opened to learn them: float
 vectors, Discrete or Box actions, e.g. ``--config configs/mujoco_appo.yaml``, whose 32
 minibatches of 64 per learn make the fixed cost per update count).
 
@@ -168,13 +169,24 @@ class AtenOps(TorchDispatchMode):
 
 def rollout(cfg: TrainConfig, task: Task, seed: int) -> Rollout:
     """A synthetic rollout of the config's shape (a learn's: ``impala.learner_batch`` actors'
-    rollouts side by side): random frames or vectors, random actions, sparse +-1 rewards."""
+    rollouts side by side): random frames or vectors, random actions, sparse +-1 rewards.
+    Pong's comes as a run's rollouts reach the learner through their slots: each step's
+    newest frame, [T+4, B, 84, 84], with blank frames at the new games' first stacks
+    (:mod:`rltrain.rl.frames`); :func:`whole` stacks it for the plain loop."""
     g = torch.Generator().manual_seed(seed)
     T, B = cfg.algo.rollout_length, cfg.env.num_envs * cfg.impala.learner_batch
     rewards = torch.randint(-1, 2, (T, B), generator=g).float()
     rewards *= torch.rand(T, B, generator=g) < 0.05
+    terminated = torch.rand(T, B, generator=g) < 0.002
+    k, blank = 1, None
     if task.dtype == torch.uint8:
-        obs = torch.randint(0, 256, (T + 1, B, *task.obs), generator=g, dtype=torch.uint8)
+        k = task.obs[0]
+        shape = (T + k, B, *task.obs[1:])
+        obs = torch.randint(0, 256, shape, generator=g, dtype=torch.uint8)
+        blank, now = torch.zeros(T + 1, B, dtype=torch.uint8), torch.zeros(B, dtype=torch.uint8)
+        for t in range(T):  # a terminal starts a game whose first stack has k-1 blank frames
+            now = torch.where(terminated[t], k - 1, (now.int() - 1).clamp_min(0)).byte()
+            blank[t + 1] = now
     else:
         obs = torch.randn(T + 1, B, *task.obs, generator=g).to(task.dtype)
     n = task.actions.n
@@ -190,12 +202,21 @@ def rollout(cfg: TrainConfig, task: Task, seed: int) -> Rollout:
         obs=obs,
         actions=actions,
         rewards=rewards,
-        terminated=torch.rand(T, B, generator=g) < 0.002,
+        terminated=terminated,
         truncated=torch.zeros(T, B, dtype=torch.bool),
         behaviour_logits=behaviour,
         final_obs=torch.zeros(0, *task.obs, dtype=task.dtype),
         final_at=torch.zeros(0, 2, dtype=torch.long),
+        frame_stack=k,
+        blank=blank,
     )
+
+
+def whole(r: Rollout) -> Rollout:
+    """``r`` with its observations stacked, [T+1, B, *obs], as a single-process trainer
+    keeps them."""
+    obs = r.observations().contiguous()
+    return dataclasses.replace(r, obs=obs, frame_stack=1, blank=None)
 
 
 def model_for(cfg: TrainConfig, task: Task, kind: str, device: torch.device) -> ActorCritic:
@@ -471,6 +492,7 @@ def main() -> None:
     compiled_ratios: dict[str, float] = {}
     compile_row = args.compile and not cfg.model.compile  # (else the learner row is compiled)
     batches = [rollout(cfg, task, i) for i in range(args.rollouts)]
+    stacked = [whole(r) for r in batches]  # the plain loops' (the learner's: frames)
     kinds = ("nature", "tiny") if task == PONG else ("cnn" if len(task.obs) == 3 else "mlp",)
     for kind in kinds:
         fns = {"plain loop": plain_loop(cfg, task, kind, device)}
@@ -482,14 +504,15 @@ def main() -> None:
                 fns["plain loop, one CUDA graph per update"] = graphed_loop(cfg, task, kind, device)
             except Exception as e:  # noqa: BLE001 - a benchmark row, not the run
                 print(f"(the CUDA graph row failed: {type(e).__name__}: {e})")
-        first = {k: first_call(fn, batches[0], device) for k, fn in fns.items()}  # warm-up
+        given = {k: stacked if k.startswith("plain") else batches for k in fns}
+        first = {k: first_call(fn, given[k][0], device) for k, fn in fns.items()}  # warm-up
         # (a dispatch mode sees no op inside a compiled graph: such a row has no count)
         compiled = {COMPILED, "learner"} if cfg.model.compile else {COMPILED}
-        ops = {k: aten_ops(fn, batches[0]) for k, fn in fns.items() if k not in compiled}
+        ops = {k: aten_ops(fn, given[k][0]) for k, fn in fns.items() if k not in compiled}
         times: dict[str, list[float]] = {k: [] for k in fns}
         for _ in range(args.repeats):  # interleaved: the machine's noise falls on both
             for k, fn in fns.items():
-                times[k].append(ms_per_update(fn, batches, device))
+                times[k].append(ms_per_update(fn, given[k], device))
         base = statistics.median(times["plain loop"])
         for k in fns:
             ms = statistics.median(times[k])

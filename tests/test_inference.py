@@ -22,7 +22,7 @@ from rltrain.rl.actor import Actor
 from rltrain.rl.config import TrainConfig, server_settings
 from rltrain.rl.env_spec import initial_params, probe_env
 from rltrain.rl.inference import AT, IN_SLOT, ActSlots, PolicyWorker
-from rltrain.rl.rollout import ObsSlots
+from rltrain.rl.obs_slots import ObsSlots
 from rltrain.rl.run.placement import inference_device
 
 CFG = Path(__file__).resolve().parents[1] / "configs"

@@ -20,7 +20,7 @@ from rltrain.rl.actor import Actor
 from rltrain.rl.config import AlgoConfig, PPOConfig, StopConfig, TrainConfig
 from rltrain.rl.env_spec import initial_params, probe_env
 from rltrain.rl.learner_host import LearnerHost
-from rltrain.rl.rollout import ObsSlots
+from rltrain.rl.obs_slots import ObsSlots
 from rltrain.rl.run.placement import hosts_shards
 
 
@@ -127,7 +127,7 @@ def test_frames_written_into_slots_equal_the_stacked_rollouts_and_the_slots_neve
         assert r.obs_slot == k and r.obs.numel() == 0  # the frames travel as the slot's number
         whole = own.rollout()
         seen = slots.attach(r)
-        assert seen.obs.data_ptr() == slots.view(k).data_ptr()  # a view: no copy
+        assert seen.obs.data_ptr() == slots.obs[k].data_ptr()  # a view: no copy
         torch.testing.assert_close(seen.obs, whole.obs, rtol=0, atol=0)
         torch.testing.assert_close(r.actions, whole.actions)
     assert slots.obs.data_ptr() == where and len(slots) == 3
@@ -148,7 +148,7 @@ def test_a_slot_lent_to_another_actor_does_not_change_the_next_rollout() -> None
         whole = own.rollout()
         torch.testing.assert_close(r.obs, whole.obs, rtol=0, atol=0)
         torch.testing.assert_close(r.actions, whole.actions)
-        slots.view(k).fill_(-7.0)  # learned, then lent to another actor who writes into it
+        slots.obs[k].fill_(-7.0)  # learned, then lent to another actor who writes into it
 
 
 def test_a_host_restarted_before_any_checkpoint_is_restored_to_its_built_state() -> None:

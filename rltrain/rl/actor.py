@@ -30,14 +30,8 @@ from rltrain.rl.algos.models import (
 )
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.inputs import normalizes_obs
-from rltrain.rl.rollout import (
-    EMPTY_OBS,
-    FirstRound,
-    ObsSlots,
-    Rollout,
-    first_round_count,
-    stack,
-)
+from rltrain.rl.obs_slots import Columns, ObsSlots
+from rltrain.rl.rollout import EMPTY_OBS, FirstRound, Rollout, first_round_count, stack
 
 
 class Policy(Protocol):
@@ -124,18 +118,17 @@ class Trace:
     """What one env group did during a rollout, step by step; becomes that group's
     :class:`Rollout` (the actor stacks its groups' along the batch).
 
-    ``out`` [T+1, B_g, *obs]: this group's columns of the actor's observation slot
-    (:class:`ObsSlots`), where each frame is written as it comes; None: they are kept in a
-    list and stacked at the end."""
+    ``columns``: this group's columns of the actor's observation slot (:class:`~rltrain.rl.
+    obs_slots.ObsSlots`), where each frame is written as it comes; None: the observations are
+    kept in a list and stacked at the end."""
 
     def __init__(
-        self, obs: torch.Tensor, scaler: RewardScaler | None, out: torch.Tensor | None = None
+        self, obs: torch.Tensor, scaler: RewardScaler | None, columns: Columns | None = None
     ) -> None:
-        self.out = out
-        if out is not None:
-            out[0].copy_(obs)
-            obs = out[0]
-        self.obs: list[torch.Tensor] = [obs]
+        self.columns = columns
+        if columns is not None:
+            columns.first(obs)
+        self.obs: list[torch.Tensor] = [obs]  # (the newest alone when written into columns)
         self.actions: list[torch.Tensor] = []
         self.logits: list[torch.Tensor] = []
         self.rewards: list[torch.Tensor] = []  # [B_g] float32 each
@@ -150,9 +143,9 @@ class Trace:
 
     def now(self) -> tuple[torch.Tensor, int | None]:
         """The observation to act on [B_g, *obs], and where it starts in the observation slots
-        (``storage_offset``: the policy worker reads it there) or None without one."""
-        obs = self.obs[-1]
-        return obs, None if self.out is None else int(obs.storage_offset())
+        (the policy worker reads it there) or None without them."""
+        t = len(self.rewards)
+        return self.obs[-1], None if self.columns is None else self.columns.at(t)
 
     def act(self, action: torch.Tensor, logits: torch.Tensor) -> None:
         self.actions.append(action)
@@ -162,9 +155,9 @@ class Trace:
         """Keep step t's outcome; returns the next observation."""
         t = len(self.rewards)
         obs = torch.from_numpy(np.asarray(step.obs))
-        if self.out is not None:  # the frame's one copy: into shared memory
-            self.out[t + 1].copy_(obs)
-            obs = self.out[t + 1]
+        if self.columns is not None:  # the frame's one copy: into shared memory
+            self.columns.write(t + 1, obs, step.episode_envs)
+            self.obs.clear()  # (the slot keeps them: the newest alone is acted on)
         reward = np.asarray(step.reward, dtype=np.float32)
         if self.scaler is not None:
             reward, m = self.scaler(reward, step.terminated | step.truncated, scale)
@@ -181,13 +174,15 @@ class Trace:
 
     def rollout(self, actor_id: int, version: int, norm_obs: bool) -> Rollout:
         """This group's rollout (its ``obs`` empty when they are in a slot)."""
-        stacked = self.out if self.out is not None else torch.stack(self.obs)
+        cols = self.columns
+        slotted = cols is not None
+        stacked = cols.observations() if cols is not None else torch.stack(self.obs)
         seen_obs = Moments.of(stacked[1:].flatten(0, 1)) if norm_obs else None
         seen = seen_obs is not None or self.seen_ret is not None
         return Rollout(
             actor_id=actor_id,
             version=version,
-            obs=EMPTY_OBS if self.out is not None else stacked,
+            obs=EMPTY_OBS if slotted else stacked,
             actions=torch.stack(self.actions),
             rewards=torch.stack(self.rewards),
             terminated=torch.stack(self.terms),
@@ -331,8 +326,6 @@ class Actor:
         with timer.phase("collate"):
             parts = [tr.rollout(self.actor_id, version, self.norm_obs) for tr in traces]
             batch = stack(parts)
-            if slot is not None:  # the next rollout starts from these frames: its own copy,
-                self.obs = [o.clone() for o in self.obs]  # the slot goes back to the trainer
         return dataclasses.replace(
             batch,
             actor_id=self.actor_id,
@@ -342,17 +335,15 @@ class Actor:
             unsettled=((self.actor_id, first_round_count(self.first_round)),),
         )
 
-    def _slot_columns(self, slot: int | None) -> list[torch.Tensor | None]:
-        """Each group's columns [T+1, B_g, *obs] of observation slot ``slot`` (None each
-        without one)."""
+    def _slot_columns(self, slot: int | None) -> list[Columns | None]:
+        """Each group's columns of observation slot ``slot`` (None each without one)."""
         if slot is None:
             return [None] * len(self.groups)
         if self.obs_slots is None:
             raise ValueError(f"actor {self.actor_id} was lent slot {slot} but has no ObsSlots")
-        view, lo = self.obs_slots.view(slot), 0
-        out: list[torch.Tensor | None] = []
+        lo, out = 0, list[Columns | None]()
         for g in self.groups:
-            out.append(view[:, lo : lo + g.num_envs])
+            out.append(self.obs_slots.columns(slot, lo, lo + g.num_envs))
             lo += g.num_envs
         return out
 

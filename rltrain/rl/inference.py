@@ -44,7 +44,7 @@ from rltrain.rl.algos.models import parameters_to_come
 from rltrain.rl.algos.torsos import to_device
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.device import tf32_on
-from rltrain.rl.rollout import ObsSlots
+from rltrain.rl.obs_slots import ObsSlots
 
 Acted = tuple[torch.Tensor, torch.Tensor, int]
 """Actions [B] (or [B, n]), the behaviour logits [B, A] (CPU) and the version that acted."""
@@ -330,10 +330,7 @@ class PolicyWorker:
         self.meta, self.control = slots.meta.numpy(), slots.control.numpy()
         self.obs = list(slots.obs.unbind())  # slot i's observations [rows, *obs]
         self.actions, self.logits = slots.actions.numpy(), slots.logits.numpy()
-        # the run's observation slots, flat: a request's rows start at its meta[i, AT]
-        self.frames = None if slots.frames is None else slots.frames.obs.view(-1)
-        self.obs_shape = tuple(slots.obs.shape[2:])
-        self.obs_size = math.prod(self.obs_shape)  # elements of one observation
+        self.frames = slots.frames  # a request's rows start at its meta[i, AT] there
 
     def serve(self, server: Any) -> dict[str, int]:
         """Answer the actors' requests until the slots are stopped; returns how many forward
@@ -375,7 +372,7 @@ class PolicyWorker:
         the dead actor's act slot, which its restarted process does not read."""
         if at == IN_SLOT or self.frames is None:
             return self.obs[actor][:n]
-        return self.frames[at : at + n * self.obs_size].view(n, *self.obs_shape)
+        return self.frames.rows(at, n)
 
     def interrupt(self) -> None:
         """End :meth:`serve` from another thread (the thread runtime's stop)."""

@@ -35,7 +35,8 @@ from rltrain.records import Params
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.env_spec import EnvSpec
 from rltrain.rl.learner import Learner
-from rltrain.rl.rollout import ObsSlots, Rollout, WorkStats
+from rltrain.rl.obs_slots import ObsSlots
+from rltrain.rl.rollout import Rollout, WorkStats
 
 ServerArgs = tuple[
     torch.Tensor, OptimizerConfig, ServerConfig, int, bool, Sequence[int] | None, str

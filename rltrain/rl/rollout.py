@@ -15,6 +15,7 @@ import torch
 from rltrain import perf
 from rltrain.normalize import NormStats, merge_all
 from rltrain.rl.algos.losses import LossParts
+from rltrain.rl.frames import blank_older, restack
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,8 @@ class Rollout:
 
     actor_id: int
     version: int
-    obs: torch.Tensor  # [T+1, B, *obs_shape]; obs[T] is the state to bootstrap from
+    obs: torch.Tensor  # [T+1, B, *obs_shape]; obs[T] is the state to bootstrap from; or,
+    # with frame_stack k > 1, the frames [T+k, B, *frame] that observations() restacks
     actions: torch.Tensor  # [T, B] int64, or [T, B, n] float32 (a Box, unclipped samples)
     rewards: torch.Tensor  # [T, B] float32, the training reward (clipped for Atari)
     terminated: torch.Tensor  # [T, B] bool
@@ -40,6 +42,9 @@ class Rollout:
     # first rollout only: where start-up ends (summary.json's startup.first_step)
     obs_slot: int | None = None  # the observations wait in this slot of the run's ObsSlots
     # (``obs`` is then empty: they travel as the slot's number, see ObsSlots.attach)
+    frame_stack: int = 1  # > 1: ``obs`` holds each step's newest frame (rltrain.rl.frames)
+    blank: torch.Tensor | None = None  # [T+1, B] uint8 on the host, with frames: the blank
+    # older frames of each stack (a new game's first stacks); None where no stack has any
     unsettled: tuple[tuple[int, RoundCount], ...] = ()  # (actor id, its envs yet to end a
     # game since it started: first_round_count) for each actor in it, at the rollout's end
 
@@ -62,7 +67,15 @@ class Rollout:
             behaviour_logits=move(self.behaviour_logits),
             final_obs=move(self.final_obs),
             final_at=move(self.final_at),
-        )
+        )  # (``blank`` stays on the host: the young stacks are found there, blank_older)
+
+    def observations(self) -> torch.Tensor:  # [T+1, B, *obs_shape]
+        """Every step's observation: ``obs``, or its frames restacked (a view, or a copy where
+        a new game's stacks have blank frames), on ``obs``'s device."""
+        if self.frame_stack == 1:
+            return self.obs
+        stacks = restack(self.obs, self.frame_stack)
+        return stacks if self.blank is None else blank_older(stacks, self.blank)
 
     @property
     def env_steps(self) -> int:
@@ -82,49 +95,8 @@ class Rollout:
         return ~(self.terminated | self.truncated)
 
 
-class ObsSlots:
-    """Shared buffers for the observations of the rollouts in flight, allocated once (issue
-    36: "rollouts are built where the frames already are").
-
-    An actor lent slot ``k`` writes each frame into it as its envs return it, and the learner
-    reads the frames there: a frame is copied once, from the emulator into shared memory.
-    With a policy worker (``runtime.inference: server``) the worker reads each step's frames
-    there too, to act on them (:class:`rltrain.rl.inference.ActSlots`' ``frames``).
-    Without slots a Pong rollout's 29 MB of frames were stacked by the actor, copied into a
-    message's shared memory, copied out by the trainer, and (the learner a process of its
-    own) copied in and out again. The trainer lends each slot to one actor's collect call,
-    then to the learn call of its rollout, and takes it back once the learner is done
-    (:class:`rltrain.rl.run.plans.ActorLearnerPlan`). The buffers cross to the processes as
-    their constructors' arguments (torch's shared memory), as :class:`rltrain.rl.inference.
-    ActSlots` do; Ray's actors and learners keep their rollouts whole.
-    """
-
-    def __init__(
-        self, slots: int, steps: int, envs: int, obs_shape: tuple[int, ...], dtype: torch.dtype
-    ) -> None:
-        """``slots`` rollouts of ``steps`` acting steps (T: each slot holds T+1 frames) of
-        ``envs`` envs."""
-        self.obs = torch.empty(slots, steps + 1, envs, *obs_shape, dtype=dtype).share_memory_()
-
-    def __len__(self) -> int:
-        return len(self.obs)
-
-    @property
-    def nbytes(self) -> int:
-        return self.obs.numel() * self.obs.element_size()
-
-    def view(self, slot: int) -> torch.Tensor:  # [T+1, B, *obs]
-        return self.obs[slot]
-
-    def attach(self, r: Rollout) -> Rollout:
-        """``r`` with its observations, a view of its slot (no copy); itself when whole."""
-        if r.obs_slot is None:
-            return r
-        return dataclasses.replace(r, obs=self.obs[r.obs_slot])
-
-
 EMPTY_OBS = torch.empty(0)
-"""A rollout's ``obs`` while they wait in a slot (:class:`ObsSlots`)."""
+"""A rollout's ``obs`` while they wait in a slot (:class:`rltrain.rl.obs_slots.ObsSlots`)."""
 
 
 def stack(rollouts: list[Rollout]) -> Rollout:
@@ -139,6 +111,12 @@ def stack(rollouts: list[Rollout]) -> Rollout:
     for r in rollouts:  # each rollout's final_at moves by the envs before it
         offsets.append(r.final_at + torch.tensor([0, b]))
         b += r.actions.shape[1]
+    k = rollouts[0].frame_stack
+    if any(r.frame_stack != k for r in rollouts):
+        raise ValueError("rollouts of whole observations and of frames cannot be stacked")
+    blank = None
+    if any(r.blank is not None for r in rollouts):  # (zeros for those without blank frames)
+        blank = torch.cat([_blank_of(r) for r in rollouts], dim=1)
 
     return Rollout(
         actor_id=-1,
@@ -157,7 +135,16 @@ def stack(rollouts: list[Rollout]) -> Rollout:
         phases=functools.reduce(perf.merge, (r.phases for r in rollouts), {}),
         first_step_at=earliest(r.first_step_at for r in rollouts),
         unsettled=tuple(x for r in rollouts for x in r.unsettled),
+        frame_stack=k,
+        blank=blank,
     )
+
+
+def _blank_of(r: Rollout) -> torch.Tensor:  # [T+1, B] uint8
+    if r.blank is not None:
+        return r.blank
+    steps, envs = r.actions.shape[0] + 1, r.actions.shape[1]
+    return torch.zeros(steps, envs, dtype=torch.uint8)
 
 
 def earliest(times: Iterable[float | None]) -> float | None:

@@ -14,7 +14,8 @@ from rltrain.faults import PeerLost, ProcessLost, RunFailed
 from rltrain.records import Role
 from rltrain.rl.config import TrainConfig, waits_at_barrier
 from rltrain.rl.env_spec import EnvSpec
-from rltrain.rl.rollout import ObsSlots, WorkStats
+from rltrain.rl.obs_slots import ObsSlots
+from rltrain.rl.rollout import WorkStats
 from rltrain.rl.run.counters import Counters
 from rltrain.rl.run.hangs import HangWatch
 

@@ -28,12 +28,13 @@ import torch
 from rltrain import perf, signals
 from rltrain.driver import Done
 from rltrain.faults import PeerLost, ProcessLost, RunFailed
-from rltrain.rl.actor import Actor
+from rltrain.rl.actor import Actor, frame_stack_of
 from rltrain.rl.config import TrainConfig, waits_at_barrier
 from rltrain.rl.env_spec import EnvSpec
 from rltrain.rl.inference import ActSlots, PolicyWorker
 from rltrain.rl.learner import Learner
-from rltrain.rl.rollout import ObsSlots, Rollout, WorkStats
+from rltrain.rl.obs_slots import ObsSlots
+from rltrain.rl.rollout import Rollout, WorkStats
 from rltrain.rl.run.hangs import Beats
 from rltrain.rl.run.plan_base import Early, Host, RLPlan
 from rltrain.rl.worker import Worker
@@ -158,7 +159,9 @@ def obs_slots_for(cfg: TrainConfig, spec: EnvSpec, say: Callable[[str], None]) -
     count = cap.high + cap.batches
     dtype = torch.from_numpy(np.zeros(0, dtype=spec.obs_dtype)).dtype
     T, B = cfg.algo.rollout_length, cfg.env.num_envs
-    need = count * (T + 1) * B * math.prod(spec.obs_shape) * dtype.itemsize
+    k = frame_stack_of(spec.protocol)  # Atari's stacks: each step's newest frame alone
+    frame = spec.obs_shape[1:] if k > 1 else spec.obs_shape
+    need = count * (T + k) * B * math.prod(frame) * dtype.itemsize
     free = shm_free()
     if free is not None and free < 2 * need:
         say(
@@ -167,7 +170,7 @@ def obs_slots_for(cfg: TrainConfig, spec: EnvSpec, say: Callable[[str], None]) -
             "(docker: --shm-size)"
         )
         return None
-    return ObsSlots(count, T, B, spec.obs_shape, dtype)
+    return ObsSlots(count, T, B, spec.obs_shape, dtype, k)
 
 
 class ActorLearnerPlan(RLPlan):

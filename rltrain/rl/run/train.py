@@ -35,7 +35,8 @@ from rltrain.rl.config import TrainConfig, server_settings
 from rltrain.rl.device import warm_gpu
 from rltrain.rl.env_spec import EnvSpec, initial_params, probe_env, start_notes
 from rltrain.rl.learner_host import learner_process
-from rltrain.rl.rollout import ObsSlots, WorkStats
+from rltrain.rl.obs_slots import ObsSlots
+from rltrain.rl.rollout import WorkStats
 from rltrain.rl.run.counters import Counters, diverged_note
 from rltrain.rl.run.periodic import PeriodicEval
 from rltrain.rl.run.placement import computes_on_gpu_here, note_sizes, place, spawn_role

@@ -9,9 +9,10 @@ into the model) and the plain loop a single-process trainer would write (CleanRL
 step) on identical synthetic rollouts of the config's shapes, on the same device, with one
 torch thread: for an Atari config Pong's (``configs/pong_appo.yaml``'s: the learner is given
 each step's newest frame, uint8 [T+4, B, 84, 84], as a run's observation slots give it, and
-the plain loop the same stacked, [T+1, B, 4, 84, 84]), for any other env its own (one env is opened to learn them: float
-vectors, Discrete or Box actions, e.g. ``--config configs/mujoco_appo.yaml``, whose 32
-minibatches of 64 per learn make the fixed cost per update count).
+the plain loop the same stacked, [T+1, B, 4, 84, 84]), for any other env its own (one env
+is opened to learn them: float vectors, Discrete or Box actions, e.g. ``--config configs/
+mujoco_appo.yaml``, whose 32 minibatches of 64 per learn make the fixed cost per update
+count).
 
 On CUDA a third row, "plain loop, one CUDA graph per update", replays each update
 (forward, loss, backward, clipping, Adam) as one captured CUDA graph: the bound on what

@@ -10,6 +10,7 @@ import torch
 
 from rltrain.supervised.config import BenchConfig, EvalConfig
 from rltrain.supervised.evaluation import eval_subset
+from rltrain.supervised.report import mode_line
 from rltrain.supervised.tables import ModeResult, efficiency_table
 
 
@@ -137,3 +138,14 @@ def test_a_validation_set_picks_the_snapshot_best_accuracy_is_of() -> None:
     plain = [dataclasses.replace(p, validation=math.nan) for p in points]
     res = summarize(cfg, trace, plain)  # type: ignore[arg-type]
     assert (res.best_accuracy, res.best_validation) == (0.86, None)
+
+
+def test_a_sync_line_says_why_fewer_gradients_than_workers_a_step() -> None:
+    """2 workers, 420 steps, 839 gradients: a round a worker had left at the budget's end
+    averaged the other's (explore94: it read as a miscount)."""
+    short = dataclasses.replace(result("sync", None, None), updates_applied=839, steps=420)
+    assert "839 gradients applied in 420 steps" in mode_line("[sync]", short)
+    assert "(1 fewer than 2 a step: rounds a worker had left" in mode_line("[sync]", short)
+    whole = dataclasses.replace(short, updates_applied=840)
+    assert "fewer than" not in mode_line("[sync]", whole)
+    assert "fewer than" not in mode_line("[async]", dataclasses.replace(short, mode="async"))

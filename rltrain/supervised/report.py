@@ -73,9 +73,22 @@ def mode_line(label: str, res: ModeResult) -> str:
         f"{res.samples_per_s:,.0f} samples/s, {res.updates_applied:,} "
         f"{'parameter pushes' if res.mode == 'average' else 'gradients'} "
         f"applied in {res.steps:,} steps, {res.dropped} dropped, staleness "
-        f"{res.mean_staleness:.2f}{synthetic}"
+        f"{res.mean_staleness:.2f}{synthetic}{short_rounds(res)}"
         + (f"; faults: {faults.brief()}" if any(res.faults.values()) else "")
         + (f"; {NOTHING_APPLIED}" if not res.updates_applied else "")
+    )
+
+
+def short_rounds(res: ModeResult) -> str:
+    """sync averages every worker's gradient of a version, but a round that some worker
+    left (it reached the budget first, or died) averages those that came: said, so that
+    "839 gradients applied in 420 steps" of 2 workers reads as what it is (explore94)."""
+    short = res.workers * res.steps - res.updates_applied
+    if res.mode != "sync" or short <= 0:
+        return ""
+    return (
+        f" ({short:,} fewer than {res.workers} a step: rounds a worker had left, at the "
+        "budget's end or by a fault, averaged the others')"
     )
 
 

@@ -16,7 +16,7 @@ taking parameters from a server in this process. It reports:
   rollout's slot, where the learner reads them too), actions and logits out.
 
 It runs two paths: the run's, where the actor has written its frames into the rollout's
-observation slot (:class:`~rltrain.rl.rollout.ObsSlots`) and the policy worker reads them
+observation slot (:class:`~rltrain.rl.obs_slots.ObsSlots`) and the policy worker reads them
 there, so the act copies no frame (the slot's own write is the frame's one crossing); and
 the one where the rollouts travel as messages (the thread runtime, several learners, or no
 room in /dev/shm for the slots), where the act copies the frames into its slot. The policy

@@ -130,6 +130,8 @@ def test_frames_written_into_slots_equal_the_stacked_rollouts_and_the_slots_neve
         assert seen.obs.data_ptr() == slots.obs[k].data_ptr()  # a view: no copy
         torch.testing.assert_close(seen.obs, whole.obs, rtol=0, atol=0)
         torch.testing.assert_close(r.actions, whole.actions)
+        assert r.norm is not None and whole.norm is not None  # (appo normalises CartPole's)
+        torch.testing.assert_close(r.norm.obs.mean, whole.norm.obs.mean)  # read from the slot
     assert slots.obs.data_ptr() == where and len(slots) == 3
 
 

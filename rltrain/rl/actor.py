@@ -175,14 +175,16 @@ class Trace:
     def rollout(self, actor_id: int, version: int, norm_obs: bool) -> Rollout:
         """This group's rollout (its ``obs`` empty when they are in a slot)."""
         cols = self.columns
-        slotted = cols is not None
-        stacked = cols.observations() if cols is not None else torch.stack(self.obs)
-        seen_obs = Moments.of(stacked[1:].flatten(0, 1)) if norm_obs else None
+        stacked = torch.stack(self.obs) if cols is None else EMPTY_OBS  # (or in the slot)
+        seen_obs = None
+        if norm_obs:  # (the slot's stacks rebuilt for it alone: Atari's are not normalised)
+            whole = stacked if cols is None else cols.observations()
+            seen_obs = Moments.of(whole[1:].flatten(0, 1))
         seen = seen_obs is not None or self.seen_ret is not None
         return Rollout(
             actor_id=actor_id,
             version=version,
-            obs=EMPTY_OBS if slotted else stacked,
+            obs=stacked,
             actions=torch.stack(self.actions),
             rewards=torch.stack(self.rewards),
             terminated=torch.stack(self.terms),

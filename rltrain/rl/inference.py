@@ -12,7 +12,7 @@ slot per actor, and semaphores. An actor posts a request for its observations; t
 worker writes the actions, the behaviour logits and the version into the slot and posts the
 actor's reply. Nothing is pickled, so an actor's step waits for the forward pass, not for
 pickling its request and the reply. Where the run's rollouts are built in shared memory
-(:class:`rltrain.rl.rollout.ObsSlots`, given to the slots as ``frames``), the actor has
+(:class:`rltrain.rl.obs_slots.ObsSlots`, given to the slots as ``frames``), the actor has
 already written the observations there, where the learner will read them: the request
 names their place and the policy worker reads them in place, so each frame crosses the
 processes once (issue 36). Otherwise the actor copies them into its slot.
@@ -71,7 +71,7 @@ class ActSlots:
     Slot ``i`` (actor ``i``) holds up to ``rows`` observations, their actions and logits, and
     ``meta[i]``: the rows in use, the request's number (``asked``), the number of the last
     request answered, the version that acted, and where the observations are: ``IN_SLOT``,
-    or their first element's index in ``frames`` (the run's :class:`~rltrain.rl.rollout.
+    or their first element's index in ``frames`` (the run's :class:`~rltrain.rl.obs_slots.
     ObsSlots`, where the actor wrote them for the learner). Requests are numbered rather
     than flagged, so that a restarted policy worker answers exactly the requests left
     unanswered, and an actor can tell a stale reply's wake-up from its own.
@@ -185,15 +185,16 @@ class ActClient:
 
     def act(self, obs: torch.Tensor, at: int | None = None) -> Acted:
         """Sampled actions, logits [B, A] and the version that acted, for ``obs`` [B, *obs].
-        ``at``: ``obs`` is a view of the run's observation slots (``slots.frames``) starting at
-        this element; the policy worker then reads the rows there, and the act copies none."""
+        ``at``: where the actor wrote ``obs`` in the run's observation slots (``slots.frames``,
+        :meth:`~rltrain.rl.obs_slots.Columns.at`); the policy worker then reads the rows
+        there, and the act copies none."""
         n, slots, meta = len(obs), self.slots, self.meta
         if n > slots.rows or obs.shape[1:] != self.obs.shape[1:]:
             raise ValueError(
                 f"actor {self.actor}: observations of shape {tuple(obs.shape)} do not fit its "
                 f"slot of {slots.rows} x {tuple(self.obs.shape[1:])}"
             )
-        if at is None or slots.frames is None or not obs.is_contiguous():
+        if at is None or slots.frames is None:
             self.obs[:n].copy_(obs)  # (no shared rollout slots: the frames' one crossing)
             at = IN_SLOT
         asked = int(meta[ASKED]) + 1

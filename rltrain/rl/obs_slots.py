@@ -5,8 +5,8 @@ flight has a slot of shared memory, allocated once. The actor lent a slot writes
 observation into it as its envs return it; a policy worker (``runtime.inference: server``)
 reads each step's there to act on it, and the learner reads the rollout there: a frame is
 copied once, from the emulator into shared memory. Atari's stacks are written as their
-newest frame only (:mod:`rltrain.rl.frames`): a Pong rollout's slot holds 7.4 MB of frames
-instead of 29 MB of stacks, and a GPU learner copies a quarter of the bytes to its device.
+newest frame only (:mod:`rltrain.rl.frames`): a Pong rollout's slot holds 7.7 MB of frames
+instead of 29.4 MB of stacks, and a GPU learner copies a quarter of the bytes to its device.
 """
 
 from __future__ import annotations

@@ -161,7 +161,7 @@ def obs_slots_for(cfg: TrainConfig, spec: EnvSpec, say: Callable[[str], None]) -
     T, B = cfg.algo.rollout_length, cfg.env.num_envs
     k = frame_stack_of(spec.protocol)  # Atari's stacks: each step's newest frame alone
     frame = spec.obs_shape[1:] if k > 1 else spec.obs_shape
-    need = count * (T + k) * B * math.prod(frame) * dtype.itemsize
+    need = count * ((T + k) * B * math.prod(frame) * dtype.itemsize + (T + 1) * B)  # (blank)
     free = shm_free()
     if free is not None and free < 2 * need:
         say(

@@ -14,12 +14,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import GRPC_SETTINGS, fake_server
+from conftest import GRPC_SETTINGS, fake_server, write_idx
 
 from rltrain.cli import main
+from rltrain.supervised.datasets import FIRST_LABELS
 
 ROOT = Path(__file__).resolve().parents[1]
 CARTPOLE = str(ROOT / "configs" / "cartpole_a3c.yaml")
@@ -656,6 +658,19 @@ def test_missing_dataset_says_which_files_to_put_where(
     err = check(capsys, ws, [*argv, "--set", "data.download=false"], ["mnist not found"])
     assert "train-images-idx3-ubyte.gz" in err and str(ws / "nodata" / "mnist") in err
     assert "download disabled" in err
+
+
+def test_another_datasets_files_are_refused(capsys: pytest.CaptureFixture[str], ws: Path) -> None:
+    """explore94: Fashion-MNIST's files under mnist/ ran as MNIST; their labels tell them."""
+    folder = ws / "wrong" / "mnist"
+    folder.mkdir(parents=True)
+    images = np.zeros((12, 28, 28), dtype=np.uint8)
+    for split, first in zip(("train", "t10k"), FIRST_LABELS["fashion_mnist"], strict=True):
+        write_idx(folder / f"{split}-images-idx3-ubyte.gz", images)
+        write_idx(folder / f"{split}-labels-idx1-ubyte.gz", np.array([*first, 0, 1]))
+    argv = ["bench", BENCH, "--set", "data.dataset=mnist", "--set", "data.root={ws}/wrong"]
+    expected = ["holds fashion_mnist's files, not mnist's", "set data.dataset=fashion_mnist"]
+    check(capsys, ws, [*argv, "--set", "data.download=false"], expected)
 
 
 # ------------------------------------------------------------------------------------------

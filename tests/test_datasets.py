@@ -18,6 +18,7 @@ from rltrain.rundir import umask
 from rltrain.supervised import datasets as ds
 from rltrain.supervised.datasets import (
     DATASETS,
+    FIRST_LABELS,
     ArrayDataset,
     DatasetError,
     SplitDataset,
@@ -746,3 +747,22 @@ def test_array_dataset_validates() -> None:
         ArrayDataset(
             images=torch.zeros(2, 1, 2, 2, dtype=torch.uint8), labels=torch.zeros(3).long()
         )
+
+
+@pytest.mark.parametrize("name, other", [("mnist", "fashion_mnist"), ("fashion_mnist", "mnist")])
+def test_another_sets_files_under_a_name_are_refused_by_their_labels(
+    tmp_path: Path, name: str, other: str
+) -> None:
+    """explore94: the real Fashion-MNIST files under mnist/ loaded and ran as MNIST. The two
+    share a format; their published first labels tell them apart."""
+    images = np.zeros((12, 28, 28), dtype=np.uint8)
+    train, test = (np.array([*first, 0, 1], dtype=np.uint8) for first in FIRST_LABELS[other])
+    arrays = dict(zip(MNIST_FILES, (images, train, images, test), strict=True))
+    (tmp_path / name).mkdir()
+    for file, array in arrays.items():
+        write_idx(tmp_path / name / file, array)
+    with pytest.raises(DatasetError, match=f"holds {other}'s files, not {name}'s") as e:
+        load_dataset(name, tmp_path, download=False)
+    assert f"set data.dataset={other}" in str(e.value) and "\n" not in str(e.value)
+    write_mnist(tmp_path / other, seed=5)  # random labels: loaded as ever
+    assert len(load_dataset(other, tmp_path, download=False).train) == N_TRAIN

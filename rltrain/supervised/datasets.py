@@ -21,6 +21,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
+
 from rltrain.rundir import umask
 from rltrain.supervised.formats import (
     CIFAR_DIR,
@@ -87,6 +89,15 @@ CHECKSUMS: dict[str, dict[str, str]] = {
 }
 
 DOWNLOAD_TIMEOUT_S: float = 30.0
+
+#: The first ten labels of the train and test splits, as published. The two MNIST-format
+#: sets share a format, so one's files under the other's name would load; their labels tell
+#: them apart (an MD5 of the local files could not: recompressed copies, Debian's included,
+#: differ from the downloads').
+FIRST_LABELS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    "mnist": ((5, 0, 4, 1, 9, 2, 1, 3, 1, 4), (7, 2, 1, 0, 4, 1, 4, 9, 5, 9)),
+    "fashion_mnist": ((9, 0, 0, 3, 0, 2, 7, 2, 5, 5), (9, 2, 1, 1, 6, 1, 4, 6, 5, 7)),
+}
 
 _STATS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "mnist": ((0.1307,), (0.3081,)),
@@ -248,6 +259,17 @@ def _in_the_way(folder: Path, names: list[str]) -> str:
     return ""
 
 
+def _check_identity(name: str, location: Path, train: torch.Tensor, test: torch.Tensor) -> None:
+    """A one-line error if the files found for ``name`` are another set's (FIRST_LABELS)."""
+    firsts = (tuple(train[:10].tolist()), tuple(test[:10].tolist()))
+    for other, known in FIRST_LABELS.items():
+        if other != name and name in FIRST_LABELS and firsts == known:
+            raise DatasetError(
+                f"{location} holds {other}'s files, not {name}'s (its labels begin as "
+                f"{other}'s do): put {name}'s files there, or set data.dataset={other}"
+            )
+
+
 def _check_layout(name: str, root: Path) -> None:
     """DatasetError for a data.root that is the dataset's own folder, or whose ``name`` is a
     file: the files would be looked for (and downloaded) one level too deep, or not at all."""
@@ -319,6 +341,7 @@ def load_dataset(
     except PermissionError as exc:  # a data.root this user may not search
         raise DatasetError(f"data.root={root}: cannot read ({one_line(exc)})") from None
     train, test = read_cifar10(location) if name == "cifar10" else read_idx_split(location)
+    _check_identity(name, location, train.labels, test.labels)
     if log is not None:
         fallback = _is_system(name, location) and not _same(location, root)
         why = f" (data.root={root} holds none of its files)" if fallback else ""

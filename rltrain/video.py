@@ -106,6 +106,7 @@ class Mp4Writer(VideoWriter):
         self._encoder = encoder
         self._gen: Generator[None, Any, None] | None = None
         self._shape: tuple[int, ...] = ()
+        self._size = (0, 0)  # the first frame's height and width, before padding
 
     def add(self, frame: np.ndarray) -> None:
         rgb = frame if frame.ndim == 3 else np.repeat(frame[:, :, None], 3, axis=2)
@@ -113,8 +114,12 @@ class Mp4Writer(VideoWriter):
         rgb = np.pad(rgb, ((0, height % 2), (0, width % 2), (0, 0)), mode="edge")
         if self._gen is None:
             self._start(rgb.shape)
-        elif rgb.shape != self._shape:
-            raise VideoError(f"frame of {rgb.shape} in a video of {self._shape}")
+            self._size = (height, width)
+        elif rgb.shape != self._shape:  # (explore96: the padded sizes were said, and no way out)
+            raise VideoError(
+                f"a frame of {height}x{width} after frames of {self._size[0]}x{self._size[1]}: "
+                "an mp4's frames all have one size (a GIF's need not: --video-format gif)"
+            )
         assert self._gen is not None
         try:
             self._gen.send(np.ascontiguousarray(rgb, np.uint8))

@@ -156,6 +156,23 @@ class ResetRaisesInActors(Corridor):
         return super().reset(seed=seed, options=options)
 
 
+class InitRaises(Corridor):
+    """Its constructor raises (a simulator this process cannot start)."""
+
+    def __init__(self) -> None:
+        raise OSError("no display in this process")
+
+
+class ResetRaisesLater(Corridor):
+    """Its second reset raises: inside step(), as gymnasium's vector resets an ended episode."""
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):  # noqa: ANN201
+        self.resets = getattr(self, "resets", 0) + 1
+        if self.resets > 1:
+            raise RuntimeError("boom in reset")
+        return super().reset(seed=seed, options=options)
+
+
 class ResetObsOnly(Corridor):
     """reset() returns the observation alone (gym's old API), not (obs, info)."""
 
@@ -309,6 +326,10 @@ gymnasium.register(DICT_ID, entry_point=DictObs, max_episode_steps=50)
 gymnasium.register(TEXT_ID, entry_point=TextObs, max_episode_steps=50)
 gymnasium.register(IMAGE_ID, entry_point=ImageCorridor, max_episode_steps=20)
 gymnasium.register("rltrain_test/MultiDiscrete-v0", entry_point=PickEach)
+gymnasium.register("rltrain_test/InitRaises-v0", entry_point=InitRaises)
+gymnasium.register(
+    "rltrain_test/ResetRaisesLater-v0", entry_point=ResetRaisesLater, max_episode_steps=3
+)
 gymnasium.register("rltrain_test/MultiBinary-v0", entry_point=PickEach, kwargs={"binary": True})
 for failing in (
     ArrayReward,

@@ -561,6 +561,11 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             ["unknown env id 'NoSuchEnv-v0'"],
             id="t-env",
         ),
+        pytest.param(  # (explore96: "No module named 'myenvs.py'; 'myenvs' is not a package")
+            ["train", CARTPOLE, "--set", "imports=[envs/myenvs.py]"],
+            ["imports: 'envs/myenvs.py' is a file's path; name its module instead ('myenvs', "],
+            id="t-imports-file",
+        ),
         pytest.param(
             ["train", CARTPOLE, "--set", "env.id=CartPol-v1"],
             ["unknown env id 'CartPol-v1'", "did you mean CartPole-v1"],

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rltrain.envs import EnvConfig, make_env
+from rltrain.envs import EnvConfig, EnvError, make_env
 from rltrain.envs.checks import check_finite
 from rltrain.faults import EnvFailed
 
@@ -51,6 +51,11 @@ def env_of(name: str) -> EnvConfig:
             "WrongResetShape",
             "reset() returned an observation of shape (7,); its observation_space is Box(5,)",
         ),
+        (  # (explore96: it read "step() raised ..., in reset")
+            "ResetRaisesLater",
+            "reset() (the autoreset inside step()) raised RuntimeError: boom in reset"
+            + at("boom in reset", "reset"),
+        ),
     ],
 )
 def test_what_the_env_did_is_one_line_naming_it(name: str, message: str) -> None:
@@ -61,6 +66,17 @@ def test_what_the_env_did_is_one_line_naming_it(name: str, message: str) -> None
     assert str(info.value) == f"env 'rltrain_test/{name}-v0': {message}"
     if name == "StepRaises":  # the env's own traceback travels with it (for RUN/failure.log)
         assert "custom_envs.py" in info.value.detail and "boom in step" in info.value.detail
+
+
+def test_a_constructor_that_raises_is_named_by_its_line() -> None:
+    """explore96: the one line said what was raised but not where, and failure.log lost the
+    env's frames (the error is raised again from None)."""
+    with pytest.raises(EnvError) as info:
+        make_env(env_of("InitRaises"), seed=0)
+    assert str(info.value) == (
+        "env 'rltrain_test/InitRaises-v0' could not be made: OSError: no display in this "
+        "process" + at("no display", "__init__")
+    )
 
 
 def test_a_reset_that_returns_the_observation_alone_says_what_it_must_return() -> None:

@@ -23,6 +23,7 @@ from rltrain.envs import ChainEnv, EnvConfig, make_env
 from rltrain.envs.screen import AtariScreenEnv
 from rltrain.errors import ConfigError
 from rltrain.rl.eval_args import EvalError
+from rltrain.video import Mp4Writer, VideoError
 
 ROOT = Path(__file__).resolve().parents[1]
 PONG_FRAMES = 200  # env.max_episode_frames: 50 agent steps, a second or two of play
@@ -317,6 +318,7 @@ def test_an_env_without_a_screen_films_the_agent_view(
     assert main(["eval", str(run), "--video"]) == 0
     out = capsys.readouterr().out
     assert said in out and "agent view" in out
+    assert "use --video-view agent" not in out  # (explore96: advice it had followed already)
     assert (run / "eval-v0-agent.gif").exists()
     assert main(["eval", str(run), "--video", "--video-view", "game"]) == 2
     assert "--video-view agent" in capsys.readouterr().err
@@ -403,7 +405,7 @@ def test_eval_of_episodes_that_never_end_is_a_one_line_error(tmp_path: Path) -> 
     cfg = load_config(TrainConfig, run / "config.yaml")
     with pytest.raises(EvalError, match=r"^0 of 2 episodes ended in 3 steps \(an env without"):
         evaluate(cfg, run, episodes=2, max_steps=3)
-    with pytest.raises(EvalError, match=r"max_episode_steps; or allow more: --max-steps N\)$"):
+    with pytest.raises(EvalError, match=r"takes\); or allow more: --max-steps N\)$"):
         evaluate(cfg, run, episodes=2, max_steps=3)
     with pytest.raises(EvalError, match=r"or allow more: max_steps=N\)$"):
         rltrain.evaluate(run, episodes=2, max_steps=3)
@@ -494,3 +496,23 @@ def test_another_image_size_is_named_not_said_only_not_to_fit(tmp_path: Path) ->
     ckpt = tmp_path / "brk1" / "checkpoints" / "best.pt"
     with pytest.raises(CheckpointError, match="was trained with env.image_size=64, not the 84"):
         check_played_as(ckpt, to_dict(other), cfg, tmp_path / "img")
+
+
+def test_an_mp4_of_frames_of_two_sizes_says_their_sizes_and_the_way_out(tmp_path: Path) -> None:
+    """explore96: a render() of 35x65 then 33x65 said "frame of (36, 66, 3) in a video of
+    (34, 66, 3)": the padded shapes, and no way out."""
+
+    class Encoder:  # imageio_ffmpeg's write_frames: a generator taking frames
+        @staticmethod
+        def write_frames(*args: object, **kwargs: object) -> Iterator[None]:
+            while True:
+                yield
+
+    writer = Mp4Writer(tmp_path / "v.mp4", 10, Encoder)  # type: ignore[arg-type]
+    writer.add(np.zeros((35, 65, 3), np.uint8))
+    with pytest.raises(VideoError) as e:
+        writer.add(np.zeros((33, 65, 3), np.uint8))
+    assert str(e.value) == (
+        "a frame of 33x65 after frames of 35x65: an mp4's frames all have one size (a GIF's "
+        "need not: --video-format gif)"
+    )

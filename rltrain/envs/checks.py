@@ -56,6 +56,9 @@ def diagnose(
         what = f"returned what gymnasium's vector could not take ({first_line(e)}){hint}"
     else:
         what = f"raised {first_line(e)}{where(e)}"
+        f = raised_in(e)
+        if call == "step()" and f is not None and f.name == "reset":  # (explore96)
+            call = "reset() (the autoreset inside step())"
     return EnvFailed(f"env {env_id!r}: {call} {what}", detail)
 
 
@@ -84,17 +87,30 @@ def returns_hint(call: str, e: BaseException) -> str:
 PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # rltrain's own files
 
 
-def where(e: BaseException) -> str:
+def where(e: BaseException, own_only: bool = False) -> str:
     """`` (at envs.py:12, in step)``: the innermost frame of ``e``'s traceback outside the
-    installed packages and rltrain (the user's env), else the innermost: an env that fails
-    in its first reset is refused before the run folder, whose failure.log would hold the
-    traceback, exists."""
+    installed packages and rltrain (the user's env), else (unless ``own_only``) the
+    innermost: an env that fails in its first reset is refused before the run folder, whose
+    failure.log would hold the traceback, exists."""
+    f = raised_in(e, own_only)
+    return "" if f is None else f" (at {os.path.basename(f.filename)}:{f.lineno}, in {f.name})"
+
+
+def raised_in(e: BaseException, own_only: bool = False) -> traceback.FrameSummary | None:
+    """The frame :func:`where` names (None: none), looked for along ``e``'s causes too
+    (gymnasium raises a constructor's TypeError again from its own frames)."""
+    chain: list[BaseException] = [e]
+    while (nxt := chain[-1].__cause__ or chain[-1].__context__) is not None and len(chain) < 8:
+        chain.append(nxt)
+    for x in chain:
+        frames = traceback.extract_tb(x.__traceback__)
+        own = [
+            f for f in frames if "-packages" not in f.filename and not f.filename.startswith(PKG)
+        ]
+        if own:
+            return own[-1]
     frames = traceback.extract_tb(e.__traceback__)
-    own = [f for f in frames if "-packages" not in f.filename and not f.filename.startswith(PKG)]
-    if not (own or frames):
-        return ""
-    f = (own or frames)[-1]
-    return f" (at {os.path.basename(f.filename)}:{f.lineno}, in {f.name})"
+    return None if own_only or not frames else frames[-1]
 
 
 # 0 x inf in check_finite's dot product: the inf is reported as an EnvFailed, not a warning

@@ -35,6 +35,7 @@ from gymnasium.spaces import (
 from gymnasium.wrappers import DtypeObservation, FrameStackObservation, ReshapeObservation
 
 from rltrain.envs.base import EnvError
+from rltrain.envs.checks import where
 from rltrain.envs.config import EnvConfig
 from rltrain.failure import first_line
 
@@ -43,6 +44,12 @@ Wrapper = Callable[[gymnasium.Env], gymnasium.Env]
 
 def _import(name: str, what: str) -> Any:
     """Import ``name`` with the current directory on the path (as ``python -m`` has it)."""
+    if name.endswith(".py") or "/" in name or os.sep in name:  # a file, not a module's name
+        folder, module = os.path.split(name.removesuffix(".py"))
+        there = f", with {folder} on PYTHONPATH" if folder.strip("./") else ""
+        raise EnvError(
+            f"{what}: {name!r} is a file's path; name its module instead ({module!r}{there})"
+        )
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.append(os.getcwd())
     try:
@@ -372,7 +379,9 @@ def make_failed(env_id: str, kwargs: Mapping[str, Any], e: Exception) -> EnvErro
     extra = EXTRAS.get(getattr(e, "name", None) or "") if isinstance(e, ImportError) else None
     if extra and "pip install" not in why:  # (gymnasium's Box2D envs say it; MuJoCo's did not)
         why += f'; install it with: pip install "gymnasium[{extra}]"'
-    return EnvError(f"env {env_id!r} could not be made{given}: {why}")
+    # the line of the user's own code that raised (explore96: a constructor's raise said
+    # none, and the caller's `from None` leaves its frames out of failure.log)
+    return EnvError(f"env {env_id!r} could not be made{given}: {why}{where(e, own_only=True)}")
 
 
 EXTRAS = {"mujoco": "mujoco", "Box2D": "box2d", "pygame": "classic-control"}

@@ -67,8 +67,8 @@ def unended(cfg: TrainConfig, ended: int, episodes: int, max_steps: int, style: 
         fix = f"allow more steps: {more}; a game here lasts up to {most:,} steps, the run's "
         fix += "env.max_episode_frames / env.frame_skip"
     else:
-        fix = "an env without a time limit? give it one: env.kwargs.max_episode_steps; "
-        fix += f"or allow more: {more}"
+        fix = "an env without a time limit? train it with one, env.kwargs.max_episode_steps "
+        fix += f"(which `rltrain train --resume RUN --set` takes); or allow more: {more}"
     return f"{ended} of {episodes} episodes ended in {max_steps:,} steps ({fix})"
 
 

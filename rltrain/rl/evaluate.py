@@ -260,7 +260,8 @@ def evaluate(
             except EnvError as e:
                 if video_view is not None:
                     raise _worded(e, style) from None
-                note, view = f"{_worded(e, style)}; filmed the agent's view instead", "agent"
+                said = str(_worded(e, style)).split("; use ")[0].split("; or use ")[0]
+                note, view = f"{said}; filmed the agent's view instead", "agent"
                 rec = make_recording_env(cfg.env, seed, render=False)
             stack.callback(rec.close)
         vec = None

@@ -12,7 +12,7 @@ imports that tree's rltrain (the working directory comes first on ``sys.path``, 
 ``PYTHONPATH``, also set).
 
     python benchmarks/startup.py [--config configs/cartpole_appo.yaml] [--actors 1 8]
-        [--backends auto] [--repeats 3] [--trees /tmp/before /tmp/after]
+        [--backends auto] [--repeats 3] [--trees /tmp/before /tmp/after] [--set KEY=VALUE]
 """
 
 from __future__ import annotations
@@ -30,9 +30,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def one(config: str, backend: str, actors: int, out: Path, tree: str | None) -> tuple[dict, float]:
+def one(
+    config: str, backend: str, actors: int, out: Path, tree: str | None, sets: list[str]
+) -> tuple[dict, float]:
     run_dir = out / f"{backend}-{actors}-{time.time_ns()}"
     cmd = [sys.executable, "-m", "rltrain.cli", "train", config, "--run-dir", str(run_dir)]
+    for item in sets:  # (first: the settings below win)
+        cmd += ["--set", item]
     cmd += ["--set", f"runtime.backend={backend}", "--set", f"actors={actors}"]
     cmd += ["--set", "stop.max_env_steps=2000", "--set", "stop.mean_return=null"]
     cmd += ["--set", "eval.every_steps=0"]
@@ -52,6 +56,9 @@ def main() -> None:
     p.add_argument("--backends", nargs="+", default=["auto"])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument(
+        "--set", action="append", default=[], help="a config override for every run (KEY=VALUE)"
+    )
+    p.add_argument(
         "--trees", nargs="+", default=[None], help="checkouts to compare (each run in its own)"
     )
     args = p.parse_args()
@@ -63,10 +70,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(args.repeats):
             for s in settings:
-                m, w = one(args.config, s[1], s[2], Path(tmp), s[0])
+                m, w = one(args.config, s[1], s[2], Path(tmp), s[0], args.set)
                 marks[s].append(m)
                 wholes[s].append(w)
-    print(f"{Path(args.config).name}, median of {args.repeats} (seconds from the command)")
+    sets = "".join(f" --set {item}" for item in args.set)
+    print(f"{Path(args.config).name}{sets}, median of {args.repeats} (seconds from the command)")
     tree = "tree | " if args.trees != [None] else ""
     head = "runtime.backend | actors | trainer | runtime | server | first env step | whole"
     print(f"| {tree}{head} |")

@@ -33,13 +33,24 @@ def restack(frames: torch.Tensor, k: int) -> torch.Tensor:  # [T+k, B, *f] -> [T
     )
 
 
-def blank_older(stacks: torch.Tensor, blank: torch.Tensor) -> torch.Tensor:
+def blank_older(
+    stacks: torch.Tensor, blank: torch.Tensor, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """``stacks`` [*N, k, *f] with the ``blank`` [*N] oldest frames of each zeroed (a new
-    game's first stacks), as a new contiguous tensor. ``blank`` is read on the host, where
-    the few young stacks are found, so that a device never waits for the host to learn
-    them (a mask over every stack cost 5x the copy on a CPU)."""
+    game's first stacks), as a new contiguous tensor, or in ``out`` where it fits (a
+    learner's buffer, kept: a 29 MB allocation per rollout fragments a CPU's heap). ``blank``
+    is read on the host, where the few young stacks are found, so that a device never waits
+    for the host to learn them (a mask over every stack cost 5x the copy on a CPU)."""
     k = stacks.shape[blank.ndim]
     young = (torch.arange(k) < blank.unsqueeze(-1)).nonzero(as_tuple=True)  # on the host
-    out = stacks.clone(memory_format=torch.contiguous_format)
+    fits = out is not None and (out.shape, out.dtype, out.device) == (
+        stacks.shape,
+        stacks.dtype,
+        stacks.device,
+    )
+    if out is not None and fits and out.is_contiguous():
+        out.copy_(stacks)
+    else:
+        out = stacks.clone(memory_format=torch.contiguous_format)
     out[tuple(i.to(out.device, non_blocking=True) for i in young)] = 0
     return out

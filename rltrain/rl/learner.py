@@ -92,6 +92,7 @@ class Learner:
         # minibatch shuffles: seeded per learner (worker i uses seed + i)
         self.generator = torch.Generator().manual_seed(cfg.seed + 7919 * (learner_id + 1))
         self.epochs_run = 0  # of the last batch (ppo.target_kl may end its epochs early)
+        self._stacks: torch.Tensor | None = None  # young stacks' buffer (observations)
         self.stopping = False  # the run is stopping: a batch's minibatches end (interrupt)
 
     def load(self, params: Params, norm: bool = True) -> None:
@@ -143,13 +144,23 @@ class Learner:
         observations of truncated episodes, in one forward pass (``obs``: ``r``'s
         observations already on the learner's device)."""
         T, B = r.actions.shape[:2]
-        x = (r.to(self.device).observations() if obs is None else obs).flatten(0, 1)
+        x = (self.observations(r) if obs is None else obs).flatten(0, 1)
         K = len(r.final_at)
         if K:
             x = torch.cat([x, r.final_obs.to(self.device)])
         logits, values = self.model(x)  # [(T+1) B + K, A], [(T+1) B + K]
         logits = logits[: (T + 1) * B].view(T + 1, B, -1)[:T]
         return logits, values[: (T + 1) * B].view(T + 1, B), values[(T + 1) * B :]
+
+    def observations(self, r: Rollout) -> torch.Tensor:  # [T+1, B, *obs] on the device
+        """``r``'s observations on the learner's device; a new game's stacks restacked into a
+        buffer kept from one batch to the next (rltrain.rl.frames.blank_older)."""
+        r = r.to(self.device)
+        if r.blank is None:
+            return r.observations()
+        out = r.observations(self._stacks)
+        self._stacks = out
+        return out
 
     @torch.no_grad()
     def targets(
@@ -224,7 +235,7 @@ class Learner:
         """
         epochs, minibatches, d = self.loss.epochs, self.loss.minibatches, self.device
         T, B = r.actions.shape[:2]
-        on_device = r.to(d).observations()  # [T+1, B, *obs], on a GPU once for all the passes
+        on_device = self.observations(r)  # [T+1, B, *obs], on a GPU once for all the passes
         with torch.no_grad():
             logits, values, final_values = self.forward_rollout(r, on_device)
         targets, adv = self.targets(r, logits, values, final_values)

@@ -69,13 +69,14 @@ class Rollout:
             final_at=move(self.final_at),
         )  # (``blank`` stays on the host: the young stacks are found there, blank_older)
 
-    def observations(self) -> torch.Tensor:  # [T+1, B, *obs_shape]
+    def observations(self, out: torch.Tensor | None = None) -> torch.Tensor:  # [T+1, B, *obs]
         """Every step's observation: ``obs``, or its frames restacked (a view, or a copy where
-        a new game's stacks have blank frames), on ``obs``'s device."""
+        a new game's stacks have blank frames: into ``out`` where it fits), on ``obs``'s
+        device."""
         if self.frame_stack == 1:
             return self.obs
         stacks = restack(self.obs, self.frame_stack)
-        return stacks if self.blank is None else blank_older(stacks, self.blank)
+        return stacks if self.blank is None else blank_older(stacks, self.blank, out)
 
     @property
     def env_steps(self) -> int:

@@ -9,6 +9,10 @@ from __future__ import annotations
 from typing import Literal
 
 PushStatus = Literal["applied", "accumulated", "dropped", "rejected"]
+LoggedStatus = Literal["applied", "accumulated", "dropped", "rejected", "left"]
+"""A push's status in a recording shard's log (``server.record``), or ``left``: a worker the
+barriers stopped waiting for (its share done, or its process lost), logged so that
+``rltrain reapply`` follows the rounds that averaged fewer workers after it."""
 Role = Literal["actor", "learner", "worker", "shard", "policy"]
 """What a process is: an RL actor (acts only), a learner, a worker (a3c/a2c/ppo: acts and
 learns; or a supervised worker) or a parameter-server shard. Also the fault-event targets."""

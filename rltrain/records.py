@@ -13,10 +13,10 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from rltrain.names import PushStatus, Role, Verdict
+from rltrain.names import LoggedStatus, PushStatus, Role, Verdict
 from rltrain.normalize import NormStats
 
-__all__ = ["PushStatus", "Role", "Verdict"]  # and the records below
+__all__ = ["LoggedStatus", "PushStatus", "Role", "Verdict"]  # and the records below
 
 
 @dataclass(frozen=True)
@@ -115,10 +115,10 @@ class PushRecord:
     """One push as a recording shard saw it (``server.record``), in arrival order."""
 
     worker_id: int
-    version: int  # the version the update was computed from
+    version: int  # the version the update was computed from (left: the shard's then)
     staleness: int
-    status: PushStatus
-    batches: tuple[BatchId, ...]  # the data behind it (GradUpdate.batches)
+    status: LoggedStatus
+    batches: tuple[BatchId, ...]  # the data behind it (GradUpdate.batches; left: none)
 
 
 STALENESS_BINS = 65  # bins 0..63 count exactly; bin 64 counts staleness >= 64

@@ -158,6 +158,8 @@ class ParameterShard:
         following shard steps at shard 0's count, not on its own (see :meth:`push`)."""
         with self._changed:
             s, before = self._slice, self._slice.version
+            if s.counts.log is not None:  # (rltrain reapply leaves it where the run did)
+                s.counts.log.append(PushRecord(worker_id, before, 0, "left", ()))
             s.round.leave(worker_id)
             if step_at is None:
                 due = s.round.full

@@ -32,7 +32,7 @@ from rltrain.config import ConfigError, load_config
 from rltrain.errors import RLTrainError
 from rltrain.faults import FaultCounters
 from rltrain.ps.shard import ParameterShard
-from rltrain.records import BatchId, GradUpdate, PushRecord, PushStatus
+from rltrain.records import BatchId, GradUpdate, LoggedStatus, PushRecord
 from rltrain.rundir import write_atomic_with
 from rltrain.supervised.batches import GradSum
 from rltrain.supervised.config import BenchConfig
@@ -42,7 +42,8 @@ from rltrain.supervised.modes import ModeTrace, initial_params, shards, worker_s
 from rltrain.supervised.sharding import load_data
 from rltrain.supervised.worker import SupervisedWorker
 
-_STATUSES: tuple[PushStatus, ...] = typing.get_args(PushStatus)
+_STATUSES: tuple[LoggedStatus, ...] = typing.get_args(LoggedStatus)  # ("left" last: older
+# records read as they were written)
 _FORMAT = 1
 
 
@@ -267,7 +268,8 @@ def reapply_mode(cfg: BenchConfig, data: SplitDataset, run_dir: Path, mode: str)
         )
     params, mismatches = reapply_log(cfg, data, mode, saved.log, saved.start)
     equal = torch.equal(params, saved.final)  # False for another shape too
-    return ReapplyResult(mode, len(saved.log), equal, _max_diff(params, saved.final), mismatches)
+    pushes = sum(1 for p in saved.log if p.status != "left")
+    return ReapplyResult(mode, pushes, equal, _max_diff(params, saved.final), mismatches)
 
 
 def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -306,16 +308,19 @@ def reapply_log(
         held = {shard.version: _pulled(shard)}
         mismatches = 0
         for i, rec in enumerate(log):
-            if not rec.batches or not 0 <= rec.worker_id < len(workers):
+            if not 0 <= rec.worker_id < len(workers) or not (rec.batches or rec.status == "left"):
                 raise CannotReapply(f"{mode}: push {i} names no batches or an unknown worker")
-            if rec.status == "dropped" and any(b.version not in held for b in rec.batches):
+            if rec.status == "left":  # a worker the barriers stopped waiting for, here as then
+                shard.leave(rec.worker_id)
+            elif rec.status == "dropped" and any(b.version not in held for b in rec.batches):
                 continue  # computed before the restore, and dropped for it: it changed nothing
-            # torch threads as in each process: a float reduction's result depends on them
-            _set_threads(specs[rec.worker_id].threads)
-            update = _recompute(workers[rec.worker_id], rec, held, mode, i)
-            _set_threads(1)  # the shard's process (runtime.wire.WireShard)
-            result = shard.push(update)
-            mismatches += (result.status, result.staleness) != (rec.status, rec.staleness)
+            else:
+                # torch threads as in each process: a float reduction's result depends on them
+                _set_threads(specs[rec.worker_id].threads)
+                update = _recompute(workers[rec.worker_id], rec, held, mode, i)
+                _set_threads(1)  # the shard's process (runtime.wire.WireShard)
+                result = shard.push(update)
+                mismatches += (result.status, result.staleness) != (rec.status, rec.staleness)
             for b in rec.batches:
                 if last_use[b.version] == i:
                     held.pop(b.version, None)

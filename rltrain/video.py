@@ -117,8 +117,9 @@ class Mp4Writer(VideoWriter):
             self._size = (height, width)
         elif rgb.shape != self._shape:  # (explore96: the padded sizes were said, and no way out)
             raise VideoError(
-                f"a frame of {height}x{width} after frames of {self._size[0]}x{self._size[1]}: "
-                "an mp4's frames all have one size (a GIF's need not: --video-format gif)"
+                f"render() gave a frame of {height}x{width} after frames of {self._size[0]}x"
+                f"{self._size[1]}: an mp4's frames all have one size (a GIF fits them to the "
+                "first's: video format gif)"
             )
         assert self._gen is not None
         try:

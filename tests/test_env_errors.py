@@ -79,6 +79,26 @@ def test_a_constructor_that_raises_is_named_by_its_line() -> None:
     )
 
 
+def test_a_line_of_pythons_own_is_never_named() -> None:
+    """review 82b: an import failing in importlib named "<frozen importlib._bootstrap>:241";
+    a user's reset() failing in random.py named random.py's line, not the user's."""
+    import importlib
+    import random
+
+    from rltrain.envs.checks import where
+    from rltrain.envs.user import make_failed
+
+    try:
+        importlib.import_module("rltrain_test_no_such_module")
+    except ImportError as e:
+        said = str(make_failed("rltrain_test/Nope-v0", {}, e))
+    assert "frozen" not in said and "importlib" not in said
+    try:
+        random.choice([])  # the user's line: the one named
+    except IndexError as e:
+        assert where(e).startswith(" (at test_env_errors.py:")
+
+
 def test_a_reset_that_returns_the_observation_alone_says_what_it_must_return() -> None:
     """Gymnasium's vector unpacks reset()'s value: "too many values to unpack", at a line of
     gymnasium's, named the env's fault without saying what it should have returned."""

@@ -513,6 +513,6 @@ def test_an_mp4_of_frames_of_two_sizes_says_their_sizes_and_the_way_out(tmp_path
     with pytest.raises(VideoError) as e:
         writer.add(np.zeros((33, 65, 3), np.uint8))
     assert str(e.value) == (
-        "a frame of 33x65 after frames of 35x65: an mp4's frames all have one size (a GIF's "
-        "need not: --video-format gif)"
+        "render() gave a frame of 33x65 after frames of 35x65: an mp4's frames all have one "
+        "size (a GIF fits them to the first's: video format gif)"
     )

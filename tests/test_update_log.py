@@ -165,7 +165,7 @@ def test_barrier_runs_in_free_threads_reapply_bit_for_bit(mode: str) -> None:
     assert torch.equal(reapplied, final) and mismatches == 0
 
 
-def test_a_barrier_run_that_a_worker_left_early_reapplies_bit_for_bit() -> None:
+def test_a_barrier_run_that_a_worker_left_early_reapplies_bit_for_bit(tmp_path: Path) -> None:
     """chaos --seed 82 (runs 7, 36): a sync round that a worker whose share was done had
     left averaged the others', which the log did not say: reapplied, the rounds waited for
     3 and the parameters differed (max |diff| 0.003-0.006). The leave is logged now."""
@@ -179,6 +179,13 @@ def test_a_barrier_run_that_a_worker_left_early_reapplies_bit_for_bit() -> None:
     without = [p for p in log if p.status != "left"]  # as the log was: rounds wait for 3
     with pytest.raises(CannotReapply, match="which reapplying never reached"):
         reapply_log(cfg, load_data(cfg.data), "sync", without)
+    # written as format 2 (an older rltrain says so rather than failing on "left"), read back
+    run = tmp_path / "run"
+    run.mkdir()
+    write_config(run, cfg)
+    save_record(run, ModeTrace("sync", 3, 0.0, 1.0, (), (), record=ModeRecord(tuple(log), final)))
+    assert torch.load(record_path(run, "sync"), weights_only=True)["format"] == 2
+    assert load_record(record_path(run, "sync")).log == tuple(log)
 
 
 def recorded_run(tmp_path: Path) -> tuple[Path, BenchConfig]:

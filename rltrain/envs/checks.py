@@ -10,6 +10,7 @@ concatenate it, and :func:`diagnose` then looks at what each sub-env returned.
 from __future__ import annotations
 
 import os
+import sysconfig
 import traceback
 import warnings
 from collections.abc import Sequence
@@ -56,8 +57,8 @@ def diagnose(
         what = f"returned what gymnasium's vector could not take ({first_line(e)}){hint}"
     else:
         what = f"raised {first_line(e)}{where(e)}"
-        f = raised_in(e)
-        if call == "step()" and f is not None and f.name == "reset":  # (explore96)
+        names = [f.name for f in own_frames(e)]  # (explore96: "step() raised ..., in reset")
+        if call == "step()" and "reset" in names and "step" not in names:
             call = "reset() (the autoreset inside step())"
     return EnvFailed(f"env {env_id!r}: {call} {what}", detail)
 
@@ -85,6 +86,7 @@ def returns_hint(call: str, e: BaseException) -> str:
 
 
 PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # rltrain's own files
+STDLIB = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")})  # Python's own
 
 
 def where(e: BaseException, own_only: bool = False) -> str:
@@ -97,20 +99,33 @@ def where(e: BaseException, own_only: bool = False) -> str:
 
 
 def raised_in(e: BaseException, own_only: bool = False) -> traceback.FrameSummary | None:
-    """The frame :func:`where` names (None: none), looked for along ``e``'s causes too
-    (gymnasium raises a constructor's TypeError again from its own frames)."""
+    """The frame :func:`where` names (None: none)."""
+    own = own_frames(e)
+    if own:
+        return own[-1]
+    frames = traceback.extract_tb(e.__traceback__)
+    return None if own_only or not frames else frames[-1]
+
+
+def own_frames(e: BaseException) -> list[traceback.FrameSummary]:
+    """The frames of the user's code in ``e``'s traceback, outermost first: neither rltrain's
+    nor an installed package's nor Python's own (``<frozen importlib._bootstrap>``,
+    random.py); looked for along ``e``'s causes too (gymnasium raises a constructor's
+    TypeError again from its own frames)."""
     chain: list[BaseException] = [e]
     while (nxt := chain[-1].__cause__ or chain[-1].__context__) is not None and len(chain) < 8:
         chain.append(nxt)
     for x in chain:
-        frames = traceback.extract_tb(x.__traceback__)
-        own = [
-            f for f in frames if "-packages" not in f.filename and not f.filename.startswith(PKG)
-        ]
+        own = [f for f in traceback.extract_tb(x.__traceback__) if _is_users(f.filename)]
         if own:
-            return own[-1]
-    frames = traceback.extract_tb(e.__traceback__)
-    return None if own_only or not frames else frames[-1]
+            return own
+    return []
+
+
+def _is_users(filename: str) -> bool:
+    if filename.startswith("<") or "-packages" in filename or filename.startswith(PKG):
+        return False
+    return not filename.startswith(STDLIB)
 
 
 # 0 x inf in check_finite's dot product: the inf is reported as an EnvFailed, not a warning

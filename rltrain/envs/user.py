@@ -44,7 +44,7 @@ Wrapper = Callable[[gymnasium.Env], gymnasium.Env]
 
 def _import(name: str, what: str) -> Any:
     """Import ``name`` with the current directory on the path (as ``python -m`` has it)."""
-    if name.endswith(".py") or "/" in name or os.sep in name:  # a file, not a module's name
+    if "/" in name or os.sep in name or (name.endswith(".py") and os.path.isfile(name)):
         folder, module = os.path.split(name.removesuffix(".py"))
         there = f", with {folder} on PYTHONPATH" if folder.strip("./") else ""
         raise EnvError(

@@ -45,6 +45,8 @@ from rltrain.supervised.worker import SupervisedWorker
 _STATUSES: tuple[LoggedStatus, ...] = typing.get_args(LoggedStatus)  # ("left" last: older
 # records read as they were written)
 _FORMAT = 1
+_LEAVES = 2  # the format of a log that holds a "left" record: an rltrain older than that
+# record says "format 2, expected 1" rather than failing on a status it does not know
 
 
 class CannotReapply(RLTrainError):
@@ -107,7 +109,7 @@ def save_record(run_dir: Path, trace: ModeTrace, data: dict[str, Any] | None = N
     ]
     batches = [tuple(b) for p in rec.log for b in p.batches]
     state = {
-        "format": _FORMAT,
+        "format": _LEAVES if any(p.status == "left" for p in rec.log) else _FORMAT,
         "mode": trace.mode,
         "final": rec.final.detach().clone(),
         "faults": dataclasses.asdict(trace.faults),
@@ -133,8 +135,8 @@ def load_record(path: Path) -> SavedRecord:
     try:
         if not isinstance(state, dict):
             raise TypeError(f"a {type(state).__name__}, not a record")
-        if state["format"] != _FORMAT:
-            raise ValueError(f"format {state['format']}, expected {_FORMAT}")
+        if state["format"] not in (_FORMAT, _LEAVES):
+            raise ValueError(f"format {state['format']}, expected {_FORMAT} or {_LEAVES}")
         ids = [BatchId(*map(int, row)) for row in state["batches"].tolist()]
         log: list[PushRecord] = []
         at = 0

@@ -59,6 +59,9 @@ class ObsSlots:
         self.blank = torch.zeros(slots, steps + 1, envs if k > 1 else 0, dtype=torch.uint8)
         self.blank.share_memory_()
         self.frame_size = math.prod(self.frame_shape)  # elements of one frame
+        # a step's stacked rows in the flat buffer (rows): the next env's frame, the next
+        # step's frame of the same env, then a frame's own elements
+        self._stack_strides = (self.frame_size, envs * self.frame_size, *self.obs.stride()[3:])
 
     def __len__(self) -> int:
         return len(self.obs)
@@ -92,10 +95,8 @@ class ObsSlots:
         flat = self.obs.view(-1)
         if self.frame_stack == 1:
             return flat[at : at + n * self.frame_size].view(n, *self.obs_shape)
-        step = self.envs * self.frame_size  # elements between a frame and the next step's
-        f = self.frame_shape
-        inner = [math.prod(f[i + 1 :]) for i in range(len(f))]
-        stacks = flat.as_strided((n, self.frame_stack, *f), (self.frame_size, step, *inner), at)
+        shape = (n, self.frame_stack, *self.frame_shape)
+        stacks = flat.as_strided(shape, self._stack_strides, at)
         row, b = divmod(at // self.frame_size, self.envs)
         slot, t = divmod(row, self.length)
         blank = self.blank[slot, t, b : b + n]

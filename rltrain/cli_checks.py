@@ -117,7 +117,8 @@ def foreign_keys(path: str | Path, command: str) -> list[str]:
 def _kept_change(run_dir: Path, overrides: Sequence[str]) -> str:
     """The refusal of the first ``--set`` that changes a key of the run's config.yaml that a
     resumed run keeps ("" for none, or where either cannot be read)."""
-    from rltrain.config import dotted, parse_overrides
+    from rltrain.config import parse_overrides
+    from rltrain.config_keys import dotted
     from rltrain.launch import KEPT_FIRST
     from rltrain.rl.config import run_yaml
     from rltrain.rl.run.resume import KEPT_ON_RESUME, kept_refusal

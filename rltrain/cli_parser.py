@@ -39,7 +39,8 @@ def common_args(p: argparse.ArgumentParser, config_optional: bool = False) -> No
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a config field, e.g. --set optimizer.lr=0.01 (repeatable)",
+        help="override a config field, e.g. --set optimizer.lr=0.01 (repeatable); a mapping "
+        "field set whole is replaced: --set env.kwargs={} drops the file's kwargs",
     )
     p.add_argument(
         "--run-dir",

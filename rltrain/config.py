@@ -277,15 +277,24 @@ def parse_overrides(items: Sequence[str], cls: type | None = None) -> dict[str, 
     return nested(flat, "--set ", cls)
 
 
+def _type_at(cls: type | None, path: Sequence[str]) -> Any:
+    """The type of the key at ``path`` in config ``cls`` (None where no such key)."""
+    tp: Any = cls
+    for part in path:  # (a key below a plain value: None)
+        tp = typing.get_type_hints(tp).get(part) if dataclasses.is_dataclass(tp) else None
+    return tp
+
+
 def named_section(cls: type | None, path: Sequence[str]) -> bool:
     """Whether the key at ``path`` in config ``cls`` is a section with a ``name``, which may
     be written as its name alone (``model: cnn`` for ``model: {name: cnn}``)."""
-    tp: Any = cls
-    for part in path:
-        if tp is None or not dataclasses.is_dataclass(tp):
-            return False
-        tp = typing.get_type_hints(tp).get(part)
+    tp = _type_at(cls, path)
     return dataclasses.is_dataclass(tp) and "name" in {f.name for f in dataclasses.fields(tp)}
+
+
+class Whole(dict):
+    """A mapping set whole (``--set env.kwargs={}``) for a key holding a mapping, not a section:
+    it replaces the file's, so a key can be dropped (``env.kwargs.n=4`` merges one key)."""
 
 
 def nested(flat: Mapping[str, Any], what: str = "", cls: type | None = None) -> dict[str, Any]:
@@ -311,6 +320,8 @@ def nested(flat: Mapping[str, Any], what: str = "", cls: type | None = None) -> 
             and named_section(cls, parts)
         ):
             node[last]["name"] = value
+        elif isinstance(value, Mapping) and typing.get_origin(_type_at(cls, parts)) is dict:
+            node[last] = Whole(plain_copy(value))  # (a later dotted key of it fills it in)
         elif isinstance(node.get(last), dict) and isinstance(value, Mapping):
             # a.b=1 then a={c: 2}: both hold (the later wins a key set twice), as in a file
             node[last] = merge(node[last], plain_copy(value), cls, tuple(parts))
@@ -342,10 +353,10 @@ def merge(
         if named_section(cls, (*at, k)):
             held = {"name": held} if isinstance(held, str) else held
             v = {"name": v} if isinstance(v, str) else v
-        if isinstance(v, Mapping) and isinstance(held, Mapping):
+        if isinstance(v, Mapping) and isinstance(held, Mapping) and not isinstance(v, Whole):
             out[k] = merge(dict(held), v, cls, (*at, k))
         else:
-            out[k] = v
+            out[k] = dict(v) if isinstance(v, Whole) else v
     return out
 
 
@@ -382,18 +393,6 @@ def _keys_of(cfg: Any) -> Any:
     if isinstance(cfg, tuple | list):
         return [_keys_of(v) for v in cfg]
     return cfg
-
-
-def dotted(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"optimizer.lr": 0.001, ...}`` from a config's nested dict (:func:`nested`'s
-    inverse)."""
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            out.update(dotted(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def dump_yaml(cfg: Any) -> str:

@@ -108,3 +108,15 @@ def moved_keys(cls: type | None, data: Any) -> Any:
             else:
                 data[nsec] = {**(data.get(nsec) or {}), nkey: section[okey]}
     return data
+
+
+def dotted(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"optimizer.lr": 0.001, ...}`` from a config's nested dict (:func:`nested`'s
+    inverse)."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(dotted(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out

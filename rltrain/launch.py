@@ -164,7 +164,8 @@ def check_resume(path: Path, state: dict[str, Any], cfg: TrainConfig) -> list[st
     checkpoint's config, which holds what the trainer resolved (actors: auto, the session's
     seed, the runtime fitted to the machine)."""
     from rltrain.checkpoint import CheckpointError
-    from rltrain.config import dotted, moved_keys, to_dict
+    from rltrain.config import moved_keys, to_dict
+    from rltrain.config_keys import dotted
     from rltrain.rl.config import TrainConfig, run_yaml
     from rltrain.rl.run.resume import (
         KEPT_ON_RESUME,
@@ -334,6 +335,12 @@ def _prepare(
             lock = lock_run_dir(out)
         trainer = Trainer(cfg, out, resume is not None, spec, started, ray_up)
         trainer.run_lock = lock
+        if trainer.resumed:  # which (an older one where the newest is gone: explore97)
+            c = trainer.resumed.counters
+            print(
+                f"resuming from {trainer.resumed.path.name}: {c.env_steps:,} env steps, "
+                f"{c.episodes:,} episodes, {c.wall_seconds:,.0f}s trained"
+            )
         changes = [*(trainer.resumed.changes if trainer.resumed else []), *told]
         if changes:  # the checkpoint's sections, then the keys outside them
             print(f"resumed with config changes: {'; '.join(changes)}")

@@ -132,6 +132,32 @@ def test_a_dotted_key_and_its_section_as_a_mapping_both_hold() -> None:
     assert over == {"model": {"stages": 2, "name": "cnn"}}
 
 
+def test_a_mapping_set_whole_replaces_the_files_and_a_dotted_key_merges(tmp_path: Path) -> None:
+    """env.kwargs holds a mapping of its own: --set env.kwargs={} drops the file's keys (the
+    one way to remove one), env.kwargs.KEY=V adds one beside them; a section still merges."""
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "algo: appo\nenv: {id: CartPole-v1, kwargs: {max_episode_steps: 50, n: 4}}\n"
+        "stop: {max_env_steps: 100}\n"
+    )
+
+    def kwargs(*sets: str) -> dict:
+        return dict(load_config(TrainConfig, path, list(sets)).env.kwargs)
+
+    assert kwargs() == {"max_episode_steps": 50, "n": 4}
+    assert kwargs("env.kwargs={}") == {}
+    assert kwargs("env.kwargs={m: 1}") == {"m": 1}
+    assert kwargs("env.kwargs.m=1") == {"max_episode_steps": 50, "n": 4, "m": 1}
+    assert kwargs("env.kwargs={}", "env.kwargs.m=2") == {"m": 2}  # in order, as typed
+    assert kwargs("env.kwargs.m=2", "env.kwargs={}") == {}
+    assert kwargs("stop={max_seconds: 8}") == {"max_episode_steps": 50, "n": 4}
+    assert load_config(TrainConfig, path, ["stop={max_seconds: 8}"]).stop.max_env_steps == 100
+    cfg = rltrain.Config.from_yaml(path)
+    assert dict(cfg.with_overrides({"env.kwargs": {}}).env.kwargs) == {}
+    assert dict(cfg.with_overrides({"env.kwargs.m": 1}).env.kwargs)["n"] == 4
+    assert "kwargs: {}" in dump_yaml(cfg.with_overrides({"env.kwargs": {}}).value)
+
+
 def test_resolved_config_round_trips_through_yaml() -> None:
     cfg = from_dict(BenchConfig, {"modes": ["soft_sync"], "server": {"k": 1}})
     again = from_dict(BenchConfig, yaml.safe_load(dump_yaml(cfg)))

@@ -113,6 +113,37 @@ def test_a_resume_judges_the_stop_with_the_window_of_the_run(
         assert load_resume(tmp_path, auto, spec) is not None
 
 
+def test_a_resume_judges_the_mean_the_stop_met_not_the_episodes_after_it(
+    tmp_path: Path,
+) -> None:
+    """explore97: the checkpoint written after a score stop also counts the episodes that the
+    work in flight finished; their mean fell below the stop and a plain --resume trained a
+    whole session again. The mean the stop met (summary.json's, over the same window) judges."""
+    from rltrain.checkpoint import CheckpointError, save_checkpoint
+    from rltrain.ps.server import make_shards
+    from rltrain.rl.config import server_settings
+    from rltrain.rl.env_spec import initial_params, probe_env
+    from rltrain.rl.run.resume import load_resume
+
+    cfg = config("actors=1", "env.num_envs=16")
+    spec = probe_env(cfg)
+    _, shards = make_shards(initial_params(cfg, spec), cfg.optimizer, server_settings(cfg), 1)
+    counters = Counters(episodes=36, recent_returns=[19.0] * 20 + [10.0] * 16)
+    assert counters.stop_met(cfg.stop, 0.0, window=20) == ""  # the last 20: 14.95
+    state = {"shards": [s.state_dict() for s in shards], "counters": counters.state()}
+    save_checkpoint(tmp_path, 0, {**state, "config": to_dict(cfg)}, keep=3)
+    summary = {"env_steps": counters.env_steps, "stopped_by": "mean_return", "mean_window": 20}
+    (tmp_path / "summary.json").write_text(json.dumps({**summary, "mean_return": 19.0}))
+    said = r"already met stop.mean_return=18.0 \(the mean of its last 20 episodes: 19.00\)"
+    with pytest.raises(CheckpointError, match=said):
+        load_resume(tmp_path, cfg, spec)
+    higher = config("actors=1", "env.num_envs=16", "stop.mean_return=19.5")
+    assert load_resume(tmp_path, higher, spec) is not None  # raised: it trains on
+    other = {**summary, "mean_window": 240, "mean_return": 19.0}  # judged on another window
+    (tmp_path / "summary.json").write_text(json.dumps(other))
+    assert load_resume(tmp_path, cfg, spec) is not None
+
+
 def test_a_diverged_run_is_refused_in_one_line(tmp_path: Path) -> None:
     """A run the server stopped as diverged (every update refused as non-finite) says so on
     --resume, where it raised AttributeError (stop has no key 'diverged')."""

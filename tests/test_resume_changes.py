@@ -406,3 +406,29 @@ def test_a_resume_that_changes_the_dueling_head_names_it() -> None:
             cfg,
             ["dqn.dueling: false -> true"],
         )
+
+
+def test_a_resume_names_the_env_kwargs_it_drops_changes_and_adds(tmp_path: Path) -> None:
+    """--resume --set env.kwargs={} replaces the run's kwargs: the keys it dropped are told;
+    so is a kwarg the run did not have."""
+    from rltrain.config import load_config, to_dict
+    from rltrain.rl.config import TrainConfig
+    from rltrain.rl.run.resume import resume_changes
+
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "algo: appo\nenv: {id: CartPole-v1, kwargs: {max_episode_steps: 50}}\n"
+        "stop: {max_env_steps: 100}\n"
+    )
+    saved = to_dict(load_config(TrainConfig, path))
+    cleared = load_config(TrainConfig, path, ["env.kwargs={}"])
+    assert resume_changes(tmp_path / "ckpt.pt", saved, cleared) == [
+        "env.kwargs.max_episode_steps: 50 -> (dropped)"
+    ]
+    other = load_config(TrainConfig, path, ["env.kwargs={max_episode_steps: 60}"])
+    assert resume_changes(tmp_path / "ckpt.pt", saved, other) == [
+        "env.kwargs.max_episode_steps: 50 -> 60"
+    ]
+    # explore97: a key the run lacked (Pendulum's g) changed the env unsaid
+    added = load_config(TrainConfig, path, ["env.kwargs.g=2.0"])
+    assert resume_changes(tmp_path / "ckpt.pt", saved, added) == ["env.kwargs.g: (unset) -> 2.0"]

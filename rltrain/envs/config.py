@@ -38,7 +38,8 @@ class EnvConfig:
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of gymnasium.make(id, ...) for each env, e.g. {max_episode_steps: 200};
     for ALE/<Game>-v5 ids only thread_affinity_offset of ale-py's AtariVectorEnv (the rest of
-    its arguments are the protocol: the env.* fields)."""
+    its arguments are the protocol: the env.* fields). ``--set env.kwargs.KEY=V`` sets one key
+    beside the file's; ``--set env.kwargs={...}`` replaces them all (``{}``: none)."""
     wrappers: tuple[str, ...] = ()
     """Gymnasium wrappers applied to each env in order, as module:Class (or any callable
     env -> env), e.g. [gymnasium.wrappers:ClipAction], or with keyword arguments (Python

@@ -19,12 +19,13 @@ from rltrain.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from rltrain.config import dotted, moved_keys, to_dict
+from rltrain.config import moved_keys, to_dict
+from rltrain.config_keys import dotted
 from rltrain.errors import shown
 from rltrain.faults import FaultCounters, RestorePoint, RunFailed
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.env_spec import EnvSpec, check_fits, initial_params
-from rltrain.rl.run.counters import Counters
+from rltrain.rl.run.counters import Counters, reaches
 from rltrain.runtime.context import RunContext
 
 
@@ -62,6 +63,10 @@ TOLD_ON_RESUME = (
 """Sections whose changes a resume names (actors, runtime and eval are sized or read anew)."""
 
 
+FREE, NEW = "env.kwargs.", "(unset)"
+"""The keys of a mapping the user fills (a key there the run lacked is the user's, and told),
+and what a key the run lacked was."""
+
 SIZED_KEYS = ("env.groups",)
 """Keys whose auto (0) the trainer resolves for the machine (:func:`rltrain.rl.run.sizing.sized`):
 a checkpoint holds what auto chose there."""
@@ -87,15 +92,17 @@ def resume_changes(
         k
         for k, v in new.items()
         if k.split(".")[0] in TOLD_ON_RESUME
-        and old.get(k, v) != v
+        and old.get(k, NEW if k.startswith(FREE) else v) != v  # (a key newer than the run: v)
         and not (k in SIZED_KEYS and v == 0)  # auto, which the checkpoint holds resolved
     ]
     for key in KEPT_ON_RESUME + (KEPT_FOR_A_BOX if box else ()):
         if key in changed and old[key] != "auto":  # auto: left to this rltrain to decide
             raise CheckpointError(kept_refusal(key, new[key], old[key], path.parent.parent))
+    dropped = [k for k in old if k.startswith(FREE) and k not in new]  # --set env.kwargs={}
     return [
-        f"{k}: {as_yaml(old[k])} -> {as_yaml(new[k])}{stretches(k, old[k], cfg)}" for k in changed
-    ]
+        f"{k}: {as_yaml(old.get(k, NEW))} -> {as_yaml(new[k])}{stretches(k, old.get(k), cfg)}"
+        for k in changed
+    ] + [f"{k}: {as_yaml(old[k])} -> (dropped)" for k in dropped]
 
 
 def kept_refusal(key: str, new: Any, old: Any, run: Path) -> str:
@@ -164,6 +171,10 @@ def check_unmet(
     window = cfg.episode_window_at(actors)
     met = counters.stop_met(cfg.stop, counters.wall_seconds, window)
     run = path.parent.parent
+    mean = counters.mean_return(window)
+    at_stop, target = mean_at_stop(run, counters, window), cfg.stop.mean_return
+    if not met and at_stop is not None and target is not None and reaches(at_stop, target):
+        met, mean = "mean_return", at_stop  # (the mean the stop met, not the one after it)
     if met == "diverged":  # its parameters are those of the last update the server took
         raise CheckpointError(
             f"the run at {run} diverged (the server refused its last "
@@ -173,7 +184,6 @@ def check_unmet(
     if met and not summarized(run, counters):
         return counters, met
     if met:
-        mean = counters.mean_return(window)
         seen = {
             "mean_return": f"the mean of its last {window} episodes: {mean or 0.0:.2f}",
             "max_env_steps": f"it has {counters.env_steps:,} steps",
@@ -185,6 +195,21 @@ def check_unmet(
             f"raise it ({off}) to train on: {set_flag}{met}=..."
         )
     return counters, ""
+
+
+def mean_at_stop(run: Path, counters: Counters, window: int) -> float | None:
+    """The mean the score stop met over ``window`` episodes, where the run's last session (at
+    ``counters``) stopped by it: the checkpoint, written after the stop, also counts the
+    episodes the work in flight finished, whose mean may fall below the stop (explore97: a
+    plain --resume trained again). None for a stop judged over another window."""
+    try:
+        summary = json.loads((run / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    mean = summary.get("mean_return") if isinstance(summary, dict) else None
+    stopped = summary.get("stopped_by") == "mean_return" and summary.get("mean_window") == window
+    stopped = stopped and summarized(run, counters)
+    return float(mean) if stopped and isinstance(mean, int | float) else None
 
 
 def summarized(run: Path, counters: Counters) -> bool:

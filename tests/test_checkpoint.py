@@ -39,6 +39,33 @@ def test_save_load_keep_and_latest(tmp_path: Path) -> None:
     assert not list((tmp_path / "checkpoints").glob(".ckpt-*"))  # no temporary files left
 
 
+def test_flipped_parameter_bytes_fail_the_archives_crc(tmp_path: Path) -> None:
+    """explore97: bytes flipped inside a parameter tensor loaded as parameters (torch.load
+    reads no checksum), resumed and played; the archive's CRC-32 of each entry now judges.
+    A damaged best.pt is told to play the newest instead (it has no older one)."""
+    import zipfile
+
+    server = LocalServer(torch.randn(20_000), OptimizerConfig(name="adam"), ServerConfig(), 1)
+    big = {**state(1), "shards": server.state_dicts()}
+    path = save_checkpoint(tmp_path, 1, big, keep=3)
+    with zipfile.ZipFile(path) as archive:
+        entry = max(archive.infolist(), key=lambda i: i.file_size)
+    data = bytearray(path.read_bytes())
+    extra = int.from_bytes(data[entry.header_offset + 28 : entry.header_offset + 30], "little")
+    payload = entry.header_offset + 30 + len(entry.filename.encode()) + extra  # local header
+    for i in range(payload + 4000, payload + 4400):  # 100 of its floats
+        data[i] ^= 0x5A
+    path.write_bytes(bytes(data))
+    assert torch.load(path, weights_only=True)  # (torch itself takes it)
+    with pytest.raises(CheckpointError, match="do not match their CRC-32") as e:
+        load_checkpoint(path)
+    assert "\n" not in str(e.value) and entry.filename in str(e.value)
+    best = tmp_path / "checkpoints" / "best.pt"
+    best.write_bytes(bytes(data[: len(data) // 2]))
+    with pytest.raises(CheckpointError, match="play --checkpoint latest"):
+        load_checkpoint(best)
+
+
 def test_truncated_and_foreign_files_are_clear_errors(tmp_path: Path) -> None:
     path = save_checkpoint(tmp_path, 1, state(1), keep=3)
     data = path.read_bytes()

@@ -38,7 +38,7 @@ from rltrain.rl.config import TrainConfig
 from rltrain.rl.eval_args import DEFAULT_MAX_STEPS
 from rltrain.rl.evaluate import load_policy, play_episodes, state_params
 from rltrain.rl.run.counters import Counters, reaches
-from rltrain.rl.run.scores import best_score, eval_settings, last_scored
+from rltrain.rl.run.scores import best_score, damaged_best, eval_settings, last_scored
 from rltrain.rl.run.tblog import TrainLogger
 from rltrain.rundir import EVALS_FILE
 from rltrain.runtime.context import end_then_kill
@@ -156,6 +156,9 @@ class PeriodicEval:
                 "(eval.episodes, deterministic, seed or the env's protocol): the next "
                 "evaluation replaces it"
             )
+        damaged = damaged_best(run_dir) if self.every and self.best is None else ""
+        if damaged:  # (explore97: replaced unsaid by a worse score)
+            say(f"{damaged}: the next evaluation replaces it")
         self.failures = 0  # in a row
         self.records: list[dict[str, Any]] = []  # the evaluations of this session
         # (env steps, version) of the parameters last scored (a resumed run: the last in

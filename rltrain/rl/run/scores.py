@@ -72,6 +72,16 @@ def same_protocol(saved: dict[str, Any], now: dict[str, Any]) -> bool:
     return all(saved[k] == now[k] for k in saved.keys() & now.keys())
 
 
+def damaged_best(run_dir: Path) -> str:
+    """Why the run's ``best.pt`` does not load ("" where it loads or is not there)."""
+    path = best_checkpoint(run_dir)
+    try:
+        load_checkpoint(path) if path.is_file() else None
+    except CheckpointError as e:
+        return str(e).split("; ")[0]
+    return ""
+
+
 def best_score(run_dir: Path, settings: dict[str, Any] | None = None) -> float | None:
     """The mean raw score of the run's ``best.pt`` (None: none yet, unreadable, or scored
     otherwise than ``settings`` (eval.episodes, deterministic, seed, the env's protocol):

@@ -97,6 +97,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def score(x: float) -> str:
+    """A raw score as eval prints it: 2 decimals, 3 significant digits below 1 (a return of
+    -0.1125 printed as -0.1: explore97)."""
+    return f"{x:.2f}" if abs(x) >= 1 or x == 0 else f"{x:.3g}"
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from rltrain.rl.config import TrainConfig, load_run_config
     from rltrain.rl.evaluate import evaluate
@@ -115,15 +121,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
         f"{cfg.env.id}, checkpoint {res.checkpoint.name} (version {res.version}, {how}, "
         f"seed {res.seed}): "
         f"{len(res.returns)} episode{'s' if len(res.returns) != 1 else ''}, "
-        f"raw score mean {res.mean:.2f} +- {res.std:.2f} "
-        f"(min {min(res.returns):.1f}, max {max(res.returns):.1f})"
+        f"raw score mean {score(res.mean)} +- {score(res.std)} "
+        f"(min {score(min(res.returns))}, max {score(max(res.returns))})"
     )
     if res.note:
         print(f"note: {res.note}")
     if res.video:
         print(
             f"video: {res.video} ({res.view} view of episode 1: raw score "
-            f"{res.returns[0]:.1f} in {res.lengths[0]} step{'s' if res.lengths[0] != 1 else ''})"
+            f"{score(res.returns[0])} in {res.lengths[0]} step{'s' if res.lengths[0] != 1 else ''})"
         )
     return 0
 

@@ -252,6 +252,25 @@ class AsymmetricBox(gymnasium.Env):
         return np.zeros(1, np.float32), -10.0 * float(np.sum(gap**2)), True, False, {}
 
 
+class HugeBox(gymnasium.Env):
+    """A float64 Box of +-1e300 whose last action is kept (``HugeBox.last``): an action near
+    float64's range must reach it as sent (float32 made 1.2e298 inf: explore97)."""
+
+    last: np.ndarray | None = None
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.action_space = spaces.Box(-1e300, 1e300, (1,), np.float64)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple:
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: np.ndarray) -> tuple:
+        HugeBox.last = np.array(action, np.float64)
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+
 class ScalarObs(gymnasium.Env):
     """Observations in a Box of shape () (one float, not a vector of one): the sign of the
     last action's choice; reward 1 for action 1."""
@@ -303,6 +322,8 @@ gymnasium.register("rltrain_test/Closed-v0", entry_point=Closed, max_episode_ste
 gymnasium.register("rltrain_test/TypedObs-v0", entry_point=TypedObs, max_episode_steps=10)
 ASYMMETRIC_ID = "rltrain_test/AsymmetricBox-v0"
 gymnasium.register(ASYMMETRIC_ID, entry_point=AsymmetricBox)
+HUGE_ID = "rltrain_test/HugeBox-v0"
+gymnasium.register(HUGE_ID, entry_point=HugeBox, max_episode_steps=10)
 gymnasium.register(CORRIDOR_ID, entry_point=Corridor, max_episode_steps=50)
 
 

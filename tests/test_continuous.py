@@ -201,6 +201,42 @@ def test_tanh_log_prob_is_the_squashed_actions_density() -> None:
     assert distribution(dataclasses.replace(space, mapping="affine")) is DIAG_GAUSSIAN
 
 
+def test_tanh_leaves_out_a_dimension_of_width_zero() -> None:
+    """explore97: a Box of [0, 1] x [1, 1] under tanh gave log 0 on its fixed dimension and a
+    NaN policy loss at every step; that dimension's terms, constant in u, are left out, so
+    log-ratios are the other dimensions' (finite) and the env still gets its one value."""
+    space = ActionSpace(2, True, (0.0, 1.0), (1.0, 1.0), "tanh")
+    d = distribution(space)
+    gen = torch.Generator().manual_seed(3)
+    params, u = torch.randn(5, 4, generator=gen), torch.randn(5, 2, generator=gen)
+    other = torch.randn(5, 4, generator=gen)
+    assert torch.isfinite(d.log_prob(params, u)).all()
+    one = dataclasses.replace(space, n=1, low=(0.0,), high=(1.0,))  # the free dimension alone
+    ratio = d.log_prob(params, u) - d.log_prob(other, u)
+    free, cols = distribution(one), [0, 2]  # the free dimension's mean and log-std
+    want = free.log_prob(params[:, cols], u[:, :1]) - free.log_prob(other[:, cols], u[:, :1])
+    # the fixed dimension's Gaussian terms still count in the ratio
+    fixed = Normal(params[:, 1], params[:, 3].exp()).log_prob(u[:, 1])
+    fixed -= Normal(other[:, 1], other[:, 3].exp()).log_prob(u[:, 1])
+    assert torch.allclose(ratio, want + fixed, atol=1e-5)
+    assert (space.to_env(u.numpy())[:, 1] == 1.0).all()
+
+
+def test_make_envs_env_takes_a_float64_boxs_actions_as_sent() -> None:
+    """explore97: rltrain.make_env's step cast a Box's actions to float32, so a float64 Box
+    of +-1e300 got 1e300 (inf, clipped) for the 1.2e298 the policy sent."""
+    from custom_envs import HUGE_ID, HugeBox
+
+    from rltrain.envs.single import SingleEnv
+
+    env = SingleEnv(EnvConfig(id=HUGE_ID, num_envs=1))
+    env.reset(seed=0)
+    env.step(np.array([1.17e298]))
+    assert HugeBox.last is not None
+    assert HugeBox.last[0] == pytest.approx(1.17e298, rel=1e-6)  # (u: float32)
+    env.close()
+
+
 def test_a_run_before_action_map_still_clips_and_a_new_one_says_its_map(tmp_path: Path) -> None:
     """A run folder's config.yaml always holds every key: one without env.action_map was
     written before it existed, and reads as clip (as that run trained); a new one names it."""

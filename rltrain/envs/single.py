@@ -89,8 +89,9 @@ class SingleEnv(gymnasium.Env):
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         space = self._vec.action_space
-        # the env's units (its Box or Discrete start, load_policy's): the vector maps them
-        dtype = np.float32 if space.continuous else np.int64
+        # the env's units (its Box or Discrete start, load_policy's): the vector maps them;
+        # float64, as from_env reads them (float32 took a float64 Box's 1e298 to inf: explore97)
+        dtype = np.float64 if space.continuous else np.int64
         step = self._vec.step(space.from_env(np.asarray([action], dtype)))
         info: dict[str, Any] = {}
         if step.episode_returns:  # the game's score and length, as the run logs them

@@ -134,8 +134,12 @@ class TanhDiagGaussian(DiagGaussian):
     policies, so ``kl`` is their Gaussians'; the entropy bonus stays the Gaussian's."""
 
     def __init__(self, space: ActionSpace) -> None:
-        bounded = space.bounded()
-        width = np.where(bounded, np.asarray(space.high) - np.asarray(space.low), 2.0)
+        width = np.where(space.bounded(), np.asarray(space.high) - np.asarray(space.low), 2.0)
+        # a dimension of width 0 ([1, 1]) reaches the env as its one value whatever u is: its
+        # terms, log 0 and constant in u, would make every ratio NaN (explore97); left out,
+        # they cancel in each ratio as the others do
+        bounded = space.bounded() & (width > 0)
+        width = np.where(bounded, width, 2.0)
         self.bounded = torch.tensor(bounded, dtype=torch.float32)  # [n] 1: bounded
         self.log_half = torch.tensor(np.log(width / 2), dtype=torch.float32) * self.bounded
 

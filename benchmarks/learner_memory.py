@@ -12,8 +12,8 @@ the allocator keeping freed memory, as "held" that swings.
     python benchmarks/learner_memory.py [--config configs/pong_appo.yaml] [--learns 400]
         [--every 25] [--set KEY=VALUE ...]
 
-The last line reads, for scripts: ``learner_memory: in use 208 -> 208 MB, RSS 429 -> 430 MB
-over 400 learns``. glibc only (elsewhere the allocator's figures read 0).
+The last line reads, for scripts: ``learner_memory: in use 208 -> 208 MB, RSS 429 -> 430 MB,
+learns 25-400``. glibc only (elsewhere the allocator's figures read 0).
 """
 
 from __future__ import annotations
@@ -81,8 +81,10 @@ def main() -> None:
             print(f"learn {i}: in use {used // MB} MB, held {held // MB} MB, RSS {rss_mb()} MB")
         if i < args.learns:
             learn(rollouts[i % 3])
-    (u0, r0), (u1, r1) = samples[1 if len(samples) > 2 else 0], samples[-1]  # (after 1 sample)
-    print(f"learner_memory: in use {u0} -> {u1} MB, RSS {r0} -> {r1} MB over {args.learns} learns")
+    start = 1 if len(samples) > 2 else 0  # (after the first learns: their allocations)
+    (u0, r0), (u1, r1) = samples[start], samples[-1]
+    span = f"learns {start * args.every}-{args.learns}"
+    print(f"learner_memory: in use {u0} -> {u1} MB, RSS {r0} -> {r1} MB, {span}")
 
 
 if __name__ == "__main__":

@@ -100,7 +100,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def score(x: float) -> str:
     """A raw score as eval prints it: 2 decimals, 3 significant digits below 1 (a return of
     -0.1125 printed as -0.1: explore97)."""
-    return f"{x:.2f}" if abs(x) >= 1 or x == 0 else f"{x:.3g}"
+    return f"{x:.2f}" if abs(x) >= 0.995 or x == 0 else f"{x:.3g}"
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

@@ -40,7 +40,7 @@ def common_args(p: argparse.ArgumentParser, config_optional: bool = False) -> No
         default=[],
         metavar="KEY=VALUE",
         help="override a config field, e.g. --set optimizer.lr=0.01 (repeatable); a mapping "
-        "field set whole is replaced: --set env.kwargs={} drops the file's kwargs",
+        "field set whole by its key is replaced: --set env.kwargs={} drops the file's kwargs",
     )
     p.add_argument(
         "--run-dir",

@@ -61,9 +61,31 @@ def test_flipped_parameter_bytes_fail_the_archives_crc(tmp_path: Path) -> None:
         load_checkpoint(path)
     assert "\n" not in str(e.value) and entry.filename in str(e.value)
     best = tmp_path / "checkpoints" / "best.pt"
+    best.write_bytes(bytes(data))  # flipped bytes: best.pt has no older one to fall back on
+    with pytest.raises(CheckpointError, match="CRC-32.*; play --checkpoint latest"):
+        load_checkpoint(best)
     best.write_bytes(bytes(data[: len(data) // 2]))
     with pytest.raises(CheckpointError, match="play --checkpoint latest"):
         load_checkpoint(best)
+    from rltrain.rl.run.scores import damaged_best  # what a resume says: the cause, whole
+
+    said = damaged_best(tmp_path)
+    assert said.startswith(f"checkpoint {best} is corrupt or truncated (") and said.endswith(")")
+
+
+def test_an_archive_written_without_crcs_is_not_judged_by_them(tmp_path: Path) -> None:
+    """torch.serialization.set_crc32_options(False) writes every entry's CRC as 0: such a
+    checkpoint is good, not damaged (review 83)."""
+    from rltrain.checkpoint import damaged_entry
+
+    path = tmp_path / "nocrc.pt"
+    torch.serialization.set_crc32_options(False)
+    try:
+        torch.save(state(1), path)
+    finally:
+        torch.serialization.set_crc32_options(True)
+    assert damaged_entry(path) == ""
+    assert load_checkpoint(path)["counters"]["env_steps"] == 10
 
 
 def test_truncated_and_foreign_files_are_clear_errors(tmp_path: Path) -> None:

@@ -222,6 +222,18 @@ def test_tanh_leaves_out_a_dimension_of_width_zero() -> None:
     assert (space.to_env(u.numpy())[:, 1] == 1.0).all()
 
 
+def test_a_box_near_float64s_limits_maps_back_and_forth_without_overflow() -> None:
+    """review 83: bounds of +-1.7e308 made high - low inf: from_env gave NaN (affine, tanh)
+    and tanh's log-probability -inf; the half-widths are taken as to_env takes them."""
+    for mapping in ("affine", "tanh", "clip"):
+        space = ActionSpace(1, True, (-1.7e308,), (1.7e308,), mapping, dtype="float64")
+        a = np.array([[1e300]])
+        assert space.to_env(space.from_env(a))[0, 0] == pytest.approx(1e300, rel=1e-6)
+    params, u = torch.randn(3, 2), torch.randn(3, 1)
+    tanh = distribution(dataclasses.replace(space, mapping="tanh"))
+    assert torch.isfinite(tanh.log_prob(params, u)).all()
+
+
 def test_make_envs_env_takes_a_float64_boxs_actions_as_sent() -> None:
     """explore97: rltrain.make_env's step cast a Box's actions to float32, so a float64 Box
     of +-1e300 got 1e300 (inf, clipped) for the 1.2e298 the policy sent."""

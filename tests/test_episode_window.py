@@ -134,7 +134,7 @@ def test_a_resume_judges_the_mean_the_stop_met_not_the_episodes_after_it(
     save_checkpoint(tmp_path, 0, {**state, "config": to_dict(cfg)}, keep=3)
     summary = {"env_steps": counters.env_steps, "stopped_by": "mean_return", "mean_window": 20}
     (tmp_path / "summary.json").write_text(json.dumps({**summary, "mean_return": 19.0}))
-    said = r"already met stop.mean_return=18.0 \(the mean of its last 20 episodes: 19.00\)"
+    said = r"met stop.mean_return=18.0 \(the mean of its last 20 episodes at the stop: 19.00\)"
     with pytest.raises(CheckpointError, match=said):
         load_resume(tmp_path, cfg, spec)
     higher = config("actors=1", "env.num_envs=16", "stop.mean_return=19.5")

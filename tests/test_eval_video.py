@@ -516,3 +516,17 @@ def test_an_mp4_of_frames_of_two_sizes_says_their_sizes_and_the_way_out(tmp_path
         "render() gave a frame of 33x65 after frames of 35x65: an mp4's frames all have one "
         "size (a GIF fits them to the first's: video format gif)"
     )
+
+
+def test_eval_prints_small_scores_to_three_significant_digits() -> None:
+    """explore97: returns of -0.1125 printed as "min -0.1, max -0.1"."""
+    from rltrain.cli import score
+
+    assert [score(x) for x in (-21.0, 500.0, 0.0, -0.1125, 0.9999, 1e-5)] == [
+        "-21.00",
+        "500.00",
+        "0.00",
+        "-0.113",
+        "1.00",
+        "1e-05",
+    ]

@@ -160,9 +160,10 @@ def test_resume_continues_counters_and_eval_plays_checkpoint(
 
     capsys.readouterr()
     assert main(["train", "--resume", str(run_dir), *base, "--set", "stop.max_env_steps=6000"]) == 0
-    assert "resumed with config changes: stop.max_env_steps: 3000 -> 6000\n" in (
-        capsys.readouterr().out
-    )
+    out = capsys.readouterr().out
+    assert "resumed with config changes: stop.max_env_steps: 3000 -> 6000\n" in out
+    said = f"resuming from {ckpt.name}: {first['env_steps']:,} env steps, "  # (explore97: which)
+    assert said in out
     second = summary(run_dir)
     assert second["env_steps"] >= 6000 > first["env_steps"] >= 3000
     assert second["updates"] > first["updates"]

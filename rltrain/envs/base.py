@@ -138,14 +138,14 @@ class ActionSpace:
             return np.asarray(a, np.int64) - self.start
         low, high = np.asarray(self.low, np.float64), np.asarray(self.high, np.float64)
         a = np.clip(np.asarray(a, np.float64), low, high)
-        if self.mapping == "clip":
-            return a.astype(np.float32)
+        if self.mapping == "clip":  # (float64: the env's own units, which to_env clips)
+            return a
         mapped = self.bounded() & (high > low)
-        lo, width = np.where(mapped, low, 0.0), np.where(mapped, high - low, 2.0)
-        unit = np.clip(2.0 * (a - lo) / width - 1.0, -1.0, 1.0)
+        lo, half = np.where(mapped, low, 0.0), np.where(mapped, 0.5 * high - 0.5 * low, 1.0)
+        unit = np.clip((0.5 * a - 0.5 * lo) / half * 2.0 - 1.0, -1.0, 1.0)  # (no overflow at 1e308)
         if self.mapping == "tanh":  # (float64: atanh of 1 - 1e-12 is 14, whose tanh is 1.0)
             unit = np.arctanh(np.clip(unit, -1.0 + 1e-12, 1.0 - 1e-12))
-        return np.where(mapped, unit, a).astype(np.float32)
+        return np.where(mapped, unit, a)  # float64: an unbounded dimension as the env has it
 
 
 class VectorEnv(abc.ABC):

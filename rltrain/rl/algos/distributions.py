@@ -134,14 +134,15 @@ class TanhDiagGaussian(DiagGaussian):
     policies, so ``kl`` is their Gaussians'; the entropy bonus stays the Gaussian's."""
 
     def __init__(self, space: ActionSpace) -> None:
-        width = np.where(space.bounded(), np.asarray(space.high) - np.asarray(space.low), 2.0)
+        low, high = np.asarray(space.low, np.float64), np.asarray(space.high, np.float64)
+        half = np.where(space.bounded(), 0.5 * high - 0.5 * low, 1.0)  # (no overflow at 1e308)
         # a dimension of width 0 ([1, 1]) reaches the env as its one value whatever u is: its
         # terms, log 0 and constant in u, would make every ratio NaN (explore97); left out,
         # they cancel in each ratio as the others do
-        bounded = space.bounded() & (width > 0)
-        width = np.where(bounded, width, 2.0)
+        bounded = space.bounded() & (half > 0)
+        half = np.where(bounded, half, 1.0)
         self.bounded = torch.tensor(bounded, dtype=torch.float32)  # [n] 1: bounded
-        self.log_half = torch.tensor(np.log(width / 2), dtype=torch.float32) * self.bounded
+        self.log_half = torch.tensor(np.log(half), dtype=torch.float32) * self.bounded
 
     def log_prob(self, params: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         # log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), finite for any u

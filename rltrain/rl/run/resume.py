@@ -171,10 +171,10 @@ def check_unmet(
     window = cfg.episode_window_at(actors)
     met = counters.stop_met(cfg.stop, counters.wall_seconds, window)
     run = path.parent.parent
-    mean = counters.mean_return(window)
+    mean, window_of = counters.mean_return(window), f"{window} episodes"
     at_stop, target = mean_at_stop(run, counters, window), cfg.stop.mean_return
     if not met and at_stop is not None and target is not None and reaches(at_stop, target):
-        met, mean = "mean_return", at_stop  # (the mean the stop met, not the one after it)
+        met, mean, window_of = "mean_return", at_stop, f"{window} episodes at the stop"
     if met == "diverged":  # its parameters are those of the last update the server took
         raise CheckpointError(
             f"the run at {run} diverged (the server refused its last "
@@ -185,7 +185,7 @@ def check_unmet(
         return counters, met
     if met:
         seen = {
-            "mean_return": f"the mean of its last {window} episodes: {mean or 0.0:.2f}",
+            "mean_return": f"the mean of its last {window_of}: {mean or 0.0:.2f}",
             "max_env_steps": f"it has {counters.env_steps:,} steps",
             "max_seconds": f"it has trained {counters.wall_seconds:,.0f}s",
         }[met]
@@ -206,10 +206,13 @@ def mean_at_stop(run: Path, counters: Counters, window: int) -> float | None:
         summary = json.loads((run / "summary.json").read_text())
     except (OSError, ValueError):
         return None
-    mean = summary.get("mean_return") if isinstance(summary, dict) else None
+    if not isinstance(summary, dict):
+        return None
+    mean = summary.get("mean_return")
     stopped = summary.get("stopped_by") == "mean_return" and summary.get("mean_window") == window
-    stopped = stopped and summarized(run, counters)
-    return float(mean) if stopped and isinstance(mean, int | float) else None
+    if not (stopped and summarized(run, counters)) or isinstance(mean, bool):
+        return None
+    return float(mean) if isinstance(mean, int | float) else None
 
 
 def summarized(run: Path, counters: Counters) -> bool:

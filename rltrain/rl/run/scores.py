@@ -77,8 +77,9 @@ def damaged_best(run_dir: Path) -> str:
     path = best_checkpoint(run_dir)
     try:
         load_checkpoint(path) if path.is_file() else None
-    except CheckpointError as e:
-        return str(e).split("; ")[0]
+    except CheckpointError as e:  # its cause, without the advice ("(N bytes; torch: ...)")
+        said = str(e)
+        return said.split("); ")[0] + ")" if "); " in said else said
     return ""
 
 

@@ -13,6 +13,19 @@ pass needs comes back as fresh pages, one page fault each: a Pong learn after a 
 more than one without (1.35 s against 1.29 s, 77k page faults against 30k; 190 MB given back
 a trim), so once a minute it costs the learner about 0.1% of its time.
 
+Trimming takes back what is free at the time of the trim; it does not stop the next hour's
+pieces from scattering. Those come from the arenas: glibc gives each thread that allocates
+a heap of its own (up to eight a core), and a piece freed by one thread goes back to the
+arena that handed it out. A learner's process runs 13 threads (the learn, the requests it
+serves, the rollouts read from their slots, the pulls, the checkpoints): 14 arenas, each
+holding its own free pieces, and over a quiet hour of Pong its memory rose 19.9% (the floor
+some 6% an hour) with a trim every minute and Python's own allocations flat (session 83,
+docs/faults.md). With two arenas a process (``MALLOC_ARENA_MAX=2``, the setting glibc's
+manual gives for this) the same soak rose 3.4% in the learner, its floor flat, and no slower
+(3.86k frames/s against 3.8k). So :func:`keep_trimmed` first caps the process's arenas at
+:data:`ARENAS` (``mallopt(M_ARENA_MAX)``; a process started with ``MALLOC_ARENA_MAX`` set
+keeps its own), before the threads of the run have allocated.
+
 The ``rltrain`` command's process (the trainer: :func:`rltrain.cli.entry`) calls
 :func:`keep_trimmed`, as each process the runtimes start does (a process-runtime child, a
 Ray actor); not the Python of a notebook that calls :func:`rltrain.train` (its thread would
@@ -32,6 +45,11 @@ from collections.abc import Callable
 EVERY_S = 60.0
 """Seconds between two trims."""
 
+ARENAS = 2
+"""The arenas (heaps) that a process's threads share (glibc's ``M_ARENA_MAX``)."""
+
+_M_ARENA_MAX = -8  # glibc's malloc.h
+
 _started: set[int] = set()  # the process ids whose thread runs (a fork inherits the set)
 _lock = threading.Lock()
 
@@ -47,6 +65,25 @@ def malloc_trim() -> Callable[[int], int] | None:
     return fn
 
 
+@functools.cache
+def _mallopt() -> Callable[[int, int], int] | None:
+    try:
+        fn = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc
+        return None
+    fn.argtypes, fn.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return fn
+
+
+def cap_arenas(n: int = ARENAS) -> bool:
+    """Let this process's threads share ``n`` arenas from now on (the ones made before stay);
+    False where there is no glibc, or where ``MALLOC_ARENA_MAX`` set the cap at the start."""
+    fn = _mallopt()
+    if fn is None or "MALLOC_ARENA_MAX" in os.environ:
+        return False
+    return bool(fn(_M_ARENA_MAX, n))
+
+
 def trim() -> bool:
     """Give every free page of this process's heaps back now; True when some were."""
     fn = malloc_trim()
@@ -55,7 +92,8 @@ def trim() -> bool:
 
 def keep_trimmed(every_s: float = EVERY_S) -> bool:
     """Trim this process every ``every_s`` seconds from now on, on a daemon thread (one per
-    process, however often it is called); False where there is nothing to call."""
+    process, however often it is called), its arenas capped first (:func:`cap_arenas`);
+    False where there is nothing to call."""
     fn = malloc_trim()
     if fn is None:
         return False
@@ -63,6 +101,7 @@ def keep_trimmed(every_s: float = EVERY_S) -> bool:
         if os.getpid() in _started:
             return True
         _started.add(os.getpid())
+    cap_arenas()
 
     def loop() -> None:
         while True:

@@ -76,10 +76,15 @@ def _mallopt() -> Callable[[int, int], int] | None:
 
 
 def cap_arenas(n: int = ARENAS) -> bool:
-    """Let this process's threads share ``n`` arenas from now on (the ones made before stay);
-    False where there is no glibc, or where ``MALLOC_ARENA_MAX`` set the cap at the start."""
+    """Let this process's threads share ``n`` arenas from now on; False where there is no
+    glibc, or where the environment set a cap at the start (``MALLOC_ARENA_MAX``, or
+    ``GLIBC_TUNABLES``' ``glibc.malloc.arena_max``). Arenas made before stay, and glibc fixes
+    its limit once nine exist: a Ray worker, whose threads allocated before the actor was
+    placed in it, keeps those (set ``MALLOC_ARENA_MAX=2`` before ``ray start`` to cap them)."""
     fn = _mallopt()
     if fn is None or "MALLOC_ARENA_MAX" in os.environ:
+        return False
+    if "glibc.malloc.arena_max" in os.environ.get("GLIBC_TUNABLES", ""):
         return False
     return bool(fn(_M_ARENA_MAX, n))
 

@@ -5,8 +5,8 @@ Each run draws:
 
 * what runs: ``rltrain bench configs/bench_toy.yaml`` in one of sync, soft_sync, async or
   average (3 workers, ``server.record`` but for average), or ``rltrain train`` with a3c,
-  appo or dqn on CartPole (2 actors); 1 or 2 server shards; the process runtime (3 runs
-  in 4) or Ray;
+  appo or dqn on CartPole (2 actors, or a3c's 2 workers, which act and learn); 1 or 2
+  server shards; the process runtime (3 runs in 4) or Ray;
 * 1 to 3 faults at random times: kill (SIGKILL) or pause (SIGSTOP, then SIGCONT) an actor,
   worker, learner or shard; slow a bench worker. On the process runtime appo's learner is a
   process that holds the shards (a shard fault hits it); other learner or shard faults there
@@ -90,10 +90,11 @@ def draw(rng: random.Random) -> Plan:
     budget = BENCH_SECONDS if kind == "bench" else TRAIN_SECONDS
     targets = {
         "bench": ["worker", "shard"],
-        "a3c": ["actor", "shard"],
+        "a3c": ["worker", "shard"],  # (its workers act and learn)
         "appo_server": ["policy", "actor", "learner", "shard"],
     }.get(kind if kind == "bench" else what, ["actor", "learner", "shard"])
-    counts = {"worker": 3, "actor": 2, "learner": 1, "shard": shards, "policy": 1}
+    workers = 3 if kind == "bench" else 2  # (a3c's: cartpole_a3c.yaml's two)
+    counts = {"worker": workers, "actor": 2, "learner": 1, "shard": shards, "policy": 1}
     events = []
     for _ in range(rng.randint(1, 3)):
         target = rng.choice(targets)
@@ -105,7 +106,8 @@ def draw(rng: random.Random) -> Plan:
             and rng.random() < 0.75
         ):
             target = targets[0]  # mostly what is a process there (the rest: said and skipped)
-        action = rng.choice(["kill", "pause"] + (["slow"] if target == "worker" else []))
+        slow = ["slow"] if kind == "bench" and target == "worker" else []  # (a bench worker's)
+        action = rng.choice(["kill", "pause", *slow])
         e: dict[str, Any] = {
             "action": action,
             "target": target,

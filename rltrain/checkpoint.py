@@ -21,12 +21,17 @@ from rltrain.faults import RunFailed
 from rltrain.rundir import folder_gone
 
 CKPT_DIR = "checkpoints"
-PLAIN = ("config", "eval")
+PLAIN = ("config", "eval", "stop")
 """A state's entries of plain values (no tensors), written as JSON reads them back."""
 
 
 class CheckpointError(RLTrainError, ValueError):
-    """A missing, truncated or foreign checkpoint; the message is one line."""
+    """A missing, truncated or foreign checkpoint; the message is one line: its ``cause``,
+    then what to do (``advice``), where there is something."""
+
+    def __init__(self, cause: str, advice: str = "") -> None:
+        super().__init__(f"{cause}; {advice}" if advice else cause)
+        self.cause, self.advice = cause, advice
 
 
 def save_checkpoint(run_dir: Path, version: int, state: dict[str, Any], keep: int) -> Path:
@@ -109,7 +114,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
                 f"{CKPT_DIR}/ckpt-*.pt"
             ) from None
         raise CheckpointError(
-            f"checkpoint {path} is corrupt or truncated ({damage(path, e)}); {advice}"
+            f"checkpoint {path} is corrupt or truncated ({damage(path, e)})", advice
         ) from None
     if not _is_rltrain_state(state):
         raise CheckpointError(
@@ -119,7 +124,8 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     if bad:  # (torch.load reads no checksum: flipped parameter bytes loaded as parameters)
         raise CheckpointError(
             f"checkpoint {path} is corrupt ({bad}'s bytes do not match their CRC-32: damaged "
-            f"on disk); {advice}"
+            "on disk)",
+            advice,
         )
     return state
 

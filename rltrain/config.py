@@ -21,7 +21,7 @@ from typing import Any, TypeVar, cast
 
 import yaml
 
-from rltrain.config_keys import closest, homes_hint, moved_keys, unknown_key
+from rltrain.config_keys import closest, homes_hint, moved_keys, type_at, unknown_key
 from rltrain.errors import ConfigError, UnknownKey, shown
 from rltrain.yaml_files import UniqueKeyLoader, read_layered
 from rltrain.yaml_files import read_yaml as read_yaml  # re-exported: one reader of YAML
@@ -277,18 +277,10 @@ def parse_overrides(items: Sequence[str], cls: type | None = None) -> dict[str, 
     return nested(flat, "--set ", cls)
 
 
-def _type_at(cls: type | None, path: Sequence[str]) -> Any:
-    """The type of the key at ``path`` in config ``cls`` (None where no such key)."""
-    tp: Any = cls
-    for part in path:  # (a key below a plain value: None)
-        tp = typing.get_type_hints(tp).get(part) if dataclasses.is_dataclass(tp) else None
-    return tp
-
-
 def named_section(cls: type | None, path: Sequence[str]) -> bool:
     """Whether the key at ``path`` in config ``cls`` is a section with a ``name``, which may
     be written as its name alone (``model: cnn`` for ``model: {name: cnn}``)."""
-    tp = _type_at(cls, path)
+    tp = type_at(cls, path)
     return dataclasses.is_dataclass(tp) and "name" in {f.name for f in dataclasses.fields(tp)}
 
 
@@ -320,7 +312,7 @@ def nested(flat: Mapping[str, Any], what: str = "", cls: type | None = None) -> 
             and named_section(cls, parts)
         ):
             node[last]["name"] = value
-        elif isinstance(value, Mapping) and typing.get_origin(_type_at(cls, parts)) is dict:
+        elif isinstance(value, Mapping) and typing.get_origin(type_at(cls, parts)) is dict:
             node[last] = Whole(plain_copy(value))  # (a later dotted key of it fills it in)
         elif isinstance(node.get(last), dict) and isinstance(value, Mapping):
             # a.b=1 then a={c: 2}: both hold (the later wins a key set twice), as in a file

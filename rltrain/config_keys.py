@@ -27,6 +27,20 @@ def key_paths(cls: type, prefix: str = "") -> list[str]:
     return paths
 
 
+def type_at(cls: type | None, path: typing.Sequence[str]) -> Any:
+    """The type of the key at ``path`` in config ``cls`` (None where no such key)."""
+    tp: Any = cls
+    for part in path:  # (a key below a plain value: None)
+        tp = typing.get_type_hints(tp).get(part) if dataclasses.is_dataclass(tp) else None
+    return tp
+
+
+def mapping_keys(cls: type) -> tuple[str, ...]:
+    """The dotted paths of the keys of ``cls`` that hold a mapping the user fills, typed
+    ``dict[...]`` (``env.kwargs``), not a section."""
+    return tuple(k for k in key_paths(cls) if typing.get_origin(type_at(cls, k.split("."))) is dict)
+
+
 def check_command_keys(cfg: Any, command: str, prefix: str = "") -> None:
     """A ValueError naming the first key of ``cfg`` (a config) set away from its default that
     only the other command reads (field metadata ``only``: ``server.record`` is the bench's,

@@ -27,7 +27,7 @@ from rltrain.errors import RLTrainError
 from rltrain.names import Role
 
 ACTIONS = ("kill", "pause", "slow", "add", "remove")
-TARGETS: tuple[Role, ...] = typing.get_args(Role)
+TARGETS: tuple[Role, ...] = ("actor", "learner", "worker", "shard", "policy")
 ON_WORKER_LOSS = ("wait", "continue")
 
 
@@ -42,9 +42,9 @@ class FaultEvent:
     leaves for good (elastic: barriers count one fewer); add: a new worker joins, training on
     worker `index`'s data shard (barriers count one more). add/remove: bench workers."""
     target: str = field(default="actor", metadata=spec(choices=TARGETS))
-    """actor (train: an RL actor or a3c/a2c/ppo worker), learner (train: impala/appo/dqn),
-    worker (bench: a supervised worker), shard (a parameter-server shard) or policy (train:
-    the policy worker of runtime.inference=server)."""
+    """actor (train: an impala/appo/dqn actor), learner (train: impala/appo/dqn), worker
+    (train: an a3c/a2c/ppo worker, which acts and learns; bench: a supervised worker), shard
+    (a parameter-server shard) or policy (train: the policy worker of runtime.inference=server)."""
     index: int = field(default=0, metadata=spec(ge=0))
     """Which one: 0 .. count-1."""
     at: float = field(default=0.0, metadata=spec(ge=0))
@@ -206,9 +206,9 @@ class EnvFailed(RunFailed):
 class FaultCounters:
     """What went wrong and what it cost; logged as ``faults/*`` and kept in checkpoints."""
 
-    actor_restarts: int = 0  # RL actors and a3c/a2c workers
+    actor_restarts: int = 0  # RL actors (impala, appo, dqn)
     learner_restarts: int = 0
-    worker_restarts: int = 0  # supervised workers
+    worker_restarts: int = 0  # a3c/a2c/ppo workers, supervised workers
     policy_restarts: int = 0  # the policy worker (runtime.inference: server)
     shard_restores: int = 0
     lost_updates: int = 0  # server versions rolled back by shard restores

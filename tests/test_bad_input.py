@@ -375,7 +375,7 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
                 "--set",
                 "runtime.backend=local",
                 "--set",
-                "faults.events=[{{action: kill, target: actor, at: 1}}]",
+                "faults.events=[{{action: kill, target: worker, at: 1}}]",
             ],
             ["runtime.backend=local", "faults.events", "use backend process or ray"],
             id="t-local-faults",

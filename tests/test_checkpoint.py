@@ -67,10 +67,11 @@ def test_flipped_parameter_bytes_fail_the_archives_crc(tmp_path: Path) -> None:
     best.write_bytes(bytes(data[: len(data) // 2]))
     with pytest.raises(CheckpointError, match="play --checkpoint latest"):
         load_checkpoint(best)
-    from rltrain.rl.run.scores import damaged_best  # what a resume says: the cause, whole
+    from rltrain.rl.run.scores import best_record  # what a resume says: the cause, whole
 
-    said = damaged_best(tmp_path)
-    assert said.startswith(f"checkpoint {best} is corrupt or truncated (") and said.endswith(")")
+    record, said = best_record(tmp_path)
+    assert record is None and said.endswith(")")
+    assert said.startswith(f"checkpoint {best} is corrupt or truncated (")
 
 
 def test_an_archive_written_without_crcs_is_not_judged_by_them(tmp_path: Path) -> None:

@@ -236,7 +236,8 @@ def test_an_env_error_stops_the_run_as_a_fault_in_one_line(
     assert "summary.json, failure.log (its traceback), checkpoints/" in out.splitlines()[-1]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["stopped_by"] == "fault" and summary["failure"] == line
-    assert summary["faults"]["actor_restarts"] == 0  # not a lost process: nothing restarted
+    faults = summary["faults"]  # not a lost process: nothing restarted
+    assert faults["actor_restarts"] == faults["worker_restarts"] == 0
     assert list((run / "checkpoints").glob("ckpt-*.pt"))  # a final checkpoint: the server is whole
     assert (run / "failure.log").read_text().startswith(line)
 

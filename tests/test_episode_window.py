@@ -144,6 +144,39 @@ def test_a_resume_judges_the_mean_the_stop_met_not_the_episodes_after_it(
     assert load_resume(tmp_path, cfg, spec) is not None
 
 
+def test_a_run_killed_in_its_final_evaluation_resumes_to_finish_on_the_stops_mean(
+    tmp_path: Path,
+) -> None:
+    """No summary.json (the run was killed in its final evaluation): the final checkpoint's
+    own record of the stop judges, not its window, which the work in flight moved below the
+    stop (review 83: such a run trained a whole session again)."""
+    from rltrain.checkpoint import save_checkpoint
+    from rltrain.ps.server import make_shards
+    from rltrain.rl.config import server_settings
+    from rltrain.rl.env_spec import initial_params, probe_env
+    from rltrain.rl.run.resume import finishing, load_resume, stop_record
+
+    cfg = config("actors=1", "env.num_envs=16")
+    spec = probe_env(cfg)
+    _, shards = make_shards(initial_params(cfg, spec), cfg.optimizer, server_settings(cfg), 1)
+    counters = Counters(episodes=36, recent_returns=[19.0] * 20 + [10.0] * 16)
+    state = {"shards": [s.state_dict() for s in shards], "counters": counters.state()}
+    state |= {"config": to_dict(cfg), "stop": stop_record("mean_return", 19.0, 20)}
+    save_checkpoint(tmp_path, 0, state, keep=3)
+    resumed = load_resume(tmp_path, cfg, spec)
+    assert resumed is not None and resumed.unfinished == "mean_return"  # only its evaluation
+    assert stop_record("", 19.0, 20) is None  # (a checkpoint before the stop keeps none)
+    # the session that finishes it says the mean the stop met, over the window it judged
+    assert finishing(cfg, state, "mean_return") == (cfg, 19.0)
+    # not another stop's mean (review 84: max_env_steps came first, and the work in flight
+    # then lifted the checkpoint's window past the score stop), nor another window's
+    late = state | {"stop": stop_record("max_env_steps", 17.0, 20)}
+    assert finishing(cfg, late, "mean_return") == (cfg, None)
+    auto = config("actors=auto", "env.num_envs=16")  # sized as the checkpoint's session was
+    sized, mean = finishing(auto, state | {"config": {"actors": 3}}, "mean_return")
+    assert (sized.actors, sized.episode_window, mean) == (3, 48, None)  # (16 x 3 envs)
+
+
 def test_a_diverged_run_is_refused_in_one_line(tmp_path: Path) -> None:
     """A run the server stopped as diverged (every update refused as non-finite) says so on
     --resume, where it raised AttributeError (stop has no key 'diverged')."""

@@ -163,8 +163,18 @@ def test_fault_events_are_checked_against_the_run() -> None:
     with pytest.raises(ConfigError, match="no learner in this run"):
         from_dict(TrainConfig, {"stop": stop, "algo": {"name": "a3c"}, "faults": {"events": [ev]}})
     ev = {"action": "kill", "target": "actor", "index": 5}
+    appo = {"stop": stop, "actors": 2, "algo": {"name": "appo"}}
     with pytest.raises(ConfigError, match=r"actor index 5 out of range 0..1"):
-        from_dict(TrainConfig, {"stop": stop, "actors": 2, "faults": {"events": [ev]}})
+        from_dict(TrainConfig, appo | {"faults": {"events": [ev]}})
+    # a3c's workers act and learn: the target worker, as their lines and restarts name them
+    a3c = {"stop": stop, "actors": 2, "algo": {"name": "a3c"}}
+    with pytest.raises(ConfigError, match=r"no actor in this run \(targets: worker, shard\)"):
+        from_dict(TrainConfig, a3c | {"faults": {"events": [ev]}})
+    with pytest.raises(ConfigError, match=r"worker index 5 out of range 0..1"):
+        from_dict(TrainConfig, a3c | {"faults": {"events": [ev | {"target": "worker"}]}})
+    slow = {"action": "slow", "target": "worker", "index": 0}
+    with pytest.raises(ConfigError, match="action slow applies to rltrain bench's workers"):
+        from_dict(TrainConfig, a3c | {"faults": {"events": [slow]}})
     cfg = from_dict(
         TrainConfig,
         {"stop": stop, "algo": {"name": "impala"}, "faults": {"events": [ev | {"index": 1}]}},

@@ -77,7 +77,7 @@ def assert_nothing_left(tmp: Path, session: int) -> None:
 
 def test_a_run_leaves_no_process_and_no_pymp_directory(tmp_path: Path) -> None:
     """A normal end (max_seconds, exit code 0), by the same teardown as one without a fault,
-    after an actor's process was killed and a new one started in its place."""
+    after a worker's process was killed and a new one started in its place."""
     proc, session = train(
         tmp_path,
         "--set",
@@ -85,11 +85,11 @@ def test_a_run_leaves_no_process_and_no_pymp_directory(tmp_path: Path) -> None:
         "--set",  # (the kill's clock starts once every process is up: seconds on a loaded
         "stop.max_seconds=8",  # 2-core box)
         "--set",
-        "faults.events=[{action: kill, target: actor, index: 0, at: 1}]",
+        "faults.events=[{action: kill, target: worker, index: 0, at: 1}]",
     )
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
-    assert "actor 0 lost" in err
+    assert "worker 0 lost" in err  # (a3c's: it acts and learns)
     assert_nothing_left(tmp_path, session)
 
 

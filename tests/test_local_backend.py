@@ -28,7 +28,7 @@ def test_cartpole_ppo_learns_to_475_in_process(tmp_path: Path, no_ray: None) -> 
     s = summary(run_dir)
     assert s["stopped_by"] == "mean_return" and s["mean_return"] >= 475
     assert s["mean_staleness"] == 0  # the barrier: every update fresh, as on Ray
-    assert s["runtime"] == {"backend": "local", "placement": {"shard": [], "actor": [None, None]}}
+    assert s["runtime"] == {"backend": "local", "placement": {"shard": [], "worker": [None, None]}}
     assert main(["eval", str(run_dir), "--episodes", "2"]) == 0
 
 
@@ -68,8 +68,9 @@ def test_every_algorithm_runs_in_process(
     assert s["stopped_by"] == "max_env_steps" and s["env_steps"] >= 3000
     assert s["updates_applied"] > 0 and s["episodes"] > 0
     assert list((run_dir / "checkpoints").glob("ckpt-*.pt"))
-    assert order.index("actor") < order.index("server")
-    assert order.count("actor") == 1  # spawned early, not again after the server
+    acting = "actor" if algo in ("impala", "appo", "dqn") else "worker"  # (a3c's act and learn)
+    assert order.index(acting) < order.index("server")
+    assert order.count(acting) == 1  # spawned early, not again after the server
     if algo == "appo":  # a local run resumes from its checkpoint as a Ray run does
         more = s["env_steps"] + 1000  # (the rollouts queued at the stop counted too)
         assert main(["train", "--resume", str(run_dir), "--set", f"stop.max_env_steps={more}"]) == 0

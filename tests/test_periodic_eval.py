@@ -29,7 +29,7 @@ from rltrain.rl.run.periodic import (
     Flight,
     PeriodicEval,
 )
-from rltrain.rl.run.scores import best_score, same_protocol, scored_protocol
+from rltrain.rl.run.scores import best_record, best_score, same_protocol, scored_protocol
 from rltrain.runtime import local
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,7 +85,7 @@ def test_best_checkpoint_holds_the_best_scoring_parameters(run: Path) -> None:
     state = load_checkpoint(run / "checkpoints" / "best.pt")
     assert state["eval"]["version"] == best["version"]
     assert state["eval"]["mean_return"] == best["mean_return"]
-    assert best_score(run) == best["mean_return"]
+    assert best_score(best_record(run)[0]) == best["mean_return"]
     _, version, values, _ = checkpoint_params(run, "best")
     assert version == best["version"] and values.numel() > 0
     assert main(["eval", str(run), "--checkpoint", "best", "--episodes", "2"]) == 0
@@ -115,6 +115,8 @@ def test_eval_checkpoint_choice_errors_are_one_line(tmp_path: Path, run: Path) -
     (tmp_path / "checkpoints").mkdir()
     with pytest.raises(CheckpointError, match="a folder, not a file; use latest, best or"):
         checkpoint_params(run, str(tmp_path / "checkpoints"))
+    with pytest.raises(CheckpointError, match=r"a folder, not a file \(here, in"):  # explore97
+        checkpoint_params(run, "checkpoints")  # the run's own, named from elsewhere
     with pytest.raises(CheckpointError, match="written by runs with eval.every_steps > 0"):
         checkpoint_params(tmp_path, "best")
     assert main(["eval", str(run), "--checkpoint", str(tmp_path / "missing.pt")]) != 0
@@ -352,16 +354,18 @@ def test_a_ctrl_c_in_the_final_wait_leaves_the_evaluation_out_and_says_why(
 def test_resume_keeps_the_best_score(run: Path, tmp_path: Path) -> None:
     cfg = load_config(TrainConfig, run / "config.yaml")
     pe = PeriodicEval(cfg, run, local, 8000, Log(), print)  # type: ignore[arg-type]
-    assert pe.best == best_score(run) and pe.next_at == 10000
+    assert pe.best == best_score(best_record(run)[0]) and pe.next_at == 10000
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "best.pt").write_bytes(b"torn")
-    assert best_score(tmp_path) is None  # unreadable: the next evaluation replaces it
+    record, why = best_record(tmp_path)  # unreadable: the next evaluation replaces it
+    assert record is None and why.endswith("(4 bytes that are not a complete torch.save archive)")
     # scored with other settings (--set eval.episodes on --resume): not comparable, replaced
-    assert best_score(run, pe.settings) == pe.best
-    assert best_score(run, {**pe.settings, "episodes": 7}) is None
+    assert best_score(best_record(run)[0], pe.settings) == pe.best
+    assert best_score(best_record(run)[0], {**pe.settings, "episodes": 7}) is None
     # or under another env protocol (a resume's --set env.sticky_actions=0, ...)
     other = load_config(TrainConfig, run / "config.yaml", ["env.kwargs={sutton_barto_reward: 1}"])
-    assert best_score(run, {**pe.settings, "protocol": scored_protocol(other)}) is None
+    protocol = scored_protocol(other)
+    assert best_score(best_record(run)[0], {**pe.settings, "protocol": protocol}) is None
     record = evals(run)[-1]
     assert record["protocol"] == pe.settings["protocol"] == scored_protocol(cfg)
     # a Gymnasium env's: not the Atari protocol's keys, which it never reads
@@ -375,7 +379,7 @@ def test_resume_keeps_the_best_score(run: Path, tmp_path: Path) -> None:
     del state["eval"]["protocol"]
     (tmp_path / "checkpoints" / "best.pt").unlink()
     torch.save(state, tmp_path / "checkpoints" / "best.pt")
-    assert best_score(tmp_path, pe.settings) == pe.best
+    assert best_score(best_record(tmp_path)[0], pe.settings) == pe.best
     assert not PeriodicEval(cfg, tmp_path, local, 0, Log(), print).due(0)  # type: ignore[arg-type]
     # a resume under other settings says best.pt goes (a worse checkpoint may replace it)
     said: list[str] = []
@@ -404,19 +408,19 @@ def test_a_greedy_policys_best_survives_a_change_of_eval_deterministic(
     flipped = load_config(TrainConfig, run / "config.yaml", [*as_dqn, "eval.deterministic=true"])
     for c in (sampled, flipped):
         pe = PeriodicEval(c, dqn, local, 8000, Log(), print)  # type: ignore[arg-type]
-        assert pe.best == best_score(run) and pe.settings["deterministic"] is True
+        assert pe.best == best_score(best_record(run)[0]) and pe.settings["deterministic"] is True
     eps = load_config(TrainConfig, run / "config.yaml", as_dqn[:2])  # the default, 0.05
     pe = PeriodicEval(eps, dqn, local, 8000, Log(), print)  # type: ignore[arg-type]
     assert pe.settings["deterministic"] is False and pe.settings["epsilon"] == 0.05
     assert pe.best is None  # best.pt was scored otherwise: the next evaluation replaces it
     # a record from before the key played greedily; and a best scored at 0.05 is no greedy
     # run's best either (review 76: it was kept)
-    assert best_score(dqn, {"epsilon": 0.0}) == best_score(run)
+    assert best_score(best_record(dqn)[0], {"epsilon": 0.0}) == best_score(best_record(run)[0])
     state = load_checkpoint(dqn / "checkpoints" / "best.pt")
     write_state(
         dqn / "checkpoints" / "best.pt", {**state, "eval": {**state["eval"], "epsilon": 0.05}}
     )
-    assert best_score(dqn, {"epsilon": 0.05}) == best_score(run)
+    assert best_score(best_record(dqn)[0], {"epsilon": 0.05}) == best_score(best_record(run)[0])
     for c in (sampled, flipped):
         greedy = PeriodicEval(c, dqn, local, 8000, Log(), print)  # type: ignore[arg-type]
         assert greedy.settings["epsilon"] == 0.0 and greedy.best is None

@@ -18,7 +18,7 @@ A3C = str(ROOT / "configs" / "cartpole_a3c.yaml")
 APPO = str(ROOT / "configs" / "cartpole_appo.yaml")
 PENDULUM = str(ROOT / "configs" / "pendulum_appo.yaml")
 # sized at start-up (actors: auto gives at most the CPUs): refused after the run folder is made
-FAR_ACTOR = ["--set", "actors=auto", "--set", "faults.events=[{target: actor, index: 99, at: 9}]"]
+FAR_WORKER = ["--set", "actors=auto", "--set", "faults.events=[{target: worker, index: 99, at: 9}]"]
 
 
 def write_run(run: Path, config: str = A3C, overrides: tuple[str, ...] = ()) -> Any:
@@ -95,8 +95,8 @@ def test_a_new_run_refused_at_start_up_leaves_no_folder(
     """Found once the runtime says how many CPUs there are: after the banner and the folder.
     The folder and the parents the command made go; the same --run-dir is free again."""
     run = tmp_path / "new" / "deeper" / "run"
-    argv = ["train", A3C, "--run-dir", str(run), *FAR_ACTOR]
-    assert "faults.events[0]: actor index 99 out of range" in error_of(capsys, argv)
+    argv = ["train", A3C, "--run-dir", str(run), *FAR_WORKER]
+    assert "faults.events[0]: worker index 99 out of range" in error_of(capsys, argv)
     assert not (tmp_path / "new").exists()
     assert "error" in error_of(capsys, argv)  # not "already exists and is not empty"
     assert not (tmp_path / "new").exists()
@@ -107,7 +107,7 @@ def test_an_empty_folder_given_is_kept_and_left_empty(
 ) -> None:
     run = tmp_path / "given"
     run.mkdir()
-    error_of(capsys, ["train", A3C, "--run-dir", str(run), *FAR_ACTOR])
+    error_of(capsys, ["train", A3C, "--run-dir", str(run), *FAR_WORKER])
     assert run.is_dir() and not list(run.iterdir())
 
 
@@ -116,7 +116,7 @@ def test_the_default_folder_goes_and_runs_stays(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs" / "older").mkdir(parents=True)
-    error_of(capsys, ["train", A3C, *FAR_ACTOR])
+    error_of(capsys, ["train", A3C, *FAR_WORKER])
     assert [p.name for p in (tmp_path / "runs").iterdir()] == ["older"]
 
 
@@ -126,7 +126,7 @@ def test_a_resumed_run_refused_at_start_up_keeps_its_folder(
     run = tmp_path / "run"
     write_run(run)
     before = {p.relative_to(run) for p in run.rglob("*")}
-    error_of(capsys, ["train", "--resume", str(run), *FAR_ACTOR])
+    error_of(capsys, ["train", "--resume", str(run), *FAR_WORKER])
     assert before <= {p.relative_to(run) for p in run.rglob("*")}  # (and its session's tb/)
 
 

@@ -181,6 +181,16 @@ def test_the_live_line_says_the_updates_dropped_as_stale() -> None:
     assert "dropped" not in status_line(Counters(updates=5, applied=5), 20, 1, 10.0, 0.0, "")
 
 
+def test_a_resumed_runs_live_line_counts_the_runs_seconds() -> None:
+    """explore97 #8: a resume's line said 2s beside 35% of the run's max_seconds, and the stop
+    line then said the run's 23s after a last line of 9s: one clock, the run's."""
+    from rltrain.rl.run.counters import Counters
+    from rltrain.rl.run.tblog import status_line
+
+    line = status_line(Counters(env_steps=3000), 20, 1, 2.0, 98.0, "")
+    assert line.startswith("  100s  steps 3,000  30 frames/s")
+
+
 def test_no_rate_is_written_once_the_stop_has_come(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

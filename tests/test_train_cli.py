@@ -169,7 +169,9 @@ def test_resume_continues_counters_and_eval_plays_checkpoint(
     assert second["updates"] > first["updates"]
     assert second["episodes"] >= first["episodes"]
     newest = sorted((run_dir / "checkpoints").glob("ckpt-*.pt"))[-1]
-    assert torch.load(newest, weights_only=True)["shards"][0]["version"] > version
+    newest_state = torch.load(newest, weights_only=True)
+    assert newest_state["shards"][0]["version"] > version
+    assert newest_state["stop"]["stopped_by"] == "max_env_steps"  # (the final one keeps its stop)
     # the evaluations of both sessions, in one file; best.pt is the best of them
     records = [json.loads(x) for x in (run_dir / "evals.jsonl").read_text().splitlines()]
     assert first["eval"]["evaluations"] >= 1 and second["eval"]["evaluations"] >= 1

@@ -137,12 +137,14 @@ def pick_checkpoint(run_dir: Path, which: str, style: Style = "cli") -> Path:
             )
         return path
     path = Path(which).expanduser()
-    for inside in (run_dir / path, run_dir / CKPT_DIR / path):  # as the run's own folder
-        if not path.is_absolute() and not path.is_file() and inside.is_file():  # names them
+    insides = () if path.is_absolute() else (run_dir / path, run_dir / CKPT_DIR / path)
+    for inside in insides:  # as the run's own folder names them
+        if not path.is_file() and inside.is_file():
             return inside
     if not path.is_file():
         choices = "latest, best" if style == "cli" else '"latest", "best"'
-        what = "a folder, not a file" if path.is_dir() else "no such file"
+        folder = any(p.is_dir() for p in (path, *insides))  # (--checkpoint checkpoints: explore97)
+        what = "a folder, not a file" if folder else "no such file"
         what += "" if path.is_absolute() else f" (here, in {run_dir} or its {CKPT_DIR}/)"
         raise CheckpointError(
             f"{named('checkpoint', which, style)}: {what}; use {choices} or a "

@@ -246,9 +246,18 @@ def check_algo(cfg: TrainConfig) -> None:
             f"model.compile=true: compiles ppo's and appo's minibatch step; algo.name={name} "
             "has none, use model.compile=false"
         )
+    for i, e in enumerate(cfg.faults.events):  # (a3c's workers are the target worker too)
+        if e.action not in ("kill", "pause"):
+            raise ValueError(
+                f"faults.events[{i}]: action {e.action} applies to rltrain bench's workers; "
+                "rltrain train injects kill and pause"
+            )
     cfg.faults.check_targets(
         {
-            "actor": cfg.actors or None,  # auto: checked once sized
+            # a3c/a2c/ppo: workers that act and learn; impala/appo/dqn: actors (auto: checked
+            # once sized)
+            "actor": (cfg.actors or None) if spec.split else 0,
+            "worker": 0 if spec.split else (cfg.actors or None),
             "learner": cfg.learners if spec.split else 0,  # separate learner processes
             "shard": cfg.server.shards,
             # the policy worker: with runtime.inference=server (auto: known once placed)

@@ -3,7 +3,7 @@ that the runtime restarts it as after a crash.
 
 A process can stop without dying: SIGSTOP (a debugger, a stray ``kill -STOP``), a deadlock,
 a syscall stuck on a dead network file system. Nothing fails then: an a3c run waits at its stop
-for the stopped actor's call, a barrier waits for its gradient, and an appo run's trainer waits
+for the stopped worker's call, a barrier waits for its gradient, and an appo run's trainer waits
 for the learner process that holds the shards. The watch turns such a hang into the fault the
 runtimes already recover from (DistBelief's and Gorila's answer to a lost machine: restart it
 and carry on): a process whose call has run ``faults.hang_timeout_s``, and 10 times as long as

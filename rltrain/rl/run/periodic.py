@@ -38,7 +38,7 @@ from rltrain.rl.config import TrainConfig
 from rltrain.rl.eval_args import DEFAULT_MAX_STEPS
 from rltrain.rl.evaluate import load_policy, play_episodes, state_params
 from rltrain.rl.run.counters import Counters, reaches
-from rltrain.rl.run.scores import best_score, damaged_best, eval_settings, last_scored
+from rltrain.rl.run.scores import best_record, best_score, eval_settings, last_scored
 from rltrain.rl.run.tblog import TrainLogger
 from rltrain.rundir import EVALS_FILE
 from rltrain.runtime.context import end_then_kill
@@ -148,15 +148,15 @@ class PeriodicEval:
         self.flight: Flight | None = None
         self.settings, same = eval_settings(cfg)
         # a resumed run keeps its best, if it was scored the same way
-        self.best = best_score(run_dir, same) if self.every else None
-        before = best_score(run_dir) if self.every and self.best is None else None
+        record, damaged = best_record(run_dir) if self.every else (None, "")
+        self.best = best_score(record, same)
+        before = best_score(record) if self.best is None else None
         if before is not None:  # (said: a worse checkpoint may become best.pt next)
             say(
                 f"checkpoints/best.pt ({before:.1f}) was scored under other evaluation settings "
                 "(eval.episodes, deterministic, seed or the env's protocol): the next "
                 "evaluation replaces it"
             )
-        damaged = damaged_best(run_dir) if self.every and self.best is None else ""
         if damaged:  # (explore97: replaced unsaid by a worse score)
             say(f"{damaged}: the next evaluation replaces it")
         self.failures = 0  # in a row
@@ -182,7 +182,7 @@ class PeriodicEval:
         first one (a Ray process takes seconds to start)."""
         if self.every and self.remote is None:
             try:  # (the local backend builds it here; Ray, in its process)
-                self.remote = self.rt.Remote(Evaluator, self.cfg, role="worker", num_cpus=0.0)
+                self.remote = self.rt.Remote(Evaluator, self.cfg, role="evaluator", num_cpus=0.0)
             except Exception as e:  # noqa: BLE001 - counted as a failed evaluation
                 self._failed("the evaluator could not start", e)
 

@@ -179,9 +179,9 @@ def spawn_role(
     args_of: Callable[[int], tuple[Any, ...]],
     **options: Any,
 ) -> list[Any]:
-    """Restartable processes of one role (actor, learner or the one policy worker;
-    a3c/a2c/ppo workers count as actors), process i built with ``args_of(i)``; learners take
-    a GPU when ``gpu``. ``options``: the runtime's ``Remote``'s own."""
+    """Restartable processes of one role (actor, a3c/a2c/ppo worker, learner or the one
+    policy worker; ``cfg.actors`` workers), process i built with ``args_of(i)``; learners
+    take a GPU when ``gpu``. ``options``: the runtime's ``Remote``'s own."""
     learner = role == "learner"
     cpus = cfg.runtime.worker_cpus * (learner_cpus(gpu) if learner else 1)
     gpus = cfg.learner_gpus if learner and gpu else 0.0

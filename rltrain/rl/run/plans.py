@@ -51,7 +51,7 @@ class WorkerPlan(RLPlan):
 
     @classmethod
     def spawn_early(cls, host: Host, runtime: Runtime) -> Early:
-        return Early(host.spawn("actor", Worker, lambda i: (host.cfg, i)))
+        return Early(host.spawn("worker", Worker, lambda i: (host.cfg, i)))
 
     def start(self) -> None:
         cfg = self.cfg

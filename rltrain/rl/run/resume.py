@@ -3,6 +3,7 @@ under, and what that config changes."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from dataclasses import dataclass, field
@@ -20,12 +21,13 @@ from rltrain.checkpoint import (
     save_checkpoint,
 )
 from rltrain.config import moved_keys, to_dict
-from rltrain.config_keys import dotted
+from rltrain.config_keys import dotted, mapping_keys
 from rltrain.errors import shown
 from rltrain.faults import FaultCounters, RestorePoint, RunFailed
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.env_spec import EnvSpec, check_fits, initial_params
 from rltrain.rl.run.counters import Counters, reaches
+from rltrain.rl.run.summary import SessionRecord
 from rltrain.runtime.context import RunContext
 
 
@@ -63,9 +65,12 @@ TOLD_ON_RESUME = (
 """Sections whose changes a resume names (actors, runtime and eval are sized or read anew)."""
 
 
-FREE, NEW = "env.kwargs.", "(unset)"
-"""The keys of a mapping the user fills (a key there the run lacked is the user's, and told),
-and what a key the run lacked was."""
+FREE = tuple(f"{k}." for k in mapping_keys(TrainConfig))
+"""Where the keys of a mapping the user fills begin (``env.kwargs.``: a key there the run
+lacked is the user's, and told)."""
+
+NEW = "(unset)"
+"""What a key the run lacked was."""
 
 SIZED_KEYS = ("env.groups",)
 """Keys whose auto (0) the trainer resolves for the machine (:func:`rltrain.rl.run.sizing.sized`):
@@ -165,14 +170,15 @@ def check_unmet(
         counters = Counters(**state["counters"])
     except TypeError:
         raise CheckpointError(f"{path}: its counters are not those this rltrain writes") from None
-    saved = state.get("config")
-    last = saved.get("actors") if isinstance(saved, dict) else None  # as that session sized it
-    actors = cfg.actors or (last if isinstance(last, int) else 0)
-    window = cfg.episode_window_at(actors)
+    window = cfg.episode_window_at(last_actors(cfg, state))
     met = counters.stop_met(cfg.stop, counters.wall_seconds, window)
     run = path.parent.parent
     mean, window_of = counters.mean_return(window), f"{window} episodes"
-    at_stop, target = mean_at_stop(run, counters, window), cfg.stop.mean_return
+    summary = session_summary(run, counters)
+    at_stop = mean_at_stop(summary, window)
+    if at_stop is None:  # (a run killed in its final evaluation has no summary.json)
+        at_stop = kept_mean(state, "mean_return", window)
+    target = cfg.stop.mean_return
     if not met and at_stop is not None and target is not None and reaches(at_stop, target):
         met, mean, window_of = "mean_return", at_stop, f"{window} episodes at the stop"
     if met == "diverged":  # its parameters are those of the last update the server took
@@ -181,7 +187,7 @@ def check_unmet(
             f"{counters.rejected_in_a_row} updates as non-finite); start a new run with a "
             "lower optimizer.lr or algo.max_grad_norm"
         )
-    if met and not summarized(run, counters):
+    if met and summary is None:
         return counters, met
     if met:
         seen = {
@@ -197,39 +203,87 @@ def check_unmet(
     return counters, ""
 
 
-def mean_at_stop(run: Path, counters: Counters, window: int) -> float | None:
-    """The mean the score stop met over ``window`` episodes, where the run's last session (at
-    ``counters``) stopped by it: the checkpoint, written after the stop, also counts the
-    episodes the work in flight finished, whose mean may fall below the stop (explore97: a
-    plain --resume trained again). None for a stop judged over another window."""
-    try:
-        summary = json.loads((run / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None
+def mean_at_stop(summary: Any, window: int, stopped_by: str = "mean_return") -> float | None:
+    """The mean the score stop met over ``window`` episodes, where the last session's
+    ``summary`` (:func:`session_summary`, or the stop its final checkpoint keeps:
+    :func:`stop_record`) says it stopped by it: the checkpoint, written after the stop, also
+    counts the episodes the work in flight finished, whose mean may fall below the stop
+    (explore97: a plain --resume trained again). None for a stop judged over another window,
+    or another stop than ``stopped_by``."""
     if not isinstance(summary, dict):
         return None
     mean = summary.get("mean_return")
-    stopped = summary.get("stopped_by") == "mean_return" and summary.get("mean_window") == window
-    if not (stopped and summarized(run, counters)) or isinstance(mean, bool):
+    stopped = summary.get("stopped_by") == stopped_by and summary.get("mean_window") == window
+    if not stopped or isinstance(mean, bool):
         return None
     return float(mean) if isinstance(mean, int | float) else None
 
 
-def summarized(run: Path, counters: Counters) -> bool:
-    """Whether the run's summary.json is that of a session that ended at ``counters`` or later
-    (not where it is missing or unreadable, or an earlier session's)."""
+def session_summary(run: Path, counters: Counters) -> dict[str, Any] | None:
+    """The run's summary.json where it is that of a session that ended at ``counters`` or
+    later (None where it is missing, unreadable, not a mapping, or an earlier session's)."""
     try:
-        steps = json.loads((run / "summary.json").read_text())["env_steps"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-    return isinstance(steps, int) and steps >= counters.env_steps
+        summary = json.loads((run / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    steps = summary.get("env_steps") if isinstance(summary, dict) else None
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < counters.env_steps:
+        return None
+    return summary
+
+
+def stop_record(stopped_by: str, mean: float | None, window: int) -> dict[str, Any] | None:
+    """What a checkpoint written after the session's stop keeps of it, in summary.json's keys
+    (:func:`mean_at_stop` reads either): a run killed in its final evaluation, before its
+    summary.json, is judged at its resume on the mean its stop met (review 83: on the
+    checkpoint's window, which the work in flight had moved). None before a stop."""
+    if not stopped_by:
+        return None
+    return {"stopped_by": stopped_by, "mean_return": mean, "mean_window": window}
+
+
+def kept_mean(state: dict[str, Any], stopped_by: str, window: int) -> float | None:
+    """The mean return a checkpoint's :func:`stop_record` kept, where the session stopped by
+    ``stopped_by`` and judged ``window`` episodes (None otherwise: a mean the work in flight
+    moved past a score stop after another stop had come was not that stop's)."""
+    return mean_at_stop(state.get("stop"), window, stopped_by)
+
+
+def last_actors(cfg: TrainConfig, state: dict[str, Any]) -> int:
+    """``cfg.actors``, or for ``actors: auto`` (0) what the checkpoint's session sized it to:
+    the window of the training mean its stop judged (stop.window, at least as many episodes
+    as envs) counts them."""
+    saved = state.get("config")
+    last = saved.get("actors") if isinstance(saved, dict) else None
+    if cfg.actors or not isinstance(last, int) or isinstance(last, bool) or last < 1:
+        return cfg.actors
+    return last
+
+
+def finishing(
+    cfg: TrainConfig, state: dict[str, Any], met: str
+) -> tuple[TrainConfig, float | None]:
+    """For a session that only finishes a run whose checkpoint met stop ``met``: ``cfg`` sized
+    as the checkpoint's session was (the window its stop judged) and the mean that stop met,
+    where the checkpoint kept it (None: the counters' mean judges)."""
+    actors = last_actors(cfg, state)
+    if actors != cfg.actors:
+        with contextlib.suppress(ValueError):  # (sized beyond a fault event: said at sizing)
+            cfg = dataclasses.replace(cfg, actors=actors)
+    return cfg, kept_mean(state, met, cfg.episode_window_at(actors))
 
 
 def save_session(
-    ctx: RunContext, run_dir: Path, cfg: TrainConfig, counters: Counters, faults: FaultCounters
+    ctx: RunContext,
+    run_dir: Path,
+    cfg: TrainConfig,
+    counters: Counters,
+    faults: FaultCounters,
+    record: SessionRecord | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Write the session's checkpoint (what a ``--resume`` continues from): the shards' state,
-    the counters and the config; the shards' guard restores that state if one is lost."""
+    the counters, the config and, once the session (its ``record``) has stopped, its stop
+    (:func:`stop_record`); the shards' guard restores that state if one is lost."""
     guard, server = ctx.guard, ctx.server
     if guard is not None:  # never checkpoint a shard restarted but not yet restored
         guard.check()
@@ -239,6 +293,9 @@ def save_session(
         "faults": dataclasses.asdict(faults),
         "config": to_dict(cfg),
     }
+    stop = record and stop_record(record.stopped_by, record.mean_at_stop, cfg.episode_window)
+    if stop:
+        state["stop"] = stop
     if not state["shards"]:  # its process not up yet (a Ctrl-C in a --resume's start)
         raise RunFailed("the learner process that holds the shards is not up yet")
     version = int(state["shards"][0]["version"])

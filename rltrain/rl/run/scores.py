@@ -72,30 +72,25 @@ def same_protocol(saved: dict[str, Any], now: dict[str, Any]) -> bool:
     return all(saved[k] == now[k] for k in saved.keys() & now.keys())
 
 
-def damaged_best(run_dir: Path) -> str:
-    """Why the run's ``best.pt`` does not load ("" where it loads or is not there)."""
+def best_record(run_dir: Path) -> tuple[dict[str, Any] | None, str]:
+    """(the evaluation record the run's ``best.pt`` keeps, why it does not load): (None, "")
+    where there is none; (None, its cause, without the advice) where it does not load."""
     path = best_checkpoint(run_dir)
     try:
-        load_checkpoint(path) if path.is_file() else None
-    except CheckpointError as e:  # its cause, without the advice ("(N bytes; torch: ...)")
-        said = str(e)
-        return said.split("); ")[0] + ")" if "); " in said else said
-    return ""
+        record = load_checkpoint(path).get("eval") if path.is_file() else None
+    except CheckpointError as e:
+        return None, e.cause
+    return (record if isinstance(record, dict) else None), ""
 
 
-def best_score(run_dir: Path, settings: dict[str, Any] | None = None) -> float | None:
-    """The mean raw score of the run's ``best.pt`` (None: none yet, unreadable, or scored
-    otherwise than ``settings`` (eval.episodes, deterministic, seed, the env's protocol):
-    the next evaluation replaces it). A record of an rltrain that did not keep the protocol
-    is taken as played under this one."""
-    path = best_checkpoint(run_dir)
-    if not path.is_file():
-        return None
-    try:
-        record = load_checkpoint(path).get("eval")
-    except CheckpointError:
-        return None
-    if not isinstance(record, dict):
+def best_score(
+    record: dict[str, Any] | None, settings: dict[str, Any] | None = None
+) -> float | None:
+    """The mean raw score of a ``best.pt``'s ``record`` (:func:`best_record`; None: none yet,
+    unreadable, or scored otherwise than ``settings`` (eval.episodes, deterministic, seed,
+    the env's protocol): the next evaluation replaces it). A record of an rltrain that did
+    not keep the protocol is taken as played under this one."""
+    if record is None:
         return None
     settings = settings or {}
     protocol, now = record.get("protocol"), settings.get("protocol")

@@ -38,10 +38,11 @@ class SessionRecord:
     runtime: dict[str, Any] = field(default_factory=dict)  # the runtime's record: job, nodes
     replay_bytes: int | None = None  # dqn: the replay memory's size at the end
 
-    def stop(self, why: str, counters: Counters, window: int) -> None:
-        """The session stops for ``why``: keep what the stop saw (work in flight lands after)."""
+    def stop(self, why: str, counters: Counters, window: int, mean: float | None = None) -> None:
+        """The session stops for ``why``: keep what the stop saw (work in flight lands after;
+        ``mean``: the mean it met, where a checkpoint kept it: the counters then hold more)."""
         self.stopped_by = why
-        self.mean_at_stop = counters.mean_return(window)
+        self.mean_at_stop = counters.mean_return(window) if mean is None else mean
         self.episodes_at_stop = counters.episodes
         self.mean_count = len(counters.recent_returns[-window:])
 

@@ -325,8 +325,9 @@ def stop_fraction(stop: StopConfig, counters: Counters, wall_seconds: float, win
 def status_line(
     c: Counters, window: int, frames_per_step: int, secs: float, wall_base: float, top: str
 ) -> str:
-    """The live line: session seconds, steps, frames/s over the whole run, mean return,
-    updates, staleness and (``top``) the biggest phase of each role."""
+    """The live line: the run's seconds (``wall_base``, those of its earlier sessions, plus this
+    one's ``secs``: the clock its percent and its stop line count), steps, frames/s over the
+    whole run, mean return, updates, staleness and (``top``) the biggest phase of each role."""
     mean = c.mean_return(window)
     fps = c.env_steps * frames_per_step / max(1e-9, secs + wall_base) if secs else 0
     ret = f"{mean:.1f}" if mean is not None else "-"
@@ -335,7 +336,7 @@ def status_line(
     games = f", {first:,} envs in their first game" if first > 1 else ""
     games = ", 1 env in its first game" if first == 1 else games
     return (
-        f"{secs:5.0f}s  steps {c.env_steps:,}  {fps:,.0f} frames/s  return {ret} "
+        f"{wall_base + secs:5.0f}s  steps {c.env_steps:,}  {fps:,.0f} frames/s  return {ret} "
         f"({c.episodes:,} ep{games})  updates {c.updates:,}"
         + (f" ({c.rejected:,} refused)" if c.rejected else "")  # non-finite: nothing learned
         + (f" ({c.dropped:,} dropped)" if c.dropped else "")  # stale: staleness is the rest's

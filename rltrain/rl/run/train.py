@@ -42,7 +42,7 @@ from rltrain.rl.run.periodic import PeriodicEval
 from rltrain.rl.run.placement import computes_on_gpu_here, note_sizes, place, spawn_role
 from rltrain.rl.run.plan_base import Early, RLPlan
 from rltrain.rl.run.plans import obs_slots_for, plan_of
-from rltrain.rl.run.resume import load_resume, save_session, session_seed
+from rltrain.rl.run.resume import finishing, load_resume, save_session, session_seed
 from rltrain.rl.run.summary import SessionRecord, train_summary
 from rltrain.rl.run.tblog import TrainLogger, status_line, stop_fraction
 from rltrain.rl.schedules import LRSender, schedule_progress
@@ -170,7 +170,8 @@ class Trainer:
         say = "ended before its summary.json (killed in its final evaluation?): finishing it"
         self.progress.note(f"{path.name} met stop.{met}; the run {say}")
         self._start_runtime(runtime)  # (the evaluator's process)
-        self.record.stop(met, self.counters, self.cfg.episode_window)
+        self.cfg, mean = finishing(self.cfg, self.resumed.state, met)  # (its stop's window)
+        self.record.stop(met, self.counters, self.cfg.episode_window, mean)
         self.evals.final = (path, self.resumed.state)
 
     def _start(self, runtime: Runtime) -> None:
@@ -298,7 +299,7 @@ class Trainer:
         self.log.faults(self.faults, self.counters.env_steps)
         if verdict == "gone":
             self.ctx.forget(d.remote, d.error)
-            if d.remote.role == "actor":
+            if d.remote.role in ("actor", "worker"):  # (an a3c/a2c/ppo worker acts too)
                 self.counters.actor_gone(d.remote.index)
         if self.stopped_by and pushes and verdict != "gone":
             self.ctx.shard_guard().leave(d.remote.index)  # stopping: no barrier may wait for it now
@@ -392,6 +393,7 @@ class Trainer:
         return status_line(c, self.cfg.episode_window, fps, secs, self.wall_base, self.log.top)
 
     def _checkpoint(self) -> tuple[Path, dict[str, Any]]:
-        saved = save_session(self.ctx, self.run_dir, self.cfg, self.counters, self.faults)
+        c, faults = self.counters, self.faults  # (and the stop once it came: self.record)
+        saved = save_session(self.ctx, self.run_dir, self.cfg, c, faults, self.record)
         self.last_ckpt = time.time()
         return saved

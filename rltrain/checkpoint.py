@@ -21,7 +21,7 @@ from rltrain.faults import RunFailed
 from rltrain.rundir import folder_gone
 
 CKPT_DIR = "checkpoints"
-PLAIN = ("config", "eval", "stop")
+PLAIN = ("config", "eval", "stop", "changes")
 """A state's entries of plain values (no tensors), written as JSON reads them back."""
 
 

@@ -67,7 +67,7 @@ def cmd_reapply(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from rltrain.rl.config import TrainConfig, load_run_config
-    from rltrain.rl.run.summary import final_line, interrupted_advice, score_advice
+    from rltrain.rl.run.summary import final_line, interrupted_advice, lost_ray_advice, score_advice
 
     overrides = _overrides(args)
     if args.resume is not None:
@@ -90,6 +90,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(advice)
     if summary["stopped_by"] in ("fault", "diverged"):
         print(f"rltrain: run failed: {summary.get('failure', '')}", file=sys.stderr)
+        if advice := lost_ray_advice(summary, run):
+            print(advice, file=sys.stderr)
         return EXIT_FAILED
     if summary["stopped_by"] == "interrupt" or signals.interrupted():  # (the final eval's too)
         print(interrupted_advice(summary, run, args.run_dir is not None), file=sys.stderr)

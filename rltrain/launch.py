@@ -321,6 +321,7 @@ def _prepare(
         from rltrain.envs.atari import resolve_sticky
         from rltrain.envs.user import ship_registration
         from rltrain.rl.inputs import resolve_obs_norm
+        from rltrain.rl.run.resume import changes_history
         from rltrain.rl.run.train import Trainer
 
         # (also on resume: a CONFIG given with --resume says auto, as the run's first did)
@@ -344,6 +345,7 @@ def _prepare(
         changes = [*(trainer.resumed.changes if trainer.resumed else []), *told]
         if changes:  # the checkpoint's sections, then the keys outside them
             print(f"resumed with config changes: {'; '.join(changes)}")
+        trainer.record.changes = changes_history(trainer.resumed, changes)
         write_config(trainer.run_dir, cfg)
     except BaseException as e:
         unlock(lock)

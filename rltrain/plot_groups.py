@@ -4,6 +4,7 @@ give each group's mean ± standard deviation and the plot each group's mean curv
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,34 @@ def ran_as(run: Path, key: str, value: Any) -> Any:
         return value
 
 
+def changed_values(run: Path, key: str) -> list[str]:
+    """The values ``key`` took over a run's sessions, first to last, where a --resume changed
+    it (summary.json's ``resumed_changes``); [] where none did. Such a run is its own group
+    (``server.rule=async then sync``): grouped by its last value, an update rule was credited
+    with what another one learned (explore98)."""
+    try:
+        summary = json.loads((run / "summary.json").read_text())
+    except (OSError, ValueError):
+        return []
+    history = summary.get("resumed_changes") if isinstance(summary, dict) else None
+    values: list[str] = []
+    for session in history if isinstance(history, list) else []:
+        said = session.get("changes") if isinstance(session, dict) else None
+        for change in said if isinstance(said, list) else []:
+            if isinstance(change, str) and change.startswith(f"{key}: ") and " -> " in change:
+                old, new = change.removeprefix(f"{key}: ").split(" -> ", 1)
+                values = values or [old]
+                values.append(new.split(" (")[0])  # (a schedule's note on what it stretches)
+    return values
+
+
+def group_value(run: Path, cfg: dict[str, Any], key: str) -> Any:
+    """What a run is grouped under for ``key``: the values a --resume changed it through, or
+    its config.yaml's as it ran it."""
+    changed = changed_values(run, key)
+    return " then ".join(changed) if changed else ran_as(run, key, config_value(cfg, key, run))
+
+
 def groups_of(curves: Sequence[Curve], keys: Sequence[str]) -> list[Group]:
     """The curves grouped by their runs' values of ``keys``, in the order first seen; a key
     a run's config.yaml lacks is a :class:`PlotError` naming the run and the key."""
@@ -70,9 +99,7 @@ def groups_of(curves: Sequence[Curve], keys: Sequence[str]) -> list[Group]:
         if c.folder is None:
             raise PlotError(f"--group: {c.label} has no run directory to read config.yaml from")
         cfg = run_config(c.folder)
-        values = [
-            f"{key}={ran_as(c.folder, key, config_value(cfg, key, c.folder))}" for key in keys
-        ]
+        values = [f"{key}={group_value(c.folder, cfg, key)}" for key in keys]
         found.setdefault(", ".join(values), []).append(i)
     return [Group(label, tuple(members)) for label, members in found.items()]
 

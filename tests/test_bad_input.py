@@ -303,6 +303,12 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             ["server.k=5", "exceeds the 2 that push gradients (a3c: actors=2)", "to 2"],
             id="t-cross",
         ),
+        pytest.param(  # (explore98: said "0 (all but one) to 1", and all but one is none)
+            ["train", CARTPOLE, "--set", "server.rule=soft_sync", "--set", "actors=1"]
+            + ["--set", "server.k=2"],
+            ["server.k=2", "(a3c: actors=1); allowed 0 or 1 (the one pusher)"],
+            id="t-k-one-pusher",
+        ),
         pytest.param(
             ["bench", BENCH, "--set", "modes=[sync,"],
             ["--set 'modes=[sync,'", "not a valid YAML list", "modes=[a, b]"],

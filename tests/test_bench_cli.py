@@ -227,6 +227,24 @@ def test_targets_of_the_other_kind_than_the_datasets_are_said_unread(
         load_config(BenchConfig, ROOT / "configs" / "bench_toy.yaml", logistic)
 
 
+def test_a_cluster_bench_says_which_modes_run_on_this_machine() -> None:
+    """explore99: with --address, hogwild and the baseline ran on the launching machine and
+    nothing said so; backend process with an address dropped the address unsaid."""
+    from rltrain.config import ConfigError, load_config
+    from rltrain.supervised.config import BenchConfig
+    from rltrain.supervised.mode_keys import start_notes
+
+    config = ROOT / "configs" / "bench_toy.yaml"
+    at = "runtime.address=10.0.0.1:6379"
+    (note,) = start_notes(load_config(BenchConfig, config, ["modes=[hogwild, sync]", at]))
+    assert note.startswith("note: mode hogwild runs on this machine, not on the cluster at 10.0")
+    (note,) = start_notes(load_config(BenchConfig, config, ["modes=[baseline, hogwild]", at]))
+    assert note.startswith("note: modes baseline, hogwild run on this machine")
+    assert start_notes(load_config(BenchConfig, config, ["modes=[hogwild]"])) == []
+    with pytest.raises(ConfigError, match="runtime.backend=process runs on this machine"):
+        load_config(BenchConfig, config, ["modes=[sync]", at, "runtime.backend=process"])
+
+
 def test_the_start_says_what_the_budget_adds_up_to() -> None:
     """The default command trains 7 modes x 90 s, and nothing said so before it began."""
     from rltrain.config import load_config

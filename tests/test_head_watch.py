@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from test_multinode import _procs, training
@@ -142,3 +143,47 @@ def test_a_run_whose_ray_head_dies_stops_with_a_summary(tmp_path: Path) -> None:
     assert summary["stopped_by"] == "fault"
     assert summary["failure"].startswith("lost the run's Ray instance")
     assert summary["env_steps"] > 0
+
+
+def test_a_client_sessions_end_in_a_shard_health_check_is_the_clusters_loss(
+    listener: socket.socket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """explore99: a ray:// run whose head was killed crashed in the shard guard's health
+    check ("Client is shutting down", an internal error, no summary.json): the loss of the
+    cluster, as Ray's other gets and waits take it."""
+    import ray
+
+    from rltrain.runtime.ray import wire
+
+    def shutting_down(*args: object, **kwargs: object) -> None:
+        raise ConnectionError("Client is shutting down.")
+
+    monkeypatch.setattr(ray, "get", shutting_down)
+    monkeypatch.setattr(ray, "wait", shutting_down)
+    head.watch(f"ray://127.0.0.1:{port_of(listener)}")
+    try:
+        shard = SimpleNamespace(index=0)
+        with pytest.raises(ClusterLost, match="lost the Ray cluster: the connection to its head"):
+            wire.shard_health(shard, object(), 1.0)  # type: ignore[arg-type]
+        server = SimpleNamespace(shards=[shard])
+        with pytest.raises(ClusterLost):
+            wire.RayServer.answered(server, [object()])  # type: ignore[arg-type]
+    finally:
+        head.unwatch()
+
+
+def test_a_run_that_lost_its_cluster_says_where_it_can_go_on_from(tmp_path: Path) -> None:
+    """explore99: "run failed: lost the Ray cluster" said nothing more, though a periodic
+    checkpoint was there and resumed on a fresh head."""
+    from rltrain.rl.run.summary import lost_ray_advice
+
+    lost = {"stopped_by": "fault", "failure": "lost the Ray cluster: its head at 10.0.0.1:6379"}
+    assert lost_ray_advice(lost, tmp_path) == (
+        "no checkpoint was written before the loss: nothing to resume"
+    )
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "ckpt-0000003696.pt").write_bytes(b"")
+    said = lost_ray_advice(lost, tmp_path)
+    assert said.startswith("its last checkpoint is ckpt-0000003696.pt: continue with rltrain ")
+    assert f"train --resume {tmp_path} once the cluster is back" in said
+    assert lost_ray_advice({"failure": "env 'x': step() raised"}, tmp_path) == ""

@@ -664,6 +664,24 @@ def test_runs_grouped_by_a_config_key_get_each_groups_mean(
     assert "a section of" in capsys.readouterr().err
 
 
+def test_a_run_resumed_under_another_rule_is_grouped_as_both(tmp_path: Path) -> None:
+    """explore98: a3c resumed with server.rule=sync was grouped (and summarised) as sync,
+    which was credited with what async learned: its sessions' rules name its group."""
+    from rltrain.plot_groups import changed_values, group_value
+
+    said = ["server.rule: async -> sync", "stop.max_seconds: 20.0 -> 30.0"]
+    history = [{"env_steps": 784_640, "changes": said}]
+    history += [{"env_steps": 900_000, "changes": ["server.rule: sync -> soft_sync"]}]
+    (tmp_path / "summary.json").write_text(json.dumps({"resumed_changes": history}))
+    assert changed_values(tmp_path, "server.rule") == ["async", "sync", "soft_sync"]
+    assert changed_values(tmp_path, "seed") == []
+    cfg = {"server": {"rule": "soft_sync"}, "seed": 3}
+    assert group_value(tmp_path, cfg, "server.rule") == "async then sync then soft_sync"
+    assert group_value(tmp_path, cfg, "seed") == 3
+    (tmp_path / "summary.json").write_text("[]")  # not a mapping: its config.yaml's value
+    assert changed_values(tmp_path, "server.rule") == []
+
+
 def test_a_mark_is_judged_after_each_batch_not_between_its_episodes() -> None:
     """Episodes logged at one step end in one batch; the stop judges the mean after all of
     them. Between them the rolling mean crossed 9.9 at 14.1k frames where the stop's (and

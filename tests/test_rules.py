@@ -100,7 +100,7 @@ def test_a_rule_that_meets_one_pusher_is_said_to_change_nothing() -> None:
     """explore85: impala/appo/dqn with one learner took staleness=drop and soft_sync without
     a word, and ran as async (one pusher is never stale and waits for no other)."""
     from rltrain.rl.config import TrainConfig
-    from rltrain.rl.config.train import rule_notes
+    from rltrain.rl.config.notes import rule_notes
 
     root = Path(__file__).resolve().parents[1] / "configs"
 
@@ -112,8 +112,22 @@ def test_a_rule_that_meets_one_pusher_is_said_to_change_nothing() -> None:
     (note,) = notes("cartpole_gorila.yaml", "server.rule=soft_sync")
     assert note.startswith("server.rule=soft_sync with 1 learner")
     assert notes("cartpole_appo.yaml", "server.staleness=drop", "learners=2") == []
-    assert notes("cartpole_a3c.yaml", "server.staleness=drop") == []  # its workers push
+    assert notes("cartpole_a3c.yaml", "server.staleness=drop") == []  # its 2 workers push
     assert notes("cartpole_appo.yaml") == []
+    # one worker (explore98: a2c with actors=1 ran sync as async, unsaid)
+    (note,) = notes("cartpole_a3c.yaml", "algo.name=a2c", "actors=1")
+    assert note.startswith("server.rule=sync with 1 worker: one pusher") and "lag_kl" not in note
+    assert note.endswith("raise actors to compare rules")
+    assert notes("cartpole_a3c.yaml", "actors=1") == []  # async: nothing to say
+    # keys only a barrier reads, under async (explore98: taken without a word)
+    (note,) = notes(
+        "cartpole_a3c.yaml", "server.barrier_timeout_s=5", "faults.on_worker_loss=continue"
+    )
+    assert note == (
+        "server.barrier_timeout_s=5, faults.on_worker_loss=continue: read at a barrier "
+        "(server.rule sync, soft_sync) only; this run's rule is async: they change nothing"
+    )
+    assert notes("cartpole_a3c.yaml", "algo.name=a2c", "server.barrier_timeout_s=5") == []
 
 
 def test_rules_named_as_bench_modes_or_pushing_parameters_in_train_are_refused() -> None:

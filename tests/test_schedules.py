@@ -84,6 +84,19 @@ def test_the_learning_rate_logged_at_the_anneals_end_is_zero() -> None:
     assert lr.factor == 0.0 and lr.lr(cfg) == 0.0
 
 
+def test_the_anneal_ends_exactly_at_lr_end() -> None:
+    """explore98: cartpole_impala.yaml's 0.003 -> 0.0003 stepped at 0.0003228 past its end:
+    1 -> 0.1 at progress 1 was 0.09999999999999998, not the end the sender resends, and the
+    last factor sent (0.1076) was within 1% of it."""
+    assert linear(1.0, 0.1, 1.0) == 0.1 and linear(0.01, 0.001, 1.0) == 0.001
+    cfg = load_config(TrainConfig, None, ["stop.max_env_steps=100", "schedule.lr_end=0.1"])
+    sent: list[float] = []
+    lr = LRSender()
+    for progress in (0.0, 0.5, 0.99, 0.992, 1.0, 1.0):
+        lr.send(cfg, SimpleNamespace(set_lr_factor=sent.append), 0, progress)
+    assert sent[-1] == 0.1 and sent.count(0.1) == 1
+
+
 def test_the_learning_rate_logged_includes_the_warm_up_at_the_shards_version() -> None:
     """optim/lr said the full rate while the shards stepped at a fortieth of it (explore82):
     the warm-up's factor at the version logged, the shards' optimizer steps."""

@@ -108,6 +108,8 @@ def test_short_runs_write_tensorboard_checkpoint_summary(
     ):
         assert key in s
     assert s["env_steps"] >= 6000 and s["env_frames"] == s["env_steps"]
+    # the run's average, as the live line gives it (explore98: the docs said so, it was not)
+    assert s["frames_per_second"] == pytest.approx(s["env_frames"] / s["wall_seconds"], rel=1e-2)
     assert s["runtime"]["backend"] == "process"
     assert s["updates_applied"] > 0 and s["episodes"] > 0
     assert s["server_rule"] == ("async" if algo == "impala" else "sync")  # a2c/ppo: a barrier
@@ -166,11 +168,16 @@ def test_resume_continues_counters_and_eval_plays_checkpoint(
     assert said in out
     second = summary(run_dir)
     assert second["env_steps"] >= 6000 > first["env_steps"] >= 3000
+    assert first["resumed_changes"] == []  # each session's changes, where it resumed
+    steps_then = torch.load(ckpt, weights_only=True)["counters"]["env_steps"]
+    said = ["stop.max_env_steps: 3000 -> 6000"]
+    assert second["resumed_changes"] == [{"env_steps": steps_then, "changes": said}]
     assert second["updates"] > first["updates"]
     assert second["episodes"] >= first["episodes"]
     newest = sorted((run_dir / "checkpoints").glob("ckpt-*.pt"))[-1]
     newest_state = torch.load(newest, weights_only=True)
     assert newest_state["shards"][0]["version"] > version
+    assert newest_state["changes"] == second["resumed_changes"]  # (carried to the next)
     assert newest_state["stop"]["stopped_by"] == "max_env_steps"  # (the final one keeps its stop)
     # the evaluations of both sessions, in one file; best.pt is the best of them
     records = [json.loads(x) for x in (run_dir / "evals.jsonl").read_text().splitlines()]

@@ -21,7 +21,7 @@ from rltrain.rl.algos import algo_names, algo_spec
 from rltrain.rl.algos.models import flat_params
 from rltrain.rl.algos.torsos import check_image_layout, check_torso
 from rltrain.rl.config import TrainConfig
-from rltrain.rl.config.train import rule_notes, unread_notes
+from rltrain.rl.config.notes import rule_notes, unread_notes
 
 
 @dataclass(frozen=True)

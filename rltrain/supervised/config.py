@@ -214,9 +214,9 @@ def bench_backend(cfg: BenchConfig) -> tuple[str, str]:
 
     name, why = chosen_backend(cfg.runtime)
     ray_only = [m for m in cfg.modes if m in RAY_MODES]
-    if cfg.runtime.backend == "auto" and ray_only:
+    if cfg.runtime.backend == "auto" and ray_only and not cfg.runtime.address:  # (the address
         return "ray", f"runtime.backend=auto with mode {ray_only[0]}, which runs on Ray only"
-    return name, why
+    return name, why  # is the reason where one is given: explore99)
 
 
 @dataclass(frozen=True)
@@ -278,6 +278,11 @@ class BenchConfig:
             raise ValueError(
                 "runtime.backend=local: rltrain bench runs its workers as processes; use backend "
                 "auto, process or ray (backend local is for rltrain train)"
+            )
+        if self.runtime.backend == "process" and self.runtime.address:  # (as train: explore99)
+            raise ValueError(
+                "runtime.backend=process runs on this machine: it joins no Ray cluster "
+                f"(address {self.runtime.address!r}); use backend ray or auto with --address"
             )
         ray_only = [m for m in self.modes if m in RAY_MODES]
         if self.runtime.backend == "process" and ray_only:

@@ -156,6 +156,13 @@ def start_notes(cfg: Any) -> list[str]:
             f"problems'): {cfg.data.dataset} is judged by its test accuracy, "
             f"eval.targets={_shown(ev.targets)}"
         )
+    here = [m for m in cfg.modes if m in ("baseline", "hogwild")]
+    if cfg.runtime.address and here:  # (explore99: hogwild ran here, the cluster unsaid)
+        notes.append(
+            f"note: mode{'s' * (len(here) > 1)} {', '.join(here)} run{'s' * (len(here) == 1)} "
+            f"on this machine, not on the cluster at {cfg.runtime.address} (baseline is the "
+            "plain loop the others are compared with; hogwild's workers share one model's memory)"
+        )
     if "soft_sync" in cfg.modes:
         n = cfg.workers
         k = rule_named("soft_sync").aggregate_count(cfg.server, n)

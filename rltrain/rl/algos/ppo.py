@@ -121,10 +121,10 @@ def check_target_kl(cfg: Any) -> None:
     p = cfg.section("ppo")
     if p.target_kl > 0 and (cfg.algo_spec.barrier or cfg.server.update_rule.barrier):
         rule = "sync (ppo's)" if cfg.algo_spec.barrier else cfg.server.rule
+        fix = "algo.name=appo with " if cfg.algo_spec.barrier else ""  # (an appo run: the rule)
         raise ValueError(
             f"ppo.target_kl={p.target_kl:g}: an early stop needs an asynchronous server, and "
-            f"this run's rule is {rule}; use algo.name=appo with server.rule=async, or "
-            "ppo.target_kl=0"
+            f"this run's rule is {rule}; use {fix}server.rule=async, or ppo.target_kl=0"
         )
 
 

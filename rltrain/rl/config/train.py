@@ -190,7 +190,8 @@ def check_server(cfg: TrainConfig) -> None:
     if pushers and server.k > pushers:  # (0: actors auto, checked once sized)
         raise ValueError(
             f"server.k={server.k}: exceeds the {pushers} that push gradients "
-            f"({cfg.algo.name}: {who}={pushers}); allowed 0 (all but one) to {pushers}"
+            f"({cfg.algo.name}: {who}={pushers}); allowed "
+            + (f"0 (all but one) to {pushers}" if pushers > 1 else "0 or 1 (the one pusher)")
         )
     if server.update_rule.supervised_only or server.update_rule.pushes_parameters:
         raise ValueError(
@@ -328,53 +329,6 @@ def check_staleness_read(cfg: TrainConfig) -> None:
             f"server.max_staleness={server.max_staleness}: read by server.staleness=drop "
             f"(with server.rule=async) only; set them, or leave max_staleness at {default}"
         )
-
-
-def rule_notes(cfg: TrainConfig) -> list[str]:
-    """A start note where a rule or staleness policy meets one pusher (impala, appo, dqn with
-    one learner): its pushes are never stale and no barrier has another to wait for, so the
-    setting changes nothing (explore85), while the actors' lag behind the learner, which no
-    server setting acts on, shows as loss/lag_kl (impala, appo)."""
-    server = server_settings(cfg)
-    if not cfg.algo_spec.split or cfg.learners != 1:
-        return []
-    set_ = [f"server.rule={server.rule}"] if server.rule in ("sync", "soft_sync") else []
-    set_ += [f"server.staleness={server.staleness}"] if server.staleness != "none" else []
-    if not set_:
-        return []
-    return [
-        f"{' and '.join(set_)} with 1 learner: one pusher, never stale, with no other to wait "
-        "for, so it runs as async would; the actors' lag behind the learner is not what it "
-        "acts on (loss/lag_kl); raise learners to compare rules"
-    ]
-
-
-ONE_READER = ("dqn", "replay")
-"""Sections only their own algorithm reads (the built-ins' others are read across: appo's
-``impala``, every learner's ``ppo.overlap_push``), besides every registered algorithm's own."""
-
-
-def unread_notes(cfg: TrainConfig) -> list[str]:
-    """A start note for keys set in a section that ``algo.name`` does not read: ``dqn.n_step=3``
-    on a3c ran and said nothing (explore95). Said, not refused: a config file switched to
-    another algorithm by --set keeps its sections."""
-    reads, extra = set(cfg.algo_spec.sections), section_types(built_in=False)
-    unread = []
-    for name in (*ONE_READER, *extra):
-        if name in reads:
-            continue
-        section = cfg.section(name)
-        default = type(section)()
-        for f in dataclasses.fields(section):
-            value = getattr(section, f.name)
-            if value != getattr(default, f.name):
-                unread.append(f"{name}.{f.name}={value}")
-    if not unread:
-        return []
-    return [
-        f"{', '.join(unread)}: not read by algo.name={cfg.algo.name} (its sections: "
-        f"{', '.join(cfg.algo_spec.sections)}); they change nothing in this run"
-    ]
 
 
 def server_settings(cfg: TrainConfig) -> ServerConfig:

@@ -361,9 +361,11 @@ class ActorLearnerPlan(RLPlan):
         why = self.runtime.failed([ref for ref, _ in batch])
         for (_, actor), w in zip(batch, why, strict=True):
             if w == "died" and actor.mark_lost():
+                again = ""  # (said as the fault policy says it: explore99)
                 if self.cfg.faults.max_restarts != 0:
                     self.ctx.faults.restart(actor.role)
-                self.ctx.say(f"actor {actor.index} lost: its process died")
+                    again = f"; {actor.restarted_by} restarts it"
+                self.ctx.say(f"actor {actor.index} lost: its process died{again}")
                 # no work for it until the pool has seen it back (or seen it gone for good)
                 self.idle_actors = [a for a in self.idle_actors if a is not actor]
                 self.pool.watch(actor)

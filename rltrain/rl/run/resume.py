@@ -273,6 +273,20 @@ def finishing(
     return cfg, kept_mean(state, met, cfg.episode_window_at(actors))
 
 
+def changes_history(resumed: Resumed | None, changes: list[str]) -> list[dict[str, Any]]:
+    """Every session's config changes, in order: those the checkpoint kept of the sessions
+    before, and this one's ``changes`` at the env steps it resumed from. A run resumed under
+    another server.rule was summarised, and plotted by ``--group server.rule``, as a run of
+    the last rule alone (explore98)."""
+    if resumed is None:
+        return []
+    kept = resumed.state.get("changes")
+    history = [h for h in kept if isinstance(h, dict)] if isinstance(kept, list) else []
+    if changes:
+        history.append({"env_steps": resumed.counters.env_steps, "changes": list(changes)})
+    return history
+
+
 def save_session(
     ctx: RunContext,
     run_dir: Path,
@@ -296,6 +310,8 @@ def save_session(
     stop = record and stop_record(record.stopped_by, record.mean_at_stop, cfg.episode_window)
     if stop:
         state["stop"] = stop
+    if record is not None and record.changes:
+        state["changes"] = record.changes
     if not state["shards"]:  # its process not up yet (a Ctrl-C in a --resume's start)
         raise RunFailed("the learner process that holds the shards is not up yet")
     version = int(state["shards"][0]["version"])

@@ -37,6 +37,9 @@ class SessionRecord:
     net_bytes: tuple[int, int] = (0, 0)  # bytes pushed to and pulled from the shards
     runtime: dict[str, Any] = field(default_factory=dict)  # the runtime's record: job, nodes
     replay_bytes: int | None = None  # dqn: the replay memory's size at the end
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    """Each session's config changes at its --resume (:func:`~rltrain.rl.run.resume.
+    changes_history`), kept in the checkpoints and summary.json's ``resumed_changes``."""
 
     def stop(self, why: str, counters: Counters, window: int, mean: float | None = None) -> None:
         """The session stops for ``why``: keep what the stop saw (work in flight lands after;
@@ -86,6 +89,10 @@ def train_summary(
         "startup": record.startup,
         "env_steps": c.env_steps,
         "env_frames": c.env_steps * spec.frames_per_step,
+        # over the run's training seconds (its sessions' start-ups in, the stops between out)
+        "frames_per_second": round(c.env_steps * spec.frames_per_step / c.wall_seconds, 1)
+        if c.wall_seconds > 0
+        else 0.0,
         "episodes": c.episodes,  # with those the work in flight at the stop finished
         "episodes_at_stop": c.episodes if rec_eps is None else rec_eps,
         "mean_return": mean,  # over the last episode_window episodes when the run stopped
@@ -109,6 +116,8 @@ def train_summary(
         # the Ray job (as Ray's own tables name it) and the node each process last ran on
         "runtime": {**record.runtime, "placement": placement(procs)},
         **({"replay_bytes": record.replay_bytes} if record.replay_bytes is not None else {}),
+        # [{env_steps, changes: ["server.rule: async -> sync", ...]}]: a run of several settings
+        "resumed_changes": record.changes,
         **evals,
     }
 
@@ -167,6 +176,23 @@ def score_advice(summary: dict[str, Any], run: Path) -> str:
         f"a mean of {window} training episodes is a quick stop, not a score: "
         f"rltrain eval {quote(str(run))} --episodes {SCORE_EPISODES} scores the policy "
         f"(or train with stop.window={SCORE_EPISODES})"
+    )
+
+
+def lost_ray_advice(summary: dict[str, Any], run: Path) -> str:
+    """What ``rltrain train`` says after "run failed: lost the Ray cluster": where the run can
+    go on from, or that it cannot (explore99: nothing was said, though a periodic checkpoint
+    had been written and resumed on a fresh head)."""
+    failure = str(summary.get("failure", ""))
+    if not failure.startswith(("lost the Ray cluster", "lost the run's Ray instance")):
+        return ""
+    ckpt = latest_checkpoint(run)
+    if ckpt is None:
+        return "no checkpoint was written before the loss: nothing to resume"
+    return (
+        f"its last checkpoint is {ckpt.name}: continue with rltrain train --resume "
+        f"{quote(str(run))} once the cluster is back (or --address another; "
+        "--set runtime.address=null trains on this machine)"
     )
 
 

@@ -161,7 +161,7 @@ class RayServer(ShardedServer):
 
     def answered(self, asked: list[Any]) -> list[tuple[int, bool] | None] | None:
         """The health asked for, once every shard has answered (None before)."""
-        ready, _ = ray.wait(asked, num_returns=len(asked), timeout=0)
+        ready, _ = head.guarded(ray.wait)(asked, num_returns=len(asked), timeout=0)
         if len(ready) < len(asked):
             return None
         return [shard_health(r, ref, 0) for r, ref in zip(self.shards, asked, strict=True)]
@@ -274,6 +274,7 @@ def start_replay(
     return RayReplay([process(i).remote(*a) for i, a in enumerate(args)])
 
 
+@head.guarded  # (a Ray Client's lost head: ConnectionError, a crash before: explore99)
 def shard_health(shard: Remote, ref: Any, timeout: float) -> tuple[int, bool] | None:
     try:
         version, fenced = ray.get(ref, timeout=timeout)

@@ -1,0 +1,85 @@
+"""Start notes on settings that change nothing in a run: a rule or staleness policy with one
+pusher, keys only a barrier reads under a rule without one, keys of a section the algorithm
+does not read. Said, not refused: a config written for one setting may be run under another
+by ``--set``."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from rltrain.ps.config import ServerConfig
+from rltrain.rl.algos import section_types
+from rltrain.rl.config.train import TrainConfig, server_settings
+
+
+def rule_notes(cfg: TrainConfig) -> list[str]:
+    """Start notes where a rule or staleness policy meets one pusher (impala, appo, dqn with
+    one learner; a3c, a2c, ppo with one worker): its pushes are never stale and no barrier has
+    another to wait for, so the setting changes nothing (explore85, explore98), while the
+    actors' lag behind the learner, which no server setting acts on, shows as loss/lag_kl
+    (impala, appo); and where keys only a barrier reads are set under a rule without one."""
+    return [*one_pusher_notes(cfg), *barrier_key_notes(cfg)]
+
+
+def one_pusher_notes(cfg: TrainConfig) -> list[str]:
+    server, split = server_settings(cfg), cfg.algo_spec.split
+    who, n = ("learner", cfg.learners) if split else ("worker", cfg.actors)  # (0: auto)
+    if n != 1:
+        return []
+    set_ = [f"server.rule={server.rule}"] if server.rule in ("sync", "soft_sync") else []
+    set_ += [f"server.staleness={server.staleness}"] if server.staleness != "none" else []
+    if not set_:
+        return []
+    lag = "; the actors' lag behind the learner is not what it acts on (loss/lag_kl)" * split
+    raise_ = "learners" if split else "actors"
+    return [
+        f"{' and '.join(set_)} with 1 {who}: one pusher, never stale, with no other to wait "
+        f"for, so it runs as async would{lag}; raise {raise_} to compare rules"
+    ]
+
+
+def barrier_key_notes(cfg: TrainConfig) -> list[str]:
+    """server.barrier_timeout_s and faults.on_worker_loss under a rule with no barrier (a3c's
+    async took them without a word: explore98). Said, not refused: a config written for a
+    barrier may be run under async by --set server.rule."""
+    if server_settings(cfg).update_rule.barrier:
+        return []
+    set_ = [f"server.barrier_timeout_s={cfg.server.barrier_timeout_s:g}"] * (
+        cfg.server.barrier_timeout_s != ServerConfig().barrier_timeout_s
+    )
+    loss = cfg.faults.on_worker_loss
+    set_ += [f"faults.on_worker_loss={loss}"] * (loss != type(cfg.faults)().on_worker_loss)
+    if not set_:
+        return []
+    return [
+        f"{', '.join(set_)}: read at a barrier (server.rule sync, soft_sync) only; this run's "
+        f"rule is {server_settings(cfg).rule}: they change nothing"
+    ]
+
+
+ONE_READER = ("dqn", "replay")
+"""Sections only their own algorithm reads (the built-ins' others are read across: appo's
+``impala``, every learner's ``ppo.overlap_push``), besides every registered algorithm's own."""
+
+
+def unread_notes(cfg: TrainConfig) -> list[str]:
+    """A start note for keys set in a section that ``algo.name`` does not read: ``dqn.n_step=3``
+    on a3c ran and said nothing (explore95). Said, not refused: a config file switched to
+    another algorithm by --set keeps its sections."""
+    reads, extra = set(cfg.algo_spec.sections), section_types(built_in=False)
+    unread = []
+    for name in (*ONE_READER, *extra):
+        if name in reads:
+            continue
+        section = cfg.section(name)
+        default = type(section)()
+        for f in dataclasses.fields(section):
+            value = getattr(section, f.name)
+            if value != getattr(default, f.name):
+                unread.append(f"{name}.{f.name}={value}")
+    if not unread:
+        return []
+    return [
+        f"{', '.join(unread)}: not read by algo.name={cfg.algo.name} (its sections: "
+        f"{', '.join(cfg.algo_spec.sections)}); they change nothing in this run"
+    ]

@@ -26,12 +26,13 @@ PLAIN = ("config", "eval", "stop", "changes")
 
 
 class CheckpointError(RLTrainError, ValueError):
-    """A missing, truncated or foreign checkpoint; the message is one line: its ``cause``,
-    then what to do (``advice``), where there is something."""
+    """A missing, truncated or foreign checkpoint; the message is one line: its ``reason``,
+    then what to do (``advice``), where there is something. (Not ``cause``: Ray's errors
+    name the exception they wrap so, which the runtime follows.)"""
 
-    def __init__(self, cause: str, advice: str = "") -> None:
-        super().__init__(f"{cause}; {advice}" if advice else cause)
-        self.cause, self.advice = cause, advice
+    def __init__(self, reason: str, advice: str = "") -> None:
+        super().__init__(f"{reason}; {advice}" if advice else reason)
+        self.reason, self.advice = reason, advice
 
 
 def save_checkpoint(run_dir: Path, version: int, state: dict[str, Any], keep: int) -> Path:

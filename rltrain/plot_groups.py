@@ -54,8 +54,9 @@ def ran_as(run: Path, key: str, value: Any) -> Any:
     from rltrain.errors import RLTrainError
     from rltrain.rl.config import TrainConfig, load_run_config, server_settings
 
-    try:
-        return server_settings(load_run_config(TrainConfig, run / "config.yaml")).rule
+    try:  # (the value given: one a resume changed it from, too)
+        cfg = load_run_config(TrainConfig, run / "config.yaml", [f"server.rule={value}"])
+        return server_settings(cfg).rule
     except (RLTrainError, ValueError, OSError):
         return value
 
@@ -84,8 +85,11 @@ def changed_values(run: Path, key: str) -> list[str]:
 def group_value(run: Path, cfg: dict[str, Any], key: str) -> Any:
     """What a run is grouped under for ``key``: the values a --resume changed it through, or
     its config.yaml's as it ran it."""
-    changed = changed_values(run, key)
-    return " then ".join(changed) if changed else ran_as(run, key, config_value(cfg, key, run))
+    ran = [ran_as(run, key, v) for v in changed_values(run, key)]  # (a2c: sync throughout)
+    ran = [v for i, v in enumerate(ran) if i == 0 or v != ran[i - 1]]
+    if len(ran) > 1:
+        return " then ".join(map(str, ran))
+    return ran_as(run, key, config_value(cfg, key, run))
 
 
 def groups_of(curves: Sequence[Curve], keys: Sequence[str]) -> list[Group]:

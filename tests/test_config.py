@@ -436,6 +436,28 @@ def test_a_run_folder_with_a_server_k_its_rule_never_read_still_loads(tmp_path: 
     assert load_run_config(TrainConfig, tmp_path / "config.yaml").server.k == 2
 
 
+def test_an_older_a3c_run_folder_that_targeted_its_workers_as_actors_still_loads(
+    tmp_path: Path,
+) -> None:
+    """a3c/a2c/ppo workers were the fault target actor before session 84 (and actor is the
+    default target): such a run folder is read with them as worker (review 84: refused by
+    --resume and eval, and grouped by plot as its config's rule, not the one it ran)."""
+    import yaml
+
+    from rltrain.config import to_dict
+    from rltrain.rl.config import StopConfig, TrainConfig, load_run_config
+
+    data = to_dict(TrainConfig(stop=StopConfig(max_env_steps=100), actors=2))
+    data["faults"]["events"] = [{"action": "kill", "index": 1, "at": 1.0}, {"target": "shard"}]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(data))
+    events = load_run_config(TrainConfig, tmp_path / "config.yaml").faults.events
+    assert [(e.target, e.index) for e in events] == [("worker", 1), ("shard", 0)]
+    data["algo"]["name"] = "appo"  # its actors are actors
+    data["faults"]["events"] = [{"target": "actor", "index": 1}]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(data))
+    assert load_run_config(TrainConfig, tmp_path / "config.yaml").faults.events[0].target == "actor"
+
+
 def test_a_run_folder_without_a_newer_key_acts_as_the_rltrain_that_wrote_it(
     tmp_path: Path,
 ) -> None:

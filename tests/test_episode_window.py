@@ -172,6 +172,25 @@ def test_a_run_killed_in_its_final_evaluation_resumes_to_finish_on_the_stops_mea
     # then lifted the checkpoint's window past the score stop), nor another window's
     late = state | {"stop": stop_record("max_env_steps", 17.0, 20)}
     assert finishing(cfg, late, "mean_return") == (cfg, None)
+    # the stop its session stopped by, not another the work in flight met after it
+    # (review 84): a score stop whose late steps passed max_env_steps, and the mirror
+    limit = config("actors=1", "env.num_envs=16", "stop.max_env_steps=100")
+    past = {
+        **state,
+        "counters": Counters(
+            episodes=36, recent_returns=counters.recent_returns, env_steps=101
+        ).state(),
+    }
+    save_checkpoint(tmp_path, 1, past, keep=3)
+    resumed = load_resume(tmp_path, limit, spec)
+    assert resumed is not None and resumed.unfinished == "mean_return"
+    assert finishing(limit, past, "mean_return")[1] == 19.0
+    lifted = Counters(episodes=36, recent_returns=[10.0] * 16 + [19.0] * 20, env_steps=101)
+    at_limit = {**past, "counters": lifted.state(), "stop": stop_record("max_env_steps", 14.95, 20)}
+    save_checkpoint(tmp_path, 2, at_limit, keep=3)
+    resumed = load_resume(tmp_path, limit, spec)
+    assert resumed is not None and resumed.unfinished == "max_env_steps"
+    assert finishing(limit, at_limit, "max_env_steps")[1] == 14.95
     auto = config("actors=auto", "env.num_envs=16")  # sized as the checkpoint's session was
     sized, mean = finishing(auto, state | {"config": {"actors": 3}}, "mean_return")
     assert (sized.actors, sized.episode_window, mean) == (3, 48, None)  # (16 x 3 envs)

@@ -680,6 +680,17 @@ def test_a_run_resumed_under_another_rule_is_grouped_as_both(tmp_path: Path) -> 
     assert group_value(tmp_path, cfg, "seed") == 3
     (tmp_path / "summary.json").write_text("[]")  # not a mapping: its config.yaml's value
     assert changed_values(tmp_path, "server.rule") == []
+    # a2c steps behind a barrier whatever the rule said: sync throughout (review 84)
+    import yaml
+
+    from rltrain.config import load_config, to_dict
+    from rltrain.rl.config import TrainConfig
+
+    a2c = load_config(TrainConfig, ROOT / "configs" / "cartpole_a3c.yaml", ["algo.name=a2c"])
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(to_dict(a2c)))
+    a2c_history = [{"env_steps": 1, "changes": ["server.rule: async -> sync"]}]
+    (tmp_path / "summary.json").write_text(json.dumps({"resumed_changes": a2c_history}))
+    assert group_value(tmp_path, to_dict(a2c), "server.rule") == "sync"
 
 
 def test_a_mark_is_judged_after_each_batch_not_between_its_episodes() -> None:

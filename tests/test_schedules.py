@@ -89,6 +89,7 @@ def test_the_anneal_ends_exactly_at_lr_end() -> None:
     1 -> 0.1 at progress 1 was 0.09999999999999998, not the end the sender resends, and the
     last factor sent (0.1076) was within 1% of it."""
     assert linear(1.0, 0.1, 1.0) == 0.1 and linear(0.01, 0.001, 1.0) == 0.001
+    assert all(linear(0.01, 0.01, i / 1000) == 0.01 for i in range(1001))  # (review 84)
     cfg = load_config(TrainConfig, None, ["stop.max_env_steps=100", "schedule.lr_end=0.1"])
     sent: list[float] = []
     lr = LRSender()

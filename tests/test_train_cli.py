@@ -109,7 +109,8 @@ def test_short_runs_write_tensorboard_checkpoint_summary(
         assert key in s
     assert s["env_steps"] >= 6000 and s["env_frames"] == s["env_steps"]
     # the run's average, as the live line gives it (explore98: the docs said so, it was not)
-    assert s["frames_per_second"] == pytest.approx(s["env_frames"] / s["wall_seconds"], rel=1e-2)
+    w, frames = s["wall_seconds"], s["env_frames"]  # (w rounded to 0.01 s: a short run's)
+    assert frames / (w + 0.006) <= s["frames_per_second"] <= frames / (w - 0.006)
     assert s["runtime"]["backend"] == "process"
     assert s["updates_applied"] > 0 and s["episodes"] > 0
     assert s["server_rule"] == ("async" if algo == "impala" else "sync")  # a2c/ppo: a barrier

@@ -39,7 +39,9 @@ def linear(start: float, end: float | None, progress: float) -> float:
     """start -> end linearly over progress in [0, 1]; a constant when end is None. Exactly
     ``end`` at 1 (``start + (end - start) * 1`` gave 0.09999999999999998 for 1 -> 0.1, and the
     learning-rate sender, which resends the end value, never sent it: explore98)."""
-    return start if end is None else start * (1.0 - progress) + end * progress
+    if end is None or end == start:  # (the blend below is not exactly start all along)
+        return start
+    return start * (1.0 - progress) + end * progress
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from typing import Any
 
 from rltrain.config import ConfigError, from_dict, merge, moved_keys, parse_overrides, read_yaml
 from rltrain.envs.user import import_listed
-from rltrain.rl.algos import algo_names
+from rltrain.rl.algos import algo_names, algo_spec
 from rltrain.rl.config.train import TrainConfig
 
 OLDER_RUNS: dict[str, object] = {
@@ -34,7 +34,28 @@ def run_yaml(path: str | Path) -> dict[str, Any]:
             data[section] = {**part, key: value}
     if isinstance(s := data.get("server"), Mapping) and s.get("rule") in ("sync", "async"):
         data["server"] = {**s, "k": 0}
-    return data
+    return workers_targeted(data)
+
+
+def workers_targeted(data: dict[str, Any]) -> dict[str, Any]:
+    """A config whose a3c/a2c/ppo workers an older rltrain's fault events targeted as
+    ``actor`` (their role until session 84, and the default target), as ``worker``: such a
+    run folder was refused by --resume, eval and plot's grouping (review 84)."""
+    algo, faults = data.get("algo"), data.get("faults")
+    name = algo.get("name") if isinstance(algo, Mapping) else None
+    events = faults.get("events") if isinstance(faults, Mapping) else None
+    if not isinstance(name, str) or name not in algo_names() or not isinstance(events, list):
+        return data
+    assert isinstance(faults, Mapping)  # (events came from it)
+    if algo_spec(name).split:  # (impala, appo, dqn: actors of their own)
+        return data
+    moved = [
+        {**e, "target": "worker"}
+        if isinstance(e, Mapping) and e.get("target", "actor") == "actor"
+        else e
+        for e in events
+    ]
+    return {**data, "faults": {**faults, "events": moved}}
 
 
 def load_run_config(

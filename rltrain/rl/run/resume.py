@@ -179,8 +179,17 @@ def check_unmet(
     if at_stop is None:  # (a run killed in its final evaluation has no summary.json)
         at_stop = kept_mean(state, "mean_return", window)
     target = cfg.stop.mean_return
-    if not met and at_stop is not None and target is not None and reaches(at_stop, target):
+    scored = at_stop is not None and target is not None and reaches(at_stop, target)
+    # the stop the session stopped by, where its final checkpoint kept it: the work in flight
+    # after it may have met another in the counters (review 84)
+    kept = state.get("stop") if summary is None else None
+    kept_by = kept.get("stopped_by") if isinstance(kept, dict) else None
+    if scored and (not met or kept_by == "mean_return"):
         met, mean, window_of = "mean_return", at_stop, f"{window} episodes at the stop"
+    elif met and kept_by in ("max_env_steps", "max_seconds"):
+        limit = getattr(cfg.stop, kept_by)
+        now = counters.env_steps if kept_by == "max_env_steps" else counters.wall_seconds
+        met = kept_by if limit and now >= limit else met
     if met == "diverged":  # its parameters are those of the last update the server took
         raise CheckpointError(
             f"the run at {run} diverged (the server refused its last "

@@ -79,7 +79,7 @@ def best_record(run_dir: Path) -> tuple[dict[str, Any] | None, str]:
     try:
         record = load_checkpoint(path).get("eval") if path.is_file() else None
     except CheckpointError as e:
-        return None, e.cause
+        return None, e.reason
     return (record if isinstance(record, dict) else None), ""
 
 

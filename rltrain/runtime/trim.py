@@ -41,6 +41,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from typing import Any, cast
 
 EVERY_S = 60.0
 """Seconds between two trims."""
@@ -54,25 +55,26 @@ _started: set[int] = set()  # the process ids whose thread runs (a fork inherits
 _lock = threading.Lock()
 
 
+def _glibc(name: str, *argtypes: Any) -> Any:
+    """glibc's function ``name`` taking ``argtypes`` and returning an int, or None where the
+    C library this interpreter runs on has none (macOS, musl)."""
+    try:
+        fn = getattr(ctypes.CDLL(None), name)
+    except (OSError, AttributeError):  # not glibc
+        return None
+    fn.argtypes, fn.restype = list(argtypes), ctypes.c_int
+    return fn
+
+
 @functools.cache  # (once a process: a look-up by name ran ldconfig, 10 ms)
 def malloc_trim() -> Callable[[int], int] | None:
     """glibc's ``malloc_trim(pad)``, or None where the C library has none."""
-    try:
-        fn = ctypes.CDLL(None).malloc_trim  # the C library this interpreter runs on
-    except (OSError, AttributeError):  # not glibc
-        return None
-    fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
-    return fn
+    return cast(Callable[[int], int] | None, _glibc("malloc_trim", ctypes.c_size_t))
 
 
 @functools.cache
 def _mallopt() -> Callable[[int, int], int] | None:
-    try:
-        fn = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # not glibc
-        return None
-    fn.argtypes, fn.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return fn
+    return cast(Callable[[int, int], int] | None, _glibc("mallopt", ctypes.c_int, ctypes.c_int))
 
 
 def cap_arenas(n: int = ARENAS) -> bool:

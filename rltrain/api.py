@@ -245,7 +245,7 @@ def train(
     else:
         cfg = _config(config, "train", **overrides)
         run_dir = _new_run_dir(run_dir)
-    with signals.graceful():
+    with signals.graceful(signals.IN_START_UP):  # (a final checkpoint once the server is up)
         out, _ = run_train(cfg, run_dir, resume, started=time.time(), resume_flag="resume=")
     result = RunResult.from_run_dir(out)
     if result.stopped_by in ("fault", "diverged"):  # the command line's exit code 1

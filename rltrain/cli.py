@@ -178,7 +178,8 @@ def run_command(args: argparse.Namespace) -> int:
     commands |= {"eval": cmd_eval, "plot": cmd_plot, "reapply": cmd_reapply}
     commands["replay"] = cmd_reapply  # the old name of reapply, an alias
     try:
-        kept = {"train": signals.FINAL_CHECKPOINT, "bench": signals.BENCH_RESULTS}
+        # a first signal's line: train's says "a final checkpoint" once its server is up
+        kept = {"train": signals.IN_START_UP, "bench": signals.BENCH_RESULTS}
         stopping = kept.get(args.command, signals.STOPPING)  # (eval: no checkpoint to write)
         with signals.graceful(stopping):  # Ctrl-C / SIGTERM: a clean stop, at once the second
             code = commands[args.command](args)

@@ -22,6 +22,7 @@ from rltrain.pauses import resume_all
 
 EXIT_INTERRUPTED = 130
 FINAL_CHECKPOINT = "stopping after a final checkpoint"
+IN_START_UP = "stopping: the run is still starting, so there is no checkpoint to write"
 BENCH_RESULTS = "stopping; the modes that finished keep their results"  # a bench: no checkpoint
 STOPPING = "stopping"  # eval, plot, reapply: nothing to keep
 FINAL_EVALUATION = "the final checkpoint is written: stopping without the final evaluation"
@@ -56,7 +57,7 @@ def _handler(signum: int, frame: FrameType | None) -> None:
             return
         raise KeyboardInterrupt
     # (what the graceful stop had written by now stays: it may have written all of it)
-    kept = _stopping in (FINAL_CHECKPOINT, FINAL_EVALUATION)
+    kept = _stopping in (FINAL_CHECKPOINT, FINAL_EVALUATION, IN_START_UP)
     left = "; --resume takes its newest checkpoint" if kept else ""
     left = left if _checkpointed else ""  # (none yet: nothing to resume from)
     _say(f"rltrain: stopped at once, before the graceful stop finished{left}\n")

@@ -849,6 +849,7 @@ FORM = "expected 'auto', HOST:PORT or ray://HOST:PORT"
     [
         pytest.param("127.0.0.1:1", "no-ray", [UNREACHABLE], id="host-port"),
         pytest.param("ray://127.0.0.1:1", "no-ray", [UNREACHABLE, "ray://127.0.0.1:1"], id="ray"),
+        pytest.param("[::1]:1", "no-ray", ["at [::1]:1 (Connection refused)"], id="ipv6"),
         pytest.param("nohost", "no-ray", ["--address nohost: " + FORM], id="malformed"),
         pytest.param("127.0.0.1:99999", "no-ray", [FORM, "port 1-65535"], id="bad-port"),
         pytest.param("", "no-ray", [FORM], id="empty"),

@@ -26,8 +26,8 @@ from rltrain.cli import main
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 RESTORED = re.compile(
-    r"restored from checkpoint ckpt-\d+\.pt \(version (\d+), \d+ s old\); (\d+) updates lost "
-    r"\(last version seen (\d+)\)"
+    r"restored from checkpoint ckpt-\d+\.pt \(version ([\d,]+), \d+ s old\); ([\d,]+) updates "
+    r"lost \(last version seen ([\d,]+)\)"
 )
 
 
@@ -91,7 +91,7 @@ def test_impala_survives_losing_an_actor_a_learner_and_the_server_shard(
 
     restored = RESTORED.search(err)
     assert restored, err
-    ckpt_version, lost, seen = map(int, restored.groups())
+    ckpt_version, lost, seen = (int(g.replace(",", "")) for g in restored.groups())
     # the lost updates are exactly those since the checkpoint restored from, never more
     assert lost == seen - ckpt_version
     assert f["lost_updates"] == (lost if backend == "ray" else f["lost_updates"]) >= lost

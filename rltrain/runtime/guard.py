@@ -148,7 +148,7 @@ class ServerGuard:
         age = time.monotonic() - self.point.at  # (a learner's shards die with it: explore93)
         self.say(
             f"server shard(s) {lost_shards} lost; every shard restored from {self.point.label} "
-            f"(version {self.point.version}, {age:.0f} s old); {lost} updates lost (last version "
-            f"seen {seen})"
+            f"(version {self.point.version:,}, {age:.0f} s old); {lost:,} updates lost (last "
+            f"version seen {seen:,})"
         )
         return True

@@ -230,7 +230,7 @@ def _snapshot(snapper: Snapshotter, server: Any, guard: Any, restorable: bool) -
             return
         states = server.state_dicts()
         v = int(states[0]["version"])
-        guard.remember(RestorePoint(v, states, f"the snapshot at version {v}"))
+        guard.remember(RestorePoint(v, states, "the last snapshot"))
     except (ProcessLost, PeerLost):  # a shard is down: restore it, snapshot next time
         guard.check()
 

@@ -329,3 +329,17 @@ def save_session(
     if guard is not None:
         guard.remember(RestorePoint(version, state["shards"], f"checkpoint {path.name}"))
     return path, state
+
+
+def first_restore_point(ctx: RunContext, resumed: Resumed | None) -> None:
+    """Load a resumed run's checkpoint into the session's new shards, and keep what they hold
+    as the guard's first restore point; from here a signal's graceful stop writes a final
+    checkpoint (before, a Ctrl-C in start-up was promised one that was never written:
+    explore99)."""
+    label = "the initial parameters"
+    if resumed is not None:
+        ctx.server.load_state_dicts(resumed.state["shards"])
+        label = f"checkpoint {resumed.path.name}"
+    version = ctx.server.stats().version
+    ctx.shard_guard().remember(RestorePoint(version, ctx.server.state_dicts(), label))
+    signals.stopping_now(signals.FINAL_CHECKPOINT)

@@ -196,6 +196,15 @@ def lost_ray_advice(summary: dict[str, Any], run: Path) -> str:
     )
 
 
+def interrupted_note(server_up: bool) -> str:
+    """What a run says as a signal stops it: what the graceful stop will write. Before the
+    server is up there is nothing to checkpoint (explore99: a Ctrl-C 2 s into a cluster run
+    promised a final checkpoint, then said none was written)."""
+    if not server_up:
+        return "interrupted in its start-up: summary.json (no checkpoint: nothing trained yet)"
+    return "interrupted: the work in flight, a final checkpoint, summary.json"
+
+
 def interrupted_advice(summary: dict[str, Any], run: Path, run_dir_given: bool) -> str:
     """What ``rltrain train`` says as it exits 130: how to continue a run a signal stopped,
     or to score one that met its stop and was interrupted in its final evaluation."""

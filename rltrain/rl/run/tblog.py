@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,6 +24,7 @@ from torch.utils.tensorboard import SummaryWriter
 from rltrain import perf, signals
 from rltrain.config import dump_yaml
 from rltrain.faults import RunFailed
+from rltrain.rl.algos.losses import LossSpec, absent_parts
 from rltrain.rl.config import StopConfig, TrainConfig
 from rltrain.rl.rollout import LOSS_TERMS, LossStats, WorkStats
 from rltrain.rl.run.counters import Counters
@@ -80,7 +82,39 @@ LAYOUT: dict[str, dict[str, list[Any]]] = {
         "faults (cumulative counts)": ["Multiline", ["^faults/.*"]],
     },
 }
-"""TensorBoard custom-scalars layout: category -> chart title -> [kind, tag regexes]."""
+"""TensorBoard custom-scalars layout: category -> chart title -> [kind, tag regexes]; a run
+writes the charts it fills (:func:`run_layout`)."""
+
+
+def run_layout(cfg: TrainConfig, policy_worker: bool) -> dict[str, dict[str, list[Any]]]:
+    """:data:`LAYOUT` less the charts this run never fills: an a3c run's CUSTOM SCALARS tab
+    showed 9 empty panels (replay, dqn, lag, the roles it has not; explore98).
+    ``policy_worker``: a policy worker acts for the actors (runtime.inference, as placed)."""
+    empty = set(_unwritten(cfg, policy_worker))
+    return {
+        category: {title: chart for title, chart in charts.items() if title not in empty}
+        for category, charts in LAYOUT.items()
+    }
+
+
+def _unwritten(cfg: TrainConfig, policy_worker: bool) -> Iterator[str]:
+    """The titles of :data:`LAYOUT`'s charts whose tags ``cfg``'s run never writes."""
+    spec = cfg.algo_spec
+    roles = {"worker"} if spec.layout == "worker" else {"actor", "learner"}
+    roles |= {"policy"} if policy_worker else set()
+    yield from (f"{r} time shares" for r in _ROLES if r not in roles)
+    if spec.layout != "replay":
+        yield from ("replay size", "replay samples/s")
+    if not spec.lags:
+        yield "behaviour-policy lag KL"
+    if spec.loss is None:  # a Q-learner's loss is its TD error
+        yield from ("policy", "value", "entropy", "kl, clip fraction")
+        return
+    yield from ("td", "dqn Q mean, epsilon")
+    made = getattr(spec.make_loss(cfg), "spec", None)  # the built-in actor-critics' LossSpec
+    loss_spec = made() if callable(made) else None
+    if isinstance(loss_spec, LossSpec) and {"kl", "clip_fraction"} <= set(absent_parts(loss_spec)):
+        yield "kl, clip fraction"
 
 
 class TrainLogger:
@@ -106,7 +140,6 @@ class TrainLogger:
         self.writer.add_text("config", "```\n" + dump_yaml(cfg) + "```")
         proto = "\n".join(f"| {k} | {v} |" for k, v in protocol.items())
         self.writer.add_text("env/protocol", "| key | value |\n|---|---|\n" + proto)
-        self.writer.add_custom_scalars(LAYOUT)
         self._last_t = time.time()
         window = max(RATE_WINDOW_S, self.every)
         self._step_rate = perf.RateWindow(window, start_steps, self._last_t)
@@ -126,6 +159,11 @@ class TrainLogger:
         self._settled: bool | None = None  # the round's state as last marked (None: not yet;
         # a session's first result marks it, 0 or 1, so that every session whose actors count
         # their envs has an event, and a reader tells it from one an older rltrain wrote)
+
+    def layout(self, cfg: TrainConfig, policy_worker: bool) -> None:
+        """Write the CUSTOM SCALARS tab's charts (:func:`run_layout`) once the session's
+        processes are placed (``policy_worker``: runtime.inference's choice)."""
+        self.writer.add_custom_scalars(run_layout(cfg, policy_worker))
 
     def round(self, settled: bool | None, env_steps: int) -> None:
         """Mark the round's state at the session's first result, then where it settles and

@@ -23,7 +23,6 @@ from rltrain.faults import (
     FaultSchedule,
     PeerLost,
     ProcessLost,
-    RestorePoint,
     RunFailed,
     describe_events,
 )
@@ -42,8 +41,14 @@ from rltrain.rl.run.periodic import PeriodicEval
 from rltrain.rl.run.placement import computes_on_gpu_here, note_sizes, place, spawn_role
 from rltrain.rl.run.plan_base import Early, RLPlan
 from rltrain.rl.run.plans import obs_slots_for, plan_of
-from rltrain.rl.run.resume import finishing, load_resume, save_session, session_seed
-from rltrain.rl.run.summary import SessionRecord, train_summary
+from rltrain.rl.run.resume import (
+    finishing,
+    first_restore_point,
+    load_resume,
+    save_session,
+    session_seed,
+)
+from rltrain.rl.run.summary import SessionRecord, interrupted_note, train_summary
 from rltrain.rl.run.tblog import TrainLogger, status_line, stop_fraction
 from rltrain.rl.schedules import LRSender, schedule_progress
 from rltrain.rundir import unlock, write_summary
@@ -140,7 +145,7 @@ class Trainer:
                 self.plan.finish()
         except KeyboardInterrupt:
             self.record.stop("interrupt", self.counters, self.cfg.episode_window)
-            self.progress.note("interrupted: the work in flight, a final checkpoint, summary.json")
+            self.progress.note(interrupted_note(self.ctx.server is not None))
             if self.plan is not None:
                 self.plan.settle()  # the updates in flight are on the server: count them
         except (RunFailed, ProcessLost, PeerLost) as e:
@@ -183,6 +188,7 @@ class Trainer:
         cpus = runtime.cluster_cpus()
         placed = place(cfg, name, cpus, runtime.cluster_gpus())
         self.gpu, self.inference = placed.gpu, placed.inference
+        self.log.layout(cfg, placed.inference is not None)
         self.shard_device, cfg, processes = placed.shard_device, placed.cfg, placed.processes
         fitted = runtime.fit_cpus(cfg.runtime, processes, cfg.server.shards)
         print(f"runtime: {where}, chosen by {why}; {placed.describe()}")
@@ -210,13 +216,8 @@ class Trainer:
             device=self.shard_device,
             **host,
         )
-        label = "the initial parameters"
-        if self.resumed is not None:
-            ctx.server.load_state_dicts(self.resumed.state["shards"])
-            label = f"checkpoint {self.resumed.path.name}"
-        guard = ctx.guard = runtime.ServerGuard(ctx.server, self.faults, self.progress.note)
-        version = ctx.server.stats().version
-        guard.remember(RestorePoint(version, ctx.server.state_dicts(), label))
+        ctx.guard = runtime.ServerGuard(ctx.server, self.faults, self.progress.note)
+        first_restore_point(ctx, self.resumed)  # (a signal now stops after a final checkpoint)
         ctx.add("shard", runtime.server_processes(ctx.server))
         self.record.mark("server")  # shard processes up, the initial state read back
         self.evals.start()
@@ -291,9 +292,7 @@ class Trainer:
 
     def on_fault(self, d: Any, pushes: bool) -> bool:
         """Count and report a lost or revived process; True when it should get work now.
-
-        ``pushes``: the process pushes gradients, so a barrier rule may be waiting for it.
-        """
+        ``pushes``: the process pushes gradients, so a barrier rule may be waiting for it."""
         rule = server_settings(self.cfg).update_rule if pushes else ASYNC
         verdict = self.ctx.respond(d, rule, self.cfg.faults.on_worker_loss)
         self.log.faults(self.faults, self.counters.env_steps)

@@ -171,9 +171,10 @@ def guarded(fn: Callable[P, R]) -> Callable[P, R]:
         except ConnectionError as e:
             if _watch is None:
                 raise
+            why = str(e).rstrip(".")  # ("Client is shutting down.")
             _watch.ended = _watch.ended or (
                 f"lost the Ray cluster: the connection to its head at {_watch.host}:"
-                f"{_watch.port} ended ({e}), and the run's processes on the cluster went with it"
+                f"{_watch.port} ended ({why}), and the run's processes on the cluster went with it"
             )
             raise ClusterLost(_watch.ended) from None
 

@@ -120,7 +120,8 @@ def check_reachable(address: str, timeout: float = 5.0) -> None:
     if not host or not port.isdigit():
         raise RayStartError(f"--address {address}: expected 'auto', HOST:PORT or ray://HOST:PORT")
     try:
-        with socket.create_connection((host, int(port)), timeout=timeout) as conn:
+        # an IPv6 host is written in brackets ([::1]:6379); the socket takes it without
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as conn:
             answer = _first_frame(conn) if not os.environ.get("RAY_USE_TLS") else None
     except OSError as e:
         raise RayStartError(

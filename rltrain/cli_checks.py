@@ -31,7 +31,10 @@ def score_arg(text: str) -> float:
     try:
         x = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        # `plot --marks 100 runs/*` takes the runs for scores (explore101): say where they go
+        after = " (a run folder: give --marks after the runs)"
+        after = after if Path(text).exists() else ""
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}{after}") from None
     if not math.isfinite(x):
         raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
     return x

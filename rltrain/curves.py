@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from shlex import quote
@@ -176,12 +177,7 @@ def read_curve(run_dir: Path, evals_only: bool = False) -> Curve:
     # not needed
     keep = {ea.SCALARS: 0, ea.TENSORS: 1, ea.HISTOGRAMS: 1, ea.IMAGES: 1, ea.AUDIO: 1}
     acc = ea.EventAccumulator(str(tb), size_guidance=keep)
-    quiet = logging.getLogger("tensorboard")  # its "out of order event.step" after a resume:
-    level, quiet.level = quiet.level, logging.ERROR  # the rewinds are dropped below, as said
-    try:
-        acc.Reload()
-    finally:
-        quiet.setLevel(level)
+    cuts = _reload(acc)
     try:
         acc.FirstEventTimestamp()
     except ValueError:  # not even the file version event: emptied or overwritten
@@ -191,6 +187,8 @@ def read_curve(run_dir: Path, evals_only: bool = False) -> Curve:
     if RETURN_TAG not in acc.Tags().get(ea.SCALARS, []) and not (
         evals_only and EVAL_TAG in acc.Tags().get(ea.SCALARS, [])
     ):
+        if loss := _loss_note(run_dir, 0, cuts):  # (not "no episode has ended": explore101;
+            raise NoEpisodesYet(loss)  # beside other runs, left out as such a run is)
         raise NoEpisodesYet(f"{run_dir}: no {RETURN_TAG} in {tb} yet (no episode has ended)")
     start = acc.FirstEventTimestamp()
     tags = acc.Tags().get(ea.SCALARS, [])
@@ -219,6 +217,8 @@ def read_curve(run_dir: Path, evals_only: bool = False) -> Curve:
         return steps[keep] * skip, seconds[keep], values[keep], times[keep]
 
     frames, seconds, returns, walls = series(RETURN_TAG)
+    if loss := _loss_note(run_dir, len(returns), cuts):
+        print(f"rltrain: plot: {loss}", file=sys.stderr)
     stops = frozenset(s * skip for s in stop_evaluations(run_dir))
     judged = settled_episodes(frames // skip, walls, sessions, *events(SETTLED_TAG))
     evals = series(EVAL_TAG)[:3]
@@ -226,6 +226,51 @@ def read_curve(run_dir: Path, evals_only: bool = False) -> Curve:
     # the name the user gave it (a link named for its setting), the folder's for . and ..
     name = run_dir.name if run_dir.name not in ("", "..") else run_dir.resolve().name
     return Curve(name, frames, seconds, returns, evals, every, window, judged, run_dir, stops)
+
+
+class _Cuts(logging.Handler):
+    """TensorBoard's loader stops reading an event file at its first bad record and says so
+    only at debug level ("Truncated record in FILE (REASON)"): what it said, kept."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.said: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if str(record.msg).startswith("Truncated record in") and len(record.args or ()) == 2:
+            path, why = record.args  # type: ignore[misc]
+            self.said.append(f"{Path(str(path)).name}: {str(why).split(' ', 1)[-1]}")
+
+
+def _reload(acc: Any) -> list[str]:
+    """Read every event file of ``acc``; the files where a bad record stopped it, and why.
+    Its other lines stay unsaid (the "out of order event.step" of a resume: the rewinds are
+    dropped, as the module says)."""
+    quiet, cuts = logging.getLogger("tensorboard"), _Cuts()
+    saved = quiet.level, quiet.propagate, quiet.handlers
+    quiet.setLevel(logging.DEBUG)
+    quiet.propagate, quiet.handlers = False, [cuts]
+    try:
+        acc.Reload()
+    finally:
+        quiet.level, quiet.propagate, quiet.handlers = saved
+    return cuts.said
+
+
+def _loss_note(run_dir: Path, read: int, cuts: list[str]) -> str:
+    """A line where the episodes read fall short of those summary.json counts (a damaged or
+    cut event file: explore101's flipped byte gave 31 of 178 episodes, a curve that never
+    reached its marks, and no word), else ""; every episode of a run is logged, also those of
+    the work in flight after its stop and across resumes, so the two agree."""
+    with contextlib.suppress(OSError, ValueError, TypeError):
+        counted = int(json.loads((run_dir / "summary.json").read_text())["episodes"])
+        if read < counted:
+            where = f" ({', '.join(cuts)})" if cuts else ""
+            return (
+                f"{run_dir}: read {read:,} of the {counted:,} episodes summary.json counts: "
+                f"its event files in {run_dir / TB_DIR} are damaged or cut short{where}"
+            )
+    return ""
 
 
 def stop_evaluations(run_dir: Path) -> list[int]:

@@ -1070,3 +1070,14 @@ def test_a_run_config_edited_badly_is_named(
     config.write_text("" if edit == "emptied" else yaml.safe_dump(data))
     check(capsys, ws, ["train", "--resume", "run"], words)
     check(capsys, ws, ["eval", "run"], words)
+
+
+def test_plot_marks_given_before_the_runs_say_where_they_go(
+    capsys: pytest.CaptureFixture[str], ws: Path
+) -> None:
+    """argparse's --marks takes every number after it, and then the runs (explore101: the
+    error said only "expected a number, got 'runs/ppo_s0'")."""
+    run = ws / "sweep" / "ppo_s0"
+    run.mkdir(parents=True)
+    words = [f"got '{run}' (a run folder: give --marks after the runs)"]
+    check(capsys, ws, ["plot", "--marks", "100", str(run)], words)

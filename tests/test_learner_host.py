@@ -56,6 +56,17 @@ def test_the_learner_learns_on_the_shards_beside_it() -> None:
     assert host.health() == [(4, False)]
 
 
+def test_each_batch_reports_how_many_versions_its_actors_lagged_the_learner() -> None:
+    """ps/actor_lag (explore98: the actors' lag was reported only as a KL): the versions from
+    the oldest parameters that acted in a batch to those the learner starts it from."""
+    c = _cfg()
+    host, rollout = _host(c), dataclasses.replace(Actor(c, 0).rollout(), version=0)
+    assert host.learn(0.0, rollout).actor_lag == [0]  # acted with the learner's parameters
+    assert host.learn(0.0, rollout).actor_lag == [4]  # a learn (4 pushes) behind
+    newer = dataclasses.replace(rollout, version=4)
+    assert host.learn(0.0, rollout, newer).actor_lag == [8]  # the oldest that acted
+
+
 def test_a_cut_learn_ends_after_the_minibatch_in_progress_and_counts_its_pushes() -> None:
     """The run is stopping (its stop met, or Ctrl-C): a cut heard while a batch is learned
     ends it after the minibatch in progress, and the learn returns counting exactly the

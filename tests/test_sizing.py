@@ -9,8 +9,9 @@ import pytest
 
 from rltrain.config import ConfigError, load_config
 from rltrain.rl.algos.dqn import ReplayConfig
+from rltrain.rl.algos.impala import ImpalaConfig
 from rltrain.rl.config import AlgoConfig, StopConfig, TrainConfig
-from rltrain.rl.run.plans import RolloutCap
+from rltrain.rl.run.plans import RolloutCap, rollout_cap
 from rltrain.rl.run.sizing import describe_sizes, gpu_learners, sized
 from rltrain.runtime import ray as runtime
 from rltrain.runtime.config import RuntimeConfig
@@ -158,6 +159,24 @@ def test_the_rollout_cap_grows_while_learners_starve_and_shrinks_while_rollouts_
     assert two.low == 8
     gone = [two.update(starving=False, queued=3, batches=2) for _ in range(10)]  # one learner
     assert gone[-1] == 4  # gone for good: down to two batches of the one left
+
+
+@pytest.mark.parametrize(("held", "value"), [(16, 16), (40, 16), (5, 5), (1, 1)])
+def test_impala_in_flight_holds_the_rollout_cap_within_a_batch_and_every_actor(
+    held: int, value: int
+) -> None:
+    """impala.in_flight: 15 actors on 2 cores get the lag of a box whose learner keeps up
+    with all of them (16 rollouts in flight), whether the learner starves or not."""
+    cap = RolloutCap.of(learners=1, learner_batch=1, actors=15, held=held)
+    assert cap.value == value
+    assert {cap.update(starving=s, queued=q) for s, q in [(True, 0), (False, 9)] * 5} == {value}
+    cfg = TrainConfig(
+        algo=AlgoConfig(name="appo"),
+        actors=15,
+        impala=ImpalaConfig(learner_batch=1, in_flight=held),
+        stop=StopConfig(max_env_steps=10),
+    )
+    assert rollout_cap(cfg, 15).value == value
 
 
 @pytest.mark.parametrize(

@@ -77,6 +77,7 @@ def test_run_tb_folder_holds_a_custom_scalars_layout_of_the_real_tags(tmp_path: 
         dropped=1,
         staleness=[0, 2],
         losses=[loss, LossStats(2.0, td=0.5, lag_kl=0.02)],
+        actor_lag=[4, 8],
         epsilon=0.5,
         q_mean=1.0,
         phases={"actor/env": 1.0, "learner/learn": 2.0, "worker/wait": 1.0},
@@ -101,6 +102,10 @@ def test_run_tb_folder_holds_a_custom_scalars_layout_of_the_real_tags(tmp_path: 
     assert {"ps/staleness_mean", "ps/staleness_max", "ps/dropped_fraction", "loss/lag_kl"} <= {
         t for t, c in home.items() if "staleness" in c
     }
+    assert {"ps/actor_lag_mean", "ps/actor_lag_max"} <= {
+        t for t, c in home.items() if "staleness" in c
+    }
+    assert [e.value for e in events(tmp_path / "tb").Scalars("ps/actor_lag_mean")] == [6.0]
     # the staleness is the applied updates': the drops beside it (explore85)
     assert [e.value for e in events(tmp_path / "tb").Scalars("ps/dropped_fraction")] == [0.25]
     assert {"episode/return", "episode/mean_return"} <= {

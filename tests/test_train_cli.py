@@ -122,6 +122,8 @@ def test_short_runs_write_tensorboard_checkpoint_summary(
     assert s["startup_seconds"] == marks["first_result"]
     if algo in ("a2c", "ppo"):
         assert s["mean_staleness"] == 0  # the hard barrier: every update is fresh
+    assert ("mean_actor_lag" in s) == (algo == "impala")  # the actors' lag, in versions
+    assert s.get("mean_actor_lag", 1) > 0  # (a rollout acts a version or more behind)
     assert list((run_dir / "checkpoints").glob("ckpt-*.pt"))
     acc = EventAccumulator(str(run_dir / "tb"), size_guidance={"histograms": 0, "scalars": 0})
     acc.Reload()

@@ -319,7 +319,7 @@ class Learner:
             self.load(params)
             self.set_progress(progress)
             batch = stack(list(rollouts))
-        stats = WorkStats()
+        stats = WorkStats(actor_lag=[max(0, params.version - batch.version)])
         stats.add_rollout(batch)  # with the actors' phases
         barrier = waits_at_barrier(self.cfg)
         self.params = push_gradients(

@@ -39,6 +39,13 @@ class ImpalaConfig:
     on Taxi). loss/lag_kl shows the lag."""
     learner_batch: int = field(default=2, metadata=spec(ge=1))
     """Rollouts each learner step batches together."""
+    in_flight: int = field(default=0, metadata=spec(ge=0))
+    """Rollouts that may be queued or being made at once, which bounds the actors' lag behind
+    the learner (ps/actor_lag). 0: it adapts, from two batches per learner (few cores: the
+    learner is the bottleneck, and more rollouts would only wait, older) up to every actor
+    acting while a learner waits for data (a GPU learner). N: held at N, within a batch per
+    learner and actors + batches: on 2 cores, actors + 1 gives 15 actors the lag they have
+    on a 16-core GPU box (docs/pong.md)."""
 
 
 def vtrace(cfg: RunSettings) -> ValueEstimator:

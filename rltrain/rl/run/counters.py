@@ -46,6 +46,8 @@ class Counters:
     dropped: int = 0
     rejected: int = 0
     staleness_sum: int = 0
+    actor_lag_sum: int = 0  # impala/appo: over the batches learned (WorkStats.actor_lag)
+    lagged_batches: int = 0
     wall_seconds: float = 0.0
     best_mean_return: float | None = None
     recent_returns: list[float] = field(default_factory=list)
@@ -149,6 +151,8 @@ class Counters:
         self.rejected += stats.rejected
         self.rejected_in_a_row = 0 if stats.applied else self.rejected_in_a_row + stats.rejected
         self.staleness_sum += sum(stats.staleness)
+        self.actor_lag_sum += sum(stats.actor_lag)
+        self.lagged_batches += len(stats.actor_lag)
         if stats.unsettled and self.unsettled is not None:
             self._count_rounds(stats.unsettled)
         keep = max(KEEP_RETURNS, window)

@@ -118,10 +118,13 @@ class RolloutCap:
     while a learner waits for a batch (the actors are the bottleneck, e.g. a GPU learner on a
     many-core box: every actor can act), and shrinks by one while more than one batch per
     learner is queued, between ``low`` and ``high`` (all actors acting with a batch per
-    learner queued)."""
+    learner queued). ``held`` (``impala.in_flight``) holds it instead, within a batch per
+    learner and ``high``: on few cores, where the learner is the bottleneck, ``actors +
+    batches`` gives the actors the lag they have on a box whose learner keeps up with them."""
 
     batches: int  # rollouts the learners take at once
     high: int
+    held: int = 0  # 0: it adapts
     value: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -129,12 +132,12 @@ class RolloutCap:
 
     @property
     def low(self) -> int:
-        return 2 * self.batches
+        return min(max(self.held, self.batches), self.high) if self.held else 2 * self.batches
 
     @classmethod
-    def of(cls, learners: int, learner_batch: int, actors: int) -> RolloutCap:
+    def of(cls, learners: int, learner_batch: int, actors: int, held: int = 0) -> RolloutCap:
         batches = learners * learner_batch
-        return cls(batches, max(2 * batches, actors + batches))
+        return cls(batches, max(2 * batches, actors + batches), held)
 
     def update(self, starving: bool, queued: int, batches: int | None = None) -> int:
         """The cap after one look at the learners: ``starving``, one waits for a batch;
@@ -146,8 +149,13 @@ class RolloutCap:
             self.value = min(self.value + 1, self.high)
         elif queued > self.batches:
             self.value -= 1
-        self.value = min(max(self.value, self.low), self.high)
+        self.value = self.low if self.held else min(max(self.value, self.low), self.high)
         return self.value
+
+
+def rollout_cap(cfg: TrainConfig, actors: int) -> RolloutCap:
+    """The run's :class:`RolloutCap` (``impala.learner_batch`` and ``impala.in_flight``)."""
+    return RolloutCap.of(cfg.learners, cfg.impala.learner_batch, actors, cfg.impala.in_flight)
 
 
 def obs_slots_for(cfg: TrainConfig, spec: EnvSpec, say: Callable[[str], None]) -> ObsSlots | None:
@@ -155,7 +163,7 @@ def obs_slots_for(cfg: TrainConfig, spec: EnvSpec, say: Callable[[str], None]) -
     flight at once (being made or queued: the rollout cap's ceiling; being learned: a batch
     per learner). None, said, where /dev/shm (torch's shared memory) lacks the room: the
     rollouts then travel as messages."""
-    cap = RolloutCap.of(cfg.learners, cfg.impala.learner_batch, cfg.actors)
+    cap = rollout_cap(cfg, cfg.actors)
     count = cap.high + cap.batches
     dtype = torch.from_numpy(np.zeros(0, dtype=spec.obs_dtype)).dtype
     T, B = cfg.algo.rollout_length, cfg.env.num_envs
@@ -220,7 +228,7 @@ class ActorLearnerPlan(RLPlan):
         self.ready: collections.deque[tuple[Any, Any]] = collections.deque()  # (rollout, actor)
         self.idle_learners = list(learners)
         self.idle_actors: list[Any] = []
-        self.cap = RolloutCap.of(cfg.learners, cfg.impala.learner_batch, len(actors))
+        self.cap = rollout_cap(cfg, len(actors))
         for a in actors:
             self._collect(a)
 

@@ -108,6 +108,14 @@ def train_summary(
         "dropped": c.dropped,
         "rejected": c.rejected,
         "mean_staleness": round(c.staleness_sum / c.applied, 4) if c.applied else 0.0,
+        # impala/appo: versions from the oldest parameters that acted in a batch to the
+        # learner's, the mean over its batches (a run resumed from an older rltrain's
+        # checkpoint: over those since)
+        **(
+            {"mean_actor_lag": round(c.actor_lag_sum / c.lagged_batches, 2)}
+            if c.lagged_batches
+            else {}
+        ),
         "faults": dataclasses.asdict(faults),
         "bytes_pushed": record.net_bytes[0],  # update values the shards received
         "bytes_pulled": record.net_bytes[1],

@@ -69,6 +69,7 @@ LAYOUT: dict[str, dict[str, list[Any]]] = {
         "staleness of applied updates (versions)": ["Multiline", ["^ps/staleness_(mean|max)$"]],
         "updates dropped as stale (fraction)": ["Multiline", ["^ps/dropped_fraction$"]],
         "behaviour-policy lag KL": ["Multiline", ["^loss/lag_kl$"]],
+        "actors' lag behind the learner (versions)": ["Multiline", ["^ps/actor_lag_(mean|max)$"]],
         "server version": ["Multiline", ["^ps/version$"]],
     },
     "losses": {
@@ -106,7 +107,7 @@ def _unwritten(cfg: TrainConfig, policy_worker: bool) -> Iterator[str]:
     if spec.layout != "replay":
         yield from ("replay size", "replay samples/s")
     if not spec.lags:
-        yield "behaviour-policy lag KL"
+        yield from ("behaviour-policy lag KL", "actors' lag behind the learner (versions)")
     if spec.loss is None:  # a Q-learner's loss is its TD error
         yield from ("policy", "value", "entropy", "kl, clip fraction")
         return
@@ -150,6 +151,7 @@ class TrainLogger:
         self.rates = True  # False once the session's stop has come (the trainer sets it)
         self._losses: list[LossStats] = []
         self._staleness: list[int] = []
+        self._actor_lag: list[int] = []  # impala/appo: per batch (WorkStats.actor_lag)
         self._pushed = self._dropped = 0  # this interval's pushes, and those dropped as stale
         self._epsilon: list[float] = []
         self._q_mean: list[float] = []
@@ -197,6 +199,7 @@ class TrainLogger:
         if stats.epochs is not None:
             self._epochs.append(stats.epochs)
         self._staleness.extend(stats.staleness)
+        self._actor_lag.extend(stats.actor_lag)
         self._pushed, self._dropped = self._pushed + stats.updates, self._dropped + stats.dropped
         perf.merge(self._phases, stats.phases)
 
@@ -247,6 +250,9 @@ class TrainLogger:
             mean = sum(self._staleness) / len(self._staleness)
             self.writer.add_scalar("ps/staleness_mean", mean, env_steps)
             self.writer.add_scalar("ps/staleness_max", max(self._staleness), env_steps)
+        if lag := self._actor_lag:  # the actors', where the staleness is the pushers'
+            self.writer.add_scalar("ps/actor_lag_mean", sum(lag) / len(lag), env_steps)
+            self.writer.add_scalar("ps/actor_lag_max", max(lag), env_steps)
         if self._pushed:  # the staleness above is the applied updates': drops are not in it
             self.writer.add_scalar("ps/dropped_fraction", self._dropped / self._pushed, env_steps)
         for name in ("grad_norm", *LOSS_TERMS):
@@ -268,7 +274,7 @@ class TrainLogger:
                 self.writer.add_scalar(tag, sum(values) / len(values), env_steps)
         self.writer.flush()
         self._last_t = now
-        self._losses, self._staleness = [], []
+        self._losses, self._staleness, self._actor_lag = [], [], []
         self._pushed = self._dropped = 0
         self._epsilon, self._q_mean, self._epochs, self._phases = [], [], [], {}
 

@@ -262,7 +262,7 @@ def _loss_note(run_dir: Path, read: int, cuts: list[str]) -> str:
     cut event file: explore101's flipped byte gave 31 of 178 episodes, a curve that never
     reached its marks, and no word), else ""; every episode of a run is logged, also those of
     the work in flight after its stop and across resumes, so the two agree."""
-    with contextlib.suppress(OSError, ValueError, TypeError):
+    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):  # (none, or older)
         counted = int(json.loads((run_dir / "summary.json").read_text())["episodes"])
         if read < counted:
             where = f" ({', '.join(cuts)})" if cuts else ""

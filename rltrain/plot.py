@@ -10,13 +10,20 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from rltrain.charts import pyplot
 from rltrain.curves import Curve, NoEpisodesYet, PlotError, read_curve, scoring_changes
-from rltrain.plot_groups import Group, groups_of, mean_curve, mean_sd
+from rltrain.plot_groups import Group, draw_group_means, groups_of, mean_sd, of_runs
+from rltrain.plot_style import (
+    FIG_WIDTH,
+    PANELS_HEIGHT,
+    add_legend,
+    distinct_labels,
+    legend_labels,
+    line_style,
+)
 
 
 def moving_mean(values: np.ndarray, window: int) -> np.ndarray:
@@ -165,7 +172,7 @@ def evals_table(curves: Sequence[Curve], groups: Sequence[Group] = ()) -> str:
     pooled = [Group(f"mean +- sd of {len(curves)}", tuple(range(len(curves))))]
     spreads = list(groups) or (pooled if len(curves) > 1 else [])
     head = [c.label for c in curves]
-    spread = [f"{g.label} ({_of(len(g.members), 'mean +- sd')})" for g in spreads]
+    spread = [f"{g.label} ({of_runs(len(g.members), 'mean +- sd')})" for g in spreads]
     head += spread if groups else [g.label for g in spreads]
     lines = [f"| frames | {' | '.join(head)} |", "|---" * (len(head) + 1) + "|"]
     for at in sorted(rows):
@@ -177,11 +184,6 @@ def evals_table(curves: Sequence[Curve], groups: Sequence[Group] = ()) -> str:
         label = f"{_count(at, 4)} (stop)" if at in stops else _count(at)
         lines.append(f"| {label} | {' | '.join(cells)} |")
     return "\n".join(lines)
-
-
-def _of(n: int, what: str) -> str:
-    """What a group's figure is of: ``what`` (a mean, a spread) of its n runs, or its one run."""
-    return f"{what} of {n}" if n > 1 else "1 run"
 
 
 def _time_axis(seconds_max: float) -> tuple[float, str]:
@@ -198,48 +200,39 @@ def draw(
 ) -> Path | None:
     """Write a PNG with two panels, return vs frames and return vs wall time; per run the
     raw returns faintly and their moving mean over its ``window`` episodes as a line (from
-    its first full window). With ``groups``, a colour per group: its runs' means thin, and
-    their mean as a thick line. None without matplotlib."""
+    its first full window), each run (or group) a colour and line style of its own
+    (:func:`rltrain.plot_style.line_style`); one legend below the panels. With ``groups``, a
+    colour per group: its runs' means thin, and their mean as a thick line. None without
+    matplotlib."""
     plt = pyplot()
     if plt is None:
         return None
+    from matplotlib.lines import Line2D
     from matplotlib.ticker import EngFormatter
 
-    fig, (by_frames, by_time) = plt.subplots(1, 2, figsize=(12, 4.5), dpi=110, sharey=True)
+    names = legend_labels([g.label for g in groups] if groups else [c.label for c in curves])
+    fig = plt.figure(figsize=(FIG_WIDTH, PANELS_HEIGHT), dpi=110, layout="constrained")
+    by_frames, by_time = fig.subplots(1, 2, sharey=True)
     unit, time_label = _time_axis(max(float(c.seconds.max()) for c in curves))
     group_of = {i: k for k, g in enumerate(groups) for i in g.members}
     means = [full_window_mean(c) for c in curves]
     for i, c in enumerate(curves):
-        color = f"C{group_of.get(i, i) % 10}"
-        mean = means[i]
-        label = None if groups else c.label
+        color, dashes = line_style(group_of.get(i, i))
         for ax, x in ((by_frames, c.frames), (by_time, c.seconds / unit)):
             if c.window > 1 and not groups:
                 ax.plot(x, c.returns, color=color, lw=0.6, alpha=0.25)
-            ax.plot(x, mean, color=color, lw=0.9 if groups else 1.6, label=label)
+            ax.plot(x, means[i], color=color, ls=dashes, lw=0.9 if groups else 1.6)
         e_frames, e_seconds, e_means = c.evals
-        first = not groups or i == groups[group_of[i]].members[0]
-        dots = f"{c.label if not groups else groups[group_of[i]].label} eval" if first else None
         for ax, x in ((by_frames, e_frames), (by_time, e_seconds / unit)):
             if len(x):  # the evaluations during training: dots on the run's line
-                ax.plot(x, e_means, "o", color=color, ms=4, mfc="white", label=dots)
-    bands: list[tuple[Any, np.ndarray, np.ndarray, np.ndarray, str]] = []
-    for k, g in enumerate(groups):  # each group's mean curve, where all its runs have one
-        runs = [curves[i] for i in g.members]
-        ys = [means[i] for i in g.members]
-        for ax, xs in (
-            (by_frames, [c.frames for c in runs]),
-            (by_time, [c.seconds / unit for c in runs]),
-        ):
-            x, y, h = mean_curve(xs, ys)
-            of = _of(len(runs), "mean") + (", 95% CI shaded" if len(runs) > 1 else "")
-            ax.plot(x, y, color=f"C{k % 10}", lw=2.4, label=f"{g.label} ({of})")
-            if len(runs) > 1:  # the 95% interval of the mean, pointwise
-                bands.append((ax, x, y - h, y + h, f"C{k % 10}"))
-    for ax in (by_frames, by_time):  # the axes the curves take: 2 seeds' band (t = 12.7) runs
-        ax.set_ylim(ax.get_ylim())  # off them, and the curves would be a flat line
-    for ax, x, low, high, color in bands:
-        ax.fill_between(x, low, high, color=color, alpha=0.15, lw=0)
+                ax.plot(x, e_means, "o", color=color, ms=4, mfc="white")
+    handles = [Line2D([], [], color=c, ls=d, lw=1.6) for c, d in map(line_style, range(len(names)))]
+    if groups:
+        names = draw_group_means(groups, curves, means, (by_frames, by_time), unit, names, handles)
+    if any(len(c.evals[0]) for c in curves):  # one entry, the dots in their run's colour (a
+        # group's went with its first run, which may have had no evaluation: explore101)
+        handles.append(Line2D([], [], color="grey", marker="o", ms=4, mfc="white", ls=""))
+        names.append("evaluations during training")
     by_frames.set_xlabel("frames")
     by_frames.xaxis.set_major_formatter(EngFormatter())  # 2M, not 2 x 1e6
     by_time.set_xlabel(time_label)
@@ -249,10 +242,7 @@ def draw(
     by_frames.set_ylabel(ylabel)
     for ax in (by_frames, by_time):
         ax.grid(alpha=0.3)
-    by_frames.legend(loc="best", fontsize="small")
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
+    add_legend(fig, handles, names, title)
     try:
         fig.savefig(out, format=out_format(out))
     except OSError as e:
@@ -298,15 +288,30 @@ def once_each(run_dirs: Sequence[Path]) -> list[Path]:
 
 
 def unique_labels(curves: Sequence[Curve]) -> list[Curve]:
-    """Curves whose labels (their folders' names) repeat, labelled with the folders above
-    them as well (``a/run``, ``b/run``), so that the legend and the tables tell them apart."""
-    names = [c.label for c in curves]
-    return [
-        replace(c, label=f"{c.folder.absolute().parent.name}/{c.label}")
-        if names.count(c.label) > 1 and c.folder is not None
-        else c
-        for c in curves
-    ]
+    """Curves whose labels (their folders' names) repeat, labelled with as many folders above
+    them as tell them apart (``a/x/run``, ``b/x/run``), so that the legend, the tables and
+    the CSV tell them apart (:func:`rltrain.plot_style.distinct_labels`)."""
+    labels = distinct_labels([c.label for c in curves], [c.folder for c in curves])
+    return [replace(c, label=x) for c, x in zip(curves, labels, strict=True)]
+
+
+def _read_runs(
+    run_dirs: Sequence[Path], evals_too: bool
+) -> tuple[list[Curve], list[bool], list[NoEpisodesYet]]:
+    """Every run's curve, whether it has episodes (else, with ``evals_too``, its evaluations
+    alone, for the --evals table and the CSV), and the errors of the runs without episodes."""
+    read, ended, early = [], [], []
+    for d in run_dirs:
+        try:
+            read.append(read_curve(d))
+            ended.append(True)
+        except NoEpisodesYet as e:  # beside runs that have curves: left out, said
+            early.append(e)
+            if evals_too:  # its evaluations, if any, still make its column and its rows
+                with contextlib.suppress(NoEpisodesYet):
+                    read.append(read_curve(d, evals_only=True))
+                    ended.append(False)
+    return read, ended, early
 
 
 def default_output(run_dirs: Sequence[Path]) -> Path:
@@ -339,24 +344,17 @@ def plot_runs(
     if csv is not None and out is not None and csv.absolute() == out.absolute():
         raise PlotError(f"--csv {csv}: the image (--out) goes there too; give them two names")
     run_dirs = once_each(run_dirs)
-    curves, early, evaluated = [], [], []
-    for d in run_dirs:
-        try:
-            curves.append(read_curve(d))
-        except NoEpisodesYet as e:  # beside runs that have curves: left out, said
-            early.append(e)
-            if evals:  # its evaluations, if any, still make its column of the table
-                with contextlib.suppress(NoEpisodesYet):
-                    evaluated.append(read_curve(d, evals_only=True))
-        else:
-            evaluated.append(curves[-1])
-    if early and not curves and not evaluated:
-        raise early[0]
+    read, ended, early = _read_runs(run_dirs, evals_too=evals or csv is not None)
+    if early and not any(ended) and not (evals and read):  # nothing to draw or tabulate
+        said = f"; --csv {csv}: not written" if csv is not None else ""
+        said += " (--evals writes their evaluations)" if said and read else ""
+        raise NoEpisodesYet(f"{early[0]}{said}")
     for why in early:
         print(f"rltrain: plot: left out {why}", file=sys.stderr)
     if window is not None:
-        curves = [replace(c, window=window) for c in curves]
-    curves, evaluated = unique_labels(curves), unique_labels(evaluated)
+        read = [replace(c, window=window) for c in read]
+    evaluated = unique_labels(read)  # (over every run read: the plot, tables and CSV agree)
+    curves = [c for c, has in zip(evaluated, ended, strict=True) if has]
     if not curves and (marks or out is not None):  # only evaluations: nothing to draw
         asked = " and ".join(f for f, on in (("--marks", marks), ("--out", out)) if on)
         print(f"rltrain: plot: {asked}: no episode has ended in these runs", file=sys.stderr)
@@ -382,10 +380,12 @@ def plot_runs(
                     file=sys.stderr,
                 )
         tables.append(evals_table(shown, groups_of(shown, group) if group else []))
-    if csv is not None and curves:
-        from rltrain.plot_csv import write_curves_csv
+    if csv is not None:  # every run read: one evaluated before its first episode ended
+        from rltrain.plot_csv import write_curves_csv  # has its eval rows (explore101)
 
-        write_curves_csv(csv, curves, [full_window_mean(c) for c in curves], groups)
+        same = len(evaluated) == len(curves) or not group
+        kept = groups if same else groups_of(evaluated, group)
+        write_curves_csv(csv, evaluated, [full_window_mean(c) for c in evaluated], kept)
     png = None
     if curves:  # (only evaluations: the table alone)
         png = draw(curves, out if out is not None else default_output(run_dirs), title, groups)

@@ -5,6 +5,7 @@ give each group's mean ± standard deviation and the plot each group's mean curv
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from rltrain.curves import Curve, PlotError, run_config
+from rltrain.plot_style import line_style
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,11 @@ def groups_of(curves: Sequence[Curve], keys: Sequence[str]) -> list[Group]:
     return [Group(label, tuple(members)) for label, members in found.items()]
 
 
+def of_runs(n: int, what: str) -> str:
+    """What a group's figure is of: ``what`` (a mean, a spread) of its n runs, or its one run."""
+    return f"{what} of {n}" if n > 1 else "1 run"
+
+
 def mean_sd(values: Sequence[float]) -> str:
     """``m +- sd`` (the sample's, n - 1), or the one value."""
     if len(values) == 1:
@@ -133,12 +140,69 @@ def ci95(samples: np.ndarray) -> np.ndarray:
 
 def mean_curve(
     xs: Sequence[np.ndarray], ys: Sequence[np.ndarray]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """The mean of runs' curves (each [N_i] y against increasing x) on a common grid of 200
-    points up to the shortest run's end, where every run has a value: ([200] x, [200] mean,
-    [200] the half-width of its 95 % confidence interval, :func:`ci95`)."""
-    end = min(float(x[-1]) for x in xs)
-    start = max(float(x[0]) for x in xs)
+    points over the stretch where every run has a drawn (finite) value: ([200] x, [200] mean,
+    [200] the half-width of its 95 % confidence interval, :func:`ci95`). None where several
+    runs share no such stretch: the grid was one NaN point, nothing was drawn, and the
+    legend still named a mean curve (explore101)."""
+    spans = [x[np.isfinite(y)] for x, y in zip(xs, ys, strict=True)]
+    if any(len(s) == 0 for s in spans):
+        return None
+    start = max(float(s[0]) for s in spans)
+    end = min(float(s[-1]) for s in spans)
+    if end < start or (end == start and len(xs) > 1):
+        return None
     grid = np.linspace(start, end, 200) if end > start else np.array([end])
     on_grid = np.array([np.interp(grid, x, y) for x, y in zip(xs, ys, strict=True)])  # [n, 200]
     return grid, on_grid.mean(axis=0), ci95(on_grid)
+
+
+def draw_group_means(
+    groups: Sequence[Group],
+    curves: Sequence[Curve],
+    means: Sequence[np.ndarray],
+    axes: tuple[Any, Any],
+    unit: float,
+    names: Sequence[str],
+    handles: list[Any],
+) -> list[str]:
+    """Draw each group's mean curve (thick) and its band in both panels, where all its runs
+    have a value; the legend's names, each saying what was drawn: where a group's runs share
+    no stretch of wall time (or frames) no mean is drawn there, which a line says (the
+    legend said "mean of 4" of a curve not drawn, explore101). ``handles``: the groups' legend
+    lines, set as thick as what was drawn."""
+    bands: list[tuple[Any, np.ndarray, np.ndarray, np.ndarray, str]] = []
+    out = []
+    for k, g in enumerate(groups):
+        runs = [curves[i] for i in g.members]
+        ys = [means[i] for i in g.members]
+        color, dashes = line_style(k)
+        drawn = []
+        for ax, xs, what in (
+            (axes[0], [c.frames for c in runs], "frames"),
+            (axes[1], [c.seconds / unit for c in runs], "wall time"),
+        ):
+            got = mean_curve(xs, ys)
+            if got is None:
+                print(
+                    f"rltrain: plot: --group {g.label}: its runs share no stretch of {what}; "
+                    "no mean curve drawn against it",
+                    file=sys.stderr,
+                )
+                continue
+            x, y, h = got
+            ax.plot(x, y, color=color, ls=dashes, lw=2.4)
+            drawn.append(what)
+            if len(runs) > 1:  # the 95% interval of the mean, pointwise
+                bands.append((ax, x, y - h, y + h, color))
+        of = of_runs(len(runs), "mean") + (", 95% CI shaded" if len(runs) > 1 else "")
+        if len(drawn) == 1:
+            of += f"; against {drawn[0]} only"
+        out.append(f"{names[k]} ({of})" if drawn else f"{names[k]} ({len(runs)} runs, no mean)")
+        handles[k].set_linewidth(2.4 if drawn else 0.9)  # (as its thick line, or its runs')
+    for ax in axes:  # the axes the curves take: 2 seeds' band (t = 12.7) runs
+        ax.set_ylim(ax.get_ylim())  # off them, and the curves would be a flat line
+    for ax, x, low, high, color in bands:
+        ax.fill_between(x, low, high, color=color, alpha=0.15, lw=0)
+    return out

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -659,7 +660,7 @@ def test_runs_grouped_by_a_config_key_get_each_groups_mean(
     assert main([*argv[:2], "--group", "server.rules"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("rltrain: error: --group server.rules:") and "\n" not in err
-    assert "has no 'rules' in server (server holds: average_every, " in err
+    assert "has no 'rules' in server (server holds: " in err and ", rule, " in err
     assert main([*argv[:2], "--group", "model"]) == 2  # a section: its keys named
     assert "a section of" in capsys.readouterr().err
 
@@ -722,3 +723,161 @@ def test_a_groups_band_is_the_95_percent_interval_of_its_mean() -> None:
     many = np.random.default_rng(0).normal(size=(40, 1))
     t = ci95(many)[0] / (many.std(ddof=1) / np.sqrt(40))
     assert abs(t - 2.0227) < 1e-3  # t(39, 0.975), beyond the table
+
+
+@pytest.fixture
+def figures(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The figures `rltrain plot` saves, laid out, to read their legends and lines back."""
+    from matplotlib.figure import Figure
+
+    saved: list[Any] = []
+    save = Figure.savefig
+
+    def keep(self: Figure, *args: Any, **kwargs: Any) -> None:
+        save(self, *args, **kwargs)
+        self.renderer = self.canvas.get_renderer()  # (the Agg canvas, gone once it is closed)
+        saved.append(self)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    return saved
+
+
+def legend_of(fig: Any) -> list[str]:
+    """The texts of a figure's one legend; none is left inside a panel."""
+    assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)
+    return [t.get_text() for t in fig.legends[0].get_texts()]
+
+
+def test_runs_whose_folders_end_alike_get_labels_that_differ(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """explore101: a/x/run and b/x/run were both x/run (one parent added): the legend and the
+    tables showed one name twice, and the CSV merged the two runs' rows."""
+    from rltrain.curves import Curve, PlotError
+    from rltrain.plot_csv import write_curves_csv
+    from rltrain.plot_style import distinct_labels
+
+    runs = [
+        make_run(tmp_path / a / b / "run", "cartpole_appo.yaml", [(64 * k, k, k) for k in (1, 2)])
+        for a, b in (("a", "x"), ("b", "x"), ("c", "y"))
+    ]
+    table = tmp_path / "c.csv"
+    argv = [*map(str, runs), "--marks", "1", "--csv", str(table), "--out", str(tmp_path / "r.png")]
+    assert main(["plot", *argv]) == 0
+    rows = capsys.readouterr().out.splitlines()[3:6]
+    assert [r.split(" | ")[0] for r in rows] == ["| a/x/run", "| b/x/run", "| y/run"]
+    csv_runs = [line.split(",")[0] for line in table.read_text().splitlines()[1:]]
+    assert csv_runs == ["a/x/run"] * 2 + ["b/x/run"] * 2 + ["y/run"] * 2
+    # the shortest suffix of each path that no other run shares; no folder: numbered
+    folders = [Path("/s/a/seed0/run"), Path("/s/b/seed0/run"), Path("/s/c/seed1/run")]
+    assert distinct_labels(["run"] * 3, folders) == ["a/seed0/run", "b/seed0/run", "seed1/run"]
+    assert distinct_labels(["r", "r", "q"], [None, None, None]) == ["r", "r (2)", "q"]
+    # the writer's own check: two runs of one label are refused, nothing written
+    one = Curve("r", np.array([1.0]), np.array([1.0]), np.array([1.0]))
+    with pytest.raises(PlotError, match="runs share the label r: not written"):
+        write_curves_csv(tmp_path / "d.csv", [one, one], [np.ones(1)] * 2, [])
+    assert not (tmp_path / "d.csv").exists()
+
+
+def test_many_runs_each_get_a_line_of_their_own_and_a_legend_below(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], figures: list[Any]
+) -> None:
+    """explore101: run i and run i + 10 had one colour and line style; the legend, inside the
+    left panel, covered the curves, ran off the figure, and had an "eval" entry per run; a
+    186-character name squeezed the panels. Long names are cut in the legend alone."""
+    from rltrain.plot_style import line_style
+
+    long = "appo_cartpole_" + "very_long_descriptive_name_" * 4 + "seed0"
+    names = [f"run{k:02d}" for k in range(11)] + [long]
+    runs = []
+    for k, name in enumerate(names):
+        run = make_run(tmp_path / name, "cartpole_appo.yaml", [(64 * j, j + k, j) for j in (1, 2)])
+        writer = SummaryWriter(str(run / "tb"))
+        writer.add_scalar(EVAL_TAG, 10.0 + k, 128)
+        writer.close()
+        runs.append(str(run))
+    out = tmp_path / "many.png"
+    assert main(["plot", *runs, "--marks", "1", "--out", str(out)]) == 0
+    check_png(out)
+    assert f"| {long} |" in capsys.readouterr().out  # the table keeps the whole name
+    (fig,) = figures
+    texts = legend_of(fig)
+    short = long[:30] + "…" + long[-29:]
+    assert texts == [*names[:11], short, "evaluations during training"]
+    handles = fig.legends[0].legend_handles[:12]
+    assert len({(h.get_color(), h.get_linestyle()) for h in handles}) == 12
+    assert len({line_style(k) for k in range(100)}) == 100  # past 40 runs too
+    # the legend lies in the figure, below both panels with their tick labels
+    renderer = fig.renderer
+    box = fig.legends[0].get_window_extent(renderer)
+    assert box.x0 >= 0 and box.y0 >= 0 and box.x1 <= fig.bbox.x1
+    assert all(ax.get_tightbbox(renderer).y0 >= box.y1 for ax in fig.axes)
+    for suffix in ("svg", "pdf"):  # the other formats are still written
+        assert main(["plot", *runs[:3], "--out", str(tmp_path / f"m.{suffix}")]) == 0
+    assert (tmp_path / "m.pdf").read_bytes().startswith(b"%PDF")
+    assert b"<svg" in (tmp_path / "m.svg").read_bytes()[:1000]
+
+
+def test_csv_holds_the_evaluations_of_a_run_without_episodes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """explore101: a run evaluated before its first episode ended was in the --evals table but
+    not in the CSV; alone, no CSV was written and the notice named --out only."""
+    young = make_run(tmp_path / "young", "cartpole_appo.yaml", [(4000, 50.0, 1)], tag=EVAL_TAG)
+    good = make_run(tmp_path / "good", "cartpole_appo.yaml", [(64, 12, 1), (128, 14, 2)])
+    table, png = tmp_path / "c.csv", str(tmp_path / "r.png")
+    assert main(["plot", str(good), str(young), "--csv", str(table), "--out", png]) == 0
+    rows = table.read_text().splitlines()
+    assert [r.split(",")[:3] for r in rows[1:]] == [["good", "", "episode"]] * 2 + [
+        ["young", "", "eval"]
+    ]
+    assert rows[-1].split(",")[3] == "4000" and rows[-1].split(",")[6] == "50"
+    assert f"left out {young}:" in capsys.readouterr().err  # (of the plot, not the CSV)
+    table.unlink()
+    assert main(["plot", str(young), "--evals", "--csv", str(table), "--out", png]) == 0
+    assert [r.split(",")[2] for r in table.read_text().splitlines()[1:]] == ["eval"]
+    assert "--out: no episode has ended in these runs" in capsys.readouterr().err
+    table.unlink()  # nothing but a CSV asked: nothing drawn or printed, which says --csv
+    assert main(["plot", str(young), "--csv", str(table)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.endswith(
+        f"(no episode has ended); --csv {table}: not written (--evals writes their evaluations)"
+    )
+    assert not table.exists()
+
+
+def test_a_groups_legend_names_its_evaluations_and_only_the_means_drawn(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], figures: list[Any]
+) -> None:
+    """explore101: (a) a group's "eval" entry went with its first run, so a first run without
+    evaluations left the others' dots out of the legend; (b) runs that share no stretch of
+    wall time got no mean curve there, and the legend still said "mean of 2"."""
+    from rltrain.plot_groups import mean_curve
+
+    early = make_run(tmp_path / "early", "cartpole_appo.yaml", [(64 * j, j, j) for j in (1, 2, 3)])
+    late = make_run(tmp_path / "late", "cartpole_appo.yaml", [(64 * j, j, 50 + j) for j in (1, 2)])
+    writer = SummaryWriter(str(late / "tb"))  # only the group's second run is evaluated
+    writer.add_scalar(EVAL_TAG, 3.0, 128, walltime=time.time() + 52)
+    writer.close()
+    argv = ["plot", str(early), str(late), "--group", "algo.name", "--out", str(tmp_path / "g.png")]
+    assert main(argv) == 0
+    assert capsys.readouterr().err.strip() == (
+        "rltrain: plot: --group algo.name=appo: its runs share no stretch of wall time; "
+        "no mean curve drawn against it"
+    )
+    (fig,) = figures
+    assert legend_of(fig) == [
+        "algo.name=appo (mean of 2, 95% CI shaded; against frames only)",
+        "evaluations during training",
+    ]
+    apart = make_run(
+        tmp_path / "apart", "cartpole_appo.yaml", [(9000 + j, j, 60 + j) for j in (1, 2)]
+    )
+    assert main([*argv[:2], str(apart), *argv[3:]]) == 0  # nothing shared: no mean anywhere
+    assert len(capsys.readouterr().err.strip().splitlines()) == 2  # (frames, wall time)
+    assert legend_of(figures[1])[0] == "algo.name=appo (2 runs, no mean)"
+    x = np.arange(3.0)
+    assert mean_curve([x, x + 10], [x, x]) is None
+    assert mean_curve([x, x + 2], [x, x]) is None  # one instant in common: no stretch
+    got = mean_curve([x, x + 0.5], [x, np.array([np.nan, 1.0, 2.0])])  # (before a full window)
+    assert got is not None and (got[0][0], got[0][-1]) == (1.5, 2.0)  # where both are drawn

@@ -19,7 +19,7 @@ from rltrain.errors import RLTrainError
 from rltrain.faults import PeerLost, ProcessLost, RunFailed
 from rltrain.launch import UserError, run_dir_arg, run_train
 from rltrain.launch_bench import run_bench_config
-from rltrain.options import describe
+from rltrain.options import describe, manual, select, terminal_columns
 from rltrain.progress import stdout_failed, unfailing_output
 
 EXIT_FAILED = 1  # a run that a fault stopped (the summary says which)
@@ -32,7 +32,7 @@ def _overrides(args: argparse.Namespace) -> list[str]:
     return [*args.overrides, *extra]
 
 
-def cmd_options(kind: str, imports: Sequence[str] = ()) -> int:
+def cmd_options(kind: str, imports: Sequence[str] = (), key: str | None = None) -> int:
     from rltrain.envs.user import import_env_modules
     from rltrain.rl.config import TrainConfig
     from rltrain.supervised.config import BenchConfig
@@ -40,12 +40,9 @@ def cmd_options(kind: str, imports: Sequence[str] = ()) -> int:
     import_env_modules(imports, "--import")  # (from the current folder, as a run's imports)
 
     cls = {"bench": BenchConfig, "train": TrainConfig}[kind]
-    rows = describe(cls, command=kind)
-    width = max(len(r[0]) for r in rows)
-    for key, kind_, default, doc in rows:
-        print(f"{key:<{width}}  {kind_}  (default {default})")
-        if doc:
-            print(f"{'':<{width}}  {doc}")
+    rows = select(describe(cls, command=kind), key, kind)
+    for line in manual(rows, terminal_columns()):
+        print(line)
     return 0
 
 
@@ -173,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run_command(args: argparse.Namespace) -> int:
     """The command ``args`` names; its errors as one line. A run's progress lines are a log:
     a reader gone (``| head``) or a full disk does not end it (:func:`unfailing_output`)."""
-    commands = {"options": lambda a: cmd_options(a.kind, a.imports), "bench": cmd_bench}
+    commands = {"options": lambda a: cmd_options(a.kind, a.imports, a.key), "bench": cmd_bench}
     commands["train"] = cmd_train
     commands |= {"eval": cmd_eval, "plot": cmd_plot, "reapply": cmd_reapply}
     commands["replay"] = cmd_reapply  # the old name of reapply, an alias

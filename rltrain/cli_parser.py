@@ -16,9 +16,25 @@ class Parser(argparse.ArgumentParser):
     """argparse whose usage errors are one line, like every other error of the CLI:
     ``rltrain: error: <message> (see rltrain <command> --help)``, exit code 2."""
 
+    intermixed = False
+    """Whether positionals may follow options, as ``rltrain options train --import m vpg``'s
+    KEY (argparse gives an optional positional nothing as it reads the one before it, then
+    refuses vpg; explore101)."""
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.commands: dict[str, Parser] = {}
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Any = None, namespace: Any = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if not self.intermixed:
+            return super().parse_known_args(args, namespace)
+        self.intermixed = False  # (parse_known_intermixed_args calls this again, plainly)
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self.intermixed = True
 
     def error(self, message: str) -> NoReturn:
         self.exit(
@@ -193,8 +209,22 @@ def build_parser() -> Parser:
     reapply.add_argument(
         "--mode", help="reapply this mode only, e.g. async (default: every recorded mode)"
     )
-    opts = sub.add_parser("options", help="list every config option with its meaning")
+    opts = sub.add_parser(
+        "options",
+        help="list every config option with its meaning",
+        description="Every config key of rltrain train or bench: its type (with its allowed "
+        "range, and auto where it is taken), default and meaning. On a terminal the meanings "
+        "are wrapped to its width; piped, each stays on one line (for grep).",
+    )
+    opts.intermixed = True  # (KEY after --import MODULE)
     opts.add_argument("kind", choices=["train", "bench"], help="which command's config")
+    opts.add_argument(  # explore101: one key's line needed grep -A1 over 264 lines
+        "key",
+        nargs="?",
+        metavar="KEY",
+        help="list this key only, or every key of a section or prefix (algo.gamma, ppo, "
+        "faults.events)",
+    )
     opts.add_argument(
         "--import",
         dest="imports",

@@ -21,7 +21,7 @@ from typing import Any, TypeVar, cast
 
 import yaml
 
-from rltrain.config_keys import closest, homes_hint, moved_keys, type_at, unknown_key
+from rltrain.config_keys import closest, homes_hint, moved_keys, read_by, type_at, unknown_key
 from rltrain.errors import ConfigError, UnknownKey, shown
 from rltrain.yaml_files import UniqueKeyLoader, read_layered
 from rltrain.yaml_files import read_yaml as read_yaml  # re-exported: one reader of YAML
@@ -81,7 +81,8 @@ def from_dict(
     except UnknownKey as e:  # (as it leaves the whole config) a key of another section?
         if prefix:
             raise
-        raise ConfigError(f"{e}{homes_hint(cls, e.key)}") from None
+        hinted = "did you mean" in str(e)  # (its section's near names: no others then)
+        raise ConfigError(f"{e}{homes_hint(cls, e.key, misspelt=not hinted)}") from None
 
 
 def _build(cls: type[T], data: Mapping[str, Any] | None, prefix: str, base: Any) -> T:
@@ -213,7 +214,7 @@ def _scalar(tp: Any, value: Any, key: str, or_null: str = "") -> Any:
     raise ConfigError(f"{key}: unsupported config type {tp}")  # a bug in a config class
 
 
-_BOUNDS = (
+BOUNDS = (  # (spec's name, the check, its word): the checker's and `rltrain options`' bounds
     ("ge", lambda v, b: v >= b, ">="),
     ("gt", lambda v, b: v > b, ">"),
     ("le", lambda v, b: v <= b, "<="),
@@ -228,7 +229,7 @@ def _finite(value: Any, key: str, meta: Mapping[str, Any]) -> Any:
         return value
     if meta.get("infinite") and not math.isnan(value):
         return value
-    bounds = " and ".join(f"{w} {meta[b]}" for b, _, w in _BOUNDS if meta.get(b) is not None)
+    bounds = " and ".join(f"{w} {meta[b]}" for b, _, w in BOUNDS if meta.get(b) is not None)
     allowed = f"a finite number {bounds}".rstrip() + (", or null" if meta.get("nullable") else "")
     raise ConfigError(f"{key}={value!r}: must be {allowed}")
 
@@ -241,7 +242,7 @@ def _check(value: Any, key: str, meta: Mapping[str, Any]) -> Any:
         raise ConfigError(
             f"{key}={value!r}: allowed values are {', '.join(map(str, choices))}{hint}"
         )
-    for bound, ok, word in _BOUNDS:
+    for bound, ok, word in BOUNDS:
         b = meta.get(bound)
         if b is not None and not ok(value, b):
             also = " (or auto)" if meta.get("auto") else " (or null)" * bool(meta.get("nullable"))
@@ -367,23 +368,27 @@ def load_config(cls: type[T], path: str | Path | None, overrides: Sequence[str] 
         raise (ConfigError(f"{e} (config file {path} is empty)") if empty else e) from None
 
 
-def to_dict(cfg: Any) -> dict[str, Any]:
-    """A plain, YAML-safe dict of a config's keys (tuples become lists)."""
-    out: dict[str, Any] = _keys_of(cfg)
+def to_dict(cfg: Any, command: str | None = None) -> dict[str, Any]:
+    """A plain, YAML-safe dict of a config's keys (tuples become lists), without the keys only
+    the other command reads (``command``, else train's or bench's for their configs; None:
+    every key): a train run's config.yaml held server.n_push, which train refuses (explore101)."""
+    out: dict[str, Any] = _keys_of(cfg, command or getattr(cfg, "COMMAND", None))
     holder = getattr(cfg, "SECTIONS", "")
     if holder:  # a registry's sections as top-level ones, where the holder stands
         out = {k2: v2 for k, v in out.items() for k2, v2 in (v if k == holder else {k: v}).items()}
     return out
 
 
-def _keys_of(cfg: Any) -> Any:
-    """``dataclasses.asdict`` of a config without its derived fields (:func:`keyed`)."""
+def _keys_of(cfg: Any, command: str | None = None) -> Any:
+    """``dataclasses.asdict`` of a config without its derived fields (:func:`keyed`), nor,
+    with ``command``, those whose metadata ``only`` names another command."""
     if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
-        return {f.name: _keys_of(getattr(cfg, f.name)) for f in dataclasses.fields(cfg) if keyed(f)}
+        kept = [f for f in dataclasses.fields(cfg) if keyed(f) and read_by(f, command)]
+        return {f.name: _keys_of(getattr(cfg, f.name), command) for f in kept}
     if isinstance(cfg, dict):
-        return {k: _keys_of(v) for k, v in cfg.items()}
+        return {k: _keys_of(v, command) for k, v in cfg.items()}
     if isinstance(cfg, tuple | list):
-        return [_keys_of(v) for v in cfg]
+        return [_keys_of(v, command) for v in cfg]
     return cfg
 
 

@@ -61,9 +61,20 @@ def check_command_keys(cfg: Any, command: str, prefix: str = "") -> None:
             )
 
 
-def homes_hint(cls: type, key: str) -> str:
-    """``; did you mean optimizer.lr?`` for a ``key`` that lives elsewhere in ``cls``, or ""."""
-    homes = [p for p in key_paths(cls) if p.rsplit(".", 1)[-1] == key][:3]
+def read_by(f: dataclasses.Field, command: str | None) -> bool:
+    """Whether ``command`` reads field ``f``: its metadata ``only`` names no other command
+    (None: any command)."""
+    return command is None or f.metadata.get("only") in (None, command)
+
+
+def homes_hint(cls: type, key: str, misspelt: bool = False) -> str:
+    """``; did you mean optimizer.lr?`` for a ``key`` that lives elsewhere in ``cls``, or "";
+    ``misspelt``: also a key of a name close to it (where its own section has none)."""
+    paths = key_paths(cls)
+    homes = [p for p in paths if p.rsplit(".", 1)[-1] == key][:3]
+    if not homes and misspelt:  # (explore101: `windows` found no stop.window)
+        near = closest(key, sorted({p.rsplit(".", 1)[-1] for p in paths if "." in p}), n=2)
+        homes = [p for p in paths if p.rsplit(".", 1)[-1] in near][:3]
     homes = [h if "." in h else f"{h} (a top-level key)" for h in homes]
     return f"; did you mean {' or '.join(homes)}?" if homes else ""
 
@@ -87,7 +98,19 @@ def closest(word: str, allowed: list[str], n: int = 1) -> list[str]:
     dist = {a: _edits(w, a.lower()) for a in allowed}
     near = sorted((a for a in allowed if dist[a] <= limit), key=lambda a: dist[a])
     starts = [a for a in allowed if len(w) >= 3 and a.lower().startswith(w) and a not in near]
-    return (near + starts)[:n]
+    words = w.split("_")  # max_steps: max_env_steps, a word short (explore101)
+    inside = [
+        a
+        for a in allowed
+        if len(words) > 1 and a not in near + starts and _in_order(words, a.lower().split("_"))
+    ]
+    return (near + starts + inside)[:n]
+
+
+def _in_order(words: list[str], among: list[str]) -> bool:
+    """Whether ``words`` are among ``among`` in their order (others between them)."""
+    it = iter(among)
+    return all(any(w == a for a in it) for w in words)
 
 
 def _edits(a: str, b: str) -> int:

@@ -500,3 +500,62 @@ def test_keys_of_a_section_the_algorithm_does_not_read_are_said(
 
     notes = unread_notes(load_config(TrainConfig, ROOT / "configs" / config, sets))
     assert (said in notes[0]) if said is not None else notes == []
+
+
+BENCH_ONLY = ("server.n_push", "server.pipeline", "server.average_every", "server.record")
+TRAIN_ONLY = ("server.device", "runtime.inference", "runtime.learner_threads")
+
+
+def test_a_commands_dump_holds_the_keys_its_manual_lists() -> None:
+    """A run's config.yaml holds every key `rltrain options <command>` lists and no other: a
+    train run's held the bench's server.n_push, which train refuses (explore101 finding 9),
+    and a bench run's train's runtime.inference."""
+    from rltrain.config import to_dict
+    from rltrain.config_keys import dotted
+    from rltrain.rl.config import StopConfig
+
+    train = TrainConfig(stop=StopConfig(max_env_steps=100))
+    for cfg, command in ((train, "train"), (BenchConfig(), "bench")):
+        listed = {r[0] for r in describe(type(cfg), command=command) if "[]" not in r[0]}
+        listed -= {r[0] for r in describe(type(cfg), command=command) if r[1] == "mapping"}
+        assert set(dotted(to_dict(cfg))) == listed, command
+    assert not set(BENCH_ONLY) & set(dotted(to_dict(train)))
+    assert set(BENCH_ONLY) <= set(dotted(to_dict(BenchConfig())))
+    assert not set(TRAIN_ONLY) & set(dotted(to_dict(BenchConfig())))
+    assert set(TRAIN_ONLY) <= set(dotted(to_dict(train, "train")))
+    assert "n_push" in to_dict(train.server)  # a section alone: every key
+
+
+def test_an_older_run_folder_with_the_bench_keys_still_loads_and_resumes(tmp_path: Path) -> None:
+    """A train run folder written before explore101 holds the bench's keys at their defaults,
+    in its config.yaml and its checkpoint's config: it still loads, and a --resume (and an
+    eval of its checkpoint) sees no change in them."""
+    from rltrain.config import to_dict
+    from rltrain.launch import check_resume
+    from rltrain.ps.config import ServerConfig
+    from rltrain.rl.config import StopConfig, load_run_config
+    from rltrain.rl.eval_args import check_played_as
+    from rltrain.rl.run.resume import resume_changes
+
+    cfg = TrainConfig(stop=StopConfig(max_env_steps=100))
+    old = to_dict(cfg)
+    old["server"] |= {k.split(".")[1]: getattr(ServerConfig(), k.split(".")[1]) for k in BENCH_ONLY}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(old))
+    assert load_run_config(TrainConfig, tmp_path / "config.yaml") == cfg
+    checkpoint = tmp_path / "checkpoints" / "ckpt-0000000001.pt"
+    assert check_resume(checkpoint, {"config": old}, cfg) == []
+    assert resume_changes(checkpoint, old, cfg) == []
+    check_played_as(checkpoint, old, cfg, tmp_path)
+    edited = {**old, "server": {**old["server"], "n_push": 3}}  # still refused when set
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(edited))
+    with pytest.raises(ConfigError, match="server.n_push=3: rltrain bench only"):
+        load_run_config(TrainConfig, tmp_path / "config.yaml")
+
+
+def test_a_bench_run_folders_config_reloads_with_its_own_keys(tmp_path: Path) -> None:
+    """bench's config.yaml keeps n_push, pipeline, average_every and record (reapply reads it
+    back), set away from their defaults too."""
+    cfg = from_dict(BenchConfig, {"server": {"n_push": 3, "average_every": 5, "record": True}})
+    (tmp_path / "config.yaml").write_text(dump_yaml(cfg))
+    again = load_config(BenchConfig, tmp_path / "config.yaml")
+    assert again == cfg and again.server.n_push == 3 and again.server.record

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from rltrain.config import spec
 from rltrain.config_keys import check_command_keys
@@ -223,6 +223,7 @@ def bench_backend(cfg: BenchConfig) -> tuple[str, str]:
 class BenchConfig:
     """`rltrain bench`: the same problem trained by each update rule, compared on one table."""
 
+    COMMAND: ClassVar[str] = "bench"  # (its config.yaml leaves out train's keys: to_dict)
     seed: int = field(default=0, metadata=spec(ge=0, le=2**31 - 1))
     """Seed of the model initialisation; worker i shuffles its data with seed + i."""
     seeds: int = field(default=1, metadata=spec(ge=1, le=100))

@@ -41,6 +41,7 @@ def _field_names(cls: type) -> tuple[str, ...]:
 class TrainConfig:
     """`rltrain train`: actors, learners and the parameter server on one environment."""
 
+    COMMAND: ClassVar[str] = "train"  # (its config.yaml leaves out bench's keys: to_dict)
     MOVED: ClassVar[dict[str, str]] = {
         **{f"algo.{k}": f"impala.{k}" for k in _field_names(ImpalaConfig)},
         **{f"algo.{k}": f"ppo.{k}" for k in _field_names(PPOConfig)},

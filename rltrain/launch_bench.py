@@ -4,6 +4,7 @@ the run folder and its config.yaml, the data and its sizes), shared by the comma
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,7 +25,8 @@ def run_bench_config(cfg: BenchConfig, run_dir: str | Path | None, config_path: 
 
     check_run_dir(run_dir)
     check_address(cfg.runtime.address)
-    data = load_data(cfg.data, log=print)
+    data = load_data(cfg.data, log=print)  # (its errors name data.root as it was typed)
+    cfg = with_absolute_root(cfg)
     check_bench_sizes(cfg, len(data.train), len(data.test))
     if cfg.server.shards > 1:  # (one always fits) before any mode trains, not at the first
         from rltrain.ps.server import ShardLayout  # that starts a server
@@ -42,6 +44,19 @@ def run_bench_config(cfg: BenchConfig, run_dir: str | Path | None, config_path: 
         print(note)
     run_bench(cfg, data, out)
     return out
+
+
+def with_absolute_root(cfg: BenchConfig) -> BenchConfig:
+    """``cfg`` with a relative data.root made absolute, as it runs and as config.yaml keeps
+    it. explore100: config.yaml kept `root: root2`, the bench's working folder's, so
+    `rltrain bench RUN/config.yaml` or `rltrain reapply RUN` elsewhere read other data, or
+    none. A ``~`` root stays as typed: it names the same folder from any working folder
+    (and on a cluster each node's own, as docs/supervised.md says)."""
+    root = cfg.data.root
+    if not root.strip() or root.startswith("~") or Path(root).is_absolute():
+        return cfg  # (an empty one is refused by the dataset's loader, in its own words)
+    data = dataclasses.replace(cfg.data, root=str(Path(root).absolute()))
+    return dataclasses.replace(cfg, data=data)
 
 
 def bench_budget(cfg: BenchConfig) -> str:

@@ -329,6 +329,16 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             ["unknown config key 'algo.lr' (allowed here: ", "; did you mean optimizer.lr?"],
             id="t-key-elsewhere",
         ),
+        pytest.param(  # misspelt and elsewhere (explore101: no hint)
+            ["train", CARTPOLE, "--set", "windows=3"],
+            ["unknown config key 'windows' (allowed here: ", "; did you mean stop.window?"],
+            id="t-key-misspelt-elsewhere",
+        ),
+        pytest.param(  # a word short (explore101: no hint)
+            ["train", CARTPOLE, "--set", "stop.max_steps=100"],
+            ["unknown config key 'stop.max_steps'; did you mean max_env_steps?"],
+            id="t-key-word-short",
+        ),
         pytest.param(
             ["bench", BENCH, "--set", "optimizer.workers=3"],
             ["did you mean workers (a top-level key)?"],
@@ -682,6 +692,51 @@ def test_another_datasets_files_are_refused(capsys: pytest.CaptureFixture[str], 
     argv = ["bench", BENCH, "--set", "data.dataset=mnist", "--set", "data.root={ws}/wrong"]
     expected = ["holds fashion_mnist's files, not mnist's", "set data.dataset=fashion_mnist"]
     check(capsys, ws, [*argv, "--set", "data.download=false"], expected)
+
+
+@pytest.mark.parametrize(
+    ("batches", "root", "words"),
+    [
+        pytest.param(
+            "cifar/cifar10/cifar-10-batches-py",
+            "cifar/cifar10/cifar-10-batches-py",
+            ["is CIFAR-10's cifar-10-batches-py/ folder itself; give the folder above it: cifar"],
+            id="the-batch-folder",
+        ),
+        pytest.param(
+            "flat/cifar10",
+            "flat",
+            ["flat/cifar10 holds CIFAR-10's batch files (data_batch_1, data_batch_2, ",
+             "move them into flat/cifar10/cifar-10-batches-py"],
+            id="flat-batches",
+        ),
+    ],
+)  # fmt: skip
+def test_cifars_batches_one_level_off_are_named_before_any_download(
+    capsys: pytest.CaptureFixture[str],
+    ws: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    batches: str,
+    root: str,
+    words: list[str],
+) -> None:
+    """explore100: the error named a folder nested in the user's copy, after a 163 MB
+    download into it (data.download is on in bench_cifar10.yaml)."""
+    import pickle
+
+    from rltrain.supervised import datasets
+
+    def no_download(*args: object) -> None:
+        raise AssertionError("a download began")
+
+    monkeypatch.setattr(datasets, "_fetch", no_download)
+    folder = ws / batches
+    folder.mkdir(parents=True)
+    batch = {b"data": np.zeros((2, 3072), np.uint8), b"labels": [0, 1]}
+    for name in (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch"):
+        (folder / name).write_bytes(pickle.dumps(batch, protocol=2))
+    config = str(ROOT / "configs" / "bench_cifar10.yaml")
+    check(capsys, ws, ["bench", config, "--set", f"data.root={root}"], words)
 
 
 # ------------------------------------------------------------------------------------------

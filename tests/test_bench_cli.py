@@ -105,11 +105,14 @@ def two_modes(tiny_root: Path, run_dir: Path) -> list[str]:
 
 
 def test_ctrl_c_while_a_mode_is_evaluated_keeps_its_results(
-    tiny_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_root: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A mode that has trained is evaluated before the bench stops (exit 130), from then on
     HURRIED more snapshots, the last included; the outputs say what was asked for and what
-    did not run."""
+    did not run, and the command that runs it (explore100: nothing said how)."""
     evaluate = evaluation.evaluate
 
     def interrupted(*args: object, **kwargs: object) -> object:
@@ -130,6 +133,8 @@ def test_ctrl_c_while_a_mode_is_evaluated_keeps_its_results(
     assert summary["stopped_by"] == "interrupt" and summary["modes"] == ["baseline", "hogwild"]
     table = (run_dir / "results.md").read_text()
     assert "**Stopped by interrupt**: no results for hogwild." in table
+    rest = f"rltrain bench {run_dir}/config.yaml --set 'modes=[hogwild]'"
+    assert f"  to run the rest, into a new run folder: {rest}\n" in capsys.readouterr().out
 
 
 def test_ctrl_c_before_any_mode_finished_leaves_a_summary_that_says_so(

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import csv
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rltrain.supervised.config import BenchConfig, EvalConfig
-from rltrain.supervised.report import not_run
+from rltrain.supervised.report import not_run, rest_command
 from rltrain.supervised.tables import ModeResult, efficiency_table, seeds_table, spread
 
 
@@ -61,6 +62,23 @@ def test_a_stopped_bench_names_the_runs_it_has_no_results_for() -> None:
     assert not_run(CFG, ROWS[:3]) == "baseline (seed 2), async (seeds 1, 2)"
     one = BenchConfig(modes=("baseline", "async", "hogwild"))
     assert not_run(one, [result("baseline", 0, 0.9, 1.0)]) == "async, hogwild"
+
+
+def test_a_stopped_bench_says_the_command_that_runs_the_rest(tmp_path: Path) -> None:
+    """explore100: "stopped: results of 1 finished mode(s)" said nothing of how to run the
+    others: the command runs them into a new run folder, from the first seed one misses."""
+    run = tmp_path / "my run"
+    config = f"rltrain bench '{run}/config.yaml'"
+    one = BenchConfig(modes=("baseline", "async", "hogwild"))
+    done = [result("baseline", 0, 0.9, 1.0)]
+    assert rest_command(one, done, run) == f"{config} --set 'modes=[async, hogwild]'"
+    assert rest_command(one, [], run) == config
+    assert rest_command(CFG, ROWS[:3], run) == f"{config} --set seed=1 --set seeds=2"
+    assert rest_command(CFG, ROWS[:4], run) == f"{config} --set seed=2 --set seeds=1"
+    assert rest_command(CFG, [*ROWS[:2], ROWS[3], ROWS[5]], run) == (
+        f"{config} --set 'modes=[baseline]' --set seed=1 --set seeds=2"
+    )
+    assert rest_command(CFG, ROWS, run) is None
 
 
 def test_the_seeds_run_round_by_round_and_are_reported_per_mode(

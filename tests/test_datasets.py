@@ -329,6 +329,77 @@ def test_a_root_one_level_off_is_named(tmp_path: Path) -> None:
         load_dataset("mnist", other, download=False)
 
 
+def write_mnist_as(folder: Path, names: dict[str, str], gzipped: set[str]) -> dict:
+    """The four files under other ``names`` (by published name), gzip data for ``gzipped``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    arrays = mnist_arrays(seed=8)
+    for name, array in arrays.items():
+        data = idx_bytes(array)
+        (folder / names[name]).write_bytes(gzip.compress(data) if name in gzipped else data)
+    return arrays
+
+
+def test_the_bytes_decide_whether_a_file_is_gunzipped_not_its_name(tmp_path: Path) -> None:
+    """explore100: an intact uncompressed file named .gz (a browser saved it decompressed)
+    was "corrupt ... download it again", and gzip data named without .gz a bad magic."""
+    swapped = {n: n.removesuffix(".gz") if n.endswith(".gz") else n for n in MNIST_FILES}
+    swapped[MNIST_FILES[0]] = MNIST_FILES[0]  # raw bytes under the .gz name
+    gzipped = {MNIST_FILES[1]}  # gzip bytes under the raw name
+    arrays = write_mnist_as(tmp_path / "mnist", swapped, gzipped)
+    assert not (tmp_path / "mnist" / MNIST_FILES[1]).exists()
+    assert_mnist_split(load_dataset("mnist", tmp_path, download=False), arrays)
+
+
+def test_a_damaged_gz_beside_an_intact_raw_twin_reads_the_twin(tmp_path: Path) -> None:
+    """explore100: the truncated .gz was to be deleted and downloaded again (offline: not
+    possible), its intact uncompressed twin beside it never read."""
+    arrays = write_mnist(tmp_path / "mnist", seed=9)
+    gz = tmp_path / "mnist" / MNIST_FILES[0]
+    write_idx(gz.with_suffix(""), arrays[MNIST_FILES[0]])  # the intact twin
+    gz.write_bytes(gz.read_bytes()[:-40])
+    assert_mnist_split(load_dataset("mnist", tmp_path, download=False), arrays)
+    (gz.with_suffix("")).write_bytes(b"\x00\x00\x08")  # both damaged: the .gz's error
+    with pytest.raises(DatasetError, match=f"{gz}: cannot read"):
+        load_dataset("mnist", tmp_path, download=False)
+
+
+def test_kaggles_dotted_names_are_the_users_copy_in_any_case(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """explore100: train-images.idx3-ubyte and friends (Kaggle's uploads) were not read: MNIST
+    was "not found", and Fashion-MNIST silently swapped for the system's copy."""
+    system = tmp_path / "system"
+    write_mnist(system, seed=10)
+    monkeypatch.setattr(ds, "SYSTEM_DIRS", {"fashion_mnist": (system,)})
+    dotted = {n: n.removesuffix(".gz").replace("-idx", ".idx") for n in MNIST_FILES}
+    dotted[MNIST_FILES[3]] = dotted[MNIST_FILES[3]].upper()  # T10K-LABELS.IDX1-UBYTE
+    for name in ("mnist", "fashion_mnist"):
+        arrays = write_mnist_as(tmp_path / "kaggle" / name, dotted, {MNIST_FILES[2]})
+        lines: list[str] = []
+        split = load_dataset(name, tmp_path / "kaggle", download=False, log=lines.append)
+        assert_mnist_split(split, arrays)
+        assert lines[0].endswith(f"from {tmp_path / 'kaggle' / name}")
+    # one of them missing: the user's copy, completed or named, never the system's
+    (tmp_path / "kaggle" / "fashion_mnist" / dotted[MNIST_FILES[0]]).unlink()
+    with pytest.raises(DatasetError, match=f"put {MNIST_FILES[0]} \\(from"):
+        load_dataset("fashion_mnist", tmp_path / "kaggle", download=False)
+
+
+def test_a_partial_copy_is_named_in_the_folder_it_is_in(tmp_path: Path) -> None:
+    """explore100: torchvision's FashionMNIST/raw/ holding the test files alone: the error
+    named root/fashion_mnist/ and all four files."""
+    raw = tmp_path / "FashionMNIST" / "raw"
+    write_mnist(raw)
+    for name in MNIST_FILES[:2]:
+        (raw / name).unlink()
+    with pytest.raises(DatasetError) as info:
+        load_dataset("fashion_mnist", tmp_path, download=False)
+    message = str(info.value)
+    assert f"put {MNIST_FILES[0]}, {MNIST_FILES[1]} (from " in message
+    assert f"into {raw} (where its other files are, under data.root={tmp_path})" in message
+    assert MNIST_FILES[2] not in message and "dataset-fashion-mnist" not in message
+
+
 def test_missing_files_lists_all_when_empty(tmp_path: Path) -> None:
     with pytest.raises(DatasetError) as info:
         load_dataset("mnist", tmp_path, download=False)
@@ -639,6 +710,45 @@ def test_cifar_folder_missing_a_batch_names_it(tmp_path: Path, under: str) -> No
     (tmp_path / under / "cifar-10-batches-py" / "data_batch_5").unlink()
     with pytest.raises(DatasetError, match="cifar-10-batches-py lacks data_batch_5"):
         load_dataset("cifar10", tmp_path, download=False)
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("data/cifar10/cifar-10-batches-py", "is CIFAR-10's cifar-10-batches-py/ folder itself; "
+         "give the folder above it: {tmp}/data"),
+        ("data/cifar-10-batches-py", "folder itself; give the folder above it: {tmp}/data"),
+        ("data", "{tmp}/data holds CIFAR-10's batch files (data_batch_1, data_batch_2, "
+         "data_batch_3, data_batch_4, data_batch_5, test_batch) without their "
+         "cifar-10-batches-py/ folder: move them into {tmp}/data/cifar10/cifar-10-batches-py"),
+        ("data/cifar10", "{tmp}/data/cifar10 holds CIFAR-10's batch files (data_batch_1, "),
+    ],
+)  # fmt: skip
+def test_a_root_that_is_cifars_batch_folder_is_named_before_any_download(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str, said: str
+) -> None:
+    """explore100: data.root given as the extracted folder, or a folder of the six batch files
+    without it, got an error naming a folder nested in it, after a 163 MB download into it."""
+    calls: list[str] = []
+    monkeypatch.setattr(ds, "_fetch", lambda url, dest, timeout: calls.append(url))
+    write_cifar_dir(tmp_path / given, seed=20)
+    if given == "data/cifar10":  # the files flat in data/cifar10: data.root=data
+        given = "data"
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises(DatasetError) as info:
+        load_dataset("cifar10", tmp_path / given, download=True)
+    assert said.format(tmp=tmp_path) in str(info.value)
+    assert calls == [] and sorted(tmp_path.rglob("*")) == before
+
+
+def test_a_root_that_is_cifars_archive_names_its_folder(tmp_path: Path) -> None:
+    archive = tmp_path / "data" / "cifar10" / "cifar-10-python.tar.gz"
+    archive.parent.mkdir(parents=True)
+    archive.write_bytes(cifar_tar_bytes(cifar_batches(seed=21)))
+    with pytest.raises(
+        DatasetError, match=f"is a file; it must be a folder .*: give {tmp_path}/data$"
+    ):
+        load_dataset("cifar10", archive, download=False)
 
 
 def test_an_empty_data_root_is_refused() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -149,3 +151,36 @@ def test_a_sync_line_says_why_fewer_gradients_than_workers_a_step() -> None:
     whole = dataclasses.replace(short, updates_applied=840)
     assert "fewer than" not in mode_line("[sync]", whole)
     assert "fewer than" not in mode_line("[async]", dataclasses.replace(short, mode="async"))
+
+
+def test_a_bench_run_says_which_data_it_trained_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_bench: Any
+) -> None:
+    """explore100: "mnist: 64 train / 20 test images from data/mnist" was printed and kept
+    nowhere, and config.yaml kept a relative data.root (the working folder's): summary.json
+    now says where the data was found, its sizes and CRC, results.md's title its sizes, and
+    config.yaml the root made absolute (`rltrain reapply` and `rltrain bench RUN/config.yaml`
+    from any folder read the same files)."""
+    import yaml
+    from conftest import write_mnist_like
+
+    from rltrain.supervised.config import DataConfig
+    from rltrain.supervised.sharding import load_data
+    from rltrain.supervised.update_log import data_print
+
+    write_mnist_like(tmp_path / "data" / "mnist", 64, 20)
+    monkeypatch.chdir(tmp_path)
+    out, summary = run_bench(
+        "modes: [baseline]\nbatch_size: 16\nbudget: {max_seconds: 0, epochs: 1}\n"
+        "data: {dataset: mnist, root: data, download: false, validation: 8}\n"
+        "eval: {every_seconds: 0.5}\n"
+    )
+    root = str(tmp_path / "data")
+    assert yaml.safe_load((out / "config.yaml").read_text())["data"]["root"] == root
+    crc = data_print(load_data(DataConfig("mnist", root, validation=8)), root)["crc32"]
+    assert summary["data"] == {
+        "root": root, "folder": f"{root}/mnist", "train": 56, "test": 20, "validation": 8,
+        "crc32": crc,
+    }  # fmt: skip
+    title = (out / "results.md").read_text().splitlines()[0]
+    assert title.startswith("# rltrain bench: mnist (56 train, 8 held out / 20 test samples), ")

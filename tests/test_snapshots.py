@@ -75,3 +75,18 @@ def test_the_line_at_the_budgets_end_is_always_said_once() -> None:
     snapper.take()
     lines = out.getvalue().splitlines()
     assert len(lines) == 2 and lines[-1].startswith("[t] 100%")
+
+
+def test_the_line_at_the_budgets_end_is_not_read_as_the_result() -> None:
+    """explore100: "100%  4s  samples 1,536" then the result line, of 1,664 samples (the
+    steps in flight at the budget's end): two counts for one mode, the last line not the
+    result. It is labelled as the budget's end, the result to follow."""
+    out = io.StringIO()
+    snapper = Snapshotter(_Server(), 0.001, 0.05, Progress("[t]", stream=out))  # type: ignore[arg-type]
+    snapper.take()
+    snapper.t0 -= 0.1  # the budget has passed
+    snapper.take()
+    first, last = out.getvalue().splitlines()
+    assert "budget reached" not in first
+    assert last.startswith("[t] 100% budget reached: ") and "samples 2  " in last
+    assert last.endswith("; the result, with the steps in flight, follows")

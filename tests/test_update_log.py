@@ -352,3 +352,39 @@ def test_reapply_reads_the_data_the_run_read_or_says_it_differs(
     write_mnist_like(tmp_path / "data" / "mnist", 40, 10, seed=1)  # the same sizes, new images
     with pytest.raises(CannotReapply, match="is not the data the run trained on"):
         load_recorded_data(cfg, recorded)
+
+
+def test_reapply_from_another_folder_replays_the_workers_on_the_recorded_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """explore100: the driver's check read the recorded root, but the replayed workers read
+    the run's relative data.root from the current folder: from another folder holding other
+    data of the same sizes, "final parameters DIFFERENT" (exit 1). An older record, which
+    names no root, still reapplies from the run's working folder."""
+    from conftest import write_mnist_like
+
+    from rltrain.supervised.update_log import data_print
+
+    write_mnist_like(tmp_path / "data" / "mnist", 24, 8, seed=0)
+    monkeypatch.chdir(tmp_path)
+    cfg = dataclasses.replace(
+        toy_config(ServerConfig(n_push=2), epochs=1),
+        modes=("async",),
+        batch_size=4,
+        data=DataConfig("mnist", root="data", download=False),
+    )
+    log, final = run_in_threads(cfg, "async", in_turn=True)
+    run = tmp_path / "run"
+    run.mkdir()
+    write_config(run, cfg)  # root: data, as an rltrain before explore100 wrote it
+    trace = ModeTrace("async", 3, 0.0, 1.0, (), (), record=ModeRecord(tuple(log), final))
+    save_record(run, trace, data_print(load_data(cfg.data), cfg.data.root))
+    other = tmp_path / "other"
+    write_mnist_like(other / "data" / "mnist", 24, 8, seed=7)  # the same sizes, other images
+    monkeypatch.chdir(other)
+    assert main(["reapply", str(run)]) == 0
+    assert f"reapply async: {len(log)} pushes; final parameters equal" in capsys.readouterr().out
+    save_record(run, trace)  # no data print: read at data.root, from the working folder
+    monkeypatch.chdir(tmp_path)
+    assert main(["reapply", str(run)]) == 0
+    assert "final parameters equal" in capsys.readouterr().out

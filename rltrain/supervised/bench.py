@@ -308,6 +308,8 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
         print(f"runtime: {where}")
         extra["runtime"] = runtime.job_record()
     extra["modes"] = list(cfg.modes)  # asked for; results holds those that finished
+    printed = data_print(data, cfg.data.root)  # what it trains on (explore100: said nowhere)
+    extra["data"] = {k: v for k, v in printed.items() if k != "root" or data.source}
     results, curves = [], {}
     base = cfg
     # round by round (every mode at one seed, then the next): a drift in the machine's
@@ -343,7 +345,7 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
             # evaluation, cut to a few more snapshots (a second quits at once)
             with signals.deferred():
                 if trace.record is not None:
-                    save_record(run_dir, trace, data_print(data, cfg.data.root))
+                    save_record(run_dir, trace, printed)
                 prog = Progress(label)
                 how = evaluation.progress_hooks(prog)
                 trace, points = evaluation.evaluate(cfg, data, trace, *how)
@@ -365,6 +367,8 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
             print(f"stopped: results of {len(results)} finished {what} in {run_dir}/results.md")
         else:
             print(f"stopped before any {what[:-3]} finished: {run_dir}/summary.json says so")
+        if rest := report.rest_command(cfg, results, run_dir):
+            print(f"  to run the rest, into a new run folder: {rest}")
         raise
     finally:
         if needs_ray:

@@ -33,6 +33,7 @@ from rltrain.supervised.formats import (
     ArrayDataset,
     DatasetError,
     has_idx_set,
+    idx_candidates,
     idx_path,
     one_line,
     read_cifar10,
@@ -147,9 +148,13 @@ def _same(a: Path, b: Path) -> bool:
 def _started(name: str, root: Path) -> bool:
     """Whether ``root`` holds any file of an MNIST-format dataset (or a broken one), in its
     own folders or in itself (a flat copy, which :func:`_check_layout` names)."""
-    names = {n for f in CHECKSUMS[name] for n in (f, f.removesuffix(".gz"))}
-    own = [*_own_dirs(name, root), root]
-    return any((d / n).exists() or (d / n).is_symlink() for d in own for n in names)
+    return any(_holds_some(name, d) for d in [*_own_dirs(name, root), root])
+
+
+def _holds_some(name: str, folder: Path) -> bool:
+    """Whether ``folder`` holds any of an MNIST-format dataset's files, under any of the
+    names they are read by (:func:`~rltrain.supervised.formats.idx_names`)."""
+    return any(idx_candidates(folder, f) for f in CHECKSUMS[name])
 
 
 def _locate(name: str, root: Path) -> Path | None:
@@ -228,8 +233,12 @@ def _download(name: str, target: Path, log: Callable[[str], None] | None) -> str
 
 
 def _missing_message(name: str, root: Path, reason: str) -> str:
-    """One-line instructions saying exactly which files to put where."""
+    """One-line instructions saying exactly which files to put where: beside a partial copy
+    where there is one (explore100: torchvision's FashionMNIST/raw/ holding two of the four
+    files was ignored, the error named root/fashion_mnist/ and all four)."""
     target = root / name
+    if name != "cifar10":
+        target = next((d for d in _own_dirs(name, root) if _holds_some(name, d)), target)
     files = _missing_downloads(name, target) or list(CHECKSUMS[name])
     if name == "cifar10":
         what = f"{CIFAR_TAR} (from {BASE_URLS[name]}{CIFAR_TAR}) or its extracted {CIFAR_DIR}/"
@@ -239,9 +248,8 @@ def _missing_message(name: str, root: Path, reason: str) -> str:
             what += f" ({folder} lacks {', '.join(lacks)})"
     else:
         what = f"{', '.join(files)} (from {BASE_URLS[name]})"
-    message = (
-        f"{name} not found: put {what} into {target} (the {name}/ folder under data.root={root})"
-    )
+    where = f"the {name}/ folder" if target == root / name else "where its other files are,"
+    message = f"{name} not found: put {what} into {target} ({where} under data.root={root})"
     if name == "fashion_mnist" and not _started(name, root):  # (else: the user's copy)
         message += ", or install Debian's dataset-fashion-mnist"
     return f"{message}{_in_the_way(target, [*files, CIFAR_TAR, CIFAR_DIR])} ({reason})"
@@ -280,6 +288,7 @@ def _check_layout(name: str, root: Path) -> None:
         if (root / CIFAR_DIR).is_dir() and not (folder / CIFAR_DIR).exists():
             lacks = ", ".join(_cifar_lacks(root / CIFAR_DIR))
             raise DatasetError(f"data.root={root}: {root / CIFAR_DIR} lacks {lacks}")
+        _check_cifar_batches(name, root)
         return
     if has_idx_set(root):
         fix = f"give its parent, {root.parent}" if root.name == name else f"move them into {folder}"
@@ -289,6 +298,31 @@ def _check_layout(name: str, root: Path) -> None:
             f"are read from the {name}/ folder under it: {fix} (or, for {other}'s, set "
             f"data.dataset={other})"
         )
+
+
+def _check_cifar_batches(name: str, root: Path) -> None:
+    """DatasetError for a data.root that is CIFAR-10's batch folder itself, or for batch files
+    lying in root or root/cifar10 without their folder (an archive extracted with
+    --strip-components). explore100: neither was noticed; the error named a folder nested in
+    the user's copy, and with data.download a 163 MB download went there."""
+    if root.name == CIFAR_DIR:
+        raise DatasetError(
+            f"data.root={root} is CIFAR-10's {CIFAR_DIR}/ folder itself; give the folder "
+            f"above it: {_root_above(name, root)}"
+        )
+    for folder in (root, root / name):
+        flat = [b for b in (*CIFAR_TRAIN, CIFAR_TEST) if (folder / b).is_file()]
+        if flat:
+            raise DatasetError(
+                f"{folder} holds CIFAR-10's batch files ({', '.join(flat)}) without their "
+                f"{CIFAR_DIR}/ folder: move them into {root / name / CIFAR_DIR}"
+            )
+
+
+def _root_above(name: str, path: Path) -> Path:
+    """The data.root that reads ``path`` (CIFAR-10's batch folder or archive): the folder
+    holding it (torchvision's layout), or above that where it is the ``name/`` folder."""
+    return path.parent.parent if path.parent.name == name else path.parent
 
 
 def _obtain(name: str, root: Path, download: bool, log: Callable[[str], None] | None) -> Path:
@@ -332,7 +366,10 @@ def load_dataset(
         raise DatasetError(f"data.root={str(root)!r}: give the folder that holds {name}/")
     root = Path(root).expanduser()
     if root.exists() and not root.is_dir():
-        raise DatasetError(f"data.root={root} is a file; it must be a folder (of the datasets)")
+        above = f": give {_root_above(name, root)}" if root.name == CIFAR_TAR else ""
+        raise DatasetError(
+            f"data.root={root} is a file; it must be a folder (of the datasets){above}"
+        )
     try:
         location = _locate(name, root)
         if location is None:
@@ -347,4 +384,4 @@ def load_dataset(
         why = f" (data.root={root} holds none of its files)" if fallback else ""
         log(f"{name}: {len(train)} train / {len(test)} test images from {location}{why}")
     mean, std = _STATS[name]
-    return SplitDataset(name, train, test, NUM_CLASSES, mean, std)
+    return SplitDataset(name, train, test, NUM_CLASSES, mean, std, source=location)

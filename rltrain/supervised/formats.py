@@ -99,10 +99,11 @@ _CIFAR_SHAPE = (3, 32, 32)
 def read_idx(path: str | Path) -> np.ndarray:
     """Read an IDX file of unsigned bytes into an array shaped by its header.
 
-    The file is gunzipped when its name ends with ``.gz`` and read raw otherwise. The magic number
-    (two zero bytes, type code 0x08 for ubyte, number of dims), the dims and the payload length
-    are all checked, because a truncated download would otherwise surface as a confusing reshape
-    error far from its cause. Any problem raises :class:`DatasetError` naming the file.
+    The file is gunzipped when it holds gzip data (whatever its name says) and read raw
+    otherwise. The magic number (two zero bytes, type code 0x08 for ubyte, number of dims),
+    the dims and the payload length are all checked, because a truncated download would
+    otherwise surface as a confusing reshape error far from its cause. Any problem raises
+    :class:`DatasetError` naming the file.
     """
     path = Path(path)
     data = _read_file_bytes(path)
@@ -116,11 +117,18 @@ def read_idx(path: str | Path) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8, count=expected, offset=offset).reshape(dims).copy()
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+"""The first two bytes of gzip data (an IDX file begins with two zero bytes)."""
+
+
 def _read_file_bytes(path: Path) -> bytes:
-    """Whole content of ``path``, gunzipped if its name ends with ``.gz``."""
+    """Whole content of ``path``, gunzipped if it begins with :data:`GZIP_MAGIC`. The bytes
+    decide, not the name (explore100): an intact IDX file named ``.gz`` (a browser keeps the
+    name of a gzip it was served decompressed) was called corrupt, to be downloaded again,
+    and gzip data without ``.gz`` a bad IDX magic number."""
     try:
         raw = path.read_bytes()
-        return gzip.decompress(raw) if path.name.endswith(".gz") else raw
+        return gzip.decompress(raw) if raw[:2] == GZIP_MAGIC else raw
     except FileNotFoundError:
         raise DatasetError(f"{path}: file not found") from None
     except (PermissionError, IsADirectoryError) as exc:  # not corrupt: downloading won't help
@@ -148,12 +156,34 @@ def _parse_idx_header(path: Path, data: bytes) -> tuple[tuple[int, ...], int]:
     return struct.unpack(f">{ndim}I", data[4:offset]), offset
 
 
+def idx_names(gz_name: str) -> tuple[str, ...]:
+    """The names an IDX file of :data:`IDX_FILES` is read under, best first: the published
+    one, uncompressed, and Kaggle's dotted spelling (``train-images.idx3-ubyte``, also what
+    some unzippers make of the originals), gzipped or not. explore100: a complete copy under
+    the dotted names was reported missing, or swapped for the system's Fashion-MNIST."""
+    raw = gz_name.removesuffix(".gz")
+    dotted = raw.replace("-idx", ".idx")
+    return (gz_name, raw, f"{dotted}.gz", dotted)
+
+
+def idx_candidates(directory: Path, gz_name: str) -> list[Path]:
+    """What ``directory`` holds under any of :func:`idx_names` (in any letter case; files,
+    folders or broken links alike), best first: the exact names before other cases."""
+    names = idx_names(gz_name)
+    try:
+        listed = [p.name for p in directory.iterdir()]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except PermissionError:  # searchable but not listable: the exact names, as they stand
+        listed = [n for n in names if (directory / n).exists() or (directory / n).is_symlink()]
+    found = [n for n in listed if n.lower() in names]
+    found.sort(key=lambda n: (n not in names, names.index(n.lower())))
+    return [directory / n for n in found]
+
+
 def idx_path(directory: Path, gz_name: str) -> Path | None:
-    """``directory/gz_name`` or its uncompressed twin, whichever exists (gz preferred)."""
-    for candidate in (directory / gz_name, directory / gz_name.removesuffix(".gz")):
-        if candidate.is_file():
-            return candidate
-    return None
+    """The best file of :func:`idx_candidates` (the published ``.gz`` name first)."""
+    return next((p for p in idx_candidates(directory, gz_name) if p.is_file()), None)
 
 
 def has_idx_set(directory: Path) -> bool:
@@ -163,30 +193,38 @@ def has_idx_set(directory: Path) -> bool:
 
 def read_idx_split(directory: Path) -> tuple[ArrayDataset, ArrayDataset]:
     """Read and validate the train and test splits of an MNIST-format folder."""
-    paths = {key: _require_idx_path(directory, name) for key, name in IDX_FILES.items()}
-    train = _idx_pair(paths["train_images"], paths["train_labels"])
-    test = _idx_pair(paths["test_images"], paths["test_labels"])
+    train = _idx_pair(directory, IDX_FILES["train_images"], IDX_FILES["train_labels"])
+    test = _idx_pair(directory, IDX_FILES["test_images"], IDX_FILES["test_labels"])
     return train, test
 
 
-def _require_idx_path(directory: Path, gz_name: str) -> Path:
-    """Like :func:`idx_path` but raising DatasetError when neither variant exists."""
-    path = idx_path(directory, gz_name)
-    if path is None:
+def read_idx_copy(directory: Path, gz_name: str) -> tuple[Path, np.ndarray]:
+    """The first of the file's copies in ``directory`` (:func:`idx_candidates`) that reads,
+    and its array. explore100: a truncated ``.gz`` beside its intact uncompressed twin was
+    to be deleted and downloaded again (impossible offline), the twin never read. Where no
+    copy reads, the error is the best one's."""
+    copies = [p for p in idx_candidates(directory, gz_name) if p.is_file()]
+    if not copies:
         raise DatasetError(f"{directory}: missing {gz_name} (or its uncompressed version)")
-    return path
+    errors: list[DatasetError] = []
+    for path in copies:
+        try:
+            return path, read_idx(path)
+        except DatasetError as e:
+            errors.append(e)
+    raise errors[0]
 
 
-def _idx_pair(images_path: Path, labels_path: Path) -> ArrayDataset:
+def _idx_pair(directory: Path, images_name: str, labels_name: str) -> ArrayDataset:
     """Images [N, 28, 28] + labels [N] from two IDX files -> ArrayDataset [N, 1, 28, 28]."""
-    images = read_idx(images_path)
+    images_path, images = read_idx_copy(directory, images_name)
     if images.ndim != 3 or images.shape[1:] != (_MNIST_SIDE, _MNIST_SIDE):
         raise DatasetError(
             f"{images_path}: expected images of shape N x 28 x 28, got {images.shape}; "
             "this is not an MNIST-format image file"
         )
     _check_some(images_path, images.shape[0])
-    labels = read_idx(labels_path)
+    labels_path, labels = read_idx_copy(directory, labels_name)
     if labels.ndim != 1:
         raise DatasetError(f"{labels_path}: expected a 1-D label file, got shape {labels.shape}")
     _check_labels(labels_path, labels, images.shape[0])

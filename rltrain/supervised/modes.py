@@ -179,12 +179,14 @@ class Snapshotter:
         frac = elapsed / self.budget_s if self.budget_s else 0.0
         rate = st.samples / elapsed if elapsed > 0 else 0.0
         ended, self.ended = frac >= 1 and not self.ended, self.ended or frac >= 1
-        self.progress.update(
-            frac,
+        text = (
             f"{elapsed:5.0f}s  samples {st.samples:,}  {rate:,.0f}/s  version {p.version:,}  "
-            f"staleness {st.mean_staleness:.2f}  dropped {st.dropped}  rejected {st.rejected}",
-            force=ended,  # the budget's end is said (a log's lines are seconds apart)
+            f"staleness {st.mean_staleness:.2f}  dropped {st.dropped}  rejected {st.rejected}"
         )
+        if ended:  # explore100: read as the result, whose figures count the steps in flight
+            text = f"budget reached: {text.strip()}; the result, with the steps in flight, follows"
+        # the budget's end is said (a log's lines are seconds apart)
+        self.progress.update(frac, text, force=ended)
 
 
 def finish_trace(

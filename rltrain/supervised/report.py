@@ -13,6 +13,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from shlex import quote
 from typing import Any
 
 import numpy as np
@@ -267,13 +268,19 @@ def write_markdown(
     results: Sequence[ModeResult],
     stopped_by: str = "done",
     failed: Mapping[str, str] | None = None,
+    data: Mapping[str, Any] | None = None,
 ) -> None:
     """results.md; ``stopped_by``: the bench's end (interrupt or fault: say what did not run);
-    ``failed``: the runs an error in your code failed, with its line."""
+    ``failed``: the runs an error in your code failed, with its line; ``data``: what it
+    trained on (summary.json's, whose sizes the title gives: explore100)."""
     w = cfg.optimizer.warmup_steps
     warm = f", warmed up over {w} steps" if w else ""
+    sizes = ""
+    if data:
+        held = f", {data['validation']:,} held out" if data.get("validation") else ""
+        sizes = f" ({data['train']:,} train{held} / {data['test']:,} test samples)"
     title = (
-        f"# rltrain bench: {cfg.data.dataset}, {cfg.workers} workers, "
+        f"# rltrain bench: {cfg.data.dataset}{sizes}, {cfg.workers} workers, "
         f"optimizer {cfg.optimizer.name} (lr {cfg.optimizer.lr:g}{warm}), "
         f"batch {cfg.batch_size}\n\n"
     )
@@ -307,11 +314,31 @@ def write_markdown(
     write_atomic(path, title + table + note + split)
 
 
-def not_run(cfg: BenchConfig, results: Sequence[ModeResult]) -> str:
-    """The modes (with seeds > 1, the runs) a stopped bench has no results for."""
+def _missing(cfg: BenchConfig, results: Sequence[ModeResult]) -> dict[str, list[int]]:
+    """Each mode's seeds that have no results."""
     ran = {(r.mode, r.seed) for r in results}
     seeds = range(cfg.seed, cfg.seed + cfg.seeds)
-    missing = {m: [s for s in seeds if (m, s) not in ran] for m in cfg.modes}
+    return {m: [s for s in seeds if (m, s) not in ran] for m in cfg.modes}
+
+
+def rest_command(cfg: BenchConfig, results: Sequence[ModeResult], run_dir: Path) -> str | None:
+    """The command that runs what a stopped bench has no results for, into a new run folder
+    (explore100: the stop said how many finished, not how to run the rest): the modes with a
+    run missing, from the first seed one misses (the seeds run round by round)."""
+    missing = {m: left for m, left in _missing(cfg, results).items() if left}
+    if not missing:
+        return None
+    sets = [] if len(missing) == len(cfg.modes) else [f"modes=[{', '.join(missing)}]"]
+    first = min(s for left in missing.values() for s in left)
+    if first > cfg.seed:
+        sets += [f"seed={first}", f"seeds={cfg.seed + cfg.seeds - first}"]
+    config = quote(str(run_dir / "config.yaml"))
+    return " ".join([f"rltrain bench {config}", *(f"--set {quote(s)}" for s in sets)])
+
+
+def not_run(cfg: BenchConfig, results: Sequence[ModeResult]) -> str:
+    """The modes (with seeds > 1, the runs) a stopped bench has no results for."""
+    missing = _missing(cfg, results)
     if cfg.seeds == 1:
         return ", ".join(m for m, left in missing.items() if left)
     return ", ".join(
@@ -331,8 +358,10 @@ def write_outputs(
     """results.csv, results.md, the plots and summary.json (``extra``: more of its keys)."""
     results = in_order(cfg, results)
     write_csv(run_dir / "results.csv", results)
-    stopped_by = str((extra or {}).get("stopped_by", "done"))
-    write_markdown(run_dir / "results.md", cfg, results, stopped_by, (extra or {}).get("failed"))
+    extra = extra or {}
+    stopped_by = str(extra.get("stopped_by", "done"))
+    md = run_dir / "results.md"
+    write_markdown(md, cfg, results, stopped_by, extra.get("failed"), extra.get("data"))
     targets = targets_of(cfg)
     for name in plot_names(cfg) if curves else ():  # (no mode finished: nothing to draw)
         x = name.rsplit("_", 1)[1].removesuffix(".png")
@@ -349,7 +378,7 @@ def write_outputs(
         "results": [_json_safe(asdict(r)) for r in results],
         "by_mode": by_mode(cfg, results),  # each mode's mean and std over its seeds
         "curves": {m: [asdict(p) for p in pts] for m, pts in curves.items()},
-        **(extra or {}),
+        **extra,
     }
     summary = _json_safe(summary)
     write_summary(run_dir, summary)

@@ -113,4 +113,9 @@ class ShardSource:
 
     def load(self) -> ArrayDataset | VectorDataset:
         train = load_data(self.data, optimum=False).train  # only the driver measures to w*
+        return self.cut(train)
+
+    def cut(self, train: Examples) -> Examples:
+        """This worker's shard of ``train``, the whole training set (as :meth:`load` reads
+        it; `rltrain reapply` hands the set it has read and checked)."""
         return take(train, shard_indices(len(train), self.num_shards, self.shard, self.seed))

@@ -5,6 +5,7 @@ and a named dataset's two splits (:class:`SplitDataset`). Images are
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -50,3 +51,5 @@ class SplitDataset:
     """The parameters that minimise the training objective, where known (toy problems)."""
     validation: ArrayDataset | VectorDataset | None = None
     """Training samples held out to choose a snapshot by (``data.validation``)."""
+    source: Path | None = None
+    """The folder (or CIFAR-10's archive) the files were read from; None: generated."""

@@ -83,9 +83,14 @@ def record_path(run_dir: Path, mode: str) -> Path:
     return run_dir / "record" / f"{mode}.pt"
 
 
+_PRINTED = ("train", "test", "crc32")  # what tells one data set from another
+
+
 def data_print(data: SplitDataset, root: str | Path) -> dict[str, Any]:
-    """Where the data was read (``root``, absolute) and what it was: the sizes of its splits
-    and a CRC-32 of its training set, so that a reapply reads the same data or says not."""
+    """Where the data was read (``root``, absolute, and the folder or archive its files were
+    found in) and what it was: the sizes of its splits and a CRC-32 of its training set, so
+    that a reapply reads the same data or says not (and summary.json says what a bench
+    trained on: explore100)."""
     train = data.train
     tensors = (
         (train.images, train.labels) if isinstance(train, ArrayDataset) else (train.x, train.y)
@@ -94,7 +99,11 @@ def data_print(data: SplitDataset, root: str | Path) -> dict[str, Any]:
     for t in tensors:
         crc = zlib.crc32(t.contiguous().numpy().tobytes(), crc)
     where = str(Path(root).expanduser().absolute())
-    return {"root": where, "train": len(train), "test": len(data.test), "crc32": crc}
+    found = None if data.source is None else str(data.source.absolute())
+    printed = {"root": where, "folder": found, "train": len(train), "test": len(data.test)}
+    if data.validation is not None:
+        printed["validation"] = len(data.validation)
+    return printed | {"crc32": crc}
 
 
 def save_record(run_dir: Path, trace: ModeTrace, data: dict[str, Any] | None = None) -> Path:
@@ -228,7 +237,9 @@ def reapply_run(run_dir: Path, only: str | None = None) -> bool:
     cfg, modes, notes = read_run(run_dir, only)
     for note in notes:
         print(f"reapply {note}")
-    data = load_recorded_data(cfg, load_record(record_path(run_dir, modes[0])).data)
+    recorded = load_record(record_path(run_dir, modes[0])).data
+    cfg = recorded_root(cfg, recorded)
+    data = load_recorded_data(cfg, recorded)
     equal = True
     for mode in modes:
         r = reapply_mode(cfg, data, run_dir, mode)
@@ -241,15 +252,26 @@ def reapply_run(run_dir: Path, only: str | None = None) -> bool:
     return equal
 
 
+def recorded_root(cfg: BenchConfig, recorded: dict | None) -> BenchConfig:
+    """``cfg`` reading its data at the root the run read it at (absolute in the record): a
+    relative data.root is the run's working folder's, not this one's. explore100: only the
+    driver's check read it there, the replayed workers this folder's data (a false
+    DIFFERENT). A record without it (an older rltrain's) is reapplied from that folder."""
+    if recorded is None or not Path(recorded["root"]).is_dir():
+        return cfg
+    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, root=recorded["root"]))
+
+
 def load_recorded_data(cfg: BenchConfig, recorded: dict | None) -> SplitDataset:
-    """The data a recorded run trained on: from the root it was read at (a relative
-    data.root is the run's working folder's, not this one's), checked against its print."""
+    """The data a recorded run trained on, read at its :func:`recorded_root` and checked
+    against its print (sizes and CRC; the folder it was found in may have moved)."""
+    cfg = recorded_root(cfg, recorded)
     root = cfg.data.root
-    if recorded is not None and Path(recorded["root"]).is_dir():
-        root = recorded["root"]
-    data = load_data(dataclasses.replace(cfg.data, root=root))
-    now = data_print(data, root) if recorded is not None else None
-    if recorded is not None and now is not None and now | {"root": ""} != recorded | {"root": ""}:
+    data = load_data(cfg.data)
+    if recorded is None:
+        return data
+    now = data_print(data, root)
+    if any(now[k] != recorded.get(k) for k in _PRINTED):
         raise CannotReapply(
             f"the {cfg.data.dataset} at {root} ({now['train']} training samples, CRC-32 "
             f"{now['crc32']:08x}) is not the data the run trained on ({recorded['train']}, "
@@ -301,8 +323,10 @@ def reapply_log(
     last_use = {b.version: i for i, p in enumerate(log) for b in p.batches}
     saved_threads = torch.get_num_threads()
     try:
-        sources = shards(cfg, cfg.workers)
-        workers = [SupervisedWorker(s, src) for s, src in zip(specs, sources, strict=True)]
+        # each worker's shard of the data read and checked (load_recorded_data), not read
+        # again from cfg.data.root
+        parts = [src.cut(data.train) for src in shards(cfg, cfg.workers)]
+        workers = [SupervisedWorker(s, part) for s, part in zip(specs, parts, strict=True)]
         shard = ParameterShard(initial_params(cfg, data), cfg.optimizer, server, cfg.workers)
         if start is not None:
             shard.load_state_dict(start)

@@ -21,6 +21,7 @@ import yaml
 from conftest import GRPC_SETTINGS, fake_server, write_idx
 
 from rltrain.cli import main
+from rltrain.errors import RLTrainError
 from rltrain.supervised.datasets import FIRST_LABELS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -1087,6 +1088,32 @@ def test_a_listening_address_passes_the_check(
         check_address("auto")  # what `ray start` wrote, and something listens there
         assert asked == [address]
     check_address(None)
+
+
+def test_a_heads_own_port_given_as_a_ray_client_address_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """explore99: ray://HOST:6391 (a head's own port, not 6379) waited 31 s, then blamed the
+    token; a head's calls answered there (or its token refused) say it in a second."""
+    import rltrain.runtime.ray.reach as reach
+    from rltrain.launch import check_address
+
+    class AuthenticationError(Exception):  # (Ray's, by name: a head refused the token)
+        pass
+
+    with fake_server(GRPC_SETTINGS) as address:
+        host, _, port = address.rpartition(":")
+        for answer in (None, AuthenticationError("bad token")):
+            monkeypatch.setattr(reach, "_ask", lambda _a, answer=answer: answer)
+            with pytest.raises(RLTrainError) as e:
+                check_address(f"ray://{address}")
+            assert str(e.value) == (
+                f"--address ray://{address}: {port} is the Ray head's own port: give "
+                f"{address} without ray://, or ray://{host}:10001 (the Ray Client's port by "
+                "default)"
+            )
+        monkeypatch.setattr(reach, "_ask", lambda _a: RuntimeError("Method not found"))
+        check_address(f"ray://{address}")  # the Ray Client's server: not a head's calls
 
 
 def test_a_server_that_is_not_ray_is_refused_at_once(

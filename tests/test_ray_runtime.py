@@ -370,12 +370,16 @@ def test_a_join_a_head_refused_names_the_token(
     monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     failed = "Failed to connect to Ray cluster at 10.0.0.1:6379"
-    assert "refused no token (RAY_AUTH_MODE is not token, so none is sent)" in _why(failed)
-    monkeypatch.setenv("RAY_AUTH_MODE", "token")
-    assert "refused no token (RAY_AUTH_TOKEN is unset): export RAY_AUTH_MODE=token" in _why(failed)
+    none = "wants a token, and none was sent (RAY_AUTH_MODE is not token): export RAY_AUTH_MODE"
+    assert none + "=token RAY_AUTH_TOKEN=<the token the cluster" in _why(failed)
     (tmp_path / ".ray").mkdir()
     (tmp_path / ".ray" / "auth_token").write_text("x" * 32)
+    # `ray start` turned tokens on by itself, with its own file: the mode alone sends it
+    assert none + "=token (Ray then sends ~/.ray/auth_token's" in _why(failed)
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
     assert "refused ~/.ray/auth_token's token" in _why("ray client connection timeout")
+    (tmp_path / ".ray" / "auth_token").unlink()
+    assert "none was sent (RAY_AUTH_TOKEN is unset): export RAY_AUTH_MODE=token" in _why(failed)
     monkeypatch.setenv("RAY_AUTH_TOKEN", "y" * 32)
     assert "refused this shell's RAY_AUTH_TOKEN" in _why(failed)
     assert _why("Version mismatch: The cluster was started with Ray 2.59") == ""

@@ -12,6 +12,11 @@ from pathlib import Path
 from rltrain.runtime.ray.errors import RayStartError
 
 
+def _token_file() -> Path:
+    """Where Ray keeps a token of its own (`ray start` writes one where none was given)."""
+    return Path.home() / ".ray" / "auth_token"
+
+
 def _why(error: str, address: str = "") -> str:
     """What to do about a join that failed although a gRPC server answers at the address (a
     Ray head): Ray says only "Failed to connect" (or the client's "timeout") after 20 s of
@@ -30,23 +35,36 @@ def _why(error: str, address: str = "") -> str:
             f"; {port} is the Ray head's own port: give {host}:{port} without ray://, or "
             f"ray://{host}:{CLIENT_PORT}, the Ray Client's"
         )
+    return f"; a Ray head answers there, so it most likely {_refused()}: {_advice()}"
+
+
+def _refused() -> str:
+    """What a head with token authentication refused from this process, in words (Ray sends
+    a token only where RAY_AUTH_MODE=token)."""
+    if os.environ.get("RAY_AUTH_MODE", "").strip().lower() != "token":
+        return "wants a token, and none was sent (RAY_AUTH_MODE is not token)"
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return "refused this shell's RAY_AUTH_TOKEN"
+    if _token_file().is_file():
+        return "refused ~/.ray/auth_token's token (RAY_AUTH_TOKEN is unset)"
+    return "wants a token, and none was sent (RAY_AUTH_TOKEN is unset)"
+
+
+def _advice() -> str:
+    """What to export. `ray start` turns tokens on by itself and keeps its own in
+    ~/.ray/auth_token: there RAY_AUTH_MODE=token alone sends it (explore99: the advice asked
+    for a token the user never chose)."""
+    sending = os.environ.get("RAY_AUTH_MODE", "").strip().lower() == "token"
+    if not sending and not os.environ.get("RAY_AUTH_TOKEN") and _token_file().is_file():
+        return (
+            "export RAY_AUTH_MODE=token (Ray then sends ~/.ray/auth_token's, the token `ray "
+            "start` made on this machine; another cluster's: RAY_AUTH_TOKEN=<its token> too; "
+            "docs/cluster.md)"
+        )
     return (
-        f"; a Ray head answers there, so it most likely refused {_token()}: export "
-        "RAY_AUTH_MODE=token RAY_AUTH_TOKEN=<the token the cluster was started with> "
+        "export RAY_AUTH_MODE=token RAY_AUTH_TOKEN=<the token the cluster was started with> "
         "(docs/cluster.md)"
     )
-
-
-def _token() -> str:
-    """The token this process shows a Ray head, in words (Ray sends one only where
-    RAY_AUTH_MODE=token: its default is 'disabled')."""
-    if os.environ.get("RAY_AUTH_MODE", "").strip().lower() != "token":
-        return "no token (RAY_AUTH_MODE is not token, so none is sent)"
-    if os.environ.get("RAY_AUTH_TOKEN"):
-        return "this shell's RAY_AUTH_TOKEN"
-    if (Path.home() / ".ray" / "auth_token").is_file():
-        return "~/.ray/auth_token's token (RAY_AUTH_TOKEN is unset)"
-    return "no token (RAY_AUTH_TOKEN is unset)"
 
 
 HEAD_ANSWER_S = 10.0
@@ -60,25 +78,49 @@ def check_head(address: str) -> None:
     this process's token, or a gRPC server that is no Ray head (the Ray Client's port), fails
     in a second with one line. Anything else, a head silent for :data:`HEAD_ANSWER_S`
     included, is left for ``ray.init`` to say."""
+    answer = _ask(address)
+    if isinstance(answer, BaseException) and (refusal := _refusal(answer, address)):
+        raise RayStartError(refusal) from None
+
+
+def check_client_port(address: str) -> None:
+    """``ray://HOST:PORT`` where PORT is a head's own port, which answers the head's calls
+    (or refuses this process's token, as only a head does): Ray's client waited 31 s there,
+    then blamed the token (explore99: the head ran on 6391, so the 6379 rule missed it)."""
+    hostport = address.removeprefix("ray://")
+    answer = _ask(hostport)
+    if answer is None or type(answer).__name__ == "AuthenticationError":
+        host, _, port = hostport.rpartition(":")
+        raise RayStartError(
+            f"--address {address}: {port} is the Ray head's own port: give {hostport} "
+            f"without ray://, or ray://{host}:{CLIENT_PORT} (the Ray Client's port by default)"
+        )
+
+
+def _ask(address: str) -> BaseException | None | str:
+    """The head at HOST:PORT asked for its cluster id: None where it answered, the error it
+    raised, or "silent" where none came within :data:`HEAD_ANSWER_S` (or Ray has no client
+    of its own here)."""
     try:
         from ray._raylet import GcsClient  # type: ignore[attr-defined]  # (Ray's own; private)
     except ImportError:
-        return
-    failed: list[BaseException] = []
+        return "silent"
+    said: list[BaseException | None] = []
 
     def ask() -> None:
         try:
             GcsClient(address=address)
-        except Exception as e:  # noqa: BLE001 - sorted by _refusal below
-            failed.append(e)
+        except Exception as e:  # noqa: BLE001 - sorted by the callers
+            said.append(e)
+        else:
+            said.append(None)
 
     # A daemon thread: the client releases the GIL while it waits, and one left waiting on a
     # silent server ends with its own timeout.
     asking = threading.Thread(target=ask, name="rltrain-check-head", daemon=True)
     asking.start()
     asking.join(HEAD_ANSWER_S)
-    if failed and (refusal := _refusal(failed[0], address)):
-        raise RayStartError(refusal) from None
+    return said[0] if said else "silent"
 
 
 def _refusal(e: BaseException, address: str) -> str:
@@ -87,9 +129,8 @@ def _refusal(e: BaseException, address: str) -> str:
 
     if isinstance(e, AuthenticationError):
         return (
-            f"cannot join the Ray cluster at --address {address}: its head refused {_token()}; "
-            "export RAY_AUTH_MODE=token RAY_AUTH_TOKEN=<the token the cluster was started "
-            "with> (docs/cluster.md)"
+            f"cannot join the Ray cluster at --address {address}: its head {_refused()}; "
+            f"{_advice()}"
         )
     if isinstance(e, RpcError) and "method not found" in str(e).lower():
         return (

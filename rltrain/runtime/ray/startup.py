@@ -21,7 +21,7 @@ from rltrain import extensions
 from rltrain.extensions import installed
 from rltrain.runtime.config import RuntimeConfig
 from rltrain.runtime.ray.errors import RayStartError
-from rltrain.runtime.ray.reach import _why, check_head, check_reachable
+from rltrain.runtime.ray.reach import _why, check_client_port, check_head, check_reachable
 
 AUTH_DEFAULT_NOTE = "Token authentication is enabled for this Ray cluster"
 
@@ -254,7 +254,9 @@ def check_address(address: str) -> None:
     """Public: a one-line :class:`RayStartError` when nothing listens at ``address``, or a
     head that refuses this process's token (or no head) does."""
     check_reachable(address)
-    if not address.startswith("ray://"):
+    if address.startswith("ray://"):
+        check_client_port(address)  # (a head's own port given as the client's)
+    else:
         check_head(address)
 
 

@@ -39,8 +39,10 @@ def cmd_options(kind: str, imports: Sequence[str] = (), key: str | None = None) 
 
     import_env_modules(imports, "--import")  # (from the current folder, as a run's imports)
 
-    cls = {"bench": BenchConfig, "train": TrainConfig}[kind]
-    rows = select(describe(cls, command=kind), key, kind)
+    classes = {"bench": BenchConfig, "train": TrainConfig}
+    other = "bench" if kind == "train" else "train"  # (a key of its own said as such)
+    others = describe(classes[other], command=other) if key else []
+    rows = select(describe(classes[kind], command=kind), key, kind, others)
     for line in manual(rows, terminal_columns()):
         print(line)
     return 0
@@ -145,10 +147,12 @@ def cmd_plot(args: argparse.Namespace) -> int:
     csv = Path(args.csv).expanduser() if args.csv else None
     how = (args.smooth, args.marks, args.evals, args.group, csv)
     png, table = plot_runs(runs, out, args.title, *how)
-    if png is None and not table:
+    if png is None and not table and pyplot() is None:
         raise PlotError(NO_MATPLOTLIB)
-    if png is not None or pyplot() is None:  # (else: evaluations alone, no curve to draw)
-        print(png if png is not None else f"rltrain: {NO_MATPLOTLIB}; the table:")
+    if png is not None or (table and pyplot() is None):  # (else: evaluations alone, no curve
+        print(png if png is not None else f"rltrain: {NO_MATPLOTLIB}; the table:")  # to draw)
+    if png is None and not table and csv is not None:  # a CSV of evaluations alone
+        print(csv)
     if table:
         print(table)
     return 0

@@ -10,20 +10,21 @@ from collections.abc import Mapping
 from typing import Any
 
 
-def key_paths(cls: type, prefix: str = "") -> list[str]:
+def key_paths(cls: type, prefix: str = "", command: str | None = None) -> list[str]:
     """The dotted path of every key of ``cls`` (a config dataclass), its sections' keys and a
-    registry's sections (``cls.SECTIONS``) included, derived keys left out."""
+    registry's sections (``cls.SECTIONS``) included, derived keys left out; with ``command``,
+    only those it reads (:func:`read_by`)."""
     hints = typing.get_type_hints(cls)
     holder = getattr(cls, "SECTIONS", "")
     paths: list[str] = []
     for f in dataclasses.fields(cls):
         if f.name == holder:
             for name, section in typing.cast(Any, cls).extra_sections().items():
-                paths += key_paths(section, f"{prefix}{name}.")
-        elif f.init and not f.metadata.get("derived"):
+                paths += key_paths(section, f"{prefix}{name}.", command)
+        elif f.init and not f.metadata.get("derived") and read_by(f, command):
             tp = hints[f.name]
             inner = isinstance(tp, type) and dataclasses.is_dataclass(tp)
-            paths += key_paths(tp, f"{prefix}{f.name}.") if inner else [prefix + f.name]
+            paths += key_paths(tp, f"{prefix}{f.name}.", command) if inner else [prefix + f.name]
     return paths
 
 
@@ -70,13 +71,18 @@ def read_by(f: dataclasses.Field, command: str | None) -> bool:
 def homes_hint(cls: type, key: str, misspelt: bool = False) -> str:
     """``; did you mean optimizer.lr?`` for a ``key`` that lives elsewhere in ``cls``, or "";
     ``misspelt``: also a key of a name close to it (where its own section has none)."""
-    paths = key_paths(cls)
+    paths = key_paths(cls, command=getattr(cls, "COMMAND", None))  # (none the other's)
     homes = [p for p in paths if p.rsplit(".", 1)[-1] == key][:3]
     if not homes and misspelt:  # (explore101: `windows` found no stop.window)
         near = closest(key, sorted({p.rsplit(".", 1)[-1] for p in paths if "." in p}), n=2)
         homes = [p for p in paths if p.rsplit(".", 1)[-1] in near][:3]
     homes = [h if "." in h else f"{h} (a top-level key)" for h in homes]
-    return f"; did you mean {' or '.join(homes)}?" if homes else ""
+    if homes:
+        return f"; did you mean {' or '.join(homes)}?"
+    command = getattr(cls, "COMMAND", None)
+    other = [p for p in key_paths(cls) if p.rsplit(".", 1)[-1] == key and p not in paths]
+    other_command = {"train": "bench", "bench": "train"}.get(str(command), "the other command")
+    return f"; {other[0]} is a key of rltrain {other_command} only" if other else ""
 
 
 def unknown_key(path: str, key: str, allowed: list[str]) -> str:

@@ -252,8 +252,9 @@ def _reload(acc: Any) -> list[str]:
     quiet.propagate, quiet.handlers = False, [cuts]
     try:
         acc.Reload()
-    finally:
-        quiet.level, quiet.propagate, quiet.handlers = saved
+    finally:  # (setLevel: a plain assignment left logging's cache enabled at debug, review 85)
+        quiet.propagate, quiet.handlers = saved[1:]
+        quiet.setLevel(saved[0])
     return cuts.said
 
 

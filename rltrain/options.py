@@ -16,7 +16,7 @@ import sys
 import textwrap
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from rltrain.config import BOUNDS, choices_of, field_default
@@ -122,7 +122,7 @@ def _type_name(tp: Any, bounds: str = "") -> str:
     return "null" if tp is type(None) else getattr(tp, "__name__", str(tp)) + bounds
 
 
-def select(rows: list[Row], key: str | None, command: str) -> list[Row]:
+def select(rows: list[Row], key: str | None, command: str, others: Sequence[Row] = ()) -> list[Row]:
     """The rows of ``key``: that key, or every key of a section or prefix (``ppo``: ppo.*;
     ``faults.events``: its items' keys too). A key none matches is a ConfigError naming the
     closest keys, else the top-level ones (explore101: `rltrain options train algo.gamma`
@@ -132,6 +132,9 @@ def select(rows: list[Row], key: str | None, command: str) -> list[Row]:
     chosen = [r for r in rows if r[0] == key or r[0].startswith((f"{key}.", f"{key}[]"))]
     if chosen:
         return chosen
+    other = "bench" if command == "train" else "train"  # ``others``: that command's rows
+    if any(r[0] == key or r[0].startswith(f"{key}.") for r in others):  # (review 85)
+        raise ConfigError(f"{key}: a key of rltrain {other} only (rltrain options {other} {key})")
     keys = [r[0] for r in rows]
     leaf = key.rsplit(".", 1)[-1]  # gamma, or stop.gamma: algo.gamma (as homes_hint)
     close = [k for k in keys if k.rsplit(".", 1)[-1] == leaf][:3]

@@ -311,6 +311,7 @@ def _read_runs(
                 with contextlib.suppress(NoEpisodesYet):
                     read.append(read_curve(d, evals_only=True))
                     ended.append(False)
+                    e.args = (f"{e}: its evaluations are kept (tables, --csv)",)  # (review 85)
     return read, ended, early
 
 
@@ -345,9 +346,8 @@ def plot_runs(
         raise PlotError(f"--csv {csv}: the image (--out) goes there too; give them two names")
     run_dirs = once_each(run_dirs)
     read, ended, early = _read_runs(run_dirs, evals_too=evals or csv is not None)
-    if early and not any(ended) and not (evals and read):  # nothing to draw or tabulate
+    if early and not any(ended) and not read:  # nothing to draw, tabulate or write
         said = f"; --csv {csv}: not written" if csv is not None else ""
-        said += " (--evals writes their evaluations)" if said and read else ""
         raise NoEpisodesYet(f"{early[0]}{said}")
     for why in early:
         print(f"rltrain: plot: left out {why}", file=sys.stderr)

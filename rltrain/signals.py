@@ -22,7 +22,7 @@ from rltrain.pauses import resume_all
 
 EXIT_INTERRUPTED = 130
 FINAL_CHECKPOINT = "stopping after a final checkpoint"
-IN_START_UP = "stopping: the run is still starting, so there is no checkpoint to write"
+IN_START_UP = "stopping: the run is still starting, so there is no new checkpoint to write"
 BENCH_RESULTS = "stopping; the modes that finished keep their results"  # a bench: no checkpoint
 STOPPING = "stopping"  # eval, plot, reapply: nothing to keep
 FINAL_EVALUATION = "the final checkpoint is written: stopping without the final evaluation"

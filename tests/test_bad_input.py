@@ -335,6 +335,14 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             ["unknown config key 'windows' (allowed here: ", "; did you mean stop.window?"],
             id="t-key-misspelt-elsewhere",
         ),
+        pytest.param(  # the other command's key (review 85: hinted, then refused)
+            ["train", CARTPOLE, "--set", "n_push=2"],
+            [
+                "unknown config key 'n_push' (allowed",
+                "; server.n_push is a key of rltrain bench only",
+            ],
+            id="t-key-of-bench",
+        ),
         pytest.param(  # a word short (explore101: no hint)
             ["train", CARTPOLE, "--set", "stop.max_steps=100"],
             ["unknown config key 'stop.max_steps'; did you mean max_env_steps?"],
@@ -905,7 +913,7 @@ FORM = "expected 'auto', HOST:PORT or ray://HOST:PORT"
     [
         pytest.param("127.0.0.1:1", "no-ray", [UNREACHABLE], id="host-port"),
         pytest.param("ray://127.0.0.1:1", "no-ray", [UNREACHABLE, "ray://127.0.0.1:1"], id="ray"),
-        pytest.param("[::1]:1", "no-ray", ["at [::1]:1 (Connection refused)"], id="ipv6"),
+        pytest.param("[::1]:1", "no-ray", ["nothing answers at [::1]:1 ("], id="ipv6"),
         pytest.param("nohost", "no-ray", ["--address nohost: " + FORM], id="malformed"),
         pytest.param("127.0.0.1:99999", "no-ray", [FORM, "port 1-65535"], id="bad-port"),
         pytest.param("", "no-ray", [FORM], id="empty"),
@@ -1088,6 +1096,24 @@ def test_a_listening_address_passes_the_check(
         check_address("auto")  # what `ray start` wrote, and something listens there
         assert asked == [address]
     check_address(None)
+
+
+def test_an_ipv6_address_is_reached_without_its_brackets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """explore99: [::1]:6391 was looked up as a name ("Name or service not known")."""
+    import socket
+
+    import rltrain.runtime.ray.reach as reach
+
+    asked: list[tuple[str, int]] = []
+
+    def connect(where: tuple[str, int], timeout: float) -> None:
+        asked.append(where)
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(socket, "create_connection", connect)
+    with pytest.raises(RLTrainError, match=r"nothing answers at \[::1\]:6391 \(Connection"):
+        reach.check_reachable("ray://[::1]:6391")
+    assert asked == [("::1", 6391)]
 
 
 def test_a_heads_own_port_given_as_a_ray_client_address_is_named(

@@ -166,6 +166,16 @@ def test_ctrl_c_in_start_up_stops_cleanly_and_says_what_is_left(
             os.killpg(session, signal.SIGKILL)
 
 
+def test_a_signal_in_start_up_says_what_stays() -> None:
+    """Before the shards hold the run's state nothing is checkpointed: a fresh run has none,
+    a resumed one keeps its own (review 85: it was told "nothing trained yet")."""
+    from rltrain.rl.run.summary import interrupted_note
+
+    assert interrupted_note(True, True).endswith("a final checkpoint, summary.json")
+    assert "(no checkpoint: nothing trained)" in interrupted_note(False, False)
+    assert "(its checkpoints stay as they were)" in interrupted_note(False, True)
+
+
 def test_a_second_signal_stops_at_once(tmp_path: Path) -> None:
     """At once, and still with nothing left behind: the children see the trainer gone."""
     run_dir = tmp_path / "run"

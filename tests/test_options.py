@@ -166,9 +166,13 @@ def test_an_unknown_key_is_one_line_naming_the_closest(
     assert said in err
 
 
-def test_a_bench_only_key_is_unknown_to_train(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_key_of_the_other_command_is_said_to_be_its(capsys: pytest.CaptureFixture[str]) -> None:
+    """review 85: a 280-character list of train's sections, never saying bench has it."""
     assert main(["options", "train", "server.record"]) == 2
-    assert "no key or section of rltrain train's config" in capsys.readouterr().err
+    said = "server.record: a key of rltrain bench only (rltrain options bench server.record)"
+    assert said in capsys.readouterr().err
+    assert main(["options", "bench", "runtime.inference"]) == 2
+    assert "runtime.inference: a key of rltrain train only" in capsys.readouterr().err
 
 
 def test_docs_are_wrapped_to_a_terminal_under_their_indent() -> None:

@@ -161,22 +161,31 @@ def test_the_rollout_cap_grows_while_learners_starve_and_shrinks_while_rollouts_
     assert gone[-1] == 4  # gone for good: down to two batches of the one left
 
 
-@pytest.mark.parametrize(("held", "value"), [(16, 16), (40, 16), (5, 5), (1, 1)])
+@pytest.mark.parametrize(
+    ("batch", "held", "value", "note"),
+    [(1, 16, 16, ""), (1, 40, 16, "holds 16 rollouts in flight, the most it can"), (1, 5, 5, "")]
+    + [(1, 1, 1, ""), (2, 1, 2, "holds 2 rollouts in flight, the fewest it can"), (2, 17, 17, "")],
+)
 def test_impala_in_flight_holds_the_rollout_cap_within_a_batch_and_every_actor(
-    held: int, value: int
+    batch: int, held: int, value: int, note: str
 ) -> None:
     """impala.in_flight: 15 actors on 2 cores get the lag of a box whose learner keeps up
-    with all of them (16 rollouts in flight), whether the learner starves or not."""
-    cap = RolloutCap.of(learners=1, learner_batch=1, actors=15, held=held)
+    with all of them (16 rollouts in flight), whether the learner starves or not; outside
+    what the run can hold, the nearest it can, said (review 85)."""
+    from rltrain.rl.config.notes import in_flight_notes
+
+    cap = RolloutCap.of(learners=1, learner_batch=batch, actors=15, held=held)
     assert cap.value == value
     assert {cap.update(starving=s, queued=q) for s, q in [(True, 0), (False, 9)] * 5} == {value}
     cfg = TrainConfig(
         algo=AlgoConfig(name="appo"),
         actors=15,
-        impala=ImpalaConfig(learner_batch=1, in_flight=held),
+        impala=ImpalaConfig(learner_batch=batch, in_flight=held),
         stop=StopConfig(max_env_steps=10),
     )
     assert rollout_cap(cfg, 15).value == value
+    said = in_flight_notes(cfg)
+    assert said == ([f"impala.in_flight={held}: {note} ({said[0].split('(')[-1]}"] if note else [])
 
 
 @pytest.mark.parametrize(

@@ -66,7 +66,7 @@ def read_layout(tb: Path) -> layout_pb2.Layout:
     return layout_pb2.Layout.FromString(event.tensor_proto.string_val[0])
 
 
-def test_run_tb_folder_holds_a_custom_scalars_layout_of_the_real_tags(tmp_path: Path) -> None:
+def test_the_layout_covers_every_tag_the_logger_writes(tmp_path: Path) -> None:
     log = TrainLogger(tmp_path / "tb", CFG, {"frame_skip": 4}, frames_per_step=4)
     loss = LossStats(1.0, policy=0.1, value=0.2, entropy=1.3, kl=0.01, clip_fraction=0.1)
     stats = WorkStats(

@@ -21,7 +21,7 @@ from rltrain.rl.algos import algo_names, algo_spec
 from rltrain.rl.algos.models import flat_params
 from rltrain.rl.algos.torsos import check_image_layout, check_torso
 from rltrain.rl.config import TrainConfig
-from rltrain.rl.config.notes import rule_notes, unread_notes
+from rltrain.rl.config.notes import in_flight_notes, rule_notes, unread_notes
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,7 @@ def start_notes(cfg: TrainConfig, spec: EnvSpec) -> list[str]:
     """Start notes on what the run takes in a way a user may not expect: the env's images and
     actions, a rule that changes nothing, keys of a section the algorithm does not read."""
     notes = [*image_notes(cfg, spec), *action_notes(cfg, spec), *rule_notes(cfg)]
+    notes += in_flight_notes(cfg)
     return [*notes, *unread_notes(cfg)]
 
 

@@ -39,6 +39,10 @@ class RunContext:
     """The live processes by role ("actor", "learner", "worker", "shard", "replay")."""
     hung: set[int] = field(default_factory=set)
     """id() of the processes the hang watch killed (their loss is not a crash of theirs)."""
+    restorable: bool = False
+    """The shards hold the run's state (its checkpoint's, on a resume) and the guard keeps it:
+    from here a stop writes a final checkpoint, and a signal's line says so (review 85: three
+    tests of "the server is up" disagreed, and a Ctrl-C told "no checkpoint" wrote one)."""
 
     def shard_guard(self) -> Guard:
         """The server's guard, which every session sets as it starts the server."""

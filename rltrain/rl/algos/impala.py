@@ -43,9 +43,18 @@ class ImpalaConfig:
     """Rollouts that may be queued or being made at once, which bounds the actors' lag behind
     the learner (ps/actor_lag). 0: it adapts, from two batches per learner (few cores: the
     learner is the bottleneck, and more rollouts would only wait, older) up to every actor
-    acting while a learner waits for data (a GPU learner). N: held at N, within a batch per
-    learner and actors + batches: on 2 cores, actors + 1 gives 15 actors the lag they have
-    on a 16-core GPU box (docs/pong.md)."""
+    acting with a batch per learner queued, while a learner waits for data (a GPU learner
+    faster than its actors). N: held at N, within a batch per learner and actors + a batch per
+    learner (said at the start where N is outside): pong_appo's 15 actors on 2 cores with 16
+    (learner_batch 1) lag as they do on a box whose learner keeps up with them all
+    (docs/pong.md, "The actors' lag")."""
+
+
+def in_flight_range(learners: int, learner_batch: int, actors: int) -> tuple[int, int]:
+    """The rollouts in flight ``impala.in_flight`` may hold: (a batch per learner, every actor
+    acting with a batch per learner queued), at least two batches at the top."""
+    batches = learners * learner_batch
+    return batches, max(2 * batches, actors + batches)
 
 
 def vtrace(cfg: RunSettings) -> ValueEstimator:

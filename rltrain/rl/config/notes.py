@@ -9,6 +9,7 @@ import dataclasses
 
 from rltrain.ps.config import ServerConfig
 from rltrain.rl.algos import section_types
+from rltrain.rl.algos.impala import in_flight_range
 from rltrain.rl.config.train import TrainConfig, server_settings
 
 
@@ -83,3 +84,20 @@ def unread_notes(cfg: TrainConfig) -> list[str]:
         f"{', '.join(unread)}: not read by algo.name={cfg.algo.name} (its sections: "
         f"{', '.join(cfg.algo_spec.sections)}); they change nothing in this run"
     ]
+
+
+def in_flight_notes(cfg: TrainConfig) -> list[str]:
+    """A start note where ``impala.in_flight`` lies outside what the run can hold, which it
+    then holds instead (review 85: 40 with 15 actors held 16 without a word)."""
+    want = cfg.impala.in_flight
+    if not want or not cfg.algo_spec.lags or not cfg.actors:
+        return []
+    low, high = in_flight_range(cfg.learners, cfg.impala.learner_batch, cfg.actors)
+    held = min(max(want, low), high)
+    if held == want:
+        return []
+    why = (
+        "every actor acting, a batch per learner queued" if held == high else "a batch per learner"
+    )
+    most = "the most" if held == high else "the fewest"
+    return [f"impala.in_flight={want}: holds {held} rollouts in flight, {most} it can ({why})"]

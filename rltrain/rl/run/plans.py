@@ -29,6 +29,7 @@ from rltrain import perf, signals
 from rltrain.driver import Done
 from rltrain.faults import PeerLost, ProcessLost, RunFailed
 from rltrain.rl.actor import Actor, frame_stack_of
+from rltrain.rl.algos.impala import in_flight_range
 from rltrain.rl.config import TrainConfig, waits_at_barrier
 from rltrain.rl.env_spec import EnvSpec
 from rltrain.rl.inference import ActSlots, PolicyWorker
@@ -136,8 +137,8 @@ class RolloutCap:
 
     @classmethod
     def of(cls, learners: int, learner_batch: int, actors: int, held: int = 0) -> RolloutCap:
-        batches = learners * learner_batch
-        return cls(batches, max(2 * batches, actors + batches), held)
+        batches, high = in_flight_range(learners, learner_batch, actors)
+        return cls(batches, high, held)
 
     def update(self, starving: bool, queued: int, batches: int | None = None) -> int:
         """The cap after one look at the learners: ``starving``, one waits for a batch;

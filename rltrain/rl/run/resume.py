@@ -342,4 +342,5 @@ def first_restore_point(ctx: RunContext, resumed: Resumed | None) -> None:
         label = f"checkpoint {resumed.path.name}"
     version = ctx.server.stats().version
     ctx.shard_guard().remember(RestorePoint(version, ctx.server.state_dicts(), label))
+    ctx.restorable = True
     signals.stopping_now(signals.FINAL_CHECKPOINT)

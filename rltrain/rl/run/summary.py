@@ -204,13 +204,15 @@ def lost_ray_advice(summary: dict[str, Any], run: Path) -> str:
     )
 
 
-def interrupted_note(server_up: bool) -> str:
-    """What a run says as a signal stops it: what the graceful stop will write. Before the
-    server is up there is nothing to checkpoint (explore99: a Ctrl-C 2 s into a cluster run
-    promised a final checkpoint, then said none was written)."""
-    if not server_up:
-        return "interrupted in its start-up: summary.json (no checkpoint: nothing trained yet)"
-    return "interrupted: the work in flight, a final checkpoint, summary.json"
+def interrupted_note(restorable: bool, resumed: bool) -> str:
+    """What a run says as a signal stops it: what the graceful stop will write. Before its
+    shards hold the run's state there is nothing to checkpoint (explore99: a Ctrl-C 2 s into
+    a cluster run promised a final checkpoint, then said none was written); a resumed run's
+    checkpoints stay as they were."""
+    if restorable:
+        return "interrupted: the work in flight, a final checkpoint, summary.json"
+    kept = "its checkpoints stay as they were" if resumed else "no checkpoint: nothing trained"
+    return f"interrupted in its start-up: summary.json ({kept})"
 
 
 def interrupted_advice(summary: dict[str, Any], run: Path, run_dir_given: bool) -> str:

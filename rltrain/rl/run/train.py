@@ -145,7 +145,7 @@ class Trainer:
                 self.plan.finish()
         except KeyboardInterrupt:
             self.record.stop("interrupt", self.counters, self.cfg.episode_window)
-            self.progress.note(interrupted_note(self.ctx.server is not None))
+            self.progress.note(interrupted_note(self.ctx.restorable, self.resumed is not None))
             if self.plan is not None:
                 self.plan.settle()  # the updates in flight are on the server: count them
         except (RunFailed, ProcessLost, PeerLost) as e:
@@ -242,7 +242,7 @@ class Trainer:
         if self.plan is not None:  # flush: the results of a round a fault cut short count
             self.plan.flush()
             self.record.replay_bytes = self.plan.replay_bytes
-        if self.ctx.server is not None:
+        if self.ctx.restorable:  # (not before: the shards may not hold the run's state yet)
             try:
                 self.evals.final = self._checkpoint()  # scored unless an eval saw it
             except (ProcessLost, PeerLost, RunFailed) as e:  # (a lost cluster's was said)

@@ -8,6 +8,7 @@ import io
 import pickle
 import struct
 import tarfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -876,3 +877,56 @@ def test_another_sets_files_under_a_name_are_refused_by_their_labels(
     assert f"set data.dataset={other}" in str(e.value) and "\n" not in str(e.value)
     write_mnist(tmp_path / other, seed=5)  # random labels: loaded as ever
     assert len(load_dataset(other, tmp_path, download=False).train) == N_TRAIN
+
+
+def test_a_long_download_says_how_far_it_has_come(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """explore100: CIFAR-10's 163 MB said nothing for minutes after "downloading" (the copy
+    _fetch makes of the response; the network is never used here)."""
+    from rltrain.supervised import downloads
+
+    monkeypatch.setattr(downloads, "PROGRESS_S", 0.0)
+    data, out = bytes(3 << 20), io.BytesIO()  # 3 MB, read a MB at a time
+    downloads.copy_saying(io.BytesIO(data), out, len(data), "cifar-10-python.tar.gz")
+    assert out.getvalue() == data
+    said = capsys.readouterr().err.splitlines()
+    shown = [(1, 33), (2, 67), (3, 100)]
+    assert said == [f"  cifar-10-python.tar.gz: {m}.0 of 3.0 MB ({p}%)" for m, p in shown]
+    downloads.copy_saying(io.BytesIO(data), io.BytesIO(), 0, "x")  # no Content-Length
+    assert capsys.readouterr().err.splitlines()[-1] == "  x: 3.0 MB"
+
+
+def test_workers_of_one_machine_download_the_data_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """explore100: each worker of a cluster node downloaded the whole archive at once; the
+    others now wait for the first, then find its files."""
+    import threading
+
+    arrays = mnist_arrays(seed=11)
+    files = {name: gzip.compress(idx_bytes(a), mtime=0) for name, a in arrays.items()}
+    monkeypatch.setitem(
+        ds.CHECKSUMS, "mnist", {n: hashlib.md5(d).hexdigest() for n, d in files.items()}
+    )
+    calls: list[str] = []
+    fetch = served(files, calls)
+
+    def slow(url: str, dest: Path, timeout: float) -> None:
+        time.sleep(0.05)  # (the others arrive while it downloads)
+        fetch(url, dest, timeout)
+
+    monkeypatch.setattr(ds, "_fetch", slow)
+    loaded: list[object] = []
+    workers = [
+        threading.Thread(target=lambda: loaded.append(load_dataset("mnist", tmp_path)))
+        for _ in range(4)
+    ]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert len(loaded) == 4 and sorted(calls) == sorted(
+        ds.BASE_URLS["mnist"] + n for n in MNIST_FILES
+    )
+    assert sorted(p.name for p in (tmp_path / "mnist").iterdir()) == sorted(MNIST_FILES)

@@ -12,10 +12,8 @@ downloaded, with an MD5 check, when absent. Every failure is reported as a one-l
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import http.client
 import os
-import shutil
 import tempfile
 import urllib.request
 from collections.abc import Callable
@@ -24,6 +22,7 @@ from pathlib import Path
 import torch
 
 from rltrain.rundir import umask
+from rltrain.supervised.downloads import copy_saying, md5_of, one_at_a_time
 from rltrain.supervised.formats import (
     CIFAR_DIR,
     CIFAR_TAR,
@@ -182,18 +181,11 @@ def _missing_downloads(name: str, target: Path) -> list[str]:
 
 
 def _fetch(url: str, dest: Path, timeout: float) -> None:
-    """Stream ``url`` into ``dest``; module-level so tests can monkeypatch it (e.g. offline)."""
+    """Stream ``url`` into ``dest``, saying how far it has come (:func:`copy_saying`);
+    module-level so tests can monkeypatch it (e.g. offline)."""
     with urllib.request.urlopen(url, timeout=timeout) as response, dest.open("wb") as out:
-        shutil.copyfileobj(response, out, 1 << 20)
-
-
-def _md5(path: Path) -> str:
-    """Hex MD5 of a file, read in chunks."""
-    digest = hashlib.md5(usedforsecurity=False)
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        total = int(response.headers.get("Content-Length") or 0)
+        copy_saying(response, out, total, dest.name.split(".part")[0].lstrip("."))
 
 
 def _download_file(url: str, dest: Path, md5: str) -> None:
@@ -207,7 +199,7 @@ def _download_file(url: str, dest: Path, md5: str) -> None:
     tmp = Path(tmp_name)
     try:
         _fetch(url, tmp, DOWNLOAD_TIMEOUT_S)
-        actual = _md5(tmp)
+        actual = md5_of(tmp)
         if actual != md5:
             raise DatasetError(f"checksum mismatch for {url}: md5 {actual}, expected {md5}")
         os.chmod(tmp, 0o666 & ~umask())  # mkstemp makes 0600: others sharing data.root read it
@@ -220,11 +212,12 @@ def _download(name: str, target: Path, log: Callable[[str], None] | None) -> str
     """Download the dataset's missing files into ``target``; the failure reason, or None."""
     try:
         target.mkdir(parents=True, exist_ok=True)
-        for file_name in _missing_downloads(name, target):
-            url = BASE_URLS[name] + file_name
-            if log is not None:
-                log(f"downloading {url} -> {target / file_name}")
-            _download_file(url, target / file_name, CHECKSUMS[name][file_name])
+        with one_at_a_time(target):  # (what is missing is judged once it is this one's turn)
+            for file_name in _missing_downloads(name, target):
+                url = BASE_URLS[name] + file_name
+                if log is not None:
+                    log(f"downloading {url} -> {target / file_name}")
+                _download_file(url, target / file_name, CHECKSUMS[name][file_name])
     except DatasetError as exc:
         return str(exc)
     except (OSError, http.client.HTTPException) as exc:

@@ -7,11 +7,27 @@ light for Ray's worker processes::
     run = rltrain.train("configs/cartpole_appo.yaml", env__id="Acrobot-v1")
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the API's own types for a type checker (the lazy import below hid them:
+    # `rltrain.trian(...)` passed mypy --strict, explore102)
+    from rltrain.api import (
+        BenchFailed,
+        BenchResult,
+        Config,
+        RunResult,
+        TrainFailed,
+        bench,
+        evaluate,
+        load_policy,
+        make_env,
+        train,
+    )
 
 __version__ = "0.1.0"
 
-API = (
+__all__ = [
+    "__version__",
     "Config",
     "RunResult",
     "BenchResult",
@@ -22,13 +38,16 @@ API = (
     "make_env",
     "TrainFailed",
     "BenchFailed",
-)
-__all__ = ["__version__", *API]
+]
+API = tuple(__all__[1:])
+"""The API's names, imported from :mod:`rltrain.api` on first use."""
 
 
-def __getattr__(name: str) -> Any:
-    if name in API:
-        from rltrain import api
+if not TYPE_CHECKING:  # (a type checker sees the imports above, and no other names)
 
-        return getattr(api, name)
-    raise AttributeError(f"module 'rltrain' has no attribute {name!r}")
+    def __getattr__(name: str) -> Any:
+        if name in API:
+            from rltrain import api
+
+            return getattr(api, name)
+        raise AttributeError(f"module 'rltrain' has no attribute {name!r}")

@@ -154,6 +154,9 @@ def _convert(tp: Any, value: Any, key: str, meta: Mapping[str, Any], held: Any =
         nullable = {**meta, "nullable": type(None) in args}  # said when a value is refused
         return _convert(inner[0], value, key, nullable, held)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        if value is None:  # (explore102: `--set algo=null` trained a3c, the section's defaults)
+            one = next(f.name for f in dataclasses.fields(tp) if keyed(f))
+            raise ConfigError(f"{key}=null: a section; set its keys ({key}.{one}=...) or omit it")
         if isinstance(value, str) and "name" in {f.name for f in dataclasses.fields(tp)}:
             value = {"name": value}  # a section written as its name (`model: cnn`)
         # another name (optimizer: adam): that class's defaults, not RMSProp's eps 0.1

@@ -311,13 +311,42 @@ def test_make_env_renders_a_gymnasium_env_and_says_why_not_an_atari_one(tmp_path
     env.reset(seed=0)
     assert env.render().shape == (4, 6, 3)
     env.close()
-    with pytest.raises(ValueError, match="render_mode='rgb'"):
+    with pytest.raises(RLTrainError, match="render_mode='rgb'"):  # (explore102: ValueError)
         rltrain.make_env(run, render_mode="rgb")
     with pytest.raises(ValueError, match="make the env with render_mode"):
         rltrain.make_env(run).render()
     pong = untrained_run(tmp_path / "pong", id="ALE/Pong-v5")
     with pytest.raises(RLTrainError, match="draws no screen; rltrain eval RUN --video"):
         rltrain.make_env(pong, render_mode="human")
+
+
+def test_make_env_plays_another_game_at_each_reset_as_gymnasium_envs_do(
+    cartpole_run: Path,
+) -> None:
+    """explore102: every unseeded reset replayed the constructor's game, so a loop of four
+    episodes scored [315, 315, 315, 315]; a seeded reset restarts the sequence."""
+    env = rltrain.make_env(cartpole_run, seed=3)
+    firsts = [env.reset()[0] for _ in range(4)]
+    assert len({f.tobytes() for f in firsts}) == 4
+    again = [env.reset(seed=3)[0], *(env.reset()[0] for _ in range(3))]
+    assert [a.tobytes() for a in again] == [f.tobytes() for f in firsts]
+    assert env.reset(seed=5)[0].tobytes() not in {f.tobytes() for f in firsts}
+
+
+def test_a_run_leaves_the_callers_torch_rng_as_it_was() -> None:
+    """explore102: rltrain.train() reseeded a notebook's global torch RNG to the run's seed;
+    the network's first parameters are still the seed's."""
+    from rltrain.rl.config import StopConfig, TrainConfig
+    from rltrain.rl.env_spec import initial_params, probe_env
+
+    cfg = TrainConfig(stop=StopConfig(max_env_steps=10))
+    spec = probe_env(cfg)
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    first = initial_params(cfg, spec)
+    assert torch.equal(torch.rand(3), expected)
+    assert torch.equal(initial_params(cfg, spec), first)
 
 
 def test_make_env_checks_its_arguments(cartpole_run: Path, tmp_path: Path) -> None:
@@ -370,3 +399,18 @@ def test_a_run_that_fails_raises_with_its_result(tmp_path: Path) -> None:
     assert info.value.result.stopped_by == "fault"
     assert info.value.result.final_mean_return == info.value.result.summary["final_mean_return"]
     assert (tmp_path / "run" / "summary.json").is_file()
+
+
+def test_a_run_leaves_no_socket_unclosed_under_python_dev_mode(tmp_path: Path) -> None:
+    """explore102: under `python -X dev` (or -W default, as many test setups run) each child
+    and each of the trainer's pipe threads warned of an unclosed socket at its end."""
+    import subprocess
+    import sys
+
+    config = ROOT / "configs" / "cartpole_appo.yaml"
+    code = "from rltrain.cli import entry; entry()"
+    argv = [sys.executable, "-X", "dev", "-c", code, "train", str(config)]
+    argv += ["--run-dir", str(tmp_path / "run"), "--set", "stop.max_env_steps=2000"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "ResourceWarning" not in done.stderr, done.stderr

@@ -335,6 +335,11 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             ["unknown config key 'windows' (allowed here: ", "; did you mean stop.window?"],
             id="t-key-misspelt-elsewhere",
         ),
+        pytest.param(  # explore102: a3c trained, the section's defaults
+            ["train", CARTPOLE, "--set", "algo=null"],
+            ["algo=null: a section; set its keys (algo.name=...) or omit it"],
+            id="t-section-null",
+        ),
         pytest.param(  # the other command's key (review 85: hinted, then refused)
             ["train", CARTPOLE, "--set", "n_push=2"],
             [

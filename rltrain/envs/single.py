@@ -22,6 +22,7 @@ from rltrain.envs.base import ActionSpace, EnvError, VectorEnv
 from rltrain.envs.config import EnvConfig
 from rltrain.envs.gym_vector import GymVectorEnv
 from rltrain.envs.vector import make_env
+from rltrain.errors import ConfigError
 
 RENDER_MODES = ("human", "rgb_array")
 
@@ -57,7 +58,9 @@ class SingleEnv(gymnasium.Env):
     ``observation_space``: what the policy takes (uint8 images in [0, 255], or float32
     vectors). The reward is the raw score. The env resets itself when an episode ends (the
     observation then returned is the next episode's first); ``reset(seed=s)`` starts a fresh
-    one, seeded as ``rltrain eval --seed s`` seeds its first env."""
+    one, seeded as ``rltrain eval --seed s`` seeds its first env, and each ``reset()`` after
+    it another game, drawn from ``s`` (the first: from the constructor's ``seed``), as a
+    Gymnasium env's RNG goes on after its first seeded reset."""
 
     metadata: dict[str, Any] = {"render_modes": list(RENDER_MODES)}
 
@@ -65,7 +68,7 @@ class SingleEnv(gymnasium.Env):
         """``render_mode``: the env's own (gymnasium.make's), "human" or "rgb_array"."""
         if render_mode is not None:
             if render_mode not in RENDER_MODES:
-                raise ValueError(f"render_mode={render_mode!r}: allowed are human, rgb_array")
+                raise ConfigError(f"render_mode={render_mode!r}: allowed are human, rgb_array")
             if is_atari(cfg.id, cfg.wrappers):  # ale-py's C++ vector env has no screen
                 raise EnvError(
                     f"render_mode: {cfg.id}'s vector env draws no screen; rltrain eval RUN "
@@ -75,6 +78,7 @@ class SingleEnv(gymnasium.Env):
         self.render_mode = render_mode
         self._vec: VectorEnv = make_env(cfg, seed=seed, num_envs=1, evaluation=True)
         self._seed = seed
+        self._games: np.random.Generator | None = None  # the seeds of unseeded resets
         shape, dtype = self._vec.obs_shape, np.dtype(self._vec.obs_dtype)
         self.observation_space = gymnasium.spaces.Box(*dtype_range(dtype), shape, dtype)
         self.action_space = gym_action_space(self._vec.action_space)
@@ -84,7 +88,14 @@ class SingleEnv(gymnasium.Env):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
-        obs = self._vec.reset(seed=self._seed if seed is None else seed)
+        # a seed's game, then on each unseeded reset another drawn from it (explore102: each
+        # replayed the first game, and a loop of four scored [315, 315, 315, 315])
+        if seed is not None or self._games is None:
+            game = self._seed if seed is None else seed
+            self._games = np.random.default_rng(game)
+        else:
+            game = int(self._games.integers(2**31))
+        obs = self._vec.reset(seed=game)
         return obs[0], {}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:

@@ -122,8 +122,11 @@ def action_notes(cfg: TrainConfig, spec: EnvSpec) -> list[str]:
 
 
 def initial_params(cfg: TrainConfig, spec: EnvSpec) -> torch.Tensor:
-    torch.manual_seed(cfg.seed)
-    return flat_params(build_model(cfg, spec))
+    """The network's first parameters, drawn at ``cfg.seed``; the caller's own torch RNG as it
+    was (explore102: rltrain.train() left a notebook's RNG at the run's seed)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        return flat_params(build_model(cfg, spec))
 
 
 def build_model(cfg: TrainConfig, spec: EnvSpec) -> torch.nn.Module:

@@ -46,6 +46,13 @@ def serve(conn: Connection, services: dict[str, Any]) -> None:
     """The trainer's side of one child's service pipe: run each request on the object it
     names, answer it, until the pipe closes (the child died or ended)."""
     channel = child.Channel(conn)
+    try:
+        _answer(channel, services)
+    finally:
+        channel.close()
+
+
+def _answer(channel: child.Channel, services: dict[str, Any]) -> None:
     sent = None  # the parameters last sent to this child: a pull sends only newer ones
     while True:
         try:

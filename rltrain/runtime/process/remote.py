@@ -212,6 +212,7 @@ class Remote:
                     future.set_result(value)
                 else:
                     future.set_exception(child.rebuild(value, tb))
+        calls.close()
         self._died(failure)
 
     def _died(self, failure: BaseException | None) -> None:

@@ -306,12 +306,15 @@ def _read_runs(
             read.append(read_curve(d))
             ended.append(True)
         except NoEpisodesYet as e:  # beside runs that have curves: left out, said
-            early.append(e)
+            kept = None
             if evals_too:  # its evaluations, if any, still make its column and its rows
                 with contextlib.suppress(NoEpisodesYet):
-                    read.append(read_curve(d, evals_only=True))
-                    ended.append(False)
-                    e.args = (f"{e}: its evaluations are kept (tables, --csv)",)  # (review 85)
+                    kept = read_curve(d, evals_only=True)
+            if kept is not None:  # (said so: review 85)
+                read.append(kept)
+                ended.append(False)
+                e = NoEpisodesYet(f"{e}: its evaluations are kept (tables, --csv)")
+            early.append(e)
     return read, ended, early
 
 

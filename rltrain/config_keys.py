@@ -68,19 +68,25 @@ def read_by(f: dataclasses.Field, command: str | None) -> bool:
     return command is None or f.metadata.get("only") in (None, command)
 
 
+def keys_named(paths: list[str], *names: str) -> list[str]:
+    """The dotted ``paths`` whose last part is one of ``names`` (where a key of that name
+    lives), the first three."""
+    return [p for p in paths if p.rsplit(".", 1)[-1] in names][:3]
+
+
 def homes_hint(cls: type, key: str, misspelt: bool = False) -> str:
     """``; did you mean optimizer.lr?`` for a ``key`` that lives elsewhere in ``cls``, or "";
     ``misspelt``: also a key of a name close to it (where its own section has none)."""
     paths = key_paths(cls, command=getattr(cls, "COMMAND", None))  # (none the other's)
-    homes = [p for p in paths if p.rsplit(".", 1)[-1] == key][:3]
+    homes = keys_named(paths, key)
     if not homes and misspelt:  # (explore101: `windows` found no stop.window)
         near = closest(key, sorted({p.rsplit(".", 1)[-1] for p in paths if "." in p}), n=2)
-        homes = [p for p in paths if p.rsplit(".", 1)[-1] in near][:3]
+        homes = keys_named(paths, *near)
     homes = [h if "." in h else f"{h} (a top-level key)" for h in homes]
     if homes:
         return f"; did you mean {' or '.join(homes)}?"
     command = getattr(cls, "COMMAND", None)
-    other = [p for p in key_paths(cls) if p.rsplit(".", 1)[-1] == key and p not in paths]
+    other = keys_named([p for p in key_paths(cls) if p not in paths], key)
     other_command = {"train": "bench", "bench": "train"}.get(str(command), "the other command")
     return f"; {other[0]} is a key of rltrain {other_command} only" if other else ""
 

@@ -133,17 +133,23 @@ def eval_every_steps(cfg: dict[str, Any]) -> int:
     return _whole(_section(cfg, "eval").get("every_steps"), 0)
 
 
-def run_window(run_dir: Path, cfg: dict[str, Any]) -> int:
+def run_summary(run_dir: Path) -> dict[str, Any]:
+    """A run's summary.json, or {} where it has none yet (a live or killed first session)."""
+    with contextlib.suppress(OSError, ValueError):
+        loaded = json.loads((run_dir / "summary.json").read_text())
+        return loaded if isinstance(loaded, dict) else {}
+    return {}
+
+
+def run_window(run_dir: Path, cfg: dict[str, Any], summary: dict[str, Any] | None = None) -> int:
     """The episodes of a run's training mean as its stop counts them: summary.json's
     ``mean_window``, else ``stop.window``, at least as many as the envs
     (:func:`rltrain.rl.config.train.episode_window`), ``actors: auto`` as the last session
-    sized it (summary.json, or the note a live session adds to config.yaml)."""
+    sized it (summary.json, or the note a live session adds to config.yaml); ``summary``:
+    :func:`run_summary`, where the caller has read it."""
     from rltrain.rl.config.sections import episode_window
 
-    summary: dict[str, Any] = {}
-    with contextlib.suppress(OSError, ValueError):  # none yet (a live or killed first session)
-        loaded = json.loads((run_dir / "summary.json").read_text())
-        summary = loaded if isinstance(loaded, dict) else {}
+    summary = run_summary(run_dir) if summary is None else summary
     if window := _whole(summary.get("mean_window"), 0):
         return window
     actors = _whole(cfg.get("actors"), 0) or _whole(summary.get("actors"), 0)
@@ -161,7 +167,7 @@ def read_curve(run_dir: Path, evals_only: bool = False) -> Curve:
     if not run_dir.is_dir():
         why = "it is a file" if run_dir.exists() else "it does not exist"
         raise PlotError(f"{run_dir}: not a run directory ({why})")
-    cfg = run_config(run_dir)  # read once
+    cfg, summary = run_config(run_dir), run_summary(run_dir)  # read once
     skip = frames_per_step(run_dir, cfg)
     tb = run_dir / TB_DIR
     if not any(tb.glob("*tfevents*")):
@@ -187,7 +193,9 @@ def read_curve(run_dir: Path, evals_only: bool = False) -> Curve:
     if RETURN_TAG not in acc.Tags().get(ea.SCALARS, []) and not (
         evals_only and EVAL_TAG in acc.Tags().get(ea.SCALARS, [])
     ):
-        if loss := _loss_note(run_dir, 0, cuts):  # (not "no episode has ended": explore101;
+        if loss := _loss_note(
+            run_dir, 0, cuts, summary
+        ):  # (not "no episode has ended": explore101;
             raise NoEpisodesYet(loss)  # beside other runs, left out as such a run is)
         raise NoEpisodesYet(f"{run_dir}: no {RETURN_TAG} in {tb} yet (no episode has ended)")
     start = acc.FirstEventTimestamp()
@@ -217,12 +225,12 @@ def read_curve(run_dir: Path, evals_only: bool = False) -> Curve:
         return steps[keep] * skip, seconds[keep], values[keep], times[keep]
 
     frames, seconds, returns, walls = series(RETURN_TAG)
-    if loss := _loss_note(run_dir, len(returns), cuts):
+    if loss := _loss_note(run_dir, len(returns), cuts, summary):
         print(f"rltrain: plot: {loss}", file=sys.stderr)
     stops = frozenset(s * skip for s in stop_evaluations(run_dir))
     judged = settled_episodes(frames // skip, walls, sessions, *events(SETTLED_TAG))
     evals = series(EVAL_TAG)[:3]
-    every, window = eval_every_steps(cfg) * skip, run_window(run_dir, cfg)
+    every, window = eval_every_steps(cfg) * skip, run_window(run_dir, cfg, summary)
     # the name the user gave it (a link named for its setting), the folder's for . and ..
     name = run_dir.name if run_dir.name not in ("", "..") else run_dir.resolve().name
     return Curve(name, frames, seconds, returns, evals, every, window, judged, run_dir, stops)
@@ -258,13 +266,13 @@ def _reload(acc: Any) -> list[str]:
     return cuts.said
 
 
-def _loss_note(run_dir: Path, read: int, cuts: list[str]) -> str:
+def _loss_note(run_dir: Path, read: int, cuts: list[str], summary: dict[str, Any]) -> str:
     """A line where the episodes read fall short of those summary.json counts (a damaged or
     cut event file: explore101's flipped byte gave 31 of 178 episodes, a curve that never
     reached its marks, and no word), else ""; every episode of a run is logged, also those of
     the work in flight after its stop and across resumes, so the two agree."""
-    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):  # (none, or older)
-        counted = int(json.loads((run_dir / "summary.json").read_text())["episodes"])
+    with contextlib.suppress(ValueError, TypeError, KeyError):  # (none yet, or older)
+        counted = int(summary["episodes"])
         if read < counted:
             where = f" ({', '.join(cuts)})" if cuts else ""
             return (

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from rltrain.config import BOUNDS, choices_of, field_default
-from rltrain.config_keys import closest
+from rltrain.config_keys import closest, keys_named
 from rltrain.errors import ConfigError
 
 Row = tuple[str, str, str, str]
@@ -136,8 +136,7 @@ def select(rows: list[Row], key: str | None, command: str, others: Sequence[Row]
     if any(r[0] == key or r[0].startswith(f"{key}.") for r in others):  # (review 85)
         raise ConfigError(f"{key}: a key of rltrain {other} only (rltrain options {other} {key})")
     keys = [r[0] for r in rows]
-    leaf = key.rsplit(".", 1)[-1]  # gamma, or stop.gamma: algo.gamma (as homes_hint)
-    close = [k for k in keys if k.rsplit(".", 1)[-1] == leaf][:3]
+    close = keys_named(keys, key.rsplit(".", 1)[-1])  # gamma, or stop.gamma: algo.gamma
     close = close or closest(key, _sections(keys) + keys, n=3)  # (alg: algo)
     if close:
         hint = f"did you mean {', '.join(close)}?"

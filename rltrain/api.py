@@ -37,6 +37,7 @@ from rltrain import signals
 from rltrain.api_args import arg_typo, checkpoint_arg, choice_arg, path_arg, whole_arg
 from rltrain.config import ConfigError, from_dict, merge, nested, plain_copy, read_config, to_dict
 from rltrain.faults import BenchFailed, TrainFailed
+from rltrain.progress import silenced
 from rltrain.rl.config import TrainConfig, load_run_config
 from rltrain.rl.eval_args import DEFAULT_MAX_STEPS, EPISODES, MAX_STEPS, SEED
 from rltrain.rl.evaluate import EvalResult, VideoView
@@ -170,7 +171,7 @@ ConfigLike = Config | Mapping[str, Any] | str | Path
 
 def _config(config: ConfigLike | TrainConfig | BenchConfig, kind: Kind, **kw: Any) -> Any:
     """The typed config of ``config`` plus ``kw`` overrides (dotted keys, or ``__`` for dots)."""
-    arg_typo(kw, ("run_dir", "resume") if kind == "train" else ("run_dir",))
+    arg_typo(kw, ("run_dir", "resume", "quiet") if kind == "train" else ("run_dir", "quiet"))
     if isinstance(config, TrainConfig | BenchConfig):
         config = Config(to_dict(config), "train" if isinstance(config, TrainConfig) else "bench")
     elif isinstance(config, Mapping):
@@ -225,12 +226,17 @@ def train(
     config: ConfigLike | TrainConfig | None = None,
     run_dir: str | Path | None = None,
     resume: str | Path | None = None,
+    quiet: bool = False,
     **overrides: Any,
 ) -> RunResult:
     """Train as ``rltrain train`` does; ``overrides`` as ``--set`` (``env__id="Acrobot-v1"``
     or ``**{"env.id": "Acrobot-v1"}``). ``resume``: continue that run from its latest
-    checkpoint (its own config, plus ``config`` or ``overrides`` if given)."""
+    checkpoint (its own config, plus ``config`` or ``overrides`` if given). ``quiet``: none of
+    the command's own lines (its start lines on stdout, the live ``[train]`` line); events (a
+    fault, a restore), warnings and errors are still said on stderr."""
     from rltrain.launch import UserError, run_train
+
+    quiet = choice_arg(quiet, "quiet", (True, False))
 
     if resume is not None:
         if run_dir is not None:
@@ -245,7 +251,8 @@ def train(
     else:
         cfg = _config(config, "train", **overrides)
         run_dir = _new_run_dir(run_dir)
-    with signals.graceful(signals.IN_START_UP):  # (a final checkpoint once the server is up)
+    # (a final checkpoint once the server is up)
+    with signals.graceful(signals.IN_START_UP), silenced(quiet):
         out, _ = run_train(cfg, run_dir, resume, started=time.time(), resume_flag="resume=")
     result = RunResult.from_run_dir(out)
     if result.stopped_by in ("fault", "diverged"):  # the command line's exit code 1
@@ -254,14 +261,18 @@ def train(
 
 
 def bench(
-    config: ConfigLike | BenchConfig, run_dir: str | Path | None = None, **overrides: Any
+    config: ConfigLike | BenchConfig,
+    run_dir: str | Path | None = None,
+    quiet: bool = False,
+    **overrides: Any,
 ) -> BenchResult:
-    """Run the supervised benchmark as ``rltrain bench`` does."""
+    """Run the supervised benchmark as ``rltrain bench`` does; ``quiet`` as :func:`train`'s."""
     from rltrain.launch_bench import run_bench_config
 
+    quiet = choice_arg(quiet, "quiet", (True, False))
     cfg = _config(config, "bench", **overrides)
     run_dir = _new_run_dir(run_dir)
-    with signals.graceful(signals.BENCH_RESULTS):
+    with signals.graceful(signals.BENCH_RESULTS), silenced(quiet):
         try:
             out = run_bench_config(cfg, None if run_dir is None else Path(run_dir), None)
         except BenchFailed as e:  # the modes that ran keep their figures

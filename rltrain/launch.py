@@ -286,10 +286,12 @@ def _prepare(
         try:
             ckpt = latest_checkpoint(out)
             if ckpt is None:
+                again = f"rltrain train {quote(str(out / 'config.yaml'))} --run-dir NEW_DIR"
+                if flag.endswith("="):  # the API's words (explore102)
+                    again = f'rltrain.train("{out / "config.yaml"}", run_dir=NEW_DIR)'
                 raise UserError(
                     f"{flag}{out}: no checkpoints/ckpt-*.pt to resume from (stopped before its "
-                    f"first); start again: rltrain train {quote(str(out / 'config.yaml'))} "
-                    f"--run-dir NEW_DIR (or remove {out} first to reuse its name)"
+                    f"first); start again: {again} (or remove {out} first to reuse its name)"
                 )
             check_writable(out, flag)  # (and its stale temporary files gone: we hold the lock)
             # a damaged checkpoint, or another env.id, fails here: before anything starts

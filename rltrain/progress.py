@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import select
 import sys
@@ -25,6 +26,26 @@ def process_start_time() -> float:
     return time.time() - max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
 
 
+_silent = False  # silenced(): live lines and closing lines off (rltrain.train(quiet=True))
+
+
+@contextlib.contextmanager
+def silenced(on: bool = True) -> Iterator[None]:
+    """A command's own lines off for a caller that wants none (the API's ``quiet=True``): its
+    start lines (stdout) and :class:`Progress`'s live and closing lines; what a
+    :meth:`Progress.note` says (a fault, a restore), warnings and errors still reach stderr."""
+    global _silent
+    if not on:
+        yield
+        return
+    was, _silent = _silent, True
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        _silent = was
+
+
 class Progress:
     """``update(fraction, text)`` redraws a bar on a TTY; elsewhere prints every ``every`` s."""
 
@@ -37,6 +58,8 @@ class Progress:
         self._width = 0
 
     def update(self, fraction: float, text: str, force: bool = False) -> None:
+        if _silent:
+            return
         fraction = min(max(fraction, 0.0), 1.0)
         if self.tty:
             filled = int(fraction * 20)
@@ -61,7 +84,7 @@ class Progress:
     def close(self, text: str = "") -> None:
         if self.tty:
             self.stream.write("\r" + " " * self._width + "\r")
-        if text:
+        if text and not _silent:
             self.stream.write(f"{self.label} {text}\n")
         self.stream.flush()
 

@@ -10,6 +10,7 @@ import signal
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -78,6 +79,29 @@ def test_ctrl_c_stops_a_python_run_gracefully(tmp_path: Path) -> None:
         done.set()
     assert run.stopped_by == "interrupt"
     assert list((tmp_path / "run" / "checkpoints").glob("ckpt-*.pt"))
+
+
+def test_a_quiet_run_prints_nothing_of_its_own(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """explore102: a script writing its results to stdout got the run's start lines among
+    them and could only silence them with redirect_stdout; quiet=True says nothing."""
+    run = rltrain.train(
+        CARTPOLE,
+        run_dir=tmp_path / "run",
+        quiet=True,
+        stop__max_env_steps=3000,
+        stop__mean_return=None,
+        runtime__backend="local",
+    )
+    out, err = capfd.readouterr()
+    assert run.stopped_by == "max_env_steps" and (out, err) == ("", "")
+    with pytest.raises(ConfigError, match="^quiet='yes': allowed are True or False$"):
+        rltrain.train(CARTPOLE, quiet="yes")
+    with pytest.raises(ConfigError, match="^quite=: not an argument .*; did you mean quiet=\\?$"):
+        rltrain.train(CARTPOLE, quite=True)
+    print("after")  # and the caller's stdout is its own again
+    assert capfd.readouterr().out == "after\n"
 
 
 @pytest.mark.slow
@@ -241,6 +265,15 @@ def test_api_errors_name_the_apis_arguments(cartpole_run: Path, tmp_path: Path) 
             call()
     with pytest.raises(RLTrainError, match="^run_dir= does not go with resume="):
         rltrain.train(resume=cartpole_run, run_dir=tmp_path / "elsewhere")
+    early = tmp_path / "early"  # stopped before its first checkpoint
+    early.mkdir()
+    (early / "config.yaml").write_text((cartpole_run / "config.yaml").read_text())
+    with pytest.raises(RLTrainError) as info:
+        rltrain.train(resume=early)
+    assert str(info.value).endswith(  # (explore102: the command line's words)
+        f'start again: rltrain.train("{early}/config.yaml", run_dir=NEW_DIR) (or remove '
+        f"{early} first to reuse its name)"
+    )
     with pytest.raises(CheckpointError, match='use checkpoint="latest" or a checkpoint'):
         rltrain.load_policy(cartpole_run, checkpoint="best")
     with pytest.raises(CheckpointError) as info:
@@ -278,9 +311,11 @@ def play_readme_loop(pong: Path) -> None:
     obs, _ = env.reset(seed=0)
     done, score, steps = False, 0.0, 0
     while not done:
+        before = obs
         obs, reward, terminated, truncated, _ = env.step(policy(obs))
         score, done, steps = score + reward, terminated or truncated, steps + 1
     env.close()
+    assert (obs[:-1] == before[1:]).all()  # the game's last stack, not the next game's first
     played = rltrain.evaluate(pong, episodes=1, seed=0)
     assert (score, steps) == (played.returns[0], played.lengths[0])
     assert -21 <= score <= 21
@@ -347,6 +382,24 @@ def test_a_run_leaves_the_callers_torch_rng_as_it_was() -> None:
     first = initial_params(cfg, spec)
     assert torch.equal(torch.rand(3), expected)
     assert torch.equal(initial_params(cfg, spec), first)
+
+
+def test_make_env_returns_an_episodes_last_observation_as_gymnasium_envs_do(
+    cartpole_run: Path,
+) -> None:
+    """explore102: at terminated=True the next episode's first observation came back (a cart
+    at rest, |x| < 0.05), so a recorded trajectory's last transition was wrong."""
+    env = rltrain.make_env(cartpole_run)
+    obs, _ = env.reset(seed=0)
+    env.action_space.seed(0)
+    for _ in range(500):
+        obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        if terminated or truncated:
+            break
+    assert terminated and (abs(obs[0]) > 2.4 or abs(obs[2]) > 0.2094)  # CartPole's end
+    first, _ = env.reset()
+    assert np.abs(first).max() < 0.05  # and a reset starts the next
+    env.close()
 
 
 def test_make_env_checks_its_arguments(cartpole_run: Path, tmp_path: Path) -> None:

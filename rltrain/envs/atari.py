@@ -295,6 +295,7 @@ class AtariEnv(VectorEnv):
         """Wait for the step :meth:`send` started."""
         obs, raw, terminated, truncated, info = self._env.recv()
         game_ended = terminated | truncated
+        self._last = (obs, game_ended, info)
         raw = raw.astype(np.float32)
         if self._episodic_life:
             lives = info["lives"]
@@ -312,6 +313,15 @@ class AtariEnv(VectorEnv):
             episode_lengths=lengths,
             episode_envs=ended_in,
         )
+
+    def ended_obs(self, ended: np.ndarray) -> np.ndarray:
+        """[K, 4, 84, 84]: the ended episodes' last stacks: a game's from ale-py's info (its
+        autoreset began the next), a lost life's (episodic life: no reset) the stack itself."""
+        obs, game_ended, info = self._last
+        idx = np.flatnonzero(ended)
+        if len(idx) == 0:
+            return obs[:0]
+        return np.stack([info["final_obs"][i] if game_ended[i] else obs[i] for i in idx])
 
     def close(self) -> None:
         """Stop the C++ worker threads: ale-py joins them when its vectorizer is freed."""

@@ -196,6 +196,13 @@ class VectorEnv(abc.ABC):
         return self.step(self._sent)
 
     @abc.abstractmethod
+    def ended_obs(self, ended: np.ndarray) -> np.ndarray:
+        """[K, *obs_shape]: the last observations of the episodes that ended at the last step,
+        for the K envs in ``np.flatnonzero(ended)`` (a [B] mask of envs whose ``terminated``
+        or ``truncated`` it said), before their auto-reset: what one Gymnasium env's
+        ``step`` returns at an episode's end (:class:`rltrain.envs.single.SingleEnv`)."""
+
+    @abc.abstractmethod
     def close(self) -> None:
         """Release the environments (threads, emulators); the object is unusable afterwards."""
 

@@ -75,10 +75,11 @@ def to_env_actions(actions: np.ndarray, space: ActionSpace) -> np.ndarray:
     return space.to_env(actions)
 
 
-def final_observations(obs: np.ndarray, truncated: np.ndarray, info: dict) -> np.ndarray:
-    """[K, *obs_shape]: the final observations of the truncated envs (gymnasium's SAME_STEP
-    autoreset keeps them in ``info["final_obs"]``, an object array with None elsewhere)."""
-    idx = np.flatnonzero(truncated)
+def final_observations(obs: np.ndarray, ended: np.ndarray, info: dict) -> np.ndarray:
+    """[K, *obs_shape]: the final observations of the ``ended`` envs (a [B] mask: the truncated
+    ones, for the learners; gymnasium's SAME_STEP autoreset keeps every ended env's in
+    ``info["final_obs"]``, an object array with None elsewhere)."""
+    idx = np.flatnonzero(ended)
     if len(idx) == 0:
         return np.empty((0, *obs.shape[1:]), dtype=obs.dtype)
     final = info["final_obs"]
@@ -185,6 +186,7 @@ class GymVectorEnv(VectorEnv):
                     to_env_actions(actions, self.action_space)
                 )
             final_obs = final_observations(obs, truncated, info)
+            self._last = (obs, info)
         except EnvFailed:
             raise
         except Exception as e:  # noqa: BLE001 - the user's env (or a wrapper) failed
@@ -212,6 +214,11 @@ class GymVectorEnv(VectorEnv):
             raise diagnose(self.env_id, "step()", None, list(final_obs), self.obs_shape)
         if self._floats:
             check_finite(self.env_id, "step()", final_obs)
+
+    def ended_obs(self, ended: np.ndarray) -> np.ndarray:
+        """[K, *obs_shape]: the ended episodes' last observations, from the last step's info."""
+        obs, info = self._last
+        return final_observations(obs, ended, info)
 
     def _failed(self, call: str, e: Exception) -> EnvFailed:
         """What to raise for ``e`` from the vector's ``call`` (inside its ``except``)."""

@@ -56,11 +56,14 @@ class SingleEnv(gymnasium.Env):
     """One env of a run's kind, with the run's wrappers and protocol, as a Gymnasium env.
 
     ``observation_space``: what the policy takes (uint8 images in [0, 255], or float32
-    vectors). The reward is the raw score. The env resets itself when an episode ends (the
-    observation then returned is the next episode's first); ``reset(seed=s)`` starts a fresh
-    one, seeded as ``rltrain eval --seed s`` seeds its first env, and each ``reset()`` after
-    it another game, drawn from ``s`` (the first: from the constructor's ``seed``), as a
-    Gymnasium env's RNG goes on after its first seeded reset."""
+    vectors). The reward is the raw score. As any Gymnasium env, ``step`` returns an episode's
+    last observation where it ends (``terminated`` or ``truncated``) and the caller resets
+    (explore102: the run's vector env had already begun the next episode, and its first
+    observation came back instead); a ``step`` without that reset plays on in the episode the
+    env began by itself. ``reset(seed=s)`` starts a fresh one, seeded as ``rltrain eval
+    --seed s`` seeds its first env, and each ``reset()`` after it another game, drawn from
+    ``s`` (the first: from the constructor's ``seed``), as a Gymnasium env's RNG goes on
+    after its first seeded reset."""
 
     metadata: dict[str, Any] = {"render_modes": list(RENDER_MODES)}
 
@@ -108,7 +111,10 @@ class SingleEnv(gymnasium.Env):
         if step.episode_returns:  # the game's score and length, as the run logs them
             info["episode"] = {"r": step.episode_returns[0], "l": step.episode_lengths[0]}
         terminated, truncated = bool(step.terminated[0]), bool(step.truncated[0])
-        return step.obs[0], float(step.reward[0]), terminated, truncated, info
+        obs = step.obs[0]
+        if terminated or truncated:  # the episode's own last, not the next one's first
+            obs = self._vec.ended_obs(np.array([True]))[0]
+        return obs, float(step.reward[0]), terminated, truncated, info
 
     def render(self) -> Any:
         """The env's frame (``render_mode="rgb_array"``); "human" draws as it steps."""

@@ -89,11 +89,25 @@ class Config(Generic[T]):
         """Every key, defaults included (what ``config.yaml`` of a run holds)."""
         return to_dict(self.value)
 
+    def __hash__(self) -> int:
+        """Equal configs hash equal (a key of ``functools.lru_cache``, a set's member): the
+        dataclass's own hash failed on its dict (explore102)."""
+        return hash((self.kind, _frozen(self.data)))
+
     def __getattr__(self, name: str) -> Any:
         """``cfg.env`` reads ``cfg.value.env``: the typed config's fields, as users try."""
         if name.startswith("_") or name in ("value", "data", "kind"):  # (not set yet: a copy)
             raise AttributeError(name)
         return getattr(self.value, name)
+
+
+def _frozen(value: Any) -> Any:
+    """``value`` with its mappings and lists as tuples: hashable, equal where it was equal."""
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(v) for v in value)
+    return value
 
 
 @dataclasses.dataclass(frozen=True)

@@ -53,6 +53,9 @@ def test_a_config_holds_its_own_copy_of_the_keys_given() -> None:
     assert over == {"stop": {"max_seconds": 5}}
     stop = again.value.stop
     assert (stop.max_env_steps, stop.max_seconds, stop.window) == (3000, 5.0, 4)
+    # hashable as it is frozen (explore102: a TypeError on its dict), equal ones alike
+    same = rltrain.Config({"stop": {"max_env_steps": 1000}, "env": {"id": "CartPole-v1"}})
+    assert hash(same) == hash(cfg) and same == cfg and len({cfg, same, again}) == 2
 
 
 @pytest.mark.slow
@@ -390,6 +393,7 @@ def test_make_env_returns_an_episodes_last_observation_as_gymnasium_envs_do(
     """explore102: at terminated=True the next episode's first observation came back (a cart
     at rest, |x| < 0.05), so a recorded trajectory's last transition was wrong."""
     env = rltrain.make_env(cartpole_run)
+    assert env.observation_space.high[0] == 4.8  # CartPole's own bounds (were -inf..inf)
     obs, _ = env.reset(seed=0)
     env.action_space.seed(0)
     for _ in range(500):

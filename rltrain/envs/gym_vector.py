@@ -121,6 +121,7 @@ class GymVectorEnv(VectorEnv):
             raise
         obs_space = self._env.single_observation_space
         assert isinstance(obs_space, Box)
+        self.obs_space = obs_space  # (its bounds: one env's, rltrain.make_env's)
         self.num_envs = num_envs
         self.obs_shape = tuple(obs_space.shape)
         self.obs_dtype = np.dtype(obs_space.dtype)

@@ -83,7 +83,9 @@ class SingleEnv(gymnasium.Env):
         self._seed = seed
         self._games: np.random.Generator | None = None  # the seeds of unseeded resets
         shape, dtype = self._vec.obs_shape, np.dtype(self._vec.obs_dtype)
-        self.observation_space = gymnasium.spaces.Box(*dtype_range(dtype), shape, dtype)
+        # a Gymnasium env's own bounds (CartPole's, not -inf..inf: explore102), else the dtype's
+        own = getattr(self._vec, "obs_space", None)
+        self.observation_space = own or gymnasium.spaces.Box(*dtype_range(dtype), shape, dtype)
         self.action_space = gym_action_space(self._vec.action_space)
         self.protocol = self._vec.protocol
 

@@ -76,6 +76,7 @@ def test_the_layout_covers_every_tag_the_logger_writes(tmp_path: Path) -> None:
         updates=4,
         dropped=1,
         staleness=[0, 2],
+        lr_scales=[1.0, 0.5],  # server.staleness: scale's 1 / staleness
         losses=[loss, LossStats(2.0, td=0.5, lag_kl=0.02)],
         actor_lag=[4, 8],
         epsilon=0.5,
@@ -106,6 +107,10 @@ def test_the_layout_covers_every_tag_the_logger_writes(tmp_path: Path) -> None:
         t for t, c in home.items() if "staleness" in c
     }
     assert [e.value for e in events(tmp_path / "tb").Scalars("ps/actor_lag_mean")] == [6.0]
+    # the rate the applied updates stepped with (explore98: optim/lr alone hid the scaling)
+    effective = events(tmp_path / "tb").Scalars("optim/lr_effective")
+    assert [e.value for e in effective] == [pytest.approx(0.75e-3)]
+    assert {"optim/lr", "optim/lr_effective"} <= {t for t, c in home.items() if "losses" in c}
     # the staleness is the applied updates': the drops beside it (explore85)
     assert [e.value for e in events(tmp_path / "tb").Scalars("ps/dropped_fraction")] == [0.25]
     assert {"episode/return", "episode/mean_return"} <= {
@@ -114,6 +119,15 @@ def test_the_layout_covers_every_tag_the_logger_writes(tmp_path: Path) -> None:
     assert {t for t in written if t.startswith("faults/")} == {
         t for t, c in home.items() if "faults" in c
     }
+
+
+def test_an_unscaled_run_writes_its_rate_once(tmp_path: Path) -> None:
+    """optim/lr_effective only where a rule scaled a step: elsewhere it would be optim/lr."""
+    log = TrainLogger(tmp_path / "tb", CFG, {}, frames_per_step=1)
+    log.absorb(WorkStats(env_steps=64, updates=2, staleness=[0, 1], lr_scales=[1.0, 1.0]), 64)
+    log.flush(64, 2, lr=1e-3)
+    log.close()
+    assert "optim/lr_effective" not in events(tmp_path / "tb").Tags()["scalars"]
 
 
 @pytest.mark.parametrize(

@@ -135,6 +135,7 @@ def refused_on_device(stats: WorkStats, result: PushResult) -> None:
     stats.applied -= 1
     stats.rejected += 1
     stats.staleness.remove(result.staleness)
+    stats.lr_scales.remove(result.lr_scale)
 
 
 def record_push(stats: WorkStats, result: PushResult) -> None:
@@ -142,6 +143,7 @@ def record_push(stats: WorkStats, result: PushResult) -> None:
     if result.status in ("applied", "accumulated"):
         stats.applied += 1
         stats.staleness.append(result.staleness)
+        stats.lr_scales.append(result.lr_scale)
     elif result.status == "dropped":
         stats.dropped += 1
     else:

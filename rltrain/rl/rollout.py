@@ -244,6 +244,7 @@ class WorkStats:
     dropped: int = 0
     rejected: int = 0
     staleness: list[int] = field(default_factory=list)  # of applied updates
+    lr_scales: list[float] = field(default_factory=list)  # theirs (server.staleness: scale)
     actor_lag: list[int] = field(default_factory=list)  # impala/appo: versions per batch from
     # the oldest parameters that acted in it to those the learner starts from
     losses: list[LossStats] = field(default_factory=list)

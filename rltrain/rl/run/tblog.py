@@ -76,7 +76,7 @@ LAYOUT: dict[str, dict[str, list[Any]]] = {
         **{t: ["Multiline", [f"^loss/{t}$"]] for t in ("policy", "value", "entropy", "td")},
         "kl, clip fraction": ["Multiline", ["^loss/(kl|clip_fraction)$"]],
         "gradient norm": ["Multiline", ["^loss/grad_norm$"]],
-        "learning rate": ["Multiline", ["^optim/lr$"]],
+        "learning rate": ["Multiline", ["^optim/lr"]],
         "dqn Q mean, epsilon": ["Multiline", ["^dqn/.*"]],
     },
     "faults": {
@@ -151,6 +151,8 @@ class TrainLogger:
         self.rates = True  # False once the session's stop has come (the trainer sets it)
         self._losses: list[LossStats] = []
         self._staleness: list[int] = []
+        self._lr_scales: list[float] = []  # the applied updates' (a rule's lr_scale)
+        self._scaled = False  # a rule has scaled a step: optim/lr_effective is written
         self._actor_lag: list[int] = []  # impala/appo: per batch (WorkStats.actor_lag)
         self._pushed = self._dropped = 0  # this interval's pushes, and those dropped as stale
         self._epsilon: list[float] = []
@@ -199,6 +201,7 @@ class TrainLogger:
         if stats.epochs is not None:
             self._epochs.append(stats.epochs)
         self._staleness.extend(stats.staleness)
+        self._lr_scales.extend(stats.lr_scales)
         self._actor_lag.extend(stats.actor_lag)
         self._pushed, self._dropped = self._pushed + stats.updates, self._dropped + stats.dropped
         perf.merge(self._phases, stats.phases)
@@ -232,6 +235,12 @@ class TrainLogger:
         self.writer.add_scalar("ps/version", version, env_steps)
         if lr is not None:
             self.writer.add_scalar("optim/lr", lr, env_steps)
+            # the mean rate the applied updates stepped with, where a rule scaled them
+            # (server.staleness: scale, lr / staleness; explore98: optim/lr alone hid it)
+            self._scaled = self._scaled or any(x != 1.0 for x in self._lr_scales)
+            if self._scaled and self._lr_scales:
+                mean = sum(self._lr_scales) / len(self._lr_scales)
+                self.writer.add_scalar("optim/lr_effective", lr * mean, env_steps)
         if net is not None:
             self.writer.add_scalar("net/bytes_pushed", net[0], env_steps)
             self.writer.add_scalar("net/bytes_pulled", net[1], env_steps)
@@ -274,7 +283,7 @@ class TrainLogger:
                 self.writer.add_scalar(tag, sum(values) / len(values), env_steps)
         self.writer.flush()
         self._last_t = now
-        self._losses, self._staleness, self._actor_lag = [], [], []
+        self._losses, self._staleness, self._actor_lag, self._lr_scales = [], [], [], []
         self._pushed = self._dropped = 0
         self._epsilon, self._q_mean, self._epochs, self._phases = [], [], [], {}
 

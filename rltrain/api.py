@@ -265,9 +265,11 @@ def train(
     else:
         cfg = _config(config, "train", **overrides)
         run_dir = _new_run_dir(run_dir)
+    # a YAML file's name names the run, and its game and score stop are compared with cfg's
+    path = os.fspath(config) if isinstance(config, str | os.PathLike) else None
     # (a final checkpoint once the server is up)
     with signals.graceful(signals.IN_START_UP), silenced(quiet):
-        out, _ = run_train(cfg, run_dir, resume, started=time.time(), resume_flag="resume=")
+        out, _ = run_train(cfg, run_dir, resume, path, time.time(), resume_flag="resume=")
     result = RunResult.from_run_dir(out)
     if result.stopped_by in ("fault", "diverged"):  # the command line's exit code 1
         raise TrainFailed(str(result.summary.get("failure", result.stopped_by)), result)

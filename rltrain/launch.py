@@ -107,14 +107,12 @@ def run_name(config_path: str | None, cfg: TrainConfig) -> str:
     env = cfg.env.id.replace("/", "_")
     if not config_path:
         return f"{cfg.algo.name}_{env}"
-    from rltrain.config import read_config
     from rltrain.envs.config import EnvConfig
     from rltrain.rl.algos.base import AlgoConfig
 
     name = Path(config_path).stem
-    try:  # the file's own keys (its base's beneath), not validated: it may need the --set
-        own = read_config(config_path)
-    except (OSError, ValueError):  # (read once already: only a race would get here)
+    own = _file_keys(config_path)
+    if own is None:
         return name
     if (own.get("env") or {}).get("id", EnvConfig.id) != cfg.env.id:
         name += f"-{env}"
@@ -248,6 +246,33 @@ def _trained(trainer: Trainer) -> bool:
     return trainer.counters.episodes > 0 or latest_checkpoint(trainer.run_dir) is not None
 
 
+def _file_keys(config_path: str) -> dict[str, Any] | None:
+    """A config file's own keys (its base's beneath), not validated (it may need the --set);
+    None where it cannot be read (it was read once already: only a race gets here)."""
+    from rltrain.config import read_config
+
+    try:
+        return read_config(config_path)
+    except (OSError, ValueError):
+        return None
+
+
+def carried_stop_note(config_path: str | None, cfg: TrainConfig) -> str:
+    """A start note where the command gave another game than the file's while the file's
+    score stop, a score of its game, stays: pong_a3c.yaml's 18 stopped a SpaceInvaders run at
+    a random player's 199.5 in 29 s (explore103). Said, not refused: the score may be meant."""
+    own = _file_keys(config_path) if config_path and cfg.stop.mean_return is not None else None
+    game, score = ((own or {}).get("env") or {}).get("id"), ((own or {}).get("stop") or {})
+    score = score.get("mean_return")
+    if game in (None, cfg.env.id) or score is None or score != cfg.stop.mean_return:
+        return ""
+    return (
+        f"stop.mean_return={score:g} is {Path(str(config_path)).name}'s, a score of {game}; "
+        f"this run plays {cfg.env.id}: set stop.mean_return to a score of its own, or null "
+        "to train to the other stops"
+    )
+
+
 def _prepare(
     cfg: TrainConfig,
     run_dir: str | Path | None,
@@ -338,6 +363,7 @@ def _prepare(
             lock = lock_run_dir(out)
         trainer = Trainer(cfg, out, resume is not None, spec, started, ray_up)
         trainer.run_lock = lock
+        trainer.file_notes = [n for n in [carried_stop_note(config_path, cfg)] if n]
         if trainer.resumed:  # which (an older one where the newest is gone: explore97)
             c = trainer.resumed.counters
             print(

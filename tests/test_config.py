@@ -502,6 +502,55 @@ def test_keys_of_a_section_the_algorithm_does_not_read_are_said(
     assert (said in notes[0]) if said is not None else notes == []
 
 
+@pytest.mark.parametrize(
+    ("config", "sets", "said"),
+    [
+        ("pong_a3c.yaml", ["env.id=ALE/SpaceInvaders-v5"], "pong_a3c.yaml's, a score of"),
+        ("pong_appo.yaml", ["env.id=ALE/Breakout-v5"], "this run plays ALE/Breakout-v5: set"),
+        ("pong_a3c.yaml", ["env.id=ALE/SpaceInvaders-v5", "stop.mean_return=500"], None),
+        ("pong_a3c.yaml", ["env.id=ALE/SpaceInvaders-v5", "stop.mean_return=null"], None),
+        ("pong_appo.yaml", ["env.sticky_actions=0"], None),  # the file's game
+        ("atari_appo.yaml", ["env.id=ALE/Breakout-v5"], None),  # no score stop
+    ],
+)
+def test_a_score_stop_of_the_files_game_is_said_for_another_game(
+    config: str, sets: list[str], said: str | None
+) -> None:
+    """explore103: pong_a3c.yaml's stop at 18 ended a SpaceInvaders run at a random player's
+    199.5 in 29 s, unsaid. Said at the start, not refused: the score may be meant."""
+    from rltrain.launch import carried_stop_note
+
+    path = str(ROOT / "configs" / config)
+    note = carried_stop_note(path, load_config(TrainConfig, path, sets))
+    assert (said in note and "stop.mean_return=18 is" in note) if said else note == ""
+
+
+def test_an_ale_id_under_wrappers_says_the_atari_keys_are_not_applied() -> None:
+    """explore103: PongNoFrameskip-v4 with env.wrappers (the route of a game's mode and of RAM
+    observations) trained at one frame a step with raw rewards while config.yaml said
+    frame_skip: 4; and ALE/Pong-ram-v5, which ale-py no longer registers, is named the route."""
+    from rltrain.envs import EnvError, make_env
+    from rltrain.envs.atari import wrapped_notes
+    from rltrain.envs.config import EnvConfig
+
+    wrapped = EnvConfig(
+        id="PongNoFrameskip-v4", wrappers=("gymnasium.wrappers:RecordEpisodeStatistics",)
+    )
+    (note,) = wrapped_notes(wrapped)
+    assert "env.frame_skip" in note and "a step is 1 frame(s) of the game" in note
+    assert wrapped_notes(EnvConfig(id="PongNoFrameskip-v4")) == []  # rltrain's protocol
+    assert wrapped_notes(EnvConfig(id="CartPole-v1")) == []
+    with pytest.raises(EnvError) as info:
+        make_env(EnvConfig(id="ALE/Pong-ram-v5"), seed=0)
+    assert str(info.value) == (
+        "unknown env id 'ALE/Pong-ram-v5': ale-py registers no -ram ids; RAM observations run "
+        "as your own Gymnasium env: PongNoFrameskip-v4 with env.kwargs.obs_type=ram and "
+        "env.wrappers (your frame skip; rltrain's Atari protocol is not applied)"
+    )
+    with pytest.raises(EnvError, match="; RAM observations run as .*: PongNoFrameskip-v4 with"):
+        make_env(EnvConfig(id="ALE/Pong-v5", kwargs={"obs_type": "ram"}), seed=0)
+
+
 BENCH_ONLY = ("server.n_push", "server.pipeline", "server.average_every", "server.record")
 TRAIN_ONLY = ("server.device", "runtime.inference", "runtime.learner_threads")
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -51,13 +50,17 @@ def test_an_explicit_count_is_kept_and_described() -> None:
     assert c.actors == 5
     assert describe_sizes(c) == "5 actors, 1 learner, 1 server shard"
     assert describe_sizes(sized(cfg("a3c"), 3)) == "3 workers, 1 server shard"
-    # dqn: its replay shards too, and those one actor leaves empty (explore95)
-    dqn = cfg("dqn", actors=1, replay=ReplayConfig(shards=2))
-    assert describe_sizes(dqn) == (
-        "1 actor, 1 learner, 1 server shard, 2 replay shards (1 never filled: actor i fills "
-        "shard i mod 2)"
+    # dqn: its replay shards too (explore95), one per actor at most: a shard no actor fills
+    # held its 1.8 GB zero-filled for 20 s (explore103)
+    dqn = sized(cfg("dqn", actors=1, replay=ReplayConfig(shards=2)), 2)
+    assert dqn.replay.shards == 1
+    assert describe_sizes(dqn, asked_replay=2) == (
+        "1 actor, 1 learner, 1 server shard, 1 replay shard (replay.shards=2: one per actor at "
+        "most, as actor i fills shard i mod shards)"
     )
-    assert describe_sizes(replace(dqn, actors=2)).endswith("2 replay shards")
+    two = sized(cfg("dqn", actors=2, replay=ReplayConfig(shards=2)), 2)
+    assert describe_sizes(two, asked_replay=2).endswith("2 replay shards")
+    assert sized(cfg("dqn", replay=ReplayConfig(shards=4)), 3).replay.shards == 2  # auto
 
 
 @pytest.mark.slow  # starts Ray
@@ -319,6 +322,10 @@ def test_what_auto_chose_is_said_and_noted_in_config_yaml(
         "return (the live line, stop.mean_return, summary.json): the mean of the last 48 "
         "episodes, as many as the envs; stop.window=20 would see only each round's shortest "
         "games (envs that start together end their short games first)"
+    )
+    assert out[2] == (  # which stop ends it (explore103: another game's score stop)
+        "stop: a mean return of 18 (the last 48 episodes), 5,000,000 env steps or 14,400 s, "
+        "whichever comes first"
     )
     text = (tmp_path / "config.yaml").read_text()
     assert "# sized at this session's start (4 CPUs, 0 GPUs" in text

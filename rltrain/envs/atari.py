@@ -28,6 +28,7 @@ Two parts of the protocol are done here rather than in C++, on purpose:
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -132,6 +133,41 @@ def check_atari_only(cfg: EnvConfig) -> None:
         raise EnvError(f"env.{key}={value}: Atari's protocol only; {cfg.id}{how}")
 
 
+def wrapped_notes(cfg: EnvConfig) -> list[str]:
+    """A start note for an ale-py id under ``env.wrappers`` (the route of a game's mode, or
+    of RAM observations): it runs as the user's Gymnasium env, so the env.* Atari keys a config
+    gives at their defaults (atari_appo.yaml's frame_skip 4) are not applied, where the run
+    trained at one frame a step with raw rewards and said nothing (explore103)."""
+    spec = gymnasium.registry.get(cfg.id)
+    if is_atari(cfg.id, cfg.wrappers) or spec is None or not _legacy(spec):
+        return []
+    return [
+        f"{cfg.id} with env.wrappers runs as your own Gymnasium env: rltrain's Atari protocol "
+        f"(env.{', env.'.join(ATARI_ONLY)}) is not applied, so a step is "
+        f"{spec.kwargs.get('frameskip', 1)} frame(s) of the game and rewards are raw unless your "
+        "wrappers say otherwise (gymnasium.wrappers.AtariPreprocessing: frame skip, no-op "
+        "starts, 84x84 grayscale)"
+    ]
+
+
+RAM_ROUTE = (
+    "RAM observations run as your own Gymnasium env: {game}NoFrameskip-v4 with "
+    "env.kwargs.obs_type=ram and env.wrappers (your frame skip; rltrain's Atari protocol is "
+    "not applied)"
+)
+"""The one route to RAM observations: ale-py 0.12 registers no -ram ids, and its vector env,
+which runs the ALE/<Game>-v5 ids, gives screens only."""
+
+
+def ram_route(env_id: str) -> str:
+    """``RAM observations run as ...`` for an id asking for them (``ALE/Pong-ram-v5``,
+    ``Pong-ramNoFrameskip-v4``), else ''."""
+    m = re.match(r"^(?:ALE/)?(\w+)-ram", env_id.strip(), re.IGNORECASE)
+    ids = {i.lower(): i for i in gymnasium.registry if i.endswith("NoFrameskip-v4")}
+    legacy = ids.get(f"{m.group(1)}NoFrameskip-v4".lower()) if m else None
+    return RAM_ROUTE.format(game=legacy.removesuffix("NoFrameskip-v4")) if legacy else ""
+
+
 def _sticky_in(spec: EnvSpec) -> float:
     return float(spec.kwargs.get("repeat_action_probability", 0.25))
 
@@ -217,6 +253,8 @@ def vector_args(cfg: EnvConfig, protocol: Mapping[str, Any]) -> dict[str, Any]:
         if {"mode", "difficulty"} & set(other):  # ale-py's vector env takes neither
             game = game_name(cfg.id)
             use += f"; a game's mode and difficulty: {game}NoFrameskip-v4 with env.wrappers"
+        if "obs_type" in other:
+            use += f"; {RAM_ROUTE.format(game=game_name(cfg.id))}"
         raise EnvError(
             f"env.kwargs {other} of {cfg.id}: allowed for Atari only "
             f"{', '.join(ATARI_KWARGS)}; {use}"

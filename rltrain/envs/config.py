@@ -67,9 +67,10 @@ class EnvConfig:
     0 is the v4 ids' protocol, and EnvPool's default even for its "-v5" ids, so of most
     published fast-Pong results (rl_games, CleanRL's EnvPool runs)."""
     full_action_space: bool = False
-    """Atari: all 18 joystick actions in every game (Machado et al. 2018's recommendation for
-    comparisons across games) instead of the game's minimal set (Pong: 6, Breakout: 4, the v5
-    ids' default). Kept on resume: it sizes the policy's head."""
+    """Atari: ale-py's full action set (Machado et al. 2018's recommendation for comparisons
+    across games): all 18 joystick actions in all but a few games (Skiing and LostLuggage: 9)
+    instead of the game's minimal set (Pong: 6, Breakout: 4, the v5 ids' default). Kept on
+    resume: it sizes the policy's head."""
     action_map: str = field(default="affine", metadata=spec(choices=ACTION_MAPS))
     """Box actions: how the policy's Gaussian sample u reaches the env, on the dimensions with
     finite bounds. affine: the policy acts in [-1, 1], mapped linearly onto [low, high] (u
@@ -81,13 +82,15 @@ class EnvConfig:
     """Atari: press FIRE at each game's start, in the games whose action set has it: the
     DQN-era protocol (Mnih et al. 2015's code, OpenAI Baselines' FireResetEnv, SB3, CleanRL),
     which most published Atari numbers use. false: Machado et al. (2018)'s advice, the agent
-    learns to start a game itself."""
+    learns to start a game itself. At a game's start only: with episodic_life the agent serves
+    after a lost life itself, where Baselines' and SB3's wrappers press FIRE again."""
     clip_rewards: bool = True
     """Atari, training only: reward = sign(game reward). Evaluation and the reported episode
     returns always use the raw game score."""
     episodic_life: bool = False
     """Atari, training only: a lost life is a terminal for the learner while the game goes on;
-    episode returns still cover the whole game (until game over)."""
+    episode returns still cover the whole game (until game over). No FIRE follows a lost life
+    (fire_reset is at a game's start): in Breakout the agent learns to serve again."""
     image_size: int = field(default=84, metadata=spec(ge=8))
     """Atari: observation frames are resized to image_size x image_size (grayscale)."""
     max_episode_frames: int = field(default=108000, metadata=spec(ge=1))

@@ -13,7 +13,7 @@ import difflib
 import gymnasium
 import numpy as np
 
-from rltrain.envs.atari import AtariEnv, check_atari_id, is_atari, skips_itself
+from rltrain.envs.atari import AtariEnv, check_atari_id, is_atari, ram_route, skips_itself
 from rltrain.envs.base import EnvError, StepBatch, VectorEnv
 from rltrain.envs.config import EnvConfig
 from rltrain.envs.gym_vector import GymVectorEnv
@@ -42,6 +42,8 @@ def unknown_id_message(env_id: str, imports: tuple[str, ...] = ()) -> str:
     """One line naming the closest registered ids (ALE ids included, ale_py is imported)."""
     if not env_id.strip():
         return "env.id is empty: name a Gymnasium id (CartPole-v1) or an Atari one (ALE/Pong-v5)"
+    if ram := ram_route(env_id):
+        return f"unknown env id {env_id!r}: ale-py registers no -ram ids; {ram}"
     close = close_ids(env_id)
     hint = f"; did you mean {', '.join(close)}?" if close else "; see gymnasium.pprint_registry()"
     after = (

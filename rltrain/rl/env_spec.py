@@ -13,6 +13,7 @@ import torch
 
 from rltrain.checkpoint import CheckpointError
 from rltrain.envs import ActionSpace, EnvError, check_first_reset, make_env
+from rltrain.envs.atari import wrapped_notes
 from rltrain.envs.user import channels_last_shape
 from rltrain.envs.user import one_hot as one_hot_space
 from rltrain.ps.server import ShardLayout
@@ -83,8 +84,8 @@ def probe_env(cfg: TrainConfig, training: bool = True) -> EnvSpec:
 def start_notes(cfg: TrainConfig, spec: EnvSpec) -> list[str]:
     """Start notes on what the run takes in a way a user may not expect: the env's images and
     actions, a rule that changes nothing, keys of a section the algorithm does not read."""
-    notes = [*image_notes(cfg, spec), *action_notes(cfg, spec), *rule_notes(cfg)]
-    notes += in_flight_notes(cfg)
+    notes = [*wrapped_notes(cfg.env), *image_notes(cfg, spec), *action_notes(cfg, spec)]
+    notes += [*rule_notes(cfg), *in_flight_notes(cfg)]
     return [*notes, *unread_notes(cfg)]
 
 

@@ -72,7 +72,8 @@ class ReplayConfig:
     """The replay memory: one or more Ray processes (shards), each with its own capacity."""
 
     shards: int = field(default=1, metadata=spec(ge=1))
-    """Replay shards; actor i sends its transitions to shard i mod shards."""
+    """Replay shards; actor i sends its transitions to shard i mod shards, so a run has one
+    per actor at most (more are not built: no actor would fill them)."""
     capacity: int = field(default=100_000, metadata=spec(ge=1))
     """Transitions per shard (FIFO). Atari stores each 84x84 frame once (~7 KB/transition)."""
     prioritized: bool = False

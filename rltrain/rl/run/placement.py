@@ -13,7 +13,14 @@ import torch
 
 from rltrain.config import ConfigError
 from rltrain.rl.config import TrainConfig
-from rltrain.rl.run.sizing import describe_batch, describe_sizes, gpu_learners, learner_cpus, sized
+from rltrain.rl.run.sizing import (
+    describe_batch,
+    describe_sizes,
+    describe_stops,
+    gpu_learners,
+    learner_cpus,
+    sized,
+)
 from rltrain.rundir import size_note, write_atomic
 
 if TYPE_CHECKING:
@@ -66,6 +73,7 @@ class Placement:
     shard_device: str  # where the shards keep their values
     processes: float  # CPUs the actors and learners reserve
     hosted: bool = False  # the one learner is a process that holds the shards
+    replay_asked: int = 0  # dqn: replay.shards as the config gave it (sized: one per actor)
 
     def sharing_note(
         self, cpus: float, asked: RuntimeConfig, fitted: RuntimeConfig, actors_set: bool
@@ -114,7 +122,8 @@ class Placement:
     def describe(self) -> str:
         """``2 actors, 1 learner, 1 shard; learners on CPU`` and what is on a GPU."""
         who = "learners" if self.cfg.algo_spec.split else "workers"  # (a3c's learn themselves)
-        where = f"{describe_sizes(self.cfg)}; {who} on {'GPU' if self.gpu else 'CPU'}"
+        sizes = describe_sizes(self.cfg, self.replay_asked)
+        where = f"{sizes}; {who} on {'GPU' if self.gpu else 'CPU'}"
         where += ", shards on GPU" if self.shard_device != "cpu" else ""
         where += ", the shards in the learner's process" if self.hosted else ""
         if self.inference is not None:
@@ -128,11 +137,13 @@ def place(cfg: TrainConfig, backend: str, cpus: float, gpus: float) -> Placement
     ``cpus`` and ``gpus`` the runtime ``backend`` reports."""
     gpu = gpu_learners(cfg, gpus, backend == "ray")
     inference = inference_device(cfg, gpu, backend)
+    replay_shards = cfg.replay.shards
     cfg = sized(cfg, cpus, gpu, batched=inference is not None)
     split = cfg.algo_spec.split
     processes = cfg.actors + (cfg.learners * learner_cpus(gpu) if split else 0)
     where = shard_device(cfg, gpu, backend)
-    return Placement(cfg, gpu, inference, where, processes, hosts_shards(cfg, backend))
+    hosted, asked = hosts_shards(cfg, backend), replay_shards
+    return Placement(cfg, gpu, inference, where, processes, hosted, asked)
 
 
 def note_sizes(run_dir: Path, placed: Placement, cpus: float, gpus: float) -> None:
@@ -148,6 +159,7 @@ def note_sizes(run_dir: Path, placed: Placement, cpus: float, gpus: float) -> No
             f"{cfg.stop.window} would see only each round's shortest games (envs that start "
             "together end their short games first)"
         )
+    print(describe_stops(cfg))
     path = run_dir / "config.yaml"
     with contextlib.suppress(OSError):  # a note only: the run goes on without it
         sizes = f"this session's start ({cpus:g} CPUs, {gpus:g} GPUs; --resume sizes again)"

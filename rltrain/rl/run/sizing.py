@@ -29,12 +29,16 @@ def sized(cfg: TrainConfig, cpus: float, gpu: bool = False, batched: bool = Fals
         learners = cfg.learners * learner_cpus(gpu) if cfg.algo_spec.split else 0
         policy = learner_cpus(gpu) if batched else 0.0  # the policy worker, a process too
         actors = max(1, int(cpus - learners - policy))
+    replay = cfg.replay
+    if cfg.algo_spec.layout == "replay" and replay.shards > actors:
+        # actor i fills shard i mod shards: the others would hold their memory, never filled
+        # (explore103: a second 1.8 GB shard zero-filled for 20 s beside one actor)
+        replay = dataclasses.replace(replay, shards=actors)
     try:
         cores = float("inf") if batched else cpus / actors
         groups = cfg.env.groups or env_groups(cfg.env, cores)
-        return dataclasses.replace(
-            cfg, actors=actors, env=dataclasses.replace(cfg.env, groups=groups)
-        )
+        env = dataclasses.replace(cfg.env, groups=groups)
+        return dataclasses.replace(cfg, actors=actors, env=env, replay=replay)
     except ValueError as e:  # e.g. a fault event for an actor index the machine does not have
         raise ConfigError(f"actors=auto gave {actors} on {cpus:.0f} CPUs: {e}") from None
 
@@ -75,7 +79,7 @@ def n(count: int, what: str) -> str:
     return f"{count} {what}{'s' if count != 1 else ''}"
 
 
-def describe_sizes(cfg: TrainConfig) -> str:
+def describe_sizes(cfg: TrainConfig, asked_replay: int = 0) -> str:
     """``2 actors, 1 learner, 1 server shard`` (a3c/a2c/ppo: workers; dqn: and its replay
     shards, which actor i fills shard i mod shards of: explore95 read "1 shard" as the
     replay's, and 1 actor left a second replay shard empty, its memory taken, unsaid)."""
@@ -85,11 +89,10 @@ def describe_sizes(cfg: TrainConfig) -> str:
         parts = [n(cfg.actors, "worker")]
     parts.append(n(cfg.server.shards, "server shard"))
     if cfg.algo_spec.layout == "replay":
-        shards = cfg.replay.shards
-        empty = shards - min(shards, cfg.actors) if cfg.actors else 0
-        parts.append(n(shards, "replay shard"))
-        if empty:
-            parts[-1] += f" ({empty} never filled: actor i fills shard i mod {shards})"
+        parts.append(n(cfg.replay.shards, "replay shard"))
+        if asked_replay > cfg.replay.shards:
+            parts[-1] += f" (replay.shards={asked_replay}: one per actor at most, as actor i "
+            parts[-1] += "fills shard i mod shards)"
     return ", ".join(parts)
 
 
@@ -101,14 +104,14 @@ def describe_batch(cfg: TrainConfig) -> str:
     spec, steps, envs = cfg.algo_spec, cfg.algo.rollout_length, cfg.env.num_envs
     if spec.layout == "replay":
         return (
-            f"batch: {n(cfg.actors, 'actor')} x {envs} envs "
-            f"({cfg.actors * envs} envs); learners "
+            f"batch: {n(cfg.actors, 'actor')} x {n(envs, 'env')} "
+            f"({n(cfg.actors * envs, 'env')}); learners "
             f"sample minibatches of {cfg.dqn.batch_size} from the replay; {describe_lr(cfg)}"
         )
     who = "actor" if spec.split else "worker"
     samples = steps * envs * (cfg.impala.learner_batch if spec.split else 1)
-    text = f"batch: {n(cfg.actors, who)} x {envs} envs x {steps} "
-    text += f"steps ({cfg.actors * envs} envs); each learn {samples} samples"
+    text = f"batch: {n(cfg.actors, who)} x {n(envs, 'env')} x {n(steps, 'step')} "
+    text += f"({n(cfg.actors * envs, 'env')}); each learn {samples} samples"
     loss = spec.make_loss(cfg)
     if loss.minibatched:
         mb = samples // loss.minibatches
@@ -118,6 +121,26 @@ def describe_batch(cfg: TrainConfig) -> str:
     if run != cfg.server.rule:  # a2c/ppo: config.yaml keeps the rule as given
         text += f"; server.rule={cfg.server.rule} runs as {run} for {cfg.algo.name}"
     return text
+
+
+def describe_stops(cfg: TrainConfig) -> str:
+    """``stop: a mean return of 18 (the last 240 episodes), 5,000,000 env steps or 14,400 s,
+    whichever comes first``, for the run's first lines: a score stop kept from another game's
+    config was found only when it stopped the run (explore103: pong_a3c.yaml's 18 ended a
+    SpaceInvaders run in 29 s)."""
+    stop, parts = cfg.stop, []
+    if stop.mean_return is not None:
+        window = n(cfg.episode_window, "episode")
+        parts.append(f"a mean return of {stop.mean_return:g} (the last {window})")
+    if stop.eval_mean_return is not None:
+        parts.append(f"an evaluation's mean return of {stop.eval_mean_return:g}")
+    if stop.max_env_steps:
+        parts.append(f"{stop.max_env_steps:,} env steps")
+    if stop.max_seconds:
+        parts.append(f"{stop.max_seconds:,.0f} s")
+    if len(parts) > 1:
+        return f"stop: {', '.join(parts[:-1])} or {parts[-1]}, whichever comes first"
+    return f"stop: {parts[0] if parts else 'none'}"
 
 
 def describe_lr(cfg: TrainConfig) -> str:

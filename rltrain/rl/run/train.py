@@ -90,6 +90,7 @@ class Trainer:
         if resumed:  # (after the log's copy of the config: TensorBoard shows the run's seed)
             self.cfg = dataclasses.replace(cfg, seed=session_seed(cfg.seed, steps))
         self.progress = Progress("[train]")
+        self.file_notes: list[str] = []  # start notes on the config file (launch.py's)
         self.run_lock: int | None = None  # the run folder's (launch.prepare_train takes it)
         self._ctx: RunContext | None = None  # (these: set as the session starts, _run, _start)
         self._evals: PeriodicEval | None = None
@@ -194,7 +195,7 @@ class Trainer:
         print(f"runtime: {where}, chosen by {why}; {placed.describe()}")
         note_sizes(self.run_dir, placed, cpus, runtime.cluster_gpus())
         notes = placed.notes(cpus, cfg.runtime, fitted, self.cfg.actors != 0)
-        for note in [*notes, *start_notes(cfg, self.spec)]:
+        for note in [*self.file_notes, *notes, *start_notes(cfg, self.spec)]:
             self.progress.note(note)
         self.cfg = cfg = dataclasses.replace(cfg, runtime=fitted)
         if cfg.faults.events:

@@ -222,6 +222,19 @@ def test_the_round_is_marked_settled_and_unsettled_as_the_stop_sees_it(tmp_path:
     assert [(m.step, m.value) for m in marks] == [(200, 0.0), (400, 1.0), (600, 0.0), (800, 1.0)]
 
 
+def test_the_bar_reaches_100_percent_only_where_the_score_stop_may_judge() -> None:
+    """explore103: an IMPALA run on MsPacman, whose mean passed pong_impala.yaml's 18 while
+    15 envs were in their first game, read 100% from 41 s to its time stop."""
+    from rltrain.rl.run.counters import Counters
+    from rltrain.rl.run.tblog import stop_fraction
+
+    stop = StopConfig(mean_return=18, max_seconds=100)
+    c = Counters(episodes=2, recent_returns=[160.0, 160.0], unsettled={0: 15}, actors=1)
+    assert stop_fraction(stop, c, 41.0, 20) == 0.99
+    c.unsettled = {0: 0}
+    assert stop_fraction(stop, c, 41.0, 20) >= 1.0
+
+
 def test_the_live_line_says_the_updates_dropped_as_stale() -> None:
     """explore85: half the updates of a staleness=drop run were dropped, and the live line
     said updates 810, staleness 0.74 (the applied ones')."""

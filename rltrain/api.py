@@ -107,6 +107,10 @@ def _frozen(value: Any) -> Any:
         return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
     if isinstance(value, list | tuple):
         return tuple(_frozen(v) for v in value)
+    try:
+        hash(value)
+    except TypeError:  # (a set, an array a key took: hashed as written, as == compares it)
+        return repr(value)
     return value
 
 
@@ -246,8 +250,9 @@ def train(
     """Train as ``rltrain train`` does; ``overrides`` as ``--set`` (``env__id="Acrobot-v1"``
     or ``**{"env.id": "Acrobot-v1"}``). ``resume``: continue that run from its latest
     checkpoint (its own config, plus ``config`` or ``overrides`` if given). ``quiet``: none of
-    the command's own lines (its start lines on stdout, the live ``[train]`` line); events (a
-    fault, a restore), warnings and errors are still said on stderr."""
+    the command's own lines (its start lines on stdout, the live ``[train]`` line) but its
+    notes (a setting that changes nothing, a fault, a restore), said on stderr with warnings
+    and errors."""
     from rltrain.launch import UserError, run_train
 
     quiet = choice_arg(quiet, "quiet", (True, False))

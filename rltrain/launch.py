@@ -286,7 +286,7 @@ def _prepare(
 
     cfg = dataclasses.replace(cfg, imports=run_imports(cfg))  # (before Ray starts: it ships them)
     # torch-free until the env is probed (see start_ray_then_probe)
-    from rltrain.progress import process_start_time
+    from rltrain.progress import process_start_time, say
     from rltrain.rundir import (
         check_run_dir,
         check_writable,
@@ -313,7 +313,7 @@ def _prepare(
             if ckpt is None:
                 again = f"rltrain train {quote(str(out / 'config.yaml'))} --run-dir NEW_DIR"
                 if flag.endswith("="):  # the API's words (explore102)
-                    again = f'rltrain.train("{out / "config.yaml"}", run_dir=NEW_DIR)'
+                    again = f"rltrain.train({str(out / 'config.yaml')!r}, run_dir=NEW_DIR)"
                 raise UserError(
                     f"{flag}{out}: no checkpoints/ckpt-*.pt to resume from (stopped before its "
                     f"first); start again: {again} (or remove {out} first to reuse its name)"
@@ -366,13 +366,13 @@ def _prepare(
         trainer.file_notes = [n for n in [carried_stop_note(config_path, cfg)] if n]
         if trainer.resumed:  # which (an older one where the newest is gone: explore97)
             c = trainer.resumed.counters
-            print(
+            say(
                 f"resuming from {trainer.resumed.path.name}: {c.env_steps:,} env steps, "
                 f"{c.episodes:,} episodes, {c.wall_seconds:,.0f}s trained"
             )
         changes = [*(trainer.resumed.changes if trainer.resumed else []), *told]
         if changes:  # the checkpoint's sections, then the keys outside them
-            print(f"resumed with config changes: {'; '.join(changes)}")
+            say(f"resumed with config changes: {'; '.join(changes)}")
         trainer.record.changes = changes_history(trainer.resumed, changes)
         write_config(trainer.run_dir, cfg)
     except BaseException as e:
@@ -384,5 +384,5 @@ def _prepare(
 
             ray_runtime.shutdown()
         raise
-    print(f"rltrain train: {cfg.algo.name} on {cfg.env.id}; writing {trainer.run_dir}")
+    say(f"rltrain train: {cfg.algo.name} on {cfg.env.id}; writing {trainer.run_dir}")
     return trainer, created

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 def run_bench_config(cfg: BenchConfig, run_dir: str | Path | None, config_path: str | None) -> Path:
     """``rltrain bench`` after its config is read (also :func:`rltrain.api.bench`); returns
     the run folder. ``config_path`` names the default folder (runs/<name>-<time>)."""
+    from rltrain.progress import say
     from rltrain.rundir import check_run_dir, new_run_dir, write_config
     from rltrain.supervised.bench import run_bench
     from rltrain.supervised.mode_keys import start_notes
@@ -36,12 +37,12 @@ def run_bench_config(cfg: BenchConfig, run_dir: str | Path | None, config_path: 
     name = Path(config_path).stem if config_path else f"bench_{cfg.data.dataset}"
     out = new_run_dir(name, run_dir)
     write_config(out, cfg)
-    print(
+    say(
         f"rltrain bench: {cfg.data.dataset}, modes {', '.join(cfg.modes)} "
         f"({bench_budget(cfg)}, and each run's start-up and evaluation); writing {out}"
     )
     for note in start_notes(cfg):
-        print(note)
+        say(note, note=True)
     run_bench(cfg, data, out)
     return out
 

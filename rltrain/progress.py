@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
-import io
 import os
 import select
 import sys
@@ -26,24 +26,31 @@ def process_start_time() -> float:
     return time.time() - max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
 
 
-_silent = False  # silenced(): live lines and closing lines off (rltrain.train(quiet=True))
+_quiet: contextvars.ContextVar[bool] = contextvars.ContextVar("rltrain_quiet", default=False)
+"""silenced(): the command's own lines off in this thread (a ContextVar, not a swapped
+sys.stdout: review 86 found that hid other threads' prints and the user's env's)."""
 
 
 @contextlib.contextmanager
 def silenced(on: bool = True) -> Iterator[None]:
-    """A command's own lines off for a caller that wants none (the API's ``quiet=True``): its
-    start lines (stdout) and :class:`Progress`'s live and closing lines; what a
-    :meth:`Progress.note` says (a fault, a restore), warnings and errors still reach stderr."""
-    global _silent
-    if not on:
-        yield
-        return
-    was, _silent = _silent, True
+    """A command's own lines off, in the calling thread, for a caller that wants none (the
+    API's ``quiet=True``): what it says through :func:`say` and :class:`Progress`'s live and
+    closing lines. Its notes (:func:`say` with ``note``, :meth:`Progress.note`: a fault, a
+    restore, a setting that changes nothing) go to stderr, as warnings and errors do."""
+    token = _quiet.set(on or _quiet.get())
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            yield
+        yield
     finally:
-        _silent = was
+        _quiet.reset(token)
+
+
+def say(text: str = "", note: bool = False) -> None:
+    """One of a command's own lines, on stdout; under :func:`silenced` nothing, or where it
+    is a ``note`` (something the user should act on), the line on stderr."""
+    if not _quiet.get():
+        print(text)
+    elif note:
+        print(text, file=sys.stderr)
 
 
 class Progress:
@@ -58,7 +65,7 @@ class Progress:
         self._width = 0
 
     def update(self, fraction: float, text: str, force: bool = False) -> None:
-        if _silent:
+        if _quiet.get():
             return
         fraction = min(max(fraction, 0.0), 1.0)
         if self.tty:
@@ -84,7 +91,7 @@ class Progress:
     def close(self, text: str = "") -> None:
         if self.tty:
             self.stream.write("\r" + " " * self._width + "\r")
-        if text and not _silent:
+        if text and not _quiet.get():
             self.stream.write(f"{self.label} {text}\n")
         self.stream.flush()
 

@@ -107,6 +107,28 @@ def test_a_quiet_run_prints_nothing_of_its_own(
     assert capfd.readouterr().out == "after\n"
 
 
+def test_quiet_is_the_calling_threads_and_keeps_notes(capfd: pytest.CaptureFixture[str]) -> None:
+    """review 86: quiet swapped sys.stdout for every thread (another thread's prints and the
+    user's env's were lost, and two quiet threads left it swapped); notes to stderr."""
+    from rltrain.progress import say, silenced
+
+    def other() -> None:
+        print("other thread")
+
+    with silenced():
+        say("own line")
+        say("a note", note=True)
+        with silenced(False):  # nested: still quiet
+            say("inner")
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        print("the caller's print")
+    say("after")
+    out, err = capfd.readouterr()
+    assert out == "other thread\nthe caller's print\nafter\n" and err == "a note\n"
+
+
 @pytest.mark.slow
 @pytest.mark.shared_ray  # started as a notebook's ray.init (conftest), and checked after
 def test_a_ray_the_caller_started_is_left_running(
@@ -274,7 +296,7 @@ def test_api_errors_name_the_apis_arguments(cartpole_run: Path, tmp_path: Path) 
     with pytest.raises(RLTrainError) as info:
         rltrain.train(resume=early)
     assert str(info.value).endswith(  # (explore102: the command line's words)
-        f'start again: rltrain.train("{early}/config.yaml", run_dir=NEW_DIR) (or remove '
+        f"start again: rltrain.train('{early}/config.yaml', run_dir=NEW_DIR) (or remove "
         f"{early} first to reuse its name)"
     )
     with pytest.raises(CheckpointError, match='use checkpoint="latest" or a checkpoint'):

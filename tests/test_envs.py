@@ -422,6 +422,31 @@ def test_episodic_life_terminates_on_life_loss_but_scores_whole_game() -> None:
     assert train[game_over].episode_lengths == [game_over + 1]
 
 
+def test_an_ended_episodes_last_observation_is_kept_for_one_env_loops() -> None:
+    """VectorEnv.ended_obs (rltrain.make_env's step at an episode's end): a game's last stack
+    where ale-py began the next, the stack itself at a lost life (episodic life: no reset)."""
+    cfg = EnvConfig(id="ALE/Breakout-v5", num_envs=2, episodic_life=True, max_episode_frames=800)
+    with make_env(cfg, seed=2) as env:
+        with pytest.raises(RuntimeError, match="no step since"):
+            env.ended_obs(np.array([True, False]))
+        prev, ends = env.reset(), {"life": 0, "game": 0}
+        for a in random_actions(env, 201, seed=4):
+            b = env.step(a)
+            ended = b.terminated | b.truncated
+            last = env.ended_obs(ended)
+            assert last.shape == (int(ended.sum()), 4, 84, 84)
+            for k, i in enumerate(np.flatnonzero(ended)):
+                game = i in b.episode_envs  # else a lost life: the game goes on from this stack
+                if game:  # the stack before ale-py's reset: it continues the one before
+                    np.testing.assert_array_equal(last[k][:-1], prev[i][1:])
+                    assert not (last[k] == b.obs[i]).all()
+                else:
+                    np.testing.assert_array_equal(last[k], b.obs[i])
+                ends["game" if game else "life"] += 1
+            prev = b.obs.copy()
+        assert ends["life"] >= 5 and ends["game"] >= 2  # (a game over, and the time limit)
+
+
 def test_evaluation_disables_clipping_and_episodic_life() -> None:
     cfg = EnvConfig(id="ALE/Pong-v5", num_envs=1, clip_rewards=True, episodic_life=True)
     with make_env(cfg, seed=0, evaluation=True) as env:

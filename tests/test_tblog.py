@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -67,7 +68,10 @@ def read_layout(tb: Path) -> layout_pb2.Layout:
 
 
 def test_the_layout_covers_every_tag_the_logger_writes(tmp_path: Path) -> None:
-    log = TrainLogger(tmp_path / "tb", CFG, {"frame_skip": 4}, frames_per_step=4)
+    from rltrain.ps.config import ServerConfig
+
+    scaled = replace(CFG, server=ServerConfig(staleness="scale"))
+    log = TrainLogger(tmp_path / "tb", scaled, {"frame_skip": 4}, frames_per_step=4)
     loss = LossStats(1.0, policy=0.1, value=0.2, entropy=1.3, kl=0.01, clip_fraction=0.1)
     stats = WorkStats(
         env_steps=64,
@@ -121,13 +125,21 @@ def test_the_layout_covers_every_tag_the_logger_writes(tmp_path: Path) -> None:
     }
 
 
-def test_an_unscaled_run_writes_its_rate_once(tmp_path: Path) -> None:
-    """optim/lr_effective only where a rule scaled a step: elsewhere it would be optim/lr."""
-    log = TrainLogger(tmp_path / "tb", CFG, {}, frames_per_step=1)
-    log.absorb(WorkStats(env_steps=64, updates=2, staleness=[0, 1], lr_scales=[1.0, 1.0]), 64)
-    log.flush(64, 2, lr=1e-3)
-    log.close()
+def test_the_effective_rate_is_written_where_the_rule_scales(tmp_path: Path) -> None:
+    """optim/lr_effective where a rule may scale a step, from the first point (review 86: it
+    began at the first interval with a staleness of 2); elsewhere it would be optim/lr."""
+    from rltrain.ps.config import ServerConfig
+
+    scaled = replace(CFG, server=ServerConfig(staleness="scale"))
+    for cfg, tb in ((CFG, tmp_path / "tb"), (scaled, tmp_path / "scaled")):
+        log = TrainLogger(tb, cfg, {}, frames_per_step=1)
+        log.absorb(WorkStats(env_steps=64, updates=2, staleness=[0, 1], lr_scales=[1.0, 1.0]), 64)
+        log.flush(64, 2, lr=1e-3)
+        log.close()
     assert "optim/lr_effective" not in events(tmp_path / "tb").Tags()["scalars"]
+    assert [e.value for e in events(tmp_path / "scaled").Scalars("optim/lr_effective")] == [
+        pytest.approx(1e-3)
+    ]
 
 
 @pytest.mark.parametrize(

@@ -310,6 +310,7 @@ class AtariEnv(VectorEnv):
         self.protocol["num_actions"] = self.num_actions
         self._episodes = EpisodeTracker(num_envs)
         self._lives = np.zeros(num_envs, dtype=np.int32)
+        self._last: tuple[np.ndarray, np.ndarray, dict] | None = None  # a step's, ended_obs's
         self._closed = False
 
     def reset(self, seed: int | None = None) -> np.ndarray:
@@ -317,6 +318,7 @@ class AtariEnv(VectorEnv):
         obs, info = self._env.reset(seed=self._seed if seed is None else seed)
         self._lives = info["lives"]
         self._episodes.reset()
+        self._last = None
         return obs
 
     def step(self, actions: np.ndarray) -> StepBatch:
@@ -355,6 +357,8 @@ class AtariEnv(VectorEnv):
     def ended_obs(self, ended: np.ndarray) -> np.ndarray:
         """[K, 4, 84, 84]: the ended episodes' last stacks: a game's from ale-py's info (its
         autoreset began the next), a lost life's (episodic life: no reset) the stack itself."""
+        if self._last is None:
+            raise RuntimeError("ended_obs: no step since the games were made or reset")
         obs, game_ended, info = self._last
         idx = np.flatnonzero(ended)
         if len(idx) == 0:

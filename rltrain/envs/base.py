@@ -170,6 +170,9 @@ class VectorEnv(abc.ABC):
     transposed: bool = False
     """Whether the env's [H, W, C] images are moved to [C, H, W]
     (rltrain.envs.user.ChannelsFirst)."""
+    obs_space: Any = None
+    """A Gymnasium env's own observation space (its Box's bounds; rltrain.make_env's), None
+    where the observations are rltrain's (Atari's uint8 stacks)."""
     stacked: int = 1
     """Images stacked into each observation of a Gymnasium image env
     (rltrain.envs.user.stack_frames; Atari's stack is its protocol's frame_stack)."""

@@ -122,6 +122,7 @@ class GymVectorEnv(VectorEnv):
         obs_space = self._env.single_observation_space
         assert isinstance(obs_space, Box)
         self.obs_space = obs_space  # (its bounds: one env's, rltrain.make_env's)
+        self._last: tuple[np.ndarray, dict] | None = None  # the last step's obs and info
         self.num_envs = num_envs
         self.obs_shape = tuple(obs_space.shape)
         self.obs_dtype = np.dtype(obs_space.dtype)
@@ -174,6 +175,7 @@ class GymVectorEnv(VectorEnv):
         if self._floats:
             check_finite(self.env_id, "reset()", obs, self._zeros)
         self._episodes.reset()
+        self._last = None
         return obs
 
     def step(self, actions: np.ndarray) -> StepBatch:
@@ -217,9 +219,15 @@ class GymVectorEnv(VectorEnv):
             check_finite(self.env_id, "step()", final_obs)
 
     def ended_obs(self, ended: np.ndarray) -> np.ndarray:
-        """[K, *obs_shape]: the ended episodes' last observations, from the last step's info."""
+        """[K, *obs_shape]: the ended episodes' last observations, from the last step's info,
+        checked as a truncated one's are (shape, NaN: review 86 got a terminal [nan nan nan])."""
+        if self._last is None:
+            raise RuntimeError("ended_obs: no step since the envs were made or reset")
         obs, info = self._last
-        return final_observations(obs, ended, info)
+        final = final_observations(obs, ended, info)
+        if len(final):
+            self._check_final(final)
+        return final
 
     def _failed(self, call: str, e: Exception) -> EnvFailed:
         """What to raise for ``e`` from the vector's ``call`` (inside its ``except``)."""

@@ -11,6 +11,7 @@ plays the same game as ``rltrain eval`` with one episode.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any, cast
 
@@ -84,8 +85,12 @@ class SingleEnv(gymnasium.Env):
         self._games: np.random.Generator | None = None  # the seeds of unseeded resets
         shape, dtype = self._vec.obs_shape, np.dtype(self._vec.obs_dtype)
         # a Gymnasium env's own bounds (CartPole's, not -inf..inf: explore102), else the dtype's
-        own = getattr(self._vec, "obs_space", None)
-        self.observation_space = own or gymnasium.spaces.Box(*dtype_range(dtype), shape, dtype)
+        own = self._vec.obs_space
+        self.observation_space = (  # (a copy: seeding it leaves the vector's as it was)
+            copy.deepcopy(own)
+            if own is not None
+            else gymnasium.spaces.Box(*dtype_range(dtype), shape, dtype)
+        )
         self.action_space = gym_action_space(self._vec.action_space)
         self.protocol = self._vec.protocol
 

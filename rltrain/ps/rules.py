@@ -119,6 +119,12 @@ class UpdateRule:
         own = any(_own(self, m) for m in ("lr_scale", "drop_reason"))
         return self.barrier or server.staleness != "none" or own
 
+    def scales(self, server: RuleSettings) -> bool:
+        """Whether an applied update may step at another rate than the optimizer's: a
+        staleness policy that scales (``server.staleness: scale``) or a rule's own
+        ``lr_scale`` (TensorBoard's ``optim/lr_effective`` is written where one does)."""
+        return server.staleness == "scale" or _own(self, "lr_scale")
+
     def max_concurrency(self, num_workers: int) -> int:
         """Calls a shard process serves at once: every waiter of a barrier, and a few more
         for pulls and the driver; an on-arrival shard has no waiter and serves one at a time."""

@@ -28,7 +28,7 @@ from rltrain.faults import (
     describe_events,
 )
 from rltrain.pauses import resume_all
-from rltrain.progress import Progress
+from rltrain.progress import Progress, say
 from rltrain.ps.rules import UpdateRule
 from rltrain.runtime.context import RunContext
 from rltrain.runtime.contract import Runtime
@@ -305,7 +305,7 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
         fitted = runtime.fit_cpus(cfg.runtime, cfg.workers * stages, shards)
         cfg = dataclasses.replace(cfg, runtime=fitted)
         signals.install()  # again: ray.init replaces the SIGTERM handler
-        print(f"runtime: {where}")
+        say(f"runtime: {where}")
         extra["runtime"] = runtime.job_record()
     extra["modes"] = list(cfg.modes)  # asked for; results holds those that finished
     printed = data_print(data, cfg.data.root)  # what it trains on (explore100: said nowhere)
@@ -338,7 +338,7 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
                     raise
                 keep_log(run_dir / f"failure-{mode}.log", e, progress.note, cfg.imports)
                 extra.setdefault("failed", {})[mode] = line
-                print(f"{label} failed: {line}")
+                say(f"{label} failed: {line}", note=True)
                 continue
             trace.faults.injected += slow
             # a mode that has trained keeps its results: a first Ctrl-C waits for its
@@ -355,7 +355,7 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
                 report.write_tensorboard(run_dir / "tb", cfg, trace, points, tb)
                 results.append(res)
                 curves[name] = points
-            print(report.mode_line(label, res))
+            say(report.mode_line(label, res))
     except BaseException as e:  # a fault, Ctrl-C, a worker whose node lacks the dataset, ...
         cfg = base
         # the modes that finished keep their results; none finished: summary.json says so
@@ -364,11 +364,11 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
         report.write_outputs(run_dir, cfg, results, curves, extra)
         what = "run(s)" if cfg.seeds > 1 else "mode(s)"
         if results:
-            print(f"stopped: results of {len(results)} finished {what} in {run_dir}/results.md")
+            say(f"stopped: results of {len(results)} finished {what} in {run_dir}/results.md", True)
         else:
-            print(f"stopped before any {what[:-3]} finished: {run_dir}/summary.json says so")
+            say(f"stopped before any {what[:-3]} finished: {run_dir}/summary.json says so", True)
         if rest := report.rest_command(cfg, results, run_dir):
-            print(f"  to run the rest, into a new run folder: {rest}")
+            say(f"  to run the rest, into a new run folder: {rest}", note=True)
         raise
     finally:
         if needs_ray:
@@ -380,15 +380,15 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
     said = "; ".join(f"mode {name}: {line}" for name, line in failed.items())
     if not results:  # every mode failed: no table, no plot to show
         raise BenchFailed(f"{said} (no mode finished; summary.json in {run_dir})", run_dir)
-    print()
+    say()
     if cfg.seeds > 1:
-        print(f"over {cfg.seeds} seeds (mean ± standard deviation; each run: results.md):")
-    print((tables.seeds_table if cfg.seeds > 1 else tables.markdown_table)(cfg, results))
+        say(f"over {cfg.seeds} seeds (mean ± standard deviation; each run: results.md):")
+    say((tables.seeds_table if cfg.seeds > 1 else tables.markdown_table)(cfg, results))
     files = ", ".join(["results.md", "results.csv", *plot_names(cfg), "summary.json"])
-    print(f"done in {time.time() - started:.0f}s: {run_dir}/ holds {files}")
-    print(f"  tensorboard --logdir {quote(str(run_dir / 'tb'))}")
+    say(f"done in {time.time() - started:.0f}s: {run_dir}/ holds {files}")
+    say(f"  tensorboard --logdir {quote(str(run_dir / 'tb'))}")
     if cfg.server.record:
-        print(f"  record/ of the pushes: rltrain reapply {run_dir}")
+        say(f"  record/ of the pushes: rltrain reapply {run_dir}")
     if failed:  # (exit code 1, after every other mode's results)
         raise BenchFailed(f"{said} (the other modes' results: {run_dir}/results.md)", run_dir)
     return 0

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rltrain.config import ConfigError
+from rltrain.progress import say
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.run.sizing import (
     describe_batch,
@@ -151,15 +152,16 @@ def note_sizes(run_dir: Path, placed: Placement, cpus: float, gpus: float) -> No
     session to config.yaml as comments: the keys keep saying auto, so that a --resume on
     another machine sizes the run to that one."""
     cfg, batch = placed.cfg, describe_batch(placed.cfg)
-    print(batch)
+    say(batch)
     if cfg.episode_window > cfg.stop.window:  # (rltrain.rl.config.train.episode_window)
-        print(
+        say(
             f"return (the live line, stop.mean_return, summary.json): the mean of the last "
             f"{cfg.episode_window} episodes, as many as the envs; stop.window="
             f"{cfg.stop.window} would see only each round's shortest games (envs that start "
-            "together end their short games first)"
+            "together end their short games first)",
+            note=True,
         )
-    print(describe_stops(cfg))
+    say(describe_stops(cfg))
     path = run_dir / "config.yaml"
     with contextlib.suppress(OSError):  # a note only: the run goes on without it
         sizes = f"this session's start ({cpus:g} CPUs, {gpus:g} GPUs; --resume sizes again)"

@@ -25,7 +25,7 @@ from rltrain import perf, signals
 from rltrain.config import dump_yaml
 from rltrain.faults import RunFailed
 from rltrain.rl.algos.losses import LossSpec, absent_parts
-from rltrain.rl.config import StopConfig, TrainConfig
+from rltrain.rl.config import StopConfig, TrainConfig, server_settings
 from rltrain.rl.rollout import LOSS_TERMS, LossStats, WorkStats
 from rltrain.rl.run.counters import Counters
 from rltrain.rundir import folder_gone
@@ -76,7 +76,7 @@ LAYOUT: dict[str, dict[str, list[Any]]] = {
         **{t: ["Multiline", [f"^loss/{t}$"]] for t in ("policy", "value", "entropy", "td")},
         "kl, clip fraction": ["Multiline", ["^loss/(kl|clip_fraction)$"]],
         "gradient norm": ["Multiline", ["^loss/grad_norm$"]],
-        "learning rate": ["Multiline", ["^optim/lr"]],
+        "learning rate": ["Multiline", ["^optim/lr(_effective)?$"]],
         "dqn Q mean, epsilon": ["Multiline", ["^dqn/.*"]],
     },
     "faults": {
@@ -152,7 +152,8 @@ class TrainLogger:
         self._losses: list[LossStats] = []
         self._staleness: list[int] = []
         self._lr_scales: list[float] = []  # the applied updates' (a rule's lr_scale)
-        self._scaled = False  # a rule has scaled a step: optim/lr_effective is written
+        settings = server_settings(cfg)
+        self._scaled = settings.update_rule.scales(settings)  # optim/lr_effective is written
         self._actor_lag: list[int] = []  # impala/appo: per batch (WorkStats.actor_lag)
         self._pushed = self._dropped = 0  # this interval's pushes, and those dropped as stale
         self._epsilon: list[float] = []
@@ -235,9 +236,9 @@ class TrainLogger:
         self.writer.add_scalar("ps/version", version, env_steps)
         if lr is not None:
             self.writer.add_scalar("optim/lr", lr, env_steps)
-            # the mean rate the applied updates stepped with, where a rule scaled them
-            # (server.staleness: scale, lr / staleness; explore98: optim/lr alone hid it)
-            self._scaled = self._scaled or any(x != 1.0 for x in self._lr_scales)
+            # the rate now times the mean factor the interval's applied updates stepped by,
+            # where a rule scales them (server.staleness: scale, lr / staleness; explore98:
+            # optim/lr alone hid it)
             if self._scaled and self._lr_scales:
                 mean = sum(self._lr_scales) / len(self._lr_scales)
                 self.writer.add_scalar("optim/lr_effective", lr * mean, env_steps)

@@ -27,7 +27,7 @@ from rltrain.faults import (
     describe_events,
 )
 from rltrain.pauses import resume_all
-from rltrain.progress import Progress
+from rltrain.progress import Progress, say
 from rltrain.ps.rules import ASYNC
 from rltrain.records import Role
 from rltrain.rl.config import TrainConfig, server_settings
@@ -192,14 +192,14 @@ class Trainer:
         self.log.layout(cfg, placed.inference is not None)
         self.shard_device, cfg, processes = placed.shard_device, placed.cfg, placed.processes
         fitted = runtime.fit_cpus(cfg.runtime, processes, cfg.server.shards)
-        print(f"runtime: {where}, chosen by {why}; {placed.describe()}")
+        say(f"runtime: {where}, chosen by {why}; {placed.describe()}")
         note_sizes(self.run_dir, placed, cpus, runtime.cluster_gpus())
         notes = placed.notes(cpus, cfg.runtime, fitted, self.cfg.actors != 0)
         for note in [*self.file_notes, *notes, *start_notes(cfg, self.spec)]:
             self.progress.note(note)
         self.cfg = cfg = dataclasses.replace(cfg, runtime=fitted)
         if cfg.faults.events:
-            print(f"faults to inject: {describe_events(cfg.faults.events)}")
+            say(f"faults to inject: {describe_events(cfg.faults.events)}")
         pushers = cfg.learners if cfg.algo_spec.split else cfg.actors  # a3c/a2c/ppo: workers
         self.hosted, host = placed.hosted, {}
         if placed.hosted:  # the learner's process holds the shards; the frames wait in slots

@@ -137,7 +137,11 @@ class RunResult:
     @classmethod
     def from_run_dir(cls, run_dir: str | Path) -> RunResult:
         run_dir = Path(run_dir)  # (a str crashed: 'str' / 'str')
-        s = json.loads((run_dir / "summary.json").read_text())
+        return cls.from_summary(run_dir, json.loads((run_dir / "summary.json").read_text()))
+
+    @classmethod
+    def from_summary(cls, run_dir: Path, s: Any) -> RunResult:
+        """The figures of a summary (what summary.json holds, or would: a full disk)."""
         names = {f.name for f in dataclasses.fields(cls)} - {"run_dir", "summary"}
         return cls(run_dir=run_dir, summary=s, **{k: s.get(k) for k in names})
 
@@ -274,8 +278,8 @@ def train(
     path = os.fspath(config) if isinstance(config, str | os.PathLike) else None
     # (a final checkpoint once the server is up)
     with signals.graceful(signals.IN_START_UP), silenced(quiet):
-        out, _ = run_train(cfg, run_dir, resume, path, time.time(), resume_flag="resume=")
-    result = RunResult.from_run_dir(out)
+        out, summary = run_train(cfg, run_dir, resume, path, time.time(), resume_flag="resume=")
+    result = RunResult.from_summary(out, summary)  # (summary.json may be unwritable)
     if result.stopped_by in ("fault", "diverged"):  # the command line's exit code 1
         raise TrainFailed(str(result.summary.get("failure", result.stopped_by)), result)
     return result

@@ -7,6 +7,7 @@ checkpoint file can never run code.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import tempfile
@@ -69,9 +70,13 @@ def write_state(path: Path, state: dict[str, Any]) -> Path:
     folder.mkdir(exist_ok=True)  # (never its parent: a run folder moved away stays away)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".ckpt-", suffix=".tmp")
     os.close(fd)
+    # serialised in memory first: torch's zip writer turns a full disk's OSError into a
+    # RuntimeError ("unexpected pos"), which read as a bug with a traceback (explore104)
+    data = io.BytesIO()
+    torch.save(state, data)
     try:
         with open(tmp, "wb") as f:
-            torch.save(state, f)
+            f.write(data.getbuffer())
             f.flush()
             os.fsync(f.fileno())  # durable before older checkpoints are pruned
         os.chmod(tmp, 0o644)

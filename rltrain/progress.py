@@ -80,8 +80,11 @@ class Progress:
             self.stream.flush()
             self._last = time.monotonic()
 
-    def note(self, text: str) -> None:
-        """A line that stays (an event: a fault, a restore), printed above the live bar."""
+    def note(self, text: str, routine: bool = False) -> None:
+        """A line that stays (an event: a fault, a restore), printed above the live bar;
+        ``routine`` (an evaluation's score): a command's own line, none under silenced()."""
+        if routine and _quiet.get():
+            return
         if self.tty and self._width:
             self.stream.write("\r" + " " * self._width + "\r")
             self._width = 0

@@ -107,6 +107,33 @@ def test_a_quiet_run_prints_nothing_of_its_own(
     assert capfd.readouterr().out == "after\n"
 
 
+def test_a_summary_that_cannot_be_written_is_said_and_returned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """explore104: a run folder gone read-only ended the run with a traceback at summary.json;
+    now one note, and the figures come back (the command's last line prints them)."""
+    import errno
+
+    from rltrain.rl.run import train as trainer
+
+    def read_only(run_dir: Path, summary: dict) -> None:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(trainer, "write_summary", read_only)
+    run = rltrain.train(
+        CARTPOLE,
+        run_dir=tmp_path / "run",
+        quiet=True,
+        stop__max_env_steps=2000,
+        stop__mean_return=None,
+        runtime__backend="local",
+    )
+    assert run.stopped_by == "max_env_steps" and run.env_steps >= 2000
+    assert not (tmp_path / "run" / "summary.json").exists()
+    err = capfd.readouterr().err
+    assert "summary.json not written (Read-only file system)" in err
+
+
 def test_quiet_is_the_calling_threads_and_keeps_notes(capfd: pytest.CaptureFixture[str]) -> None:
     """review 86: quiet swapped sys.stdout for every thread (another thread's prints and the
     user's env's were lost, and two quiet threads left it swapped); notes to stderr."""

@@ -144,6 +144,26 @@ def test_a_resume_judges_the_mean_the_stop_met_not_the_episodes_after_it(
     assert load_resume(tmp_path, cfg, spec) is not None
 
 
+def test_a_run_killed_mid_training_is_not_finished_by_a_lowered_stop(tmp_path: Path) -> None:
+    """explore104: after a kill -9, --resume with stop.max_seconds below the seconds trained
+    "finished" the run ("killed in its final evaluation?"); a checkpoint without the stop's
+    record is no final one: refused as a finished run's resume is."""
+    from rltrain.checkpoint import CheckpointError, save_checkpoint
+    from rltrain.ps.server import make_shards
+    from rltrain.rl.config import server_settings
+    from rltrain.rl.env_spec import initial_params, probe_env
+    from rltrain.rl.run.resume import load_resume
+
+    cfg = config("actors=1", "env.num_envs=16", "stop.max_seconds=146")
+    spec = probe_env(cfg)
+    _, shards = make_shards(initial_params(cfg, spec), cfg.optimizer, server_settings(cfg), 1)
+    counters = Counters(env_steps=4096, episodes=3, wall_seconds=166.0)
+    state = {"shards": [s.state_dict() for s in shards], "counters": counters.state()}
+    save_checkpoint(tmp_path, 0, state | {"config": to_dict(cfg)}, keep=3)  # no summary.json
+    with pytest.raises(CheckpointError, match=r"already met stop.max_seconds=146.0 \(it has "):
+        load_resume(tmp_path, cfg, spec)
+
+
 def test_a_run_killed_in_its_final_evaluation_resumes_to_finish_on_the_stops_mean(
     tmp_path: Path,
 ) -> None:

@@ -137,7 +137,7 @@ class PeriodicEval:
         runtime: Runtime,
         env_steps: int,
         log: TrainLogger,
-        say: Callable[[str], None],
+        say: Callable[..., None],
     ) -> None:
         """``env_steps``: where the run starts (a resumed one); ``log``: its TensorBoard."""
         self.cfg, self.run_dir, self.rt, self.say = cfg, run_dir, runtime, say
@@ -266,7 +266,8 @@ class PeriodicEval:
         self.say(
             f"eval of {flight.checkpoint} ({step:,} steps): {mean:.1f} +- {std:.1f}"
             f" over {len(returns)} episodes in {score.seconds:.0f}s; "
-            + ("the best so far: checkpoints/best.pt" if best else f"best {self.best:.1f}")
+            + ("the best so far: checkpoints/best.pt" if best else f"best {self.best:.1f}"),
+            routine=True,  # (quiet=True: none; explore104)
         )
 
     def finish(self, wait: bool) -> None:
@@ -301,7 +302,8 @@ class PeriodicEval:
         if version == 0:  # no update applied: the initial parameters, not worth the wait
             self.say(f"no final evaluation: {path.name} holds the initial parameters")
         elif self.scored != (counters.env_steps, version):
-            self.say(f"final evaluation of {path.name} ({counters.env_steps:,} steps)")
+            said = f"final evaluation of {path.name} ({counters.env_steps:,} steps)"
+            self.say(said, routine=True)
             self.submit(path, state, counters, at_stop=True)
             self._wait()
 
@@ -310,7 +312,9 @@ class PeriodicEval:
         flight = self.flight
         if flight is None:
             return
-        self.say(f"waiting for the evaluation of {flight.checkpoint} (Ctrl-C: do not wait)")
+        self.say(
+            f"waiting for the evaluation of {flight.checkpoint} (Ctrl-C: do not wait)", routine=True
+        )
         why = "it did not end"
         try:
             self.poll(self.FINISH_WAIT_S)

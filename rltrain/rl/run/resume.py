@@ -196,7 +196,9 @@ def check_unmet(
             f"{counters.rejected_in_a_row} updates as non-finite); start a new run with a "
             "lower optimizer.lr or algo.max_grad_norm"
         )
-    if met and summary is None:
+    # no summary.json: a final checkpoint (its stop recorded, or a score met) is finished; a
+    # limit lowered below what a run killed mid-training had done is refused (explore104)
+    if met and summary is None and (kept is not None or met == "mean_return"):
         return counters, met
     if met:
         seen = {

@@ -84,19 +84,24 @@ def test_ctrl_c_stops_a_python_run_gracefully(tmp_path: Path) -> None:
     assert list((tmp_path / "run" / "checkpoints").glob("ckpt-*.pt"))
 
 
+def quiet_run(run_dir: Path, steps: int) -> rltrain.RunResult:
+    """A short quiet CartPole run in threads of this process (no processes to start)."""
+    return rltrain.train(
+        CARTPOLE,
+        run_dir=run_dir,
+        quiet=True,
+        stop__max_env_steps=steps,
+        stop__mean_return=None,
+        runtime__backend="local",
+    )
+
+
 def test_a_quiet_run_prints_nothing_of_its_own(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """explore102: a script writing its results to stdout got the run's start lines among
     them and could only silence them with redirect_stdout; quiet=True says nothing."""
-    run = rltrain.train(
-        CARTPOLE,
-        run_dir=tmp_path / "run",
-        quiet=True,
-        stop__max_env_steps=3000,
-        stop__mean_return=None,
-        runtime__backend="local",
-    )
+    run = quiet_run(tmp_path / "run", 3000)
     out, err = capfd.readouterr()
     assert run.stopped_by == "max_env_steps" and (out, err) == ("", "")
     with pytest.raises(ConfigError, match="^quiet='yes': allowed are True or False$"):
@@ -120,14 +125,7 @@ def test_a_summary_that_cannot_be_written_is_said_and_returned(
         raise OSError(errno.EROFS, "Read-only file system")
 
     monkeypatch.setattr(trainer, "write_summary", read_only)
-    run = rltrain.train(
-        CARTPOLE,
-        run_dir=tmp_path / "run",
-        quiet=True,
-        stop__max_env_steps=2000,
-        stop__mean_return=None,
-        runtime__backend="local",
-    )
+    run = quiet_run(tmp_path / "run", 2000)
     assert run.stopped_by == "max_env_steps" and run.env_steps >= 2000
     assert not (tmp_path / "run" / "summary.json").exists()
     err = capfd.readouterr().err

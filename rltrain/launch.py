@@ -370,6 +370,8 @@ def _prepare(
                 f"resuming from {trainer.resumed.path.name}: {c.env_steps:,} env steps, "
                 f"{c.episodes:,} episodes, {c.wall_seconds:,.0f}s trained"
             )
+        if trainer.resumed and (gone := trainer.resumed.evals_dropped):
+            say(f"evals.jsonl: {gone} evaluation(s) of checkpoints past it left out (gone)")
         changes = [*(trainer.resumed.changes if trainer.resumed else []), *told]
         if changes:  # the checkpoint's sections, then the keys outside them
             say(f"resumed with config changes: {'; '.join(changes)}")

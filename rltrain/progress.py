@@ -44,6 +44,11 @@ def silenced(on: bool = True) -> Iterator[None]:
         _quiet.reset(token)
 
 
+def quiet() -> bool:
+    """Whether the calling thread's command is :func:`silenced`."""
+    return _quiet.get()
+
+
 def say(text: str = "", note: bool = False) -> None:
     """One of a command's own lines, on stdout; under :func:`silenced` nothing, or where it
     is a ``note`` (something the user should act on), the line on stderr."""
@@ -80,11 +85,8 @@ class Progress:
             self.stream.flush()
             self._last = time.monotonic()
 
-    def note(self, text: str, routine: bool = False) -> None:
-        """A line that stays (an event: a fault, a restore), printed above the live bar;
-        ``routine`` (an evaluation's score): a command's own line, none under silenced()."""
-        if routine and _quiet.get():
-            return
+    def note(self, text: str) -> None:
+        """A line that stays (an event: a fault, a restore), printed above the live bar."""
         if self.tty and self._width:
             self.stream.write("\r" + " " * self._width + "\r")
             self._width = 0

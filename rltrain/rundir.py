@@ -211,15 +211,24 @@ def folder_gone(run_dir: Path) -> str:
     )
 
 
-def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+def write_summary(
+    run_dir: Path, summary: dict[str, Any], say: Callable[[str], None] | None = None
+) -> None:
     """summary.json, strict JSON: a non-finite number (an env's NaN reward in a mean) is
     written as null, which every JSON reader takes, where NaN is not JSON. A session that did
     not fail removes the failure.log an earlier one left (a run resumed after a failure):
-    the folder then says what its summary says."""
+    the folder then says what its summary says. ``say``: where a write that fails (a folder
+    gone read-only or full: a traceback, explore104) is said in one line instead of raised."""
     text = json.dumps(_finite(summary), indent=2, allow_nan=False, default=str)
     if not run_dir.is_dir():
         raise RunFailed(folder_gone(run_dir))
-    write_atomic(run_dir / "summary.json", text + "\n")
+    try:
+        write_atomic(run_dir / "summary.json", text + "\n")
+    except OSError as e:
+        if say is None:
+            raise
+        say(f"summary.json not written ({e.strerror or e})")
+        return
     if not summary.get("failure"):
         with contextlib.suppress(OSError):
             (run_dir / FAILURE_LOG).unlink(missing_ok=True)

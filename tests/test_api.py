@@ -119,12 +119,16 @@ def test_a_summary_that_cannot_be_written_is_said_and_returned(
     now one note, and the figures come back (the command's last line prints them)."""
     import errno
 
-    from rltrain.rl.run import train as trainer
+    from rltrain import rundir
 
-    def read_only(run_dir: Path, summary: dict) -> None:
-        raise OSError(errno.EROFS, "Read-only file system")
+    real = rundir.write_atomic
 
-    monkeypatch.setattr(trainer, "write_summary", read_only)
+    def read_only(path: Path, text: str) -> None:
+        if path.name == "summary.json":
+            raise OSError(errno.EROFS, "Read-only file system")
+        real(path, text)
+
+    monkeypatch.setattr(rundir, "write_atomic", read_only)
     run = quiet_run(tmp_path / "run", 2000)
     assert run.stopped_by == "max_env_steps" and run.env_steps >= 2000
     assert not (tmp_path / "run" / "summary.json").exists()

@@ -392,6 +392,22 @@ def test_resume_keeps_the_best_score(run: Path, tmp_path: Path) -> None:
     ]
 
 
+def test_a_resume_from_an_older_checkpoint_leaves_out_the_lost_evaluations(
+    tmp_path: Path,
+) -> None:
+    """explore104: the newest checkpoint deleted (damaged), the run resumed from an older
+    one; evals.jsonl kept the lost one's evaluation, and `rltrain plot --evals` showed the new
+    score under its "(stop)" label. Each evaluation scores a checkpoint written for it."""
+    from rltrain.rl.run.scores import drop_evals_after
+
+    records = [{"env_steps": 8000}, {"env_steps": 16000, "at_stop": True}, {"env_steps": 24000}]
+    (tmp_path / "evals.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert drop_evals_after(tmp_path, 24000) == 0  # a plain resume: none
+    assert drop_evals_after(tmp_path, 8000) == 2
+    assert [r["env_steps"] for r in evals(tmp_path)] == [8000]
+    assert drop_evals_after(tmp_path / "none", 0) == 0  # no file: nothing to do
+
+
 def test_a_greedy_policys_best_survives_a_change_of_eval_deterministic(
     run: Path, tmp_path: Path
 ) -> None:

@@ -34,6 +34,7 @@ from rltrain.envs import make_env
 from rltrain.errors import RLTrainError
 from rltrain.faults import RunFailed
 from rltrain.normalize import NormStats
+from rltrain.progress import quiet
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.eval_args import DEFAULT_MAX_STEPS
 from rltrain.rl.evaluate import load_policy, play_episodes, state_params
@@ -137,7 +138,7 @@ class PeriodicEval:
         runtime: Runtime,
         env_steps: int,
         log: TrainLogger,
-        say: Callable[..., None],
+        say: Callable[[str], None],
     ) -> None:
         """``env_steps``: where the run starts (a resumed one); ``log``: its TensorBoard."""
         self.cfg, self.run_dir, self.rt, self.say = cfg, run_dir, runtime, say
@@ -166,6 +167,12 @@ class PeriodicEval:
         self.scored: tuple[int, int] | None = last_scored(run_dir) if self.every else None
         self.final: tuple[Path, dict[str, Any]] | None = None  # the trainer's last checkpoint
         self.left_out = ""  # the checkpoint whose evaluation the end of the run did not wait for
+
+    def _tell(self, line: str) -> None:
+        """A routine line (a score, the final evaluation's start): none under quiet=True,
+        where what goes wrong is still said (explore104: every score reached stderr)."""
+        if not quiet():
+            self.say(line)
 
     def _after(self, env_steps: int) -> int:
         return (env_steps // self.every + 1) * self.every if self.every else 0
@@ -263,11 +270,10 @@ class PeriodicEval:
         self.records.append(record)
         self.scored = (flight.env_steps, score.version)
         std = record["std_return"]
-        self.say(
+        self._tell(
             f"eval of {flight.checkpoint} ({step:,} steps): {mean:.1f} +- {std:.1f}"
             f" over {len(returns)} episodes in {score.seconds:.0f}s; "
-            + ("the best so far: checkpoints/best.pt" if best else f"best {self.best:.1f}"),
-            routine=True,  # (quiet=True: none; explore104)
+            + ("the best so far: checkpoints/best.pt" if best else f"best {self.best:.1f}")
         )
 
     def finish(self, wait: bool) -> None:
@@ -302,8 +308,7 @@ class PeriodicEval:
         if version == 0:  # no update applied: the initial parameters, not worth the wait
             self.say(f"no final evaluation: {path.name} holds the initial parameters")
         elif self.scored != (counters.env_steps, version):
-            said = f"final evaluation of {path.name} ({counters.env_steps:,} steps)"
-            self.say(said, routine=True)
+            self._tell(f"final evaluation of {path.name} ({counters.env_steps:,} steps)")
             self.submit(path, state, counters, at_stop=True)
             self._wait()
 
@@ -312,9 +317,7 @@ class PeriodicEval:
         flight = self.flight
         if flight is None:
             return
-        self.say(
-            f"waiting for the evaluation of {flight.checkpoint} (Ctrl-C: do not wait)", routine=True
-        )
+        self._tell(f"waiting for the evaluation of {flight.checkpoint} (Ctrl-C: do not wait)")
         why = "it did not end"
         try:
             self.poll(self.FINISH_WAIT_S)

@@ -27,6 +27,7 @@ from rltrain.faults import FaultCounters, RestorePoint, RunFailed
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.env_spec import EnvSpec, check_fits, initial_params
 from rltrain.rl.run.counters import Counters, reaches
+from rltrain.rl.run.scores import drop_evals_after
 from rltrain.rl.run.summary import SessionRecord
 from rltrain.runtime.context import RunContext
 
@@ -44,6 +45,9 @@ class Resumed:
     unfinished: str = ""
     """The stop the checkpoint met already where the run ended before its summary.json (killed
     in its final evaluation): the session only finishes the run (:func:`check_unmet`)."""
+    evals_dropped: int = 0
+    """Records of evals.jsonl past the checkpoint left out: their checkpoints are gone (a
+    newer one deleted or damaged; explore104 saw the lost one's "(stop)" on a new score)."""
 
 
 KEPT_ON_RESUME = (
@@ -155,7 +159,8 @@ def load_resume(run_dir: Path, cfg: TrainConfig, spec: EnvSpec) -> Resumed | Non
     except TypeError:
         raise CheckpointError(f"{path}: its counters are not those this rltrain writes") from None
     signals.checkpointed()
-    return Resumed(path, state, counters, faults, changes, unfinished)
+    gone = drop_evals_after(run_dir, counters.env_steps)  # (a newer checkpoint deleted)
+    return Resumed(path, state, counters, faults, changes, unfinished, gone)
 
 
 def check_unmet(

@@ -12,7 +12,7 @@ from rltrain.checkpoint import CheckpointError, as_saved, best_checkpoint, load_
 from rltrain.config import to_dict
 from rltrain.envs.atari import ATARI_KWARGS, ATARI_ONLY, is_atari
 from rltrain.rl.config import TrainConfig
-from rltrain.rundir import EVALS_FILE
+from rltrain.rundir import EVALS_FILE, write_atomic
 
 RECORDED_BEFORE = {"epsilon": 0.0}
 """What a record that lacks a setting was played with: dqn evaluated greedily before
@@ -46,6 +46,30 @@ def last_scored(run_dir: Path) -> tuple[int, int] | None:
         return int(last["env_steps"]), int(last["version"])
     except (OSError, IndexError, ValueError, KeyError, TypeError):
         return None
+
+
+def drop_evals_after(run_dir: Path, env_steps: int) -> int:
+    """Leave out of evals.jsonl the evaluations of checkpoints past ``env_steps``, where a run
+    resumes from (a newer checkpoint deleted or damaged: explore104 found the lost one's
+    "(stop)" label on the new evaluation's score); how many. Each evaluation scores a
+    checkpoint written for it, so a plain resume leaves none out."""
+    path = run_dir / EVALS_FILE
+    try:
+        lines = path.read_text().splitlines(keepends=True)
+    except OSError:
+        return 0
+    kept = [x for x in lines if _steps(x) <= env_steps]
+    if len(kept) < len(lines):
+        write_atomic(path, "".join(kept))
+    return len(lines) - len(kept)
+
+
+def _steps(line: str) -> int:
+    """A record's env steps; 0 for one that cannot be read (kept: nothing says it is later)."""
+    try:
+        return int(json.loads(line)["env_steps"])
+    except (ValueError, KeyError, TypeError):
+        return 0
 
 
 PROTOCOL_KEYS = (

@@ -256,10 +256,7 @@ class Trainer:
         self.evals.finish(wait=self.stopped_by not in ("interrupt", "fault", "diverged"))
         args = (self.cfg, self.spec, self.counters, self.faults, self.record, self.ctx.procs)
         summary = train_summary(*args, self.evals.summary())
-        try:
-            write_summary(self.run_dir, summary)
-        except OSError as e:  # a folder gone read-only or full: said, the last line follows
-            self.progress.note(f"summary.json not written ({e.strerror or e})")
+        write_summary(self.run_dir, summary, self.progress.note)  # (said where it cannot be)
         return summary
 
     def _release(self, runtime: Runtime) -> None:

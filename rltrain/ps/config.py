@@ -138,6 +138,12 @@ class ServerConfig:
         """The registered rule object named by ``rule``."""
         return rule_named(self.rule)
 
+    @property
+    def scales(self) -> bool:
+        """Whether an applied update may step at another rate than the optimizer's
+        (:meth:`UpdateRule.scales`: staleness scale, or a rule's own lr_scale)."""
+        return self.update_rule.scales(self)
+
 
 def decides_per_update(server: ServerConfig) -> bool:
     """Whether shards could decide an update differently, by their own versions and arrival

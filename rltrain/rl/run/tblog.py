@@ -152,8 +152,7 @@ class TrainLogger:
         self._losses: list[LossStats] = []
         self._staleness: list[int] = []
         self._lr_scales: list[float] = []  # the applied updates' (a rule's lr_scale)
-        settings = server_settings(cfg)
-        self._scaled = settings.update_rule.scales(settings)  # optim/lr_effective is written
+        self._scaled = server_settings(cfg).scales  # optim/lr_effective is written
         self._actor_lag: list[int] = []  # impala/appo: per batch (WorkStats.actor_lag)
         self._pushed = self._dropped = 0  # this interval's pushes, and those dropped as stale
         self._epsilon: list[float] = []
@@ -236,9 +235,8 @@ class TrainLogger:
         self.writer.add_scalar("ps/version", version, env_steps)
         if lr is not None:
             self.writer.add_scalar("optim/lr", lr, env_steps)
-            # the rate now times the mean factor the interval's applied updates stepped by,
-            # where a rule scales them (server.staleness: scale, lr / staleness; explore98:
-            # optim/lr alone hid it)
+            # the rate now times the interval's mean factor where a rule scales (staleness:
+            # scale's lr / staleness; explore98: optim/lr alone hid it)
             if self._scaled and self._lr_scales:
                 mean = sum(self._lr_scales) / len(self._lr_scales)
                 self.writer.add_scalar("optim/lr_effective", lr * mean, env_steps)

@@ -27,7 +27,7 @@ import dataclasses
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar, cast
 
@@ -57,6 +57,9 @@ class Config(Generic[T]):
     data: Mapping[str, Any]
     kind: Kind = "train"
     value: T = dataclasses.field(init=False, repr=False, compare=False)
+    source: str | None = dataclasses.field(default=None, repr=False, compare=False)
+    """The YAML file it was read from (``from_yaml``), kept by ``with_overrides``: a run's
+    folder is named after it, and its score stop is compared with the game played."""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -72,7 +75,7 @@ class Config(Generic[T]):
     @classmethod
     def from_yaml(cls, path: str | Path, kind: Kind = "train") -> Config:
         """A YAML config file (as ``rltrain train PATH``); ``kind="bench"`` for ``bench``."""
-        return cls(read_config(path, KINDS.get(kind)), kind)
+        return cls(read_config(path, KINDS.get(kind)), kind, source=os.fspath(path))
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Config:
         """Dotted keys as ``--set`` takes them, with Python values:
@@ -83,7 +86,8 @@ class Config(Generic[T]):
                 "with_overrides: expected a mapping of dotted keys to values, got "
                 f"{type(overrides).__name__}"
             )
-        return Config(merge(dict(self.data), nested(overrides, cls=cls), cls), self.kind)
+        data = merge(dict(self.data), nested(overrides, cls=cls), cls)
+        return Config(data, self.kind, source=self.source)
 
     def to_dict(self) -> dict[str, Any]:
         """Every key, defaults included (what ``config.yaml`` of a run holds)."""
@@ -96,7 +100,7 @@ class Config(Generic[T]):
 
     def __getattr__(self, name: str) -> Any:
         """``cfg.env`` reads ``cfg.value.env``: the typed config's fields, as users try."""
-        if name.startswith("_") or name in ("value", "data", "kind"):  # (not set yet: a copy)
+        if name.startswith("_") or name in ("value", "data", "kind", "source"):  # (a copy)
             raise AttributeError(name)
         return getattr(self.value, name)
 
@@ -107,11 +111,9 @@ def _frozen(value: Any) -> Any:
         return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
     if isinstance(value, list | tuple):
         return tuple(_frozen(v) for v in value)
-    try:
-        hash(value)
-    except TypeError:  # (a set, an array a key took: hashed as written, as == compares it)
-        return repr(value)
-    return value
+    if isinstance(value, set | frozenset):  # (its repr's order is not its equality's)
+        return frozenset(_frozen(v) for v in value)
+    return value if isinstance(value, Hashable) else repr(value)  # (an array: as written)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,6 +260,7 @@ def train(
     notes (a setting that changes nothing, a fault, a restore), said on stderr with warnings
     and errors."""
     from rltrain.launch import UserError, run_train
+    from rltrain.rundir import summary_text
 
     quiet = choice_arg(quiet, "quiet", (True, False))
 
@@ -276,10 +279,12 @@ def train(
         run_dir = _new_run_dir(run_dir)
     # a YAML file's name names the run, and its game and score stop are compared with cfg's
     path = os.fspath(config) if isinstance(config, str | os.PathLike) else None
+    path = config.source if isinstance(config, Config) else path
     # (a final checkpoint once the server is up)
     with signals.graceful(signals.IN_START_UP), silenced(quiet):
         out, summary = run_train(cfg, run_dir, resume, path, time.time(), resume_flag="resume=")
-    result = RunResult.from_summary(out, summary)  # (summary.json may be unwritable)
+    # what summary.json holds (NaN as null), from memory: the file may be unwritable
+    result = RunResult.from_summary(out, json.loads(summary_text(summary)))
     if result.stopped_by in ("fault", "diverged"):  # the command line's exit code 1
         raise TrainFailed(str(result.summary.get("failure", result.stopped_by)), result)
     return result

@@ -66,14 +66,15 @@ def write_state(path: Path, state: dict[str, Any]) -> Path:
     # would make the file one that weights_only=True refuses, for eval and resume alike
     plain = {k: as_saved(state[k]) for k in PLAIN if k in state}
     state = {**state, **plain}
+    # serialised in memory first (before the temporary file: a Ctrl-C in it leaves none):
+    # torch's zip writer turns a full disk's OSError into a RuntimeError ("unexpected pos"),
+    # which read as a bug with a traceback (explore104)
+    data = io.BytesIO()
+    torch.save(state, data)
     folder = path.parent
     folder.mkdir(exist_ok=True)  # (never its parent: a run folder moved away stays away)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".ckpt-", suffix=".tmp")
     os.close(fd)
-    # serialised in memory first: torch's zip writer turns a full disk's OSError into a
-    # RuntimeError ("unexpected pos"), which read as a bug with a traceback (explore104)
-    data = io.BytesIO()
-    torch.save(state, data)
     try:
         with open(tmp, "wb") as f:
             f.write(data.getbuffer())

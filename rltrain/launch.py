@@ -257,22 +257,6 @@ def _file_keys(config_path: str) -> dict[str, Any] | None:
         return None
 
 
-def carried_stop_note(config_path: str | None, cfg: TrainConfig) -> str:
-    """A start note where the command gave another game than the file's while the file's
-    score stop, a score of its game, stays: pong_a3c.yaml's 18 stopped a SpaceInvaders run at
-    a random player's 199.5 in 29 s (explore103). Said, not refused: the score may be meant."""
-    own = _file_keys(config_path) if config_path and cfg.stop.mean_return is not None else None
-    game, score = ((own or {}).get("env") or {}).get("id"), ((own or {}).get("stop") or {})
-    score = score.get("mean_return")
-    if game in (None, cfg.env.id) or score is None or score != cfg.stop.mean_return:
-        return ""
-    return (
-        f"stop.mean_return={score:g} is {Path(str(config_path)).name}'s, a score of {game}; "
-        f"this run plays {cfg.env.id}: set stop.mean_return to a score of its own, or null "
-        "to train to the other stops"
-    )
-
-
 def _prepare(
     cfg: TrainConfig,
     run_dir: str | Path | None,
@@ -287,6 +271,7 @@ def _prepare(
     cfg = dataclasses.replace(cfg, imports=run_imports(cfg))  # (before Ray starts: it ships them)
     # torch-free until the env is probed (see start_ray_then_probe)
     from rltrain.progress import process_start_time, say
+    from rltrain.rl.config.notes import carried_stop_note
     from rltrain.rundir import (
         check_run_dir,
         check_writable,
@@ -363,7 +348,7 @@ def _prepare(
             lock = lock_run_dir(out)
         trainer = Trainer(cfg, out, resume is not None, spec, started, ray_up)
         trainer.run_lock = lock
-        trainer.file_notes = [n for n in [carried_stop_note(config_path, cfg)] if n]
+        trainer.file_notes = carried_stop_note(config_path, cfg)
         if trainer.resumed:  # which (an older one where the newest is gone: explore97)
             c = trainer.resumed.counters
             say(
@@ -371,7 +356,7 @@ def _prepare(
                 f"{c.episodes:,} episodes, {c.wall_seconds:,.0f}s trained"
             )
         if trainer.resumed and (gone := trainer.resumed.evals_dropped):
-            say(f"evals.jsonl: {gone} evaluation(s) of checkpoints past it left out (gone)")
+            say(f"evals.jsonl: {gone} evaluation(s) of checkpoints past it left out (gone)", True)
         changes = [*(trainer.resumed.changes if trainer.resumed else []), *told]
         if changes:  # the checkpoint's sections, then the keys outside them
             say(f"resumed with config changes: {'; '.join(changes)}")

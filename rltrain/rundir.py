@@ -219,7 +219,7 @@ def write_summary(
     not fail removes the failure.log an earlier one left (a run resumed after a failure):
     the folder then says what its summary says. ``say``: where a write that fails (a folder
     gone read-only or full: a traceback, explore104) is said in one line instead of raised."""
-    text = json.dumps(_finite(summary), indent=2, allow_nan=False, default=str)
+    text = summary_text(summary)
     if not run_dir.is_dir():
         raise RunFailed(folder_gone(run_dir))
     try:
@@ -232,6 +232,11 @@ def write_summary(
     if not summary.get("failure"):
         with contextlib.suppress(OSError):
             (run_dir / FAILURE_LOG).unlink(missing_ok=True)
+
+
+def summary_text(summary: dict[str, Any]) -> str:
+    """summary.json's text: strict JSON, a non-finite number as null."""
+    return json.dumps(_finite(summary), indent=2, allow_nan=False, default=str)
 
 
 def _finite(value: Any) -> Any:

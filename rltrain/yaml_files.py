@@ -88,8 +88,18 @@ def read_layered(
     (Hydra's defaults list and the RL zoo's hyperparameter files layer configs the same way):
     ``pong_appo.yaml`` is ``atari_appo.yaml`` with Pong's id and stop. A FILE missing, not a
     string, or a chain that comes back to a file is a ConfigError naming the file."""
+    layers = [data for _, data in config_chain(path)]
+    out = layers.pop()
+    while layers:
+        out = merge(out, layers.pop())
+    return out
+
+
+def config_chain(path: str | Path) -> list[tuple[Path, dict[str, Any]]]:
+    """Each file of a config's ``base:`` chain with its own keys (``base`` left out), the
+    file itself first (:func:`read_layered` merges them)."""
     chain: list[Path] = []
-    layers: list[dict[str, Any]] = []
+    layers: list[tuple[Path, dict[str, Any]]] = []
     p = Path(path)
     while True:
         here = p.resolve()
@@ -99,7 +109,7 @@ def read_layered(
         chain.append(here)
         data = read_yaml(p)
         base = data.pop(BASE_KEY, None)
-        layers.append(data)
+        layers.append((p, data))
         if base is None:
             break
         if not isinstance(base, str) or not base.strip():
@@ -111,7 +121,4 @@ def read_layered(
         if not under.is_file():
             raise ConfigError(f"{p}: base file not found: {under}; give a YAML config file")
         p = under
-    out = layers.pop()
-    while layers:
-        out = merge(out, layers.pop())
-    return out
+    return layers

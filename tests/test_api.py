@@ -56,6 +56,8 @@ def test_a_config_holds_its_own_copy_of_the_keys_given() -> None:
     # hashable as it is frozen (explore102: a TypeError on its dict), equal ones alike
     same = rltrain.Config({"stop": {"max_env_steps": 1000}, "env": {"id": "CartPole-v1"}})
     assert hash(same) == hash(cfg) and same == cfg and len({cfg, same, again}) == 2
+    # a file's config keeps its file through overrides: the run's name, its score stop's game
+    assert rltrain.Config.from_yaml(CARTPOLE).with_overrides({"seed": 1}).source == str(CARTPOLE)
 
 
 @pytest.mark.slow

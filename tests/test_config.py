@@ -518,11 +518,25 @@ def test_a_score_stop_of_the_files_game_is_said_for_another_game(
 ) -> None:
     """explore103: pong_a3c.yaml's stop at 18 ended a SpaceInvaders run at a random player's
     199.5 in 29 s, unsaid. Said at the start, not refused: the score may be meant."""
-    from rltrain.launch import carried_stop_note
+    from rltrain.rl.config.notes import carried_stop_note
 
     path = str(ROOT / "configs" / config)
-    note = carried_stop_note(path, load_config(TrainConfig, path, sets))
-    assert (said in note and "stop.mean_return=18 is" in note) if said else note == ""
+    notes = carried_stop_note(path, load_config(TrainConfig, path, sets))
+    assert (said in notes[0] and "stop.mean_return=18 is" in notes[0]) if said else notes == []
+
+
+def test_a_score_stop_is_said_where_a_file_over_its_base_changes_the_game(
+    tmp_path: Path,
+) -> None:
+    """review 86b: a file whose base: is pong_a3c.yaml and whose env.id is another game's kept
+    the base's score stop unsaid; the same game under another id is no other game."""
+    from rltrain.rl.config.notes import carried_stop_note
+
+    for game, said in (("ALE/SpaceInvaders-v5", True), ("PongNoFrameskip-v4", False)):
+        child = tmp_path / "mine.yaml"
+        child.write_text(f"base: {ROOT / 'configs' / 'pong_a3c.yaml'}\nenv:\n  id: {game}\n")
+        notes = carried_stop_note(child, load_config(TrainConfig, child))
+        assert notes[0].startswith("stop.mean_return=18 is pong_a3c.yaml's") if said else not notes
 
 
 def test_an_ale_id_under_wrappers_says_the_atari_keys_are_not_applied() -> None:

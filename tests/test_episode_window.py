@@ -154,14 +154,21 @@ def test_a_run_killed_mid_training_is_not_finished_by_a_lowered_stop(tmp_path: P
     from rltrain.rl.env_spec import initial_params, probe_env
     from rltrain.rl.run.resume import load_resume
 
-    cfg = config("actors=1", "env.num_envs=16", "stop.max_seconds=146")
-    spec = probe_env(cfg)
-    _, shards = make_shards(initial_params(cfg, spec), cfg.optimizer, server_settings(cfg), 1)
-    counters = Counters(env_steps=4096, episodes=3, wall_seconds=166.0)
+    ran = config("actors=1", "env.num_envs=16", "stop.max_seconds=250", "stop.mean_return=21")
+    spec = probe_env(ran)
+    _, shards = make_shards(initial_params(ran, spec), ran.optimizer, server_settings(ran), 1)
+    counters = Counters(env_steps=4096, episodes=40, wall_seconds=166.0, recent_returns=[19.0] * 40)
     state = {"shards": [s.state_dict() for s in shards], "counters": counters.state()}
-    save_checkpoint(tmp_path, 0, state | {"config": to_dict(cfg)}, keep=3)  # no summary.json
-    with pytest.raises(CheckpointError, match=r"already met stop.max_seconds=146.0 \(it has "):
-        load_resume(tmp_path, cfg, spec)
+    save_checkpoint(tmp_path, 0, state | {"config": to_dict(ran)}, keep=3)  # no summary.json
+    for lowered, said in (
+        ("stop.max_seconds=146", "max_seconds=146.0"),
+        ("stop.mean_return=18", "mean_return=18.0"),
+    ):
+        cfg = config(
+            "actors=1", "env.num_envs=16", "stop.max_seconds=250", "stop.mean_return=21", lowered
+        )
+        with pytest.raises(CheckpointError, match=rf"already met stop.{said} \("):
+            load_resume(tmp_path, cfg, spec)
 
 
 def test_a_run_killed_in_its_final_evaluation_resumes_to_finish_on_the_stops_mean(

@@ -61,6 +61,9 @@ def test_an_explicit_count_is_kept_and_described() -> None:
     two = sized(cfg("dqn", actors=2, replay=ReplayConfig(shards=2)), 2)
     assert describe_sizes(two, asked_replay=2).endswith("2 replay shards")
     assert sized(cfg("dqn", replay=ReplayConfig(shards=4)), 3).replay.shards == 2  # auto
+    small = cfg("dqn", actors=1, replay=ReplayConfig(shards=2, capacity=3000))
+    with pytest.raises(ConfigError, match=r"^actors=1, so replay.shards=2 builds 1 shard \("):
+        sized(small, 2)  # (dqn.learning_starts 5000: more than one shard of 3000 holds)
 
 
 @pytest.mark.slow  # starts Ray

@@ -244,6 +244,8 @@ def test_the_bar_reaches_100_percent_only_where_the_score_stop_may_judge() -> No
     c = Counters(episodes=2, recent_returns=[160.0, 160.0], unsettled={0: 15}, actors=1)
     assert stop_fraction(stop, c, 41.0, 20) == 0.99
     c.unsettled = {0: 0}
+    assert stop_fraction(stop, c, 41.0, 20) == 0.99  # 2 episodes of the 20 it judges
+    c.recent_returns = [160.0] * 20
     assert stop_fraction(stop, c, 41.0, 20) >= 1.0
 
 

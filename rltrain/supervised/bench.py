@@ -364,9 +364,11 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
         report.write_outputs(run_dir, cfg, results, curves, extra)
         what = "run(s)" if cfg.seeds > 1 else "mode(s)"
         if results:
-            say(f"stopped: results of {len(results)} finished {what} in {run_dir}/results.md", True)
+            said = f"stopped: results of {len(results)} finished {what} in {run_dir}/results.md"
+            say(said, note=True)
         else:
-            say(f"stopped before any {what[:-3]} finished: {run_dir}/summary.json says so", True)
+            said = f"stopped before any {what[:-3]} finished: {run_dir}/summary.json says so"
+            say(said, note=True)
         if rest := report.rest_command(cfg, results, run_dir):
             say(f"  to run the rest, into a new run folder: {rest}", note=True)
         raise

@@ -6,11 +6,15 @@ by ``--set``."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
+from rltrain.config import read_config
+from rltrain.envs.atari import game_name
 from rltrain.ps.config import ServerConfig
 from rltrain.rl.algos import section_types
 from rltrain.rl.algos.impala import in_flight_range
 from rltrain.rl.config.train import TrainConfig, server_settings
+from rltrain.yaml_files import config_chain
 
 
 def rule_notes(cfg: TrainConfig) -> list[str]:
@@ -101,3 +105,32 @@ def in_flight_notes(cfg: TrainConfig) -> list[str]:
     )
     most = "the most" if held == high else "the fewest"
     return [f"impala.in_flight={want}: holds {held} rollouts in flight, {most} it can ({why})"]
+
+
+def carried_stop_note(config_path: str | Path | None, cfg: TrainConfig) -> list[str]:
+    """A start note where the run plays another game than the config file that set its score
+    stop (the file itself, or a ``base:`` beneath it) while that score stays: pong_a3c.yaml's
+    18 stopped a SpaceInvaders run at a random player's 199.5 in 29 s (explore103). Said, not
+    refused: the score may be meant."""
+    if not config_path or cfg.stop.mean_return is None:
+        return []
+    try:
+        chain = config_chain(config_path)
+        where = next(p for p, own in chain if "mean_return" in (own.get("stop") or {}))
+        file = read_config(where)
+    except (StopIteration, OSError, ValueError):  # none sets it, or (a race) unreadable
+        return []
+    game, score = (file.get("env") or {}).get("id"), (file.get("stop") or {}).get("mean_return")
+    if not isinstance(game, str) or score != cfg.stop.mean_return or same_game(game, cfg.env.id):
+        return []
+    return [
+        f"stop.mean_return={score:g} is {where.name}'s, a score of {game}; this run plays "
+        f"{cfg.env.id}: set stop.mean_return to a score of its own, or null to train to the "
+        "other stops"
+    ]
+
+
+def same_game(a: str, b: str) -> bool:
+    """Whether two env ids name one game (ALE/Pong-v5 and PongNoFrameskip-v4; a module's
+    ``module:Env-v0`` and its ``Env-v0``), whose scores compare."""
+    return game_name(a.split(":")[-1]).lower() == game_name(b.split(":")[-1]).lower()

@@ -306,7 +306,7 @@ class PeriodicEval:
         counters = Counters(**state["counters"])
         version = state_params(state)[0]
         if version == 0:  # no update applied: the initial parameters, not worth the wait
-            self.say(f"no final evaluation: {path.name} holds the initial parameters")
+            self._tell(f"no final evaluation: {path.name} holds the initial parameters")
         elif self.scored != (counters.env_steps, version):
             self._tell(f"final evaluation of {path.name} ({counters.env_steps:,} steps)")
             self.submit(path, state, counters, at_stop=True)

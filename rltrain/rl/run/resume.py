@@ -201,9 +201,12 @@ def check_unmet(
             f"{counters.rejected_in_a_row} updates as non-finite); start a new run with a "
             "lower optimizer.lr or algo.max_grad_norm"
         )
-    # no summary.json: a final checkpoint (its stop recorded, or a score met) is finished; a
-    # limit lowered below what a run killed mid-training had done is refused (explore104)
-    if met and summary is None and (kept is not None or met == "mean_return"):
+    # no summary.json: a final checkpoint (its stop recorded; an older one's, the stop it ran
+    # under met) is finished; a stop lowered below what a run killed mid-training had done is
+    # refused as a finished run's (explore104: it was "finished")
+    ran = (state.get("config") or {}).get("stop") or {}
+    same = met in ran and ran[met] == getattr(cfg.stop, met, None)
+    if met and summary is None and (kept is not None or same):
         return counters, met
     if met:
         seen = {

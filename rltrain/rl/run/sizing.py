@@ -40,7 +40,12 @@ def sized(cfg: TrainConfig, cpus: float, gpu: bool = False, batched: bool = Fals
         env = dataclasses.replace(cfg.env, groups=groups)
         return dataclasses.replace(cfg, actors=actors, env=env, replay=replay)
     except ValueError as e:  # e.g. a fault event for an actor index the machine does not have
-        raise ConfigError(f"actors=auto gave {actors} on {cpus:.0f} CPUs: {e}") from None
+        why = f"actors=auto gave {actors} on {cpus:.0f} CPUs" if not cfg.actors else ""
+        why = why or f"actors={actors}"
+        if replay is not cfg.replay:  # (review 86b: it quoted the shards as if the user's)
+            why += f", so replay.shards={cfg.replay.shards} builds {n(actors, 'shard')} (one"
+            why += " per actor: no actor would fill another)"
+        raise ConfigError(f"{why}: {e}") from None
 
 
 GPU_LEARNER_CPUS = 0.5
@@ -133,11 +138,14 @@ def describe_stops(cfg: TrainConfig) -> str:
         window = n(cfg.episode_window, "episode")
         parts.append(f"a mean return of {stop.mean_return:g} (the last {window})")
     if stop.eval_mean_return is not None:
-        parts.append(f"an evaluation's mean return of {stop.eval_mean_return:g}")
+        every = f"{cfg.eval.episodes} episodes every {cfg.eval.every_steps:,} steps"
+        parts.append(f"an evaluation's mean return of {stop.eval_mean_return:g} ({every})")
     if stop.max_env_steps:
         parts.append(f"{stop.max_env_steps:,} env steps")
     if stop.max_seconds:
-        parts.append(f"{stop.max_seconds:,.0f} s")
+        parts.append(
+            f"{stop.max_seconds:,.0f} s" if stop.max_seconds >= 1 else f"{stop.max_seconds:g} s"
+        )
     if len(parts) > 1:
         return f"stop: {', '.join(parts[:-1])} or {parts[-1]}, whichever comes first"
     return f"stop: {parts[0] if parts else 'none'}"

@@ -373,7 +373,7 @@ def stop_fraction(stop: StopConfig, counters: Counters, wall_seconds: float, win
         part = max(0.0, mean / s.mean_return) if s.mean_return > 0 else 0
         # short of 100% until the stop may judge the mean: an IMPALA run read 100% from 41 s
         # while envs were still in their first games (explore103)
-        parts.append(part if c.settled else min(part, 0.99))
+        parts.append(part if c.full_mean(window) is not None else min(part, 0.99))
     return max(parts, default=0.0)
 
 

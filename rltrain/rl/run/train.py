@@ -134,8 +134,8 @@ class Trainer:
 
         runtime: Runtime = runtimes.backend(self.cfg.runtime)  # processes, threads or Ray
         self._ctx = RunContext(runtime, self.faults, self.progress.note)
-        steps, say = self.counters.env_steps, self.progress.note
-        self._evals = PeriodicEval(self.cfg, self.run_dir, runtime, steps, self.log, say)
+        steps, note = self.counters.env_steps, self.progress.note
+        self._evals = PeriodicEval(self.cfg, self.run_dir, runtime, steps, self.log, note)
         self.session_start = time.time()
         self.record.mark("trainer")  # imports, config, the env probe, the run folder
         try:
@@ -173,8 +173,8 @@ class Trainer:
         """A run that met its stop but ended before its summary.json: its final evaluation."""
         assert self.resumed is not None
         met, path = self.resumed.unfinished, self.resumed.path
-        say = "ended before its summary.json (killed in its final evaluation?): finishing it"
-        self.progress.note(f"{path.name} met stop.{met}; the run {say}")
+        why = "ended before its summary.json (killed in its final evaluation?): finishing it"
+        self.progress.note(f"{path.name} met stop.{met}; the run {why}")
         self._start_runtime(runtime)  # (the evaluator's process)
         self.cfg, mean = finishing(self.cfg, self.resumed.state, met)  # (its stop's window)
         self.record.stop(met, self.counters, self.cfg.episode_window, mean)

@@ -83,7 +83,7 @@ def test_a_run_leaves_no_process_and_no_pymp_directory(tmp_path: Path) -> None:
         "--set",
         "runtime.backend=process",
         "--set",  # (the kill's clock starts once every process is up: seconds on a loaded
-        "stop.max_seconds=8",  # 2-core box)
+        "stop.max_seconds=12",  # 2-core box; 8 s missed the kill once beside a Pong run)
         "--set",
         "faults.events=[{action: kill, target: worker, index: 0, at: 1}]",
     )

@@ -322,3 +322,8 @@ def test_a_box_without_two_finite_bounds_is_said_at_the_start() -> None:
     assert "action dimensions 0, 1 of its Box(3,) have no finite bounds" in said
     assert "std 1 at first (model.log_std_init)" in said and "env.wrappers" in said
     assert action_notes(cfg, EnvSpec((3,), "float32", ActionSpace(2), 1, {})) == []  # Discrete
+    # bounds of float32's max (a common "unbounded"): mapped onto, actions of 1e38 at once,
+    # and a failure that blamed the rewards (explore105)
+    big = 3.4e38
+    (said,) = notes((-big, -1.0), (big, 1.0))
+    assert "has bounds up to 3.4e+38, onto which env.action_map=affine maps" in said

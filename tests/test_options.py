@@ -46,7 +46,7 @@ def specs(cls: type, prefix: str = "") -> Iterator[tuple[str, Mapping[str, Any]]
     [
         ("train", "algo.gamma", "float in [0, 1]"),
         ("train", "stop.window", "int >= 1"),
-        ("train", "model.log_std_init", "float in [-20, 5]"),
+        ("train", "model.log_std_init", "float in [-5, 5]"),
         ("train", "env.image_size", "int >= 8"),
         ("train", "env.sticky_actions", "float in [0, 1) | null"),
         ("train", "faults.max_restarts", "int >= -1"),

@@ -108,8 +108,10 @@ def action_notes(cfg: TrainConfig, spec: EnvSpec) -> list[str]:
     around 0 of std exp(model.log_std_init), and an action scale far from 1 learns slowly
     (a target of 50 was not approached in 225k steps) without a word."""
     a = spec.actions
-    if not a.continuous or a.bounded().all():
+    if not a.continuous:
         return []
+    if a.bounded().all():
+        return huge_bounds_notes(cfg, spec)
     dims = [str(i) for i, b in enumerate(a.bounded()) if not b]
     std = float(np.exp(cfg.model.log_std_init))
     return [
@@ -119,6 +121,25 @@ def action_notes(cfg: TrainConfig, spec: EnvSpec) -> list[str]:
         f"around 0 with std {std:.3g} at first "
         "(model.log_std_init), and actions of another scale learn slowly; give the Box bounds "
         "(env.action_map maps onto them), or scale the actions in a wrapper (env.wrappers)"
+    ]
+
+
+HUGE_BOUND = 1e6
+"""A Box bound beyond which the mapped actions are of a scale no policy's start suits."""
+
+
+def huge_bounds_notes(cfg: TrainConfig, spec: EnvSpec) -> list[str]:
+    """A start note for finite Box bounds so wide that ``env.action_map`` maps the policy's
+    first samples onto actions of about their size: +-float32's max (a common "unbounded")
+    gave actions of 1e38 and a failure that blamed the rewards (explore105)."""
+    a = spec.actions
+    widest = max(max(abs(x) for x in a.low), max(abs(x) for x in a.high))
+    if widest < HUGE_BOUND or cfg.env.action_map == "clip":  # (clip maps nothing)
+        return []
+    return [
+        f"env {cfg.env.id}: its {a.describe()} has bounds up to {widest:.3g}, onto which "
+        f"env.action_map={cfg.env.action_map} maps the policy's samples: the first actions are "
+        "of that size; give the actions' real range, or scale them in a wrapper (env.wrappers)"
     ]
 
 

@@ -57,10 +57,13 @@ class ModelConfig:
     GPU learner, ~9x slower per sample to learn on a CPU."""
     hidden: int = field(default=64, metadata=spec(ge=1))
     """MLP hidden units per layer."""
-    log_std_init: float = field(default=0.0, metadata=spec(ge=-20, le=5))
+    log_std_init: float = field(default=0.0, metadata=spec(ge=-5, le=5))
     """Box actions: the Gaussian policy's initial log standard deviation, one learned
     parameter per action dimension (0: std 1, CleanRL's and SB3's default; rl-baselines3-zoo's
-    tuned MuJoCo entries start at -2, std 0.14). Discrete actions: unused."""
+    tuned MuJoCo entries start at -2, std 0.14). Below -5 (std 0.0067) the mean's gradients,
+    which grow as 1 / std^2, fill the clipped norm and the std never grows back: at -10 and
+    -20 Pendulum learned nothing, its gradient norm 5e7 to 1e15 (explore105). Discrete
+    actions: unused."""
     value_net: str = field(default="auto", metadata=spec(choices=VALUE_NETS))
     """The value function's torso. auto: its own MLP for vector observations (as CleanRL and
     SB3), the policy's CNN for images. shared or separate force either."""

@@ -76,14 +76,16 @@ def assert_nothing_left(tmp: Path, session: int) -> None:
 
 
 def test_a_run_leaves_no_process_and_no_pymp_directory(tmp_path: Path) -> None:
-    """A normal end (max_seconds, exit code 0), by the same teardown as one without a fault,
-    after a worker's process was killed and a new one started in its place."""
+    """A normal end (max_env_steps, exit code 0), by the same teardown as one without a
+    fault, after a worker's process was killed and a new one started in its place."""
     proc, session = train(
         tmp_path,
         "--set",
         "runtime.backend=process",
-        "--set",  # (the kill's clock starts once every process is up: seconds on a loaded
-        "stop.max_seconds=12",  # 2-core box; 8 s missed the kill once beside a Pong run)
+        "--set",  # steps, not seconds: the kill's clock starts once every process is up,
+        "stop.max_env_steps=30000",  # and a loaded box's start-up outlasted 8 s and 12 s
+        "--set",
+        "stop.mean_return=null",
         "--set",
         "faults.events=[{action: kill, target: worker, index: 0, at: 1}]",
     )

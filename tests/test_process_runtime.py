@@ -667,6 +667,27 @@ class Closing:
         Path(self.folder, f"closed-{os.getpid()}").touch()
 
 
+def test_threads_joining_one_child_at_once_all_read_its_exit_code() -> None:
+    """CI, session 86: the reader thread's join beside the trainer's read a child that
+    exited 0 as 255 (multiprocessing's forkserver Popen reads the code from its sentinel once;
+    a second waiting thread read the pipe's end)."""
+    import time
+
+    from rltrain.runtime.process.forkstart import Process, context
+
+    context()
+    for _ in range(3):
+        p = Process(target=time.sleep, args=(0.3,))
+        p.start()
+        joins = [threading.Thread(target=p.join, args=(10.0,)) for _ in range(8)]
+        joins.append(threading.Thread(target=p.join))  # (one without a timeout)
+        for t in joins:
+            t.start()
+        for t in joins:
+            t.join(20.0)
+        assert p.exitcode == 0
+
+
 def test_a_session_end_lets_idle_processes_close_and_kills_busy_ones_at_once(
     tmp_path: Path,
 ) -> None:

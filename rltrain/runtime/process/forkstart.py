@@ -17,7 +17,8 @@ import signal
 import threading
 import weakref
 from collections.abc import Iterator
-from multiprocessing import forkserver, util
+from multiprocessing import connection, forkserver, popen_forkserver, util
+from multiprocessing import context as mp_context
 from typing import Any
 
 from rltrain import signals
@@ -46,6 +47,32 @@ def context() -> Any:
         _context = ctx
         signals.on_quit(remove_socket)  # a second Ctrl-C skips the finalizers that would
     return _context
+
+
+class _Popen(popen_forkserver.Popen):
+    """multiprocessing's forkserver Popen, with an exit code that two threads may ask for.
+    Its ``poll`` reads the code from the sentinel once; a second thread already waiting on
+    the sentinel (a reader thread's join beside the trainer's) then reads the pipe's end and
+    records 255 for a child that exited 0 (``poll``'s "the forkserver got killed" branch)."""
+
+    def __init__(self, process_obj: Any) -> None:
+        self._reading = threading.Lock()
+        super().__init__(process_obj)
+
+    def poll(self, flag: int = os.WNOHANG) -> int | None:
+        if self.returncode is None and flag != os.WNOHANG:  # (a join without a timeout)
+            connection.wait([self.sentinel])  # (unlocked: it must not hold up the others)
+        with self._reading:
+            return super().poll(os.WNOHANG)
+
+
+class Process(mp_context.ForkServerProcess):
+    """A process of the forkserver (:func:`context` starts it first): one whose exit code
+    every thread reads alike (:class:`_Popen`)."""
+
+    @staticmethod
+    def _Popen(process_obj: Any) -> _Popen:  # noqa: N802 - multiprocessing's name
+        return _Popen(process_obj)
 
 
 _semaphores: weakref.WeakSet[Any] = weakref.WeakSet()  # those made here and not yet freed

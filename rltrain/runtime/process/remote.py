@@ -27,7 +27,7 @@ from rltrain.runtime.local import Remote as ThreadRemote
 from rltrain.runtime.process import child
 from rltrain.runtime.process.faults import inject
 from rltrain.runtime.process.forkserver import context, no_main, serve, service_names
-from rltrain.runtime.process.forkstart import Semaphore, socket_path
+from rltrain.runtime.process.forkstart import Process, Semaphore, socket_path
 from rltrain.runtime.process.hosted import HostedServer, ServerGuard, start_server
 from rltrain.runtime.process.shm import shm_note
 from rltrain.runtime.process.stages import stage_lead, stage_link, stages_of
@@ -121,7 +121,7 @@ class Remote:
         svc, svc_child = ctx.Pipe()
         self.up: cf.Future = cf.Future()
         path, extended = list(sys.path), extensions.packed()  # as the trainer has them now
-        self.process = ctx.Process(
+        self.process = Process(
             target=child.main,
             args=(
                 self.target,

@@ -237,10 +237,10 @@ class AsymmetricBox(gymnasium.Env):
     OPTIMUM = np.array([0.3, 7.0], np.float32)
     WIDTH = np.array([1.0, 15.0], np.float32)
 
-    def __init__(self) -> None:
+    def __init__(self, high: float = 10.0) -> None:  # (high: another Box, for a resume)
         self.observation_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
         self.action_space = spaces.Box(
-            np.array([0.0, -5.0], np.float32), np.array([1.0, 10.0], np.float32)
+            np.array([0.0, -5.0], np.float32), np.array([1.0, high], np.float32)
         )
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple:

@@ -271,6 +271,37 @@ def test_a_run_before_action_map_still_clips_and_a_new_one_says_its_map(tmp_path
     assert resumed.env.action_map == "tanh"  # (a resume may be told otherwise)
 
 
+def test_a_resume_onto_other_bounds_is_refused_and_writes_nothing(tmp_path: Path) -> None:
+    """explore105: env.kwargs that changed the Box's bounds resumed an affine policy whose
+    every action then landed elsewhere, unsaid. Refused in one line; the run is untouched."""
+    import rltrain
+    from rltrain.errors import RLTrainError
+
+    run = rltrain.train(
+        "configs/pendulum_appo.yaml",
+        run_dir=tmp_path / "run",
+        env__id="rltrain_test/AsymmetricBox-v0",
+        env__imports=["custom_envs"],
+        env__num_envs=2,
+        actors=1,
+        stop__mean_return=None,
+        stop__max_env_steps=200,
+        eval__every_steps=0,
+        quiet=True,
+    )
+    before = sorted(p.name for p in (run.run_dir / "checkpoints").iterdir())
+    more = run.env_steps + 200
+    with pytest.raises(RLTrainError) as e:
+        rltrain.train(resume=run.run_dir, stop__max_env_steps=more, env__kwargs={"high": 20.0})
+    message = str(e.value)
+    assert "\n" not in message
+    assert "takes Box(2,) in [[0.0, -5.0], [1.0, 20.0]] actions" in message
+    assert "learned Box(2,) in [[0.0, -5.0], [1.0, 10.0]]" in message
+    assert sorted(p.name for p in (run.run_dir / "checkpoints").iterdir()) == before
+    resumed = rltrain.train(resume=run.run_dir, stop__max_env_steps=more, quiet=True)
+    assert resumed.env_steps >= more  # (the same bounds resume)
+
+
 @pytest.mark.slow
 def test_bounds_far_from_minus_one_to_one_are_learned(tmp_path: Path) -> None:
     """Box([0, -5], [1, 10]) with its best action at [0.3, 7]: with the default map (affine)

@@ -393,7 +393,7 @@ class Trainer:
         return status_line(c, self.cfg.episode_window, fps, secs, self.wall_base, self.log.top)
 
     def _checkpoint(self) -> tuple[Path, dict[str, Any]]:
-        c, faults = self.counters, self.faults  # (and the stop once it came: self.record)
-        saved = save_session(self.ctx, self.run_dir, self.cfg, c, faults, self.record)
+        c, acts = self.counters, self.spec.actions  # (and the stop once it came: self.record)
+        saved = save_session(self.ctx, self.run_dir, self.cfg, c, self.faults, self.record, acts)
         self.last_ckpt = time.time()
         return saved

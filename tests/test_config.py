@@ -489,6 +489,8 @@ def test_a_run_folder_without_a_newer_key_acts_as_the_rltrain_that_wrote_it(
         ("cartpole_gorila.yaml", ["algo.name=appo"], "not read by algo.name=appo"),
         ("cartpole_gorila.yaml", [], None),
         ("cartpole_appo.yaml", [], None),
+        ("pendulum_appo.yaml", ["algo.name=a2c"], "ppo.epochs=10, ppo.target_kl=0.02: not read"),
+        ("cartpole_a3c.yaml", ["ppo.overlap_push=true"], None),  # (every learner reads it)
     ],
 )
 def test_keys_of_a_section_the_algorithm_does_not_read_are_said(

@@ -66,6 +66,10 @@ ONE_READER = ("dqn", "replay")
 """Sections only their own algorithm reads (the built-ins' others are read across: appo's
 ``impala``, every learner's ``ppo.overlap_push``), besides every registered algorithm's own."""
 
+READ_ACROSS = {"ppo": ("overlap_push",)}
+"""Sections of which every algorithm reads the keys named, and only its own algorithms the
+rest (explore105: pendulum_appo.yaml's ppo.epochs under algo.name=a2c ran unsaid)."""
+
 
 def unread_notes(cfg: TrainConfig) -> list[str]:
     """A start note for keys set in a section that ``algo.name`` does not read: ``dqn.n_step=3``
@@ -73,14 +77,14 @@ def unread_notes(cfg: TrainConfig) -> list[str]:
     another algorithm by --set keeps its sections."""
     reads, extra = set(cfg.algo_spec.sections), section_types(built_in=False)
     unread = []
-    for name in (*ONE_READER, *extra):
+    for name in (*ONE_READER, *READ_ACROSS, *extra):
         if name in reads:
             continue
         section = cfg.section(name)
         default = type(section)()
         for f in dataclasses.fields(section):
             value = getattr(section, f.name)
-            if value != getattr(default, f.name):
+            if value != getattr(default, f.name) and f.name not in READ_ACROSS.get(name, ()):
                 unread.append(f"{name}.{f.name}={value}")
     if not unread:
         return []

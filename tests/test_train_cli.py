@@ -340,14 +340,19 @@ def test_the_final_line_of_a_failed_run_counts_the_fault_that_stopped_it(tmp_pat
     """A run an env's error stopped said "faults: none": the counters are the faults it
     survived (restarts), not the one it did not."""
     from rltrain.rl.run.summary import final_line
+    from rltrain.rundir import write_summary
 
     fake = {"stopped_by": "fault", "wall_seconds": 2.0, "env_steps": 0, "episodes": 0}
     fake |= {"mean_return": None, "updates": 0, "faults": {}}
+    write_summary(tmp_path, fake)
     assert "; faults: the one that stopped it; summary.json" in final_line(fake, tmp_path)
     fake["faults"] = {"actor_restarts": 2}
+    write_summary(tmp_path, fake)
     line = final_line(fake, tmp_path)
     assert "; faults: the one that stopped it, after actor_restarts 2; summary" in line
     fake["stopped_by"] = "max_env_steps"
+    assert "; faults: actor_restarts 2; tensorboard" in final_line(fake, tmp_path)  # (unwritten:
+    write_summary(tmp_path, fake)  # review 86b, an older session's summary.json is not it)
     assert "; faults: actor_restarts 2; summary.json" in final_line(fake, tmp_path)
 
 

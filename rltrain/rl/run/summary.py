@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ from rltrain.faults import FaultCounters
 from rltrain.rl.config import TrainConfig, server_settings
 from rltrain.rl.env_spec import EnvSpec
 from rltrain.rl.run.counters import Counters
+from rltrain.rundir import summary_text
 
 
 @dataclass
@@ -158,11 +160,21 @@ def final_line(summary: dict[str, Any], run: Path) -> str:
         f"stopped by {summary['stopped_by']} after {summary['wall_seconds']:.0f}s: "
         f"{summary['env_steps']:,} steps, {episodes:,} episode{'s' if episodes != 1 else ''}"
         f"{late_note}, "
-        f"mean return{over} {shown}; faults: {faults}{refused}; summary.json, "
+        f"mean return{over} {shown}; faults: {faults}{refused}; "
+        f"{'summary.json, ' if summary_written(run, summary) else ''}"
         f"{'failure.log (its traceback), ' if (run / FAILURE_LOG).is_file() else ''}"
         f"{'checkpoints/, ' if latest_checkpoint(run) else ''}"
         f"tensorboard --logdir {quote(str(run / 'tb'))}"
     )
+
+
+def summary_written(run: Path, summary: dict[str, Any]) -> bool:
+    """Whether the run's summary.json is ``summary`` (review 86b: one that could not be
+    written, in a folder gone read-only, was listed; an older session's stayed there)."""
+    try:
+        return json.loads((run / "summary.json").read_text()) == json.loads(summary_text(summary))
+    except (OSError, ValueError):
+        return False
 
 
 SCORE_EPISODES = 100

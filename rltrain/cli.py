@@ -127,10 +127,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     )
     if res.note:
         print(f"note: {res.note}")
-    if res.video:
+    if res.video and res.filmed:
+        ret, steps = res.filmed
         print(
-            f"video: {res.video} ({res.view} view of episode 1: raw score "
-            f"{score(res.returns[0])} in {res.lengths[0]} step{'s' if res.lengths[0] != 1 else ''})"
+            f"video: {res.video} ({res.view} view of the first game, seed {res.seed}: raw score "
+            f"{score(ret)} in {steps} step{'s' if steps != 1 else ''})"
         )
     return 0
 

@@ -67,7 +67,7 @@ class EvalResult:
     checkpoint: Path
     version: int
     returns: tuple[float, ...]
-    """Raw scores, one per episode; with a video, ``returns[0]`` is the filmed episode's."""
+    """Raw scores, one per episode, as each env ended its share (env i: seed + i)."""
     lengths: tuple[int, ...]
     """Their lengths in agent steps."""
     seed: int
@@ -80,6 +80,9 @@ class EvalResult:
     """What the video shows (``game`` unless the env cannot draw its screen)."""
     note: str = ""
     """Why the view is not the one asked for, if it is not."""
+    filmed: tuple[float, int] | None = None
+    """The filmed game's raw score and length: env 0's first game (seed ``seed``), played
+    again apart with its own draws, so one of ``returns`` (the twin's, on Atari)."""
 
     @property
     def mean(self) -> float:
@@ -202,10 +205,10 @@ def evaluate(
     style: Style = "cli",
     progress: bool = True,
 ) -> EvalResult:
-    """Play ``episodes`` episodes in up to 8 parallel envs (env i seeded ``seed + i``); with
-    ``video``, the first one alone in a recording env, filmed into ``run_dir``: the game env 0
-    plays without a video (seeded ``seed``; the others ``seed + 1`` on), its actions sampled
-    apart (a deterministic policy plays it move for move as without the video).
+    """Play ``episodes`` episodes in up to 8 parallel envs (env i seeded ``seed + i``, its
+    actions drawn from a generator of that seed); with ``video``, env 0's first game is played
+    again first, alone in a recording env, and filmed into ``run_dir``: the same game, move
+    for move, so the score is the one without a video (explore107: it changed).
     ``deterministic``: the policy's most likely action (its mean for a Box), not a sample.
     ``episodes``, ``seed`` and ``deterministic`` default to the run's ``eval.*``: without a
     video, ``checkpoint="best"`` then replays the evaluation that chose it.
@@ -231,22 +234,18 @@ def evaluate(
     deterministic = cfg.eval.deterministic if deterministic is None else deterministic
     path, version, values, norm = checkpoint_params(run_dir, checkpoint, style, cfg)
     check_registered(cfg, run_dir, style)
-    n_vec = episodes - 1 if video else episodes
-    envs = min(n_vec, 8)
-    vec_seed = (seed + 1) % 2**32 if video else seed  # the video plays env 0's game, seed
+    envs = min(episodes, 8)
     returns: list[float] = []
     lengths: list[int] = []
     video_path, ret = None, None  # (ret: the filmed episode's score, None if it was cut)
     paced = Paced("[eval]")
 
     cap = f" of at most {max_steps:,}" if max_steps != DEFAULT_MAX_STEPS else ""  # (a user's)
-    others = "the other games' step" if video else "step"
 
-    def watch(ended: int, steps: int, part: str = "step") -> None:  # ended: of this part
-        n = len(returns) + ended  # (the filmed game comes first, with steps of its own)
+    def watch(ended: int, steps: int, part: str = "step") -> None:  # (filmed first: 0)
         paced.update(
-            n / episodes,
-            lambda s: f"{n} of {episodes} episodes ended, {part} {steps:,}{cap}, {s:.0f}s",
+            ended / episodes,
+            lambda s: f"{ended} of {episodes} episodes ended, {part} {steps:,}{cap}, {s:.0f}s",
         )
 
     with ExitStack() as stack:
@@ -266,17 +265,11 @@ def evaluate(
                 note, view = f"{said}; filmed the agent's view instead", "agent"
                 rec = make_recording_env(cfg.env, seed, render=False)
             stack.callback(rec.close)
-        vec = None
-        if n_vec:
-            vec = stack.enter_context(
-                make_env(cfg.env, seed=vec_seed, num_envs=envs, evaluation=True)
-            )
-        spec = vec if vec is not None else rec
-        assert spec is not None
-        policy = load_policy(cfg, run_dir, (path, values, norm), spec.obs_shape, spec.action_space)
-        if rec is not None:
+        vec = stack.enter_context(make_env(cfg.env, seed=seed, num_envs=envs, evaluation=True))
+        policy = load_policy(cfg, run_dir, (path, values, norm), vec.obs_shape, vec.action_space)
+        if rec is not None:  # env 0's first game, filmed apart: the score is not touched
             out = draft_of(run_dir / f"eval-v{version}{'' if view == 'game' else '-agent'}")
-            gen = torch.Generator().manual_seed(seed)
+            gen = draws(seed, 1)[0]  # (env 0's: the same actions, sampled or not)
             try:
                 video_path, ret, length, cut = record_episode(
                     rec,
@@ -291,22 +284,17 @@ def evaluate(
                 raise _worded(e, style) from None
             stack.callback(video_path.unlink, missing_ok=True)  # the draft of a failed eval
             note = "; ".join(x for x in (note, cut) if x)
-            if ret is not None:
-                returns.append(ret)
-                lengths.append(length)
-        if vec is not None:
-            more, more_lengths = play_episodes(
-                vec,
-                policy,
-                n_vec,
-                vec_seed,
-                max_steps,
-                deterministic,
-                on_step=(lambda n, t: watch(n, t, others)) if progress else None,
-            )
-            returns.extend(more)
-            lengths.extend(more_lengths)
-        if len(returns) < episodes:  # a mean over the episodes that happened to end misleads
+        returns, lengths = play_episodes(
+            vec,
+            policy,
+            episodes,
+            seed,
+            max_steps,
+            deterministic,
+            on_step=(lambda n, t: watch(n, t)) if progress else None,
+        )
+        if len(returns) < episodes or (video_path is not None and ret is None):
+            # (a mean over the episodes that happened to end misleads)
             why = unended(cfg, len(returns), episodes, max_steps, style)
             if video_path is not None and ret is None:  # the filmed one: what it did instead
                 why += f"; the filmed episode, cut there: {publish(video_path, '-cut')}"
@@ -314,8 +302,10 @@ def evaluate(
         video_path = publish(video_path) if video_path is not None else None
     video_as = view if video else None
     played = policy.plays_greedy(deterministic)
+    filmed = (ret, length) if video_path is not None and ret is not None else None
+    scores, steps = tuple(returns), tuple(lengths)
     return EvalResult(
-        path, version, tuple(returns), tuple(lengths), seed, played, video_path, video_as, note
+        path, version, scores, steps, seed, played, video_path, video_as, note, filmed
     )
 
 
@@ -352,21 +342,22 @@ def play_episodes(
     on_step: Callable[[int, int], None] | None = None,
 ) -> tuple[list[float], list[int]]:
     """Raw scores and lengths of ``episodes`` episodes played in ``env``, each env playing
-    its share (env i: ``episodes // n``, one more for the first ``episodes % n``), as SB3's
+    its share (env i: ``episodes // n``, one more for the first ``episodes % n``; its actions
+    drawn from a generator of its own, seeded ``seed + i``, as its env is), as SB3's
     ``evaluate_policy``: taking the first episodes to end, whichever env they come from,
     would favour short episodes. Fewer when ``max_steps`` vector steps run out first, or
     ``stop()`` turns true (checked each step: another thread ends the play).
     ``on_step(episodes ended, steps)`` after each step."""
     n = env.num_envs
     quota = [episodes // n + (i < episodes % n) for i in range(n)]
-    gen = torch.Generator().manual_seed(seed)
+    gens = draws(seed, n)
     obs = env.reset(seed=seed)
     returns: list[float] = []
     lengths: list[int] = []
     for t in range(max_steps):
         if stop is not None and stop():
             break
-        step = env.step(policy.act(obs, gen, deterministic))
+        step = env.step(policy.act(obs, gens, deterministic))
         obs = step.obs
         for ret, length, i in zip(
             step.episode_returns, step.episode_lengths, step.episode_envs, strict=True
@@ -380,3 +371,8 @@ def play_episodes(
         if on_step is not None:
             on_step(len(returns), t + 1)
     return returns, lengths
+
+
+def draws(seed: int, n: int) -> list[torch.Generator]:
+    """The generators of ``n`` envs seeded ``seed + i``: env i's action draws."""
+    return [torch.Generator().manual_seed((seed + i) % 2**63) for i in range(n)]

@@ -15,7 +15,7 @@ import numpy as np
 
 from rltrain.charts import pyplot
 from rltrain.curves import Curve, NoEpisodesYet, PlotError, read_curve, scoring_changes
-from rltrain.plot_groups import Group, draw_group_means, groups_of, mean_sd, of_runs
+from rltrain.plot_groups import Group, draw_group_means, groups_of, mean_sd, of_runs, say_unlike
 from rltrain.plot_style import (
     FIG_WIDTH,
     PANELS_HEIGHT,
@@ -382,6 +382,8 @@ def plot_runs(
                     f"{'; '.join(changed)}: scores before and after do not compare",
                     file=sys.stderr,
                 )
+        if not group:  # (their mean +- sd: the seeds of one setting)
+            say_unlike(shown, "--evals' mean +- sd")
         tables.append(evals_table(shown, groups_of(shown, group) if group else []))
     if csv is not None:  # every run read: one evaluated before its first episode ended
         from rltrain.plot_csv import write_curves_csv  # has its eval rows (explore101)

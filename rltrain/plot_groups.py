@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from rltrain.curves import Curve, PlotError, run_config
+from rltrain.curves import SCORED_BY, Curve, PlotError, run_config
 from rltrain.plot_style import line_style
+from rltrain.rundir import EVALS_FILE
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,53 @@ def groups_of(curves: Sequence[Curve], keys: Sequence[str]) -> list[Group]:
         values = [f"{key}={group_value(c.folder, cfg, key)}" for key in keys]
         found.setdefault(", ".join(values), []).append(i)
     return [Group(label, tuple(members)) for label, members in found.items()]
+
+
+POOLED_ALIKE = ("env.id", "algo.name")
+"""Keys whose runs a pooled mean must share (with their evaluations' scoring, for --evals)."""
+
+
+def say_unlike(curves: Sequence[Curve], what: str) -> None:
+    """A line on stderr where runs that ``what`` pools as seeds of one setting differ in
+    :data:`POOLED_ALIKE` or in how their last evaluation was scored (explore107: PPO's and
+    DQN's CartPole, sticky 0 and 0.25 Pong, pooled without a word); ``--group`` takes them
+    apart."""
+    signs = [sign(c.folder) for c in curves if c.folder is not None]
+    keys = [
+        k
+        for k in dict.fromkeys(k for s in signs for k in s)
+        if len({str(s.get(k)) for s in signs}) > 1
+    ]
+    if len(signs) < 2 or not keys:
+        return
+    said = "; ".join(f"{k} {', '.join(dict.fromkeys(str(s.get(k)) for s in signs))}" for k in keys)
+    print(
+        f"rltrain: plot: {what}: these runs differ ({said}); --group {keys[0]} takes them apart",
+        file=sys.stderr,
+    )
+
+
+def sign(run: Path) -> dict[str, Any]:
+    """What a run is for :func:`say_unlike`: its config.yaml's :data:`POOLED_ALIKE`, and its
+    last evaluation's scoring (evals.jsonl: :data:`SCORED_BY`, the env's protocol)."""
+    try:
+        cfg = run_config(run)
+    except PlotError:
+        return {}
+    out: dict[str, Any] = {}
+    for key in POOLED_ALIKE:
+        section = cfg.get(key.split(".")[0])
+        out[key] = section.get(key.split(".")[1]) if isinstance(section, dict) else None
+    try:
+        last = json.loads((run / EVALS_FILE).read_text().splitlines()[-1])
+    except (OSError, ValueError, IndexError):
+        return out
+    if isinstance(last, dict):
+        out |= {("dqn.eval_" if k == "epsilon" else "eval.") + k: last.get(k) for k in SCORED_BY}
+        protocol = last.get("protocol")
+        if isinstance(protocol, dict):
+            out |= {f"env.{k}": v for k, v in protocol.items()}
+    return out
 
 
 def of_runs(n: int, what: str) -> str:

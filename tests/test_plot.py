@@ -609,6 +609,33 @@ def test_evals_scored_otherwise_after_a_resume_are_said(
     )
 
 
+def test_evals_pooled_across_unlike_runs_are_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """explore107: --evals' mean +- sd pooled PPO's and DQN's CartPole, and Pong's sticky 0
+    and 0.25, as seeds of one setting, without a word."""
+    import json
+
+    runs = []
+    for name, algo, greedy in (("a", "a3c", False), ("b", "a2c", True), ("c", "a3c", False)):
+        over = (f"algo.name={algo}",)
+        run = make_run(tmp_path / name, "cartpole_a3c.yaml", [(5_000, 10.0, 1)], overrides=over)
+        writer = SummaryWriter(str(run / "tb"))
+        writer.add_scalar(EVAL_TAG, 20.0, 10_000)
+        writer.close()
+        record = {"env_steps": 10_000, "episodes": 10, "deterministic": greedy, "seed": 1}
+        (run / "evals.jsonl").write_text(json.dumps(record) + "\n")
+        runs.append(str(run))
+    assert main(["plot", *runs, "--evals", "--out", str(tmp_path / "x.png")]) == 0
+    assert capsys.readouterr().err.strip() == (
+        "rltrain: plot: --evals' mean +- sd: these runs differ (algo.name a3c, a2c; "
+        "eval.deterministic False, True); --group algo.name takes them apart"
+    )
+    for argv in ([runs[0], runs[2]], [*runs, "--group", "algo.name"]):
+        assert main(["plot", *argv, "--evals", "--out", str(tmp_path / "x.png")]) == 0
+        assert "these runs differ" not in capsys.readouterr().err
+
+
 def test_runs_grouped_by_a_config_key_get_each_groups_mean(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -119,7 +119,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.deterministic is False and res.deterministic:  # (said, not silently ignored)
         how += ": dqn.eval_epsilon is 0, --no-deterministic changes nothing"
     print(
-        f"{cfg.env.id}, checkpoint {res.checkpoint.name} (version {res.version}, {how}, "
+        f"{cfg.env.id}, checkpoint {own_name(res.checkpoint, run_dir)} (version {res.version}, "
+        f"{how}, "
         f"seed {res.seed}): "
         f"{len(res.returns)} episode{'s' if len(res.returns) != 1 else ''}, "
         f"raw score mean {score(res.mean)} +- {score(res.std)} "
@@ -134,6 +135,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
             f"{score(ret)} in {steps} step{'s' if steps != 1 else ''})"
         )
     return 0
+
+
+def own_name(checkpoint: Path, run_dir: Path) -> str:
+    """A checkpoint of the run by its name; another run's by its path (explore107: another
+    run's best.pt read as this run's own)."""
+    inside = checkpoint.resolve().parent == (run_dir / "checkpoints").resolve()
+    return checkpoint.name if inside else str(checkpoint)
 
 
 def cmd_plot(args: argparse.Namespace) -> int:

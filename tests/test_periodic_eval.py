@@ -122,6 +122,22 @@ def test_eval_checkpoint_choice_errors_are_one_line(tmp_path: Path, run: Path) -
     assert main(["eval", str(run), "--checkpoint", str(tmp_path / "missing.pt")]) != 0
 
 
+def test_a_finished_run_whose_checkpoints_are_gone_says_so(tmp_path: Path, run: Path) -> None:
+    """explore107: a run with its checkpoints deleted had "none to evaluate yet", and a best.pt
+    "written by runs with eval.every_steps > 0", where the run had both."""
+    import shutil
+
+    gone = tmp_path / "gone"
+    shutil.copytree(run, gone)
+    assert (gone / "summary.json").is_file() and (gone / "evals.jsonl").is_file()
+    for f in (gone / "checkpoints").iterdir():
+        f.unlink()
+    with pytest.raises(CheckpointError, match=r"says it trained [\d,]+ steps: they were deleted"):
+        checkpoint_params(gone)
+    with pytest.raises(CheckpointError, match=r"holds \d+ evaluation\(s\): it was deleted or"):
+        checkpoint_params(gone, "best")
+
+
 def test_another_runs_checkpoint_trained_otherwise_is_refused(
     tmp_path: Path, run: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -149,7 +165,9 @@ def test_another_runs_checkpoint_trained_otherwise_is_refused(
             rltrain.load_policy(other, ckpt)
     same = tmp_path / "same"
     shutil.copytree(run, same)
+    capsys.readouterr()
     assert main(["eval", str(same), "--checkpoint", ckpt, "--episodes", "1"]) == 0
+    assert f", checkpoint {ckpt} (version" in capsys.readouterr().out  # (not its name alone)
     # a checkpoint without its config (an older rltrain's): its statistics still tell
     cfg = load_config(TrainConfig, run / "config.yaml", ["normalize.obs=never"])
     path, _, values, norm = checkpoint_params(run, ckpt)

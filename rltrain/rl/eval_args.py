@@ -4,6 +4,7 @@ errors that name them as the command line does (``--max-steps N``) or the API (`
 
 from __future__ import annotations
 
+import json
 import numbers
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from rltrain.config_keys import moved_keys
 from rltrain.envs.atari import is_atari
 from rltrain.errors import RLTrainError, shown
 from rltrain.rl.config import TrainConfig
+from rltrain.rundir import EVALS_FILE
 
 Style = Literal["cli", "api"]
 """How errors name the arguments: the command line's flags (``--checkpoint latest``) or the
@@ -121,3 +123,22 @@ def _at(data: dict[str, Any], dotted_key: str) -> Any:
             return _NONE
         data = data[part]
     return [*data] if isinstance(data, tuple) else data
+
+
+def trained_steps(run_dir: Path) -> int:
+    """The env steps the run's summary.json says it trained (0: none, or no summary): a run
+    that trained wrote a checkpoint as it stopped (explore107: deleted ones were "not yet")."""
+    try:
+        steps = json.loads((run_dir / "summary.json").read_text()).get("env_steps")
+    except (OSError, ValueError, AttributeError):
+        return 0
+    return steps if isinstance(steps, int) and not isinstance(steps, bool) else 0
+
+
+def evals_held(run_dir: Path) -> int:
+    """The records of the run's evals.jsonl (each evaluation's checkpoint was kept as best.pt
+    where it scored best so far, so the first one at least)."""
+    try:
+        return sum(1 for line in (run_dir / EVALS_FILE).read_text().splitlines() if line.strip())
+    except (OSError, UnicodeDecodeError):
+        return 0

@@ -54,7 +54,9 @@ from rltrain.rl.eval_args import (
     EvalError,
     Style,
     check_played_as,
+    evals_held,
     named,
+    trained_steps,
     unended,
 )
 from rltrain.rl.filming import VideoView, draft_of, publish, record_episode
@@ -125,18 +127,27 @@ def pick_checkpoint(run_dir: Path, which: str, style: Style = "cli") -> Path:
     if which == "latest":
         path = latest_checkpoint(run_dir)
         if path is None:
+            steps = trained_steps(run_dir)
             raise CheckpointError(
-                f"{run_dir} has no checkpoints/ckpt-*.pt to evaluate yet: a run writes one "
+                f"{run_dir} has no {CKPT_DIR}/ckpt-*.pt, though its summary.json says it "
+                f"trained {steps:,} steps: they were deleted or moved"
+                if steps
+                else f"{run_dir} has no {CKPT_DIR}/ckpt-*.pt to evaluate yet: a run writes one "
                 "every checkpoint.every_seconds and one as it stops"
             )
         return path
     if which == "best":
         path = best_checkpoint(run_dir)
         if not path.is_file():
+            evals = evals_held(run_dir)
+            why = (
+                f"though its evals.jsonl holds {evals} evaluation(s): it was deleted or moved"
+                if evals
+                else "it is written by runs with eval.every_steps > 0"
+            )
             raise CheckpointError(
-                f"{run_dir} has no {CKPT_DIR}/{path.name}: it is written by runs with "
-                f"eval.every_steps > 0; use {named('checkpoint', 'latest', style)} or a "
-                "checkpoint's path"
+                f"{run_dir} has no {CKPT_DIR}/{path.name}, {why}; use "
+                f"{named('checkpoint', 'latest', style)} or a checkpoint's path"
             )
         return path
     path = Path(which).expanduser()

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from rltrain.charts import pyplot
-from rltrain.curves import Curve, NoEpisodesYet, PlotError, read_curve, scoring_changes
+from rltrain.curves import Curve, NoEpisodesYet, PlotError, read_curve, scoring_notes
 from rltrain.plot_groups import Group, draw_group_means, groups_of, mean_sd, of_runs, say_unlike
 from rltrain.plot_style import (
     FIG_WIDTH,
@@ -375,13 +375,8 @@ def plot_runs(
                 file=sys.stderr,
             )
         for c in shown:  # (a resume that changed eval.* or the protocol: scores on two scales)
-            changed = scoring_changes(c.folder) if c.folder is not None else []
-            if changed:
-                print(
-                    f"rltrain: plot: --evals: {c.label}'s evaluations were scored otherwise "
-                    f"{'; '.join(changed)}: scores before and after do not compare",
-                    file=sys.stderr,
-                )
+            for note in scoring_notes(c.folder, c.label) if c.folder is not None else []:
+                print(f"rltrain: plot: --evals: {note}", file=sys.stderr)
         if not group:  # (their mean +- sd: the seeds of one setting)
             say_unlike(shown, "--evals' mean +- sd")
         tables.append(evals_table(shown, groups_of(shown, group) if group else []))

@@ -13,9 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from rltrain.curves import SCORED_BY, Curve, PlotError, run_config
+from rltrain.curves import SCORED_BY, Curve, PlotError, eval_records, run_config
 from rltrain.plot_style import line_style
-from rltrain.rundir import EVALS_FILE
 
 
 @dataclass(frozen=True)
@@ -146,11 +145,9 @@ def sign(run: Path) -> dict[str, Any]:
     for key in POOLED_ALIKE:
         section = cfg.get(key.split(".")[0])
         out[key] = section.get(key.split(".")[1]) if isinstance(section, dict) else None
-    try:
-        last = json.loads((run / EVALS_FILE).read_text().splitlines()[-1])
-    except (OSError, ValueError, IndexError):
-        return out
-    if isinstance(last, dict):
+    records = eval_records(run)[0]
+    if records:
+        last = records[-1]
         out |= {("dqn.eval_" if k == "epsilon" else "eval.") + k: last.get(k) for k in SCORED_BY}
         protocol = last.get("protocol")
         if isinstance(protocol, dict):

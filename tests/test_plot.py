@@ -607,6 +607,15 @@ def test_evals_scored_otherwise_after_a_resume_are_said(
         "rltrain: plot: --evals: imp's evaluations were scored otherwise at 1,500,000 steps: "
         "episodes 4 -> 6: scores before and after do not compare"
     )
+    # a damaged line (cut short) is said, and the others still checked (explore107)
+    text = (run / "evals.jsonl").read_text()
+    (run / "evals.jsonl").write_text(text[:30] + "\n" + text)
+    assert main(["plot", str(run), "--evals", "--out", str(tmp_path / "x.png")]) == 0
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "rltrain: plot: --evals: imp: evals.jsonl's line 1 unreadable, left out of these checks",
+        "rltrain: plot: --evals: imp's evaluations were scored otherwise at 1,500,000 steps: "
+        "episodes 4 -> 6: scores before and after do not compare",
+    ]
 
 
 def test_evals_pooled_across_unlike_runs_are_said(

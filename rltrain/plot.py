@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from rltrain.charts import pyplot
-from rltrain.curves import Curve, NoEpisodesYet, PlotError, read_curve, scoring_notes
+from rltrain.curves import Curve, NoEpisodesYet, PlotError, read_curve
+from rltrain.plot_evals import scoring_notes
 from rltrain.plot_groups import Group, draw_group_means, groups_of, mean_sd, of_runs, say_unlike
 from rltrain.plot_style import (
     FIG_WIDTH,

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from rltrain.curves import SCORED_BY, Curve, PlotError, eval_records, run_config
+from rltrain.curves import Curve, PlotError, run_config
+from rltrain.plot_evals import SCORED_BY, eval_records
 from rltrain.plot_style import line_style
 
 

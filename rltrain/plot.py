@@ -357,6 +357,12 @@ def plot_runs(
         print(f"rltrain: plot: left out {why}", file=sys.stderr)
     if window is not None:
         read = [replace(c, window=window) for c in read]
+    for c in (c for c in read if window and 0 < len(c.returns) < window):  # (explore107)
+        print(
+            f"rltrain: plot: --smooth {window}: {c.label} has {len(c.returns):,} episodes: drawn"
+            " as the mean of all so far, not judged by --marks",
+            file=sys.stderr,
+        )
     evaluated = unique_labels(read)  # (over every run read: the plot, tables and CSV agree)
     curves = [c for c, has in zip(evaluated, ended, strict=True) if has]
     if not curves and (marks or out is not None):  # only evaluations: nothing to draw

@@ -194,9 +194,18 @@ class GifWriter(VideoWriter):
             format="GIF",
             save_all=True,
             append_images=rest,
-            duration=10 * math.ceil(100 * self._every / self.fps),  # delays in 1/100 s
+            duration=gif_delays(len(self._frames), self._every / self.fps),
             loop=0,
         )
 
     def _abort(self) -> None:
         self._frames.clear()
+
+
+def gif_delays(n: int, seconds: float) -> list[int]:
+    """Milliseconds each of ``n`` frames of ``seconds`` each shows for: a GIF's delays are whole
+    hundredths of a second, so each frame ends at its hundredth nearest the true time (30 frames/s:
+    30, 30, 40, ...) and the whole plays at the game's speed (explore107: each rounded up played
+    Pendulum 20% slow)."""
+    ends = [round(100 * seconds * (i + 1)) for i in range(n)]
+    return [10 * max(1, b - a) for a, b in zip([0, *ends], ends, strict=False)]

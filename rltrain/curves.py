@@ -91,10 +91,13 @@ def run_config(run_dir: Path) -> dict[str, Any]:
     try:
         cfg = yaml.safe_load(path.read_text())
     except FileNotFoundError:
-        raise PlotError(
-            f"{run_dir}: not a run directory (no config.yaml in it); give a folder written by "
-            "`rltrain train`"
-        ) from None
+        from rltrain.launch import run_dir_arg
+
+        try:  # (its one line: what the folder is, or holds)
+            run_dir_arg(str(run_dir), "")
+        except RLTrainError as e:
+            raise PlotError(str(e)) from None
+        raise PlotError(f"{run_dir}: not a run directory (no config.yaml in it)") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise PlotError(f"{path}: cannot read it ({' '.join(str(e).split())})") from None
     return cfg if isinstance(cfg, dict) else {}

@@ -36,6 +36,10 @@ def run_dir_arg(text: str, flag: str, command: str = "rltrain train") -> Path:
                 "reads it back); put it back to use the run"
             )
         why = "no config.yaml in it"
+        runs = sorted(d.name for d in path.iterdir() if (d / "config.yaml").is_file())
+        if runs:  # (explore107: `rltrain eval runs`, the folder of runs)
+            more = f", ... ({len(runs)} runs)" if len(runs) > 3 else ""
+            why += f"; it holds runs: {', '.join(runs[:3])}{more}: give one"
     else:
         return path
     raise UserError(

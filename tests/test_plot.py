@@ -200,6 +200,10 @@ def test_moving_mean_is_the_mean_of_the_last_window() -> None:
         pytest.param("missing", ["missing: not a run directory (it does not exist)"], id="none"),
         pytest.param("afile", ["afile: not a run directory (it is a file)"], id="file"),
         pytest.param("notrun", ["notrun: not a run directory (no config.yaml in it)"], id="cfg"),
+        pytest.param(  # (explore107: the folder of runs)
+            "runs", ["runs: not a run directory (no config.yaml in it; it holds runs: a, b: give"],
+            id="runs",
+        ),
         pytest.param("fresh", ["fresh: no TensorBoard events in", "tb"], id="no-events"),
         pytest.param(  # (they said "no episode has ended" of a run of 114 episodes)
             "damaged",
@@ -219,6 +223,8 @@ def test_errors_are_one_line(
     (tmp_path / "afile").write_text("not a run\n")
     (tmp_path / "notrun").mkdir()
     (tmp_path / "fresh").mkdir()
+    for run in ("a", "b"):
+        make_run(tmp_path / "runs" / run, "cartpole_appo.yaml", [(64, 12, 1)])
     write_config(tmp_path / "fresh", load_config(TrainConfig, ROOT / "configs/cartpole_appo.yaml"))
     make_run(tmp_path / "early", "cartpole_appo.yaml", [(64, 100.0, 1)], tag="perf/env_fps")
     bench = tmp_path / "bench"  # as `rltrain bench` leaves it: a TensorBoard run per mode

@@ -203,8 +203,8 @@ def finish_trace(
     reports for all of them)."""
     t0 = t0 if t0 is not None else min(r.start_time for r in reports)
     t_end = max(r.end_time for r in reports)
-    # the parameters are w0's until t0: of the snapshots before it (Hogwild's workers start
-    # seconds after the first), the last one stands for them, at 0
+    # the parameters are w0's until t0: of the snapshots before it (Hogwild's taken while
+    # its workers are built), the last one stands for them, at 0
     start = [s for s in snapper.snaps if s.t <= t0][-1:]
     kept = start + [s for s in snapper.snaps if s.t > t0]
     snaps = tuple(dataclasses.replace(s, t=max(0.0, s.t - t0)) for s in kept)

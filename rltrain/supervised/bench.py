@@ -370,7 +370,8 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
             said = f"stopped before any {what[:-3]} finished: {run_dir}/summary.json says so"
             say(said, note=True)
         if rest := report.rest_command(cfg, results, run_dir):
-            say(f"  to run the rest, into a new run folder: {rest}", note=True)
+            folders = "new run folders" if "; " in rest else "a new run folder"
+            say(f"  to run the rest, into {folders}: {rest}", note=True)
         raise
     finally:
         if needs_ray:

@@ -322,18 +322,33 @@ def _missing(cfg: BenchConfig, results: Sequence[ModeResult]) -> dict[str, list[
 
 
 def rest_command(cfg: BenchConfig, results: Sequence[ModeResult], run_dir: Path) -> str | None:
-    """The command that runs what a stopped bench has no results for, into a new run folder
-    (explore100: the stop said how many finished, not how to run the rest): the modes with a
-    run missing, from the first seed one misses (the seeds run round by round)."""
-    missing = {m: left for m, left in _missing(cfg, results).items() if left}
-    if not missing:
-        return None
-    sets = [] if len(missing) == len(cfg.modes) else [f"modes=[{', '.join(missing)}]"]
-    first = min(s for left in missing.values() for s in left)
-    if first > cfg.seed:
-        sets += [f"seed={first}", f"seeds={cfg.seed + cfg.seeds - first}"]
+    """The commands that run what a stopped bench has no results for, each into a new run
+    folder (explore100: the stop said how many finished, not how to run the rest): the modes
+    that miss the same seeds, one command per stretch of seeds, so that no finished run runs
+    again (explore106: with seeds 2, the one command reran the first round's 7 of 8)."""
+    stretches: dict[tuple[int, int], list[str]] = {}
+    for mode, left in _missing(cfg, results).items():
+        for first, n in _stretches(left):
+            stretches.setdefault((first, n), []).append(mode)
     config = quote(str(run_dir / "config.yaml"))
-    return " ".join([f"rltrain bench {config}", *(f"--set {quote(s)}" for s in sets)])
+    commands = []
+    for (first, n), modes in sorted(stretches.items()):
+        sets = [] if len(modes) == len(cfg.modes) else [f"modes=[{', '.join(modes)}]"]
+        if (first, n) != (cfg.seed, cfg.seeds):
+            sets += [f"seed={first}", f"seeds={n}"]
+        commands.append(" ".join([f"rltrain bench {config}", *(f"--set {quote(x)}" for x in sets)]))
+    return "; ".join(commands) or None
+
+
+def _stretches(seeds: Sequence[int]) -> list[tuple[int, int]]:
+    """Consecutive seeds as (first, how many): [1, 2, 4] -> [(1, 2), (4, 1)]."""
+    out: list[tuple[int, int]] = []
+    for s in seeds:
+        if out and out[-1][0] + out[-1][1] == s:
+            out[-1] = (out[-1][0], out[-1][1] + 1)
+        else:
+            out.append((s, 1))
+    return out
 
 
 def not_run(cfg: BenchConfig, results: Sequence[ModeResult]) -> str:

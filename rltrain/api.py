@@ -35,6 +35,7 @@ import gymnasium
 
 from rltrain import signals
 from rltrain.api_args import arg_typo, checkpoint_arg, choice_arg, path_arg, whole_arg
+from rltrain.api_results import BenchResult, RunResult
 from rltrain.config import ConfigError, from_dict, merge, nested, plain_copy, read_config, to_dict
 from rltrain.faults import BenchFailed, TrainFailed
 from rltrain.progress import silenced
@@ -114,78 +115,6 @@ def _frozen(value: Any) -> Any:
     if isinstance(value, set | frozenset):  # (its repr's order is not its equality's)
         return frozenset(_frozen(v) for v in value)
     return value if isinstance(value, Hashable) else repr(value)  # (an array: as written)
-
-
-@dataclasses.dataclass(frozen=True)
-class RunResult:
-    """The figures of a finished ``train`` (its ``summary.json``; see the README)."""
-
-    run_dir: Path
-    stopped_by: str
-    wall_seconds: float
-    startup_seconds: float | None
-    env_steps: int
-    env_frames: int
-    episodes: int
-    mean_return: float | None  # what the stop judged: the last episodes when it stopped
-    final_mean_return: float | None  # with those the work in flight ended (the last line's)
-    best_mean_return: float | None
-    updates: int
-    mean_staleness: float
-    faults: dict[str, int]
-    summary: dict[str, Any]
-    """Everything summary.json holds (algo, env, protocol, failure, ...)."""
-
-    @classmethod
-    def from_run_dir(cls, run_dir: str | Path) -> RunResult:
-        run_dir = Path(run_dir)  # (a str crashed: 'str' / 'str')
-        return cls.from_summary(run_dir, json.loads((run_dir / "summary.json").read_text()))
-
-    @classmethod
-    def from_summary(cls, run_dir: Path, s: Any) -> RunResult:
-        """The figures of a summary (what summary.json holds, or would: a full disk)."""
-        names = {f.name for f in dataclasses.fields(cls)} - {"run_dir", "summary"}
-        return cls(run_dir=run_dir, summary=s, **{k: s.get(k) for k in names})
-
-
-@dataclasses.dataclass(frozen=True)
-class BenchResult:
-    """The figures of a finished ``bench`` (its ``summary.json``): one row per run."""
-
-    run_dir: Path
-    dataset: str
-    results: list[dict[str, Any]]
-    """Per run (a mode at a seed): final_accuracy, seconds_to, samples_per_s, ... (as
-    results.csv)."""
-    summary: dict[str, Any]
-
-    @classmethod
-    def from_run_dir(cls, run_dir: str | Path) -> BenchResult:
-        run_dir = Path(run_dir)
-        s = json.loads((run_dir / "summary.json").read_text())
-        return cls(run_dir, s["dataset"], s["results"], s)
-
-    def by_mode(self) -> dict[str, dict[str, Any]]:
-        """Each mode's row, for a bench of one run per mode (``seeds: 1``); with several,
-        :meth:`spread` gives each mode's figures over them, and ``results`` every run's."""
-        seeds = len(self.summary.get("seeds", [0]))
-        if seeds > 1:
-            raise ValueError(
-                f"by_mode(): this bench ran {seeds} seeds of each mode; spread() gives each "
-                "mode's mean and standard deviation, results every run's row (with its seed)"
-            )
-        return {r["mode"]: r for r in self.results}
-
-    def spread(self) -> dict[str, dict[str, Any]]:
-        """Each mode's figures over its seeds: {"final_accuracy": {"mean", "std", "n", "of"},
-        "seconds_to": {target: {...}}, "samples_per_s": {...}, ...} (std None for one run;
-        n of: the runs that reached a target, of all); the same shape whatever ``seeds``."""
-        if "by_mode" not in self.summary:
-            raise ValueError(
-                f"spread(): {self.run_dir}/summary.json was written by an rltrain before seeds "
-                "(one run per mode): use by_mode()"
-            )
-        return {r["mode"]: r for r in self.summary["by_mode"]}
 
 
 ConfigLike = Config | Mapping[str, Any] | str | Path
@@ -308,6 +237,11 @@ def bench(
         except BenchFailed as e:  # the modes that ran keep their figures
             e.result = BenchResult.from_run_dir(e.run_dir)
             raise
+        except KeyboardInterrupt as e:  # stopped gracefully, as train(): its summary.json
+            folder = getattr(e, "run_dir", None)  # (before its folder: nothing written)
+            if folder is None or not (Path(folder) / "summary.json").is_file():
+                raise
+            out = folder
     return BenchResult.from_run_dir(out)
 
 

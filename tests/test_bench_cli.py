@@ -137,6 +137,33 @@ def test_ctrl_c_while_a_mode_is_evaluated_keeps_its_results(
     assert f"  to run the rest, into a new run folder: {rest}\n" in capsys.readouterr().out
 
 
+def test_ctrl_c_under_the_api_returns_the_finished_runs(
+    tiny_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """explore106: rltrain.bench() raised a bare KeyboardInterrupt, where the API's Ctrl-C
+    returns (as train's); and a stop in the last run's evaluation said "no results for ."."""
+    import rltrain
+
+    evaluate = evaluation.evaluate
+
+    def interrupted(*args: object, **kwargs: object) -> object:
+        os.kill(os.getpid(), signal.SIGINT)  # as a notebook's interrupt, mid-evaluation
+        return evaluate(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(evaluation, "evaluate", interrupted)
+    res = rltrain.bench(
+        ROOT / "configs" / "bench_fashion_mnist.yaml",
+        run_dir=tmp_path / "run",
+        quiet=True,
+        data__root=str(tiny_root),
+        modes=["baseline"],
+        budget__epochs=1,
+    )
+    assert res.stopped_by == "interrupt" and [r["mode"] for r in res.results] == ["baseline"]
+    table = (tmp_path / "run" / "results.md").read_text()
+    assert "**Stopped by interrupt**: every run has its results." in table
+
+
 def test_ctrl_c_before_any_mode_finished_leaves_a_summary_that_says_so(
     tiny_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

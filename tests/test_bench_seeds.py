@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from rltrain.supervised.config import BenchConfig, EvalConfig
-from rltrain.supervised.report import not_run, rest_command
+from rltrain.supervised.stopped import not_run, rest_command
 from rltrain.supervised.tables import ModeResult, efficiency_table, seeds_table, spread
 
 

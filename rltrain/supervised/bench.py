@@ -290,7 +290,7 @@ def say_slow_events(cfg: BenchConfig, mode: str, progress: Progress) -> int:
 def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
     """`rltrain bench`: every mode in turn, evaluated and reported into ``run_dir``."""
     from rltrain import runtime as runtimes  # Ray stays at the edge: imported only when used
-    from rltrain.supervised import evaluation, report, tables
+    from rltrain.supervised import evaluation, report, stopped, tables
     from rltrain.supervised.config import bench_backend
 
     started = time.time()
@@ -369,9 +369,11 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
         else:
             said = f"stopped before any {what[:-3]} finished: {run_dir}/summary.json says so"
             say(said, note=True)
-        if rest := report.rest_command(cfg, results, run_dir):
+        if rest := stopped.rest_command(cfg, results, run_dir):
             folders = "new run folders" if "; " in rest else "a new run folder"
             say(f"  to run the rest, into {folders}: {rest}", note=True)
+        if isinstance(e, KeyboardInterrupt):  # (the API returns its BenchResult: explore106)
+            e.run_dir = run_dir  # type: ignore[attr-defined]
         raise
     finally:
         if needs_ray:

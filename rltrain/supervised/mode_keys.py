@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from rltrain.machine import usable_cores
 from rltrain.ps.config import ServerConfig
 from rltrain.ps.rules import rule_named, rule_names
 from rltrain.supervised.models import PARAM_LAYERS
@@ -162,6 +163,13 @@ def start_notes(cfg: Any) -> list[str]:
             f"note: mode{'s' * (len(here) > 1)} {', '.join(here)} run{'s' * (len(here) == 1)} "
             f"on this machine, not on the cluster at {cfg.runtime.address} (baseline is the "
             "plain loop the others are compared with; hogwild's workers share one model's memory)"
+        )
+    threads = cfg.workers * cfg.runtime.threads_per_worker
+    if not cfg.runtime.address and threads > (cores := usable_cores()):  # (explore106)
+        notes.append(
+            f"note: {cfg.workers} workers x {cfg.runtime.threads_per_worker} thread(s) on "
+            f"{cores} cores: they take turns, so samples/s measures the cores as much as the "
+            "rule (summary.json's machine: the cores and the load)"
         )
     if "soft_sync" in cfg.modes:
         n = cfg.workers

@@ -21,6 +21,7 @@ from torch.utils.tensorboard import SummaryWriter
 from rltrain.charts import NO_MATPLOTLIB
 from rltrain.config import to_dict
 from rltrain.faults import FaultCounters
+from rltrain.machine import machine
 from rltrain.records import STALENESS_BINS
 from rltrain.rundir import write_atomic, write_summary
 from rltrain.supervised.config import BenchConfig
@@ -347,6 +348,7 @@ def write_outputs(
         "by_mode": by_mode(cfg, results),  # each mode's mean and std over its seeds
         "curves": {m: [asdict(p) for p in pts] for m, pts in curves.items()},
         **extra,
+        "machine": machine(),  # (speeds compare on one machine and load: explore106)
     }
     summary = _json_safe(summary)
     write_summary(run_dir, summary)

@@ -13,6 +13,7 @@ from typing import Any
 from rltrain.checkpoint import latest_checkpoint
 from rltrain.failure import FAILURE_LOG
 from rltrain.faults import FaultCounters
+from rltrain.machine import machine
 from rltrain.rl.config import TrainConfig, server_settings
 from rltrain.rl.env_spec import EnvSpec
 from rltrain.rl.run.counters import Counters
@@ -129,6 +130,7 @@ def train_summary(
         # [{env_steps, changes: ["server.rule: async -> sync", ...]}]: a run of several settings
         "resumed_changes": record.changes,
         **evals,
+        "machine": machine(),  # (this session's: speeds compare on one machine and load)
     }
 
 

@@ -31,6 +31,7 @@ import torch
 
 from rltrain.driver import Done, note_answers
 from rltrain.faults import FaultAction, PeerLost, ProcessLost, RestorePoint
+from rltrain.machine import usable_cores
 from rltrain.ps.config import OptimizerConfig, ServerConfig
 from rltrain.ps.server import LocalServer
 from rltrain.records import Role
@@ -319,8 +320,8 @@ def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
 def cluster_cpus() -> float:
     """The cores this process may run on (a container's or taskset's limit, not the host's),
     at most runtime.num_cpus: what ``actors: auto`` sizes a run to."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return float(min(cores or 1, _cpu_limit[0] or cores or 1))
+    cores = usable_cores()
+    return float(min(cores, _cpu_limit[0] or cores))
 
 
 def free_cpus() -> float:

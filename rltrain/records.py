@@ -145,6 +145,8 @@ class ServerStats:
     samples_by: dict[int, int] = field(default_factory=dict)
     """``samples`` per worker id: a worker restarted mid-run under an asynchronous rule goes
     on from its own (the supervised bench's epoch budget)."""
+    dropped_by: dict[int, int] = field(default_factory=dict)
+    """``dropped`` per worker id: whose updates a rule dropped (soft_sync's straggler)."""
 
     @property
     def mean_staleness(self) -> float:

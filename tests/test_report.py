@@ -125,7 +125,7 @@ def test_a_validation_set_picks_the_snapshot_best_accuracy_is_of() -> None:
 
     stats = SimpleNamespace(
         samples=30, applied=3, dropped=0, rejected=0, mean_staleness=0.0, version=3,
-        bytes_pushed=0, bytes_pulled=0, staleness_hist=[0] * STALENESS_BINS,
+        bytes_pushed=0, bytes_pulled=0, staleness_hist=[0] * STALENESS_BINS, dropped_by={},
     )  # fmt: skip
     trace = SimpleNamespace(
         mode="async", workers=2, snapshots=[SimpleNamespace(stats=stats)], reports=[],
@@ -151,6 +151,18 @@ def test_a_sync_line_says_why_fewer_gradients_than_workers_a_step() -> None:
     whole = dataclasses.replace(short, updates_applied=840)
     assert "fewer than" not in mode_line("[sync]", whole)
     assert "fewer than" not in mode_line("[async]", dataclasses.replace(short, mode="async"))
+
+
+def test_the_line_and_csv_say_whose_updates_were_dropped(tmp_path: Path) -> None:
+    """explore106: a soft_sync straggler's 10 drops were "10 dropped": its shard never
+    trained, unsaid."""
+    from rltrain.supervised.report import write_csv
+
+    res = dataclasses.replace(result("soft_sync", None, None), dropped=10, dropped_by={"2": 10})
+    assert ", 10 dropped (worker 2: 10), staleness" in mode_line("[soft_sync]", res)
+    write_csv(tmp_path / "r.csv", [res])
+    assert "dropped_by_2" in (tmp_path / "r.csv").read_text().splitlines()[0]
+    assert "(worker" not in mode_line("[sync]", result("sync", None, None))
 
 
 def test_a_bench_run_says_which_data_it_trained_on(

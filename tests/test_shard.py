@@ -61,6 +61,10 @@ def test_soft_sync_steps_after_k_and_drops_the_late_ones() -> None:
     assert p.values[0].item() == pytest.approx(-0.5 * 3.0)  # only the first K=2 count
     st = s.stats()
     assert (st.applied, st.dropped) == (2, 1)
+    assert st.dropped_by == {2: 1}  # whose (explore106: a straggler's shard never trained)
+    restored = shard("soft_sync", workers=3, k=2)  # (a checkpoint keeps them)
+    restored.load_state_dict(s.state_dict())
+    assert restored.stats().dropped_by == {2: 1}
 
 
 def test_barrier_counts_distinct_workers() -> None:

@@ -17,6 +17,7 @@ class ShardCounters:
     def __init__(self) -> None:
         self.applied = self.dropped = self.rejected = self.samples = 0
         self.samples_by: dict[int, int] = {}  # per worker id
+        self.dropped_by: dict[int, int] = {}  # per worker id (a straggler's, soft_sync's)
         self.staleness_sum = 0
         self.hist = [0] * STALENESS_BINS
         self.last_reject = ""
@@ -35,6 +36,10 @@ class ShardCounters:
     def count_samples(self, worker_id: int, n: int) -> None:
         self.samples += n
         self.samples_by[worker_id] = self.samples_by.get(worker_id, 0) + n
+
+    def count_dropped(self, worker_id: int) -> None:
+        self.dropped += 1
+        self.dropped_by[worker_id] = self.dropped_by.get(worker_id, 0) + 1
 
     def count_applied(self, staleness: int, n: int) -> None:
         self.applied += n
@@ -80,6 +85,7 @@ class ShardCounters:
             bytes_pulled=self.bytes_pulled,
             zero_steps=self.zero_steps,
             samples_by=dict(self.samples_by),
+            dropped_by=dict(self.dropped_by),
         )
 
     def state(self) -> dict:
@@ -91,14 +97,17 @@ class ShardCounters:
             "bytes": [self.bytes_pushed, self.bytes_pulled],
             "zero_steps": self.zero_steps,
             "samples_by": dict(self.samples_by),
+            "dropped_by": dict(self.dropped_by),
         }
 
     def load(self, state: dict) -> None:
-        """From :meth:`state`'s entries (older checkpoints lack bytes, zero_steps, samples_by)."""
+        """From :meth:`state`'s entries (older checkpoints lack bytes, zero_steps, samples_by,
+        dropped_by)."""
         self.applied, self.dropped, self.rejected, self.samples = map(int, state["counters"])
         self.staleness_sum, *hist = map(int, state["staleness"])
         self.hist = list(hist)
         self.bytes_pushed, self.bytes_pulled = map(int, state.get("bytes", (0, 0)))
         self.zero_steps = int(state.get("zero_steps", 0))
         self.samples_by = {int(k): int(v) for k, v in state.get("samples_by", {}).items()}
+        self.dropped_by = {int(k): int(v) for k, v in state.get("dropped_by", {}).items()}
         self._unread.clear()  # their counts are the restored state's now

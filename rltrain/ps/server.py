@@ -262,6 +262,7 @@ class ShardedServer(ABC):
             bytes_pulled=sum(s.bytes_pulled for s in parts),
             zero_steps=first.zero_steps,
             samples_by=first.samples_by,
+            dropped_by=first.dropped_by,
         )
 
     def leave(self, worker_id: int) -> None:

@@ -142,7 +142,7 @@ class ParameterSlice:
         if decided.status == "rejected":
             return self.reject(decided.reason)
         if decided.status == "dropped":
-            return self._drop(decided.reason, decided.staleness)
+            return self._drop(update, decided.reason, decided.staleness)
         if not self.update_rule.barrier:  # shard 0's factor (the rule is not run again here)
             self._step(update.values, decided.lr_scale)
             self.counts.count_applied(decided.staleness, 1)
@@ -160,7 +160,7 @@ class ParameterSlice:
     ) -> PushResult:
         reason = self.update_rule.drop_reason(self.server, staleness)
         if reason:
-            return self._drop(reason, staleness)
+            return self._drop(update, reason, staleness)
         scale = self.update_rule.checked_scale(self.server, staleness)
         self._step(update.values, scale, verdict)
         if verdict is None:
@@ -174,11 +174,11 @@ class ParameterSlice:
         # otherwise a fast peer could step past it every time
         self.round.rejoin(update.worker_id)
         if staleness > 0:  # for a version stepped already (a backup worker's)
-            return self._drop(f"late update for version {update.version}", staleness)
+            return self._drop(update, f"late update for version {update.version}", staleness)
         if update.worker_id in self.round.workers:  # N distinct workers make a step: one
             # worker twice is not two. It pushed again as its wait timed out: it waits again
             why = f"second update from worker {update.worker_id} for this version"
-            return dataclasses.replace(self._drop(why, 0), waits=True)
+            return dataclasses.replace(self._drop(update, why, 0), waits=True)
         self.round.add(update.worker_id, update.values)
         if not self.round.full:
             return PushResult("accumulated", self.version, 0, waits=True)
@@ -208,12 +208,13 @@ class ParameterSlice:
         self.param.grad = None
         self.version += 1
 
-    def _drop(self, reason: str, staleness: int) -> PushResult:
-        self.counts.dropped += 1
+    def _drop(self, update: GradUpdate, reason: str, staleness: int) -> PushResult:
+        self.counts.count_dropped(update.worker_id)
         return PushResult("dropped", self.version, staleness, reason)
 
     def _drop_older(self, update: GradUpdate) -> PushResult:
-        return self._drop(f"computed before the restore (epoch {update.restore_epoch})", 0)
+        why = f"computed before the restore (epoch {update.restore_epoch})"
+        return self._drop(update, why, 0)
 
     def reject(self, reason: str) -> PushResult:
         """Count ``reason`` as a rejected update's."""

@@ -74,11 +74,18 @@ def mode_line(label: str, res: ModeResult) -> str:
         f"{label} {score}{f' ({reached})' if reached else ''}; "
         f"{res.samples_per_s:,.0f} samples/s, {res.updates_applied:,} "
         f"{'parameter pushes' if res.mode == 'average' else 'gradients'} "
-        f"applied in {res.steps:,} steps, {res.dropped} dropped, staleness "
+        f"applied in {res.steps:,} steps, {res.dropped} dropped{dropped_by(res)}, staleness "
         f"{res.mean_staleness:.2f}{synthetic}{short_rounds(res)}"
         + (f"; faults: {faults.brief()}" if any(res.faults.values()) else "")
         + (f"; {NOTHING_APPLIED}" if not res.updates_applied else "")
     )
+
+
+def dropped_by(res: ModeResult) -> str:
+    """Whose updates were dropped, where some were: ``(worker 2: 10)`` (explore106: a soft_sync
+    straggler's shard never trained, and only the total said so)."""
+    said = [f"worker {w}: {n:,}" for w, n in res.dropped_by.items() if n]
+    return f" ({', '.join(said)})" if said else ""
 
 
 def short_rounds(res: ModeResult) -> str:
@@ -127,6 +134,7 @@ def summarize(cfg: BenchConfig, trace: ModeTrace, points: Sequence[Point]) -> Mo
         samples_per_s=round(samples / trace.train_s, 1) if trace.train_s > 0 else 0.0,
         updates_applied=last.applied,
         dropped=last.dropped,
+        dropped_by={str(w): n for w, n in sorted(last.dropped_by.items())},
         rejected=last.rejected,
         mean_staleness=round(last.mean_staleness, 3),
         seconds_to=seconds_to,
@@ -245,7 +253,8 @@ def _staleness_histogram(writer: SummaryWriter, counts: list[int], step: int, wa
 
 
 def _flat_row(r: ModeResult) -> dict[str, Any]:
-    nested = ("seconds_to", "samples_to", "us_per_sample_to", "steps_to", "faults", "synthetic")
+    nested: tuple[str, ...] = ("seconds_to", "samples_to", "us_per_sample_to", "steps_to")
+    nested += ("faults", "synthetic", "dropped_by")  # (dropped_by_2: worker 2's)
     row = {"mode": r.mode, "seed": r.seed}
     row |= {k: v for k, v in asdict(r).items() if k not in nested}
     for name in nested:

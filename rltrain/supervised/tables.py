@@ -52,6 +52,8 @@ class ModeResult:
     every replica's synthetic stages (staleness in the stage's updates; cosine and relative
     L2 of the prediction against it) and their count; empty for other modes."""
     seed: int = 0  # the run's (BenchConfig.seed; with seeds > 1, seed + the round)
+    dropped_by: dict[str, int] = field(default_factory=dict)
+    """``dropped`` per worker index (JSON's keys: strings): whose updates the rule dropped."""
     best_validation: float | None = None
     """With data.validation: the held-out accuracy of the snapshot best_accuracy is of (the
     one best on it); None: best_accuracy is the best test accuracy, picked on the test set."""

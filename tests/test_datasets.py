@@ -238,7 +238,12 @@ def test_fashion_mnist_system_dir_fallback(tmp_path: Path, monkeypatch: pytest.M
     split = load_dataset("fashion_mnist", tmp_path / "root", download=False, log=lines.append)
     assert_mnist_split(split, arrays)
     assert lines[0].endswith(
-        f"from {system} (data.root={tmp_path / 'root'} holds none of its files)"
+        f"from {system} (data.root={tmp_path / 'root'} does not exist: the system's copy)"
+    )  # (explore106: a typo's path "held none of its files")
+    (tmp_path / "root").mkdir()
+    load_dataset("fashion_mnist", tmp_path / "root", download=False, log=lines.append)
+    assert lines[-1].endswith(
+        f"(data.root={tmp_path / 'root'} holds none of its files: the system's copy)"
     )
 
 

@@ -374,7 +374,8 @@ def load_dataset(
     _check_identity(name, location, train.labels, test.labels)
     if log is not None:
         fallback = _is_system(name, location) and not _same(location, root)
-        why = f" (data.root={root} holds none of its files)" if fallback else ""
+        none = "does not exist" if not root.exists() else "holds none of its files"
+        why = f" (data.root={root} {none}: the system's copy)" if fallback else ""
         log(f"{name}: {len(train)} train / {len(test)} test images from {location}{why}")
     mean, std = _STATS[name]
     return SplitDataset(name, train, test, NUM_CLASSES, mean, std, source=location)

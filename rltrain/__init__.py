@@ -51,3 +51,6 @@ if not TYPE_CHECKING:  # (a type checker sees the imports above, and no other na
 
             return getattr(api, name)
         raise AttributeError(f"module 'rltrain' has no attribute {name!r}")
+
+    def __dir__() -> list[str]:  # (explore106: tab completion hid train and bench)
+        return sorted({*globals(), *API})

@@ -49,7 +49,8 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     a missing or malformed file is a ConfigError."""
     p = Path(path)
     if p.is_dir():
-        raise ConfigError(f"config file {p} is a folder; give a YAML file (see configs/)")
+        inside = f": {p / 'config.yaml'}, the run's?" if (p / "config.yaml").is_file() else ""
+        raise ConfigError(f"config file {p} is a folder; give a YAML file (see configs/){inside}")
     if not p.is_file():
         raise ConfigError(f"config file not found: {p}; give a YAML file (see configs/)")
     try:

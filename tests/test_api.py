@@ -524,3 +524,8 @@ def test_a_run_leaves_no_socket_unclosed_under_python_dev_mode(tmp_path: Path) -
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "ResourceWarning" not in done.stderr, done.stderr
+
+
+def test_the_api_is_in_dir() -> None:
+    """explore106: dir(rltrain) gave API, Any, TYPE_CHECKING: tab completion hid train."""
+    assert {"train", "bench", "evaluate", "load_policy", "make_env"} <= set(dir(rltrain))

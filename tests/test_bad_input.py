@@ -160,6 +160,11 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
         pytest.param(["train", "nope.yaml"], ["config file not found: nope.yaml"], id="t-missing"),
         pytest.param(["bench", "nope.yaml"], ["config file not found: nope.yaml"], id="b-missing"),
         pytest.param(["train", "notrun"], ["notrun is a folder", "YAML file"], id="t-folder"),
+        pytest.param(  # (explore106: a run's folder for its config)
+            ["train", "run"],
+            ["run is a folder", "YAML file", "run/config.yaml, the run's?"],
+            id="t-run-folder",
+        ),
         pytest.param(
             ["train", "bad.yaml"], ["bad.yaml: not valid YAML at line 2", "expected"], id="t-yaml"
         ),

@@ -353,7 +353,8 @@ def placement_note(waiting: Sequence[Any]) -> str:
     if not waiting:
         return ""
     names = ", ".join(f"{r.role} {r.index}" for r in waiting[:4])
-    return f"still starting: {names} (their constructors: env and model set-up)"
+    what = "data and model" if all(r.role == "worker" for r in waiting) else "env and model"
+    return f"still starting: {names} (their constructors: {what} set-up)"
 
 
 def server_processes(server: Any) -> list[Any]:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from rltrain.supervised.config import BenchConfig, EvalConfig
 from rltrain.supervised.stopped import not_run, rest_command
@@ -118,6 +119,15 @@ def test_the_seeds_run_round_by_round_and_are_reported_per_mode(
         f"{m} seed {s}" for m in ("baseline", "async") for s in (5, 6)
     )
     assert sorted(p.name for p in (out / "tb" / "async").iterdir()) == ["seed5", "seed6"]
+    # each run's final model, rebuilt as its file says (explore106: a bench kept none)
+    from rltrain.supervised.models import build_model
+
+    names = [f"{m}-seed{s}.pt" for m in ("async", "baseline") for s in (5, 6)]
+    assert sorted(p.name for p in (out / "models").iterdir()) == names
+    saved = torch.load(out / "models" / "async-seed6.pt", weights_only=True)
+    net = build_model(saved["model"], saved["in_shape"], saved["num_classes"])
+    net.load_state_dict(saved["state_dict"])
+    assert saved["mode"] == "async" and saved["version"] > 0
     table = (out / "results.md").read_text()
     assert "2 seeds from 5" in table and "## Every run" in table
     result = BenchResult.from_run_dir(str(out))  # (a str crashed)

@@ -348,7 +348,8 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
                     save_record(run_dir, trace, printed)
                 prog = Progress(label)
                 how = evaluation.progress_hooks(prog)
-                trace, points = evaluation.evaluate(cfg, data, trace, *how)
+                model = run_dir / "models" / f"{name.replace(SEED, '-seed')}.pt"
+                trace, points = evaluation.evaluate(cfg, data, trace, *how, model)
                 prog.close()
                 res = report.summarize(cfg, trace, points)
                 tb = name.replace(SEED, "/seed")  # tb/<mode>/seed<s>: TensorBoard's runs

@@ -8,12 +8,15 @@ import dataclasses
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch.nn.utils import vector_to_parameters
 
 from rltrain import signals
 from rltrain.progress import Progress
+from rltrain.rundir import write_atomic_with
 from rltrain.supervised.config import BenchConfig
 from rltrain.supervised.models import linear_map
 from rltrain.supervised.modes import ModeTrace, initial_params, worker_specs
@@ -136,11 +139,13 @@ def evaluate(
     trace: ModeTrace,
     on_progress: Callable[[int, int], None] = lambda i, n: None,
     hurry: Callable[[], bool] = lambda: False,
+    save_to: Path | None = None,
 ) -> tuple[ModeTrace, list[Point]]:
     """Test accuracy of every snapshot of a mode (nan for regression), and for the toy
     problems its relative distance to the optimum. Once ``hurry()`` (a Ctrl-C), only
     :data:`HURRIED` more of them, spread to the last: the mode keeps its results, with a
-    coarser curve, in seconds. Returns the trace with the snapshots evaluated, and theirs."""
+    coarser curve, in seconds. Returns the trace with the snapshots evaluated, and theirs.
+    ``save_to``: where the last snapshot's model is saved (:func:`save_model`)."""
     spec = worker_specs(cfg, "baseline", data, 1)[0]
     x, y = eval_subset(cfg, inputs(data.test, spec), targets(data.test))
     held = data.validation
@@ -169,7 +174,33 @@ def evaluate(
         points.append(Point(snap.t, seen, acc, loss, snap.stats.version, dist, val))
         prev_t = snap.t
         on_progress(i + 1, len(trace.snapshots))
+    if save_to is not None:
+        save_model(save_to, model, trace, spec, tuple(x.shape[1:]))
     return dataclasses.replace(trace, snapshots=tuple(kept)), points
+
+
+def save_model(
+    path: Path, model: torch.nn.Module, trace: ModeTrace, spec: Any, in_shape: tuple[int, ...]
+) -> None:
+    """The mode's final model (its last snapshot's parameters) as a ``state_dict`` with what
+    rebuilds and feeds it (explore106: a bench kept no trained model to inspect):
+    ``build_model(saved["model"], saved["in_shape"], saved["num_classes"])`` of
+    :mod:`rltrain.supervised.models`, its inputs normalised by ``mean`` and ``std``."""
+    last = trace.snapshots[-1]
+    vector_to_parameters(last.params, model.parameters())
+    state = {
+        "state_dict": model.state_dict(),
+        "mode": trace.mode,
+        "model": spec.model,
+        "in_shape": in_shape,
+        "num_classes": spec.num_classes,
+        "mean": tuple(spec.mean),
+        "std": tuple(spec.std),
+        "version": last.stats.version,
+        "seconds": last.t,
+    }
+    path.parent.mkdir(exist_ok=True)
+    write_atomic_with(path, lambda f: torch.save(state, f))
 
 
 def progress_hooks(prog: Progress) -> tuple[Callable[[int, int], None], Callable[[], bool]]:

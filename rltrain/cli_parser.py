@@ -152,7 +152,9 @@ def build_parser() -> Parser:
         description="Read the episode returns from each run's TensorBoard events (RUN/tb) and "
         "draw them against frames and against wall time, one line per run.",
     )
-    plot.add_argument("runs", nargs="+", metavar="RUN", help="run directories (rltrain train)")
+    plot.add_argument(
+        "runs", nargs="+", metavar="RUN", help="run directories (rltrain train, or rltrain bench)"
+    )
     plot.add_argument(
         "--out",
         "-o",

@@ -355,3 +355,25 @@ def test_more_worker_threads_than_cores_are_said(monkeypatch: pytest.MonkeyPatch
     assert mode_keys.start_notes(load_config(BenchConfig, config, ["workers=2"])) == []
     box = machine()
     assert box["cores"] >= 1 and box["torch"] and box["cpu"] and box["load_1min"] is not None
+
+
+def test_bench_runs_plot_together(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """explore106: `rltrain plot` refused bench runs, and nothing overlaid two benches of
+    other settings (1 worker against 2): one chart, a line per run and mode, and a table."""
+    runs = []
+    for w in (1, 2):
+        run = tmp_path / f"w{w}"
+        args = ["bench", str(ROOT / "configs" / "bench_toy.yaml"), "--run-dir", str(run)]
+        for kv in (f"workers={w}", "modes=[async]", "budget.max_seconds=0", "budget.epochs=2"):
+            args += ["--set", kv]
+        assert main(args) == 0
+        runs.append(str(run))
+    capsys.readouterr()
+    png = tmp_path / "both.png"
+    assert main(["plot", *runs, "--out", str(png), "--title", "1 or 2 workers"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == str(png) and png.read_bytes()[:4] == b"\x89PNG"
+    assert out[1] == "| run | mode | seed | final distance | seconds |"
+    assert [line.split(" | ")[:2] for line in out[3:]] == [["| w1", "async"], ["| w2", "async"]]
+    assert main(["plot", runs[0], "--marks", "0.1"]) == 2
+    assert "--marks: for `rltrain train` runs" in capsys.readouterr().err

@@ -23,7 +23,11 @@ X_LABELS = {
 
 
 def plot_curves(
-    path: Path, curves: dict[str, list[Point]], targets: Sequence[Target], x: str = "t"
+    path: Path,
+    curves: dict[str, list[Point]],
+    targets: Sequence[Target],
+    x: str = "t",
+    title: str | None = None,
 ) -> bool:
     """One line per run (``curves``: by :func:`run_name`) against ``x`` (a key of
     :data:`X_LABELS`): test accuracy, or the toy problems' distance to the optimum on a log
@@ -58,6 +62,8 @@ def plot_curves(
         ax.set_ylim(max(0.0, min([low, *(v - 0.05 for v in last)])), 1.0)
         ax.set_ylabel("test accuracy")
     ax.set_xlabel(X_LABELS[x])
+    if title:
+        ax.set_title(title)
     ax.grid(alpha=0.3)
     if curves:  # (none: every mode failed)
         ax.legend()

@@ -259,8 +259,14 @@ def _flat_row(r: ModeResult) -> dict[str, Any]:
     row |= {k: v for k, v in asdict(r).items() if k not in nested}
     for name in nested:
         for key, v in getattr(r, name).items():
+            if name == "faults" and key in RL_ONLY_FAULTS:  # (explore106: columns of RL's)
+                continue
             row[f"{name}_{key}" if name != "faults" else f"faults_{key}"] = v
     return row
+
+
+RL_ONLY_FAULTS = ("actor_restarts", "learner_restarts", "policy_restarts")
+"""Fault counters of RL training's processes, which a bench has not: not results.csv's."""
 
 
 def write_csv(path: Path, results: Sequence[ModeResult]) -> None:

@@ -5,6 +5,7 @@ is :mod:`rltrain.launch_bench`."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
@@ -36,15 +37,30 @@ def run_dir_arg(text: str, flag: str, command: str = "rltrain train") -> Path:
                 "reads it back); put it back to use the run"
             )
         why = "no config.yaml in it"
-        runs = sorted(d.name for d in path.iterdir() if (d / "config.yaml").is_file())
+        runs = runs_in(path)
         if runs:  # (explore107: `rltrain eval runs`, the folder of runs)
             more = f", ... ({len(runs)} runs)" if len(runs) > 3 else ""
-            why += f"; it holds runs: {', '.join(runs[:3])}{more}: give one"
+            why += f"; it holds runs: {', '.join(map(str, runs[:3]))}{more}"
     else:
         return path
     raise UserError(
         f"{flag}{path}: not a run directory ({why}); give a folder written by `{command}`"
     )
+
+
+def runs_in(folder: Path) -> list[Path]:
+    """The run folders (with a config.yaml) right inside ``folder``; one that cannot be read
+    is left out (a traceback named another user's folder: review87)."""
+    runs: list[Path] = []
+    try:
+        entries = sorted(folder.iterdir())
+    except OSError:
+        return runs
+    for d in entries:
+        with contextlib.suppress(OSError):
+            if (d / "config.yaml").is_file():
+                runs.append(d)
+    return runs
 
 
 def starts_ray_early(cfg: TrainConfig) -> bool:

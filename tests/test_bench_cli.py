@@ -20,6 +20,15 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def many_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The start notes of these tests, whatever the box: no note of more worker threads
+    than cores (review87: a one-core runner failed six of them)."""
+    from rltrain.supervised import mode_keys
+
+    monkeypatch.setattr(mode_keys, "usable_cores", lambda: 64)
+
+
 def test_bench_sync_async_and_friends(tiny_root: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     code = main(
@@ -207,17 +216,12 @@ def test_a_mode_that_cannot_start_keeps_the_finished_modes_results(
     assert summary["stopped_by"] == "fault"
 
 
-def test_soft_sync_that_waits_for_every_worker_says_it_steps_as_sync(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_soft_sync_that_waits_for_every_worker_says_it_steps_as_sync() -> None:
     """soft_sync with one worker (K = N - 1 raised to 1), or server.k = N, has no backup
     worker: it gave sync's very results without a word."""
     from rltrain.config import load_config
-    from rltrain.supervised import mode_keys
     from rltrain.supervised.config import BenchConfig
     from rltrain.supervised.mode_keys import start_notes
-
-    monkeypatch.setattr(mode_keys, "usable_cores", lambda: 64)  # (3 workers: no core note)
 
     def notes(*sets: str) -> list[str]:
         config = ROOT / "configs" / "bench_fashion_mnist.yaml"
@@ -353,6 +357,10 @@ def test_more_worker_threads_than_cores_are_said(monkeypatch: pytest.MonkeyPatch
         "cores as much as the rule (summary.json's machine: the cores and the load)"
     ]
     assert mode_keys.start_notes(load_config(BenchConfig, config, ["workers=2"])) == []
+    assert (
+        mode_keys.start_notes(load_config(BenchConfig, config, ["workers=3", "modes=[baseline]"]))
+        == []
+    )
     box = machine()
     assert box["cores"] >= 1 and box["torch"] and box["cpu"] and box["load_1min"] is not None
 

@@ -271,6 +271,32 @@ def test_a_run_before_action_map_still_clips_and_a_new_one_says_its_map(tmp_path
     assert resumed.env.action_map == "tanh"  # (a resume may be told otherwise)
 
 
+def test_a_resume_checks_what_the_actions_mean_and_says_what_changed(tmp_path: Path) -> None:
+    """review87: the refusal of a change only describe() does not show (a MultiDiscrete's
+    starts) said the env took the actions the run learned; a Box's dtype alone (float64
+    bounds for float32's) changes no output's meaning; a checkpoint before this kept none."""
+    from rltrain.checkpoint import CheckpointError
+    from rltrain.envs.base import ActionSpace
+    from rltrain.rl.env_spec import actions_record, check_actions
+
+    ckpt = tmp_path / "run" / "checkpoints" / "ckpt-1.pt"
+    multi = ActionSpace(2, nvec=(3, 3), starts=(0, 0))
+
+    def saved(a: ActionSpace) -> dict:
+        return {"actions": actions_record(a)}
+
+    with pytest.raises(CheckpointError) as e:
+        check_actions(ckpt, saved(multi), ActionSpace(2, nvec=(3, 3), starts=(1, 1)), "E-v0")
+    assert "takes MultiDiscrete([3, 3]) (starts [0, 0] -> [1, 1]) actions" in str(e.value)
+    with pytest.raises(
+        CheckpointError, match=r"takes Discrete\(4\) actions; .* learned Discrete\(6\)"
+    ):
+        check_actions(ckpt, saved(ActionSpace(6)), ActionSpace(4), "E-v0")
+    box = ActionSpace(1, continuous=True, low=(-2.0,), high=(2.0,))
+    check_actions(ckpt, saved(box), ActionSpace(1, True, (-2.0,), (2.0,), dtype="float64"), "E")
+    check_actions(ckpt, {}, ActionSpace(4), "E-v0")  # (an older rltrain's: not checked)
+
+
 def test_a_resume_onto_other_bounds_is_refused_and_writes_nothing(tmp_path: Path) -> None:
     """explore105: env.kwargs that changed the Box's bounds resumed an affine policy whose
     every action then landed elsewhere, unsaid. Refused in one line; the run is untouched."""

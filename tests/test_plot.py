@@ -202,7 +202,7 @@ def test_moving_mean_is_the_mean_of_the_last_window() -> None:
         pytest.param("notrun", ["notrun: not a run directory (no config.yaml in it)"], id="cfg"),
         pytest.param(  # (explore107: the folder of runs)
             "runs",
-            ["runs: not a run directory (no config.yaml in it; it holds runs: a, b: give"],
+            ["runs: not a run directory (no config.yaml in it; it holds runs: ", "runs/a, "],
             id="runs",
         ),
         pytest.param("fresh", ["fresh: no TensorBoard events in", "tb"], id="no-events"),

@@ -3,6 +3,7 @@ initial parameters, and whether a checkpoint fits them."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -178,3 +179,47 @@ def check_fits(
             f"{len(expected)} of {sum(expected)} ({said}keep server.shards, the model and the "
             "observations' shape as they were)"
         )
+
+
+def check_actions(path: Path, state: dict[str, Any], now: ActionSpace, env_id: str) -> None:
+    """A resumed run's env must take the actions its policy learned: the same kind, size and
+    bounds (explore105: Box bounds changed through env.kwargs rescaled an affine policy's
+    every action unsaid; a Discrete env under a Box run failed on the parameters' count).
+    Checkpoints before this rltrain kept no actions: not checked."""
+    kept = state.get("actions")
+    if not isinstance(kept, dict):
+        return
+    fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in kept.items()}
+    try:
+        was = ActionSpace(**fields)
+    except TypeError:
+        return
+    old, new = actions_record(was), actions_record(now)
+    if old != new:
+        said, same = actions_said(now), actions_said(was) == actions_said(now)
+        changed = "; ".join(f"{k} {old[k]} -> {new[k]}" for k in old if old[k] != new[k])
+        said += f" ({changed})" if same else ""
+        raise CheckpointError(
+            f"{env_id} takes {said} actions; the run at {path.parent.parent} learned "
+            f"{actions_said(was)}, which a resumed run keeps (its policy's outputs are those "
+            "actions); start a new run for these"
+        )
+
+
+def actions_record(a: ActionSpace) -> dict[str, Any]:
+    """What a checkpoint keeps of the actions: what the policy's outputs mean (not
+    ``env.action_map``, a key told apart, nor a dtype, float64 bounds for float32's: review87)."""
+    record = dataclasses.asdict(a)
+    for key in ("mapping", "dtype"):
+        record.pop(key)
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in record.items()}
+
+
+def actions_said(a: ActionSpace) -> str:
+    """``Discrete(6)``, or a Box with its bounds: ``Box(1,) in [-2.0, 2.0]``."""
+    if not a.continuous:
+        return a.describe()
+    low, high = list(a.low), list(a.high)
+    if len(set(low)) == 1 and len(set(high)) == 1:
+        return f"{a.describe()} in [{low[0]}, {high[0]}]"
+    return f"{a.describe()} in [{low}, {high}]"

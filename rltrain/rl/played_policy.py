@@ -68,8 +68,8 @@ Draws = torch.Generator | Sequence[torch.Generator] | None
 
 def rows(gen: Draws, n: int) -> list[tuple[slice, torch.Generator | None]]:
     """The batch's rows, each with its generator; or the whole batch, with ``gen``."""
-    if isinstance(gen, Sequence):
-        return [(slice(i, i + 1), g) for i, g in enumerate(gen)]
+    if isinstance(gen, Sequence):  # (one each: a row left out would act for no env)
+        return [(slice(i, i + 1), g) for i, g in zip(range(n), gen, strict=True)]
     return [(slice(0, n), gen)]
 
 

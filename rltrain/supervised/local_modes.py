@@ -79,6 +79,7 @@ def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -
     ready, go, deadline = ctx.Array("b", cfg.workers), ctx.Event(), ctx.Value("d", 0.0)
 
     def spawn(i: int) -> Any:
+        ready[i] = 0  # (a restart before the gate: the gate waits for it again, review87)
         args = (specs[i], sources[i], server, out, trainer, (i, ready, go, deadline))
         p = ctx.Process(target=_hogwild_main, args=args, daemon=True)
         with no_main():  # a user's script without a __main__ guard must not run again

@@ -164,13 +164,16 @@ def start_notes(cfg: Any) -> list[str]:
             f"on this machine, not on the cluster at {cfg.runtime.address} (baseline is the "
             "plain loop the others are compared with; hogwild's workers share one model's memory)"
         )
-    threads = cfg.workers * cfg.runtime.threads_per_worker
-    if not cfg.runtime.address and threads > (cores := usable_cores()):  # (explore106)
-        notes.append(
-            f"note: {cfg.workers} workers x {cfg.runtime.threads_per_worker} thread(s) on "
-            f"{cores} cores: they take turns, so samples/s measures the cores as much as the "
-            "rule (summary.json's machine: the cores and the load)"
-        )
+    if set(cfg.modes) - {"baseline"} and not cfg.runtime.address:  # (explore106)
+        stages = cfg.model.stages if set(cfg.modes) & set(PIPELINE_MODES) else 1
+        procs = cfg.workers * stages  # (each stage a process of its own)
+        if procs * cfg.runtime.threads_per_worker > (cores := usable_cores()):
+            each = f"{cfg.workers} workers" + (f" x {stages} stages" if stages > 1 else "")
+            notes.append(
+                f"note: {each} x {cfg.runtime.threads_per_worker} thread(s) on {cores} cores: "
+                "they take turns, so samples/s measures the cores as much as the rule "
+                "(summary.json's machine: the cores and the load)"
+            )
     if "soft_sync" in cfg.modes:
         n = cfg.workers
         k = rule_named("soft_sync").aggregate_count(cfg.server, n)

@@ -26,7 +26,7 @@ from rltrain.envs.base import ActionSpace
 from rltrain.errors import shown
 from rltrain.faults import FaultCounters, RestorePoint, RunFailed
 from rltrain.rl.config import TrainConfig
-from rltrain.rl.env_spec import EnvSpec, check_fits, initial_params
+from rltrain.rl.env_spec import EnvSpec, actions_record, check_actions, check_fits, initial_params
 from rltrain.rl.run.counters import Counters, reaches
 from rltrain.rl.run.scores import drop_evals_after
 from rltrain.rl.run.summary import SessionRecord
@@ -163,44 +163,6 @@ def load_resume(run_dir: Path, cfg: TrainConfig, spec: EnvSpec) -> Resumed | Non
     signals.checkpointed()
     gone = drop_evals_after(run_dir, counters.env_steps)  # (a newer checkpoint deleted)
     return Resumed(path, state, counters, faults, changes, unfinished, gone)
-
-
-def check_actions(path: Path, state: dict[str, Any], now: ActionSpace, env_id: str) -> None:
-    """A resumed run's env must take the actions its policy learned: the same kind, size and
-    bounds (explore105: Box bounds changed through env.kwargs rescaled an affine policy's
-    every action unsaid; a Discrete env under a Box run failed on the parameters' count).
-    Checkpoints before this rltrain kept no actions: not checked."""
-    kept = state.get("actions")
-    if not isinstance(kept, dict):
-        return
-    fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in kept.items()}
-    try:
-        was = ActionSpace(**fields)
-    except TypeError:
-        return
-    if actions_record(was) != actions_record(now):
-        raise CheckpointError(
-            f"{env_id} takes {actions_said(now)} actions; the run at {path.parent.parent} "
-            f"learned {actions_said(was)}, which a resumed run keeps (its policy's outputs are "
-            "those actions); start a new run for these"
-        )
-
-
-def actions_record(a: ActionSpace) -> dict[str, Any]:
-    """What a checkpoint keeps of the actions (not ``env.action_map``: a key, told apart)."""
-    record = dataclasses.asdict(a)
-    record.pop("mapping")
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in record.items()}
-
-
-def actions_said(a: ActionSpace) -> str:
-    """``Discrete(6)``, or a Box with its bounds: ``Box(1,) in [-2.0, 2.0]``."""
-    if not a.continuous:
-        return a.describe()
-    low, high = list(a.low), list(a.high)
-    if len(set(low)) == 1 and len(set(high)) == 1:
-        return f"{a.describe()} in [{low[0]}, {high[0]}]"
-    return f"{a.describe()} in [{low}, {high}]"
 
 
 def check_unmet(

@@ -98,7 +98,8 @@ def build_parser() -> Parser:
     ev.add_argument(
         "--video",
         action="store_true",
-        help="record the first episode into RUN_DIR: eval-v<version>.mp4 (H.264, through "
+        help="also film the first game (env 0's, replayed: the score is unchanged) into RUN_DIR: "
+        "eval-v<version>.mp4 (H.264, through "
         "imageio-ffmpeg), or .gif with --video-format gif or without imageio-ffmpeg",
     )
     ev.add_argument(

@@ -2,10 +2,11 @@
 
 Evaluation always reports the raw game score: no reward clipping and no episodic life.
 
-With a video, the first episode is played alone in a *recording env* and filmed; it is scored
-like the others (``EvalResult.returns[0]``), which are played in training's vector env as
-without a video. The recording env (:mod:`rltrain.envs.screen`) shows the agent the observations
-training's env would and can show its screen.
+With a video, env 0's first game is played again, first, alone in a *recording env*, and
+filmed (``EvalResult.filmed``: its score and length); the episodes scored are played in
+training's vector env as without a video, so the score is the same. The recording env
+(:mod:`rltrain.envs.screen`) shows the agent the observations training's env would and can show
+its screen.
 
 ``video_view="game"`` films the screen as a person sees it (Atari: the emulator's 210x160 RGB
 screen; other ids: ``env.render()``); ``"agent"`` what the network sees (Atari: the newest
@@ -280,11 +281,14 @@ def evaluate(
         policy = load_policy(cfg, run_dir, (path, values, norm), vec.obs_shape, vec.action_space)
         if rec is not None:  # env 0's first game, filmed apart: the score is not touched
             out = draft_of(run_dir / f"eval-v{version}{'' if view == 'game' else '-agent'}")
-            gen = draws(seed, 1)[0]  # (env 0's: the same actions, sampled or not)
+            # env 0's actions: its generator, and its row of a batch as wide as the play's
+            # (a network's outputs differ in their last bits with the batch's size: a Box
+            # policy's filmed game drifted from env 0's, review87)
+            gens = [*draws(seed, 1), *draws(seed + envs, envs - 1)]
             try:
                 video_path, ret, length, cut = record_episode(
                     rec,
-                    lambda obs: policy.act(obs[None], gen, deterministic)[0],
+                    lambda obs: policy.act(np.repeat(obs[None], envs, 0), gens, deterministic)[0],
                     view,
                     out,
                     max_steps,

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rltrain.rundir import EVALS_FILE
+from rltrain.rundir import EVALS_FILE, RECORDED_BEFORE, same_protocol
 
 
 def eval_records(run_dir: Path) -> tuple[list[dict[str, Any]], list[int]]:
@@ -50,17 +50,18 @@ def scoring_notes(run_dir: Path, label: str) -> list[str]:
     if bad:
         lines = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
         notes.append(f"{label}: {EVALS_FILE}'s line {lines} unreadable, left out of these checks")
-    changes, last = [], None
+    changes: list[str] = []
+    last: tuple[dict[str, Any], dict[str, Any]] | None = None
     for r in records:
-        now = {k: r.get(k) for k in (*SCORED_BY, "protocol")}
-        if last is not None and now != last:
-            said = [f"{k} {last[k]} -> {now[k]}" for k in SCORED_BY if now[k] != last[k]]
-            old, new = last["protocol"], now["protocol"]  # on the keys both name (an older
-            old, new = old if isinstance(old, dict) else {}, new if isinstance(new, dict) else {}
-            both = old.keys() & new.keys()  # one kept Atari's for Gym's)
-            said += ["the env's protocol"] if any(old[k] != new[k] for k in both) else []
-            changes.append(f"at {r['env_steps']:,} steps: {', '.join(said) or 'its record'}")
-        last = now
+        now = {k: r.get(k, RECORDED_BEFORE.get(k)) for k in SCORED_BY}
+        kept = r.get("protocol")
+        protocol: dict[str, Any] = kept if isinstance(kept, dict) else {}
+        if last is not None:
+            said = [f"{k} {last[0][k]} -> {now[k]}" for k in SCORED_BY if now[k] != last[0][k]]
+            said += [] if same_protocol(last[1], protocol) else ["the env's protocol"]
+            if said:  # (a key one record lacks is no change: review87)
+                changes.append(f"at {r['env_steps']:,} steps: {', '.join(said)}")
+        last = (now, protocol)
     if changes:
         notes.append(
             f"{label}'s evaluations were scored otherwise {'; '.join(changes)}: scores before "

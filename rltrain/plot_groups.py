@@ -16,6 +16,7 @@ import numpy as np
 from rltrain.curves import Curve, PlotError, run_config
 from rltrain.plot_evals import SCORED_BY, eval_records
 from rltrain.plot_style import line_style
+from rltrain.rundir import RECORDED_BEFORE
 
 
 @dataclass(frozen=True)
@@ -121,11 +122,9 @@ def say_unlike(curves: Sequence[Curve], what: str) -> None:
     DQN's CartPole, sticky 0 and 0.25 Pong, pooled without a word); ``--group`` takes them
     apart."""
     signs = [sign(c.folder) for c in curves if c.folder is not None]
-    keys = [
-        k
-        for k in dict.fromkeys(k for s in signs for k in s)
-        if len({str(s.get(k)) for s in signs}) > 1
-    ]
+    shared = [k for k in dict.fromkeys(k for s in signs for k in s) if all(k in s for s in signs)]
+    keys = [k for k in shared if len({str(s[k]) for s in signs}) > 1]  # (a key some runs'
+    # records lack, as older ones the Atari keys of Gym envs, is no difference: review87)
     if len(signs) < 2 or not keys:
         return
     said = "; ".join(f"{k} {', '.join(dict.fromkeys(str(s.get(k)) for s in signs))}" for k in keys)
@@ -149,7 +148,10 @@ def sign(run: Path) -> dict[str, Any]:
     records = eval_records(run)[0]
     if records:
         last = records[-1]
-        out |= {("dqn.eval_" if k == "epsilon" else "eval.") + k: last.get(k) for k in SCORED_BY}
+        out |= {
+            ("dqn.eval_" if k == "epsilon" else "eval.") + k: last.get(k, RECORDED_BEFORE.get(k))
+            for k in SCORED_BY
+        }
         protocol = last.get("protocol")
         if isinstance(protocol, dict):
             out |= {f"env.{k}": v for k, v in protocol.items()}

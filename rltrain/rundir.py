@@ -22,6 +22,15 @@ from rltrain.faults import RunFailed
 EVALS_FILE = "evals.jsonl"
 """A run's evaluations during training, one JSON record per line (rl.run.periodic)."""
 
+RECORDED_BEFORE = {"epsilon": 0.0}
+"""What an evaluation record that lacks a setting was played with: dqn evaluated greedily
+before dqn.eval_epsilon."""
+
+
+def same_protocol(saved: dict[str, Any], now: dict[str, Any]) -> bool:
+    """Whether two protocols agree on the keys both name (older runs kept Gym envs' Atari keys)."""
+    return all(saved[k] == now[k] for k in saved.keys() & now.keys())
+
 
 def check_run_dir(
     run_dir: str | Path | None, root: str | Path = "runs", name: str = "--run-dir "

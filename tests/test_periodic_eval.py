@@ -29,7 +29,8 @@ from rltrain.rl.run.periodic import (
     Flight,
     PeriodicEval,
 )
-from rltrain.rl.run.scores import best_record, best_score, same_protocol, scored_protocol
+from rltrain.rl.run.scores import best_record, best_score, scored_protocol
+from rltrain.rundir import same_protocol
 from rltrain.runtime import local
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -656,6 +656,30 @@ def test_evals_pooled_across_unlike_runs_are_said(
         assert "these runs differ" not in capsys.readouterr().err
 
 
+def test_a_key_one_record_lacks_is_no_change_of_scoring(tmp_path: Path) -> None:
+    """review87: a protocol key an older record kept (Atari's frame_skip for a Gym env) and a
+    newer one dropped, or dqn's epsilon a record before it lacks, read as "scored otherwise"
+    and as runs that "differ"."""
+    import json
+
+    from rltrain.plot_evals import scoring_notes
+
+    run = make_run(tmp_path / "r", "cartpole_a3c.yaml", [(5_000, 10.0, 1)])
+    base = {"episodes": 10, "deterministic": False, "seed": 1}
+    records = [
+        {"env_steps": 1_000, **base, "protocol": {"frame_skip": 4, "kwargs": {}}},
+        {"env_steps": 2_000, **base, "epsilon": 0.0, "protocol": {"kwargs": {}}},
+    ]
+    (run / "evals.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert scoring_notes(run, "r") == []
+    records[1]["protocol"] = {"kwargs": {"g": 9.8}}
+    (run / "evals.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert scoring_notes(run, "r") == [
+        "r's evaluations were scored otherwise at 2,000 steps: the env's protocol: scores "
+        "before and after do not compare"
+    ]
+
+
 def test_runs_grouped_by_a_config_key_get_each_groups_mean(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -12,11 +12,7 @@ from rltrain.checkpoint import CheckpointError, as_saved, best_checkpoint, load_
 from rltrain.config import to_dict
 from rltrain.envs.atari import ATARI_KWARGS, ATARI_ONLY, is_atari
 from rltrain.rl.config import TrainConfig
-from rltrain.rundir import EVALS_FILE, write_atomic
-
-RECORDED_BEFORE = {"epsilon": 0.0}
-"""What a record that lacks a setting was played with: dqn evaluated greedily before
-dqn.eval_epsilon."""
+from rltrain.rundir import EVALS_FILE, RECORDED_BEFORE, same_protocol, write_atomic
 
 
 def eval_settings(cfg: TrainConfig) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -89,11 +85,6 @@ def scored_protocol(cfg: TrainConfig) -> dict[str, Any]:
     atari = is_atari(cfg.env.id, cfg.env.wrappers)
     keys = [k for k in PROTOCOL_KEYS if atari or k not in ATARI_ONLY]
     return as_saved({k: env[k] for k in keys})  # as best.pt keeps it
-
-
-def same_protocol(saved: dict[str, Any], now: dict[str, Any]) -> bool:
-    """Whether two protocols agree on the keys both name (older runs kept Gym envs' Atari keys)."""
-    return all(saved[k] == now[k] for k in saved.keys() & now.keys())
 
 
 def best_record(run_dir: Path) -> tuple[dict[str, Any] | None, str]:

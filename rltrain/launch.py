@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from rltrain.cluster_address import check_address, own_address
 from rltrain.errors import RLTrainError, UserError
+from rltrain.machine import mark_start
 
 if TYPE_CHECKING:  # for annotations: this module imports the run's parts only as they are used
     from rltrain.rl.config import TrainConfig
@@ -241,6 +242,7 @@ def run_train(
     its first checkpoint or episode leaves no folder behind (e.g. ``server.shards`` above the
     parameter count, or a GPU share Ray cannot place, found once the runtime is up): the
     same command runs again once the option is fixed. A resumed run's folder is kept."""
+    mark_start()  # (the load beside the run: summary.json's machine)
     trainer, created = _prepare(cfg, run_dir, resume, config_path, started, resume_flag)
     try:
         return trainer.run_dir, trainer.run()

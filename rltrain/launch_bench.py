@@ -18,12 +18,14 @@ if TYPE_CHECKING:
 def run_bench_config(cfg: BenchConfig, run_dir: str | Path | None, config_path: str | None) -> Path:
     """``rltrain bench`` after its config is read (also :func:`rltrain.api.bench`); returns
     the run folder. ``config_path`` names the default folder (runs/<name>-<time>)."""
+    from rltrain.machine import mark_start
     from rltrain.progress import say
     from rltrain.rundir import check_run_dir, new_run_dir, write_config
     from rltrain.supervised.bench import run_bench
     from rltrain.supervised.mode_keys import start_notes
     from rltrain.supervised.sharding import load_data
 
+    mark_start()  # (the load beside the bench: summary.json's machine)
     check_run_dir(run_dir)
     check_address(cfg.runtime.address)
     data = load_data(cfg.data, log=print)  # (its errors name data.root as it was typed)

@@ -15,15 +15,29 @@ def usable_cores() -> int:
     return cores or 1
 
 
+_load_at_start: list[float | None] = [None]
+
+
+def load_now() -> float | None:
+    """The load average of the last minute (None where the platform has none)."""
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+
+
+def mark_start() -> None:
+    """Keep the load as a command starts, before its own processes add theirs (review87: at
+    the end, four workers of an idle 2-core box showed a load of about 4)."""
+    _load_at_start[0] = load_now()
+
+
 def machine() -> dict[str, Any]:
     """rltrain's, Python's and torch's versions, the CUDA build and its devices (counted, not
-    opened: no CUDA context in the driver), the CPU's model, the cores usable and the load
-    average of the last minute, as the summary is written."""
+    opened: no CUDA context in the driver), the CPU's model, the cores usable, and the load
+    average of the last minute as the command started (:func:`mark_start`: what ran beside
+    it) and as the summary is written (its own processes' too)."""
     import torch
 
     from rltrain import __version__
 
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     return {
         "rltrain": __version__,
         "python": platform.python_version(),
@@ -32,7 +46,8 @@ def machine() -> dict[str, Any]:
         "cuda_devices": torch.cuda.device_count() if torch.version.cuda else 0,
         "cpu": cpu_model(),
         "cores": usable_cores(),
-        "load_1min": None if load is None else round(load, 2),
+        "load_1min_at_start": _load_at_start[0],
+        "load_1min_at_end": load_now(),
     }
 
 

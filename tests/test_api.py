@@ -106,6 +106,8 @@ def test_a_quiet_run_prints_nothing_of_its_own(
     run = quiet_run(tmp_path / "run", 3000)
     out, err = capfd.readouterr()
     assert run.stopped_by == "max_env_steps" and (out, err) == ("", "")
+    box = run.summary["machine"]  # (explore106: on what machine, torch and load it ran)
+    assert box["cores"] >= 1 and box["load_1min_at_start"] is not None and box["torch"]
     with pytest.raises(ConfigError, match="^quiet='yes': allowed are True or False$"):
         rltrain.train(CARTPOLE, quiet="yes")
     with pytest.raises(ConfigError, match="^quite=: not an argument .*; did you mean quiet=\\?$"):

@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, ...]] = [
         *("rltrain.launch", "rltrain.launch_bench", "rltrain.cluster_address", "rltrain.api"),
         *("rltrain.cli", "rltrain.cli_checks", "rltrain.cli_parser"),
         *("rltrain.plot", "rltrain.plot_groups", "rltrain.plot_csv", "rltrain.curves"),
+        *("rltrain.plot_evals", "rltrain.plot_bench"),
         "rltrain.__init__",
     ),
 ]

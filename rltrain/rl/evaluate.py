@@ -85,7 +85,8 @@ class EvalResult:
     """Why the view is not the one asked for, if it is not."""
     filmed: tuple[float, int] | None = None
     """The filmed game's raw score and length: env 0's first game (seed ``seed``), played
-    again apart with its own draws, so one of ``returns`` (the twin's, on Atari)."""
+    again apart with env 0's draws, so one of ``returns`` (summed in float64, theirs in
+    float32: equal to about 1e-6)."""
 
     @property
     def mean(self) -> float:
@@ -222,8 +223,8 @@ def evaluate(
     again first, alone in a recording env, and filmed into ``run_dir``: the same game, move
     for move, so the score is the one without a video (explore107: it changed).
     ``deterministic``: the policy's most likely action (its mean for a Box), not a sample.
-    ``episodes``, ``seed`` and ``deterministic`` default to the run's ``eval.*``: without a
-    video, ``checkpoint="best"`` then replays the evaluation that chose it.
+    ``episodes``, ``seed`` and ``deterministic`` default to the run's ``eval.*``:
+    ``checkpoint="best"`` then replays the evaluation that chose it.
 
     ``video_view`` None: the game's screen, or the agent's view when the env cannot draw its
     screen (e.g. CartPole without pygame; ``EvalResult.note`` says why); given, that view or a

@@ -200,3 +200,13 @@ def test_impala_cnn_on_a_cpu_acts_and_learns_channels_last() -> None:
     torch.testing.assert_close(a(obs)[0], b(obs)[0], atol=2e-3, rtol=0)
     load_flat(a, flat_params(a) * 0.5)
     assert torch.equal(flat_params(a), flat_params(b) * 0.5)
+
+
+def test_a_parameter_the_loss_does_not_reach_gets_a_zero_gradient() -> None:
+    """explore108: a policy-only loss (REINFORCE without a baseline) left the critic's grads
+    None, and the flat gradient crashed as "an internal error (a bug)"."""
+    used, unused = torch.nn.Linear(3, 2), torch.nn.Linear(3, 1)
+    net = torch.nn.ModuleList([used, unused])
+    used(torch.ones(1, 3)).sum().backward()
+    flat, norm = clipped_flat_grad(net, 0)
+    assert flat.shape == (8 + 4,) and (flat[8:] == 0).all() and norm > 0

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import cast
 
 import torch
 
@@ -36,6 +35,12 @@ from rltrain.rl.exchange import push_gradients
 from rltrain.rl.rollout import Gradient, Rollout, WorkStats, stack
 
 
+def grad_of(p: torch.Tensor) -> torch.Tensor:
+    """A parameter's gradient; zeros for one the loss does not reach (a policy-only loss, as
+    REINFORCE without a baseline, leaves the critic's None: explore108 found a crash)."""
+    return p.grad if p.grad is not None else torch.zeros_like(p)
+
+
 def clipped_flat_grad(
     net: torch.nn.Module, max_norm: float
 ) -> tuple[torch.Tensor, torch.Tensor]:  # [P], []
@@ -47,7 +52,7 @@ def clipped_flat_grad(
     above it) but on the one flat vector the push needs anyway: a cat, a norm and a scale,
     where ``clip_grad_norm_`` takes a norm per tensor, scales each in place, then the cat
     copies them (2.4x the time on a CPU for MuJoCo's MLP; fewer launches on a GPU)."""
-    flat = torch.cat([cast(torch.Tensor, p.grad).reshape(-1) for p in net.parameters()])  # [P]
+    flat = torch.cat([grad_of(p).reshape(-1) for p in net.parameters()])  # [P]
     norm = torch.linalg.vector_norm(flat)  # []
     if max_norm > 0:
         flat.mul_((max_norm / (norm + 1e-6)).clamp(max=1.0))  # clip_grad_norm_'s coefficient

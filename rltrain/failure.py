@@ -104,13 +104,40 @@ def _origin_text(text: str) -> str:
 
 def _yours(path: str, imports: Sequence[str]) -> bool:
     """Whether ``path`` is a file of a module of ``imports``: by its name's path (the same on
-    Ray's nodes, which run a shipped copy), ``a/b.py`` for ``a.b``, any file of package ``a``."""
+    Ray's nodes, which run a shipped copy), ``a/b.py`` for ``a.b``, any file of package ``a``;
+    or the script (or notebook) that runs rltrain: a loss or rule its ``__main__`` defines,
+    which docs/extending.md allows (explore108: its errors were "a bug in rltrain")."""
+    if _script(path):
+        return True
     where = "/" + path.replace(os.sep, "/")
     for name in imports:
         rel = "/" + name.replace(".", "/")
         if where.endswith(rel + ".py") or rel + "/" in where:
             return "-packages/" not in where or path == _file(name)
     return False
+
+
+SHIPPED = "<dynamic-code>"
+"""The file a process child's frames name for code the script's ``__main__`` sent it by value
+(cloudpickle's): the script's, with its lines."""
+
+
+def _shown(path: str) -> str:
+    """A frame's file as the user knows it: a shipped frame's is the running script's."""
+    main = getattr(sys.modules.get("__main__"), "__file__", None)
+    return os.path.basename(main if path == SHIPPED and main else path)
+
+
+def _script(path: str) -> bool:
+    """Whether ``path`` is the running script's file (not rltrain's own: ``python -m
+    rltrain.cli``), code it shipped to a child (:data:`SHIPPED`), or a notebook cell's
+    (IPython's ``ipykernel_*/N.py``, ``<ipython-input-``)."""
+    if path == SHIPPED:
+        return True
+    main = getattr(sys.modules.get("__main__"), "__file__", None)
+    if main and os.path.abspath(path) == os.path.abspath(main):
+        return os.path.dirname(os.path.abspath(main)) != os.path.dirname(__file__)
+    return "/ipykernel_" in path.replace(os.sep, "/") or path.startswith("<ipython-input-")
 
 
 def _file(name: str) -> str | None:
@@ -124,7 +151,7 @@ def your_frame(error: BaseException, imports: Sequence[str]) -> str:
     rltrain's code that your code called is rltrain's); "" if not yours."""
     for path, line, fn in reversed(_frames(_origin(error))):
         if _yours(path, imports):
-            return f" (at {os.path.basename(path)}:{line}, in {fn})"
+            return f" (at {_shown(path)}:{line}, in {fn})"
         if "/rltrain/" in path.replace(os.sep, "/"):
             return ""
     return ""

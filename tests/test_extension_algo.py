@@ -397,3 +397,30 @@ def test_a_section_name_that_is_no_section_is_one_line_naming_the_caller() -> No
         cfg.section("nosuch")
     with pytest.raises(ConfigError, match="the config's are env, algo, ppo, .*, runtime$"):
         cfg.section("nosuch")
+
+
+def test_an_error_in_a_loss_the_script_defines_is_the_users(tmp_path: Path) -> None:
+    """explore108: docs/extending.md lets a script's ``__main__`` define a loss; an error in it
+    was "an internal error (a bug; please report it)" and a raw NameError, where the same loss
+    in an imported module was TrainFailed naming its line."""
+    script = tmp_path / "buggy.py"
+    script.write_text(
+        "import rltrain\n"
+        "from rltrain.rl.algos import AlgoSpec, register_algo\n"
+        "from rltrain.rl.algos.a3c import ActorCriticLoss, gae\n\n"
+        "class Buggy(ActorCriticLoss):\n"
+        "    def __call__(self, b):\n"
+        "        return lgop * 2  # noqa: F821\n\n"
+        "register_algo(AlgoSpec('buggy', 'worker', Buggy, gae))\n"
+        "try:\n"
+        f"    rltrain.train({str(ROOT / 'configs' / 'cartpole_a3c.yaml')!r}, run_dir='run',\n"
+        "        algo__name='buggy', actors=1, runtime__backend='local', quiet=True,\n"
+        "        stop__mean_return=None, stop__max_env_steps=1000)\n"
+        "except rltrain.TrainFailed as e:\n"
+        "    print('failed:', e)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert "failed: an error in your code: NameError: name 'lgop' is not defined" in done.stdout
+    assert "(at buggy.py:7, in __call__)" in done.stdout, done.stdout + done.stderr[-2000:]

@@ -208,6 +208,33 @@ def test_a_rule_that_raises_leaves_no_shard_a_step_ahead() -> None:
         unregister_rule("flaky_test")
 
 
+def test_a_barrier_rule_whose_count_is_no_count_stops_in_one_line() -> None:
+    """explore108: aggregate_count N + 3 waited for updates that never came, past every stop;
+    a float ran as another count. A whole number from 1 to N, else one line at the start."""
+    from rltrain.ps.barrier import BarrierRound
+    from rltrain.ps.rules import Sync
+
+    class Counted(Sync):
+        name = "counted_test"
+
+        def __init__(self, value: object) -> None:
+            self.value = value
+
+        def aggregate_count(self, server: object, n: int, live: int | None = None) -> int:
+            return self.value  # type: ignore[return-value]
+
+    try:
+        for value in (5, 0, 1.0, True, None):
+            register_rule(Counted(value))
+            with pytest.raises(ValueError, match=r"aggregate_count returned .* for 2 workers"):
+                BarrierRound(ServerConfig(rule="counted_test"), 2)
+            unregister_rule("counted_test")
+        register_rule(Counted(2))
+        assert BarrierRound(ServerConfig(rule="counted_test"), 2).needed == 2
+    finally:
+        unregister_rule("counted_test")
+
+
 def test_a_rule_whose_lr_scale_is_no_factor_stops_in_one_line() -> None:
     """A rule of your own whose lr_scale returned NaN stepped the parameters to NaN, and the run
     ended many refused updates later as "diverged"; a negative factor would climb the loss."""

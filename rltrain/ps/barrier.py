@@ -22,7 +22,7 @@ class BarrierRound:
         self.num_workers = num_workers
         self.absent: set[int] = set()  # workers that left (lost); a push rejoins
         self.joined: set[int] = set()  # workers added mid-run (join is idempotent)
-        self.needed = server.update_rule.aggregate_count(server, num_workers)
+        self.needed = server.update_rule.checked_count(server, num_workers)
         self.sum: torch.Tensor | None = None
         self.count = 0
         self.workers: set[int] = set()  # who pushed for this version
@@ -51,7 +51,7 @@ class BarrierRound:
 
     def _recount(self) -> None:
         live = self.num_workers - len(self.absent)
-        self.needed = self.server.update_rule.aggregate_count(self.server, self.num_workers, live)
+        self.needed = self.server.update_rule.checked_count(self.server, self.num_workers, live)
 
     # --- the sum ---------------------------------------------------------------------------
 

@@ -110,6 +110,19 @@ class UpdateRule:
             )
         return float(scale)
 
+    def checked_count(self, server: RuleSettings, num_workers: int, live: int | None = None) -> int:
+        """:meth:`aggregate_count` as a barrier waits for it (not to override): a whole number
+        from 1 to ``num_workers``, else one line (explore108: N + 3 waited for updates that
+        never came, past every stop; a float ran as another count)."""
+        k = self.aggregate_count(server, num_workers, live)
+        if not isinstance(k, numbers.Integral) or isinstance(k, bool) or not 1 <= k <= num_workers:
+            raise RuleContractError(
+                f"update rule {self.name!r}: aggregate_count returned {k!r} for {num_workers} "
+                "workers; it returns how many updates a step waits for, a whole number from 1 "
+                f"to {num_workers}"
+            )
+        return int(k)
+
     def decides(self, server: RuleSettings) -> bool:
         """Whether an update's fate depends on the shard's own version or arrival order (a
         barrier, a staleness policy, or a rule's own ``lr_scale`` or ``drop_reason``, which

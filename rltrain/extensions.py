@@ -25,6 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rltrain.errors import UserError
+
 _REGISTRIES: dict[str, tuple[Callable[[], list[Any]], Callable[[Any], None]]] = {}
 _IMPORTED_BY: dict[tuple[str, str], str] = {}
 """(registry module, name) -> the module whose import registered it (:func:`note_importer`)."""
@@ -69,7 +71,32 @@ def packed() -> bytes | None:
         return None
     import cloudpickle
 
-    return cloudpickle.dumps(snap)
+    try:
+        return cloudpickle.dumps(snap)
+    except Exception as e:  # noqa: BLE001 - a lock, a file, a thread: the user's object
+        raise unpicklable(snap, e) from None
+
+
+def unpicklable(snap: dict[str, list[Any]], error: Exception) -> UserError:
+    """The one line for a registration that cannot travel to the children (explore108: a rule
+    holding a threading.Lock failed every process-runtime run, whatever rule it ran, as "an
+    internal error"): which item, and the ways out."""
+    import cloudpickle
+
+    culprit = "a registered extension"
+    for item in (i for items in snap.values() for i in items):
+        try:
+            cloudpickle.dumps(item)
+        except Exception:  # noqa: BLE001 - the one that fails, named
+            name = getattr(item, "name", None) or type(item).__name__
+            culprit = f"{type(item).__name__} {name!r}"
+            break
+    why = " ".join(str(error).split()) or type(error).__name__
+    return UserError(
+        f"{culprit}, registered in this process, cannot be pickled for the process runtime's "
+        f"children ({why}): build such state where it is used, not in __init__ (a registered "
+        "rule or algorithm is copied to every process), or run with runtime.backend=local"
+    )
 
 
 def unpack(data: bytes) -> None:

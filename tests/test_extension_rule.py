@@ -145,3 +145,25 @@ def test_a_rule_defined_in_one_module_and_registered_in_another(tmp_path: Path) 
     assert done.returncode == 0, done.stderr[-600:]
     assert "stopped by max_env_steps" in done.stdout
     assert "reapply async_third:" in done.stdout and "final parameters equal" in done.stdout
+
+
+def test_a_registration_that_cannot_travel_is_named_in_one_line() -> None:
+    """explore108: a rule holding a threading.Lock failed every process-runtime run, whatever
+    rule it ran, as "an internal error (a bug)"."""
+    import threading
+
+    from rltrain.errors import UserError
+    from rltrain.extensions import packed
+
+    class Locked(Async):
+        name = "async_locked_test"
+
+        def __init__(self) -> None:
+            self.lock = threading.Lock()
+
+    register_rule(Locked())
+    try:
+        with pytest.raises(UserError, match=r"^Locked 'async_locked_test', registered in this"):
+            packed()
+    finally:
+        unregister_rule("async_locked_test")

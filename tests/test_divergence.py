@@ -45,5 +45,11 @@ def test_a_run_that_only_makes_nan_gradients_stops_as_diverged(
     assert summary["updates_applied"] == 0 and summary["rejected"] >= 100
     assert summary["wall_seconds"] < 60
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.startswith("rltrain: run failed: diverged: the server refused the last ")
-    assert "non-finite" in err and "optimizer.lr" in err
+    # (none applied: from the first update, not a rate to lower; explore108)
+    assert err.startswith("rltrain: run failed: diverged: the server refused all ")
+    assert "non-finite" in err and "from the first" in err and "normalize.reward" in err
+    from rltrain.rl.run.counters import Counters, diverged_note
+
+    later = diverged_note(Counters(applied=50, rejected_in_a_row=100), "")
+    assert later.startswith("diverged: the server refused the last 100 updates (non-finite)")
+    assert "lower optimizer.lr" in later

@@ -25,10 +25,19 @@ def reaches(mean: float, target: float) -> bool:
     return mean >= target - 1e-6 * max(1.0, abs(target))
 
 
-def diverged_note(refused: int, reason: str) -> str:
-    """Why a run stopped as ``diverged`` (summary.json's failure, the CLI's last line)."""
+def diverged_note(c: Counters, reason: str) -> str:
+    """Why a run stopped as ``diverged`` (summary.json's failure, the CLI's last line); one
+    that never applied an update was non-finite from its first (explore108: a loss of one's
+    own that returned NaN was told to lower the learning rate)."""
+    refused, why = c.rejected_in_a_row, reason or "non-finite"
+    if not c.applied:
+        return (
+            f"diverged: the server refused all {refused} updates ({why}), from the first: the "
+            "initial parameters' gradients are not finite; look at the loss (one of your own?) "
+            "and at the env's first rewards and observations (normalize.reward, normalize.obs)"
+        )
     return (
-        f"diverged: the server refused the last {refused} updates ({reason or 'non-finite'}); "
+        f"diverged: the server refused the last {refused} updates ({why}); "
         "the parameters are those of the last update it applied: lower optimizer.lr or "
         "algo.max_grad_norm, or look for huge values in the env's rewards and observations "
         "(normalize.reward, normalize.obs)"

@@ -333,7 +333,7 @@ class Trainer:
         if not rec.stopped_by and target is not None and self.evals.reached(target):
             rec.stopped_by = "eval_mean_return"
         if rec.stopped_by == "diverged":
-            rec.failure = diverged_note(c.rejected_in_a_row, self.ctx.server.stats().last_reject)
+            rec.failure = diverged_note(c, self.ctx.server.stats().last_reject)
         if rec.stopped_by:
             rec.stop(rec.stopped_by, c, self.cfg.episode_window)
 

@@ -253,4 +253,13 @@ def test_a_rule_whose_lr_scale_is_no_factor_stops_in_one_line() -> None:
         with pytest.raises(ValueError, match=r"lr_scale returned .* for staleness 2; it returns"):
             Bad(value).checked_scale(ServerConfig(), 2)
     assert Bad(np.float32(0.5)).checked_scale(ServerConfig(), 2) == 0.5
+
+    class Judged(Async):  # explore108: a predicate's bool dropped by truthiness, unsaid
+        name = "judged_test"
+
+        def drop_reason(self, server: object, staleness: int) -> str:
+            return staleness > 1  # type: ignore[return-value]
+
+    with pytest.raises(ValueError, match=r"drop_reason returned True for staleness 2; it ret"):
+        Judged().checked_drop(ServerConfig(), 2)
     assert Bad(0).checked_scale(ServerConfig(), 2) == 0.0

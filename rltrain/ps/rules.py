@@ -98,6 +98,17 @@ class UpdateRule:
         """Why an on-arrival update is refused ("" = apply it)."""
         return ""
 
+    def checked_drop(self, server: RuleSettings, staleness: int) -> str:
+        """:meth:`drop_reason` as the shard reads it (not to override): a string, else one line
+        (explore108: ``return staleness > k`` dropped by truthiness, ``None`` applied, unsaid)."""
+        reason = self.drop_reason(server, staleness)
+        if not isinstance(reason, str):
+            raise RuleContractError(
+                f"update rule {self.name!r}: drop_reason returned {reason!r} for staleness "
+                f"{staleness}; it returns why the update is dropped, a string ('' to apply it)"
+            )
+        return reason
+
     def checked_scale(self, server: RuleSettings, staleness: int) -> float:
         """:meth:`lr_scale` as the shard steps by it (not to override): anything but a finite
         number >= 0 stops the run in one line, before a step it would make NaN or reverse."""

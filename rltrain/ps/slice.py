@@ -158,7 +158,7 @@ class ParameterSlice:
     def _push_on_arrival(
         self, update: GradUpdate, staleness: int, verdict: torch.Tensor | None = None
     ) -> PushResult:
-        reason = self.update_rule.drop_reason(self.server, staleness)
+        reason = self.update_rule.checked_drop(self.server, staleness)
         if reason:
             return self._drop(update, reason, staleness)
         scale = self.update_rule.checked_scale(self.server, staleness)

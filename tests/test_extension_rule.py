@@ -167,3 +167,19 @@ def test_a_registration_that_cannot_travel_is_named_in_one_line() -> None:
             packed()
     finally:
         unregister_rule("async_locked_test")
+
+
+def test_a_run_of_a_rule_no_module_registers_says_how_to_read_it(tmp_path: Path) -> None:
+    """explore108: `rltrain eval` of a run whose rule its script registered said only the
+    allowed values; the algorithm's case said how to register it."""
+    import yaml
+
+    from rltrain.config import to_dict
+    from rltrain.rl.config import TrainConfig, load_run_config
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = to_dict(load_config(TrainConfig, root / "configs" / "cartpole_a3c.yaml"))
+    cfg["server"]["rule"] = "async_scripts_own"
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    with pytest.raises(ConfigError, match=r"server.rule='async_scripts_own' is none of this "):
+        load_run_config(TrainConfig, tmp_path / "config.yaml")

@@ -9,6 +9,7 @@ from typing import Any
 
 from rltrain.config import ConfigError, from_dict, merge, moved_keys, parse_overrides, read_yaml
 from rltrain.envs.user import import_listed
+from rltrain.ps.rules import rule_names
 from rltrain.rl.algos import algo_names, algo_spec
 from rltrain.rl.config.train import TrainConfig
 
@@ -74,6 +75,13 @@ def load_run_config(
         raise ConfigError(
             f"{path}: algo.name={name!r} is none of this rltrain's ({', '.join(algo_names())}): "
             "your own? name the module that registers it in imports (--set imports=[module])"
+        )
+    rule = srv.get("rule") if isinstance(srv := merged.get("server"), Mapping) else None
+    if isinstance(rule, str) and rule not in rule_names():  # (explore108: as the algorithm's)
+        raise ConfigError(
+            f"{path}: server.rule={rule!r} is none of this rltrain's ({', '.join(rule_names())})"
+            ": your own? name the module that registers it in imports (--set imports=[module]), "
+            "or register it before rltrain.evaluate / load_policy (a script's)"
         )
     try:
         return from_dict(TrainConfig, merged)

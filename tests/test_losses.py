@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -278,3 +279,20 @@ def test_parts_a_loss_has_no_use_for_are_not_logged() -> None:
         (read,) = read_losses([Gradient(torch.zeros(3), stats, 64, absent=out.absent)])
         absent[name] = (read.kl is None, read.clip_fraction is None)
     assert absent == {"a3c": (True, True), "ppo": (False, False), "kl penalty": (False, True)}
+
+
+def test_an_estimator_that_returns_no_pair_of_t_by_b_is_one_line() -> None:
+    """explore108: an estimator returning one tensor was "too many values to unpack" as an
+    internal error, and one of [T] a shape error blamed on the loss's line."""
+    from rltrain.rl.algos.losses import LossContractError, check_estimate
+
+    check_estimate((torch.zeros(4, 2), torch.zeros(4, 2)), (4, 2), "a3c")
+    for bad, said in (
+        (torch.zeros(4, 2), "one tensor of shape [4, 2]"),
+        ((torch.zeros(4), torch.zeros(4)), "([4], [4])"),
+        ([torch.zeros(4, 2)] * 2, "list"),
+    ):
+        with pytest.raises(
+            LossContractError, match=rf"its value estimator returned {re.escape(said)}; "
+        ):
+            check_estimate(bad, (4, 2), "mine")

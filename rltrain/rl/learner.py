@@ -26,7 +26,7 @@ from rltrain.rl.actor import load_params, policy_builder
 from rltrain.rl.algos import LossBatch
 from rltrain.rl.algos.distributions import distribution
 from rltrain.rl.algos.estimators import TargetInputs
-from rltrain.rl.algos.losses import LossTerms, check_terms, next_state_values
+from rltrain.rl.algos.losses import LossTerms, check_estimate, check_terms, next_state_values
 from rltrain.rl.algos.models import bind_flat, parameters_to_come, unbind_flat
 from rltrain.rl.algos.torsos import to_device, train_layout
 from rltrain.rl.config import TrainConfig, waits_at_barrier
@@ -191,7 +191,9 @@ class Learner:
             next_values=next_state_values(values, final_values, r.final_at.to(d)),
             continues=r.continues().to(d),
         )
-        return self.estimator(inputs)
+        out = self.estimator(inputs)
+        check_estimate(out, tuple(r.rewards.shape), a.name)  # (a user's estimator: one line)
+        return out
 
     # --- gradients -------------------------------------------------------------------------
 

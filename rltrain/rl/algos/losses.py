@@ -72,6 +72,27 @@ def check_terms(terms: object, algo: str) -> None:
     )
 
 
+def check_estimate(out: object, shape: tuple[int, ...], algo: str) -> None:
+    """A one-line error where an algorithm's value estimator returns anything but (value
+    targets, advantages), two tensors of the rollout's [T, B] (explore108: one tensor was
+    "too many values to unpack", and [T] a shape error blamed on the loss). Shapes only."""
+    if isinstance(out, tuple) and len(out) == 2:
+        if all(isinstance(t, torch.Tensor) and tuple(t.shape) == shape for t in out):
+            return
+    got = type(out).__name__
+    if isinstance(out, tuple):
+        each = [
+            str(list(t.shape)) if isinstance(t, torch.Tensor) else type(t).__name__ for t in out
+        ]
+        got = f"({', '.join(each)})"
+    elif isinstance(out, torch.Tensor):
+        got = f"one tensor of shape {list(out.shape)}"
+    raise LossContractError(
+        f"algo.name={algo}: its value estimator returned {got}; an estimator returns (value "
+        f"targets, advantages), two tensors of the rollout's [T, B] = {list(shape)}"
+    )
+
+
 class LossContractError(RLTrainError, ValueError):
     """A loss of your own that breaks :class:`LossTerms`' contract (:func:`check_terms`)."""
 

@@ -76,9 +76,9 @@ def check_estimate(out: object, shape: tuple[int, ...], algo: str) -> None:
     """A one-line error where an algorithm's value estimator returns anything but (value
     targets, advantages), two tensors of the rollout's [T, B] (explore108: one tensor was
     "too many values to unpack", and [T] a shape error blamed on the loss). Shapes only."""
-    if isinstance(out, tuple) and len(out) == 2:
-        if all(isinstance(t, torch.Tensor) and tuple(t.shape) == shape for t in out):
-            return
+    pair = out if isinstance(out, tuple) and len(out) == 2 else ()
+    if pair and all(isinstance(t, torch.Tensor) and tuple(t.shape) == shape for t in pair):
+        return
     got = type(out).__name__
     if isinstance(out, tuple):
         each = [

@@ -150,6 +150,7 @@ def check_startup(cfg: TrainConfig, spec: EnvSpec, new_run: bool = True) -> None
     waits for the runtime.)"""
     from rltrain.envs import env_groups
     from rltrain.envs.atari import check_atari_only
+    from rltrain.envs.user import check_wrappers_travel
     from rltrain.ps.server import ShardLayout
     from rltrain.rl.env_spec import initial_params
     from rltrain.rl.run.placement import inference_device
@@ -159,6 +160,7 @@ def check_startup(cfg: TrainConfig, spec: EnvSpec, new_run: bool = True) -> None
     if new_run:  # (a resumed run's config.yaml, which an older rltrain took, is not refused)
         check_atari_only(cfg.env)
     env_groups(cfg.env)
+    check_wrappers_travel(cfg.env.wrappers, chosen_backend(cfg.runtime)[0])
     inference_device(cfg, False, chosen_backend(cfg.runtime)[0])
     if cfg.server.shards > 1:  # (one always fits)
         ShardLayout(initial_params(cfg, spec).numel(), cfg.server.shards)

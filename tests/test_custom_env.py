@@ -572,3 +572,15 @@ def test_the_actors_envs_are_closed_as_the_run_ends(tmp_path: Path, backend: str
     kwargs = f"env.kwargs={{folder: {closed}}}"
     train_short(tmp_path / "run", *sets, f"runtime.backend={backend}", kwargs, steps=300)
     assert len(list(closed.iterdir())) >= 2 * 3  # (+ the probe's, and the evaluations')
+
+
+def test_a_wrapper_of_the_script_is_refused_where_processes_cannot_import_it() -> None:
+    """explore108: env.wrappers=["__main__:Scale"] trained on threads and failed on the default
+    process runtime only after its start-up, as the run's fault."""
+    from rltrain.envs.base import EnvError
+    from rltrain.envs.user import check_wrappers_travel
+
+    check_wrappers_travel(["__main__:Scale"], "local")
+    check_wrappers_travel(["custom_envs:Scale"], "process")
+    with pytest.raises(EnvError, match=r"'__main__:Scale' is defined in the script, which the "):
+        check_wrappers_travel(["__main__:Scale"], "process")

@@ -154,6 +154,19 @@ class BoundWrapper:
         return self.wrapper(env, **self.kwargs)
 
 
+def check_wrappers_travel(wrappers: Sequence[str], backend: str) -> None:
+    """A wrapper of the script's ``__main__`` exists in this process alone: a runtime with
+    processes of its own imports ``env.wrappers`` by name in each, where ``__main__`` is not
+    the script (explore108: it failed after the start-up, as the run's fault). Said before."""
+    mine = [w for w in wrappers if w.split(":", 1)[0] == "__main__"]
+    if mine and backend != "local":
+        raise EnvError(
+            f"env.wrappers: {mine[0]!r} is defined in the script, which the {backend} runtime's "
+            "processes do not import: define it in a module listed in imports, or run with "
+            "runtime.backend=local"
+        )
+
+
 def load_wrapper(ref: str) -> Wrapper:
     """``module:Class`` (or ``module:function``) of ``env.wrappers`` as a callable env -> env;
     ``module:Class(name=value, ...)`` with keyword arguments (:func:`wrapper_arguments`)."""

@@ -155,9 +155,8 @@ class BoundWrapper:
 
 
 def check_wrappers_travel(wrappers: Sequence[str], backend: str) -> None:
-    """A wrapper of the script's ``__main__`` exists in this process alone: a runtime with
-    processes of its own imports ``env.wrappers`` by name in each, where ``__main__`` is not
-    the script (explore108: it failed after the start-up, as the run's fault). Said before."""
+    """A wrapper of the script's ``__main__`` exists in this process alone: processes import
+    ``env.wrappers`` by name (explore108: it failed after the start-up, as the run's fault)."""
     mine = [w for w in wrappers if w.split(":", 1)[0] == "__main__"]
     if mine and backend != "local":
         raise EnvError(

@@ -171,7 +171,8 @@ def _convert(tp: Any, value: Any, key: str, meta: Mapping[str, Any], held: Any =
         return dict(value)
     if origin is tuple:
         if isinstance(value, str | bytes) or not isinstance(value, Sequence):
-            raise ConfigError(f"{key}={shown(value)}: expected a list")
+            form = f"[{value}]" if isinstance(value, str) else "[a, b]"  # (explore106)
+            raise ConfigError(f"{key}={shown(value)}: expected a list, as --set '{key}={form}'")
         items = tuple(_convert(args[0], v, f"{key}[{i}]", meta) for i, v in enumerate(value))
         twice = sorted({str(v) for v in items if items.count(v) > 1})
         if meta.get("unique") and twice:  # one row, column or run per item

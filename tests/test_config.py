@@ -624,3 +624,9 @@ def test_a_bench_run_folders_config_reloads_with_its_own_keys(tmp_path: Path) ->
     (tmp_path / "config.yaml").write_text(dump_yaml(cfg))
     again = load_config(BenchConfig, tmp_path / "config.yaml")
     assert again == cfg and again.server.n_push == 3 and again.server.record
+
+
+def test_a_list_given_as_a_string_says_the_bracket_form() -> None:
+    """explore106: --set "modes=sync, async" said "expected a list" and not how to give one."""
+    with pytest.raises(ConfigError, match=r"expected a list, as --set 'imports=\[mymod\]'$"):
+        load_config(TrainConfig, None, ["imports=mymod", "stop.max_env_steps=10"])

@@ -161,7 +161,9 @@ def test_resume_continues_counters_and_eval_plays_checkpoint(
     assert main([*first_argv, "--set", "stop.max_env_steps=3000"]) == 0
     first = summary(run_dir)
     ckpt = sorted((run_dir / "checkpoints").glob("ckpt-*.pt"))[-1]
-    version = torch.load(ckpt, weights_only=True)["shards"][0]["version"]
+    state = torch.load(ckpt, weights_only=True)  # (read now: the resumed session's evaluations
+    version, steps_then = state["shards"][0]["version"], state["counters"]["env_steps"]  # may
+    # write checkpoints enough that checkpoint.keep prunes this one)
 
     capsys.readouterr()
     assert main(["train", "--resume", str(run_dir), *base, "--set", "stop.max_env_steps=6000"]) == 0
@@ -172,7 +174,6 @@ def test_resume_continues_counters_and_eval_plays_checkpoint(
     second = summary(run_dir)
     assert second["env_steps"] >= 6000 > first["env_steps"] >= 3000
     assert first["resumed_changes"] == []  # each session's changes, where it resumed
-    steps_then = torch.load(ckpt, weights_only=True)["counters"]["env_steps"]
     said = ["stop.max_env_steps: 3000 -> 6000"]
     assert second["resumed_changes"] == [{"env_steps": steps_then, "changes": said}]
     assert second["updates"] > first["updates"]

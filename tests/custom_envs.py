@@ -126,6 +126,23 @@ class WrongStepShape(Corridor):
         return (np.zeros(7, np.float32), *rest)
 
 
+class WrongImageStep(ImageCorridor):
+    """Its steps' images one column wider than its observation_space: rltrain's frame stack
+    would fail on them in gymnasium's terms (explore108 #8)."""
+
+    def step(self, action: int):  # noqa: ANN201
+        obs, *rest = super().step(action)
+        return (np.concatenate([obs, obs[:, :1]], axis=1), *rest)
+
+
+class WrongDictStep(DictObs):
+    """Its steps' 'pos' has 7 numbers where its Dict says 5 (flattened: a vector of 7)."""
+
+    def step(self, action: int):  # noqa: ANN201
+        _, *rest = super().step(action)
+        return ({"pos": np.zeros(7, np.float32)}, *rest)
+
+
 class NaNStep(Corridor):
     """Observations NaN from the third step on."""
 
@@ -358,6 +375,8 @@ for failing in (
     StepRaises,
     WrongResetShape,
     WrongStepShape,
+    WrongImageStep,
+    WrongDictStep,
     NaNStep,
     NaNReward,
     ResetRaisesInActors,

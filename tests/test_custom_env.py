@@ -237,7 +237,7 @@ def test_a_float32_box_beside_a_discrete_flattens_without_warnings() -> None:
     import gymnasium
     from gymnasium import spaces
 
-    from rltrain.envs.user import FlatObservation
+    from rltrain.envs.adapt import FlatObservation
 
     class Mixed(gymnasium.Env):
         observation_space = spaces.Dict(
@@ -318,7 +318,8 @@ def test_an_env_that_stacks_its_own_frames_is_not_stacked_again() -> None:
     4-channel image to stack 4 deep (16 channels)."""
     from gymnasium.wrappers import FrameStackObservation, GrayscaleObservation
 
-    from rltrain.envs.user import make_one, stacked
+    from rltrain.envs.adapt import stacked
+    from rltrain.envs.user import make_one
 
     def own_stack(env):  # noqa: ANN001, ANN202 - a user's wrapper
         return FrameStackObservation(GrayscaleObservation(env), 4)

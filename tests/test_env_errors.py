@@ -37,6 +37,16 @@ def env_of(name: str) -> EnvConfig:
             "WrongStepShape",
             "step() returned an observation of shape (7,); its observation_space is Box(5,)",
         ),
+        (  # in the env's terms, not the frame stack's (explore108 #8)
+            "WrongImageStep",
+            "step() returned an observation of shape (40, 49, 3); its observation_space is "
+            "Box(40, 48, 3)",
+        ),
+        (  # the Dict's key, not the flattened vector's length
+            "WrongDictStep",
+            "step() returned an observation['pos'] of shape (7,); its observation_space['pos'] "
+            "is Box(5,)",
+        ),
         (
             "NaNStep",
             "step() returned a non-finite observation "
@@ -292,3 +302,28 @@ def test_an_env_whose_module_is_missing_names_the_extra_that_installs_it() -> No
     told = ModuleNotFoundError('Box2D is not installed, run `pip install "gymnasium[box2d]"`')
     told.name = "Box2D"
     assert str(make_failed("LunarLander-v3", {}, told)).count("pip install") == 1
+
+
+def test_a_wrong_observation_is_named_in_the_env_s_own_space() -> None:
+    """What :class:`RawObservation` kept, against the space before rltrain flattened it."""
+    from gymnasium import spaces
+
+    from rltrain.envs.adapt import raw_mismatch
+
+    space = spaces.Dict(
+        {
+            "pos": spaces.Box(0, 1, (2,)),
+            "pair": spaces.Tuple([spaces.Discrete(3), spaces.Box(0, 1, (4,))]),
+        }
+    )
+    good = {"pos": np.zeros(2), "pair": (1, np.zeros(4))}
+    assert raw_mismatch(space, good) is None
+    assert raw_mismatch(space, {**good, "pair": (1, np.zeros(5))}) == (
+        "observation['pair'][1] of shape (5,); its observation_space['pair'][1] is Box(4,)"
+    )
+    assert raw_mismatch(space, {"pos": np.zeros(2)}) == (
+        "observation without ['pair']; its observation_space is a Dict of ['pair', 'pos']"
+    )
+    assert raw_mismatch(space["pair"], (1,)) == (
+        "observation without [1]; its observation_space is a Tuple of 2"
+    )

@@ -133,7 +133,7 @@ def test_auto_leaves_one_hot_observations_and_images_raw() -> None:
     and images; always / never are taken as given."""
     from gymnasium import spaces
 
-    from rltrain.envs.user import one_hot
+    from rltrain.envs.adapt import one_hot
     from rltrain.rl.config import StopConfig, TrainConfig
     from rltrain.rl.inputs import normalizes_obs
 

@@ -166,16 +166,16 @@ class VectorEnv(abc.ABC):
     plain values, for stamping into the run's records."""
     flattened_from: Any = None
     """The env's own observation space (a gymnasium Space) when observations are flattened
-    into one float vector (rltrain.envs.user.FlatObservation); None when used as they are."""
+    into one float vector (rltrain.envs.adapt.FlatObservation); None when used as they are."""
     transposed: bool = False
     """Whether the env's [H, W, C] images are moved to [C, H, W]
-    (rltrain.envs.user.ChannelsFirst)."""
+    (rltrain.envs.adapt.ChannelsFirst)."""
     obs_space: Any = None
     """A Gymnasium env's own observation space (its Box's bounds; rltrain.make_env's), None
     where the observations are rltrain's (Atari's uint8 stacks)."""
     stacked: int = 1
     """Images stacked into each observation of a Gymnasium image env
-    (rltrain.envs.user.stack_frames; Atari's stack is its protocol's frame_stack)."""
+    (rltrain.envs.adapt.stack_frames; Atari's stack is its protocol's frame_stack)."""
 
     @abc.abstractmethod
     def reset(self, seed: int | None = None) -> np.ndarray:

@@ -19,6 +19,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 
+from rltrain.envs.adapt import raw_mismatch, raw_of
 from rltrain.faults import EnvFailed
 
 
@@ -33,12 +34,28 @@ def describe_space(shape: Sequence[int]) -> str:
 
 
 def diagnose(
-    env_id: str, call: str, e: BaseException | None, returned: Any, shape: Sequence[int]
+    env_id: str,
+    call: str,
+    e: BaseException | None,
+    returned: Any,
+    shape: Sequence[int],
+    envs: Sequence[gymnasium.Env] = (),
 ) -> EnvFailed:
-    """The error of a ``call`` of env ``env_id`` that raised ``e``: a wrong observation shape
-    when one of ``returned`` (what each sub-env gave, where the vector keeps it) does not fit
-    ``shape``, else what it raised. Call it inside the ``except`` (it keeps the traceback)."""
+    """The error of a ``call`` of env ``env_id`` that raised ``e``: a wrong observation as one
+    of ``envs`` returned it, before rltrain's adapters (:class:`RawObservation`: its shape, or
+    its Dict's key, in the env's own terms), or a wrong shape when one of ``returned`` (what
+    each sub-env gave, where the vector keeps it) does not fit ``shape``, else what it
+    raised. Call it inside the ``except`` (it keeps the traceback)."""
     detail = traceback.format_exc() if e is not None else ""
+    for env in envs:
+        raw = raw_of(env)
+        found = (
+            None
+            if raw is None or raw.last is None
+            else raw_mismatch(raw.observation_space, raw.last)
+        )
+        if found:
+            return EnvFailed(f"env {env_id!r}: {call} returned an {found}", detail)
     for obs in returned if isinstance(returned, list | tuple) else ():
         try:
             got = None if obs is None else tuple(np.shape(obs))  # None: not returned yet

@@ -17,9 +17,10 @@ import numpy as np
 from gymnasium.spaces import Box, Discrete, MultiBinary, MultiDiscrete
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
+from rltrain.envs.adapt import flattened_from, stacked, transposed
 from rltrain.envs.base import ActionSpace, EnvError, EpisodeTracker, StepBatch, VectorEnv
 from rltrain.envs.checks import check_finite, diagnose, float32_rewards
-from rltrain.envs.user import Wrapper, flattened_from, make_failed, make_one, stacked, transposed
+from rltrain.envs.user import Wrapper, make_failed, make_one
 from rltrain.faults import EnvFailed
 
 
@@ -232,7 +233,7 @@ class GymVectorEnv(VectorEnv):
     def _failed(self, call: str, e: Exception) -> EnvFailed:
         """What to raise for ``e`` from the vector's ``call`` (inside its ``except``)."""
         returned = getattr(self._env, "_env_obs", None)  # each sub-env's, as gymnasium keeps them
-        return diagnose(self.env_id, call, e, returned, self.obs_shape)
+        return diagnose(self.env_id, call, e, returned, self.obs_shape, self._env.envs)
 
     def render(self) -> Any:
         """The first sub-env's ``render()`` (its ``render_mode``: ``rltrain.make_env``'s)."""

@@ -22,20 +22,13 @@ from ale_py.vector_env import AtariVectorEnv
 from gymnasium.envs.registration import load_env_creator
 from gymnasium.vector import AutoresetMode
 
+from rltrain.envs.adapt import image, stacked
 from rltrain.envs.atari import AtariEnv, check_atari_id, is_atari, rom_name, vector_args
 from rltrain.envs.base import ActionSpace, EnvError
 from rltrain.envs.checks import check_finite, diagnose, non_finite
 from rltrain.envs.config import EnvConfig
 from rltrain.envs.gym_vector import action_space_of, check_spaces, to_env_actions
-from rltrain.envs.user import (
-    Wrapper,
-    image,
-    load_env_code,
-    load_wrapper,
-    make_failed,
-    make_one,
-    stacked,
-)
+from rltrain.envs.user import Wrapper, load_env_code, load_wrapper, make_failed, make_one
 from rltrain.envs.vector import unknown_id_message
 
 ATARI_HZ = 60
@@ -174,7 +167,7 @@ class GymScreenEnv:
         try:
             obs, _ = self.env.reset(seed=self._seed)
         except Exception as e:  # noqa: BLE001 - the user's env (or a wrapper) failed
-            raise diagnose(self.env_id, "reset()", e, None, self.obs_shape) from e
+            raise diagnose(self.env_id, "reset()", e, None, self.obs_shape, [self.env]) from e
         return self._checked("reset()", obs)
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool]:
@@ -182,7 +175,7 @@ class GymScreenEnv:
         try:
             obs, reward, terminated, truncated, _ = self.env.step(act)
         except Exception as e:  # noqa: BLE001 - the user's env (or a wrapper) failed
-            raise diagnose(self.env_id, "step()", e, None, self.obs_shape) from e
+            raise diagnose(self.env_id, "step()", e, None, self.obs_shape, [self.env]) from e
         reward = float(reward)
         if not np.isfinite(reward):
             raise non_finite(self.env_id, "step()", np.array([reward]), "reward")
@@ -191,7 +184,7 @@ class GymScreenEnv:
     def _checked(self, call: str, obs: Any) -> np.ndarray:
         out = np.asarray(obs, self.obs_dtype)
         if out.shape != self.obs_shape:
-            raise diagnose(self.env_id, call, None, [out], self.obs_shape)
+            raise diagnose(self.env_id, call, None, [out], self.obs_shape, [self.env])
         if np.issubdtype(out.dtype, np.floating):
             check_finite(self.env_id, call, out[None])
         return out

@@ -16,24 +16,12 @@ import os
 import pickle
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeGuard
+from typing import Any
 
 import cloudpickle
 import gymnasium
-import numpy as np
-from gymnasium.spaces import (
-    Box,
-    Dict,
-    Discrete,
-    MultiBinary,
-    MultiDiscrete,
-    Space,
-    Tuple,
-    flatten,
-    flatten_space,
-)
-from gymnasium.wrappers import DtypeObservation, FrameStackObservation, ReshapeObservation
 
+from rltrain.envs.adapt import adapt
 from rltrain.envs.base import EnvError
 from rltrain.envs.checks import where
 from rltrain.envs.config import EnvConfig
@@ -186,94 +174,6 @@ def load_wrapper(ref: str) -> Wrapper:
     return BoundWrapper(obj, kwargs) if kwargs else obj
 
 
-class FlatObservation(gymnasium.ObservationWrapper, gymnasium.utils.RecordConstructorArgs):
-    """A Discrete, MultiDiscrete, MultiBinary, Tuple or Dict observation as one float32 vector
-    (gymnasium's ``flatten``: discrete parts one-hot), as SB3 preprocesses them, so that
-    FrozenLake or Blackjack train with the MLP as they are. One wrapper that takes only the
-    env, so ``gymnasium.make(env.spec)`` rebuilds it."""
-
-    def __init__(self, env: gymnasium.Env) -> None:
-        gymnasium.utils.RecordConstructorArgs.__init__(self)
-        gymnasium.ObservationWrapper.__init__(self, env)
-        self.flattened_from = env.observation_space
-        flat = flatten_space(env.observation_space)
-        assert isinstance(flat, Box)  # what flattens() said
-        with np.errstate(over="ignore"):  # (float64 bounds past float32's: inf, as they mean)
-            low, high = flat.low.astype(np.float32), flat.high.astype(np.float32)
-        # cast here: a float64 bound (a float32 Box beside a Discrete flattens to float64)
-        # cast by Box warns of lost precision on every run
-        self.observation_space = Box(low, high, flat.shape, np.float32)
-
-    def observation(self, observation: Any) -> np.ndarray:
-        return np.asarray(flatten(self.flattened_from, observation), dtype=np.float32)
-
-
-class ChannelsFirst(gymnasium.ObservationWrapper, gymnasium.utils.RecordConstructorArgs):
-    """An image observation [H, W, C] (gymnasium's layout: CarRacing, MiniGrid's RGB views) as
-    [C, H, W], the layout torch's convolutions and the Atari stacks use (SB3's
-    VecTransposeImage). Takes only the env, so ``gymnasium.make(env.spec)`` rebuilds it."""
-
-    def __init__(self, env: gymnasium.Env) -> None:
-        gymnasium.utils.RecordConstructorArgs.__init__(self)
-        gymnasium.ObservationWrapper.__init__(self, env)
-        space = env.observation_space
-        assert isinstance(space, Box)
-        t = (2, 0, 1)
-        self.observation_space = Box(
-            space.low.transpose(t), space.high.transpose(t), None, space.dtype
-        )
-
-    def observation(self, observation: Any) -> np.ndarray:
-        return np.ascontiguousarray(np.moveaxis(observation, -1, 0))
-
-
-def channels_last(space: Space) -> bool:
-    """Whether ``space`` is an image with its channels last: a 3-D uint8 Box of at most 4
-    channels (gray, RGB, RGBA) on a side of more than 4 pixels (as SB3's ``is_image_space``)."""
-    return isinstance(space, Box) and space.dtype == np.uint8 and channels_last_shape(space.shape)
-
-
-def channels_last_shape(shape: tuple[int, ...]) -> bool:
-    """Whether observations of ``shape`` look like images [H, W, C] of at most 4 channels on a
-    side of more than 4 pixels. rltrain moves those of uint8 first (:class:`ChannelsFirst`),
-    so one still this way is not uint8."""
-    return len(shape) == 3 and shape[-1] <= 4 < shape[0]
-
-
-def gray_image(space: Space) -> TypeGuard[Box]:
-    """Whether ``space`` is a gray image without a channel axis, [H, W] uint8 of more than 4
-    pixels a side (GrayscaleObservation without keep_dim, AtariPreprocessing)."""
-    return (
-        isinstance(space, Box)
-        and len(space.shape) == 2
-        and space.dtype == np.uint8
-        and min(space.shape) > 4
-    )
-
-
-def image(space: Space) -> TypeGuard[Box]:
-    """Whether ``space`` is an image with its channels first, [C, H, W] uint8 (what
-    :class:`ChannelsFirst` makes, or an env's own)."""
-    return isinstance(space, Box) and len(space.shape) == 3 and space.dtype == np.uint8
-
-
-def stackable(space: Space) -> bool:
-    """Whether :func:`make_one` stacks ``space``'s images: [C, H, W] uint8 of one (gray) or
-    three (RGB) channels. Other channel counts (an env's own stack of 4 gray frames, RGBA)
-    are taken as they come, so that an env that stacks its frames is not stacked again."""
-    return image(space) and space.shape[0] in (1, 3)
-
-
-def stack_frames(env: gymnasium.Env, k: int) -> gymnasium.Env:
-    """The last ``k`` images [C, H, W] of ``env`` as one [k C, H, W], oldest first: motion a
-    single frame cannot show, as Atari's stack of 4 (Mnih et al. 2015). Gymnasium's
-    FrameStackObservation (a reset repeats the first image) and ReshapeObservation."""
-    shape = env.observation_space.shape
-    assert shape is not None  # an image: stackable() said
-    c, h, w = shape
-    return ReshapeObservation(FrameStackObservation(env, k), (k * c, h, w))
-
-
 def quiet_mujoco(env_id: str) -> None:
     """MuJoCo's warnings once per process, on stderr: by default MuJoCo prints each every time
     (Gymnasium's v5 models warn of a deprecated 'settotalmass' as each env is built: 17 lines
@@ -300,11 +200,9 @@ def make_one(
     env_id: str, kwargs: Mapping[str, Any], wrappers: Sequence[Wrapper], frame_stack: int = 1
 ) -> gymnasium.Env:
     """``gymnasium.make(env_id, **kwargs)`` with ``wrappers`` applied in order, then
-    :class:`FlatObservation` if the observations are not a Box but gymnasium can flatten them,
-    a vector of one for a scalar Box, or :class:`ChannelsFirst` if they are an [H, W, C]
-    image, or a channel axis for an [H, W] gray image (after the user's wrappers: they see the
-    env's own observations, and may make a Box); a gray or RGB image is then stacked
-    ``frame_stack`` deep (:func:`stack_frames`)."""
+    rltrain's own adapters (:func:`~rltrain.envs.adapt.adapt`: a flat vector, channels first,
+    a stack of ``frame_stack`` images), after the user's wrappers: they see the env's own
+    observations, and may make a Box."""
     quiet_mujoco(env_id)
     env = gymnasium.make(env_id, **kwargs)
     for wrap in wrappers:
@@ -316,68 +214,7 @@ def make_one(
             hint = "; give its arguments as module:Class(name=value, ...)" if bare else ""
             why = f"{first_line(e)}{hint}"
             raise EnvError(f"env.wrappers: {name} failed on {env_id}: {why}") from None
-    if not isinstance(env.observation_space, Box) and flattens(env.observation_space):
-        env = FlatObservation(env)
-    elif env.observation_space.shape == ():  # a scalar Box: a vector of one (the MLP's input)
-        env = ReshapeObservation(env, (1,))
-    elif channels_last(env.observation_space):
-        env = ChannelsFirst(env)
-    elif gray_image(env.observation_space):  # one channel: the CNN and the stack take it
-        env = ReshapeObservation(env, (1, *env.observation_space.shape))
-    wide = WIDE_UNSIGNED.get(getattr(env.observation_space, "dtype", None))
-    if wide is not None:  # (torch shares no uint16/32/64 tensor between processes)
-        env = DtypeObservation(env, wide)
-    if frame_stack > 1 and stackable(env.observation_space):
-        env = stack_frames(env, frame_stack)
-    return env
-
-
-WIDE_UNSIGNED = {
-    np.dtype(np.uint16): np.dtype(np.int32),
-    np.dtype(np.uint32): np.dtype(np.int64),
-    np.dtype(np.uint64): np.dtype(np.float64),  # (the network takes float32 of each)
-}
-"""Unsigned observations wider than a byte, as what holds their values: torch has no
-process-shared storage of them (the process runtime's actors failed with a traceback)."""
-
-
-def _every_leaf(space: Space | None, leaves: tuple[type, ...]) -> bool:
-    """Whether ``space`` is one of ``leaves``, or a Tuple or Dict (nested) of them only."""
-    if isinstance(space, Tuple | Dict):
-        parts = space.spaces.values() if isinstance(space, Dict) else space.spaces
-        return all(_every_leaf(part, leaves) for part in parts)
-    return isinstance(space, leaves)
-
-
-def flattens(space: Space) -> bool:
-    """Whether :class:`FlatObservation` takes ``space``: discrete spaces, and Tuples and Dicts
-    of them and of Boxes (not Text, Graph or Sequence: no fixed-size vector)."""
-    return _every_leaf(space, (Box, Discrete, MultiDiscrete, MultiBinary))
-
-
-def one_hot(space: Space | None) -> bool:
-    """Whether ``space`` flattens into one-hot and binary cells only (Discrete, MultiDiscrete,
-    MultiBinary, and Tuples and Dicts of them), not also a Box's values."""
-    return _every_leaf(space, (Discrete, MultiDiscrete, MultiBinary))
-
-
-def flattened_from(env: gymnasium.Env) -> Space | None:
-    """The observation space :func:`make_one` flattened, if it did."""
-    return env.flattened_from if isinstance(env, FlatObservation) else None
-
-
-def transposed(env: gymnasium.Env) -> bool:
-    """Whether :func:`make_one` moved the image's channels first."""
-    while isinstance(env, ReshapeObservation | FrameStackObservation):
-        env = env.env
-    return isinstance(env, ChannelsFirst)
-
-
-def stacked(env: gymnasium.Env) -> int:
-    """How many images :func:`make_one` stacked into each observation (1: none)."""
-    if isinstance(env, ReshapeObservation) and isinstance(env.env, FrameStackObservation):
-        return int(env.env.stack_size)
-    return 1
+    return adapt(env, frame_stack)
 
 
 def make_failed(env_id: str, kwargs: Mapping[str, Any], e: Exception) -> EnvError:

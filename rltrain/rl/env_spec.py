@@ -14,9 +14,9 @@ import torch
 
 from rltrain.checkpoint import CheckpointError
 from rltrain.envs import ActionSpace, EnvError, check_first_reset, make_env
+from rltrain.envs.adapt import channels_last_shape
+from rltrain.envs.adapt import one_hot as one_hot_space
 from rltrain.envs.atari import wrapped_notes
-from rltrain.envs.user import channels_last_shape
-from rltrain.envs.user import one_hot as one_hot_space
 from rltrain.ps.server import ShardLayout
 from rltrain.rl.actor import model_builder
 from rltrain.rl.algos import algo_names, algo_spec

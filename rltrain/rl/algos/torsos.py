@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from rltrain.config import ConfigError
-from rltrain.envs.user import channels_last_shape
+from rltrain.envs.adapt import channels_last_shape
 from rltrain.rl.algos.model_kinds import CNN_MIN_SIDE, MODELS, PRECISIONS, uses_cnn
 
 

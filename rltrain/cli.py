@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from rltrain import signals
 from rltrain.cli_checks import meant_for
@@ -21,6 +21,9 @@ from rltrain.launch import UserError, run_dir_arg, run_train
 from rltrain.launch_bench import run_bench_config
 from rltrain.options import describe, manual, select, terminal_columns
 from rltrain.progress import stdout_failed, unfailing_output
+
+if TYPE_CHECKING:  # (imported when eval runs: torch's import costs every command a second)
+    from rltrain.rl.evaluate import EvalResult
 
 EXIT_FAILED = 1  # a run that a fault stopped (the summary says which)
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: as `cat`/`ls` when `| head` stops reading
@@ -118,6 +121,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     how = how_played(cfg.algo_spec.q_network, res.deterministic, cfg.dqn.eval_epsilon)
     if args.deterministic is False and res.deterministic:  # (said, not silently ignored)
         how += ": dqn.eval_epsilon is 0, --no-deterministic changes nothing"
+    if args.json:
+        print(json.dumps(eval_record(cfg.env.id, res, how, run_dir)))
+        return 0
     print(
         f"{cfg.env.id}, checkpoint {own_name(res.checkpoint, run_dir)} (version {res.version}, "
         f"{how}, "
@@ -135,6 +141,30 @@ def cmd_eval(args: argparse.Namespace) -> int:
             f"{score(ret)} in {steps} step{'s' if steps != 1 else ''})"
         )
     return 0
+
+
+def eval_record(env_id: str, res: EvalResult, how: str, run_dir: Path) -> dict[str, Any]:
+    """What ``rltrain eval --json`` prints: the line's figures, and each episode's."""
+    filmed = None if res.filmed is None else {"return": res.filmed[0], "length": res.filmed[1]}
+    return {
+        "env": env_id,
+        "checkpoint": own_name(res.checkpoint, run_dir),
+        "version": res.version,
+        "played": how,
+        "deterministic": res.deterministic,
+        "seed": res.seed,
+        "episodes": len(res.returns),
+        "mean": res.mean,
+        "std": res.std,
+        "min": min(res.returns),
+        "max": max(res.returns),
+        "returns": list(res.returns),
+        "lengths": list(res.lengths),
+        "video": None if res.video is None else str(res.video),
+        "video_view": res.view,
+        "filmed": filmed,
+        "note": res.note or None,
+    }
 
 
 def own_name(checkpoint: Path, run_dir: Path) -> str:

@@ -125,6 +125,12 @@ def build_parser() -> Parser:
         "best --episodes N` replays the evaluation that chose it)",
     )
     ev.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object instead of the line: the score, each episode's raw score "
+        "and length, the checkpoint, its version, the seed, how it played and the video",
+    )
+    ev.add_argument(
         "--max-steps",
         type=count_arg,
         default=None,

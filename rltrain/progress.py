@@ -69,19 +69,24 @@ class Progress:
         self._last = 0.0
         self._width = 0
 
-    def update(self, fraction: float, text: str, force: bool = False) -> None:
+    def update(self, fraction: float | None, text: str, force: bool = False) -> None:
+        """``fraction`` None: no bar and no percentage (work whose length is not known, as
+        one game's: a bar at 0% until its end says nothing)."""
         if _quiet.get():
             return
-        fraction = min(max(fraction, 0.0), 1.0)
+        if fraction is None:
+            line = f"{self.label} {text}"
+        else:
+            fraction = min(max(fraction, 0.0), 1.0)
+            bar = f"[{'#' * int(fraction * 20)}{'.' * (20 - int(fraction * 20))}] "
+            line = f"{self.label} {bar if self.tty else ''}{fraction:4.0%} {text}"
         if self.tty:
-            filled = int(fraction * 20)
-            line = f"{self.label} [{'#' * filled}{'.' * (20 - filled)}] {fraction:4.0%} {text}"
             pad = max(0, self._width - len(line))
             self.stream.write("\r" + line + " " * pad)
             self._width = len(line)
             self.stream.flush()
         elif force or time.monotonic() - self._last >= self.every:
-            self.stream.write(f"{self.label} {fraction:4.0%} {text}\n")
+            self.stream.write(f"{line}\n")
             self.stream.flush()
             self._last = time.monotonic()
 
@@ -112,8 +117,9 @@ class Paced:
         self._next = self.start + quiet
         self._bar: Progress | None = None
 
-    def update(self, fraction: float, text: Callable[[float], str]) -> None:
-        """``text(seconds)``: the line after ``seconds`` since the start."""
+    def update(self, fraction: float | None, text: Callable[[float], str]) -> None:
+        """``text(seconds)``: the line after ``seconds`` since the start; ``fraction`` as
+        :meth:`Progress.update`'s."""
         now = time.monotonic()
         if now < self._next:
             return

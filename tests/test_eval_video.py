@@ -503,6 +503,9 @@ def test_a_long_eval_shows_its_progress_and_max_steps_caps_it(
     err = capsys.readouterr().err
     assert "[eval]   0% 0 of 2 episodes ended, step 1 of at most 5, 0s" in err
     assert err.strip().endswith("or allow more: --max-steps N)")
+    # one game: no percentage, which stood at 0% to its end (explore107)
+    assert main(["eval", str(run), "--episodes", "1", "--max-steps", "5"]) == 2
+    assert "[eval] 0 of 1 episodes ended, step 1 of at most 5, 0s" in capsys.readouterr().err
     assert main(["eval", str(run), "--episodes", "2", "--max-steps", "0"]) == 2
     assert "--max-steps: expected a whole number >= 1, got 0" in capsys.readouterr().err
 

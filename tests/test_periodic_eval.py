@@ -95,6 +95,19 @@ def test_best_checkpoint_holds_the_best_scoring_parameters(run: Path) -> None:
     assert len(rltrain.evaluate(run, episodes=2, checkpoint="best").returns) == 2
 
 
+def test_eval_json_gives_each_episode_and_the_line_s_figures(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    assert main(["eval", str(run), "--checkpoint", "best", "--episodes", "3", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)  # one object, nothing else on stdout
+    again = rltrain.evaluate(run, episodes=3, checkpoint="best")
+    assert out["returns"] == pytest.approx(list(again.returns)) and len(out["lengths"]) == 3
+    assert out["mean"] == pytest.approx(again.mean) and out["min"] == min(out["returns"])
+    assert out["checkpoint"] == "best.pt" and out["version"] == again.version
+    assert (out["episodes"], out["seed"], out["video"]) == (3, again.seed, None)
+
+
 def test_eval_of_the_best_checkpoint_replays_the_evaluation_that_chose_it(run: Path) -> None:
     """`rltrain eval` takes the run's eval.seed and eval.deterministic unless told otherwise."""
     best = load_checkpoint(run / "checkpoints" / "best.pt")["eval"]

@@ -256,8 +256,8 @@ def evaluate(
     cap = f" of at most {max_steps:,}" if max_steps != DEFAULT_MAX_STEPS else ""  # (a user's)
 
     def watch(ended: int, steps: int, part: str = "step") -> None:  # (filmed first: 0)
-        paced.update(
-            ended / episodes,
+        paced.update(  # (no percentage while filming, or through a single game: explore107)
+            ended / episodes if episodes > 1 and part == "step" else None,
             lambda s: f"{ended} of {episodes} episodes ended, {part} {steps:,}{cap}, {s:.0f}s",
         )
 

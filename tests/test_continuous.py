@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
@@ -20,6 +21,9 @@ from rltrain.rl.algos.models import build_policy
 from rltrain.rl.config import AlgoConfig, PPOConfig, StopConfig, TrainConfig
 from rltrain.rl.env_spec import probe_env
 from rltrain.rl.learner import Learner
+
+if TYPE_CHECKING:
+    from rltrain.api_results import RunResult
 
 
 def test_diag_gaussian_matches_torch_distributions() -> None:
@@ -297,17 +301,27 @@ def test_a_resume_checks_what_the_actions_mean_and_says_what_changed(tmp_path: P
     check_actions(ckpt, {}, ActionSpace(4), "E-v0")  # (an older rltrain's: not checked)
 
 
+def train_asymmetric(run_dir: Path, **keys: Any) -> RunResult:
+    """pendulum_appo.yaml's APPO on custom_envs.py's Box([0, -5], [1, 10]) actions."""
+    import rltrain
+
+    return rltrain.train(
+        "configs/pendulum_appo.yaml",
+        run_dir=run_dir,
+        env__id="rltrain_test/AsymmetricBox-v0",
+        env__imports=["custom_envs"],
+        **keys,
+    )
+
+
 def test_a_resume_onto_other_bounds_is_refused_and_writes_nothing(tmp_path: Path) -> None:
     """explore105: env.kwargs that changed the Box's bounds resumed an affine policy whose
     every action then landed elsewhere, unsaid. Refused in one line; the run is untouched."""
     import rltrain
     from rltrain.errors import RLTrainError
 
-    run = rltrain.train(
-        "configs/pendulum_appo.yaml",
-        run_dir=tmp_path / "run",
-        env__id="rltrain_test/AsymmetricBox-v0",
-        env__imports=["custom_envs"],
+    run = train_asymmetric(
+        tmp_path / "run",
         env__num_envs=2,
         actors=1,
         stop__mean_return=None,
@@ -337,11 +351,8 @@ def test_bounds_far_from_minus_one_to_one_are_learned(tmp_path: Path) -> None:
     the learning rate both maps drifted to the Box's corners by 60k steps.)"""
     import rltrain
 
-    run = rltrain.train(
-        "configs/pendulum_appo.yaml",
-        run_dir=tmp_path / "run",
-        env__id="rltrain_test/AsymmetricBox-v0",
-        env__imports=["custom_envs"],
+    run = train_asymmetric(
+        tmp_path / "run",
         env__num_envs=16,
         algo__rollout_length=16,
         impala__learner_batch=1,

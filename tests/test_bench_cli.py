@@ -330,11 +330,12 @@ def test_a_mode_that_applied_nothing_says_its_score_is_the_initial_one(
 ) -> None:
     """average with a budget shorter than its server.average_every local steps pushed
     nothing and reported the initial parameters' score without a word."""
-    _, summary = run_bench(
+    out, summary = run_bench(
         "modes: [average]\nworkers: 2\nbatch_size: 16\nserver: {average_every: 100000}\n"
         "data: {dataset: toy_quadratic, toy: {dim: 8, samples: 600, noise: 0.0}}\n"
-        "budget: {max_seconds: 0.5}\neval: {every_seconds: 0.5}\n"
+        "budget: {max_seconds: 0.5}\neval: {every_seconds: 0.5, save_models: false}\n"
     )
+    assert not (out / "models").exists()  # (eval.save_models: false)
     assert summary["results"][0]["updates_applied"] == 0
     assert (
         "; no update was applied in the budget: the score is the initial" in capsys.readouterr().out

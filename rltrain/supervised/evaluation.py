@@ -145,7 +145,8 @@ def evaluate(
     problems its relative distance to the optimum. Once ``hurry()`` (a Ctrl-C), only
     :data:`HURRIED` more of them, spread to the last: the mode keeps its results, with a
     coarser curve, in seconds. Returns the trace with the snapshots evaluated, and theirs.
-    ``save_to``: where the last snapshot's model is saved (:func:`save_model`)."""
+    ``save_to``: where the last snapshot's model is saved (:func:`save_model`; not where
+    ``eval.save_models`` is false)."""
     spec = worker_specs(cfg, "baseline", data, 1)[0]
     x, y = eval_subset(cfg, inputs(data.test, spec), targets(data.test))
     held = data.validation
@@ -174,7 +175,7 @@ def evaluate(
         points.append(Point(snap.t, seen, acc, loss, snap.stats.version, dist, val))
         prev_t = snap.t
         on_progress(i + 1, len(trace.snapshots))
-    if save_to is not None:
+    if save_to is not None and cfg.eval.save_models:
         save_model(save_to, model, trace, spec, tuple(x.shape[1:]))
     return dataclasses.replace(trace, snapshots=tuple(kept)), points
 

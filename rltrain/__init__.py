@@ -15,12 +15,14 @@ if TYPE_CHECKING:  # the API's own types for a type checker (the lazy import bel
         BenchFailed,
         BenchResult,
         Config,
+        PlotResult,
         RunResult,
         TrainFailed,
         bench,
         evaluate,
         load_policy,
         make_env,
+        plot_runs,
         train,
     )
 
@@ -36,6 +38,8 @@ __all__ = [
     "evaluate",
     "load_policy",
     "make_env",
+    "plot_runs",
+    "PlotResult",
     "TrainFailed",
     "BenchFailed",
 ]

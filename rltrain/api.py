@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import time
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar, cast
 
@@ -35,7 +36,7 @@ import gymnasium
 
 from rltrain import signals
 from rltrain.api_args import arg_typo, checkpoint_arg, choice_arg, path_arg, whole_arg
-from rltrain.api_results import BenchResult, RunResult
+from rltrain.api_results import BenchResult, PlotResult, RunResult
 from rltrain.config import ConfigError, from_dict, merge, nested, plain_copy, read_config, to_dict
 from rltrain.faults import BenchFailed, TrainFailed
 from rltrain.progress import silenced
@@ -288,6 +289,46 @@ def evaluate(
         video_format=fmt,
         style="api",
     )
+
+
+def plot_runs(
+    runs: str | Path | Sequence[str | Path],
+    out: str | Path | None = None,
+    title: str | None = None,
+    smooth: int | None = None,
+    marks: Sequence[float] = (),
+    evals: bool = False,
+    group: Sequence[str] = (),
+    csv: str | Path | None = None,
+) -> PlotResult:
+    """Draw runs as ``rltrain plot`` does (its flags are these arguments): each run's mean
+    episode return against frames and wall time, ``marks`` and ``evals`` tables, runs grouped
+    by config ``group`` keys, the curves as ``csv``; bench runs side by side. ``.image`` is the
+    file written (default: RUN/returns.png for one run, ./returns.png for more), ``.table``
+    the Markdown tables."""
+    from rltrain.plot_bench import plot_any
+
+    paths = [Path(path_arg(runs, "runs"))] if isinstance(runs, str | os.PathLike) else None
+    if paths is None:
+        if not isinstance(runs, Sequence) or not runs:
+            raise ConfigError(f"runs={runs!r}: expected a run folder or a list of them")
+        paths = [Path(path_arg(r, "runs")) for r in runs]
+    smooth = whole_arg(smooth, "smooth", EPISODES)
+    if isinstance(marks, str | bytes) or not all(_finite(m) for m in marks):
+        raise ConfigError(f"marks={marks!r}: expected a list of finite numbers (scores)")
+    if isinstance(group, str) or not all(isinstance(g, str) for g in group):
+        raise ConfigError(f"group={group!r}: expected a list of config keys (e.g. ['seed'])")
+    evals = choice_arg(evals, "evals", (True, False))
+    image_at = None if out is None else Path(path_arg(out, "out")).expanduser()
+    csv_at = None if csv is None else Path(path_arg(csv, "csv")).expanduser()
+    scores = tuple(float(m) for m in marks)
+    runs_at = [p.expanduser() for p in paths]
+    image, table = plot_any(runs_at, image_at, title, smooth, scores, evals, tuple(group), csv_at)
+    return PlotResult(image, table)
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def load_policy(run_dir: str | Path, checkpoint: str | Path = "latest") -> LoadedPolicy:

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BenchResult", "RunResult"]
+__all__ = ["BenchResult", "PlotResult", "RunResult"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,3 +86,13 @@ class BenchResult:
                 "(one run per mode): use by_mode()"
             )
         return {r["mode"]: r for r in self.summary["by_mode"]}
+
+
+@dataclasses.dataclass(frozen=True)
+class PlotResult:
+    """What :func:`rltrain.plot` drew and printed, as ``rltrain plot`` prints it."""
+
+    image: Path | None
+    """The PNG (or .svg, .pdf) written; None without matplotlib."""
+    table: str
+    """The Markdown tables asked for (``marks``, ``evals``; a bench's runs: always), else ""."""

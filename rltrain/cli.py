@@ -177,8 +177,7 @@ def own_name(checkpoint: Path, run_dir: Path) -> str:
 def cmd_plot(args: argparse.Namespace) -> int:
     from rltrain.charts import NO_MATPLOTLIB, pyplot
     from rltrain.curves import PlotError
-    from rltrain.plot import plot_runs
-    from rltrain.plot_bench import bench_summary, plot_bench_runs
+    from rltrain.plot_bench import plot_any
 
     out = Path(args.out).expanduser() if args.out else None
     if args.out and args.out.endswith(("/", os.sep)) and not (out and out.is_dir()):
@@ -186,12 +185,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     runs = [Path(r).expanduser() for r in args.runs]
     csv = Path(args.csv).expanduser() if args.csv else None
     how = (args.smooth, args.marks, args.evals, args.group, csv)
-    if any(bench_summary(r) is not None for r in runs):  # (bench runs compared: explore106)
-        flags = ("--smooth", "--marks", "--evals", "--group", "--csv")
-        given = [flag for flag, v in zip(flags, how, strict=True) if v]
-        png, table = plot_bench_runs(runs, out, args.title, given)
-    else:
-        png, table = plot_runs(runs, out, args.title, *how)
+    png, table = plot_any(runs, out, args.title, *how)
     if png is None and not table and pyplot() is None:
         raise PlotError(NO_MATPLOTLIB)
     if png is not None or (table and pyplot() is None):  # (else: evaluations alone, no curve

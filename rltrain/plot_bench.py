@@ -71,3 +71,26 @@ def plot_bench_runs(
     if not plot_curves(png, curves, targets, title=title):
         return None, "\n".join(rows)
     return png, "\n".join(rows)
+
+
+def plot_any(
+    runs: Sequence[Path],
+    out: Path | None = None,
+    title: str | None = None,
+    smooth: int | None = None,
+    marks: Sequence[float] = (),
+    evals: bool = False,
+    group: Sequence[str] = (),
+    csv: Path | None = None,
+) -> tuple[Path | None, str]:
+    """``rltrain plot`` and :func:`rltrain.plot`: bench runs side by side (the train runs'
+    options said unread), else train runs' curves (:func:`rltrain.plot.plot_runs`); the
+    image's path (None without matplotlib) and the tables asked for."""
+    from rltrain.plot import plot_runs
+
+    how = (smooth, marks, evals, group, csv)
+    if any(bench_summary(r) is not None for r in runs):  # (bench runs compared: explore106)
+        flags = ("--smooth", "--marks", "--evals", "--group", "--csv")
+        given = [flag for flag, v in zip(flags, how, strict=True) if v]
+        return plot_bench_runs(runs, out, title, given)
+    return plot_runs(runs, out, title, smooth, marks, evals, group, csv)

@@ -530,4 +530,6 @@ def test_a_run_leaves_no_socket_unclosed_under_python_dev_mode(tmp_path: Path) -
 
 def test_the_api_is_in_dir() -> None:
     """explore106: dir(rltrain) gave API, Any, TYPE_CHECKING: tab completion hid train."""
-    assert {"train", "bench", "evaluate", "load_policy", "make_env"} <= set(dir(rltrain))
+    assert {"train", "bench", "evaluate", "load_policy", "make_env", "plot_runs"} <= set(
+        dir(rltrain)
+    )

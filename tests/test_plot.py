@@ -56,6 +56,32 @@ def test_one_run_plots_into_its_directory(
     check_png(run / "returns.png")
 
 
+def test_the_api_draws_what_the_command_draws(tmp_path: Path) -> None:
+    """explore107 #7: rltrain.plot_runs, the command's flags as arguments, checked in one line."""
+    import rltrain
+    from rltrain.config import ConfigError
+
+    a = make_run(tmp_path / "a", "pong_a3c.yaml", [(100, -21, 10), (250, -5, 20)])
+    b = make_run(tmp_path / "b", "pong_a3c.yaml", [(100, -20, 10), (300, -15, 30)])
+    res = rltrain.plot_runs(a, smooth=1)
+    assert res.image == a / "returns.png" and res.table == ""
+    check_png(a / "returns.png")
+    res = rltrain.plot_runs([a, str(b)], out=tmp_path / "both.svg", smooth=1, marks=[-10])
+    assert res.image == tmp_path / "both.svg" and b"<svg" in res.image.read_bytes()[:1000]
+    rows = [line for line in res.table.splitlines() if line.startswith("| ") and "run" not in line]
+    assert [r.split("|")[1].strip() for r in rows] == ["a", "b"]
+    for bad, said in (
+        ({"marks": "10"}, "marks='10': expected a list of finite numbers"),
+        ({"smooth": 0}, "smooth=0: expected a whole number >= 1"),
+        ({"group": "seed"}, "group='seed': expected a list of config keys"),
+        ({"evals": "yes"}, "evals='yes': allowed are True or False"),
+    ):
+        with pytest.raises(ConfigError, match=said):
+            rltrain.plot_runs(a, **bad)
+    with pytest.raises(ConfigError, match="runs=\\[\\]: expected a run folder"):
+        rltrain.plot_runs([])
+
+
 def test_out_writes_the_format_its_suffix_names(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -71,6 +71,20 @@ def test_a_head_that_stops_answering_is_lost_after_the_patience(listener: socket
     assert issubclass(ClusterLost, RunFailed)  # the run's fault path: summary.json, exit 1
 
 
+def test_a_silence_of_the_watch_s_own_thread_is_not_the_head_s(listener: socket.socket) -> None:
+    """explore109: on a loaded box the thread went unscheduled for over the patience and two
+    healthy runs ended as "has not answered for 5s (no answer)"; no connect had failed."""
+    watch = HeadWatch("127.0.0.1", port_of(listener), patience=0.2, every=0.05)  # no thread
+    time.sleep(0.3)  # silent past the patience: nothing asked the head
+    watch.check()  # one connect now: it answers
+    assert watch.lost() == "" and watch.failed == 0
+    listener.close()
+    time.sleep(0.3)
+    assert watch.lost() == ""  # one failed connect is not yet a lost head
+    with pytest.raises(ClusterLost, match=r"has not answered for \ds \("):
+        watch.check()  # the second
+
+
 def test_a_local_instance_is_named_as_the_runs_own(listener: socket.socket) -> None:
     watch = HeadWatch("127.0.0.1", port_of(listener), patience=0.0, local=True)
     listener.close()
@@ -190,3 +204,19 @@ def test_a_run_that_lost_its_cluster_says_where_it_can_go_on_from(tmp_path: Path
     assert said.startswith("its last checkpoint is ckpt-0000003696.pt: continue with rltrain ")
     assert f"train --resume {tmp_path} once the cluster is back" in said
     assert lost_ray_advice({"failure": "env 'x': step() raised"}, tmp_path) == ""
+
+
+def test_a_dead_shard_is_said_with_ray_s_own_cause() -> None:
+    """explore109: a head stopped by SIGTERM was told as a shard whose restarts were spent,
+    with none made; Ray's cause is said instead (its fields left out)."""
+    from ray.core.generated.common_pb2 import ActorDiedErrorContext
+    from ray.exceptions import ActorDiedError
+
+    from rltrain.runtime.ray.wire import died_why
+
+    cause = "The actor is dead because its owner has died. Owner Id: 01 Owner Ip address: 10.0.0.2"
+    context = ActorDiedErrorContext(
+        class_name="Shard", actor_id=b"\x01" * 16, pid=12, error_message=cause
+    )
+    assert died_why(ActorDiedError(context)) == cause
+    assert died_why(ActorDiedError()) == "its restarts spent: faults.max_restarts"

@@ -32,6 +32,9 @@ network hiccup, well under Ray's own minute (``gcs_rpc_server_reconnect_timeout_
 EVERY_S = 1.0
 """How often the thread connects to the head."""
 
+FAILS = 2
+"""Connects that failed in a row before a silent head is taken for lost."""
+
 
 class HeadWatch:
     """Connects to the head's ``host:port`` every ``every`` seconds, in a thread of its own;
@@ -51,6 +54,7 @@ class HeadWatch:
         self.ended = ""  # why the session ended, where Ray said so itself (guarded)
         self.last_ok = time.monotonic()
         self.error = ""  # why the last connect failed ("" when it answered)
+        self.failed = 0  # connects refused or timed out since the last that answered
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -73,17 +77,25 @@ class HeadWatch:
                 pass
         except OSError as e:
             self.error = e.strerror or str(e) or type(e).__name__
+            self.failed += 1
             return False
-        self.last_ok, self.error = time.monotonic(), ""
+        self.last_ok, self.error, self.failed = time.monotonic(), "", 0
         return True
 
     def lost(self) -> str:
-        """Why the cluster is lost ("" while its head answers, or has not been silent long)."""
+        """Why the cluster is lost ("" while its head answers, or has not been silent long):
+        silent for the patience, and asked and not answered at least :data:`FAILS` times. A
+        silence without failed connects is the thread's, not the head's (a loaded machine
+        left it unscheduled for seconds: explore109 ended two healthy runs as "no answer"),
+        and one connect now settles it."""
         if self.ended:
             return self.ended
         silent = time.monotonic() - self.last_ok
         if silent < self.patience:
             return ""
+        if self.failed < FAILS and (self.probe() or self.failed < FAILS):
+            return ""
+        silent = time.monotonic() - self.last_ok
         said = f"has not answered for {silent:.0f}s ({self.error or 'no answer'})"
         if self.local:
             return (

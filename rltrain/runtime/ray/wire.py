@@ -279,9 +279,10 @@ def shard_health(shard: Remote, ref: Any, timeout: float) -> tuple[int, bool] | 
     try:
         version, fenced = ray.get(ref, timeout=timeout)
         return int(version), bool(fenced)
-    except ActorDiedError:
+    except ActorDiedError as e:
+        head.confirm()  # the head gone: the cluster's loss, not the shard's (explore109)
         raise RunFailed(
-            f"server shard {shard.index} died and will not restart (faults.max_restarts spent); "
+            f"server shard {shard.index} died and Ray will not restart it ({died_why(e)}); "
             "the run stops at its last checkpoint"
         ) from None
     except RayActorError:  # restarting; or gone with the cluster's head (which the guard
@@ -289,3 +290,16 @@ def shard_health(shard: Remote, ref: Any, timeout: float) -> tuple[int, bool] | 
         return None
     except GetTimeoutError:
         return (-1, False)
+
+
+def died_why(e: ActorDiedError) -> str:
+    """Ray's cause of an actor's death in a few words: the first line of its message that is
+    neither its standard first line nor one of its tab-indented fields (class, id, pid, ip);
+    Ray's ``max_restarts`` spent where it gives none. (explore109: a head stopped by SIGTERM
+    was said to have spent restarts that never happened.)"""
+    lines = str(e).splitlines()
+    told = [x.strip() for x in lines[1:] if x.strip() and not x.startswith("\t")]
+    if not told:
+        return "its restarts spent: faults.max_restarts"
+    first = told[0]
+    return first if len(first) <= 200 else first[:197] + "..."

@@ -394,6 +394,25 @@ def test_a_join_a_head_refused_names_the_token(
     assert "refused this shell's RAY_AUTH_TOKEN" in _why(failed, "10.0.0.1:6379")
 
 
+def test_a_join_of_auto_that_will_send_a_token_file_says_so(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """explore109: after a local Ray run wrote ~/.ray/auth_token, `--address auto` sent its
+    token to a cluster started without tokens, whose processes all died at their start."""
+    from rltrain.runtime.ray.startup import token_note
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    assert token_note("auto") == ""  # no file: Ray sends nothing
+    (tmp_path / ".ray").mkdir()
+    (tmp_path / ".ray" / "auth_token").write_text("x" * 32)
+    assert "Ray sends ~/.ray/auth_token's token" in token_note("auto")
+    assert "export RAY_AUTH_MODE=disabled" in token_note("auto")
+    assert token_note("10.0.0.1:6379") == ""  # an address given: Ray never sends it unasked
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    assert token_note("auto") == ""  # the user's own choice
+
+
 def test_ray_clients_notes_are_kept_to_what_concerns_the_run() -> None:
     """A ``ray://`` run's server-side SIGTERM warning is dropped; an error that leads with a
     colon keeps its next line."""

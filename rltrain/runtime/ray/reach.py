@@ -12,7 +12,7 @@ from pathlib import Path
 from rltrain.runtime.ray.errors import RayStartError
 
 
-def _token_file() -> Path:
+def token_file() -> Path:
     """Where Ray keeps a token of its own (`ray start` writes one where none was given)."""
     return Path.home() / ".ray" / "auth_token"
 
@@ -45,7 +45,7 @@ def _refused() -> str:
         return "wants a token, and none was sent (RAY_AUTH_MODE is not token)"
     if os.environ.get("RAY_AUTH_TOKEN"):
         return "refused this shell's RAY_AUTH_TOKEN"
-    if _token_file().is_file():
+    if token_file().is_file():
         return "refused ~/.ray/auth_token's token (RAY_AUTH_TOKEN is unset)"
     return "wants a token, and none was sent (RAY_AUTH_TOKEN is unset)"
 
@@ -55,7 +55,7 @@ def _advice() -> str:
     ~/.ray/auth_token: there RAY_AUTH_MODE=token alone sends it (explore99: the advice asked
     for a token the user never chose)."""
     sending = os.environ.get("RAY_AUTH_MODE", "").strip().lower() == "token"
-    if not sending and not os.environ.get("RAY_AUTH_TOKEN") and _token_file().is_file():
+    if not sending and not os.environ.get("RAY_AUTH_TOKEN") and token_file().is_file():
         return (
             "export RAY_AUTH_MODE=token (Ray then sends ~/.ray/auth_token's, the token `ray "
             "start` made on this machine; another cluster's: RAY_AUTH_TOKEN=<its token> too; "

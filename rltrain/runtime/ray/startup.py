@@ -21,7 +21,13 @@ from rltrain import extensions
 from rltrain.extensions import installed
 from rltrain.runtime.config import RuntimeConfig
 from rltrain.runtime.ray.errors import RayStartError
-from rltrain.runtime.ray.reach import _why, check_client_port, check_head, check_reachable
+from rltrain.runtime.ray.reach import (
+    _why,
+    check_client_port,
+    check_head,
+    check_reachable,
+    token_file,
+)
 
 AUTH_DEFAULT_NOTE = "Token authentication is enabled for this Ray cluster"
 
@@ -127,6 +133,7 @@ def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
         kwargs["runtime_env"] = runtime_env
     if cfg.address:
         check_reachable(cfg.address)
+        token = token_note(cfg.address)  # (before ray.init, which sets RAY_AUTH_MODE)
         try:
             ray.init(address=cfg.address, **kwargs)
         except (ConnectionError, RuntimeError, ValueError) as e:
@@ -145,7 +152,7 @@ def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
             local += f"; runtime.num_cpus={cfg.num_cpus} is for a local Ray: a cluster has its "
             local += "nodes'"
         where = cfg.address if cfg.address != "auto" else f"auto = {r['address']}"
-        return f"ray cluster at {where} ({size}; job {r['job_id']}{local})"
+        return f"ray cluster at {where} ({size}; job {r['job_id']}{local}{token})"
     cpus = cfg.num_cpus or os.cpu_count() or 1  # never raised to what processes ask for
     note = _not_joined()
     # Local workers import rltrain from this interpreter's environment; keep Ray quiet and local.
@@ -189,6 +196,21 @@ def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
     _started_here = _ours = True
     _watch_head("")
     return f"local ray ({cpus} CPUs{note})"
+
+
+def token_note(address: str) -> str:
+    """What to know where ``--address auto`` will send a token the user never chose: Ray
+    (2.6x) turns token authentication on for a driver that joins a cluster found on this
+    machine while ~/.ray/auth_token exists and RAY_AUTH_MODE is unset, and that file is
+    written by any local ``ray.init`` (a ``runtime.backend=ray`` run's included). A cluster
+    started before the file existed has no tokens, and refuses every process of the run
+    ("Missing authorization header"), which then dies as it starts (explore109)."""
+    if address != "auto" or "RAY_AUTH_MODE" in os.environ or not token_file().is_file():
+        return ""
+    return (
+        "; Ray sends ~/.ray/auth_token's token, as that file exists: a cluster started "
+        "without tokens refuses the run's processes (then: export RAY_AUTH_MODE=disabled)"
+    )
 
 
 def _watch_head(address: str) -> None:

@@ -112,7 +112,7 @@ def test_your_own_environments_command_meets_its_stop(
 
     monkeypatch.chdir(ROOT)
     (command,) = [b for b in blocks("Your own environment", "bash") if "Corridor" in b]
-    argv = shlex.split(command.replace("\\\n", " "))
+    argv = shlex.split(command.replace("\\\n", " "), comments=True)
     assert argv[0] == "rltrain"
     out = tmp_path / "corridor"
     assert main([*argv[1:], "--set", "stop.max_seconds=120", "--run-dir", str(out)]) == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import platform
+import time
 from typing import Any
 
 
@@ -16,6 +17,7 @@ def usable_cores() -> int:
 
 
 _load_at_start: list[float | None] = [None]
+_started_at: list[float | None] = [None]
 
 
 def load_now() -> float | None:
@@ -27,6 +29,12 @@ def mark_start() -> None:
     """Keep the load as a command starts, before its own processes add theirs (review87: at
     the end, four workers of an idle 2-core box showed a load of about 4)."""
     _load_at_start[0] = load_now()
+    _started_at[0] = time.time()
+
+
+def started_at() -> float:
+    """The Unix time :func:`mark_start` marked (now, where nothing marked it)."""
+    return _started_at[0] if _started_at[0] is not None else time.time()
 
 
 def machine() -> dict[str, Any]:

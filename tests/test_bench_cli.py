@@ -6,6 +6,7 @@ import csv
 import json
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ def many_cores(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_bench_sync_async_and_friends(tiny_root: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
+    started = time.time()
     code = main(
         [
             "bench",
@@ -98,6 +100,10 @@ def test_bench_sync_async_and_friends(tiny_root: Path, tmp_path: Path) -> None:
     final = acc.Scalars("supervised/test_accuracy")[-1]
     assert final.value > 0.5  # the tiny patterns are learnable in two epochs
     assert final.step == 1280
+    # the bench's start plus the training time: a real date, every mode from one start
+    # (explore110: a fixed epoch of 1e9 put every point in 2001)
+    first = acc.Scalars("supervised/test_accuracy")[0]
+    assert started <= first.wall_time <= final.wall_time <= time.time()
     for mode, none in (("baseline", {"ps/dropped", "net/bytes_pushed"}), ("hogwild", {"net/"})):
         acc = EventAccumulator(str(run_dir / "tb" / mode))  # no server, no network: no zeros
         acc.Reload()

@@ -21,7 +21,7 @@ from torch.utils.tensorboard import SummaryWriter
 from rltrain.charts import NO_MATPLOTLIB
 from rltrain.config import to_dict
 from rltrain.faults import FaultCounters
-from rltrain.machine import machine
+from rltrain.machine import machine, started_at
 from rltrain.records import STALENESS_BINS
 from rltrain.rundir import write_atomic, write_summary
 from rltrain.supervised.config import BenchConfig
@@ -167,11 +167,14 @@ NO_NETWORK = (*NO_SERVER, "hogwild")
 def write_tensorboard(
     tb_dir: Path, cfg: BenchConfig, trace: ModeTrace, points: Sequence[Point], name: str = ""
 ) -> None:
-    """Scalars per snapshot (step = samples seen, wall time = training time) under
-    tb/<name>/ (the mode's; with seeds > 1 tb/<mode>/seed<seed>/)."""
+    """Scalars per snapshot under tb/<name>/ (the mode's; with seeds > 1
+    tb/<mode>/seed<seed>/): the step the samples seen, the wall time the bench's start plus
+    the training time, the same start for every mode, so that TensorBoard's relative axis is
+    the training time and its wall axis a real date (explore110: a fixed epoch of 1e9 put
+    every point in 2001, before the files' own header)."""
     writer = SummaryWriter(str(tb_dir / (name or trace.mode)))
     writer.add_text("config", "```\n" + repr(to_dict(cfg)) + "\n```")
-    base = 1_000_000_000.0  # a fixed epoch: TensorBoard's 'relative' axis then shows training time
+    base = started_at()
     prev_hist = [0] * STALENESS_BINS
     prev: tuple[float, int] = (0.0, 0)
     for snap, p in zip(trace.snapshots, points, strict=True):
@@ -216,7 +219,7 @@ def _synthetic_curves(
 ) -> None:
     """synthetic/stage<s>/{cosine,relative_l2,staleness}: the first replica's, as means over
     windows of its true gradients; step = the samples all replicas had taken by then, wall
-    time that of the snapshots' (interpolated by samples), on the other tags' fixed base."""
+    time that of the snapshots' (interpolated by samples), on the other tags' base."""
     seen = [float(p.samples) for p in points] or [0.0]
     at = [p.t for p in points] or [0.0]
     per_mb = cfg.batch_size / cfg.model.micro_batches * cfg.workers

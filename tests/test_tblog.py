@@ -311,3 +311,22 @@ def test_no_point_is_due_before_the_first_result(
     log.absorb(WorkStats(env_steps=1024), 1024)
     assert log.due()
     log.close()
+
+
+def test_the_hparams_tab_shows_the_settings_a_run_chose(tmp_path: Path) -> None:
+    """explore110: no run wrote HPARAMS; the keys that differ from the defaults, and the
+    keys that tell runs apart, with the metrics the run writes anyway."""
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    cfg = replace(CFG, optimizer=replace(CFG.optimizer, lr=0.003), seed=4)
+    TrainLogger(tmp_path / "tb", cfg, {"id": "CartPole-v1"}, frames_per_step=1).close()
+    content = events(tmp_path / "tb").PluginTagToContent("hparams")
+    data = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
+    values = data.session_start_info.hparams
+    assert values["optimizer.lr"].number_value == pytest.approx(0.003)
+    assert values["seed"].number_value == 4 and values["algo.name"].string_value == "a3c"
+    assert values["stop.max_env_steps"].number_value == 100_000
+    assert "optimizer.name" not in values  # at its default: a blank in the table
+    exp = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"])
+    metrics = [m.name.tag for m in exp.experiment.metric_infos]
+    assert metrics == ["episode/return", "episode/mean_return", "eval/mean_return", "perf/env_fps"]

@@ -22,12 +22,12 @@ import torch
 from torch.utils.tensorboard import SummaryWriter
 
 from rltrain import perf, signals
-from rltrain.config import dump_yaml
 from rltrain.faults import RunFailed
 from rltrain.rl.algos.losses import LossSpec, absent_parts
 from rltrain.rl.config import StopConfig, TrainConfig, server_settings
 from rltrain.rl.rollout import LOSS_TERMS, LossStats, WorkStats
 from rltrain.rl.run.counters import Counters
+from rltrain.rl.run.hparams import write_settings
 from rltrain.rundir import folder_gone
 
 RATE_WINDOW_S = 10.0
@@ -138,9 +138,7 @@ class TrainLogger:
         self.every = cfg.log_every_seconds
         self.frames_per_step = frames_per_step
         self.batch_size = cfg.dqn.batch_size
-        self.writer.add_text("config", "```\n" + dump_yaml(cfg) + "```")
-        proto = "\n".join(f"| {k} | {v} |" for k, v in protocol.items())
-        self.writer.add_text("env/protocol", "| key | value |\n|---|---|\n" + proto)
+        write_settings(self.writer, cfg, protocol)  # (config, env/protocol, HPARAMS)
         self._last_t = time.time()
         window = max(RATE_WINDOW_S, self.every)
         self._step_rate = perf.RateWindow(window, start_steps, self._last_t)

@@ -1,0 +1,73 @@
+"""TensorBoard's HPARAMS tab for ``rltrain train``: each run's settings beside its metrics, so
+that runs of other settings (sync against async, another learning rate, seeds) compare in one
+table and one parallel-coordinates view (explore110: no run wrote any).
+
+The settings are the config keys whose values differ from rltrain's defaults (what the config
+file and ``--set`` chose: a Pong run has about 40), and always the env, the algorithm, the
+update rule, the actors and the seed; the metrics are tags the run writes anyway, which
+TensorBoard reads from the run's own scalars.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from torch.utils.tensorboard.summary import hparams
+
+from rltrain.config import dump_yaml, to_dict
+
+ALWAYS = ("env.id", "algo.name", "server.rule", "actors", "learners", "seed")
+"""Keys every run shows, default or not: what tells runs apart at a glance."""
+
+METRICS = ("episode/return", "episode/mean_return", "eval/mean_return", "perf/env_fps")
+"""Scalars of the run that the table shows beside its settings (their last values)."""
+
+
+def flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` as ``{"a.b": 1}`` (lists kept as leaves)."""
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        out.update(flat(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def defaults_of(cfg: Any) -> Any:
+    """``cfg`` with every field at its default (no checks run: a config without a stop is
+    no run, but its defaults are what a key is compared with)."""
+    out = object.__new__(type(cfg))
+    for f in dataclasses.fields(cfg):
+        if f.default is not dataclasses.MISSING:
+            value = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            value = f.default_factory()
+        else:
+            value = getattr(cfg, f.name)
+        object.__setattr__(out, f.name, value)
+    return out
+
+
+def hparam_values(cfg: Any) -> dict[str, bool | int | float | str]:
+    """The run's settings for the table: keys that differ from the defaults, and
+    :data:`ALWAYS`; values TensorBoard takes (a list or None as its text)."""
+    mine, base = flat(to_dict(cfg)), flat(to_dict(defaults_of(cfg)))
+    keys = [k for k in mine if k in ALWAYS or base.get(k, object()) != mine[k]]
+    return {k: _value(mine[k]) for k in sorted(keys)}
+
+
+def _value(v: Any) -> bool | int | float | str:
+    return v if isinstance(v, bool | int | float | str) else str(v)
+
+
+def write_settings(writer: Any, cfg: Any, protocol: dict[str, Any]) -> None:
+    """A session's settings into ``writer`` (each session's start: a resume's ``--set`` may
+    have changed one): the config as text (``config``), the env's protocol as a table
+    (``env/protocol``), and the HPARAMS tab's settings with :data:`METRICS`."""
+    writer.add_text("config", "```\n" + dump_yaml(cfg) + "```")
+    proto = "\n".join(f"| {k} | {v} |" for k, v in protocol.items())
+    writer.add_text("env/protocol", "| key | value |\n|---|---|\n" + proto)
+    exp, start, end = hparams(hparam_values(cfg), dict.fromkeys(METRICS, 0.0))
+    for summary in (exp, start, end):
+        writer.file_writer.add_summary(summary)

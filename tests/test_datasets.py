@@ -884,6 +884,23 @@ def test_another_sets_files_under_a_name_are_refused_by_their_labels(
     assert len(load_dataset(other, tmp_path, download=False).train) == N_TRAIN
 
 
+def test_a_flat_copy_whose_labels_name_its_set_is_read_in_place(tmp_path: Path) -> None:
+    """explore110: a copy of Debian's fashion-mnist folder (the four files, no fashion_mnist/
+    under it) was refused, though the system's own is read as it is; the labels tell the set."""
+    images = np.zeros((12, 28, 28), dtype=np.uint8)
+    train, test = (np.array([*f, 0, 1], dtype=np.uint8) for f in FIRST_LABELS["fashion_mnist"])
+    (tmp_path / "copy").mkdir()
+    for file, array in zip(MNIST_FILES, (images, train, images, test), strict=True):
+        write_idx(tmp_path / "copy" / file, array)
+    lines: list[str] = []
+    data = load_dataset("fashion_mnist", tmp_path / "copy", download=False, log=lines.append)
+    assert len(data.train) == 12 and lines == [
+        f"fashion_mnist: 12 train / 12 test images from {tmp_path / 'copy'}"
+    ]
+    with pytest.raises(DatasetError, match="holds MNIST-format files itself"):
+        load_dataset("mnist", tmp_path / "copy", download=False)  # Fashion's: not MNIST's
+
+
 def test_a_long_download_says_how_far_it_has_come(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -70,8 +70,9 @@ class DataConfig:
     toy_quadratic or toy_logistic (data.toy), whose bench reports the distance to it."""
     root: str = "~/.cache/rltrain/data"
     """Folder holding <dataset>/ with the standard files (IDX .gz files, or
-    cifar-10-python.tar.gz / cifar-10-batches-py/). Where it holds none, Fashion-MNIST is read
-    from /usr/share/datasets/fashion-mnist (Debian's package; also a data.root itself)."""
+    cifar-10-python.tar.gz / cifar-10-batches-py/), or MNIST's or Fashion-MNIST's four files
+    themselves (told apart by their labels). Where it holds none, Fashion-MNIST is read from
+    /usr/share/datasets/fashion-mnist (Debian's package)."""
     download: bool = True
     """Download missing files from the canonical sources (checksum-verified)."""
     validation: int = field(default=0, metadata=spec(ge=0))

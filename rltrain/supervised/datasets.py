@@ -28,6 +28,7 @@ from rltrain.supervised.formats import (
     CIFAR_TAR,
     CIFAR_TEST,
     CIFAR_TRAIN,
+    IDX_FILES,
     NUM_CLASSES,
     ArrayDataset,
     DatasetError,
@@ -37,6 +38,7 @@ from rltrain.supervised.formats import (
     one_line,
     read_cifar10,
     read_idx,
+    read_idx_copy,
     read_idx_split,
 )
 from rltrain.supervised.splits import SplitDataset
@@ -260,6 +262,21 @@ def _in_the_way(folder: Path, names: list[str]) -> str:
     return ""
 
 
+def _labelled_as(name: str, folder: Path) -> bool:
+    """Whether ``folder`` itself holds an MNIST-format set whose labels begin as ``name``'s
+    (:data:`FIRST_LABELS`: the sets' files are named alike); else :func:`_check_layout`."""
+    if name not in FIRST_LABELS or not has_idx_set(folder):
+        return False
+    try:
+        firsts = tuple(
+            tuple(read_idx_copy(folder, IDX_FILES[split])[1][:10].tolist())
+            for split in ("train_labels", "test_labels")
+        )
+    except DatasetError:
+        return False  # (a damaged file: read, and said, as any other copy's)
+    return firsts == FIRST_LABELS[name]
+
+
 def _check_identity(name: str, location: Path, train: torch.Tensor, test: torch.Tensor) -> None:
     """A one-line error if the files found for ``name`` are another set's (FIRST_LABELS)."""
     firsts = (tuple(train[:10].tolist()), tuple(test[:10].tolist()))
@@ -365,6 +382,8 @@ def load_dataset(
         )
     try:
         location = _locate(name, root)
+        if location is None and _labelled_as(name, root):
+            location = root  # a copy of the set itself (Debian's folder, moved: explore110)
         if location is None:
             _check_layout(name, root)
             location = _obtain(name, root, download, log)

@@ -427,3 +427,24 @@ def test_ray_clients_notes_are_kept_to_what_concerns_the_run() -> None:
     error = ConnectionError("Initialization failure from server:\n  Traceback ...\nmore")
     assert startup.said(error) == "Initialization failure from server: Traceback ..."
     assert startup.said(RuntimeError("")) == "RuntimeError"
+
+
+def test_a_grpc_server_that_knows_no_head_call_is_no_ray_head(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """explore109: an HTTP/2 server answering 404 (gRPC's UNIMPLEMENTED) was retried by Ray
+    for 43 s, then blamed on a token; and the C++ client's warning of a Ray Client's port
+    (the expected answer there) began every ray:// run."""
+    import os
+
+    from ray.exceptions import RpcError
+
+    from rltrain.runtime.ray.reach import _quiet_stderr, _refusal
+
+    said = _refusal(RpcError("Received http2 header with status: 404", rpc_code=12), "h:80")
+    assert said.startswith("--address h:80: a gRPC server answers there, but not a Ray head's")
+    assert _refusal(RpcError("deadline exceeded", rpc_code=4), "h:80") == ""
+    with _quiet_stderr():
+        os.write(2, b"gcs_client.cc:210: Failed to get cluster ID\n")
+    os.write(2, b"after\n")
+    assert capfd.readouterr().err == "after\n"

@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from rltrain.runtime.ray.errors import RayStartError
@@ -88,13 +90,31 @@ def check_client_port(address: str) -> None:
     (or refuses this process's token, as only a head does): Ray's client waited 31 s there,
     then blamed the token (explore99: the head ran on 6391, so the 6379 rule missed it)."""
     hostport = address.removeprefix("ray://")
-    answer = _ask(hostport)
+    with _quiet_stderr():  # (a client server's "Method not found!" is the answer that passes)
+        answer = _ask(hostport)
     if answer is None or type(answer).__name__ == "AuthenticationError":
         host, _, port = hostport.rpartition(":")
         raise RayStartError(
             f"--address {address}: {port} is the Ray head's own port: give {hostport} "
             f"without ray://, or ray://{host}:{CLIENT_PORT} (the Ray Client's port by default)"
         )
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Descriptor 2 to /dev/null while Ray's C++ client asks a Ray Client's port for a head's
+    cluster id: it logs the refusal, which is the expected answer there, as a warning
+    (explore109: every ray:// run began with "gcs_client.cc: Failed to get cluster ID ...
+    Method not found!"). Python's own stderr is flushed first and kept."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _ask(address: str) -> BaseException | None | str:
@@ -132,7 +152,10 @@ def _refusal(e: BaseException, address: str) -> str:
             f"cannot join the Ray cluster at --address {address}: its head {_refused()}; "
             f"{_advice()}"
         )
-    if isinstance(e, RpcError) and "method not found" in str(e).lower():
+    # gRPC's UNIMPLEMENTED (12): a server that knows no such call, or an HTTP/2 server that
+    # answers 404 (explore109: 43 s of Ray's retries, then blamed on a token)
+    unknown = getattr(e, "rpc_code", None) == UNIMPLEMENTED or "method not found" in str(e).lower()
+    if isinstance(e, RpcError) and unknown:
         return (
             f"--address {address}: a gRPC server answers there, but not a Ray head's "
             f"(it does not know the head's calls): for the Ray Client's port give "
@@ -141,6 +164,9 @@ def _refusal(e: BaseException, address: str) -> str:
         )
     return ""  # ray.init retries and says what it was
 
+
+UNIMPLEMENTED = 12
+"""gRPC's status code for a call the server does not have."""
 
 GCS_PORT, CLIENT_PORT = 6379, 10001
 """The ports `ray start --head` opens by default: the head's own (HOST:PORT) and the Ray

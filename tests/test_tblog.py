@@ -330,3 +330,13 @@ def test_the_hparams_tab_shows_the_settings_a_run_chose(tmp_path: Path) -> None:
     exp = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"])
     metrics = [m.name.tag for m in exp.experiment.metric_infos]
     assert metrics == ["episode/return", "episode/mean_return", "eval/mean_return", "perf/env_fps"]
+
+
+def test_each_session_writes_its_config_at_its_first_step(tmp_path: Path) -> None:
+    """explore110: a resume wrote its config at step 0 again, hiding the first session's."""
+    TrainLogger(tmp_path / "tb", CFG, {}, frames_per_step=1).close()
+    more = replace(CFG, stop=StopConfig(max_env_steps=200_000))
+    TrainLogger(tmp_path / "tb", more, {}, frames_per_step=1, start_steps=500).close()
+    texts = events(tmp_path / "tb").Tensors("config/text_summary")
+    assert [t.step for t in texts] == [0, 500]
+    assert b"max_env_steps: 200000" in texts[1].tensor_proto.string_val[0]

@@ -19,7 +19,7 @@ import numpy as np
 from torch.utils.tensorboard import SummaryWriter
 
 from rltrain.charts import NO_MATPLOTLIB
-from rltrain.config import to_dict
+from rltrain.config import dump_yaml
 from rltrain.faults import FaultCounters
 from rltrain.machine import machine, started_at
 from rltrain.records import STALENESS_BINS
@@ -173,7 +173,8 @@ def write_tensorboard(
     the training time and its wall axis a real date (explore110: a fixed epoch of 1e9 put
     every point in 2001, before the files' own header)."""
     writer = SummaryWriter(str(tb_dir / (name or trace.mode)))
-    writer.add_text("config", "```\n" + repr(to_dict(cfg)) + "\n```")
+    mode = f"mode: {trace.mode}\n"  # (each mode's run says its own: explore110)
+    writer.add_text("config", "```\n" + mode + dump_yaml(cfg) + "```")
     base = started_at()
     prev_hist = [0] * STALENESS_BINS
     prev: tuple[float, int] = (0.0, 0)

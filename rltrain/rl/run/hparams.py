@@ -61,13 +61,14 @@ def _value(v: Any) -> bool | int | float | str:
     return v if isinstance(v, bool | int | float | str) else str(v)
 
 
-def write_settings(writer: Any, cfg: Any, protocol: dict[str, Any]) -> None:
-    """A session's settings into ``writer`` (each session's start: a resume's ``--set`` may
-    have changed one): the config as text (``config``), the env's protocol as a table
+def write_settings(writer: Any, cfg: Any, protocol: dict[str, Any], step: int = 0) -> None:
+    """A session's settings into ``writer`` at its first ``step`` (each session's: a resume's
+    ``--set`` may have changed one, and one step for all hid the earlier sessions' in the
+    TEXT tab: explore110): the config as text (``config``), the env's protocol as a table
     (``env/protocol``), and the HPARAMS tab's settings with :data:`METRICS`."""
-    writer.add_text("config", "```\n" + dump_yaml(cfg) + "```")
+    writer.add_text("config", "```\n" + dump_yaml(cfg) + "```", step)
     proto = "\n".join(f"| {k} | {v} |" for k, v in protocol.items())
-    writer.add_text("env/protocol", "| key | value |\n|---|---|\n" + proto)
+    writer.add_text("env/protocol", "| key | value |\n|---|---|\n" + proto, step)
     exp, start, end = hparams(hparam_values(cfg), dict.fromkeys(METRICS, 0.0))
     for summary in (exp, start, end):
         writer.file_writer.add_summary(summary)

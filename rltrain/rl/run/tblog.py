@@ -138,7 +138,7 @@ class TrainLogger:
         self.every = cfg.log_every_seconds
         self.frames_per_step = frames_per_step
         self.batch_size = cfg.dqn.batch_size
-        write_settings(self.writer, cfg, protocol)  # (config, env/protocol, HPARAMS)
+        write_settings(self.writer, cfg, protocol, start_steps)  # (config, protocol, HPARAMS)
         self._last_t = time.time()
         window = max(RATE_WINDOW_S, self.every)
         self._step_rate = perf.RateWindow(window, start_steps, self._last_t)

@@ -41,7 +41,8 @@ def run_bench_config(cfg: BenchConfig, run_dir: str | Path | None, config_path: 
     write_config(out, cfg)
     say(
         f"rltrain bench: {cfg.data.dataset}, modes {', '.join(cfg.modes)} "
-        f"({bench_budget(cfg)}, and each run's start-up and evaluation); writing {out}"
+        f"({bench_budget(cfg)}, and each run's start-up and evaluation"
+        f"{evaluation_size(cfg, len(data.test))}); writing {out}"
     )
     for note in start_notes(cfg):
         say(note, note=True)
@@ -60,6 +61,20 @@ def with_absolute_root(cfg: BenchConfig) -> BenchConfig:
         return cfg  # (an empty one is refused by the dataset's loader, in its own words)
     data = dataclasses.replace(cfg.data, root=str(Path(root).absolute()))
     return dataclasses.replace(cfg, data=data)
+
+
+def evaluation_size(cfg: BenchConfig, test_len: int) -> str:
+    """``: about N snapshots x M test images``: what each run's evaluation scores after it
+    trains, where a time budget tells the snapshots (explore110: a 15 s budget's evaluation
+    took 147 s of a loaded box, unannounced; ``eval.test_samples`` scores fewer images)."""
+    if not cfg.budget.max_seconds:
+        return ""
+    from rltrain.supervised.modes import MAX_SNAPSHOTS
+
+    snaps = min(MAX_SNAPSHOTS, int(cfg.budget.max_seconds / cfg.eval.every_seconds) + 1)
+    images = min(cfg.eval.test_samples or test_len, test_len)
+    fewer = "" if cfg.eval.test_samples else ", eval.test_samples for fewer"
+    return f": about {snaps} snapshots x {images:,} test images{fewer}"
 
 
 def bench_budget(cfg: BenchConfig) -> str:

@@ -306,6 +306,19 @@ def test_the_start_says_what_the_budget_adds_up_to() -> None:
     assert said("budget.epochs=1").endswith("whichever is first: at most 10.5 min of training")
     assert said("budget.max_seconds=0", "budget.epochs=2") == "7 x 2 epochs of training"
     assert said("modes=[sync]") == "90 s of training"
+    # and what each run's evaluation scores after it (explore110: 147 s of a 15 s run's)
+    from rltrain.launch_bench import evaluation_size
+
+    config = load_config(BenchConfig, ROOT / "configs" / "bench_fashion_mnist.yaml", [])
+    every = config.eval.every_seconds
+    snaps = int(90 / every) + 1
+    assert evaluation_size(config, 10_000) == (
+        f": about {snaps} snapshots x 10,000 test images, eval.test_samples for fewer"
+    )
+    fewer = load_config(
+        BenchConfig, ROOT / "configs" / "bench_fashion_mnist.yaml", ["eval.test_samples=500"]
+    )
+    assert evaluation_size(fewer, 10_000) == f": about {snaps} snapshots x 500 test images"
 
 
 def test_a_slow_worker_is_said_and_counted() -> None:

@@ -196,3 +196,24 @@ def test_a_bench_run_says_which_data_it_trained_on(
     }  # fmt: skip
     title = (out / "results.md").read_text().splitlines()[0]
     assert title.startswith("# rltrain bench: mnist (56 train, 8 held out / 20 test samples), ")
+
+
+def test_results_say_which_modes_ran_off_the_cluster(tmp_path: Path) -> None:
+    """explore109: on Ray, baseline and hogwild run on the bench's own machine; results.md
+    did not say so, and its samples/s column compared machines as if rules."""
+    from rltrain.runtime.config import RuntimeConfig
+    from rltrain.supervised.report import write_markdown
+
+    cfg = BenchConfig(
+        modes=("baseline", "async", "hogwild"),
+        eval=EvalConfig(targets=(0.85,)),
+        runtime=RuntimeConfig(address="auto"),
+    )
+    rows = [result(m, 10.0, 1000) for m in cfg.modes]
+    write_markdown(tmp_path / "results.md", cfg, rows)
+    assert (
+        "**Where they ran**: baseline, hogwild on the machine the bench was started from, the "
+        "others on the Ray cluster at auto" in (tmp_path / "results.md").read_text()
+    )
+    write_markdown(tmp_path / "here.md", dataclasses.replace(cfg, runtime=RuntimeConfig()), rows)
+    assert "Where they ran" not in (tmp_path / "here.md").read_text()

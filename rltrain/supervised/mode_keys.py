@@ -138,6 +138,11 @@ def _shown(value: Any) -> str:
     return f"[{', '.join(map(str, value))}]" if isinstance(value, tuple) else str(value)
 
 
+RUN_HERE = ("baseline", "hogwild")
+"""Modes that run on the bench's own machine, not on a Ray cluster (a plain loop; workers
+that share one model's memory)."""
+
+
 def start_notes(cfg: Any) -> list[str]:
     """Lines ``rltrain bench`` says at its start about modes that run as another does:
     soft_sync waiting for all N (K = N: no backup worker; one worker's N - 1 is raised to 1)
@@ -157,7 +162,7 @@ def start_notes(cfg: Any) -> list[str]:
             f"problems'): {cfg.data.dataset} is judged by its test accuracy, "
             f"eval.targets={_shown(ev.targets)}"
         )
-    here = [m for m in cfg.modes if m in ("baseline", "hogwild")]
+    here = [m for m in cfg.modes if m in RUN_HERE]
     if cfg.runtime.address and here:  # (explore99: hogwild ran here, the cluster unsaid)
         notes.append(
             f"note: mode{'s' * (len(here) > 1)} {', '.join(here)} run{'s' * (len(here) == 1)} "

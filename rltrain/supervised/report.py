@@ -26,6 +26,7 @@ from rltrain.records import STALENESS_BINS
 from rltrain.rundir import write_atomic, write_summary
 from rltrain.supervised.config import BenchConfig
 from rltrain.supervised.evaluation import Point, targets_of
+from rltrain.supervised.mode_keys import RUN_HERE
 from rltrain.supervised.modes import MAX_SNAPSHOTS, ModeTrace
 from rltrain.supervised.plots import plot_curves, plot_names
 from rltrain.supervised.stopped import not_run
@@ -310,6 +311,13 @@ def write_markdown(
         f"{cfg.eval.every_seconds:g} s, so times are accurate to that interval (a mode that "
         f"took {MAX_SNAPSHOTS} snapshots kept every other one, at twice the interval).\n"
     )
+    here = [r.mode for r in results if r.mode in RUN_HERE] if cfg.runtime.address else []
+    if here:  # (explore109: the samples/s column compared machines, unsaid)
+        note += (
+            f"\n**Where they ran**: {', '.join(dict.fromkeys(here))} on the machine the bench "
+            f"was started from, the others on the Ray cluster at {cfg.runtime.address}: "
+            "samples/s compares the machines as well as the rules.\n"
+        )
     for name, line in (failed or {}).items():
         note += f"\n**{name} failed**: {line} (its traceback: failure-{name}.log).\n"
     if stopped_by != "done":  # (after the last run's training: in its evaluation, explore106)

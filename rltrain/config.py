@@ -21,7 +21,8 @@ from typing import Any, TypeVar, cast
 
 import yaml
 
-from rltrain.config_keys import closest, homes_hint, moved_keys, read_by, type_at, unknown_key
+from rltrain import config_keys as keys
+from rltrain.config_keys import homes_hint, moved_keys, read_by, type_at
 from rltrain.errors import ConfigError, UnknownKey, shown
 from rltrain.yaml_files import UniqueKeyLoader, read_layered
 from rltrain.yaml_files import read_yaml as read_yaml  # re-exported: one reader of YAML
@@ -99,7 +100,8 @@ def _build(cls: type[T], data: Mapping[str, Any] | None, prefix: str, base: Any)
     hints = typing.get_type_hints(cls)
     for key in data:
         if key not in fields and key not in extra:
-            raise UnknownKey(unknown_key(prefix + str(key), str(key), [*fields, *extra]), key)
+            allowed, section = [*fields, *extra], bool(holder) and isinstance(data[key], Mapping)
+            raise UnknownKey(keys.unknown_key(prefix + str(key), str(key), allowed, section), key)
     kwargs: dict[str, Any] = {}
     for name, f in fields.items():
         held = getattr(base, name) if base is not None else field_default(f)
@@ -241,11 +243,7 @@ def _finite(value: Any, key: str, meta: Mapping[str, Any]) -> Any:
 def _check(value: Any, key: str, meta: Mapping[str, Any]) -> Any:
     choices = choices_of(meta)
     if choices and value not in choices:
-        close = closest(str(value), [str(c) for c in choices])
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        raise ConfigError(
-            f"{key}={value!r}: allowed values are {', '.join(map(str, choices))}{hint}"
-        )
+        raise ConfigError(keys.unknown_choice(key, value, choices, callable(meta.get("choices"))))
     for bound, ok, word in BOUNDS:
         b = meta.get(bound)
         if b is not None and not ok(value, b):

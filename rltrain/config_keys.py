@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
@@ -91,11 +91,29 @@ def homes_hint(cls: type, key: str, misspelt: bool = False) -> str:
     return f"; {other[0]} is a key of rltrain {other_command} only" if other else ""
 
 
-def unknown_key(path: str, key: str, allowed: list[str]) -> str:
-    """The error for ``key`` (at dotted ``path``) where its section allows ``allowed``."""
+IMPORTS_HINT = "the module that registers it is named in the top-level key imports"
+"""How a registry's entry of the user's own (an algorithm, an update rule) is loaded."""
+
+
+def unknown_key(path: str, key: str, allowed: list[str], sections: bool = False) -> str:
+    """The error for ``key`` (at dotted ``path``) where its section allows ``allowed``;
+    ``sections``: a config that also takes the sections of registered algorithms (explore108:
+    `vpg.*` whose module was not in imports read as a typo)."""
     close = closest(key, allowed, n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
-    return f"unknown config key '{path}'{hint} (allowed here: {', '.join(sorted(allowed))})"
+    said = f"unknown config key '{path}'{hint} (allowed here: {', '.join(sorted(allowed))})"
+    own = f"; a section of an algorithm of yours exists once {IMPORTS_HINT}"
+    return said + (own if sections and not close else "")
+
+
+def unknown_choice(key: str, value: Any, choices: Sequence[Any], registry: bool) -> str:
+    """The error for a ``value`` not among ``choices``; ``registry``: choices a registry
+    names (algorithms, update rules), to which the user's own module may add."""
+    close = closest(str(value), [str(c) for c in choices])
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    if registry and not close:
+        hint = f"; one of your own is allowed once {IMPORTS_HINT}"
+    return f"{key}={value!r}: allowed values are {', '.join(map(str, choices))}{hint}"
 
 
 def closest(word: str, allowed: list[str], n: int = 1) -> list[str]:

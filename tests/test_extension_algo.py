@@ -122,8 +122,15 @@ def test_its_section_is_checked_listed_and_gone_with_it(reinforce: AlgoSpec) -> 
         load_config(TrainConfig, None, [*over, "reinforce.basline_coef=1"])
     assert "reinforce.baseline_coef" in [row[0] for row in describe(TrainConfig)]
     unregister_algo("reinforce")
-    with pytest.raises(ConfigError, match=r"unknown config key 'reinforce'"):
+    with pytest.raises(ConfigError, match=r"unknown config key 'reinforce'") as e:
         load_config(TrainConfig, None, ["reinforce.baseline_coef=1", "stop.max_env_steps=10"])
+    # its module not imported: said as such, not as a typo (explore108)
+    own = "once the module that registers it is named in the top-level key imports"
+    assert str(e.value).endswith(f"; a section of an algorithm of yours exists {own}")
+    with pytest.raises(
+        ConfigError, match=f"allowed values are .*; one of your own is allowed {own}"
+    ):
+        load_config(TrainConfig, None, ["algo.name=reinforce", "stop.max_env_steps=10"])
     register_algo(REINFORCE)  # for the fixture's unregister
 
 

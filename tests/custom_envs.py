@@ -143,6 +143,24 @@ class WrongDictStep(DictObs):
         return ({"pos": np.zeros(7, np.float32)}, *rest)
 
 
+class LooseDictRaises(Corridor):
+    """A Dict whose Box(1,) part comes back as a plain number (flattened all the same: it
+    trains), and whose fourth step raises: the raise is its error, not the loose shape."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.observation_space = spaces.Dict({"pos": spaces.Box(0.0, 9.0, (1,), np.float32)})
+
+    def _obs(self):  # noqa: ANN202
+        return {"pos": float(self.pos)}
+
+    def step(self, action: int):  # noqa: ANN201
+        self.steps = getattr(self, "steps", 0) + 1
+        if self.steps > 3:
+            raise RuntimeError("boom in a loose step")
+        return super().step(action)
+
+
 class NaNStep(Corridor):
     """Observations NaN from the third step on."""
 
@@ -377,6 +395,7 @@ for failing in (
     WrongStepShape,
     WrongImageStep,
     WrongDictStep,
+    LooseDictRaises,
     NaNStep,
     NaNReward,
     ResetRaisesInActors,

@@ -47,6 +47,10 @@ def env_of(name: str) -> EnvConfig:
             "step() returned an observation['pos'] of shape (7,); its observation_space['pos'] "
             "is Box(5,)",
         ),
+        (  # its loose Dict part is no shape error: it raised (review88)
+            "LooseDictRaises",
+            "step() raised RuntimeError: boom in a loose step" + at("boom in a loose step", "step"),
+        ),
         (
             "NaNStep",
             "step() returned a non-finite observation "

@@ -58,7 +58,8 @@ class RawObservation(gymnasium.Wrapper, gymnasium.utils.RecordConstructorArgs):
     """The env's last observation as it returned it (``last``), before :func:`adapt`'s
     wrappers: one reference kept per call. A wrong shape otherwise fails inside them, in
     their terms (gymnasium's frame stack: "all input arrays must have the same shape"; a Dict
-    key's in the flattened vector's length); :func:`raw_mismatch` reads it after a failure."""
+    key's in the flattened vector's length); :func:`raw_mismatch` reads it after a failure.
+    ``last`` is None while the env's own call runs, so one that raises leaves none."""
 
     def __init__(self, env: gymnasium.Env) -> None:
         gymnasium.utils.RecordConstructorArgs.__init__(self)
@@ -74,6 +75,7 @@ class RawObservation(gymnasium.Wrapper, gymnasium.utils.RecordConstructorArgs):
         return out
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        self.last = None  # (None while the env steps: one that raises returned nothing)
         out = self.env.step(action)
         self.last = out[0] if isinstance(out, tuple) and out else None
         return out

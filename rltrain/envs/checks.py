@@ -47,26 +47,17 @@ def diagnose(
     each sub-env gave, where the vector keeps it) does not fit ``shape``, else what it
     raised. Call it inside the ``except`` (it keeps the traceback)."""
     detail = traceback.format_exc() if e is not None else ""
-    for env in envs:
-        raw = raw_of(env)
-        found = (
-            None
-            if raw is None or raw.last is None
-            else raw_mismatch(raw.observation_space, raw.last)
-        )
+    adapted = _misfit(returned, shape)
+    # the env's own terms where a shape is to blame: not where the env raised, or gymnasium's
+    # vector refused its reward (an observation that only looks off had taken the blame)
+    raws = [r for r in map(raw_of, envs) if r is not None]
+    returned_all = all(r.last is not None for r in raws)  # (None: that env's own call raised)
+    for raw in raws if returned_all and (e is None or adapted or _in_adapters(e)) else ():
+        found = raw_mismatch(raw.observation_space, raw.last)
         if found:
             return EnvFailed(f"env {env_id!r}: {call} returned an {found}", detail)
-    for obs in returned if isinstance(returned, list | tuple) else ():
-        try:
-            got = None if obs is None else tuple(np.shape(obs))  # None: not returned yet
-        except ValueError:  # a ragged list: no shape at all
-            continue
-        if got is not None and got != tuple(shape):
-            return EnvFailed(
-                f"env {env_id!r}: {call} returned an observation of shape {got}; "
-                f"its observation_space is {describe_space(shape)}",
-                detail,
-            )
+    if adapted:
+        return EnvFailed(f"env {env_id!r}: {call} returned an {adapted}", detail)
     hint = "" if e is None else returns_hint(call, e)
     if e is None:
         what = "returned a malformed observation"
@@ -80,7 +71,36 @@ def diagnose(
     return EnvFailed(f"env {env_id!r}: {call} {what}", detail)
 
 
+def _misfit(returned: Any, shape: Sequence[int]) -> str:
+    """``observation of shape (7,); its observation_space is Box(5,)`` for the first of
+    ``returned`` (each sub-env's, where the vector keeps them) that does not fit, else ""."""
+    for obs in returned if isinstance(returned, list | tuple) else ():
+        try:
+            got = None if obs is None else tuple(np.shape(obs))  # None: not returned yet
+        except ValueError:  # a ragged list: no shape at all
+            continue
+        if got is not None and got != tuple(shape):
+            return f"observation of shape {got}; its observation_space is {describe_space(shape)}"
+    return ""
+
+
 GYMNASIUM = os.path.dirname(os.path.abspath(gymnasium.__file__)) + os.sep
+ADAPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "adapt.py")
+
+
+def _in_adapters(e: BaseException) -> bool:
+    """Whether ``e`` was raised inside the wrappers between the env and the policy (rltrain's
+    adapters, gymnasium's frame stack), where a wrong observation fails in their terms: not
+    in the env's own code, nor where gymnasium's vector stores what the env returned (an
+    array reward's error kept its own words: review88)."""
+    for f in traceback.extract_tb(e.__traceback__):  # (RawObservation's calls: the env's own)
+        if f.filename.startswith(GYMNASIUM + "wrappers") or (
+            f.filename == ADAPT and f.name not in ("step", "reset")
+        ):
+            return True
+    return False
+
+
 RETURNS = {
     "step()": "(obs, reward: a number, terminated: bool, truncated: bool, info: dict)",
     "reset()": "(obs, info: dict)",

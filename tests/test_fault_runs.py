@@ -236,3 +236,27 @@ def test_the_baseline_is_never_slowed(
     assert main(argv) == 0
     assert "not injected in baseline: 3x worker 0 at 0s" in capsys.readouterr().err
     assert [spec.faults for spec in made] == [()]
+
+
+def test_soft_sync_steps_on_without_a_paused_worker(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """explore111: a3c under soft_sync (K = 3 of 4) stalled as long as sync while one worker
+    was paused: the driver handed out work round by round, waiting for every worker's call.
+    Now the other three reach the budget while it is paused (the stop then waits for its
+    call alone), and the stop ends every barrier: no worker is left waiting for K pushes."""
+    run_dir = tmp_path / "run"
+    argv = ["train", str(ROOT / "configs" / "cartpole_a3c.yaml"), "--run-dir", str(run_dir)]
+    for kv in (
+        "actors=4",
+        "server.rule=soft_sync",
+        "stop.mean_return=null",
+        "stop.max_env_steps=20000",
+        events("{action: pause, target: worker, index: 3, at: 0, seconds: 15}"),
+    ):
+        argv += ["--set", kv]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "stopping: waiting for the calls in flight of worker 3" in err, err
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stopped_by"] == "max_env_steps" and summary["faults"]["hung"] == 0

@@ -30,7 +30,7 @@ from rltrain.driver import Done
 from rltrain.faults import PeerLost, ProcessLost, RunFailed
 from rltrain.rl.actor import Actor, frame_stack_of
 from rltrain.rl.algos.impala import in_flight_range
-from rltrain.rl.config import TrainConfig, waits_at_barrier
+from rltrain.rl.config import TrainConfig, server_settings, waits_at_barrier
 from rltrain.rl.env_spec import EnvSpec
 from rltrain.rl.inference import ActSlots, PolicyWorker
 from rltrain.rl.learner import Learner
@@ -57,7 +57,11 @@ class WorkerPlan(RLPlan):
     def start(self) -> None:
         cfg = self.cfg
         workers = self.early_processes().actors
-        self.lockstep = waits_at_barrier(cfg)
+        # round by round where a barrier waits for every worker (sync); soft_sync's K of N
+        # steps without the stragglers, whose work must not hold the others' next call
+        # (explore111: a worker paused 8 s stalled K = 3 of 4 as long as it stalled sync)
+        rule, n = server_settings(cfg), len(workers)
+        self.lockstep = waits_at_barrier(cfg) and rule.update_rule.aggregate_count(rule, n) >= n
         # a ppo rollout is epochs x minibatches server steps already: one per call
         self.chunk = 1 if cfg.algo_spec.minibatched(cfg) else WORK_CHUNK
         self.idle: list[Any] = []
@@ -100,6 +104,13 @@ class WorkerPlan(RLPlan):
             return  # mid-round
         self._absorb_round()  # (which may stop the run)
         if self.host.stopped_by:
+            # no barrier may wait for a worker the stop gives no more work (soft_sync's
+            # workers do not end their calls together: those still in one pushed on to a
+            # barrier of K that the idle ones never reached)
+            for w in self.idle if waits_at_barrier(self.cfg) else ():
+                if id(w) not in self.left:
+                    self.left.add(id(w))
+                    self.guard.leave(w.index)
             return
         for w in self.idle:
             self._give(w)

@@ -4,8 +4,12 @@ table and one parallel-coordinates view (explore110: no run wrote any).
 
 The settings are the config keys whose values differ from rltrain's defaults (what the config
 file and ``--set`` chose: a Pong run has about 40), and always the env, the algorithm, the
-update rule, the actors and the seed; the metrics are tags the run writes anyway, which
-TensorBoard reads from the run's own scalars.
+update rule the server ran (ppo's barrier: sync whatever server.rule says), the actors and
+the seed. Each run writes only its own settings (a session-start summary): TensorBoard then
+lists the union of every run's keys as columns, a blank where a run kept the default, and
+every scalar as a metric. An experiment summary per run would name the columns, and
+TensorBoard takes the first it finds for all runs, hiding the keys only other runs set
+(review88, explore111: async, scale and drop runs read as one rule).
 """
 
 from __future__ import annotations
@@ -16,12 +20,10 @@ from typing import Any
 from torch.utils.tensorboard.summary import hparams
 
 from rltrain.config import dump_yaml, to_dict
+from rltrain.rl.config import server_settings
 
 ALWAYS = ("env.id", "algo.name", "server.rule", "actors", "learners", "seed")
 """Keys every run shows, default or not: what tells runs apart at a glance."""
-
-METRICS = ("episode/return", "episode/mean_return", "eval/mean_return", "perf/env_fps")
-"""Scalars of the run that the table shows beside its settings (their last values)."""
 
 
 def flat(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -53,22 +55,24 @@ def hparam_values(cfg: Any) -> dict[str, bool | int | float | str]:
     """The run's settings for the table: keys that differ from the defaults, and
     :data:`ALWAYS`; values TensorBoard takes (a list or None as its text)."""
     mine, base = flat(to_dict(cfg)), flat(to_dict(defaults_of(cfg)))
+    mine["server.rule"] = server_settings(cfg).rule  # (the rule run: ppo's is a barrier)
     keys = [k for k in mine if k in ALWAYS or base.get(k, object()) != mine[k]]
     return {k: _value(mine[k]) for k in sorted(keys)}
 
 
-def _value(v: Any) -> bool | int | float | str:
-    return v if isinstance(v, bool | int | float | str) else str(v)
+def _value(v: Any) -> int | float | str:
+    """A number as it is; anything else (a bool: TensorBoard shows 0 or 1) as its text."""
+    return v if isinstance(v, int | float) and not isinstance(v, bool) else str(v)
 
 
 def write_settings(writer: Any, cfg: Any, protocol: dict[str, Any], step: int = 0) -> None:
     """A session's settings into ``writer`` at its first ``step`` (each session's: a resume's
     ``--set`` may have changed one, and one step for all hid the earlier sessions' in the
     TEXT tab: explore110): the config as text (``config``), the env's protocol as a table
-    (``env/protocol``), and the HPARAMS tab's settings with :data:`METRICS`."""
+    (``env/protocol``), and the HPARAMS tab's settings (TensorBoard keeps the first
+    session's: one summary per tag)."""
     writer.add_text("config", "```\n" + dump_yaml(cfg) + "```", step)
     proto = "\n".join(f"| {k} | {v} |" for k, v in protocol.items())
     writer.add_text("env/protocol", "| key | value |\n|---|---|\n" + proto, step)
-    exp, start, end = hparams(hparam_values(cfg), dict.fromkeys(METRICS, 0.0))
-    for summary in (exp, start, end):
-        writer.file_writer.add_summary(summary)
+    _, start, _ = hparams(hparam_values(cfg), {})  # (no experiment: see the module's note)
+    writer.file_writer.add_summary(start)

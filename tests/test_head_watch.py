@@ -78,6 +78,8 @@ def test_a_silence_of_the_watch_s_own_thread_is_not_the_head_s(listener: socket.
     time.sleep(0.3)  # silent past the patience: nothing asked the head
     watch.check()  # one connect now: it answers
     assert watch.lost() == "" and watch.failed == 0
+    watch.failed, watch.last_ok = 2, time.monotonic() - 1  # a hiccup, then the thread starved
+    assert watch.lost() == "" and watch.failed == 0  # (review88: old failures took it for lost)
     listener.close()
     time.sleep(0.3)
     assert watch.lost() == ""  # one failed connect is not yet a lost head
@@ -220,3 +222,14 @@ def test_a_dead_shard_is_said_with_ray_s_own_cause() -> None:
     )
     assert died_why(ActorDiedError(context)) == cause
     assert died_why(ActorDiedError()) == "its restarts spent: faults.max_restarts"
+    try:  # its constructor raised: Ray's own first line, not one of the traceback's
+        raise ValueError("bad shard argument")
+    except ValueError as err:
+        import traceback
+
+        from ray.exceptions import RayTaskError
+
+        task = RayTaskError("Shard.__init__", traceback.format_exc(), err)
+    said = died_why(ActorDiedError(task))
+    assert said.startswith("The actor died because of an error raised in its creation task")
+    assert "\x1b" not in said

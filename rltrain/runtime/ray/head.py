@@ -56,6 +56,7 @@ class HeadWatch:
         self.error = ""  # why the last connect failed ("" when it answered)
         self.failed = 0  # connects refused or timed out since the last that answered
         self._stop = threading.Event()
+        self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
     def start(self) -> HeadWatch:
@@ -76,25 +77,27 @@ class HeadWatch:
             with socket.create_connection((self.host, self.port), timeout=self.every):
                 pass
         except OSError as e:
-            self.error = e.strerror or str(e) or type(e).__name__
-            self.failed += 1
+            with self._lock:  # (the thread and a caller's check may probe at once)
+                self.error = e.strerror or str(e) or type(e).__name__
+                self.failed += 1
             return False
-        self.last_ok, self.error, self.failed = time.monotonic(), "", 0
+        with self._lock:
+            self.last_ok, self.error, self.failed = time.monotonic(), "", 0
         return True
 
     def lost(self) -> str:
         """Why the cluster is lost ("" while its head answers, or has not been silent long):
-        silent for the patience, and asked and not answered at least :data:`FAILS` times. A
-        silence without failed connects is the thread's, not the head's (a loaded machine
-        left it unscheduled for seconds: explore109 ended two healthy runs as "no answer"),
-        and one connect now settles it."""
+        silent for the patience, asked and not answered at least :data:`FAILS` times in a
+        row, the last of them now. A silence without failed connects is the thread's, not
+        the head's (a loaded machine left it unscheduled for seconds: explore109 ended two
+        healthy runs as "no answer"); the connect made here settles it."""
         if self.ended:
             return self.ended
         silent = time.monotonic() - self.last_ok
         if silent < self.patience:
             return ""
-        if self.failed < FAILS and (self.probe() or self.failed < FAILS):
-            return ""
+        if self.probe() or self.failed < FAILS:  # one connect now: the failures may be old
+            return ""  # (a hiccup, then a thread left unscheduled: review88)
         silent = time.monotonic() - self.last_ok
         said = f"has not answered for {silent:.0f}s ({self.error or 'no answer'})"
         if self.local:
@@ -108,7 +111,9 @@ class HeadWatch:
         )
 
     def check(self) -> None:
-        """Cheap (reads what the thread saw): :class:`ClusterLost` once the head is lost."""
+        """:class:`ClusterLost` once the head is lost: cheap while the thread saw it answer
+        within the patience (it reads what the thread saw); past it, one connect (up to
+        ``every`` seconds)."""
         why = self.lost()
         if why:
             raise ClusterLost(why)

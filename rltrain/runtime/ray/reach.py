@@ -107,7 +107,11 @@ def _quiet_stderr() -> Iterator[None]:
     (explore109: every ray:// run began with "gcs_client.cc: Failed to get cluster ID ...
     Method not found!"). Python's own stderr is flushed first and kept."""
     sys.stderr.flush()
-    saved = os.dup(2)
+    try:
+        saved = os.dup(2)
+    except OSError:  # no descriptor 2 (a daemon's): nothing to quiet
+        yield
+        return
     try:
         with open(os.devnull, "wb") as null:
             os.dup2(null.fileno(), 2)

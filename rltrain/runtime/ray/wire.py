@@ -7,6 +7,7 @@ the object store once per version (the fan-out).
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -297,7 +298,9 @@ def died_why(e: ActorDiedError) -> str:
     neither its standard first line nor one of its tab-indented fields (class, id, pid, ip);
     Ray's ``max_restarts`` spent where it gives none. (explore109: a head stopped by SIGTERM
     was said to have spent restarts that never happened.)"""
-    lines = str(e).splitlines()
+    lines = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).splitlines() or [""]  # (Ray's colours)
+    if lines[0] != ActorDiedError.BASE_ERROR_MSG:  # its constructor raised: Ray's first line
+        lines = ["", lines[0]]  # (says so and what; the traceback's lines follow it)
     told = [x.strip() for x in lines[1:] if x.strip() and not x.startswith("\t")]
     if not told:
         return "its restarts spent: faults.max_restarts"

@@ -394,23 +394,30 @@ def test_a_join_a_head_refused_names_the_token(
     assert "refused this shell's RAY_AUTH_TOKEN" in _why(failed, "10.0.0.1:6379")
 
 
-def test_a_join_of_auto_that_will_send_a_token_file_says_so(
+def test_a_join_of_auto_sends_no_token_file_to_a_cluster_without_tokens(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """explore109: after a local Ray run wrote ~/.ray/auth_token, `--address auto` sent its
-    token to a cluster started without tokens, whose processes all died at their start."""
-    from rltrain.runtime.ray.startup import token_note
+    token to a cluster started without tokens, whose processes all died at their start. The
+    head is asked without one first: one that answers has none, and the run sends none."""
+    from rltrain.runtime.ray import startup
 
     monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
-    assert token_note("auto") == ""  # no file: Ray sends nothing
+    monkeypatch.setenv("RAY_AUTH_MODE", "")  # (recorded: the mode set below is undone)
+    monkeypatch.delenv("RAY_AUTH_MODE")
+    monkeypatch.setattr(startup, "cluster_here", lambda: ("10.0.0.1:6379", "file"))
+    answers: list[object] = [None]
+    monkeypatch.setattr(startup, "_ask", lambda address: answers[0])
+    assert startup.token_note("auto") == ""  # no file: Ray sends nothing
     (tmp_path / ".ray").mkdir()
     (tmp_path / ".ray" / "auth_token").write_text("x" * 32)
-    assert "Ray sends ~/.ray/auth_token's token" in token_note("auto")
-    assert "export RAY_AUTH_MODE=disabled" in token_note("auto")
-    assert token_note("10.0.0.1:6379") == ""  # an address given: Ray never sends it unasked
-    monkeypatch.setenv("RAY_AUTH_MODE", "token")
-    assert token_note("auto") == ""  # the user's own choice
+    assert startup.token_note("10.0.0.1:6379") == ""  # an address given: Ray sends none unasked
+    answers[0] = RuntimeError("Unauthenticated")  # a head with tokens: the file's goes to it
+    assert startup.token_note("auto") == "" and "RAY_AUTH_MODE" not in os.environ
+    answers[0] = None  # a head that answers without a token has none
+    assert "this run sends no token" in startup.token_note("auto")
+    assert os.environ["RAY_AUTH_MODE"] == "disabled"
+    assert startup.token_note("auto") == ""  # the mode is set now (the user's, next time)
 
 
 def test_ray_clients_notes_are_kept_to_what_concerns_the_run() -> None:

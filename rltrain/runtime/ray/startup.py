@@ -22,6 +22,8 @@ from rltrain.extensions import installed
 from rltrain.runtime.config import RuntimeConfig
 from rltrain.runtime.ray.errors import RayStartError
 from rltrain.runtime.ray.reach import (
+    _ask,
+    _quiet_stderr,
     _why,
     check_client_port,
     check_head,
@@ -204,12 +206,24 @@ def token_note(address: str) -> str:
     machine while ~/.ray/auth_token exists and RAY_AUTH_MODE is unset, and that file is
     written by any local ``ray.init`` (a ``runtime.backend=ray`` run's included). A cluster
     started before the file existed has no tokens, and refuses every process of the run
-    ("Missing authorization header"), which then dies as it starts (explore109)."""
+    ("Missing authorization header"), which then dies as it starts (explore109).
+
+    So the head is asked first, without a token: one that answers has no tokens, and the run
+    sends none (RAY_AUTH_MODE=disabled, this process's: the cluster's own mode); one that
+    wants a token gets the file's, as Ray would send it (review88: a note on every join)."""
     if address != "auto" or "RAY_AUTH_MODE" in os.environ or not token_file().is_file():
         return ""
+    found, _ = cluster_here()
+    if found is None:
+        return ""
+    with _quiet_stderr():  # (a head that wants a token logs its refusal)
+        answer = _ask(found)
+    if answer is not None:  # it wants a token (Ray sends the file's), or could not be asked
+        return ""
+    os.environ["RAY_AUTH_MODE"] = "disabled"
     return (
-        "; Ray sends ~/.ray/auth_token's token, as that file exists: a cluster started "
-        "without tokens refuses the run's processes (then: export RAY_AUTH_MODE=disabled)"
+        "; the cluster has no token authentication, so this run sends no token (Ray would "
+        "have sent ~/.ray/auth_token's, which such a cluster refuses)"
     )
 
 

@@ -28,7 +28,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar, cast
 
@@ -306,7 +306,7 @@ def plot_runs(
     by config ``group`` keys, the curves as ``csv``; bench runs side by side. ``.image`` is the
     file written (default: RUN/returns.png for one run, ./returns.png for more), ``.table``
     the Markdown tables."""
-    from rltrain.plot_bench import plot_any
+    from rltrain.plot_bench import out_path, plot_any
 
     paths = [Path(path_arg(runs, "runs"))] if isinstance(runs, str | os.PathLike) else None
     if paths is None:
@@ -314,12 +314,13 @@ def plot_runs(
             raise ConfigError(f"runs={runs!r}: expected a run folder or a list of them")
         paths = [Path(path_arg(r, "runs")) for r in runs]
     smooth = whole_arg(smooth, "smooth", EPISODES)
+    marks = list(marks) if isinstance(marks, Iterable) and not isinstance(marks, str) else marks
     if isinstance(marks, str | bytes) or not all(_finite(m) for m in marks):
         raise ConfigError(f"marks={marks!r}: expected a list of finite numbers (scores)")
     if isinstance(group, str) or not all(isinstance(g, str) for g in group):
         raise ConfigError(f"group={group!r}: expected a list of config keys (e.g. ['seed'])")
     evals = choice_arg(evals, "evals", (True, False))
-    image_at = None if out is None else Path(path_arg(out, "out")).expanduser()
+    image_at = None if out is None else out_path(path_arg(out, "out"))
     csv_at = None if csv is None else Path(path_arg(csv, "csv")).expanduser()
     scores = tuple(float(m) for m in marks)
     runs_at = [p.expanduser() for p in paths]

@@ -90,7 +90,7 @@ class BenchResult:
 
 @dataclasses.dataclass(frozen=True)
 class PlotResult:
-    """What :func:`rltrain.plot` drew and printed, as ``rltrain plot`` prints it."""
+    """What :func:`rltrain.plot_runs` drew and printed, as ``rltrain plot`` prints it."""
 
     image: Path | None
     """The PNG (or .svg, .pdf) written; None without matplotlib."""

@@ -177,11 +177,9 @@ def own_name(checkpoint: Path, run_dir: Path) -> str:
 def cmd_plot(args: argparse.Namespace) -> int:
     from rltrain.charts import NO_MATPLOTLIB, pyplot
     from rltrain.curves import PlotError
-    from rltrain.plot_bench import plot_any
+    from rltrain.plot_bench import out_path, plot_any
 
-    out = Path(args.out).expanduser() if args.out else None
-    if args.out and args.out.endswith(("/", os.sep)) and not (out and out.is_dir()):
-        raise PlotError(f"--out {args.out}: no such folder (give one that exists, or a file)")
+    out = out_path(args.out) if args.out else None
     runs = [Path(r).expanduser() for r in args.runs]
     csv = Path(args.csv).expanduser() if args.csv else None
     how = (args.smooth, args.marks, args.evals, args.group, csv)

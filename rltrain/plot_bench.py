@@ -5,6 +5,7 @@ own plots are of one run, and ``rltrain plot`` refused a bench run)."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,7 @@ def plot_any(
     group: Sequence[str] = (),
     csv: Path | None = None,
 ) -> tuple[Path | None, str]:
-    """``rltrain plot`` and :func:`rltrain.plot`: bench runs side by side (the train runs'
+    """``rltrain plot`` and :func:`rltrain.plot_runs`: bench runs side by side (the train runs'
     options said unread), else train runs' curves (:func:`rltrain.plot.plot_runs`); the
     image's path (None without matplotlib) and the tables asked for."""
     from rltrain.plot import plot_runs
@@ -94,3 +95,12 @@ def plot_any(
         given = [flag for flag, v in zip(flags, how, strict=True) if v]
         return plot_bench_runs(runs, out, title, given)
     return plot_runs(runs, out, title, smooth, marks, evals, group, csv)
+
+
+def out_path(text: str) -> Path:
+    """``--out`` (or ``out=``) as a path; one that ends in a slash names a folder, which must
+    exist (``nodir/`` wrote ``nodir.png``)."""
+    out = Path(text).expanduser()
+    if text.endswith(("/", os.sep)) and not out.is_dir():
+        raise PlotError(f"--out {text}: no such folder (give one that exists, or a file)")
+    return out

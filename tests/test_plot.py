@@ -80,6 +80,13 @@ def test_the_api_draws_what_the_command_draws(tmp_path: Path) -> None:
             rltrain.plot_runs(a, **bad)
     with pytest.raises(ConfigError, match="runs=\\[\\]: expected a run folder"):
         rltrain.plot_runs([])
+    # a folder that does not exist is refused as the command refuses it (review88: nodir.png)
+    from rltrain.curves import PlotError
+
+    with pytest.raises(PlotError, match="no such folder"):
+        rltrain.plot_runs(a, out=str(tmp_path / "nodir") + "/")
+    marks = (m for m in [-10.0])  # a generator: checked and still drawn (it was used up)
+    assert "-10" in rltrain.plot_runs([a, b], smooth=1, marks=marks).table
 
 
 def test_out_writes_the_format_its_suffix_names(

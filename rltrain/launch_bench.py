@@ -69,12 +69,14 @@ def evaluation_size(cfg: BenchConfig, test_len: int) -> str:
     took 147 s of a loaded box, unannounced; ``eval.test_samples`` scores fewer images)."""
     if not cfg.budget.max_seconds:
         return ""
+    from rltrain.supervised.datasets import DATASETS as IMAGE_SETS
     from rltrain.supervised.modes import MAX_SNAPSHOTS
 
     snaps = min(MAX_SNAPSHOTS, int(cfg.budget.max_seconds / cfg.eval.every_seconds) + 1)
     images = min(cfg.eval.test_samples or test_len, test_len)
     fewer = "" if cfg.eval.test_samples else ", eval.test_samples for fewer"
-    return f": about {snaps} snapshots x {images:,} test images{fewer}"
+    kind = "test images" if cfg.data.dataset in IMAGE_SETS else "test samples"
+    return f": about {snaps} snapshots x {images:,} {kind}{fewer}"
 
 
 def bench_budget(cfg: BenchConfig) -> str:

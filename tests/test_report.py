@@ -212,8 +212,8 @@ def test_results_say_which_modes_ran_off_the_cluster(tmp_path: Path) -> None:
     rows = [result(m, 10.0, 1000) for m in cfg.modes]
     write_markdown(tmp_path / "results.md", cfg, rows)
     assert (
-        "**Where they ran**: baseline, hogwild on the machine the bench was started from, the "
-        "others on the Ray cluster at auto" in (tmp_path / "results.md").read_text()
+        "**Where they ran**: baseline, hogwild on the machine the bench was started from, "
+        "async on the Ray cluster (--address auto)" in (tmp_path / "results.md").read_text()
     )
     write_markdown(tmp_path / "here.md", dataclasses.replace(cfg, runtime=RuntimeConfig()), rows)
     assert "Where they ran" not in (tmp_path / "here.md").read_text()

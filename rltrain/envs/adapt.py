@@ -194,7 +194,7 @@ def image(space: Space) -> TypeGuard[Box]:
 
 
 def stackable(space: Space) -> bool:
-    """Whether :func:`make_one` stacks ``space``'s images: [C, H, W] uint8 of one (gray) or
+    """Whether :func:`adapt` stacks ``space``'s images: [C, H, W] uint8 of one (gray) or
     three (RGB) channels. Other channel counts (an env's own stack of 4 gray frames, RGBA)
     are taken as they come, so that an env that stacks its frames is not stacked again."""
     return image(space) and space.shape[0] in (1, 3)
@@ -240,19 +240,19 @@ def one_hot(space: Space | None) -> bool:
 
 
 def flattened_from(env: gymnasium.Env) -> Space | None:
-    """The observation space :func:`make_one` flattened, if it did."""
+    """The observation space :func:`adapt` flattened, if it did."""
     return env.flattened_from if isinstance(env, FlatObservation) else None
 
 
 def transposed(env: gymnasium.Env) -> bool:
-    """Whether :func:`make_one` moved the image's channels first."""
+    """Whether :func:`adapt` moved the image's channels first."""
     while isinstance(env, ReshapeObservation | FrameStackObservation):
         env = env.env
     return isinstance(env, ChannelsFirst)
 
 
 def stacked(env: gymnasium.Env) -> int:
-    """How many images :func:`make_one` stacked into each observation (1: none)."""
+    """How many images :func:`adapt` stacked into each observation (1: none)."""
     if isinstance(env, ReshapeObservation) and isinstance(env.env, FrameStackObservation):
         return int(env.env.stack_size)
     return 1

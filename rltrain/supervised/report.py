@@ -312,11 +312,13 @@ def write_markdown(
         f"took {MAX_SNAPSHOTS} snapshots kept every other one, at twice the interval).\n"
     )
     here = [r.mode for r in results if r.mode in RUN_HERE] if cfg.runtime.address else []
-    if here:  # (explore109: the samples/s column compared machines, unsaid)
+    there = [r.mode for r in results if r.mode not in RUN_HERE]
+    if here and there:  # (explore109: the samples/s column compared machines, unsaid)
         note += (
             f"\n**Where they ran**: {', '.join(dict.fromkeys(here))} on the machine the bench "
-            f"was started from, the others on the Ray cluster at {cfg.runtime.address}: "
-            "samples/s compares the machines as well as the rules.\n"
+            f"was started from, {', '.join(dict.fromkeys(there))} on the Ray cluster "
+            f"(--address {cfg.runtime.address}): samples/s compares the machines as well as "
+            "the rules.\n"
         )
     for name, line in (failed or {}).items():
         note += f"\n**{name} failed**: {line} (its traceback: failure-{name}.log).\n"

@@ -368,7 +368,7 @@ def plot_runs(
     if not curves and (marks or out is not None):  # only evaluations: nothing to draw
         asked = " and ".join(f for f, on in (("--marks", marks), ("--out", out)) if on)
         print(f"rltrain: plot: {asked}: no episode has ended in these runs", file=sys.stderr)
-    groups = groups_of(curves, group) if group else []
+    groups = groups_of(curves, group, say=True) if group else []
     tables = [marks_table(curves, marks, groups)] if marks and curves else []
     if evals:  # beside runs evaluated, one never evaluated is left out of the table, said
         shown = [c for c in evaluated if len(c.evals[0])]

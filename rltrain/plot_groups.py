@@ -96,9 +96,11 @@ def group_value(run: Path, cfg: dict[str, Any], key: str) -> Any:
     return ran_as(run, key, config_value(cfg, key, run))
 
 
-def groups_of(curves: Sequence[Curve], keys: Sequence[str]) -> list[Group]:
+def groups_of(curves: Sequence[Curve], keys: Sequence[str], say: bool = False) -> list[Group]:
     """The curves grouped by their runs' values of ``keys``, in the order first seen; a key
-    a run's config.yaml lacks is a :class:`PlotError` naming the run and the key."""
+    a run's config.yaml lacks is a :class:`PlotError` naming the run and the key. ``say``:
+    a line on stderr for a group whose runs differ in more than their seeds
+    (:func:`say_pooled`)."""
     found: dict[str, list[int]] = {}
     for key in keys:
         if not key.strip(" ."):
@@ -109,7 +111,51 @@ def groups_of(curves: Sequence[Curve], keys: Sequence[str]) -> list[Group]:
         cfg = run_config(c.folder)
         values = [f"{key}={group_value(c.folder, cfg, key)}" for key in keys]
         found.setdefault(", ".join(values), []).append(i)
-    return [Group(label, tuple(members)) for label, members in found.items()]
+    groups = [Group(label, tuple(members)) for label, members in found.items()]
+    for g in groups if say else ():
+        say_pooled(g, [curves[i].folder for i in g.members])
+    return groups
+
+
+NOT_A_SETTING = (
+    "seed",
+    "stop.",
+    "checkpoint.",
+    "eval.",
+    "log_every_seconds",
+    "runtime.",
+    "faults.",
+)
+"""Config keys in which seeds of one setting may differ: how long, how often and where a run
+ran, not what it trained."""
+
+
+def say_pooled(g: Group, runs: Sequence[Path | None]) -> None:
+    """A line on stderr where ``g``'s runs differ in a setting (explore111: --group
+    server.rule pooled async with async under staleness scale and drop as one rule)."""
+    flats = [_flat(run_config(r)) for r in runs if r is not None]
+    keys = [
+        k for k in dict.fromkeys(k for f in flats for k in f) if not k.startswith(NOT_A_SETTING)
+    ]
+    differ = [k for k in keys if len({str(f.get(k)) for f in flats}) > 1]
+    if len(flats) < 2 or not differ:
+        return
+    said = "; ".join(
+        f"{k} {', '.join(dict.fromkeys(str(f.get(k)) for f in flats))}" for k in differ[:3]
+    )
+    more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+    print(
+        f"rltrain: plot: --group: {g.label} pools runs that differ in {said}{more}; "
+        f"--group {differ[0]} too takes them apart",
+        file=sys.stderr,
+    )
+
+
+def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """A config.yaml's keys as ``{"server.rule": "async", ...}`` (lists as values)."""
+    if not isinstance(tree, dict):
+        return {prefix.rstrip("."): tree}
+    return {k: v for key, sub in tree.items() for k, v in _flat(sub, f"{prefix}{key}.").items()}
 
 
 POOLED_ALIKE = ("env.id", "algo.name")

@@ -769,6 +769,28 @@ def test_runs_grouped_by_a_config_key_get_each_groups_mean(
     assert "a section of" in capsys.readouterr().err
 
 
+def test_a_group_of_runs_of_other_settings_is_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """explore111: --group server.rule pooled async, async with staleness scale and async
+    with drop as one rule, without a word; seeds (and stops) may differ unsaid."""
+    points = [(i * 5_000, float(i), float(i)) for i in range(1, 30)]
+    runs = []
+    for name, sets in (
+        ("s0", ("server.rule=async", "seed=0", "stop.max_env_steps=1000")),
+        ("s1", ("server.rule=async", "seed=1")),
+        ("scale", ("server.rule=async", "server.staleness=scale")),
+    ):
+        runs.append(str(make_run(tmp_path / name, "cartpole_a3c.yaml", points, overrides=sets)))
+    assert main(["plot", *runs[:2], "--group", "server.rule"]) == 0
+    assert "pools runs" not in capsys.readouterr().err  # seeds and stops are no setting
+    assert main(["plot", *runs, "--group", "server.rule"]) == 0
+    assert capsys.readouterr().err.strip() == (
+        "rltrain: plot: --group: server.rule=async pools runs that differ in server.staleness "
+        "none, scale; --group server.staleness too takes them apart"
+    )
+
+
 def test_a_run_resumed_under_another_rule_is_grouped_as_both(tmp_path: Path) -> None:
     """explore98: a3c resumed with server.rule=sync was grouped (and summarised) as sync,
     which was credited with what async learned: its sessions' rules name its group."""

@@ -299,6 +299,17 @@ def test_more_minibatches_than_samples_in_a_batch_are_refused(
     assert load_config(TrainConfig, ppo, ["ppo.minibatches=256"]).ppo.minibatches == 256
 
 
+def test_a_bench_modes_name_as_a_rule_names_the_settings() -> None:
+    """explore111: server.rule=async_scale was told its allowed values (and, since, that a
+    rule of one's own needs its module in imports), not the two keys that make it."""
+    a3c = ROOT / "configs" / "cartpole_a3c.yaml"
+    with pytest.raises(ConfigError) as e:
+        load_config(TrainConfig, a3c, ["server.rule=async_scale"])
+    assert str(e.value).endswith(
+        "; async_scale is rltrain bench's name for server.rule=async with server.staleness=scale"
+    )
+
+
 def test_target_kl_behind_a_barrier_is_refused(tmp_path: Path) -> None:
     """An early stop pushes a varying number of gradients: a barrier would wait for the rest."""
 

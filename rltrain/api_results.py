@@ -26,6 +26,10 @@ class RunResult:
     final_mean_return: float | None  # with those the work in flight ended (the last line's)
     best_mean_return: float | None
     updates: int
+    updates_applied: int | None  # (None: a summary older than the key)
+    dropped: int | None  # updates pushed and dropped (stale, or a soft_sync straggler's)
+    server_rule: str | None  # the rule the server ran (ppo's barrier: sync)
+    server_staleness: str | None
     mean_staleness: float
     faults: dict[str, int]
     summary: dict[str, Any]

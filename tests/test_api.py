@@ -135,6 +135,9 @@ def test_a_summary_that_cannot_be_written_is_said_and_returned(
     monkeypatch.setattr(rundir, "write_atomic", read_only)
     run = quiet_run(tmp_path / "run", 2000)
     assert run.stopped_by == "max_env_steps" and run.env_steps >= 2000
+    # what a study of rules reads (explore111: only in .summary)
+    assert (run.server_rule, run.server_staleness, run.dropped) == ("async", "none", 0)
+    assert run.updates_applied == run.updates > 0
     assert not (tmp_path / "run" / "summary.json").exists()
     err = capfd.readouterr().err
     assert "summary.json not written (Read-only file system)" in err

@@ -113,7 +113,7 @@ def groups_of(curves: Sequence[Curve], keys: Sequence[str], say: bool = False) -
         found.setdefault(", ".join(values), []).append(i)
     groups = [Group(label, tuple(members)) for label, members in found.items()]
     for g in groups if say else ():
-        say_pooled(g, [curves[i].folder for i in g.members])
+        say_pooled(g, [curves[i].folder for i in g.members], keys)
     return groups
 
 
@@ -130,13 +130,13 @@ NOT_A_SETTING = (
 ran, not what it trained."""
 
 
-def say_pooled(g: Group, runs: Sequence[Path | None]) -> None:
+def say_pooled(g: Group, runs: Sequence[Path | None], grouped: Sequence[str] = ()) -> None:
     """A line on stderr where ``g``'s runs differ in a setting (explore111: --group
-    server.rule pooled async with async under staleness scale and drop as one rule)."""
+    server.rule pooled async with async under staleness scale and drop as one rule); not in
+    the ``grouped`` keys, which group them as they ran (ppo's server.rule: sync)."""
     flats = [_flat(run_config(r)) for r in runs if r is not None]
-    keys = [
-        k for k in dict.fromkeys(k for f in flats for k in f) if not k.startswith(NOT_A_SETTING)
-    ]
+    skip = (*NOT_A_SETTING, *grouped)
+    keys = [k for k in dict.fromkeys(k for f in flats for k in f) if not k.startswith(skip)]
     differ = [k for k in keys if len({str(f.get(k)) for f in flats}) > 1]
     if len(flats) < 2 or not differ:
         return

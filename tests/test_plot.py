@@ -86,7 +86,8 @@ def test_the_api_draws_what_the_command_draws(tmp_path: Path) -> None:
     with pytest.raises(PlotError, match="no such folder"):
         rltrain.plot_runs(a, out=str(tmp_path / "nodir") + "/")
     marks = (m for m in [-10.0])  # a generator: checked and still drawn (it was used up)
-    assert "-10" in rltrain.plot_runs([a, b], smooth=1, marks=marks).table
+    both = tmp_path / "both.png"
+    assert "-10" in rltrain.plot_runs([a, b], out=both, smooth=1, marks=marks).table
 
 
 def test_out_writes_the_format_its_suffix_names(
@@ -782,13 +783,25 @@ def test_a_group_of_runs_of_other_settings_is_said(
         ("scale", ("server.rule=async", "server.staleness=scale")),
     ):
         runs.append(str(make_run(tmp_path / name, "cartpole_a3c.yaml", points, overrides=sets)))
-    assert main(["plot", *runs[:2], "--group", "server.rule"]) == 0
+    out = ["--out", str(tmp_path / "g.png")]
+    assert main(["plot", *runs[:2], "--group", "server.rule", *out]) == 0
     assert "pools runs" not in capsys.readouterr().err  # seeds and stops are no setting
-    assert main(["plot", *runs, "--group", "server.rule"]) == 0
+    assert main(["plot", *runs, "--group", "server.rule", *out]) == 0
     assert capsys.readouterr().err.strip() == (
         "rltrain: plot: --group: server.rule=async pools runs that differ in server.staleness "
         "none, scale; --group server.staleness too takes them apart"
     )
+    # ppo runs sync whatever server.rule says: grouped as they ran, and not said (review88b)
+    ppo = [
+        str(
+            make_run(
+                tmp_path / f"p{r}", "cartpole_ppo.yaml", points, overrides=(f"server.rule={r}",)
+            )
+        )
+        for r in ("async", "sync")
+    ]
+    assert main(["plot", *ppo, "--group", "server.rule", *out]) == 0
+    assert "pools runs" not in capsys.readouterr().err
 
 
 def test_a_run_resumed_under_another_rule_is_grouped_as_both(tmp_path: Path) -> None:

@@ -135,6 +135,15 @@ class WrongImageStep(ImageCorridor):
         return (np.concatenate([obs, obs[:, :1]], axis=1), *rest)
 
 
+class WrongImageReset(ImageCorridor):
+    """Its first image one column wider than its observation_space (the second env's reset
+    had not run when the first failed: review88b)."""
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):  # noqa: ANN201
+        obs, info = super().reset(seed=seed)
+        return np.concatenate([obs, obs[:, :1]], axis=1), info
+
+
 class WrongDictStep(DictObs):
     """Its steps' 'pos' has 7 numbers where its Dict says 5 (flattened: a vector of 7)."""
 
@@ -394,6 +403,7 @@ for failing in (
     WrongResetShape,
     WrongStepShape,
     WrongImageStep,
+    WrongImageReset,
     WrongDictStep,
     LooseDictRaises,
     NaNStep,

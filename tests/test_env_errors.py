@@ -42,6 +42,11 @@ def env_of(name: str) -> EnvConfig:
             "step() returned an observation of shape (40, 49, 3); its observation_space is "
             "Box(40, 48, 3)",
         ),
+        (  # the first of two envs' first image: the other not reset yet (review88b)
+            "WrongImageReset",
+            "reset() returned an observation of shape (40, 49, 3); its observation_space is "
+            "Box(40, 48, 3)",
+        ),
         (  # the Dict's key, not the flattened vector's length
             "WrongDictStep",
             "step() returned an observation['pos'] of shape (7,); its observation_space['pos'] "

@@ -54,12 +54,17 @@ def _adapted(env: gymnasium.Env, frame_stack: int) -> gymnasium.Env:
     return env
 
 
+CALLING = object()
+""":attr:`RawObservation.last` while the env's own reset or step runs."""
+
+
 class RawObservation(gymnasium.Wrapper, gymnasium.utils.RecordConstructorArgs):
     """The env's last observation as it returned it (``last``), before :func:`adapt`'s
     wrappers: one reference kept per call. A wrong shape otherwise fails inside them, in
     their terms (gymnasium's frame stack: "all input arrays must have the same shape"; a Dict
     key's in the flattened vector's length); :func:`raw_mismatch` reads it after a failure.
-    ``last`` is None while the env's own call runs, so one that raises leaves none."""
+    ``last`` is :data:`CALLING` while the env's own call runs (so one that raises leaves
+    that), None before its first."""
 
     def __init__(self, env: gymnasium.Env) -> None:
         gymnasium.utils.RecordConstructorArgs.__init__(self)
@@ -69,13 +74,13 @@ class RawObservation(gymnasium.Wrapper, gymnasium.utils.RecordConstructorArgs):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
-        self.last = None
+        self.last = CALLING
         out = self.env.reset(seed=seed, options=options)
         self.last = out[0] if isinstance(out, tuple) and out else None
         return out
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
-        self.last = None  # (None while the env steps: one that raises returned nothing)
+        self.last = CALLING  # (while the env steps: one that raises returned nothing)
         out = self.env.step(action)
         self.last = out[0] if isinstance(out, tuple) and out else None
         return out

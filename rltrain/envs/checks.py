@@ -19,7 +19,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from rltrain.envs.adapt import raw_mismatch, raw_of
+from rltrain.envs.adapt import CALLING, raw_mismatch, raw_of
 from rltrain.faults import EnvFailed
 
 
@@ -51,9 +51,9 @@ def diagnose(
     # the env's own terms where a shape is to blame: not where the env raised, or gymnasium's
     # vector refused its reward (an observation that only looks off had taken the blame)
     raws = [r for r in map(raw_of, envs) if r is not None]
-    returned_all = all(r.last is not None for r in raws)  # (None: that env's own call raised)
+    returned_all = all(r.last is not CALLING for r in raws)  # (an env's own call raised)
     for raw in raws if returned_all and (e is None or adapted or _in_adapters(e)) else ():
-        found = raw_mismatch(raw.observation_space, raw.last)
+        found = None if raw.last is None else raw_mismatch(raw.observation_space, raw.last)
         if found:
             return EnvFailed(f"env {env_id!r}: {call} returned an {found}", detail)
     if adapted:

@@ -109,6 +109,10 @@ def unknown_key(path: str, key: str, allowed: list[str], sections: bool = False)
 AS_SETTINGS = {
     "async_scale": "rltrain bench's name for server.rule=async with server.staleness=scale",
     "async_drop": "rltrain bench's name for server.rule=async with server.staleness=drop",
+    **dict.fromkeys(
+        ("baseline", "hogwild", "sandblaster", "allreduce"),
+        "a mode of rltrain bench, not an update rule (no parameter server's rule runs it)",
+    ),
 }
 """Values that name a combination of settings elsewhere: the keys to set instead."""
 

@@ -243,8 +243,9 @@ def test_soft_sync_steps_on_without_a_paused_worker(
 ) -> None:
     """explore111: a3c under soft_sync (K = 3 of 4) stalled as long as sync while one worker
     was paused: the driver handed out work round by round, waiting for every worker's call.
-    Now the other three reach the budget while it is paused (the stop then waits for its
-    call alone), and the stop ends every barrier: no worker is left waiting for K pushes."""
+    Now the other three reach the budget while it is paused (the stop then waits for the
+    calls in flight, its own among them), and the stop ends every barrier: no worker is left
+    waiting for K pushes."""
     run_dir = tmp_path / "run"
     argv = ["train", str(ROOT / "configs" / "cartpole_a3c.yaml"), "--run-dir", str(run_dir)]
     for kv in (

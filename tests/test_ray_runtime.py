@@ -417,7 +417,9 @@ def test_a_join_of_auto_sends_no_token_file_to_a_cluster_without_tokens(
     answers[0] = None  # a head that answers without a token has none
     assert "this run sends no token" in startup.token_note("auto")
     assert os.environ["RAY_AUTH_MODE"] == "disabled"
-    assert startup.token_note("auto") == ""  # the mode is set now (the user's, next time)
+    assert startup.token_note("auto") == ""  # the mode is set now
+    startup.undo_auth()  # (the session's end: shutdown) takes it back (review88b)
+    assert "RAY_AUTH_MODE" not in os.environ
 
 
 def test_ray_clients_notes_are_kept_to_what_concerns_the_run() -> None:

@@ -1,8 +1,9 @@
 """What each algorithm contributes to the driver loop (:func:`rltrain.driver.drive`).
 
-* :class:`WorkerPlan` (a3c, a2c, ppo): workers that act and learn; a3c resubmits each worker
-  as soon as it returns, a2c/ppo in rounds, so that every worker runs the same number of
-  barrier steps and none is left waiting at the end.
+* :class:`WorkerPlan` (a3c, a2c, ppo): workers that act and learn; each is resubmitted as
+  soon as it returns, except under a barrier that waits for every worker (sync: a2c, ppo),
+  where they go in rounds, so that every worker runs the same number of barrier steps and
+  none is left waiting at the end (soft_sync's idle workers leave the barrier at the stop).
 * :class:`ActorLearnerPlan` (impala, appo): acting-only actors whose rollouts (Ray object
   references, never fetched by the driver; on the process runtime, copies out of shared
   memory) are batched to the next free learner; a bounded

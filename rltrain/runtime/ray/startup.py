@@ -139,6 +139,7 @@ def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
         try:
             ray.init(address=cfg.address, **kwargs)
         except (ConnectionError, RuntimeError, ValueError) as e:
+            undo_auth()
             first = said(e)
             raise RayStartError(
                 f"cannot join the Ray cluster at --address {cfg.address}: {first}"
@@ -220,7 +221,7 @@ def token_note(address: str) -> str:
         answer = _ask(found)
     if answer is not None:  # it wants a token (Ray sends the file's), or could not be asked
         return ""
-    os.environ["RAY_AUTH_MODE"] = "disabled"
+    os.environ["RAY_AUTH_MODE"] = _AUTH_SET[0] = "disabled"  # (undone by shutdown)
     return (
         "; the cluster has no token authentication, so this run sends no token (Ray would "
         "have sent ~/.ray/auth_token's, which such a cluster refuses)"
@@ -296,10 +297,23 @@ def check_address(address: str) -> None:
         check_head(address)
 
 
+_AUTH_SET: list[str | None] = [None]
+"""The RAY_AUTH_MODE :func:`token_note` set for this session, to undo at its end (a notebook's
+next local Ray would start without tokens, a next join send none: review88b)."""
+
+
+def undo_auth() -> None:
+    """Take back the RAY_AUTH_MODE :func:`token_note` set, if it is still the one set."""
+    if _AUTH_SET[0] is not None and os.environ.get("RAY_AUTH_MODE") == _AUTH_SET[0]:
+        del os.environ["RAY_AUTH_MODE"]
+    _AUTH_SET[0] = None
+
+
 def shutdown() -> None:
     """Stop the Ray instance :func:`start` started (or leave the cluster it joined); a Ray
     the caller had started already (``ray.init`` in a notebook) is theirs, and goes on."""
     global _ours
+    undo_auth()
     head.unwatch()
     if ray.is_initialized() and _ours:
         ray.shutdown()

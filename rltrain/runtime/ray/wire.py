@@ -299,8 +299,9 @@ def died_why(e: ActorDiedError) -> str:
     Ray's ``max_restarts`` spent where it gives none. (explore109: a head stopped by SIGTERM
     was said to have spent restarts that never happened.)"""
     lines = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).splitlines() or [""]  # (Ray's colours)
-    if lines[0] != ActorDiedError.BASE_ERROR_MSG:  # its constructor raised: Ray's first line
-        lines = ["", lines[0]]  # (says so and what; the traceback's lines follow it)
+    if lines[0] != ActorDiedError.BASE_ERROR_MSG:  # its constructor raised: what it raised,
+        raised = next((x.strip() for x in reversed(lines) if x.strip()), "")  # (the last line)
+        return f"its constructor raised {raised}"
     told = [x.strip() for x in lines[1:] if x.strip() and not x.startswith("\t")]
     if not told:
         return "its restarts spent: faults.max_restarts"

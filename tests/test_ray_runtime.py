@@ -400,25 +400,26 @@ def test_a_join_of_auto_sends_no_token_file_to_a_cluster_without_tokens(
     """explore109: after a local Ray run wrote ~/.ray/auth_token, `--address auto` sent its
     token to a cluster started without tokens, whose processes all died at their start. The
     head is asked without one first: one that answers has none, and the run sends none."""
-    from rltrain.runtime.ray import startup
+    from rltrain.runtime.ray import tokens
 
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("RAY_AUTH_MODE", "")  # (recorded: the mode set below is undone)
     monkeypatch.delenv("RAY_AUTH_MODE")
-    monkeypatch.setattr(startup, "cluster_here", lambda: ("10.0.0.1:6379", "file"))
     answers: list[object] = [None]
-    monkeypatch.setattr(startup, "_ask", lambda address: answers[0])
-    assert startup.token_note("auto") == ""  # no file: Ray sends nothing
+    monkeypatch.setattr(tokens, "_ask", lambda address: answers[0])
+    assert tokens.token_note("auto", "10.0.0.1:6379") == ""  # no file: Ray sends nothing
     (tmp_path / ".ray").mkdir()
     (tmp_path / ".ray" / "auth_token").write_text("x" * 32)
-    assert startup.token_note("10.0.0.1:6379") == ""  # an address given: Ray sends none unasked
+    assert (
+        tokens.token_note("10.0.0.1:6379", None) == ""
+    )  # an address given: Ray sends none unasked
     answers[0] = RuntimeError("Unauthenticated")  # a head with tokens: the file's goes to it
-    assert startup.token_note("auto") == "" and "RAY_AUTH_MODE" not in os.environ
+    assert tokens.token_note("auto", "10.0.0.1:6379") == "" and "RAY_AUTH_MODE" not in os.environ
     answers[0] = None  # a head that answers without a token has none
-    assert "this run sends no token" in startup.token_note("auto")
+    assert "this run sends no token" in tokens.token_note("auto", "10.0.0.1:6379")
     assert os.environ["RAY_AUTH_MODE"] == "disabled"
-    assert startup.token_note("auto") == ""  # the mode is set now
-    startup.undo_auth()  # (the session's end: shutdown) takes it back (review88b)
+    assert tokens.token_note("auto", "10.0.0.1:6379") == ""  # the mode is set now
+    tokens.undo_auth()  # (the session's end: shutdown) takes it back (review88b)
     assert "RAY_AUTH_MODE" not in os.environ
 
 

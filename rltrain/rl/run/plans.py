@@ -1,9 +1,8 @@
 """What each algorithm contributes to the driver loop (:func:`rltrain.driver.drive`).
 
-* :class:`WorkerPlan` (a3c, a2c, ppo): workers that act and learn; each is resubmitted as
-  soon as it returns, except under a barrier that waits for every worker (sync: a2c, ppo),
-  where they go in rounds, so that every worker runs the same number of barrier steps and
-  none is left waiting at the end (soft_sync's idle workers leave the barrier at the stop).
+* :class:`WorkerPlan` (a3c, a2c, ppo): workers that act and learn, each resubmitted as it
+  returns; under a barrier that waits for every worker (sync) in rounds, so that all run the
+  same number of barrier steps and none is left waiting at the end.
 * :class:`ActorLearnerPlan` (impala, appo): acting-only actors whose rollouts (Ray object
   references, never fetched by the driver; on the process runtime, copies out of shared
   memory) are batched to the next free learner; a bounded
@@ -58,9 +57,8 @@ class WorkerPlan(RLPlan):
     def start(self) -> None:
         cfg = self.cfg
         workers = self.early_processes().actors
-        # round by round where a barrier waits for every worker (sync); soft_sync's K of N
-        # steps without the stragglers, whose work must not hold the others' next call
-        # (explore111: a worker paused 8 s stalled K = 3 of 4 as long as it stalled sync)
+        # in rounds only where a barrier waits for every worker (sync): soft_sync's K of N
+        # steps without stragglers (explore111: one paused stalled K = 3 of 4 as sync)
         rule, n = server_settings(cfg), len(workers)
         self.lockstep = waits_at_barrier(cfg) and rule.update_rule.aggregate_count(rule, n) >= n
         # a ppo rollout is epochs x minibatches server steps already: one per call
@@ -106,8 +104,7 @@ class WorkerPlan(RLPlan):
         self._absorb_round()  # (which may stop the run)
         if self.host.stopped_by:
             # no barrier may wait for a worker the stop gives no more work (soft_sync's
-            # workers do not end their calls together: those still in one pushed on to a
-            # barrier of K that the idle ones never reached)
+            # calls end apart: those still in one push to a barrier the idle never reach)
             for w in self.idle if waits_at_barrier(self.cfg) else ():
                 if id(w) not in self.left:
                     self.left.add(id(w))

@@ -22,14 +22,12 @@ from rltrain.extensions import installed
 from rltrain.runtime.config import RuntimeConfig
 from rltrain.runtime.ray.errors import RayStartError
 from rltrain.runtime.ray.reach import (
-    _ask,
-    _quiet_stderr,
     _why,
     check_client_port,
     check_head,
     check_reachable,
-    token_file,
 )
+from rltrain.runtime.ray.tokens import token_note, undo_auth
 
 AUTH_DEFAULT_NOTE = "Token authentication is enabled for this Ray cluster"
 
@@ -135,7 +133,8 @@ def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
         kwargs["runtime_env"] = runtime_env
     if cfg.address:
         check_reachable(cfg.address)
-        token = token_note(cfg.address)  # (before ray.init, which sets RAY_AUTH_MODE)
+        here = cluster_here()[0] if cfg.address == "auto" else None
+        token = token_note(cfg.address, here)  # (before ray.init, which sets RAY_AUTH_MODE)
         try:
             ray.init(address=cfg.address, **kwargs)
         except (ConnectionError, RuntimeError, ValueError) as e:
@@ -199,33 +198,6 @@ def start(cfg: RuntimeConfig, ship: Sequence[str] = ()) -> str:
     _started_here = _ours = True
     _watch_head("")
     return f"local ray ({cpus} CPUs{note})"
-
-
-def token_note(address: str) -> str:
-    """What to know where ``--address auto`` will send a token the user never chose: Ray
-    (2.6x) turns token authentication on for a driver that joins a cluster found on this
-    machine while ~/.ray/auth_token exists and RAY_AUTH_MODE is unset, and that file is
-    written by any local ``ray.init`` (a ``runtime.backend=ray`` run's included). A cluster
-    started before the file existed has no tokens, and refuses every process of the run
-    ("Missing authorization header"), which then dies as it starts (explore109).
-
-    So the head is asked first, without a token: one that answers has no tokens, and the run
-    sends none (RAY_AUTH_MODE=disabled, this process's: the cluster's own mode); one that
-    wants a token gets the file's, as Ray would send it (review88: a note on every join)."""
-    if address != "auto" or "RAY_AUTH_MODE" in os.environ or not token_file().is_file():
-        return ""
-    found, _ = cluster_here()
-    if found is None:
-        return ""
-    with _quiet_stderr():  # (a head that wants a token logs its refusal)
-        answer = _ask(found)
-    if answer is not None:  # it wants a token (Ray sends the file's), or could not be asked
-        return ""
-    os.environ["RAY_AUTH_MODE"] = _AUTH_SET[0] = "disabled"  # (undone by shutdown)
-    return (
-        "; the cluster has no token authentication, so this run sends no token (Ray would "
-        "have sent ~/.ray/auth_token's, which such a cluster refuses)"
-    )
 
 
 def _watch_head(address: str) -> None:
@@ -295,18 +267,6 @@ def check_address(address: str) -> None:
         check_client_port(address)  # (a head's own port given as the client's)
     else:
         check_head(address)
-
-
-_AUTH_SET: list[str | None] = [None]
-"""The RAY_AUTH_MODE :func:`token_note` set for this session, to undo at its end (a notebook's
-next local Ray would start without tokens, a next join send none: review88b)."""
-
-
-def undo_auth() -> None:
-    """Take back the RAY_AUTH_MODE :func:`token_note` set, if it is still the one set."""
-    if _AUTH_SET[0] is not None and os.environ.get("RAY_AUTH_MODE") == _AUTH_SET[0]:
-        del os.environ["RAY_AUTH_MODE"]
-    _AUTH_SET[0] = None
 
 
 def shutdown() -> None:

@@ -24,6 +24,7 @@ from rltrain.plot_style import (
     distinct_labels,
     legend_labels,
     line_style,
+    time_axis,
 )
 
 
@@ -83,7 +84,7 @@ def _count(n: float, digits: int = 3) -> str:
 
 
 def _duration(seconds: float, unit: float) -> str:
-    """``seconds`` in the table's ``unit`` (:func:`_time_axis`'s divisor)."""
+    """``seconds`` in the table's ``unit`` (:func:`~rltrain.plot_style.time_axis`'s divisor)."""
     if unit == 3600.0:
         return f"{seconds / 3600:.2f} h"
     return f"{seconds / 60:.1f} min" if unit == 60.0 else f"{seconds:.0f} s"
@@ -97,7 +98,7 @@ def marks_table(
     episodes (each run's) first reached each mark, and where it ended: the mean of its last
     ``window`` episodes, or of all of them when it has fewer (the header says how many; where
     the runs differ, "up to" the largest, and each run that differs says its count)."""
-    unit, _ = _time_axis(max(float(c.seconds.max()) for c in curves))
+    unit, _ = time_axis(max(float(c.seconds.max()) for c in curves))
     head = [f"{m:+g}" for m in marks]
     counts = {min(c.window, len(c.returns)) for c in curves}  # a run may have fewer episodes
     mixed = len(counts) > 1
@@ -184,16 +185,16 @@ def evals_table(curves: Sequence[Curve], groups: Sequence[Group] = ()) -> str:
             cells.append(mean_sd([got[i] for i in g.members]) if full else "-")
         label = f"{_count(at, 4)} (stop)" if at in stops else _count(at)
         lines.append(f"| {label} | {' | '.join(cells)} |")
+    # each run's stop evaluation in one row, where their own rows part them (explore111)
+    ends = [(i, c.evals) for i, c in enumerate(curves) if len(c.evals[0])]
+    last = {i: float(e[2][-1]) for i, e in ends if int(e[0][-1]) in curves[i].eval_stops}
+    if len({r for r in stops if rows[r].keys() & last}) > 1 and spreads:
+        cells = [f"{last[i]:.1f}" if i in last else "-" for i in range(len(curves))]
+        cells += [
+            mean_sd(v) if (v := [last[i] for i in g.members if i in last]) else "-" for g in spreads
+        ]
+        lines.append(f"| each run's stop | {' | '.join(cells)} |")
     return "\n".join(lines)
-
-
-def _time_axis(seconds_max: float) -> tuple[float, str]:
-    """(divisor, label) of the wall-time axis: seconds, minutes or hours."""
-    if seconds_max >= 3 * 3600:
-        return 3600.0, "wall time (h)"
-    if seconds_max >= 3 * 60:
-        return 60.0, "wall time (min)"
-    return 1.0, "wall time (s)"
 
 
 def draw(
@@ -214,7 +215,7 @@ def draw(
     names = legend_labels([g.label for g in groups] if groups else [c.label for c in curves])
     fig = plt.figure(figsize=(FIG_WIDTH, PANELS_HEIGHT), dpi=110, layout="constrained")
     by_frames, by_time = fig.subplots(1, 2, sharey=True)
-    unit, time_label = _time_axis(max(float(c.seconds.max()) for c in curves))
+    unit, time_label = time_axis(max(float(c.seconds.max()) for c in curves))
     group_of = {i: k for k, g in enumerate(groups) for i in g.members}
     means = [full_window_mean(c) for c in curves]
     for i, c in enumerate(curves):

@@ -24,6 +24,15 @@ PANELS_HEIGHT = 4.5
 """Inches for the panels; the legend and a long title are added below and above."""
 
 
+def time_axis(seconds_max: float) -> tuple[float, str]:
+    """(divisor, label) of the wall-time axis: seconds, minutes or hours."""
+    if seconds_max >= 3 * 3600:
+        return 3600.0, "wall time (h)"
+    if seconds_max >= 3 * 60:
+        return 60.0, "wall time (min)"
+    return 1.0, "wall time (s)"
+
+
 def line_style(k: int) -> tuple[str, Any]:
     """(colour, line style) of run or group ``k``: matplotlib's 10 colours, each round of them
     with another style; past the 4 named ones, dash-dot patterns with one more dot each."""

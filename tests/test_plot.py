@@ -424,6 +424,27 @@ def test_without_matplotlib_the_table_is_still_printed(
     assert len(err) == 1 and "matplotlib is not installed (pip install matplotlib)" in err[0]
 
 
+def test_the_runs_stop_evaluations_get_one_row_and_their_mean(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """explore111: each run's stop evaluation sat in a row of its own frames (the budgets
+    overshoot apart), so the seeds' final mean was "-"; one more row gives it."""
+    runs = []
+    for name, stop, score in (("s0", 40_704, 180.0), ("s1", 42_240, 200.0)):
+        run = make_run(tmp_path / name, "cartpole_appo.yaml", [(1_000, 20.0, 1)])
+        writer = SummaryWriter(str(run / "tb"))
+        for steps, mean in ((20_000, 50.0), (stop, score)):
+            writer.add_scalar(EVAL_TAG, mean, steps)
+        writer.close()
+        lines = [{"env_steps": 20_000}, {"env_steps": stop, "at_stop": True}]
+        (run / "evals.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+        runs.append(str(run))
+    assert main(["plot", *runs, "--evals", "--out", str(tmp_path / "x.png")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-3:-1] == ["| 40.7k (stop) | 180.0 | - | - |", "| 42.24k (stop) | - | 200.0 | - |"]
+    assert out[-1] == "| each run's stop | 180.0 | 200.0 | 190.0 +- 14.1 |"
+
+
 def test_evals_table_rows_are_the_runs_evaluations_with_the_seeds_mean(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

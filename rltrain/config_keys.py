@@ -200,3 +200,14 @@ def dotted(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[f"{prefix}{key}"] = value
     return out
+
+
+def flat_keys(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """A config's nested dict as dotted keys: ``{"server": {"rule": "async"}}`` as
+    ``{"server.rule": "async"}`` (lists kept as values)."""
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        out.update(flat_keys(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from rltrain.config_keys import flat_keys
 from rltrain.curves import Curve, PlotError, run_config
 from rltrain.plot_evals import SCORED_BY, eval_records
 from rltrain.plot_style import line_style
@@ -134,7 +135,7 @@ def say_pooled(g: Group, runs: Sequence[Path | None], grouped: Sequence[str] = (
     """A line on stderr where ``g``'s runs differ in a setting (explore111: --group
     server.rule pooled async with async under staleness scale and drop as one rule); not in
     the ``grouped`` keys, which group them as they ran (ppo's server.rule: sync)."""
-    flats = [_flat(run_config(r)) for r in runs if r is not None]
+    flats = [flat_keys(run_config(r)) for r in runs if r is not None]
     skip = (*NOT_A_SETTING, *grouped)
     keys = [k for k in dict.fromkeys(k for f in flats for k in f) if not k.startswith(skip)]
     differ = [k for k in keys if len({str(f.get(k)) for f in flats}) > 1]
@@ -149,13 +150,6 @@ def say_pooled(g: Group, runs: Sequence[Path | None], grouped: Sequence[str] = (
         f"--group {differ[0]} too takes them apart",
         file=sys.stderr,
     )
-
-
-def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
-    """A config.yaml's keys as ``{"server.rule": "async", ...}`` (lists as values)."""
-    if not isinstance(tree, dict):
-        return {prefix.rstrip("."): tree}
-    return {k: v for key, sub in tree.items() for k, v in _flat(sub, f"{prefix}{key}.").items()}
 
 
 POOLED_ALIKE = ("env.id", "algo.name")

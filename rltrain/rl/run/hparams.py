@@ -20,20 +20,11 @@ from typing import Any
 from torch.utils.tensorboard.summary import hparams
 
 from rltrain.config import dump_yaml, to_dict
+from rltrain.config_keys import flat_keys
 from rltrain.rl.config import server_settings
 
 ALWAYS = ("env.id", "algo.name", "server.rule", "actors", "learners", "seed")
 """Keys every run shows, default or not: what tells runs apart at a glance."""
-
-
-def flat(tree: Any, prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}}`` as ``{"a.b": 1}`` (lists kept as leaves)."""
-    if not isinstance(tree, dict):
-        return {prefix: tree}
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        out.update(flat(value, f"{prefix}.{key}" if prefix else str(key)))
-    return out
 
 
 def defaults_of(cfg: Any) -> Any:
@@ -54,7 +45,7 @@ def defaults_of(cfg: Any) -> Any:
 def hparam_values(cfg: Any) -> dict[str, bool | int | float | str]:
     """The run's settings for the table: keys that differ from the defaults, and
     :data:`ALWAYS`; values TensorBoard takes (a list or None as its text)."""
-    mine, base = flat(to_dict(cfg)), flat(to_dict(defaults_of(cfg)))
+    mine, base = flat_keys(to_dict(cfg)), flat_keys(to_dict(defaults_of(cfg)))
     mine["server.rule"] = server_settings(cfg).rule  # (the rule run: ppo's is a barrier)
     keys = [k for k in mine if k in ALWAYS or base.get(k, object()) != mine[k]]
     return {k: _value(mine[k]) for k in sorted(keys)}

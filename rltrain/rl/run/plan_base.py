@@ -125,11 +125,17 @@ class RLPlan(abc.ABC):
             self.left_starting = True
             note = self.runtime.placement_note(starting)
             self.ctx.say(f"the stop does not wait for processes not up ({note})")
-        for r in starting + hung:  # once each
-            if self.pushes(r) and waits_at_barrier(self.cfg) and id(r) not in self.left:
-                self.left.add(id(r))
-                self.guard.leave(r.index)
+        for r in starting + hung:
+            if self.pushes(r):
+                self.leave_barrier(r)
         return len(starting) + len(hung) < len(calls)
+
+    def leave_barrier(self, r: Any) -> None:
+        """Take ``r`` out of the barrier once (no barrier waits for a process the stop does not
+        wait for, or gives no more work); nothing under a rule without one."""
+        if waits_at_barrier(self.cfg) and id(r) not in self.left:
+            self.left.add(id(r))
+            self.guard.leave(r.index)
 
     def interrupt_learns(self, calls: list[Any]) -> None:
         """The stop is met: each learner learning ends its batch after the minibatch in

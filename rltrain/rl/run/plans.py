@@ -105,10 +105,8 @@ class WorkerPlan(RLPlan):
         if self.host.stopped_by:
             # no barrier may wait for a worker the stop gives no more work (soft_sync's
             # calls end apart: those still in one push to a barrier the idle never reach)
-            for w in self.idle if waits_at_barrier(self.cfg) else ():
-                if id(w) not in self.left:
-                    self.left.add(id(w))
-                    self.guard.leave(w.index)
+            for w in self.idle:
+                self.leave_barrier(w)
             return
         for w in self.idle:
             self._give(w)

@@ -101,6 +101,49 @@ def test_a_worker_whose_barrier_wait_timed_out_waits_again_when_it_pushes_again(
 # --- 2, 4, 5: what an impala/appo plan does at the stop and when a learner dies ---------------
 
 
+class Shards:
+    """A guard's view of one shard that died and came back (fenced) once asked to."""
+
+    def __init__(self) -> None:
+        self.told: list[tuple[str, int]] = []
+        self.fenced = False
+
+    def health(self) -> list[tuple[int, bool]]:
+        return [(7, self.fenced)]
+
+    def leave(self, worker_id: int) -> None:
+        self.told.append(("leave", worker_id))
+
+    def load_state_dicts(self, states: Any, restore_epoch: int | None = None) -> None:
+        self.fenced = False
+
+
+def test_a_restore_does_not_tell_the_shards_a_worker_left_once_it_is_back() -> None:
+    """Worker 1 died (it left the barrier), was restarted and pushes again: a later restore
+    tells the shards only of worker 2, still gone (review88b: it told them of both, and the
+    restored barrier stepped once without worker 1's update)."""
+    from rltrain.faults import FaultCounters, RestorePoint
+    from rltrain.ps.rules import SYNC
+    from rltrain.runtime import fault_policy
+    from rltrain.runtime.guard import ServerGuard
+
+    shards, said = Shards(), []
+    guard = ServerGuard(shards, FaultCounters(), said.append)  # type: ignore[arg-type]
+    guard.remember(RestorePoint(5, [{}], "the start"))
+    counters = FaultCounters()
+    for i in (1, 2):
+        w = SimpleNamespace(role="worker", index=i, mark_lost=lambda: True, restarted_by="Ray")
+        lost = Done(w, error=ProcessLost(f"worker-{i}", False, "died"))
+        fault_policy.respond(lost, SYNC, "continue", shards, guard, counters, said.append)
+    back = Done(SimpleNamespace(role="worker", index=1, pid=lambda: 42), revived=True)
+    verdict = fault_policy.respond(back, SYNC, "continue", shards, guard, counters, said.append)
+    assert verdict == "work" and "worker 1 is back" in said[-1]
+    shards.told.clear()
+    shards.fenced = True
+    assert guard.check()
+    assert shards.told == [("leave", 2)], shards.told
+
+
 def appo_cfg() -> TrainConfig:
     return TrainConfig(
         env=EnvConfig(id="CartPole-v1", num_envs=3),

@@ -93,6 +93,9 @@ class Guard(Protocol):
 
     def leave(self, worker_id: int) -> None: ...
 
+    def back(self, worker_id: int) -> None:
+        """A worker that left was restarted: no restore tells the shards it left."""
+
     def join(self, worker_id: int) -> None: ...
 
     def remember(self, point: Any) -> None: ...

@@ -31,6 +31,7 @@ def respond(
     name = f"{r.role} {r.index}"
     if d.revived:
         say(f"{name} is back (pid {r.pid()}); it rejoins with fresh parameters")
+        guard.back(r.index)
         return "work"
     counters.lost_calls += 1
     if isinstance(d.error, PeerLost):

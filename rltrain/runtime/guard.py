@@ -70,6 +70,12 @@ class ServerGuard:
         except (ProcessLost, PeerLost):
             self.check()  # a shard is down too: the restore tells it
 
+    def back(self, worker_id: int) -> None:
+        """A worker that left came back (restarted): a restore no longer tells the shards it
+        left. Its first push rejoins it on every shard; told again after a restore, each
+        shard's barrier would step once without it (review88b)."""
+        self.left.discard(worker_id)
+
     def join(self, worker_id: int) -> None:
         """A worker added mid-run: every shard counts it, and a restarted shard (built with
         the first N) is told again."""

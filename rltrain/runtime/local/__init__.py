@@ -261,6 +261,9 @@ class ServerGuard:
         self.left.add(worker_id)
         self.server.leave(worker_id)
 
+    def back(self, worker_id: int) -> None:
+        self.left.discard(worker_id)
+
     def join(self, worker_id: int) -> None:
         self.server.join(worker_id)
 

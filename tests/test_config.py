@@ -320,7 +320,7 @@ def test_target_kl_behind_a_barrier_is_refused(tmp_path: Path) -> None:
     ):
         with pytest.raises(ConfigError, match=r"ppo.target_kl=0.02: an early stop needs an ") as e:
             load_config(TrainConfig, ROOT / "configs" / name, sets)
-        assert fix in str(e.value)
+        assert fix in str(e.value) and "on the asynchronous runs too" in str(e.value)
     appo = ROOT / "configs" / "cartpole_appo.yaml"
     assert load_config(TrainConfig, appo, ["ppo.target_kl=0.02"]).ppo.target_kl == 0.02
     with pytest.raises(ConfigError, match=r"ppo.target_kl.*-1"):

@@ -124,7 +124,8 @@ def check_target_kl(cfg: Any) -> None:
         fix = "algo.name=appo with " if cfg.algo_spec.barrier else ""  # (an appo run: the rule)
         raise ValueError(
             f"ppo.target_kl={p.target_kl:g}: an early stop needs an asynchronous server, and "
-            f"this run's rule is {rule}; use {fix}server.rule=async, or ppo.target_kl=0"
+            f"this run's rule is {rule}; use {fix}server.rule=async, or ppo.target_kl=0 (to "
+            "compare rules, on the asynchronous runs too: only the rule then differs)"
         )
 
 

@@ -641,3 +641,22 @@ def test_a_list_given_as_a_string_says_the_bracket_form() -> None:
     """explore106: --set "modes=sync, async" said "expected a list" and not how to give one."""
     with pytest.raises(ConfigError, match=r"expected a list, as --set 'imports=\[mymod\]'$"):
         load_config(TrainConfig, None, ["imports=mymod", "stop.max_env_steps=10"])
+
+
+def test_a_runs_config_yaml_marks_the_atari_keys_a_gymnasium_env_does_not_read(
+    tmp_path: Path,
+) -> None:
+    """CartPole's config.yaml said ``clip_rewards: true`` (explore110): each Atari-only key is
+    marked unused there, and the file reads back as the same config; Pong's is unmarked."""
+    from rltrain.rl.config import load_run_config
+    from rltrain.rundir import write_config
+
+    for name, marked in (("cartpole_a3c.yaml", True), ("pong_appo.yaml", False)):
+        cfg = load_config(TrainConfig, ROOT / "configs" / name, [])
+        write_config(tmp_path, cfg)
+        text = (tmp_path / "config.yaml").read_text()
+        note = f"  # Atari only: unused by {cfg.env.id}"
+        assert ("clip_rewards: true" + note in text) is marked, text
+        assert text.count("# Atari only") == (9 if marked else 0)
+        assert "num_envs: 8\n" in text or not marked  # the other keys as they were
+        assert load_run_config(TrainConfig, tmp_path / "config.yaml") == cfg

@@ -111,6 +111,23 @@ ATARI_ONLY = (
 resource, is left to the shipped configs that set it for ale-py's own ids)."""
 
 
+def mark_unused(text: str, cfg: EnvConfig) -> str:
+    """config.yaml's ``text`` with each Atari-only key of its ``env:`` section marked unused
+    where the env is not run as Atari (explore110: a CartPole run's file said ``clip_rewards:
+    true``, and a reader took its rewards for clipped). The keys stay, as written: a comment
+    changes nothing a --resume reads."""
+    if is_atari(cfg.id, cfg.wrappers):
+        return text
+    lines, inside = [], False
+    for line in text.splitlines():
+        if not line.startswith(" "):
+            inside = line == "env:"
+        elif inside and not line.startswith("   ") and line.split(":")[0].strip() in ATARI_ONLY:
+            line += f"  # Atari only: unused by {cfg.id}"
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
 def check_atari_only(cfg: EnvConfig) -> None:
     """EnvError for an Atari-only key (:data:`ATARI_ONLY`) set otherwise than its default for
     an env that is not run as Atari: it would be written into config.yaml and ignored

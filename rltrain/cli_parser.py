@@ -43,6 +43,9 @@ class Parser(argparse.ArgumentParser):
 
 
 def common_args(p: argparse.ArgumentParser, config_optional: bool = False) -> None:
+    """config, --set, --run-dir and --address; ``config_optional``: train's (its --resume
+    reads the run's), whose examples name its own keys (bench's name the bench's: explore109)."""
+    train = config_optional
     if config_optional:
         p.add_argument(
             "config", nargs="?", help="YAML config file (default with --resume: the run's)"
@@ -55,13 +58,18 @@ def common_args(p: argparse.ArgumentParser, config_optional: bool = False) -> No
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a config field, e.g. --set optimizer.lr=0.01 (repeatable); a mapping "
-        "field set whole by its key is replaced: --set env.kwargs={} drops the file's kwargs",
+        help="override a config field, e.g. --set optimizer.lr=0.01 (repeatable); "
+        + (
+            "a mapping field set whole by its key is replaced: --set env.kwargs={} drops the "
+            "file's kwargs"
+            if train
+            else "a list is given whole: --set modes=[sync,async] runs those two modes"
+        ),
     )
     p.add_argument(
         "--run-dir",
-        help="output folder (default: runs/<config-name>-<timestamp>; train adds the env id "
-        "and the algorithm to the name where --set changed them)",
+        help="output folder (default: runs/<config-name>-<timestamp>"
+        + ("; with the env id and the algorithm where --set changed them)" if train else ")"),
     )
     p.add_argument(
         "--address",

@@ -135,3 +135,17 @@ def test_an_unfailing_stream_takes_every_write_after_its_failure(
     out.flush()
     assert out.lost == "No space left on device"
     assert capsys.readouterr().err.count("rltrain: stdout failed (No space left on device)") == 1
+
+
+def test_bench_help_gives_bench_examples_not_trains() -> None:
+    """explore109: bench --help said --set env.kwargs={} and that the run's name takes the
+    env id and the algorithm, both train's."""
+    from rltrain.cli_parser import build_parser
+
+    helps = {}
+    for command in ("train", "bench"):
+        sub = build_parser()._subparsers._group_actions[0].choices[command]  # type: ignore[union-attr]
+        helps[command] = sub.format_help()
+    assert "env.kwargs" not in helps["bench"] and "env id" not in helps["bench"]
+    assert "--set modes=[sync,async]" in " ".join(helps["bench"].split())
+    assert "env.kwargs={}" in helps["train"] and "env id" in helps["train"]

@@ -189,12 +189,7 @@ def umask() -> int:
 
 
 def write_config(run_dir: Path, cfg: Any) -> None:
-    text = dump_yaml(cfg)
-    if hasattr(cfg, "env"):  # a train run: the Atari keys a Gymnasium env never reads marked
-        from rltrain.envs.atari import mark_unused
-
-        text = mark_unused(text, cfg.env)
-    write_atomic(run_dir / "config.yaml", text)
+    write_atomic(run_dir / "config.yaml", dump_yaml(cfg))
 
 
 def size_note(sizes: str, actors: int, groups: int, batch: str) -> str:

@@ -123,7 +123,7 @@ def mark_unused(text: str, cfg: EnvConfig) -> str:
         if not line.startswith(" "):
             inside = line == "env:"
         elif inside and not line.startswith("   ") and line.split(":")[0].strip() in ATARI_ONLY:
-            line += f"  # Atari only: unused by {cfg.id}"
+            line = f"{line.split('  # ')[0]}  # Atari only: unused by {cfg.id}"  # (once)
         lines.append(line)
     return "\n".join(lines) + "\n"
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rltrain.config import ConfigError
+from rltrain.envs.atari import mark_unused
 from rltrain.progress import say
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.run.sizing import (
@@ -165,7 +166,8 @@ def note_sizes(run_dir: Path, placed: Placement, cpus: float, gpus: float) -> No
     path = run_dir / "config.yaml"
     with contextlib.suppress(OSError):  # a note only: the run goes on without it
         sizes = f"this session's start ({cpus:g} CPUs, {gpus:g} GPUs; --resume sizes again)"
-        text = path.read_text() + size_note(sizes, cfg.actors, cfg.env.groups, batch)
+        text = mark_unused(path.read_text(), cfg.env)  # (the Atari keys CartPole's shows)
+        text += size_note(sizes, cfg.actors, cfg.env.groups, batch)
         write_atomic(path, text)
 
 

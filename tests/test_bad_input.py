@@ -515,7 +515,8 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
         pytest.param(
             ["bench", str(ROOT / "configs" / "bench_toy.yaml"), "--set", "modes=[sync]"]
             + ["--set", "model.stages=2"],
-            ["model.stages=2: model linear has 1 layer(s) with parameters to cut; allowed: 1 to 1"],
+            ["model.stages=2: model linear has 1 layer(s) with parameters to cut; allowed: 1 to 1"]
+            + ["; model.name=deep_linear is the same map in 3 layers"],
             id="b-pipeline-layers",
         ),
         pytest.param(

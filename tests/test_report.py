@@ -217,3 +217,22 @@ def test_results_say_which_modes_ran_off_the_cluster(tmp_path: Path) -> None:
     )
     write_markdown(tmp_path / "here.md", dataclasses.replace(cfg, runtime=RuntimeConfig()), rows)
     assert "Where they ran" not in (tmp_path / "here.md").read_text()
+
+
+def test_the_title_says_how_each_replica_is_split() -> None:
+    """explore114: a DNI run, a GPipe run and an unsplit one had the same results.md title."""
+    from rltrain.supervised.config import BenchConfig, SupervisedModelConfig
+    from rltrain.supervised.mode_keys import replicas_text
+
+    def text(workers: int, **model: Any) -> str:
+        modes = ("async",) if model else BenchConfig().modes
+        cfg = BenchConfig(workers=workers, modes=modes, model=SupervisedModelConfig(**model))
+        return replicas_text(cfg)
+
+    assert text(1) == "1 worker" and text(4) == "4 workers"
+    assert text(2, stages=2) == "2 workers of 2 stages each with the exact backward (GPipe)"
+    dni = "1 worker of 3 stages with synthetic gradients (DNI, delay 2)"
+    assert text(1, stages=3, synthetic="dni") == dni
+    assert "label-conditioned synthetic gradients (cDNI, delay 4)" in text(
+        1, stages=2, synthetic="cdni", synthetic_delay=4
+    )

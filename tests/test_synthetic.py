@@ -232,3 +232,16 @@ optimizer: {name: sgd, lr: 0.05}
     assert rows["baseline"]["final_distance"] < 0.2, rows["baseline"]
     assert rows["async"]["final_distance"] < 0.3, rows["async"]
     assert rows["async"]["synthetic"]["true_gradients"] > 0
+
+
+def test_the_figures_of_three_stages_are_given_for_each_predictor_too() -> None:
+    """explore114: with 3 stages the CSV and summary.json had one cosine for two predictors
+    (0.206 and 0.061 apart, in TensorBoard only)."""
+    from rltrain.supervised.synthetic import synthetic_means
+
+    rows = [(0, 2, 0.2, 1.0), (0, 2, 0.4, 0.8), (1, 2, 0.0, 1.2)]
+    means = synthetic_means(rows)
+    assert means["cosine"] == 0.2 and means["true_gradients"] == 3
+    assert means["cosine_stage0"] == 0.3 and means["cosine_stage1"] == 0.0
+    assert means["relative_l2_stage0"] == 0.9 and means["staleness_stage1"] == 2
+    assert "cosine_stage0" not in synthetic_means(rows[:2])  # one predictor: its figures

@@ -271,6 +271,14 @@ def test_reapply_refuses_with_one_line_errors(
     write_config(plain, dataclasses.replace(toy_config(ServerConfig()), server=ServerConfig()))
     err = one_line_error(capsys, ["reapply", str(plain)])
     assert "not recorded (server.record was false)" in err
+    split = tmp_path / "split"  # (told to record, it would then be refused: explore114)
+    split.mkdir()
+    cfg = toy_config(ServerConfig())
+    deep = dataclasses.replace(cfg.model, name="deep_linear", stages=2)
+    split_cfg = dataclasses.replace(cfg, server=ServerConfig(), model=deep, modes=("async",))
+    write_config(split, split_cfg)
+    err = one_line_error(capsys, ["reapply", str(split)])
+    assert "a run of model.stages=2 cannot be" in err and "server.record=true" not in err
     run, cfg = recorded_run(tmp_path)
     err = one_line_error(capsys, ["reapply", str(run), "--mode", "hogwild"])
     assert "hogwild cannot be reapplied: its workers update shared memory lock-free" in err

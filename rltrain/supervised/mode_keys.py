@@ -228,9 +228,11 @@ def check_pipeline(cfg: Any) -> None:
         toy, colour = cfg.data.dataset in TOY_PROBLEMS, cfg.data.dataset == "cifar10"
         name = "linear" if toy else "resnet" if colour else "cnn"
     if pipe.stages > PARAM_LAYERS[name]:
+        deep = name == "linear" and cfg.data.dataset != "toy_logistic"  # (it takes linear only)
         raise ValueError(
             f"{head}: model {name} has {PARAM_LAYERS[name]} layer(s) with parameters to "
             f"cut; allowed: 1 to {PARAM_LAYERS[name]}"
+            + ("; model.name=deep_linear is the same map in 3 layers" if deep else "")
         )
     if pipe.micro_batches > cfg.batch_size:
         raise ValueError(
@@ -252,3 +254,17 @@ def check_pipeline(cfg: Any) -> None:
             f"{head}: needs {named} (the server has one shard per stage, every stage "
             "pushing each step, and a lost stage stops the mode)"
         )
+
+
+def replicas_text(cfg: Any) -> str:
+    """The workers and how each replica's model is split, for a title: ``4 workers`` or ``1
+    worker of 2 stages with synthetic gradients (DNI, delay 2)`` (explore114: a DNI run, a
+    GPipe run and an unsplit one had the same title)."""
+    n, m = cfg.workers, cfg.model
+    text = f"{n} worker{'s' * (n != 1)}"
+    if m.stages == 1:
+        return text
+    how = {"none": "the exact backward (GPipe)", "dni": "synthetic gradients (DNI"}
+    how["cdni"] = "label-conditioned synthetic gradients (cDNI"
+    delay = f", delay {m.synthetic_delay})" if m.synthetic != "none" else ""
+    return f"{text} of {m.stages} stages{' each' * (n != 1)} with {how[m.synthetic]}{delay}"

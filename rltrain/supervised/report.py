@@ -26,7 +26,7 @@ from rltrain.records import STALENESS_BINS
 from rltrain.rundir import write_atomic, write_summary
 from rltrain.supervised.config import BenchConfig
 from rltrain.supervised.evaluation import Point, targets_of
-from rltrain.supervised.mode_keys import RUN_HERE
+from rltrain.supervised.mode_keys import RUN_HERE, replicas_text
 from rltrain.supervised.modes import MAX_SNAPSHOTS, ModeTrace
 from rltrain.supervised.plots import plot_curves, plot_names
 from rltrain.supervised.stopped import not_run
@@ -301,7 +301,7 @@ def write_markdown(
         held = f", {data['validation']:,} held out" if data.get("validation") else ""
         sizes = f" ({data['train']:,} train{held} / {data['test']:,} test samples)"
     title = (
-        f"# rltrain bench: {cfg.data.dataset}{sizes}, {cfg.workers} workers, "
+        f"# rltrain bench: {cfg.data.dataset}{sizes}, {replicas_text(cfg)}, "
         f"optimizer {cfg.optimizer.name} (lr {cfg.optimizer.lr:g}{warm}), "
         f"batch {cfg.batch_size}\n\n"
     )

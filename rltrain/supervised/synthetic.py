@@ -196,12 +196,17 @@ def synthetic_means(rows: Sequence[tuple[int, int, float, float]]) -> dict[str, 
     if not rows:
         return {}
     n = len(rows)
-    return {
+    means: dict[str, float | None] = {
         "true_gradients": n,
         "staleness": round(sum(r[1] for r in rows) / n, 3),
         "cosine": round(sum(r[2] for r in rows) / n, 4),
         "relative_l2": round(sum(r[3] for r in rows) / n, 4),
     }
+    stages = sorted({r[0] for r in rows})
+    for stage in stages if len(stages) > 1 else ():  # each predictor's own (explore114)
+        of = synthetic_means([r for r in rows if r[0] == stage])
+        means |= {f"{k}_stage{stage}": v for k, v in of.items() if k != "true_gradients"}
+    return means
 
 
 def decoupled(

@@ -185,6 +185,11 @@ def read_run(run_dir: Path, only: str | None = None) -> tuple[BenchConfig, list[
         if str(e).startswith("modes["):  # a rule the bench's script registered, not here
             hint = "; a rule registered by your own module needs that module in imports"
         raise CannotReapply(f"{run_dir}: its config.yaml does not load ({e}){hint}") from None
+    if not cfg.server.record and cfg.model.stages > 1:  # (explore114: advice then refused)
+        raise CannotReapply(
+            f"{run_dir}: not recorded, and a run of model.stages={cfg.model.stages} cannot be "
+            "(each stage pushes to its own shard); reapply takes unsplit runs, model.stages=1"
+        )
     if not cfg.server.record:
         raise CannotReapply(
             f"{run_dir}: not recorded (server.record was false); run `rltrain bench` with "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -253,6 +254,37 @@ def test_make_envs_env_takes_a_float64_boxs_actions_as_sent() -> None:
     env.close()
 
 
+def test_make_envs_env_refuses_an_action_of_another_shape_or_not_finite() -> None:
+    """explore113: a 1-value action was broadcast over a 2-dim Box (scored as [0.3, 0.3]),
+    and a NaN reached the env, whose observations stayed NaN until a reset. Out-of-bounds
+    actions are clipped, as in training; a Discrete env takes its own indices only."""
+    from custom_envs import ASYMMETRIC_ID
+
+    from rltrain.envs.single import SingleEnv
+
+    env = SingleEnv(EnvConfig(id=ASYMMETRIC_ID, num_envs=1))
+    env.reset(seed=0)
+    for bad, said in [
+        (np.array([0.3]), "action of shape (1,): this env takes (2,)"),
+        (np.array([0.3, 1.0, 2.0]), "action of shape (3,): this env takes (2,)"),
+        (np.array([np.nan, 1.0]), "action [nan, 1.0]: holds NaN or inf"),
+        (np.array(["a", "b"]), "action of dtype <U1: this env takes numbers"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(said)):
+            env.step(bad)
+    env.step(np.array([9.0, -9.0]))  # clipped to the bounds
+    env.close()
+    cartpole = SingleEnv(EnvConfig(id="CartPole-v1", num_envs=1))
+    cartpole.reset(seed=0)
+    cartpole.step(1)
+    cartpole.step(np.int64(0))
+    with pytest.raises(ValueError, match=re.escape("action 2: not in this env's Discrete(2)")):
+        cartpole.step(2)
+    with pytest.raises(ValueError, match=re.escape("action array([1]): not in this env's")):
+        cartpole.step(np.array([1]))  # (as CartPole's own step refuses it)
+    cartpole.close()
+
+
 def test_a_run_before_action_map_still_clips_and_a_new_one_says_its_map(tmp_path: Path) -> None:
     """A run folder's config.yaml always holds every key: one without env.action_map was
     written before it existed, and reads as clip (as that run trained); a new one names it."""
@@ -368,6 +400,28 @@ def test_bounds_far_from_minus_one_to_one_are_learned(tmp_path: Path) -> None:
     act = policy(np.zeros(1, np.float32), deterministic=True)
     gap = np.abs(act - np.array([0.3, 7.0])) / np.array([1.0, 15.0])
     assert (gap <= 0.02).all(), (act, gap)
+
+
+def test_box_keys_set_for_an_env_of_other_actions_are_said_to_change_nothing() -> None:
+    """explore113: env.action_map=tanh and model.log_std_init=-1 on CartPole were saved in
+    config.yaml and changed nothing, without a word."""
+    from rltrain.config import load_config
+    from rltrain.rl.config import TrainConfig
+    from rltrain.rl.env_spec import EnvSpec, action_notes
+
+    root = Path(__file__).resolve().parents[1]
+    sets = ["env.action_map=tanh", "model.log_std_init=-1"]
+    discrete = EnvSpec((4,), "float32", ActionSpace(2), 1, {})
+    for given, said in [
+        (sets, "env.action_map=tanh, model.log_std_init=-1: Box actions' keys; CartPole-v1's "
+         "actions are Discrete(2): they change nothing"),
+        (sets[1:], "model.log_std_init=-1: Box actions' keys; CartPole-v1's actions are "
+         "Discrete(2): it changes nothing"),
+    ]:  # fmt: skip
+        cfg = load_config(TrainConfig, root / "configs" / "cartpole_appo.yaml", given)
+        assert action_notes(cfg, discrete) == [said]
+    plain = load_config(TrainConfig, root / "configs" / "cartpole_appo.yaml", [])
+    assert action_notes(plain, discrete) == []
 
 
 def test_a_box_without_two_finite_bounds_is_said_at_the_start() -> None:

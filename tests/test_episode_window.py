@@ -142,6 +142,13 @@ def test_a_resume_judges_the_mean_the_stop_met_not_the_episodes_after_it(
     other = {**summary, "mean_window": 240, "mean_return": 19.0}  # judged on another window
     (tmp_path / "summary.json").write_text(json.dumps(other))
     assert load_resume(tmp_path, cfg, spec) is not None
+    # the episodes after the stop meet it too: the refusal still quotes the stop's mean
+    # (explore113: it said the later mean, -197.81 for a stop met at -142.81)
+    after = Counters(episodes=36, recent_returns=[20.0] * 20 + [18.5] * 16)
+    save_checkpoint(tmp_path, 1, {**state, "counters": after.state(), "config": to_dict(cfg)}, 3)
+    (tmp_path / "summary.json").write_text(json.dumps({**summary, "mean_return": 19.0}))
+    with pytest.raises(CheckpointError, match=said):
+        load_resume(tmp_path, cfg, spec)
 
 
 def test_a_run_killed_mid_training_is_not_finished_by_a_lowered_stop(tmp_path: Path) -> None:

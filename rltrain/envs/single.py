@@ -113,7 +113,7 @@ class SingleEnv(gymnasium.Env):
         # the env's units (its Box or Discrete start, load_policy's): the vector maps them;
         # float64, as from_env reads them (float32 took a float64 Box's 1e298 to inf: explore97)
         dtype = np.float64 if space.continuous else np.int64
-        step = self._vec.step(space.from_env(np.asarray([action], dtype)))
+        step = self._vec.step(space.from_env(np.asarray([self._checked(action)], dtype)))
         info: dict[str, Any] = {}
         if step.episode_returns:  # the game's score and length, as the run logs them
             info["episode"] = {"r": step.episode_returns[0], "l": step.episode_lengths[0]}
@@ -122,6 +122,24 @@ class SingleEnv(gymnasium.Env):
         if terminated or truncated:  # the episode's own last, not the next one's first
             obs = self._vec.ended_obs(np.array([True]))[0]
         return obs, float(step.reward[0]), terminated, truncated, info
+
+    def _checked(self, action: Any) -> np.ndarray:
+        """``action`` as an array, or a ValueError naming what is wrong with it: numpy would
+        broadcast a Box action of another shape over the Box, and a NaN reached the env,
+        whose next observations were NaN until a reset (explore113). A Box action out of its
+        bounds is clipped to them, as in training."""
+        space, a = self.action_space, np.asarray(action)
+        if not isinstance(space, gymnasium.spaces.Box):
+            if not space.contains(a):  # (a Discrete index as a 0-d array, as Gymnasium's)
+                raise ValueError(f"action {action!r}: not in this env's {space}")
+            return a
+        if a.shape != space.shape:
+            raise ValueError(f"action of shape {a.shape}: this env takes {space.shape} ({space})")
+        if a.dtype.kind not in "fiub":
+            raise ValueError(f"action of dtype {a.dtype}: this env takes numbers ({space})")
+        if not np.isfinite(a.astype(np.float64)).all():
+            raise ValueError(f"action {a.tolist()}: holds NaN or inf ({space})")
+        return a
 
     def render(self) -> Any:
         """The env's frame (``render_mode="rgb_array"``); "human" draws as it steps."""

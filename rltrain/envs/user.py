@@ -190,7 +190,9 @@ def quiet_mujoco(env_id: str) -> None:
     def once(message: str) -> None:
         if message not in said:
             said.add(message)
-            print(f"rltrain: MuJoCo: {message.strip()} (said once)", file=sys.stderr)
+            # (each process says it: one that only an actor's envs raise, an unstable
+            # simulation's, is not lost; explore113 took "said once" for the whole run)
+            print(f"rltrain: MuJoCo: {message.strip()} (once per process)", file=sys.stderr)
 
     once.rltrain = True  # type: ignore[attr-defined]
     mujoco.set_mju_user_warning(once)

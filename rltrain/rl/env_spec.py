@@ -110,7 +110,7 @@ def action_notes(cfg: TrainConfig, spec: EnvSpec) -> list[str]:
     (a target of 50 was not approached in 225k steps) without a word."""
     a = spec.actions
     if not a.continuous:
-        return []
+        return box_key_notes(cfg, a)
     if a.bounded().all():
         return huge_bounds_notes(cfg, spec)
     dims = [str(i) for i, b in enumerate(a.bounded()) if not b]
@@ -123,6 +123,20 @@ def action_notes(cfg: TrainConfig, spec: EnvSpec) -> list[str]:
         "(model.log_std_init), and actions of another scale learn slowly; give the Box bounds "
         "(env.action_map maps onto them), or scale the actions in a wrapper (env.wrappers)"
     ]
+
+
+def box_key_notes(cfg: TrainConfig, a: ActionSpace) -> list[str]:
+    """A start note for the Box actions' keys set on an env of other actions (explore113: set
+    on CartPole, they were saved in config.yaml and changed nothing, unsaid)."""
+    env, model = cfg.env, cfg.model
+    told = [f"env.action_map={env.action_map}"] * (env.action_map != type(env)().action_map)
+    unlike = model.log_std_init != type(model)().log_std_init
+    told += [f"model.log_std_init={model.log_std_init:g}"] * unlike
+    if not told:
+        return []
+    they = "they change" if len(told) > 1 else "it changes"
+    keys = ", ".join(told)
+    return [f"{keys}: Box actions' keys; {env.id}'s actions are {a.describe()}: {they} nothing"]
 
 
 HUGE_BOUND = 1e6

@@ -191,7 +191,8 @@ def check_unmet(
     # after it may have met another in the counters (review 84)
     kept = state.get("stop") if summary is None else None
     kept_by = kept.get("stopped_by") if isinstance(kept, dict) else None
-    if scored and (not met or kept_by == "mean_return"):
+    # (and where the episodes after it meet it too: explore113 was told their mean)
+    if scored and (met in ("", "mean_return") or kept_by == "mean_return"):
         met, mean, window_of = "mean_return", at_stop, f"{window} episodes at the stop"
     elif met and kept_by in ("max_env_steps", "max_seconds"):
         limit = getattr(cfg.stop, kept_by)

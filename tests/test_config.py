@@ -364,6 +364,21 @@ def test_a_replay_memory_smaller_than_a_block_names_its_minimum(
     argv = train_argv("cartpole_gorila.yaml", tmp_path, "replay.capacity=40")
     err = cli_error(capsys, [*argv, "--set", "dqn.learning_starts=40"])
     assert err.startswith("rltrain: error: dqn.batch_size=64: more than a replay shard holds")
+    # a run that ends before its learners start (explore112: it stopped untrained, rc 0)
+    from rltrain.rl.config.notes import learning_start_notes
+
+    short = load_config(
+        TrainConfig, ROOT / "configs" / "cartpole_gorila.yaml", ["stop.max_env_steps=1500"]
+    )
+    assert learning_start_notes(short) == [
+        "stop.max_env_steps=1500: the run ends before its learners start, at "
+        "dqn.learning_starts=2000 transitions in the replay memory, so it learns nothing; "
+        "raise it, or lower dqn.learning_starts"
+    ]
+    assert learning_start_notes(replace(short, stop=replace(short.stop, max_env_steps=2001))) == []
+    err = cli_error(capsys, train_argv("cartpole_gorila.yaml", tmp_path, "replay.alpha=400"))
+    assert err == "rltrain: error: replay.alpha=400.0: must be <= 1"  # (its priorities overflowed)
+    assert not (tmp_path / "run").exists()
 
 
 def test_pong_appo_is_atari_appo_with_pongs_id_and_stop() -> None:

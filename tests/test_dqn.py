@@ -247,6 +247,13 @@ def test_the_replay_size_outlives_its_shards() -> None:
     assert plan.replay_size() == 7
     plan.finish()
     assert not shards.alive and plan.replay_size() == 7 and plan.replay_bytes == 10
+    # a Ctrl-C while the shards were being built (1.8 GB of Pong's replay zero-filled):
+    # finish raised AttributeError in the interrupt's handler, the run's processes stayed
+    # up and the command hung (explore112)
+    unbuilt = object.__new__(ReplayPlan)
+    unbuilt.replay, unbuilt.replay_kept = None, None
+    unbuilt.finish()
+    assert unbuilt.replay_size() is None
 
 
 def test_the_replay_ratio_counts_from_this_sessions_learning_start() -> None:

@@ -204,6 +204,26 @@ def test_rollouts_queued_at_the_stop_count_their_env_steps(rollouts: list[Any]) 
     assert sum(s.env_steps for s in t.absorbed) == 3 * 15 and not plan.ready
 
 
+def test_an_error_in_taking_in_the_work_after_a_ctrl_c_is_said_and_the_stop_goes_on() -> None:
+    """explore112: a dqn plan's finish raised AttributeError after a Ctrl-C in its start-up;
+    it escaped the interrupt's handler, the run's processes were never released and the
+    command hung. The stop now goes on (a checkpoint, the processes stopped), and says it."""
+    t = Stub()  # (no call in flight: settle goes to finish at once)
+    said: list[str] = []
+    t.ctx.say = said.append
+    plan = plan_with(t, appo_cfg())
+
+    def broken() -> None:
+        raise AttributeError("'NoneType' object has no attribute 'nbytes'")
+
+    plan.finish = broken  # type: ignore[method-assign]
+    plan.settle()
+    assert said == [
+        "interrupted: the work in flight not taken in (AttributeError: 'NoneType' object "
+        "has no attribute 'nbytes')"
+    ]
+
+
 def test_at_the_stop_every_idle_learner_leaves_the_barrier_even_one_that_left_before() -> None:
     """Learner 0 left once (it died and came back), rejoined by pushing, and is idle at the
     stop: it is told to leave again, or the other learner's last push waits for it until the

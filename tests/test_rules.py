@@ -111,6 +111,7 @@ def test_a_rule_that_meets_one_pusher_is_said_to_change_nothing() -> None:
     assert note.startswith("server.staleness=drop with 1 learner: one pusher") and "lag_kl" in note
     (note,) = notes("cartpole_gorila.yaml", "server.rule=soft_sync")
     assert note.startswith("server.rule=soft_sync with 1 learner")
+    assert "lag_kl" not in note  # (dqn writes none: explore112)
     assert notes("cartpole_appo.yaml", "server.staleness=drop", "learners=2") == []
     assert notes("cartpole_a3c.yaml", "server.staleness=drop") == []  # its 2 workers push
     assert notes("cartpole_appo.yaml") == []

@@ -306,6 +306,17 @@ def test_the_batch_line_says_when_the_rule_given_is_not_the_rule_run() -> None:
     assert "runs as" not in describe_batch(appo)
 
 
+def test_the_batch_line_of_dqn_says_when_its_learners_start() -> None:
+    """explore112: the live line said "updates 0" for 170 s of a Pong run, and nothing said
+    the learners wait for dqn.learning_starts, nor that a resume fills the memory again."""
+    from rltrain.rl.run.sizing import describe_batch
+
+    cfg = load_config(TrainConfig, "configs/pong_gorila.yaml", ["actors=1"])
+    line = describe_batch(cfg)
+    assert "learners sample minibatches of 32 from the replay once it holds 20,000 " in line
+    assert "the memory is not checkpointed: a resume fills it again" in line
+
+
 def test_what_auto_chose_is_said_and_noted_in_config_yaml(
     tmp_path,
     capsys: pytest.CaptureFixture[str],  # noqa: ANN001

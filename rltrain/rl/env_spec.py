@@ -23,7 +23,12 @@ from rltrain.rl.algos import algo_names, algo_spec
 from rltrain.rl.algos.models import flat_params
 from rltrain.rl.algos.torsos import check_image_layout, check_torso
 from rltrain.rl.config import TrainConfig
-from rltrain.rl.config.notes import in_flight_notes, rule_notes, unread_notes
+from rltrain.rl.config.notes import (
+    in_flight_notes,
+    learning_start_notes,
+    rule_notes,
+    unread_notes,
+)
 
 
 @dataclass(frozen=True)
@@ -86,7 +91,7 @@ def start_notes(cfg: TrainConfig, spec: EnvSpec) -> list[str]:
     """Start notes on what the run takes in a way a user may not expect: the env's images and
     actions, a rule that changes nothing, keys of a section the algorithm does not read."""
     notes = [*wrapped_notes(cfg.env), *image_notes(cfg, spec), *action_notes(cfg, spec)]
-    notes += [*rule_notes(cfg), *in_flight_notes(cfg)]
+    notes += [*rule_notes(cfg), *in_flight_notes(cfg), *learning_start_notes(cfg)]
     return [*notes, *unread_notes(cfg)]
 
 

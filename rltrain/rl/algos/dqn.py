@@ -78,8 +78,9 @@ class ReplayConfig:
     """Transitions per shard (FIFO). Atari stores each 84x84 frame once (~7 KB/transition)."""
     prioritized: bool = False
     """Proportional prioritised replay (Schaul et al. 2016) instead of uniform sampling."""
-    alpha: float = field(default=0.6, metadata=spec(ge=0))
-    """Prioritised replay: priority exponent."""
+    alpha: float = field(default=0.6, metadata=spec(ge=0, le=1))
+    """Prioritised replay: priority exponent, from 0 (uniform) to 1 (in proportion to the TD
+    error; Schaul et al. 2016 used 0.6 and 0.7; above 1 the priorities overflowed: explore112)."""
     beta: float = field(default=0.4, metadata=spec(ge=0, le=1))
     """Prioritised replay: importance-weight exponent."""
 

@@ -35,7 +35,10 @@ def one_pusher_notes(cfg: TrainConfig) -> list[str]:
     set_ += [f"server.staleness={server.staleness}"] if server.staleness != "none" else []
     if not set_:
         return []
-    lag = "; the actors' lag behind the learner is not what it acts on (loss/lag_kl)" * split
+    lag = "; the actors' lag behind the learner is not what it acts on" * split
+    lag += " (loss/lag_kl)" * (
+        split and cfg.algo_spec.layout != "replay"
+    )  # (not dqn's: explore112)
     raise_ = "learners" if split else "actors"
     return [
         f"{' and '.join(set_)} with 1 {who}: one pusher, never stale, with no other to wait "
@@ -138,3 +141,17 @@ def same_game(a: str, b: str) -> bool:
     """Whether two env ids name one game (ALE/Pong-v5 and PongNoFrameskip-v4; a module's
     ``module:Env-v0`` and its ``Env-v0``), whose scores compare."""
     return game_name(a.split(":")[-1]).lower() == game_name(b.split(":")[-1]).lower()
+
+
+def learning_start_notes(cfg: TrainConfig) -> list[str]:
+    """A start note for a dqn run whose step limit comes before its learners start
+    (explore112: it stopped untrained with "faults: none"; a note, not a refusal: a smoke
+    test of a few steps is a fair use)."""
+    limit = cfg.stop.max_env_steps
+    if cfg.algo_spec.layout != "replay" or not limit or limit > cfg.dqn.learning_starts:
+        return []
+    return [
+        f"stop.max_env_steps={limit}: the run ends before its learners start, at "
+        f"dqn.learning_starts={cfg.dqn.learning_starts} transitions in the replay memory, so "
+        "it learns nothing; raise it, or lower dqn.learning_starts"
+    ]

@@ -225,6 +225,9 @@ class RLPlan(abc.ABC):
             self.finish()
         except (ProcessLost, PeerLost, RunFailed) as e:  # what is counted stays counted
             self.ctx.say(f"interrupted: not all the work in flight was counted ({e})")
+        except Exception as e:  # a bug here would skip the processes' release: the command
+            # hung with them up (explore112); the stop goes on, and says it
+            self.ctx.say(f"interrupted: the work in flight not taken in ({type(e).__name__}: {e})")
 
     def replay_size(self) -> int | None:
         """The samples the replay memory holds (dqn; None for the others), as its shards held

@@ -93,7 +93,11 @@ class ReplayPlan(RLPlan):
                 self._give(h)
 
     def finish(self) -> None:
-        """After the loop: the memory's size for summary.json, and the shards stopped."""
+        """After the loop: the memory's size for summary.json, and the shards stopped (none
+        where a Ctrl-C came while they were being built: explore112, whose AttributeError
+        left the run's processes up and the command hung)."""
+        if self.replay is None:
+            return
         self.replay_bytes = self.replay.nbytes()
         self.replay_kept = sum(self.replay.sizes())  # (the run's last point logs it after)
         for h in self.replay.handles:

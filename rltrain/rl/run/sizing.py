@@ -107,11 +107,14 @@ def describe_batch(cfg: TrainConfig) -> str:
     the envs in all (the training mean's delay: an episode of L steps spans L x envs steps of
     the run); dqn's minibatches from the replay."""
     spec, steps, envs = cfg.algo_spec, cfg.algo.rollout_length, cfg.env.num_envs
-    if spec.layout == "replay":
+    if spec.layout == "replay":  # (when learning starts: explore112 saw "updates 0" 170 s)
+        d = cfg.dqn
         return (
             f"batch: {n(cfg.actors, 'actor')} x {n(envs, 'env')} "
-            f"({n(cfg.actors * envs, 'env')}); learners "
-            f"sample minibatches of {cfg.dqn.batch_size} from the replay; {describe_lr(cfg)}"
+            f"({n(cfg.actors * envs, 'env')}); learners sample minibatches of {d.batch_size} "
+            f"from the replay once it holds {d.learning_starts:,} transitions "
+            f"(dqn.learning_starts; the memory is not checkpointed: a resume fills it again); "
+            f"{describe_lr(cfg)}"
         )
     who = "actor" if spec.split else "worker"
     samples = steps * envs * (cfg.impala.learner_batch if spec.split else 1)

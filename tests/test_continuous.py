@@ -109,6 +109,8 @@ def test_actor_and_learner_on_box_actions(algo: str) -> None:
     assert all(x.action_std is not None and x.action_std > 0 for x in stats.losses)
     # the log-std is a parameter the server trains
     assert server.pull().version == stats.applied
+    # policy/actions_clipped (explore113): the share the affine map clipped, |u| > 1
+    assert stats.clipped == pytest.approx(float((r.actions.abs() > 1).float().mean()))
 
 
 def test_dqn_refuses_box_actions() -> None:
@@ -140,6 +142,7 @@ def test_box_actions_train_and_evaluate_through_the_api(tmp_path: Path) -> None:
     acc = EventAccumulator(str(run.run_dir / "tb"))
     acc.Reload()
     assert 0 < acc.Scalars("policy/action_std")[-1].value < 10  # (explore92)
+    assert 0 <= acc.Scalars("policy/actions_clipped")[-1].value <= 1  # (explore113)
 
 
 @pytest.mark.parametrize("algo", ["a3c", "ppo"])
@@ -148,8 +151,24 @@ def test_workers_act_and_learn_on_box_actions(algo: str) -> None:
 
     c = pendulum(algo, epochs=2, minibatches=2)
     server = server_for(c, rule="sync" if algo == "ppo" else "async")
-    stats = Worker(c, 0).work(server, 1)
-    assert stats.env_steps == 16 and stats.applied == (4 if algo == "ppo" else 1)
+    stats = Worker(c, 0).work(server, 2)
+    assert stats.env_steps == 32 and stats.applied == (8 if algo == "ppo" else 2)
+    assert stats.clipped is not None and 0 < stats.clipped < 1  # std 1: |u| > 1 about 1/3
+
+
+def test_the_share_of_actions_a_box_map_clips() -> None:
+    """policy/actions_clipped: what to_env clips, per element (explore113: a policy pinned at
+    a bound scored -20 in evaluations, and TensorBoard showed nothing of it)."""
+    inf = float("inf")
+    box = ActionSpace(2, continuous=True, low=(0.0, -inf), high=(1.0, 5.0))
+    u = np.array([[0.5, 7.0], [1.5, 2.0], [-3.0, -9.0], [0.0, 4.0]])  # [4, 2]
+    # affine: dim 0 bounded, |u| > 1 clipped (1.5, -3.0); dim 1 one-sided: 7.0 > 5
+    assert box.clipped(u) == pytest.approx(3 / 8)
+    clip = dataclasses.replace(box, mapping="clip")  # beyond [low, high]: 1.5, -3.0, 7.0
+    assert clip.clipped(u) == pytest.approx(3 / 8)
+    tanh = dataclasses.replace(box, mapping="tanh")  # never on dim 0; 7.0 on dim 1
+    assert tanh.clipped(u) == pytest.approx(1 / 8)
+    assert box.clipped(np.zeros((0, 2))) == 0.0
 
 
 def test_vtrace_ratios_with_a_gaussian_behaviour_policy() -> None:

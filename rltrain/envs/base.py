@@ -102,6 +102,19 @@ class ActionSpace:
         """[n] bool: the Box's dimensions with finite bounds on both sides."""
         return np.isfinite(self.low) & np.isfinite(self.high)
 
+    def clipped(self, u: np.ndarray) -> float:
+        """The share of the elements of a Box policy's samples ``u`` [..., n] that
+        :meth:`to_env` clips: beyond [-1, 1] under ``affine``, beyond [low, high] under
+        ``clip`` and on a dimension's one finite bound; none of ``tanh``'s bounded ones. A share
+        near 1 is a policy pinned at its bounds (explore113: unseen in TensorBoard)."""
+        u = np.asarray(u, np.float64).reshape(-1, self.n)
+        low, high = np.asarray(self.low, np.float64), np.asarray(self.high, np.float64)
+        outside = (u < low) | (u > high)
+        if self.mapping != "clip":
+            outside = np.where(self.bounded(), np.abs(u) > 1.0, outside)
+            outside &= ~self.bounded() if self.mapping == "tanh" else True
+        return float(outside.mean()) if u.size else 0.0
+
     def to_env(self, u: np.ndarray) -> np.ndarray:
         """The env's actions: int64 [B] (the policy's indices plus the Discrete's start), or
         [B, n] for the policy's samples ``u`` [B, n] of a Box (``env.action_map``).

@@ -85,6 +85,7 @@ class Learner:
         with parameters_to_come():  # bound to a shard's buffer, or pulled, before it learns
             self.model = build(cfg.model.kind, obs_shape, actions, cfg.model.hidden)
         self.dist = distribution(actions)
+        self.space = actions if isinstance(actions, ActionSpace) and actions.continuous else None
         to_device(self.model, self.device, cfg.model.precision)
         train_layout(self.model)
         self.loss = cfg.algo_spec.make_loss(cfg)
@@ -310,6 +311,15 @@ class Learner:
         lags = self.cfg.algo_spec.lags
         return Gradient(grad, stats, samples, lags, log_std is not None, loss.absent)
 
+    def note_clipped(self, stats: WorkStats, r: Rollout) -> None:
+        """A Box's share of the actions of ``r``, just added to ``stats``, that the action map
+        clipped (``policy/actions_clipped``): the mean over the call's rollouts, by env steps.
+        Read on the host (a rollout on a GPU is not waited for: none then)."""
+        if self.space is None or r.actions.device.type != "cpu" or not stats.env_steps:
+            return
+        share, before = self.space.clipped(r.actions.numpy()), stats.env_steps - r.env_steps
+        stats.clipped = (before * (stats.clipped or 0.0) + r.env_steps * share) / stats.env_steps
+
     # --- the IMPALA/APPO learner step -------------------------------------------------------
 
     def learn(self, server: Server, progress: float, *rollouts: Rollout) -> WorkStats:
@@ -328,6 +338,7 @@ class Learner:
             batch = stack(list(rollouts))
         stats = WorkStats(actor_lag=[max(0, params.version - batch.version)])
         stats.add_rollout(batch)  # with the actors' phases
+        self.note_clipped(stats, batch)
         barrier = waits_at_barrier(self.cfg)
         self.params = push_gradients(
             self,

@@ -252,6 +252,7 @@ class WorkStats:
     epsilon: float | None = None  # dqn actors: exploration rate now
     q_mean: float | None = None  # dqn learners: mean Q(s, a) of the sampled batches
     epochs: int | None = None  # appo learners: the epochs run over the batch (ppo.target_kl)
+    clipped: float | None = None  # a Box: share of the action elements its map clipped
     phases: dict[str, float] = field(default_factory=dict)  # seconds per role/phase (perf.py)
     first_step_at: float | None = None  # time.time() of a process's first env step, if here
     version: int | None = None  # the server's version after a learner's last exchange

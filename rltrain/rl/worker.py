@@ -85,6 +85,7 @@ class Worker:
             self.actor.version = params.version
             self.actor.stats = params.norm if params.norm is not None else self.actor.stats
             stats.add_rollout(rollout)
+            self.learner.note_clipped(stats, rollout)
             done += 1
         stats.phases = self.timer.take()
         stats.seconds = time.perf_counter() - t

@@ -30,6 +30,13 @@ from rltrain.rl.run.counters import Counters
 from rltrain.rl.run.hparams import write_settings
 from rltrain.rundir import folder_gone
 
+MEANS = {
+    "epsilon": "dqn/epsilon",
+    "q_mean": "dqn/q_mean",
+    "epochs": "ppo/epochs",  # below ppo.epochs where ppo.target_kl ended some
+    "clipped": "policy/actions_clipped",  # a Box's action map (explore113: pinned, unseen)
+}
+"""WorkStats' fields (None where a call has none) written as their interval's mean."""
 RATE_WINDOW_S = 10.0
 """Seconds of wall time the logged rates average over (at least one log interval)."""
 SESSION_TAG = "session/start"
@@ -153,9 +160,7 @@ class TrainLogger:
         self._scaled = server_settings(cfg).scales  # optim/lr_effective is written
         self._actor_lag: list[int] = []  # impala/appo: per batch (WorkStats.actor_lag)
         self._pushed = self._dropped = 0  # this interval's pushes, and those dropped as stale
-        self._epsilon: list[float] = []
-        self._q_mean: list[float] = []
-        self._epochs: list[float] = []
+        self._means: dict[str, list[float]] = {k: [] for k in MEANS}  # (WorkStats' names)
         self._phases: dict[str, float] = {}
         self.top = ""  # the biggest phase of each role over the last interval (the live line)
         self._settled: bool | None = None  # the round's state as last marked (None: not yet;
@@ -192,12 +197,9 @@ class TrainLogger:
         if stats.updates:
             self._update_rate.add(self._all_updates)
         self._losses.extend(stats.losses)
-        if stats.epsilon is not None:
-            self._epsilon.append(stats.epsilon)
-        if stats.q_mean is not None:
-            self._q_mean.append(stats.q_mean)
-        if stats.epochs is not None:
-            self._epochs.append(stats.epochs)
+        for name, values in self._means.items():
+            if (value := getattr(stats, name)) is not None:
+                values.append(value)
         self._staleness.extend(stats.staleness)
         self._lr_scales.extend(stats.lr_scales)
         self._actor_lag.extend(stats.actor_lag)
@@ -270,19 +272,15 @@ class TrainLogger:
         if self._phases:
             self.top = perf.biggest(self._phases)
         stds = [x.action_std for x in self._losses if x.action_std is not None]
-        for tag, values in (
-            ("policy/action_std", stds),  # a Box policy's, the mean of its dimensions'
-            ("dqn/epsilon", self._epsilon),
-            ("dqn/q_mean", self._q_mean),
-            ("ppo/epochs", self._epochs),  # below ppo.epochs where ppo.target_kl ended some
-        ):
+        means = [(MEANS[k], v) for k, v in self._means.items()]  # (MEANS' tags)
+        for tag, values in (("policy/action_std", stds), *means):  # a Box's: dimensions' mean
             if values:
                 self.writer.add_scalar(tag, sum(values) / len(values), env_steps)
         self.writer.flush()
         self._last_t = now
         self._losses, self._staleness, self._actor_lag, self._lr_scales = [], [], [], []
         self._pushed = self._dropped = 0
-        self._epsilon, self._q_mean, self._epochs, self._phases = [], [], [], {}
+        self._means, self._phases = {k: [] for k in MEANS}, {}
 
     def faults(self, counters: Any, env_steps: int) -> None:
         """``faults/*`` counters (restarts, restores, lost updates, ...)."""

@@ -156,6 +156,7 @@ def test_server_options_no_mode_uses_are_refused(tmp_path: Path) -> None:
         "modes: [async]\nmodel: {micro_batches: 8}\n": "read only with model.stages >= 2",
         "modes: [async]\nmodel: {stages: 2, micro_batches: 8}\n": None,
         "modes: [async]\nmodel: {synthetic_hidden: 8}\n": "read only with model.synthetic dni",
+        "modes: [async]\nmodel: {synthetic_lr: 0.01}\n": "synthetic_lr=0.01: read only with",
         "modes: [baseline]\nbaseline_threads: 2\n": None,
     }.items():
         path.write_text(text)

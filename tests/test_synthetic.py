@@ -165,7 +165,10 @@ def test_synthetic_options_are_checked() -> None:
     cuts = plan_stages(spec, (1, 28, 28), 3)
     kinds = [stage_args(cfg, spec, (1, 28, 28), cuts, s)[0] for s in range(3)]
     assert kinds == [SyntheticStage, SyntheticStage, PipelineStage]
-    assert stage_args(cfg, spec, (1, 28, 28), cuts, 0)[5:] == (0.0, True, 0)  # link, cDNI, linear
+    # link, cDNI, a linear M, M's Adam rate (model.synthetic_lr: explore114 found it fixed)
+    assert stage_args(cfg, spec, (1, 28, 28), cuts, 0)[5:] == (0.0, True, 0, 0.001)
+    fast = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, synthetic_lr=0.01))
+    assert stage_args(fast, spec, (1, 28, 28), cuts, 0)[-1] == 0.01
     assert schedule(cfg).ahead == 2 and schedule(cfg).delay == 2  # the default delay
     with pytest.raises(ValueError, match=r"model.synthetic_delay=3: needs model.synthetic"):
         BenchConfig(modes=("async",), model=SupervisedModelConfig(stages=2, synthetic_delay=3))

@@ -197,6 +197,10 @@ class SupervisedModelConfig:
     synthetic_hidden: int = field(default=0, metadata=spec(ge=0))
     """Hidden units of each gradient predictor (0: a linear map, its output layer starting at
     zero either way, as in the paper)."""
+    synthetic_lr: float = field(default=1e-3, metadata=spec(gt=0))
+    """With model.synthetic dni or cdni: the Adam learning rate of each gradient predictor's
+    L2 regression (its own optimizer, beside the server's for the model; its error is
+    ``synthetic_relative_l2``)."""
     synthetic_delay: int = field(default=2, metadata=spec(ge=1))
     """With model.synthetic dni or cdni: batches after its own that a minibatch's true
     gradients reach the stages before the last (and the replica's lead waits for a batch's

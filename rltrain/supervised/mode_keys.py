@@ -99,11 +99,14 @@ def check_unread_parts(cfg: Any) -> None:
     model, defaults = cfg.model, type(cfg.model)()
     unread = {
         "model.micro_batches": (model.micro_batches, defaults.micro_batches, model.stages == 1),
-        "model.synthetic_hidden": (
-            model.synthetic_hidden,
-            defaults.synthetic_hidden,
-            model.synthetic == "none",
-        ),
+        **{
+            f"model.synthetic_{k}": (
+                getattr(model, f"synthetic_{k}"),
+                getattr(defaults, f"synthetic_{k}"),
+                model.synthetic == "none",
+            )
+            for k in ("hidden", "lr")
+        },
         "baseline_threads": (cfg.baseline_threads, 0, "baseline" not in cfg.modes),
     }
     sandblaster = "sandblaster" not in cfg.modes
@@ -118,6 +121,7 @@ def check_unread_parts(cfg: Any) -> None:
     needs = {
         "model.micro_batches": "model.stages >= 2",
         "model.synthetic_hidden": "model.synthetic dni or cdni",
+        "model.synthetic_lr": "model.synthetic dni or cdni",
         "baseline_threads": "mode baseline in modes",
         **{f"data.toy.{k}": f"data.dataset={toy}" for k, toy in only.items()},
     }

@@ -45,8 +45,18 @@ def stage_args(
     before each send (the runtime's :func:`stage_link`)."""
     if cfg.model.synthetic == "none" or s == len(cuts) - 2:
         return (PipelineStage, spec, shape, cuts, s, link)
-    conditioned, hidden = cfg.model.synthetic == "cdni", cfg.model.synthetic_hidden
-    return (SyntheticStage, spec, shape, cuts, s, link, conditioned, hidden)
+    m = cfg.model
+    return (
+        SyntheticStage,
+        spec,
+        shape,
+        cuts,
+        s,
+        link,
+        m.synthetic == "cdni",
+        m.synthetic_hidden,
+        m.synthetic_lr,
+    )
 
 
 def schedule(cfg: BenchConfig) -> Decoupled | GPipe:

@@ -371,11 +371,15 @@ def test_a_replay_memory_smaller_than_a_block_names_its_minimum(
         TrainConfig, ROOT / "configs" / "cartpole_gorila.yaml", ["stop.max_env_steps=1500"]
     )
     assert learning_start_notes(short) == [
-        "stop.max_env_steps=1500: the run ends before its learners start, at "
+        "stop.max_env_steps=1500: the session ends before its learners start, at "
         "dqn.learning_starts=2000 transitions in the replay memory, so it learns nothing; "
         "raise it, or lower dqn.learning_starts"
     ]
-    assert learning_start_notes(replace(short, stop=replace(short.stop, max_env_steps=2001))) == []
+    longer = replace(short, stop=replace(short.stop, max_env_steps=2001))
+    assert learning_start_notes(longer) == []
+    # a resume fills the memory again: 2,001 steps after 1,000 done leave 1,001 (review89)
+    (note,) = learning_start_notes(longer, done=1000)
+    assert "the session ends (1,001 steps after the 1,000 done) before its learners" in note
     err = cli_error(capsys, train_argv("cartpole_gorila.yaml", tmp_path, "replay.alpha=400"))
     assert err == "rltrain: error: replay.alpha=400.0: must be <= 1"  # (its priorities overflowed)
     assert not (tmp_path / "run").exists()

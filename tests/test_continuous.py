@@ -441,6 +441,10 @@ def test_box_keys_set_for_an_env_of_other_actions_are_said_to_change_nothing() -
         assert action_notes(cfg, discrete) == [said]
     plain = load_config(TrainConfig, root / "configs" / "cartpole_appo.yaml", [])
     assert action_notes(plain, discrete) == []
+    # clip: what a run folder older than env.action_map reads as (review89: a note on every
+    # resume of an old CartPole run)
+    old = load_config(TrainConfig, root / "configs" / "cartpole_appo.yaml", ["env.action_map=clip"])
+    assert action_notes(old, discrete) == []
 
 
 def test_a_box_without_two_finite_bounds_is_said_at_the_start() -> None:

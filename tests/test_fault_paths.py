@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import threading
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -123,7 +124,7 @@ def test_a_restore_does_not_tell_the_shards_a_worker_left_once_it_is_back() -> N
     tells the shards only of worker 2, still gone (review88b: it told them of both, and the
     restored barrier stepped once without worker 1's update)."""
     from rltrain.faults import FaultCounters, RestorePoint
-    from rltrain.ps.rules import SYNC
+    from rltrain.ps.rules import ASYNC, SYNC
     from rltrain.runtime import fault_policy
     from rltrain.runtime.guard import ServerGuard
 
@@ -138,6 +139,9 @@ def test_a_restore_does_not_tell_the_shards_a_worker_left_once_it_is_back() -> N
     back = Done(SimpleNamespace(role="worker", index=1, pid=lambda: 42), revived=True)
     verdict = fault_policy.respond(back, SYNC, "continue", shards, guard, counters, said.append)
     assert verdict == "work" and "worker 1 is back" in said[-1]
+    actor = Done(SimpleNamespace(role="actor", index=2, pid=lambda: 43), revived=True)
+    fault_policy.respond(actor, ASYNC, "continue", shards, guard, counters, said.append)
+    assert guard.left == {2}  # (an actor pushes nothing: its index is no pusher's, review89)
     shards.told.clear()
     shards.fenced = True
     assert guard.check()
@@ -204,11 +208,14 @@ def test_rollouts_queued_at_the_stop_count_their_env_steps(rollouts: list[Any]) 
     assert sum(s.env_steps for s in t.absorbed) == 3 * 15 and not plan.ready
 
 
-def test_an_error_in_taking_in_the_work_after_a_ctrl_c_is_said_and_the_stop_goes_on() -> None:
+def test_an_error_in_taking_in_the_work_after_a_ctrl_c_is_said_and_the_stop_goes_on(
+    tmp_path: Path,
+) -> None:
     """explore112: a dqn plan's finish raised AttributeError after a Ctrl-C in its start-up;
     it escaped the interrupt's handler, the run's processes were never released and the
     command hung. The stop now goes on (a checkpoint, the processes stopped), and says it."""
     t = Stub()  # (no call in flight: settle goes to finish at once)
+    t.run_dir = tmp_path
     said: list[str] = []
     t.ctx.say = said.append
     plan = plan_with(t, appo_cfg())
@@ -218,10 +225,11 @@ def test_an_error_in_taking_in_the_work_after_a_ctrl_c_is_said_and_the_stop_goes
 
     plan.finish = broken  # type: ignore[method-assign]
     plan.settle()
-    assert said == [
+    assert said[0] == (
         "interrupted: the work in flight not taken in (AttributeError: 'NoneType' object "
         "has no attribute 'nbytes')"
-    ]
+    )
+    assert "in broken" in (tmp_path / "failure.log").read_text()  # its traceback kept (review89)
 
 
 def test_at_the_stop_every_idle_learner_leaves_the_barrier_even_one_that_left_before() -> None:

@@ -396,3 +396,16 @@ def test_a_slow_link_keeps_one_timer_a_stage() -> None:
     results = stages.get(calls)
     assert time.monotonic() - start >= 0.2
     assert [r[1][1] for r in results] == list(range(20))
+
+
+def test_the_toys_one_layer_refusal_names_deep_linear_where_it_could_be_cut() -> None:
+    """explore114: the refusal gave no way to a model that splits; review89: 4 stages of
+    deep_linear's 3 layers are refused too, so no hint there."""
+    from rltrain.config import ConfigError, load_config
+    from rltrain.supervised.config import BenchConfig
+
+    toy = Path(__file__).resolve().parents[1] / "configs" / "bench_toy.yaml"
+    for stages, hint in ((2, True), (3, True), (4, False)):
+        with pytest.raises(ConfigError) as e:
+            load_config(BenchConfig, toy, ["modes=[sync]", f"model.stages={stages}"])
+        assert ("model.name=deep_linear is the same map in 3 layers" in str(e.value)) is hint

@@ -406,17 +406,16 @@ def test_a_resume_that_changes_the_dueling_head_names_it() -> None:
             cfg,
             ["dqn.dueling: false -> true"],
         )
-    # and the resume's changes hold it (explore112: dqn's sections were not compared, so the
-    # refusal above named nothing in a real --resume)
+    # and from the checkpoint's config where the resume's changes hold no dqn key, as in a
+    # real --resume (explore112: the refusal named nothing)
     from dataclasses import replace
 
     from rltrain.config import to_dict
     from rltrain.rl.config import DQNConfig
-    from rltrain.rl.run.resume import resume_changes
 
-    dqn = replace(cfg, algo=replace(cfg.algo, name="dqn"))
-    dueling = replace(dqn, dqn=DQNConfig(dueling=True))
-    assert resume_changes(Path("ckpt.pt"), to_dict(dqn), dueling) == ["dqn.dueling: false -> true"]
+    dueling = replace(cfg, dqn=DQNConfig(dueling=True))
+    with pytest.raises(CheckpointError, match=r"this resume changes dqn.dueling: false -> true"):
+        check_fits(Path("ckpt.pt"), {**state, "config": to_dict(cfg)}, torch.zeros(17539), dueling)
 
 
 def test_a_resume_names_the_env_kwargs_it_drops_changes_and_adds(tmp_path: Path) -> None:

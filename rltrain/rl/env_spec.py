@@ -87,11 +87,12 @@ def probe_env(cfg: TrainConfig, training: bool = True) -> EnvSpec:
         env.close()
 
 
-def start_notes(cfg: TrainConfig, spec: EnvSpec) -> list[str]:
+def start_notes(cfg: TrainConfig, spec: EnvSpec, done: Any = None) -> list[str]:
     """Start notes on what the run takes in a way a user may not expect: the env's images and
     actions, a rule that changes nothing, keys of a section the algorithm does not read."""
     notes = [*wrapped_notes(cfg.env), *image_notes(cfg, spec), *action_notes(cfg, spec)]
-    notes += [*rule_notes(cfg), *in_flight_notes(cfg), *learning_start_notes(cfg)]
+    steps = done.env_steps if done is not None else 0  # (``done``: a resumed run's counters)
+    notes += [*rule_notes(cfg), *in_flight_notes(cfg), *learning_start_notes(cfg, steps)]
     return [*notes, *unread_notes(cfg)]
 
 
@@ -134,7 +135,8 @@ def box_key_notes(cfg: TrainConfig, a: ActionSpace) -> list[str]:
     """A start note for the Box actions' keys set on an env of other actions (explore113: set
     on CartPole, they were saved in config.yaml and changed nothing, unsaid)."""
     env, model = cfg.env, cfg.model
-    told = [f"env.action_map={env.action_map}"] * (env.action_map != type(env)().action_map)
+    # (clip: what a run folder older than the key reads as, on every resume: review89)
+    told = [f"env.action_map={env.action_map}"] * (env.action_map not in ("affine", "clip"))
     unlike = model.log_std_init != type(model)().log_std_init
     told += [f"model.log_std_init={model.log_std_init:g}"] * unlike
     if not told:
@@ -192,6 +194,10 @@ def check_fits(
         shapes = ("env.frame_stack:", "env.image_size:", "env.wrappers:", "env.kwargs")
         nets = ("model.", "dqn.dueling:")  # (explore95: dueling's head went unnamed)
         why = [c for c in changes if c.startswith((*nets, "server.shards:", *shapes))]
+        was = ((state.get("config") or {}).get("dqn") or {}).get("dueling", cfg.dqn.dueling)
+        if was != cfg.dqn.dueling and not any(c.startswith("dqn.dueling:") for c in why):
+            # (the resume's changes hold no dqn key: told apart, against config.yaml)
+            why.append(f"dqn.dueling: {str(was).lower()} -> {str(cfg.dqn.dueling).lower()}")
         said = f"this resume changes {'; '.join(why)}; " if why else ""
         raise CheckpointError(
             f"{path} holds {len(sizes)} shard(s) of {sum(sizes)} parameters; this config needs "

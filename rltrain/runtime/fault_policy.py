@@ -31,7 +31,8 @@ def respond(
     name = f"{r.role} {r.index}"
     if d.revived:
         say(f"{name} is back (pid {r.pid()}); it rejoins with fresh parameters")
-        guard.back(r.index)
+        if rule.barrier:  # a pusher's index (an actor's 0 is not learner 0: review89)
+            guard.back(r.index)
         return "work"
     counters.lost_calls += 1
     if isinstance(d.error, PeerLost):

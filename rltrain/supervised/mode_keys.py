@@ -233,6 +233,7 @@ def check_pipeline(cfg: Any) -> None:
         name = "linear" if toy else "resnet" if colour else "cnn"
     if pipe.stages > PARAM_LAYERS[name]:
         deep = name == "linear" and cfg.data.dataset != "toy_logistic"  # (it takes linear only)
+        deep &= pipe.stages <= PARAM_LAYERS["deep_linear"]  # (one it could cut: review89)
         raise ValueError(
             f"{head}: model {name} has {PARAM_LAYERS[name]} layer(s) with parameters to "
             f"cut; allowed: 1 to {PARAM_LAYERS[name]}"

@@ -185,15 +185,13 @@ def read_run(run_dir: Path, only: str | None = None) -> tuple[BenchConfig, list[
         if str(e).startswith("modes["):  # a rule the bench's script registered, not here
             hint = "; a rule registered by your own module needs that module in imports"
         raise CannotReapply(f"{run_dir}: its config.yaml does not load ({e}){hint}") from None
-    if not cfg.server.record and cfg.model.stages > 1:  # (explore114: advice then refused)
-        raise CannotReapply(
-            f"{run_dir}: not recorded, and a run of model.stages={cfg.model.stages} cannot be "
-            "(each stage pushes to its own shard); reapply takes unsplit runs, model.stages=1"
-        )
-    if not cfg.server.record:
+    if not cfg.server.record:  # (what else a recorded run needs: explore114, review89)
+        also = {"model.stages=1": cfg.model.stages > 1, "seeds=1": cfg.seeds > 1}
+        also["server.shards=1"] = cfg.server.shards != 1
+        sets = "".join(f" --set {k}" for k, v in also.items() if v)
         raise CannotReapply(
             f"{run_dir}: not recorded (server.record was false); run `rltrain bench` with "
-            "--set server.record=true"
+            f"--set server.record=true{sets}"
         )
     if only is not None:
         if only not in cfg.modes:

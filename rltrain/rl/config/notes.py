@@ -143,15 +143,17 @@ def same_game(a: str, b: str) -> bool:
     return game_name(a.split(":")[-1]).lower() == game_name(b.split(":")[-1]).lower()
 
 
-def learning_start_notes(cfg: TrainConfig) -> list[str]:
-    """A start note for a dqn run whose step limit comes before its learners start
-    (explore112: it stopped untrained with "faults: none"; a note, not a refusal: a smoke
-    test of a few steps is a fair use)."""
-    limit = cfg.stop.max_env_steps
-    if cfg.algo_spec.layout != "replay" or not limit or limit > cfg.dqn.learning_starts:
+def learning_start_notes(cfg: TrainConfig, done: int = 0) -> list[str]:
+    """A start note for a dqn session whose step limit comes before its learners start, the
+    run having ``done`` env steps (a resume fills the memory again: review89) (explore112:
+    it stopped untrained with "faults: none"; a note, not a refusal: a smoke test of a few
+    steps is a fair use)."""
+    limit, starts = cfg.stop.max_env_steps, cfg.dqn.learning_starts
+    if cfg.algo_spec.layout != "replay" or not limit or limit - done > starts:
         return []
+    left = f" ({limit - done:,} steps after the {done:,} done)" if done else ""
     return [
-        f"stop.max_env_steps={limit}: the run ends before its learners start, at "
-        f"dqn.learning_starts={cfg.dqn.learning_starts} transitions in the replay memory, so "
-        "it learns nothing; raise it, or lower dqn.learning_starts"
+        f"stop.max_env_steps={limit}: the session ends{left} before its learners start, at "
+        f"dqn.learning_starts={starts} transitions in the replay memory, so it learns nothing; "
+        "raise it, or lower dqn.learning_starts"
     ]

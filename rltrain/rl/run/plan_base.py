@@ -7,9 +7,11 @@ import abc
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rltrain.driver import step
+from rltrain.failure import keep_traceback
 from rltrain.faults import PeerLost, ProcessLost, RunFailed
 from rltrain.records import Role
 from rltrain.rl.config import TrainConfig, waits_at_barrier
@@ -52,6 +54,7 @@ class Host(Protocol):
     hosted: bool  # the one learner is a process that holds the shards (started with them)
     obs_slots: ObsSlots | None  # the rollouts' shared observation buffers (hosted runs)
     early: Early | None  # spawned before the server (None: the plan spawns them)
+    run_dir: Path  # (failure.log: a bug's traceback)
 
     @property
     def ctx(self) -> RunContext:
@@ -226,8 +229,9 @@ class RLPlan(abc.ABC):
         except (ProcessLost, PeerLost, RunFailed) as e:  # what is counted stays counted
             self.ctx.say(f"interrupted: not all the work in flight was counted ({e})")
         except Exception as e:  # a bug here would skip the processes' release: the command
-            # hung with them up (explore112); the stop goes on, and says it
+            # hung with them up (explore112); the stop goes on, says it and keeps its traceback
             self.ctx.say(f"interrupted: the work in flight not taken in ({type(e).__name__}: {e})")
+            keep_traceback(self.host.run_dir, e, self.ctx.say, self.cfg.imports)
 
     def replay_size(self) -> int | None:
         """The samples the replay memory holds (dqn; None for the others), as its shards held

@@ -65,7 +65,7 @@ frames at its one frame_skip)."""
 
 TOLD_ON_RESUME = (
     *("algo", "ppo", "impala", "env", "model", "optimizer", "normalize", "schedule", "server"),
-    *("stop", "dqn", "replay"),  # (dqn's: a dueling head changed was unnamed, explore112)
+    "stop",
 )
 """Sections whose changes a resume names (actors, runtime and eval are sized or read anew)."""
 

@@ -195,7 +195,7 @@ class Trainer:
         say(f"runtime: {where}, chosen by {why}; {placed.describe()}")
         note_sizes(self.run_dir, placed, cpus, runtime.cluster_gpus())
         notes = placed.notes(cpus, cfg.runtime, fitted, self.cfg.actors != 0)
-        for note in [*self.file_notes, *notes, *start_notes(cfg, self.spec)]:
+        for note in [*self.file_notes, *notes, *start_notes(cfg, self.spec, self.counters)]:
             self.progress.note(note)
         self.cfg = cfg = dataclasses.replace(cfg, runtime=fitted)
         if cfg.faults.events:

@@ -462,3 +462,18 @@ def test_an_episode_shorter_than_one_step_is_refused() -> None:
     with pytest.raises(ValueError, match="max_episode_frames=3 is below frame_skip=4: every"):
         EnvConfig(id="ALE/Pong-v5", max_episode_frames=3)
     assert EnvConfig(id="ALE/Pong-v5", max_episode_frames=4).max_episode_frames == 4
+
+
+def test_the_atari_protocol_is_said_in_the_runs_first_lines() -> None:
+    """explore115: a v4 id's sticky actions 0 (v5: 0.25), episodic life, the full action set
+    were in config.yaml and TensorBoard only."""
+    from rltrain.envs.atari import protocol_line
+
+    v5 = protocol_line(EnvConfig(id="ALE/Breakout-v5"))
+    assert v5.startswith("env: ALE/Breakout-v5 under the Atari protocol: sticky actions 0.25, ")
+    assert "the game's own actions" in v5 and "a lost life ends no training episode" in v5
+    v4 = EnvConfig(id="BreakoutNoFrameskip-v4", full_action_space=True, episodic_life=True)
+    line = protocol_line(v4)
+    assert "sticky actions 0, " in line and "all 18 actions" in line
+    assert "a lost life ends a training episode" in line
+    assert protocol_line(EnvConfig(id="CartPole-v1")) == ""

@@ -559,3 +559,22 @@ def test_eval_prints_small_scores_to_three_significant_digits() -> None:
         "1.00",
         "1e-05",
     ]
+
+
+def test_an_evaluation_says_which_atari_games_the_time_limit_cut() -> None:
+    """explore115: a run with env.max_episode_frames=1000 evaluated to "raw score mean 42.50"
+    of games all cut at 250 steps, said as any score."""
+    from rltrain.rl.config import StopConfig, TrainConfig
+    from rltrain.rl.eval_args import cut_games
+
+    cfg = TrainConfig(
+        env=EnvConfig(id="ALE/SpaceInvaders-v5", max_episode_frames=1000),
+        stop=StopConfig(max_seconds=1),
+    )
+    assert cut_games(cfg, [250, 180, 250]) == (
+        "2 of 3 games cut at env.max_episode_frames=1,000 (250 steps): their scores are of "
+        "part of a game"
+    )
+    assert cut_games(cfg, [180, 249]) == ""
+    cartpole = TrainConfig(env=EnvConfig(id="CartPole-v1"), stop=StopConfig(max_seconds=1))
+    assert cut_games(cartpole, [500, 500]) == ""  # (its time limit is the goal)

@@ -177,6 +177,27 @@ def test_a_cnn_refuses_images_that_look_channels_last(kind: str) -> None:
     assert start_notes(cfg, EnvSpec((3, 64, 64), "float32", ActionSpace(2), 1, {})) == []
 
 
+def test_images_too_small_for_the_cnn_are_said_to_go_to_the_mlp() -> None:
+    """explore115: env.image_size=32 on atari_appo.yaml trained an MLP on raw 0-255 pixels
+    (normalize.obs: never, for the CNN), its tanh saturated, without a word."""
+    import dataclasses
+
+    from rltrain.rl.config.sections import NormalizeConfig
+    from rltrain.rl.env_spec import EnvSpec, image_notes
+
+    cfg = TrainConfig(env=EnvConfig(id="ALE/Breakout-v5"), stop=StopConfig(max_seconds=1))
+    small = EnvSpec((4, 32, 32), "uint8", ActionSpace(4), 1, {})
+    raw = dataclasses.replace(cfg, normalize=NormalizeConfig(obs="never"))
+    (note,) = image_notes(raw, small)
+    assert "images (4, 32, 32) under 36 pixels a side" in note and "raw 0-255 pixels" in note
+    assert note.endswith("env.image_size=36 or more for the CNN, or normalize.obs=always")
+    (note,) = image_notes(cfg, small)  # normalised (auto): the MLP alone is said
+    assert "raw" not in note and note.endswith("env.image_size=36 or more for the CNN")
+    assert image_notes(cfg, EnvSpec((4, 84, 84), "uint8", ActionSpace(4), 1, {})) == []
+    mlp = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, kind="mlp"))
+    assert image_notes(mlp, small) == []  # asked for
+
+
 def test_impala_cnn_on_a_cpu_acts_and_learns_channels_last() -> None:
     """oneDNN's 3x3 convolutions ran faster NHWC: on a CPU the IMPALA CNN runs channels-last
     for acting as well as learning, in bf16 and fp32 (the Nature CNN only for learning),

@@ -330,6 +330,7 @@ def test_what_auto_chose_is_said_and_noted_in_config_yaml(
     write_config(tmp_path, pong)
     note_sizes(tmp_path, place(pong, "process", 4, 0), 4, 0)
     out = capsys.readouterr().out.splitlines()
+    assert out.pop(0).startswith("env: ALE/Pong-v5 under the Atari protocol: sticky actions 0.25")
     assert out[0].startswith("batch: 3 actors x 16 envs x 64 steps (48 envs)")
     # the live line's return, the score stop and summary.json: one episode per env at least
     assert out[1] == (

@@ -242,6 +242,25 @@ def atari_protocol(
     }
 
 
+def protocol_line(cfg: EnvConfig) -> str:
+    """The run's first lines' ``env:`` line for an Atari id: the protocol it plays under, which
+    a v4 id and a v5 id (sticky actions), or env.* keys, change (explore115: only config.yaml
+    and TensorBoard said it); "" for other envs."""
+    if not is_atari(cfg.id, cfg.wrappers):
+        return ""
+    life = "ends a" if cfg.episodic_life else "ends no"
+    clip = "clipped to [-1, 1]" if cfg.clip_rewards else "raw"
+    acts = "all 18 actions" if cfg.full_action_space else "the game's own actions"
+    return (
+        f"env: {cfg.id} under the Atari protocol: sticky actions {sticky_actions(cfg):g}, frame "
+        f"skip {cfg.frame_skip} (max-pooled), {cfg.frame_stack} stacked {cfg.image_size}x"
+        f"{cfg.image_size} grayscale frames, up to {cfg.noop_max} no-op starts, "
+        f"{'FIRE at each reset, ' if cfg.fire_reset else ''}"
+        f"{acts}, games cut at {cfg.max_episode_frames:,} frames; training rewards {clip}, "
+        f"a lost life {life} training episode (evaluations play whole games at the raw score)"
+    )
+
+
 ATARI_KWARGS = ("thread_affinity_offset",)
 """The env.kwargs of AtariVectorEnv a user sets (its C++ threads' first core): the others are
 the protocol's (env.* fields) or would change the action space or batching actors rely on."""

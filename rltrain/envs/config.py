@@ -92,7 +92,8 @@ class EnvConfig:
     episode returns still cover the whole game (until game over). No FIRE follows a lost life
     (fire_reset is at a game's start): in Breakout the agent learns to serve again."""
     image_size: int = field(default=84, metadata=spec(ge=8))
-    """Atari: observation frames are resized to image_size x image_size (grayscale)."""
+    """Atari: observation frames are resized to image_size x image_size (grayscale). Under 36
+    the Nature CNN cannot take them, and model.kind=auto gives the MLP (said at the start)."""
     max_episode_frames: int = field(default=108000, metadata=spec(ge=1))
     """Atari: emulator frames after which an episode is truncated (108000 = 30 minutes of play,
     27000 agent steps at frame_skip 4). Gymnasium ids keep their own registered time limit."""

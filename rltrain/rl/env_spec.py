@@ -20,6 +20,7 @@ from rltrain.envs.atari import wrapped_notes
 from rltrain.ps.server import ShardLayout
 from rltrain.rl.actor import model_builder
 from rltrain.rl.algos import algo_names, algo_spec
+from rltrain.rl.algos.model_kinds import CNN_MIN_SIDE
 from rltrain.rl.algos.models import flat_params
 from rltrain.rl.algos.torsos import check_image_layout, check_torso
 from rltrain.rl.config import TrainConfig
@@ -97,9 +98,22 @@ def start_notes(cfg: TrainConfig, spec: EnvSpec, done: Any = None) -> list[str]:
 
 
 def image_notes(cfg: TrainConfig, spec: EnvSpec) -> list[str]:
-    """A note where observations look like images [H, W, C] that are not uint8: rltrain does
-    not move their channels first, so model.kind=auto gives them the MLP (explore84)."""
-    if cfg.model.kind != "auto" or not channels_last_shape(spec.obs_shape):
+    """A note where model.kind=auto gives images the MLP: [H, W, C] ones that are not uint8,
+    whose channels rltrain does not move first (explore84), and [C, H, W] ones too small for
+    the Nature CNN (explore115: atari_appo.yaml's image_size 32, on raw pixels)."""
+    if cfg.model.kind != "auto":
+        return []
+    shape = spec.obs_shape
+    if len(shape) == 3 and spec.obs_dtype == "uint8" and min(shape[1:]) < CNN_MIN_SIDE:
+        raw = cfg.normalize.obs == "never"  # (atari_appo.yaml's, for the CNN: explore115)
+        return [
+            f"env {cfg.env.id}: images {shape} under {CNN_MIN_SIDE} pixels a side, too small "
+            "for the Nature CNN: model.kind=auto takes the MLP"
+            + (", on raw 0-255 pixels (normalize.obs=never), which saturate it" if raw else "")
+            + f"; env.image_size={CNN_MIN_SIDE} or more for the CNN"
+            + (", or normalize.obs=always" if raw else "")
+        ]
+    if not channels_last_shape(shape):
         return []
     return [
         f"env {cfg.env.id}: observations {spec.obs_shape} of {spec.obs_dtype} look like images "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from shlex import quote
@@ -142,3 +143,16 @@ def evals_held(run_dir: Path) -> int:
         return sum(1 for line in (run_dir / EVALS_FILE).read_text().splitlines() if line.strip())
     except (OSError, UnicodeDecodeError):
         return 0
+
+
+def cut_games(cfg: TrainConfig, lengths: Sequence[int]) -> str:
+    """A note for Atari games the run's ``env.max_episode_frames`` cut (explore115: a score
+    of games cut at 250 steps, said as any other)."""
+    limit = cfg.env.max_episode_frames // cfg.env.frame_skip
+    cut = sum(n >= limit for n in lengths)
+    if not cut or not is_atari(cfg.env.id, cfg.env.wrappers):
+        return ""
+    return (
+        f"{cut} of {len(lengths)} games cut at env.max_episode_frames="
+        f"{cfg.env.max_episode_frames:,} ({limit:,} steps): their scores are of part of a game"
+    )

@@ -55,6 +55,7 @@ from rltrain.rl.eval_args import (
     EvalError,
     Style,
     check_played_as,
+    cut_games,
     evals_held,
     named,
     trained_steps,
@@ -320,6 +321,7 @@ def evaluate(
     played = policy.plays_greedy(deterministic)
     filmed = (ret, length) if video_path is not None and ret is not None else None
     scores, steps = tuple(returns), tuple(lengths)
+    note = "; ".join(x for x in (note, cut_games(cfg, steps)) if x)
     return EvalResult(
         path, version, scores, steps, seed, played, video_path, video_as, note, filmed
     )

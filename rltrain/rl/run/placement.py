@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rltrain.config import ConfigError
-from rltrain.envs.atari import mark_unused
+from rltrain.envs.atari import mark_unused, protocol_line
 from rltrain.progress import say
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.run.sizing import (
@@ -153,6 +153,8 @@ def note_sizes(run_dir: Path, placed: Placement, cpus: float, gpus: float) -> No
     session to config.yaml as comments: the keys keep saying auto, so that a --resume on
     another machine sizes the run to that one."""
     cfg, batch = placed.cfg, describe_batch(placed.cfg)
+    if line := protocol_line(cfg.env):
+        say(line)
     say(batch)
     if cfg.episode_window > cfg.stop.window:  # (rltrain.rl.config.train.episode_window)
         say(

@@ -667,7 +667,7 @@ def test_a_runs_config_yaml_marks_the_atari_keys_a_gymnasium_env_does_not_read(
 ) -> None:
     """CartPole's config.yaml said ``clip_rewards: true`` (explore110): each Atari-only key is
     marked unused there, and the file reads back as the same config; Pong's is unmarked."""
-    from rltrain.envs.atari import mark_unused
+    from rltrain.envs.atari_text import mark_unused
     from rltrain.rl.config import load_run_config
 
     for name, marked in (("cartpole_a3c.yaml", True), ("pong_appo.yaml", False)):

@@ -467,7 +467,7 @@ def test_an_episode_shorter_than_one_step_is_refused() -> None:
 def test_the_atari_protocol_is_said_in_the_runs_first_lines() -> None:
     """explore115: a v4 id's sticky actions 0 (v5: 0.25), episodic life, the full action set
     were in config.yaml and TensorBoard only."""
-    from rltrain.envs.atari import protocol_line
+    from rltrain.envs.atari_text import protocol_line
 
     v5 = protocol_line(EnvConfig(id="ALE/Breakout-v5"))
     assert v5.startswith("env: ALE/Breakout-v5 under the Atari protocol: sticky actions 0.25, ")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rltrain.config import ConfigError
-from rltrain.envs.atari import mark_unused, protocol_line
+from rltrain.envs.atari_text import mark_unused, protocol_line
 from rltrain.progress import say
 from rltrain.rl.config import TrainConfig
 from rltrain.rl.run.sizing import (

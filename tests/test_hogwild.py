@@ -201,3 +201,25 @@ def test_hogwild_workers_train_from_one_moment_to_one_deadline(tiny_root: Path) 
     starts = [r.start_time for r in trace.reports]
     assert len(starts) == 2 and max(starts) - min(starts) < 0.25, starts
     assert trace.train_s < 1.5 + 1.0  # (the step under way at the deadline ends)
+
+
+@pytest.mark.slow
+def test_a_worker_killed_at_the_start_gate_is_started_again(tiny_root: Path) -> None:
+    """A worker SIGKILLed while it waited for the others to be built: the gate was an Event,
+    whose Condition then waited for the dead worker's wake-up, and the mode hung at go.set()
+    (the suite on a loaded box). The gate is shared memory now: the mode finishes."""
+    cfg, data = hogwild_bench(tiny_root, 2, budget={"max_seconds": 3}, eval={"every_seconds": 1})
+    out: list = []
+    runner = threading.Thread(
+        target=lambda: out.append(run_hogwild_mode(cfg, data, Progress("[test]")))
+    )
+    before = {p.pid for p in mp.active_children()}
+    runner.start()
+    deadline = time.time() + 60
+    while not {p.pid for p in mp.active_children()} - before and time.time() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)  # built, or nearly: at the gate while the other is built
+    os.kill(min({p.pid for p in mp.active_children()} - before), signal.SIGKILL)
+    runner.join(timeout=120)
+    assert not runner.is_alive()
+    assert out[0].faults.worker_restarts == 1

@@ -43,16 +43,17 @@ def _hogwild_main(
     server: HogwildServer,
     out: mp.Queue,
     trainer: tuple[int, str | None],
-    gate: tuple[int, Any, Any, Any],
+    gate: tuple[int, Any, Any],
 ) -> None:
     # a trainer that ends without stopping us (SIGKILL; an interrupt's kill comes first)
     threading.Thread(target=watch_trainer, args=trainer, name="rltrain-watch", daemon=True).start()
     worker = SupervisedWorker(spec, data)
     server.optimizer()  # start-up, not training time
-    i, ready, go, deadline = gate
+    i, ready, start = gate
     ready[i] = 1
-    go.wait()  # every worker built: they train from one moment to one deadline
-    out.put(worker.run(server, deadline=deadline.value or None))
+    while (at := start.value) == 0:  # every worker built: they train from one moment to one
+        time.sleep(0.01)  # deadline (at: its time, or -1 for none)
+    out.put(worker.run(server, deadline=at if at > 0 else None))
 
 
 def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -> ModeTrace:
@@ -76,11 +77,14 @@ def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -
     # explore106: each worker's budget ran from its own start, and starts staggered by seconds
     # under load gave the mode 1.1-4.4x the time of the server modes (whose workers start
     # together, at one deadline): the workers wait at a gate until every one is built
-    ready, go, deadline = ctx.Array("b", cfg.workers), ctx.Event(), ctx.Value("d", 0.0)
+    # a gate of shared memory, no lock: a worker SIGKILLed while it waited at an Event left
+    # the Condition beneath it waiting for that worker's wake-up, and go.set() hung the mode
+    ready = ctx.Array("b", cfg.workers, lock=False)
+    start = ctx.Value("d", 0.0, lock=False)  # 0: wait; then the deadline, or -1: none
 
     def spawn(i: int) -> Any:
         ready[i] = 0  # (a restart before the gate: the gate waits for it again, review87)
-        args = (specs[i], sources[i], server, out, trainer, (i, ready, go, deadline))
+        args = (specs[i], sources[i], server, out, trainer, (i, ready, start))
         p = ctx.Process(target=_hogwild_main, args=args, daemon=True)
         with no_main():  # a user's script without a __main__ guard must not run again
             p.start()
@@ -96,11 +100,9 @@ def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -
     finished = False
     try:
         while len(reports) < len(procs):
-            if not go.is_set() and all(ready):  # (a restarted worker: the time left)
-                deadline.value = (
-                    time.time() + cfg.budget.max_seconds if cfg.budget.max_seconds else 0
-                )
-                go.set()
+            if not start.value and all(ready):  # (a restarted worker: the time left)
+                budget = cfg.budget.max_seconds  # (one 8-byte store: the deadline and the go)
+                start.value = time.time() + budget if budget else -1.0
             with contextlib.suppress(queue.Empty):  # empty: time for a snapshot
                 wait = min(1.0, snapper.due_in()) if training else 0.0  # (the first step: soon)
                 r = out.get(timeout=max(0.05, wait))

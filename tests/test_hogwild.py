@@ -22,6 +22,7 @@ from rltrain.records import GradUpdate
 from rltrain.supervised.config import BenchConfig
 from rltrain.supervised.datasets import SplitDataset, load_dataset
 from rltrain.supervised.local_modes import run_hogwild_mode
+from rltrain.supervised.modes import ModeTrace
 
 
 def test_push_pull_and_rejects_in_process() -> None:
@@ -103,10 +104,9 @@ def hogwild_bench(root: Path, workers: int, **more: object) -> tuple[BenchConfig
     return cfg, load_dataset(cfg.data.dataset, cfg.data.root, False)
 
 
-@pytest.mark.slow
-def test_a_killed_hogwild_worker_is_started_again(tiny_root: Path) -> None:
-    """SIGKILL one worker process mid-mode: it is spawned again and the mode finishes."""
-    cfg, data = hogwild_bench(tiny_root, 2, budget={"max_seconds": 8}, eval={"every_seconds": 1})
+def kill_a_worker(cfg: BenchConfig, data: SplitDataset, up: int, after: float) -> ModeTrace:
+    """The hogwild mode run in a thread, its first worker process SIGKILLed ``after`` seconds
+    once ``up`` of them exist; the mode's trace, once it has finished (it must, in 120 s)."""
     out: list = []
     runner = threading.Thread(
         target=lambda: out.append(run_hogwild_mode(cfg, data, Progress("[test]")))
@@ -114,14 +114,20 @@ def test_a_killed_hogwild_worker_is_started_again(tiny_root: Path) -> None:
     before = {p.pid for p in mp.active_children()}
     runner.start()
     deadline = time.time() + 60
-    while len({p.pid for p in mp.active_children()} - before) < 2 and time.time() < deadline:
-        time.sleep(0.2)
-    time.sleep(2)  # both are training
-    victim = min({p.pid for p in mp.active_children()} - before)
-    os.kill(victim, signal.SIGKILL)
+    while len({p.pid for p in mp.active_children()} - before) < up and time.time() < deadline:
+        time.sleep(0.01)
+    time.sleep(after)
+    os.kill(min({p.pid for p in mp.active_children()} - before), signal.SIGKILL)
     runner.join(timeout=120)
     assert not runner.is_alive()
-    trace = out[0]
+    return out[0]
+
+
+@pytest.mark.slow
+def test_a_killed_hogwild_worker_is_started_again(tiny_root: Path) -> None:
+    """SIGKILL one worker process mid-mode: it is spawned again and the mode finishes."""
+    cfg, data = hogwild_bench(tiny_root, 2, budget={"max_seconds": 8}, eval={"every_seconds": 1})
+    trace = kill_a_worker(cfg, data, up=2, after=2.0)  # (2 s: both are training)
     assert trace.faults.worker_restarts == 1
     # both report; the one started again trains only if its start (a spawned interpreter
     # importing torch, seconds on a loaded machine) ends before the mode's deadline
@@ -209,17 +215,5 @@ def test_a_worker_killed_at_the_start_gate_is_started_again(tiny_root: Path) -> 
     whose Condition then waited for the dead worker's wake-up, and the mode hung at go.set()
     (the suite on a loaded box). The gate is shared memory now: the mode finishes."""
     cfg, data = hogwild_bench(tiny_root, 2, budget={"max_seconds": 3}, eval={"every_seconds": 1})
-    out: list = []
-    runner = threading.Thread(
-        target=lambda: out.append(run_hogwild_mode(cfg, data, Progress("[test]")))
-    )
-    before = {p.pid for p in mp.active_children()}
-    runner.start()
-    deadline = time.time() + 60
-    while not {p.pid for p in mp.active_children()} - before and time.time() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.3)  # built, or nearly: at the gate while the other is built
-    os.kill(min({p.pid for p in mp.active_children()} - before), signal.SIGKILL)
-    runner.join(timeout=120)
-    assert not runner.is_alive()
-    assert out[0].faults.worker_restarts == 1
+    # 0.3 s after the first is forked: built, or nearly, at the gate while the other is built
+    assert kill_a_worker(cfg, data, up=1, after=0.3).faults.worker_restarts == 1

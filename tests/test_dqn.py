@@ -351,24 +351,32 @@ def test_the_dueling_head_is_a_value_plus_centred_advantages_end_to_end(tmp_path
     assert learner.learn(server, replay, 3).applied == 3
 
 
-@pytest.mark.slow
-def test_a_dueling_run_plays_its_checkpoint(tmp_path: Path) -> None:
-    """Evaluations and `rltrain eval` build the run's network from its config.yaml: a dueling
-    checkpoint does not fit a plain Q-network."""
+def played_run(run_dir: Path, **sets: object) -> Path:
+    """A short in-process CartPole Gorila run with ``sets``, whose checkpoint an evaluation
+    plays one game of; its run folder."""
     import rltrain
 
     run = rltrain.train(
         Path(__file__).resolve().parents[1] / "configs" / "cartpole_gorila.yaml",
-        run_dir=tmp_path / "run",
-        dqn__dueling=True,
+        run_dir=run_dir,
         dqn__learning_starts=200,
         runtime__backend="local",
         stop__mean_return=None,
         stop__max_env_steps=1500,
         eval__every_steps=0,
+        **sets,
     )
-    assert "dueling: true" in (run.run_dir / "config.yaml").read_text()
+    assert run.updates > 0
     assert len(rltrain.evaluate(run.run_dir, episodes=1).returns) == 1
+    return run.run_dir
+
+
+@pytest.mark.slow
+def test_a_dueling_run_plays_its_checkpoint(tmp_path: Path) -> None:
+    """Evaluations and `rltrain eval` build the run's network from its config.yaml: a dueling
+    checkpoint does not fit a plain Q-network."""
+    run_dir = played_run(tmp_path / "run", dqn__dueling=True)
+    assert "dueling: true" in (run_dir / "config.yaml").read_text()
 
 
 def test_target_refreshes_copy_or_move_tau_of_the_way() -> None:

@@ -78,9 +78,12 @@ def policy_builder(cfg: TrainConfig) -> Callable[..., ActorCritic]:
 
 def model_builder(cfg: TrainConfig) -> Callable[..., nn.Module]:
     """The run's network builder, ``build(kind, obs_shape, actions, hidden)``: the Q-network
-    (with ``dqn.dueling``'s head) or :func:`policy_builder`'s actor-critic."""
+    (with ``dqn.dueling``'s and ``dqn.atoms``' heads) or :func:`policy_builder`'s actor-critic."""
     if cfg.algo_spec.q_network:
-        return functools.partial(build_qnet, dueling=cfg.dqn.dueling)
+        d = cfg.dqn
+        return functools.partial(
+            build_qnet, dueling=d.dueling, atoms=d.atoms, v_min=d.v_min, v_max=d.v_max
+        )
     return policy_builder(cfg)
 
 

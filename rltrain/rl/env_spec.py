@@ -206,12 +206,13 @@ def check_fits(
     expected = ShardLayout(params.numel(), cfg.server.shards).sizes
     if sizes != expected:
         shapes = ("env.frame_stack:", "env.image_size:", "env.wrappers:", "env.kwargs")
-        nets = ("model.", "dqn.dueling:")  # (explore95: dueling's head went unnamed)
-        why = [c for c in changes if c.startswith((*nets, "server.shards:", *shapes))]
-        was = ((state.get("config") or {}).get("dqn") or {}).get("dueling", cfg.dqn.dueling)
-        if was != cfg.dqn.dueling and not any(c.startswith("dqn.dueling:") for c in why):
-            # (the resume's changes hold no dqn key: told apart, against config.yaml)
-            why.append(f"dqn.dueling: {str(was).lower()} -> {str(cfg.dqn.dueling).lower()}")
+        heads = ("dqn.dueling:", "dqn.atoms:")  # (explore95: dueling's head went unnamed)
+        why = [c for c in changes if c.startswith(("model.", *heads, "server.shards:", *shapes))]
+        saved = (state.get("config") or {}).get("dqn") or {}
+        for key in ("dueling", "atoms"):  # (the resume's changes hold no dqn key: told apart)
+            now, was = getattr(cfg.dqn, key), saved.get(key, getattr(cfg.dqn, key))
+            if was != now and not any(c.startswith(f"dqn.{key}:") for c in why):
+                why.append(f"dqn.{key}: {str(was).lower()} -> {str(now).lower()}")
         said = f"this resume changes {'; '.join(why)}; " if why else ""
         raise CheckpointError(
             f"{path} holds {len(sizes)} shard(s) of {sum(sizes)} parameters; this config needs "

@@ -12,7 +12,7 @@ import copy
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 import numpy as np
 import torch
@@ -23,7 +23,8 @@ from rltrain.ps.server import Server
 from rltrain.records import GradUpdate, Params, PushResult, tensor_of
 from rltrain.replay import SampledBatch, TransitionBlock
 from rltrain.rl.actor import acting_setup, frame_stack_of, load_params, model_builder
-from rltrain.rl.algos.dqn import DoubleDQNLoss
+from rltrain.rl.algos.dqn import dqn_loss_of
+from rltrain.rl.algos.models import QNetwork
 from rltrain.rl.config import TrainConfig, waits_at_barrier
 from rltrain.rl.device import pick_device
 from rltrain.rl.exchange import record_push, round_end
@@ -202,11 +203,10 @@ class DQNLearner:
         self.learner_id = learner_id
         self.device = pick_device(gpu, f"learner {learner_id}")
         build = model_builder(cfg)
-        self.online = build(cfg.model.kind, obs_shape, num_actions, cfg.model.hidden).to(
-            self.device
-        )
+        net = build(cfg.model.kind, obs_shape, num_actions, cfg.model.hidden)
+        self.online = cast(QNetwork, net.to(self.device))
         self.target = copy.deepcopy(self.online)
-        self.loss = DoubleDQNLoss(cfg)
+        self.loss = dqn_loss_of(cfg)
         self.target_version = -(10**9)
         self.params: Params | None = None
         self.rng = np.random.default_rng(cfg.seed + 7919 * (learner_id + 1))
@@ -321,21 +321,16 @@ class DQNLearner:
     def gradient(self, batch: SampledBatch) -> tuple[torch.Tensor, LossStats, np.ndarray, float]:
         """Flat gradient [P] of the importance-weighted Huber TD loss, with its TD errors."""
         dev = self.device
-        obs = tensor_of(batch.obs).to(dev)
-        next_obs = tensor_of(batch.next_obs).to(dev)
-        actions = tensor_of(batch.actions).to(dev)
-        with torch.no_grad():
-            next_online, next_target = self.online(next_obs), self.target(next_obs)
-        q = self.online(obs)
         # done is terminated only: a time-limit cut is no terminal and bootstraps from its
         # final observation, which the replay returns as its next_obs (Pardo et al. 2018)
-        loss, td = self.loss(
-            q,
-            actions,
+        loss, td, q_mean = self.loss(
+            self.online,
+            self.target,
+            tensor_of(batch.obs).to(dev),
+            tensor_of(batch.next_obs).to(dev),
+            tensor_of(batch.actions).to(dev),
             tensor_of(batch.rewards).to(dev),
             tensor_of(batch.done).to(dev),
-            next_online,
-            next_target,
             tensor_of(batch.weights).to(dev),
             tensor_of(batch.steps).to(dev),
         )
@@ -343,4 +338,4 @@ class DQNLearner:
         loss.backward()
         grad, norm = clipped_flat_grad(self.online, self.cfg.algo.max_grad_norm)
         stats = LossStats(grad_norm=float(norm), td=float(loss.detach()))
-        return grad, stats, td.cpu().numpy(), float(q.detach().mean())
+        return grad, stats, td.cpu().numpy(), float(q_mean)

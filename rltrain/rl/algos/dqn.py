@@ -1,7 +1,8 @@
 """Gorila DQN (Nair et al. 2015): epsilon-greedy actors fill a replay memory that learners
 sample, each pushing the gradient of the double-DQN loss (van Hasselt et al. 2016) on its
-minibatch: the Huber loss on the TD error (Mnih et al. 2015), importance-weighted under
-prioritised replay (Schaul et al. 2016). Its sections: ``dqn`` and ``replay``.
+minibatch: the Huber loss on the TD error (Mnih et al. 2015), or with ``dqn.atoms`` the
+cross-entropy of C51's distribution of returns (Bellemare et al. 2017), importance-weighted
+under prioritised replay (Schaul et al. 2016). Its sections: ``dqn`` and ``replay``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from rltrain.rl.algos.base import AlgoSpec, RunSettings, register_algo
 
 if TYPE_CHECKING:
     import torch
+
+    from rltrain.rl.algos.models import QNetwork
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,17 @@ is no part of a checkpoint: a resumed run's starts as a copy."""
     dueling: bool = False
     """The dueling head (Wang et al. 2016; Ape-X's): a state value V(s) and advantages A(s, a)
     on the torso, Q = V + A - mean_a A. A run saves it in config.yaml; it plays with its own."""
+    atoms: int = field(default=1, metadata=spec(ge=1))
+    """1: one Q-value per action; more: a distribution of returns per action over this many
+    atoms evenly spaced from v_min to v_max, learned by the cross-entropy to the projected
+    double-DQN target (C51, Bellemare et al. 2017; Rainbow's 51, Hessel et al. 2018). Acting
+    reads its mean. A run saves it in config.yaml; it plays with its own."""
+    v_min: float = -10.0
+    """atoms > 1: the lowest return an atom stands for (returns beyond the support count as
+    its end). -10..10 suits clipped rewards at gamma 0.99 (Atari, Bellemare et al. 2017);
+    bound other envs' discounted returns (CartPole-v1 at gamma 0.99: 0..100)."""
+    v_max: float = 10.0
+    """atoms > 1: the highest return an atom stands for."""
 
 
 @dataclass(frozen=True)
@@ -95,19 +109,78 @@ class DoubleDQNLoss:
 
     def __call__(
         self,
-        q: torch.Tensor,  # [N, A] online network at s
+        online: QNetwork,
+        target: QNetwork,
+        obs: torch.Tensor,  # [N, *obs] s
+        next_obs: torch.Tensor,  # [N, *obs] s' (s_{t+k} of n-step returns)
         actions: torch.Tensor,  # [N] int64
         rewards: torch.Tensor,  # [N]
         done: torch.Tensor,  # [N] bool: terminated
-        next_q_online: torch.Tensor,  # [N, A] (no grad)
-        next_q_target: torch.Tensor,  # [N, A] (no grad)
         weights: torch.Tensor,  # [N] importance weights (1 for uniform replay)
         steps: torch.Tensor | None = None,  # [N] int64 k of n-step returns (None: 1)
-    ) -> tuple[torch.Tensor, torch.Tensor]:  # [] loss, [N] TD errors (detached)
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # [] loss, [N] priority, [] mean Q
+        """The loss, each transition's TD error (what prioritised replay ranks by) and the
+        mean Q at s (detached)."""
+        import torch
+
         from rltrain.rl.algos.losses import double_dqn_targets, dqn_loss
 
-        targets = double_dqn_targets(rewards, done, next_q_online, next_q_target, self.gamma, steps)
-        return dqn_loss(q, actions, targets, weights)
+        with torch.no_grad():
+            next_online, next_target = online(next_obs), target(next_obs)  # [N, A] each
+        q = online(obs)  # [N, A]
+        targets = double_dqn_targets(rewards, done, next_online, next_target, self.gamma, steps)
+        loss, td = dqn_loss(q, actions, targets, weights)
+        return loss, td, q.detach().mean()
+
+
+class CategoricalDQNLoss(DoubleDQNLoss):
+    """C51's loss (Bellemare et al. 2017) with Rainbow's double-DQN choice (Hessel et al.
+    2018): the online network's mean picks a' at s', the target network's distribution of
+    a' is moved by the (n-step) rewards and projected onto the atoms, and the cross-entropy
+    of the online distribution at the action taken against it is the loss and the priority."""
+
+    def __call__(
+        self,
+        online: QNetwork,
+        target: QNetwork,
+        obs: torch.Tensor,
+        next_obs: torch.Tensor,
+        actions: torch.Tensor,
+        rewards: torch.Tensor,
+        done: torch.Tensor,
+        weights: torch.Tensor,
+        steps: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        import torch
+
+        from rltrain.rl.algos.losses import categorical_loss, categorical_targets
+
+        with torch.no_grad():
+            best = online(next_obs).argmax(1)  # [N] a' by the online mean
+            next_probs = target.log_probs(next_obs).exp()  # [N, A, K]
+            chosen = next_probs[torch.arange(best.numel(), device=best.device), best]  # [N, K]
+            targets = categorical_targets(
+                rewards, done, chosen, online.support, self.gamma, steps
+            )  # [N, K]
+        log_probs = online.log_probs(obs)  # [N, A, K]
+        loss, ce = categorical_loss(log_probs, actions, targets, weights)
+        q = (log_probs.detach().exp() * online.support).sum(-1)  # [N, A]
+        return loss, ce, q.mean()
+
+
+def dqn_loss_of(cfg: Any) -> DoubleDQNLoss:
+    """The run's loss: C51's where ``dqn.atoms`` > 1, else the double-DQN Huber loss."""
+    return CategoricalDQNLoss(cfg) if cfg.dqn.atoms > 1 else DoubleDQNLoss(cfg)
+
+
+def check_support(cfg: Any) -> None:
+    """C51's atoms span a range of returns."""
+    dqn = cfg.section("dqn")
+    if dqn.atoms > 1 and not dqn.v_min < dqn.v_max:
+        raise ValueError(
+            f"dqn.v_min={dqn.v_min:g}, dqn.v_max={dqn.v_max:g}: the atoms' returns run from "
+            "v_min up to v_max, so v_min must be below v_max"
+        )
 
 
 def check_replay(cfg: Any) -> None:
@@ -151,7 +224,7 @@ DQN = register_algo(
         normalizes=False,
         sections=("algo", "dqn", "replay"),
         options={"dqn": DQNConfig, "replay": ReplayConfig},
-        checks=(check_replay,),
+        checks=(check_replay, check_support),
         summary="Gorila DQN (Nair et al. 2015)",
     ),
     built_in=True,

@@ -296,3 +296,47 @@ def dqn_loss(
     td = targets.detach() - q_a
     loss = (weights * F.smooth_l1_loss(q_a, targets.detach(), reduction="none")).mean()
     return loss, td.detach()
+
+
+@torch.no_grad()
+def categorical_targets(
+    rewards: torch.Tensor,  # [N]
+    done: torch.Tensor,  # [N] bool: terminal, no bootstrap
+    next_probs: torch.Tensor,  # [N, K] the target network's distribution at s', chosen action
+    support: torch.Tensor,  # [K] the atoms' returns z_0 < ... < z_{K-1}, evenly spaced
+    gamma: float,
+    steps: torch.Tensor | None = None,  # [N] int64 k of n-step returns (None: 1)
+) -> torch.Tensor:  # [N, K]
+    """C51's target distribution (Bellemare et al. 2017, Algorithm 1): each atom moved to
+    r + gamma^k z_j, clipped to the support, its probability split between the two atoms
+    nearest (the projection onto the support). An atom that lands exactly on one keeps all of
+    its probability there (Algorithm 1 as printed gives it to neither: floor = ceil)."""
+    k = support.numel()
+    v_min, v_max = float(support[0]), float(support[-1])
+    dz = (v_max - v_min) / (k - 1)
+    discount = gamma if steps is None else gamma ** steps.to(rewards.dtype)  # [] or [N]
+    bootstrap = (discount * (~done).float()).reshape(-1, 1)  # [N, 1]
+    moved = (rewards.reshape(-1, 1) + bootstrap * support).clamp(v_min, v_max)  # [N, K]
+    b = (moved - v_min) / dz  # [N, K] in [0, K - 1]
+    lower, upper = b.floor().long(), b.ceil().long()
+    upper_share = b - lower.float()  # [N, K] 0 where b is an atom: all to lower
+    out = torch.zeros_like(next_probs)
+    out.scatter_add_(1, lower, next_probs * (1.0 - upper_share))
+    out.scatter_add_(1, upper, next_probs * upper_share)
+    return out
+
+
+def categorical_loss(
+    log_probs: torch.Tensor,  # [N, A, K] online network at s
+    actions: torch.Tensor,  # [N] int64
+    targets: torch.Tensor,  # [N, K] (no grad)
+    weights: torch.Tensor,  # [N] importance weights (1 for uniform replay)
+) -> tuple[torch.Tensor, torch.Tensor]:  # [] loss, [N] cross-entropies (detached)
+    """C51's loss: the cross-entropy of the projected target distribution against the online
+    one at the action taken (Bellemare et al. 2017, Algorithm 1), importance-weighted. The
+    per-sample cross-entropy is what prioritised replay ranks by, as Dopamine's and Kaixhin's
+    Rainbow do (Hessel et al. 2018 name the KL, less the target's entropy)."""
+    index = actions.reshape(-1, 1, 1).expand(-1, 1, log_probs.shape[-1])  # [N, 1, K]
+    log_p = log_probs.gather(1, index).squeeze(1)  # [N, K]
+    ce = -(targets.detach() * log_p).sum(-1)  # [N]
+    return (weights * ce).mean(), ce.detach()

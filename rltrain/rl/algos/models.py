@@ -189,22 +189,47 @@ class ActorCritic(nn.Module):
 
 class QNetwork(nn.Module):
     """Action values on the same torso (DQN, Gorila); ``dueling``: from a value and advantages
-    (Wang et al. 2016)."""
+    (Wang et al. 2016); ``atoms`` > 1: a categorical distribution of returns per action over
+    ``atoms`` fixed values from ``v_min`` to ``v_max`` (C51, Bellemare et al. 2017), whose
+    means are the action values that acting reads."""
 
-    def __init__(self, torso: nn.Module, num_actions: int, dueling: bool = False) -> None:
+    def __init__(
+        self,
+        torso: nn.Module,
+        num_actions: int,
+        dueling: bool = False,
+        atoms: int = 1,
+        v_min: float = -10.0,
+        v_max: float = 10.0,
+    ) -> None:
         super().__init__()
+        width = cast(int, torso.out_dim)
         self.torso = torso
-        self.q = nn.Linear(cast(int, torso.out_dim), num_actions)  # (dueling: advantages)
-        self.value = nn.Linear(cast(int, torso.out_dim), 1) if dueling else None
+        self.num_actions, self.atoms = num_actions, atoms
+        self.q = nn.Linear(width, num_actions * atoms)  # (dueling: advantages)
+        self.value = nn.Linear(width, atoms) if dueling else None
+        self.support: torch.Tensor  # [K] the returns the atoms stand for (a buffer: not learned)
+        self.register_buffer("support", torch.linspace(v_min, v_max, atoms))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:  # [N, *obs] -> [N, A]
+        if self.atoms == 1:
+            return self._scores(obs).squeeze(-1)
+        # Q(s, a) = sum_k z_k p_k(s, a): the distribution's mean (Bellemare et al. 2017, eq. 1)
+        return (self.log_probs(obs).exp() * self.support).sum(-1)
+
+    def log_probs(self, obs: torch.Tensor) -> torch.Tensor:  # [N, *obs] -> [N, A, K]
+        """C51: the log-probabilities of the atoms, for each action (float32)."""
+        return self._scores(obs).float().log_softmax(-1)
+
+    def _scores(self, obs: torch.Tensor) -> torch.Tensor:  # [N, *obs] -> [N, A, K]
         h = self.torso(obs)  # [N, H]
+        a = self.q(h).view(h.shape[0], self.num_actions, self.atoms)  # [N, A, K]
         if self.value is None:
-            return self.q(h)
-        a = self.q(h)  # [N, A]
-        # Q = V + (A - mean_a A): Wang et al. 2016, eq. 9 (the mean makes V and A identifiable
-        # and steadier to learn than the max of eq. 8)
-        return self.value(h) + a - a.mean(-1, keepdim=True)
+            return a
+        # V + (A - mean_a A): Wang et al. 2016, eq. 9 (the mean makes V and A identifiable and
+        # steadier to learn than the max of eq. 8); per atom, before the softmax, as Rainbow's
+        # distributional dueling head (Hessel et al. 2018)
+        return self.value(h).unsqueeze(1) + a - a.mean(1, keepdim=True)
 
 
 def build_policy(
@@ -237,10 +262,15 @@ def build_qnet(
     hidden: int,
     precision: str = "fp32",
     dueling: bool = False,
+    atoms: int = 1,
+    v_min: float = -10.0,
+    v_max: float = 10.0,
 ) -> QNetwork:
-    """One Q-value per discrete action (a Box has no finite set of actions to rate)."""
+    """One Q-value (or, with ``atoms`` > 1, a distribution of returns) per discrete action
+    (a Box has no finite set of actions to rate)."""
     if isinstance(actions, ActionSpace):
         if actions.vector:  # (MultiDiscrete: a Q per joint action, prod(nvec) heads)
             raise ValueError(f"a Q-network needs Discrete actions, not {actions.describe()}")
         actions = actions.n
-    return QNetwork(build_torso(kind, obs_shape, hidden, precision), actions, dueling)
+    torso = build_torso(kind, obs_shape, hidden, precision)
+    return QNetwork(torso, actions, dueling, atoms, v_min, v_max)

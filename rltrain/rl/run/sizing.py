@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from rltrain.config import ConfigError
 from rltrain.envs import env_groups
-from rltrain.rl.config import TrainConfig, server_settings
+from rltrain.rl.config import DQNConfig, TrainConfig, server_settings
 
 if TYPE_CHECKING:
     from rltrain.rl.env_spec import EnvSpec
@@ -101,6 +101,15 @@ def describe_sizes(cfg: TrainConfig, asked_replay: int = 0) -> str:
     return ", ".join(parts)
 
 
+def describe_head(d: DQNConfig) -> str:
+    """dqn's head where it is more than one Q-value per action: ``a dueling C51 head (51
+    atoms on [-10, 10]); ``."""
+    kind = "a dueling" if d.dueling else "a"
+    if d.atoms > 1:
+        return f"{kind} C51 head ({d.atoms} atoms on [{d.v_min:g}, {d.v_max:g}]); "
+    return f"{kind} head; " if d.dueling else ""
+
+
 def describe_batch(cfg: TrainConfig) -> str:
     """What a learn takes, for the run's first lines: ``batch: 15 actors x 16 envs x 64
     steps; each learn 1024 samples, 4 epochs x 4 minibatches of 256; adam lr 0.00025`` and
@@ -111,8 +120,8 @@ def describe_batch(cfg: TrainConfig) -> str:
         d = cfg.dqn
         return (
             f"batch: {n(cfg.actors, 'actor')} x {n(envs, 'env')} "
-            f"({n(cfg.actors * envs, 'env')}); learners sample minibatches of {d.batch_size} "
-            f"from the replay once it holds {d.learning_starts:,} transitions "
+            f"({n(cfg.actors * envs, 'env')}); {describe_head(d)}learners sample minibatches "
+            f"of {d.batch_size} from the replay once it holds {d.learning_starts:,} transitions "
             f"(dqn.learning_starts; the memory is not checkpointed: a resume fills it again); "
             f"{describe_lr(cfg)}"
         )

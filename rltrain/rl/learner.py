@@ -314,10 +314,11 @@ class Learner:
     def note_clipped(self, stats: WorkStats, r: Rollout) -> None:
         """A Box's share of the actions of ``r``, just added to ``stats``, that the action map
         clipped (``policy/actions_clipped``): the mean over the call's rollouts, by env steps.
-        Read on the host (a rollout on a GPU is not waited for: none then)."""
-        if self.space is None or r.actions.device.type != "cpu" or not stats.env_steps:
+        Called once ``r``'s pushes are done, whose statistics' read waited for the device: a
+        rollout on a GPU is copied without a wait of its own (note89: it was not counted)."""
+        if self.space is None or not stats.env_steps:
             return
-        share, before = self.space.clipped(r.actions.numpy()), stats.env_steps - r.env_steps
+        share, before = self.space.clipped(r.actions.cpu().numpy()), stats.env_steps - r.env_steps
         stats.clipped = (before * (stats.clipped or 0.0) + r.env_steps * share) / stats.env_steps
 
     # --- the IMPALA/APPO learner step -------------------------------------------------------
@@ -338,7 +339,6 @@ class Learner:
             batch = stack(list(rollouts))
         stats = WorkStats(actor_lag=[max(0, params.version - batch.version)])
         stats.add_rollout(batch)  # with the actors' phases
-        self.note_clipped(stats, batch)
         barrier = waits_at_barrier(self.cfg)
         self.params = push_gradients(
             self,
@@ -350,6 +350,7 @@ class Learner:
             barrier,
             restore_epoch=params.restore_epoch,
         )
+        self.note_clipped(stats, batch)  # (after the pushes' wait for the device)
         if self.loss.minibatched:
             stats.epochs = self.epochs_run
         perf.merge(stats.phases, self.timer.take())

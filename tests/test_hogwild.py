@@ -8,7 +8,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -21,7 +23,7 @@ from rltrain.ps.hogwild import HogwildServer
 from rltrain.records import GradUpdate
 from rltrain.supervised.config import BenchConfig
 from rltrain.supervised.datasets import SplitDataset, load_dataset
-from rltrain.supervised.local_modes import run_hogwild_mode
+from rltrain.supervised.local_modes import StartGate, run_hogwild_mode
 from rltrain.supervised.modes import ModeTrace
 
 
@@ -220,3 +222,45 @@ def test_a_worker_killed_at_the_start_gate_is_started_again(tiny_root: Path) -> 
     cfg, data = hogwild_bench(tiny_root, 2, budget={"max_seconds": 3}, eval={"every_seconds": 1})
     # 0.3 s after the first is forked: built, or nearly, at the gate while the other is built
     assert kill_a_worker(cfg, data, up=1, after=0.3).faults.worker_restarts == 1
+
+
+def _wait_at_gate(gate: StartGate, i: int, out: Any) -> None:
+    out.put((i, gate.arrive(i)))
+
+
+def test_the_start_gate_opens_for_the_living_after_a_waiter_is_killed() -> None:
+    """Deterministic: worker 0 waits at the gate and is SIGKILLed there; its restart and
+    worker 1 arrive, the mode opens the gate (an Event's set() hung here: note89's script
+    /tmp/pc/evtest.py), and both get the one deadline."""
+    ctx = mp.get_context("fork")
+    gate, out = StartGate(ctx, 2), ctx.Queue()
+
+    def start(i: int) -> Any:
+        gate.expect(i)
+        p = ctx.Process(target=_wait_at_gate, args=(gate, i, out), daemon=True)
+        p.start()
+        return p
+
+    def until(cond: Callable[[], bool]) -> None:
+        deadline = time.time() + 30
+        while not cond() and time.time() < deadline:
+            time.sleep(0.01)
+        assert cond()
+
+    first = start(0)
+    until(lambda: gate.ready[0] == 1)  # at the gate
+    os.kill(first.pid, signal.SIGKILL)
+    first.join()
+    gate.open_when_ready(5.0)
+    assert gate.start.value == 0  # worker 1 is not built: shut
+    procs = [start(0), start(1)]
+    until(lambda: all(gate.ready))
+    opener = threading.Thread(target=gate.open_when_ready, args=(5.0,))
+    opener.start()
+    opener.join(timeout=10)
+    assert not opener.is_alive()
+    got = dict(out.get(timeout=30) for _ in procs)
+    assert got[0] == got[1] == gate.start.value > time.time()  # one deadline, in the future
+    for p in procs:
+        p.join(timeout=10)
+        assert p.exitcode == 0

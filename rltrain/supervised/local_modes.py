@@ -37,23 +37,50 @@ from rltrain.supervised.sharding import ShardSource
 from rltrain.supervised.worker import SupervisedWorker, WorkerReport, WorkerSpec
 
 
+class StartGate:
+    """Hogwild's workers train from one moment to one deadline: each says it is built and
+    waits; the mode opens the gate once every one has (explore106: each worker's budget ran
+    from its own start, and starts staggered by seconds under load gave the mode 1.1-4.4x
+    the time of the server modes). Shared memory, no lock: a worker SIGKILLed while it waited
+    at an Event left the Condition beneath it waiting for that worker's wake-up, and
+    ``go.set()`` hung the mode."""
+
+    def __init__(self, ctx: Any, workers: int) -> None:
+        self.ready = ctx.Array("b", workers, lock=False)
+        self.start = ctx.Value("d", 0.0, lock=False)  # 0: wait; then the deadline, or -1: none
+
+    def arrive(self, i: int) -> float | None:
+        """Worker ``i`` is built: wait for the gate; the deadline (None: none)."""
+        self.ready[i] = 1
+        while (at := self.start.value) == 0:
+            time.sleep(0.01)
+        return at if at > 0 else None
+
+    def expect(self, i: int) -> None:
+        """Worker ``i`` is (re)started: a gate still shut waits for it again (review87)."""
+        self.ready[i] = 0
+
+    def open_when_ready(self, budget: float | None) -> None:
+        """Open the gate once every worker is at it, with ``budget`` seconds from now (one
+        8-byte store: the deadline and the go); a worker restarted later gets the time left."""
+        if not self.start.value and all(self.ready):
+            self.start.value = time.time() + budget if budget else -1.0
+
+
 def _hogwild_main(
     spec: WorkerSpec,
     data: ShardSource,
     server: HogwildServer,
     out: mp.Queue,
     trainer: tuple[int, str | None],
-    gate: tuple[int, Any, Any],
+    gate: tuple[StartGate, int],
 ) -> None:
     # a trainer that ends without stopping us (SIGKILL; an interrupt's kill comes first)
     threading.Thread(target=watch_trainer, args=trainer, name="rltrain-watch", daemon=True).start()
     worker = SupervisedWorker(spec, data)
     server.optimizer()  # start-up, not training time
-    i, ready, start = gate
-    ready[i] = 1
-    while (at := start.value) == 0:  # every worker built: they train from one moment to one
-        time.sleep(0.01)  # deadline (at: its time, or -1 for none)
-    out.put(worker.run(server, deadline=at if at > 0 else None))
+    start, i = gate
+    out.put(worker.run(server, deadline=start.arrive(i)))
 
 
 def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -> ModeTrace:
@@ -74,17 +101,11 @@ def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -
     faults = FaultCounters()
 
     trainer = (os.getpid(), forkstart.socket_path())
-    # explore106: each worker's budget ran from its own start, and starts staggered by seconds
-    # under load gave the mode 1.1-4.4x the time of the server modes (whose workers start
-    # together, at one deadline): the workers wait at a gate until every one is built
-    # a gate of shared memory, no lock: a worker SIGKILLed while it waited at an Event left
-    # the Condition beneath it waiting for that worker's wake-up, and go.set() hung the mode
-    ready = ctx.Array("b", cfg.workers, lock=False)
-    start = ctx.Value("d", 0.0, lock=False)  # 0: wait; then the deadline, or -1: none
+    gate = StartGate(ctx, cfg.workers)
 
     def spawn(i: int) -> Any:
-        ready[i] = 0  # (a restart before the gate: the gate waits for it again, review87)
-        args = (specs[i], sources[i], server, out, trainer, (i, ready, start))
+        gate.expect(i)
+        args = (specs[i], sources[i], server, out, trainer, (gate, i))
         p = ctx.Process(target=_hogwild_main, args=args, daemon=True)
         with no_main():  # a user's script without a __main__ guard must not run again
             p.start()
@@ -100,9 +121,7 @@ def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -
     finished = False
     try:
         while len(reports) < len(procs):
-            if not start.value and all(ready):  # (a restarted worker: the time left)
-                budget = cfg.budget.max_seconds  # (one 8-byte store: the deadline and the go)
-                start.value = time.time() + budget if budget else -1.0
+            gate.open_when_ready(cfg.budget.max_seconds)
             with contextlib.suppress(queue.Empty):  # empty: time for a snapshot
                 wait = min(1.0, snapper.due_in()) if training else 0.0  # (the first step: soon)
                 r = out.get(timeout=max(0.05, wait))

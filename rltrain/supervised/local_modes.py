@@ -3,16 +3,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
-import queue
 import threading
 import time
+from multiprocessing import connection
+from multiprocessing.connection import Connection
 from typing import Any
 
 import torch
-import torch.multiprocessing as mp
 from torch.nn.utils import parameters_to_vector
 
 from rltrain.faults import FaultCounters, RunFailed
@@ -71,7 +70,7 @@ def _hogwild_main(
     spec: WorkerSpec,
     data: ShardSource,
     server: HogwildServer,
-    out: mp.Queue,
+    out: Connection,
     trainer: tuple[int, str | None],
     gate: tuple[StartGate, int],
 ) -> None:
@@ -80,7 +79,8 @@ def _hogwild_main(
     worker = SupervisedWorker(spec, data)
     server.optimizer()  # start-up, not training time
     start, i = gate
-    out.put(worker.run(server, deadline=start.arrive(i)))
+    out.send(worker.run(server, deadline=start.arrive(i)))
+    out.close()
 
 
 def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -> ModeTrace:
@@ -97,7 +97,10 @@ def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -
     optimizer = corrected_optimizer(cfg.optimizer, specs[0].server, cfg.workers)
     server = HogwildServer(initial_params(cfg, data), optimizer)
     sources = shards(cfg, cfg.workers)
-    out: mp.Queue = ctx.Queue()
+    # each worker's report on a pipe of its own: a worker SIGKILLed while its put to a shared
+    # Queue held the queue's write lock kept it, and every other report waited for it (the
+    # workers never exited: /tmp/pc/qtest.py)
+    pipes: dict[int, Connection] = {}
     faults = FaultCounters()
 
     trainer = (os.getpid(), forkstart.socket_path())
@@ -105,10 +108,13 @@ def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -
 
     def spawn(i: int) -> Any:
         gate.expect(i)
-        args = (specs[i], sources[i], server, out, trainer, (gate, i))
+        reader, writer = ctx.Pipe(duplex=False)
+        pipes[i] = reader
+        args = (specs[i], sources[i], server, writer, trainer, (gate, i))
         p = ctx.Process(target=_hogwild_main, args=args, daemon=True)
         with no_main():  # a user's script without a __main__ guard must not run again
             p.start()
+        writer.close()  # (the child's end)
         return p
 
     snapper = Snapshotter(
@@ -122,12 +128,16 @@ def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -
     try:
         while len(reports) < len(procs):
             gate.open_when_ready(cfg.budget.max_seconds)
-            with contextlib.suppress(queue.Empty):  # empty: time for a snapshot
-                wait = min(1.0, snapper.due_in()) if training else 0.0  # (the first step: soon)
-                r = out.get(timeout=max(0.05, wait))
-                reports[r.worker_id] = r
+            wait = min(1.0, snapper.due_in()) if training else 0.0  # (the first step: soon)
+            waiting = [c for i, c in pipes.items() if i not in reports]
+            connection.wait(waiting, timeout=max(0.05, wait))  # none: time for a snapshot
             for i, p in enumerate(procs):
-                if i in reports or p.is_alive() or not out.empty():
+                if i in reports:
+                    continue
+                alive = p.is_alive()  # (before the read: a report sent before the exit is read)
+                if (r := _report(pipes[i])) is not None:
+                    reports[i] = r
+                if i in reports or alive:
                     continue
                 limit = cfg.faults.max_restarts
                 if 0 <= limit <= faults.worker_restarts:
@@ -158,6 +168,14 @@ def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -
     # report died with it (a killed one: its restart's start is later)
     starts = [r.start_time for r in reports.values()] + [snapper.t0] * training
     return finish_trace("hogwild", begin, snapper, list(reports.values()), faults, min(starts))
+
+
+def _report(pipe: Connection) -> WorkerReport | None:
+    """The report on a worker's pipe; None: none yet, or the worker ended without one."""
+    try:
+        return pipe.recv() if pipe.poll() else None
+    except EOFError:
+        return None
 
 
 class _LiveModel:

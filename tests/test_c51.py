@@ -58,6 +58,22 @@ def test_the_projection_keeps_the_mass_and_the_mean_within_the_support() -> None
     assert torch.allclose(out @ support, rewards + discount * (probs @ support), atol=1e-5)
 
 
+def test_an_atom_moved_to_the_top_of_any_support_stays_on_it() -> None:
+    """review90: float32 put an atom clamped to v_max just above K - 1, and its ceiling past the
+    last atom (an IndexError; on a GPU a device assert) for 20 of a grid of supports."""
+    for k, low, high in [(51, -7.3, 9.9), (51, -10.0, 200.0), (51, -1.0, 3.3), (11, -0.3, 100.0)]:
+        support = torch.linspace(low, high, k)
+        probs = torch.full((3, k), 1.0 / k)
+        out = categorical_targets(
+            torch.tensor([1.0, 5.0, -50.0]),
+            torch.tensor([False, True, False]),
+            probs,
+            support,
+            0.99,
+        )
+        assert torch.allclose(out.sum(-1), torch.ones(3))
+
+
 def test_the_loss_is_the_weighted_cross_entropy_at_the_action_taken() -> None:
     log_probs = torch.randn(2, 3, 4).log_softmax(-1)  # [N, A, K]
     targets = torch.tensor([[0.0, 0.5, 0.5, 0.0], [1.0, 0.0, 0.0, 0.0]])
@@ -94,7 +110,7 @@ def test_the_learner_fits_a_terminal_reward_and_ranks_by_cross_entropy() -> None
     from rltrain.rl.gorila import DQNActor, DQNLearner
 
     c = dataclasses.replace(
-        cfg(atoms=11, v_min=0.0, v_max=100.0),
+        cfg(atoms=11, v_min=0.0, v_max=100.0, n_step=3),
         replay=dataclasses.replace(cfg().replay, prioritized=True),
     )
     server, replay = setup(c)
@@ -141,6 +157,31 @@ def test_a_resume_that_changes_the_atoms_names_them() -> None:
     state = {"shards": [{"param": torch.zeros(10)}], "config": to_dict(was)}
     with pytest.raises(CheckpointError, match=r"this resume changes dqn.atoms: 1 -> 51"):
         check_fits(Path("ckpt.pt"), state, torch.zeros(12), cfg(atoms=51))
+    # a checkpoint from before dqn.atoms had the default, 1 (review90: it named nothing)
+    for key in ("atoms", "v_min", "v_max"):
+        del state["config"]["dqn"][key]
+    with pytest.raises(CheckpointError, match=r"this resume changes dqn.atoms: 1 -> 51"):
+        check_fits(Path("ckpt.pt"), state, torch.zeros(12), cfg(atoms=51))
+
+
+def test_the_support_is_noted_where_it_changes_nothing_or_may_not_fit() -> None:
+    from rltrain.config import load_config
+    from rltrain.rl.config import TrainConfig
+    from rltrain.rl.config.notes import support_notes
+
+    def notes(*sets: str) -> list[str]:
+        return support_notes(load_config(TrainConfig, None, [*DQN, *sets]))
+
+    assert notes("dqn.v_max=100") == [
+        "dqn.v_min=-10, dqn.v_max=100: the range of C51's atoms, read with dqn.atoms > 1 "
+        "only: this run's one Q-value per action changes nothing"
+    ]
+    (note,) = notes("dqn.atoms=51")  # CartPole's returns reach 100
+    assert note.startswith("dqn.atoms=51 on the default dqn.v_min=-10, dqn.v_max=10, which")
+    assert "CartPole-v1's rewards are not clipped" in note
+    assert notes("dqn.atoms=51", "dqn.v_min=0", "dqn.v_max=100") == []
+    assert notes("env.id=ALE/Pong-v5", "dqn.atoms=51") == []  # clipped rewards
+    assert notes() == []
 
 
 def test_the_runs_first_lines_name_the_head() -> None:

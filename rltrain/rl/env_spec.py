@@ -23,11 +23,12 @@ from rltrain.rl.algos import algo_names, algo_spec
 from rltrain.rl.algos.model_kinds import CNN_MIN_SIDE
 from rltrain.rl.algos.models import flat_params
 from rltrain.rl.algos.torsos import check_image_layout, check_torso
-from rltrain.rl.config import TrainConfig
+from rltrain.rl.config import DQNConfig, TrainConfig
 from rltrain.rl.config.notes import (
     in_flight_notes,
     learning_start_notes,
     rule_notes,
+    support_notes,
     unread_notes,
 )
 
@@ -94,6 +95,7 @@ def start_notes(cfg: TrainConfig, spec: EnvSpec, done: Any = None) -> list[str]:
     notes = [*wrapped_notes(cfg.env), *image_notes(cfg, spec), *action_notes(cfg, spec)]
     steps = done.env_steps if done is not None else 0  # (``done``: a resumed run's counters)
     notes += [*rule_notes(cfg), *in_flight_notes(cfg), *learning_start_notes(cfg, steps)]
+    notes += support_notes(cfg)
     return [*notes, *unread_notes(cfg)]
 
 
@@ -210,7 +212,8 @@ def check_fits(
         why = [c for c in changes if c.startswith(("model.", *heads, "server.shards:", *shapes))]
         saved = (state.get("config") or {}).get("dqn") or {}
         for key in ("dueling", "atoms"):  # (the resume's changes hold no dqn key: told apart)
-            now, was = getattr(cfg.dqn, key), saved.get(key, getattr(cfg.dqn, key))
+            # (a run from before the key had its default: review90)
+            now, was = getattr(cfg.dqn, key), saved.get(key, getattr(DQNConfig(), key))
             if was != now and not any(c.startswith(f"dqn.{key}:") for c in why):
                 why.append(f"dqn.{key}: {str(was).lower()} -> {str(now).lower()}")
         said = f"this resume changes {'; '.join(why)}; " if why else ""

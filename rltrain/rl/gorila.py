@@ -319,7 +319,8 @@ class DQNLearner:
                     t.lerp_(o, tau)
 
     def gradient(self, batch: SampledBatch) -> tuple[torch.Tensor, LossStats, np.ndarray, float]:
-        """Flat gradient [P] of the importance-weighted Huber TD loss, with its TD errors."""
+        """Flat gradient [P] of the importance-weighted loss (double DQN's Huber TD loss, or
+        C51's cross-entropy), with each transition's priority (its TD error or cross-entropy)."""
         dev = self.device
         # done is terminated only: a time-limit cut is no terminal and bootstraps from its
         # final observation, which the replay returns as its next_obs (Pardo et al. 2018)

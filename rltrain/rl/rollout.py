@@ -221,7 +221,7 @@ class LossStats:
     policy: float | None = None
     value: float | None = None
     entropy: float | None = None
-    td: float | None = None  # DQN's Huber TD loss
+    td: float | None = None  # DQN's Huber TD loss (dqn.atoms > 1: C51's cross-entropy)
     kl: float | None = None  # ppo/appo: mean KL(pi_old || current policy)
     clip_fraction: float | None = None  # ppo/appo: share of samples whose ratio was clipped
     lag_kl: float | None = None  # impala/appo: mean KL(actors' mu || learner's batch-start pi)

@@ -312,15 +312,17 @@ def categorical_targets(
     nearest (the projection onto the support). An atom that lands exactly on one keeps all of
     its probability there (Algorithm 1 as printed gives it to neither: floor = ceil)."""
     k = support.numel()
-    v_min, v_max = float(support[0]), float(support[-1])
+    v_min, v_max = support[0], support[-1]  # [] each (tensors: no wait for a GPU)
     dz = (v_max - v_min) / (k - 1)
     discount = gamma if steps is None else gamma ** steps.to(rewards.dtype)  # [] or [N]
     bootstrap = (discount * (~done).float()).reshape(-1, 1)  # [N, 1]
-    moved = (rewards.reshape(-1, 1) + bootstrap * support).clamp(v_min, v_max)  # [N, K]
-    b = (moved - v_min) / dz  # [N, K] in [0, K - 1]
+    moved = torch.clamp(rewards.reshape(-1, 1) + bootstrap * support, v_min, v_max)  # [N, K]
+    # in [0, K - 1], clamped again: float32 put an atom at v_max just above K - 1, and its
+    # ceiling K past the last atom (review90: 20 of a grid of supports, e.g. -7.3..9.9)
+    b = ((moved - v_min) / dz).clamp(0, k - 1)  # [N, K]
     lower, upper = b.floor().long(), b.ceil().long()
     upper_share = b - lower.float()  # [N, K] 0 where b is an atom: all to lower
-    out = torch.zeros_like(next_probs)
+    out = torch.zeros_like(next_probs)  # (float32: the replay's rewards)
     out.scatter_add_(1, lower, next_probs * (1.0 - upper_share))
     out.scatter_add_(1, upper, next_probs * upper_share)
     return out

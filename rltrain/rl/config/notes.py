@@ -9,7 +9,7 @@ import dataclasses
 from pathlib import Path
 
 from rltrain.config import read_config
-from rltrain.envs.atari import game_name
+from rltrain.envs.atari import game_name, is_atari
 from rltrain.ps.config import ServerConfig
 from rltrain.rl.algos import section_types
 from rltrain.rl.algos.impala import in_flight_range
@@ -157,3 +157,28 @@ def learning_start_notes(cfg: TrainConfig, done: int = 0) -> list[str]:
         f"dqn.learning_starts={starts} transitions in the replay memory, so it learns nothing; "
         "raise it, or lower dqn.learning_starts"
     ]
+
+
+def support_notes(cfg: TrainConfig) -> list[str]:
+    """Start notes on C51's support (``dqn.v_min``, ``dqn.v_max``): set where one atom reads
+    none of it (review90), and left at the default -10..10, which suits clipped rewards at
+    gamma 0.99, where the rewards are not clipped (a return beyond it counts as its end)."""
+    d = cfg.dqn
+    if cfg.algo_spec.layout != "replay":
+        return []
+    default = type(d)()
+    span = f"dqn.v_min={d.v_min:g}, dqn.v_max={d.v_max:g}"
+    if d.atoms == 1 and (d.v_min, d.v_max) != (default.v_min, default.v_max):
+        return [
+            f"{span}: the range of C51's atoms, read with dqn.atoms > 1 only: this run's one "
+            "Q-value per action changes nothing"
+        ]
+    clipped = is_atari(cfg.env.id, cfg.env.wrappers) and cfg.env.clip_rewards
+    if d.atoms > 1 and (d.v_min, d.v_max) == (default.v_min, default.v_max) and not clipped:
+        return [
+            f"dqn.atoms={d.atoms} on the default {span}, which suits rewards clipped to "
+            f"[-1, 1] at gamma 0.99; {cfg.env.id}'s rewards are not clipped, and a return "
+            "beyond the range counts as its end: set them to the range of its discounted "
+            "returns"
+        ]
+    return []

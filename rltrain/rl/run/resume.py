@@ -64,10 +64,11 @@ frames at its one frame_skip)."""
 
 
 TOLD_ON_RESUME = (
-    *("algo", "ppo", "impala", "env", "model", "optimizer", "normalize", "schedule", "server"),
-    "stop",
+    *("algo", "ppo", "impala", "dqn", "env", "model", "optimizer", "normalize", "schedule"),
+    *("server", "stop"),
 )
-"""Sections whose changes a resume names (actors, runtime and eval are sized or read anew)."""
+"""Sections whose changes a resume names (actors, runtime and eval are sized or read anew;
+replay's shards are sized: review89; dqn's v_min and v_max relabel the atoms: review90)."""
 
 
 FREE = tuple(f"{k}." for k in mapping_keys(TrainConfig))

@@ -152,7 +152,8 @@ def box_key_notes(cfg: TrainConfig, a: ActionSpace) -> list[str]:
     on CartPole, they were saved in config.yaml and changed nothing, unsaid)."""
     env, model = cfg.env, cfg.model
     # (clip: what a run folder older than the key reads as, on every resume: review89)
-    told = [f"env.action_map={env.action_map}"] * (env.action_map not in ("affine", "clip"))
+    unset = (type(env)().action_map, "clip")
+    told = [f"env.action_map={env.action_map}"] * (env.action_map not in unset)
     unlike = model.log_std_init != type(model)().log_std_init
     told += [f"model.log_std_init={model.log_std_init:g}"] * unlike
     if not told:

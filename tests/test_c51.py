@@ -19,7 +19,7 @@ DQN = ["algo.name=dqn", "stop.max_env_steps=1"]
 
 
 def project(reward: float, done: bool, probs: list[float], gamma: float = 1.0) -> list[float]:
-    out = categorical_targets(
+    out, _ = categorical_targets(
         torch.tensor([reward]), torch.tensor([done]), torch.tensor([probs]), SUPPORT, gamma
     )
     return [round(float(x), 6) for x in out[0]]
@@ -52,8 +52,9 @@ def test_the_projection_keeps_the_mass_and_the_mean_within_the_support() -> None
     rewards = torch.rand(64, generator=g) * 0.1 - 0.05  # 0.99 * 10 + 0.05 < 10: none clipped
     done = torch.rand(64, generator=g) < 0.2
     steps = torch.randint(1, 4, (64,), generator=g)
-    out = categorical_targets(rewards, done, probs, support, 0.99, steps)
+    out, beyond = categorical_targets(rewards, done, probs, support, 0.99, steps)
     assert torch.allclose(out.sum(-1), torch.ones(64))
+    assert not beyond.any()
     discount = 0.99 ** steps.float() * (~done).float()
     assert torch.allclose(out @ support, rewards + discount * (probs @ support), atol=1e-5)
 
@@ -64,14 +65,15 @@ def test_an_atom_moved_to_the_top_of_any_support_stays_on_it() -> None:
     for k, low, high in [(51, -7.3, 9.9), (51, -10.0, 200.0), (51, -1.0, 3.3), (11, -0.3, 100.0)]:
         support = torch.linspace(low, high, k)
         probs = torch.full((3, k), 1.0 / k)
-        out = categorical_targets(
-            torch.tensor([1.0, 5.0, -50.0]),
+        out, beyond = categorical_targets(
+            torch.tensor([1.0, 5.0, -500.0]),
             torch.tensor([False, True, False]),
             probs,
             support,
             0.99,
         )
         assert torch.allclose(out.sum(-1), torch.ones(3))
+        assert float(beyond[2]) == pytest.approx(1.0)  # -500 + 0.99 z: below each of these supports
 
 
 def test_the_loss_is_the_weighted_cross_entropy_at_the_action_taken() -> None:
@@ -119,7 +121,8 @@ def test_the_learner_fits_a_terminal_reward_and_ranks_by_cross_entropy() -> None
     learner = DQNLearner(c, spec.obs_shape, spec.num_actions)
     stats = learner.learn(server, replay, 3)
     assert stats.applied == 3 and all(torch.isfinite(torch.tensor(x.td)) for x in stats.losses)
-    assert stats.q_mean > 0  # the mean of a distribution on 0..100
+    assert stats.q_mean is not None and stats.q_mean > 0  # a distribution's mean on 0..100
+    assert stats.support_beyond is not None and 0 <= stats.support_beyond <= 1
 
     # a one-state bandit: the terminal reward 7 is what the mean goes to
     obs = torch.zeros(8, 4)
@@ -127,11 +130,12 @@ def test_the_learner_fits_a_terminal_reward_and_ranks_by_cross_entropy() -> None
     args = (obs, obs, torch.zeros(8, dtype=torch.long), torch.full((8,), 7.0), terminal)
     opt = torch.optim.Adam(learner.online.parameters(), lr=0.01)
     for _ in range(300):
-        loss, ce, _ = learner.loss(learner.online, learner.target, *args, torch.ones(8))
+        terms = learner.loss(learner.online, learner.target, *args, torch.ones(8))
         opt.zero_grad()
-        loss.backward()
+        terms.loss.backward()
         opt.step()
-    assert ce.shape == (8,) and bool((ce >= 0).all())
+    assert terms.priority.shape == (8,) and bool((terms.priority >= 0).all())
+    assert terms.beyond is not None and float(terms.beyond) == 0.0  # 7 lies inside 0..100
     with torch.no_grad():
         assert abs(float(learner.online(obs[:1])[0, 0]) - 7.0) < 0.5
 
@@ -142,6 +146,8 @@ def test_a_support_that_spans_nothing_is_refused() -> None:
 
     with pytest.raises(ValueError, match=r"dqn.v_min=5, dqn.v_max=5: .* v_min must be below"):
         load_config(TrainConfig, None, [*DQN, "dqn.atoms=51", "dqn.v_min=5", "dqn.v_max=5"])
+    with pytest.raises(ValueError, match=r"dqn.v_max=1e\+40: the atoms are float32"):
+        load_config(TrainConfig, None, [*DQN, "dqn.atoms=51", "dqn.v_max=1e40"])  # (explore116)
     # one atom is the expected-value DQN: its support is unused
     load_config(TrainConfig, None, [*DQN, "dqn.v_min=5", "dqn.v_max=5"])
 
@@ -202,3 +208,21 @@ def test_a_c51_run_plays_its_checkpoint(tmp_path: Path) -> None:
     evaluations build the same head from it."""
     run_dir = played_run(tmp_path / "run", dqn__atoms=11, dqn__v_min=0.0, dqn__v_max=100.0)
     assert "atoms: 11" in (run_dir / "config.yaml").read_text()
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "tb"))
+    acc.Reload()
+    assert 0 <= acc.Scalars("dqn/support_beyond")[-1].value <= 1  # (explore116)
+
+
+def test_a_resume_that_moves_the_support_says_what_it_does() -> None:
+    """explore116: v_min/v_max changed on --resume relabel the learned atoms (Q 44.8 -> 91.0)."""
+    from rltrain.config import to_dict
+    from rltrain.rl.run.resume import resume_changes
+
+    was = cfg(atoms=51, v_min=0.0, v_max=100.0)
+    now = cfg(atoms=51, v_min=-10.0, v_max=200.0)
+    changes = resume_changes(Path("ckpt.pt"), to_dict(was), now)
+    assert "dqn.v_max: 100.0 -> 200.0 (the atoms' learned probabilities are read at the new " in (
+        "; ".join(changes)
+    )

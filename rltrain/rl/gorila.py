@@ -238,7 +238,8 @@ class DQNLearner:
             draw = replay.sample(shard, d.batch_size, updates)  # each minibatch on its own
         target = round_end(params.version, updates)  # (a barrier's call ends there)
         pending: Callable[[], tuple[PushResult, Params]] | None = None
-        q_sum, done = 0.0, 0
+        sums: dict[str, float] = {}  # WorkStats' means over the call (q_mean, support_beyond)
+        done = 0
 
         def finish() -> Params:
             assert pending is not None
@@ -251,7 +252,7 @@ class DQNLearner:
             if barrier and params.version >= target:
                 break
             batch = draw.slice(i * d.batch_size, (i + 1) * d.batch_size)
-            update, loss, td, q_mean = self.update(params, batch)
+            update, loss, td, means = self.update(params, batch)
             if self.cfg.replay.prioritized:
                 with timer.phase("exchange"):
                     replay.update_priorities(shard, batch.indices, np.abs(td))
@@ -263,25 +264,28 @@ class DQNLearner:
             if barrier:
                 params, pending = finish(), None
             stats.losses.append(loss)
-            q_sum, done = q_sum + q_mean, done + 1
+            sums = {k: sums.get(k, 0.0) + v for k, v in means.items()}
+            done += 1
         if pending is not None:
             params = finish()
         self.params = params
-        stats.q_mean = q_sum / max(1, done)
+        for k, v in sums.items():
+            setattr(stats, k, v / done)
         stats.phases = timer.take()
         stats.seconds = time.perf_counter() - t
         return stats
 
     def update(
         self, params: Params, batch: SampledBatch
-    ) -> tuple[GradUpdate, LossStats, np.ndarray, float]:
+    ) -> tuple[GradUpdate, LossStats, np.ndarray, dict[str, float]]:
         """The push of one minibatch's gradient at ``params`` (the target network refreshed
-        first where ``dqn.target_update`` versions have passed), its loss, TD errors and mean Q."""
+        first where ``dqn.target_update`` versions have passed), its loss, priorities and the
+        means that WorkStats reports (``q_mean``; C51's ``support_beyond``)."""
         with self.timer.phase("collate"):
             load_params(self.online, params, self.device)
             self.refresh_target(params.version)
         with self.timer.phase("learn"):
-            grad, loss, td, q_mean = self.gradient(batch)
+            grad, loss, td, means = self.gradient(batch)
         update = GradUpdate(
             self.learner_id,
             params.version,
@@ -291,7 +295,7 @@ class DQNLearner:
             restore_epoch=params.restore_epoch,
             finite=math.isfinite(loss.grad_norm),
         )
-        return update, loss, td, q_mean
+        return update, loss, td, means
 
     def refresh_target(self, version: int) -> None:
         """Every ``dqn.target_update`` versions, move the target network ``dqn.target_tau`` of
@@ -318,13 +322,15 @@ class DQNLearner:
                 else:
                     t.lerp_(o, tau)
 
-    def gradient(self, batch: SampledBatch) -> tuple[torch.Tensor, LossStats, np.ndarray, float]:
+    def gradient(
+        self, batch: SampledBatch
+    ) -> tuple[torch.Tensor, LossStats, np.ndarray, dict[str, float]]:
         """Flat gradient [P] of the importance-weighted loss (double DQN's Huber TD loss, or
         C51's cross-entropy), with each transition's priority (its TD error or cross-entropy)."""
         dev = self.device
         # done is terminated only: a time-limit cut is no terminal and bootstraps from its
         # final observation, which the replay returns as its next_obs (Pardo et al. 2018)
-        loss, td, q_mean = self.loss(
+        terms = self.loss(
             self.online,
             self.target,
             tensor_of(batch.obs).to(dev),
@@ -336,7 +342,10 @@ class DQNLearner:
             tensor_of(batch.steps).to(dev),
         )
         self.online.zero_grad(set_to_none=True)
-        loss.backward()
+        terms.loss.backward()
         grad, norm = clipped_flat_grad(self.online, self.cfg.algo.max_grad_norm)
-        stats = LossStats(grad_norm=float(norm), td=float(loss.detach()))
-        return grad, stats, td.cpu().numpy(), float(q_mean)
+        stats = LossStats(grad_norm=float(norm), td=float(terms.loss.detach()))
+        means = {"q_mean": float(terms.q_mean)}
+        if terms.beyond is not None:
+            means["support_beyond"] = float(terms.beyond)
+        return grad, stats, terms.priority.cpu().numpy(), means

@@ -251,6 +251,7 @@ class WorkStats:
     seconds: float = 0.0
     epsilon: float | None = None  # dqn actors: exploration rate now
     q_mean: float | None = None  # dqn learners: mean Q(s, a) of the sampled batches
+    support_beyond: float | None = None  # C51: the targets' probability past the support
     epochs: int | None = None  # appo learners: the epochs run over the batch (ppo.target_kl)
     clipped: float | None = None  # a Box: share of the action elements its map clipped
     phases: dict[str, float] = field(default_factory=dict)  # seconds per role/phase (perf.py)

@@ -8,7 +8,7 @@ under prioritised replay (Schaul et al. 2016). Its sections: ``dqn`` and ``repla
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rltrain.config import spec
 from rltrain.rl.algos.base import AlgoSpec, RunSettings, register_algo
@@ -99,6 +99,15 @@ class ReplayConfig:
     """Prioritised replay: importance-weight exponent."""
 
 
+class DQNTerms(NamedTuple):
+    """What a DQN loss gives for one minibatch (tensors on the learner's device)."""
+
+    loss: torch.Tensor  # [] the importance-weighted loss
+    priority: torch.Tensor  # [N] detached: what prioritised replay ranks each transition by
+    q_mean: torch.Tensor  # [] the mean Q(s, a) over the batch's states and actions
+    beyond: torch.Tensor | None = None  # [] C51: the target's probability beyond the support
+
+
 class DoubleDQNLoss:
     """The double-DQN loss of one sampled minibatch: targets y = r + gamma Q_target(s',
     argmax_a Q_online(s', a)) (no bootstrap past a terminal; a time-limit cut bootstraps from
@@ -118,7 +127,7 @@ class DoubleDQNLoss:
         done: torch.Tensor,  # [N] bool: terminated
         weights: torch.Tensor,  # [N] importance weights (1 for uniform replay)
         steps: torch.Tensor | None = None,  # [N] int64 k of n-step returns (None: 1)
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # [] loss, [N] priority, [] mean Q
+    ) -> DQNTerms:
         """The loss, each transition's TD error (what prioritised replay ranks by) and the
         mean Q at s (detached)."""
         import torch
@@ -130,14 +139,17 @@ class DoubleDQNLoss:
         q = online(obs)  # [N, A]
         targets = double_dqn_targets(rewards, done, next_online, next_target, self.gamma, steps)
         loss, td = dqn_loss(q, actions, targets, weights)
-        return loss, td, q.detach().mean()
+        return DQNTerms(loss, td, q.detach().mean())
 
 
 class CategoricalDQNLoss(DoubleDQNLoss):
     """C51's loss (Bellemare et al. 2017) with Rainbow's double-DQN choice (Hessel et al.
     2018): the online network's mean picks a' at s', the target network's distribution of
     a' is moved by the (n-step) rewards and projected onto the atoms, and the cross-entropy
-    of the online distribution at the action taken against it is the loss and the priority."""
+    of the online distribution at the action taken against it is the loss and the priority.
+    Its ``beyond``: the share of the target's probability moved past the support's ends (near
+    0 with a support that holds the returns; explore116: a support below CartPole's returns
+    learned to 9.2, said nothing)."""
 
     def __call__(
         self,
@@ -150,7 +162,7 @@ class CategoricalDQNLoss(DoubleDQNLoss):
         done: torch.Tensor,
         weights: torch.Tensor,
         steps: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    ) -> DQNTerms:
         import torch
 
         from rltrain.rl.algos.losses import categorical_loss, categorical_targets
@@ -159,13 +171,13 @@ class CategoricalDQNLoss(DoubleDQNLoss):
             best = online(next_obs).argmax(1)  # [N] a' by the online mean
             next_probs = target.log_probs(next_obs).exp()  # [N, A, K]
             chosen = next_probs[torch.arange(best.numel(), device=best.device), best]  # [N, K]
-            targets = categorical_targets(
+            targets, beyond = categorical_targets(
                 rewards, done, chosen, online.support, self.gamma, steps
-            )  # [N, K]
+            )  # [N, K], [N]
         log_probs = online.log_probs(obs)  # [N, A, K]
         loss, ce = categorical_loss(log_probs, actions, targets, weights)
         q = (log_probs.detach().exp() * online.support).sum(-1)  # [N, A]
-        return loss, ce, q.mean()
+        return DQNTerms(loss, ce, q.mean(), beyond.mean())
 
 
 def dqn_loss_of(cfg: Any) -> DoubleDQNLoss:
@@ -173,13 +185,24 @@ def dqn_loss_of(cfg: Any) -> DoubleDQNLoss:
     return CategoricalDQNLoss(cfg) if cfg.dqn.atoms > 1 else DoubleDQNLoss(cfg)
 
 
+FLOAT32_MAX = 3.4028234663852886e38
+"""The largest float32, the atoms' dtype."""
+
+
 def check_support(cfg: Any) -> None:
-    """C51's atoms span a range of returns."""
+    """C51's atoms span a range of returns that float32 holds."""
     dqn = cfg.section("dqn")
-    if dqn.atoms > 1 and not dqn.v_min < dqn.v_max:
+    if dqn.atoms == 1:
+        return
+    span = f"dqn.v_min={dqn.v_min:g}, dqn.v_max={dqn.v_max:g}"
+    if not dqn.v_min < dqn.v_max:
         raise ValueError(
-            f"dqn.v_min={dqn.v_min:g}, dqn.v_max={dqn.v_max:g}: the atoms' returns run from "
-            "v_min up to v_max, so v_min must be below v_max"
+            f"{span}: the atoms' returns run from v_min up to v_max, so v_min must be below v_max"
+        )
+    if dqn.v_max - dqn.v_min >= FLOAT32_MAX:  # (1e40: an internal error, explore116)
+        raise ValueError(
+            f"{span}: the atoms are float32, whose range is +-{FLOAT32_MAX:.2g}: keep v_max - "
+            "v_min within it (the returns C51 can tell apart)"
         )
 
 

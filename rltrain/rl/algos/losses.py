@@ -306,17 +306,20 @@ def categorical_targets(
     support: torch.Tensor,  # [K] the atoms' returns z_0 < ... < z_{K-1}, evenly spaced
     gamma: float,
     steps: torch.Tensor | None = None,  # [N] int64 k of n-step returns (None: 1)
-) -> torch.Tensor:  # [N, K]
+) -> tuple[torch.Tensor, torch.Tensor]:  # [N, K] target, [N] share beyond the support
     """C51's target distribution (Bellemare et al. 2017, Algorithm 1): each atom moved to
     r + gamma^k z_j, clipped to the support, its probability split between the two atoms
     nearest (the projection onto the support). An atom that lands exactly on one keeps all of
-    its probability there (Algorithm 1 as printed gives it to neither: floor = ceil)."""
+    its probability there (Algorithm 1 as printed gives it to neither: floor = ceil). Also
+    the share of each target's probability that was moved past the support's ends."""
     k = support.numel()
     v_min, v_max = support[0], support[-1]  # [] each (tensors: no wait for a GPU)
     dz = (v_max - v_min) / (k - 1)
     discount = gamma if steps is None else gamma ** steps.to(rewards.dtype)  # [] or [N]
     bootstrap = (discount * (~done).float()).reshape(-1, 1)  # [N, 1]
-    moved = torch.clamp(rewards.reshape(-1, 1) + bootstrap * support, v_min, v_max)  # [N, K]
+    raw = rewards.reshape(-1, 1) + bootstrap * support  # [N, K]
+    beyond = (next_probs * ((raw < v_min) | (raw > v_max)).float()).sum(-1)  # [N]
+    moved = torch.clamp(raw, v_min, v_max)  # [N, K]
     # in [0, K - 1], clamped again: float32 put an atom at v_max just above K - 1, and its
     # ceiling K past the last atom (review90: 20 of a grid of supports, e.g. -7.3..9.9)
     b = ((moved - v_min) / dz).clamp(0, k - 1)  # [N, K]
@@ -325,7 +328,7 @@ def categorical_targets(
     out = torch.zeros_like(next_probs)  # (float32: the replay's rewards)
     out.scatter_add_(1, lower, next_probs * (1.0 - upper_share))
     out.scatter_add_(1, upper, next_probs * upper_share)
-    return out
+    return out, beyond
 
 
 def categorical_loss(

@@ -132,7 +132,9 @@ def as_yaml(value: Any) -> str:
 def stretches(key: str, was: Any, cfg: TrainConfig) -> str:
     """What a changed ``key`` does beyond itself, said beside it: stop.max_env_steps moves
     the schedules whose end it is (schedule.steps: 0; an annealed learning rate rose from 0
-    back to 46% of its start, unsaid)."""
+    back to 46% of its start, unsaid); C51's support relabels the atoms it learned."""
+    if key in ("dqn.v_min", "dqn.v_max") and cfg.dqn.atoms > 1:  # (explore116: Q 44.8 -> 91)
+        return " (the atoms' learned probabilities are read at the new returns: Q jumps)"
     s = cfg.schedule
     if key != "stop.max_env_steps" or s.steps or (s.lr_end is None and s.entropy_end is None):
         return ""

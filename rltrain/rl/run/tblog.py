@@ -33,6 +33,7 @@ from rltrain.rundir import folder_gone
 MEANS = {
     "epsilon": "dqn/epsilon",
     "q_mean": "dqn/q_mean",
+    "support_beyond": "dqn/support_beyond",  # C51: near 0 where the support holds the returns
     "epochs": "ppo/epochs",  # below ppo.epochs where ppo.target_kl ended some
     "clipped": "policy/actions_clipped",  # a Box's action map (explore113: pinned, unseen)
 }
@@ -84,7 +85,8 @@ LAYOUT: dict[str, dict[str, list[Any]]] = {
         "kl, clip fraction": ["Multiline", ["^loss/(kl|clip_fraction)$"]],
         "gradient norm": ["Multiline", ["^loss/grad_norm$"]],
         "learning rate": ["Multiline", ["^optim/lr(_effective)?$"]],
-        "dqn Q mean, epsilon": ["Multiline", ["^dqn/.*"]],
+        "dqn Q mean, epsilon": ["Multiline", ["^dqn/(q_mean|epsilon)$"]],
+        "C51: target probability beyond the support": ["Multiline", ["^dqn/support_beyond$"]],
     },
     "faults": {
         "faults (cumulative counts)": ["Multiline", ["^faults/.*"]],
@@ -116,9 +118,11 @@ def _unwritten(cfg: TrainConfig, policy_worker: bool) -> Iterator[str]:
     if not spec.lags:
         yield from ("behaviour-policy lag KL", "actors' lag behind the learner (versions)")
     if spec.loss is None:  # a Q-learner's loss is its TD error
+        if cfg.dqn.atoms == 1:
+            yield "C51: target probability beyond the support"
         yield from ("policy", "value", "entropy", "kl, clip fraction")
         return
-    yield from ("td", "dqn Q mean, epsilon")
+    yield from ("td", "dqn Q mean, epsilon", "C51: target probability beyond the support")
     made = getattr(spec.make_loss(cfg), "spec", None)  # the built-in actor-critics' LossSpec
     loss_spec = made() if callable(made) else None
     if isinstance(loss_spec, LossSpec) and {"kl", "clip_fraction"} <= set(absent_parts(loss_spec)):

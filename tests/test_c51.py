@@ -146,8 +146,13 @@ def test_a_support_that_spans_nothing_is_refused() -> None:
 
     with pytest.raises(ValueError, match=r"dqn.v_min=5, dqn.v_max=5: .* v_min must be below"):
         load_config(TrainConfig, None, [*DQN, "dqn.atoms=51", "dqn.v_min=5", "dqn.v_max=5"])
-    with pytest.raises(ValueError, match=r"dqn.v_max=1e\+40: the atoms are float32"):
-        load_config(TrainConfig, None, [*DQN, "dqn.atoms=51", "dqn.v_max=1e40"])  # (explore116)
+    # float32 atoms: beyond its range (explore116), or spaced by 0 (review90b)
+    for low, high in [("-10", "1e40"), ("-3.5e38", "-3.45e38"), ("1e8", "100000001")]:
+        with pytest.raises(ValueError, match=r"the atoms are 51 float32 returns, which this"):
+            load_config(
+                TrainConfig, None, [*DQN, "dqn.atoms=51", f"dqn.v_min={low}", f"dqn.v_max={high}"]
+            )
+    load_config(TrainConfig, None, [*DQN, "dqn.atoms=51", "dqn.v_min=-1e30", "dqn.v_max=1e30"])
     # one atom is the expected-value DQN: its support is unused
     load_config(TrainConfig, None, [*DQN, "dqn.v_min=5", "dqn.v_max=5"])
 

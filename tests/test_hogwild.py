@@ -251,11 +251,11 @@ def test_the_start_gate_opens_for_the_living_after_a_waiter_is_killed() -> None:
     until(lambda: gate.ready[0] == 1)  # at the gate
     os.kill(first.pid, signal.SIGKILL)
     first.join()
-    gate.open_when_ready(5.0)
+    gate.open_when_ready(60.0)
     assert gate.start.value == 0  # worker 1 is not built: shut
     procs = [start(0), start(1)]
     until(lambda: all(gate.ready))
-    opener = threading.Thread(target=gate.open_when_ready, args=(5.0,))
+    opener = threading.Thread(target=gate.open_when_ready, args=(60.0,))
     opener.start()
     opener.join(timeout=10)
     assert not opener.is_alive()

@@ -101,6 +101,7 @@ def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -
     # Queue held the queue's write lock kept it, and every other report waited for it (the
     # workers never exited: /tmp/pc/qtest.py)
     pipes: dict[int, Connection] = {}
+    ended: set[int] = set()  # the workers whose pipe ended with no report
     faults = FaultCounters()
 
     trainer = (os.getpid(), forkstart.socket_path())
@@ -110,6 +111,7 @@ def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -
         gate.expect(i)
         reader, writer = ctx.Pipe(duplex=False)
         pipes[i] = reader
+        ended.discard(i)
         args = (specs[i], sources[i], server, writer, trainer, (gate, i))
         p = ctx.Process(target=_hogwild_main, args=args, daemon=True)
         with no_main():  # a user's script without a __main__ guard must not run again
@@ -129,14 +131,20 @@ def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -
         while len(reports) < len(procs):
             gate.open_when_ready(cfg.budget.max_seconds)
             wait = min(1.0, snapper.due_in()) if training else 0.0  # (the first step: soon)
-            waiting = [c for i, c in pipes.items() if i not in reports]
+            # each worker's pipe until it ends, and its exit (review90b: a pipe at its end
+            # before the worker's exit was seen made every wait return at once)
+            waiting = [c for i, c in pipes.items() if i not in reports and i not in ended]
+            waiting += [p.sentinel for i, p in enumerate(procs) if i not in reports]
             connection.wait(waiting, timeout=max(0.05, wait))  # none: time for a snapshot
             for i, p in enumerate(procs):
                 if i in reports:
                     continue
                 alive = p.is_alive()  # (before the read: a report sent before the exit is read)
-                if (r := _report(pipes[i])) is not None:
-                    reports[i] = r
+                try:  # (a worker stopped while it sends holds this read: one message, rare)
+                    if pipes[i].poll():
+                        reports[i] = pipes[i].recv()
+                except EOFError:  # it ended without a report
+                    ended.add(i)
                 if i in reports or alive:
                     continue
                 limit = cfg.faults.max_restarts
@@ -168,14 +176,6 @@ def run_hogwild_mode(cfg: BenchConfig, data: SplitDataset, progress: Progress) -
     # report died with it (a killed one: its restart's start is later)
     starts = [r.start_time for r in reports.values()] + [snapper.t0] * training
     return finish_trace("hogwild", begin, snapper, list(reports.values()), faults, min(starts))
-
-
-def _report(pipe: Connection) -> WorkerReport | None:
-    """The report on a worker's pipe; None: none yet, or the worker ended without one."""
-    try:
-        return pipe.recv() if pipe.poll() else None
-    except EOFError:
-        return None
 
 
 class _LiveModel:

@@ -185,12 +185,10 @@ def dqn_loss_of(cfg: Any) -> DoubleDQNLoss:
     return CategoricalDQNLoss(cfg) if cfg.dqn.atoms > 1 else DoubleDQNLoss(cfg)
 
 
-FLOAT32_MAX = 3.4028234663852886e38
-"""The largest float32, the atoms' dtype."""
-
-
 def check_support(cfg: Any) -> None:
-    """C51's atoms span a range of returns that float32 holds."""
+    """C51's atoms span a range of returns: ``atoms`` distinct finite float32 values."""
+    import numpy as np
+
     dqn = cfg.section("dqn")
     if dqn.atoms == 1:
         return
@@ -199,10 +197,14 @@ def check_support(cfg: Any) -> None:
         raise ValueError(
             f"{span}: the atoms' returns run from v_min up to v_max, so v_min must be below v_max"
         )
-    if dqn.v_max - dqn.v_min >= FLOAT32_MAX:  # (1e40: an internal error, explore116)
+    with np.errstate(all="ignore"):  # (beyond float32: inf or nan, refused below)
+        low, high = np.float32(dqn.v_min), np.float32(dqn.v_max)
+        step = (high - low) / np.float32(dqn.atoms - 1)
+    # (explore116, review90b: 1e40 overflowed float32, 1e8..1e8+1 made the atoms' spacing 0)
+    if not np.isfinite(step) or step <= np.spacing(max(abs(low), abs(high))):
         raise ValueError(
-            f"{span}: the atoms are float32, whose range is +-{FLOAT32_MAX:.2g}: keep v_max - "
-            "v_min within it (the returns C51 can tell apart)"
+            f"{span}: the atoms are {dqn.atoms} float32 returns, which this range cannot hold "
+            "apart (beyond +-3.4e38, or too narrow for its size); widen or move it"
         )
 
 

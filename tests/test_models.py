@@ -231,3 +231,29 @@ def test_a_parameter_the_loss_does_not_reach_gets_a_zero_gradient() -> None:
     used(torch.ones(1, 3)).sum().backward()
     flat, norm = clipped_flat_grad(net, 0)
     assert flat.shape == (8 + 4,) and (flat[8:] == 0).all() and norm > 0
+
+
+def test_a_users_own_images_get_advice_their_env_takes() -> None:
+    """explore118: the small-image note advised env.image_size to a Gymnasium env, which then
+    refused it (Atari's only); a user's FrameStackObservation stacked again by rltrain (3 gray
+    frames read as RGB, 12 channels), or over RGB images (4 axes: a 6.3M-weight MLP), unsaid."""
+    import dataclasses
+
+    from rltrain.rl.env_spec import EnvSpec, image_notes
+
+    cfg = TrainConfig(env=EnvConfig(id="pixenv:Pix-v0"), stop=StopConfig(max_seconds=1))
+    (note,) = image_notes(cfg, EnvSpec((12, 8, 8), "uint8", ActionSpace(2), 1, {}, stacked=4))
+    assert note.endswith(
+        "a resize in env.wrappers (gymnasium.wrappers:ResizeObservation(shape=(36, 36))) or "
+        "model.kind=impala_cnn for the CNN"
+    )
+    (note,) = image_notes(cfg, EnvSpec((4, 64, 64, 3), "uint8", ActionSpace(2), 1, {}))
+    assert "(4, 64, 64, 3) of 4 axes: the MLP takes them flattened (49,152 inputs)" in note
+    stack = "gymnasium.wrappers:FrameStackObservation(stack_size=3)"
+    own = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, wrappers=(stack,)))
+    (note,) = image_notes(own, EnvSpec((12, 64, 64), "uint8", ActionSpace(2), 1, {}, stacked=4))
+    assert note == (
+        f"env.wrappers stacks frames ({stack}) and rltrain stacked its images again "
+        "(env.frame_stack=4): set env.frame_stack=1 for the wrapper's alone"
+    )
+    assert image_notes(own, EnvSpec((3, 64, 64), "uint8", ActionSpace(2), 1, {})) == []

@@ -16,7 +16,7 @@ from rltrain.checkpoint import CheckpointError
 from rltrain.envs import ActionSpace, EnvError, check_first_reset, make_env
 from rltrain.envs.adapt import channels_last_shape
 from rltrain.envs.adapt import one_hot as one_hot_space
-from rltrain.envs.atari import wrapped_notes
+from rltrain.envs.atari import is_atari, wrapped_notes
 from rltrain.ps.server import ShardLayout
 from rltrain.rl.actor import model_builder
 from rltrain.rl.algos import algo_names, algo_spec
@@ -100,20 +100,47 @@ def start_notes(cfg: TrainConfig, spec: EnvSpec, done: Any = None) -> list[str]:
 
 
 def image_notes(cfg: TrainConfig, spec: EnvSpec) -> list[str]:
+    """Notes on images the run takes otherwise than a user may expect: a stack of the user's
+    own stacked again, or images that model.kind=auto gives the MLP (explore118)."""
+    stacks = [w for w in cfg.env.wrappers if "FrameStack" in w.split("(")[0]]
+    notes = []
+    if stacks and spec.stacked > 1:  # (explore118: 3 gray frames read as RGB, stacked x4)
+        notes.append(
+            f"env.wrappers stacks frames ({stacks[0]}) and rltrain stacked its images again "
+            f"(env.frame_stack={spec.stacked}): set env.frame_stack=1 for the wrapper's alone"
+        )
+    return notes + mlp_image_notes(cfg, spec) if cfg.model.kind == "auto" else notes
+
+
+def mlp_image_notes(cfg: TrainConfig, spec: EnvSpec) -> list[str]:
     """A note where model.kind=auto gives images the MLP: [H, W, C] ones that are not uint8,
-    whose channels rltrain does not move first (explore84), and [C, H, W] ones too small for
-    the Nature CNN (explore115: atari_appo.yaml's image_size 32, on raw pixels)."""
-    if cfg.model.kind != "auto":
-        return []
+    whose channels rltrain does not move first (explore84), [C, H, W] ones too small for
+    the Nature CNN (explore115: atari_appo.yaml's image_size 32, on raw pixels), and images
+    of more than 3 axes (a user's FrameStackObservation over RGB: explore118)."""
     shape = spec.obs_shape
     if len(shape) == 3 and spec.obs_dtype == "uint8" and min(shape[1:]) < CNN_MIN_SIDE:
         raw = cfg.normalize.obs == "never"  # (atari_appo.yaml's, for the CNN: explore115)
+        atari = is_atari(cfg.env.id, cfg.env.wrappers)  # (env.image_size is Atari's only)
+        bigger = (
+            f"env.image_size={CNN_MIN_SIDE} or more"
+            if atari
+            else (
+                f"a resize in env.wrappers (gymnasium.wrappers:ResizeObservation(shape=("
+                f"{CNN_MIN_SIDE}, {CNN_MIN_SIDE}))) or model.kind=impala_cnn"
+            )
+        )
         return [
             f"env {cfg.env.id}: images {shape} under {CNN_MIN_SIDE} pixels a side, too small "
             "for the Nature CNN: model.kind=auto takes the MLP"
             + (", on raw 0-255 pixels (normalize.obs=never), which saturate it" if raw else "")
-            + f"; env.image_size={CNN_MIN_SIDE} or more for the CNN"
+            + f"; {bigger} for the CNN"
             + (", or normalize.obs=always" if raw else "")
+        ]
+    if len(shape) > 3 and spec.obs_dtype == "uint8":
+        return [
+            f"env {cfg.env.id}: observations {shape} of {len(shape)} axes: the MLP takes them "
+            f"flattened ({int(np.prod(shape)):,} inputs); the CNN takes [C, H, W] images, and "
+            "rltrain stacks them itself (env.frame_stack): leave stacking to it"
         ]
     if not channels_last_shape(shape):
         return []

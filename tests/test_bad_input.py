@@ -572,6 +572,16 @@ def check(capsys: pytest.CaptureFixture[str], ws: Path, argv: list[str], words: 
             ["algo.rollout_length=10000000000 x env.num_envs=", "GiB of memory; lower one"],
             id="t-rollout-beyond-memory",
         ),
+        pytest.param(  # (explore118: 47 GiB of a pixel env's stacks, an internal error)
+            [
+                "train",
+                str(ROOT / "configs" / "cartpole_gorila.yaml"),
+                "--set",
+                "replay.capacity=10000000000",
+            ],
+            ["replay.capacity=10,000,000,000 x 1 replay shard: the replay memory's observations"],
+            id="t-replay-beyond-memory",
+        ),
         pytest.param(  # counted on the meta device: no memory taken
             ["train", CARTPOLE, "--set", "model.hidden=1000000"],
             ["parameters (", "copies at the least", "GiB of memory; lower model.hidden or"],

@@ -178,10 +178,13 @@ def check_rollout_memory(cfg: TrainConfig, spec: EnvSpec) -> None:
     """Rollouts that could never be learned from are refused: an actor builds one and the
     learner holds a batch of them (``impala.learner_batch``; a worker its own), and where
     those observations alone exceed this machine's memory the run sat at 0 steps, swapping.
-    dqn's transitions go to the replay, checked by its capacity."""
+    dqn's transitions go to the replay (:func:`check_replay_memory`)."""
     import numpy as np
 
-    if cfg.algo_spec.layout == "replay" or cfg.runtime.address:  # (a cluster's nodes differ)
+    if cfg.runtime.address:  # (a cluster's nodes differ)
+        return
+    if cfg.algo_spec.layout == "replay":
+        check_replay_memory(cfg, spec)
         return
     T, B = cfg.algo.rollout_length, cfg.env.num_envs
     one = (T + 1) * B * math.prod(spec.obs_shape) * np.dtype(spec.obs_dtype).itemsize
@@ -192,6 +195,33 @@ def check_rollout_memory(cfg: TrainConfig, spec: EnvSpec) -> None:
             f"algo.rollout_length={T} x env.num_envs={B}: one rollout's observations take "
             f"{one / 2**30:.1f} GiB, and an actor and its learner hold {copies}: more than this "
             f"machine's {total / 2**30:.1f} GiB of memory; lower one of them"
+        )
+
+
+def check_replay_memory(cfg: TrainConfig, spec: EnvSpec) -> None:
+    """A replay memory larger than this machine's memory is refused before it is built, which
+    allocates it whole: a Gymnasium env's 64x64 RGB images, stacked 4 and stored whole (48 KB a
+    transition), at replay.capacity 1M failed to allocate 47 GiB as an internal error, and a
+    size the system grants but cannot hold is killed later (explore118)."""
+    import numpy as np
+
+    from rltrain.replay.memory import frame_capacity
+    from rltrain.rl.actor import frame_stack_of
+
+    r, stack = cfg.replay, frame_stack_of(spec.protocol)  # (Atari's: stored frame by frame)
+    frame = spec.obs_shape[1:] if stack > 1 else spec.obs_shape
+    frames = (
+        frame_capacity(r.capacity, stack) * math.prod(frame) * np.dtype(spec.obs_dtype).itemsize
+    )
+    shards = min(r.shards, cfg.actors) if cfg.actors else r.shards  # (one per actor at most)
+    need, total = shards * frames, machine_memory()
+    if need > total:
+        how = "frame by frame" if stack > 1 else "whole"
+        raise ConfigError(
+            f"replay.capacity={r.capacity:,} x {n(shards, 'replay shard')}: the replay memory's "
+            f"observations ({spec.obs_shape} {spec.obs_dtype}, stored {how}) take "
+            f"{need / 2**30:.1f} GiB, more than this machine's {total / 2**30:.1f} GiB of memory; "
+            "lower replay.capacity"
         )
 
 

@@ -369,6 +369,24 @@ def test_agent_view_of_an_image_env_is_its_newest_image_in_colour() -> None:
     np.testing.assert_array_equal(frame_of(stack, 1), stack[-1])
 
 
+def test_agent_view_of_other_observations_is_a_frame_ffmpeg_takes() -> None:
+    """explore118: a float [H, W, C] image in [0, 1] was filmed as a black 64x4 strip, a user's
+    stack [k, H, W, C] and a flattened Dict of 12,290 values as bars 196,640 pixels wide,
+    which ffmpeg refused."""
+    from rltrain.rl.filming import frame_of
+
+    rgb = np.random.default_rng(0).random((64, 64, 3), dtype=np.float32)
+    frame = frame_of(rgb, 3)
+    assert frame.shape == (64, 64, 3) and frame.dtype == np.uint8
+    np.testing.assert_array_equal(frame, (rgb * 255).astype(np.uint8))
+    stack = np.zeros((4, 64, 64, 3), np.uint8)
+    stack[-1] = 200
+    assert frame_of(stack, 3).shape == (64, 64, 3) and frame_of(stack, 3).min() == 200
+    flat = frame_of(np.zeros(12_290, np.float32))
+    assert flat.shape == (111, 111) and flat.dtype == np.uint8  # (a square of cells)
+    assert frame_of(np.zeros(4, np.float32)).shape == (64, 64)  # CartPole's bars, as before
+
+
 @pytest.mark.parametrize(
     ("env_id", "full"),
     [("ALE/Pong-v5", False), ("ALE/Breakout-v5", False), ("ALE/Breakout-v5", True)],

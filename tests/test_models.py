@@ -257,3 +257,28 @@ def test_a_users_own_images_get_advice_their_env_takes() -> None:
         "(env.frame_stack=4): set env.frame_stack=1 for the wrapper's alone"
     )
     assert image_notes(own, EnvSpec((3, 64, 64), "uint8", ActionSpace(2), 1, {})) == []
+
+
+def test_large_images_and_images_in_a_dict_are_said() -> None:
+    """explore118: a rendered CartPole (400x600 RGB, stacked) trained at 4 frames/s with
+    409 MB checkpoints, and a Dict {image, vector} went to a 12,290-input MLP, both unsaid."""
+    import gymnasium
+
+    from rltrain.rl.env_spec import EnvSpec, dict_image_notes, image_notes
+
+    cfg = TrainConfig(env=EnvConfig(id="CartPole-v1"), stop=StopConfig(max_seconds=1))
+    (note,) = image_notes(cfg, EnvSpec((12, 400, 600), "uint8", ActionSpace(2), 1, {}))
+    assert note.startswith("env CartPole-v1: images (12, 400, 600), 400x600 pixels: a CNN's")
+    assert note.endswith("(gymnasium.wrappers:ResizeObservation(shape=(84, 84)))")
+    assert image_notes(cfg, EnvSpec((4, 84, 84), "uint8", ActionSpace(2), 1, {})) == []
+    box = gymnasium.spaces.Box
+    own = gymnasium.spaces.Dict(
+        {"image": box(0, 255, (64, 64, 3), "uint8"), "vector": box(-1, 1, (2,))}
+    )
+    (note,) = dict_image_notes(cfg, EnvSpec((12_290,), "float32", ActionSpace(2), 1, {}, own))
+    assert "with images under image, are flattened into 12,290 values for the MLP" in note
+    assert note.endswith(
+        "a wrapper of your own in env.wrappers that returns the image (obs['image'])"
+    )
+    vectors = gymnasium.spaces.Dict({"a": box(-1, 1, (2,)), "b": box(-1, 1, (3,))})
+    assert dict_image_notes(cfg, EnvSpec((5,), "float32", ActionSpace(2), 1, {}, vectors)) == []

@@ -4,11 +4,13 @@ initial parameters, and whether a checkpoint fits them."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+import gymnasium
 import numpy as np
 import torch
 
@@ -92,7 +94,8 @@ def probe_env(cfg: TrainConfig, training: bool = True) -> EnvSpec:
 def start_notes(cfg: TrainConfig, spec: EnvSpec, done: Any = None) -> list[str]:
     """Start notes on what the run takes in a way a user may not expect: the env's images and
     actions, a rule that changes nothing, keys of a section the algorithm does not read."""
-    notes = [*wrapped_notes(cfg.env), *image_notes(cfg, spec), *action_notes(cfg, spec)]
+    notes = [*wrapped_notes(cfg.env), *image_notes(cfg, spec), *dict_image_notes(cfg, spec)]
+    notes += action_notes(cfg, spec)
     steps = done.env_steps if done is not None else 0  # (``done``: a resumed run's counters)
     notes += [*rule_notes(cfg), *in_flight_notes(cfg), *learning_start_notes(cfg, steps)]
     notes += support_notes(cfg)
@@ -109,7 +112,35 @@ def image_notes(cfg: TrainConfig, spec: EnvSpec) -> list[str]:
             f"env.wrappers stacks frames ({stacks[0]}) and rltrain stacked its images again "
             f"(env.frame_stack={spec.stacked}): set env.frame_stack=1 for the wrapper's alone"
         )
+    shape = spec.obs_shape
+    if len(shape) == 3 and spec.obs_dtype == "uint8" and max(shape[1:]) > LARGE_SIDE:
+        notes.append(  # (explore118: a rendered CartPole, 400x600: 4 frames/s, 409 MB saves)
+            f"env {cfg.env.id}: images {shape}, {shape[1]}x{shape[2]} pixels: a CNN's dense "
+            "layer grows with their area and every step copies them (Atari's are 84x84): "
+            "resize them in env.wrappers (gymnasium.wrappers:ResizeObservation(shape=(84, 84)))"
+        )
     return notes + mlp_image_notes(cfg, spec) if cfg.model.kind == "auto" else notes
+
+
+LARGE_SIDE = 256
+"""Image sides beyond which a start note suggests resizing."""
+
+
+def dict_image_notes(cfg: TrainConfig, spec: EnvSpec) -> list[str]:
+    """A note where a Dict observation holding an image is flattened for the MLP (explore118:
+    {image 64x64x3, vector} went to a 12,290-input MLP unsaid)."""
+    space = spec.flattened_from
+    if not isinstance(space, gymnasium.spaces.Dict):
+        return []
+    images = [k for k, v in space.spaces.items() if len(v.shape or ()) >= 2]
+    if not images:
+        return []
+    return [
+        f"env {cfg.env.id}: its Dict observations, with images under {', '.join(images)}, are "
+        f"flattened into {math.prod(spec.obs_shape):,} values for the MLP; the CNN takes image "
+        "observations alone: a wrapper of your own in env.wrappers that returns the image "
+        f"(obs[{images[0]!r}])"
+    ]
 
 
 def mlp_image_notes(cfg: TrainConfig, spec: EnvSpec) -> list[str]:

@@ -344,8 +344,13 @@ class DQNLearner:
         self.online.zero_grad(set_to_none=True)
         terms.loss.backward()
         grad, norm = clipped_flat_grad(self.online, self.cfg.algo.max_grad_norm)
-        stats = LossStats(grad_norm=float(norm), td=float(terms.loss.detach()))
-        means = {"q_mean": float(terms.q_mean)}
-        if terms.beyond is not None:
-            means["support_beyond"] = float(terms.beyond)
-        return grad, stats, terms.priority.cpu().numpy(), means
+        beyond = [] if terms.beyond is None else [terms.beyond.reshape(1)]
+        scalars = [norm.reshape(1), terms.loss.detach().reshape(1), terms.q_mean.reshape(1)]
+        # one read from the device for the step's numbers and priorities (on a GPU, a wait
+        # for each would be four per minibatch)
+        row = torch.cat([*scalars, *beyond, terms.priority.reshape(-1)]).float().cpu().numpy()
+        stats = LossStats(grad_norm=float(row[0]), td=float(row[1]))
+        means = {"q_mean": float(row[2])}
+        if beyond:
+            means["support_beyond"] = float(row[3])
+        return grad, stats, row[3 + len(beyond) :], means

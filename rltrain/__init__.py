@@ -51,8 +51,12 @@ if not TYPE_CHECKING:  # (a type checker sees the imports above, and no other na
 
     def __getattr__(name: str) -> Any:
         if name in API:
-            from rltrain import api
+            from rltrain.signals import interrupts_held
 
+            with interrupts_held():  # (the first use imports torch: seconds, Ctrl-C likely)
+                import torch._dynamo  # noqa: F401  (torch.optim's first step imports it)
+
+                from rltrain import api
             return getattr(api, name)
         raise AttributeError(f"module 'rltrain' has no attribute {name!r}")
 

@@ -149,3 +149,23 @@ def graceful(stopping: str = FINAL_CHECKPOINT) -> Iterator[None]:
         _stopping = FINAL_CHECKPOINT
         for sig, handler in saved.items():
             signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) until the block ends, then raise it: a KeyboardInterrupt inside
+    an import leaves the module half-built in ``sys.modules``, and every later call in that
+    interpreter (a notebook's kernel) fails on it (explore119: torch's "bad call flags"
+    SystemError, a missing torch._utils at the final checkpoint, a segfault). Outside a
+    command's :func:`graceful` handler, which :func:`deferred` needs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: got.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if got:
+        raise KeyboardInterrupt

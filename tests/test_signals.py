@@ -38,6 +38,21 @@ def test_inside_deferred_the_first_signal_waits_for_the_block_to_end() -> None:
         pass
 
 
+def test_an_interrupt_while_imports_are_held_comes_after_them() -> None:
+    """explore119: Ctrl-C inside the first API call's import of torch left it half-built, and
+    the kernel's next call failed (a SystemError, a segfault): rltrain.__getattr__ holds it."""
+    finished = []
+    with pytest.raises(KeyboardInterrupt), signals.interrupts_held():
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):
+            pass
+        finished.append(True)
+    assert finished == [True]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    with signals.interrupts_held():  # none: nothing raised
+        pass
+
+
 @pytest.mark.parametrize(
     ("signum", "again"),
     [(signal.SIGINT, "press Ctrl-C again to"), (signal.SIGTERM, "a second SIGTERM or Ctrl-C:")],

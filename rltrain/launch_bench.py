@@ -28,7 +28,7 @@ def run_bench_config(cfg: BenchConfig, run_dir: str | Path | None, config_path: 
     mark_start()  # (the load beside the bench: summary.json's machine)
     check_run_dir(run_dir)
     check_address(cfg.runtime.address)
-    data = load_data(cfg.data, log=print)  # (its errors name data.root as it was typed)
+    data = load_data(cfg.data, log=say)  # (its errors name data.root as it was typed)
     cfg = with_absolute_root(cfg)
     check_bench_sizes(cfg, len(data.train), len(data.test))
     if cfg.server.shards > 1:  # (one always fits) before any mode trains, not at the first

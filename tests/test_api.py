@@ -116,6 +116,26 @@ def test_a_quiet_run_prints_nothing_of_its_own(
     assert capfd.readouterr().out == "after\n"
 
 
+def test_a_quiet_bench_prints_nothing_of_its_own(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """explore119: quiet=True still printed the toy's generation line and the time-left line
+    between runs."""
+    bench = rltrain.bench(
+        ROOT / "configs" / "bench_fashion_mnist.yaml",
+        run_dir=tmp_path / "run",
+        quiet=True,
+        data__dataset="toy_quadratic",
+        data__toy__samples=600,
+        modes=["baseline", "async"],
+        runtime__backend="process",
+        budget__max_seconds=0,
+        budget__epochs=1,
+    )
+    assert len(bench.results) == 2
+    assert capfd.readouterr() == ("", "")
+
+
 def test_a_summary_that_cannot_be_written_is_said_and_returned(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:

@@ -28,7 +28,7 @@ from rltrain.faults import (
     describe_events,
 )
 from rltrain.pauses import resume_all
-from rltrain.progress import Progress, say
+from rltrain.progress import Progress, quiet, say
 from rltrain.ps.rules import UpdateRule
 from rltrain.runtime.context import RunContext
 from rltrain.runtime.contract import Runtime
@@ -324,7 +324,7 @@ def run_bench(cfg: BenchConfig, data: SplitDataset, run_dir: Path) -> int:
             name = run_name(mode, seed, cfg.seeds)
             label = f"[{i + 1}/{len(runs)} {name}]"
             progress = Progress(label)
-            if i:  # the command's end, at the pace of the runs so far (start-ups, evaluations)
+            if i and not quiet():  # the end, at the runs' pace so far (quiet: explore119)
                 each, left = (time.time() - begun) / i, len(runs) - i
                 progress.note(  # (explore94: "3 runs at 19 s each so far" read as 3 done)
                     f"about {each * left / 60:.1f} min left: {left} run{'s' * (left > 1)} to go "

@@ -32,7 +32,7 @@ class RunResult:
     server_staleness: str | None
     mean_staleness: float
     faults: dict[str, int]
-    summary: dict[str, Any]
+    summary: dict[str, Any] = dataclasses.field(repr=False)  # (a notebook's repr: 2,102 chars)
     """Everything summary.json holds (algo, env, protocol, failure, ...)."""
 
     @classmethod
@@ -53,10 +53,10 @@ class BenchResult:
 
     run_dir: Path
     dataset: str
-    results: list[dict[str, Any]]
+    results: list[dict[str, Any]] = dataclasses.field(repr=False)
     """Per run (a mode at a seed): final_accuracy, seconds_to, samples_per_s, ... (as
     results.csv)."""
-    summary: dict[str, Any]
+    summary: dict[str, Any] = dataclasses.field(repr=False)  # (explore119: 7,585 chars)
 
     @property
     def stopped_by(self) -> str:

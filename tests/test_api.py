@@ -106,6 +106,7 @@ def test_a_quiet_run_prints_nothing_of_its_own(
     run = quiet_run(tmp_path / "run", 3000)
     out, err = capfd.readouterr()
     assert run.stopped_by == "max_env_steps" and (out, err) == ("", "")
+    assert "summary=" not in repr(run) and "stopped_by='max_env_steps'" in repr(run)  # (explore119)
     box = run.summary["machine"]  # (explore106: on what machine, torch and load it ran)
     assert box["cores"] >= 1 and box["load_1min_at_start"] is not None and box["torch"]
     with pytest.raises(ConfigError, match="^quiet='yes': allowed are True or False$"):
@@ -134,6 +135,7 @@ def test_a_quiet_bench_prints_nothing_of_its_own(
     )
     assert len(bench.results) == 2
     assert capfd.readouterr() == ("", "")
+    assert "results=" not in repr(bench) and "summary=" not in repr(bench)  # a notebook's
 
 
 def test_a_summary_that_cannot_be_written_is_said_and_returned(

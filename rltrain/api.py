@@ -79,16 +79,21 @@ class Config(Generic[T]):
         """A YAML config file (as ``rltrain train PATH``); ``kind="bench"`` for ``bench``."""
         return cls(read_config(path, KINDS.get(kind)), kind, source=os.fspath(path))
 
-    def with_overrides(self, overrides: Mapping[str, Any]) -> Config:
+    def with_overrides(self, overrides: Mapping[str, Any] | None = None, **kw: Any) -> Config:
         """Dotted keys as ``--set`` takes them, with Python values:
-        ``{"env.id": "Acrobot-v1", "optimizer.lr": 3e-4}``."""
+        ``{"env.id": "Acrobot-v1", "optimizer.lr": 3e-4}``, or as ``train`` takes them,
+        ``env__id="Acrobot-v1"`` (explore119: refused here)."""
         cls = KINDS[self.kind]
-        if not isinstance(overrides, Mapping):
+        given: Any = {} if overrides is None else overrides
+        if isinstance(given, Mapping):  # (a dotted key keeps its "__": an env kwarg's own)
+            pairs = [*given.items(), *((k.replace("__", "."), v) for k, v in kw.items())]
+            given = {plain(k): v for k, v in pairs}
+        if not isinstance(given, Mapping):
             raise ConfigError(
                 "with_overrides: expected a mapping of dotted keys to values, got "
                 f"{type(overrides).__name__}"
             )
-        data = merge(dict(self.data), nested(overrides, cls=cls), cls)
+        data = merge(dict(self.data), nested(given, cls=cls), cls)
         return Config(data, self.kind, source=self.source)
 
     def to_dict(self) -> dict[str, Any]:
@@ -372,3 +377,8 @@ def make_env(run_dir: str | Path, seed: int = 0, render_mode: str | None = None)
     first_seed = whole_arg(seed, "seed", SEED)
     cfg = _run_config(_run_dir(run_dir), "eval")
     return SingleEnv(cfg.env, 0 if first_seed is None else first_seed, render_mode)
+
+
+def plain(key: Any) -> Any:
+    """``env__id`` as ``env.id``; a dotted key as it is (an env kwarg's own ``__`` kept)."""
+    return key.replace("__", ".") if isinstance(key, str) and "." not in key else key

@@ -39,6 +39,9 @@ def test_config_from_yaml_with_overrides_validates_as_the_cli() -> None:
     assert copy.deepcopy(cfg) == cfg and pickle.loads(pickle.dumps(cfg)).env.id == "Acrobot-v1"
     with pytest.raises(ConfigError, match="1: config keys are strings"):
         base.with_overrides({1: 2})
+    # as train takes them (explore119: a TypeError, and env__id an unknown key)
+    assert base.with_overrides(env__id="Acrobot-v1").env.id == "Acrobot-v1"
+    assert base.with_overrides({"env__id": "Acrobot-v1"}, optimizer__lr=3e-4).optimizer.lr == 3e-4
 
 
 def test_a_config_holds_its_own_copy_of_the_keys_given() -> None:

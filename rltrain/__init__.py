@@ -57,6 +57,7 @@ if not TYPE_CHECKING:  # (a type checker sees the imports above, and no other na
                 import torch._dynamo  # noqa: F401  (torch.optim's first step imports it)
 
                 from rltrain import api
+            globals().update({n: getattr(api, n) for n in API})  # (imported once: no more here)
             return getattr(api, name)
         raise AttributeError(f"module 'rltrain' has no attribute {name!r}")
 

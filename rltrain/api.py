@@ -86,8 +86,7 @@ class Config(Generic[T]):
         cls = KINDS[self.kind]
         given: Any = {} if overrides is None else overrides
         if isinstance(given, Mapping):  # (a dotted key keeps its "__": an env kwarg's own)
-            pairs = [*given.items(), *((k.replace("__", "."), v) for k, v in kw.items())]
-            given = {plain(k): v for k, v in pairs}
+            given = {plain(k): v for k, v in [*given.items(), *kw.items()]}
         if not isinstance(given, Mapping):
             raise ConfigError(
                 "with_overrides: expected a mapping of dotted keys to values, got "
@@ -151,7 +150,7 @@ def _config(config: ConfigLike | TrainConfig | BenchConfig, kind: Kind, **kw: An
     if config.kind != kind:
         raise ValueError(f"a {config.kind} config given to rltrain.{kind}()")
     if kw:
-        config = config.with_overrides({k.replace("__", "."): v for k, v in kw.items()})
+        config = config.with_overrides(kw)
     return config.value
 
 

@@ -169,14 +169,14 @@ class CategoricalDQNLoss(DoubleDQNLoss):
 
         with torch.no_grad():
             best = online(next_obs).argmax(1)  # [N] a' by the online mean
-            next_probs = target.log_probs(next_obs).exp()  # [N, A, K]
-            chosen = next_probs[torch.arange(best.numel(), device=best.device), best]  # [N, K]
+            rows = torch.arange(best.numel(), device=best.device)
+            chosen = target.log_probs(next_obs)[rows, best].exp()  # [N, K] the target's, at a'
             targets, beyond = categorical_targets(
                 rewards, done, chosen, online.support, self.gamma, steps
             )  # [N, K], [N]
         log_probs = online.log_probs(obs)  # [N, A, K]
         loss, ce = categorical_loss(log_probs, actions, targets, weights)
-        q = (log_probs.detach().exp() * online.support).sum(-1)  # [N, A]
+        q = online.mean_of(log_probs.detach())  # [N, A]
         return DQNTerms(loss, ce, q.mean(), beyond.mean())
 
 

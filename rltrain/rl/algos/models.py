@@ -214,8 +214,11 @@ class QNetwork(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:  # [N, *obs] -> [N, A]
         if self.atoms == 1:
             return self._scores(obs).squeeze(-1)
-        # Q(s, a) = sum_k z_k p_k(s, a): the distribution's mean (Bellemare et al. 2017, eq. 1)
-        return (self.log_probs(obs).exp() * self.support).sum(-1)
+        return self.mean_of(self.log_probs(obs))
+
+    def mean_of(self, log_probs: torch.Tensor) -> torch.Tensor:  # [N, A, K] -> [N, A]
+        """Q(s, a) = sum_k z_k p_k(s, a): the distribution's mean (Bellemare et al. 2017, eq. 1)."""
+        return (log_probs.exp() * self.support).sum(-1)
 
     def log_probs(self, obs: torch.Tensor) -> torch.Tensor:  # [N, *obs] -> [N, A, K]
         """C51: the log-probabilities of the atoms, for each action (float32)."""
